@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# rubric_jax entry point.
+#   ./launch.sh                      set up .venv, then run the tiny default end to end on CPU
+#   ./launch.sh test [PYTEST ARGS]   set up .venv, then run the whole test suite
+#   ./launch.sh MODULE [ARGS]        set up .venv, then `python -m MODULE ARGS` (e.g. experiments.run)
+# On a cluster the same script is the per-host entry point: with SLURM (SLURM_NTASKS > 1), a TPU pod,
+# or explicit JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID, the experiments call
+# jax.distributed.initialize() before anything else (rubric_jax/distributed.py).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+venv="${RUBRIC_JAX_VENV:-.venv}"
+python="${PYTHON:-python3}"
+
+ensure_venv() {
+  [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+  local want stamp="$venv/.rubric_jax_requirements"
+  want=$(cat requirements.txt requirements-test.txt | sha256sum | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "launch.sh: installing requirements into $venv" >&2
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+      -r requirements.txt -r requirements-test.txt
+    echo "$want" > "$stamp"
+  fi
+}
+
+ensure_venv
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+case "${1:-}" in
+  test)
+    shift
+    exec "$venv/bin/python" -m pytest tests "$@"
+    ;;
+  "")
+    exec "$venv/bin/python" -m experiments.run --config=configs/tiny.py --workdir="${WORKDIR:-runs/tiny}"
+    ;;
+  *)
+    module="$1"; shift
+    exec "$venv/bin/python" -m "$module" "$@"
+    ;;
+esac
