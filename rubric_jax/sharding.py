@@ -1,0 +1,179 @@
+"""Device mesh from config, logical-axis rules, and shardings for params, optimizer state and batches.
+
+Mode: classic GSPMD. Every mesh axis is `jax.sharding.AxisType.Auto` (jax 0.10's `jax.make_mesh`
+defaults to Explicit axes; we build `jax.sharding.Mesh` directly with Auto axes), so shardings are
+given to `jax.jit` as in/out shardings and the compiler propagates everything in between.
+
+Parameters carry *logical* axis names (e.g. ("layers", "embed", "heads", "head_dim")) in their
+NNX metadata. `LOGICAL_RULES` maps each logical name to zero or more mesh axes. A logical spec becomes
+a mesh `PartitionSpec` dimension by dimension, by `logical_to_mesh_spec`:
+  1. a logical name absent from the rules is an error (a typo must not silently replicate);
+  2. mesh axes of size 1 are dropped (they shard nothing);
+  3. a mesh axis already used by an earlier dimension is dropped (an axis shards one dim only);
+  4. trailing mesh axes are dropped until the product of the remaining axis sizes divides the
+     dimension (so batch 4 on data=2 x fsdp=4 shards over data only; vocab 7 stays replicated).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+MESH_AXES = ("data", "fsdp", "tensor")
+
+# Logical axis name -> mesh axes (in order of preference) that shard it; () means replicated.
+LogicalRules = tuple[tuple[str, tuple[str, ...]], ...]
+LOGICAL_RULES: LogicalRules = (
+    ("batch", ("data", "fsdp")),
+    ("embed", ("fsdp",)),
+    ("vocab", ("tensor",)),
+    ("heads", ("tensor",)),
+    ("kv_heads", ("tensor",)),
+    ("mlp", ("tensor",)),
+    ("layers", ()),
+    ("head_dim", ()),
+    ("length", ()),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+    """Mesh axis sizes; exactly one may be -1, meaning 'all devices not used by the others'."""
+
+    data: int = 1
+    fsdp: int = -1
+    tensor: int = 1
+
+    def axis_sizes(self, num_devices: int) -> tuple[int, int, int]:
+        """Resolves -1 and checks that data * fsdp * tensor == num_devices."""
+        sizes = (self.data, self.fsdp, self.tensor)
+        for name, size in zip(MESH_AXES, sizes):
+            if size == 0 or size < -1:
+                raise ValueError(f"MeshConfig.{name}={size}: axis sizes must be positive or -1")
+        if sizes.count(-1) > 1:
+            raise ValueError(f"MeshConfig {self}: at most one axis may be -1")
+        known = math.prod(s for s in sizes if s != -1)
+        if -1 in sizes:
+            if num_devices % known:
+                raise ValueError(
+                    f"MeshConfig {self}: the fixed axes (product {known}) do not divide the "
+                    f"{num_devices} devices, so the -1 axis has no integer size"
+                )
+            sizes = tuple(num_devices // known if s == -1 else s for s in sizes)
+        if math.prod(sizes) != num_devices:
+            raise ValueError(
+                f"MeshConfig {self}: data*fsdp*tensor = {math.prod(sizes)} but there are "
+                f"{num_devices} devices; the product must equal the device count"
+            )
+        return sizes
+
+
+def make_mesh(config: MeshConfig, devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """Builds a (data, fsdp, tensor) mesh with Auto axes over `devices` (default: all devices)."""
+    devices = list(jax.devices() if devices is None else devices)
+    sizes = config.axis_sizes(len(devices))
+    device_grid = np.asarray(devices, dtype=object).reshape(sizes)
+    return Mesh(device_grid, MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * len(MESH_AXES))
+
+
+def _rule_table(rules: LogicalRules) -> dict[str, tuple[str, ...]]:
+    """Rules as a dict, rejecting duplicate logical names."""
+    table = dict(rules)
+    if len(table) != len(rules):
+        raise ValueError(f"logical axis rules name a logical axis twice: {rules}")
+    return table
+
+
+def logical_to_mesh_spec(
+    logical_spec: Sequence[str | None],
+    shape: Sequence[int],
+    mesh: Mesh,
+    rules: LogicalRules = LOGICAL_RULES,
+) -> PartitionSpec:
+    """Maps a logical spec for an array of `shape` to a mesh PartitionSpec (rules in module docstring)."""
+    if len(logical_spec) > len(shape):
+        raise ValueError(f"logical spec {tuple(logical_spec)} has more entries than shape {tuple(shape)}")
+    table = _rule_table(rules)
+    used: set[str] = set()
+    mesh_spec: list[str | tuple[str, ...] | None] = []
+    for name, dim in zip(logical_spec, shape):
+        if name is None:
+            mesh_spec.append(None)
+            continue
+        if name not in table:
+            raise ValueError(f"logical axis {name!r} has no rule; known: {sorted(table)}")
+        axes = [a for a in table[name] if mesh.shape[a] > 1 and a not in used]
+        while axes and dim % math.prod(mesh.shape[a] for a in axes):
+            axes.pop()
+        used.update(axes)
+        mesh_spec.append(None if not axes else axes[0] if len(axes) == 1 else tuple(axes))
+    return PartitionSpec(*mesh_spec)
+
+
+def logical_to_sharding(
+    logical_spec: Sequence[str | None],
+    shape: Sequence[int],
+    mesh: Mesh,
+    rules: LogicalRules = LOGICAL_RULES,
+) -> NamedSharding:
+    """NamedSharding on `mesh` for an array of `shape` with logical axis names `logical_spec`."""
+    return NamedSharding(mesh, logical_to_mesh_spec(logical_spec, shape, mesh, rules))
+
+
+def param_shardings(abstract_state: Any, mesh: Mesh, rules: LogicalRules = LOGICAL_RULES) -> Any:
+    """Shardings mirroring an NNX state (abstract or concrete): each Variable's value -> NamedSharding."""
+
+    def to_sharding(variable: nnx.Variable) -> nnx.Variable:
+        logical = nnx.get_partition_spec(variable).get_value()
+        return variable.replace(logical_to_sharding(tuple(logical), variable.get_value().shape, mesh, rules))
+
+    return jax.tree.map(to_sharding, abstract_state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
+def batch_sharding(mesh: Mesh, shape: Sequence[int] | None = None) -> NamedSharding:
+    """Sharding of a batch-major array: leading dim over (data, fsdp), the rest replicated.
+
+    With `shape`, the divisibility rule applies (axes that do not divide the batch are dropped);
+    without it the caller guarantees that data * fsdp divides the batch.
+    """
+    if shape is None:
+        return NamedSharding(mesh, PartitionSpec(("data", "fsdp")))
+    return logical_to_sharding(("batch",), shape, mesh)
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    """Fully replicated sharding on `mesh` (scalars, PRNG keys, small tables)."""
+    return NamedSharding(mesh, PartitionSpec())
+
+
+def mirror_shardings(tree: Any, params: Any, shardings_of_params: Any, mesh: Mesh) -> Any:
+    """Shardings for `tree` (e.g. optimizer state): every subtree shaped like `params` gets the param
+    shardings, every other leaf (step counts, scalars) is replicated."""
+    params_def = jax.tree.structure(params)
+    param_leaves_shardings = jax.tree.leaves(shardings_of_params)
+    if len(param_leaves_shardings) != params_def.num_leaves:
+        raise ValueError(
+            f"shardings_of_params has {len(param_leaves_shardings)} leaves, params has {params_def.num_leaves}"
+        )
+
+    def is_params_like(x: Any) -> bool:
+        return jax.tree.structure(x) == params_def
+
+    def assign(x: Any) -> Any:
+        if is_params_like(x):
+            return jax.tree.unflatten(jax.tree.structure(x), param_leaves_shardings)
+        return replicated(mesh)
+
+    return jax.tree.map(assign, tree, is_leaf=is_params_like)
+
+
+def shard_pytree(tree: Any, shardings: Any) -> Any:
+    """Places every array of `tree` according to the matching entry of `shardings` (a tree prefix)."""
+    return jax.device_put(tree, shardings)
