@@ -1,0 +1,204 @@
+"""Model shape configuration: a frozen dataclass built from (and written back to) HF `config.json`.
+
+Handles both the transformers-5 layout (rope settings under `rope_parameters`, `dtype`) and the older
+one (top-level `rope_theta` / `rope_scaling`, `torch_dtype`) that real checkpoints still carry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+ARCHITECTURES = {
+    "qwen2": "Qwen2ForCausalLM",
+    "llama": "LlamaForCausalLM",
+}
+# HF model_type -> our architecture; Mistral is the Llama block without bias (no sliding window here).
+_MODEL_TYPES = {"qwen2": "qwen2", "llama": "llama", "mistral": "llama"}
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+class ModelConfigError(ValueError):
+    """A config.json (or override) that cannot describe a model we support."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Llama3RopeScaling:
+    """Llama-3 frequency-dependent RoPE scaling (HF rope_type "llama3")."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Shape and numerics of one decoder-only transformer (Qwen2 or Llama family)."""
+
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_theta: float
+    rms_norm_eps: float
+    tie_word_embeddings: bool
+    attention_bias: bool
+    rope_scaling: Llama3RopeScaling | None
+    max_position_embeddings: int
+    param_dtype: str = "float32"
+    compute_dtype: str = "float32"
+    remat: bool = False
+    scan_layers: bool = True
+
+    def __post_init__(self) -> None:
+        if self.architecture not in ARCHITECTURES:
+            raise ModelConfigError(
+                f"architecture {self.architecture!r} is not supported; expected one of {sorted(ARCHITECTURES)}"
+            )
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
+                     "num_kv_heads", "head_dim", "max_position_embeddings"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ModelConfigError(f"field {name!r} must be a positive integer, got {value!r}")
+        if self.num_heads % self.num_kv_heads:
+            raise ModelConfigError(
+                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
+            )
+        if self.head_dim % 2:
+            raise ModelConfigError(f"head_dim must be even for RoPE, got {self.head_dim}")
+        for name in ("param_dtype", "compute_dtype"):
+            if getattr(self, name) not in _DTYPES:
+                raise ModelConfigError(f"field {name!r} must be one of {_DTYPES}, got {getattr(self, name)!r}")
+
+    @property
+    def num_groups(self) -> int:
+        """Query heads per key/value head (grouped-query attention)."""
+        return self.num_heads // self.num_kv_heads
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """A copy with some fields changed (e.g. dtypes or remat for training)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_hf_dict(cls, hf: dict[str, Any], **overrides: Any) -> ModelConfig:
+        """Builds a config from a parsed HF config.json; `overrides` set our own fields (dtypes, remat)."""
+        model_type = hf.get("model_type")
+        if model_type not in _MODEL_TYPES:
+            raise ModelConfigError(
+                f"model_type {model_type!r} is not supported; expected one of {sorted(_MODEL_TYPES)}"
+            )
+        architecture = _MODEL_TYPES[model_type]
+        if hf.get("hidden_act", "silu") != "silu":
+            raise ModelConfigError(f"hidden_act {hf['hidden_act']!r} is not supported; expected 'silu'")
+        if hf.get("mlp_bias", False):
+            raise ModelConfigError("mlp_bias=true is not supported")
+        if hf.get("use_sliding_window", False):
+            raise ModelConfigError("use_sliding_window=true is not supported")
+        if architecture == "llama" and hf.get("attention_bias", False):
+            raise ModelConfigError("attention_bias=true is not supported for Llama-family models")
+
+        def need(key: str) -> Any:
+            if key not in hf:
+                raise ModelConfigError(f"config.json has no field {key!r} (model_type {model_type!r})")
+            return hf[key]
+
+        num_heads = need("num_attention_heads")
+        hidden_size = need("hidden_size")
+        rope = _rope_settings(hf)
+        fields = dict(
+            architecture=architecture,
+            vocab_size=need("vocab_size"),
+            hidden_size=hidden_size,
+            intermediate_size=need("intermediate_size"),
+            num_layers=need("num_hidden_layers"),
+            num_heads=num_heads,
+            num_kv_heads=hf.get("num_key_value_heads") or num_heads,
+            head_dim=hf.get("head_dim") or hidden_size // num_heads,
+            rope_theta=float(rope["rope_theta"]),
+            rms_norm_eps=float(need("rms_norm_eps")),
+            tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+            attention_bias=architecture == "qwen2",
+            rope_scaling=_llama3_scaling(rope),
+            max_position_embeddings=need("max_position_embeddings"),
+        )
+        unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ModelConfigError(f"unknown ModelConfig override(s): {sorted(unknown)}")
+        fields.update(overrides)
+        return cls(**fields)
+
+    @classmethod
+    def from_hf_dir(cls, path: str | Path, **overrides: Any) -> ModelConfig:
+        """Reads `path/config.json`."""
+        config_path = Path(path) / "config.json"
+        if not config_path.is_file():
+            raise ModelConfigError(f"{config_path}: no such file (expected a Hugging Face model directory)")
+        try:
+            hf = json.loads(config_path.read_text())
+        except json.JSONDecodeError as e:
+            raise ModelConfigError(f"{config_path}: not valid JSON ({e})") from e
+        try:
+            return cls.from_hf_dict(hf, **overrides)
+        except ModelConfigError as e:
+            raise ModelConfigError(f"{config_path}: {e}") from e
+
+    def to_hf_dict(self) -> dict[str, Any]:
+        """The transformers-5 config.json for this model (what `export_hf_checkpoint` writes)."""
+        rope: dict[str, Any] = {"rope_theta": self.rope_theta, "rope_type": "default"}
+        if self.rope_scaling is not None:
+            rope.update(rope_type="llama3", **dataclasses.asdict(self.rope_scaling))
+        hf: dict[str, Any] = {
+            "architectures": [ARCHITECTURES[self.architecture]],
+            "model_type": self.architecture,
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "hidden_act": "silu",
+            "rms_norm_eps": self.rms_norm_eps,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "max_position_embeddings": self.max_position_embeddings,
+            "rope_parameters": rope,
+            "dtype": self.param_dtype,
+        }
+        if self.architecture == "llama":
+            hf.update(attention_bias=False, mlp_bias=False)
+        return hf
+
+
+def _rope_settings(hf: dict[str, Any]) -> dict[str, Any]:
+    """Merges the new `rope_parameters` block with the old top-level `rope_theta`/`rope_scaling`."""
+    rope = dict(hf.get("rope_scaling") or {})
+    if "rope_theta" in hf:
+        rope["rope_theta"] = hf["rope_theta"]
+    rope.update(hf.get("rope_parameters") or {})
+    if "rope_theta" not in rope:
+        raise ModelConfigError("config.json has no rope theta (neither 'rope_parameters.rope_theta' nor 'rope_theta')")
+    return rope
+
+
+def _llama3_scaling(rope: dict[str, Any]) -> Llama3RopeScaling | None:
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type == "default":
+        return None
+    if rope_type != "llama3":
+        raise ModelConfigError(f"rope_type {rope_type!r} is not supported; expected 'default' or 'llama3'")
+    try:
+        return Llama3RopeScaling(
+            factor=float(rope["factor"]),
+            low_freq_factor=float(rope["low_freq_factor"]),
+            high_freq_factor=float(rope["high_freq_factor"]),
+            original_max_position_embeddings=int(rope["original_max_position_embeddings"]),
+        )
+    except KeyError as e:
+        raise ModelConfigError(f"llama3 rope scaling is missing field {e.args[0]!r}") from e

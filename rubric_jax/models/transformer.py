@@ -1,0 +1,286 @@
+"""Qwen2 / Llama decoder as an NNX module with stacked layers and an explicit KV cache.
+
+Einsum legend: B batch, T new tokens, S attended (cache) slots, D hidden, V vocab, N query heads,
+K key/value heads, G query heads per KV head (N = K·G), H head dim, F MLP width, L layers.
+
+The module only holds parameters (named after the HF submodules so checkpoint mapping is a short
+table); the maths lives in pure functions over plain arrays so that the layer stack runs under
+`lax.scan` (or a Python loop) over parameters stacked on a leading L axis.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx, struct
+
+from rubric_jax.models.config import ModelConfig
+
+Params = dict[str, Any]
+_INIT_STD = 0.02  # HF initializer_range default for Qwen2 and Llama.
+
+
+@struct.dataclass
+class KVCache:
+    """Keys and values of every layer for S slots: k, v [L, B, S, K, H]."""
+
+    k: jax.Array
+    v: jax.Array
+
+
+def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype: Any = None) -> KVCache:
+    """An all-zero cache with `max_len` slots per sequence, in the compute dtype by default."""
+    shape = (cfg.num_layers, batch, max_len, cfg.num_kv_heads, cfg.head_dim)
+    dtype = dtype or jnp.dtype(cfg.compute_dtype)
+    return KVCache(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype))
+
+
+def padding_to_positions(input_mask_BxT: jax.Array) -> jax.Array:
+    """RoPE positions for (left- or right-) padded rows: the index among real tokens, 0 on padding."""
+    return jnp.maximum(jnp.cumsum(input_mask_BxT.astype(jnp.int32), axis=-1) - 1, 0)
+
+
+def causal_padding_mask(input_mask_BxT: jax.Array) -> jax.Array:
+    """[B, T, T] mask: a query attends to earlier-or-same slots that hold real tokens."""
+    t = input_mask_BxT.shape[-1]
+    causal_TxT = jnp.tril(jnp.ones((t, t), dtype=bool))
+    return causal_TxT[None, :, :] & input_mask_BxT.astype(bool)[:, None, :]
+
+
+def _param(rngs: nnx.Rngs | None, shape: tuple[int, ...], dtype: Any, names: tuple[str | None, ...],
+           init: str) -> nnx.Param:
+    """A parameter with logical axis names (mapped to mesh axes by rubric_jax.sharding)."""
+    if init == "normal":
+        value = _INIT_STD * jax.random.normal(rngs.params(), shape, jnp.float32)
+    elif init == "ones":
+        value = jnp.ones(shape, jnp.float32)
+    else:
+        value = jnp.zeros(shape, jnp.float32)
+    return nnx.Param(value.astype(dtype), sharding_names=names, eager_sharding=False)
+
+
+class _Projection(nnx.Module):
+    """A stacked linear map: kernel [L, in..., out...] and optional bias [L, out...]."""
+
+    def __init__(self, rngs: nnx.Rngs, dtype: Any, kernel_shape: tuple[int, ...],
+                 kernel_names: tuple[str | None, ...], bias_ndim: int = 0):
+        self.kernel = _param(rngs, kernel_shape, dtype, kernel_names, "normal")
+        if bias_ndim:
+            self.bias = _param(rngs, (kernel_shape[0], *kernel_shape[-bias_ndim:]), dtype,
+                               (kernel_names[0], *kernel_names[-bias_ndim:]), "zeros")
+
+
+class _RMSNorm(nnx.Module):
+    def __init__(self, shape: tuple[int, ...], names: tuple[str | None, ...], dtype: Any):
+        self.scale = _param(None, shape, dtype, names, "ones")
+
+
+class _Attention(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: Any):
+        L, D, N, K, H = cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        bias = 2 if cfg.attention_bias else 0
+        self.q_proj = _Projection(rngs, dtype, (L, D, N, H), ("layers", "embed", "heads", "head_dim"), bias)
+        self.k_proj = _Projection(rngs, dtype, (L, D, K, H), ("layers", "embed", "kv_heads", "head_dim"), bias)
+        self.v_proj = _Projection(rngs, dtype, (L, D, K, H), ("layers", "embed", "kv_heads", "head_dim"), bias)
+        self.o_proj = _Projection(rngs, dtype, (L, N, H, D), ("layers", "heads", "head_dim", "embed"))
+
+
+class _MLP(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: Any):
+        L, D, F = cfg.num_layers, cfg.hidden_size, cfg.intermediate_size
+        self.gate_proj = _Projection(rngs, dtype, (L, D, F), ("layers", "embed", "mlp"))
+        self.up_proj = _Projection(rngs, dtype, (L, D, F), ("layers", "embed", "mlp"))
+        self.down_proj = _Projection(rngs, dtype, (L, F, D), ("layers", "mlp", "embed"))
+
+
+class _DecoderLayers(nnx.Module):
+    """All decoder layers' parameters, stacked on a leading L axis."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: Any):
+        L, D = cfg.num_layers, cfg.hidden_size
+        self.input_layernorm = _RMSNorm((L, D), ("layers", "embed"), dtype)
+        self.self_attn = _Attention(cfg, rngs, dtype)
+        self.post_attention_layernorm = _RMSNorm((L, D), ("layers", "embed"), dtype)
+        self.mlp = _MLP(cfg, rngs, dtype)
+
+
+class _Embedding(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: Any):
+        self.embedding = _param(rngs, (cfg.vocab_size, cfg.hidden_size), dtype, ("vocab", "embed"), "normal")
+
+
+class Transformer(nnx.Module):
+    """Decoder-only LM: `model(tokens, positions, mask, cache, cache_index) -> (logits, cache)`."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        dtype = jnp.dtype(cfg.param_dtype)
+        self.embed_tokens = _Embedding(cfg, rngs, dtype)
+        self.layers = _DecoderLayers(cfg, rngs, dtype)
+        self.norm = _RMSNorm((cfg.hidden_size,), ("embed",), dtype)
+        if not cfg.tie_word_embeddings:
+            self.lm_head = _Projection(rngs, dtype, (cfg.hidden_size, cfg.vocab_size), ("embed", "vocab"))
+
+    def __call__(self, tokens_BxT: jax.Array, positions_BxT: jax.Array, mask_BxTxS: jax.Array,
+                 cache: KVCache | None = None, cache_index: jax.Array | None = None,
+                 ) -> tuple[jax.Array, KVCache | None]:
+        """Float32 logits [B, T, V] for the new tokens, and the updated cache (None without one)."""
+        h_BxTxD, cache = self.hidden_states(tokens_BxT, positions_BxT, mask_BxTxS, cache, cache_index)
+        return self.logits_from_hidden(h_BxTxD), cache
+
+    def hidden_states(self, tokens_BxT: jax.Array, positions_BxT: jax.Array, mask_BxTxS: jax.Array,
+                      cache: KVCache | None = None, cache_index: jax.Array | None = None,
+                      ) -> tuple[jax.Array, KVCache | None]:
+        """Final-norm hidden states [B, T, D] in the compute dtype (the trainer's chunked log-probs use it)."""
+        cfg = self.cfg
+        dtype = jnp.dtype(cfg.compute_dtype)
+        x_BxTxD = jnp.take(self.embed_tokens.embedding[...], tokens_BxT, axis=0).astype(dtype)
+        cos_BxTxH, sin_BxTxH = rope_tables(cfg, positions_BxT)
+        layer_params = _arrays(self.layers)
+        if cache is not None and cache_index is None:
+            raise ValueError("a KV cache needs cache_index (the slot where the new tokens go)")
+
+        def layer(x, params, k_cache, v_cache):
+            return decoder_layer(cfg, params, x, cos_BxTxH, sin_BxTxH, mask_BxTxS, k_cache, v_cache, cache_index)
+
+        if cfg.remat:
+            layer = jax.checkpoint(layer)
+        x_BxTxD, new_cache = _run_layers(cfg, layer, x_BxTxD, layer_params, cache)
+        return rms_norm(x_BxTxD, self.norm.scale[...], cfg.rms_norm_eps), new_cache
+
+    def logits_from_hidden(self, h_BxTxD: jax.Array) -> jax.Array:
+        """Float32 logits from hidden states through the LM head (or the tied embedding)."""
+        if self.cfg.tie_word_embeddings:
+            w_DxV = self.embed_tokens.embedding[...].T
+        else:
+            w_DxV = self.lm_head.kernel[...]
+        return jnp.einsum("BTD,DV->BTV", h_BxTxD, w_DxV.astype(h_BxTxD.dtype),
+                          preferred_element_type=jnp.float32)
+
+
+def _arrays(module: nnx.Module) -> Params:
+    """The module's parameters as a plain nested dict of arrays (scan slices its leading L axis)."""
+    return nnx.to_pure_dict(nnx.state(module, nnx.Param))
+
+
+def _run_layers(cfg: ModelConfig, layer, x_BxTxD: jax.Array, layer_params: Params,
+                cache: KVCache | None) -> tuple[jax.Array, KVCache | None]:
+    """Applies the stacked layers with `lax.scan` or an unrolled loop (same parameters either way)."""
+    k_all = None if cache is None else cache.k
+    v_all = None if cache is None else cache.v
+    if cfg.scan_layers:
+        def body(x, xs):
+            params, k_c, v_c = xs
+            x, k_c, v_c = layer(x, params, k_c, v_c)
+            return x, (k_c, v_c)
+
+        x_BxTxD, (k_all, v_all) = jax.lax.scan(body, x_BxTxD, (layer_params, k_all, v_all))
+    else:
+        ks, vs = [], []
+        for i in range(cfg.num_layers):
+            params_i = jax.tree.map(lambda p: p[i], layer_params)
+            k_i = None if k_all is None else k_all[i]
+            v_i = None if v_all is None else v_all[i]
+            x_BxTxD, k_i, v_i = layer(x_BxTxD, params_i, k_i, v_i)
+            ks.append(k_i)
+            vs.append(v_i)
+        if cache is not None:
+            k_all, v_all = jnp.stack(ks), jnp.stack(vs)
+    return x_BxTxD, None if cache is None else KVCache(k=k_all, v=v_all)
+
+
+def rms_norm(x: jax.Array, scale: jax.Array, eps: float) -> jax.Array:
+    """HF RMSNorm: normalise in float32, cast back, then scale."""
+    x32 = x.astype(jnp.float32)
+    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return scale.astype(x.dtype) * normed.astype(x.dtype)
+
+
+def inverse_frequencies(cfg: ModelConfig) -> jax.Array:
+    """RoPE inverse frequencies [H/2], with Llama-3 scaling when configured."""
+    exponents = jnp.arange(0, cfg.head_dim, 2, dtype=jnp.float32) / cfg.head_dim
+    inv_freq = 1.0 / (cfg.rope_theta ** exponents)
+    scaling = cfg.rope_scaling
+    if scaling is None:
+        return inv_freq
+    old_len = scaling.original_max_position_embeddings
+    low_freq_wavelen = old_len / scaling.low_freq_factor
+    high_freq_wavelen = old_len / scaling.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = jnp.where(wavelen > low_freq_wavelen, inv_freq / scaling.factor, inv_freq)
+    smooth = (old_len / wavelen - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+    is_medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
+    return jnp.where(is_medium, smoothed, scaled)
+
+
+def rope_tables(cfg: ModelConfig, positions_BxT: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """cos and sin [B, T, H] in float32 (HF layout: the half-dim frequencies repeated twice)."""
+    freqs_BxTxH2 = positions_BxT.astype(jnp.float32)[:, :, None] * inverse_frequencies(cfg)[None, None, :]
+    emb_BxTxH = jnp.concatenate([freqs_BxTxH2, freqs_BxTxH2], axis=-1)
+    return jnp.cos(emb_BxTxH), jnp.sin(emb_BxTxH)
+
+
+def apply_rope(x_BxTxNxH: jax.Array, cos_BxTxH: jax.Array, sin_BxTxH: jax.Array) -> jax.Array:
+    """Rotates query/key heads by their positions (HF rotate_half convention)."""
+    half = x_BxTxNxH.shape[-1] // 2
+    rotated = jnp.concatenate([-x_BxTxNxH[..., half:], x_BxTxNxH[..., :half]], axis=-1)
+    cos = cos_BxTxH[:, :, None, :].astype(x_BxTxNxH.dtype)
+    sin = sin_BxTxH[:, :, None, :].astype(x_BxTxNxH.dtype)
+    return x_BxTxNxH * cos + rotated * sin
+
+
+def _project(x_BxTxD: jax.Array, proj: Params, spec: str) -> jax.Array:
+    y = jnp.einsum(spec, x_BxTxD, proj["kernel"].astype(x_BxTxD.dtype))
+    if "bias" in proj:
+        y = y + proj["bias"].astype(y.dtype)[None, None]
+    return y
+
+
+def attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Array, sin_BxTxH: jax.Array,
+              mask_BxTxS: jax.Array, k_cache: jax.Array | None, v_cache: jax.Array | None,
+              cache_index: jax.Array | None) -> tuple[jax.Array, jax.Array | None, jax.Array | None]:
+    """Grouped-query self-attention; writes the new keys/values into the cache when one is given."""
+    B, T, _ = x_BxTxD.shape
+    q_BxTxNxH = apply_rope(_project(x_BxTxD, attn["q_proj"], "BTD,DNH->BTNH"), cos_BxTxH, sin_BxTxH)
+    k_BxTxKxH = apply_rope(_project(x_BxTxD, attn["k_proj"], "BTD,DKH->BTKH"), cos_BxTxH, sin_BxTxH)
+    v_BxTxKxH = _project(x_BxTxD, attn["v_proj"], "BTD,DKH->BTKH")
+    if k_cache is not None:
+        start = (0, cache_index, 0, 0)
+        k_cache = jax.lax.dynamic_update_slice(k_cache, k_BxTxKxH.astype(k_cache.dtype), start)
+        v_cache = jax.lax.dynamic_update_slice(v_cache, v_BxTxKxH.astype(v_cache.dtype), start)
+        k_BxSxKxH, v_BxSxKxH = k_cache.astype(x_BxTxD.dtype), v_cache.astype(x_BxTxD.dtype)
+    else:
+        k_BxSxKxH, v_BxSxKxH = k_BxTxKxH, v_BxTxKxH
+    q_BxTxKxGxH = q_BxTxNxH.reshape(B, T, cfg.num_kv_heads, cfg.num_groups, cfg.head_dim)
+    scores = jnp.einsum("BTKGH,BSKH->BKGTS", q_BxTxKxGxH, k_BxSxKxH,
+                        preferred_element_type=jnp.float32) / math.sqrt(cfg.head_dim)
+    scores = jnp.where(mask_BxTxS[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(x_BxTxD.dtype)
+    out_BxTxKxGxH = jnp.einsum("BKGTS,BSKH->BTKGH", probs, v_BxSxKxH)
+    out_BxTxNxH = out_BxTxKxGxH.reshape(B, T, cfg.num_heads, cfg.head_dim)
+    out_BxTxD = jnp.einsum("BTNH,NHD->BTD", out_BxTxNxH, attn["o_proj"]["kernel"].astype(x_BxTxD.dtype))
+    return out_BxTxD, k_cache, v_cache
+
+
+def mlp(mlp_params: Params, x_BxTxD: jax.Array) -> jax.Array:
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+    gate_BxTxF = _project(x_BxTxD, mlp_params["gate_proj"], "BTD,DF->BTF")
+    up_BxTxF = _project(x_BxTxD, mlp_params["up_proj"], "BTD,DF->BTF")
+    return _project(jax.nn.silu(gate_BxTxF) * up_BxTxF, mlp_params["down_proj"], "BTF,FD->BTD")
+
+
+def decoder_layer(cfg: ModelConfig, params: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Array,
+                  sin_BxTxH: jax.Array, mask_BxTxS: jax.Array, k_cache: jax.Array | None,
+                  v_cache: jax.Array | None, cache_index: jax.Array | None,
+                  ) -> tuple[jax.Array, jax.Array | None, jax.Array | None]:
+    """One pre-norm block: x + attn(norm(x)), then + mlp(norm(x))."""
+    h = rms_norm(x_BxTxD, params["input_layernorm"]["scale"], cfg.rms_norm_eps)
+    attn_out, k_cache, v_cache = attention(cfg, params["self_attn"], h, cos_BxTxH, sin_BxTxH, mask_BxTxS,
+                                           k_cache, v_cache, cache_index)
+    x_BxTxD = x_BxTxD + attn_out
+    h = rms_norm(x_BxTxD, params["post_attention_layernorm"]["scale"], cfg.rms_norm_eps)
+    return x_BxTxD + mlp(params["mlp"], h), k_cache, v_cache
