@@ -1,0 +1,26 @@
+"""Which environments start jax.distributed (the launch.sh cluster contract)."""
+import pytest
+
+from rubric_jax.distributed import describe_environment
+
+
+def test_single_process_environments_do_not_initialise():
+    assert describe_environment({}) is None
+    assert describe_environment({"SLURM_NTASKS": "1"}) is None
+    assert describe_environment({"TPU_WORKER_HOSTNAMES": "localhost"}) is None
+
+
+def test_explicit_coordinator_variables():
+    env = {"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234", "JAX_NUM_PROCESSES": "4", "JAX_PROCESS_ID": "2"}
+    assert describe_environment(env) == {
+        "coordinator_address": "10.0.0.1:1234", "num_processes": 4, "process_id": 2}
+
+
+def test_incomplete_coordinator_variables_name_what_is_missing():
+    with pytest.raises(ValueError, match="JAX_PROCESS_ID"):
+        describe_environment({"JAX_COORDINATOR_ADDRESS": "h:1", "JAX_NUM_PROCESSES": "2"})
+
+
+def test_slurm_and_tpu_pods_use_autodetection():
+    assert describe_environment({"SLURM_NTASKS": "16"}) == {}
+    assert describe_environment({"TPU_WORKER_HOSTNAMES": "t0,t1,t2,t3"}) == {}
