@@ -1,0 +1,176 @@
+"""Rule judges: hand-computed scores in English and Chinese, and parameter validation naming rule and param."""
+
+import numpy as np
+import pytest
+
+from rubric_jax.judges import rules as R
+
+
+def q(name, params, responses):
+    return R.make_rule(name, params)(responses)
+
+
+def test_text_units_count_words_for_english_and_characters_for_cjk():
+    assert R.text_units("Hello, world! It's 2024.") == ["hello", "world", "it's"]
+    assert R.text_units("你好，世界。") == ["你", "好", "世", "界"]
+    assert R.text_units("用Python写code") == ["用", "python", "写", "code"]
+    assert R.count_length("Hello, world! 你好", "auto") == 4
+    assert R.count_length("Hello, world! 你好", "words") == 3
+    assert R.count_length("Hello, world! 你好", "chars") == 14
+
+
+def test_regex_must_and_must_not():
+    responses = ["The answer is 42.", "no number here", "ANSWER: yes"]
+    np.testing.assert_array_equal(q("regex", {"pattern": r"\d+"}, responses), [1, 0, 0])
+    np.testing.assert_array_equal(q("regex", {"pattern": r"\d+", "mode": "must_not"}, responses), [0, 1, 1])
+    np.testing.assert_array_equal(q("regex", {"pattern": "answer", "ignore_case": True}, responses), [1, 0, 1])
+    np.testing.assert_array_equal(q("regex", {"pattern": "答案是[一二三]"}, ["答案是二", "答案是四"]), [1, 0])
+
+
+def test_keywords_any_all_none_en_and_zh():
+    responses = ["Drink water and rest.", "Rest well.", "Eat fruit.", "多喝水，注意休息。", "多喝水。"]
+    kw_en = ["water", "rest"]
+    np.testing.assert_array_equal(q("keywords", {"words": kw_en}, responses), [1, 1, 0, 0, 0])
+    np.testing.assert_array_equal(q("keywords", {"words": kw_en, "mode": "all"}, responses), [1, 0, 0, 0, 0])
+    np.testing.assert_array_equal(q("keywords", {"words": kw_en, "mode": "none"}, responses), [0, 0, 1, 1, 1])
+    kw_zh = ["喝水", "休息"]
+    np.testing.assert_array_equal(q("keywords", {"words": kw_zh, "mode": "all"}, responses), [0, 0, 0, 1, 0])
+    np.testing.assert_array_equal(q("keywords", {"words": kw_zh}, responses), [0, 0, 0, 1, 1])
+
+
+def test_keywords_match_whole_latin_words_and_respect_case_flag():
+    responses = ["Restaurants are open.", "REST now"]
+    np.testing.assert_array_equal(q("keywords", {"words": ["rest"]}, responses), [0, 1])
+    np.testing.assert_array_equal(q("keywords", {"words": ["rest"], "ignore_case": False}, responses), [0, 0])
+
+
+def test_disclaimer_defaults_cover_english_and_chinese():
+    responses = [
+        "Take ibuprofen. This is not a substitute for professional advice.",
+        "Please consult a doctor if it persists.",
+        "多喝热水，症状持续请建议就医。",
+        "多喝热水就好了。",
+        "Just take ibuprofen.",
+    ]
+    np.testing.assert_array_equal(q("disclaimer", {}, responses), [1, 1, 1, 0, 0])
+    np.testing.assert_array_equal(q("disclaimer", {"phrases": ["see a vet"]}, ["See a vet soon", "ok"]), [1, 0])
+
+
+def test_length_range_words_for_english_characters_for_chinese():
+    rule = R.make_rule("length", {"min": 4, "max": 8})
+    responses = [
+        "one two three four five",  # 5 words: in range
+        "one two",  # 2 < 4: 1 - (4/2 - 1)/2 = 0.5
+        "",  # empty: 0
+        " ".join(["w"] * 12),  # 12 > 8: 1 - (12/8 - 1)/3 = 5/6
+        "今天天气很好",  # 6 characters: in range
+        "你好",  # 2 characters: 0.5
+        "一二三四五六七八九十一二",  # 12 characters: 5/6
+        " ".join(["w"] * 40),  # 40 >= 4 * 8: 0
+    ]
+    np.testing.assert_allclose(rule(responses), [1, 0.5, 0, 5 / 6, 1, 0.5, 5 / 6, 0])
+    np.testing.assert_allclose(q("length", {"min": 3}, ["a", "a b c d e f g"]), [0.0, 1.0])
+    np.testing.assert_allclose(q("length", {"max": 2, "unit": "chars"}, ["ab", "abcd"]), [1.0, 1 - 1 / 3])
+
+
+def test_ngram_redundancy_falls_with_repetition():
+    # bigrams of "a b a b": (a,b) (b,a) (a,b) -> 2 distinct of 3 -> rate 1/3.
+    np.testing.assert_allclose(q("ngram_redundancy", {"n": 2}, ["a b a b", "我爱我爱", "a b c d"]), [2 / 3, 2 / 3, 1])
+    once = "The cat sat on the mat while the dog slept by the door."
+    twice, thrice = once + " " + once, " ".join([once] * 3)
+    scores = q("ngram_redundancy", {}, [once, twice, thrice, "hi"])
+    assert scores[0] == 1.0 and scores[3] == 1.0
+    assert scores[0] > scores[1] > scores[2]
+    zh = "模型在训练中学会了讨好评判器。"
+    zh_scores = q("ngram_redundancy", {"n": 3}, [zh, zh * 4])
+    assert zh_scores[0] == 1.0 and zh_scores[1] < 0.4
+
+
+def test_template_phrases_need_all_markers_in_order():
+    responses = [
+        "首先，明确问题。其次，收集数据。最后，得出结论。",
+        "First, boil water. Second, add tea. Finally, wait.",
+        "Firstly we plan; secondly we build; finally we ship.",
+        "Finally, first and second.",  # wrong order
+        "最后说一句：首先要冷静。",  # markers missing / wrong order
+        "At first glance the second point holds.",  # no "finally"
+    ]
+    np.testing.assert_array_equal(q("template_phrases", {}, responses), [0, 0, 0, 1, 1, 1])
+    custom = {"templates": [["一方面", "另一方面"]]}
+    np.testing.assert_array_equal(q("template_phrases", custom, ["一方面好，另一方面坏。", responses[0]]), [0, 1])
+
+
+def test_format_requires_each_tag_once_in_order_with_nonempty_answer():
+    responses = [
+        "<think>reason</think><answer>42</answer>",
+        "  <think>\n推理\n</think>\n<answer>\n答案\n</answer>\n",
+        "<think></think><answer>ok</answer>",  # empty think is allowed
+        "<think>x</think><answer>  </answer>",  # empty answer
+        "<answer>42</answer><think>x</think>",  # wrong order
+        "<think>x</think><answer>1</answer><answer>2</answer>",  # answer twice
+        "<think>x <answer>fake</answer></think><answer>1</answer>",  # answer tag inside think
+        "preamble <think>x</think><answer>1</answer>",  # text outside the tags
+        "<think>x</think> between <answer>1</answer>",
+        "<answer>42</answer>",
+    ]
+    np.testing.assert_array_equal(q("format", {}, responses), [1, 1, 1, 0, 0, 0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(q("format", {"think_tag": "reason"}, ["<reason>r</reason><answer>a</answer>"]), [1])
+
+
+def test_rule_scores_map_onto_the_dimension_scale():
+    rule = R.make_rule("length", {"min": 4, "max": 8})
+    np.testing.assert_allclose(R.rule_scores(rule, ["a b c d", "a b"], 1, 5), [5.0, 3.0])
+    np.testing.assert_allclose(R.rule_scores(rule, ["a b c d", ""], 0, 1), [1.0, 0.0])
+
+
+def test_rules_are_deterministic_and_return_one_score_per_response():
+    responses = ["首先…其次…最后", "plain", "", "<think>a</think><answer>b</answer>"] * 5
+    for name, params in [
+        ("regex", {"pattern": "a"}),
+        ("keywords", {"words": ["plain"]}),
+        ("disclaimer", {}),
+        ("length", {"min": 1, "max": 3}),
+        ("ngram_redundancy", {}),
+        ("template_phrases", {}),
+        ("format", {}),
+    ]:
+        first = q(name, params, responses)
+        assert first.shape == (20,) and first.dtype == np.float64
+        assert ((first >= 0) & (first <= 1)).all()
+        np.testing.assert_array_equal(first, q(name, params, responses))
+    assert q("format", {}, []).shape == (0,)
+
+
+@pytest.mark.parametrize(
+    "name, params, fragment",
+    [
+        ("regexx", {"pattern": "a"}, "unknown rule 'regexx'"),
+        ("regex", {}, "rule 'regex', param 'pattern': missing required"),
+        ("regex", {"pattern": "("}, "rule 'regex', param 'pattern': invalid regular expression"),
+        ("regex", {"pattern": "a", "mode": "should"}, "rule 'regex', param 'mode'"),
+        ("keywords", {"words": "water"}, "rule 'keywords', param 'words'"),
+        ("keywords", {"words": []}, "rule 'keywords', param 'words'"),
+        ("keywords", {"words": ["a"], "colour": 1}, "rule 'keywords', param 'colour': unknown parameter"),
+        ("keywords", {"words": ["a"], "ignore_case": "yes"}, "rule 'keywords', param 'ignore_case'"),
+        ("length", {"min": -1, "max": 3}, "rule 'length', param 'min'"),
+        ("length", {"min": 5, "max": 3}, "rule 'length', param 'max'"),
+        ("length", {"min": 2.5}, "rule 'length', param 'min'"),
+        ("length", {}, "rule 'length', param 'max'"),
+        ("length", {"max": 9, "unit": "tokens"}, "rule 'length', param 'unit'"),
+        ("ngram_redundancy", {"n": 0}, "rule 'ngram_redundancy', param 'n'"),
+        ("ngram_redundancy", {"n": True}, "rule 'ngram_redundancy', param 'n'"),
+        ("template_phrases", {"templates": ["首先"]}, "rule 'template_phrases', param 'templates'"),
+        ("disclaimer", {"phrases": [""]}, "rule 'disclaimer', param 'phrases'"),
+        ("format", {"answer_tag": "a>b"}, "rule 'format', param 'answer_tag'"),
+    ],
+)
+def test_invalid_rules_fail_naming_rule_and_param(name, params, fragment):
+    with pytest.raises(R.RuleError) as info:
+        R.make_rule(name, params)
+    assert fragment in str(info.value)
+
+
+def test_registry_lists_every_rule():
+    assert R.rule_names() == sorted(
+        ["disclaimer", "format", "keywords", "length", "ngram_redundancy", "regex", "template_phrases"]
+    )
