@@ -1,0 +1,561 @@
+"""Rubrics as data: frozen dataclasses, strict validation, dict round-trip, content hash, score scales.
+
+A `Rubric` is a versioned document: named `Dimension`s, each with a `Scale`, an `Anchor` for every score
+level (RubricRL 2.2: what a 3 looks like, plus positive and "looks good but is not" negative examples,
+RubricRL 6.1), a weight, an optional gate (veto, RubricRL 5.2 "safety first") and an optional group for
+hierarchical aggregation. `content_hash` is a sha256 over the canonical JSON of everything that changes
+behaviour (name, dimensions, aggregation), not over `version`/`changelog`, so a checkpoint that records
+the hash can be traced to the exact rubric text (RubricRL 7, "version your rubrics").
+
+Score convention shared by judges, aggregation and monitors: a judge produces a *raw* score on the
+dimension's scale; `normalize_score(s)` maps it to [0, 1] where **1 is always best**:
+  binary       raw in {0, 1}                      -> raw
+  integer      raw in [lo, hi] (e.g. 1-5)         -> (raw - lo) / (hi - lo)
+  points       raw in {0, 1} = "criterion met"    -> raw if points > 0 else 1 - raw
+               (HealthBench: a negative-points criterion describes bad behaviour, so met = bad)
+Missing scores are NaN and stay NaN.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import math
+import re
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+SCALE_KINDS = ("binary", "integer", "points")
+DIMENSION_KINDS = ("rule", "llm")
+MISSING_RULES = ("renormalize", "drop")
+# Aggregation methods and the parameters each accepts (name -> type). aggregation.py implements them;
+# gates are orthogonal: any dimension with gate=True vetoes the reward whatever the method.
+AGGREGATION_PARAMS: dict[str, dict[str, type]] = {
+    "weighted_sum": {},
+    "weighted_geometric_mean": {"eps": float},
+    "min": {},
+    "hierarchical": {"within": str, "across": str, "group_weights": dict, "eps": float},
+    "healthbench_points": {},
+}
+# Methods allowed at each level of a hierarchical aggregation.
+LEVEL_METHODS = ("weighted_sum", "weighted_geometric_mean", "min")
+MAX_RECOMMENDED_DIMENSIONS = 7  # RubricRL 2.3: more than 7 dimensions hurts judge consistency
+_ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
+_VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)$")
+
+
+class RubricError(ValueError):
+    """A malformed rubric; the message names the source file, the dimension id and the field."""
+
+
+class RubricWarning(UserWarning):
+    """Advice-level problems (e.g. more than 7 dimensions) that do not make a rubric invalid."""
+
+
+def _where(dim_id: str | None, field: str) -> str:
+    """Location prefix `dimension 'x': field 'y'` (or just the field for rubric-level fields)."""
+    return f"dimension {dim_id!r}: field {field!r}" if dim_id is not None else f"field {field!r}"
+
+
+def _fail(dim_id: str | None, field: str, expected: str, got: Any) -> RubricError:
+    """A RubricError naming the dimension, field, expectation and offending value."""
+    return RubricError(f"{_where(dim_id, field)}: expected {expected}, got {got!r}")
+
+
+def _check_str(value: Any, dim_id: str | None, field: str, *, nonempty: bool = True) -> str:
+    """Return `value` if it is a (non-empty) string, else raise."""
+    if not isinstance(value, str) or (nonempty and not value.strip()):
+        raise _fail(dim_id, field, "a non-empty string" if nonempty else "a string", value)
+    return value
+
+
+def _check_int(value: Any, dim_id: str | None, field: str) -> int:
+    """Return `value` if it is an int (not a bool), else raise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(dim_id, field, "an integer", value)
+    return value
+
+
+def _check_number(value: Any, dim_id: str | None, field: str) -> float:
+    """Return `value` as a finite float (ints accepted, bools not), else raise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _fail(dim_id, field, "a finite number", value)
+    return float(value)
+
+
+def _check_strings(value: Any, dim_id: str | None, field: str) -> tuple[str, ...]:
+    """Return a tuple of non-empty strings from a list/tuple, else raise."""
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise _fail(dim_id, field, "a list of strings", value)
+    return tuple(_check_str(v, dim_id, field) for v in value)
+
+
+def _check_keys(d: Any, allowed: Sequence[str], required: Sequence[str], dim_id: str | None, what: str) -> None:
+    """Reject a non-mapping, unknown keys and missing required keys of a raw dict."""
+    if not isinstance(d, Mapping):
+        raise _fail(dim_id, what, "a mapping", d)
+    unknown = sorted(set(d) - set(allowed))
+    if unknown:
+        raise RubricError(f"{_where(dim_id, what)}: unknown field(s) {unknown}; allowed: {list(allowed)}")
+    missing = [k for k in required if k not in d]
+    if missing:
+        raise RubricError(f"{_where(dim_id, what)}: missing required field(s) {missing}")
+
+
+def parse_version(version: str) -> tuple[int, int, int]:
+    """'1.2.3' -> (1, 2, 3); raises RubricError on anything that is not MAJOR.MINOR.PATCH."""
+    m = _VERSION_RE.match(version) if isinstance(version, str) else None
+    if m is None:
+        raise _fail(None, "version", "a semantic version 'MAJOR.MINOR.PATCH'", version)
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
+
+
+@dataclasses.dataclass(frozen=True)
+class Scale:
+    """Score range of a dimension: binary 0/1, integer lo..hi (e.g. 1-5), or signed points (HealthBench)."""
+
+    kind: str
+    lo: int | None = None  # integer only
+    hi: int | None = None  # integer only
+    points: int | None = None  # points only: signed, non-zero (negative = undesirable behaviour)
+
+    def __post_init__(self):
+        if self.kind not in SCALE_KINDS:
+            raise _fail(None, "scale.kind", f"one of {SCALE_KINDS}", self.kind)
+        if self.kind == "integer":
+            lo, hi = _check_int(self.lo, None, "scale.lo"), _check_int(self.hi, None, "scale.hi")
+            if not lo < hi:
+                raise _fail(None, "scale", "lo < hi", (lo, hi))
+            if self.points is not None:
+                raise _fail(None, "scale.points", "no points for an integer scale", self.points)
+        else:
+            if self.lo is not None or self.hi is not None:
+                raise _fail(None, "scale.lo/hi", f"no lo/hi for a {self.kind} scale", (self.lo, self.hi))
+            if self.kind == "points":
+                if _check_int(self.points, None, "scale.points") == 0:
+                    raise _fail(None, "scale.points", "a non-zero integer", self.points)
+            elif self.points is not None:
+                raise _fail(None, "scale.points", "no points for a binary scale", self.points)
+
+    @classmethod
+    def binary(cls) -> Scale:
+        """0/1 scale (e.g. a safety disclaimer is present or not)."""
+        return cls("binary")
+
+    @classmethod
+    def integer(cls, lo: int, hi: int) -> Scale:
+        """Integer range lo..hi inclusive (e.g. 1-5)."""
+        return cls("integer", lo=lo, hi=hi)
+
+    @classmethod
+    def signed_points(cls, points: int) -> Scale:
+        """A criterion worth `points` (negative = penalty) when met; raw score is met (1) / not met (0)."""
+        return cls("points", points=points)
+
+    @property
+    def levels(self) -> tuple[int, ...]:
+        """Every raw score level the scale allows; each needs an anchor."""
+        if self.kind == "integer":
+            return tuple(range(self.lo, self.hi + 1))
+        return (0, 1)
+
+    @property
+    def raw_range(self) -> tuple[int, int]:
+        """(lowest, highest) raw score."""
+        return self.levels[0], self.levels[-1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Anchor:
+    """What a score level looks like, with examples that earn it and ones that look good but do not."""
+
+    description: str
+    positive_examples: tuple[str, ...] = ()
+    negative_examples: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        _check_str(self.description, None, "anchor.description")
+        object.__setattr__(self, "positive_examples", _check_strings(self.positive_examples, None, "positive_examples"))
+        object.__setattr__(self, "negative_examples", _check_strings(self.negative_examples, None, "negative_examples"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Dimension:
+    """One scored aspect of a response; `rule`/`params` name the rule judge when kind == 'rule'."""
+
+    id: str
+    description: str
+    kind: str
+    scale: Scale
+    anchors: Mapping[int, Anchor]
+    weight: float = 1.0
+    gate: bool = False
+    group: str | None = None
+    rule: str | None = None
+    params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        if not isinstance(self.id, str) or not _ID_RE.match(self.id):
+            raise _fail(None, "id", "an identifier [A-Za-z][A-Za-z0-9_-]*", self.id)
+        d = self.id
+        _check_str(self.description, d, "description")
+        if self.kind not in DIMENSION_KINDS:
+            raise _fail(d, "kind", f"one of {DIMENSION_KINDS}", self.kind)
+        if not isinstance(self.scale, Scale):
+            raise _fail(d, "scale", "a Scale", self.scale)
+        weight = _check_number(self.weight, d, "weight")
+        if weight <= 0:
+            raise _fail(d, "weight", "a positive number", self.weight)
+        object.__setattr__(self, "weight", weight)
+        if not isinstance(self.gate, bool):
+            raise _fail(d, "gate", "true or false", self.gate)
+        if self.group is not None and (not isinstance(self.group, str) or not _ID_RE.match(self.group)):
+            raise _fail(d, "group", "null or an identifier", self.group)
+        if self.kind == "rule":
+            _check_str(self.rule, d, "rule")
+        elif self.rule is not None:
+            raise _fail(d, "rule", "no rule name for an llm dimension", self.rule)
+        if not isinstance(self.params, Mapping) or not all(isinstance(k, str) for k in self.params):
+            raise _fail(d, "params", "a mapping with string keys", self.params)
+        if self.params and self.kind != "rule":
+            raise _fail(d, "params", "no params for an llm dimension", dict(self.params))
+        object.__setattr__(self, "params", dict(self.params))
+        if not isinstance(self.anchors, Mapping):
+            raise _fail(d, "anchors", "a mapping level -> anchor", self.anchors)
+        for level, anchor in self.anchors.items():
+            if not isinstance(anchor, Anchor):
+                raise _fail(d, f"anchors.{level}", "an Anchor", anchor)
+        levels = set(self.scale.levels)
+        if set(self.anchors) != levels:
+            raise _fail(d, "anchors", f"one anchor for every level {sorted(levels)}", sorted(self.anchors, key=str))
+        object.__setattr__(self, "anchors", {k: self.anchors[k] for k in sorted(self.anchors)})
+
+    def normalize(self, raw: float) -> float:
+        """Raw score on this dimension's scale -> [0, 1] (1 = best); NaN stays NaN; out of range raises."""
+        return float(normalize_scores([self], np.asarray([[raw]], dtype=np.float64))[0, 0])
+
+
+@dataclasses.dataclass(frozen=True)
+class ChangelogEntry:
+    """One rubric revision: the version it produced, what changed, and why (RubricRL 7)."""
+
+    version: str
+    change: str
+    reason: str
+
+    def __post_init__(self):
+        parse_version(self.version)
+        _check_str(self.change, None, "changelog.change")
+        _check_str(self.reason, None, "changelog.reason")
+
+
+@dataclasses.dataclass(frozen=True)
+class Aggregation:
+    """How dimension scores become one reward, and what a missing score does ('renormalize' | 'drop')."""
+
+    method: str = "weighted_sum"
+    params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    missing: str = "renormalize"
+
+    def __post_init__(self):
+        if self.method not in AGGREGATION_PARAMS:
+            raise _fail(None, "aggregation.method", f"one of {sorted(AGGREGATION_PARAMS)}", self.method)
+        if self.missing not in MISSING_RULES:
+            raise _fail(None, "aggregation.missing", f"one of {MISSING_RULES}", self.missing)
+        spec = AGGREGATION_PARAMS[self.method]
+        if not isinstance(self.params, Mapping):
+            raise _fail(None, "aggregation.params", "a mapping", self.params)
+        params = dict(self.params)
+        for key, value in params.items():
+            if key not in spec:
+                raise _fail(None, f"aggregation.params.{key}", f"a parameter of {self.method!r} in {sorted(spec)}", value)
+            if spec[key] is float:
+                params[key] = _check_number(value, None, f"aggregation.params.{key}")
+            elif not isinstance(value, spec[key]):
+                raise _fail(None, f"aggregation.params.{key}", spec[key].__name__, value)
+        if "eps" in params and not 0.0 < params["eps"] < 1.0:
+            raise _fail(None, "aggregation.params.eps", "0 < eps < 1", params["eps"])
+        if self.method == "hierarchical":
+            for level in ("within", "across"):
+                if params.get(level) not in LEVEL_METHODS:
+                    raise _fail(None, f"aggregation.params.{level}", f"one of {LEVEL_METHODS}", params.get(level))
+            gw = params.get("group_weights", {})
+            params["group_weights"] = {
+                _check_str(g, None, "aggregation.params.group_weights"): _check_number(
+                    w, None, f"aggregation.params.group_weights.{g}") for g, w in gw.items()}
+            if any(w <= 0 for w in params["group_weights"].values()):
+                raise _fail(None, "aggregation.params.group_weights", "positive weights", gw)
+        object.__setattr__(self, "params", params)
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
+class Rubric:
+    """A versioned rubric; validated at construction, hashable by content."""
+
+    name: str
+    version: str
+    changelog: tuple[ChangelogEntry, ...]
+    dimensions: tuple[Dimension, ...]
+    aggregation: Aggregation = dataclasses.field(default_factory=Aggregation)
+
+    def __post_init__(self):
+        _check_str(self.name, None, "name")
+        current = parse_version(self.version)
+        object.__setattr__(self, "changelog", tuple(self.changelog))
+        object.__setattr__(self, "dimensions", tuple(self.dimensions))
+        if not self.changelog:
+            raise _fail(None, "changelog", f"at least one entry (the last for version {self.version})", [])
+        previous = None
+        for entry in self.changelog:
+            if not isinstance(entry, ChangelogEntry):
+                raise _fail(None, "changelog", "ChangelogEntry items", entry)
+            v = parse_version(entry.version)
+            if previous is not None and v <= previous:
+                raise _fail(None, "changelog", "strictly increasing versions", [e.version for e in self.changelog])
+            previous = v
+        if previous != current:
+            raise _fail(None, "changelog", f"last entry for the current version {self.version}",
+                        self.changelog[-1].version)
+        if not self.dimensions:
+            raise _fail(None, "dimensions", "at least one dimension", [])
+        ids = [dim.id for dim in self.dimensions]
+        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        if duplicates:
+            raise _fail(None, "dimensions", "unique dimension ids", duplicates)
+        if not isinstance(self.aggregation, Aggregation):
+            raise _fail(None, "aggregation", "an Aggregation", self.aggregation)
+        self._check_aggregation_fits()
+        if len(self.dimensions) > MAX_RECOMMENDED_DIMENSIONS:
+            warnings.warn(
+                f"rubric {self.name!r} has {len(self.dimensions)} dimensions; RubricRL advises at most "
+                f"{MAX_RECOMMENDED_DIMENSIONS} (judge consistency drops, reward attribution blurs)",
+                RubricWarning, stacklevel=3)
+
+    def _check_aggregation_fits(self) -> None:
+        """Cross-field checks between the dimensions and the aggregation method."""
+        method, params = self.aggregation.method, self.aggregation.params
+        scored = [d for d in self.dimensions if not d.gate]
+        if not scored:
+            raise _fail(None, "dimensions", "at least one non-gate dimension to aggregate", [d.id for d in self.dimensions])
+        if method == "healthbench_points":
+            for d in scored:
+                if d.scale.kind != "points":
+                    raise _fail(d.id, "scale", "a points scale (aggregation 'healthbench_points')", d.scale.kind)
+            if not any(d.scale.points > 0 for d in scored):
+                raise _fail(None, "dimensions", "at least one positive-points criterion", [d.scale.points for d in scored])
+        if method == "hierarchical":
+            for d in scored:
+                if d.group is None:
+                    raise _fail(d.id, "group", "a group name (aggregation 'hierarchical')", None)
+            groups = {d.group for d in scored}
+            extra = sorted(set(params["group_weights"]) - groups)
+            if extra:
+                raise _fail(None, "aggregation.params.group_weights", f"only groups of non-gate dimensions {sorted(groups)}", extra)
+
+    @property
+    def dimension_ids(self) -> list[str]:
+        """Dimension ids in column order of every scores [N, D] array."""
+        return [d.id for d in self.dimensions]
+
+    def dimension(self, dim_id: str) -> Dimension:
+        """The dimension with this id (KeyError naming the rubric otherwise)."""
+        for d in self.dimensions:
+            if d.id == dim_id:
+                return d
+        raise KeyError(f"rubric {self.name!r} has no dimension {dim_id!r}; it has {self.dimension_ids}")
+
+    @property
+    def weights(self) -> np.ndarray:
+        """Weights [D] float32 in column order."""
+        return np.asarray([d.weight for d in self.dimensions], np.float32)
+
+    @property
+    def gates(self) -> np.ndarray:
+        """Gate mask [D] bool in column order."""
+        return np.asarray([d.gate for d in self.dimensions], bool)
+
+    @property
+    def points(self) -> np.ndarray:
+        """Signed points [D] float32 (0 for non-points dimensions)."""
+        return np.asarray([d.scale.points or 0 for d in self.dimensions], np.float32)
+
+    @functools.cached_property
+    def content_hash(self) -> str:
+        """sha256 hex of the canonical JSON of name, dimensions and aggregation (not version/changelog)."""
+        content = rubric_to_dict(self)
+        del content["version"], content["changelog"]
+        return hashlib.sha256(canonical_json(content).encode("utf-8")).hexdigest()
+
+    def __hash__(self) -> int:
+        return hash(self.content_hash)
+
+
+def canonical_json(obj: Any) -> str:
+    """Deterministic JSON (sorted keys, no spaces, UTF-8 kept) used for hashing."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+# ---------------------------------------------------------------------------------------- dict round-trip
+
+def scale_to_dict(scale: Scale) -> dict[str, Any]:
+    """Scale -> {'kind': ...} plus only the fields its kind uses."""
+    if scale.kind == "integer":
+        return {"kind": "integer", "lo": scale.lo, "hi": scale.hi}
+    if scale.kind == "points":
+        return {"kind": "points", "points": scale.points}
+    return {"kind": "binary"}
+
+
+def dimension_to_dict(dim: Dimension) -> dict[str, Any]:
+    """Dimension -> plain dict (anchor levels become string keys so JSON and YAML agree)."""
+    out: dict[str, Any] = {
+        "id": dim.id, "description": dim.description, "kind": dim.kind, "scale": scale_to_dict(dim.scale),
+        "anchors": {str(level): {"description": a.description, "positive_examples": list(a.positive_examples),
+                                 "negative_examples": list(a.negative_examples)}
+                    for level, a in dim.anchors.items()},
+        "weight": dim.weight, "gate": dim.gate, "group": dim.group,
+    }
+    if dim.kind == "rule":
+        out["rule"], out["params"] = dim.rule, dict(dim.params)
+    return out
+
+
+def rubric_to_dict(rubric: Rubric) -> dict[str, Any]:
+    """Rubric -> plain dict of JSON/YAML-safe values (the on-disk format)."""
+    return {
+        "name": rubric.name,
+        "version": rubric.version,
+        "changelog": [{"version": e.version, "change": e.change, "reason": e.reason} for e in rubric.changelog],
+        "dimensions": [dimension_to_dict(d) for d in rubric.dimensions],
+        "aggregation": {"method": rubric.aggregation.method, "params": dict(rubric.aggregation.params),
+                        "missing": rubric.aggregation.missing},
+    }
+
+
+def _level_key(key: Any, dim_id: str) -> int:
+    """Anchor level key from YAML (int) or JSON (digit string)."""
+    if isinstance(key, bool):
+        raise _fail(dim_id, "anchors", "integer score levels as keys", key)
+    if isinstance(key, int):
+        return key
+    if isinstance(key, str) and re.fullmatch(r"-?\d+", key.strip()):
+        return int(key)
+    raise _fail(dim_id, "anchors", "integer score levels as keys", key)
+
+
+def scale_from_dict(d: Any, dim_id: str | None = None) -> Scale:
+    """Raw dict -> Scale, rejecting unknown fields."""
+    _check_keys(d, ("kind", "lo", "hi", "points"), ("kind",), dim_id, "scale")
+    try:
+        return Scale(**d)
+    except RubricError as e:
+        raise RubricError(f"dimension {dim_id!r}: {e}") from None
+
+
+def dimension_from_dict(d: Any) -> Dimension:
+    """Raw dict -> Dimension, rejecting unknown fields; errors name the dimension id and field."""
+    dim_id = d.get("id") if isinstance(d, Mapping) and isinstance(d.get("id"), str) else None
+    allowed = ("id", "description", "kind", "scale", "anchors", "weight", "gate", "group", "rule", "params")
+    _check_keys(d, allowed, ("id", "description", "kind", "scale", "anchors"), dim_id, "dimension")
+    anchors_raw = d["anchors"]
+    if not isinstance(anchors_raw, Mapping):
+        raise _fail(dim_id, "anchors", "a mapping level -> anchor", anchors_raw)
+    anchors = {}
+    for key, a in anchors_raw.items():
+        level = _level_key(key, dim_id)
+        if isinstance(a, str):
+            a = {"description": a}
+        _check_keys(a, ("description", "positive_examples", "negative_examples"), ("description",),
+                    dim_id, f"anchors.{level}")
+        try:
+            anchors[level] = Anchor(a["description"], tuple(_check_strings(a.get("positive_examples", []), dim_id, f"anchors.{level}.positive_examples")),
+                                    tuple(_check_strings(a.get("negative_examples", []), dim_id, f"anchors.{level}.negative_examples")))
+        except RubricError as e:
+            raise RubricError(f"dimension {dim_id!r}: anchors.{level}: {e}") from None
+    fields = {k: v for k, v in d.items() if k not in ("scale", "anchors")}
+    fields["scale"] = scale_from_dict(d["scale"], dim_id)
+    fields["anchors"] = anchors
+    if fields.get("params") is None:
+        fields.pop("params", None)
+    try:
+        return Dimension(**fields)
+    except RubricError as e:
+        msg = str(e)
+        raise RubricError(msg if msg.startswith("dimension ") else f"dimension {dim_id!r}: {msg}") from None
+
+
+def rubric_from_dict(d: Any, source: str = "<dict>") -> Rubric:
+    """Raw dict (parsed JSON/YAML) -> validated Rubric; every error message starts with `source`."""
+    try:
+        _check_keys(d, ("name", "version", "changelog", "dimensions", "aggregation"),
+                    ("name", "version", "changelog", "dimensions"), None, "rubric")
+        changelog_raw = d["changelog"]
+        if not isinstance(changelog_raw, list):
+            raise _fail(None, "changelog", "a list of {version, change, reason}", changelog_raw)
+        changelog = []
+        for e in changelog_raw:
+            _check_keys(e, ("version", "change", "reason"), ("version", "change", "reason"), None, "changelog")
+            changelog.append(ChangelogEntry(e["version"], e["change"], e["reason"]))
+        dims_raw = d["dimensions"]
+        if not isinstance(dims_raw, list):
+            raise _fail(None, "dimensions", "a list of dimensions", dims_raw)
+        dims = [dimension_from_dict(x) for x in dims_raw]
+        agg_raw = d.get("aggregation", {})
+        _check_keys(agg_raw, ("method", "params", "missing"), (), None, "aggregation")
+        agg = Aggregation(**{k: ({} if k == "params" and v is None else v) for k, v in agg_raw.items()})
+        return Rubric(d["name"], d["version"], tuple(changelog), tuple(dims), agg)
+    except RubricError as e:
+        raise RubricError(f"{source}: {e}") from None
+
+
+# ---------------------------------------------------------------------------------------- scores
+
+def normalize_scores(dimensions: Sequence[Dimension] | Rubric, raw_NxD: np.ndarray) -> np.ndarray:
+    """Raw scores [N, D] (NaN = missing) -> [0, 1] per each column's scale (1 = best); raises if out of range."""
+    dims = dimensions.dimensions if isinstance(dimensions, Rubric) else tuple(dimensions)
+    raw = np.asarray(raw_NxD, dtype=np.float64)
+    if raw.ndim != 2 or raw.shape[1] != len(dims):
+        raise ValueError(f"raw scores: expected shape [N, {len(dims)}], got {raw.shape}")
+    out = np.empty_like(raw)
+    for j, dim in enumerate(dims):
+        col = raw[:, j]
+        lo, hi = dim.scale.raw_range
+        bad = ~np.isnan(col) & ((col < lo) | (col > hi))
+        if bad.any():
+            raise ValueError(f"dimension {dim.id!r}: raw score {col[bad][0]!r} outside scale range [{lo}, {hi}]")
+        unit = (col - lo) / (hi - lo)
+        out[:, j] = 1.0 - unit if dim.scale.kind == "points" and dim.scale.points < 0 else unit
+    return out
+
+
+# ---------------------------------------------------------------------------------------- versions, cases
+
+def with_version(rubric: Rubric, version: str, change: str, reason: str, **fields: Any) -> Rubric:
+    """A new revision: replace `fields` (e.g. dimensions=...), set `version`, append a changelog entry."""
+    entry = ChangelogEntry(version, change, reason)
+    return dataclasses.replace(rubric, version=version, changelog=rubric.changelog + (entry,), **fields)
+
+
+def case_rubric(shared: Rubric, case_id: str, *, extra: Sequence[Dimension] = (),
+                replace: Rubric | None = None) -> Rubric:
+    """QuRL R*(q): the shared rubric plus per-row `extra` criteria, or a per-row `replace` rubric.
+
+    A merged rubric is named '<shared.name>/<case_id>', keeps the shared version and changelog, and gets a
+    new content hash; extra dimension ids must not collide with shared ones. With neither, returns `shared`.
+    """
+    if replace is not None:
+        if extra:
+            raise RubricError(f"case {case_id!r}: give extra criteria or a replacement rubric, not both")
+        if not isinstance(replace, Rubric):
+            raise RubricError(f"case {case_id!r}: replacement must be a Rubric, got {type(replace).__name__}")
+        return replace
+    if not extra:
+        return shared
+    clash = sorted(set(shared.dimension_ids) & {d.id for d in extra})
+    if clash:
+        raise RubricError(f"case {case_id!r}: extra criteria reuse dimension ids {clash} of rubric {shared.name!r}")
+    return dataclasses.replace(shared, name=f"{shared.name}/{case_id}", dimensions=shared.dimensions + tuple(extra))
