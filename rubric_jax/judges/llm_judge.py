@@ -1,0 +1,251 @@
+"""LLM judge: every judge prompt of a step in one batched `generate` call per judge, parsed, retried, combined.
+
+Flow for a batch of rows (question, response, the row's LLM dimensions):
+  requests: one per (row, dimension) in "single" mode, one per row in "multi" mode (QuRL);
+  samples:  each request is prompted `num_samples` times (fresh nonce, optionally shuffled anchors)
+            and the median of its valid verdicts is kept (RubricRL 3.3);
+  rounds:   round 0 sends all prompts in ONE generate call; each retry round re-prompts only the
+            invalid samples (new nonce, new anchor order, new sampling key), again in one call;
+  failure:  a sample still invalid after `max_retries` is NaN; a request with no valid sample is NaN
+            and masked invalid; every failure is counted in `details` (never turned into a score);
+  ensemble: judges (different params or base models, RubricRL 6.2 / 7) are combined per score by the
+            mean of the valid ones, or weighted by agreement with the other judges.
+
+A slot is one (row, dimension) score; a request covers a contiguous range of slots. Arrays below are
+indexed [J judges, S samples, L slots]. Randomness (nonces, anchor orders, sampling) comes only from
+the explicit `key`, so judging is a pure function of its inputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from rubric_jax.judges.parser import parse_verdict
+from rubric_jax.judges.prompts import JudgePrompt, multi_prompt, single_prompt
+from rubric_jax.rubrics.schema import Dimension
+
+MODES = ("single", "multi")
+ENSEMBLES = ("mean", "agreement")
+GenerateFn = Callable[..., Any]  # sampling.generate's signature (see the sampler contract)
+
+
+@dataclasses.dataclass(frozen=True)
+class Judge:
+    """One judge model: NNX (graphdef, state), its tokenizer (with chat template) and generation settings."""
+
+    name: str
+    graphdef: Any
+    state: Any
+    tokenizer: Any
+    generate_fn: GenerateFn
+    sampler: str = "temperature(0.7)"
+    max_new_tokens: int = 256
+    max_prompt_tokens: int = 4096
+    mesh: Any = None
+
+    def __post_init__(self) -> None:
+        for field in ("max_new_tokens", "max_prompt_tokens"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"judge {self.name!r}: {field} must be a positive integer, got {value!r}")
+        if self.tokenizer.pad_token_id is None or self.tokenizer.eos_token_id is None:
+            raise ValueError(f"judge {self.name!r}: tokenizer needs pad and eos tokens")
+        if not self.tokenizer.chat_template:
+            raise ValueError(f"judge {self.name!r}: tokenizer has no chat template")
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeConfig:
+    """How LLM dimensions are judged: prompt mode, samples per item, retries, ensemble rule."""
+
+    mode: str = "single"  # "single": one prompt per (response, dim); "multi": one per response (QuRL)
+    num_samples: int = 3  # prompts per item, median of the valid verdicts (RubricRL 3.3)
+    shuffle_anchors: bool = True  # a fresh anchor order per sample (RubricRL 3.3 "交换顺序多次评分")
+    max_retries: int = 2  # re-prompt rounds for invalid verdicts (Prometheus/LongBench-Write retry too)
+    ensemble: str = "mean"  # "mean" | "agreement" across judges (RubricRL 6.2, 7)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"judge config: mode must be one of {MODES}, got {self.mode!r}")
+        if self.ensemble not in ENSEMBLES:
+            raise ValueError(f"judge config: ensemble must be one of {ENSEMBLES}, got {self.ensemble!r}")
+        for field, minimum in (("num_samples", 1), ("max_retries", 0)):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"judge config: {field} must be an integer >= {minimum}, got {value!r}")
+        if not isinstance(self.shuffle_anchors, bool):
+            raise ValueError(f"judge config: shuffle_anchors must be true/false, got {self.shuffle_anchors!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeOutput:
+    """Raw-scale scores per row (aligned with that row's LLM dimensions; NaN = failed) and metrics."""
+
+    scores: list[np.ndarray]
+    details: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Request:
+    row: int
+    dims: tuple[Dimension, ...]
+    first_slot: int
+
+
+def _host_rng(key: jax.Array) -> np.random.Generator:
+    """A numpy generator seeded from a JAX key (typed or raw), for nonces and anchor orders."""
+    data = jax.random.key_data(key) if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) else key
+    return np.random.default_rng(np.asarray(data, dtype=np.uint32).ravel().tolist())
+
+
+def _build_prompt(
+    req: _Request, question: str, response: str, mode: str, shuffle: bool, rng: np.random.Generator
+) -> JudgePrompt:
+    nonce = rng.bytes(8).hex()
+    orders = [rng.permutation(len(d.anchors)).tolist() if shuffle else None for d in req.dims]
+    if mode == "single":
+        return single_prompt(question, response, req.dims[0], nonce=nonce, anchor_order=orders[0])
+    return multi_prompt(question, response, req.dims, nonce=nonce, anchor_orders=orders)
+
+
+def encode_prompts(tokenizer: Any, prompts: Sequence[JudgePrompt]) -> list[list[int]]:
+    """Chat-templated token ids for each prompt (with the assistant generation prompt)."""
+    texts = [tokenizer.apply_chat_template(list(p.messages), add_generation_prompt=True, tokenize=False) for p in prompts]
+    return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
+def _decode(tokenizer: Any, result: Any) -> tuple[list[str], np.ndarray]:
+    """Judge texts (special tokens dropped) and a [B] bool 'hit the token limit' flag from a GenerationResult."""
+    tokens = np.asarray(result.tokens)
+    lengths = np.asarray(result.lengths)
+    texts = tokenizer.batch_decode([tokens[i, : lengths[i]].tolist() for i in range(tokens.shape[0])], skip_special_tokens=True)
+    truncated = np.asarray([reason == "length" for reason in result.finish_reason], dtype=bool)
+    return texts, truncated
+
+
+def _run_judge(
+    judge: Judge,
+    config: JudgeConfig,
+    requests: Sequence[_Request],
+    questions: Sequence[str],
+    responses: Sequence[str],
+    num_slots: int,
+    key: jax.Array,
+    stats: dict[str, Any],
+) -> np.ndarray:
+    """Scores [S, L] for one judge: NaN where a sample never produced a valid verdict."""
+    scores_SxL = np.full((config.num_samples, num_slots), np.nan)
+    pending = [(r, s) for r in range(len(requests)) for s in range(config.num_samples)]
+    for round_index, round_key in enumerate(jax.random.split(key, config.max_retries + 1)):
+        if not pending:
+            break
+        prompt_key, gen_key = jax.random.split(round_key)
+        rng = _host_rng(prompt_key)
+        prompts = [
+            _build_prompt(requests[r], questions[requests[r].row], responses[requests[r].row], config.mode,
+                          config.shuffle_anchors, rng)
+            for r, _ in pending
+        ]
+        ids = encode_prompts(judge.tokenizer, prompts)
+        fits = [len(x) <= judge.max_prompt_tokens for x in ids]
+        stats["judge_prompt_too_long"] += fits.count(False)
+        sent = [i for i, ok in enumerate(fits) if ok]
+        if round_index > 0:
+            stats["judge_retried"] += len(sent)
+        if not sent:
+            break
+        result = judge.generate_fn(
+            judge.graphdef, judge.state, [ids[i] for i in sent], key=gen_key, n=1,
+            max_new_tokens=judge.max_new_tokens, sampler=judge.sampler,
+            stop_tokens=[judge.tokenizer.eos_token_id], pad_id=judge.tokenizer.pad_token_id, mesh=judge.mesh,
+        )
+        stats["judge_generate_calls"] += 1
+        stats["judge_prompts"] += len(sent)
+        texts, truncated = _decode(judge.tokenizer, result)
+        still_invalid = []
+        for i, text, cut in zip(sent, texts, truncated):
+            r, s = pending[i]
+            verdict = parse_verdict(text, prompts[i].keys, prompts[i].ranges)
+            if verdict.valid and not cut:
+                first = requests[r].first_slot
+                scores_SxL[s, first : first + len(requests[r].dims)] = verdict.scores
+                continue
+            reason = "truncated at max_new_tokens" if cut else verdict.reason
+            stats["judge_invalid"] += 1
+            if len(stats["judge_invalid_examples"]) < 5:
+                stats["judge_invalid_examples"].append(f"{judge.name}: {reason}")
+            still_invalid.append((r, s))
+        pending = still_invalid
+    return scores_SxL
+
+
+def combine_judges(scores_JxL: np.ndarray, ranges_Lx2: np.ndarray, ensemble: str) -> np.ndarray:
+    """Per slot: mean of the valid judges' scores, or agreement-weighted (w = 1 / (1 + mean |s_j - s_k| / span))."""
+    valid_JxL = ~np.isnan(scores_JxL)
+    if ensemble == "mean" or scores_JxL.shape[0] == 1:
+        weights_JxL = valid_JxL.astype(np.float64)
+    else:
+        span_L = (ranges_Lx2[:, 1] - ranges_Lx2[:, 0]).astype(np.float64)
+        filled_JxL = np.where(valid_JxL, scores_JxL, 0.0)
+        diff_JxJxL = np.abs(filled_JxL[:, None, :] - filled_JxL[None, :, :]) / span_L
+        pair_JxJxL = valid_JxL[:, None, :] & valid_JxL[None, :, :]
+        pair_JxJxL &= ~np.eye(scores_JxL.shape[0], dtype=bool)[:, :, None]
+        others_JxL = pair_JxJxL.sum(axis=1)
+        mean_dev_JxL = np.where(others_JxL > 0, (diff_JxJxL * pair_JxJxL).sum(axis=1) / np.maximum(others_JxL, 1), 0.0)
+        weights_JxL = np.where(valid_JxL, 1.0 / (1.0 + mean_dev_JxL), 0.0)
+    total_L = weights_JxL.sum(axis=0)
+    weighted_L = (weights_JxL * np.where(valid_JxL, scores_JxL, 0.0)).sum(axis=0)
+    return np.where(total_L > 0, weighted_L / np.where(total_L > 0, total_L, 1.0), np.nan)
+
+
+def judge_rows(
+    judges: Sequence[Judge],
+    config: JudgeConfig,
+    questions: Sequence[str],
+    responses: Sequence[str],
+    dims_per_row: Sequence[Sequence[Dimension]],
+    key: jax.Array,
+) -> JudgeOutput:
+    """LLM scores (raw scale) for each row's dimensions: one batched generate per judge per round."""
+    if not judges:
+        raise ValueError("judge_rows: no judge configured")
+    if not len(questions) == len(responses) == len(dims_per_row):
+        raise ValueError(
+            f"judge_rows: {len(questions)} questions, {len(responses)} responses, {len(dims_per_row)} dimension lists"
+        )
+    requests: list[_Request] = []
+    slot_rows: list[int] = []
+    for row, dims in enumerate(dims_per_row):
+        groups = [(d,) for d in dims] if config.mode == "single" else ([tuple(dims)] if dims else [])
+        for group in groups:
+            requests.append(_Request(row, group, len(slot_rows)))
+            slot_rows.extend([row] * len(group))
+    num_slots = len(slot_rows)
+    ranges_Lx2 = np.asarray([d.scale.raw_range for req in requests for d in req.dims], dtype=np.float64).reshape(-1, 2)
+    stats: dict[str, Any] = {
+        "judge_prompts": 0, "judge_generate_calls": 0, "judge_invalid": 0, "judge_retried": 0,
+        "judge_prompt_too_long": 0, "judge_invalid_examples": [],
+    }
+    per_judge = []
+    for judge, judge_key in zip(judges, jax.random.split(key, len(judges))):
+        scores_SxL = _run_judge(judge, config, requests, questions, responses, num_slots, judge_key, stats)
+        per_judge.append(scores_SxL)
+    scores_JxSxL = np.stack(per_judge)
+    valid_JxSxL = ~np.isnan(scores_JxSxL)
+    any_valid_JxL = valid_JxSxL.any(axis=1)
+    median_JxL = np.full((len(judges), num_slots), np.nan)
+    median_JxL[any_valid_JxL] = np.nanmedian(scores_JxSxL.transpose(0, 2, 1)[any_valid_JxL], axis=-1)
+    spread_JxL = np.where(valid_JxSxL, scores_JxSxL, -np.inf).max(axis=1) - np.where(
+        valid_JxSxL, scores_JxSxL, np.inf).min(axis=1)
+    combined_L = combine_judges(median_JxL, ranges_Lx2, config.ensemble)
+    stats["judge_scores"] = num_slots
+    stats["judge_failed_samples"] = int((~valid_JxSxL).sum())
+    stats["judge_failed_scores"] = int(np.isnan(combined_L).sum())
+    stats["judge_sample_spread_mean"] = float(spread_JxL[any_valid_JxL].mean()) if any_valid_JxL.any() else float("nan")
+    slot_rows_L = np.asarray(slot_rows, dtype=np.int64)
+    return JudgeOutput([combined_L[slot_rows_L == row] for row in range(len(dims_per_row))], stats)
