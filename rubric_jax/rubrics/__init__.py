@@ -10,6 +10,7 @@ from rubric_jax.rubrics.schema import (
     RubricWarning,
     Scale,
     case_rubric,
+    case_rubric_from_row,
     dimension_from_dict,
     dimension_to_dict,
     normalize_scores,

@@ -559,3 +559,32 @@ def case_rubric(shared: Rubric, case_id: str, *, extra: Sequence[Dimension] = ()
     if clash:
         raise RubricError(f"case {case_id!r}: extra criteria reuse dimension ids {clash} of rubric {shared.name!r}")
     return dataclasses.replace(shared, name=f"{shared.name}/{case_id}", dimensions=shared.dimensions + tuple(extra))
+
+
+def case_rubric_from_row(shared: Rubric | None, row_rubric: Mapping[str, Any] | None, case_id: str,
+                         source: str = "<row>") -> Rubric:
+    """A data row's optional `rubric` field -> the row's rubric R*(q).
+
+    `{"extra_dimensions": [<dimension>, ...]}` adds criteria to `shared`; a full rubric dict (with
+    'dimensions') replaces it; None means `shared`. Errors name `source` (e.g. 'questions.jsonl:12').
+    """
+    if row_rubric is None:
+        if shared is None:
+            raise RubricError(f"{source}: no shared rubric configured and the row has no 'rubric'")
+        return shared
+    if not isinstance(row_rubric, Mapping):
+        raise RubricError(f"{source}: field 'rubric': expected an object, got {row_rubric!r}")
+    if "dimensions" in row_rubric:
+        return rubric_from_dict(row_rubric, source)
+    if set(row_rubric) != {"extra_dimensions"}:
+        raise RubricError(f"{source}: field 'rubric': expected a full rubric or {{'extra_dimensions': [...]}}, "
+                          f"got keys {sorted(row_rubric)}")
+    if shared is None:
+        raise RubricError(f"{source}: field 'rubric': extra_dimensions need a shared rubric to extend")
+    extra = row_rubric["extra_dimensions"]
+    if not isinstance(extra, list) or not extra:
+        raise RubricError(f"{source}: field 'rubric.extra_dimensions': expected a non-empty list, got {extra!r}")
+    try:
+        return case_rubric(shared, case_id, extra=[dimension_from_dict(d) for d in extra])
+    except RubricError as e:
+        raise RubricError(f"{source}: {e}") from None
