@@ -1,0 +1,338 @@
+"""GRPO maths as pure functions: group advantages, clipped surrogate, KL estimators, loss aggregation,
+and chunked token log-probs that never hold [B, T, V] float32 logits at once.
+
+Shapes: B sequences (rows b*G + j is sample j of question b, the sampler's order), G group size,
+T token positions, D hidden, V vocab, C positions per log-prob chunk.
+
+Token alignment: every per-token array [B, T] is aligned with `tokens_BxT`; entry t refers to the
+prediction of token t from tokens < t (so entry 0 is never a target). `mask_BxT` is True on the
+response tokens that are trained on; prompt and padding positions are False and never contribute.
+
+Loss aggregation is written as fixed per-token weights computed from the *whole* batch's mask
+(`loss_weights`), so a loss is a weighted sum of per-token terms: micro-batches add up exactly to the
+full-batch loss, and appending padding changes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from rubric_jax.models.transformer import causal_padding_mask, padding_to_positions
+
+KL_ESTIMATORS = ("k1", "k2", "k3")
+ADVANTAGE_SCALINGS = ("group", "batch", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class GRPOConfig:
+    """GRPO objective settings, validated at construction (defaults follow RubricRL §4.3)."""
+
+    group_size: int = 8
+    """Responses sampled per question (RubricRL §4.3: 8 balances normalisation noise and cost; QuRL: 8)."""
+    kl_coef: float = 0.02
+    """β of the KL-to-reference penalty (RubricRL §4.3: 0.01–0.05); 0 skips the reference forward."""
+    kl_estimator: str = "k3"
+    """Per-token KL estimator of KL(π‖π_ref): k1, k2 or k3 (Schulman 2020; k3 is GRPO's, DeepSeekMath)."""
+    clip_low: float = 0.2
+    """ε_low: ratio lower bound 1 − ε_low (RubricRL §4.3: 0.2, up to 0.3 for noisy rubric scores)."""
+    clip_high: float = 0.2
+    """ε_high: ratio upper bound 1 + ε_high; > ε_low is DAPO's clip-higher (DAPO uses 0.28)."""
+    advantage_scaling: str = "group"
+    """Divide centred rewards by the group std ("group", GRPO; RubricRL §4.2), the batch std ("batch"),
+    or not at all ("none", Dr. GRPO: std scaling biases towards easy/hard questions)."""
+    advantage_eps: float = 1e-6
+    """Added to the std before dividing (RubricRL §5.3 pseudo-code adds a small constant)."""
+    loss_aggregation: str = "seq_mean_token_mean"
+    """How per-token terms become a scalar: see AGGREGATIONS (GRPO / DAPO token_mean / Dr. GRPO)."""
+    loss_norm_length: int | None = None
+    """Constant divisor of "seq_mean_token_sum_norm" (Dr. GRPO: the max response length); else None."""
+    logprob_chunk_size: int = 256
+    """Token positions per chunk of the chunked log-softmax (bounds logits memory to B·C·V floats)."""
+
+    def __post_init__(self) -> None:
+        def fail(field: str, why: str) -> None:
+            raise ValueError(f"GRPOConfig.{field}={getattr(self, field)!r}: {why}")
+
+        if not isinstance(self.group_size, int) or self.group_size < 2:
+            fail("group_size", "must be an integer > 1 (advantages are relative within a group)")
+        if not math.isfinite(self.kl_coef) or self.kl_coef < 0:
+            fail("kl_coef", "must be finite and >= 0")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            fail("kl_estimator", f"must be one of {KL_ESTIMATORS}")
+        if not 0 <= self.clip_low < 1:
+            fail("clip_low", "must satisfy 0 <= clip_low < 1 (ratio lower bound 1 - clip_low > 0)")
+        if not math.isfinite(self.clip_high) or self.clip_high < self.clip_low:
+            fail("clip_high", f"must be finite and >= clip_low={self.clip_low} (clip-higher only widens)")
+        if self.advantage_scaling not in ADVANTAGE_SCALINGS:
+            fail("advantage_scaling", f"must be one of {ADVANTAGE_SCALINGS}")
+        if not self.advantage_eps > 0:
+            fail("advantage_eps", "must be > 0")
+        if self.loss_aggregation not in AGGREGATIONS:
+            fail("loss_aggregation", f"must be one of {sorted(AGGREGATIONS)}")
+        needs_length = self.loss_aggregation == "seq_mean_token_sum_norm"
+        if needs_length and not (isinstance(self.loss_norm_length, int) and self.loss_norm_length > 0):
+            fail("loss_norm_length", "seq_mean_token_sum_norm needs a positive int (e.g. max response length)")
+        if not needs_length and self.loss_norm_length is not None:
+            fail("loss_norm_length", f"only used by seq_mean_token_sum_norm, not {self.loss_aggregation!r}")
+        if not isinstance(self.logprob_chunk_size, int) or self.logprob_chunk_size < 1:
+            fail("logprob_chunk_size", "must be a positive integer")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Advantages
+
+
+def group_advantages(
+    rewards_N: jax.Array,
+    group_size: int,
+    *,
+    scaling: str = "group",
+    eps: float = 1e-6,
+    valid_N: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    """Per-question normalised rewards and the fraction of groups with zero reward spread.
+
+    Samples that are invalid (`valid_N` False, or a non-finite reward) are left out of their group's
+    mean/std and get advantage 0. A group whose valid rewards are all equal (or that has fewer than
+    two valid samples) gets advantage 0 everywhere and is counted in the returned fraction. The std
+    is the sample std (ddof=1, as torch's `.std()` in the RubricRL §5.3 pseudo-code).
+    """
+    if scaling not in ADVANTAGE_SCALINGS:
+        raise ValueError(f"scaling={scaling!r}: must be one of {ADVANTAGE_SCALINGS}")
+    rewards_N = jnp.asarray(rewards_N)
+    if rewards_N.ndim != 1 or rewards_N.shape[0] % group_size:
+        raise ValueError(f"rewards shape {rewards_N.shape}: expected [N] with N a multiple of group_size={group_size}")
+    n = rewards_N.shape[0]
+    dtype = rewards_N.dtype if jnp.issubdtype(rewards_N.dtype, jnp.floating) else jnp.float32
+    rewards_N = rewards_N.astype(dtype)
+    valid_N = jnp.isfinite(rewards_N) if valid_N is None else jnp.asarray(valid_N, bool) & jnp.isfinite(rewards_N)
+    r_BxG = jnp.where(valid_N, rewards_N, 0).reshape(-1, group_size)
+    v_BxG = valid_N.reshape(-1, group_size)
+
+    count_B = v_BxG.sum(-1)
+    mean_B = r_BxG.sum(-1) / jnp.maximum(count_B, 1)
+    centred_BxG = jnp.where(v_BxG, r_BxG - mean_B[:, None], 0)
+    r_max = jnp.where(v_BxG, r_BxG, -jnp.inf).max(-1)
+    r_min = jnp.where(v_BxG, r_BxG, jnp.inf).min(-1)
+    degenerate_B = (count_B < 2) | (r_max == r_min)
+
+    if scaling == "group":
+        var_B = (centred_BxG**2).sum(-1) / jnp.maximum(count_B - 1, 1)
+        adv_BxG = centred_BxG / (jnp.sqrt(var_B)[:, None] + eps)
+    elif scaling == "batch":
+        total = valid_N.sum()
+        batch_mean = jnp.where(valid_N, rewards_N, 0).sum() / jnp.maximum(total, 1)
+        batch_var = (jnp.where(valid_N, rewards_N - batch_mean, 0) ** 2).sum() / jnp.maximum(total - 1, 1)
+        adv_BxG = centred_BxG / (jnp.sqrt(batch_var) + eps)
+    else:
+        adv_BxG = centred_BxG
+    adv_BxG = jnp.where(v_BxG & ~degenerate_B[:, None], adv_BxG, 0)
+    return adv_BxG.reshape(n), degenerate_B.mean(dtype=jnp.float32)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Per-token terms
+
+
+def clipped_surrogate(
+    logp_BxT: jax.Array,
+    old_logp_BxT: jax.Array,
+    advantages_B: jax.Array,
+    mask_BxT: jax.Array,
+    clip_low: float,
+    clip_high: float,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """PPO clipped policy loss per token, −min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A), ρ = π/π_behaviour.
+
+    Returns (loss_BxT, clipped_low_BxT, clipped_high_BxT); the clip indicators are 1.0 where the
+    clipped branch is active (its gradient is zero). Masked positions are exactly 0.
+    """
+    log_ratio_BxT = jnp.where(mask_BxT, logp_BxT - old_logp_BxT, 0.0)
+    ratio_BxT = jnp.exp(log_ratio_BxT)
+    adv_BxT = advantages_B[:, None].astype(ratio_BxT.dtype)
+    unclipped_BxT = ratio_BxT * adv_BxT
+    clipped_BxT = jnp.clip(ratio_BxT, 1.0 - clip_low, 1.0 + clip_high) * adv_BxT
+    loss_BxT = jnp.where(mask_BxT, -jnp.minimum(unclipped_BxT, clipped_BxT), 0.0)
+    is_low = mask_BxT & (ratio_BxT < 1.0 - clip_low) & (adv_BxT < 0)
+    is_high = mask_BxT & (ratio_BxT > 1.0 + clip_high) & (adv_BxT > 0)
+    return loss_BxT, is_low.astype(loss_BxT.dtype), is_high.astype(loss_BxT.dtype)
+
+
+def kl_estimate(logp_BxT: jax.Array, ref_logp_BxT: jax.Array, mask_BxT: jax.Array, estimator: str) -> jax.Array:
+    """Per-token estimate of KL(π‖π_ref) from samples of π (Schulman 2020), 0 on masked positions.
+
+    With log r = log π_ref − log π: k1 = −log r, k2 = (log r)²/2, k3 = r − 1 − log r (≥ 0, unbiased).
+    """
+    log_r_BxT = jnp.where(mask_BxT, ref_logp_BxT - logp_BxT, 0.0)
+    if estimator == "k1":
+        return -log_r_BxT
+    if estimator == "k2":
+        return 0.5 * log_r_BxT**2
+    if estimator == "k3":
+        return jnp.expm1(log_r_BxT) - log_r_BxT
+    raise ValueError(f"kl estimator {estimator!r}: must be one of {KL_ESTIMATORS}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Aggregation: per-token weights from the full batch's mask
+
+
+def _seq_mean_token_mean(mask_BxT: jax.Array, norm_length: int | None) -> jax.Array:
+    """GRPO: mean over tokens within each sequence, then over sequences that have any token."""
+    m = mask_BxT.astype(jnp.float32)
+    count_B = m.sum(-1, keepdims=True)
+    num_seqs = jnp.maximum((count_B > 0).sum(), 1)
+    return m / jnp.maximum(count_B, 1) / num_seqs
+
+
+def _token_mean(mask_BxT: jax.Array, norm_length: int | None) -> jax.Array:
+    """DAPO: one mean over every response token of the batch (long answers weigh more)."""
+    m = mask_BxT.astype(jnp.float32)
+    return m / jnp.maximum(m.sum(), 1)
+
+
+def _seq_mean_token_sum_norm(mask_BxT: jax.Array, norm_length: int | None) -> jax.Array:
+    """Dr. GRPO: token sums divided by a constant length, averaged over all B sequences (no length bias)."""
+    m = mask_BxT.astype(jnp.float32)
+    return m / (norm_length * m.shape[0])
+
+
+AGGREGATIONS: dict[str, Callable[[jax.Array, int | None], jax.Array]] = {
+    "seq_mean_token_mean": _seq_mean_token_mean,
+    "token_mean": _token_mean,
+    "seq_mean_token_sum_norm": _seq_mean_token_sum_norm,
+}
+
+
+def loss_weights(mask_BxT: jax.Array, mode: str, norm_length: int | None = None) -> jax.Array:
+    """Per-token weights [B, T] of aggregation `mode`; the loss is sum(weights * per_token_loss)."""
+    if mode not in AGGREGATIONS:
+        raise ValueError(f"loss aggregation {mode!r}: must be one of {sorted(AGGREGATIONS)}")
+    return AGGREGATIONS[mode](mask_BxT, norm_length)
+
+
+def token_mean_weights(mask_BxT: jax.Array) -> jax.Array:
+    """Weights of a plain token mean (used for metrics such as kl and clip fraction)."""
+    return _token_mean(mask_BxT, None)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The objective
+
+
+def grpo_objective(
+    logp_BxT: jax.Array,
+    old_logp_BxT: jax.Array,
+    ref_logp_BxT: jax.Array | None,
+    advantages_B: jax.Array,
+    mask_BxT: jax.Array,
+    loss_w_BxT: jax.Array,
+    metric_w_BxT: jax.Array,
+    cfg: GRPOConfig,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Weighted-sum GRPO loss: Σ w·(clipped surrogate + β·KL), and weighted-sum metrics.
+
+    `loss_w_BxT` / `metric_w_BxT` come from `loss_weights` / `token_mean_weights` on the full batch;
+    every returned value is a sum over this (micro-)batch's tokens, so micro-batches add exactly.
+    `ref_logp_BxT` must be None exactly when cfg.kl_coef == 0.
+    """
+    if (ref_logp_BxT is None) != (cfg.kl_coef == 0):
+        raise ValueError(f"ref_logp must be given iff kl_coef > 0 (kl_coef={cfg.kl_coef})")
+    pg_BxT, low_BxT, high_BxT = clipped_surrogate(
+        logp_BxT, old_logp_BxT, advantages_B, mask_BxT, cfg.clip_low, cfg.clip_high)
+    pg_loss = jnp.sum(loss_w_BxT * pg_BxT)
+    metrics = {
+        "pg_loss": pg_loss,
+        "clip_frac_low": jnp.sum(metric_w_BxT * low_BxT),
+        "clip_frac_high": jnp.sum(metric_w_BxT * high_BxT),
+        "ratio_mean": jnp.sum(metric_w_BxT * jnp.exp(jnp.where(mask_BxT, logp_BxT - old_logp_BxT, 0.0))),
+    }
+    metrics["clip_frac"] = metrics["clip_frac_low"] + metrics["clip_frac_high"]
+    loss = pg_loss
+    if ref_logp_BxT is not None:
+        kl_BxT = kl_estimate(logp_BxT, ref_logp_BxT, mask_BxT, cfg.kl_estimator)
+        loss = loss + cfg.kl_coef * jnp.sum(loss_w_BxT * kl_BxT)
+        metrics["kl"] = jnp.sum(metric_w_BxT * kl_BxT)
+    metrics["loss"] = loss
+    return loss, metrics
+
+
+def grpo_loss(
+    logp_BxT: jax.Array,
+    old_logp_BxT: jax.Array,
+    ref_logp_BxT: jax.Array | None,
+    advantages_B: jax.Array,
+    mask_BxT: jax.Array,
+    cfg: GRPOConfig,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """GRPO loss of one whole batch (weights from its own mask); see `grpo_objective`."""
+    return grpo_objective(
+        logp_BxT, old_logp_BxT, ref_logp_BxT, advantages_B, mask_BxT,
+        loss_weights(mask_BxT, cfg.loss_aggregation, cfg.loss_norm_length), token_mean_weights(mask_BxT), cfg)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Chunked log-probs
+
+
+def chunked_token_logprobs(
+    h_BxTxD: jax.Array,
+    targets_BxT: jax.Array,
+    logits_fn: Callable[[jax.Array], jax.Array],
+    chunk_size: int,
+) -> tuple[jax.Array, jax.Array]:
+    """log p(targets[b, t] | h[b, t]) and the predictive entropy, both float32 [B, T].
+
+    Runs `logits_fn` ([B, C, D] -> [B, C, V]) on C positions at a time under `lax.map`, with the chunk
+    rematerialised in the backward pass, so at most one [B, C, V] float32 block is live.
+    """
+    b, t, d = h_BxTxD.shape
+    c = min(chunk_size, t)
+    num_chunks = -(-t // c)
+    pad = num_chunks * c - t
+    h_BxTxD = jnp.pad(h_BxTxD, ((0, 0), (0, pad), (0, 0)))
+    targets_BxT = jnp.pad(targets_BxT, ((0, 0), (0, pad)))
+    h_NxBxCxD = h_BxTxD.reshape(b, num_chunks, c, d).transpose(1, 0, 2, 3)
+    tg_NxBxC = targets_BxT.reshape(b, num_chunks, c).transpose(1, 0, 2)
+
+    @jax.checkpoint
+    def one_chunk(xs: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        h_BxCxD, tg_BxC = xs
+        logits_BxCxV = logits_fn(h_BxCxD).astype(jnp.float32)
+        lse_BxC = jax.nn.logsumexp(logits_BxCxV, axis=-1)
+        tgt_BxC = jnp.take_along_axis(logits_BxCxV, tg_BxC[:, :, None], axis=-1)[:, :, 0]
+        probs_BxCxV = jnp.exp(logits_BxCxV - lse_BxC[:, :, None])
+        entropy_BxC = lse_BxC - jnp.sum(probs_BxCxV * logits_BxCxV, axis=-1)
+        return tgt_BxC - lse_BxC, entropy_BxC
+
+    logp_NxBxC, ent_NxBxC = jax.lax.map(one_chunk, (h_NxBxCxD, tg_NxBxC))
+
+    def unchunk(x_NxBxC: jax.Array) -> jax.Array:
+        return x_NxBxC.transpose(1, 0, 2).reshape(b, num_chunks * c)[:, :t]
+
+    return unchunk(logp_NxBxC), unchunk(ent_NxBxC)
+
+
+def sequence_logprobs(
+    model: Any, tokens_BxT: jax.Array, input_mask_BxT: jax.Array, chunk_size: int
+) -> tuple[jax.Array, jax.Array]:
+    """Teacher-forced log p(tokens[t] | tokens[<t]) and entropy, float32 [B, T], entry 0 set to 0.
+
+    `model` follows the model contract (`hidden_states`, `logits_from_hidden`); padding may be left
+    or right (positions come from the mask).
+    """
+    positions_BxT = padding_to_positions(input_mask_BxT)
+    h_BxTxD, _ = model.hidden_states(tokens_BxT, positions_BxT, causal_padding_mask(input_mask_BxT))
+    next_BxT = jnp.pad(tokens_BxT[:, 1:], ((0, 0), (0, 1)))
+    logp_next_BxT, ent_next_BxT = chunked_token_logprobs(h_BxTxD, next_BxT, model.logits_from_hidden, chunk_size)
+
+    def shift_right(x_BxT: jax.Array) -> jax.Array:
+        return jnp.pad(x_BxT[:, :-1], ((0, 0), (1, 0)))
+
+    return shift_right(logp_next_BxT), shift_right(ent_next_BxT)

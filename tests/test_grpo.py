@@ -1,0 +1,328 @@
+"""GRPO maths: hand-computed cases, finite differences in float64, and invariants."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from rubric_jax import grpo
+from rubric_jax.models.config import ModelConfig
+from rubric_jax.models.transformer import Transformer, causal_padding_mask, padding_to_positions
+
+
+def _cfg(**kw):
+    return grpo.GRPOConfig(**{"group_size": 2, "kl_coef": 0.0, **kw})
+
+
+# --------------------------------------------------------------------------------- config validation
+
+
+def test_config_defaults_follow_rubricrl():
+    cfg = grpo.GRPOConfig()
+    assert cfg.group_size == 8 and 0.01 <= cfg.kl_coef <= 0.05 and cfg.kl_estimator == "k3"
+    assert 0.2 <= cfg.clip_low <= 0.3 and cfg.loss_aggregation == "seq_mean_token_mean"
+
+
+@pytest.mark.parametrize("kw, field", [
+    ({"group_size": 1}, "group_size"),
+    ({"kl_coef": -0.1}, "kl_coef"),
+    ({"kl_coef": float("nan")}, "kl_coef"),
+    ({"kl_estimator": "k4"}, "kl_estimator"),
+    ({"clip_low": -0.1}, "clip_low"),
+    ({"clip_low": 1.0}, "clip_low"),
+    ({"clip_low": 0.3, "clip_high": 0.2}, "clip_high"),
+    ({"advantage_scaling": "std"}, "advantage_scaling"),
+    ({"advantage_eps": 0.0}, "advantage_eps"),
+    ({"loss_aggregation": "mean"}, "loss_aggregation"),
+    ({"loss_aggregation": "seq_mean_token_sum_norm"}, "loss_norm_length"),
+    ({"loss_norm_length": 128}, "loss_norm_length"),
+    ({"logprob_chunk_size": 0}, "logprob_chunk_size"),
+])
+def test_config_rejects_bad_values(kw, field):
+    with pytest.raises(ValueError, match=f"GRPOConfig.{field}="):
+        grpo.GRPOConfig(**kw)
+
+
+def test_config_accepts_dapo_and_dr_grpo():
+    grpo.GRPOConfig(clip_low=0.2, clip_high=0.28, loss_aggregation="token_mean")
+    grpo.GRPOConfig(advantage_scaling="none", loss_aggregation="seq_mean_token_sum_norm", loss_norm_length=512)
+
+
+# --------------------------------------------------------------------------------- advantages
+
+
+def test_group_advantages_hand_computed():
+    rewards = jnp.array([1.0, 2.0, 3.0, 4.0, 0.5, 0.5, 0.5, 0.5])
+    adv, zero_frac = grpo.group_advantages(rewards, 4, scaling="group", eps=1e-12)
+    std = math.sqrt(5.0 / 3.0)  # sample std of 1..4
+    np.testing.assert_allclose(adv[:4], np.array([-1.5, -0.5, 0.5, 1.5]) / std, rtol=1e-6)
+    np.testing.assert_array_equal(adv[4:], 0.0)
+    assert float(zero_frac) == 0.5
+
+    adv, _ = grpo.group_advantages(rewards, 4, scaling="none")
+    np.testing.assert_allclose(adv, [-1.5, -0.5, 0.5, 1.5, 0, 0, 0, 0], rtol=1e-6)
+
+    adv, _ = grpo.group_advantages(rewards, 4, scaling="batch", eps=1e-12)
+    batch_mean = 12.0 / 8
+    batch_std = math.sqrt((0.25 + 0.25 + 2.25 + 6.25 + 4 * 1.0) / 7)
+    assert abs(batch_mean - float(rewards.mean())) < 1e-12
+    np.testing.assert_allclose(adv[:4], np.array([-1.5, -0.5, 0.5, 1.5]) / batch_std, rtol=1e-6)
+    np.testing.assert_array_equal(adv[4:], 0.0)
+
+
+def test_group_advantages_drop_invalid_samples():
+    rewards = jnp.array([1.0, jnp.nan, 3.0, 5.0, 0.2, 0.9, 0.7, 0.1, 2.0, jnp.nan, jnp.nan, jnp.nan])
+    valid = jnp.array([True] * 4 + [True, False, True, True] + [True] * 4)
+    adv, zero_frac = grpo.group_advantages(rewards, 4, eps=1e-12, valid_N=valid)
+    # group 0: valid {1, 3, 5}: mean 3, sample std 2.
+    np.testing.assert_allclose(adv[:4], [-1.0, 0.0, 0.0, 1.0], rtol=1e-6)
+    # group 1: sample 1 marked invalid: {0.2, 0.7, 0.1}, mean 1/3.
+    r = np.array([0.2, 0.7, 0.1])
+    expected = (r - r.mean()) / r.std(ddof=1)
+    np.testing.assert_allclose(np.asarray(adv[4:8])[[0, 2, 3]], expected, rtol=1e-5)
+    assert float(adv[5]) == 0.0
+    # group 2: a single valid sample has no spread: zero advantage, counted.
+    np.testing.assert_array_equal(adv[8:], 0.0)
+    assert abs(float(zero_frac) - 1 / 3) < 1e-7
+    assert np.all(np.isfinite(np.asarray(adv)))
+
+
+@pytest.mark.parametrize("scaling", grpo.ADVANTAGE_SCALINGS)
+def test_group_advantages_shift_invariant(scaling):
+    rewards = jax.random.uniform(jax.random.key(0), (24,))
+    base, _ = grpo.group_advantages(rewards, 8, scaling=scaling)
+    shifted, _ = grpo.group_advantages(rewards + 3.5, 8, scaling=scaling)
+    np.testing.assert_allclose(shifted, base, atol=1e-5)
+    group_means = base.reshape(3, 8).mean(-1)
+    np.testing.assert_allclose(group_means, 0.0, atol=1e-6)
+
+
+def test_group_advantages_reject_bad_shapes():
+    with pytest.raises(ValueError, match="multiple of group_size=4"):
+        grpo.group_advantages(jnp.zeros(6), 4)
+    with pytest.raises(ValueError, match="scaling='std'"):
+        grpo.group_advantages(jnp.zeros(8), 4, scaling="std")
+
+
+# --------------------------------------------------------------------------------- per-token terms
+
+
+def test_clipped_surrogate_hand_computed():
+    ratio = jnp.array([[1.5, 0.5, 1.0, 1.25]])
+    old = jnp.zeros_like(ratio)
+    mask = jnp.ones(ratio.shape, bool)
+    loss, low, high = grpo.clipped_surrogate(jnp.log(ratio), old, jnp.array([1.0]), mask, 0.2, 0.2)
+    np.testing.assert_allclose(loss, [[-1.2, -0.5, -1.0, -1.2]], rtol=1e-6)
+    np.testing.assert_array_equal(high, [[1, 0, 0, 1]])
+    np.testing.assert_array_equal(low, 0)
+
+    loss, low, high = grpo.clipped_surrogate(jnp.log(ratio), old, jnp.array([-1.0]), mask, 0.2, 0.2)
+    np.testing.assert_allclose(loss, [[1.5, 0.8, 1.0, 1.25]], rtol=1e-6)
+    np.testing.assert_array_equal(low, [[0, 1, 0, 0]])
+    np.testing.assert_array_equal(high, 0)
+
+    # DAPO clip-higher: with eps_high 0.28 the ratio 1.25 is no longer clipped for A > 0.
+    loss, _, high = grpo.clipped_surrogate(jnp.log(ratio), old, jnp.array([1.0]), mask, 0.2, 0.28)
+    np.testing.assert_allclose(loss, [[-1.28, -0.5, -1.0, -1.25]], rtol=1e-6)
+    np.testing.assert_array_equal(high, [[1, 0, 0, 0]])
+
+
+def test_kl_estimators_hand_computed():
+    logp = jnp.log(jnp.array([[0.5]]))
+    ref = jnp.log(jnp.array([[0.25]]))
+    mask = jnp.ones((1, 1), bool)
+    log_r = math.log(0.5)
+    expected = {"k1": -log_r, "k2": 0.5 * log_r**2, "k3": 0.5 - 1 - log_r}
+    for name, value in expected.items():
+        np.testing.assert_allclose(grpo.kl_estimate(logp, ref, mask, name), [[value]], rtol=1e-6)
+    with pytest.raises(ValueError, match="'k9'"):
+        grpo.kl_estimate(logp, ref, mask, "k9")
+
+
+@pytest.mark.parametrize("estimator", grpo.KL_ESTIMATORS)
+def test_identical_policy_and_reference_give_zero_kl(estimator):
+    logp = -jax.random.uniform(jax.random.key(1), (3, 5), minval=0.1, maxval=4.0)
+    mask = jnp.ones((3, 5), bool)
+    cfg = _cfg(kl_coef=0.04, kl_estimator=estimator)
+
+    def kl_term(lp):
+        return grpo.grpo_loss(lp, lp, logp, jnp.zeros(3), mask, cfg)[1]["kl"]
+
+    assert float(kl_term(logp)) == 0.0
+    if estimator != "k1":  # k2 and k3 are minimised at π = π_ref; k1's gradient is the constant 1
+        np.testing.assert_allclose(jax.grad(kl_term)(logp), 0.0, atol=1e-7)
+
+
+def test_aggregation_weights_hand_computed():
+    per_token = jnp.array([[4.0, 9.0, 9.0], [1.0, 2.0, 3.0]])
+    mask = jnp.array([[True, False, False], [True, True, True]])
+
+    def agg(mode, length=None):
+        return float(jnp.sum(grpo.loss_weights(mask, mode, length) * per_token))
+
+    assert agg("seq_mean_token_mean") == pytest.approx((4.0 + 2.0) / 2)
+    assert agg("token_mean") == pytest.approx(10.0 / 4)
+    assert agg("seq_mean_token_sum_norm", 4) == pytest.approx((4.0 / 4 + 6.0 / 4) / 2)
+    with pytest.raises(ValueError, match="'sum'"):
+        grpo.loss_weights(mask, "sum")
+
+
+def test_grpo_loss_hand_computed():
+    # On-policy (ratio 1): pg = -A per token; with k3 KL 0.5 - 1 - log 0.5 on every token.
+    logp = jnp.full((2, 3), math.log(0.5))
+    ref = jnp.full((2, 3), math.log(0.25))
+    mask = jnp.array([[False, True, True], [False, True, False]])
+    cfg = _cfg(kl_coef=0.05)
+    loss, metrics = grpo.grpo_loss(logp, logp, ref, jnp.array([1.0, -2.0]), mask, cfg)
+    k3 = 0.5 - 1 - math.log(0.5)
+    pg = (-1.0 + 2.0) / 2
+    assert float(metrics["pg_loss"]) == pytest.approx(pg, rel=1e-6)
+    assert float(metrics["kl"]) == pytest.approx(k3, rel=1e-6)
+    assert float(loss) == pytest.approx(pg + 0.05 * k3, rel=1e-6)
+    assert float(metrics["clip_frac"]) == 0.0 and float(metrics["ratio_mean"]) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="iff kl_coef > 0"):
+        grpo.grpo_loss(logp, logp, None, jnp.zeros(2), mask, cfg)
+
+
+# --------------------------------------------------------------------------------- gradients
+
+
+def _random_case(key, b=4, t=6, dtype=jnp.float32):
+    k1, k2, k3, k4 = jax.random.split(key, 4)
+    old = -jax.random.uniform(k1, (b, t), dtype, 0.5, 3.0)
+    log_ratio = jax.random.uniform(k2, (b, t), dtype, -0.6, 0.6)
+    ref = old + jax.random.uniform(k3, (b, t), dtype, -0.5, 0.5)
+    adv = jax.random.normal(k4, (b,), dtype)
+    lengths = jnp.array([6, 3, 1, 4])[:b]
+    mask = (jnp.arange(t)[None, :] >= 1) & (jnp.arange(t)[None, :] <= lengths[:, None])
+    return old + log_ratio, old, ref, adv, mask
+
+
+@pytest.mark.parametrize("mode, length", [("seq_mean_token_mean", None), ("token_mean", None),
+                                          ("seq_mean_token_sum_norm", 8)])
+@pytest.mark.parametrize("estimator", grpo.KL_ESTIMATORS)
+def test_gradient_matches_finite_differences_float64(mode, length, estimator):
+    with jax.enable_x64(True):
+        logp, old, ref, adv, mask = _random_case(jax.random.key(3), dtype=jnp.float64)
+        cfg = _cfg(kl_coef=0.03, kl_estimator=estimator, clip_low=0.2, clip_high=0.28,
+                   loss_aggregation=mode, loss_norm_length=length)
+        kinks = jnp.array([math.log(0.8), math.log(1.28)])
+        assert float(jnp.min(jnp.abs((logp - old)[..., None] - kinks[None, None, :]))) > 1e-3
+
+        def f(lp):
+            return grpo.grpo_loss(lp, old, ref, adv, mask, cfg)[0]
+
+        grad = np.asarray(jax.grad(f)(logp))
+        h = 1e-6
+        eye = np.eye(logp.size).reshape(logp.size, *logp.shape)
+        numeric = np.array([(f(logp + h * e) - f(logp - h * e)) / (2 * h) for e in eye]).reshape(logp.shape)
+        assert logp.dtype == jnp.float64
+        np.testing.assert_allclose(grad, numeric, atol=1e-8, rtol=1e-6)
+        assert np.all(grad[~np.asarray(mask)] == 0)
+        assert np.any(grad != 0)
+
+
+def test_equal_rewards_without_kl_give_zero_gradient():
+    logp, old, _, _, mask = _random_case(jax.random.key(4))
+    adv, zero_frac = grpo.group_advantages(jnp.full(4, 0.7), 2)
+    assert float(zero_frac) == 1.0
+    cfg = _cfg(kl_coef=0.0)
+    grad = jax.grad(lambda lp: grpo.grpo_loss(lp, old, None, adv, mask, cfg)[0])(logp)
+    np.testing.assert_array_equal(grad, 0.0)
+
+
+@pytest.mark.parametrize("mode, length", [("seq_mean_token_mean", None), ("token_mean", None),
+                                          ("seq_mean_token_sum_norm", 8)])
+def test_padding_changes_nothing(mode, length):
+    logp, old, ref, adv, mask = _random_case(jax.random.key(5))
+    cfg = _cfg(kl_coef=0.02, loss_aggregation=mode, loss_norm_length=length)
+
+    def loss_and_grad(lp, o, r, m):
+        return jax.value_and_grad(lambda x: grpo.grpo_loss(x, o, r, adv, m, cfg)[0])(lp)
+
+    def pad(x, value):
+        return jnp.concatenate([x, jnp.full((x.shape[0], 5), value, x.dtype)], axis=1)
+
+    loss, grad = loss_and_grad(logp, old, ref, mask)
+    # Garbage on the padding (as a sampler might leave it) must not leak in.
+    loss_p, grad_p = loss_and_grad(pad(logp, 30.0), pad(old, -1e4), pad(ref, 50.0), pad(mask, False))
+    assert float(loss_p) == pytest.approx(float(loss), rel=1e-6)
+    np.testing.assert_allclose(grad_p[:, :6], grad, rtol=1e-6)
+    np.testing.assert_array_equal(grad_p[:, 6:], 0.0)
+
+
+def test_microbatch_sums_equal_full_batch():
+    logp, old, ref, adv, mask = _random_case(jax.random.key(6))
+    cfg = _cfg(kl_coef=0.02, loss_aggregation="token_mean")
+    full, full_metrics = grpo.grpo_loss(logp, old, ref, adv, mask, cfg)
+    loss_w = grpo.loss_weights(mask, cfg.loss_aggregation)
+    metric_w = grpo.token_mean_weights(mask)
+    parts = [grpo.grpo_objective(logp[s], old[s], ref[s], adv[s], mask[s], loss_w[s], metric_w[s], cfg)
+             for s in (slice(0, 2), slice(2, 4))]
+    assert float(parts[0][0] + parts[1][0]) == pytest.approx(float(full), rel=1e-6)
+    for name in ("kl", "clip_frac", "pg_loss"):
+        total = float(parts[0][1][name] + parts[1][1][name])
+        assert total == pytest.approx(float(full_metrics[name]), rel=1e-6, abs=1e-7)
+
+
+# --------------------------------------------------------------------------------- chunked log-probs
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 100])
+def test_chunked_logprobs_match_full_log_softmax(chunk):
+    k1, k2, k3 = jax.random.split(jax.random.key(7), 3)
+    h = jax.random.normal(k1, (2, 7, 5))
+    w = jax.random.normal(k2, (5, 11))
+    targets = jax.random.randint(k3, (2, 7), 0, 11)
+
+    def chunked(h, w):
+        return grpo.chunked_token_logprobs(h, targets, lambda x: x @ w, chunk)
+
+    def full(h, w):
+        logp_all = jax.nn.log_softmax(h @ w, axis=-1)
+        logp = jnp.take_along_axis(logp_all, targets[..., None], axis=-1)[..., 0]
+        return logp, -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
+
+    (lp_c, ent_c), (lp_f, ent_f) = chunked(h, w), full(h, w)
+    np.testing.assert_allclose(lp_c, lp_f, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ent_c, ent_f, rtol=1e-5, atol=1e-6)
+    g_c = jax.grad(lambda h, w: chunked(h, w)[0].sum(), argnums=(0, 1))(h, w)
+    g_f = jax.grad(lambda h, w: full(h, w)[0].sum(), argnums=(0, 1))(h, w)
+    for a, b in zip(g_c, g_f):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _tiny_model(tie=False):
+    cfg = ModelConfig(architecture="qwen2", vocab_size=61, hidden_size=16, intermediate_size=32, num_layers=2,
+                      num_heads=2, num_kv_heads=1, head_dim=8, rope_theta=10000.0, rms_norm_eps=1e-6,
+                      tie_word_embeddings=tie, attention_bias=True, rope_scaling=None,
+                      max_position_embeddings=64)
+    return Transformer(cfg, rngs=nnx.Rngs(0))
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_sequence_logprobs_match_model_logits(tie):
+    model = _tiny_model(tie)
+    tokens = jax.random.randint(jax.random.key(8), (3, 9), 0, 61)
+    input_mask = jnp.arange(9)[None, :] >= jnp.array([[0], [2], [4]])  # left padding
+    logp, ent = grpo.sequence_logprobs(model, tokens, input_mask, chunk_size=4)
+    logits, _ = model(tokens, padding_to_positions(input_mask), causal_padding_mask(input_mask))
+    logp_all = jax.nn.log_softmax(logits, axis=-1)
+    expected = jnp.take_along_axis(logp_all[:, :-1], tokens[:, 1:, None], axis=-1)[..., 0]
+    np.testing.assert_allclose(logp[:, 1:], expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(logp[:, 0], 0.0)
+    np.testing.assert_allclose(ent[:, 1:], -jnp.sum(jnp.exp(logp_all) * logp_all, -1)[:, :-1], rtol=1e-5, atol=1e-5)
+
+
+def test_sequence_logprobs_ignore_right_padding():
+    model = _tiny_model()
+    tokens = jax.random.randint(jax.random.key(9), (2, 6), 0, 61)
+    mask = jnp.ones((2, 6), bool)
+    padded = jnp.concatenate([tokens, jnp.zeros((2, 3), tokens.dtype)], axis=1)
+    padded_mask = jnp.concatenate([mask, jnp.zeros((2, 3), bool)], axis=1)
+    logp, _ = grpo.sequence_logprobs(model, tokens, mask, chunk_size=4)
+    logp_p, _ = grpo.sequence_logprobs(model, padded, padded_mask, chunk_size=4)
+    np.testing.assert_allclose(logp_p[:, :6], logp, rtol=1e-5, atol=1e-6)
