@@ -103,14 +103,21 @@ def _host_rng(key: jax.Array) -> np.random.Generator:
     return np.random.default_rng(np.asarray(data, dtype=np.uint32).ravel().tolist())
 
 
+def special_tokens(tokenizer: Any) -> list[str]:
+    """Every special token string of the tokenizer (these must never come from untrusted text)."""
+    added = [t.content for t in tokenizer.added_tokens_decoder.values() if t.special]
+    return sorted(set(added) | set(tokenizer.all_special_tokens))
+
+
 def _build_prompt(
-    req: _Request, question: str, response: str, mode: str, shuffle: bool, rng: np.random.Generator
+    req: _Request, question: str, response: str, mode: str, shuffle: bool, rng: np.random.Generator,
+    reserved: Sequence[str],
 ) -> JudgePrompt:
     nonce = rng.bytes(8).hex()
     orders = [rng.permutation(len(d.anchors)).tolist() if shuffle else None for d in req.dims]
     if mode == "single":
-        return single_prompt(question, response, req.dims[0], nonce=nonce, anchor_order=orders[0])
-    return multi_prompt(question, response, req.dims, nonce=nonce, anchor_orders=orders)
+        return single_prompt(question, response, req.dims[0], nonce=nonce, anchor_order=orders[0], reserved=reserved)
+    return multi_prompt(question, response, req.dims, nonce=nonce, anchor_orders=orders, reserved=reserved)
 
 
 def encode_prompts(tokenizer: Any, prompts: Sequence[JudgePrompt]) -> list[list[int]]:
@@ -140,6 +147,7 @@ def _run_judge(
 ) -> np.ndarray:
     """Scores [S, L] for one judge: NaN where a sample never produced a valid verdict."""
     scores_SxL = np.full((config.num_samples, num_slots), np.nan)
+    reserved = special_tokens(judge.tokenizer)
     pending = [(r, s) for r in range(len(requests)) for s in range(config.num_samples)]
     for round_index, round_key in enumerate(jax.random.split(key, config.max_retries + 1)):
         if not pending:
@@ -148,7 +156,7 @@ def _run_judge(
         rng = _host_rng(prompt_key)
         prompts = [
             _build_prompt(requests[r], questions[requests[r].row], responses[requests[r].row], config.mode,
-                          config.shuffle_anchors, rng)
+                          config.shuffle_anchors, rng, reserved)
             for r, _ in pending
         ]
         ids = encode_prompts(judge.tokenizer, prompts)

@@ -7,7 +7,8 @@ evaluation per response over R*(q), then a deterministic parser).
 
 Injection defence: the question and the response are wrapped in `<question-NONCE>` / `<response-NONCE>`
 tags whose nonce the caller draws per prompt; any occurrence of the nonce inside the wrapped text is
-replaced first, so the text can never close its fence. The instructions say fenced text is data and
+replaced first, so the text can never close its fence, and so is every `reserved` string (the judge
+tokenizer's special tokens, e.g. `<|im_end|>`), so the text cannot end the chat turn either. The instructions say fenced text is data and
 that length, format and templates earn nothing (RubricRL 3.3, 6.1). Anchor order can be permuted per
 sample (RubricRL 3.3: several orderings, then the median).
 """
@@ -23,6 +24,7 @@ from rubric_jax.rubrics.schema import Dimension
 
 _NONCE_RE = re.compile(r"[0-9a-f]{16,64}")
 NONCE_PLACEHOLDER = "[nonce removed]"
+RESERVED_PLACEHOLDER = "[special token removed]"
 
 SYSTEM = (
     "You are a strict, impartial grader. You score a response against rubric criteria and nothing else. "
@@ -56,10 +58,12 @@ def check_nonce(nonce: str) -> str:
     return nonce
 
 
-def fence(text: str, tag: str, nonce: str) -> str:
-    """`text` between `<tag-nonce>` and `</tag-nonce>`, with every occurrence of the nonce removed from it."""
+def fence(text: str, tag: str, nonce: str, reserved: Sequence[str] = ()) -> str:
+    """`text` between `<tag-nonce>` and `</tag-nonce>`, with the nonce and every reserved string removed from it."""
     check_nonce(nonce)
     safe = text.replace(nonce, NONCE_PLACEHOLDER)
+    for token in sorted((t for t in reserved if t), key=len, reverse=True):
+        safe = safe.replace(token, RESERVED_PLACEHOLDER)
     return f"<{tag}-{nonce}>\n{safe}\n</{tag}-{nonce}>"
 
 
@@ -82,13 +86,15 @@ def render_dimension(dim: Dimension, anchor_order: Sequence[int] | None = None) 
     return "\n".join(lines)
 
 
-def _messages(question: str, response: str, criteria: str, answer_format: str, nonce: str) -> tuple[dict[str, str], ...]:
+def _messages(
+    question: str, response: str, criteria: str, answer_format: str, nonce: str, reserved: Sequence[str]
+) -> tuple[dict[str, str], ...]:
     user = "\n\n".join(
         [
             _RULES.format(n=nonce),
             criteria,
-            fence(question, "question", nonce),
-            fence(response, "response", nonce),
+            fence(question, "question", nonce, reserved),
+            fence(response, "response", nonce, reserved),
             answer_format,
         ]
     )
@@ -96,7 +102,13 @@ def _messages(question: str, response: str, criteria: str, answer_format: str, n
 
 
 def single_prompt(
-    question: str, response: str, dim: Dimension, *, nonce: str, anchor_order: Sequence[int] | None = None
+    question: str,
+    response: str,
+    dim: Dimension,
+    *,
+    nonce: str,
+    anchor_order: Sequence[int] | None = None,
+    reserved: Sequence[str] = (),
 ) -> JudgePrompt:
     """Prompt scoring one dimension of one response; the verdict is a final `SCORE: <int>` line."""
     lo, hi = dim.scale.raw_range
@@ -105,7 +117,8 @@ def single_prompt(
         f"line of the form\n{SINGLE_KEY}: <integer from {lo} to {hi}>\nand nothing after it."
     )
     criteria = "Score the response on this criterion.\n" + render_dimension(dim, anchor_order)
-    return JudgePrompt(_messages(question, response, criteria, answer_format, nonce), (SINGLE_KEY,), ((lo, hi),))
+    messages = _messages(question, response, criteria, answer_format, nonce, reserved)
+    return JudgePrompt(messages, (SINGLE_KEY,), ((lo, hi),))
 
 
 def multi_prompt(
@@ -115,6 +128,7 @@ def multi_prompt(
     *,
     nonce: str,
     anchor_orders: Sequence[Sequence[int] | None] | None = None,
+    reserved: Sequence[str] = (),
 ) -> JudgePrompt:
     """Prompt scoring all `dims` of one response; the verdict is one `<id>: <int>` line per dim, in order."""
     if not dims:
@@ -132,4 +146,4 @@ def multi_prompt(
         f"lines, one per criterion in this order, and nothing after them:\n{block}"
     )
     keys = tuple(d.id for d in dims)
-    return JudgePrompt(_messages(question, response, criteria, answer_format, nonce), keys, ranges)
+    return JudgePrompt(_messages(question, response, criteria, answer_format, nonce, reserved), keys, ranges)

@@ -1,0 +1,154 @@
+"""The one reward interface the trainer calls: rubric scoring of a batch of responses -> RewardOutput.
+
+For N rows (question, response, that row's rubric; rubrics may differ per row, QuRL case-wise R*(q)):
+  rule dimensions  rules.py, once per distinct rubric over its rows (vectorised over the batch);
+  LLM dimensions   llm_judge.py, every LLM dimension of every row in one batched judge pass;
+  normalise        raw scale -> [0, 1], 1 = best (rubrics.schema.normalize_scores);
+  aggregate        each row with its rubric's method, gates and weights (rubrics.aggregation).
+Columns are the union of the rows' dimension ids in order of first appearance; valid[n, d] is False
+where row n's rubric has no dimension d or its judge failed (score NaN). A rule dimension on a points
+scale reports 1 = "criterion met", so a negative-points rule should detect the undesirable behaviour.
+
+The call is a pure function of its inputs plus `key` (used only for LLM judge sampling). Rubrics are
+checked when the reward is built (unknown rule, bad rule params, an LLM dimension with no judge) and
+again, once each, for any new rubric met at call time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from rubric_jax.judges.llm_judge import Judge, JudgeConfig, judge_rows
+from rubric_jax.judges.rules import Rule, RuleError, make_rule, rule_scores
+from rubric_jax.rubrics.aggregation import aggregate_rubric
+from rubric_jax.rubrics.schema import Rubric, RubricError, normalize_scores
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardOutput:
+    """Normalised scores [N, D] (NaN = missing), valid [N, D], reward [N] in [0, 1], column ids, metrics.
+
+    details["reward_ok"] [N] bool marks rows whose reward means something (aggregation.py: a missing gate,
+    or no scored dimension left, makes a row not ok and its reward 0); the trainer drops the others.
+    details["raw_scores"] [N, D] holds the same scores on each dimension's own scale.
+    """
+
+    scores: np.ndarray
+    valid: np.ndarray
+    reward: np.ndarray
+    dimension_ids: list[str]
+    details: dict[str, Any]
+
+
+class RubricReward:
+    """Callable reward: `(questions, responses, rubrics, *, key=None, weights=None) -> RewardOutput`."""
+
+    def __init__(self, rubrics: Sequence[Rubric] = (), judges: Sequence[Judge] = (),
+                 judge_config: JudgeConfig = JudgeConfig()):
+        self.judges = tuple(judges)
+        self.judge_config = judge_config
+        self._rules: dict[str, dict[int, Rule]] = {}
+        for rubric in rubrics:
+            self.rules_of(rubric)
+
+    def rules_of(self, rubric: Rubric) -> dict[int, Rule]:
+        """Built rule per rule-dimension index of `rubric`; raises RubricError naming rubric and dimension."""
+        if not isinstance(rubric, Rubric):
+            raise RubricError(f"reward: expected a Rubric, got {type(rubric).__name__}")
+        cached = self._rules.get(rubric.content_hash)
+        if cached is not None:
+            return cached
+        built: dict[int, Rule] = {}
+        for j, dim in enumerate(rubric.dimensions):
+            if dim.kind == "rule":
+                try:
+                    built[j] = make_rule(dim.rule, dim.params)
+                except RuleError as e:
+                    raise RubricError(f"rubric {rubric.name!r}: dimension {dim.id!r}: {e}") from None
+            elif not self.judges:
+                raise RubricError(
+                    f"rubric {rubric.name!r}: dimension {dim.id!r} is an LLM dimension but no judge is "
+                    "configured (give a judge checkpoint, or make it a rule dimension)"
+                )
+        self._rules[rubric.content_hash] = built
+        return built
+
+    def __call__(
+        self,
+        questions: Sequence[str],
+        responses: Sequence[str],
+        rubrics: Sequence[Rubric],
+        *,
+        key: jax.Array | None = None,
+        weights: Mapping[str, float] | None = None,
+    ) -> RewardOutput:
+        """Scores, validity and reward for N rows; `weights` (dimension id -> weight) overrides rubric weights."""
+        n = len(responses)
+        if not len(questions) == n == len(rubrics):
+            raise ValueError(f"reward: {len(questions)} questions, {n} responses, {len(rubrics)} rubrics")
+        groups: dict[str, list[int]] = {}
+        by_hash: dict[str, Rubric] = {}
+        for i, rubric in enumerate(rubrics):
+            self.rules_of(rubric)
+            groups.setdefault(rubric.content_hash, []).append(i)
+            by_hash[rubric.content_hash] = rubric
+        ids = list(dict.fromkeys(dim_id for r in rubrics for dim_id in r.dimension_ids))
+        column = {dim_id: c for c, dim_id in enumerate(ids)}
+        unknown = sorted(set(weights or {}) - set(ids))
+        if unknown:
+            raise ValueError(f"reward: weights for unknown dimension ids {unknown}; this batch has {ids}")
+        raw_NxD = np.full((n, len(ids)), np.nan)
+        has_NxD = np.zeros((n, len(ids)), dtype=bool)
+
+        for h, rows in groups.items():
+            rubric, rules = by_hash[h], self._rules[h]
+            batch = [responses[i] for i in rows]
+            for j, dim in enumerate(rubric.dimensions):
+                has_NxD[rows, column[dim.id]] = True
+                if j in rules:
+                    lo, hi = dim.scale.raw_range
+                    raw_NxD[rows, column[dim.id]] = rule_scores(rules[j], batch, lo, hi)
+
+        details: dict[str, Any] = {}
+        llm_dims = [[d for d in r.dimensions if d.kind == "llm"] for r in rubrics]
+        if any(llm_dims):
+            if key is None:
+                raise ValueError("reward: rubrics with LLM dimensions need an explicit PRNG `key` for the judge")
+            judged = judge_rows(self.judges, self.judge_config, questions, responses, llm_dims, key)
+            for i, (dims, scores) in enumerate(zip(llm_dims, judged.scores)):
+                raw_NxD[i, [column[d.id] for d in dims]] = scores
+            details.update(judged.details)
+
+        valid_NxD = has_NxD & ~np.isnan(raw_NxD)
+        scores_NxD = np.full_like(raw_NxD, np.nan)
+        reward_N = np.zeros((n,), dtype=np.float32)
+        ok_N = np.zeros((n,), dtype=bool)
+        used_weights: dict[str, float] = {}
+        for h, rows in groups.items():
+            rubric = by_hash[h]
+            cols = [column[dim_id] for dim_id in rubric.dimension_ids]
+            sub_scores = normalize_scores(rubric, raw_NxD[np.ix_(rows, cols)])
+            scores_NxD[np.ix_(rows, cols)] = sub_scores
+            weights_D = None
+            if weights is not None:
+                weights_D = np.asarray([weights.get(d.id, d.weight) for d in rubric.dimensions], np.float32)
+                used_weights.update(zip(rubric.dimension_ids, weights_D.tolist()))
+            reward_N[rows], ok_N[rows] = aggregate_rubric(rubric, sub_scores, valid_NxD[np.ix_(rows, cols)], weights_D)
+
+        missing_D = (has_NxD & ~valid_NxD).sum(axis=0)
+        details.update({
+            "reward_ok": ok_N,
+            "raw_scores": raw_NxD,
+            "rubric_hashes": [r.content_hash for r in rubrics],
+            "failures": {dim_id: int(missing_D[c]) for c, dim_id in enumerate(ids)},
+            "num_failed_scores": int(missing_D.sum()),
+            "num_not_ok": int((~ok_N).sum()),
+        })
+        if weights is not None:
+            details["dynamic_weights"] = used_weights
+        return RewardOutput(scores_NxD, valid_NxD, reward_N, ids, details)
