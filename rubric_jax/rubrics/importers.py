@@ -64,6 +64,11 @@ def _imported(name: str, source: str, dims: Sequence[Dimension], aggregation: Ag
         return Rubric(name, IMPORT_VERSION, (entry,), tuple(dims), aggregation)
 
 
+def _article(word: str) -> str:
+    """'an essential' / 'a pitfall'."""
+    return ("an " if word[0] in "aeiou" else "a ") + word
+
+
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Rows of a JSON-lines file; errors name the file and line."""
     rows = []
@@ -284,8 +289,9 @@ def rar_rubric(items: Sequence[Mapping[str, Any]], name: str, source: str = "RaR
         if isinstance(weight, float) and weight.is_integer():
             weight = int(weight)
         if isinstance(weight, (int, float)) and not isinstance(weight, bool) and (weight < 0) != (category == "pitfall"):
-            raise RubricError(f"{where}: field 'weight': expected a {'negative' if category == 'pitfall' else 'positive'} "
-                              f"weight for a {category} criterion, got {weight!r}")
+            sign = "a negative" if category == "pitfall" else "a positive"
+            raise RubricError(f"{where}: field 'weight': expected {sign} weight for {_article(category)} criterion, "
+                              f"got {weight!r}")
         dims.append(_criterion_dimension(f"r{k:02d}", criterion, weight, category, where))
     return _imported(name, source, dims, Aggregation("healthbench_points", {}, missing))
 

@@ -46,7 +46,11 @@ def dumps_rubric(rubric: Rubric, fmt: str) -> str:
 
 
 def check_revision(old: Rubric, new: Rubric, source: str) -> None:
-    """Raise unless `new` may replace `old`: same content, or a higher version with a new changelog entry."""
+    """Raise unless `new` may replace `old`: same content, or a higher version with a new changelog entry.
+
+    A Rubric's last changelog entry is always its own version, so an append-only changelog plus a higher
+    version means a new entry was added for it.
+    """
     if old.changelog != new.changelog[: len(old.changelog)]:
         raise RubricError(f"{source}: changelog is append-only; the entries on disk must stay a prefix of the new ones")
     if old.content_hash == new.content_hash:
@@ -55,8 +59,6 @@ def check_revision(old: Rubric, new: Rubric, source: str) -> None:
         raise RubricError(
             f"{source}: content changed (hash {old.content_hash[:12]} -> {new.content_hash[:12]}) but version "
             f"{new.version!r} is not higher than {old.version!r} on disk; use with_version(...)")
-    if len(new.changelog) == len(old.changelog):
-        raise RubricError(f"{source}: content changed but no changelog entry was added for version {new.version!r}")
 
 
 def save_rubric(rubric: Rubric, path: str | Path) -> None:

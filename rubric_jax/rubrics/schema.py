@@ -526,7 +526,7 @@ def normalize_scores(dimensions: Sequence[Dimension] | Rubric, raw_NxD: np.ndarr
         lo, hi = dim.scale.raw_range
         bad = ~np.isnan(col) & ((col < lo) | (col > hi))
         if bad.any():
-            raise ValueError(f"dimension {dim.id!r}: raw score {col[bad][0]!r} outside scale range [{lo}, {hi}]")
+            raise ValueError(f"dimension {dim.id!r}: raw score {float(col[bad][0])!r} outside scale range [{lo}, {hi}]")
         unit = (col - lo) / (hi - lo)
         out[:, j] = 1.0 - unit if dim.scale.kind == "points" and dim.scale.points < 0 else unit
     return out
