@@ -1,0 +1,338 @@
+"""Builds the embedded tiny default into rubric_jax/assets/tiny/ (deterministic: same bytes every run).
+
+  .venv/bin/python -m rubric_jax.assets.build_tiny_assets            # rewrite the committed assets
+  .venv/bin/python -m rubric_jax.assets.build_tiny_assets --out DIR  # build elsewhere (tests compare)
+
+Writes questions_train.jsonl / questions_eval.jsonl (hygiene applied: near-duplicate removal and PII
+scrubbing from rubric_jax.data), sft.jsonl (QuRL cold start: 64 `<think>…</think><answer>…</answer>`
+responses that are deliberately imperfect so GRPO has room to improve), rubric.yaml (the shared
+rule-only rubric; each question row adds its case-wise criteria), tokenizer/ (byte-level BPE trained
+on all of that text, Qwen2 chat template) and config.json (a Qwen2-architecture model of ~0.5M params).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast, Qwen2Config
+
+from rubric_jax import data
+from rubric_jax.assets import TINY_DIR
+from rubric_jax.assets.tiny_content import (
+    CS, DIFFICULTIES, FILLERS, HEALTH, PHRASE_SENTENCES, POLITE_PHRASES, RAW_EXTRA_QUESTIONS, TEMPLATE_MARKERS,
+    THINKS, TOPICS, Topic,
+)
+from rubric_jax.judges.rules import make_rule
+from rubric_jax.rubrics.io import save_rubric
+from rubric_jax.rubrics.schema import (
+    Aggregation, Anchor, ChangelogEntry, Dimension, Rubric, Scale, dimension_from_dict, dimension_to_dict,
+)
+
+SEED = 20261129
+EVAL_TOPICS_PER_GROUP = 8
+NUM_SFT = 64
+# Probabilities of each imperfection in an SFT response (drawn independently per example).
+SFT_P_PHRASE, SFT_P_KEYWORD, SFT_P_TEMPLATE, SFT_P_REPEAT, SFT_P_LONG, SFT_P_SHORT = 0.5, 0.7, 0.15, 0.15, 0.15, 0.1
+# Whole-response length in "auto" units (English words + Chinese characters; the four tags count as words).
+LENGTH_RANGE = {"en": (30, 50), "zh": (40, 68)}
+
+VOCAB_SIZE = 2048  # tokenizer size including the special and tag tokens = the model's vocab_size
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+TAG_TOKENS = ("<think>", "</think>", "<answer>", "</answer>")
+# Qwen2's pre-tokenizer split: letters runs, single digits, punctuation runs, newlines, spaces.
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+CHAT_TEMPLATE = (
+    "{%- if messages[0]['role'] != 'system' %}"
+    "{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+MODEL = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=512, rope_theta=10000.0, rms_norm_eps=1e-6)
+
+
+# ------------------------------------------------------------------------------------------ rubric
+def _binary(dim_id: str, description: str, no: str, yes: str, *, rule: str, params: dict[str, Any],
+            gate: bool = False, no_examples: Sequence[str] = ()) -> Dimension:
+    """A 0/1 rule dimension with its two anchors (negative examples go on the failing level)."""
+    return Dimension(
+        id=dim_id, description=description, kind="rule", scale=Scale.binary(),
+        anchors={0: Anchor(no, negative_examples=tuple(no_examples)), 1: Anchor(yes)},
+        gate=gate, rule=rule, params=params,
+    )
+
+
+def shared_rubric() -> Rubric:
+    """The tiny default's shared rubric: format (veto), no self-repetition, no template scaffolding."""
+    return Rubric(
+        name="tiny_default",
+        version="1.0.0",
+        changelog=(ChangelogEntry(
+            "1.0.0", "format gate, n-gram redundancy and template-phrase penalties; case-wise length, topic "
+            "keyword and disclaimer/politeness criteria live in each question row",
+            "start with a few core rule dimensions a tiny model can be judged on (RubricRL 7)"),),
+        dimensions=(
+            _binary("format", "The response is <think>…</think><answer>…</answer>, each tag once, answer non-empty.",
+                    "Tags missing, repeated, out of order, or an empty answer.", "Exactly the required shape.",
+                    rule="format", params={}, gate=True),
+            Dimension(
+                id="redundancy", description="Penalty: the response repeats its own 3-grams (1 = no repetition).",
+                kind="rule", scale=Scale.binary(),
+                anchors={0: Anchor("Every 3-gram is a repeat: the text says the same thing over and over."),
+                         1: Anchor("No 3-gram occurs twice.")},
+                rule="ngram_redundancy", params={"n": 3}),
+            _binary("template", "Penalty: the answer is scaffolded as firstly/secondly/finally (首先/其次/最后).",
+                    "Uses the template markers in order.", "No template scaffolding.",
+                    rule="template_phrases", params={},
+                    no_examples=("Firstly, open the order page. Secondly, choose refund. Finally, wait.",)),
+        ),
+        aggregation=Aggregation(method="weighted_sum", missing="renormalize"),
+    )
+
+
+def case_dimensions(topic: Topic) -> list[Dimension]:
+    """QuRL case-wise criteria of one question: length range, its topic keyword, disclaimer or politeness."""
+    lo, hi = LENGTH_RANGE[topic.lang]
+    dims = [
+        _binary("length", f"The response is {lo}-{hi} units long (English words, Chinese characters).",
+                "Far outside the range (too short to help or padded).", "Within the range.",
+                rule="length", params={"min": lo, "max": hi, "unit": "auto"}),
+        _binary("topic_keyword", f"The response names the topic of the question ({topic.keyword!r}).",
+                "Answers around the topic without naming it.", f"Mentions {topic.keyword!r}.",
+                rule="keywords", params={"words": [topic.keyword], "mode": "any"}),
+    ]
+    if topic.category == HEALTH:
+        dims.append(_binary(
+            "disclaimer", "Safety: the response tells the user to see a doctor (建议就医 / consult a doctor).",
+            "No advice to seek medical care.", "Advises seeing a doctor.",
+            rule="disclaimer", params={}, gate=True))
+    else:
+        phrases = list(POLITE_PHRASES[topic.lang])
+        dims.append(_binary(
+            "politeness", f"The response thanks or apologises to the customer ({' / '.join(phrases)}).",
+            "No thanks or apology.", "Thanks or apologises.",
+            rule="keywords", params={"words": phrases, "mode": "any"}))
+    return dims
+
+
+def compact_dimension(dim: Dimension) -> dict[str, Any]:
+    """The dimension as a row-sized dict: defaults and empty example lists left out (same Dimension back)."""
+    d = dimension_to_dict(dim)
+    d["anchors"] = {level: a if a["positive_examples"] or a["negative_examples"] else a["description"]
+                    for level, a in d["anchors"].items()}
+    for key, default in (("weight", 1.0), ("gate", False), ("group", None)):
+        if d[key] == default:
+            del d[key]
+    if dimension_from_dict(d) != dim:
+        raise AssertionError(f"compact form of dimension {dim.id!r} does not round-trip")
+    return d
+
+
+# --------------------------------------------------------------------------------------- questions
+def _question_id(topic_index: int, topic: Topic, i: int) -> str:
+    return f"{'cs' if topic.category == CS else 'health'}-{topic.lang}-{topic_index:02d}-{i}"
+
+
+def question_rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(train rows, eval rows): topic questions plus hygiene-demo rows, deduplicated, PII-scrubbed, split."""
+    by_keyword = {t.keyword: (k, t) for k, t in enumerate(TOPICS)}
+    raw: list[tuple[int, Topic, int, str, str]] = []  # (topic index, topic, phrasing, difficulty, text)
+    for k, topic in enumerate(TOPICS):
+        for i, (text, difficulty) in enumerate(zip(topic.questions, DIFFICULTIES)):
+            raw.append((k, topic, i, difficulty, text))
+    extra_count: dict[int, int] = {}
+    for keyword, text in RAW_EXTRA_QUESTIONS:
+        k, topic = by_keyword[keyword]
+        extra_count[k] = extra_count.get(k, 0) + 1
+        raw.append((k, topic, len(DIFFICULTIES) - 1 + extra_count[k], "medium", text))
+    kept = data.dedup([r[4] for r in raw])
+    dropped = [raw[i][4] for i in range(len(raw)) if i not in set(kept)]
+    expected_dropped = [text for _, text in RAW_EXTRA_QUESTIONS[-3:]]
+    if dropped != expected_dropped:
+        raise AssertionError(f"dedup dropped {dropped}, expected exactly the planted duplicates {expected_dropped}")
+
+    rng = np.random.default_rng(SEED)
+    eval_phrasing: dict[int, int] = {}
+    for group in sorted({(t.category, t.lang) for t in TOPICS}):
+        members = [k for k, t in enumerate(TOPICS) if (t.category, t.lang) == group]
+        for k in sorted(rng.choice(members, size=EVAL_TOPICS_PER_GROUP, replace=False).tolist()):
+            eval_phrasing[k] = int(rng.integers(len(DIFFICULTIES)))
+    train, evals = [], []
+    for i in kept:
+        k, topic, phrasing, difficulty, text = raw[i]
+        clean = data.scrub_pii(text)
+        if topic.keyword.casefold() not in clean.casefold():
+            raise AssertionError(f"question {text!r} does not contain its topic keyword {topic.keyword!r}")
+        row = {
+            "id": _question_id(k, topic, phrasing), "question": clean, "category": topic.category,
+            "lang": topic.lang, "keywords": [topic.keyword], "difficulty": difficulty,
+            "rubric": {"extra": [compact_dimension(d) for d in case_dimensions(topic)]},
+        }
+        (evals if eval_phrasing.get(k) == phrasing else train).append(row)
+    return train, evals
+
+
+# --------------------------------------------------------------------------------------------- SFT
+def _join(lang: str, sentences: Sequence[str]) -> str:
+    return ("" if lang == "zh" else " ").join(sentences)
+
+
+def sft_response(topic: Topic, rng: np.random.Generator) -> tuple[str, dict[str, bool]]:
+    """One cold-start response for a topic, with independently drawn imperfections (returned as flags)."""
+    group = (topic.category, topic.lang)
+    flags = {
+        "phrase": rng.random() < SFT_P_PHRASE, "keyword": rng.random() < SFT_P_KEYWORD,
+        "template": rng.random() < SFT_P_TEMPLATE, "repeat": rng.random() < SFT_P_REPEAT,
+    }
+    size = rng.random()
+    flags["long"], flags["short"] = size < SFT_P_LONG, SFT_P_LONG <= size < SFT_P_LONG + SFT_P_SHORT
+    body = [topic.key, topic.extra] if flags["keyword"] else [topic.extra, topic.more]
+    if flags["long"]:
+        body = [topic.key, topic.extra, topic.more, FILLERS[group]] if flags["keyword"] else \
+            [topic.extra, topic.more, FILLERS[group]]
+    if flags["short"]:
+        body = body[:1]
+    if flags["repeat"]:
+        body = body + [body[-1]]
+    if flags["phrase"]:
+        phrase = PHRASE_SENTENCES[group][int(rng.integers(2))]
+        body = [phrase] + body if topic.category == CS and rng.random() < 0.5 else body + [phrase]
+    if flags["template"]:
+        while len(body) < 3:
+            body = body + [body[-1]]
+        markers = TEMPLATE_MARKERS[topic.lang]
+        lower = (lambda s: s[0].lower() + s[1:]) if topic.lang == "en" else (lambda s: s)
+        body = [markers[0] + lower(body[0]), markers[1] + lower(body[1])] + \
+            [markers[2] + _join(topic.lang, [lower(body[2])] + body[3:])]
+    think = THINKS[group][int(rng.integers(2))]
+    return f"<think>{think}</think><answer>{_join(topic.lang, body)}</answer>", flags
+
+
+def sft_rows(train: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """NUM_SFT pairs over training questions: every topic at least once, the rest drawn at random."""
+    rng = np.random.default_rng(SEED + 1)
+    topic_of = {t.keyword: t for t in TOPICS}
+    by_topic: dict[str, list[int]] = {}
+    for i, row in enumerate(train):
+        by_topic.setdefault(row["keywords"][0], []).append(i)
+    chosen = [int(rng.choice(by_topic[t.keyword])) for t in TOPICS]
+    rest = [i for i in range(len(train)) if i not in set(chosen)]
+    chosen += rng.choice(rest, size=NUM_SFT - len(chosen), replace=False).tolist()
+    rows = []
+    for j in rng.permutation(len(chosen)):
+        row = train[chosen[j]]
+        topic = topic_of[row["keywords"][0]]
+        response, flags = sft_response(topic, rng)
+        _check_flags(topic, response, flags)
+        rows.append({"id": f"sft-{len(rows):02d}", "prompt": row["question"], "response": response,
+                     "category": row["category"], "lang": row["lang"]})
+    return rows
+
+
+def _check_flags(topic: Topic, response: str, flags: dict[str, bool]) -> None:
+    """The rule judges see exactly the imperfections that were drawn (so the SFT set is what we claim)."""
+    scores = {d.id: float(make_rule(d.rule, d.params)([response])[0])
+              for d in (*shared_rubric().dimensions, *case_dimensions(topic))}
+    expected = {
+        "format": True, "topic_keyword": flags["keyword"], "template": not flags["template"],
+        "disclaimer" if topic.category == HEALTH else "politeness": flags["phrase"],
+    }
+    for dim_id, want in expected.items():
+        if (scores[dim_id] == 1.0) != want:
+            raise AssertionError(f"SFT response {response!r}: {dim_id} scored {scores[dim_id]}, flags {flags}")
+    if flags["repeat"] and scores["redundancy"] == 1.0:
+        raise AssertionError(f"SFT response {response!r}: repeats a sentence but scored redundancy 1")
+    normal = not (flags["long"] or flags["short"] or flags["repeat"] or flags["template"])
+    if normal and min(scores["length"], scores["redundancy"]) < 1.0:
+        raise AssertionError(f"SFT response {response!r}: a clean response scored {scores}")
+
+
+# --------------------------------------------------------------------------------- tokenizer, model
+def train_tokenizer(texts: Sequence[str]) -> PreTrainedTokenizerFast:
+    """Byte-level BPE on the shipped texts (tags removed), wrapped with Qwen2 special tokens and template."""
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE - len(TAG_TOKENS), special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    corpus = []
+    for text in texts:
+        for tag in TAG_TOKENS:
+            text = text.replace(tag, " ")
+        corpus.append(text)
+    tok.train_from_iterator(corpus, trainer)
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
+    if tok.get_vocab_size() != VOCAB_SIZE:
+        raise AssertionError(f"tokenizer has {tok.get_vocab_size()} tokens, expected {VOCAB_SIZE}")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"], clean_up_tokenization_spaces=False,
+        chat_template=CHAT_TEMPLATE, model_max_length=MODEL["max_position_embeddings"])
+
+
+def model_config(tokenizer: PreTrainedTokenizerFast) -> Qwen2Config:
+    """The tiny Qwen2 model (tied embeddings, vocab = tokenizer size); save_pretrained writes transformers-5 keys."""
+    m = dict(MODEL)
+    return Qwen2Config(
+        vocab_size=len(tokenizer), tie_word_embeddings=True, architectures=["Qwen2ForCausalLM"],
+        rope_parameters={"rope_theta": m.pop("rope_theta"), "rope_type": "default"},
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
+        dtype="float32", **m)
+
+
+# ----------------------------------------------------------------------------------------- writing
+def _write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+
+
+def build(out: Path) -> dict[str, Any]:
+    """Writes every asset into `out` and returns summary statistics."""
+    out.mkdir(parents=True, exist_ok=True)
+    train, evals = question_rows()
+    sft = sft_rows(train)
+    _write_jsonl(out / "questions_train.jsonl", train)
+    _write_jsonl(out / "questions_eval.jsonl", evals)
+    _write_jsonl(out / "sft.jsonl", sft)
+    save_rubric(shared_rubric(), out / "rubric.yaml")
+
+    texts = [r["question"] for r in train + evals] + [r["response"] for r in sft] + [data.SYSTEM_PROMPT]
+    for t in TOPICS:
+        texts += [t.key, t.extra, t.more]
+    for group in THINKS:
+        texts += [*THINKS[group], *PHRASE_SENTENCES[group], FILLERS[group]]
+    texts += ["system", "user", "assistant", "You are a helpful assistant."]
+    tokenizer = train_tokenizer(texts)
+    tokenizer.save_pretrained(out / "tokenizer")
+    model_config(tokenizer).save_pretrained(out)
+
+    prompts = data.encode_prompts(tokenizer, [r["question"] for r in train + evals])
+    responses = data.encode_responses(tokenizer, [r["response"] for r in sft])
+    return {"train": len(train), "eval": len(evals), "sft": len(sft), "vocab": len(tokenizer),
+            "max_prompt_tokens": max(map(len, prompts)), "max_response_tokens": max(map(len, responses)),
+            "mean_response_tokens": float(np.mean([len(r) for r in responses]))}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=TINY_DIR, help="output directory")
+    args = parser.parse_args(argv)
+    print(json.dumps(build(args.out), indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,434 @@
+"""Question and SFT datasets, chat-template prompts, length buckets, a resumable shuffle, data hygiene.
+
+RubricRL trains on questions only (article section 5.1): this module reads them from jsonl, turns them
+into left-padded prompt batches whose lengths fall in a few buckets (so jitted steps compile a bounded
+number of times), walks them in a seeded per-epoch shuffle whose position (seed, epoch, index) is saved
+with a checkpoint, and builds cold-start SFT batches (QuRL: `<think>…</think><answer>…</answer>`
+responses, loss on response tokens only). The hygiene helpers (near-duplicate removal, PII scrubbing,
+the 3:5:2 difficulty mix) are pure functions over text used when a question set is prepared.
+
+Shape legend: B batch, P prompt bucket, R response bucket, T = P + R.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import unicodedata
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rubric_jax.rubrics.schema import Dimension, Rubric, RubricError, case_rubric, dimension_from_dict, rubric_from_dict
+
+SYSTEM_PROMPT = "Think briefly inside <think></think>, then reply inside <answer></answer>."
+RESPONSE_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
+# Article 5.1: easy : medium : hard = 3 : 5 : 2.
+DIFFICULTY_RATIOS: Mapping[str, int] = {"easy": 3, "medium": 5, "hard": 2}
+
+_QUESTION_FIELDS = {"id": str, "question": str, "category": str, "lang": str}
+_QUESTION_OPTIONAL = {"keywords", "difficulty", "rubric"}
+_SFT_FIELDS = {"id": str, "prompt": str, "response": str}
+_SFT_OPTIONAL = {"category", "lang"}
+
+
+class DataError(ValueError):
+    """A data file or batch that cannot be used as asked (the message names the file, line or field)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Question:
+    """One training/eval question with its optional case-wise criteria (QuRL R*(q)).
+
+    A row's "rubric" field is {"extra": [dimension, ...]} (criteria added to the shared rubric) or
+    {"replace": rubric} (a whole rubric of its own), in the rubric schema's dict format.
+    """
+
+    id: str
+    question: str
+    category: str
+    lang: str
+    keywords: tuple[str, ...] = ()
+    difficulty: str | None = None
+    extra_dimensions: tuple[Dimension, ...] = ()
+    replace_rubric: Rubric | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTExample:
+    """One cold-start pair: a user prompt and a formatted `<think>…</think><answer>…</answer>` response."""
+
+    id: str
+    prompt: str
+    response: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTBatch:
+    """Prompt left-padded to P then response right-padded to R; loss_mask marks response tokens (incl. eos)."""
+
+    tokens_BxT: np.ndarray
+    input_mask_BxT: np.ndarray
+    loss_mask_BxT: np.ndarray
+    prompt_len: int
+
+
+# ----------------------------------------------------------------------------------------------- files
+def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yields (line number, object) for each non-blank line; a line that is not a JSON object is an error."""
+    path = Path(path)
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}:{lineno}: not valid JSON ({e.msg})") from e
+            if not isinstance(row, dict):
+                raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+            yield lineno, row
+
+
+def _check_fields(row: dict[str, Any], required: Mapping[str, type], optional: set[str], where: str) -> None:
+    """Required fields present with the right type and no unknown fields (a typo is an error, not a default)."""
+    for name, kind in required.items():
+        if name not in row:
+            raise DataError(f"{where}: missing field {name!r}")
+        if not isinstance(row[name], kind) or not row[name].strip():
+            raise DataError(f"{where}: field {name!r} must be a non-empty {kind.__name__}, got {row[name]!r}")
+    unknown = set(row) - set(required) - optional
+    if unknown:
+        raise DataError(f"{where}: unknown field(s) {sorted(unknown)}; allowed: {sorted(set(required) | optional)}")
+
+
+def _question_from_row(row: dict[str, Any], where: str) -> Question:
+    _check_fields(row, _QUESTION_FIELDS, _QUESTION_OPTIONAL, where)
+    keywords = row.get("keywords", [])
+    if not isinstance(keywords, list) or not all(isinstance(k, str) and k.strip() for k in keywords):
+        raise DataError(f"{where}: field 'keywords' must be a list of non-empty strings, got {keywords!r}")
+    difficulty = row.get("difficulty")
+    if difficulty is not None and not isinstance(difficulty, str):
+        raise DataError(f"{where}: field 'difficulty' must be a string, got {difficulty!r}")
+    extra, replace = _case_criteria(row.get("rubric"), f"{where}: field 'rubric'")
+    return Question(
+        id=row["id"], question=row["question"], category=row["category"], lang=row["lang"],
+        keywords=tuple(keywords), difficulty=difficulty, extra_dimensions=extra, replace_rubric=replace,
+    )
+
+
+def _case_criteria(spec: Any, where: str) -> tuple[tuple[Dimension, ...], Rubric | None]:
+    """Parses a row's {"extra": [...]} / {"replace": {...}} rubric field with the rubric schema."""
+    if spec is None:
+        return (), None
+    if not isinstance(spec, dict) or len(spec) != 1 or not set(spec) <= {"extra", "replace"}:
+        got = sorted(spec) if isinstance(spec, dict) else type(spec).__name__
+        raise DataError(f"{where}: expected {{'extra': [dimension, ...]}} or {{'replace': rubric}}, got {got}")
+    try:
+        if "replace" in spec:
+            return (), rubric_from_dict(spec["replace"], source=where)
+        if not isinstance(spec["extra"], list) or not spec["extra"]:
+            raise DataError(f"{where}: 'extra' must be a non-empty list of dimensions")
+        return tuple(dimension_from_dict(d) for d in spec["extra"]), None
+    except RubricError as e:
+        raise DataError(f"{where}: {e}") from e
+
+
+def question_rubric(shared: Rubric, question: Question) -> Rubric:
+    """The rubric that scores answers to `question`: shared, shared + its extra criteria, or its replacement."""
+    try:
+        return case_rubric(shared, question.id, extra=question.extra_dimensions, replace=question.replace_rubric)
+    except RubricError as e:
+        raise DataError(f"question {question.id!r}: {e}") from e
+
+
+def load_questions(path: str | Path) -> list[Question]:
+    """Reads a question jsonl ({"id","question","category","lang"} + optional keywords/difficulty/rubric)."""
+    questions: list[Question] = []
+    first_line: dict[str, int] = {}
+    for lineno, row in read_jsonl(path):
+        where = f"{path}:{lineno}"
+        q = _question_from_row(row, where)
+        if q.id in first_line:
+            raise DataError(f"{where}: duplicate id {q.id!r} (first seen on line {first_line[q.id]})")
+        first_line[q.id] = lineno
+        questions.append(q)
+    if not questions:
+        raise DataError(f"{path}: no questions")
+    return questions
+
+
+def check_response_format(response: str) -> bool:
+    """True when the four tags occur exactly once each and in order (think before answer)."""
+    positions = [response.find(tag) for tag in RESPONSE_TAGS]
+    once = all(response.count(tag) == 1 for tag in RESPONSE_TAGS)
+    return once and -1 not in positions and positions == sorted(positions)
+
+
+def load_sft(path: str | Path) -> list[SFTExample]:
+    """Reads an SFT jsonl ({"id","prompt","response"}); every response must be in the think/answer format."""
+    examples: list[SFTExample] = []
+    for lineno, row in read_jsonl(path):
+        where = f"{path}:{lineno}"
+        _check_fields(row, _SFT_FIELDS, _SFT_OPTIONAL, where)
+        if not check_response_format(row["response"]):
+            raise DataError(f"{where}: field 'response' is not '<think>…</think><answer>…</answer>': "
+                            f"{row['response'][:80]!r}")
+        examples.append(SFTExample(id=row["id"], prompt=row["prompt"], response=row["response"]))
+    if not examples:
+        raise DataError(f"{path}: no SFT examples")
+    return examples
+
+
+# ----------------------------------------------------------------------------------------- tokenising
+def chat_messages(question: str, system_prompt: str = SYSTEM_PROMPT) -> list[dict[str, str]]:
+    """The conversation a policy sees: the format instruction as system turn, the question as user turn."""
+    return [{"role": "system", "content": system_prompt}, {"role": "user", "content": question}]
+
+
+def encode_prompts(tokenizer: Any, questions: Sequence[str], system_prompt: str = SYSTEM_PROMPT) -> list[list[int]]:
+    """Token ids of each question rendered with the tokenizer's chat template, ending in the assistant header."""
+    texts = [
+        tokenizer.apply_chat_template(chat_messages(q, system_prompt), tokenize=False, add_generation_prompt=True)
+        for q in questions
+    ]
+    return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
+def encode_responses(tokenizer: Any, responses: Sequence[str]) -> list[list[int]]:
+    """Token ids of each response followed by eos (the model must learn to stop)."""
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise DataError("tokenizer has no eos_token; the SFT response needs one to learn to stop")
+    return [list(ids) + [eos] for ids in tokenizer(list(responses), add_special_tokens=False)["input_ids"]]
+
+
+# ------------------------------------------------------------------------------------------- buckets
+def power_of_two_buckets(min_len: int, max_len: int) -> tuple[int, ...]:
+    """(min_len, 2·min_len, …, max_len): both ends must be powers of two."""
+    for name, v in (("min_len", min_len), ("max_len", max_len)):
+        if v <= 0 or v & (v - 1):
+            raise DataError(f"{name} must be a positive power of two, got {v}")
+    if min_len > max_len:
+        raise DataError(f"min_len {min_len} > max_len {max_len}")
+    buckets = [min_len]
+    while buckets[-1] < max_len:
+        buckets.append(buckets[-1] * 2)
+    return tuple(buckets)
+
+
+def bucket_length(length: int, buckets: Sequence[int]) -> int:
+    """The smallest bucket that holds `length` tokens."""
+    for b in sorted(buckets):
+        if length <= b:
+            return b
+    raise DataError(f"length {length} is longer than the largest bucket {max(buckets)}")
+
+
+def _pad(seqs: Sequence[Sequence[int]], pad_id: int, buckets: Sequence[int], left: bool) -> tuple[np.ndarray, np.ndarray]:
+    if not seqs:
+        raise DataError("cannot pad an empty batch")
+    longest = max(len(s) for s in seqs)
+    try:
+        width = bucket_length(longest, buckets)
+    except DataError as e:
+        row = max(range(len(seqs)), key=lambda i: len(seqs[i]))
+        raise DataError(f"sequence {row} of the batch: {e}") from e
+    ids = np.full((len(seqs), width), pad_id, dtype=np.int32)
+    mask = np.zeros((len(seqs), width), dtype=bool)
+    for i, s in enumerate(seqs):
+        cols = slice(width - len(s), width) if left else slice(0, len(s))
+        ids[i, cols] = s
+        mask[i, cols] = True
+    return ids, mask
+
+
+def pad_left(seqs: Sequence[Sequence[int]], pad_id: int, buckets: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Left-pads to the bucket of the longest sequence: (ids_BxP int32, mask_BxP bool, True = token)."""
+    return _pad(seqs, pad_id, buckets, left=True)
+
+
+def pad_right(seqs: Sequence[Sequence[int]], pad_id: int, buckets: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Right-pads to the bucket of the longest sequence: (ids_BxR int32, mask_BxR bool, True = token)."""
+    return _pad(seqs, pad_id, buckets, left=False)
+
+
+def prompt_batch(tokenizer: Any, questions: Sequence[str], buckets: Sequence[int],
+                 system_prompt: str = SYSTEM_PROMPT) -> tuple[np.ndarray, np.ndarray]:
+    """Chat-template prompts, left-padded for generation: (ids_BxP, mask_BxP)."""
+    return pad_left(encode_prompts(tokenizer, questions, system_prompt), tokenizer.pad_token_id, buckets)
+
+
+def sft_batch(tokenizer: Any, examples: Sequence[SFTExample], prompt_buckets: Sequence[int],
+              response_buckets: Sequence[int], system_prompt: str = SYSTEM_PROMPT) -> SFTBatch:
+    """[left-padded prompt | right-padded response+eos], the same layout a GRPO rollout has."""
+    pad = tokenizer.pad_token_id
+    prompt_ids, prompt_mask = pad_left(encode_prompts(tokenizer, [e.prompt for e in examples], system_prompt),
+                                       pad, prompt_buckets)
+    resp_ids, resp_mask = pad_right(encode_responses(tokenizer, [e.response for e in examples]), pad,
+                                    response_buckets)
+    return SFTBatch(
+        tokens_BxT=np.concatenate([prompt_ids, resp_ids], axis=1),
+        input_mask_BxT=np.concatenate([prompt_mask, resp_mask], axis=1),
+        loss_mask_BxT=np.concatenate([np.zeros_like(prompt_mask), resp_mask], axis=1),
+        prompt_len=prompt_ids.shape[1],
+    )
+
+
+# ------------------------------------------------------------------------------------------ iterator
+@dataclasses.dataclass(frozen=True)
+class IteratorState:
+    """Position in the endless stream of per-epoch permutations; saved with checkpoints to resume exactly."""
+
+    seed: int
+    epoch: int = 0
+    index: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("seed", "epoch", "index"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise DataError(f"IteratorState.{name} must be a non-negative int, got {v!r}")
+
+    def to_dict(self) -> dict[str, int]:
+        """JSON-serialisable form."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> IteratorState:
+        """Inverse of to_dict; unknown or missing keys are errors."""
+        if set(d) != {"seed", "epoch", "index"}:
+            raise DataError(f"iterator state must have keys seed, epoch, index; got {sorted(d)}")
+        return cls(seed=d["seed"], epoch=d["epoch"], index=d["index"])
+
+
+def epoch_permutation(seed: int, epoch: int, num_rows: int) -> np.ndarray:
+    """The order of rows in one epoch: a function of (seed, epoch) only."""
+    return np.random.default_rng(np.random.SeedSequence([seed, epoch])).permutation(num_rows)
+
+
+def next_batch_indices(state: IteratorState, num_rows: int, batch_size: int) -> tuple[np.ndarray, IteratorState]:
+    """The next `batch_size` row indices and the state after them; a batch may run on into the next epoch."""
+    if num_rows <= 0 or batch_size <= 0:
+        raise DataError(f"num_rows and batch_size must be positive, got {num_rows} and {batch_size}")
+    if state.index >= num_rows:
+        raise DataError(f"iterator index {state.index} is past the dataset of {num_rows} rows")
+    epoch, index, out = state.epoch, state.index, []
+    while len(out) < batch_size:
+        take = min(batch_size - len(out), num_rows - index)
+        out.extend(epoch_permutation(state.seed, epoch, num_rows)[index:index + take].tolist())
+        index += take
+        if index == num_rows:
+            epoch, index = epoch + 1, 0
+    return np.asarray(out, dtype=np.int64), IteratorState(seed=state.seed, epoch=epoch, index=index)
+
+
+class BatchIterator:
+    """Endless iterator over lists of rows; `.state` after a batch resumes right after that batch."""
+
+    def __init__(self, rows: Sequence[Any], batch_size: int, state: IteratorState):
+        self.rows, self.batch_size, self.state = rows, batch_size, state
+
+    def __iter__(self) -> BatchIterator:
+        return self
+
+    def __next__(self) -> list[Any]:
+        indices, self.state = next_batch_indices(self.state, len(self.rows), self.batch_size)
+        return [self.rows[i] for i in indices]
+
+
+# ------------------------------------------------------------------------------------------- hygiene
+def normalize_text(text: str) -> str:
+    """NFKC, case-folded, letters and digits only: what two copies of one question still share."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    return "".join(ch for ch in text if unicodedata.category(ch)[0] in "LN")
+
+
+def char_ngrams(text: str, n: int) -> frozenset[str]:
+    """Character n-grams of the normalised text (the whole text when it is shorter than n)."""
+    norm = normalize_text(text)
+    if len(norm) <= n:
+        return frozenset([norm])
+    return frozenset(norm[i:i + n] for i in range(len(norm) - n + 1))
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    """|a ∩ b| / |a ∪ b| (1.0 for two empty sets)."""
+    union = len(a | b)
+    return len(a & b) / union if union else 1.0
+
+
+def dedup(texts: Sequence[str], threshold: float = 0.7, n: int = 3) -> list[int]:
+    """Indices of texts to keep: first of each exact (normalised) or near (n-gram Jaccard ≥ threshold) group.
+
+    An offline stand-in for the article's embedding dedup; an inverted n-gram index keeps it near-linear.
+    """
+    if not 0.0 < threshold <= 1.0:
+        raise DataError(f"threshold must be in (0, 1], got {threshold}")
+    kept: list[int] = []
+    kept_grams: list[frozenset[str]] = []
+    index: dict[str, list[int]] = {}
+    for i, text in enumerate(texts):
+        grams = char_ngrams(text, n)
+        shared: dict[int, int] = {}
+        for g in grams:
+            for k in index.get(g, ()):
+                shared[k] = shared.get(k, 0) + 1
+        if any(s / (len(grams) + len(kept_grams[k]) - s) >= threshold for k, s in shared.items()):
+            continue
+        for g in grams:
+            index.setdefault(g, []).append(len(kept))
+        kept.append(i)
+        kept_grams.append(grams)
+    return kept
+
+
+# (label, pattern): applied in order, so specific shapes win over the catch-all long number.
+_PII_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("[EMAIL]", re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")),
+    ("[ORDER]", re.compile(
+        r"(?i)((?:\border(?:\s*(?:number|no\.?|id))?|订单(?:号|编号)?)"
+        r"(?:\s*(?:is\s+|:|：|#|为|是))?\s*#?\s*)"
+        r"([A-Z]{0,4}\d[\dA-Z-]{4,})")),
+    ("[ID]", re.compile(r"(?<![0-9A-Za-z])\d{17}[\dXx](?![0-9A-Za-z])")),
+    ("[PHONE]", re.compile(r"(?<!\d)(?:\+?86[-\s]?)?1[3-9]\d(?:[-\s]?\d{4}){2}(?!\d)")),
+    ("[PHONE]", re.compile(r"(?<![\w+])(?:\+\d{1,3}[-.\s]?)?(?:\(\d{3}\)\s?|\d{3}[-.\s])\d{3}[-.\s]\d{4}(?!\d)")),
+    ("[PHONE]", re.compile(r"(?<!\d)0\d{2,3}-\d{7,8}(?!\d)")),
+    ("[NUMBER]", re.compile(r"(?<!\d)\d{9,}(?!\d)")),
+)
+
+
+def scrub_pii(text: str) -> str:
+    """Replaces emails, phone numbers (incl. Chinese mobiles), order numbers, ID and long account numbers."""
+    for label, pattern in _PII_PATTERNS:
+        if label == "[ORDER]":
+            text = pattern.sub(lambda m: m.group(1) + label, text)
+        else:
+            text = pattern.sub(label, text)
+    return text
+
+
+def difficulty_mix(difficulties: Sequence[str | None], num_samples: int, seed: int,
+                   ratios: Mapping[str, int] = DIFFICULTY_RATIOS) -> list[int]:
+    """Row indices sampled without replacement so difficulties follow `ratios` (largest-remainder counts)."""
+    pools: dict[str, list[int]] = {d: [] for d in ratios}
+    for i, d in enumerate(difficulties):
+        if d not in pools:
+            raise DataError(f"row {i}: difficulty {d!r} is not one of {sorted(ratios)}")
+        pools[d].append(i)
+    total = sum(ratios.values())
+    exact = {d: num_samples * r / total for d, r in ratios.items()}
+    counts = {d: int(v) for d, v in exact.items()}
+    by_remainder = sorted(ratios, key=lambda d: (-(exact[d] - counts[d]), list(ratios).index(d)))
+    for d in by_remainder[:num_samples - sum(counts.values())]:
+        counts[d] += 1
+    rng = np.random.default_rng(seed)
+    chosen: list[int] = []
+    for d, count in counts.items():
+        if count > len(pools[d]):
+            raise DataError(f"difficulty mix needs {count} {d!r} rows but only {len(pools[d])} exist")
+        chosen.extend(rng.choice(pools[d], size=count, replace=False).tolist())
+    return [chosen[i] for i in rng.permutation(len(chosen))]
