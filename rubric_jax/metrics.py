@@ -1,0 +1,287 @@
+"""What a run writes about itself: metrics.jsonl, samples.jsonl, TensorBoard scalars, a progress bar.
+
+Files in the workdir:
+  metrics.jsonl   one JSON object per line, flushed per write: {"step", "time", <metric>: value, ...};
+                  a line {"run_info": {...}, "time"} is written each time a writer opens (rubric hash,
+                  config) so every metrics file names the rubric it was scored with (DESIGN, "Rubrics are
+                  data"). Non-finite floats are written as the strings "nan", "inf", "-inf" (strict JSON;
+                  a NaN loss stays visible instead of vanishing).
+  samples.jsonl   {"step", "time", <field>: value, ...} per sampled response (question, response, scores).
+  tb/             TensorBoard event file of every numeric scalar. The TFRecord framing (length, masked
+                  CRC-32C) and the three protobuf messages it needs (Event, Summary, Summary.Value) are
+                  written here directly: about 60 lines instead of a TensorFlow or tensorboardX dependency.
+
+Metric names are slash-separated; plots.py groups them by these conventions:
+  reward/mean, reward/<dimension id>          training reward and per-dimension mean scores
+  eval/reward/mean, eval/reward/<dimension>   held-out reward
+  kl, loss, entropy, ...                       optimisation (any name containing "kl" is plotted as KL)
+  response_length/mean                         mean response tokens
+  zero_std_fraction                            groups whose rewards have zero variance (GRPO gets no signal)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import struct
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import tqdm
+
+METRICS_FILE = "metrics.jsonl"
+SAMPLES_FILE = "samples.jsonl"
+TB_DIR = "tb"
+PROGRESS_KEYS = ("reward/mean", "kl", "loss", "response_length/mean", "zero_std_fraction")
+_RESERVED = ("step", "time")
+
+
+# ------------------------------------------------------------------------------------- JSON values
+def jsonable(value: Any) -> Any:
+    """Plain JSON value: numpy/jax scalars and arrays to Python, non-finite floats to "nan"/"inf"/"-inf"."""
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (str, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "__array__") and not isinstance(value, (int, float)):
+        arr = np.asarray(value)
+        return jsonable(arr.item() if arr.ndim == 0 else arr.tolist())
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return value
+    raise TypeError(f"cannot write a {type(value).__name__} to JSON: {value!r}")
+
+
+def scalar_value(value: Any) -> float | None:
+    """The float of a numeric scalar (Python, numpy or jax; "nan"/"inf" strings too), else None."""
+    if isinstance(value, str):
+        return float(value) if value in ("nan", "inf", "-inf") else None
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if hasattr(value, "__array__"):
+        arr = np.asarray(value)
+        if arr.ndim == 0 and np.issubdtype(arr.dtype, np.number):
+            return float(arr)
+    return None
+
+
+# ------------------------------------------------------------------------------ TensorBoard events
+def _crc32c_table() -> tuple[int, ...]:
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+        table.append(crc)
+    return tuple(table)
+
+
+_CRC32C_TABLE = _crc32c_table()
+
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli), the checksum TFRecord framing uses."""
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc = _CRC32C_TABLE[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def masked_crc32c(data: bytes) -> int:
+    """TFRecord's masked CRC: rotate right by 15 and add a constant (so CRCs of CRCs stay well spread)."""
+    crc = crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def tfrecord(data: bytes) -> bytes:
+    """One TFRecord: uint64 length, masked CRC of the length, data, masked CRC of the data (little-endian)."""
+    length = struct.pack("<Q", len(data))
+    return length + struct.pack("<I", masked_crc32c(length)) + data + struct.pack("<I", masked_crc32c(data))
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    n &= (1 << 64) - 1  # int64 two's complement, as protobuf encodes negative varints
+    while True:
+        bits, n = n & 0x7F, n >> 7
+        out.append(bits | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _length_delimited(field: int, payload: bytes) -> bytes:
+    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
+
+
+def scalar_event(wall_time: float, step: int, tag: str, value: float) -> bytes:
+    """Serialised tensorflow.Event{wall_time=1, step=2, summary=5{value=1{tag=1, simple_value=2}}}."""
+    summary_value = _length_delimited(1, tag.encode("utf-8")) + _varint(2 << 3 | 5) + struct.pack("<f", value)
+    summary = _length_delimited(1, summary_value)
+    return (_varint(1 << 3 | 1) + struct.pack("<d", wall_time) + _varint(2 << 3 | 0) + _varint(step)
+            + _length_delimited(5, summary))
+
+
+def version_event(wall_time: float) -> bytes:
+    """The first record of every event file: Event{wall_time, file_version="brain.Event:2"}."""
+    return _varint(1 << 3 | 1) + struct.pack("<d", wall_time) + _length_delimited(3, b"brain.Event:2")
+
+
+class EventFileWriter:
+    """Appends scalar summaries to one TensorBoard event file (events.out.tfevents.<time>.<host>.<pid>)."""
+
+    def __init__(self, logdir: str | Path):
+        logdir = Path(logdir)
+        logdir.mkdir(parents=True, exist_ok=True)
+        now = time.time()
+        self.path = logdir / f"events.out.tfevents.{int(now)}.{socket.gethostname()}.{os.getpid()}"
+        self._file: IO[bytes] = self.path.open("ab")
+        self._file.write(tfrecord(version_event(now)))
+        self._file.flush()
+
+    def add_scalars(self, step: int, scalars: Mapping[str, float], wall_time: float) -> None:
+        """One event per scalar at `step`, flushed."""
+        for tag, value in scalars.items():
+            self._file.write(tfrecord(scalar_event(wall_time, step, tag, value)))
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+# ------------------------------------------------------------------------------------------ writer
+class MetricsWriter:
+    """metrics.jsonl + samples.jsonl + TensorBoard scalars of one run; appends, so a resumed run continues."""
+
+    def __init__(self, workdir: str | Path, *, run_info: Mapping[str, Any] | None = None, tensorboard: bool = True):
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._metrics = (self.workdir / METRICS_FILE).open("a", encoding="utf-8")
+        self._samples = (self.workdir / SAMPLES_FILE).open("a", encoding="utf-8")
+        self._events = EventFileWriter(self.workdir / TB_DIR) if tensorboard else None
+        if run_info is not None:
+            self._line(self._metrics, {"run_info": jsonable(run_info), "time": time.time()})
+
+    @staticmethod
+    def _line(f: IO[str], obj: Mapping[str, Any]) -> None:
+        f.write(json.dumps(obj, ensure_ascii=False, allow_nan=False) + "\n")
+        f.flush()
+
+    @staticmethod
+    def _row(step: int, values: Mapping[str, Any], now: float) -> dict[str, Any]:
+        clash = sorted(set(values) & set(_RESERVED))
+        if clash:
+            raise ValueError(f"metric names {clash} are reserved for the row itself")
+        return {"step": int(step), "time": now, **jsonable(values)}
+
+    def write(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """One metrics.jsonl line for `step`; numeric scalars also go to TensorBoard."""
+        now = time.time()
+        self._line(self._metrics, self._row(step, metrics, now))
+        if self._events is not None:
+            scalars = {k: v for k, v in ((k, scalar_value(v)) for k, v in metrics.items()) if v is not None}
+            self._events.add_scalars(int(step), scalars, now)
+
+    def write_samples(self, step: int, samples: Sequence[Mapping[str, Any]]) -> None:
+        """One samples.jsonl line per sample (e.g. question, response, per-dimension scores, reward)."""
+        now = time.time()
+        for sample in samples:
+            self._line(self._samples, self._row(step, sample, now))
+
+    def close(self) -> None:
+        self._metrics.close()
+        self._samples.close()
+        if self._events is not None:
+            self._events.close()
+
+    def __enter__(self) -> MetricsWriter:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def read_jsonl_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The step rows of a metrics.jsonl (run_info lines skipped), "nan"/"inf" strings back to floats."""
+    rows = []
+    with Path(path).open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from e
+            if "step" not in row:
+                continue
+            rows.append({k: (float(v) if isinstance(v, str) and v in ("nan", "inf", "-inf") else v)
+                         for k, v in row.items()})
+    return rows
+
+
+# -------------------------------------------------------------------------------------- formatting
+def _fmt(value: Any) -> str:
+    """Integers as they are; floats with 3 decimals, or 3 significant digits when tiny or huge."""
+    x = scalar_value(value)
+    if x is None:
+        return str(value)
+    if not isinstance(value, str) and np.asarray(value).dtype.kind in "iu":
+        return str(int(x))
+    return f"{x:.3g}" if x != 0 and math.isfinite(x) and (abs(x) < 1e-3 or abs(x) >= 1e4) else f"{x:.3f}"
+
+
+def format_metrics(metrics: Mapping[str, Any], keys: Sequence[str]) -> str:
+    """'name=value' for each of `keys` present in `metrics`, in that order (the progress-bar postfix)."""
+    return " ".join(f"{k}={_fmt(metrics[k])}" for k in keys if k in metrics)
+
+
+def format_eval_summary(step: int, metrics: Mapping[str, Any], baseline: float | None = None,
+                        reward_key: str = "eval/reward/mean") -> str:
+    """One line: 'eval step 40 | reward 0.812 (+0.153 vs 0.659) | format=1.000 ...' (other keys sorted)."""
+    parts = [f"eval step {step}"]
+    if reward_key in metrics:
+        reward = scalar_value(metrics[reward_key])
+        text = f"reward {_fmt(reward)}"
+        if baseline is not None and reward is not None:
+            text += f" ({reward - baseline:+.3f} vs {baseline:.3f})"
+        parts.append(text)
+    rest = sorted(k for k in metrics if k != reward_key)
+    if rest:
+        parts.append(format_metrics(metrics, rest))
+    return " | ".join(parts)
+
+
+class Progress:
+    """A tqdm bar over steps (rate and ETA) whose postfix shows the key metrics of the latest step."""
+
+    def __init__(self, total: int, *, initial: int = 0, desc: str = "grpo", keys: Sequence[str] = PROGRESS_KEYS,
+                 file: IO[str] | None = None):
+        self.keys = tuple(keys)
+        self._file = file
+        self._bar = tqdm.tqdm(total=total, initial=initial, desc=desc, file=file, dynamic_ncols=True,
+                              mininterval=0.5, smoothing=0.1)
+
+    def update(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """Moves the bar to `step` (the number of steps done) and shows `metrics`."""
+        self._bar.set_postfix_str(format_metrics(metrics, self.keys), refresh=False)
+        self._bar.update(step - self._bar.n)
+
+    def write(self, line: str) -> None:
+        """Prints a line above the bar (e.g. an eval summary) without breaking it; stdout unless `file` was given."""
+        tqdm.tqdm.write(line, file=self._file)
+
+    def close(self) -> None:
+        self._bar.close()

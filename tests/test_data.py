@@ -1,0 +1,259 @@
+"""rubric_jax.data: jsonl loading and its errors, prompts, buckets, iterator resume, hygiene helpers."""
+
+import json
+
+import numpy as np
+import pytest
+from transformers import AutoTokenizer
+
+from rubric_jax import data
+from rubric_jax.assets import TINY_DIR
+from rubric_jax.rubrics.schema import Aggregation, Anchor, ChangelogEntry, Dimension, Rubric, Scale, rubric_to_dict
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(TINY_DIR / "tokenizer")
+
+
+def _write(path, rows):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)) + "\n" for r in rows),
+                    encoding="utf-8")
+    return path
+
+
+def _dim(dim_id, **kw):
+    return Dimension(id=dim_id, description=f"{dim_id} check", kind="rule", scale=Scale.binary(),
+                     anchors={0: Anchor("no"), 1: Anchor("yes")}, rule="keywords",
+                     params={"words": ["refund"]}, **kw)
+
+
+def _rubric(*dims):
+    return Rubric("shared", "1.0.0", (ChangelogEntry("1.0.0", "first", "test"),), dims, Aggregation())
+
+
+ROW = {"id": "q1", "question": "How do I get a refund?", "category": "customer_service", "lang": "en"}
+
+
+# ------------------------------------------------------------------------------------------- loading
+def test_load_questions_reads_optional_fields(tmp_path):
+    extra = {"id": "kw", "description": "names the topic", "kind": "rule", "scale": {"kind": "binary"},
+             "anchors": {"0": "no", "1": "yes"}, "rule": "keywords", "params": {"words": ["refund"]}}
+    path = _write(tmp_path / "q.jsonl", [
+        ROW, "",
+        {**ROW, "id": "q2", "keywords": ["refund"], "difficulty": "hard", "rubric": {"extra": [extra]}},
+    ])
+    q1, q2 = data.load_questions(path)
+    assert q1 == data.Question("q1", "How do I get a refund?", "customer_service", "en")
+    assert q2.keywords == ("refund",) and q2.difficulty == "hard"
+    assert [d.id for d in q2.extra_dimensions] == ["kw"] and q2.replace_rubric is None
+
+
+@pytest.mark.parametrize("bad_line, message", [
+    ('{"id": "q9", "question": ', "not valid JSON"),
+    ('["a list"]', "expected a JSON object"),
+    (json.dumps({k: v for k, v in ROW.items() if k != "lang"} | {"id": "q9"}), "missing field 'lang'"),
+    (json.dumps(ROW | {"id": "q9", "question": "  "}), "field 'question' must be a non-empty str"),
+    (json.dumps(ROW | {"id": "q9", "qestion": "typo"}), "unknown field(s) ['qestion']"),
+    (json.dumps(ROW | {"id": "q9", "keywords": "refund"}), "field 'keywords' must be a list"),
+    (json.dumps(ROW), "duplicate id 'q1' (first seen on line 1)"),
+    (json.dumps(ROW | {"id": "q9", "rubric": {"extra": [], "replace": {}}}), "field 'rubric': expected"),
+    (json.dumps(ROW | {"id": "q9", "rubric": {"extra": [{"id": "x", "description": "d", "kind": "rule",
+                                                          "scale": {"kind": "binary"}, "anchors": {"0": "n"},
+                                                          "rule": "format"}]}}), "dimension 'x'"),
+])
+def test_bad_question_row_names_file_and_line(tmp_path, bad_line, message):
+    path = _write(tmp_path / "q.jsonl", [ROW, bad_line])
+    with pytest.raises(data.DataError) as e:
+        data.load_questions(path)
+    assert f"{path}:2:" in str(e.value) and message in str(e.value)
+
+
+def test_load_sft_requires_think_answer_format(tmp_path):
+    good = {"id": "s1", "prompt": "hi", "response": "<think>t</think><answer>a</answer>"}
+    assert data.load_sft(_write(tmp_path / "ok.jsonl", [good]))[0].response == good["response"]
+    for response in ("<answer>a</answer><think>t</think>", "<think>t</think>a", "<think>t</think><answer>a</answer>"
+                     "<answer>b</answer>"):
+        path = _write(tmp_path / "bad.jsonl", [good, good | {"id": "s2", "response": response}])
+        with pytest.raises(data.DataError, match=f"{path}:2: field 'response'"):
+            data.load_sft(path)
+
+
+def test_question_rubric_extra_replace_and_shared():
+    shared = _rubric(_dim("a"))
+    plain = data.Question("q", "text", "c", "en")
+    assert data.question_rubric(shared, plain) is shared
+    extended = data.question_rubric(shared, data.Question("q", "text", "c", "en", extra_dimensions=(_dim("b"),)))
+    assert extended.dimension_ids == ["a", "b"] and extended.name == "shared/q"
+    assert extended.content_hash != shared.content_hash
+    own = _rubric(_dim("z"))
+    assert data.question_rubric(shared, data.Question("q", "t", "c", "en", replace_rubric=own)) is own
+    with pytest.raises(data.DataError, match="question 'q'.*reuse dimension ids"):
+        data.question_rubric(shared, data.Question("q", "t", "c", "en", extra_dimensions=(_dim("a"),)))
+
+
+def test_replace_rubric_row_round_trips(tmp_path):
+    own = _rubric(_dim("z", weight=2.0))
+    path = _write(tmp_path / "q.jsonl", [ROW | {"rubric": {"replace": rubric_to_dict(own)}}])
+    (q,) = data.load_questions(path)
+    assert q.replace_rubric == own and q.replace_rubric.content_hash == own.content_hash
+
+
+# ----------------------------------------------------------------------------------------- tokenising
+def test_prompt_is_the_chat_template_with_system_prompt(tokenizer):
+    (ids,) = data.encode_prompts(tokenizer, ["退款要多久？"])
+    expected = (f"<|im_start|>system\n{data.SYSTEM_PROMPT}<|im_end|>\n<|im_start|>user\n退款要多久？<|im_end|>\n"
+                "<|im_start|>assistant\n")
+    assert tokenizer.decode(ids) == expected
+    via_template = tokenizer.apply_chat_template(data.chat_messages("退款要多久？"), tokenize=True,
+                                                 add_generation_prompt=True)
+    assert list(via_template["input_ids"]) == ids
+
+
+def test_encode_responses_appends_eos(tokenizer):
+    (ids,) = data.encode_responses(tokenizer, ["<think>x</think><answer>y</answer>"])
+    assert ids[-1] == tokenizer.eos_token_id and ids[0] == tokenizer.convert_tokens_to_ids("<think>")
+
+
+# -------------------------------------------------------------------------------------------- buckets
+def test_power_of_two_buckets_and_bucket_length():
+    assert data.power_of_two_buckets(16, 128) == (16, 32, 64, 128)
+    assert data.power_of_two_buckets(8, 8) == (8,)
+    assert [data.bucket_length(n, (16, 32, 64)) for n in (1, 16, 17, 64)] == [16, 16, 32, 64]
+    with pytest.raises(data.DataError, match="longer than the largest bucket 64"):
+        data.bucket_length(65, (16, 32, 64))
+    with pytest.raises(data.DataError, match="max_len must be a positive power of two"):
+        data.power_of_two_buckets(16, 96)
+
+
+def test_pad_left_and_right_hand_computed():
+    ids, mask = data.pad_left([[5, 6, 7], [8]], pad_id=0, buckets=(2, 4, 8))
+    np.testing.assert_array_equal(ids, [[0, 5, 6, 7], [0, 0, 0, 8]])
+    np.testing.assert_array_equal(mask, [[0, 1, 1, 1], [0, 0, 0, 1]])
+    assert ids.dtype == np.int32 and mask.dtype == bool
+    ids, mask = data.pad_right([[5, 6, 7], [8]], pad_id=9, buckets=(2, 4, 8))
+    np.testing.assert_array_equal(ids, [[5, 6, 7, 9], [8, 9, 9, 9]])
+    np.testing.assert_array_equal(mask, [[1, 1, 1, 0], [1, 0, 0, 0]])
+    with pytest.raises(data.DataError, match="sequence 1 of the batch: length 9"):
+        data.pad_left([[1], list(range(9))], 0, (4, 8))
+
+
+def test_prompt_batch_lengths_fall_in_buckets(tokenizer):
+    buckets = data.power_of_two_buckets(16, 128)
+    ids, mask = data.prompt_batch(tokenizer, ["hi", "How do I get a refund for my order?"], buckets)
+    assert ids.shape[1] in buckets and mask[:, -1].all()  # left padding: last column is always a token
+    assert (ids[~mask] == tokenizer.pad_token_id).all()
+    assert mask[0].sum() < mask[1].sum()
+
+
+def test_sft_batch_masks_response_tokens_only(tokenizer):
+    examples = [data.SFTExample("a", "Hi?", "<think>t</think><answer>hello</answer>"),
+                data.SFTExample("b", "A much longer question about a refund?", "<think>t</think><answer>x</answer>")]
+    batch = data.sft_batch(tokenizer, examples, (16, 32, 64), (8, 16, 32))
+    prompts = data.encode_prompts(tokenizer, [e.prompt for e in examples])
+    responses = data.encode_responses(tokenizer, [e.response for e in examples])
+    P = batch.prompt_len
+    assert P == data.bucket_length(max(map(len, prompts)), (16, 32, 64))
+    for b in range(2):
+        row, inp, loss = batch.tokens_BxT[b], batch.input_mask_BxT[b], batch.loss_mask_BxT[b]
+        assert row[inp].tolist() == prompts[b] + responses[b]
+        assert row[loss].tolist() == responses[b]  # the eos is a target; no prompt token is
+        assert not loss[:P].any() and inp[P - len(prompts[b]):P].all() and not inp[:P - len(prompts[b])].any()
+    assert batch.tokens_BxT.shape[1] == P + data.bucket_length(max(map(len, responses)), (8, 16, 32))
+
+
+# ------------------------------------------------------------------------------------------- iterator
+def _take(it, k):
+    return [next(it) for _ in range(k)]
+
+
+def test_iterator_is_an_epoch_shuffle_that_resumes_exactly():
+    rows = list(range(10))
+    it = data.BatchIterator(rows, batch_size=4, state=data.IteratorState(seed=3))
+    first = _take(it, 5)  # 20 rows = exactly two epochs; batch 3 spans the epoch boundary
+    assert sorted(sum(first, [])[:10]) == rows and sorted(sum(first, [])[10:]) == rows
+    assert sum(first, [])[:10] != sum(first, [])[10:]  # each epoch has its own order
+    assert it.state == data.IteratorState(seed=3, epoch=2, index=0)
+
+    again = data.BatchIterator(rows, 4, data.IteratorState(seed=3))
+    _take(again, 2)
+    saved = json.loads(json.dumps(again.state.to_dict()))
+    assert saved == {"seed": 3, "epoch": 0, "index": 8}
+    resumed = data.BatchIterator(rows, 4, data.IteratorState.from_dict(saved))
+    assert _take(resumed, 3) == first[2:]
+    other_seed = _take(data.BatchIterator(rows, 4, data.IteratorState(seed=4)), 5)
+    assert other_seed != first
+
+
+def test_next_batch_indices_is_pure_and_validates():
+    state = data.IteratorState(seed=0, epoch=1, index=2)
+    a, s1 = data.next_batch_indices(state, 5, 4)
+    b, s2 = data.next_batch_indices(state, 5, 4)
+    np.testing.assert_array_equal(a, b)
+    assert s1 == s2 == data.IteratorState(seed=0, epoch=2, index=1)
+    np.testing.assert_array_equal(a[:3], data.epoch_permutation(0, 1, 5)[2:])
+    assert a[3] == data.epoch_permutation(0, 2, 5)[0]
+    with pytest.raises(data.DataError, match="past the dataset"):
+        data.next_batch_indices(data.IteratorState(seed=0, index=5), 5, 1)
+    with pytest.raises(data.DataError, match="non-negative int"):
+        data.IteratorState(seed=-1)
+    with pytest.raises(data.DataError, match="keys seed, epoch, index"):
+        data.IteratorState.from_dict({"seed": 1, "epoch": 0})
+
+
+# -------------------------------------------------------------------------------------------- hygiene
+def test_normalize_and_jaccard():
+    assert data.normalize_text("Ｈow  do I?") == data.normalize_text("how do i") == "howdoi"
+    assert data.normalize_text("怎么申请退款？") == "怎么申请退款"
+    a, b = data.char_ngrams("abcd", 2), data.char_ngrams("abce", 2)  # {ab,bc,cd} vs {ab,bc,ce}
+    assert data.jaccard(a, b) == pytest.approx(2 / 4)
+    assert data.char_ngrams("ab", 3) == frozenset({"ab"})
+
+
+def test_dedup_drops_exact_and_near_duplicates_keeps_first():
+    texts = [
+        "How do I get a refund for my order?",
+        "how do i get a refund for my order ?!",  # exact after normalisation
+        "How do I get a refund for my orders?",  # near duplicate
+        "What can I do about a headache?",
+        "怎么申请退款？",
+        "怎么申请退款?",  # full-width vs ASCII question mark
+        "退款多久到账？",
+    ]
+    assert data.dedup(texts) == [0, 3, 4, 6]
+    assert data.dedup(texts, threshold=1.0) == [0, 2, 3, 4, 6]
+    with pytest.raises(data.DataError, match="threshold"):
+        data.dedup(texts, threshold=0.0)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Write to lily.chen+shop@example.co.uk today", "Write to [EMAIL] today"),
+    ("我的手机号是13812345678，快递没到", "我的手机号是[PHONE]，快递没到"),
+    ("call +86 138-1234-5678 please", "call [PHONE] please"),
+    ("Call me at +1 415-555-0132.", "Call me at [PHONE]."),
+    ("office (415) 555-0132", "office [PHONE]"),
+    ("座机 010-62345678", "座机 [PHONE]"),
+    ("My order number is 20231129000123.", "My order number is [ORDER]."),
+    ("order #A12345 is late", "order #[ORDER] is late"),
+    ("订单号：202311290001，什么时候退款？", "订单号：[ORDER]，什么时候退款？"),
+    ("身份证 11010119900307123X 丢了", "身份证 [ID] 丢了"),
+    ("account 6222020200112233445 frozen", "account [NUMBER] frozen"),
+    ("It arrives in 3 to 5 days, 38.5 degrees, order 2 items, 30 days", "It arrives in 3 to 5 days, 38.5 degrees, "
+     "order 2 items, 30 days"),
+])
+def test_scrub_pii(text, expected):
+    assert data.scrub_pii(text) == expected
+
+
+def test_difficulty_mix_follows_3_5_2():
+    difficulties = ["easy"] * 10 + ["medium"] * 10 + ["hard"] * 10
+    picked = data.difficulty_mix(difficulties, 10, seed=0)
+    assert sorted(difficulties[i] for i in picked).count("medium") == 5
+    assert [difficulties[i] for i in picked].count("easy") == 3 and len(set(picked)) == 10
+    assert data.difficulty_mix(difficulties, 10, seed=0) == picked
+    seven = [difficulties[i] for i in data.difficulty_mix(difficulties, 7, seed=1)]
+    assert (seven.count("easy"), seven.count("medium"), seven.count("hard")) == (2, 4, 1)  # 2.1, 3.5, 1.4
+    with pytest.raises(data.DataError, match="needs 4 'hard' rows but only 3 exist"):
+        data.difficulty_mix(["easy"] * 9 + ["medium"] * 10 + ["hard"] * 3, 20, seed=0)
+    with pytest.raises(data.DataError, match="row 1: difficulty None"):
+        data.difficulty_mix(["easy", None], 1, seed=0)

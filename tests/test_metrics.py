@@ -1,0 +1,142 @@
+"""rubric_jax.metrics and rubric_jax.plots: files written and parseable, TensorBoard framing, formatting."""
+
+import io
+import json
+import struct
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rubric_jax import metrics, plots
+
+
+def _read_records(path):
+    """Independent TFRecord reader: checks both masked CRCs of every record."""
+    blob, records, pos = path.read_bytes(), [], 0
+    while pos < len(blob):
+        header = blob[pos:pos + 8]
+        (length,) = struct.unpack("<Q", header)
+        (len_crc,) = struct.unpack("<I", blob[pos + 8:pos + 12])
+        assert len_crc == metrics.masked_crc32c(header)
+        payload = blob[pos + 12:pos + 12 + length]
+        (data_crc,) = struct.unpack("<I", blob[pos + 12 + length:pos + 16 + length])
+        assert data_crc == metrics.masked_crc32c(payload)
+        records.append(payload)
+        pos += 16 + length
+    return records
+
+
+def _fields(buf):
+    """Minimal protobuf decoder: {field number: [values]} (varint, fixed64, length-delimited, fixed32)."""
+    out, pos = {}, 0
+    while pos < len(buf):
+        key, pos = _read_varint(buf, pos)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _read_varint(buf, pos)
+        elif wire == 1:
+            value, pos = buf[pos:pos + 8], pos + 8
+        elif wire == 2:
+            n, pos = _read_varint(buf, pos)
+            value, pos = buf[pos:pos + n], pos + n
+        else:
+            assert wire == 5
+            value, pos = buf[pos:pos + 4], pos + 4
+        out.setdefault(field, []).append(value)
+    return out
+
+
+def _read_varint(buf, pos):
+    shift = result = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return result, pos
+
+
+def test_crc32c_known_vectors():
+    assert metrics.crc32c(b"123456789") == 0xE3069283  # the standard CRC-32C check value
+    assert metrics.crc32c(b"") == 0
+    assert metrics.crc32c(bytes(32)) == 0x8A9136AA  # RFC 3720 B.4: 32 bytes of zeros
+
+
+def test_writer_files_are_parseable(tmp_path):
+    with metrics.MetricsWriter(tmp_path, run_info={"rubric_hash": "abc", "lr": np.float32(0.5)}) as w:
+        w.write(0, {"reward/mean": np.float32(0.25), "kl": jnp.asarray(0.125), "loss": float("nan"),
+                    "num_tokens": np.int64(7), "note": "text", "per_dim": [1.0, float("inf")]})
+        w.write(1, {"reward/mean": 0.5})
+        w.write_samples(1, [{"question": "退款？", "response": "<answer>好</answer>", "reward": np.float64(1.0)}])
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert lines[0]["run_info"] == {"rubric_hash": "abc", "lr": 0.5}
+    assert lines[1] == {"step": 0, "time": lines[1]["time"], "reward/mean": 0.25, "kl": 0.125, "loss": "nan",
+                        "num_tokens": 7, "note": "text", "per_dim": [1.0, "inf"]}
+    rows = metrics.read_jsonl_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [0, 1] and np.isnan(rows[0]["loss"])
+    (sample,) = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert sample["question"] == "退款？" and sample["reward"] == 1.0 and sample["step"] == 1
+
+    (event_file,) = (tmp_path / "tb").iterdir()
+    assert event_file.name.startswith("events.out.tfevents.")
+    records = [_fields(r) for r in _read_records(event_file)]
+    assert records[0][3] == [b"brain.Event:2"]
+    scalars = []
+    for rec in records[1:]:
+        (value,) = _fields(rec[5][0])[1]
+        v = _fields(value)
+        scalars.append((rec[2][0], v[1][0].decode(), struct.unpack("<f", v[2][0])[0]))
+    assert scalars[:4] == [(0, "reward/mean", 0.25), (0, "kl", 0.125), (0, "loss", pytest.approx(np.nan, nan_ok=True)),
+                           (0, "num_tokens", 7.0)]
+    assert scalars[4:] == [(1, "reward/mean", 0.5)]  # strings and lists are not TensorBoard scalars
+
+
+def test_writer_appends_on_resume_and_rejects_reserved_names(tmp_path):
+    with metrics.MetricsWriter(tmp_path, tensorboard=False) as w:
+        w.write(0, {"a": 1.0})
+        with pytest.raises(ValueError, match=r"\['step'\] are reserved"):
+            w.write(1, {"step": 3})
+    with metrics.MetricsWriter(tmp_path, tensorboard=False) as w:
+        w.write(1, {"a": 2.0})
+    assert [r["a"] for r in metrics.read_jsonl_metrics(tmp_path / "metrics.jsonl")] == [1.0, 2.0]
+    assert not (tmp_path / "tb").exists()
+
+
+def test_jsonable_rejects_unknown_objects():
+    with pytest.raises(TypeError, match="cannot write a object"):
+        metrics.jsonable(object())
+
+
+def test_format_eval_summary_and_progress():
+    line = metrics.format_eval_summary(
+        40, {"eval/reward/mean": 0.8125, "eval/reward/format": 1.0, "eval/num": 32}, baseline=0.625)
+    assert line == "eval step 40 | reward 0.812 (+0.188 vs 0.625) | eval/num=32 eval/reward/format=1.000"
+    assert metrics.format_metrics({"kl": 1e-5, "loss": 2.5, "x": 1}, ["loss", "kl", "missing"]) == \
+        "loss=2.500 kl=1e-05"
+    out = io.StringIO()
+    bar = metrics.Progress(10, initial=2, desc="grpo", keys=("reward/mean", "kl"), file=out)
+    bar.update(5, {"reward/mean": 0.5, "kl": 0.01, "loss": 3.0})
+    bar.write("eval step 5 | reward 0.500")
+    bar.close()
+    text = out.getvalue()
+    assert "5/10" in text and "reward/mean=0.500 kl=0.010" in text and "eval step 5" in text and "loss" not in text
+
+
+def test_plots_written_for_present_metrics_only(tmp_path):
+    with metrics.MetricsWriter(tmp_path, tensorboard=False) as w:
+        for step in range(5):
+            w.write(step, {"reward/mean": 0.1 * step, "reward/format": 1.0, "reward/topic_keyword": 0.05 * step,
+                           "kl": 0.001 * step, "response_length/mean": 40 - step, "zero_std_fraction": 0.5})
+            if step % 2 == 0:
+                w.write(step, {"eval/reward/mean": 0.2 * step, "eval/reward/format": float("nan")})
+    paths = plots.plot_run(tmp_path)
+    assert sorted(p.name for p in paths) == sorted(
+        ["reward.png", "eval_reward.png", "kl.png", "response_length.png", "zero_std.png"])
+    for p in paths:
+        assert p.parent == tmp_path / "plots" and p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    only_kl = plots.plot_metrics([{"step": 0, "kl": 0.1}, {"step": 1, "kl": 0.2}], tmp_path / "other")
+    assert [p.name for p in only_kl] == ["kl.png"]
+    rows = metrics.read_jsonl_metrics(tmp_path / "metrics.jsonl")
+    assert plots.series(rows, "eval/reward/mean") == ([0, 2, 4], [0.0, 0.4, 0.8])
