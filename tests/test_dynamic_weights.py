@@ -97,3 +97,18 @@ def test_jit_matches_eager_and_config_validation():
     with pytest.raises(ValueError, match="positive weights"):
         init_dynamic_weights(np.array([1.0, 0.0]), 4)
     assert not DynamicWeightsConfig().enabled
+
+
+def test_dimension_that_discriminates_again_recovers_its_weight():
+    rng = np.random.default_rng(1)
+    state = init_dynamic_weights(np.array([1.0, 2.0, 1.0, 4.0]), CFG.window)
+    for _ in range(10):
+        state, _ = update_dynamic_weights_jit(state, *_batch(rng), CFG)
+    low = float(state.weights_D[0])
+    assert low == pytest.approx(0.2, rel=1e-5)
+    for _ in range(30):  # dim 0 varies again; once the window forgets the saturated steps it climbs back
+        scores, valid = _batch(rng)
+        scores[:, 0] = rng.uniform(size=len(scores))
+        state, metrics = update_dynamic_weights_jit(state, scores, valid, CFG)
+    assert not np.asarray(metrics["saturated"]).any()
+    np.testing.assert_allclose(np.asarray(state.weights_D), [1.0, 2.0, 1.0, 4.0], rtol=1e-4)

@@ -78,6 +78,8 @@ def test_round_trip_dict_json_yaml(tmp_path):
 def test_content_hash_tracks_content_not_history():
     r = rubric_from_dict(_raw())
     assert len(r.content_hash) == 64 and hash(r) == hash(rubric_from_dict(_raw()))
+    assert len({*r.dimensions, *rubric_from_dict(_raw()).dimensions}) == 2  # dimensions hash by content
+    assert hash(r.aggregation) == hash(rubric_from_dict(_raw()).aggregation)
     bumped = with_version(r, "1.0.1", "typo in changelog only", "none")
     assert bumped.content_hash == r.content_hash
     for edit in (lambda d: d["dimensions"][0].update(weight=3.0),

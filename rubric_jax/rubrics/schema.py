@@ -234,6 +234,9 @@ class Dimension:
             raise _fail(d, "anchors", f"one anchor for every level {sorted(levels)}", sorted(self.anchors, key=str))
         object.__setattr__(self, "anchors", {k: self.anchors[k] for k in sorted(self.anchors)})
 
+    def __hash__(self) -> int:
+        return hash(canonical_json(dimension_to_dict(self)))
+
     def normalize(self, raw: float) -> float:
         """Raw score on this dimension's scale -> [0, 1] (1 = best); NaN stays NaN; out of range raises."""
         return float(normalize_scores([self], np.asarray([[raw]], dtype=np.float64))[0, 0])
@@ -290,6 +293,9 @@ class Aggregation:
             if any(w <= 0 for w in params["group_weights"].values()):
                 raise _fail(None, "aggregation.params.group_weights", "positive weights", gw)
         object.__setattr__(self, "params", params)
+
+    def __hash__(self) -> int:
+        return hash(canonical_json({"method": self.method, "params": self.params, "missing": self.missing}))
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
