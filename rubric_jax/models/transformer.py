@@ -196,7 +196,8 @@ def rms_norm(x: jax.Array, scale: jax.Array, eps: float) -> jax.Array:
     """HF RMSNorm: normalise in float32, cast back, then scale."""
     x32 = x.astype(jnp.float32)
     normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
-    return scale.astype(x.dtype) * normed.astype(x.dtype)
+    scale = scale.astype(x.dtype).reshape((1,) * (x.ndim - scale.ndim) + scale.shape)
+    return scale * normed.astype(x.dtype)
 
 
 def inverse_frequencies(cfg: ModelConfig) -> jax.Array:
