@@ -298,3 +298,82 @@ def test_judge_and_config_validation(tok):
         make_judge(tok, digit_reply, max_new_tokens=0)
     with pytest.raises(ValueError, match="no judge configured"):
         lj.judge_rows([], lj.JudgeConfig(), ["q"], ["r"], [[ACC]], jax.random.key(0))
+
+
+# ------------------------------------------------------------------------------ the real path (sampling.generate)
+
+def tiny_model_config(vocab_size: int, max_positions: int = 4096):
+    from rubric_jax.models.config import ModelConfig
+
+    return ModelConfig(
+        architecture="qwen2", vocab_size=vocab_size, hidden_size=vocab_size, intermediate_size=32, num_layers=1,
+        num_heads=2, num_kv_heads=1, head_dim=16, rope_theta=10000.0, rms_norm_eps=1e-6,
+        tie_word_embeddings=False, attention_bias=True, rope_scaling=None, max_position_embeddings=max_positions,
+    )
+
+
+def random_model(tokenizer, seed: int = 0):
+    """(graphdef, state) of a randomly initialised tiny Qwen2 whose vocabulary covers the tokenizer."""
+    from flax import nnx
+
+    from rubric_jax.models.transformer import Transformer
+
+    vocab = -(-len(tokenizer) // 64) * 64
+    return nnx.split(Transformer(tiny_model_config(vocab), rngs=nnx.Rngs(seed)))
+
+
+def scripted_model(tokenizer, reply: str):
+    """A real tiny Transformer whose greedy continuation of any chat prompt is exactly `reply` then eos.
+
+    Attention and MLP outputs are zeroed (o_proj = down_proj = 0), embeddings are one-hot rows and the
+    LM head maps each token to its successor in the chain [last prompt token, *reply tokens, eos].
+    """
+    from flax import nnx
+
+    graphdef, state = random_model(tokenizer)
+    pure = nnx.to_pure_dict(state)
+    vocab = pure["embed_tokens"]["embedding"].shape[0]
+    template = tokenizer.apply_chat_template([{"role": "user", "content": "x"}], add_generation_prompt=True, tokenize=False)
+    last = tokenizer(template, add_special_tokens=False)["input_ids"][-1]
+    chain = [last, *tokenizer(reply, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
+    assert len(set(chain[:-1])) == len(chain) - 1, "reply tokens must be distinct for a bigram script"
+    head = np.zeros((vocab, vocab), np.float32)
+    for current, following in zip(chain, chain[1:]):
+        head[current, following] = 10.0
+    pure["embed_tokens"]["embedding"] = np.eye(vocab, dtype=np.float32)
+    pure["layers"]["self_attn"]["o_proj"]["kernel"] = np.zeros_like(pure["layers"]["self_attn"]["o_proj"]["kernel"])
+    pure["layers"]["mlp"]["down_proj"]["kernel"] = np.zeros_like(pure["layers"]["mlp"]["down_proj"]["kernel"])
+    pure["lm_head"]["kernel"] = head
+    nnx.replace_by_pure_dict(state, jax.tree.map(jax.numpy.asarray, pure))
+    return graphdef, state
+
+
+def test_real_generate_scripted_judge_scores_every_item_in_one_call(tok):
+    from rubric_jax import sampling
+
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(len(args[2]))
+        return sampling.generate(*args, **kwargs)
+
+    graphdef, state = scripted_model(tok, "SCORE: 4")
+    judge = lj.Judge("scripted", graphdef, state, tok, spy, sampler="greedy", max_new_tokens=24)
+    out = lj.judge_rows([judge], lj.JudgeConfig(num_samples=2), ["q1", "q2", "q3"], ["a", "b", "c"],
+                        [[ACC], [ACC, SAFE], []], jax.random.key(0))
+    assert calls == [6, 2, 2]  # (1 + 2) requests x 2 samples in one call; then only the 2 invalid samples
+    np.testing.assert_array_equal(out.scores[0], [4.0])
+    assert np.isnan(out.scores[1][1]) and out.scores[1][0] == 4.0  # SCORE: 4 is out of range for binary safety
+    assert out.details["judge_failed_scores"] == 1 and out.details["judge_generate_calls"] == 3  # 2 retries of 2 samples
+
+
+def test_real_generate_random_judge_fails_visibly(tok):
+    from rubric_jax import sampling
+
+    graphdef, state = random_model(tok, seed=1)
+    judge = lj.Judge("random", graphdef, state, tok, sampling.generate, sampler="temperature(1.0)", max_new_tokens=8)
+    out = lj.judge_rows([judge], lj.JudgeConfig(num_samples=2, max_retries=1), ["q"] * 2, ["a", "b"], [[ACC]] * 2,
+                        jax.random.key(0))
+    assert np.isnan(np.concatenate(out.scores)).all()
+    d = out.details
+    assert d["judge_generate_calls"] == 2 and d["judge_prompts"] == 4 + 4 and d["judge_failed_samples"] == 4

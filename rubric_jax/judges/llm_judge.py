@@ -25,8 +25,10 @@ from typing import Any
 import jax
 import numpy as np
 
+from rubric_jax import sampling
 from rubric_jax.judges.parser import parse_verdict
 from rubric_jax.judges.prompts import JudgePrompt, multi_prompt, single_prompt
+from rubric_jax.models.checkpoint import load_hf_checkpoint
 from rubric_jax.rubrics.schema import Dimension
 
 MODES = ("single", "multi")
@@ -49,6 +51,7 @@ class Judge:
     mesh: Any = None
 
     def __post_init__(self) -> None:
+        sampling.parse_sampler(self.sampler)
         for field in ("max_new_tokens", "max_prompt_tokens"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -57,6 +60,20 @@ class Judge:
             raise ValueError(f"judge {self.name!r}: tokenizer needs pad and eos tokens")
         if not self.tokenizer.chat_template:
             raise ValueError(f"judge {self.name!r}: tokenizer has no chat template")
+
+
+def load_judge(
+    checkpoint_dir: str, *, name: str | None = None, sampler: str = "temperature(0.7)", max_new_tokens: int = 256,
+    max_prompt_tokens: int = 4096, mesh: Any = None,
+) -> Judge:
+    """A judge from a HF directory (config.json, safetensors, tokenizer with chat template), run by sampling.generate."""
+    # Imported here: `transformers` pulls in torch when present (seconds), and only loading needs it.
+    from transformers import AutoTokenizer
+
+    _, graphdef, state = load_hf_checkpoint(checkpoint_dir)
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir)
+    return Judge(name or str(checkpoint_dir), graphdef, state, tokenizer, sampling.generate, sampler=sampler,
+                 max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens, mesh=mesh)
 
 
 @dataclasses.dataclass(frozen=True)
