@@ -217,3 +217,29 @@ def test_fences_survive_and_special_tokens_cannot_end_the_turn(tok):
         assert ids.count(im_start) == 3 and ids.count(im_end) == 2, case["id"]  # system, user, assistant
         nonce = re.search(r"<response-([0-9a-f]+)>", prompt).group(1)
         assert prompt.count(f"</response-{nonce}>") == 2, case["id"]  # the rules line and the real fence
+
+
+def test_adversarial_responses_through_real_generate(tok):
+    """Real sampling.generate: a scripted judge always answers 3, a random judge always fails visibly."""
+    from rubric_jax import sampling
+    from test_llm_judge import random_model, scripted_model
+
+    cases = adversarial()
+    mixed = rubric([FORMAT, ACCURACY])
+    questions, responses = [c["question"] for c in cases], [c["response"] for c in cases]
+    config = lj.JudgeConfig(num_samples=1, max_retries=0)
+    scripted = lj.Judge("scripted", *scripted_model(tok, "SCORE: 3"), tok, sampling.generate, sampler="greedy",
+                        max_new_tokens=6)
+    out = RubricReward([mixed], judges=[scripted], judge_config=config)(questions, responses, [mixed] * len(cases),
+                                                                       key=jax.random.key(0))
+    np.testing.assert_array_equal(out.details["raw_scores"][:, 1], 3.0)
+    np.testing.assert_array_equal(out.details["raw_scores"][:, 0], [c["expect"]["format"] for c in cases])
+    assert out.details["judge_generate_calls"] == 1
+
+    random_judge = lj.Judge("random", *random_model(tok, seed=3), tok, sampling.generate,
+                            sampler="temperature(1.0)", max_new_tokens=6)
+    out = RubricReward([mixed], judges=[random_judge], judge_config=config)(
+        questions, responses, [mixed] * len(cases), key=jax.random.key(0))
+    assert np.isnan(out.details["raw_scores"][:, 1]).all() and not out.valid[:, 1].any()
+    assert out.details["failures"]["accuracy"] == len(cases) == out.details["judge_failed_scores"]
+    np.testing.assert_array_equal(out.reward, [c["expect"]["format"] for c in cases])  # renormalised over format
