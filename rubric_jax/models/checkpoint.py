@@ -1,0 +1,297 @@
+"""Hugging Face checkpoint directories <-> our Transformer state, through one table used both ways.
+
+A HF directory holds config.json and either model.safetensors or shards listed in
+model.safetensors.index.json (torch layout: Linear weights are [out, in]). Our parameters are stacked
+over layers ([L, ...]) with split head axes (see rubric_jax/models/transformer.py). Loading reads each
+tensor once (safetensors, numpy framework, no torch), converts it on the host and places every
+parameter straight into its target sharding, so a large model never sits whole on one device.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx, traverse_util
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
+from rubric_jax.models.config import ModelConfig
+from rubric_jax.models.transformer import Transformer
+
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+# Files copied next to an export when a source directory is given (tokenizer and generation defaults).
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+    "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja", "chat_template.json",
+    "generation_config.json",
+)
+# Derived buffers that old checkpoints carry and we recompute (RoPE inverse frequencies).
+_IGNORED = re.compile(r"^model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq$")
+_FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(jax.numpy.bfloat16), np.dtype(np.float16))
+
+# HF tensor name ("{i}" = layer index: stacked on our leading L axis) -> (our parameter path, in_axes).
+# in_axes None: same shape. in_axes k >= 0: a torch Linear weight [out, in] (k = 0: a bias [out]) whose
+# first k axes of our (per-layer) shape are the input and the rest the output: ours = w.T.reshape(...).
+_TABLE: tuple[tuple[str, tuple[str, ...], int | None], ...] = (
+    ("model.embed_tokens.weight", ("embed_tokens", "embedding"), None),
+    ("model.norm.weight", ("norm", "scale"), None),
+    ("lm_head.weight", ("lm_head", "kernel"), 1),
+    ("model.layers.{i}.input_layernorm.weight", ("layers", "input_layernorm", "scale"), None),
+    ("model.layers.{i}.post_attention_layernorm.weight", ("layers", "post_attention_layernorm", "scale"), None),
+    ("model.layers.{i}.self_attn.q_proj.weight", ("layers", "self_attn", "q_proj", "kernel"), 1),
+    ("model.layers.{i}.self_attn.q_proj.bias", ("layers", "self_attn", "q_proj", "bias"), 0),
+    ("model.layers.{i}.self_attn.k_proj.weight", ("layers", "self_attn", "k_proj", "kernel"), 1),
+    ("model.layers.{i}.self_attn.k_proj.bias", ("layers", "self_attn", "k_proj", "bias"), 0),
+    ("model.layers.{i}.self_attn.v_proj.weight", ("layers", "self_attn", "v_proj", "kernel"), 1),
+    ("model.layers.{i}.self_attn.v_proj.bias", ("layers", "self_attn", "v_proj", "bias"), 0),
+    ("model.layers.{i}.self_attn.o_proj.weight", ("layers", "self_attn", "o_proj", "kernel"), 2),
+    ("model.layers.{i}.mlp.gate_proj.weight", ("layers", "mlp", "gate_proj", "kernel"), 1),
+    ("model.layers.{i}.mlp.up_proj.weight", ("layers", "mlp", "up_proj", "kernel"), 1),
+    ("model.layers.{i}.mlp.down_proj.weight", ("layers", "mlp", "down_proj", "kernel"), 1),
+)
+
+Path_ = tuple[str, ...]
+Shardings = Mapping[str, Any] | nnx.State | Callable[[nnx.State], Any] | None
+
+
+class CheckpointError(ValueError):
+    """A checkpoint whose tensors do not match the model its config.json describes."""
+
+
+def _hf_shape(our_shape: tuple[int, ...], in_axes: int | None) -> tuple[int, ...]:
+    """The HF tensor shape of one (per-layer) parameter of `our_shape`."""
+    if in_axes is None:
+        return our_shape
+    out_size = math.prod(our_shape[in_axes:])
+    return (out_size,) if in_axes == 0 else (out_size, math.prod(our_shape[:in_axes]))
+
+
+def hf_to_ours(w: np.ndarray, our_shape: tuple[int, ...], in_axes: int | None) -> np.ndarray:
+    """One HF tensor in our layout (transposed Linear, split heads)."""
+    return (w if in_axes is None or in_axes == 0 else w.T).reshape(our_shape)
+
+
+def ours_to_hf(x: np.ndarray, in_axes: int | None) -> np.ndarray:
+    """One of our (per-layer) parameters in HF layout; inverse of `hf_to_ours`."""
+    hf_shape = _hf_shape(x.shape, in_axes)
+    if in_axes is None or in_axes == 0:
+        return np.ascontiguousarray(x.reshape(hf_shape))
+    return np.ascontiguousarray(x.reshape(hf_shape[::-1]).T)
+
+
+def _entries(cfg: ModelConfig, flat_abstract: Mapping[Path_, Any]) -> Iterator[tuple[Path_, list[str], int | None]]:
+    """(our path, HF names in layer order, in_axes) for every parameter the model has."""
+    for template, path, in_axes in _TABLE:
+        if path not in flat_abstract:
+            continue
+        if "{i}" in template:
+            yield path, [template.format(i=i) for i in range(cfg.num_layers)], in_axes
+        else:
+            yield path, [template], in_axes
+
+
+def abstract_model(cfg: ModelConfig) -> tuple[nnx.GraphDef, nnx.State]:
+    """Graphdef and abstract state (ShapeDtypeStructs with logical-axis metadata), allocating nothing."""
+    return nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+
+
+def _tensor_files(path: Path) -> dict[str, Path]:
+    """Tensor name -> safetensors file, from the shard index when there is one, else from the files."""
+    index_path = path / INDEX_FILE
+    if index_path.is_file():
+        try:
+            weight_map = json.loads(index_path.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError) as e:
+            raise CheckpointError(f"{index_path}: not a safetensors index with a 'weight_map' ({e!r})") from e
+        files = {name: path / file for name, file in weight_map.items()}
+        for file in sorted(set(files.values())):
+            if not file.is_file():
+                raise FileNotFoundError(f"{index_path} lists shard {file.name!r}, which does not exist in {path}")
+        return files
+    candidates = sorted(path.glob("*.safetensors"))
+    if not candidates:
+        found = sorted(p.name for p in path.iterdir())
+        raise FileNotFoundError(f"{path}: no *.safetensors weights (and no {INDEX_FILE}); found {found}")
+    files: dict[str, Path] = {}
+    for file in candidates:
+        with safe_open(file, framework="numpy") as f:
+            for name in f.keys():
+                if name in files:
+                    raise CheckpointError(f"{path}: tensor {name!r} is in both {files[name].name} and {file.name}")
+                files[name] = file
+    return files
+
+
+def _flat_shardings(shardings: Shardings, abstract_state: nnx.State) -> dict[Path_, jax.sharding.Sharding]:
+    """Our parameter path -> target sharding (default: the first device)."""
+    flat_abstract = traverse_util.flatten_dict(nnx.to_pure_dict(abstract_state))
+    if shardings is None:
+        device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        return {p: device for p in flat_abstract}
+    if callable(shardings):
+        shardings = shardings(abstract_state)
+    if isinstance(shardings, nnx.State):
+        shardings = nnx.to_pure_dict(shardings)
+    flat = traverse_util.flatten_dict(dict(shardings))
+    if set(flat) != set(flat_abstract):
+        missing = sorted("/".join(p) for p in set(flat_abstract) - set(flat))
+        extra = sorted("/".join(p) for p in set(flat) - set(flat_abstract))
+        raise ValueError(f"shardings do not match the model's parameters: missing {missing}, unexpected {extra}")
+    return flat
+
+
+def _read(f: Any, file: Path, name: str, expected_shape: tuple[int, ...]) -> np.ndarray:
+    """Reads one tensor, checking its shape and that it is a float type."""
+    w = f.get_tensor(name)
+    if tuple(w.shape) != expected_shape:
+        raise CheckpointError(
+            f"{file}: tensor {name!r} has shape {tuple(w.shape)}, expected {expected_shape} from config.json"
+        )
+    if w.dtype not in _FLOAT_DTYPES:
+        raise CheckpointError(
+            f"{file}: tensor {name!r} has dtype {w.dtype}, expected one of {[str(d) for d in _FLOAT_DTYPES]}"
+        )
+    return w
+
+
+def load_hf_checkpoint(path: str | Path, *, shardings: Shardings = None,
+                       **overrides: Any) -> tuple[ModelConfig, nnx.GraphDef, nnx.State]:
+    """Loads a HF directory as (config, graphdef, state); `overrides` set ModelConfig fields.
+
+    `shardings` is a pytree mirroring the state (an nnx.State of shardings, e.g. from
+    `rubric_jax.sharding.param_shardings`, or its pure dict), a function from the abstract state to
+    one, or None for the default device. Tensors are cast to `cfg.param_dtype` on the host.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: checkpoint directory does not exist")
+    cfg = ModelConfig.from_hf_dir(path, **overrides)
+    graphdef, abstract_state = abstract_model(cfg)
+    flat_abstract = traverse_util.flatten_dict(nnx.to_pure_dict(abstract_state))
+    target_shardings = _flat_shardings(shardings, abstract_state)
+    files = _tensor_files(path)
+    entries = list(_entries(cfg, flat_abstract))
+
+    expected = {name for _, names, _ in entries for name in names}
+    missing = sorted(expected - set(files))
+    if missing:
+        raise CheckpointError(f"{path}: tensor {missing[0]!r} is missing ({len(missing)} missing: {missing[:8]})")
+    redundant_head = cfg.tie_word_embeddings and "lm_head.weight" in files
+    unexpected = sorted(n for n in set(files) - expected if not _IGNORED.match(n))
+    if redundant_head:
+        unexpected.remove("lm_head.weight")
+    if unexpected:
+        raise CheckpointError(
+            f"{path}: {len(unexpected)} unexpected tensor(s) for a {cfg.architecture} model with "
+            f"{cfg.num_layers} layers: {unexpected[:8]}"
+        )
+
+    flat_state: dict[Path_, jax.Array] = {}
+    with ExitStack() as stack:
+        handles = {file: stack.enter_context(safe_open(file, framework="numpy")) for file in set(files.values())}
+        for our_path, names, in_axes in entries:
+            abstract = flat_abstract[our_path]
+            stacked = our_path[0] == "layers"
+            our_shape = abstract.shape[1:] if stacked else abstract.shape
+            host = np.empty(abstract.shape, abstract.dtype)
+            for i, name in enumerate(names):
+                w = _read(handles[files[name]], files[name], name, _hf_shape(our_shape, in_axes))
+                value = hf_to_ours(w, our_shape, in_axes).astype(abstract.dtype)
+                if stacked:
+                    host[i] = value
+                else:
+                    host[...] = value
+            if our_path == ("embed_tokens", "embedding") and redundant_head:
+                head = _read(handles[files["lm_head.weight"]], files["lm_head.weight"], "lm_head.weight",
+                             abstract.shape).astype(abstract.dtype)
+                if not np.array_equal(head, host):
+                    raise CheckpointError(
+                        f"{path}: config.json ties word embeddings but 'lm_head.weight' differs from "
+                        f"'model.embed_tokens.weight'"
+                    )
+            flat_state[our_path] = jax.make_array_from_callback(
+                abstract.shape, target_shardings[our_path], lambda index, host=host: host[index]
+            )
+    nnx.replace_by_pure_dict(abstract_state, traverse_util.unflatten_dict(flat_state))
+    return cfg, graphdef, abstract_state
+
+
+def _plan_shards(sizes: dict[str, int], max_shard_bytes: int) -> list[list[str]]:
+    """Groups tensor names (in order) into shards of at most `max_shard_bytes` (one tensor may exceed it)."""
+    shards: list[list[str]] = [[]]
+    used = 0
+    for name, size in sizes.items():
+        if shards[-1] and used + size > max_shard_bytes:
+            shards.append([])
+            used = 0
+        shards[-1].append(name)
+        used += size
+    return shards
+
+
+def export_hf_checkpoint(cfg: ModelConfig, state: nnx.State | Mapping[str, Any], path: str | Path, *,
+                         source_dir: str | Path | None = None, max_shard_bytes: int = 4 << 30) -> Path:
+    """Writes `state` as a HF directory (config.json, safetensors in `cfg.param_dtype`); returns `path`.
+
+    Shards above `max_shard_bytes` (with model.safetensors.index.json); copies tokenizer and generation
+    files from `source_dir` when given. `path` must not already hold a checkpoint.
+    """
+    path = Path(path)
+    if (path / "config.json").exists() or list(path.glob("*.safetensors")):
+        raise FileExistsError(f"{path}: already holds a checkpoint; export into a new directory")
+    pure = nnx.to_pure_dict(state) if isinstance(state, nnx.State) else dict(state)
+    flat = traverse_util.flatten_dict(pure)
+    _, abstract_state = abstract_model(cfg)
+    flat_abstract = traverse_util.flatten_dict(nnx.to_pure_dict(abstract_state))
+    if set(flat) != set(flat_abstract):
+        missing = sorted("/".join(p) for p in set(flat_abstract) - set(flat))
+        extra = sorted("/".join(p) for p in set(flat) - set(flat_abstract))
+        raise ValueError(f"state does not match config: missing {missing}, unexpected {extra}")
+    for p, abstract in flat_abstract.items():
+        if tuple(flat[p].shape) != abstract.shape:
+            raise ValueError(f"state {'/'.join(p)} has shape {tuple(flat[p].shape)}, config gives {abstract.shape}")
+
+    dtype = np.dtype(jax.numpy.dtype(cfg.param_dtype))
+    entries = {name: (our_path, i, in_axes)
+               for our_path, names, in_axes in _entries(cfg, flat_abstract) for i, name in enumerate(names)}
+    sizes = {}
+    for name, (our_path, _, _) in entries.items():
+        shape = flat_abstract[our_path].shape
+        sizes[name] = math.prod(shape[1:] if our_path[0] == "layers" else shape) * dtype.itemsize
+    shards = _plan_shards(sizes, max_shard_bytes)
+    file_names = [SINGLE_FILE] if len(shards) == 1 else [
+        f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors" for k in range(len(shards))
+    ]
+
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(cfg.to_hf_dict(), indent=2, sort_keys=True) + "\n")
+    host_cache: dict[Path_, np.ndarray] = {}
+    for file_name, names in zip(file_names, shards):
+        tensors = {}
+        for name in names:
+            our_path, i, in_axes = entries[name]
+            if our_path not in host_cache:
+                host_cache.clear()  # tensors come grouped by parameter: keep one on the host at a time
+                host_cache[our_path] = np.asarray(jax.device_get(flat[our_path])).astype(dtype)
+            host = host_cache[our_path]
+            tensors[name] = ours_to_hf(host[i] if our_path[0] == "layers" else host, in_axes)
+        save_file(tensors, path / file_name, metadata={"format": "pt"})
+    if len(shards) > 1:
+        index = {"metadata": {"total_size": sum(sizes.values())},
+                 "weight_map": {name: file for file, names in zip(file_names, shards) for name in names}}
+        (path / INDEX_FILE).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    if source_dir is not None:
+        for file_name in TOKENIZER_FILES:
+            if (Path(source_dir) / file_name).is_file():
+                shutil.copy2(Path(source_dir) / file_name, path / file_name)
+    return path

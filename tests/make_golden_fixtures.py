@@ -1,0 +1,66 @@
+"""Writes tests/fixtures/golden/<name>/: tiny random HF checkpoints and their fp32 reference logits.
+
+Each directory holds config.json, model.safetensors (fp32, HF names and layout) and expected.npz
+(tokens, attention_mask, positions, logits [B, T, V]) computed by transformers' PyTorch model. The
+model specs live in tests/hf_reference.py. Needs torch==2.13.0 (requirements-bench.txt); the test
+suite only reads the files. Regenerate with:
+    .venv/bin/python tests/make_golden_fixtures.py
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+import hf_reference
+
+GOLDEN_DIR = Path(__file__).resolve().parent / "fixtures" / "golden"
+
+
+def _to_old_config_format(config_path: Path) -> None:
+    """Rewrites a transformers-5 config.json with the older top-level rope_theta/rope_scaling/torch_dtype keys."""
+    hf = json.loads(config_path.read_text())
+    rope = hf.pop("rope_parameters")
+    hf["rope_theta"] = rope.pop("rope_theta")
+    if rope.pop("rope_type") != "default":
+        raise ValueError(f"{config_path}: the old-format fixture is meant for default RoPE")
+    hf["torch_dtype"] = hf.pop("dtype")
+    hf.pop("layer_types", None)
+    config_path.write_text(json.dumps(hf, indent=2, sort_keys=True) + "\n")
+
+
+def write_fixture(name: str, seed: int) -> Path:
+    """Builds one spec's model, saves it and its reference logits; returns the directory."""
+    spec = hf_reference.SPECS[name]
+    out_dir = GOLDEN_DIR / name
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    model = hf_reference.build_model(spec, seed)
+    model.save_pretrained(out_dir)
+    for path in out_dir.iterdir():
+        if path.name not in ("config.json", "model.safetensors"):
+            path.unlink()
+    if spec.get("config_format") == "old":
+        _to_old_config_format(out_dir / "config.json")
+    tokens_BxT, mask_BxT, positions_BxT = hf_reference.token_batch(spec["vocab_size"], seed)
+    logits_BxTxV = hf_reference.reference_logits(model, tokens_BxT, mask_BxT, positions_BxT)
+    np.savez(out_dir / "expected.npz", tokens=tokens_BxT, attention_mask=mask_BxT, positions=positions_BxT,
+             logits=logits_BxTxV)
+    return out_dir
+
+
+def main() -> None:
+    total = 0
+    for seed, name in enumerate(sorted(hf_reference.SPECS)):
+        out_dir = write_fixture(name, seed)
+        size = sum(p.stat().st_size for p in out_dir.iterdir())
+        total += size
+        print(f"{out_dir}: {size / 1024:.1f} KiB")
+    print(f"total {total / 1024:.1f} KiB")
+
+
+if __name__ == "__main__":
+    main()
