@@ -1,0 +1,77 @@
+"""Generates a response from a local Hugging Face Qwen2/Llama directory (weights + tokenizer).
+
+  python -m experiments.generate --checkpoint=DIR --prompt="Hello" [--max_new_tokens=128]
+      [--sampler=greedy|temperature(0.7)|topk(40)|nucleus(0.9)] [--seed=0] [--format=text|json]
+
+The prompt goes through the tokenizer's chat template as one user turn. `--format=json` prints one
+JSON object: prompt_ids, output_ids (up to and including the stop token), text, finish_reason.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import jax
+from absl import app, flags
+
+from rubric_jax import sampling
+
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Hugging Face model directory (config.json, safetensors, tokenizer).")
+_PROMPT = flags.DEFINE_string("prompt", None, "User message, wrapped in the chat template.")
+_MAX_NEW_TOKENS = flags.DEFINE_integer("max_new_tokens", 128, "Maximum number of generated tokens.")
+_SAMPLER = flags.DEFINE_string("sampler", "greedy", "greedy | temperature(t) | topk(k[, t]) | nucleus(p[, t]).")
+_SEED = flags.DEFINE_integer("seed", 0, "PRNG seed for sampling.")
+_FORMAT = flags.DEFINE_enum("format", "text", ["text", "json"], "Print the text, or one JSON object.")
+flags.mark_flags_as_required(["checkpoint", "prompt"])
+
+
+def _fail(message: str) -> None:
+    """Prints a one-line error (no traceback) and exits non-zero."""
+    print(f"experiments.generate: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        _fail(f"unexpected positional arguments {argv[1:]}")
+    checkpoint = Path(_CHECKPOINT.value)
+    try:
+        sampling.parse_sampler(_SAMPLER.value)
+    except ValueError as e:
+        _fail(f"--sampler: {e}")
+    if _MAX_NEW_TOKENS.value < 1:
+        _fail(f"--max_new_tokens must be >= 1, got {_MAX_NEW_TOKENS.value}")
+    if not checkpoint.is_dir():
+        _fail(f"--checkpoint={checkpoint}: directory does not exist")
+
+    from transformers import AutoTokenizer
+
+    from rubric_jax.models.checkpoint import load_hf_checkpoint
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+        _, graphdef, state = load_hf_checkpoint(checkpoint)
+    except (OSError, ValueError) as e:
+        _fail(f"--checkpoint={checkpoint}: {e}")
+    if tokenizer.eos_token_id is None or tokenizer.pad_token_id is None:
+        _fail(f"{checkpoint}: the tokenizer needs an eos_token and a pad_token")
+    text = tokenizer.apply_chat_template([{"role": "user", "content": _PROMPT.value}],
+                                         add_generation_prompt=True, tokenize=False)
+    prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    result = sampling.generate(
+        graphdef, state, [prompt_ids], key=jax.random.key(_SEED.value), max_new_tokens=_MAX_NEW_TOKENS.value,
+        sampler=_SAMPLER.value, stop_tokens=[tokenizer.eos_token_id], pad_id=tokenizer.pad_token_id,
+    )
+    output_ids = result.tokens[0, :result.lengths[0]].tolist()
+    output_text = tokenizer.decode(output_ids, skip_special_tokens=True)
+    if _FORMAT.value == "json":
+        print(json.dumps({"prompt_ids": list(prompt_ids), "output_ids": output_ids, "text": output_text,
+                          "finish_reason": str(result.finish_reason[0])}))
+    else:
+        print(output_text)
+
+
+if __name__ == "__main__":
+    app.run(main)

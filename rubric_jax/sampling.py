@@ -1,0 +1,327 @@
+"""Batched autoregressive sampling: one jitted prefill + `lax.while_loop` decode over an explicit KV cache.
+
+Shape legend: B batch rows (prompts x samples, padded to a bucket), P prompt slots (bucketed, prompts
+are left-padded), R response slots (bucketed max_new_tokens), S = P + R cache slots, V vocab.
+
+Conventions (what the GRPO trainer relies on):
+  * Log-probs are those of the *behaviour policy* as the trainer scores it: log_softmax of the raw
+    logits (temperature 1, no top-k / top-p filtering) at the sampled token, whatever sampler chose
+    it. `token_logprobs` computes the same quantity teacher-forced.
+  * A stop token is part of the response: it is emitted, counted in `lengths` and has a log-prob;
+    every slot after it holds `pad_id` with log-prob 0. finish_reason is "stop" when a stop token was
+    emitted, else "length" (max_new_tokens reached).
+  * Row b * n + j of every output is sample j of prompt b.
+  * Prompt length, response length and batch are padded up to buckets (`bucket_size`), and jitted
+    functions are cached per (graphdef, sampler, response bucket, mesh); stop tokens and pad id are
+    runtime data. Repeated calls within one bucket reuse one compiled program. `TRACES` counts traces per function (tests assert on it).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx, struct
+from jax.sharding import Mesh
+
+from rubric_jax import sharding
+from rubric_jax.models.transformer import KVCache, causal_padding_mask, init_cache, padding_to_positions
+
+TRACES: collections.Counter[str] = collections.Counter()
+FINISH_STOP, FINISH_LENGTH = "stop", "length"
+
+
+def bucket_size(n: int) -> int:
+    """Smallest bucket >= n among 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (powers of two and 1.5x them)."""
+    if n < 1:
+        raise ValueError(f"bucket_size needs n >= 1, got {n}")
+    power = 1
+    while True:
+        if n <= power:
+            return power
+        if power >= 2 and n <= power * 3 // 2:
+            return power * 3 // 2
+        power *= 2
+
+
+# ------------------------------------------------------------------------------------------ samplers
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampler:
+    """A parsed sampler string: kind in {greedy, temperature, topk, nucleus} and its parameters."""
+
+    kind: str
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+
+_SAMPLER_RE = re.compile(r"^\s*(greedy|temperature|topk|nucleus)\s*(?:\(([^()]*)\))?\s*$")
+
+
+def parse_sampler(spec: str) -> Sampler:
+    """Parses "greedy", "temperature(t)", "topk(k)", "topk(k, t)", "nucleus(p)" or "nucleus(p, t)"."""
+    match = _SAMPLER_RE.match(spec)
+    usage = 'expected "greedy", "temperature(t)", "topk(k[, t])" or "nucleus(p[, t])"'
+    if not match:
+        raise ValueError(f"sampler {spec!r}: {usage}")
+    kind, arg_text = match.group(1), match.group(2)
+    try:
+        args = [float(a) for a in arg_text.split(",")] if arg_text else []
+    except ValueError:
+        raise ValueError(f"sampler {spec!r}: arguments must be numbers; {usage}") from None
+    expected = {"greedy": (0, 0), "temperature": (1, 1), "topk": (1, 2), "nucleus": (1, 2)}[kind]
+    if not expected[0] <= len(args) <= expected[1]:
+        raise ValueError(f"sampler {spec!r}: wrong number of arguments; {usage}")
+    if kind == "greedy":
+        return Sampler("greedy")
+    temperature = args[0] if kind == "temperature" else (args[1] if len(args) == 2 else 1.0)
+    if temperature <= 0:
+        raise ValueError(f"sampler {spec!r}: temperature must be > 0 (use 'greedy' for argmax)")
+    if kind == "topk":
+        if args[0] != int(args[0]) or args[0] < 1:
+            raise ValueError(f"sampler {spec!r}: k must be a positive integer")
+        return Sampler("topk", temperature=temperature, top_k=int(args[0]))
+    if kind == "nucleus":
+        if not 0 < args[0] <= 1:
+            raise ValueError(f"sampler {spec!r}: p must be in (0, 1]")
+        return Sampler("nucleus", temperature=temperature, top_p=args[0])
+    return Sampler("temperature", temperature=temperature)
+
+
+def top_k_filter(logits_BxV: jax.Array, k: int) -> jax.Array:
+    """Keeps the k largest logits per row (ties with the k-th are kept), the rest become -inf."""
+    kth_Bx1 = jax.lax.top_k(logits_BxV, min(k, logits_BxV.shape[-1]))[0][:, -1:]
+    return jnp.where(logits_BxV >= kth_Bx1, logits_BxV, -jnp.inf)
+
+
+def top_p_filter(logits_BxV: jax.Array, p: float) -> jax.Array:
+    """Keeps the smallest set of most likely tokens whose probability reaches p (always >= 1 token)."""
+    sorted_BxV = jnp.sort(logits_BxV, axis=-1)[:, ::-1]
+    probs_BxV = jax.nn.softmax(sorted_BxV, axis=-1)
+    mass_before_BxV = jnp.cumsum(probs_BxV, axis=-1) - probs_BxV
+    keep_BxV = mass_before_BxV < p
+    threshold_Bx1 = jnp.min(jnp.where(keep_BxV, sorted_BxV, jnp.inf), axis=-1, keepdims=True)
+    return jnp.where(logits_BxV >= threshold_Bx1, logits_BxV, -jnp.inf)
+
+
+def sample_tokens(logits_BxV: jax.Array, key: jax.Array, sampler: Sampler) -> jax.Array:
+    """Draws one token per row from float32 logits according to `sampler`."""
+    if sampler.kind == "greedy":
+        return jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32)
+    scaled_BxV = logits_BxV / sampler.temperature
+    if sampler.kind == "topk":
+        scaled_BxV = top_k_filter(scaled_BxV, sampler.top_k)
+    elif sampler.kind == "nucleus":
+        scaled_BxV = top_p_filter(scaled_BxV, sampler.top_p)
+    return jax.random.categorical(key, scaled_BxV, axis=-1).astype(jnp.int32)
+
+
+# ------------------------------------------------------------------------------------------ generate
+
+
+@struct.dataclass
+class SamplingState:
+    """Loop carry of the decode `while_loop`."""
+
+    step: jax.Array  # [] int32: response slot the next token goes to
+    tokens_BxR: jax.Array  # int32, pad_id where not (yet) generated
+    logprobs_BxR: jax.Array  # float32, 0 where not generated
+    done_B: jax.Array  # bool: row finished (stop token emitted, or a bucket-padding row)
+    stopped_B: jax.Array  # bool: row emitted a stop token
+    lengths_B: jax.Array  # int32: tokens emitted so far (including a stop token)
+    cache: KVCache
+    key: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationResult:
+    """Host-side outputs; row b * n + j is sample j of prompt b."""
+
+    tokens: np.ndarray  # [B*n, max_new_tokens] int32, response only, pad_id after the end
+    logprobs: np.ndarray  # [B*n, max_new_tokens] float32, behaviour-policy log-probs, 0 after the end
+    lengths: np.ndarray  # [B*n] int32, generated tokens including the stop token
+    finish_reason: np.ndarray  # [B*n] str, "stop" | "length"
+    num_steps: int  # tokens generated per row by the loop (< max_new_tokens when all rows stopped early)
+
+
+def left_pad(prompt_ids: Sequence[Sequence[int]] | np.ndarray, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Prompts as left-padded int32 [B, T] tokens and a bool mask (True = real token).
+
+    A list of lists is ragged; a 2-D array is already left-padded: its leading `pad_id`s are padding.
+    """
+    if isinstance(prompt_ids, np.ndarray):
+        if prompt_ids.ndim != 2:
+            raise ValueError(f"prompt_ids array must be 2-D [batch, length], got shape {prompt_ids.shape}")
+        tokens = prompt_ids.astype(np.int32)
+        mask = np.cumsum(tokens != pad_id, axis=1) > 0
+    else:
+        rows = [list(map(int, row)) for row in prompt_ids]
+        width = max((len(r) for r in rows), default=0)
+        tokens = np.full((len(rows), width), pad_id, np.int32)
+        mask = np.zeros((len(rows), width), bool)
+        for i, row in enumerate(rows):
+            tokens[i, width - len(row):] = row
+            mask[i, width - len(row):] = True
+    if tokens.shape[0] == 0:
+        raise ValueError("prompt_ids is empty: need at least one prompt")
+    empty = np.flatnonzero(~mask.any(axis=1))
+    if empty.size:
+        raise ValueError(f"prompt_ids rows {empty[:8].tolist()} are empty (only padding)")
+    return tokens, mask
+
+
+def _emit(state: SamplingState, logits_BxV: jax.Array, sampler: Sampler, stop_S: jax.Array,
+          pad_id: jax.Array) -> SamplingState:
+    """Samples the next token of every unfinished row into slot `state.step`."""
+    key = jax.random.fold_in(state.key, state.step)
+    token_B = sample_tokens(logits_BxV, key, sampler)
+    logprob_B = jnp.take_along_axis(jax.nn.log_softmax(logits_BxV, axis=-1), token_B[:, None], axis=-1)[:, 0]
+    live_B = ~state.done_B
+    token_B = jnp.where(live_B, token_B, pad_id)
+    logprob_B = jnp.where(live_B, logprob_B, 0.0)
+    hit_stop_B = live_B & jnp.isin(token_B, stop_S)
+    return state.replace(
+        step=state.step + 1,
+        tokens_BxR=jax.lax.dynamic_update_slice(state.tokens_BxR, token_B[:, None], (0, state.step)),
+        logprobs_BxR=jax.lax.dynamic_update_slice(state.logprobs_BxR, logprob_B[:, None], (0, state.step)),
+        done_B=state.done_B | hit_stop_B,
+        stopped_B=state.stopped_B | hit_stop_B,
+        lengths_B=state.lengths_B + live_B.astype(jnp.int32),
+    )
+
+
+def _cache_sharding(mesh: Mesh, cache: KVCache) -> Any:
+    """Cache k/v [L, B, S, K, H]: batch over (data, fsdp), kv heads over tensor."""
+    names = ("layers", "batch", "length", "kv_heads", "head_dim")
+    spec = sharding.logical_to_sharding(names, cache.k.shape, mesh)
+    return KVCache(k=spec, v=spec)
+
+
+@functools.lru_cache(maxsize=64)
+def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, mesh: Mesh | None):
+    """The jitted prefill + decode program for one (model graph, sampler, R bucket, mesh)."""
+
+    def run(state: nnx.State, prompt_BxP: jax.Array, prompt_mask_BxP: jax.Array, live_B: jax.Array,
+            stop_S: jax.Array, pad_id: jax.Array, max_new_tokens: jax.Array, key: jax.Array) -> SamplingState:
+        TRACES["generate"] += 1
+        model = nnx.merge(graphdef, state)
+        batch, prompt_slots = prompt_BxP.shape
+        slots = prompt_slots + response_slots
+        cache = init_cache(model.cfg, batch, slots)
+        if mesh is not None:
+            cache = jax.lax.with_sharding_constraint(cache, _cache_sharding(mesh, cache))
+
+        prefill_mask_BxPxS = jnp.pad(causal_padding_mask(prompt_mask_BxP), ((0, 0), (0, 0), (0, response_slots)))
+        positions_BxP = padding_to_positions(prompt_mask_BxP)
+        h_BxPxD, cache = model.hidden_states(prompt_BxP, positions_BxP, prefill_mask_BxPxS, cache, jnp.int32(0))
+        logits_BxV = model.logits_from_hidden(h_BxPxD[:, -1:])[:, 0]
+        state0 = SamplingState(
+            step=jnp.int32(0),
+            tokens_BxR=jnp.full((batch, response_slots), pad_id, jnp.int32),
+            logprobs_BxR=jnp.zeros((batch, response_slots), jnp.float32),
+            done_B=~live_B,
+            stopped_B=jnp.zeros((batch,), bool),
+            lengths_B=jnp.zeros((batch,), jnp.int32),
+            cache=cache,
+            key=key,
+        )
+        state0 = _emit(state0, logits_BxV, sampler, stop_S, pad_id)
+
+        prompt_len_B = jnp.sum(prompt_mask_BxP, axis=1, dtype=jnp.int32)
+        slot_S = jnp.arange(slots)
+        prompt_slot_BxS = jnp.pad(prompt_mask_BxP, ((0, 0), (0, response_slots)))
+
+        def cond(s: SamplingState) -> jax.Array:
+            return (s.step < max_new_tokens) & ~jnp.all(s.done_B)
+
+        def body(s: SamplingState) -> SamplingState:
+            last_B = jax.lax.dynamic_slice_in_dim(s.tokens_BxR, s.step - 1, 1, axis=1)
+            index = prompt_slots + s.step - 1
+            response_slot_S = (slot_S >= prompt_slots) & (slot_S <= index)
+            mask_Bx1xS = (prompt_slot_BxS | response_slot_S[None, :])[:, None, :]
+            positions_Bx1 = (prompt_len_B + s.step - 1)[:, None]
+            logits_Bx1xV, cache = model(last_B, positions_Bx1, mask_Bx1xS, s.cache, index)
+            return _emit(s.replace(cache=cache), logits_Bx1xV[:, 0], sampler, stop_S, pad_id)
+
+        return jax.lax.while_loop(cond, body, state0)
+
+    return jax.jit(run)
+
+
+def generate(graphdef: nnx.GraphDef, state: nnx.State, prompt_ids: Sequence[Sequence[int]] | np.ndarray, *,
+             key: jax.Array, n: int = 1, max_new_tokens: int, sampler: str = "greedy",
+             stop_tokens: Sequence[int], pad_id: int, mesh: Mesh | None = None) -> GenerationResult:
+    """Samples n responses per prompt (prompts left-padded; see the module docstring for conventions)."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    parsed = parse_sampler(sampler)
+    tokens, mask = left_pad(prompt_ids, pad_id)
+    tokens, mask = np.repeat(tokens, n, axis=0), np.repeat(mask, n, axis=0)
+    rows, width = tokens.shape
+    batch_multiple = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
+    batch = -(-bucket_size(rows) // batch_multiple) * batch_multiple
+    prompt_slots = bucket_size(width)
+    # Bucket padding: extra left padding, and extra rows copying row 0 that start finished.
+    tokens_BxP = np.full((batch, prompt_slots), pad_id, np.int32)
+    mask_BxP = np.zeros((batch, prompt_slots), bool)
+    tokens_BxP[:rows, prompt_slots - width:], mask_BxP[:rows, prompt_slots - width:] = tokens, mask
+    tokens_BxP[rows:], mask_BxP[rows:] = tokens_BxP[0], mask_BxP[0]
+    live_B = np.arange(batch) < rows
+
+    # Stop ids are data, not part of the compiled program: padded with -1 (never a token) to a bucket of
+    # at least 4, so the usual few stop ids never change the program's shapes.
+    stop_S = np.full(bucket_size(max(len(stop_tokens), 4)), -1, np.int32)
+    stop_S[:len(stop_tokens)] = stop_tokens
+    run = _generate_fn(graphdef, parsed, bucket_size(max_new_tokens), mesh)
+    args = (tokens_BxP, mask_BxP, live_B)
+    if mesh is not None:
+        state = sharding.shard_pytree(state, sharding.param_shardings(state, mesh))
+        args = sharding.shard_pytree(args, sharding.batch_sharding(mesh))
+        key = jax.device_put(key, sharding.replicated(mesh))
+    out = run(state, *args, stop_S, np.int32(pad_id), np.int32(max_new_tokens), key)
+    out_tokens, out_logprobs, lengths, stopped, steps = jax.device_get(
+        (out.tokens_BxR, out.logprobs_BxR, out.lengths_B, out.stopped_B, out.step))
+    return GenerationResult(
+        tokens=out_tokens[:rows, :max_new_tokens],
+        logprobs=out_logprobs[:rows, :max_new_tokens],
+        lengths=lengths[:rows],
+        finish_reason=np.where(stopped[:rows], FINISH_STOP, FINISH_LENGTH),
+        num_steps=int(steps),
+    )
+
+
+# ------------------------------------------------------------------------------------------ log-probs
+
+
+@functools.lru_cache(maxsize=16)
+def _token_logprobs_fn(graphdef: nnx.GraphDef):
+    """Jitted teacher-forced log-probs for one model graph."""
+
+    def run(state: nnx.State, tokens_BxT: jax.Array, mask_BxT: jax.Array) -> jax.Array:
+        TRACES["token_logprobs"] += 1
+        model = nnx.merge(graphdef, state)
+        logits_BxTxV, _ = model(tokens_BxT, padding_to_positions(mask_BxT), causal_padding_mask(mask_BxT))
+        logp_BxTxV = jax.nn.log_softmax(logits_BxTxV[:, :-1], axis=-1)
+        next_BxT = jnp.take_along_axis(logp_BxTxV, tokens_BxT[:, 1:, None], axis=-1)[:, :, 0]
+        valid_BxT = mask_BxT[:, 1:] & mask_BxT[:, :-1]
+        return jnp.pad(jnp.where(valid_BxT, next_BxT, 0.0), ((0, 0), (1, 0)))
+
+    return jax.jit(run)
+
+
+def token_logprobs(graphdef: nnx.GraphDef, state: nnx.State, tokens_BxT: np.ndarray | jax.Array,
+                   mask_BxT: np.ndarray | jax.Array) -> jax.Array:
+    """Teacher-forced log p(tokens[:, t] | tokens[:, <t]) [B, T] at temperature 1; 0 at t = 0, on padding
+    and after a gap. Full-vocab logits in memory: for checks and small batches (the trainer chunks)."""
+    return _token_logprobs_fn(graphdef)(state, jnp.asarray(tokens_BxT, jnp.int32), jnp.asarray(mask_BxT, bool))

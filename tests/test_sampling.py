@@ -1,0 +1,324 @@
+"""Sampler: cached decode == full recompute, log-probs == teacher forcing, buckets, samplers, stops, CLI."""
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from rubric_jax import sampling
+from rubric_jax.models.config import ModelConfig
+from rubric_jax.models.transformer import Transformer, causal_padding_mask, padding_to_positions
+
+REPO = Path(__file__).resolve().parents[1]
+PAD, STOP = 0, 1
+PROMPTS = [[5, 6, 7], [9, 10, 11, 12, 13], [3], [40, 41]]
+
+
+def _config(**changes) -> ModelConfig:
+    cfg = ModelConfig(
+        architecture="qwen2", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
+        num_kv_heads=2, head_dim=8, rope_theta=10000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
+        attention_bias=True, rope_scaling=None, max_position_embeddings=256,
+    )
+    return cfg.replace(**changes)
+
+
+def _model(cfg: ModelConfig, seed: int = 0, std: float = 0.15):
+    """Random weights drawn on the host (no init compile); std well above HF's 0.02 so next-token
+    distributions are far from uniform. Norm scales are 1 + noise."""
+    graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+    rng = np.random.default_rng(seed)
+
+    def draw(path, leaf):
+        value = rng.normal(0.0, std, leaf.shape) + (1.0 if "scale" in jax.tree_util.keystr(path) else 0.0)
+        return jnp.asarray(value, leaf.dtype)
+
+    return graphdef, jax.tree_util.tree_map_with_path(draw, abstract)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return _model(_config())
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _last_logits(graphdef, state, tokens_1xT, length):
+    """Full forward without a cache over a right-padded row; logits at position length - 1."""
+    mask_1xT = jnp.arange(tokens_1xT.shape[1])[None, :] < length
+    logits, _ = nnx.merge(graphdef, state)(tokens_1xT, padding_to_positions(mask_1xT), causal_padding_mask(mask_1xT))
+    return logits[0, length - 1]
+
+
+def _greedy_by_recompute(graphdef, state, prompt, steps):
+    """Argmax continuation where every step runs a fresh full forward over the whole sequence (no cache)."""
+    seq = list(prompt)
+    for _ in range(steps):
+        row = np.zeros((1, 32), np.int32)
+        row[0, :len(seq)] = seq
+        seq.append(int(jnp.argmax(_last_logits(graphdef, state, row, len(seq)))))
+    return seq[len(prompt):]
+
+
+def test_cached_greedy_decode_matches_full_recompute(model):
+    graphdef, state = model
+    result = sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(0), n=2, max_new_tokens=9,
+                               stop_tokens=[], pad_id=PAD)
+    assert result.tokens.shape == (8, 9) and result.tokens.dtype == np.int32
+    for b, prompt in enumerate(PROMPTS):  # rows b*n + j, j < n, all continue prompt b
+        expected = _greedy_by_recompute(graphdef, state, prompt, 9)
+        assert result.tokens[2 * b].tolist() == result.tokens[2 * b + 1].tolist() == expected
+    np.testing.assert_array_equal(result.lengths, [9] * 8)
+    assert result.finish_reason.tolist() == ["length"] * 8 and result.num_steps == 9
+
+
+def test_cached_greedy_decode_matches_recompute_for_llama_tied_unscanned():
+    cfg = _config(architecture="llama", attention_bias=False, tie_word_embeddings=True, scan_layers=False,
+                  num_kv_heads=4)
+    graphdef, state = _model(cfg, seed=3)
+    result = sampling.generate(graphdef, state, PROMPTS[:2], key=jax.random.key(0), max_new_tokens=6,
+                               stop_tokens=[], pad_id=PAD)
+    for b, prompt in enumerate(PROMPTS[:2]):
+        assert result.tokens[b].tolist() == _greedy_by_recompute(graphdef, state, prompt, 6)
+
+
+def _teacher_forced(graphdef, state, prompts, result, pad_id):
+    """Teacher-forced log-probs of each response token, over left-padded prompt + response."""
+    tokens, mask = sampling.left_pad(prompts, pad_id)
+    tokens = np.repeat(tokens, len(result.tokens) // len(prompts), axis=0)
+    mask = np.repeat(mask, len(result.tokens) // len(prompts), axis=0)
+    response_mask = np.arange(result.tokens.shape[1])[None, :] < result.lengths[:, None]
+    full = np.concatenate([tokens, result.tokens], axis=1)
+    full_mask = np.concatenate([mask, response_mask], axis=1)
+    logprobs = np.asarray(sampling.token_logprobs(graphdef, state, full, full_mask))
+    return logprobs[:, tokens.shape[1]:]
+
+
+# Tempered and filtered samplers: the log-probs are still those of the raw (temperature 1) policy.
+@pytest.mark.parametrize("sampler", ["topk(5, 1.3)", "nucleus(0.8, 0.7)"])
+def test_logprobs_equal_teacher_forced_forward(model, sampler):
+    graphdef, state = model
+    result = sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(1), n=2, max_new_tokens=12,
+                               sampler=sampler, stop_tokens=[STOP], pad_id=PAD)
+    expected = _teacher_forced(graphdef, state, PROMPTS, result, PAD)
+    np.testing.assert_allclose(result.logprobs, expected, atol=1e-5)
+    assert np.all(result.logprobs <= 0)
+    assert np.all(result.logprobs[:, 0] < 0)
+
+
+def test_no_retrace_within_a_bucket(model):
+    graphdef, state = model
+    other_state = jax.tree.map(lambda x: x * 0.5, state)
+
+    def run(prompts, max_new, st=state, seed=0):
+        return sampling.generate(graphdef, st, prompts, key=jax.random.key(seed), n=2, max_new_tokens=max_new,
+                                 sampler="topk(5, 1.3)", stop_tokens=[STOP], pad_id=PAD)
+
+    # Prompt widths 5 and 6 share bucket 6; max_new_tokens 9..12 share bucket 12; batch 8.
+    run([[2] * 5, [3] * 2, [4] * 4, [5]], 9)
+    before = sampling.TRACES["generate"]
+    run([[2] * 6, [3] * 2, [4] * 4, [5]], 12, seed=1)
+    run([[7] * 6, [3] * 2, [4] * 1, [6] * 3], 10, st=other_state, seed=2)
+    result = sampling.generate(graphdef, state, [[5] * 3, [3] * 6, [4] * 2, [8]], key=jax.random.key(3), n=2,
+                               max_new_tokens=11, sampler="topk(5, 1.3)", stop_tokens=[STOP, 2, 3], pad_id=PAD)
+    assert sampling.TRACES["generate"] == before
+    assert result.tokens.shape == (8, 11)
+    run([[2] * 7, [3] * 2, [4] * 4, [5]], 9)  # width 7 is in the next prompt bucket
+    assert sampling.TRACES["generate"] == before + 1
+
+
+def test_samples_per_prompt_are_distinct_streams(model):
+    graphdef, state = model
+    sampled = sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(2), n=4, max_new_tokens=10,
+                                sampler="temperature(2.0)", stop_tokens=[], pad_id=PAD)
+    assert sampled.tokens.shape == (16, 10)
+    for b in range(len(PROMPTS)):
+        group = sampled.tokens[b * 4:(b + 1) * 4]
+        assert len({tuple(row) for row in group.tolist()}) == 4
+    again = sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(2), n=4, max_new_tokens=10,
+                              sampler="temperature(2.0)", stop_tokens=[], pad_id=PAD)
+    np.testing.assert_array_equal(again.tokens, sampled.tokens)
+    other_key = sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(3), n=4, max_new_tokens=10,
+                                  sampler="temperature(2.0)", stop_tokens=[], pad_id=PAD)
+    assert not np.array_equal(other_key.tokens, sampled.tokens)
+
+
+def test_stop_tokens_end_sequences_and_pad_after(model):
+    graphdef, state = model
+    free = sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(0), n=2, max_new_tokens=9,
+                             stop_tokens=[], pad_id=PAD)
+    # A stop token that some row first emits mid-sequence (not at its first step).
+    b0, t0 = next((b, t) for b in range(8) for t in range(1, 9) if free.tokens[b, t] not in free.tokens[b, :t])
+    stop = int(free.tokens[b0, t0])
+    first_hit = [int(np.argmax(row == stop)) if np.any(row == stop) else None for row in free.tokens]
+    result = sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(0), n=2, max_new_tokens=9,
+                               stop_tokens=[stop, 63], pad_id=PAD)
+    for b, hit in enumerate(first_hit):
+        if hit is None:
+            assert result.finish_reason[b] == "length" and result.lengths[b] == 9
+            np.testing.assert_array_equal(result.tokens[b], free.tokens[b])
+            continue
+        assert result.finish_reason[b] == "stop"
+        assert result.lengths[b] == hit + 1
+        np.testing.assert_array_equal(result.tokens[b, :hit + 1], free.tokens[b, :hit + 1])
+        assert np.all(result.tokens[b, hit + 1:] == PAD)
+        assert np.all(result.logprobs[b, hit + 1:] == 0)
+        assert result.logprobs[b, hit] < 0
+    assert result.lengths[b0] == t0 + 1 and result.finish_reason[b0] == "stop"
+
+
+def test_decode_loop_exits_when_all_rows_stopped(model):
+    graphdef, state = model
+    free = sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(0), n=2, max_new_tokens=9,
+                             stop_tokens=[], pad_id=PAD)
+    stops = sorted(set(free.tokens[:, 1].tolist()) | set(free.tokens[:, 0].tolist()))
+    result = sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(0), n=2, max_new_tokens=9,
+                               stop_tokens=stops, pad_id=PAD)
+    assert result.num_steps <= 2 and result.tokens.shape == (8, 9)
+    assert result.finish_reason.tolist() == ["stop"] * 8
+    assert np.all(result.lengths <= 2) and np.all(result.tokens[:, 2:] == PAD)
+
+
+def test_top_k_filter_keeps_the_k_largest():
+    logits = jnp.asarray([[1.0, 3.0, 2.0, 0.0], [5.0, 5.0, 1.0, 9.0]])
+    kept = np.asarray(sampling.top_k_filter(logits, 2))
+    np.testing.assert_array_equal(np.isfinite(kept), [[False, True, True, False], [True, True, False, True]])
+    np.testing.assert_array_equal(kept[0, 1:3], [3.0, 2.0])
+    assert np.isfinite(np.asarray(sampling.top_k_filter(logits, 10))).all()
+
+
+def test_top_p_filter_keeps_the_smallest_set_reaching_p():
+    logits = jnp.log(jnp.asarray([[0.15, 0.5, 0.05, 0.3], [0.25, 0.25, 0.25, 0.25]]))
+    keep = lambda p: np.isfinite(np.asarray(sampling.top_p_filter(logits, p)))  # noqa: E731
+    np.testing.assert_array_equal(keep(0.7)[0], [False, True, False, True])  # 0.5 + 0.3 reaches 0.7
+    np.testing.assert_array_equal(keep(0.5)[0], [False, True, False, False])  # 0.5 alone reaches 0.5
+    np.testing.assert_array_equal(keep(0.81)[0], [True, True, False, True])
+    np.testing.assert_array_equal(keep(1.0)[0], [True, True, True, True])
+    np.testing.assert_array_equal(keep(0.3)[1], [True, True, True, True])  # ties with the threshold stay
+
+
+def test_samplers_draw_only_from_the_filtered_support():
+    logits_BxV = jnp.tile(jnp.log(jnp.asarray([0.15, 0.5, 0.05, 0.3]))[None, :], (4000, 1))
+    key = jax.random.key(7)
+    draw = lambda spec: np.asarray(sampling.sample_tokens(logits_BxV, key, sampling.parse_sampler(spec)))  # noqa: E731
+    assert set(draw("topk(2)").tolist()) == {1, 3}
+    assert set(draw("nucleus(0.7)").tolist()) == {1, 3}
+    assert set(draw("topk(1, 5.0)").tolist()) == {1}
+    assert set(draw("temperature(1.0)").tolist()) == {0, 1, 2, 3}
+    assert set(draw("greedy").tolist()) == {1}
+    # Temperature 1 draws follow the distribution (4000 draws: standard error ~0.008).
+    freq = np.bincount(draw("temperature(1.0)"), minlength=4) / 4000
+    np.testing.assert_allclose(freq, [0.15, 0.5, 0.05, 0.3], atol=0.04)
+
+
+def test_parse_sampler():
+    parse = sampling.parse_sampler
+    assert parse("greedy") == sampling.Sampler("greedy")
+    assert parse("temperature(0.7)") == sampling.Sampler("temperature", temperature=0.7)
+    assert parse("topk(40)") == sampling.Sampler("topk", temperature=1.0, top_k=40)
+    assert parse("topk(40, 0.5)") == sampling.Sampler("topk", temperature=0.5, top_k=40)
+    assert parse(" nucleus(0.9) ") == sampling.Sampler("nucleus", temperature=1.0, top_p=0.9)
+    for bad, match in [("beam(4)", "expected"), ("topk(2.5)", "positive integer"), ("nucleus(1.5)", r"\(0, 1\]"),
+                       ("temperature(0)", "> 0"), ("temperature()", "wrong number"), ("greedy(1)", "wrong number"),
+                       ("topk(a)", "must be numbers")]:
+        with pytest.raises(ValueError, match=match):
+            parse(bad)
+
+
+def test_bucket_size_and_left_pad():
+    assert [sampling.bucket_size(n) for n in (1, 2, 3, 4, 5, 6, 7, 9, 13, 17, 100)] == [
+        1, 2, 3, 4, 6, 6, 8, 12, 16, 24, 128]
+    tokens, mask = sampling.left_pad([[4, 5], [6], [7, 8, 9]], pad_id=0)
+    np.testing.assert_array_equal(tokens, [[0, 4, 5], [0, 0, 6], [7, 8, 9]])
+    np.testing.assert_array_equal(mask, tokens != 0)
+    # An array is already left-padded: only *leading* pad ids are padding.
+    tokens, mask = sampling.left_pad(np.asarray([[0, 0, 4, 0], [3, 0, 0, 5]]), pad_id=0)
+    np.testing.assert_array_equal(mask, [[False, False, True, True], [True, True, True, True]])
+    with pytest.raises(ValueError, match="rows \\[1\\] are empty"):
+        sampling.left_pad([[1], []], pad_id=0)
+
+
+def test_generate_rejects_bad_arguments(model):
+    graphdef, state = model
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(0), max_new_tokens=0, stop_tokens=[], pad_id=0)
+    with pytest.raises(ValueError, match="sampler 'top_k"):
+        sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(0), max_new_tokens=2, sampler="top_k(3)",
+                          stop_tokens=[], pad_id=0)
+
+
+# ------------------------------------------------------------------------------------------ CLI
+
+
+def _tiny_tokenizer(path: Path):
+    """A word-level tokenizer over a few words with a Qwen2-style chat template, saved to `path`."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "[UNK]", "system", "user", "assistant", "\n",
+             "You", "are", "a", "helpful", ".", "hello", "world", "how", "are", "you", "?"]
+    vocab = {w: i for i, w in enumerate(dict.fromkeys(words))}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split("\n", "isolated"),
+                                                 pre_tokenizers.WhitespaceSplit()])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   unk_token="[UNK]")
+    fast.chat_template = (
+        "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>' + '\n' }}"
+        "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+    )
+    fast.save_pretrained(path)
+
+
+@pytest.fixture(scope="module")
+def checkpoint_dir(tmp_path_factory):
+    from rubric_jax.models.checkpoint import export_hf_checkpoint
+
+    path = tmp_path_factory.mktemp("tiny_ckpt")
+    cfg = _config()
+    _, state = _model(cfg, seed=5)
+    export_hf_checkpoint(cfg, state, path)
+    _tiny_tokenizer(path)
+    return path
+
+
+def _run_cli(*args):
+    env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu")
+    return subprocess.run([sys.executable, "-m", "experiments.generate", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_generate_cli_prints_json_matching_the_library(checkpoint_dir):
+    proc = _run_cli(f"--checkpoint={checkpoint_dir}", "--prompt=hello world", "--max_new_tokens=5",
+                    "--format=json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    from transformers import AutoTokenizer
+
+    from rubric_jax.models.checkpoint import load_hf_checkpoint
+
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir)
+    expected_prompt = tokenizer.apply_chat_template([{"role": "user", "content": "hello world"}],
+                                                    add_generation_prompt=True, tokenize=False)
+    assert out["prompt_ids"] == tokenizer(expected_prompt, add_special_tokens=False)["input_ids"]
+    _, graphdef, state = load_hf_checkpoint(checkpoint_dir)
+    result = sampling.generate(graphdef, state, [out["prompt_ids"]], key=jax.random.key(0), max_new_tokens=5,
+                               stop_tokens=[tokenizer.eos_token_id], pad_id=tokenizer.pad_token_id)
+    assert out["output_ids"] == result.tokens[0, :result.lengths[0]].tolist()
+    assert out["text"] == tokenizer.decode(out["output_ids"], skip_special_tokens=True)
+    assert out["finish_reason"] == result.finish_reason[0]
+
+
+def test_generate_cli_reports_a_missing_checkpoint_without_traceback(tmp_path):
+    proc = _run_cli(f"--checkpoint={tmp_path / 'nope'}", "--prompt=hi")
+    assert proc.returncode != 0
+    assert "nope" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _run_cli(f"--checkpoint={tmp_path}", "--prompt=hi", "--sampler=beam(2)")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
