@@ -10,7 +10,8 @@ tags whose nonce the caller draws per prompt; any occurrence of the nonce inside
 replaced first, so the text can never close its fence, and so is every `reserved` string (the judge
 tokenizer's special tokens, e.g. `<|im_end|>`), so the text cannot end the chat turn either. The instructions say fenced text is data and
 that length, format and templates earn nothing (RubricRL 3.3, 6.1). Anchor order can be permuted per
-sample (RubricRL 3.3: several orderings, then the median).
+sample (RubricRL 3.3: several orderings, then the median). The criteria come first and everything
+per-sample (nonce, question, response) after them, so prompts for one dimension share a prefix.
 """
 
 from __future__ import annotations
@@ -91,8 +92,8 @@ def _messages(
 ) -> tuple[dict[str, str], ...]:
     user = "\n\n".join(
         [
-            _RULES.format(n=nonce),
             criteria,
+            _RULES.format(n=nonce),
             fence(question, "question", nonce, reserved),
             fence(response, "response", nonce, reserved),
             answer_format,
