@@ -1,0 +1,199 @@
+"""Train state pytree, the AdamW optimizer with its schedule, and sharded initialisation.
+
+Parameters live in the state as a plain nested dict (`nnx.to_pure_dict` of the model state, HF-like
+names); the NNX graphdef and the optax transformation ride along as static pytree fields, so a step
+function is `(state, batch) -> (state, metrics)` and `nnx.merge(state.graphdef, state.params)` rebuilds
+the model inside `jit`. Parameters and optimizer moments are float32; the forward pass runs in the
+model's `compute_dtype` (e.g. bfloat16: the model casts weights at use).
+
+Initialisation never materialises a model on one device: `jax.eval_shape` gives the abstract state,
+`rubric_jax.sharding` turns logical axis names into NamedShardings, and a jitted init with
+`out_shardings` creates every array directly in its shards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx, struct
+from jax.sharding import Mesh
+
+from rubric_jax import sharding
+
+Params = dict[str, Any]
+ModelFactory = Callable[[nnx.Rngs], nnx.Module]
+SCHEDULES = ("constant", "cosine")
+_NO_DECAY = ("bias", "scale")  # norm scales and projection biases are not weight-decayed
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+    """AdamW with linear warmup, a constant or cosine schedule and global-norm clipping."""
+
+    learning_rate: float = 1e-6
+    """Peak learning rate (RubricRL §4.3: start at 1e-6, drop to 5e-7 if rewards oscillate; QuRL: 1e-6)."""
+    warmup_steps: int = 0
+    """Linear warmup from 0 to the peak over this many optimizer updates."""
+    schedule: str = "constant"
+    """After warmup: "constant" or "cosine" (decays to min_lr_ratio · peak at total_steps)."""
+    total_steps: int | None = None
+    """Length of the cosine schedule including warmup; required by "cosine", None otherwise."""
+    min_lr_ratio: float = 0.0
+    """Final learning rate of the cosine schedule as a fraction of the peak."""
+    b1: float = 0.9
+    """Adam first-moment decay."""
+    b2: float = 0.999
+    """Adam second-moment decay."""
+    eps: float = 1e-8
+    """Adam denominator epsilon."""
+    weight_decay: float = 0.0
+    """Decoupled weight decay (AdamW) on matrices; norm scales and biases are never decayed."""
+    max_grad_norm: float = 1.0
+    """Global-norm gradient clipping threshold (the usual GRPO/PPO setting)."""
+
+    def __post_init__(self) -> None:
+        def fail(field: str, why: str) -> None:
+            raise ValueError(f"OptimizerConfig.{field}={getattr(self, field)!r}: {why}")
+
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            fail("learning_rate", "must be finite and > 0")
+        if not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+            fail("warmup_steps", "must be an integer >= 0")
+        if self.schedule not in SCHEDULES:
+            fail("schedule", f"must be one of {SCHEDULES}")
+        if self.schedule == "cosine":
+            if not isinstance(self.total_steps, int) or self.total_steps <= self.warmup_steps:
+                fail("total_steps", f"cosine needs an integer > warmup_steps={self.warmup_steps}")
+        elif self.total_steps is not None:
+            fail("total_steps", "only used by the cosine schedule; leave it None")
+        if not 0 <= self.min_lr_ratio <= 1:
+            fail("min_lr_ratio", "must be in [0, 1]")
+        for name in ("b1", "b2"):
+            if not 0 <= getattr(self, name) < 1:
+                fail(name, "must be in [0, 1)")
+        if not self.eps > 0:
+            fail("eps", "must be > 0")
+        if not self.weight_decay >= 0:
+            fail("weight_decay", "must be >= 0")
+        if not self.max_grad_norm > 0:
+            fail("max_grad_norm", "must be > 0")
+
+
+def make_schedule(cfg: OptimizerConfig) -> optax.Schedule:
+    """Learning rate as a function of the optimizer update count."""
+    if cfg.schedule == "cosine":
+        return optax.warmup_cosine_decay_schedule(
+            0.0, cfg.learning_rate, cfg.warmup_steps, cfg.total_steps, cfg.learning_rate * cfg.min_lr_ratio)
+    if cfg.warmup_steps == 0:
+        return optax.constant_schedule(cfg.learning_rate)
+    warmup = optax.linear_schedule(0.0, cfg.learning_rate, cfg.warmup_steps)
+    return optax.join_schedules([warmup, optax.constant_schedule(cfg.learning_rate)], [cfg.warmup_steps])
+
+
+def _decay_mask(params: Params) -> Params:
+    """True for leaves that get weight decay (not norm scales or biases)."""
+    return jax.tree_util.tree_map_with_path(lambda path, _: path[-1].key not in _NO_DECAY, params)
+
+
+def make_optimizer(cfg: OptimizerConfig) -> optax.GradientTransformation:
+    """clip_by_global_norm, then AdamW whose learning rate is recorded in the state (see `current_lr`)."""
+    adamw = optax.inject_hyperparams(optax.adamw, static_args=("mask",))(
+        learning_rate=make_schedule(cfg), b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
+        weight_decay=cfg.weight_decay, mask=_decay_mask)
+    return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), adamw)
+
+
+def current_lr(opt_state: Any) -> jax.Array | None:
+    """The learning rate the last update used (before any: the first one's), or None if the optimizer
+    does not record it (`make_optimizer` does)."""
+    return optax.tree_utils.tree_get(opt_state, "learning_rate",
+                                     filtering=lambda _, value: isinstance(value, jax.Array))
+
+
+@struct.dataclass
+class TrainState:
+    """Everything a step changes, plus static graphdef and optimizer (never traced)."""
+
+    step: jax.Array
+    """Batches consumed (int32 scalar); advances on skipped updates too."""
+    params: Params
+    """Model parameters as a pure nested dict, float32."""
+    opt_state: Any
+    """optax state of `tx`."""
+    rng: jax.Array
+    """Raw PRNG key data (uint32[2]); the loop derives per-step keys as fold_in(rng, step)."""
+    graphdef: nnx.GraphDef = struct.field(pytree_node=False)
+    tx: optax.GradientTransformation = struct.field(pytree_node=False)
+
+    def model(self, params: Params | None = None) -> nnx.Module:
+        """The NNX module with this state's parameters (or `params` of the same structure)."""
+        return nnx.merge(self.graphdef, self.params if params is None else params)
+
+
+def _check_float32(params: Params) -> None:
+    """Training keeps float32 master weights; bf16 belongs in ModelConfig.compute_dtype."""
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        if leaf.dtype != jnp.float32:
+            raise ValueError(
+                f"parameter {jax.tree_util.keystr(path)} has dtype {leaf.dtype}; train with "
+                "ModelConfig.param_dtype='float32' (set compute_dtype='bfloat16' for bf16 compute)")
+
+
+def _new_state(graphdef: nnx.GraphDef, params: Params, tx: optax.GradientTransformation, key: jax.Array
+               ) -> TrainState:
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
+                      rng=jax.random.key_data(key), graphdef=graphdef, tx=tx)
+
+
+def abstract_model(model_factory: ModelFactory) -> tuple[nnx.GraphDef, nnx.State]:
+    """Graphdef and abstract NNX state (shapes, dtypes, logical axis names), allocating nothing."""
+    return nnx.split(nnx.eval_shape(lambda: model_factory(nnx.Rngs(0))))
+
+
+def state_shardings(abstract_nnx_state: nnx.State, abstract_train_state: TrainState, mesh: Mesh,
+                    rules: sharding.LogicalRules = sharding.LOGICAL_RULES) -> TrainState:
+    """A TrainState of NamedShardings: params by logical axes, optimizer moments mirror params."""
+    param_sh = nnx.to_pure_dict(sharding.param_shardings(abstract_nnx_state, mesh, rules))
+    return abstract_train_state.replace(
+        step=sharding.replicated(mesh),
+        params=param_sh,
+        opt_state=sharding.mirror_shardings(abstract_train_state.opt_state, abstract_train_state.params,
+                                            param_sh, mesh),
+        rng=sharding.replicated(mesh))
+
+
+def init_train_state(model_factory: ModelFactory, tx: optax.GradientTransformation, key: jax.Array,
+                     mesh: Mesh | None = None, rules: sharding.LogicalRules = sharding.LOGICAL_RULES,
+                     ) -> tuple[TrainState, TrainState | None]:
+    """A freshly initialised state (random weights from `key`) and its shardings (None without a mesh).
+
+    `model_factory(rngs)` builds the module, e.g. `lambda rngs: Transformer(cfg, rngs=rngs)`.
+    """
+    param_key, state_key = jax.random.split(key)
+
+    def init(k_params: jax.Array, k_state: jax.Array) -> TrainState:
+        graphdef, nnx_state = nnx.split(model_factory(nnx.Rngs(k_params)))
+        return _new_state(graphdef, nnx.to_pure_dict(nnx_state), tx, k_state)
+
+    abstract = jax.eval_shape(init, param_key, state_key)
+    _check_float32(abstract.params)
+    shardings = None
+    if mesh is not None:
+        shardings = state_shardings(abstract_model(model_factory)[1], abstract, mesh, rules)
+    return jax.jit(init, out_shardings=shardings)(param_key, state_key), shardings
+
+
+def train_state_from_params(graphdef: nnx.GraphDef, params: Params, tx: optax.GradientTransformation,
+                            key: jax.Array, shardings: TrainState | None = None) -> TrainState:
+    """A step-0 state around existing (e.g. pretrained) params; the optimizer state is built sharded."""
+    _check_float32(params)
+    if shardings is not None:
+        params = jax.device_put(params, shardings.params)
+    init = jax.jit(lambda p, k: _new_state(graphdef, p, tx, k), out_shardings=shardings)
+    return init(params, key)

@@ -1,0 +1,297 @@
+"""Train state, optimizer and the jitted GRPO / SFT steps on a tiny model (single device)."""
+
+import functools
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from rubric_jax import grpo
+from rubric_jax.models.config import ModelConfig
+from rubric_jax.models.transformer import Transformer
+from rubric_jax.train import state as train_state
+from rubric_jax.train import step as train_step
+
+VOCAB, B, T, PROMPT = 37, 8, 12, 4
+
+
+def _model_cfg(**kw):
+    fields = dict(architecture="qwen2", vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_layers=2,
+                  num_heads=2, num_kv_heads=1, head_dim=8, rope_theta=10000.0, rms_norm_eps=1e-6,
+                  tie_word_embeddings=False, attention_bias=True, rope_scaling=None, max_position_embeddings=64)
+    return ModelConfig(**{**fields, **kw})
+
+
+def _factory(model_cfg):
+    return lambda rngs: Transformer(model_cfg, rngs=rngs)
+
+
+def _tx(lr=1e-2, **opt):
+    return train_state.make_optimizer(train_state.OptimizerConfig(learning_rate=lr, **opt))
+
+
+@pytest.fixture(scope="module")
+def state0():
+    """One random init for the whole module (tests take copies: the jitted steps donate the state)."""
+    return train_state.init_train_state(_factory(_model_cfg()), _tx(), jax.random.key(0))[0]
+
+
+def _with_tx(state, tx, graphdef=None):
+    """A step-0 state with the same params and another optimizer (or model graphdef)."""
+    return train_state.train_state_from_params(graphdef or state.graphdef, _copy(state.params), tx,
+                                               jax.random.key(1))
+
+
+@pytest.fixture(scope="module")
+def batch0(state0):
+    """Left-padded prompts of up to 4 slots, responses of varying length, behaviour log-probs = policy's."""
+    k1, k2 = jax.random.split(jax.random.key(1))
+    tokens = jax.random.randint(k1, (B, T), 1, VOCAB)
+    pos = jnp.arange(T)[None, :]
+    prompt_start = jnp.array([0, 1, 2, 0, 3, 1, 0, 2])[:, None]
+    response_end = jnp.array([12, 9, 6, 12, 10, 5, 8, 11])[:, None]
+    input_mask = (pos >= prompt_start) & (pos < response_end)
+    loss_mask = (pos >= PROMPT) & input_mask
+    tokens = jnp.where(input_mask, tokens, 0)
+    old_logp = _logprobs(state0, tokens, input_mask)
+    advantages, _ = grpo.group_advantages(jax.random.uniform(k2, (B,)), 2)
+    return {"tokens": tokens, "input_mask": input_mask, "loss_mask": loss_mask,
+            "old_logp": jnp.where(loss_mask, old_logp, 0.0), "advantages": advantages}
+
+
+SGD = optax.sgd(0.5)  # one object, so states built with it share compiled steps
+KL_CFG = grpo.GRPOConfig(group_size=2, kl_coef=0.05, clip_low=0.2, clip_high=0.28, loss_aggregation="token_mean")
+
+
+@functools.lru_cache(maxsize=None)
+def _grpo_step(cfg, micro_batches):
+    """Jitted GRPO steps shared by the tests of this module (each compiles once per optimizer)."""
+    return train_step.jit_grpo_step(cfg, micro_batches=micro_batches)
+
+
+@pytest.fixture(scope="module")
+def grpo_step():
+    """The plain GRPO step (β = 0, one micro-batch)."""
+    return _grpo_step(grpo.GRPOConfig(group_size=2, kl_coef=0.0), 1)
+
+
+_LOGPROBS = {}
+
+
+def _logprobs(state, tokens, input_mask):
+    if state.graphdef not in _LOGPROBS:
+        _LOGPROBS[state.graphdef] = train_step.jit_compute_logprobs(state.graphdef)
+    return _LOGPROBS[state.graphdef](state.params, tokens, input_mask)
+
+
+def _copy(tree):
+    return jax.tree.map(jnp.copy, tree)
+
+
+def _sft(batch):
+    return {k: batch[k] for k in train_step.SFT_BATCH_KEYS}
+
+
+def _assert_trees_close(a, b, rtol=1e-5, atol=1e-7):
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=rtol, atol=atol), a, b)
+
+
+# --------------------------------------------------------------------------------- optimizer
+
+
+def test_schedules_hand_computed():
+    sched = train_state.make_schedule(train_state.OptimizerConfig(learning_rate=1e-3, warmup_steps=4))
+    np.testing.assert_allclose([sched(i) for i in (0, 2, 4, 100)], [0.0, 5e-4, 1e-3, 1e-3], rtol=1e-6)
+    sched = train_state.make_schedule(train_state.OptimizerConfig(
+        learning_rate=1e-3, warmup_steps=2, schedule="cosine", total_steps=12, min_lr_ratio=0.1))
+    # Half-way through the 10 decay steps the cosine is at the mid point of peak and floor.
+    np.testing.assert_allclose([sched(1), sched(2), sched(7), sched(12)], [5e-4, 1e-3, 5.5e-4, 1e-4], rtol=1e-5)
+
+
+def test_current_lr_reports_the_rate_each_update_used():
+    tx = train_state.make_optimizer(train_state.OptimizerConfig(learning_rate=1.0, warmup_steps=4, max_grad_norm=1e9))
+    params = {"w": jnp.ones(3)}
+    opt_state = tx.init(params)
+    for expected in (0.0, 0.25, 0.5):
+        updates, opt_state = tx.update({"w": jnp.ones(3)}, opt_state, params)
+        assert float(train_state.current_lr(opt_state)) == pytest.approx(expected)
+        assert float(-updates["w"][0]) == pytest.approx(expected, rel=1e-4)
+
+
+@pytest.mark.parametrize("kw, field", [
+    ({"learning_rate": 0.0}, "learning_rate"),
+    ({"warmup_steps": -1}, "warmup_steps"),
+    ({"schedule": "linear"}, "schedule"),
+    ({"schedule": "cosine"}, "total_steps"),
+    ({"schedule": "cosine", "warmup_steps": 5, "total_steps": 5}, "total_steps"),
+    ({"total_steps": 10}, "total_steps"),
+    ({"min_lr_ratio": 2.0}, "min_lr_ratio"),
+    ({"b2": 1.0}, "b2"),
+    ({"max_grad_norm": 0.0}, "max_grad_norm"),
+])
+def test_optimizer_config_rejects_bad_values(kw, field):
+    with pytest.raises(ValueError, match=f"OptimizerConfig.{field}="):
+        train_state.OptimizerConfig(**kw)
+
+
+def test_init_requires_float32_master_weights():
+    with pytest.raises(ValueError, match="param_dtype='float32'"):
+        train_state.init_train_state(_factory(_model_cfg(param_dtype="bfloat16")), _tx(), jax.random.key(0))
+
+
+def _leaf(tree, path):
+    for key in path:
+        tree = tree[key]
+    return tree
+
+
+def test_state_layout(state0):
+    assert state0.step.dtype == jnp.int32 and int(state0.step) == 0 and state0.rng.dtype == jnp.uint32
+    assert _leaf(state0.params, ("layers", "self_attn", "q_proj", "kernel")).shape == (2, 16, 2, 8)
+    assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(state0.params))
+    assert float(train_state.current_lr(state0.opt_state)) == pytest.approx(1e-2)
+    assert train_state.current_lr(optax.sgd(1.0).init(state0.params)) is None
+
+
+def test_weight_decay_skips_norms_and_biases(state0):
+    tx = _tx(lr=0.1, weight_decay=0.5)
+    zero_grads = jax.tree.map(jnp.zeros_like, state0.params)
+    updates, opt_state = tx.update(zero_grads, tx.init(state0.params), state0.params)
+    assert float(train_state.current_lr(opt_state)) == pytest.approx(0.1)
+    for path in (("layers", "self_attn", "q_proj", "kernel"), ("lm_head", "kernel"), ("embed_tokens", "embedding")):
+        np.testing.assert_allclose(_leaf(updates, path), -0.1 * 0.5 * _leaf(state0.params, path), rtol=1e-6)
+    for path in (("layers", "self_attn", "q_proj", "bias"), ("norm", "scale"), ("layers", "input_layernorm", "scale")):
+        np.testing.assert_array_equal(_leaf(updates, path), 0.0)
+
+
+def test_sft_loss_decreases_and_matches_masked_nll(state0, batch0):
+    state = _copy(state0)
+    batch = _sft(batch0)
+    logp = _logprobs(state, batch["tokens"], batch["input_mask"])
+    mask = batch["loss_mask"]
+    expected = -float(jnp.sum(jnp.where(mask, logp, 0.0)) / mask.sum())
+    step = train_step.jit_sft_step()
+    losses = []
+    for _ in range(8):
+        state, metrics = step(state, batch)
+        losses.append(float(metrics["loss"]))
+    assert losses[0] == pytest.approx(expected, rel=1e-5)
+    assert int(metrics["num_tokens"]) == int(mask.sum())
+    assert losses[-1] < losses[0] - 0.5 and all(b < a for a, b in zip(losses, losses[1:]))
+    assert int(state.step) == 8
+
+
+def test_grpo_loss_decreases_and_moves_towards_positive_advantages(state0, batch0):
+    state = _with_tx(state0, SGD)
+    mask = batch0["loss_mask"]
+
+    def seq_logp(s):
+        return jnp.sum(jnp.where(mask, _logprobs(s, batch0["tokens"], batch0["input_mask"]), 0.0), axis=1)
+
+    before = seq_logp(state)
+    losses = []
+    for _ in range(4):
+        state, metrics = _grpo_step(KL_CFG, 1)(state, batch0, state0.params)
+        losses.append(float(metrics["loss"]))
+    gain = seq_logp(state) - before
+    adv = batch0["advantages"]
+    assert losses[-1] < losses[0]
+    assert float(jnp.mean(gain[adv > 0])) > float(jnp.mean(gain[adv < 0]))
+    assert float(metrics["kl"]) > 0 and 0 <= float(metrics["clip_frac"]) <= 1 and int(metrics["skipped"]) == 0
+
+
+def test_nan_loss_skips_update_and_keeps_state(state0, batch0, grpo_step):
+    state = _copy(state0)
+    bad = {**batch0, "advantages": batch0["advantages"].at[3].set(jnp.nan)}
+    state, metrics = grpo_step(state, bad, None)
+    assert int(metrics["skipped"]) == 1 and not np.isfinite(float(metrics["loss"]))
+    jax.tree.map(np.testing.assert_array_equal, (state.params, state.opt_state), (state0.params, state0.opt_state))
+    assert int(state.step) == 1
+    state, metrics = grpo_step(state, batch0, None)
+    assert int(metrics["skipped"]) == 0 and int(state.step) == 2
+    assert not np.array_equal(state.params["norm"]["scale"], state0.params["norm"]["scale"])
+
+
+def test_gradient_accumulation_equals_one_big_batch(state0, batch0):
+    # Plain SGD so the new params expose the summed gradient itself (Adam's first step is ~sign(g)).
+    state = _with_tx(state0, SGD)
+    ref = jax.tree.map(lambda x: x * 0.9, state0.params)
+    s1, m1 = _grpo_step(KL_CFG, 1)(_copy(state), batch0, ref)
+    s4, m4 = _grpo_step(KL_CFG, 4)(_copy(state), batch0, ref)
+    assert "lr" not in m1  # sgd records no learning rate
+    _assert_trees_close(s4.params, s1.params, rtol=1e-5, atol=1e-7)
+    for name in ("loss", "kl", "grad_norm", "entropy", "clip_frac", "num_tokens"):
+        assert float(m4[name]) == pytest.approx(float(m1[name]), rel=1e-5, abs=1e-7)
+
+
+def test_right_padding_does_not_change_the_update(state0, batch0):
+    def pad(x, value):
+        return jnp.concatenate([x, jnp.full((B, 4), value, x.dtype)], axis=1)
+
+    padded = {"tokens": pad(batch0["tokens"], 5), "input_mask": pad(batch0["input_mask"], False),
+              "loss_mask": pad(batch0["loss_mask"], True), "old_logp": pad(batch0["old_logp"], -3.0),
+              "advantages": batch0["advantages"]}
+    state = _with_tx(state0, SGD)
+    s_a, m_a = _grpo_step(KL_CFG, 1)(_copy(state), batch0, state0.params)
+    s_b, m_b = _grpo_step(KL_CFG, 1)(_copy(state), padded, state0.params)
+    for name in ("loss", "kl", "entropy", "grad_norm"):
+        assert float(m_b[name]) == pytest.approx(float(m_a[name]), rel=1e-5, abs=1e-8)
+    assert int(m_b["num_tokens"]) == int(m_a["num_tokens"])
+    _assert_trees_close(s_b.params, s_a.params, rtol=1e-5, atol=1e-7)
+
+
+def test_zero_kl_never_traces_the_reference_and_compiles_once(monkeypatch, state0, batch0):
+    traced = []
+    real = grpo.sequence_logprobs
+
+    def counting(model, *args, **kwargs):
+        traced.append(model)
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(grpo, "sequence_logprobs", counting)
+    step = train_step.jit_grpo_step(grpo.GRPOConfig(group_size=2, kl_coef=0.0), micro_batches=2)
+    state = _with_tx(state0, SGD)
+    state, metrics = step(state, batch0, None)
+    policy_only = len(traced)
+    assert policy_only > 0 and "kl" not in metrics
+    for _ in range(3):
+        state, metrics = step(state, _copy(batch0), None)
+    assert len(traced) == policy_only and step._cache_size() == 1  # no retrace across steps
+
+    traced.clear()
+    cfg_kl = grpo.GRPOConfig(group_size=2, kl_coef=0.01)
+    train_step.jit_grpo_step(cfg_kl, micro_batches=2).trace(state, batch0, state0.params)
+    assert len(traced) == 2 * policy_only  # with β > 0 each traced loss adds the reference forward
+    with pytest.raises(ValueError, match="iff kl_coef > 0"):
+        train_step.jit_grpo_step(cfg_kl).trace(state, batch0, None)
+    with pytest.raises(ValueError, match="iff kl_coef > 0"):
+        step.trace(state, batch0, state0.params)
+
+
+def test_bad_batches_are_rejected(state0, batch0, grpo_step):
+    with pytest.raises(ValueError, match="micro_batches=3"):
+        train_step.jit_grpo_step(grpo.GRPOConfig(group_size=2, kl_coef=0.0), micro_batches=3).trace(
+            state0, batch0, None)
+    with pytest.raises(ValueError, match="expected exactly"):
+        grpo_step.trace(state0, _sft(batch0), None)
+    with pytest.raises(ValueError, match=r"batch\['loss_mask'\] has dtype int32"):
+        grpo_step.trace(state0, {**batch0, "loss_mask": batch0["loss_mask"].astype(jnp.int32)}, None)
+    with pytest.raises(ValueError, match=r"batch\['advantages'\] has shape"):
+        grpo_step.trace(state0, {**batch0, "advantages": jnp.zeros(B + 1)}, None)
+
+
+def test_bf16_compute_keeps_float32_state(state0, batch0, grpo_step):
+    graphdef, _ = train_state.abstract_model(_factory(_model_cfg(compute_dtype="bfloat16")))
+    state = _with_tx(state0, state0.tx, graphdef)
+    state, metrics = grpo_step(state, batch0, None)
+    assert int(metrics["skipped"]) == 0 and np.isfinite(float(metrics["loss"]))
+    floats = [x.dtype for x in jax.tree.leaves((state.params, state.opt_state)) if jnp.issubdtype(x.dtype, jnp.floating)]
+    assert set(floats) == {jnp.dtype(jnp.float32)}
+
+
+def test_train_state_from_params_starts_at_step_zero(state0):
+    again = _with_tx(state0, state0.tx)
+    assert int(again.step) == 0 and jax.tree.structure(again.opt_state) == jax.tree.structure(state0.opt_state)
+    jax.tree.map(np.testing.assert_array_equal, again.params, state0.params)
+    assert again.graphdef == state0.graphdef and not np.array_equal(again.rng, state0.rng)
