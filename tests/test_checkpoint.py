@@ -265,8 +265,8 @@ def test_shape_mismatch_names_tensor_expected_and_got(tmp_path):
     tensors = read_tensors(LLAMA_UNTIED)
     tensors["model.layers.0.self_attn.k_proj.weight"] = np.zeros((16, 32), np.float32)
     variant(LLAMA_UNTIED, tmp_path, tensors)
-    with pytest.raises(CheckpointError,
-                       match=r"'model\.layers\.0\.self_attn\.k_proj\.weight' has shape \(16, 32\), expected \(32, 32\)"):
+    expected = r"'model\.layers\.0\.self_attn\.k_proj\.weight' has shape \(16, 32\), expected \(32, 32\)"
+    with pytest.raises(CheckpointError, match=expected):
         load_hf_checkpoint(tmp_path)
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx, traverse_util
 from safetensors import safe_open
@@ -37,7 +38,7 @@ TOKENIZER_FILES = (
 )
 # Derived buffers that old checkpoints carry and we recompute (RoPE inverse frequencies).
 _IGNORED = re.compile(r"^model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq$")
-_FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(jax.numpy.bfloat16), np.dtype(np.float16))
+_FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(jnp.bfloat16), np.dtype(np.float16))
 
 # HF tensor name ("{i}" = layer index: stacked on our leading L axis) -> (our parameter path, in_axes).
 # in_axes None: same shape. in_axes k >= 0: a torch Linear weight [out, in] (k = 0: a bias [out]) whose
@@ -60,7 +61,7 @@ _TABLE: tuple[tuple[str, tuple[str, ...], int | None], ...] = (
     ("model.layers.{i}.mlp.down_proj.weight", ("layers", "mlp", "down_proj", "kernel"), 1),
 )
 
-Path_ = tuple[str, ...]
+ParamPath = tuple[str, ...]
 Shardings = Mapping[str, Any] | nnx.State | Callable[[nnx.State], Any] | None
 
 
@@ -89,7 +90,8 @@ def ours_to_hf(x: np.ndarray, in_axes: int | None) -> np.ndarray:
     return np.ascontiguousarray(x.reshape(hf_shape[::-1]).T)
 
 
-def _entries(cfg: ModelConfig, flat_abstract: Mapping[Path_, Any]) -> Iterator[tuple[Path_, list[str], int | None]]:
+def _entries(cfg: ModelConfig, flat_abstract: Mapping[ParamPath, Any],
+             ) -> Iterator[tuple[ParamPath, list[str], int | None]]:
     """(our path, HF names in layer order, in_axes) for every parameter the model has."""
     for template, path, in_axes in _TABLE:
         if path not in flat_abstract:
@@ -132,7 +134,7 @@ def _tensor_files(path: Path) -> dict[str, Path]:
     return files
 
 
-def _flat_shardings(shardings: Shardings, abstract_state: nnx.State) -> dict[Path_, jax.sharding.Sharding]:
+def _flat_shardings(shardings: Shardings, abstract_state: nnx.State) -> dict[ParamPath, jax.sharding.Sharding]:
     """Our parameter path -> target sharding (default: the first device)."""
     flat_abstract = traverse_util.flatten_dict(nnx.to_pure_dict(abstract_state))
     if shardings is None:
@@ -164,6 +166,23 @@ def _read(f: Any, file: Path, name: str, expected_shape: tuple[int, ...]) -> np.
     return w
 
 
+def _check_names(path: Path, cfg: ModelConfig, expected: set[str], present: set[str]) -> bool:
+    """Fails on missing or unexpected tensors; True when a tied model also stores lm_head.weight."""
+    missing = sorted(expected - present)
+    if missing:
+        raise CheckpointError(f"{path}: tensor {missing[0]!r} is missing ({len(missing)} missing: {missing[:8]})")
+    redundant_head = cfg.tie_word_embeddings and "lm_head.weight" in present
+    unexpected = sorted(n for n in present - expected if not _IGNORED.match(n))
+    if redundant_head:
+        unexpected.remove("lm_head.weight")
+    if unexpected:
+        raise CheckpointError(
+            f"{path}: {len(unexpected)} unexpected tensor(s) for a {cfg.architecture} model with "
+            f"{cfg.num_layers} layers: {unexpected[:8]}"
+        )
+    return redundant_head
+
+
 def load_hf_checkpoint(path: str | Path, *, shardings: Shardings = None,
                        **overrides: Any) -> tuple[ModelConfig, nnx.GraphDef, nnx.State]:
     """Loads a HF directory as (config, graphdef, state); `overrides` set ModelConfig fields.
@@ -182,21 +201,8 @@ def load_hf_checkpoint(path: str | Path, *, shardings: Shardings = None,
     files = _tensor_files(path)
     entries = list(_entries(cfg, flat_abstract))
 
-    expected = {name for _, names, _ in entries for name in names}
-    missing = sorted(expected - set(files))
-    if missing:
-        raise CheckpointError(f"{path}: tensor {missing[0]!r} is missing ({len(missing)} missing: {missing[:8]})")
-    redundant_head = cfg.tie_word_embeddings and "lm_head.weight" in files
-    unexpected = sorted(n for n in set(files) - expected if not _IGNORED.match(n))
-    if redundant_head:
-        unexpected.remove("lm_head.weight")
-    if unexpected:
-        raise CheckpointError(
-            f"{path}: {len(unexpected)} unexpected tensor(s) for a {cfg.architecture} model with "
-            f"{cfg.num_layers} layers: {unexpected[:8]}"
-        )
-
-    flat_state: dict[Path_, jax.Array] = {}
+    redundant_head = _check_names(path, cfg, {name for _, names, _ in entries for name in names}, set(files))
+    flat_state: dict[ParamPath, jax.Array] = {}
     with ExitStack() as stack:
         handles = {file: stack.enter_context(safe_open(file, framework="numpy")) for file in set(files.values())}
         for our_path, names, in_axes in entries:
@@ -206,11 +212,7 @@ def load_hf_checkpoint(path: str | Path, *, shardings: Shardings = None,
             host = np.empty(abstract.shape, abstract.dtype)
             for i, name in enumerate(names):
                 w = _read(handles[files[name]], files[name], name, _hf_shape(our_shape, in_axes))
-                value = hf_to_ours(w, our_shape, in_axes).astype(abstract.dtype)
-                if stacked:
-                    host[i] = value
-                else:
-                    host[...] = value
+                host[(i,) if stacked else ()] = hf_to_ours(w, our_shape, in_axes)  # casts to param_dtype
             if our_path == ("embed_tokens", "embedding") and redundant_head:
                 head = _read(handles[files["lm_head.weight"]], files["lm_head.weight"], "lm_head.weight",
                              abstract.shape).astype(abstract.dtype)
@@ -247,6 +249,8 @@ def export_hf_checkpoint(cfg: ModelConfig, state: nnx.State | Mapping[str, Any],
     files from `source_dir` when given. `path` must not already hold a checkpoint.
     """
     path = Path(path)
+    if max_shard_bytes <= 0:
+        raise ValueError(f"max_shard_bytes must be positive, got {max_shard_bytes}")
     if (path / "config.json").exists() or list(path.glob("*.safetensors")):
         raise FileExistsError(f"{path}: already holds a checkpoint; export into a new directory")
     pure = nnx.to_pure_dict(state) if isinstance(state, nnx.State) else dict(state)
@@ -261,7 +265,7 @@ def export_hf_checkpoint(cfg: ModelConfig, state: nnx.State | Mapping[str, Any],
         if tuple(flat[p].shape) != abstract.shape:
             raise ValueError(f"state {'/'.join(p)} has shape {tuple(flat[p].shape)}, config gives {abstract.shape}")
 
-    dtype = np.dtype(jax.numpy.dtype(cfg.param_dtype))
+    dtype = np.dtype(jnp.dtype(cfg.param_dtype))
     entries = {name: (our_path, i, in_axes)
                for our_path, names, in_axes in _entries(cfg, flat_abstract) for i, name in enumerate(names)}
     sizes = {}
@@ -275,7 +279,7 @@ def export_hf_checkpoint(cfg: ModelConfig, state: nnx.State | Mapping[str, Any],
 
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(cfg.to_hf_dict(), indent=2, sort_keys=True) + "\n")
-    host_cache: dict[Path_, np.ndarray] = {}
+    host_cache: dict[ParamPath, np.ndarray] = {}
     for file_name, names in zip(file_names, shards):
         tensors = {}
         for name in names:
