@@ -135,7 +135,8 @@ def test_export_rejects_a_state_that_does_not_match_the_config(tmp_path):
 
 def test_export_in_shards_writes_an_index_and_reloads(tmp_path):
     cfg, graphdef, state = load_hf_checkpoint(LLAMA_UNTIED)
-    out = export_hf_checkpoint(cfg, state, tmp_path / "sharded", max_shard_bytes=64 * 1024)
+    # A pure dict of arrays (the trainer's parameter form) exports like an nnx.State.
+    out = export_hf_checkpoint(cfg, nnx.to_pure_dict(state), tmp_path / "sharded", max_shard_bytes=64 * 1024)
     shards = sorted(p.name for p in out.glob("*.safetensors"))
     assert len(shards) >= 3 and shards[0] == f"model-00001-of-{len(shards):05d}.safetensors"
     index = json.loads((out / INDEX_FILE).read_text())
