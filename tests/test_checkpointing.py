@@ -1,0 +1,132 @@
+"""Checkpoint round trips (exact), keep-last-K, restore into shardings, and clear errors."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from rubric_jax import sharding
+from rubric_jax.train import checkpointing
+from rubric_jax.train import state as train_state
+
+
+class _Toy(nnx.Module):
+    """Two annotated parameters: enough for sharding, optimizer moments and weight decay masks."""
+
+    def __init__(self, rngs):
+        self.w = nnx.Param(jax.random.normal(rngs.params(), (16, 8)), sharding_names=("embed", "mlp"),
+                           eager_sharding=False)
+        self.b = nnx.Param(jnp.zeros((8,)), sharding_names=("mlp",), eager_sharding=False)
+
+
+TX = train_state.make_optimizer(train_state.OptimizerConfig(learning_rate=1e-2, warmup_steps=3))
+
+
+def _state(mesh=None, seed=0, updates=2):
+    """A state whose optimizer moments, counts and step are all non-trivial."""
+    state, shardings = train_state.init_train_state(_Toy, TX, jax.random.key(seed), mesh)
+    for i in range(updates):
+        grads = jax.tree.map(lambda x: jnp.full_like(x, 0.1 * (i + 1)) + x, state.params)
+        upd, opt_state = state.tx.update(grads, state.opt_state, state.params)
+        state = state.replace(params=jax.tree.map(jnp.add, state.params, upd), opt_state=opt_state,
+                              step=state.step + 1)
+    return state, shardings
+
+
+def _assert_equal(a, b):
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), a, b)
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+
+
+def test_round_trip_is_exact(tmp_path):
+    state, _ = _state()
+    with checkpointing.Checkpointer(tmp_path / "ckpt", max_to_keep=3) as ckpt:
+        assert ckpt.latest_step() is None
+        ckpt.save(state, data_state={"epoch": 1, "index": 96}, rubric_hash="sha256:abc", extra={"stage": "grpo"})
+        ckpt.wait_until_finished()
+        assert ckpt.latest_step() == 2
+        other, _ = _state(seed=1, updates=0)  # a target with other values, same structure
+        restored = ckpt.restore(other)
+    _assert_equal(restored.state, state)
+    assert int(restored.state.step) == 2 and restored.state.graphdef == state.graphdef
+    assert restored.state.rng.dtype == jnp.uint32 and restored.data_state == {"epoch": 1, "index": 96}
+    assert restored.rubric_hash == "sha256:abc" and restored.extra == {"stage": "grpo"}
+    meta = json.loads((tmp_path / "ckpt" / "2" / "meta" / "metadata").read_text())
+    assert meta["data_state"]["index"] == 96
+
+
+def test_keeps_last_k_and_restores_any_kept_step(tmp_path):
+    state, _ = _state(updates=0)
+    ckpt = checkpointing.Checkpointer(tmp_path, max_to_keep=2, async_save=False)
+    for step in range(1, 6):
+        state = state.replace(step=jnp.int32(step), params=jax.tree.map(lambda x: x + 1, state.params))
+        ckpt.save(state, data_state={"index": step * 10}, rubric_hash="h")
+    assert ckpt.all_steps() == [4, 5] and ckpt.latest_step() == 5
+    # A save killed mid-write leaves a temporary directory that is never taken for a checkpoint.
+    (tmp_path / "9.orbax-checkpoint-tmp-1234" / "state").mkdir(parents=True)
+    ckpt.close()
+    ckpt = checkpointing.Checkpointer(tmp_path, max_to_keep=2, async_save=False)
+    assert ckpt.latest_step() == 5
+    restored = ckpt.restore(state, step=4)
+    assert restored.data_state == {"index": 40} and int(restored.state.step) == 4
+    np.testing.assert_array_equal(restored.state.params["b"], state.params["b"] - 1)
+    with pytest.raises(checkpointing.CheckpointError, match=r"no complete checkpoint for step 2; available: \[4, 5\]"):
+        ckpt.restore(state, step=2)
+    ckpt.close()
+    # A fresh Checkpointer on the same directory sees the same steps (resume after restart).
+    assert checkpointing.Checkpointer(tmp_path, max_to_keep=2).latest_step() == 5
+
+
+@pytest.mark.parametrize("mesh_cfg", [sharding.MeshConfig(data=1, fsdp=8, tensor=1),
+                                      sharding.MeshConfig(data=2, fsdp=2, tensor=2)])
+def test_restore_straight_into_target_shardings(tmp_path, mesh_cfg):
+    state, _ = _state()
+    ckpt = checkpointing.Checkpointer(tmp_path, max_to_keep=1)
+    ckpt.save(state, data_state={}, rubric_hash="h")
+    mesh = sharding.make_mesh(mesh_cfg)
+    shardings = train_state.state_shardings(train_state.abstract_model(_Toy)[1], state, mesh)
+    target = checkpointing.abstract_with_shardings(jax.eval_shape(lambda: state), shardings)
+    restored = ckpt.restore(target).state
+    _assert_equal(restored, state)
+    for x, want in zip(jax.tree.leaves(restored), jax.tree.leaves(shardings)):
+        assert x.sharding.is_equivalent_to(want, x.ndim), (x.sharding, want)
+    w = restored.params["w"]
+    assert not w.sharding.is_fully_replicated and len(w.addressable_shards) == 8
+    # And back: a sharded state restores onto a single device.
+    ckpt.save(restored.replace(step=restored.step + 1), data_state={}, rubric_hash="h")
+    single = ckpt.restore(checkpointing.abstract_with_shardings(state, None)).state
+    assert single.params["w"].sharding.is_fully_replicated and int(single.step) == 3
+    ckpt.close()
+
+
+def test_missing_and_broken_checkpoints_raise_clear_errors(tmp_path):
+    state, _ = _state()
+    ckpt = checkpointing.Checkpointer(tmp_path / "run", max_to_keep=3, async_save=False)
+    with pytest.raises(checkpointing.CheckpointError, match="run: no complete checkpoint to restore"):
+        ckpt.restore(state)
+    ckpt.save(state, data_state={"index": 1}, rubric_hash="h1")
+    with pytest.raises(checkpointing.CheckpointError, match="rubric hash 'h1', expected 'h2'"):
+        ckpt.restore(state, expected_rubric_hash="h2")
+    assert ckpt.restore(state, expected_rubric_hash="h1").rubric_hash == "h1"
+    small = state.replace(params={"w": jnp.zeros((4, 8)), "b": state.params["b"]})
+    with pytest.raises(checkpointing.CheckpointError, match="cannot restore checkpoint step 2"):
+        ckpt.restore(small)
+    with pytest.raises(ValueError, match="JSON-serialisable"):
+        ckpt.save(state, data_state={"index": float("nan")}, rubric_hash="h1")
+    with pytest.raises(ValueError, match="max_to_keep=0"):
+        checkpointing.Checkpointer(tmp_path / "other", max_to_keep=0)
+    # Files removed behind orbax's back: restoring says which step directory is broken.
+    (tmp_path / "run" / "2" / "state" / "_METADATA").unlink()
+    with pytest.raises(checkpointing.CheckpointError, match=r"run/2: cannot restore checkpoint step 2"):
+        ckpt.restore(state)
+    # An empty step directory (e.g. a copy that never finished) is named, not silently skipped.
+    (tmp_path / "run" / "7").mkdir()
+    ckpt.close()
+    ckpt = checkpointing.Checkpointer(tmp_path / "run", max_to_keep=3, async_save=False)
+    assert ckpt.latest_step() == 7
+    with pytest.raises(checkpointing.CheckpointError, match=r"run/7: cannot restore checkpoint step 7"):
+        ckpt.restore(state)
+    ckpt.close()
