@@ -5,6 +5,7 @@ import json
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from flax import nnx
 
@@ -112,8 +113,12 @@ def test_missing_and_broken_checkpoints_raise_clear_errors(tmp_path):
         ckpt.restore(state, expected_rubric_hash="h2")
     assert ckpt.restore(state, expected_rubric_hash="h1").rubric_hash == "h1"
     small = state.replace(params={"w": jnp.zeros((4, 8)), "b": state.params["b"]})
-    with pytest.raises(checkpointing.CheckpointError, match="cannot restore checkpoint step 2"):
+    with pytest.raises(checkpointing.CheckpointError, match=r"params/w is saved as shape/dtype \(\(16, 8\), 'float32'\), "
+                                                        r"target wants \(\(4, 8\), 'float32'\)"):
         ckpt.restore(small)
+    sgd_state = train_state.train_state_from_params(state.graphdef, state.params, optax.sgd(0.1), jax.random.key(0))
+    with pytest.raises(checkpointing.CheckpointError, match="another structure than the target"):
+        ckpt.restore(sgd_state)
     with pytest.raises(ValueError, match="JSON-serialisable"):
         ckpt.save(state, data_state={"index": float("nan")}, rubric_hash="h1")
     with pytest.raises(ValueError, match="max_to_keep=0"):

@@ -52,6 +52,31 @@ def _check_json(name: str, value: Any) -> None:
         raise ValueError(f"checkpoint {name} must be JSON-serialisable (finite numbers, str keys): {e}") from e
 
 
+def _path_str(path: tuple[Any, ...]) -> str:
+    """A key path as 'params/w' whether its entries are dict keys, attributes or sequence indices."""
+    return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
+
+
+def _check_fits(saved_tree: Any, target: TrainState, where: Path) -> None:
+    """Compares saved array shapes/dtypes with the target's, naming the first difference."""
+    if saved_tree is None:
+        raise CheckpointError(f"{where}: the checkpoint holds no state arrays")
+    def is_array_meta(x: Any) -> bool:
+        return hasattr(x, "shape") and hasattr(x, "dtype")
+
+    saved = {_path_str(p): (tuple(x.shape), str(x.dtype))
+             for p, x in jax.tree_util.tree_flatten_with_path(saved_tree, is_leaf=is_array_meta)[0]}
+    wanted = {_path_str(p): (tuple(x.shape), str(x.dtype))
+              for p, x in jax.tree_util.tree_flatten_with_path(target)[0]}
+    if saved.keys() != wanted.keys():
+        missing, unexpected = sorted(wanted.keys() - saved.keys()), sorted(saved.keys() - wanted.keys())
+        raise CheckpointError(f"{where}: the saved state has another structure than the target "
+                              f"(missing from checkpoint: {missing[:5]}, not in target: {unexpected[:5]})")
+    for name, want in wanted.items():
+        if saved[name] != want:
+            raise CheckpointError(f"{where}: {name} is saved as shape/dtype {saved[name]}, target wants {want}")
+
+
 class Checkpointer:
     """Saves and restores train checkpoints under one directory (one sub-directory per step)."""
 
@@ -61,7 +86,8 @@ class Checkpointer:
         self.directory = Path(directory).absolute()
         options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
                                                enable_async_checkpointing=async_save)
-        self._manager = ocp.CheckpointManager(self.directory, options=options)
+        handlers = {_STATE: ocp.StandardCheckpointHandler(), _META: ocp.JsonCheckpointHandler()}
+        self._manager = ocp.CheckpointManager(self.directory, options=options, item_handlers=handlers)
 
     def save(self, state: TrainState, *, data_state: dict[str, Any], rubric_hash: str,
              extra: dict[str, Any] | None = None) -> None:
@@ -97,13 +123,17 @@ class Checkpointer:
             step = steps[-1]
         elif step not in steps:
             raise CheckpointError(f"{self.directory}: no complete checkpoint for step {step}; available: {steps}")
+        where = self.directory / str(step)
         try:
+            saved = self._manager.item_metadata(step)[_STATE]
+            _check_fits(saved.tree, target, where)
             restored = self._manager.restore(step, args=ocp.args.Composite(**{
                 _STATE: ocp.args.StandardRestore(target), _META: ocp.args.JsonRestore()}))
+        except CheckpointError:
+            raise
         except Exception as e:  # orbax raises many types (FileNotFoundError, ValueError, KeyError...)
             raise CheckpointError(
-                f"{self.directory / str(step)}: cannot restore checkpoint step {step} into the target state "
-                f"({type(e).__name__}: {e})") from e
+                f"{where}: cannot restore checkpoint step {step} ({type(e).__name__}: {e})") from e
         meta = restored[_META]
         if not isinstance(meta, dict) or meta.get("step") != step or int(restored[_STATE].step) != step:
             raise CheckpointError(f"{self.directory / str(step)}: metadata does not match step {step}: {meta!r}")
