@@ -4,8 +4,8 @@
       [--judge_checkpoint=DIR] [--judge_mode=single|multi] [--judge_samples=3] [--judge_retries=2]
       [--judge_sampler="temperature(0.7)"] [--judge_max_new_tokens=256] [--batch_size=64] [--seed=0]
 
-Each input line is {"question": str, "response": str, optional "rubric": {"extra_dimensions": [...]} or
-a full rubric, any other fields}; each output line is the input plus
+Each input line is {"question": str, "response": str, optional "rubric": {"extra": [dimension, ...]}
+or {"replace": rubric} (rubric_jax.rubrics.schema.parse_row_rubric), any other fields}; each output line is the input plus
   scores            {dimension id: score on the dimension's own scale, or null when its judge failed}
   normalized_scores {dimension id: score in [0, 1], 1 = best, or null}
   failed            [dimension ids without a score]

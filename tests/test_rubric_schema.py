@@ -217,15 +217,17 @@ def test_case_rubrics_merge_or_replace():
     with pytest.raises(RubricError, match="not both"):
         case_rubric(shared, "q17", extra=[extra], replace=other)
     # Row-level field of a question file.
-    row = {"extra_dimensions": [_dim("cites_sources", lo=0, hi=1, weight=0.5)]}
+    row = {"extra": [_dim("cites_sources", lo=0, hi=1, weight=0.5)]}
     assert case_rubric_from_row(shared, row, "q17", "q.jsonl:3") == merged
     assert case_rubric_from_row(shared, None, "q17") is shared
-    assert case_rubric_from_row(None, _raw(), "q17") == shared
+    assert case_rubric_from_row(None, {"replace": _raw()}, "q17") == shared
     with pytest.raises(RubricError, match="q.jsonl:3: dimension 'x': field 'scale'"):
-        case_rubric_from_row(shared, {"extra_dimensions": [{**_dim("x"), "scale": {"kind": "integer", "lo": 2, "hi": 2}}]},
+        case_rubric_from_row(shared, {"extra": [{**_dim("x"), "scale": {"kind": "integer", "lo": 2, "hi": 2}}]},
                              "q17", "q.jsonl:3")
-    with pytest.raises(RubricError, match="q.jsonl:3: field 'rubric': expected a full rubric"):
+    with pytest.raises(RubricError, match="q.jsonl:3: field 'rubric.extra': expected a non-empty list"):
         case_rubric_from_row(shared, {"extra": []}, "q17", "q.jsonl:3")
+    with pytest.raises(RubricError, match="q.jsonl:3: field 'rubric': expected"):
+        case_rubric_from_row(shared, _raw(), "q17", "q.jsonl:3")
     with pytest.raises(RubricError, match="no shared rubric"):
         case_rubric_from_row(None, None, "q17", "q.jsonl:3")
 

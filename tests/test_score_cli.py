@@ -44,7 +44,7 @@ def test_rule_only_rubric_scores_without_a_judge(tmp_path):
         {"id": 7, "question": "q", "response": "Rest and consult a doctor."},
         "",
         {"question": "q", "response": "Drink water and consult a doctor.",
-         "rubric": {"extra_dimensions": [WATER]}},
+         "rubric": {"extra": [WATER]}},
         {"question": "q", "response": "Rest."},
     ])
     out = tmp_path / "out.jsonl"
@@ -109,7 +109,7 @@ ERROR_CASES = {
     "line_not_json": ["in.jsonl:2: not valid JSON"],
     "line_missing_response": ["in.jsonl:1: field 'response'"],
     "line_not_object": ["in.jsonl:1: expected a JSON object"],
-    "line_bad_row_rubric": ["in.jsonl:2: field 'rubric'"],
+    "line_bad_row_rubric": ["in.jsonl:2: field 'rubric.extra'"],
     "missing_responses": ["in.jsonl: responses file does not exist"],
     "missing_judge_dir": ["--judge_checkpoint=", "nojudge: directory does not exist"],
 }

@@ -567,30 +567,36 @@ def case_rubric(shared: Rubric, case_id: str, *, extra: Sequence[Dimension] = ()
     return dataclasses.replace(shared, name=f"{shared.name}/{case_id}", dimensions=shared.dimensions + tuple(extra))
 
 
-def case_rubric_from_row(shared: Rubric | None, row_rubric: Mapping[str, Any] | None, case_id: str,
-                         source: str = "<row>") -> Rubric:
-    """A data row's optional `rubric` field -> the row's rubric R*(q).
+def parse_row_rubric(row_rubric: Any, source: str = "<row>") -> tuple[tuple[Dimension, ...], Rubric | None]:
+    """A data row's `rubric` field -> (extra criteria, replacement rubric); the one row format.
 
-    `{"extra_dimensions": [<dimension>, ...]}` adds criteria to `shared`; a full rubric dict (with
-    'dimensions') replaces it; None means `shared`. Errors name `source` (e.g. 'questions.jsonl:12').
+    `{"extra": [<dimension>, ...]}` adds criteria to the shared rubric; `{"replace": <rubric>}` gives
+    the row a rubric of its own; None means neither. Errors name `source` (e.g. 'questions.jsonl:12').
     """
     if row_rubric is None:
-        if shared is None:
-            raise RubricError(f"{source}: no shared rubric configured and the row has no 'rubric'")
-        return shared
-    if not isinstance(row_rubric, Mapping):
-        raise RubricError(f"{source}: field 'rubric': expected an object, got {row_rubric!r}")
-    if "dimensions" in row_rubric:
-        return rubric_from_dict(row_rubric, source)
-    if set(row_rubric) != {"extra_dimensions"}:
-        raise RubricError(f"{source}: field 'rubric': expected a full rubric or {{'extra_dimensions': [...]}}, "
-                          f"got keys {sorted(row_rubric)}")
-    if shared is None:
-        raise RubricError(f"{source}: field 'rubric': extra_dimensions need a shared rubric to extend")
-    extra = row_rubric["extra_dimensions"]
+        return (), None
+    if not isinstance(row_rubric, Mapping) or len(row_rubric) != 1 or not set(row_rubric) <= {"extra", "replace"}:
+        got = sorted(row_rubric) if isinstance(row_rubric, Mapping) else type(row_rubric).__name__
+        raise RubricError(f"{source}: field 'rubric': expected {{'extra': [dimension, ...]}} or "
+                          f"{{'replace': rubric}}, got {got}")
+    if "replace" in row_rubric:
+        return (), rubric_from_dict(row_rubric["replace"], source)
+    extra = row_rubric["extra"]
     if not isinstance(extra, list) or not extra:
-        raise RubricError(f"{source}: field 'rubric.extra_dimensions': expected a non-empty list, got {extra!r}")
+        raise RubricError(f"{source}: field 'rubric.extra': expected a non-empty list, got {extra!r}")
     try:
-        return case_rubric(shared, case_id, extra=[dimension_from_dict(d) for d in extra])
+        return tuple(dimension_from_dict(d) for d in extra), None
+    except RubricError as e:
+        raise RubricError(f"{source}: {e}") from None
+
+
+def case_rubric_from_row(shared: Rubric | None, row_rubric: Mapping[str, Any] | None, case_id: str,
+                         source: str = "<row>") -> Rubric:
+    """A data row's optional `rubric` field (see parse_row_rubric) -> the row's rubric R*(q)."""
+    extra, replace = parse_row_rubric(row_rubric, source)
+    if replace is None and shared is None:
+        raise RubricError(f"{source}: no shared rubric configured and the row has no 'rubric': {{'replace': ...}}")
+    try:
+        return case_rubric(shared, case_id, extra=extra, replace=replace)
     except RubricError as e:
         raise RubricError(f"{source}: {e}") from None
