@@ -10,7 +10,7 @@ from transformers import AutoTokenizer
 
 from rubric_jax import data
 from rubric_jax.assets import TINY_DIR, build_tiny_assets
-from rubric_jax.assets.tiny_content import PHRASE_SENTENCES, THINKS, TOPICS
+from rubric_jax.assets.tiny_content import FRAMES, PHRASE_SENTENCES, THINKS, TOPICS
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.io import load_rubric
@@ -89,7 +89,7 @@ def test_model_config_matches_tokenizer(tokenizer):
 # --------------------------------------------------------------------------------------------- data
 def test_question_sets(sets):
     train, evals, sft = sets
-    assert 150 <= len(train) <= 200 and len(evals) == 32 and len(sft) == 64
+    assert 150 <= len(train) <= 200 and len(evals) == 32
     assert not {q.question for q in train} & {q.question for q in evals}
     assert data.dedup([q.question for q in train + evals]) == list(range(len(train) + len(evals)))
     for q in train + evals:
@@ -101,7 +101,7 @@ def test_question_sets(sets):
     assert all(groups.count(g) == 8 for g in set(groups))
     scrubbed = [q.question for q in train if "[" in q.question]
     assert len(scrubbed) == 6 and any("[PHONE]" in s for s in scrubbed) and any("[ORDER]" in s for s in scrubbed)
-    assert {s.prompt for s in sft} <= {q.question for q in train}
+    assert sorted(s.prompt for s in sft) == sorted(q.question for q in train)  # one response per question
 
 
 def test_prompts_and_responses_fit_128_token_buckets(tokenizer, sets):
@@ -122,7 +122,7 @@ def _ideal(question):
     topic = next(t for t in TOPICS if t.keyword == question.keywords[0])
     group = (topic.category, topic.lang)
     sep = "" if topic.lang == "zh" else " "
-    answer = sep.join([topic.key, topic.extra, PHRASE_SENTENCES[group][0]])
+    answer = sep.join([FRAMES[group].format(keyword=topic.keyword), topic.extra, PHRASE_SENTENCES[group][0]])
     return f"<think>{THINKS[group][0]}</think><answer>{answer}</answer>"
 
 

@@ -4,11 +4,11 @@
   .venv/bin/python -m rubric_jax.assets.build_tiny_assets --out DIR  # build elsewhere (tests compare)
 
 Writes questions_train.jsonl / questions_eval.jsonl (hygiene applied: near-duplicate removal and PII
-scrubbing from rubric_jax.data), sft.jsonl (QuRL cold start: 64 `<think>…</think><answer>…</answer>`
-responses that are deliberately imperfect so GRPO has room to improve), rubric.yaml (the shared
-rule-only rubric; each question row adds its case-wise criteria), tokenizer/ (byte-level BPE trained
-on all of that text, Qwen2 chat template) and config.json (a Qwen2-architecture model of ~0.5M params).
-"""
+scrubbing from rubric_jax.data), sft.jsonl (QuRL-style cold start: one `<think>…</think><answer>…
+</answer>` response per training question, deliberately imperfect so GRPO has room to improve),
+rubric.yaml (the shared rule-only rubric; each question row adds its case-wise criteria), tokenizer/
+(byte-level BPE trained on all of that text, Qwen2 chat template) and config.json (a Qwen2-architecture
+model of 0.66M parameters)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config
 from rubric_jax import data
 from rubric_jax.assets import TINY_DIR
 from rubric_jax.assets.tiny_content import (
-    CS, DIFFICULTIES, FILLERS, HEALTH, PHRASE_SENTENCES, POLITE_PHRASES, RAW_EXTRA_QUESTIONS, TEMPLATE_MARKERS,
+    CS, DIFFICULTIES, FILLERS, FRAMES, HEALTH, PHRASE_SENTENCES, POLITE_PHRASES, RAW_EXTRA_QUESTIONS, TEMPLATE_MARKERS,
     THINKS, TOPICS, Topic,
 )
 from rubric_jax.judges.rules import make_rule
@@ -36,18 +36,19 @@ from rubric_jax.rubrics.schema import (
 
 SEED = 20261129
 EVAL_TOPICS_PER_GROUP = 8
-NUM_SFT = 64
 # Probabilities of each imperfection in an SFT response (drawn independently per example).
 SFT_P_PHRASE, SFT_P_KEYWORD, SFT_P_TEMPLATE, SFT_P_REPEAT, SFT_P_LONG, SFT_P_SHORT = 0.5, 0.7, 0.15, 0.15, 0.15, 0.1
 # Whole-response length in "auto" units (English words + Chinese characters; the four tags count as words).
-LENGTH_RANGE = {"en": (30, 50), "zh": (40, 68)}
+LENGTH_RANGE = {"en": (28, 50), "zh": (40, 66)}
 
 VOCAB_SIZE = 2048  # tokenizer size including the special and tag tokens = the model's vocab_size
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 TAG_TOKENS = ("<think>", "</think>", "<answer>", "</answer>")
-# Qwen2's pre-tokenizer split: letters runs, single digits, punctuation runs, newlines, spaces.
-QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Qwen2's pre-tokenizer split (letter runs, single digits, punctuation runs, newlines, spaces), except that
+# every Chinese character stands alone: merges never cross characters, so a keyword such as 退款 has the
+# same tokens in a question and in an answer and a tiny model can copy it.
+PRE_TOKENIZER_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|\p{Han}|[^\r\n\p{L}\p{N}]?(?:(?!\p{Han})\p{L})+|\p{N}"
+                       r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 CHAT_TEMPLATE = (
     "{%- if messages[0]['role'] != 'system' %}"
     "{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}"
@@ -190,16 +191,16 @@ def _join(lang: str, sentences: Sequence[str]) -> str:
 def sft_response(topic: Topic, rng: np.random.Generator) -> tuple[str, dict[str, bool]]:
     """One cold-start response for a topic, with independently drawn imperfections (returned as flags)."""
     group = (topic.category, topic.lang)
-    flags = {
-        "phrase": rng.random() < SFT_P_PHRASE, "keyword": rng.random() < SFT_P_KEYWORD,
-        "template": rng.random() < SFT_P_TEMPLATE, "repeat": rng.random() < SFT_P_REPEAT,
-    }
     size = rng.random()
-    flags["long"], flags["short"] = size < SFT_P_LONG, SFT_P_LONG <= size < SFT_P_LONG + SFT_P_SHORT
-    body = [topic.key, topic.extra] if flags["keyword"] else [topic.extra, topic.more]
+    flags = {"phrase": rng.random() < SFT_P_PHRASE, "keyword": rng.random() < SFT_P_KEYWORD,
+             "long": size < SFT_P_LONG, "short": SFT_P_LONG <= size < SFT_P_LONG + SFT_P_SHORT}
+    # A padded answer is not also templated or repeated, which keeps every response within 128 tokens.
+    flags["template"] = not flags["long"] and rng.random() < SFT_P_TEMPLATE
+    flags["repeat"] = not flags["long"] and rng.random() < SFT_P_REPEAT
+    frame = [FRAMES[group].format(keyword=topic.keyword)] if flags["keyword"] else []
+    body = frame + [topic.extra] if flags["keyword"] else [topic.extra, topic.more]
     if flags["long"]:
-        body = [topic.key, topic.extra, topic.more, FILLERS[group]] if flags["keyword"] else \
-            [topic.extra, topic.more, FILLERS[group]]
+        body = frame + [topic.extra, topic.more, FILLERS[group]]
     if flags["short"]:
         body = body[:1]
     if flags["repeat"]:
@@ -219,22 +220,21 @@ def sft_response(topic: Topic, rng: np.random.Generator) -> tuple[str, dict[str,
 
 
 def sft_rows(train: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """NUM_SFT pairs over training questions: every topic at least once, the rest drawn at random."""
+    """One cold-start response per training question, in shuffled order.
+
+    More than QuRL's 64 because this model starts from random weights: with 64 pairs it memorises them
+    and names the right topic on 13% of held-out questions; with one per training question it learns to
+    copy the keyword (56%), which GRPO can then push further.
+    """
     rng = np.random.default_rng(SEED + 1)
     topic_of = {t.keyword: t for t in TOPICS}
-    by_topic: dict[str, list[int]] = {}
-    for i, row in enumerate(train):
-        by_topic.setdefault(row["keywords"][0], []).append(i)
-    chosen = [int(rng.choice(by_topic[t.keyword])) for t in TOPICS]
-    rest = [i for i in range(len(train)) if i not in set(chosen)]
-    chosen += rng.choice(rest, size=NUM_SFT - len(chosen), replace=False).tolist()
     rows = []
-    for j in rng.permutation(len(chosen)):
-        row = train[chosen[j]]
+    for i in rng.permutation(len(train)):
+        row = train[i]
         topic = topic_of[row["keywords"][0]]
         response, flags = sft_response(topic, rng)
         _check_flags(topic, response, flags)
-        rows.append({"id": f"sft-{len(rows):02d}", "prompt": row["question"], "response": response,
+        rows.append({"id": f"sft-{len(rows):03d}", "prompt": row["question"], "response": response,
                      "category": row["category"], "lang": row["lang"]})
     return rows
 
@@ -263,7 +263,7 @@ def train_tokenizer(texts: Sequence[str]) -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated"),
+        pre_tokenizers.Split(Regex(PRE_TOKENIZER_SPLIT), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel()
@@ -312,7 +312,7 @@ def build(out: Path) -> dict[str, Any]:
 
     texts = [r["question"] for r in train + evals] + [r["response"] for r in sft] + [data.SYSTEM_PROMPT]
     for t in TOPICS:
-        texts += [t.key, t.extra, t.more]
+        texts += [t.extra, t.more, FRAMES[(t.category, t.lang)].format(keyword=t.keyword)]
     for group in THINKS:
         texts += [*THINKS[group], *PHRASE_SENTENCES[group], FILLERS[group]]
     texts += ["system", "user", "assistant", "You are a helpful assistant."]

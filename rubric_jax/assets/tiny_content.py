@@ -1,8 +1,11 @@
 """Hand-written text of the tiny default: 40 topics (customer service and health, English and Chinese).
 
 Each topic has one keyword that every one of its questions contains, five questions (easy, medium,
-medium, hard, easy) and three answer sentences: `key` mentions the keyword, `extra` and `more` do not.
-build_tiny_assets.py composes questions, SFT responses and case-wise rubric criteria from these tables.
+medium, hard, easy) and two answer sentences that do not name the keyword. An answer names its topic
+through a per-group frame sentence ("Here is some advice about your {keyword}."), i.e. by copying the
+keyword from the question: a skill a tiny transformer learns from a few dozen examples and carries over
+to unseen phrasings, unlike recalling which sentence belongs to which topic. build_tiny_assets.py
+composes questions, SFT responses and case-wise rubric criteria from these tables.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ class Topic:
     lang: str
     keyword: str
     questions: tuple[str, str, str, str, str]
-    key: str
     extra: str
     more: str
 
@@ -26,8 +28,8 @@ class Topic:
 DIFFICULTIES = ("easy", "medium", "medium", "hard", "easy")
 
 
-def _t(category: str, lang: str, keyword: str, questions: list[str], key: str, extra: str, more: str) -> Topic:
-    return Topic(category, lang, keyword, tuple(questions), key, extra, more)  # type: ignore[arg-type]
+def _t(category: str, lang: str, keyword: str, questions: list[str], extra: str, more: str) -> Topic:
+    return Topic(category, lang, keyword, tuple(questions), extra, more)  # type: ignore[arg-type]
 
 
 CS, HEALTH = "customer_service", "health"
@@ -40,7 +42,7 @@ TOPICS: tuple[Topic, ...] = (
         "What is your refund policy for items bought on sale?",
         "My refund was approved a week ago but I still have not received the money, and the seller is not answering. What should I do?",
         "Can I ask for a refund after 30 days?",
-    ], "You can request a refund from the order page within 30 days of delivery.",
+    ],
         "Approved payments return to your original card within 5 business days.",
         "If the money is late, send us the payment date and we will check it."),
     _t(CS, "en", "delivery", [
@@ -49,7 +51,7 @@ TOPICS: tuple[Topic, ...] = (
         "Can I change the delivery time to the weekend?",
         "My delivery was marked as received but nothing was at my door, and my neighbour did not see it either. What can you do?",
         "Do you offer free delivery?",
-    ], "Most delivery orders arrive within 3 to 5 days after shipping.",
+    ],
         "You can follow the parcel with the tracking link in your email.",
         "If the parcel is missing, we will open a search with the courier."),
     _t(CS, "en", "password", [
@@ -58,7 +60,7 @@ TOPICS: tuple[Topic, ...] = (
         "How often should I change my password?",
         "Someone changed my password and I cannot log in anymore, and my email may also be hacked. How do I get my account back?",
         "Can I use the same password on the app and the website?",
-    ], "Use the Forgot password link on the login page to set a new password.",
+    ],
         "The reset link is valid for one hour, so please check your spam folder.",
         "For safety, we never ask for your code by phone or chat."),
     _t(CS, "en", "invoice", [
@@ -67,7 +69,7 @@ TOPICS: tuple[Topic, ...] = (
         "Can I get one invoice for several orders?",
         "I need an invoice with my tax number for last year's orders, but the orders are already closed. Is that still possible?",
         "Is the invoice sent by email?",
-    ], "You can download the invoice as a PDF from the order details page.",
+    ],
         "To change the billing name, send us the correct details and we will issue a new copy.",
         "Closed orders can still be found in your order history."),
     _t(CS, "en", "warranty", [
@@ -76,7 +78,7 @@ TOPICS: tuple[Topic, ...] = (
         "Does the warranty cover water damage?",
         "I lost the receipt, the product broke after ten months, and the shop has closed. Can I still use the warranty?",
         "Can I extend the warranty?",
-    ], "The standard warranty covers defects for one year from the purchase date.",
+    ],
         "Please keep the serial number ready when you contact the repair team.",
         "Damage from accidents or water is not included."),
     _t(CS, "en", "subscription", [
@@ -85,7 +87,7 @@ TOPICS: tuple[Topic, ...] = (
         "Can I pause my subscription for a month?",
         "My subscription renewed at a higher price without notice and I want to switch to the yearly plan instead. What are my options?",
         "Will I lose my data if the subscription ends?",
-    ], "You can cancel or pause the subscription in Account Settings at any time.",
+    ],
         "Your plan stays active until the end of the current billing period.",
         "If you were charged after cancelling, we will review the payment."),
     _t(CS, "en", "discount", [
@@ -94,7 +96,7 @@ TOPICS: tuple[Topic, ...] = (
         "Is there a student discount?",
         "I placed my order yesterday and today the same item has a bigger discount. Can I get the difference back, and how?",
         "When does the holiday discount end?",
-    ], "Each order accepts one discount code, and it must be entered before payment.",
+    ],
         "Codes have an end date and a minimum order amount.",
         "If the price dropped within 7 days, we can return the difference as store credit."),
     _t(CS, "en", "address", [
@@ -103,7 +105,7 @@ TOPICS: tuple[Topic, ...] = (
         "Can I save more than one address in my account?",
         "My order has already shipped to my old address and I moved last week. How can I make sure the parcel reaches me?",
         "Do you ship to a PO box address?",
-    ], "You can edit the address in your order until it is shipped.",
+    ],
         "After shipping, we can ask the courier to redirect the parcel.",
         "Saved locations can be managed under My Account."),
     _t(CS, "en", "exchange", [
@@ -112,7 +114,7 @@ TOPICS: tuple[Topic, ...] = (
         "The colour looks different from the photo. Can I do an exchange?",
         "I want to exchange a gift but I do not have the order details, and the person who bought it lives abroad. Is it possible?",
         "Is the exchange free?",
-    ], "An exchange is free within 30 days if the item is unused.",
+    ],
         "Start the request in your order page and print the return label.",
         "We send the new item as soon as the old one is scanned by the courier."),
     _t(CS, "en", "account", [
@@ -121,7 +123,7 @@ TOPICS: tuple[Topic, ...] = (
         "Why is my account locked?",
         "My account shows orders I never made and my saved card was used. What should I do right now?",
         "Can I change the email address on my account?",
-    ], "You can manage or close your account under Settings and Privacy.",
+    ],
         "After several failed logins we lock it for 30 minutes to keep it safe.",
         "If you see orders you did not make, change your login details and contact us."),
     # ------------------------------------------------------------------ health, English
@@ -131,7 +133,7 @@ TOPICS: tuple[Topic, ...] = (
         "Is it safe to take painkillers for a headache every day?",
         "I have had a strong headache for three days with a stiff neck and a fever. Should I wait or do something?",
         "Can coffee help a headache?",
-    ], "A mild headache often improves with rest, water and a quiet dark room.",
+    ],
         "Screen breaks and regular meals can help prevent it.",
         "Sudden severe pain, a stiff neck or a high temperature needs urgent care."),
     _t(HEALTH, "en", "fever", [
@@ -140,7 +142,7 @@ TOPICS: tuple[Topic, ...] = (
         "How long does a fever usually last?",
         "My fever has lasted four days, and now I have a rash and feel confused. Is this serious?",
         "Should I take a shower when I have a fever?",
-    ], "With a mild fever, rest, drink plenty of fluids and wear light clothes.",
+    ],
         "Check your temperature every few hours and write it down.",
         "A high temperature for more than three days should be checked."),
     _t(HEALTH, "en", "cough", [
@@ -149,7 +151,7 @@ TOPICS: tuple[Topic, ...] = (
         "Does honey help with a cough?",
         "My cough brings up blood and I have lost weight recently. What should I do?",
         "Is a cough at night normal?",
-    ], "A cough from a cold usually clears within two weeks.",
+    ],
         "Warm drinks, honey and moist air can soothe the throat.",
         "Blood, chest pain or trouble breathing are warning signs."),
     _t(HEALTH, "en", "sleep", [
@@ -158,7 +160,7 @@ TOPICS: tuple[Topic, ...] = (
         "How many hours of sleep do adults need?",
         "I have not been able to sleep well for two months and I feel sad most days. What can I do?",
         "Is a short nap good for sleep?",
-    ], "Most adults need 7 to 9 hours of sleep each night.",
+    ],
         "Keep a fixed bedtime and avoid screens for an hour before bed.",
         "Limit caffeine after lunch and keep the bedroom cool."),
     _t(HEALTH, "en", "diet", [
@@ -167,7 +169,7 @@ TOPICS: tuple[Topic, ...] = (
         "Is it bad to skip breakfast in my diet?",
         "I have diabetes and high blood pressure. How should I plan my diet for the week?",
         "Is a vegetarian diet healthy?",
-    ], "A balanced diet has vegetables, fruit, whole grains and lean protein.",
+    ],
         "Eat smaller portions and drink water instead of sweet drinks.",
         "People with long term conditions need a plan made for them."),
     _t(HEALTH, "en", "allergy", [
@@ -176,7 +178,7 @@ TOPICS: tuple[Topic, ...] = (
         "Can a food allergy appear in adults?",
         "After eating peanuts my lips swelled and I felt dizzy. What should I do next time to handle this allergy?",
         "Do allergy pills make you sleepy?",
-    ], "An allergy can cause sneezing, itchy eyes, rash or swelling.",
+    ],
         "Keeping a diary of food and places helps find the trigger.",
         "Swelling of the lips or trouble breathing is an emergency."),
     _t(HEALTH, "en", "backache", [
@@ -185,7 +187,7 @@ TOPICS: tuple[Topic, ...] = (
         "Should I rest in bed with a backache?",
         "My backache goes down my leg and my foot feels numb. Is this serious?",
         "Can exercise help a backache?",
-    ], "A simple backache often eases with gentle movement and heat.",
+    ],
         "Take short walks and adjust your chair so your back is supported.",
         "Numbness or weakness in the legs needs a check."),
     _t(HEALTH, "en", "sunburn", [
@@ -194,7 +196,7 @@ TOPICS: tuple[Topic, ...] = (
         "How can I avoid a sunburn at the beach?",
         "My child has a sunburn with large blisters and a fever. What should I do?",
         "Does aloe help a sunburn?",
-    ], "Cool the sunburn with a damp towel and use a gentle lotion.",
+    ],
         "Drink water and keep the skin out of the sun while it heals.",
         "Large blisters or a high temperature after a day outside need care."),
     _t(HEALTH, "en", "stress", [
@@ -203,7 +205,7 @@ TOPICS: tuple[Topic, ...] = (
         "What are quick ways to reduce stress?",
         "Stress has kept me from eating and sleeping for weeks and I feel hopeless. What can I do?",
         "Can exercise reduce stress?",
-    ], "Short breaks, slow breathing and a walk can lower stress.",
+    ],
         "Talking with friends and keeping a routine also helps.",
         "If you feel hopeless, reach out to someone you trust today."),
     _t(HEALTH, "en", "toothache", [
@@ -212,7 +214,7 @@ TOPICS: tuple[Topic, ...] = (
         "Can I take painkillers for a toothache?",
         "My toothache came with a swollen face and a fever overnight. What should I do?",
         "Can a toothache go away on its own?",
-    ], "For a toothache, rinse with warm salt water and avoid very cold food.",
+    ],
         "Brush gently and use floss to remove trapped food.",
         "Swelling or a high temperature can mean an infection."),
     # ------------------------------------------------------------------ customer service, Chinese
@@ -222,7 +224,7 @@ TOPICS: tuple[Topic, ...] = (
         "特价商品支持退款吗？",
         "退款已经审核通过一周了，钱还没到账，商家也不回复，怎么办？",
         "超过三十天还能退款吗？",
-    ], "您可以在订单页面申请退款，收货后三十天内有效。",
+    ],
         "审核通过后，款项会在五个工作日内原路返回。",
         "如果迟迟未到账，请提供付款时间，我们帮您核实。"),
     _t(CS, "zh", "快递", [
@@ -231,7 +233,7 @@ TOPICS: tuple[Topic, ...] = (
         "快递可以改到周末送吗？",
         "快递显示已签收，但我没有收到，邻居也没看到，怎么处理？",
         "你们的快递包邮吗？",
-    ], "快递一般在发货后三到五天送达。",
+    ],
         "您可以通过短信里的链接查看物流进度。",
         "如果包裹丢失，我们会联系承运方调查。"),
     _t(CS, "zh", "密码", [
@@ -240,7 +242,7 @@ TOPICS: tuple[Topic, ...] = (
         "密码多久需要换一次？",
         "有人改了我的密码，我登录不了，邮箱可能也被盗了，怎么找回账户？",
         "网页和手机上可以用同一个密码吗？",
-    ], "请在登录页点击忘记密码，按提示设置新密码。",
+    ],
         "重置链接一小时内有效，请留意垃圾邮件。",
         "为了安全，我们不会通过电话索要验证码。"),
     _t(CS, "zh", "发票", [
@@ -249,7 +251,7 @@ TOPICS: tuple[Topic, ...] = (
         "多个订单能开一张发票吗？",
         "我需要去年订单的发票并带税号，但订单已经完成了，还能开吗？",
         "发票会发到邮箱吗？",
-    ], "您可以在订单详情页申请电子发票。",
+    ],
         "抬头填写错误时，提交正确信息即可重新开具。",
         "已完成的订单也可以在历史订单中找到。"),
     _t(CS, "zh", "保修", [
@@ -258,7 +260,7 @@ TOPICS: tuple[Topic, ...] = (
         "进水损坏保修吗？",
         "收据丢了，产品用了十个月坏了，门店也关了，还能保修吗？",
         "可以延长保修吗？",
-    ], "产品自购买之日起享受一年保修。",
+    ],
         "联系维修时请准备好产品序列号。",
         "人为损坏和进水不在范围内。"),
     _t(CS, "zh", "会员", [
@@ -267,7 +269,7 @@ TOPICS: tuple[Topic, ...] = (
         "会员可以暂停一个月吗？",
         "会员没有通知就涨价续费了，我想改成年付，有什么办法？",
         "会员到期后数据会丢失吗？",
-    ], "您可以在账户设置里随时取消或暂停会员。",
+    ],
         "当前周期结束前，权益仍然有效。",
         "取消后仍被扣费的，我们会核查这笔款项。"),
     _t(CS, "zh", "优惠券", [
@@ -276,7 +278,7 @@ TOPICS: tuple[Topic, ...] = (
         "有学生优惠券吗？",
         "我昨天下单，今天同款商品有更大的优惠券，能补差价吗？怎么操作？",
         "节日优惠券什么时候过期？",
-    ], "每个订单只能使用一张优惠券，需要在付款前使用。",
+    ],
         "每张券都有有效期和最低消费金额。",
         "七天内降价的，可以申请差价补偿。"),
     _t(CS, "zh", "地址", [
@@ -285,7 +287,7 @@ TOPICS: tuple[Topic, ...] = (
         "账户里能保存多个地址吗？",
         "订单已经发往旧地址了，我上周刚搬家，怎么确保收到包裹？",
         "可以寄到公司地址吗？",
-    ], "订单发货前，您可以在订单页修改地址。",
+    ],
         "发货后，我们可以联系承运方改派。",
         "常用收件信息可在我的账户中管理。"),
     _t(CS, "zh", "换货", [
@@ -294,7 +296,7 @@ TOPICS: tuple[Topic, ...] = (
         "颜色和图片不一样，可以换货吗？",
         "朋友在国外买的礼物想换货，但我没有购买记录，可以吗？",
         "换货要付运费吗？",
-    ], "商品未使用的，三十天内可以免费换货。",
+    ],
         "请在订单页提交申请并打印退货面单。",
         "旧商品寄出后，我们会尽快发出新商品。"),
     _t(CS, "zh", "账号", [
@@ -303,7 +305,7 @@ TOPICS: tuple[Topic, ...] = (
         "我的账号为什么被锁定了？",
         "账号里出现了我没下过的订单，绑定的银行卡也被扣款了，现在该怎么办？",
         "账号绑定的邮箱能改吗？",
-    ], "您可以在设置与隐私中管理或注销账号。",
+    ],
         "多次登录失败后，系统会锁定三十分钟以保护安全。",
         "发现陌生订单，请先修改登录信息再联系我们。"),
     # ------------------------------------------------------------------ health, Chinese
@@ -313,7 +315,7 @@ TOPICS: tuple[Topic, ...] = (
         "头痛每天吃止痛药安全吗？",
         "我剧烈头痛三天了，脖子发硬还发烧，要等等看吗？",
         "喝咖啡能缓解头痛吗？",
-    ], "轻微头痛通常休息、喝水后会好转。",
+    ],
         "规律吃饭、减少看屏幕有助于预防。",
         "突然剧痛、脖子僵硬或高热需要尽快处理。"),
     _t(HEALTH, "zh", "发烧", [
@@ -322,7 +324,7 @@ TOPICS: tuple[Topic, ...] = (
         "发烧一般持续几天？",
         "我发烧四天了，现在还起了皮疹，人也有点糊涂，严重吗？",
         "发烧可以洗澡吗？",
-    ], "轻度发烧时多休息、多喝水、穿轻薄衣服。",
+    ],
         "每隔几小时测一次体温并记录下来。",
         "高热超过三天需要检查。"),
     _t(HEALTH, "zh", "咳嗽", [
@@ -331,7 +333,7 @@ TOPICS: tuple[Topic, ...] = (
         "蜂蜜对咳嗽有用吗？",
         "咳嗽带血，最近体重也下降了，我该怎么办？",
         "晚上咳嗽正常吗？",
-    ], "感冒引起的咳嗽一般两周内会好。",
+    ],
         "温水、蜂蜜和湿润的空气可以缓解喉咙不适。",
         "咳血、胸痛或呼吸困难是危险信号。"),
     _t(HEALTH, "zh", "失眠", [
@@ -340,7 +342,7 @@ TOPICS: tuple[Topic, ...] = (
         "失眠可以吃安眠药吗？",
         "我失眠两个月了，大多数时候心情低落，怎么办？",
         "午睡会加重失眠吗？",
-    ], "改善失眠要固定作息，睡前一小时不看手机。",
+    ],
         "午饭后少喝咖啡，卧室保持凉爽安静。",
         "成年人每晚需要七到九小时睡眠。"),
     _t(HEALTH, "zh", "饮食", [
@@ -349,7 +351,7 @@ TOPICS: tuple[Topic, ...] = (
         "不吃早饭对饮食健康有影响吗？",
         "我有糖尿病和高血压，一周的饮食该怎么安排？",
         "素食饮食健康吗？",
-    ], "均衡饮食包括蔬菜、水果、全谷物和优质蛋白。",
+    ],
         "少吃多餐，用白水代替含糖饮料。",
         "有慢性病的人需要个性化的方案。"),
     _t(HEALTH, "zh", "过敏", [
@@ -358,7 +360,7 @@ TOPICS: tuple[Topic, ...] = (
         "成年人会突然食物过敏吗？",
         "吃花生后嘴唇肿了，还头晕，下次过敏该怎么办？",
         "抗过敏药会让人犯困吗？",
-    ], "过敏可能引起打喷嚏、眼痒、皮疹或肿胀。",
+    ],
         "记录饮食和环境有助于找到诱因。",
         "嘴唇肿胀或呼吸困难属于急症。"),
     _t(HEALTH, "zh", "腰痛", [
@@ -367,7 +369,7 @@ TOPICS: tuple[Topic, ...] = (
         "腰痛应该卧床休息吗？",
         "腰痛一直放射到腿，脚也发麻，严重吗？",
         "运动能缓解腰痛吗？",
-    ], "普通腰痛适当活动和热敷后通常会减轻。",
+    ],
         "多走动，调整座椅让后背有支撑。",
         "腿部麻木或无力需要检查。"),
     _t(HEALTH, "zh", "晒伤", [
@@ -376,7 +378,7 @@ TOPICS: tuple[Topic, ...] = (
         "去海边怎么避免晒伤？",
         "孩子晒伤起了大水泡还发烧，怎么办？",
         "芦荟对晒伤有用吗？",
-    ], "晒伤后先用湿毛巾冷敷，再涂温和的乳液。",
+    ],
         "多喝水，恢复期间避免再晒太阳。",
         "大面积水泡或高热需要处理。"),
     _t(HEALTH, "zh", "压力", [
@@ -385,7 +387,7 @@ TOPICS: tuple[Topic, ...] = (
         "有什么快速缓解压力的方法？",
         "压力让我几周吃不下睡不着，感觉很绝望，怎么办？",
         "运动能减轻压力吗？",
-    ], "短暂休息、慢慢呼吸和散步可以缓解压力。",
+    ],
         "和朋友聊聊、保持规律作息也有帮助。",
         "如果感到绝望，今天就联系信任的人。"),
     _t(HEALTH, "zh", "牙痛", [
@@ -394,7 +396,7 @@ TOPICS: tuple[Topic, ...] = (
         "牙痛可以吃止痛药吗？",
         "牙痛一夜之间脸肿了还发烧，该怎么办？",
         "牙痛会自己好吗？",
-    ], "牙痛时可以用温盐水漱口，避免吃太冷的东西。",
+    ],
         "轻轻刷牙，用牙线清除食物残渣。",
         "肿胀或高热可能是感染。"),
 )
@@ -429,6 +431,12 @@ PHRASE_SENTENCES = {
     (HEALTH, "en"): ("Please consult a doctor if it does not get better.", "It is best to consult a doctor soon."),
     (CS, "zh"): ("感谢您的耐心。", "抱歉给您带来不便。"),
     (HEALTH, "zh"): ("如果没有好转，建议就医。", "症状持续的话，建议就医检查。"),
+}
+FRAMES = {
+    (CS, "en"): "I can help with your {keyword} question.",
+    (HEALTH, "en"): "Here is some advice about your {keyword}.",
+    (CS, "zh"): "关于您的{keyword}问题，我们来帮您处理。",
+    (HEALTH, "zh"): "关于{keyword}，请参考下面几点。",
 }
 FILLERS = {
     (CS, "en"): "We are always happy to help with any other questions you may have about your purchase.",
