@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from rubric_jax.rubrics.schema import Dimension, Rubric, RubricError, case_rubric, dimension_from_dict, rubric_from_dict
+from rubric_jax.rubrics.schema import Dimension, Rubric, RubricError, case_rubric, parse_row_rubric
 
 SYSTEM_PROMPT = "Think briefly inside <think></think>, then reply inside <answer></answer>."
 RESPONSE_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
@@ -113,28 +113,14 @@ def _question_from_row(row: dict[str, Any], where: str) -> Question:
     difficulty = row.get("difficulty")
     if difficulty is not None and not isinstance(difficulty, str):
         raise DataError(f"{where}: field 'difficulty' must be a string, got {difficulty!r}")
-    extra, replace = _case_criteria(row.get("rubric"), f"{where}: field 'rubric'")
+    try:
+        extra, replace = parse_row_rubric(row.get("rubric"), where)
+    except RubricError as e:
+        raise DataError(str(e)) from e
     return Question(
         id=row["id"], question=row["question"], category=row["category"], lang=row["lang"],
         keywords=tuple(keywords), difficulty=difficulty, extra_dimensions=extra, replace_rubric=replace,
     )
-
-
-def _case_criteria(spec: Any, where: str) -> tuple[tuple[Dimension, ...], Rubric | None]:
-    """Parses a row's {"extra": [...]} / {"replace": {...}} rubric field with the rubric schema."""
-    if spec is None:
-        return (), None
-    if not isinstance(spec, dict) or len(spec) != 1 or not set(spec) <= {"extra", "replace"}:
-        got = sorted(spec) if isinstance(spec, dict) else type(spec).__name__
-        raise DataError(f"{where}: expected {{'extra': [dimension, ...]}} or {{'replace': rubric}}, got {got}")
-    try:
-        if "replace" in spec:
-            return (), rubric_from_dict(spec["replace"], source=where)
-        if not isinstance(spec["extra"], list) or not spec["extra"]:
-            raise DataError(f"{where}: 'extra' must be a non-empty list of dimensions")
-        return tuple(dimension_from_dict(d) for d in spec["extra"]), None
-    except RubricError as e:
-        raise DataError(f"{where}: {e}") from e
 
 
 def question_rubric(shared: Rubric, question: Question) -> Rubric:
