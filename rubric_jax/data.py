@@ -214,7 +214,9 @@ def bucket_length(length: int, buckets: Sequence[int]) -> int:
     raise DataError(f"length {length} is longer than the largest bucket {max(buckets)}")
 
 
-def _pad(seqs: Sequence[Sequence[int]], pad_id: int, buckets: Sequence[int], left: bool) -> tuple[np.ndarray, np.ndarray]:
+def _pad(seqs: Sequence[Sequence[int]], pad_id: int, buckets: Sequence[int],
+         left: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Pads every sequence to the bucket of the longest one, on the left or on the right."""
     if not seqs:
         raise DataError("cannot pad an empty batch")
     longest = max(len(s) for s in seqs)

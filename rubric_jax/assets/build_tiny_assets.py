@@ -83,7 +83,8 @@ def shared_rubric() -> Rubric:
             "keyword and disclaimer/politeness criteria live in each question row",
             "start with a few core rule dimensions a tiny model can be judged on (RubricRL 7)"),),
         dimensions=(
-            _binary("format", "The response is <think>…</think><answer>…</answer>, each tag once, answer non-empty.",
+            _binary("format",
+                    "The response is <think>…</think><answer>…</answer>, each tag once, answer non-empty.",
                     "Tags missing, repeated, out of order, or an empty answer.", "Exactly the required shape.",
                     rule="format", params={}, gate=True),
             Dimension(
