@@ -11,12 +11,12 @@ Files in the workdir:
                   CRC-32C) and the three protobuf messages it needs (Event, Summary, Summary.Value) are
                   written here directly: about 60 lines instead of a TensorFlow or tensorboardX dependency.
 
-Metric names are slash-separated; plots.py groups them by these conventions:
+Metric names are slash-separated; plots.py groups them by these conventions (the trainer's names):
   reward/mean, reward/<dimension id>          training reward and per-dimension mean scores
-  eval/reward/mean, eval/reward/<dimension>   held-out reward
-  kl, loss, entropy, ...                       optimisation (any name containing "kl" is plotted as KL)
-  response_length/mean                         mean response tokens
-  zero_std_fraction                            groups whose rewards have zero variance (GRPO gets no signal)
+  eval/reward_mean, eval/reward/<dimension>   held-out reward
+  kl, loss, entropy, ...                       optimisation (any name with a "kl" segment is plotted as KL)
+  response_len/mean, eval/response_len/mean    mean response tokens
+  zero_std_frac                                groups whose rewards have zero variance (GRPO gets no signal)
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import tqdm
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.jsonl"
 TB_DIR = "tb"
-PROGRESS_KEYS = ("reward/mean", "kl", "loss", "response_length/mean", "zero_std_fraction")
+PROGRESS_KEYS = ("reward/mean", "kl", "loss", "response_len/mean", "zero_std_frac")
 _RESERVED = ("step", "time")
 
 
@@ -249,7 +249,7 @@ def format_metrics(metrics: Mapping[str, Any], keys: Sequence[str]) -> str:
 
 
 def format_eval_summary(step: int, metrics: Mapping[str, Any], baseline: float | None = None,
-                        reward_key: str = "eval/reward/mean") -> str:
+                        reward_key: str = "eval/reward_mean") -> str:
     """One line: 'eval step 40 | reward 0.812 (+0.153 vs 0.659) | format=1.000 ...' (other keys sorted)."""
     parts = [f"eval step {step}"]
     if reward_key in metrics:

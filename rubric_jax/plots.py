@@ -20,9 +20,9 @@ from rubric_jax.metrics import METRICS_FILE, read_jsonl_metrics, scalar_value
 # (file name, title, regex over metric names)
 PLOTS: tuple[tuple[str, str, str], ...] = (
     ("reward.png", "Training reward: mean and per-dimension scores", r"^reward/"),
-    ("eval_reward.png", "Held-out reward: mean and per-dimension scores", r"^eval/reward/"),
+    ("eval_reward.png", "Held-out reward: mean and per-dimension scores", r"^eval/reward(/|_mean$)"),
     ("kl.png", "KL divergence to the reference policy", r"(^|/)kl($|/|_)"),
-    ("response_length.png", "Response length (tokens)", r"response_length"),
+    ("response_length.png", "Response length (tokens)", r"response_len(gth)?/"),
     ("zero_std.png", "Fraction of groups with zero reward variance", r"zero_std"),
 )
 PLOTS_DIR = "plots"
@@ -53,7 +53,7 @@ def plot_metrics(rows: Sequence[Mapping[str, Any]], out_dir: str | Path) -> list
         fig = Figure(figsize=(8, 4.5))
         ax = fig.subplots()
         for key, steps, values in lines:
-            main = key.endswith("/mean") or len(lines) == 1
+            main = key.endswith("mean") or len(lines) == 1
             ax.plot(steps, values, label=key, linewidth=2.2 if main else 1.0, marker="o" if len(steps) < 30 else None,
                     markersize=3)
         ax.set_title(title)

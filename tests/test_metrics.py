@@ -2,6 +2,7 @@
 
 import io
 import json
+import re
 import struct
 
 import jax.numpy as jnp
@@ -111,7 +112,7 @@ def test_jsonable_rejects_unknown_objects():
 
 def test_format_eval_summary_and_progress():
     line = metrics.format_eval_summary(
-        40, {"eval/reward/mean": 0.8125, "eval/reward/format": 1.0, "eval/num": 32}, baseline=0.625)
+        40, {"eval/reward_mean": 0.8125, "eval/reward/format": 1.0, "eval/num": 32}, baseline=0.625)
     assert line == "eval step 40 | reward 0.812 (+0.188 vs 0.625) | eval/num=32 eval/reward/format=1.000"
     assert metrics.format_metrics({"kl": 1e-5, "loss": 2.5, "x": 1}, ["loss", "kl", "missing"]) == \
         "loss=2.500 kl=1e-05"
@@ -128,9 +129,11 @@ def test_plots_written_for_present_metrics_only(tmp_path):
     with metrics.MetricsWriter(tmp_path, tensorboard=False) as w:
         for step in range(5):
             w.write(step, {"reward/mean": 0.1 * step, "reward/format": 1.0, "reward/topic_keyword": 0.05 * step,
-                           "kl": 0.001 * step, "response_length/mean": 40 - step, "zero_std_fraction": 0.5})
+                           "kl": 0.001 * step, "response_len/mean": 40 - step, "zero_std_frac": 0.5,
+                           "reward_failed_scores": 0})
             if step % 2 == 0:
-                w.write(step, {"eval/reward/mean": 0.2 * step, "eval/reward/format": float("nan")})
+                w.write(step, {"stage": "eval", "eval/reward_mean": 0.2 * step, "eval/reward/format": float("nan"),
+                               "eval/reward_not_ok": 3})
     paths = plots.plot_run(tmp_path)
     assert sorted(p.name for p in paths) == sorted(
         ["reward.png", "eval_reward.png", "kl.png", "response_length.png", "zero_std.png"])
@@ -139,4 +142,6 @@ def test_plots_written_for_present_metrics_only(tmp_path):
     only_kl = plots.plot_metrics([{"step": 0, "kl": 0.1}, {"step": 1, "kl": 0.2}], tmp_path / "other")
     assert [p.name for p in only_kl] == ["kl.png"]
     rows = metrics.read_jsonl_metrics(tmp_path / "metrics.jsonl")
-    assert plots.series(rows, "eval/reward/mean") == ([0, 2, 4], [0.0, 0.4, 0.8])
+    assert plots.series(rows, "eval/reward_mean") == ([0, 2, 4], [0.0, 0.4, 0.8])
+    assert [k for k in ("reward_failed_scores", "eval/reward_not_ok") if any(
+        re.search(pattern, k) for _, _, pattern in plots.PLOTS)] == []  # counts are not plotted as scores
