@@ -36,7 +36,7 @@ from rubric_jax.rubrics.schema import (
 
 SEED = 20261129
 EVAL_TOPICS_PER_GROUP = 8
-# Probabilities of each imperfection in an SFT response (drawn independently per example).
+# Probabilities of each imperfection of an SFT response (template and repeat only when not long).
 SFT_P_PHRASE, SFT_P_KEYWORD, SFT_P_TEMPLATE, SFT_P_REPEAT, SFT_P_LONG, SFT_P_SHORT = 0.5, 0.7, 0.15, 0.15, 0.15, 0.1
 # Whole-response length in "auto" units (English words + Chinese characters; the four tags count as words).
 LENGTH_RANGE = {"en": (28, 50), "zh": (40, 66)}
