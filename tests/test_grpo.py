@@ -212,6 +212,7 @@ def test_gradient_matches_finite_differences_float64(mode, length, estimator):
         kinks = jnp.array([math.log(0.8), math.log(1.28)])
         assert float(jnp.min(jnp.abs((logp - old)[..., None] - kinks[None, None, :]))) > 1e-3
 
+        @jax.jit
         def f(lp):
             return grpo.grpo_loss(lp, old, ref, adv, mask, cfg)[0]
 
@@ -295,12 +296,24 @@ def test_chunked_logprobs_match_full_log_softmax(chunk):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+def _jit_logprobs(model, chunk_size):
+    """sequence_logprobs and the full forward of `model`, jitted over its state (eager is slow to dispatch)."""
+    graphdef, state = nnx.split(model)
+    logprobs = jax.jit(lambda s, t, m: grpo.sequence_logprobs(nnx.merge(graphdef, s), t, m, chunk_size))
+    forward = jax.jit(lambda s, t, m: nnx.merge(graphdef, s)(t, padding_to_positions(m), causal_padding_mask(m))[0])
+    return (lambda t, m: logprobs(state, t, m)), (lambda t, m: forward(state, t, m))
+
+
 def _tiny_model(tie=False):
     cfg = ModelConfig(architecture="qwen2", vocab_size=61, hidden_size=16, intermediate_size=32, num_layers=2,
                       num_heads=2, num_kv_heads=1, head_dim=8, rope_theta=10000.0, rms_norm_eps=1e-6,
                       tie_word_embeddings=tie, attention_bias=True, rope_scaling=None,
                       max_position_embeddings=64)
-    return Transformer(cfg, rngs=nnx.Rngs(0))
+    # Random weights drawn with numpy into the abstract state: no per-shape init compilation.
+    graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+    rng = np.random.default_rng(0)
+    state = jax.tree.map(lambda x: jnp.asarray(0.3 * rng.standard_normal(x.shape), x.dtype), abstract)
+    return nnx.merge(graphdef, state)
 
 
 @pytest.mark.parametrize("tie", [False, True])
@@ -308,8 +321,9 @@ def test_sequence_logprobs_match_model_logits(tie):
     model = _tiny_model(tie)
     tokens = jax.random.randint(jax.random.key(8), (3, 9), 0, 61)
     input_mask = jnp.arange(9)[None, :] >= jnp.array([[0], [2], [4]])  # left padding
-    logp, ent = grpo.sequence_logprobs(model, tokens, input_mask, chunk_size=4)
-    logits, _ = model(tokens, padding_to_positions(input_mask), causal_padding_mask(input_mask))
+    logprobs, forward = _jit_logprobs(model, 4)
+    logp, ent = logprobs(tokens, input_mask)
+    logits = forward(tokens, input_mask)
     logp_all = jax.nn.log_softmax(logits, axis=-1)
     expected = jnp.take_along_axis(logp_all[:, :-1], tokens[:, 1:, None], axis=-1)[..., 0]
     np.testing.assert_allclose(logp[:, 1:], expected, rtol=1e-5, atol=1e-5)
@@ -323,6 +337,7 @@ def test_sequence_logprobs_ignore_right_padding():
     mask = jnp.ones((2, 6), bool)
     padded = jnp.concatenate([tokens, jnp.zeros((2, 3), tokens.dtype)], axis=1)
     padded_mask = jnp.concatenate([mask, jnp.zeros((2, 3), bool)], axis=1)
-    logp, _ = grpo.sequence_logprobs(model, tokens, mask, chunk_size=4)
-    logp_p, _ = grpo.sequence_logprobs(model, padded, padded_mask, chunk_size=4)
+    logprobs, _ = _jit_logprobs(model, 4)
+    logp, _ = logprobs(tokens, mask)
+    logp_p, _ = logprobs(padded, padded_mask)
     np.testing.assert_allclose(logp_p[:, :6], logp, rtol=1e-5, atol=1e-6)

@@ -157,7 +157,7 @@ def test_state_layout(state0):
 def test_weight_decay_skips_norms_and_biases(state0):
     tx = _tx(lr=0.1, weight_decay=0.5)
     zero_grads = jax.tree.map(jnp.zeros_like, state0.params)
-    updates, opt_state = tx.update(zero_grads, tx.init(state0.params), state0.params)
+    updates, opt_state = jax.jit(tx.update)(zero_grads, tx.init(state0.params), state0.params)
     assert float(train_state.current_lr(opt_state)) == pytest.approx(0.1)
     for path in (("layers", "self_attn", "q_proj", "kernel"), ("lm_head", "kernel"), ("embed_tokens", "embedding")):
         np.testing.assert_allclose(_leaf(updates, path), -0.1 * 0.5 * _leaf(state0.params, path), rtol=1e-6)
