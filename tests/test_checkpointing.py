@@ -96,6 +96,10 @@ def test_restore_straight_into_target_shardings(tmp_path, mesh_cfg):
         assert x.sharding.is_equivalent_to(want, x.ndim), (x.sharding, want)
     w = restored.params["w"]
     assert not w.sharding.is_fully_replicated and len(w.addressable_shards) == 8
+    # Params alone (a frozen reference policy): no optimizer state is read.
+    params = ckpt.restore_params(target.params)
+    _assert_equal(params, state.params)
+    assert params["w"].sharding.is_equivalent_to(shardings.params["w"], 2)
     # And back: a sharded state restores onto a single device.
     ckpt.save(restored.replace(step=restored.step + 1), data_state={}, rubric_hash="h")
     single = ckpt.restore(checkpointing.abstract_with_shardings(state, None)).state
@@ -119,6 +123,10 @@ def test_missing_and_broken_checkpoints_raise_clear_errors(tmp_path):
     sgd_state = train_state.train_state_from_params(state.graphdef, state.params, optax.sgd(0.1), jax.random.key(0))
     with pytest.raises(checkpointing.CheckpointError, match="another structure than the target"):
         ckpt.restore(sgd_state)
+    with pytest.raises(checkpointing.CheckpointError, match=r"params/w is saved as shape/dtype"):
+        ckpt.restore_params(small.params)
+    with pytest.raises(checkpointing.CheckpointError, match=r"no complete checkpoint for step 5"):
+        ckpt.restore_params(state.params, step=5)
     with pytest.raises(ValueError, match="JSON-serialisable"):
         ckpt.save(state, data_state={"index": float("nan")}, rubric_hash="h1")
     with pytest.raises(ValueError, match="max_to_keep=0"):
@@ -127,6 +135,8 @@ def test_missing_and_broken_checkpoints_raise_clear_errors(tmp_path):
     (tmp_path / "run" / "2" / "state" / "_METADATA").unlink()
     with pytest.raises(checkpointing.CheckpointError, match=r"run/2: cannot restore checkpoint step 2"):
         ckpt.restore(state)
+    with pytest.raises(checkpointing.CheckpointError, match=r"run/2: cannot restore the params of step 2"):
+        ckpt.restore_params(state.params)
     # An empty step directory (e.g. a copy that never finished) is named, not silently skipped.
     (tmp_path / "run" / "7").mkdir()
     ckpt.close()

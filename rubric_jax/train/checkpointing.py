@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 
-from rubric_jax.train.state import TrainState
+from rubric_jax.train.state import Params, TrainState
 
 _STATE, _META = "state", "meta"
 
@@ -57,7 +57,7 @@ def _path_str(path: tuple[Any, ...]) -> str:
     return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
 
 
-def _check_fits(saved_tree: Any, target: TrainState, where: Path) -> None:
+def _check_fits(saved_tree: Any, target: Any, where: Path) -> None:
     """Compares saved array shapes/dtypes with the target's, naming the first difference."""
     if saved_tree is None:
         raise CheckpointError(f"{where}: the checkpoint holds no state arrays")
@@ -107,6 +107,18 @@ class Checkpointer:
         """Steps of all complete checkpoints kept on disk, ascending."""
         return sorted(self._manager.all_steps())
 
+    def _resolve(self, step: int | None) -> int:
+        """`step`, or the latest complete one; raises when there is none / it is not on disk."""
+        self.wait_until_finished()
+        steps = self.all_steps()
+        if step is None:
+            if not steps:
+                raise CheckpointError(f"{self.directory}: no complete checkpoint to restore")
+            return steps[-1]
+        if step not in steps:
+            raise CheckpointError(f"{self.directory}: no complete checkpoint for step {step}; available: {steps}")
+        return step
+
     def restore(self, target: TrainState, step: int | None = None, *,
                 expected_rubric_hash: str | None = None) -> Restored:
         """Restores `step` (default: the latest) into `target`'s shapes, dtypes and shardings.
@@ -115,34 +127,44 @@ class Checkpointer:
         static graphdef/optimizer are reused. With `expected_rubric_hash`, a checkpoint trained under
         another rubric set is refused.
         """
-        self.wait_until_finished()
-        steps = self.all_steps()
-        if step is None:
-            if not steps:
-                raise CheckpointError(f"{self.directory}: no complete checkpoint to restore")
-            step = steps[-1]
-        elif step not in steps:
-            raise CheckpointError(f"{self.directory}: no complete checkpoint for step {step}; available: {steps}")
+        step = self._resolve(step)
         where = self.directory / str(step)
         try:
-            saved = self._manager.item_metadata(step)[_STATE]
-            _check_fits(saved.tree, target, where)
+            _check_fits(self._manager.item_metadata(step)[_STATE].tree, target, where)
             restored = self._manager.restore(step, args=ocp.args.Composite(**{
                 _STATE: ocp.args.StandardRestore(target), _META: ocp.args.JsonRestore()}))
         except CheckpointError:
             raise
         except Exception as e:  # orbax raises many types (FileNotFoundError, ValueError, KeyError...)
-            raise CheckpointError(
-                f"{where}: cannot restore checkpoint step {step} ({type(e).__name__}: {e})") from e
+            raise CheckpointError(f"{where}: cannot restore checkpoint step {step} ({type(e).__name__}: {e})") from e
         meta = restored[_META]
         if not isinstance(meta, dict) or meta.get("step") != step or int(restored[_STATE].step) != step:
-            raise CheckpointError(f"{self.directory / str(step)}: metadata does not match step {step}: {meta!r}")
+            raise CheckpointError(f"{where}: metadata does not match step {step}: {meta!r}")
         if expected_rubric_hash is not None and meta["rubric_hash"] != expected_rubric_hash:
             raise CheckpointError(
-                f"{self.directory / str(step)}: saved with rubric hash {meta['rubric_hash']!r}, "
+                f"{where}: saved with rubric hash {meta['rubric_hash']!r}, "
                 f"expected {expected_rubric_hash!r} (the rubric set changed since this checkpoint)")
         return Restored(state=restored[_STATE], data_state=meta["data_state"], rubric_hash=meta["rubric_hash"],
                         extra=meta["extra"])
+
+    def restore_params(self, target_params: Params, step: int | None = None) -> Params:
+        """Only the params of `step` (default: the latest), into `target_params`' shapes and shardings
+        (arrays or ShapeDtypeStructs): a frozen reference policy without its optimizer state in memory."""
+        step = self._resolve(step)
+        where = self.directory / str(step)
+        target = {"params": target_params}
+        try:
+            saved = self._manager.item_metadata(step)[_STATE].tree
+            _check_fits({"params": saved["params"]}, target, where)
+            with ocp.PyTreeCheckpointer() as reader:
+                restored = reader.restore(where / _STATE, args=ocp.args.PyTreeRestore(
+                    item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+                    partial_restore=True))
+        except CheckpointError:
+            raise
+        except Exception as e:
+            raise CheckpointError(f"{where}: cannot restore the params of step {step} ({type(e).__name__}: {e})") from e
+        return restored["params"]
 
     def wait_until_finished(self) -> None:
         """Blocks until pending async saves are on disk."""
