@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # rubric_jax entry point.
-#   ./launch.sh                      set up .venv, then run the tiny default end to end on CPU
+#   ./launch.sh [--FLAG=V ...]       set up .venv, then run the tiny default end to end on CPU
+#                                    (extra flags go to experiments.run, e.g. --config.rl.steps=10)
 #   ./launch.sh test [PYTEST ARGS]   set up .venv, then run the whole test suite
 #   ./launch.sh MODULE [ARGS]        set up .venv, then `python -m MODULE ARGS` (e.g. experiments.run)
 # On a cluster the same script is the per-host entry point: with SLURM (SLURM_NTASKS > 1), a TPU pod,
@@ -31,8 +32,8 @@ case "${1:-}" in
     shift
     exec "$venv/bin/python" -m pytest tests "$@"
     ;;
-  "")
-    exec "$venv/bin/python" -m experiments.run --config=configs/tiny.py --workdir="${WORKDIR:-runs/tiny}"
+  ""|--*)
+    exec "$venv/bin/python" -m experiments.run --config=configs/tiny.py --workdir=runs/tiny "$@"
     ;;
   *)
     module="$1"; shift

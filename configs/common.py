@@ -1,0 +1,93 @@
+"""Config blocks shared by every experiment file (each experiment's get_config starts from these).
+
+Every field has a one-line comment with its meaning and, where it comes from a paper, the source.
+Dependent values are derived in code after command-line overrides, never here.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+
+def base_config() -> ml_collections.ConfigDict:
+    """The full set of keys; experiment files change values, never add keys (the config is locked)."""
+    c = ml_collections.ConfigDict()
+    c.seed = 0  # Seeds parameter init, data order, sampling and judging.
+    c.stages = ("sft", "grpo")  # Stages run in order; eval runs inside grpo (before, every N steps, end).
+
+    c.model = ml_collections.ConfigDict()
+    c.model.checkpoint = ""  # Local HF directory to load; empty = random init from `config_json`.
+    c.model.config_json = ""  # HF config.json for a random init (the tiny default ships one).
+    c.model.tokenizer = ""  # Tokenizer directory (AutoTokenizer); empty = the checkpoint directory.
+    c.model.param_dtype = "float32"  # Parameters and optimizer state dtype.
+    c.model.compute_dtype = "float32"  # Activation dtype ("bfloat16" on accelerators).
+    c.model.remat = False  # Recompute layer activations in the backward pass (saves memory).
+    c.model.scan_layers = True  # lax.scan over the stacked layers (flat compile time).
+
+    c.judge = ml_collections.ConfigDict()
+    c.judge.checkpoint = ""  # Local HF directory of the LLM judge; empty = rule-only rubrics.
+    c.judge.samples = 3  # Judge samples per item, combined by the median (RubricRL §3.3).
+    c.judge.max_retries = 2  # Re-samples of unparseable judge answers before a score is missing.
+    c.judge.max_new_tokens = 64  # Judge answer budget.
+    c.judge.sampler = "temperature(0.7)"  # Judge sampler.
+    c.judge.mode = "per_dimension"  # "per_dimension" or "all_criteria" (one prompt per response, QuRL).
+
+    c.mesh = ml_collections.ConfigDict()
+    c.mesh.data = 1  # Data-parallel axis size.
+    c.mesh.fsdp = -1  # Fully-sharded axis size (-1: all devices left).
+    c.mesh.tensor = 1  # Tensor-parallel axis size.
+
+    c.data = ml_collections.ConfigDict()
+    c.data.train = ""  # jsonl of training questions ({"id","question",...}).
+    c.data.eval = ""  # jsonl of held-out questions.
+    c.data.sft = ""  # jsonl of cold-start SFT pairs ({"prompt","response"}).
+    c.data.rubric = ""  # Rubric file (YAML/JSON) shared by every question; rows may add their own.
+    c.data.max_prompt_len = 128  # Prompts are left-padded to a bucket up to this length.
+    c.data.length_buckets = 3  # Power-of-two padding widths per length (max, max/2, ...); each compiles once.
+
+    c.sft = ml_collections.ConfigDict()
+    c.sft.lr = 1e-6  # QuRL cold start: lr 1e-6.
+    c.sft.batch_size = 16  # QuRL cold start: batch 16.
+    c.sft.epochs = 2  # QuRL cold start: 2 epochs.
+    c.sft.warmup_steps = 0  # Linear warmup steps.
+    c.sft.schedule = "constant"  # constant or cosine after warmup.
+    c.sft.weight_decay = 0.0  # AdamW weight decay.
+    c.sft.grad_clip = 1.0  # Global-norm gradient clipping.
+    c.sft.max_response_len = 256  # Longest SFT response in tokens (responses are padded to power-of-two buckets).
+
+    c.rl = ml_collections.ConfigDict()
+    c.rl.lr = 1e-6  # RubricRL §4.3 and QuRL: 1e-6 (drop to 5e-7 if the reward oscillates).
+    c.rl.steps = 100  # GRPO steps (rollout batches).
+    c.rl.questions_per_step = 32  # QuRL: global batch 32 questions.
+    c.rl.group_size = 8  # Samples per question (RubricRL §4.3, QuRL: 8).
+    c.rl.max_new_tokens = 256  # Response budget per sample.
+    c.rl.sampler = "temperature(1.0)"  # Rollout sampler.
+    c.rl.beta = 0.04  # KL coefficient (RubricRL §4.3: 0.01-0.05); 0 skips the reference model.
+    c.rl.kl_estimator = "k3"  # k1, k2 or k3 (Schulman's estimators).
+    c.rl.clip_low = 0.2  # PPO clip below 1 (RubricRL §4.3: 0.2-0.3).
+    c.rl.clip_high = 0.28  # Clip above 1 (DAPO clip-higher).
+    c.rl.loss_aggregation = "seq_mean_token_mean"  # GRPO; or token_mean (DAPO), seq_mean_token_sum_norm (Dr. GRPO).
+    c.rl.advantage_scaling = "group"  # group std (GRPO), batch std, or none (Dr. GRPO).
+    c.rl.updates_per_batch = 1  # Optimizer updates per rollout batch (importance ratio vs behaviour).
+    c.rl.micro_batches = 1  # Gradient accumulation micro-batches per update.
+    c.rl.warmup_steps = 0  # Linear warmup steps.
+    c.rl.schedule = "constant"  # constant or cosine after warmup.
+    c.rl.weight_decay = 0.0  # AdamW weight decay.
+    c.rl.grad_clip = 1.0  # Global-norm gradient clipping.
+    c.rl.max_nan_streak = 5  # Consecutive skipped (NaN/Inf) updates before the run stops.
+    c.rl.missing_scores = "renormalize"  # renormalize over present dimensions, or drop the sample.
+    c.rl.dynamic_weights = False  # Move weight from saturated to discriminating dimensions (RubricRL §2.3).
+    c.rl.dynamic_weights_window = 20  # Steps of score statistics behind the saturation test.
+
+    c.eval = ml_collections.ConfigDict()
+    c.eval.every_steps = 10  # Eval on the held-out set every N GRPO steps (and before/after).
+    c.eval.max_questions = 64  # Held-out questions per eval.
+    c.eval.sampler = "greedy"  # Eval sampler.
+
+    c.checkpoint = ml_collections.ConfigDict()
+    c.checkpoint.every_steps = 10  # Save every N GRPO steps (and at the end and on SIGTERM).
+    c.checkpoint.keep = 3  # Checkpoints kept.
+
+    c.log = ml_collections.ConfigDict()
+    c.log.samples_per_step = 4  # Responses written to samples.jsonl per step.
+    return c

@@ -1,0 +1,46 @@
+"""The embedded tiny default: the whole pipeline on a laptop CPU, no downloads, in a few minutes.
+
+A 2-layer Qwen2-shaped model (hidden 128, vocab 2048) and a byte-level BPE tokenizer shipped in
+rubric_jax/assets/tiny/ (made by rubric_jax/assets/build_tiny_assets.py) start from random weights.
+Cold-start SFT on 174 formatted answers teaches the <think>…</think><answer>…</answer> shape (a random
+model needs a far higher learning rate and more epochs than QuRL's 1e-6 × 2 epochs on a pretrained
+one); GRPO then optimises a rule-only rubric (format gate, redundancy and template penalties, plus
+case-wise length, topic-keyword and politeness/disclaimer criteria carried by each question row).
+
+Launch:   ./launch.sh     (= ./launch.sh experiments.run --config=configs/tiny.py --workdir=runs/tiny)
+Override: ./launch.sh experiments.run --config=configs/tiny.py --workdir=runs/tiny2 --config.rl.lr=1e-4
+"""
+
+from configs.common import base_config
+
+_ASSETS = "rubric_jax/assets/tiny"
+
+
+def get_config(arg: str | None = None):
+    """`arg` is unused (one variant)."""
+    del arg
+    c = base_config()
+    c.model.config_json = f"{_ASSETS}/config.json"
+    c.model.tokenizer = f"{_ASSETS}/tokenizer"
+    c.mesh.data, c.mesh.fsdp, c.mesh.tensor = 1, -1, 1
+    c.data.train = f"{_ASSETS}/questions_train.jsonl"
+    c.data.eval = f"{_ASSETS}/questions_eval.jsonl"
+    c.data.sft = f"{_ASSETS}/sft.jsonl"
+    c.data.rubric = f"{_ASSETS}/rubric.yaml"
+    c.data.max_prompt_len = 128
+    c.data.length_buckets = 1  # Pad to the maximum: one compilation per step function (compiles dominate on CPU).
+    c.sft.lr = 3e-3
+    c.sft.batch_size = 16
+    c.sft.epochs = 16  # 176 steps
+    c.sft.warmup_steps = 10
+    c.sft.max_response_len = 128
+    c.rl.lr = 2e-4
+    c.rl.steps = 60
+    c.rl.questions_per_step = 8
+    c.rl.group_size = 8
+    c.rl.max_new_tokens = 96
+    c.rl.beta = 0.02
+    c.eval.every_steps = 10
+    c.eval.max_questions = 32
+    c.checkpoint.every_steps = 10
+    return c

@@ -1,0 +1,26 @@
+"""Runs an experiment: `python -m experiments.run --config=configs/tiny.py --workdir=DIR [--config.rl.lr=...]`.
+
+Only parses flags; the pipeline (sft -> grpo with evals) lives in rubric_jax.train.loop so it can be
+imported and tested. Restarting with the same workdir resumes from its latest checkpoint.
+"""
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from rubric_jax import distributed
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, samples and plots.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    distributed.maybe_initialize()
+    from rubric_jax.train import loop  # after jax.distributed, which must precede any device use
+
+    loop.run(_CONFIG.value, _WORKDIR.value)
+
+
+if __name__ == "__main__":
+    app.run(main)

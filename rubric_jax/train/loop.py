@@ -1,0 +1,511 @@
+"""The experiment pipeline behind `experiments.run`: build everything from a config, then run the stages.
+
+Stages (config.stages): "sft" (cold-start SFT on formatted answers, QuRL) then "grpo" (rollouts ->
+rubric reward -> group advantages -> jitted sharded update), with held-out evals before the first GRPO
+update (the SFT baseline), every `eval.every_steps` steps and at the end.
+
+Reliability: every stage checkpoints (orbax) params, optimizer state, step, PRNG key, data-iterator
+position and the rubric hash; a restart with the same workdir resumes from the latest checkpoint and
+first drops metrics/sample rows written after it, so a killed-and-restarted run writes exactly what an
+uninterrupted run writes. SIGTERM finishes the current step, saves and exits cleanly. A non-finite
+loss or gradient skips the update (train/step.py); `rl.max_nan_streak` skips in a row stop the run.
+Per-step randomness is `fold_in(key, step)`, so a resumed step samples exactly what it would have.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from rubric_jax import data, grpo, metrics, plots, sampling, sharding
+from rubric_jax.judges.llm_judge import JudgeConfig, load_judge
+from rubric_jax.judges.reward import RewardOutput, RubricReward
+from rubric_jax.models.checkpoint import abstract_model, load_hf_checkpoint
+from rubric_jax.models.config import ModelConfig
+from rubric_jax.models.transformer import Transformer
+from rubric_jax.rubrics.dynamic_weights import (DynamicWeightsConfig, DynamicWeightsState, init_dynamic_weights,
+                                                update_dynamic_weights_jit)
+from rubric_jax.rubrics.io import dumps_rubric, load_rubric
+from rubric_jax.rubrics.schema import Rubric
+from rubric_jax.train import checkpointing, rollout, state as train_state, step as train_step
+
+STAGES = ("sft", "grpo")
+_STAGE_ORDER = {"sft": 0, "grpo": 1, "eval": 1}
+EVAL_SAMPLES = 4  # eval responses written to samples.jsonl per eval
+_EVAL_KEY = 2**31 - 1  # fold_in data of the eval sampling key (GRPO step keys are 1000 + step)
+
+
+class TrainingError(RuntimeError):
+    """The run cannot go on (e.g. too many non-finite updates in a row); the message says what to do."""
+
+
+@dataclasses.dataclass
+class DimensionWeights:
+    """Dynamic dimension weights (RubricRL §2.3, off by default) over every dimension id of the run."""
+
+    ids: list[str]
+    state: DynamicWeightsState
+
+    @classmethod
+    def for_rubrics(cls, rubrics: list[Rubric], window: int) -> DimensionWeights:
+        """Starts at each dimension's rubric weight; gates never move."""
+        first = {}
+        for rubric in rubrics:
+            for dim in rubric.dimensions:
+                first.setdefault(dim.id, dim)
+        ids = list(first)
+        weights = np.asarray([first[d].weight for d in ids], np.float32)
+        adjustable = np.asarray([not first[d].gate for d in ids])
+        return cls(ids, init_dynamic_weights(weights, window, adjustable))
+
+    def current(self) -> dict[str, float]:
+        return dict(zip(self.ids, np.asarray(self.state.weights_D).tolist()))
+
+    def update(self, scored: RewardOutput) -> dict[str, float]:
+        """Feeds one step's normalised scores to the variance window; returns the new weights to log."""
+        n = len(scored.reward)
+        column = {d: c for c, d in enumerate(scored.dimension_ids)}
+        scores = np.full((n, len(self.ids)), np.nan, np.float32)
+        valid = np.zeros((n, len(self.ids)), bool)
+        for j, d in enumerate(self.ids):
+            if d in column:
+                scores[:, j], valid[:, j] = scored.scores[:, column[d]], scored.valid[:, column[d]]
+        self.state, info = update_dynamic_weights_jit(self.state, scores, valid, DynamicWeightsConfig(enabled=True))
+        return {f"weight/{d}": float(w) for d, w in zip(self.ids, np.asarray(info["weights"]))}
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: np.asarray(getattr(self.state, f.name)).tolist() for f in dataclasses.fields(self.state)}
+
+    def load_json(self, saved: dict[str, Any]) -> None:
+        self.state = DynamicWeightsState(**{k: jnp.asarray(np.asarray(v, dtype=np.asarray(getattr(self.state, k)).dtype))
+                                            for k, v in saved.items()})
+
+
+@dataclasses.dataclass
+class Run:
+    """What the stages share: the built pieces of one experiment (no maths here)."""
+
+    config: ml_collections.ConfigDict
+    workdir: Path
+    mesh: jax.sharding.Mesh
+    tokenizer: Any
+    model_cfg: ModelConfig
+    abstract_state: nnx.State  # logical axis names, for the sampler's shardings
+    reward: RubricReward
+    rubric_of: dict[str, Rubric]  # question id -> its rubric (shared, or case-wise R*(q))
+    rubric_hash: str
+    train_questions: list[data.Question]
+    eval_questions: list[data.Question]
+    writer: metrics.MetricsWriter
+    key: jax.Array
+    dynamic_weights: DimensionWeights | None
+    stop_requested: bool = False
+
+    @property
+    def weights(self) -> dict[str, float] | None:
+        """Dimension weights overriding the rubrics' (dynamic weights), or None to use the rubrics'."""
+        return None if self.dynamic_weights is None else self.dynamic_weights.current()
+
+    @property
+    def stop_tokens(self) -> tuple[int, ...]:
+        return (int(self.tokenizer.eos_token_id),)
+
+    def sampler_state(self, params: dict[str, Any]) -> nnx.State:
+        """The train state's pure-dict params as an NNX state (no copy) for sampling.generate."""
+        state = jax.tree.map(lambda x: x, self.abstract_state)
+        nnx.replace_by_pure_dict(state, params)
+        return state
+
+
+# ------------------------------------------------------------------------------------------- set-up
+def run(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
+    """Runs (or resumes) every configured stage and writes plots; see the module docstring."""
+    unknown = sorted(set(config.stages) - set(STAGES))
+    if unknown:
+        raise ValueError(f"config.stages: unknown stage(s) {unknown}; expected a subset of {STAGES}")
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    _write_config(config, workdir)
+    _drop_rows_after(workdir, _resume_position(config, workdir))
+    experiment = build(config, workdir)
+    with _sigterm_requests_stop(experiment), experiment.writer:
+        tx_state = _initial_state(experiment)
+        if "sft" in config.stages:
+            tx_state = run_sft(experiment, tx_state)
+        if "grpo" in config.stages and not experiment.stop_requested:
+            run_grpo(experiment, tx_state.params)
+    plots.plot_run(workdir)
+
+
+def _write_config(config: ml_collections.ConfigDict, workdir: Path) -> None:
+    """config.json holds the resolved config; a resumed run with other values keeps the old one aside."""
+    path = workdir / "config.json"
+    text = config.to_json_best_effort(indent=2, sort_keys=True)
+    if path.exists() and path.read_text() != text:
+        path.rename(workdir / "config.previous.json")
+        print(f"{path}: the config changed since the last start; the old one is now config.previous.json")
+    path.write_text(text)
+
+
+def build(config: ml_collections.ConfigDict, workdir: Path) -> Run:
+    """Mesh, tokenizer, model shape, rubric, reward, datasets and writers from the config."""
+    from transformers import AutoTokenizer  # slow import (pulls torch when installed); only the loop needs it
+
+    mesh = sharding.make_mesh(sharding.MeshConfig(config.mesh.data, config.mesh.fsdp, config.mesh.tensor))
+    model_dir = config.model.checkpoint
+    tokenizer_dir = config.model.tokenizer or model_dir
+    if not tokenizer_dir:
+        raise ValueError("config.model.tokenizer (or config.model.checkpoint) must name a tokenizer directory")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    model_cfg = _model_config(config)
+    _, abstract_state = abstract_model(model_cfg)
+
+    shared_rubric = load_rubric(config.data.rubric)
+    train_questions = data.load_questions(config.data.train)
+    eval_questions = data.load_questions(config.data.eval)[: config.eval.max_questions]
+    judges = ()
+    if config.judge.checkpoint:
+        judges = (load_judge(config.judge.checkpoint, sampler=config.judge.sampler,
+                             max_new_tokens=config.judge.max_new_tokens, mesh=mesh),)
+    rubric_of = {q.id: data.question_rubric(shared_rubric, q) for q in train_questions + eval_questions}
+    rubrics = list(rubric_of.values())
+    reward = RubricReward(rubrics, judges, JudgeConfig(
+        mode={"per_dimension": "single", "all_criteria": "multi"}[config.judge.mode],
+        num_samples=config.judge.samples, max_retries=config.judge.max_retries))
+    rubric_hash = _rubric_set_hash(shared_rubric, rubrics)
+    (workdir / "rubric.yaml").write_text(dumps_rubric(shared_rubric, "yaml"))
+    rubric_info = {"name": shared_rubric.name, "version": shared_rubric.version,
+                   "content_hash": shared_rubric.content_hash, "rubric_set_hash": rubric_hash}
+    (workdir / "rubric.json").write_text(json.dumps(rubric_info, indent=2))
+    dynamic = DimensionWeights.for_rubrics(rubrics, config.rl.dynamic_weights_window) if config.rl.dynamic_weights else None
+    writer = metrics.MetricsWriter(workdir, run_info={"rubric": rubric_info, "config": config.to_dict()})
+    return Run(config, workdir, mesh, tokenizer, model_cfg, abstract_state, reward, rubric_of, rubric_hash,
+               train_questions, eval_questions, writer, jax.random.key(config.seed), dynamic)
+
+
+def _model_config(config: ml_collections.ConfigDict) -> ModelConfig:
+    overrides = dict(param_dtype=config.model.param_dtype, compute_dtype=config.model.compute_dtype,
+                     remat=config.model.remat, scan_layers=config.model.scan_layers)
+    if config.model.checkpoint:
+        return ModelConfig.from_hf_dir(config.model.checkpoint, **overrides)
+    if not config.model.config_json:
+        raise ValueError("config.model: give `checkpoint` (a HF directory) or `config_json` (for a random init)")
+    return ModelConfig.from_hf_dict(json.loads(Path(config.model.config_json).read_text()), **overrides)
+
+
+def _rubric_set_hash(shared: Rubric, rubrics: list[Rubric]) -> str:
+    """One hash over every rubric used (shared + case-wise), recorded in checkpoints and metrics."""
+    import hashlib
+
+    joined = "\n".join(sorted({shared.content_hash, *(r.content_hash for r in rubrics)}))
+    return hashlib.sha256(joined.encode()).hexdigest()
+
+
+def _initial_state(run_: Run) -> train_state.TrainState:
+    """Step-0 SFT-or-GRPO state: pretrained params from the checkpoint, or a seeded random init."""
+    tx = train_state.make_optimizer(_optimizer_config(run_.config.sft))
+    key = jax.random.fold_in(run_.key, 0)
+    if run_.config.model.checkpoint:
+        shardings = sharding.param_shardings(run_.abstract_state, run_.mesh)
+        _, graphdef, nnx_state = load_hf_checkpoint(run_.config.model.checkpoint, shardings=shardings,
+                                                    param_dtype=run_.model_cfg.param_dtype)
+        params = nnx.to_pure_dict(nnx_state)
+        abstract = jax.eval_shape(lambda p, k: train_state.train_state_from_params(graphdef, p, tx, k), params, key)
+        state_sh = train_state.state_shardings(run_.abstract_state, abstract, run_.mesh)
+        return train_state.train_state_from_params(graphdef, params, tx, key, state_sh)
+    state, _ = train_state.init_train_state(lambda rngs: Transformer(run_.model_cfg, rngs=rngs), tx, key, run_.mesh)
+    return state
+
+
+def _optimizer_config(stage_cfg: ml_collections.ConfigDict, total_steps: int | None = None
+                      ) -> train_state.OptimizerConfig:
+    """AdamW settings of one stage (sft and rl blocks carry the same optimizer fields)."""
+    return train_state.OptimizerConfig(
+        learning_rate=stage_cfg.lr, warmup_steps=stage_cfg.warmup_steps, schedule=stage_cfg.schedule,
+        total_steps=total_steps if stage_cfg.schedule == "cosine" else None,
+        weight_decay=stage_cfg.weight_decay, max_grad_norm=stage_cfg.grad_clip)
+
+
+def length_buckets(max_len: int, count: int) -> tuple[int, ...]:
+    """`count` power-of-two widths ending at the first power of two >= max_len (each new width compiles
+    the step functions once more: 1 bucket = always pad to the maximum)."""
+    if count < 1:
+        raise ValueError(f"config.data.length_buckets must be >= 1, got {count}")
+    top = 1 << (max(max_len, 1) - 1).bit_length()
+    return data.power_of_two_buckets(max(top >> (count - 1), min(8, top)), top)
+
+
+# ------------------------------------------------------------------------------------- checkpoints
+def _checkpointer(run_: Run, stage: str) -> checkpointing.Checkpointer:
+    return checkpointing.Checkpointer(run_.workdir / "checkpoints" / stage, max_to_keep=run_.config.checkpoint.keep)
+
+
+def _restore(run_: Run, ckpt: checkpointing.Checkpointer, state: train_state.TrainState,
+             shardings: train_state.TrainState) -> checkpointing.Restored | None:
+    """The latest checkpoint in `ckpt` (None if there is none); one trained under another rubric set is refused."""
+    if ckpt.latest_step() is None:
+        return None
+    restored = ckpt.restore(checkpointing.abstract_with_shardings(state, shardings),
+                            expected_rubric_hash=run_.rubric_hash)
+    print(f"resuming from {ckpt.directory} step {int(restored.state.step)}")
+    return restored
+
+
+def _resume_position(config: ml_collections.ConfigDict, workdir: Path) -> tuple[int, int]:
+    """(stage order, log step) of the newest checkpoint in the workdir; (-1, -1) for a fresh start."""
+    for stage in reversed(STAGES):
+        directory = workdir / "checkpoints" / stage
+        if directory.is_dir():
+            with checkpointing.Checkpointer(directory, max_to_keep=config.checkpoint.keep) as ckpt:
+                step = ckpt.latest_step()
+            if step is not None:
+                per_row = config.rl.updates_per_batch if stage == "grpo" else 1
+                return _STAGE_ORDER[stage], step // per_row
+    return -1, -1
+
+
+def _drop_rows_after(workdir: Path, limit: tuple[int, int]) -> None:
+    """Removes metrics/sample rows a killed run wrote after the checkpoint it resumes from."""
+    for name in (metrics.METRICS_FILE, metrics.SAMPLES_FILE):
+        path = workdir / name
+        if not path.exists():
+            continue
+        kept = [line for line in path.read_text(encoding="utf-8").splitlines(keepends=True)
+                if _row_position(json.loads(line)) <= limit]
+        path.write_text("".join(kept), encoding="utf-8")
+
+
+def _row_position(row: dict[str, Any]) -> tuple[int, int]:
+    """(stage order, step) of a log row; run_info rows sort first."""
+    if "stage" not in row:
+        return (-1, -1)
+    return (_STAGE_ORDER[row["stage"]], row["step"])
+
+
+@contextlib.contextmanager
+def _sigterm_requests_stop(run_: Run) -> Iterator[None]:
+    """SIGTERM sets `stop_requested`; the stage loops then save a checkpoint and return."""
+    def request_stop(signum, frame):
+        run_.stop_requested = True
+        print("SIGTERM: finishing the current step, saving a checkpoint and exiting")
+
+    previous = signal.signal(signal.SIGTERM, request_stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# --------------------------------------------------------------------------------------------- SFT
+def run_sft(run_: Run, state: train_state.TrainState) -> train_state.TrainState:
+    """Cold-start SFT (QuRL): masked NLL on formatted responses for `sft.epochs` epochs."""
+    cfg = run_.config
+    examples = data.load_sft(cfg.data.sft)
+    total = cfg.sft.epochs * -(-len(examples) // cfg.sft.batch_size)
+    state = state.replace(tx=train_state.make_optimizer(_optimizer_config(cfg.sft, total)))
+    state = state.replace(opt_state=state.tx.init(state.params))
+    shardings = _shardings_of(run_, state)
+    ckpt = _checkpointer(run_, "sft")
+    iterator_state = data.IteratorState(seed=cfg.seed)
+    restored = _restore(run_, ckpt, state, shardings)
+    if restored is not None:
+        state, iterator_state = restored.state, data.IteratorState.from_dict(restored.data_state)
+    step_fn = train_step.jit_sft_step(shardings=shardings, mesh=run_.mesh)
+    batches = data.BatchIterator(examples, cfg.sft.batch_size, iterator_state)
+    prompt_buckets = length_buckets(cfg.data.max_prompt_len, cfg.data.length_buckets)
+    response_buckets = length_buckets(cfg.sft.max_response_len, cfg.data.length_buckets)
+    start = int(state.step)
+    progress = metrics.Progress(total, initial=start, desc="sft", keys=("loss", "grad_norm"))
+    for step in range(start + 1, total + 1):
+        batch = data.sft_batch(run_.tokenizer, next(batches), prompt_buckets, response_buckets)
+        state, step_metrics = step_fn(state, {"tokens": batch.tokens_BxT, "input_mask": batch.input_mask_BxT,
+                                              "loss_mask": batch.loss_mask_BxT})
+        row = {"stage": "sft", **_host(step_metrics)}
+        run_.writer.write(step, row)
+        progress.update(step, row)
+        if step % cfg.checkpoint.every_steps == 0 or step == total or run_.stop_requested:
+            ckpt.save(state, data_state=batches.state.to_dict(), rubric_hash=run_.rubric_hash)
+        if run_.stop_requested:
+            break
+    progress.close()
+    ckpt.close()
+    return state
+
+
+def _shardings_of(run_: Run, state: train_state.TrainState) -> train_state.TrainState:
+    return train_state.state_shardings(run_.abstract_state, jax.eval_shape(lambda s: s, state), run_.mesh)
+
+
+def _host(tree: dict[str, jax.Array]) -> dict[str, float]:
+    return {k: float(v) for k, v in jax.device_get(tree).items()}
+
+
+# -------------------------------------------------------------------------------------------- GRPO
+@dataclasses.dataclass
+class NanStreak:
+    """Counts consecutive skipped (non-finite) updates and stops the run at `limit`."""
+
+    limit: int
+    count: int = 0
+
+    def record(self, skipped: float, step: int, last_checkpoint: str) -> None:
+        """Raises TrainingError naming the last good checkpoint once `limit` updates in a row were skipped."""
+        self.count = self.count + 1 if skipped > 0 else 0
+        if self.count >= self.limit:
+            raise TrainingError(
+                f"{self.count} GRPO updates in a row had a non-finite loss or gradient (up to step {step}); "
+                f"stopping. The last good checkpoint is {last_checkpoint}. Lower rl.lr or check the rewards.")
+
+
+
+def grpo_config(rl: ml_collections.ConfigDict) -> grpo.GRPOConfig:
+    """The objective's settings from the config's rl block (validated by GRPOConfig)."""
+    norm_length = rl.max_new_tokens if rl.loss_aggregation == "seq_mean_token_sum_norm" else None
+    return grpo.GRPOConfig(group_size=rl.group_size, kl_coef=rl.beta, kl_estimator=rl.kl_estimator,
+                           clip_low=rl.clip_low, clip_high=rl.clip_high, advantage_scaling=rl.advantage_scaling,
+                           loss_aggregation=rl.loss_aggregation, loss_norm_length=norm_length)
+
+
+def rollout_and_score(run_: Run, params: Any, graphdef: nnx.GraphDef, questions: list[data.Question], *,
+                      n: int, sampler: str, key: jax.Array):
+    """Samples n responses per question with the policy and scores them with their rubrics."""
+    sample_key, judge_key = jax.random.split(key)
+    prompt_ids, prompt_mask = data.prompt_batch(
+        run_.tokenizer, [q.question for q in questions],
+        length_buckets(run_.config.data.max_prompt_len, run_.config.data.length_buckets))
+    result = sampling.generate(graphdef, run_.sampler_state(params), prompt_ids, key=sample_key, n=n,
+                               max_new_tokens=run_.config.rl.max_new_tokens, sampler=sampler,
+                               stop_tokens=run_.stop_tokens, pad_id=run_.tokenizer.pad_token_id, mesh=run_.mesh)
+    responses = rollout.decode_responses(run_.tokenizer, result, run_.stop_tokens)
+    expanded = [q for q in questions for _ in range(n)]
+    scored = run_.reward([q.question for q in expanded], responses, [run_.rubric_of[q.id] for q in expanded],
+                         key=judge_key, weights=run_.weights)
+    samples = [{"question": expanded[i].question, "response": responses[i], "reward": float(scored.reward[i]),
+                "scores": {d: _json_float(scored.scores[i, c]) for c, d in enumerate(scored.dimension_ids)}}
+               for i in range(len(responses))]
+    return (prompt_ids, prompt_mask), result, scored, samples
+
+
+def grpo_iteration(run_: Run, update: Any, state: train_state.TrainState, ref_params: Any,
+                   questions: list[data.Question], key: jax.Array
+                   ) -> tuple[train_state.TrainState, dict[str, float], list[dict[str, Any]]]:
+    """One GRPO step: rollouts -> rubric reward -> group advantages -> `rl.updates_per_batch` updates.
+
+    The behaviour log-probs are the sampler's own (the policy that actually sampled, at temperature 1).
+    """
+    rl = run_.config.rl
+    (prompt_ids, prompt_mask), result, scored, samples = rollout_and_score(
+        run_, state.params, state.graphdef, questions, n=rl.group_size, sampler=rl.sampler, key=key)
+    valid_N = np.asarray(scored.details["reward_ok"], bool)
+    if rl.missing_scores == "drop":
+        valid_N &= scored.valid.all(axis=1)
+    advantages_N, zero_std = grpo.group_advantages(scored.reward, rl.group_size, scaling=rl.advantage_scaling,
+                                                   valid_N=valid_N)
+    batch = rollout.training_batch(prompt_ids, prompt_mask, result, rl.group_size, np.asarray(advantages_N),
+                                   length_buckets(rl.max_new_tokens, run_.config.data.length_buckets))
+    updates = []
+    for _ in range(rl.updates_per_batch):
+        state, update_metrics = update(state, batch, ref_params)
+        updates.append(update_metrics)
+    updates = jax.device_get(updates)
+    row = {k: float(np.mean([u[k] for u in updates])) for k in updates[0]}
+    summary = rollout.summarize_rewards(scored)
+    row.update({"reward/mean": summary.reward_mean, **rollout.reward_metrics(summary, ""),
+                "zero_std_frac": float(zero_std), "response_len/mean": float(result.lengths.mean()),
+                "truncated_frac": float((result.finish_reason == sampling.FINISH_LENGTH).mean())})
+    if run_.dynamic_weights is not None:
+        row.update(run_.dynamic_weights.update(scored))
+    return state, row, samples[: run_.config.log.samples_per_step]
+
+
+def evaluate(run_: Run, state: train_state.TrainState, step: int) -> dict[str, float]:
+    """Held-out rubric reward of one response per eval question with the eval sampler (greedy by default)."""
+    _, result, scored, samples = rollout_and_score(run_, state.params, state.graphdef, run_.eval_questions, n=1,
+                                                   sampler=run_.config.eval.sampler,
+                                                   key=jax.random.fold_in(run_.key, _EVAL_KEY))
+    summary = rollout.summarize_rewards(scored)
+    row = {"stage": "eval", "eval/reward_mean": summary.reward_mean, **rollout.reward_metrics(summary, "eval/"),
+           "eval/response_len/mean": float(result.lengths.mean())}
+    run_.writer.write(step, row)
+    run_.writer.write_samples(step, [{"stage": "eval", **s} for s in samples[:EVAL_SAMPLES]])
+    return row
+
+
+def run_grpo(run_: Run, init_params: Any) -> None:
+    """GRPO from `init_params` (the SFT result): evals, checkpoints, SIGTERM and NaN-streak handling."""
+    cfg = run_.config
+    rl = cfg.rl
+    tx = train_state.make_optimizer(_optimizer_config(rl, rl.steps * rl.updates_per_batch))
+    state = train_state.train_state_from_params(
+        _graphdef(run_), init_params, tx, jax.random.fold_in(run_.key, 1))
+    shardings = _shardings_of(run_, state)
+    state = jax.device_put(state, shardings)
+    ckpt = _checkpointer(run_, "grpo")
+    ref_ckpt = _checkpointer(run_, "reference")
+    iterator_state = data.IteratorState(seed=cfg.seed)
+    restored = _restore(run_, ckpt, state, shardings)
+    if restored is not None:
+        state, iterator_state = restored.state, data.IteratorState.from_dict(restored.data_state)
+        if run_.dynamic_weights is not None:
+            run_.dynamic_weights.load_json(restored.extra["dynamic_weights"])
+    gcfg = grpo_config(rl)
+    ref_params = None
+    if gcfg.kl_coef > 0:
+        # The reference is the policy GRPO started from, saved once so a resumed run keeps it.
+        if ref_ckpt.latest_step() is None:
+            ref_ckpt.save(state, data_state=iterator_state.to_dict(), rubric_hash=run_.rubric_hash)
+        ref_params = ref_ckpt.restore(checkpointing.abstract_with_shardings(state, shardings), 0).state.params
+        ref_ckpt.close()
+    update = train_step.jit_grpo_step(gcfg, micro_batches=rl.micro_batches, shardings=shardings, mesh=run_.mesh)
+    batches = data.BatchIterator(run_.train_questions, rl.questions_per_step, iterator_state)
+    start = int(state.step) // rl.updates_per_batch
+    progress = metrics.Progress(rl.steps, initial=start, desc="grpo")
+    if start == 0:
+        progress.write(metrics.format_eval_summary(0, evaluate(run_, state, 0), reward_key="eval/reward_mean"))
+    baseline = _baseline(run_)
+    nan_streak = NanStreak(rl.max_nan_streak)
+    try:
+        for step in range(start + 1, rl.steps + 1):
+            state, row, samples = grpo_iteration(run_, update, state, ref_params, next(batches),
+                                                 jax.random.fold_in(run_.key, 1000 + step))
+            row = {"stage": "grpo", **row}
+            run_.writer.write(step, row)
+            run_.writer.write_samples(step, [{"stage": "grpo", **s} for s in samples])
+            progress.update(step, row)
+            nan_streak.record(row["skipped"], step, f"{ckpt.directory} step {ckpt.latest_step()}")
+            if step % cfg.eval.every_steps == 0 or step == rl.steps:
+                progress.write(metrics.format_eval_summary(step, evaluate(run_, state, step), baseline,
+                                                           reward_key="eval/reward_mean"))
+            if step % cfg.checkpoint.every_steps == 0 or step == rl.steps or run_.stop_requested:
+                weights = {} if run_.dynamic_weights is None else {"dynamic_weights": run_.dynamic_weights.to_json()}
+                ckpt.save(state, data_state=batches.state.to_dict(), rubric_hash=run_.rubric_hash, extra=weights)
+            if run_.stop_requested:
+                break
+    finally:
+        progress.close()
+        ckpt.close()
+
+
+def _graphdef(run_: Run) -> nnx.GraphDef:
+    return abstract_model(run_.model_cfg)[0]
+
+
+def _baseline(run_: Run) -> float:
+    """The held-out reward before the first GRPO update (the SFT baseline), from metrics.jsonl."""
+    rows = metrics.read_jsonl_metrics(run_.workdir / metrics.METRICS_FILE)
+    return next(r["eval/reward_mean"] for r in rows if r.get("stage") == "eval" and r["step"] == 0)
+
+
+def _json_float(x: float) -> float | None:
+    return None if np.isnan(x) else float(x)

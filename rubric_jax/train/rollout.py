@@ -1,0 +1,85 @@
+"""From sampled responses to a GRPO batch: decode, score, normalise per group, lay out the arrays.
+
+Shape legend: B questions, G samples per question, N = B·G rollouts (row b·G + j is sample j of
+question b, the sampler's order), P prompt bucket, R response bucket, T = P + R, D rubric dimensions.
+The batch layout is the one `rubric_jax.train.step` documents: [left-padded prompt | response + pad].
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from rubric_jax import data
+from rubric_jax.judges.reward import RewardOutput
+from rubric_jax.sampling import GenerationResult
+
+
+def decode_responses(tokenizer: Any, result: GenerationResult, stop_tokens: Sequence[int]) -> list[str]:
+    """Response texts without the stop token; special tokens such as <think> are kept (rules read them)."""
+    texts = []
+    for tokens_R, length in zip(result.tokens, result.lengths):
+        ids = [int(t) for t in tokens_R[:length]]
+        if ids and ids[-1] in stop_tokens:
+            ids = ids[:-1]
+        texts.append(tokenizer.decode(ids, skip_special_tokens=False))
+    return texts
+
+
+def training_batch(prompt_ids_BxP: np.ndarray, prompt_mask_BxP: np.ndarray, result: GenerationResult,
+                   group_size: int, advantages_N: np.ndarray, buckets: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """The GRPO batch: tokens/input_mask/loss_mask [N, T], behaviour log-probs [N, T], advantages [N].
+
+    The response width is the smallest of `buckets` holding the longest response, so short rollouts
+    need not pay for max_new_tokens while the number of compiled shapes stays bounded.
+    """
+    n = result.tokens.shape[0]
+    width = data.bucket_length(int(max(result.lengths.max(), 1)), buckets)
+    response_mask_NxR = np.arange(width)[None, :] < result.lengths[:, None]
+    tokens_NxR = np.zeros((n, width), np.int32)
+    logp_NxR = np.zeros((n, width), np.float32)
+    cols = min(width, result.tokens.shape[1])
+    tokens_NxR[:, :cols] = result.tokens[:, :cols]
+    logp_NxR[:, :cols] = result.logprobs[:, :cols]
+    tokens_NxR = np.where(response_mask_NxR, tokens_NxR, 0)
+    prompt_ids_NxP = np.repeat(prompt_ids_BxP, group_size, axis=0)
+    prompt_mask_NxP = np.repeat(prompt_mask_BxP, group_size, axis=0)
+    return {
+        "tokens": np.concatenate([prompt_ids_NxP, tokens_NxR], axis=1).astype(np.int32),
+        "input_mask": np.concatenate([prompt_mask_NxP, response_mask_NxR], axis=1),
+        "loss_mask": np.concatenate([np.zeros_like(prompt_mask_NxP), response_mask_NxR], axis=1),
+        "old_logp": np.concatenate([np.zeros(prompt_mask_NxP.shape, np.float32), logp_NxR], axis=1),
+        "advantages": advantages_N.astype(np.float32),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardSummary:
+    """Per-dimension means over valid scores and the scalar reward mean over rows whose reward is ok."""
+
+    reward_mean: float
+    dimension_means: dict[str, float]
+    failed_scores: int
+    not_ok: int
+
+
+def summarize_rewards(out: RewardOutput) -> RewardSummary:
+    """Means for logging: a missing score never counts as 0 (it is left out and counted instead)."""
+    ok_N = np.asarray(out.details["reward_ok"], bool)
+    reward_mean = float(out.reward[ok_N].mean()) if ok_N.any() else float("nan")
+    dims = {}
+    for d, dim_id in enumerate(out.dimension_ids):
+        valid = out.valid[:, d]
+        dims[dim_id] = float(out.scores[valid, d].mean()) if valid.any() else float("nan")
+    return RewardSummary(reward_mean, dims, int(out.details["num_failed_scores"]), int(out.details["num_not_ok"]))
+
+
+def reward_metrics(summary: RewardSummary, prefix: str) -> dict[str, float]:
+    """`{prefix}reward/mean`-style keys... plus one per dimension and the failure counts."""
+    metrics = {f"{prefix}reward/{dim_id}": value for dim_id, value in summary.dimension_means.items()}
+    metrics[f"{prefix}reward_failed_scores"] = summary.failed_scores
+    metrics[f"{prefix}reward_not_ok"] = summary.not_ok
+    return metrics
