@@ -1,8 +1,11 @@
 """Runs an experiment: `python -m experiments.run --config=configs/tiny.py --workdir=DIR [--config.rl.lr=...]`.
 
 Only parses flags; the pipeline (sft -> grpo with evals) lives in rubric_jax.train.loop so it can be
-imported and tested. Restarting with the same workdir resumes from its latest checkpoint.
+imported and tested. Restarting with the same workdir resumes from its latest checkpoint. A user
+error (bad data or rubric file, bad config value, unusable checkpoint) exits with a one-line message.
 """
+
+import sys
 
 from absl import app, flags
 from ml_collections import config_flags
@@ -17,9 +20,12 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv: list[str]) -> None:
     del argv
     distributed.maybe_initialize()
-    from rubric_jax.train import loop  # after jax.distributed, which must precede any device use
+    from rubric_jax.train import checkpointing, loop  # after jax.distributed, which must precede device use
 
-    loop.run(_CONFIG.value, _WORKDIR.value)
+    try:
+        loop.run(_CONFIG.value, _WORKDIR.value)
+    except (ValueError, FileNotFoundError, checkpointing.CheckpointError, loop.TrainingError) as e:
+        sys.exit(f"experiments.run: error: {e}")
 
 
 if __name__ == "__main__":

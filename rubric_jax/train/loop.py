@@ -465,7 +465,8 @@ def run_grpo(run_: Run, init_params: Any) -> None:
         # The reference is the policy GRPO started from, saved once so a resumed run keeps it.
         if ref_ckpt.latest_step() is None:
             ref_ckpt.save(state, data_state=iterator_state.to_dict(), rubric_hash=run_.rubric_hash)
-        ref_params = ref_ckpt.restore(checkpointing.abstract_with_shardings(state, shardings), 0).state.params
+        ref_params = ref_ckpt.restore_params(
+            checkpointing.abstract_with_shardings(state, shardings).params, step=0)
         ref_ckpt.close()
     update = train_step.jit_grpo_step(gcfg, micro_batches=rl.micro_batches, shardings=shardings, mesh=run_.mesh)
     batches = data.BatchIterator(run_.train_questions, rl.questions_per_step, iterator_state)

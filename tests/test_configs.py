@@ -1,0 +1,49 @@
+"""Experiment configs: every file builds, overrides are locked (a typo fails), user errors are one line."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from configs import qwen7b, tiny
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_tiny_points_at_shipped_assets():
+    c = tiny.get_config()
+    for path in (c.model.config_json, c.model.tokenizer, c.data.train, c.data.eval, c.data.sft, c.data.rubric):
+        assert (ROOT / path).exists(), path
+
+
+@pytest.mark.parametrize("size", ["0.5b", "1.5b", "7b"])
+def test_qwen_sizes_keep_the_qurl_recipe(size):
+    c = qwen7b.get_config(f"size={size}")
+    assert size.upper() in c.model.checkpoint.upper()
+    assert (c.rl.lr, c.rl.group_size, c.rl.questions_per_step) == (1e-6, 8, 32)  # QuRL
+    assert 0.01 <= c.rl.beta <= 0.05 and 0.2 <= c.rl.clip_low <= 0.3  # RubricRL §4.3
+    assert c.mesh.fsdp == 8
+
+
+def test_qwen_rejects_an_unknown_size():
+    with pytest.raises(ValueError, match="size='3b'"):
+        qwen7b.get_config("size=3b")
+
+
+def _run(*flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "experiments.run", *flags], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_a_mistyped_override_fails(tmp_path):
+    proc = _run("--config=configs/tiny.py", f"--workdir={tmp_path}", "--config.rl.lrr=1e-5")
+    assert proc.returncode != 0
+    assert "lrr" in proc.stderr
+
+
+def test_a_missing_data_file_is_one_line_naming_the_file(tmp_path):
+    proc = _run("--config=configs/tiny.py", f"--workdir={tmp_path}", f"--config.data.train={tmp_path}/nope.jsonl")
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    assert "nope.jsonl" in proc.stderr
