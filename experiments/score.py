@@ -32,6 +32,7 @@ from absl import app, flags
 from rubric_jax.judges.llm_judge import JudgeConfig, load_judge
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.rubrics.io import load_rubric
+from rubric_jax.jsonl import read_jsonl
 from rubric_jax.rubrics.schema import Rubric, RubricError, case_rubric_from_row
 
 _RUBRIC = flags.DEFINE_string("rubric", None, "Rubric file (.json/.yaml); optional if every row has a full rubric.")
@@ -57,16 +58,8 @@ def read_rows(path: Path, shared: Rubric | None) -> tuple[list[dict[str, Any]], 
     if not path.is_file():
         raise InputError(f"{path}: responses file does not exist")
     rows, rubrics, sources = [], [], []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
+    for lineno, row in read_jsonl(path, InputError):
         where = f"{path}:{lineno}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{where}: not valid JSON: {e.msg}") from None
-        if not isinstance(row, dict):
-            raise InputError(f"{where}: expected a JSON object, got {type(row).__name__}")
         for field in ("question", "response"):
             if not isinstance(row.get(field), str):
                 raise InputError(f"{where}: field {field!r}: expected a string, got {row.get(field)!r}")

@@ -13,7 +13,6 @@ Shape legend: B batch, P prompt bucket, R response bucket, T = P + R.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from rubric_jax import jsonl
 
 from rubric_jax.rubrics.schema import Dimension, Rubric, RubricError, case_rubric, parse_row_rubric
 
@@ -78,19 +79,8 @@ class SFTBatch:
 
 # ----------------------------------------------------------------------------------------------- files
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yields (line number, object) for each non-blank line; a line that is not a JSON object is an error."""
-    path = Path(path)
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{lineno}: not valid JSON ({e.msg})") from e
-            if not isinstance(row, dict):
-                raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-            yield lineno, row
+    """(line number, object) per non-blank line of a data file; a bad line is a DataError naming file and line."""
+    return jsonl.read_jsonl(path, DataError)
 
 
 def _check_fields(row: dict[str, Any], required: Mapping[str, type], optional: set[str], where: str) -> None:

@@ -34,6 +34,8 @@ from typing import IO, Any
 import numpy as np
 import tqdm
 
+from rubric_jax.jsonl import read_jsonl
+
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.jsonl"
 TB_DIR = "tb"
@@ -216,20 +218,8 @@ class MetricsWriter:
 
 def read_jsonl_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The step rows of a metrics.jsonl (run_info lines skipped), "nan"/"inf" strings back to floats."""
-    rows = []
-    with Path(path).open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from e
-            if "step" not in row:
-                continue
-            rows.append({k: (float(v) if isinstance(v, str) and v in ("nan", "inf", "-inf") else v)
-                         for k, v in row.items()})
-    return rows
+    return [{k: (float(v) if isinstance(v, str) and v in ("nan", "inf", "-inf") else v) for k, v in row.items()}
+            for _, row in read_jsonl(path) if "step" in row]
 
 
 # -------------------------------------------------------------------------------------- formatting

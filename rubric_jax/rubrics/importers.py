@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rubric_jax.jsonl import read_jsonl
 from rubric_jax.rubrics.schema import (
     Aggregation,
     Anchor,
@@ -71,15 +72,7 @@ def _article(word: str) -> str:
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Rows of a JSON-lines file; errors name the file and line."""
-    rows = []
-    with path.open(encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise RubricError(f"{path}:{i}: invalid JSON: {e}") from None
-    return rows
+    return [row for _, row in read_jsonl(path, RubricError)]
 
 
 def _require(row: Mapping[str, Any], keys: Sequence[str], where: str) -> None:
