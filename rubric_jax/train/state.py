@@ -127,13 +127,9 @@ class TrainState:
     opt_state: Any
     """optax state of `tx`."""
     rng: jax.Array
-    """Raw PRNG key data (uint32[2]); the loop derives per-step keys as fold_in(rng, step)."""
+    """Raw PRNG key data (uint32[2]) checkpointed with the state (wrap with jax.random.wrap_key_data)."""
     graphdef: nnx.GraphDef = struct.field(pytree_node=False)
     tx: optax.GradientTransformation = struct.field(pytree_node=False)
-
-    def model(self, params: Params | None = None) -> nnx.Module:
-        """The NNX module with this state's parameters (or `params` of the same structure)."""
-        return nnx.merge(self.graphdef, self.params if params is None else params)
 
 
 def _check_float32(params: Params) -> None:
