@@ -7,7 +7,7 @@ error (bad data or rubric file, bad config value, unusable checkpoint) exits wit
 
 import sys
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 from rubric_jax import distributed
@@ -19,6 +19,8 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 def main(argv: list[str]) -> None:
     del argv
+    if not flags.FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)  # orbax/jax INFO lines would bury the progress bar
     distributed.maybe_initialize()
     from rubric_jax.train import checkpointing, loop  # after jax.distributed, which must precede device use
 

@@ -439,7 +439,7 @@ def evaluate(run_: Run, state: train_state.TrainState, step: int) -> dict[str, f
            "eval/response_len/mean": float(result.lengths.mean())}
     run_.writer.write(step, row)
     run_.writer.write_samples(step, [{"stage": "eval", **s} for s in samples[:EVAL_SAMPLES]])
-    return row
+    return {k: v for k, v in row.items() if k != "stage"}
 
 
 def run_grpo(run_: Run, init_params: Any) -> None:
