@@ -220,12 +220,17 @@ def _initial_state(run_: Run) -> train_state.TrainState:
         shardings = sharding.param_shardings(run_.abstract_state, run_.mesh)
         _, graphdef, nnx_state = load_hf_checkpoint(run_.config.model.checkpoint, shardings=shardings,
                                                     param_dtype=run_.model_cfg.param_dtype)
-        params = nnx.to_pure_dict(nnx_state)
-        abstract = jax.eval_shape(lambda p, k: train_state.train_state_from_params(graphdef, p, tx, k), params, key)
-        state_sh = train_state.state_shardings(run_.abstract_state, abstract, run_.mesh)
-        return train_state.train_state_from_params(graphdef, params, tx, key, state_sh)
+        return _state_from_params(run_, graphdef, nnx.to_pure_dict(nnx_state), tx, key)
     state, _ = train_state.init_train_state(lambda rngs: Transformer(run_.model_cfg, rngs=rngs), tx, key, run_.mesh)
     return state
+
+
+def _state_from_params(run_: Run, graphdef: nnx.GraphDef, params: Any, tx: Any, key: jax.Array
+                       ) -> train_state.TrainState:
+    """A step-0 TrainState around existing params, its optimizer state created directly in its shardings."""
+    abstract = jax.eval_shape(lambda p, k: train_state.train_state_from_params(graphdef, p, tx, k), params, key)
+    shardings = train_state.state_shardings(run_.abstract_state, abstract, run_.mesh)
+    return train_state.train_state_from_params(graphdef, params, tx, key, shardings)
 
 
 def _optimizer_config(stage_cfg: ml_collections.ConfigDict, total_steps: int | None = None
@@ -413,7 +418,7 @@ def grpo_iteration(run_: Run, update: Any, state: train_state.TrainState, ref_pa
     advantages_N, zero_std = grpo.group_advantages(scored.reward, rl.group_size, scaling=rl.advantage_scaling,
                                                    valid_N=valid_N)
     batch = rollout.training_batch(prompt_ids, prompt_mask, result, rl.group_size, np.asarray(advantages_N),
-                                   length_buckets(rl.max_new_tokens, run_.config.data.length_buckets))
+                                   valid_N, length_buckets(rl.max_new_tokens, run_.config.data.length_buckets))
     updates = []
     for _ in range(rl.updates_per_batch):
         state, update_metrics = update(state, batch, ref_params)
@@ -447,10 +452,8 @@ def run_grpo(run_: Run, init_params: Any) -> None:
     cfg = run_.config
     rl = cfg.rl
     tx = train_state.make_optimizer(_optimizer_config(rl, rl.steps * rl.updates_per_batch))
-    state = train_state.train_state_from_params(
-        _graphdef(run_), init_params, tx, jax.random.fold_in(run_.key, 1))
+    state = _state_from_params(run_, _graphdef(run_), init_params, tx, jax.random.fold_in(run_.key, 1))
     shardings = _shardings_of(run_, state)
-    state = jax.device_put(state, shardings)
     ckpt = _checkpointer(run_, "grpo")
     ref_ckpt = _checkpointer(run_, "reference")
     iterator_state = data.IteratorState(seed=cfg.seed)

@@ -30,8 +30,12 @@ def decode_responses(tokenizer: Any, result: GenerationResult, stop_tokens: Sequ
 
 
 def training_batch(prompt_ids_BxP: np.ndarray, prompt_mask_BxP: np.ndarray, result: GenerationResult,
-                   group_size: int, advantages_N: np.ndarray, buckets: tuple[int, ...]) -> dict[str, np.ndarray]:
+                   group_size: int, advantages_N: np.ndarray, valid_N: np.ndarray, buckets: tuple[int, ...]
+                   ) -> dict[str, np.ndarray]:
     """The GRPO batch: tokens/input_mask/loss_mask [N, T], behaviour log-probs [N, T], advantages [N].
+
+    Samples whose reward is missing (`valid_N` False) get no loss tokens at all: no policy-gradient
+    or KL term and no share of the loss normalisers.
 
     The response width is the smallest of `buckets` holding the longest response, so short rollouts
     need not pay for max_new_tokens while the number of compiled shapes stays bounded.
@@ -50,7 +54,7 @@ def training_batch(prompt_ids_BxP: np.ndarray, prompt_mask_BxP: np.ndarray, resu
     return {
         "tokens": np.concatenate([prompt_ids_NxP, tokens_NxR], axis=1).astype(np.int32),
         "input_mask": np.concatenate([prompt_mask_NxP, response_mask_NxR], axis=1),
-        "loss_mask": np.concatenate([np.zeros_like(prompt_mask_NxP), response_mask_NxR], axis=1),
+        "loss_mask": np.concatenate([np.zeros_like(prompt_mask_NxP), response_mask_NxR & valid_N[:, None]], axis=1),
         "old_logp": np.concatenate([np.zeros(prompt_mask_NxP.shape, np.float32), logp_NxR], axis=1),
         "advantages": advantages_N.astype(np.float32),
     }
