@@ -13,6 +13,7 @@ word, so lengths count words for English and characters for Chinese (the LongBen
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -124,13 +125,14 @@ def make_rule(name: str, params: Mapping[str, Any]) -> Rule:
     return cls(**params)
 
 
-class Rule:
+class Rule(abc.ABC):
     """Base of all rules: `__call__(responses) -> q_N` in [0, 1]."""
 
     name: ClassVar[str]
 
+    @abc.abstractmethod
     def __call__(self, responses: Sequence[str]) -> np.ndarray:
-        raise NotImplementedError
+        """Quality in [0, 1] per response (1 = the rule is fully satisfied)."""
 
 
 def rule_scores(rule: Rule, responses: Sequence[str], low: float, high: float) -> np.ndarray:
