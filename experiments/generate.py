@@ -60,10 +60,13 @@ def main(argv: list[str]) -> None:
     text = tokenizer.apply_chat_template([{"role": "user", "content": _PROMPT.value}],
                                          add_generation_prompt=True, tokenize=False)
     prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    result = sampling.generate(
-        graphdef, state, [prompt_ids], key=jax.random.key(_SEED.value), max_new_tokens=_MAX_NEW_TOKENS.value,
-        sampler=_SAMPLER.value, stop_tokens=[tokenizer.eos_token_id], pad_id=tokenizer.pad_token_id,
-    )
+    try:
+        result = sampling.generate(
+            graphdef, state, [prompt_ids], key=jax.random.key(_SEED.value), max_new_tokens=_MAX_NEW_TOKENS.value,
+            sampler=_SAMPLER.value, stop_tokens=[tokenizer.eos_token_id], pad_id=tokenizer.pad_token_id,
+        )
+    except ValueError as e:
+        _fail(str(e))
     output_ids = result.tokens[0, :result.lengths[0]].tolist()
     output_text = tokenizer.decode(output_ids, skip_special_tokens=True)
     if _FORMAT.value == "json":

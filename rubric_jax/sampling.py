@@ -36,6 +36,8 @@ from rubric_jax.models.transformer import KVCache, causal_padding_mask, init_cac
 
 TRACES: collections.Counter[str] = collections.Counter()
 FINISH_STOP, FINISH_LENGTH = "stop", "length"
+# Largest prefill chunk (tokens): bounds the prefill attention scores to [B, N, PREFILL_CHUNK, S].
+PREFILL_CHUNK = 256
 
 
 def bucket_size(n: int) -> int:
@@ -199,6 +201,41 @@ def _emit(state: SamplingState, logits_BxV: jax.Array, sampler: Sampler, stop_S:
     )
 
 
+def prefill_chunk_size(prompt_slots: int) -> int:
+    """Prefill chunk: the whole prompt bucket if it fits in PREFILL_CHUNK, else the largest power of
+    two <= PREFILL_CHUNK that divides it (buckets above 4 are multiples of 2^k with k >= 1)."""
+    if prompt_slots <= PREFILL_CHUNK:
+        return prompt_slots
+    chunk = 1
+    while chunk < PREFILL_CHUNK and prompt_slots % (2 * chunk) == 0:
+        chunk *= 2
+    return chunk
+
+
+def _prefill(model: nnx.Module, prompt_BxP: jax.Array, prompt_mask_BxP: jax.Array, cache: KVCache,
+             chunk: int) -> tuple[jax.Array, KVCache]:
+    """Writes the prompt into the cache chunk by chunk (a `lax.scan` over [B, C] chunks, so attention
+    scores are [B, N, C, S] rather than [B, N, P, S]); returns the last slot's hidden state [B, D]."""
+    batch, prompt_slots = prompt_BxP.shape
+    slots = cache.k.shape[2]
+    num_chunks = prompt_slots // chunk
+    prompt_slot_BxS = jnp.pad(prompt_mask_BxP, ((0, 0), (0, slots - prompt_slots)))
+    positions_BxP = padding_to_positions(prompt_mask_BxP)
+    to_chunks = lambda x_BxP: x_BxP.reshape(batch, num_chunks, chunk).swapaxes(0, 1)  # noqa: E731
+
+    def body(cache: KVCache, xs: tuple[jax.Array, jax.Array, jax.Array]) -> tuple[KVCache, jax.Array]:
+        index, tokens_BxC, positions_BxC = xs
+        query_slot_C = index * chunk + jnp.arange(chunk)
+        causal_CxS = jnp.arange(slots)[None, :] <= query_slot_C[:, None]
+        mask_BxCxS = causal_CxS[None, :, :] & prompt_slot_BxS[:, None, :]
+        h_BxCxD, cache = model.hidden_states(tokens_BxC, positions_BxC, mask_BxCxS, cache, index * chunk)
+        return cache, h_BxCxD[:, -1]
+
+    xs = (jnp.arange(num_chunks, dtype=jnp.int32), to_chunks(prompt_BxP), to_chunks(positions_BxP))
+    cache, last_h_NxBxD = jax.lax.scan(body, cache, xs)
+    return last_h_NxBxD[-1], cache
+
+
 def _cache_sharding(mesh: Mesh, cache: KVCache) -> Any:
     """Cache k/v [L, B, S, K, H]: batch over (data, fsdp), kv heads over tensor."""
     names = ("layers", "batch", "length", "kv_heads", "head_dim")
@@ -207,8 +244,9 @@ def _cache_sharding(mesh: Mesh, cache: KVCache) -> Any:
 
 
 @functools.lru_cache(maxsize=64)
-def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, mesh: Mesh | None):
-    """The jitted prefill + decode program for one (model graph, sampler, R bucket, mesh)."""
+def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, prefill_chunk: int,
+                 mesh: Mesh | None):
+    """The jitted prefill + decode program for one (model graph, sampler, R bucket, chunk, mesh)."""
 
     def run(state: nnx.State, prompt_BxP: jax.Array, prompt_mask_BxP: jax.Array, live_B: jax.Array,
             stop_S: jax.Array, pad_id: jax.Array, max_new_tokens: jax.Array, key: jax.Array) -> SamplingState:
@@ -220,10 +258,8 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
         if mesh is not None:
             cache = jax.lax.with_sharding_constraint(cache, _cache_sharding(mesh, cache))
 
-        prefill_mask_BxPxS = jnp.pad(causal_padding_mask(prompt_mask_BxP), ((0, 0), (0, 0), (0, response_slots)))
-        positions_BxP = padding_to_positions(prompt_mask_BxP)
-        h_BxPxD, cache = model.hidden_states(prompt_BxP, positions_BxP, prefill_mask_BxPxS, cache, jnp.int32(0))
-        logits_BxV = model.logits_from_hidden(h_BxPxD[:, -1:])[:, 0]
+        h_BxD, cache = _prefill(model, prompt_BxP, prompt_mask_BxP, cache, prefill_chunk)
+        logits_BxV = model.logits_from_hidden(h_BxD[:, None])[:, 0]
         state0 = SamplingState(
             step=jnp.int32(0),
             tokens_BxR=jnp.full((batch, response_slots), pad_id, jnp.int32),
@@ -269,6 +305,13 @@ def generate(graphdef: nnx.GraphDef, state: nnx.State, prompt_ids: Sequence[Sequ
     tokens, mask = left_pad(prompt_ids, pad_id)
     tokens, mask = np.repeat(tokens, n, axis=0), np.repeat(mask, n, axis=0)
     rows, width = tokens.shape
+    cfg = nnx.merge(graphdef, state).cfg
+    longest = int(mask.sum(axis=1).max()) + max_new_tokens
+    if longest > cfg.max_position_embeddings:
+        raise ValueError(
+            f"longest prompt ({longest - max_new_tokens} tokens) + max_new_tokens ({max_new_tokens}) = {longest} "
+            f"exceeds the model's max_position_embeddings ({cfg.max_position_embeddings})"
+        )
     batch_multiple = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
     batch = -(-bucket_size(rows) // batch_multiple) * batch_multiple
     prompt_slots = bucket_size(width)
@@ -283,7 +326,7 @@ def generate(graphdef: nnx.GraphDef, state: nnx.State, prompt_ids: Sequence[Sequ
     # at least 4, so the usual few stop ids never change the program's shapes.
     stop_S = np.full(bucket_size(max(len(stop_tokens), 4)), -1, np.int32)
     stop_S[:len(stop_tokens)] = stop_tokens
-    run = _generate_fn(graphdef, parsed, bucket_size(max_new_tokens), mesh)
+    run = _generate_fn(graphdef, parsed, bucket_size(max_new_tokens), prefill_chunk_size(prompt_slots), mesh)
     args = (tokens_BxP, mask_BxP, live_B)
     if mesh is not None:
         state = sharding.shard_pytree(state, sharding.param_shardings(state, mesh))

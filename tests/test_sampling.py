@@ -89,6 +89,17 @@ def test_cached_greedy_decode_matches_recompute_for_llama_tied_unscanned():
         assert result.tokens[b].tolist() == _greedy_by_recompute(graphdef, state, prompt, 6)
 
 
+def test_chunked_prefill_matches_full_recompute(model, monkeypatch):
+    graphdef, state = model
+    monkeypatch.setattr(sampling, "PREFILL_CHUNK", 4)
+    prompts = [list(range(2, 13)), [7, 8, 9], list(range(20, 28))]  # width 11 -> bucket 12 = 3 chunks of 4
+    assert sampling.prefill_chunk_size(12) == 4
+    result = sampling.generate(graphdef, state, prompts, key=jax.random.key(0), max_new_tokens=5, stop_tokens=[],
+                               pad_id=PAD)
+    for b, prompt in enumerate(prompts):
+        assert result.tokens[b].tolist() == _greedy_by_recompute(graphdef, state, prompt, 5)
+
+
 def _teacher_forced(graphdef, state, prompts, result, pad_id):
     """Teacher-forced log-probs of each response token, over left-padded prompt + response."""
     tokens, mask = sampling.left_pad(prompts, pad_id)
@@ -235,6 +246,8 @@ def test_parse_sampler():
 def test_bucket_size_and_left_pad():
     assert [sampling.bucket_size(n) for n in (1, 2, 3, 4, 5, 6, 7, 9, 13, 17, 100)] == [
         1, 2, 3, 4, 6, 6, 8, 12, 16, 24, 128]
+    assert sampling.PREFILL_CHUNK == 256
+    assert [sampling.prefill_chunk_size(p) for p in (6, 32, 256, 384, 1024, 1536)] == [6, 32, 256, 128, 256, 256]
     tokens, mask = sampling.left_pad([[4, 5], [6], [7, 8, 9]], pad_id=0)
     np.testing.assert_array_equal(tokens, [[0, 4, 5], [0, 0, 6], [7, 8, 9]])
     np.testing.assert_array_equal(mask, tokens != 0)
@@ -249,6 +262,8 @@ def test_generate_rejects_bad_arguments(model):
     graphdef, state = model
     with pytest.raises(ValueError, match="max_new_tokens"):
         sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(0), max_new_tokens=0, stop_tokens=[], pad_id=0)
+    with pytest.raises(ValueError, match=r"\(252\) = 257 exceeds the model's max_position_embeddings \(256\)"):
+        sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(0), max_new_tokens=252, stop_tokens=[], pad_id=0)
     with pytest.raises(ValueError, match="sampler 'top_k"):
         sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(0), max_new_tokens=2, sampler="top_k(3)",
                           stop_tokens=[], pad_id=0)
@@ -321,4 +336,10 @@ def test_generate_cli_reports_a_missing_checkpoint_without_traceback(tmp_path):
     assert proc.returncode != 0
     assert "nope" in proc.stderr and "Traceback" not in proc.stderr
     proc = _run_cli(f"--checkpoint={tmp_path}", "--prompt=hi", "--sampler=beam(2)")
-    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr and "beam(2)" in proc.stderr
+
+
+def test_generate_cli_reports_a_too_long_request_without_traceback(checkpoint_dir):
+    proc = _run_cli(f"--checkpoint={checkpoint_dir}", "--prompt=hello", "--max_new_tokens=1000")
+    assert proc.returncode != 0
+    assert "max_position_embeddings (256)" in proc.stderr and "Traceback" not in proc.stderr
