@@ -18,7 +18,8 @@ from absl import app, flags
 
 from rubric_jax import sampling
 
-_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Hugging Face model directory (config.json, safetensors, tokenizer).")
+_CHECKPOINT = flags.DEFINE_string(
+    "checkpoint", None, "Hugging Face model directory (config.json, safetensors, tokenizer).")
 _PROMPT = flags.DEFINE_string("prompt", None, "User message, wrapped in the chat template.")
 _MAX_NEW_TOKENS = flags.DEFINE_integer("max_new_tokens", 128, "Maximum number of generated tokens.")
 _SAMPLER = flags.DEFINE_string("sampler", "greedy", "greedy | temperature(t) | topk(k[, t]) | nucleus(p[, t]).")

@@ -1,7 +1,8 @@
 """Batched autoregressive sampling: one jitted prefill + `lax.while_loop` decode over an explicit KV cache.
 
 Shape legend: B batch rows (prompts x samples, padded to a bucket), P prompt slots (bucketed, prompts
-are left-padded), R response slots (bucketed max_new_tokens), S = P + R cache slots, V vocab.
+are left-padded), R response slots (bucketed max_new_tokens), S = P + R cache slots, V vocab,
+C prefill chunk (P is written into the cache C slots at a time), D hidden.
 
 Conventions (what the GRPO trainer relies on):
   * Log-probs are those of the *behaviour policy* as the trainer scores it: log_softmax of the raw
@@ -12,8 +13,12 @@ Conventions (what the GRPO trainer relies on):
     emitted, else "length" (max_new_tokens reached).
   * Row b * n + j of every output is sample j of prompt b.
   * Prompt length, response length and batch are padded up to buckets (`bucket_size`), and jitted
-    functions are cached per (graphdef, sampler, response bucket, mesh); stop tokens and pad id are
-    runtime data. Repeated calls within one bucket reuse one compiled program. `TRACES` counts traces per function (tests assert on it).
+    functions are cached per (graphdef, sampler, response bucket, prefill chunk, mesh); stop tokens,
+    pad id and max_new_tokens are runtime data. Repeated calls within one bucket reuse one compiled
+    program; `TRACES` counts traces per function (tests assert on it).
+  * With a mesh, rows are sharded over (data, fsdp) (the batch bucket is rounded up to a multiple of
+    data * fsdp), parameters follow `sharding.param_shardings`, the KV cache is sharded like the batch
+    and over kv heads on `tensor`.
 """
 
 from __future__ import annotations
@@ -232,8 +237,8 @@ def _prefill(model: nnx.Module, prompt_BxP: jax.Array, prompt_mask_BxP: jax.Arra
         return cache, h_BxCxD[:, -1]
 
     xs = (jnp.arange(num_chunks, dtype=jnp.int32), to_chunks(prompt_BxP), to_chunks(positions_BxP))
-    cache, last_h_NxBxD = jax.lax.scan(body, cache, xs)
-    return last_h_NxBxD[-1], cache
+    cache, last_h_per_chunk_BxD = jax.lax.scan(body, cache, xs)
+    return last_h_per_chunk_BxD[-1], cache
 
 
 def _cache_sharding(mesh: Mesh, cache: KVCache) -> Any:
