@@ -143,8 +143,8 @@ class Transformer(nnx.Module):
         if cache is not None and cache_index is None:
             raise ValueError("a KV cache needs cache_index (the slot where the new tokens go)")
 
-        def layer(x, params, k_cache, v_cache):
-            return decoder_layer(cfg, params, x, cos_BxTxH, sin_BxTxH, mask_BxTxS, k_cache, v_cache, cache_index)
+        def layer(x, params, cache, index):
+            return decoder_layer(cfg, params, x, cos_BxTxH, sin_BxTxH, mask_BxTxS, cache, index, cache_index)
 
         if cfg.remat:
             layer = jax.checkpoint(layer)
@@ -168,28 +168,22 @@ def _arrays(module: nnx.Module) -> Params:
 
 def _run_layers(cfg: ModelConfig, layer, x_BxTxD: jax.Array, layer_params: Params,
                 cache: KVCache | None) -> tuple[jax.Array, KVCache | None]:
-    """Applies the stacked layers with `lax.scan` or an unrolled loop (same parameters either way)."""
-    k_all = None if cache is None else cache.k
-    v_all = None if cache is None else cache.v
-    if cfg.scan_layers:
-        def body(x, xs):
-            params, k_c, v_c = xs
-            x, k_c, v_c = layer(x, params, k_c, v_c)
-            return x, (k_c, v_c)
+    """Applies the stacked layers with `lax.scan` or an unrolled loop (same parameters either way).
 
-        x_BxTxD, (k_all, v_all) = jax.lax.scan(body, x_BxTxD, (layer_params, k_all, v_all))
+    The whole cache rides in the scan carry and each layer updates its own slice in place; passing
+    per-layer slices as scan inputs/outputs would copy every layer's cache on every decode step.
+    """
+    if cfg.scan_layers:
+        def body(carry, xs):
+            x, cache = carry
+            params, index = xs
+            return layer(x, params, cache, index), None
+
+        (x_BxTxD, cache), _ = jax.lax.scan(body, (x_BxTxD, cache), (layer_params, jnp.arange(cfg.num_layers)))
     else:
-        ks, vs = [], []
         for i in range(cfg.num_layers):
-            params_i = jax.tree.map(lambda p: p[i], layer_params)
-            k_i = None if k_all is None else k_all[i]
-            v_i = None if v_all is None else v_all[i]
-            x_BxTxD, k_i, v_i = layer(x_BxTxD, params_i, k_i, v_i)
-            ks.append(k_i)
-            vs.append(v_i)
-        if cache is not None:
-            k_all, v_all = jnp.stack(ks), jnp.stack(vs)
-    return x_BxTxD, None if cache is None else KVCache(k=k_all, v=v_all)
+            x_BxTxD, cache = layer(x_BxTxD, jax.tree.map(lambda p: p[i], layer_params), cache, i)
+    return x_BxTxD, cache
 
 
 def rms_norm(x: jax.Array, scale: jax.Array, eps: float) -> jax.Array:
@@ -242,18 +236,19 @@ def _project(x_BxTxD: jax.Array, proj: Params, spec: str) -> jax.Array:
 
 
 def attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Array, sin_BxTxH: jax.Array,
-              mask_BxTxS: jax.Array, k_cache: jax.Array | None, v_cache: jax.Array | None,
-              cache_index: jax.Array | None) -> tuple[jax.Array, jax.Array | None, jax.Array | None]:
-    """Grouped-query self-attention; writes the new keys/values into the cache when one is given."""
+              mask_BxTxS: jax.Array, cache: KVCache | None, layer: jax.Array | int,
+              cache_index: jax.Array | None) -> tuple[jax.Array, KVCache | None]:
+    """Grouped-query self-attention; writes the new keys/values into layer `layer` of the cache."""
     B, T, _ = x_BxTxD.shape
     q_BxTxNxH = apply_rope(_project(x_BxTxD, attn["q_proj"], "BTD,DNH->BTNH"), cos_BxTxH, sin_BxTxH)
     k_BxTxKxH = apply_rope(_project(x_BxTxD, attn["k_proj"], "BTD,DKH->BTKH"), cos_BxTxH, sin_BxTxH)
     v_BxTxKxH = _project(x_BxTxD, attn["v_proj"], "BTD,DKH->BTKH")
-    if k_cache is not None:
-        start = (0, cache_index, 0, 0)
-        k_cache = jax.lax.dynamic_update_slice(k_cache, k_BxTxKxH.astype(k_cache.dtype), start)
-        v_cache = jax.lax.dynamic_update_slice(v_cache, v_BxTxKxH.astype(v_cache.dtype), start)
-        k_BxSxKxH, v_BxSxKxH = k_cache.astype(x_BxTxD.dtype), v_cache.astype(x_BxTxD.dtype)
+    if cache is not None:
+        start = (layer, 0, cache_index, 0, 0)
+        cache = KVCache(k=jax.lax.dynamic_update_slice(cache.k, k_BxTxKxH[None].astype(cache.k.dtype), start),
+                        v=jax.lax.dynamic_update_slice(cache.v, v_BxTxKxH[None].astype(cache.v.dtype), start))
+        k_BxSxKxH = jax.lax.dynamic_index_in_dim(cache.k, layer, keepdims=False).astype(x_BxTxD.dtype)
+        v_BxSxKxH = jax.lax.dynamic_index_in_dim(cache.v, layer, keepdims=False).astype(x_BxTxD.dtype)
     else:
         k_BxSxKxH, v_BxSxKxH = k_BxTxKxH, v_BxTxKxH
     q_BxTxKxGxH = q_BxTxNxH.reshape(B, T, cfg.num_kv_heads, cfg.num_groups, cfg.head_dim)
@@ -264,7 +259,7 @@ def attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax
     out_BxTxKxGxH = jnp.einsum("BKGTS,BSKH->BTKGH", probs, v_BxSxKxH)
     out_BxTxNxH = out_BxTxKxGxH.reshape(B, T, cfg.num_heads, cfg.head_dim)
     out_BxTxD = jnp.einsum("BTNH,NHD->BTD", out_BxTxNxH, attn["o_proj"]["kernel"].astype(x_BxTxD.dtype))
-    return out_BxTxD, k_cache, v_cache
+    return out_BxTxD, cache
 
 
 def mlp(mlp_params: Params, x_BxTxD: jax.Array) -> jax.Array:
@@ -275,13 +270,13 @@ def mlp(mlp_params: Params, x_BxTxD: jax.Array) -> jax.Array:
 
 
 def decoder_layer(cfg: ModelConfig, params: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Array,
-                  sin_BxTxH: jax.Array, mask_BxTxS: jax.Array, k_cache: jax.Array | None,
-                  v_cache: jax.Array | None, cache_index: jax.Array | None,
-                  ) -> tuple[jax.Array, jax.Array | None, jax.Array | None]:
+                  sin_BxTxH: jax.Array, mask_BxTxS: jax.Array, cache: KVCache | None,
+                  layer: jax.Array | int, cache_index: jax.Array | None,
+                  ) -> tuple[jax.Array, KVCache | None]:
     """One pre-norm block: x + attn(norm(x)), then + mlp(norm(x))."""
     h = rms_norm(x_BxTxD, params["input_layernorm"]["scale"], cfg.rms_norm_eps)
-    attn_out, k_cache, v_cache = attention(cfg, params["self_attn"], h, cos_BxTxH, sin_BxTxH, mask_BxTxS,
-                                           k_cache, v_cache, cache_index)
+    attn_out, cache = attention(cfg, params["self_attn"], h, cos_BxTxH, sin_BxTxH, mask_BxTxS, cache, layer,
+                                cache_index)
     x_BxTxD = x_BxTxD + attn_out
     h = rms_norm(x_BxTxD, params["post_attention_layernorm"]["scale"], cfg.rms_norm_eps)
-    return x_BxTxD + mlp(params["mlp"], h), k_cache, v_cache
+    return x_BxTxD + mlp(params["mlp"], h), cache
