@@ -249,21 +249,29 @@ def _cache_sharding(mesh: Mesh, cache: KVCache) -> Any:
 
 
 @functools.lru_cache(maxsize=64)
-def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, prefill_chunk: int,
+def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, prefill_chunk: int, n: int,
                  mesh: Mesh | None):
-    """The jitted prefill + decode program for one (model graph, sampler, R bucket, chunk, mesh)."""
+    """The jitted prefill + decode program for one (model graph, sampler, R bucket, chunk, n, mesh).
 
-    def run(state: nnx.State, prompt_BxP: jax.Array, prompt_mask_BxP: jax.Array, live_B: jax.Array,
+    Each distinct prompt is prefilled once; its cache and last hidden state are then repeated for its
+    n samples (row b * n + j), so n samples cost one prefill, not n.
+    """
+
+    def constrain(cache: KVCache) -> KVCache:
+        return cache if mesh is None else jax.lax.with_sharding_constraint(cache, _cache_sharding(mesh, cache))
+
+    def run(state: nnx.State, prompt_UxP: jax.Array, prompt_mask_UxP: jax.Array, live_B: jax.Array,
             stop_S: jax.Array, pad_id: jax.Array, max_new_tokens: jax.Array, key: jax.Array) -> SamplingState:
         TRACES["generate"] += 1
         model = nnx.merge(graphdef, state)
-        batch, prompt_slots = prompt_BxP.shape
+        prompts, prompt_slots = prompt_UxP.shape
         slots = prompt_slots + response_slots
-        cache = init_cache(model.cfg, batch, slots)
-        if mesh is not None:
-            cache = jax.lax.with_sharding_constraint(cache, _cache_sharding(mesh, cache))
-
-        h_BxD, cache = _prefill(model, prompt_BxP, prompt_mask_BxP, cache, prefill_chunk)
+        h_UxD, cache = _prefill(model, prompt_UxP, prompt_mask_UxP,
+                                constrain(init_cache(model.cfg, prompts, slots)), prefill_chunk)
+        cache = constrain(jax.tree.map(lambda c: jnp.repeat(c, n, axis=1), cache))
+        h_BxD = jnp.repeat(h_UxD, n, axis=0)
+        prompt_mask_BxP = jnp.repeat(prompt_mask_UxP, n, axis=0)
+        batch = prompts * n
         logits_BxV = model.logits_from_hidden(h_BxD[:, None])[:, 0]
         state0 = SamplingState(
             step=jnp.int32(0),
@@ -308,8 +316,8 @@ def generate(graphdef: nnx.GraphDef, state: nnx.State, prompt_ids: Sequence[Sequ
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     parsed = parse_sampler(sampler)
     tokens, mask = left_pad(prompt_ids, pad_id)
-    tokens, mask = np.repeat(tokens, n, axis=0), np.repeat(mask, n, axis=0)
-    rows, width = tokens.shape
+    prompts, width = tokens.shape
+    rows = prompts * n
     cfg = nnx.merge(graphdef, state).cfg
     longest = int(mask.sum(axis=1).max()) + max_new_tokens
     if longest > cfg.max_position_embeddings:
@@ -318,21 +326,21 @@ def generate(graphdef: nnx.GraphDef, state: nnx.State, prompt_ids: Sequence[Sequ
             f"exceeds the model's max_position_embeddings ({cfg.max_position_embeddings})"
         )
     batch_multiple = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
-    batch = -(-bucket_size(rows) // batch_multiple) * batch_multiple
+    padded_prompts = -(-bucket_size(prompts) // batch_multiple) * batch_multiple
     prompt_slots = bucket_size(width)
-    # Bucket padding: extra left padding, and extra rows copying row 0 that start finished.
-    tokens_BxP = np.full((batch, prompt_slots), pad_id, np.int32)
-    mask_BxP = np.zeros((batch, prompt_slots), bool)
-    tokens_BxP[:rows, prompt_slots - width:], mask_BxP[:rows, prompt_slots - width:] = tokens, mask
-    tokens_BxP[rows:], mask_BxP[rows:] = tokens_BxP[0], mask_BxP[0]
-    live_B = np.arange(batch) < rows
+    # Bucket padding: extra left padding, and extra prompts copying prompt 0 whose samples start finished.
+    tokens_UxP = np.full((padded_prompts, prompt_slots), pad_id, np.int32)
+    mask_UxP = np.zeros((padded_prompts, prompt_slots), bool)
+    tokens_UxP[:prompts, prompt_slots - width:], mask_UxP[:prompts, prompt_slots - width:] = tokens, mask
+    tokens_UxP[prompts:], mask_UxP[prompts:] = tokens_UxP[0], mask_UxP[0]
+    live_B = np.arange(padded_prompts * n) < rows
 
     # Stop ids are data, not part of the compiled program: padded with -1 (never a token) to a bucket of
     # at least 4, so the usual few stop ids never change the program's shapes.
     stop_S = np.full(bucket_size(max(len(stop_tokens), 4)), -1, np.int32)
     stop_S[:len(stop_tokens)] = stop_tokens
-    run = _generate_fn(graphdef, parsed, bucket_size(max_new_tokens), prefill_chunk_size(prompt_slots), mesh)
-    args = (tokens_BxP, mask_BxP, live_B)
+    run = _generate_fn(graphdef, parsed, bucket_size(max_new_tokens), prefill_chunk_size(prompt_slots), n, mesh)
+    args = (tokens_UxP, mask_UxP, live_B)
     if mesh is not None:
         state = sharding.shard_pytree(state, sharding.param_shardings(state, mesh))
         args = sharding.shard_pytree(args, sharding.batch_sharding(mesh))
