@@ -51,16 +51,14 @@ from typing import Any
 import jax
 import numpy as np
 from absl import app, flags
-from flax import nnx
 
 from configs import tiny
-from rubric_jax import data, sampling, sharding
+from rubric_jax import data, sampling
 from rubric_jax.assets import TINY_DIR
 from rubric_jax.assets.build_tiny_assets import CHAT_TEMPLATE, PRE_TOKENIZER_SPLIT, SPECIAL_TOKENS, TAG_TOKENS
-from rubric_jax.models.checkpoint import load_hf_checkpoint
 from rubric_jax.rubrics.io import save_rubric
 from rubric_jax.rubrics.schema import Aggregation, Anchor, ChangelogEntry, Dimension, Rubric, Scale
-from rubric_jax.train import loop, rollout, state as train_state, step as train_step
+from rubric_jax.train import loop, rollout
 
 MODEL = dict(hidden_size=96, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
              intermediate_size=256, max_position_embeddings=512, rms_norm_eps=1e-6)
@@ -223,24 +221,12 @@ class OurSide:
     def __init__(self, fixture: dict[str, Any], workdir: Path, lr: float, seed: int, micro_batches: int,
                  timer: Timer):
         cfg = our_config(fixture, lr, seed, micro_batches)
-        workdir.mkdir(parents=True, exist_ok=True)
         self.run = loop.build(cfg, workdir)
         self.timer = timer
         rl = cfg.rl
-        # As loop._initial_state + loop.run_grpo do (those are private and also run evals/checkpoints).
-        _, graphdef, nnx_state = load_hf_checkpoint(
-            cfg.model.checkpoint, shardings=sharding.param_shardings(self.run.abstract_state, self.run.mesh))
-        params = nnx.to_pure_dict(nnx_state)
-        tx = train_state.make_optimizer(train_state.OptimizerConfig(
-            learning_rate=rl.lr, warmup_steps=rl.warmup_steps, schedule=rl.schedule, total_steps=None,
-            weight_decay=rl.weight_decay, max_grad_norm=rl.grad_clip))
-        state = train_state.train_state_from_params(graphdef, params, tx, jax.random.fold_in(self.run.key, 1))
-        shardings = train_state.state_shardings(self.run.abstract_state, jax.eval_shape(lambda s: s, state),
-                                                self.run.mesh)
-        self.state = jax.device_put(state, shardings)
+        # What loop.run_grpo starts from, without its evals and checkpoints.
+        self.state, _, update = loop.grpo_components(self.run, loop.initial_state(self.run).params)
         self.ref_params = jax.tree.map(lambda x: x.copy(), self.state.params)  # the update donates the state
-        update = train_step.jit_grpo_step(loop.grpo_config(rl), micro_batches=rl.micro_batches, shardings=shardings,
-                                          mesh=self.run.mesh)
         self.update = timer.wrap("update", update, block=True)
         self.batches = data.BatchIterator(self.run.train_questions, rl.questions_per_step,
                                           data.IteratorState(seed=cfg.seed))

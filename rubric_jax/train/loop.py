@@ -140,7 +140,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
     _drop_rows_after(workdir, _resume_position(config, workdir))
     experiment = build(config, workdir)
     with _sigterm_requests_stop(experiment), experiment.writer:
-        tx_state = _initial_state(experiment)
+        tx_state = initial_state(experiment)
         if "sft" in config.stages:
             tx_state = run_sft(experiment, tx_state)
         if "grpo" in config.stages and not experiment.stop_requested:
@@ -162,6 +162,7 @@ def build(config: ml_collections.ConfigDict, workdir: Path) -> Run:
     """Mesh, tokenizer, model shape, rubric, reward, datasets and writers from the config."""
     from transformers import AutoTokenizer  # slow import (pulls torch when installed); only the loop needs it
 
+    workdir.mkdir(parents=True, exist_ok=True)
     mesh = sharding.make_mesh(sharding.MeshConfig(config.mesh.data, config.mesh.fsdp, config.mesh.tensor))
     model_dir = config.model.checkpoint
     tokenizer_dir = config.model.tokenizer or model_dir
@@ -212,7 +213,7 @@ def _rubric_set_hash(shared: Rubric, rubrics: list[Rubric]) -> str:
     return hashlib.sha256(joined.encode()).hexdigest()
 
 
-def _initial_state(run_: Run) -> train_state.TrainState:
+def initial_state(run_: Run) -> train_state.TrainState:
     """Step-0 SFT-or-GRPO state: pretrained params from the checkpoint, or a seeded random init."""
     tx = train_state.make_optimizer(_optimizer_config(run_.config.sft))
     key = jax.random.fold_in(run_.key, 0)
@@ -447,13 +448,22 @@ def evaluate(run_: Run, state: train_state.TrainState, step: int) -> dict[str, f
     return {k: v for k, v in row.items() if k != "stage"}
 
 
+def grpo_components(run_: Run, init_params: Any) -> tuple[train_state.TrainState, train_state.TrainState, Any]:
+    """Step-0 GRPO state around `init_params`, its shardings, and the jitted update (`grpo_iteration`'s)."""
+    rl = run_.config.rl
+    tx = train_state.make_optimizer(_optimizer_config(rl, rl.steps * rl.updates_per_batch))
+    state = _state_from_params(run_, _graphdef(run_), init_params, tx, jax.random.fold_in(run_.key, 1))
+    shardings = _shardings_of(run_, state)
+    update = train_step.jit_grpo_step(grpo_config(rl), micro_batches=rl.micro_batches, shardings=shardings,
+                                      mesh=run_.mesh)
+    return state, shardings, update
+
+
 def run_grpo(run_: Run, init_params: Any) -> None:
     """GRPO from `init_params` (the SFT result): evals, checkpoints, SIGTERM and NaN-streak handling."""
     cfg = run_.config
     rl = cfg.rl
-    tx = train_state.make_optimizer(_optimizer_config(rl, rl.steps * rl.updates_per_batch))
-    state = _state_from_params(run_, _graphdef(run_), init_params, tx, jax.random.fold_in(run_.key, 1))
-    shardings = _shardings_of(run_, state)
+    state, shardings, update = grpo_components(run_, init_params)
     ckpt = _checkpointer(run_, "grpo")
     ref_ckpt = _checkpointer(run_, "reference")
     iterator_state = data.IteratorState(seed=cfg.seed)
@@ -462,16 +472,14 @@ def run_grpo(run_: Run, init_params: Any) -> None:
         state, iterator_state = restored.state, data.IteratorState.from_dict(restored.data_state)
         if run_.dynamic_weights is not None:
             run_.dynamic_weights.load_json(restored.extra["dynamic_weights"])
-    gcfg = grpo_config(rl)
     ref_params = None
-    if gcfg.kl_coef > 0:
+    if rl.beta > 0:
         # The reference is the policy GRPO started from, saved once so a resumed run keeps it.
         if ref_ckpt.latest_step() is None:
             ref_ckpt.save(state, data_state=iterator_state.to_dict(), rubric_hash=run_.rubric_hash)
         ref_params = ref_ckpt.restore_params(
             checkpointing.abstract_with_shardings(state, shardings).params, step=0)
         ref_ckpt.close()
-    update = train_step.jit_grpo_step(gcfg, micro_batches=rl.micro_batches, shardings=shardings, mesh=run_.mesh)
     batches = data.BatchIterator(run_.train_questions, rl.questions_per_step, iterator_state)
     start = int(state.step) // rl.updates_per_batch
     progress = metrics.Progress(rl.steps, initial=start, desc="grpo")
