@@ -120,3 +120,30 @@ def test_length_buckets():
     assert length_buckets(20, 3) == (8, 16, 32)
     with pytest.raises(ValueError, match="length_buckets"):
         length_buckets(64, 0)
+
+
+def test_pretrained_checkpoint_starts_training_with_the_config_numerics(tmp_path):
+    """A local HF directory is the starting policy, with the experiment's dtype/remat overrides applied."""
+    import jax
+    import numpy as np
+    from flax import nnx
+
+    from configs import tiny
+    from rubric_jax.models.checkpoint import export_hf_checkpoint
+    from rubric_jax.models.config import ModelConfig
+    from rubric_jax.models.transformer import Transformer
+    from rubric_jax.train import loop
+
+    config = tiny.get_config()
+    cfg = ModelConfig.from_hf_dict(json.loads((ROOT / config.model.config_json).read_text()))
+    params = nnx.to_pure_dict(nnx.state(Transformer(cfg, rngs=nnx.Rngs(7))))
+    export_hf_checkpoint(cfg, params, tmp_path / "hf", source_dir=ROOT / config.model.tokenizer)
+    with config.unlocked():
+        config.model.checkpoint, config.model.config_json = str(tmp_path / "hf"), ""
+        config.model.compute_dtype, config.model.remat = "bfloat16", True
+        for key in ("train", "eval", "sft", "rubric"):
+            config.data[key] = str(ROOT / config.data[key])
+    state = loop.initial_state(loop.build(config, tmp_path / "run"))
+    model_cfg = nnx.merge(state.graphdef, state.params).cfg
+    assert (model_cfg.compute_dtype, model_cfg.remat) == ("bfloat16", True)
+    jax.tree.map(np.testing.assert_array_equal, jax.device_get(state.params), params)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import signal
 from collections.abc import Iterator
@@ -195,9 +196,14 @@ def build(config: ml_collections.ConfigDict, workdir: Path) -> Run:
                train_questions, eval_questions, writer, jax.random.key(config.seed), dynamic)
 
 
+def _model_overrides(config: ml_collections.ConfigDict) -> dict[str, Any]:
+    """The ModelConfig fields the experiment config sets on top of the HF config.json."""
+    return dict(param_dtype=config.model.param_dtype, compute_dtype=config.model.compute_dtype,
+                remat=config.model.remat, scan_layers=config.model.scan_layers)
+
+
 def _model_config(config: ml_collections.ConfigDict) -> ModelConfig:
-    overrides = dict(param_dtype=config.model.param_dtype, compute_dtype=config.model.compute_dtype,
-                     remat=config.model.remat, scan_layers=config.model.scan_layers)
+    overrides = _model_overrides(config)
     if config.model.checkpoint:
         return ModelConfig.from_hf_dir(config.model.checkpoint, **overrides)
     if not config.model.config_json:
@@ -207,8 +213,6 @@ def _model_config(config: ml_collections.ConfigDict) -> ModelConfig:
 
 def _rubric_set_hash(shared: Rubric, rubrics: list[Rubric]) -> str:
     """One hash over every rubric used (shared + case-wise), recorded in checkpoints and metrics."""
-    import hashlib
-
     joined = "\n".join(sorted({shared.content_hash, *(r.content_hash for r in rubrics)}))
     return hashlib.sha256(joined.encode()).hexdigest()
 
@@ -220,7 +224,7 @@ def initial_state(run_: Run) -> train_state.TrainState:
     if run_.config.model.checkpoint:
         shardings = sharding.param_shardings(run_.abstract_state, run_.mesh)
         _, graphdef, nnx_state = load_hf_checkpoint(run_.config.model.checkpoint, shardings=shardings,
-                                                    param_dtype=run_.model_cfg.param_dtype)
+                                                    **_model_overrides(run_.config))
         return _state_from_params(run_, graphdef, nnx.to_pure_dict(nnx_state), tx, key)
     state, _ = train_state.init_train_state(lambda rngs: Transformer(run_.model_cfg, rngs=rngs), tx, key, run_.mesh)
     return state
