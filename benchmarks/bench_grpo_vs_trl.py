@@ -55,7 +55,7 @@ from absl import app, flags
 from configs import tiny
 from rubric_jax import data, sampling
 from rubric_jax.assets import TINY_DIR
-from rubric_jax.assets.build_tiny_assets import CHAT_TEMPLATE, PRE_TOKENIZER_SPLIT, SPECIAL_TOKENS, TAG_TOKENS
+from rubric_jax.assets import build_tiny_assets
 from rubric_jax.rubrics.io import save_rubric
 from rubric_jax.rubrics.schema import Aggregation, Anchor, ChangelogEntry, Dimension, Rubric, Scale
 from rubric_jax.train import loop, rollout
@@ -112,35 +112,14 @@ def _tiny_texts() -> list[str]:
     return texts
 
 
-def train_tokenizer(texts: list[str]) -> Any:
-    """Byte-level BPE of VOCAB_SIZE tokens with the tiny assets' pre-tokenizer, special tokens and chat template."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRE_TOKENIZER_SPLIT), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE - len(TAG_TOKENS), special_tokens=list(SPECIAL_TOKENS),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(texts, trainer)
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
-    if tok.get_vocab_size() != VOCAB_SIZE:
-        raise AssertionError(f"tokenizer has {tok.get_vocab_size()} tokens, expected {VOCAB_SIZE}")
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-        additional_special_tokens=["<|im_start|>"], clean_up_tokenization_spaces=False,
-        chat_template=CHAT_TEMPLATE, model_max_length=MODEL["max_position_embeddings"], padding_side="left")
-
-
 def write_fixture(root: Path, seed: int) -> dict[str, Any]:
     """The shared HF checkpoint + tokenizer, the question jsonl and the rubric YAML under `root`."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    tokenizer = train_tokenizer(_tiny_texts())
+    tokenizer = build_tiny_assets.train_tokenizer(_tiny_texts(), vocab_size=VOCAB_SIZE,
+                                                  model_max_length=MODEL["max_position_embeddings"])
+    tokenizer.padding_side = "left"
     torch.manual_seed(seed)
     config = Qwen2Config(vocab_size=len(tokenizer), tie_word_embeddings=True, architectures=["Qwen2ForCausalLM"],
                          rope_parameters={"rope_theta": 10000.0, "rope_type": "default"},

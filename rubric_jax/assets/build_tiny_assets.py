@@ -259,7 +259,8 @@ def _check_flags(topic: Topic, response: str, flags: dict[str, bool]) -> None:
 
 
 # --------------------------------------------------------------------------------- tokenizer, model
-def train_tokenizer(texts: Sequence[str]) -> PreTrainedTokenizerFast:
+def train_tokenizer(texts: Sequence[str], vocab_size: int = VOCAB_SIZE,
+                    model_max_length: int = MODEL["max_position_embeddings"]) -> PreTrainedTokenizerFast:
     """Byte-level BPE on the shipped texts (tags removed), wrapped with Qwen2 special tokens and template."""
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()
@@ -269,7 +270,7 @@ def train_tokenizer(texts: Sequence[str]) -> PreTrainedTokenizerFast:
     ])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE - len(TAG_TOKENS), special_tokens=list(SPECIAL_TOKENS),
+        vocab_size=vocab_size - len(TAG_TOKENS), special_tokens=list(SPECIAL_TOKENS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     corpus = []
     for text in texts:
@@ -278,12 +279,12 @@ def train_tokenizer(texts: Sequence[str]) -> PreTrainedTokenizerFast:
         corpus.append(text)
     tok.train_from_iterator(corpus, trainer)
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
-    if tok.get_vocab_size() != VOCAB_SIZE:
-        raise AssertionError(f"tokenizer has {tok.get_vocab_size()} tokens, expected {VOCAB_SIZE}")
+    if tok.get_vocab_size() != vocab_size:
+        raise AssertionError(f"tokenizer has {tok.get_vocab_size()} tokens, expected {vocab_size}")
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
         additional_special_tokens=["<|im_start|>"], clean_up_tokenization_spaces=False,
-        chat_template=CHAT_TEMPLATE, model_max_length=MODEL["max_position_embeddings"])
+        chat_template=CHAT_TEMPLATE, model_max_length=model_max_length)
 
 
 def model_config(tokenizer: PreTrainedTokenizerFast) -> Qwen2Config:
