@@ -25,7 +25,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.scan_layers = True  # lax.scan over the stacked layers (flat compile time).
 
     c.judge = ml_collections.ConfigDict()
-    c.judge.checkpoint = ""  # Local HF directory of the LLM judge; empty = rule-only rubrics.
+    c.judge.checkpoint = ""  # Local HF dir(s) of the LLM judge, comma-separated for an ensemble; empty = rules only.
+    c.judge.ensemble = "mean"  # How several judges combine: mean, or agreement weighting (RubricRL §6.2).
+    c.judge.shuffle_anchors = True  # A fresh anchor order per judge sample (RubricRL §3.3).
     c.judge.samples = 3  # Judge samples per item, combined by the median (RubricRL §3.3).
     c.judge.max_retries = 2  # Re-samples of unparseable judge answers before a score is missing.
     c.judge.max_new_tokens = 64  # Judge answer budget.

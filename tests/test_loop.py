@@ -147,3 +147,54 @@ def test_pretrained_checkpoint_starts_training_with_the_config_numerics(tmp_path
     model_cfg = nnx.merge(state.graphdef, state.params).cfg
     assert (model_cfg.compute_dtype, model_cfg.remat) == ("bfloat16", True)
     jax.tree.map(np.testing.assert_array_equal, jax.device_get(state.params), params)
+
+
+def test_a_grpo_step_with_an_llm_judged_dimension_goes_through_the_judge(tmp_path):
+    """Judge prompts of a step go through the sampler in one batched call per round; a random judge's
+    unparseable verdicts become counted missing scores, never a number, and training goes on."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from configs import tiny
+    from rubric_jax.models.checkpoint import export_hf_checkpoint
+    from rubric_jax.models.config import ModelConfig
+    from rubric_jax.models.transformer import Transformer
+    from rubric_jax.rubrics.io import dumps_rubric, load_rubric
+    from rubric_jax.rubrics.schema import dimension_from_dict, with_version
+    from rubric_jax.train import loop
+
+    config = tiny.get_config()
+    cfg = ModelConfig.from_hf_dict(json.loads((ROOT / config.model.config_json).read_text()))
+    judge_cfg = cfg.replace(max_position_embeddings=2048)  # judge prompts carry the rubric: ~800 tokens here
+    judge_dir = export_hf_checkpoint(judge_cfg, nnx.to_pure_dict(nnx.state(Transformer(judge_cfg, rngs=nnx.Rngs(3)))),
+                                     tmp_path / "judge", source_dir=ROOT / config.model.tokenizer)
+    helpful = dimension_from_dict({"id": "helpful", "description": "Answers the question.", "kind": "llm",
+                                   "scale": {"kind": "integer", "lo": 1, "hi": 3},
+                                   "anchors": {"1": "Off topic.", "2": "Partly.", "3": "Fully."}})
+    shared = load_rubric(ROOT / config.data.rubric)
+    rubric = with_version(shared, "1.1.0", "add an LLM-judged dimension", "test",
+                          dimensions=shared.dimensions + (helpful,))
+    (tmp_path / "rubric.yaml").write_text(dumps_rubric(rubric, "yaml"))
+    with config.unlocked():
+        for key in ("train", "eval", "sft"):
+            config.data[key] = str(ROOT / config.data[key])
+        config.model.config_json, config.model.tokenizer = (str(ROOT / config.model.config_json),
+                                                            str(ROOT / config.model.tokenizer))
+        config.data.rubric = str(tmp_path / "rubric.yaml")
+        config.judge.checkpoint = f"{judge_dir},{judge_dir}"  # an ensemble of two
+        config.judge.samples, config.judge.max_retries, config.judge.max_new_tokens = 1, 1, 8
+        config.rl.questions_per_step, config.rl.group_size, config.rl.max_new_tokens = 2, 4, 8
+        config.rl.micro_batches = 1
+    run_ = loop.build(config, tmp_path / "run")
+    assert len(run_.reward.judges) == 2
+    state, _, update = loop.grpo_components(run_, loop.initial_state(run_).params)
+    questions = run_.train_questions[:2]
+    reference = jax.tree.map(jnp.copy, state.params)  # the update donates the state's buffers
+    _, row, samples = loop.grpo_iteration(run_, update, state, reference, questions, jax.random.key(0))
+    assert row["judge_generate_calls"] == 2 * 2  # two judges x (first round + one retry round)
+    assert row["judge_prompts"] >= 2 * 8  # every (response, dimension) of the step, by each judge
+    assert row["judge_failed_scores"] == 8 and row["reward_failed_scores"] == 8  # counted, not scored
+    assert all(s["scores"]["helpful"] is None for s in samples)
+    assert 0.0 <= row["reward/mean"] <= 1.0 and row["skipped"] == 0.0
+

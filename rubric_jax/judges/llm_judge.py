@@ -70,10 +70,15 @@ def load_judge(
     # Imported here: `transformers` pulls in torch when present (seconds), and only loading needs it.
     from transformers import AutoTokenizer
 
-    _, graphdef, state = load_hf_checkpoint(checkpoint_dir)
+    cfg, graphdef, state = load_hf_checkpoint(checkpoint_dir)
     tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir)
+    # A prompt that cannot fit the judge's context is counted as too long, never sent to generate.
+    context_left = cfg.max_position_embeddings - max_new_tokens
+    if context_left < 1:
+        raise ValueError(f"judge {checkpoint_dir}: max_new_tokens={max_new_tokens} leaves no room in its "
+                         f"{cfg.max_position_embeddings}-token context")
     return Judge(name or str(checkpoint_dir), graphdef, state, tokenizer, sampling.generate, sampler=sampler,
-                 max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens, mesh=mesh)
+                 max_new_tokens=max_new_tokens, max_prompt_tokens=min(max_prompt_tokens, context_left), mesh=mesh)
 
 
 @dataclasses.dataclass(frozen=True)

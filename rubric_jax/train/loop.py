@@ -176,15 +176,15 @@ def build(config: ml_collections.ConfigDict, workdir: Path) -> Run:
     shared_rubric = load_rubric(config.data.rubric)
     train_questions = data.load_questions(config.data.train)
     eval_questions = data.load_questions(config.data.eval)[: config.eval.max_questions]
-    judges = ()
-    if config.judge.checkpoint:
-        judges = (load_judge(config.judge.checkpoint, sampler=config.judge.sampler,
-                             max_new_tokens=config.judge.max_new_tokens, mesh=mesh),)
+    judges = tuple(load_judge(path.strip(), sampler=config.judge.sampler, max_new_tokens=config.judge.max_new_tokens,
+                              mesh=mesh)
+                   for path in config.judge.checkpoint.split(",") if path.strip())
     rubric_of = {q.id: data.question_rubric(shared_rubric, q) for q in train_questions + eval_questions}
     rubrics = list(rubric_of.values())
     reward = RubricReward(rubrics, judges, JudgeConfig(
         mode={"per_dimension": "single", "all_criteria": "multi"}[config.judge.mode],
-        num_samples=config.judge.samples, max_retries=config.judge.max_retries))
+        num_samples=config.judge.samples, max_retries=config.judge.max_retries, ensemble=config.judge.ensemble,
+        shuffle_anchors=config.judge.shuffle_anchors))
     rubric_hash = _rubric_set_hash(shared_rubric, rubrics)
     (workdir / "rubric.yaml").write_text(dumps_rubric(shared_rubric, "yaml"))
     rubric_info = {"name": shared_rubric.name, "version": shared_rubric.version,
@@ -455,6 +455,11 @@ def evaluate(run_: Run, state: train_state.TrainState, step: int) -> dict[str, f
 def grpo_components(run_: Run, init_params: Any) -> tuple[train_state.TrainState, train_state.TrainState, Any]:
     """Step-0 GRPO state around `init_params`, its shardings, and the jitted update (`grpo_iteration`'s)."""
     rl = run_.config.rl
+    shards = run_.mesh.shape["data"] * run_.mesh.shape["fsdp"] * rl.micro_batches
+    if (rl.questions_per_step * rl.group_size) % shards:
+        raise ValueError(
+            f"config.rl: questions_per_step * group_size = {rl.questions_per_step * rl.group_size} rollouts must "
+            f"divide into micro_batches ({rl.micro_batches}) x mesh data*fsdp ({shards // rl.micro_batches})")
     tx = train_state.make_optimizer(_optimizer_config(rl, rl.steps * rl.updates_per_batch))
     state = _state_from_params(run_, _graphdef(run_), init_params, tx, jax.random.fold_in(run_.key, 1))
     shardings = _shardings_of(run_, state)

@@ -68,6 +68,7 @@ class RewardSummary:
     dimension_means: dict[str, float]
     failed_scores: int
     not_ok: int
+    judge: dict[str, float]  # the LLM judge's counters (prompts, calls, invalid, retried, failed scores); {} without one
 
 
 def summarize_rewards(out: RewardOutput) -> RewardSummary:
@@ -78,12 +79,15 @@ def summarize_rewards(out: RewardOutput) -> RewardSummary:
     for d, dim_id in enumerate(out.dimension_ids):
         valid = out.valid[:, d]
         dims[dim_id] = float(out.scores[valid, d].mean()) if valid.any() else float("nan")
-    return RewardSummary(reward_mean, dims, int(out.details["num_failed_scores"]), int(out.details["num_not_ok"]))
+    judge = {k: float(v) for k, v in out.details.items() if k.startswith("judge_") and isinstance(v, (int, float))}
+    return RewardSummary(reward_mean, dims, int(out.details["num_failed_scores"]), int(out.details["num_not_ok"]),
+                         judge)
 
 
 def reward_metrics(summary: RewardSummary, prefix: str) -> dict[str, float]:
-    """`{prefix}reward/mean`-style keys... plus one per dimension and the failure counts."""
+    """`{prefix}reward/<dimension>` per dimension, the failure counts and the judge's counters."""
     metrics = {f"{prefix}reward/{dim_id}": value for dim_id, value in summary.dimension_means.items()}
     metrics[f"{prefix}reward_failed_scores"] = summary.failed_scores
     metrics[f"{prefix}reward_not_ok"] = summary.not_ok
+    metrics.update({f"{prefix}{k}": v for k, v in summary.judge.items()})
     return metrics
