@@ -92,7 +92,7 @@ def test_loaded_layout_matches_hand_mapping():
     """Spot checks of the table against the HF layout written out by hand."""
     cfg, _, state = load_hf_checkpoint(QWEN_TIED)
     hf, ours = read_tensors(QWEN_TIED), flat_state(state)
-    D, N, K, H = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    D, K, H = cfg.hidden_size, cfg.num_kv_heads, cfg.head_dim
     q1 = hf["model.layers.1.self_attn.q_proj.weight"]  # [N*H, D]
     for n, h, d in [(0, 0, 0), (3, 15, 63), (2, 5, 17)]:
         assert ours[("layers", "self_attn", "q_proj", "kernel")][1, d, n, h] == q1[n * H + h, d]
