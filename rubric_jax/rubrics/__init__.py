@@ -14,7 +14,15 @@ from rubric_jax.rubrics.schema import (
     dimension_from_dict,
     dimension_to_dict,
     normalize_scores,
+    parse_row_rubric,
     rubric_from_dict,
     rubric_to_dict,
     with_version,
 )
+
+__all__ = [
+    "Aggregation", "Anchor", "ChangelogEntry", "Dimension", "Rubric", "RubricError", "RubricWarning", "Scale",
+    "case_rubric", "case_rubric_from_row", "check_revision", "dimension_from_dict", "dimension_to_dict",
+    "dumps_rubric", "load_rubric", "load_rubric_dir", "normalize_scores", "parse_row_rubric", "rubric_from_dict",
+    "rubric_to_dict", "save_rubric", "with_version",
+]
