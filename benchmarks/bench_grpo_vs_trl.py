@@ -204,7 +204,7 @@ class OurSide:
         self.timer = timer
         rl = cfg.rl
         # What loop.run_grpo starts from, without its evals and checkpoints.
-        self.state, _, update = loop.grpo_components(self.run, loop.initial_state(self.run).params)
+        self.state, _, update = loop.grpo_components(self.run, loop.initial_params(self.run))
         self.ref_params = jax.tree.map(lambda x: x.copy(), self.state.params)  # the update donates the state
         self.update = timer.wrap("update", update, block=True)
         self.batches = data.BatchIterator(self.run.train_questions, rl.questions_per_step,

@@ -143,7 +143,8 @@ def test_pretrained_checkpoint_starts_training_with_the_config_numerics(tmp_path
         config.model.compute_dtype, config.model.remat = "bfloat16", True
         for key in ("train", "eval", "sft", "rubric"):
             config.data[key] = str(ROOT / config.data[key])
-    state = loop.initial_state(loop.build(config, tmp_path / "run"))
+    run_ = loop.build(config, tmp_path / "run")
+    state, _, _ = loop.grpo_components(run_, loop.initial_params(run_))  # the state training steps with
     model_cfg = nnx.merge(state.graphdef, state.params).cfg
     assert (model_cfg.compute_dtype, model_cfg.remat) == ("bfloat16", True)
     jax.tree.map(np.testing.assert_array_equal, jax.device_get(state.params), params)
@@ -188,7 +189,7 @@ def test_a_grpo_step_with_an_llm_judged_dimension_goes_through_the_judge(tmp_pat
         config.rl.micro_batches = 1
     run_ = loop.build(config, tmp_path / "run")
     assert len(run_.reward.judges) == 2
-    state, _, update = loop.grpo_components(run_, loop.initial_state(run_).params)
+    state, _, update = loop.grpo_components(run_, loop.initial_params(run_))
     questions = run_.train_questions[:2]
     reference = jax.tree.map(jnp.copy, state.params)  # the update donates the state's buffers
     _, row, samples = loop.grpo_iteration(run_, update, state, reference, questions, jax.random.key(0))

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import optax
 from flax import nnx
 
 from rubric_jax import data, grpo, metrics, plots, sampling, sharding
@@ -102,6 +103,7 @@ class Run:
     mesh: jax.sharding.Mesh
     tokenizer: Any
     model_cfg: ModelConfig
+    graphdef: nnx.GraphDef  # the policy's (and reference's) module structure
     abstract_state: nnx.State  # logical axis names, for the sampler's shardings
     reward: RubricReward
     rubric_of: dict[str, Rubric]  # question id -> its rubric (shared, or case-wise R*(q))
@@ -141,11 +143,11 @@ def run(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
     _drop_rows_after(workdir, _resume_position(config, workdir))
     experiment = build(config, workdir)
     with _sigterm_requests_stop(experiment), experiment.writer:
-        tx_state = initial_state(experiment)
+        params = initial_params(experiment)
         if "sft" in config.stages:
-            tx_state = run_sft(experiment, tx_state)
+            params = run_sft(experiment, params)
         if "grpo" in config.stages and not experiment.stop_requested:
-            run_grpo(experiment, tx_state.params)
+            run_grpo(experiment, params)
     plots.plot_run(workdir)
 
 
@@ -171,7 +173,7 @@ def build(config: ml_collections.ConfigDict, workdir: Path) -> Run:
         raise ValueError("config.model.tokenizer (or config.model.checkpoint) must name a tokenizer directory")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     model_cfg = _model_config(config)
-    _, abstract_state = abstract_model(model_cfg)
+    graphdef, abstract_state = abstract_model(model_cfg)
 
     shared_rubric = load_rubric(config.data.rubric)
     train_questions = data.load_questions(config.data.train)
@@ -192,7 +194,7 @@ def build(config: ml_collections.ConfigDict, workdir: Path) -> Run:
     (workdir / "rubric.json").write_text(json.dumps(rubric_info, indent=2))
     dynamic = DimensionWeights.for_rubrics(rubrics, config.rl.dynamic_weights_window) if config.rl.dynamic_weights else None
     writer = metrics.MetricsWriter(workdir, run_info={"rubric": rubric_info, "config": config.to_dict()})
-    return Run(config, workdir, mesh, tokenizer, model_cfg, abstract_state, reward, rubric_of, rubric_hash,
+    return Run(config, workdir, mesh, tokenizer, model_cfg, graphdef, abstract_state, reward, rubric_of, rubric_hash,
                train_questions, eval_questions, writer, jax.random.key(config.seed), dynamic)
 
 
@@ -217,22 +219,22 @@ def _rubric_set_hash(shared: Rubric, rubrics: list[Rubric]) -> str:
     return hashlib.sha256(joined.encode()).hexdigest()
 
 
-def initial_state(run_: Run) -> train_state.TrainState:
-    """Step-0 SFT-or-GRPO state: pretrained params from the checkpoint, or a seeded random init."""
-    tx = train_state.make_optimizer(_optimizer_config(run_.config.sft))
-    key = jax.random.fold_in(run_.key, 0)
+def initial_params(run_: Run) -> dict[str, Any]:
+    """The starting policy, in its shardings: pretrained params from the checkpoint, or a seeded random
+    init (with an empty optimizer, so no optimizer state is built only to be thrown away)."""
     if run_.config.model.checkpoint:
         shardings = sharding.param_shardings(run_.abstract_state, run_.mesh)
-        _, graphdef, nnx_state = load_hf_checkpoint(run_.config.model.checkpoint, shardings=shardings,
-                                                    **_model_overrides(run_.config))
-        return _state_from_params(run_, graphdef, nnx.to_pure_dict(nnx_state), tx, key)
-    state, _ = train_state.init_train_state(lambda rngs: Transformer(run_.model_cfg, rngs=rngs), tx, key, run_.mesh)
-    return state
+        _, _, nnx_state = load_hf_checkpoint(run_.config.model.checkpoint, shardings=shardings,
+                                             **_model_overrides(run_.config))
+        return nnx.to_pure_dict(nnx_state)
+    state, _ = train_state.init_train_state(lambda rngs: Transformer(run_.model_cfg, rngs=rngs), optax.identity(),
+                                            jax.random.fold_in(run_.key, 0), run_.mesh)
+    return state.params
 
 
-def _state_from_params(run_: Run, graphdef: nnx.GraphDef, params: Any, tx: Any, key: jax.Array
-                       ) -> train_state.TrainState:
+def _state_from_params(run_: Run, params: Any, tx: Any, key: jax.Array) -> train_state.TrainState:
     """A step-0 TrainState around existing params, its optimizer state created directly in its shardings."""
+    graphdef = run_.graphdef
     abstract = jax.eval_shape(lambda p, k: train_state.train_state_from_params(graphdef, p, tx, k), params, key)
     shardings = train_state.state_shardings(run_.abstract_state, abstract, run_.mesh)
     return train_state.train_state_from_params(graphdef, params, tx, key, shardings)
@@ -318,13 +320,13 @@ def _sigterm_requests_stop(run_: Run) -> Iterator[None]:
 
 
 # --------------------------------------------------------------------------------------------- SFT
-def run_sft(run_: Run, state: train_state.TrainState) -> train_state.TrainState:
-    """Cold-start SFT (QuRL): masked NLL on formatted responses for `sft.epochs` epochs."""
+def run_sft(run_: Run, init_params: dict[str, Any]) -> dict[str, Any]:
+    """Cold-start SFT (QuRL): masked NLL on formatted responses for `sft.epochs` epochs; returns the params."""
     cfg = run_.config
     examples = data.load_sft(cfg.data.sft)
     total = cfg.sft.epochs * -(-len(examples) // cfg.sft.batch_size)
-    state = state.replace(tx=train_state.make_optimizer(_optimizer_config(cfg.sft, total)))
-    state = state.replace(opt_state=state.tx.init(state.params))
+    tx = train_state.make_optimizer(_optimizer_config(cfg.sft, total))
+    state = _state_from_params(run_, init_params, tx, jax.random.fold_in(run_.key, 0))
     shardings = _shardings_of(run_, state)
     ckpt = _checkpointer(run_, "sft")
     iterator_state = data.IteratorState(seed=cfg.seed)
@@ -350,7 +352,7 @@ def run_sft(run_: Run, state: train_state.TrainState) -> train_state.TrainState:
             break
     progress.close()
     ckpt.close()
-    return state
+    return state.params
 
 
 def _shardings_of(run_: Run, state: train_state.TrainState) -> train_state.TrainState:
@@ -387,14 +389,14 @@ def grpo_config(rl: ml_collections.ConfigDict) -> grpo.GRPOConfig:
                            loss_aggregation=rl.loss_aggregation, loss_norm_length=norm_length)
 
 
-def rollout_and_score(run_: Run, params: Any, graphdef: nnx.GraphDef, questions: list[data.Question], *,
+def rollout_and_score(run_: Run, params: Any, questions: list[data.Question], *,
                       n: int, sampler: str, key: jax.Array):
     """Samples n responses per question with the policy and scores them with their rubrics."""
     sample_key, judge_key = jax.random.split(key)
     prompt_ids, prompt_mask = data.prompt_batch(
         run_.tokenizer, [q.question for q in questions],
         length_buckets(run_.config.data.max_prompt_len, run_.config.data.length_buckets))
-    result = sampling.generate(graphdef, run_.sampler_state(params), prompt_ids, key=sample_key, n=n,
+    result = sampling.generate(run_.graphdef, run_.sampler_state(params), prompt_ids, key=sample_key, n=n,
                                max_new_tokens=run_.config.rl.max_new_tokens, sampler=sampler,
                                stop_tokens=run_.stop_tokens, pad_id=run_.tokenizer.pad_token_id, mesh=run_.mesh)
     responses = rollout.decode_responses(run_.tokenizer, result, run_.stop_tokens)
@@ -416,7 +418,7 @@ def grpo_iteration(run_: Run, update: Any, state: train_state.TrainState, ref_pa
     """
     rl = run_.config.rl
     (prompt_ids, prompt_mask), result, scored, samples = rollout_and_score(
-        run_, state.params, state.graphdef, questions, n=rl.group_size, sampler=rl.sampler, key=key)
+        run_, state.params, questions, n=rl.group_size, sampler=rl.sampler, key=key)
     valid_N = np.asarray(scored.details["reward_ok"], bool)
     if rl.missing_scores == "drop":
         valid_N &= scored.valid.all(axis=1)
@@ -441,7 +443,7 @@ def grpo_iteration(run_: Run, update: Any, state: train_state.TrainState, ref_pa
 
 def evaluate(run_: Run, state: train_state.TrainState, step: int) -> dict[str, float]:
     """Held-out rubric reward of one response per eval question with the eval sampler (greedy by default)."""
-    _, result, scored, samples = rollout_and_score(run_, state.params, state.graphdef, run_.eval_questions, n=1,
+    _, result, scored, samples = rollout_and_score(run_, state.params, run_.eval_questions, n=1,
                                                    sampler=run_.config.eval.sampler,
                                                    key=jax.random.fold_in(run_.key, _EVAL_KEY))
     summary = rollout.summarize_rewards(scored)
@@ -461,7 +463,7 @@ def grpo_components(run_: Run, init_params: Any) -> tuple[train_state.TrainState
             f"config.rl: questions_per_step * group_size = {rl.questions_per_step * rl.group_size} rollouts must "
             f"divide into micro_batches ({rl.micro_batches}) x mesh data*fsdp ({shards // rl.micro_batches})")
     tx = train_state.make_optimizer(_optimizer_config(rl, rl.steps * rl.updates_per_batch))
-    state = _state_from_params(run_, _graphdef(run_), init_params, tx, jax.random.fold_in(run_.key, 1))
+    state = _state_from_params(run_, init_params, tx, jax.random.fold_in(run_.key, 1))
     shardings = _shardings_of(run_, state)
     update = train_step.jit_grpo_step(grpo_config(rl), micro_batches=rl.micro_batches, shardings=shardings,
                                       mesh=run_.mesh)
@@ -516,10 +518,6 @@ def run_grpo(run_: Run, init_params: Any) -> None:
     finally:
         progress.close()
         ckpt.close()
-
-
-def _graphdef(run_: Run) -> nnx.GraphDef:
-    return abstract_model(run_.model_cfg)[0]
 
 
 def _baseline(run_: Run) -> float:
