@@ -10,7 +10,8 @@ from flax import nnx
 
 from rubric_jax import grpo
 from rubric_jax.models.config import ModelConfig
-from rubric_jax.models.transformer import Transformer, causal_padding_mask, padding_to_positions
+from rubric_jax.models.transformer import causal_padding_mask, padding_to_positions
+from tests.random_model import random_model
 
 
 def _cfg(**kw):
@@ -309,11 +310,7 @@ def _tiny_model(tie=False):
                       num_heads=2, num_kv_heads=1, head_dim=8, rope_theta=10000.0, rms_norm_eps=1e-6,
                       tie_word_embeddings=tie, attention_bias=True, rope_scaling=None,
                       max_position_embeddings=64)
-    # Random weights drawn with numpy into the abstract state: no per-shape init compilation.
-    graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
-    rng = np.random.default_rng(0)
-    state = jax.tree.map(lambda x: jnp.asarray(0.3 * rng.standard_normal(x.shape), x.dtype), abstract)
-    return nnx.merge(graphdef, state)
+    return nnx.merge(*random_model(cfg, std=0.3))
 
 
 @pytest.mark.parametrize("tie", [False, True])

@@ -15,7 +15,8 @@ from flax import nnx
 
 from rubric_jax import sampling
 from rubric_jax.models.config import ModelConfig
-from rubric_jax.models.transformer import Transformer, causal_padding_mask, padding_to_positions
+from rubric_jax.models.transformer import causal_padding_mask, padding_to_positions
+from tests.random_model import random_model
 
 REPO = Path(__file__).resolve().parents[1]
 PAD, STOP = 0, 1
@@ -32,16 +33,7 @@ def _config(**changes) -> ModelConfig:
 
 
 def _model(cfg: ModelConfig, seed: int = 0, std: float = 0.15):
-    """Random weights drawn on the host (no init compile); std well above HF's 0.02 so next-token
-    distributions are far from uniform. Norm scales are 1 + noise."""
-    graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
-    rng = np.random.default_rng(seed)
-
-    def draw(path, leaf):
-        value = rng.normal(0.0, std, leaf.shape) + (1.0 if "scale" in jax.tree_util.keystr(path) else 0.0)
-        return jnp.asarray(value, leaf.dtype)
-
-    return graphdef, jax.tree_util.tree_map_with_path(draw, abstract)
+    return random_model(cfg, std=std, seed=seed)
 
 
 @pytest.fixture(scope="module")

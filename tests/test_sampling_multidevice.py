@@ -1,14 +1,12 @@
 """Sharded generate == unsharded generate on 8 simulated CPU devices."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
 from rubric_jax import sampling, sharding
 from rubric_jax.models.config import ModelConfig
-from rubric_jax.models.transformer import Transformer
+from tests.random_model import random_model
 
 CFG = ModelConfig(
     architecture="qwen2", vocab_size=128, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=8,
@@ -20,10 +18,7 @@ PROMPTS = [[5, 6, 7], [9, 10, 11, 12, 13], [3], [40, 41]]
 
 @pytest.fixture(scope="module")
 def model():
-    graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Transformer(CFG, rngs=nnx.Rngs(0))))
-    rng = np.random.default_rng(0)
-    state = jax.tree.map(lambda a: jnp.asarray(rng.normal(0.0, 0.15, a.shape), a.dtype), abstract)
-    return graphdef, state
+    return random_model(CFG, std=0.15)
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,6 @@
 """Sharded forward == single-device forward on 8 simulated CPU devices (fsdp-only, tensor-only, mixed)."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
@@ -9,7 +8,8 @@ from jax.sharding import PartitionSpec as P
 
 from rubric_jax import sharding
 from rubric_jax.models.config import ModelConfig
-from rubric_jax.models.transformer import Transformer, causal_padding_mask, padding_to_positions
+from rubric_jax.models.transformer import causal_padding_mask, padding_to_positions
+from tests.random_model import random_model
 
 CFG = ModelConfig(
     architecture="qwen2", vocab_size=128, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=8,
@@ -20,10 +20,7 @@ CFG = ModelConfig(
 
 @pytest.fixture(scope="module")
 def model():
-    graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Transformer(CFG, rngs=nnx.Rngs(0))))
-    rng = np.random.default_rng(0)
-    state = jax.tree.map(lambda a: jnp.asarray(rng.normal(0.0, 0.1, a.shape), a.dtype), abstract)
-    return graphdef, state
+    return random_model(CFG, std=0.1)
 
 
 def _forward(graphdef, state, tokens_BxT, mask_BxT):

@@ -1,0 +1,22 @@
+"""Random test models drawn on the host: no per-shape init compilation, weights far from HF's 0.02 so
+next-token distributions are not uniform (norm scales are 1 + noise)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from rubric_jax.models.config import ModelConfig
+from rubric_jax.models.transformer import Transformer
+
+
+def random_model(cfg: ModelConfig, *, std: float, seed: int = 0) -> tuple[nnx.GraphDef, nnx.State]:
+    """(graphdef, state) of a Transformer with N(0, std) weights and 1 + N(0, std) norm scales."""
+    graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+    rng = np.random.default_rng(seed)
+
+    def draw(path, leaf):
+        value = rng.normal(0.0, std, leaf.shape) + (1.0 if "scale" in jax.tree_util.keystr(path) else 0.0)
+        return jnp.asarray(value, leaf.dtype)
+
+    return graphdef, jax.tree_util.tree_map_with_path(draw, abstract)
