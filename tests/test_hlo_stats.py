@@ -1,0 +1,93 @@
+"""hlo_stats: collective ops, bytes and execution counts from compiled HLO text."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from rubric_jax import hlo_stats
+
+# A hand-written module: an all-gather in the entry, an async all-reduce in a scan-like loop of 4
+# iterations (called through a fusion wrapper), and a reduce-scatter in a loop of unknown length.
+_HLO = """HloModule m, entry_computation_layout={()->f32[]}
+
+%add (x: f32[], y: f32[]) -> f32[] {
+  ROOT %a = f32[] add(f32[] %x, f32[] %y)
+}
+
+%inner (p: bf16[16,8]) -> bf16[16,8] {
+  %ars = bf16[16,8]{1,0} all-reduce-start(bf16[16,8]{1,0} %p), to_apply=%add
+  ROOT %ard = bf16[16,8]{1,0} all-reduce-done(bf16[16,8]{1,0} %ars)
+}
+
+%body4 (t: (s32[], bf16[16,8])) -> (s32[], bf16[16,8]) {
+  %c = bf16[16,8]{1,0} call(bf16[16,8]{1,0} %g), to_apply=%inner
+  ROOT %r = (s32[], bf16[16,8]) tuple(%i, %c)
+}
+
+%cond4 (t: (s32[], bf16[16,8])) -> pred[] {
+  ROOT %lt = pred[] compare(s32[] %i, s32[] %n), direction=LT
+}
+
+%bodyn (t: (s32[], f32[8,4])) -> (s32[], f32[8,4]) {
+  %rs = f32[2,4]{1,0} reduce-scatter(f32[8,4]{1,0} %x), dimensions={0}, to_apply=%add, metadata={op_name="jit(f)/decode"}
+  ROOT %r = (s32[], f32[8,4]) tuple(%i, %x)
+}
+
+%condn (t: (s32[], f32[8,4])) -> pred[] {
+  ROOT %lt = pred[] compare(s32[] %i, s32[] %n), direction=LT
+}
+
+ENTRY %main (p0: f32[2,3]) -> f32[] {
+  %ag = f32[16,3]{1,0} all-gather(f32[2,3]{1,0} %p0), dimensions={0}
+  %w4 = (s32[], bf16[16,8]) while((s32[], bf16[16,8]) %t0), condition=%cond4, body=%body4, backend_config={"known_trip_count":{"n":"4"}}
+  %wn = (s32[], f32[8,4]) while((s32[], f32[8,4]) %t1), condition=%condn, body=%bodyn
+  ROOT %z = f32[] constant(0)
+}
+"""
+
+
+def test_hand_written_module():
+    found = {c.kind: c for c in hlo_stats.collectives(_HLO)}
+    assert set(found) == {"all-gather", "all-reduce", "reduce-scatter"}
+    assert (found["all-gather"].bytes, found["all-gather"].executions, found["all-gather"].in_loop) == (16 * 3 * 4, 1, False)
+    assert (found["all-reduce"].bytes, found["all-reduce"].executions, found["all-reduce"].in_loop) == (16 * 8 * 2, 4, True)
+    assert (found["reduce-scatter"].executions, found["reduce-scatter"].in_loop) == (None, True)
+    assert found["reduce-scatter"].op_name == "jit(f)/decode"
+    summary = hlo_stats.summarize(hlo_stats.collectives(_HLO))
+    assert summary["all-reduce"] == hlo_stats.KindSummary(4, 4 * 256, 0, 0)
+    assert summary["reduce-scatter"] == hlo_stats.KindSummary(0, 0, 1, 32)
+    assert summary["collective-permute"] == hlo_stats.KindSummary(0, 0, 0, 0)
+    assert "all-gather" in hlo_stats.format_table(summary)
+
+
+def test_shape_bytes():
+    assert hlo_stats.shape_bytes("bf16[32,2560,18944]{2,1,0}") == 32 * 2560 * 18944 * 2
+    assert hlo_stats.shape_bytes("(f32[2]{0}, s8[3]{0})") == 11
+    assert hlo_stats.shape_bytes("f32[]") == 4
+    with pytest.raises(ValueError, match="unknown HLO element type"):
+        hlo_stats.shape_bytes("q7[2]")
+
+
+def test_compiled_program_on_8_devices():
+    """A weight sharded over 8 devices inside a data-dependent while loop and a 3-step scan: the
+    contraction over the sharded dim all-reduces once per iteration of each."""
+    mesh = Mesh(np.asarray(jax.devices()[:8]), ("fsdp",), axis_types=(jax.sharding.AxisType.Auto,))
+
+    def f(w, x):
+        y = jax.lax.while_loop(lambda c: c[0] < x[0, 0], lambda c: (c[0] + 1, jnp.tanh(c[1] @ w)), (0.0, x))[1]
+        return jax.lax.scan(lambda h, _: (jnp.tanh(h @ w), None), y, None, length=3)[0]
+
+    compiled = jax.jit(f, in_shardings=(NamedSharding(mesh, PartitionSpec("fsdp", None)),
+                                        NamedSharding(mesh, PartitionSpec()))).lower(
+        jax.ShapeDtypeStruct((64, 64), jnp.float32), jax.ShapeDtypeStruct((4, 64), jnp.float32)).compile()
+    found = hlo_stats.collectives(compiled.as_text())
+    assert found and all(c.in_loop for c in found)
+    assert sorted((c.executions is None) for c in found if c.kind == "all-reduce") == [False, True]
+    assert sum(c.executions for c in found if c.executions is not None) == 3
+
+
+def test_no_entry_is_an_error():
+    with pytest.raises(ValueError, match="no ENTRY"):
+        hlo_stats.collectives("HloModule m\n")
