@@ -59,8 +59,9 @@ def main(argv: list[str]) -> None:
         print(f"wrote {path}")
     unfinished = [f"{v['name']} ({v['status']})" for v in summary["variants"] if v["status"] != "finished"]
     if unfinished:
+        again = "run the sweep without --summary_only" if _SUMMARY_ONLY.value else "run the same command again"
         print(f"experiments.sweep: {len(unfinished)} of {len(sweep.variants)} variants not finished: "
-              f"{', '.join(unfinished)}; run the same command again to resume them", file=sys.stderr)
+              f"{', '.join(unfinished)}; {again} to resume them", file=sys.stderr)
         sys.exit(1)
 
 

@@ -29,7 +29,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -202,8 +202,8 @@ def _name_value(value: Any) -> str:
 
 
 # --------------------------------------------------------------------------------------------- run
-def run_sweep(sweep: Sweep, workdir: str | Path, entry_module: str, python: str = sys.executable,
-              log=print) -> dict[str, str]:
+def run_sweep(sweep: Sweep, workdir: str | Path, entry_module: str, log: Callable[[str], None] = print
+              ) -> dict[str, str]:
     """Runs the unfinished variants one after another, each as `python -m <entry_module> <run_flags>` in its
     own process (what a cluster runs). SIGTERM or Ctrl-C is passed on as SIGTERM to the running variant,
     which saves and exits; the sweep then stops. Returns {variant name: outcome} for the variants it ran
@@ -231,8 +231,8 @@ def run_sweep(sweep: Sweep, workdir: str | Path, entry_module: str, python: str 
                 break
             log(f"{head}: running in {workdir / variant.name}")
             # Its own process group: a terminal's Ctrl-C reaches only the sweep, which asks the run to save.
-            proc = subprocess.Popen([python, "-m", entry_module, *sweep.run_flags(variant, workdir)], env=env,
-                                    process_group=0)
+            proc = subprocess.Popen([sys.executable, "-m", entry_module, *sweep.run_flags(variant, workdir)],
+                                    env=env, process_group=0)
             current.append(proc)
             if stop:  # a signal that came while the process was starting
                 proc.send_signal(signal.SIGTERM)
@@ -326,7 +326,8 @@ def summary_markdown(summary: Mapping[str, Any], plot_paths: Sequence[Path] = ()
               "| final KL | final train reward | GRPO steps | wall time |",
               "|---" * (len(keys) + 8) + "|"]
     for v in variants:
-        cells = [f"[{v['name']}]({v['name']}/)", *(_cell(v["overrides"].get(k)) for k in keys), v["status"],
+        cells = [f"[{v['name']}]({v['name']}/)",
+                 *(flag_value(v["overrides"][k]) if k in v["overrides"] else "-" for k in keys), v["status"],
                  _at(v["final_eval_reward"], v["final_eval_step"]), _at(v["best_eval_reward"], v["best_eval_step"]),
                  _cell(v["final_kl"]), _cell(v["final_train_reward"]), str(v["grpo_steps"]),
                  _duration(v["wall_seconds"])]
@@ -341,10 +342,8 @@ def summary_markdown(summary: Mapping[str, Any], plot_paths: Sequence[Path] = ()
     return "\n".join(lines) + "\n"
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    return metrics.format_number(value) if isinstance(value, float) else str(value)
+def _cell(value: float | None) -> str:
+    return "-" if value is None else metrics.format_number(value)
 
 
 def _at(value: float | None, step: int | None) -> str:

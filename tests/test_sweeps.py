@@ -278,7 +278,24 @@ def test_printed_commands_are_the_runs_the_sweep_ran(two_seeds):
         assert metrics.is_done(workdir / name, config.value)
 
 
-def test_sweep_cli_errors_are_one_line(tmp_path):
+def test_summary_only_reports_what_the_workdirs_hold_without_running(tmp_path):
+    proc = _sweep_cli("--config=configs/tiny.py", f"--workdir={tmp_path}", "--summary_only")  # README, nothing ran
+    assert proc.returncode == 1 and "running in" not in proc.stdout
+    assert proc.stderr.strip().splitlines()[-1].startswith("experiments.sweep: 4 of 4 variants not finished: "
+                                                           "lr=0.0001,beta=0.0 (not started), ")
+    assert proc.stderr.strip().endswith("run the sweep without --summary_only to resume them")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json", "summary.md"]  # no variant was started
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [v["status"] for v in summary["variants"]] == ["not started"] * 4
+
+
+def test_readme_print_commands_and_one_line_errors(tmp_path):
+    proc = _sweep_cli("--config=configs/tiny.py", "--workdir=runs/tiny_sweep", "--print_commands")  # README
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == ("./launch.sh experiments.run --config=configs/tiny.py "
+                                           "--workdir=runs/tiny_sweep/lr=0.0001,beta=0.0 --config.rl.lr=0.0001 "
+                                           "--config.rl.beta=0.0")
+    assert len(proc.stdout.splitlines()) == 4
     proc = _sweep_cli("--config=configs/tiny.py", f"--workdir={tmp_path}", "--config.rl.lrr=1", "--print_commands")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == ["experiments.sweep: error: configs/tiny.py: extra flag "
