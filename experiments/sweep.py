@@ -43,8 +43,6 @@ def main(argv: list[str]) -> None:
     if _PRINT.value and _SUMMARY_ONLY.value:
         _fail("--print_commands and --summary_only exclude each other")
     workdir = Path(_WORKDIR.value)
-    if workdir.exists() and not workdir.is_dir():
-        _fail(f"--workdir={workdir} is a file, not a directory")
     try:
         sweep = sweeps.load_sweep(_CONFIG.value, extra)
     except sweeps.SweepError as e:
@@ -53,6 +51,12 @@ def main(argv: list[str]) -> None:
         for variant in sweep.variants:
             print("./launch.sh " + shlex.join([_RUN_MODULE, *sweep.run_flags(variant, workdir)]))
         return
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / ".write_test").touch()
+        (workdir / ".write_test").unlink()
+    except OSError as e:
+        _fail(f"--workdir={workdir} is not a writable directory ({e.strerror})")
     outcomes = {} if _SUMMARY_ONLY.value else sweeps.run_sweep(sweep, workdir, _RUN_MODULE)
     summary = sweeps.summarize(sweep, workdir, outcomes)
     for path in sweeps.write_summary(sweep, workdir, summary)[:2]:

@@ -106,8 +106,8 @@ def spec_series(spec: PlotSpec, rows: Sequence[Mapping[str, Any]]) -> dict[str, 
     """{metric: (steps, values)} of every metric of `spec` in `rows` with at least one finite value;
     the "mean" metrics first, then by name."""
     rows = [row for row in rows if row.get("stage", "grpo") in spec.stages]
-    names = sorted({k for row in rows for k in row if k not in ("step", "time", "stage") and re.search(spec.pattern, k)},
-                   key=lambda k: (not k.endswith("mean"), k))
+    names = {k for row in rows for k in row if k not in ("step", "time", "stage") and re.search(spec.pattern, k)}
+    names = sorted(names, key=lambda k: (not k.endswith("mean"), k))
     found = {k: series(rows, k) for k in names}
     return {k: (steps, values) for k, (steps, values) in found.items()
             if any(not math.isnan(v) for v in values)}

@@ -105,7 +105,8 @@ def load_sweep(config_file: str, extra_flags: Sequence[str] = ()) -> Sweep:
         raise SweepError(f"{path}: sweep(add, arg) added no variant")
     flags_of = []
     for index, overrides in enumerate(added, start=1):
-        where = f"{path}: sweep variant {index} of {len(added)} ({', '.join(f'{k}={v!r}' for k, v in overrides.items())})"
+        described = ", ".join(f"{k}={v!r}" for k, v in overrides.items())
+        where = f"{path}: sweep variant {index} of {len(added)} ({described})"
         for key, value in overrides.items():
             _check_key(plain, key, where)
             if key in extra_keys:
@@ -310,9 +311,9 @@ def write_summary(sweep: Sweep, workdir: str | Path, summary: Mapping[str, Any])
     runs = {v.name: metrics.read_jsonl_metrics(workdir / v.name / metrics.METRICS_FILE) for v in sweep.variants
             if (workdir / v.name / metrics.METRICS_FILE).exists()}
     plot_paths = plots.plot_runs(runs, workdir / plots.PLOTS_DIR)
-    written = [write_atomic(workdir / SUMMARY_JSON, json.dumps(metrics.jsonable(summary), indent=2) + "\n"),
-               write_atomic(workdir / SUMMARY_MD, summary_markdown(summary, [p.relative_to(workdir) for p in plot_paths]))]
-    return written + plot_paths
+    markdown = summary_markdown(summary, [p.relative_to(workdir) for p in plot_paths])
+    return [write_atomic(workdir / SUMMARY_JSON, json.dumps(metrics.jsonable(summary), indent=2) + "\n"),
+            write_atomic(workdir / SUMMARY_MD, markdown), *plot_paths]
 
 
 def summary_markdown(summary: Mapping[str, Any], plot_paths: Sequence[Path] = ()) -> str:

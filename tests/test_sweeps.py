@@ -236,7 +236,8 @@ def test_sweep_summary_matches_each_variants_metrics(two_seeds):
         table_row = next(line for line in (workdir / "summary.md").read_text().splitlines()
                          if line.startswith(f"| [{variant['name']}]"))
         assert f"| {metrics.format_number(evals[-1][1])} (2) |" in table_row and "| finished |" in table_row
-    entropies = [[r["entropy"] for r in _log(workdir / name) if r.get("stage") == "grpo"] for name in ("seed=0", "seed=1")]
+    entropies = [[r["entropy"] for r in _log(workdir / name) if r.get("stage") == "grpo"]
+                 for name in ("seed=0", "seed=1")]
     assert entropies[0] != entropies[1]  # two seeds, two initialisations: the variants really differ
     overlays = {p.name for p in (workdir / "plots").iterdir()}
     assert {"reward.png", "eval_reward.png", "kl.png", "clip_fraction.png", "entropy.png", "grad_norm.png", "lr.png",
