@@ -27,7 +27,8 @@ from rubric_jax.rubrics.schema import RubricError
 
 _BENCHMARK = flags.DEFINE_string("benchmark", None, f"One of {', '.join(harness.BENCHMARKS)}.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "The benchmark's folder (e.g. ../shared/data/hellobench).")
-_DATA_FILE = flags.DEFINE_string("data_file", None, "File in --data_dir (longbench_write, healthbench, biggen, rubric_set).")
+_DATA_FILE = flags.DEFINE_string("data_file", None, "File in --data_dir (longbench_write, healthbench, biggen, "
+                                  "rubric_set).")
 _OUT = flags.DEFINE_string("out", None, "Output directory (must not be or contain an input).")
 _LIMIT = flags.DEFINE_integer("limit", 0, "Evaluate only the first N cases (HelloBench: of each task); 0 = all.")
 _JUDGEMENTS = flags.DEFINE_string("judgements", None, "HelloBench: score this published judgements CSV, no model.")
@@ -61,7 +62,8 @@ def _settings() -> tuple[harness.GenerationSettings, harness.JudgeSettings, tupl
     """Validated flag values (EvalInputError names the flag)."""
     for flag, value, minimum in (("limit", _LIMIT.value, 0), ("max_new_tokens", _MAX_NEW.value, 1),
                                  ("batch_size", _BATCH.value, 1), ("judge_samples", _JUDGE_SAMPLES.value, 1),
-                                 ("judge_retries", _JUDGE_RETRIES.value, 0), ("judge_batch_size", _JUDGE_BATCH.value, 1),
+                                 ("judge_retries", _JUDGE_RETRIES.value, 0),
+                                 ("judge_batch_size", _JUDGE_BATCH.value, 1),
                                  ("judge_max_new_tokens", _JUDGE_MAX_NEW.value, 1)):
         if value < minimum:
             raise EvalInputError(f"--{flag} must be >= {minimum}, got {value}")
@@ -107,7 +109,8 @@ def main(argv: list[str]) -> None:
             raise EvalInputError("give exactly one of --checkpoint (a HF directory) and --workdir (a training run)")
         policy_dir = checkpoint or workdir
         if not policy_dir.is_dir():
-            raise EvalInputError(f"--{'checkpoint' if checkpoint else 'workdir'}={policy_dir}: directory does not exist")
+            flag = "checkpoint" if checkpoint else "workdir"
+            raise EvalInputError(f"--{flag}={policy_dir}: directory does not exist")
         shared = None
         if _RUBRIC.value is not None:
             if not Path(_RUBRIC.value).is_file():

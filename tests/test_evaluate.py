@@ -27,12 +27,12 @@ from rubric_jax.evaluation import biggen, harness, healthbench, hellobench, long
 from rubric_jax.evaluation.results import FINISH_PROMPT_TOO_LONG, Answer, EvalInputError
 from rubric_jax.judges.llm_judge import Judge, JudgeConfig
 from rubric_jax.judges.reward import RubricReward
+from rubric_jax.models.checkpoint import export_hf_checkpoint
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.importers import (
     HELLOBENCH_TASKS,
     LONGBENCH_WRITE_QUALITY,
     RubricCase,
-    import_biggen_bench,
     import_healthbench,
     import_longbench_write,
 )
@@ -138,7 +138,8 @@ def test_healthbench_score_tags_and_incomplete_examples():
 def test_hellobench_rescaling_by_hand():
     assert hellobench.question_score([1, 0.5, 0.25], [50, 30, 20]) == pytest.approx(70)
     assert hellobench.task_score([70, 100]) == pytest.approx((85 - 75) * 4)
-    assert hellobench.task_score([75]) == 0.0 and hellobench.task_score([0]) == -300 and hellobench.task_score([]) is None
+    assert hellobench.task_score([75]) == 0.0 and hellobench.task_score([0]) == -300
+    assert hellobench.task_score([]) is None
     scores = hellobench.hellobench_scores({"open_ended_qa": [100], "summarization": [75], "chat": [50],
                                            "text_completion": [0], "heuristic_text_generation": [80]})
     assert scores["avg"] == pytest.approx((100 + 0 - 100 - 300 + 20) / 5)  # plain mean of the five tasks
@@ -173,10 +174,10 @@ def test_hellobench_published_judgements_fixture():
     ("n,chat,chat_999,rewrite,\"[1, 1]\"", r"bad.csv:3: field 'id': 'chat_999' is not a question of task 'chat'"),
     ("n,chat,chat_000,news,\"[1, 1]\"", r"bad.csv:3: field 'category': 'news', but question 'chat_000'"),
     ("n,chat,chat_000,rewrite,\"[1]\"", r"bad.csv:3: field 'checklist_scores': 1 scores, but category 'rewrite' has 2"),
-    ("n,chat,chat_000,rewrite,\"[1, 2]\"", r"bad.csv:3: field 'checklist_scores': expected a non-empty list of numbers"),
+    ("n,chat,chat_000,rewrite,\"[1, 2]\"", r"bad.csv:3: field 'checklist_scores': expected a non-empty list"),
     ("n,chat,chat_000,rewrite,[1",  r"bad.csv:3: field 'checklist_scores': not valid JSON"),
     ("n,poetry,chat_000,rewrite,\"[1, 1]\"", r"bad.csv:3: field 'task': expected one of"),
-    ("m,chat,chat_000,rewrite,\"[0.5, 0.5]\"", r"bad.csv:3: duplicate judgement of 'chat_000' by 'm' \(first at .*bad.csv:2\)"),
+    ("m,chat,chat_000,rewrite,\"[0.5, 0.5]\"", r"bad.csv:3: duplicate judgement of 'chat_000' by 'm' \(first at .*:2\)"),
 ])
 def test_hellobench_bad_judgement_rows_name_the_line(tmp_path, row, message):
     bad = tmp_path / "bad.csv"
@@ -249,7 +250,7 @@ def test_generate_answers_batches_and_skips_prompts_that_do_not_fit():
         calls.append([len(p) for p in prompt_ids])
         rows = [tok("ok", add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for _ in prompt_ids]
         tokens = np.asarray(rows, np.int32)
-        return FakeResult(tokens, np.zeros(tokens.shape), np.asarray([len(r) for r in rows]), np.asarray(["stop"] * len(rows)))
+        return FakeResult(tokens, np.zeros(tokens.shape), np.asarray([len(r) for r in rows]), ["stop"] * len(rows))
 
     texts = ["a", "a much longer question " * 3, "mid question", "x " * 400]
     cases = [RubricCase(str(i), t, None) for i, t in enumerate(texts)]
@@ -262,47 +263,69 @@ def test_generate_answers_batches_and_skips_prompts_that_do_not_fit():
     assert len(calls) == 2 and calls[0][0] >= calls[0][1] >= calls[1][0]  # longest prompts first, 2 per call
 
 
-def _tiny_run(tmp_path, rewards):
-    """A training-run directory: config.json, kept GRPO checkpoints (params differ per step), eval rows."""
+def tiny_run(root, rewards, updates_per_batch=2):
+    """A training-run directory like experiments.run leaves: config.json, GRPO checkpoints numbered in
+    optimizer updates (`updates_per_batch` per logged step, keep=3) with distinct params, and eval rows at
+    the logged steps `rewards` maps to eval/reward_mean. Returns the config and the saved params per step."""
     from configs.tiny import get_config
 
     cfg = ModelConfig(architecture="qwen2", vocab_size=2048, hidden_size=16, intermediate_size=32, num_layers=1,
                       num_heads=2, num_kv_heads=1, head_dim=8, rope_theta=10000.0, rms_norm_eps=1e-6,
                       tie_word_embeddings=True, attention_bias=True, rope_scaling=None, max_position_embeddings=256)
-    (tmp_path / "model.json").write_text(json.dumps(cfg.to_hf_dict()))
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "model.json").write_text(json.dumps(cfg.to_hf_dict()))
     config = get_config()
-    config.model.config_json = str(tmp_path / "model.json")
+    config.model.config_json = str(root / "model.json")
     config.model.tokenizer = str(TINY_DIR / "tokenizer")
-    (tmp_path / "config.json").write_text(config.to_json_best_effort())
+    config.rl.updates_per_batch = updates_per_batch
+    (root / "config.json").write_text(config.to_json_best_effort())
     graphdef, state = random_model(cfg, std=0.3)
     saved = {}
-    with checkpointing.Checkpointer(tmp_path / "checkpoints" / "grpo", max_to_keep=3, async_save=False) as ckpt:
-        for step in rewards:
-            params = jax.tree.map(lambda x: x + step, nnx.to_pure_dict(state))
+    with checkpointing.Checkpointer(root / "checkpoints" / "grpo", max_to_keep=3, async_save=False) as ckpt:
+        for log_step in rewards:
+            step = log_step * updates_per_batch
+            params = jax.tree.map(lambda x: x + 1e-3 * step, nnx.to_pure_dict(state))
             ts = train_state.train_state_from_params(graphdef, params, optax.sgd(0.1), jax.random.key(0))
             ckpt.save(ts.replace(step=np.int32(step)), data_state={}, rubric_hash="h")
             saved[step] = params
     rows = [{"stage": "eval", "step": step, "eval/reward_mean": r} for step, r in rewards.items()]
     rows.insert(0, {"stage": "eval", "step": 0, "eval/reward_mean": 0.99})  # the SFT baseline has no GRPO checkpoint
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (root / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return config, saved
 
 
 def test_workdir_policy_latest_and_best(tmp_path):
-    config, saved = _tiny_run(tmp_path, {10: 0.2, 20: 0.7, 30: 0.5, 40: 0.6})  # keep=3: step 10 is gone
-    assert [(c.step, c.eval_reward) for c in runs.run_checkpoints(tmp_path, config)] == [(20, 0.7), (30, 0.5), (40, 0.6)]
-    assert runs.select_checkpoint(tmp_path, config, "latest").step == 40
-    assert runs.select_checkpoint(tmp_path, config, "best").step == 20
+    config, saved = tiny_run(tmp_path, {10: 0.2, 20: 0.7, 30: 0.5, 40: 0.6})  # keep=3: step 10 is gone
+    kept = runs.run_checkpoints(tmp_path, config)
+    assert [(c.step, c.eval_reward) for c in kept] == [(40, 0.7), (60, 0.5), (80, 0.6)]  # 2 updates per step
+    assert runs.select_checkpoint(tmp_path, config, "latest").step == 80
+    assert runs.select_checkpoint(tmp_path, config, "best").step == 40
     mesh = sharding.make_mesh(sharding.MeshConfig(1, 1, 1), jax.devices()[:1])
     best = policy.load_policy(checkpoint=None, workdir=tmp_path, which="best", mesh=mesh, sampler="greedy",
                               max_new_tokens=4)
-    assert best.name == f"{tmp_path.name}@grpo/20" and best.source["eval/reward_mean"] == 0.7
+    assert best.name == f"{tmp_path.name}@grpo/40" and best.source["eval/reward_mean"] == 0.7
     assert best.context_length == 256 and best.stop_tokens == (best.tokenizer.eos_token_id,)
-    _, _, state = runs.restore_run_params(tmp_path, config, runs.RunCheckpoint("grpo", 20, 0.7), mesh)
-    jax.tree.map(np.testing.assert_array_equal, nnx.to_pure_dict(state), saved[20])
+    _, _, state = runs.restore_run_params(tmp_path, config, runs.RunCheckpoint("grpo", 40, 0.7), mesh)
+    jax.tree.map(np.testing.assert_array_equal, nnx.to_pure_dict(state), saved[40])
     (tmp_path / "metrics.jsonl").write_text("")
     with pytest.raises(EvalInputError, match="no kept checkpoint has a logged eval/reward_mean"):
         runs.select_checkpoint(tmp_path, config, "best")
+
+
+def test_hf_directory_policy(tmp_path):
+    cfg = ModelConfig(architecture="qwen2", vocab_size=2048, hidden_size=16, intermediate_size=32, num_layers=1,
+                      num_heads=2, num_kv_heads=1, head_dim=8, rope_theta=10000.0, rms_norm_eps=1e-6,
+                      tie_word_embeddings=True, attention_bias=True, rope_scaling=None, max_position_embeddings=128)
+    _, state = random_model(cfg, std=0.3)
+    export_hf_checkpoint(cfg, state, tmp_path / "hf", source_dir=TINY_DIR / "tokenizer")
+    mesh = sharding.make_mesh(sharding.MeshConfig(1, 1, 1), jax.devices()[:1])
+    loaded = policy.load_policy(checkpoint=tmp_path / "hf", workdir=None, which="latest", mesh=mesh,
+                                sampler="greedy", max_new_tokens=4)
+    assert loaded.name == "hf" and loaded.context_length == 128 and loaded.source == {"checkpoint": str(tmp_path / "hf")}
+    (tmp_path / "bad").mkdir()
+    with pytest.raises(EvalInputError, match="--checkpoint=.*bad"):
+        policy.load_policy(checkpoint=tmp_path / "bad", workdir=None, which="latest", mesh=mesh, sampler="greedy",
+                           max_new_tokens=4)
 
 
 # ------------------------------------------------------------------------------------------ integration (real files)
@@ -327,8 +350,10 @@ def test_real_hellobench_published_judgements_reproduced():
         assert tasks == pytest.approx(expected, abs=1e-9), model
     golden = {"gpt4o_0806": (54.82, 29.71, 42.88, 67.49, 47.87, 48.55),  # FORMULA.md
               "mistral_large_api": (53.13, 34.04, 32.75, 66.99, 47.07, 46.80),
-              "o1_mini": (46.85, 38.57, 38.75, 57.47, 48.75, 46.08), "claude35": (62.73, 31.34, 32.11, 51.27, 40.92, 43.67),
-              "llama31_8b": (42.52, 18.44, -5.26, -5.61, 24.99, 15.01), "qwen2_7b": (46.05, 7.37, -6.48, 5.12, 16.33, 13.68)}
+              "o1_mini": (46.85, 38.57, 38.75, 57.47, 48.75, 46.08),
+              "claude35": (62.73, 31.34, 32.11, 51.27, 40.92, 43.67),
+              "llama31_8b": (42.52, 18.44, -5.26, -5.61, 24.99, 15.01),
+              "qwen2_7b": (46.05, 7.37, -6.48, 5.12, 16.33, 13.68)}
     for model, values in golden.items():
         assert list(models[model].values()) == pytest.approx(values, abs=0.01), model
 
@@ -359,7 +384,8 @@ def verdict_judge(tokenizer, verdict_of_question):
         tokens = np.full((len(rows), max(map(len, rows))), pad_id, np.int32)
         for i, r in enumerate(rows):
             tokens[i, :len(r)] = r
-        return FakeResult(tokens, np.zeros(tokens.shape, np.float32), np.asarray(list(map(len, rows))), ["stop"] * len(rows))
+        lengths = np.asarray(list(map(len, rows)))
+        return FakeResult(tokens, np.zeros(tokens.shape, np.float32), lengths, ["stop"] * len(rows))
 
     return Judge("verdicts", None, None, tokenizer, generate, max_prompt_tokens=10**6)
 

@@ -1,5 +1,6 @@
-"""experiments.evaluate through a subprocess: one end-to-end run (tiny random policy through the real
-sampler, a scripted judge model), HelloBench published-judgement scoring, and every bad-input case."""
+"""experiments.evaluate through a subprocess: one end-to-end run (a tiny training run's random policy
+through the real sampler, a scripted judge model), HelloBench published-judgement scoring, and every
+bad-input case."""
 
 import json
 import subprocess
@@ -9,15 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from random_model import random_model
-from test_evaluate import EVAL_FIXTURES, HELLO
+from test_evaluate import EVAL_FIXTURES, HELLO, tiny_run
 from test_importers import FIXTURES, _real
 from test_llm_judge import scripted_model, tiny_model_config, tiny_tokenizer
 
-from rubric_jax.assets import TINY_DIR
 from rubric_jax.evaluation import longbench_write
 from rubric_jax.models.checkpoint import export_hf_checkpoint
-from rubric_jax.models.config import ModelConfig
 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUTS = ("records.jsonl", "summary.json", "table.md", "plot.png")
@@ -36,48 +34,48 @@ def finish(proc):
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    """A tiny random policy (the shipped tokenizer) and a judge model that always answers 'SCORE: 4'."""
+    """A tiny training run (random policy checkpoints, tests/test_evaluate.tiny_run) and a judge model that
+    always answers 'SCORE: 4'."""
     root = tmp_path_factory.mktemp("models")
-    cfg = ModelConfig(architecture="qwen2", vocab_size=2048, hidden_size=32, intermediate_size=64, num_layers=1,
-                      num_heads=2, num_kv_heads=1, head_dim=16, rope_theta=10000.0, rms_norm_eps=1e-6,
-                      tie_word_embeddings=True, attention_bias=True, rope_scaling=None, max_position_embeddings=512)
-    _, state = random_model(cfg, std=0.5)
-    policy = export_hf_checkpoint(cfg, state, root / "policy", source_dir=TINY_DIR / "tokenizer")
+    tiny_run(root / "run", {10: 0.3, 20: 0.8, 30: 0.5})
     tokenizer = tiny_tokenizer()
     _, state = scripted_model(tokenizer, "SCORE: 4")
     judge = export_hf_checkpoint(tiny_model_config(state["embed_tokens"]["embedding"].shape[0]), state, root / "judge")
     tokenizer.save_pretrained(judge)
-    return policy, judge
+    return root / "run", judge
 
 
 def test_longbench_write_end_to_end(tmp_path, models):
-    """2 LongBench-Write prompts: the random policy answers through the real sampler, the scripted judge
-    scores each of the six quality dimensions 4 (single mode), and the files hold the formula's numbers."""
-    policy, judge = models
-    out = tmp_path / "eval"
+    """The README command on 2 LongBench-Write prompts: the run's best checkpoint answers through the real
+    sampler in the training format, the scripted judge scores each of the six quality dimensions 4 (single
+    mode), and the files hold the formula's numbers."""
+    run, judge = models
+    out = run / "eval" / "longbench_write"  # a report may live inside the run directory
     proc = finish(start("--benchmark=longbench_write", f"--data_dir={EVAL_FIXTURES}",
-                        "--data_file=longbench_write_mini.jsonl", "--limit=2", f"--out={out}",
-                        f"--checkpoint={policy}", "--max_new_tokens=12", "--mesh=1,1,1",
-                        f"--judge_checkpoint={judge}", "--judge_mode=single", "--judge_sampler=greedy",
-                        "--judge_max_new_tokens=6"))
+                        "--data_file=longbench_write_mini.jsonl", "--limit=2", f"--workdir={run}", "--which=best",
+                        "--prompt_format=think_answer", "--max_new_tokens=12", f"--judge_checkpoint={judge}",
+                        "--judge_mode=single", "--judge_sampler=greedy", "--judge_max_new_tokens=6", f"--out={out}",
+                        "--mesh=1,1,1"))
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUTS)  # no temporary files left behind
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert [r["id"] for r in records] == ["longbench_write_mini/000", "longbench_write_mini/001"]
     for r in records:
         assert r["response"] and r["response_tokens"] >= 1 and r["finish_reason"] in ("stop", "length")
+        assert r["format_ok"] is False  # a random policy writes no <answer>: the whole response is judged
         assert r["output_length"] == longbench_write.count_words(r["response"])
-        assert r["length_score"] == pytest.approx(longbench_write.length_score(r["required_length"], r["output_length"]))
+        expected = longbench_write.length_score(r["required_length"], r["output_length"])
+        assert r["length_score"] == pytest.approx(expected)
         assert set(r["quality"].values()) == {4.0}
     summary = json.loads((out / "summary.json").read_text())
+    assert summary["policy"] == "run@grpo/40" and summary["policy_source"]["eval/reward_mean"] == 0.8
     scores = summary["scores"]
     assert scores["S_q"] == pytest.approx((4 - 1) * 25) and scores["answers_judged"] == 2
     assert scores["S_l"] == pytest.approx(np.mean([r["length_score"] for r in records]))
     assert scores["S"] == pytest.approx((scores["S_l"] + scores["S_q"]) / 2)
-    assert summary["counts"]["generated"] == 2 and summary["judge_counters"]["judge_prompts"] == 12
-    assert summary["judge_counters"]["judge_generate_calls"] == 1 and summary["policy"] == "policy"
-    table = (out / "table.md").read_text()
-    assert "| S_q (quality) | 75.00 |" in table
+    assert summary["counts"]["generated"] == 2 and summary["counts"]["format_ok"] == 0
+    assert summary["judge_counters"]["judge_prompts"] == 12 and summary["judge_counters"]["judge_generate_calls"] == 1
+    assert "| S_q (quality) | 75.00 |" in (out / "table.md").read_text()
     assert (out / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads(proc.stdout.strip().splitlines()[-1])["scores"]["S_q"] == pytest.approx(75.0)
 
@@ -98,22 +96,22 @@ def test_hellobench_published_judgements_cli_on_the_shared_data(tmp_path):
 
 def _bad_input(tmp_path, case, models):
     """Arguments of one bad-input case; every case names its own output directory `tmp_path/out`."""
-    policy, _ = models
+    run, _ = models
     out = tmp_path / "out"
     judgements = EVAL_FIXTURES / "hellobench_judgements.csv"
-    model = [f"--checkpoint={policy}", "--mesh=1,1,1"]
-    lb = ["--benchmark=longbench_write", f"--out={out}", *model]
+    model = [f"--workdir={run}", "--mesh=1,1,1"]
+    lb = ["--benchmark=longbench_write", f"--out={out}"]
     if case == "unknown_benchmark":
         return ["--benchmark=mmlu", f"--data_dir={EVAL_FIXTURES}", f"--out={out}", *model]
     data = tmp_path / "data"
     data.mkdir()
     if case == "missing_data_file":
-        return [*lb, f"--data_dir={data}"]
+        return [*lb, *model, f"--data_dir={data}"]
     if case in ("malformed_line", "bad_field"):
         rows = {"malformed_line": ['{"prompt": "Write.", "type": "t", "length": 10}', "{oops"],
                 "bad_field": ['{"prompt": "Write.", "type": "t", "length": "long"}']}[case]
         (data / "lb.jsonl").write_text("\n".join(rows) + "\n")
-        return [*lb, f"--data_dir={data}", "--data_file=lb.jsonl"]
+        return [*lb, *model, f"--data_dir={data}", "--data_file=lb.jsonl"]
     if case == "judgements_model_missing_rows":
         return ["--benchmark=hellobench", f"--data_dir={HELLO}", f"--judgements={judgements}", "--models=model_b",
                 f"--out={out}"]
@@ -122,16 +120,19 @@ def _bad_input(tmp_path, case, models):
         bad.write_text(judgements.read_text().replace('"[1.0, 0.0]"', '"[1.0, 2.0]"'))
         return ["--benchmark=hellobench", f"--data_dir={HELLO}", f"--judgements={bad}", f"--out={out}"]
     if case == "missing_judgements":
-        return ["--benchmark=hellobench", f"--data_dir={HELLO}", f"--judgements={tmp_path / 'none.csv'}", f"--out={out}"]
+        return ["--benchmark=hellobench", f"--data_dir={HELLO}", f"--judgements={tmp_path / 'none.csv'}",
+                f"--out={out}"]
     if case == "out_is_input":
-        return [*lb, f"--data_dir={EVAL_FIXTURES}", "--data_file=longbench_write_mini.jsonl", f"--out={EVAL_FIXTURES}"]
+        return ["--benchmark=longbench_write", *model, f"--data_dir={EVAL_FIXTURES}",
+                "--data_file=longbench_write_mini.jsonl", f"--out={EVAL_FIXTURES}"]
     if case == "llm_benchmark_without_judge":
         return ["--benchmark=biggen", f"--data_dir={FIXTURES}", "--data_file=biggen_mini.jsonl", f"--out={out}", *model]
     if case == "missing_checkpoint":
         return [*lb, f"--data_dir={EVAL_FIXTURES}", "--data_file=longbench_write_mini.jsonl",
                 f"--checkpoint={tmp_path / 'nope'}"]
     if case == "checkpoint_and_workdir":
-        return [*lb, f"--data_dir={EVAL_FIXTURES}", "--data_file=longbench_write_mini.jsonl", f"--workdir={data}"]
+        return [*lb, *model, f"--data_dir={EVAL_FIXTURES}", "--data_file=longbench_write_mini.jsonl",
+                f"--checkpoint={data}"]
     raise AssertionError(case)
 
 
@@ -140,7 +141,8 @@ BAD_INPUT = {
     "missing_data_file": ["longbench_write.jsonl: longbench_write data file does not exist"],
     "malformed_line": ["lb.jsonl:2: not valid JSON"],
     "bad_field": ["lb.jsonl:1: record 0: field 'length': expected a positive integer, got 'long'"],
-    "judgements_model_missing_rows": ["hellobench_judgements.csv: model 'model_b' is missing 1 of 1 judgements of task 'chat'"],
+    "judgements_model_missing_rows": [
+        "hellobench_judgements.csv: model 'model_b' is missing 1 of 1 judgements of task 'chat'"],
     "judgements_malformed_row": ["judgements.csv:5: field 'checklist_scores'", "[1.0, 2.0]"],
     "missing_judgements": ["none.csv: file does not exist"],
     "out_is_input": ["fixtures/evaluate: is also an input"],

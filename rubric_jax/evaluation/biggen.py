@@ -27,7 +27,8 @@ from rubric_jax.evaluation.results import (
 from rubric_jax.rubrics.importers import RubricCase, import_biggen_bench
 
 
-def capability_scores(scores_by_capability: Mapping[str, Sequence[float]]) -> tuple[dict[str, float | None], float | None]:
+def capability_scores(scores_by_capability: Mapping[str, Sequence[float]]
+                      ) -> tuple[dict[str, float | None], float | None]:
     """Per-capability mean 1-5 score and the unweighted mean of the capability means."""
     means = {cap: mean_or_none(v) for cap, v in sorted(scores_by_capability.items())}
     present = [m for m in means.values() if m is not None]
@@ -56,7 +57,8 @@ def score(cases: Sequence[RubricCase], answers: Sequence[Answer]) -> BenchmarkRe
     summary = {"overall": finite_or_none(overall), "capabilities": means,
                "instances": len(cases), "instances_scored": sum(map(len, by_capability.values()))}
     rows = [(cap, f"{len(by_capability.get(cap, []))}/{totals[cap]}", finite_or_none(m)) for cap, m in means.items()]
-    rows.append(("overall (mean of capabilities)", f"{summary['instances_scored']}/{len(cases)}", finite_or_none(overall)))
+    rows.append(("overall (mean of capabilities)", f"{summary['instances_scored']}/{len(cases)}",
+                 finite_or_none(overall)))
     notes = ((f"{len(cases) - summary['instances_scored']} instance(s) not scored: not generated, or no valid "
               "judge score.",) if summary["instances_scored"] < len(cases) else ())
     chart = BarChart("BiGGen-Bench: mean 1-5 score per capability", (*means, "overall"),

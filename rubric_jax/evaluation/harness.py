@@ -13,7 +13,7 @@ import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,10 +23,19 @@ from rubric_jax.evaluation.results import FINISH_PROMPT_TOO_LONG, Answer, Benchm
 from rubric_jax.rubrics.importers import RubricCase
 from rubric_jax.rubrics.schema import Rubric
 
+if TYPE_CHECKING:  # jax, the sampler and the judges load in seconds: only `run` imports them
+    import jax
+
+    from rubric_jax.evaluation.policy import Policy
+    from rubric_jax.judges.reward import RubricReward
+
 BENCHMARKS = ("hellobench", "longbench_write", "healthbench", "biggen", "rubric_set")
 PROMPT_FORMATS = ("plain", "think_answer")
 WHICH = ("latest", "best")  # --workdir checkpoints: the newest, or the highest logged held-out reward
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+# RubricReward's judge counters summed over the judge passes into summary.json (llm_judge.judge_rows).
+JUDGE_COUNTERS = ("judge_prompts", "judge_generate_calls", "judge_invalid", "judge_retried", "judge_prompt_too_long",
+                  "judge_scores", "judge_failed_samples", "judge_failed_scores")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +97,10 @@ def check_out(out: Path, inputs: Sequence[Path], input_dirs: Sequence[Path]) -> 
 def policy_messages(case: RubricCase, prompt_format: str) -> list[dict[str, str]]:
     """The chat the policy answers: the case's system prompt (and, in think_answer format, the training
     format instruction) as the system turn, then the case's turns (a text prompt is one user turn)."""
-    turns = [{"role": "user", "content": case.prompt}] if isinstance(case.prompt, str) else [dict(t) for t in case.prompt]
+    if isinstance(case.prompt, str):
+        turns = [{"role": "user", "content": case.prompt}]
+    else:
+        turns = [dict(t) for t in case.prompt]
     systems = [case.meta["system_prompt"]] if case.meta.get("system_prompt") else []
     if prompt_format == "think_answer":
         systems.append(data.SYSTEM_PROMPT)
@@ -98,7 +110,10 @@ def policy_messages(case: RubricCase, prompt_format: str) -> list[dict[str, str]
 def judge_question(case: RubricCase, show_reference: bool) -> str:
     """What the judge is shown as the question: the prompt (a conversation as 'role: content' turns, as
     HealthBench's grader sees it), plus the reference answer where the benchmark shows one (Prometheus)."""
-    text = case.prompt if isinstance(case.prompt, str) else "\n\n".join(f"{t['role']}: {t['content']}" for t in case.prompt)
+    if isinstance(case.prompt, str):
+        text = case.prompt
+    else:
+        text = "\n\n".join(f"{t['role']}: {t['content']}" for t in case.prompt)
     if show_reference and case.reference:
         text += f"\n\n[Reference answer, worth the top score]\n{case.reference}"
     return text
@@ -124,8 +139,8 @@ class Generated:
     tokens: int
 
 
-def generate_answers(policy: Any, cases: Sequence[RubricCase], settings: GenerationSettings, key: Any
-                     ) -> list[Generated]:
+def generate_answers(policy: Policy, cases: Sequence[RubricCase], settings: GenerationSettings,
+                     key: jax.Array) -> list[Generated]:
     """Answers every case with `policy.generate`, `batch_size` prompts per call, longest prompts first
     (each batch pads to one length bucket); a prompt that cannot fit the context with max_new_tokens is
     not generated and is marked FINISH_PROMPT_TOO_LONG."""
@@ -154,8 +169,9 @@ def generate_answers(policy: Any, cases: Sequence[RubricCase], settings: Generat
     return out
 
 
-def judge_answers(reward: Any, cases: Sequence[RubricCase], generated: Sequence[Generated], prompt_format: str,
-                  show_reference: bool, batch_size: int, key: Any) -> tuple[list[Answer], dict[str, Any]]:
+def judge_answers(reward: RubricReward, cases: Sequence[RubricCase], generated: Sequence[Generated],
+                  prompt_format: str, show_reference: bool, batch_size: int, key: jax.Array
+                  ) -> tuple[list[Answer], dict[str, int]]:
     """Answers with the judge's raw scores and the rubric reward, scoring `batch_size` answers per reward
     call (each one batched judge pass); cases without a rubric or an answer are not judged."""
     import jax  # imported here: see generate_answers
@@ -164,7 +180,7 @@ def judge_answers(reward: Any, cases: Sequence[RubricCase], generated: Sequence[
     todo = [i for i, c in enumerate(cases) if c.rubric is not None and generated[i].response is not None]
     raw: dict[int, np.ndarray] = {}
     rewards: dict[int, float] = {}
-    counters: dict[str, Any] = {}
+    counters = dict.fromkeys(JUDGE_COUNTERS, 0)
     batches = [todo[k:k + batch_size] for k in range(0, len(todo), batch_size)]
     progress = metrics.Progress(len(batches), desc="judge", keys=())
     for b, batch in enumerate(batches):
@@ -175,9 +191,8 @@ def judge_answers(reward: Any, cases: Sequence[RubricCase], generated: Sequence[
             raw[i] = result.details["raw_scores"][row, [column[d] for d in cases[i].rubric.dimension_ids]]
             if result.details["reward_ok"][row]:
                 rewards[i] = float(result.reward[row])
-        for name, value in result.details.items():
-            if name.startswith("judge_") and isinstance(value, (int, float)) and name != "judge_sample_spread_mean":
-                counters[name] = counters.get(name, 0) + value
+        for name in JUDGE_COUNTERS:
+            counters[name] += result.details.get(name, 0)  # rule-only batches run no judge
         progress.update(b + 1, {})
     progress.close()
     answers = [Answer(g.response, g.finish_reason, g.tokens, text, ok, raw.get(i), rewards.get(i))

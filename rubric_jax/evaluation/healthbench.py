@@ -106,7 +106,7 @@ def score(cases: Sequence[RubricCase], answers: Sequence[Answer]) -> BenchmarkRe
                "overall_bootstrap_std": None if stats is None else stats["bootstrap_std"],
                "examples": len(cases), "examples_scored": len(overall), "tags": tags}
     axes = [t for t in tags if t.startswith("axis:")]
-    rows = [("overall", len(overall), finite_or_none(summary["overall"]), finite_or_none(summary["overall_bootstrap_std"]))]
+    rows = [("overall", len(overall), summary["overall"], summary["overall_bootstrap_std"])]
     rows += [(t, tags[t]["n_samples"], tags[t]["mean"], tags[t]["bootstrap_std"]) for t in axes]
     notes = ((f"{len(cases) - len(overall)} example(s) not scored: not generated, or the judge left a "
               "criterion without a verdict.",) if len(overall) < len(cases) else ())

@@ -62,7 +62,8 @@ def load_policy(*, checkpoint: Path | None, workdir: Path | None, which: str, me
     except (OSError, ValueError) as e:
         raise EvalInputError(f"{tokenizer_dir}: cannot load the policy's tokenizer: {e}") from None
     if tokenizer.eos_token_id is None or tokenizer.pad_token_id is None or not tokenizer.chat_template:
-        raise EvalInputError(f"{tokenizer_dir}: the policy's tokenizer needs an eos token, a pad token and a chat template")
+        raise EvalInputError(f"{tokenizer_dir}: the policy's tokenizer needs an eos token, a pad token and a "
+                             "chat template")
     stop_tokens = (int(tokenizer.eos_token_id),)
 
     def generate(prompt_ids: Sequence[Sequence[int]], key: jax.Array) -> GenerationResult:

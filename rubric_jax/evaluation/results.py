@@ -35,7 +35,7 @@ class Answer:
     tokens: int  # generated tokens, including the stop token
     judged_text: str | None  # what the judge (and a length count) reads: the <answer> part in think_answer format
     format_ok: bool | None  # think_answer format: an <answer>...</answer> was found; None in plain format
-    raw_scores: np.ndarray | None  # [D] raw scores of the case rubric's dimensions, NaN = judge failed; None = not judged
+    raw_scores: np.ndarray | None  # [D] the case rubric's dimensions, raw scale; NaN = judge failed; None = not judged
     reward: float | None  # the rubric's aggregate in [0, 1] (the training reward); None when not judged or not ok
 
     @property
