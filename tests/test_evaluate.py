@@ -356,6 +356,12 @@ def test_real_hellobench_published_judgements_reproduced():
               "qwen2_7b": (46.05, 7.37, -6.48, 5.12, 16.33, 13.68)}
     for model, values in golden.items():
         assert list(models[model].values()) == pytest.approx(values, abs=0.01), model
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = {line.split(" | ")[0][2:]: [float(x) for x in line.strip(" |").split(" | ")[1:]]
+             for line in readme.splitlines() if line.startswith("| ") and line.split(" | ")[0][2:] in models}
+    assert table.keys() == models.keys()
+    for model, values in table.items():
+        assert values == pytest.approx(list(models[model].values()), abs=0.005), model
 
 
 def test_real_longbench_write_rows_parse():

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # jax, the sampler and the judges load in seconds: only `run`
 BENCHMARKS = ("hellobench", "longbench_write", "healthbench", "biggen", "rubric_set")
 PROMPT_FORMATS = ("plain", "think_answer")
 WHICH = ("latest", "best")  # --workdir checkpoints: the newest, or the highest logged held-out reward
+UNBOUNDED_JUDGE_PROMPT = 1 << 30  # load_judge caps it at the judge's context minus its answer budget
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 # RubricReward's judge counters summed over the judge passes into summary.json (llm_judge.judge_rows).
 JUDGE_COUNTERS = ("judge_prompts", "judge_generate_calls", "judge_invalid", "judge_retried", "judge_prompt_too_long",
@@ -275,7 +276,7 @@ def run(evaluation: Evaluation, *, checkpoint: Path | None, workdir: Path | None
     """Answers, judges and scores every case, writes the report into `evaluation.out`; returns summary.json."""
     import jax  # imported here: bad input is rejected (prepare) before jax, flax and transformers load
 
-    from rubric_jax import sharding
+    from rubric_jax import sampling, sharding
     from rubric_jax.evaluation.policy import load_policy
     from rubric_jax.judges.llm_judge import JudgeConfig, load_judge
     from rubric_jax.judges.reward import RubricReward
@@ -285,6 +286,11 @@ def run(evaluation: Evaluation, *, checkpoint: Path | None, workdir: Path | None
         mesh = sharding.make_mesh(sharding.MeshConfig(*mesh_axes))
         judge_config = JudgeConfig(mode=judge.mode or benchmark.judge_mode, num_samples=judge.samples,
                                    max_retries=judge.retries)
+        for flag, spec in (("--sampler", generation.sampler), ("--judge_sampler", judge.sampler)):
+            try:
+                sampling.parse_sampler(spec)
+            except ValueError as e:
+                raise ValueError(f"{flag}: {e}") from None
     except ValueError as e:
         raise EvalInputError(str(e)) from None
     _check_rules(cases)
@@ -297,7 +303,9 @@ def run(evaluation: Evaluation, *, checkpoint: Path | None, workdir: Path | None
     judges = []
     for path in judge.checkpoints:
         try:
-            judges.append(load_judge(str(path), sampler=judge.sampler, max_new_tokens=judge.max_new_tokens, mesh=mesh))
+            # Prompts as long as the judge's context allows (benchmark prompts can be long articles).
+            judges.append(load_judge(str(path), sampler=judge.sampler, max_new_tokens=judge.max_new_tokens,
+                                     max_prompt_tokens=UNBOUNDED_JUDGE_PROMPT, mesh=mesh))
         except (OSError, ValueError) as e:
             raise EvalInputError(f"--judge_checkpoint={path}: {e}") from None
     reward = RubricReward(judges=judges, judge_config=judge_config)
