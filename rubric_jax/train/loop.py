@@ -149,6 +149,8 @@ def run(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
         if "grpo" in config.stages and not experiment.stop_requested:
             run_grpo(experiment, params)
     plots.plot_run(workdir)
+    if not experiment.stop_requested:
+        metrics.mark_done(workdir, config)  # done.json: a sweep skips this run when its config is unchanged
 
 
 def _write_config(config: ml_collections.ConfigDict, workdir: Path) -> None:
