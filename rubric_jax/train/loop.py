@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import json
 import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ import optax
 from flax import nnx
 
 from rubric_jax import data, grpo, metrics, plots, sampling, sharding
+from rubric_jax.judges.base_model import same_base_warnings
 from rubric_jax.judges.llm_judge import JudgeConfig, load_judge
 from rubric_jax.judges.reward import RewardOutput, RubricReward
 from rubric_jax.models.checkpoint import abstract_model, load_hf_checkpoint
@@ -180,9 +182,11 @@ def build(config: ml_collections.ConfigDict, workdir: Path) -> Run:
     shared_rubric = load_rubric(config.data.rubric)
     train_questions = data.load_questions(config.data.train)
     eval_questions = data.load_questions(config.data.eval)[: config.eval.max_questions]
-    judges = tuple(load_judge(path.strip(), sampler=config.judge.sampler, max_new_tokens=config.judge.max_new_tokens,
-                              mesh=mesh)
-                   for path in config.judge.checkpoint.split(",") if path.strip())
+    judge_dirs = [path.strip() for path in config.judge.checkpoint.split(",") if path.strip()]
+    judges = tuple(load_judge(path, sampler=config.judge.sampler, max_new_tokens=config.judge.max_new_tokens,
+                              mesh=mesh) for path in judge_dirs)
+    for warning in same_base_warnings(model_dir or config.model.config_json, judge_dirs):
+        print(warning, file=sys.stderr)  # RubricRL 6.2: a judge of the policy's base model can collude with it
     rubric_of = {q.id: data.question_rubric(shared_rubric, q) for q in train_questions + eval_questions}
     rubrics = list(rubric_of.values())
     reward = RubricReward(rubrics, judges, JudgeConfig(
