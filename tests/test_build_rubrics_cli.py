@@ -90,4 +90,6 @@ def test_missing_and_malformed_inputs_name_the_file(tmp_path):
         _run_build(tmp_path, questions=str(tmp_path / "questions.jsonl"), out=tmp_path / "elsewhere")
     with pytest.raises(P.BuildError, match="would overwrite the input"):
         _run_build(tmp_path, questions=str(tmp_path / "questions.jsonl"), out=tmp_path)
-    assert not (tmp_path / "out").exists() and not (tmp_path / "elsewhere").exists()
+    with pytest.raises(FileNotFoundError, match="nope-model: checkpoint directory does not exist"):
+        _run_build(tmp_path, model__checkpoint=str(tmp_path / "nope-model"))
+    assert not (tmp_path / "out").exists() and not (tmp_path / "elsewhere").exists()  # nothing half-written

@@ -100,18 +100,24 @@ def build_rubrics(questions: Sequence[Question], documents: Sequence[Document], 
     return report.finish(questions, saved, settings, config, templates)
 
 
+def check_work_dir(work: Path, settings: Mapping[str, Any]) -> bool:
+    """Whether `work` holds an earlier build; raises BuildError when that build used other settings."""
+    path = work / "settings.json"
+    if not path.exists():
+        return False
+    previous = json.loads(path.read_text(encoding="utf-8"))
+    if previous != json.loads(canonical_json(settings)):
+        changed = _changed_keys(previous, json.loads(canonical_json(settings)))
+        raise BuildError(f"{path}: this build was started with other settings (changed: {', '.join(changed)}); "
+                         "delete its directory or choose another --out")
+    return True
+
+
 def claim_work_dir(work: Path, settings: Mapping[str, Any]) -> None:
     """Record the settings in a new work dir, or check that a resumed one was made with the same ones."""
-    path = work / "settings.json"
-    current = json.loads(canonical_json(settings))
-    if path.exists():
-        previous = json.loads(path.read_text(encoding="utf-8"))
-        if previous != current:
-            changed = _changed_keys(previous, current)
-            raise BuildError(f"{path}: this build was started with other settings (changed: {', '.join(changed)}); "
-                             "delete its directory or choose another --out")
-        return
-    jsonl.write_text_atomic(path, json.dumps(current, indent=2, ensure_ascii=False) + "\n")
+    if not check_work_dir(work, settings):
+        text = json.dumps(json.loads(canonical_json(settings)), indent=2, ensure_ascii=False) + "\n"
+        jsonl.write_text_atomic(work / "settings.json", text)
 
 
 def _changed_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -278,7 +284,7 @@ def run_build(config: Any, questions_path: str, corpus_path: str, out_dir: str,
         mesh=config.mesh.to_dict(), inputs={"questions_sha256": file_sha256(questions_path),
                                             "corpus_sha256": file_sha256(corpus_path)})
     work = output_paths(out_dir)["work"]
-    claim_work_dir(work, settings)
+    check_work_dir(work, settings)  # before the slow load; nothing is written until the model has loaded
 
     mesh = sharding.make_mesh(mesh_config)
     model = load_language_model(
