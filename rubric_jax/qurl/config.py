@@ -15,32 +15,32 @@ class BuildError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class BuildConfig:
-    """Settings of a build (`config.qurl` in configs/common.py, where each has its source)."""
+    """Settings of a build: the `config.qurl` block of an experiment config, plus its seed."""
 
-    top_k: int = 5
-    retrieval_pool: int = 20
-    min_relevance: float = 0.5
-    bm25_k1: float = 1.5
-    bm25_b: float = 0.75
-    max_document_chars: int = 8000
-    meta_max_words: int = 150
-    meta_max_new_tokens: int = 384
-    num_candidates: int = 4
-    min_criteria: int = 3
-    max_criteria: int = 7
-    max_points: int = 5
-    rubric_max_new_tokens: int = 2048
-    num_answers: int = 4
-    answer_max_new_tokens: int = 1024
-    max_retries: int = 2
-    min_valid_answers: int = 3
-    min_std: float = 0.05
-    min_spread: float = 0.1
-    merge_threshold: float = 0.5
-    min_support: int = 2
-    questions_per_batch: int = 32
-    sampler: str = "temperature(0.7)"
-    seed: int = 0
+    top_k: int = 5  # documents per question after the quality re-rank (QuRL §3.1); 0 = from the question alone
+    retrieval_pool: int = 20  # BM25 candidates that the quality prior re-ranks
+    min_relevance: float = 0.5  # pool floor: BM25 score >= this fraction of the best score
+    bm25_k1: float = 1.5  # BM25 term-frequency saturation
+    bm25_b: float = 0.75  # BM25 length normalisation
+    max_document_chars: int = 8000  # document text read for its meta-description
+    meta_max_words: int = 150  # length asked of a meta-description (QuRL §3.2: short, dense)
+    meta_max_new_tokens: int = 384  # its token budget; cut off = invalid
+    num_candidates: int = 4  # K candidate rubric sets per question (QuRL §3.3)
+    min_criteria: int = 3  # fewest criteria in a candidate
+    max_criteria: int = 7  # most criteria in a candidate and in R*(q) (RubricRL §2.3)
+    max_points: int = 5  # most points of one criterion
+    rubric_max_new_tokens: int = 2048  # token budget of one candidate (JSON)
+    num_answers: int = 4  # sampled answers every candidate scores in the filter
+    answer_max_new_tokens: int = 1024  # token budget of one answer
+    max_retries: int = 2  # re-prompt rounds for invalid meta-descriptions and candidates
+    min_valid_answers: int = 3  # usable judge scores a candidate needs to be judged at all
+    min_std: float = 0.05  # filter: drop a candidate whose reward std over the answers is lower
+    min_spread: float = 0.1  # filter: drop a candidate whose reward max - min is lower
+    merge_threshold: float = 0.5  # two criteria are one at description trigram Jaccard >= this (or equal ids)
+    min_support: int = 2  # R*(q) keeps criteria found in this many kept sets (capped at their number)
+    questions_per_batch: int = 32  # questions per batch: one generate call per round, the resume unit
+    sampler: str = "temperature(0.7)"  # every construction call's sampler (retries need fresh samples)
+    seed: int = 0  # all keys derive from it (and the batch, step and round)
 
     def __post_init__(self) -> None:
         minimum = {"top_k": 0, "retrieval_pool": 0, "max_document_chars": 1, "meta_max_words": 1,
