@@ -23,8 +23,9 @@ from typing import Any
 
 import jax
 
-from rubric_jax import jsonl, sampling, sharding
+from rubric_jax import sampling, sharding
 from rubric_jax.data import Question, load_questions
+from rubric_jax.files import write_atomic
 from rubric_jax.judges.llm_judge import JudgeConfig, load_judge
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.qurl import construction, report
@@ -117,7 +118,7 @@ def claim_work_dir(work: Path, settings: Mapping[str, Any]) -> None:
     """Record the settings in a new work dir, or check that a resumed one was made with the same ones."""
     if not check_work_dir(work, settings):
         text = json.dumps(json.loads(canonical_json(settings)), indent=2, ensure_ascii=False) + "\n"
-        jsonl.write_text_atomic(work / "settings.json", text)
+        write_atomic(work / "settings.json", text)
 
 
 def _changed_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -147,7 +148,7 @@ def _run_batch(ctx: _Context, b: int, batch: list[Question], path: Path, num_bat
         calls = _STEP_FUNCTIONS[step](ctx, live, key) if live else {}
         saved["calls"][STEPS[step]] = calls
         saved["steps_done"] = step + 1
-        jsonl.write_text_atomic(path, json.dumps(saved, ensure_ascii=False) + "\n")
+        write_atomic(path, json.dumps(saved, ensure_ascii=False) + "\n")
         failed = sum(s["dropped"] is not None for s in saved["questions"])
         ctx.log(f"batch {b + 1}/{num_batches}: {STEPS[step]} done ({len(live)} question(s), calls {calls}); "
                 f"{failed} of {len(batch)} question(s) dropped so far")
@@ -252,8 +253,8 @@ _STEP_FUNCTIONS = (_describe, _generate, _score)
 def write_outputs(out_dir: str | Path, result: BuildResult) -> None:
     """questions.jsonl (one row per kept question) and report.json, each written atomically."""
     paths = output_paths(out_dir)
-    jsonl.write_jsonl_atomic(paths["questions"], result.rows)
-    jsonl.write_text_atomic(paths["report"], json.dumps(result.report, indent=2, ensure_ascii=False) + "\n")
+    write_atomic(paths["questions"], "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in result.rows))
+    write_atomic(paths["report"], json.dumps(result.report, indent=2, ensure_ascii=False) + "\n")
 
 
 # ----------------------------------------------------------------------------------------- from a config
