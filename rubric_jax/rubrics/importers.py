@@ -8,6 +8,9 @@ HelloBench         per-category checklists + weights       -> one 0-4 dimension 
 RaR                Essential/Important/Optional/Pitfall     -> one points dimension per item, grouped by
                    items with integer weights                  category; Pitfall items must carry negative
                                                                weights (met = the pitfall is present)
+LongBench-Write    prompt + required length                 -> a length rule (S_l) weighted 6 and six 1-5 llm
+                                                               quality dimensions (S_q), so R = (S_l + S_q) / 2
+                                                               (../shared/data/longbench_write/FORMULA.md)
 
 Checklist formats (HealthBench, RaR) grade each item separately, so their rubrics routinely exceed the
 7-dimension advice of RubricRL; importers silence that RubricWarning for them (the advice is about one
@@ -302,4 +305,53 @@ def import_rar(path: str | Path, missing: str = "renormalize") -> list[RubricCas
         case_id = str(row.get("id", i))
         cases.append(RubricCase(case_id, question, rar_rubric(row["rubric"], f"rar/{case_id}", where, missing),
                                 row.get("reference_answer")))
+    return cases
+
+
+# ------------------------------------------------------------------------------------------ LongBench-Write
+
+# The six quality dimensions of LongBench-Write's judge (evaluation/judge.txt), described in our own words.
+LONGBENCH_WRITE_QUALITY = (
+    ("relevance", "Relevance: the response addresses the user's request and stays on its topic."),
+    ("accuracy", "Accuracy: the facts, figures and claims in the response are correct."),
+    ("coherence", "Coherence: the parts of the response connect logically and follow a clear structure."),
+    ("clarity", "Clarity: the language is clear and easy to follow, without ambiguity or needless jargon."),
+    ("breadth_and_depth", "Breadth and depth: the response covers the subject widely and goes into detail."),
+    ("reading_experience", "Reading experience: the response is engaging and pleasant to read."),
+)
+_QUALITY_LEVELS = ("very poor", "poor", "acceptable", "good", "excellent")
+
+
+def longbench_write_rubric(required_length: int, name: str, source: str = "LongBench-Write") -> Rubric:
+    """Length rule at `required_length` units (CJK characters + words) plus the six 1-5 quality dimensions.
+
+    The `length` rule is S_l / 100 (1 at the required length, 0 at a third of it or four times it); the
+    quality dimensions normalise as (s - 1) / 4 = S_q's (mean - 1) * 25 / 100. With the length weighing
+    as much as the six together, the weighted sum is the paper's S = (S_l + S_q) / 2 on [0, 1]. The
+    rule counts letter runs of any script as words, LongBench-Write only [a-zA-Z]+ runs.
+    """
+    if isinstance(required_length, bool) or not isinstance(required_length, int) or required_length < 1:
+        raise RubricError(f"{source}: field 'length': expected a positive integer, got {required_length!r}")
+    length = Dimension(
+        "length", f"The response is {required_length} units long (CJK characters + words), as requested.", "rule",
+        Scale.binary(), {0: Anchor("A third of the requested length or less, or four times it or more."),
+                         1: Anchor("Exactly the requested length.")},
+        weight=float(len(LONGBENCH_WRITE_QUALITY)), rule="length",
+        params={"min": required_length, "max": required_length, "unit": "auto"})
+    quality = [Dimension(dim_id, text, "llm", Scale.integer(1, 5),
+                         {k: Anchor(f"{level.capitalize()} on this aspect (score {k} of 5), whatever the length.")
+                          for k, level in enumerate(_QUALITY_LEVELS, start=1)})
+               for dim_id, text in LONGBENCH_WRITE_QUALITY]
+    return _imported(name, source, [length, *quality], Aggregation("weighted_sum", {}, "drop"))
+
+
+def import_longbench_write(path: str | Path) -> list[RubricCase]:
+    """LongBench-Write / LongWrite-Ruler jsonl ({prompt, type, length}) -> one case per line, id = line index."""
+    path = Path(path)
+    cases = []
+    for i, row in enumerate(_read_jsonl(path)):
+        where = f"{path}: record {i}"
+        _require(row, ("prompt", "type", "length"), where)
+        rubric = longbench_write_rubric(row["length"], f"longbench_write/{path.stem}/{i}", where)
+        cases.append(RubricCase(str(i), row["prompt"], rubric, None, {"type": row["type"], "length": row["length"]}))
     return cases
