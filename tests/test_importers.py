@@ -6,7 +6,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rubric_jax.judges.rules import make_rule
 from rubric_jax.rubrics import RubricError, normalize_scores, rubric_from_dict, rubric_to_dict
 from rubric_jax.rubrics.aggregation import aggregate_rubric
 from rubric_jax.rubrics.importers import (
@@ -121,20 +120,17 @@ def test_rar_errors(item, message):
 
 # ------------------------------------------------------------------------------------------ integration (real files)
 
-def test_longbench_write_rubric_is_half_length_half_quality(tmp_path):
+def test_longbench_write_rows(tmp_path):
     path = tmp_path / "lbw.jsonl"
     path.write_text(json.dumps({"prompt": "Write 100 words about tea.", "type": "Popular Science", "length": 100}) +
                     "\n" + json.dumps({"prompt": "写三百字", "type": "社区论坛", "length": 300}) + "\n", encoding="utf-8")
     first, second = import_longbench_write(path)
-    assert (first.case_id, first.meta, second.case_id) == ("0", {"type": "Popular Science", "length": 100}, "1")
-    rubric = first.rubric
-    assert rubric.dimension_ids == ["length", "relevance", "accuracy", "coherence", "clarity", "breadth_and_depth",
-                                    "reading_experience"]
-    s_l = make_rule("length", rubric.dimensions[0].params)(["tea " * 200])[0]
-    assert s_l == pytest.approx(1 - (200 / 100 - 1) / 3)  # FORMULA.md S_l for an answer twice too long
-    # S = (S_l + S_q) / 2 with S_q = mean over the six dimensions of (score - 1) / 4.
-    assert _reward(rubric, [[s_l, 5, 5, 5, 5, 5, 5]])[0] == pytest.approx((2 / 3 + 1) / 2)
-    assert _reward(rubric, [[1.0, 1, 2, 3, 4, 5, 5]])[0] == pytest.approx((1 + (0 + 1 + 2 + 3 + 4 + 4) / 24) / 2)
+    assert (first.case_id, first.meta, second.case_id) == ("lbw/000", {"type": "Popular Science", "length": 100},
+                                                           "lbw/001")
+    assert first.rubric.dimension_ids == ["relevance", "accuracy", "coherence", "clarity", "breadth_and_depth",
+                                          "reading_experience"]
+    # S_q = mean over the six dimensions of (score - 1) * 25, here on [0, 1].
+    assert _reward(first.rubric, [[1, 2, 3, 4, 5, 5]])[0] == pytest.approx((0 + 1 + 2 + 3 + 4 + 4) / 24)
     path.write_text(json.dumps({"prompt": "x", "type": "t", "length": 0}) + "\n", encoding="utf-8")
     with pytest.raises(RubricError, match="record 0: field 'length': expected a positive integer"):
         import_longbench_write(path)

@@ -13,13 +13,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rubric_jax import data
 from rubric_jax.prepare import convert, dedup, mix, pipeline, tfds_dataset
 from rubric_jax.prepare.pipeline import PrepareConfig, PrepareError, prepare
+from rubric_jax.judges.rules import make_rule
+from rubric_jax.rubrics.aggregation import aggregate_rubric
 from rubric_jax.rubrics.importers import hellobench_rubrics, import_longbench_write
-from rubric_jax.rubrics.schema import rubric_to_dict
+from rubric_jax.rubrics.schema import normalize_scores, rubric_to_dict
 from tests.shared_data import real
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -276,11 +279,25 @@ def test_biggen_healthbench_and_longbench_rows():
     assert ruscarl[0].row["category"] == "unknown"  # no theme or cluster tag in the RuscaRL copy of this row
 
     longbench, _ = convert.read_input("longbench_write", LONGBENCH)
-    assert [(r.row["category"], r.row["lang"]) for r in longbench] == [
-        ("Functional Writing", "en"), ("Literature and Creative Writing", "zh"), ("Popular Science", "en")]
-    assert longbench[1].row["rubric"] == {"replace": rubric_to_dict(import_longbench_write(LONGBENCH)[1].rubric)}
-    length = longbench[1].row["rubric"]["replace"]["dimensions"][0]
-    assert (length["rule"], length["params"]) == ("length", {"min": 500, "max": 500, "unit": "auto"})
+    assert [(r.row["id"], r.row["category"], r.row["lang"]) for r in longbench] == [
+        ("longbench_write/longbench_write_mini/000", "Functional Writing", "en"),
+        ("longbench_write/longbench_write_mini/001", "Literature and Creative Writing", "zh"),
+        ("longbench_write/longbench_write_mini/002", "Popular Science", "en")]
+    case = import_longbench_write(LONGBENCH)[1]
+    assert longbench[1].row["rubric"] == {"replace": rubric_to_dict(convert.longbench_write_rubric(case))}
+
+
+def test_longbench_write_training_reward_is_half_length_half_quality():
+    case = import_longbench_write(LONGBENCH)[0]  # 200 units required
+    rubric = convert.longbench_write_rubric(case)
+    assert rubric.dimension_ids == ["length", *case.rubric.dimension_ids]
+    length_rule = make_rule("length", rubric.dimensions[0].params)
+    s_l = length_rule(["tea " * 400, "tea " * 100, "tea " * 200])
+    assert s_l == pytest.approx([1 - (400 / 200 - 1) / 3, 1 - (200 / 100 - 1) / 2, 1.0])  # FORMULA.md S_l / 100
+    raw = np.array([[s_l[0], 5, 5, 5, 5, 5, 5], [1.0, 1, 2, 3, 4, 5, 5]])
+    reward, _ = aggregate_rubric(rubric, normalize_scores(rubric, raw), ~np.isnan(raw))
+    # S = (S_l + S_q) / 2 with S_q = mean over the six dimensions of (score - 1) / 4.
+    assert reward == pytest.approx([(2 / 3 + 1) / 2, (1 + (0 + 1 + 2 + 3 + 4 + 4) / 24) / 2])
 
 
 def test_guess_lang_and_render_conversation():
@@ -334,6 +351,9 @@ def test_readme_commands_prepare_a_dataset_that_experiments_run_trains_from(tmp_
     assert f"wrote {out / 'tiny_questions'}" in stdout
     splits = _splits(out, "tiny_questions")
     assert (len(splits["eval"]), len(splits["golden"])) == (16, 16) and len(splits["train"]) > 100
+    written = {row["id"]: row for _, row in data.read_jsonl(ROOT / "rubric_jax/assets/tiny/questions_train.jsonl")}
+    for row in itertools.chain(*splits.values()):  # clean rows come back exactly (keywords, rubric, difficulty)
+        assert row == written[row["id"]]
     workdir = tmp_path / "run"
     run = subprocess.run(
         [sys.executable, "-m", "experiments.run", "--config=configs/tiny.py", f"--workdir={workdir}",

@@ -64,6 +64,12 @@ def test_minhash_is_unbiased_over_seeds():
                  for h in (dedup.MinHasher(128, seed) for seed in range(40))]
     # 40 x 128 draws: the mean's standard error is sqrt(0.96 * 0.04 / 5120) = 0.0027.
     assert np.mean(estimates) == pytest.approx(0.96, abs=0.012)
+    # Structured values (consecutive integers) too: a weak hash family (e.g. (a·x + b) mod p with small a)
+    # orders them nearly monotonically and overestimates or underestimates. Jaccard 500 / 1500.
+    x, y = np.arange(1000, dtype=np.uint64), np.arange(500, 1500, dtype=np.uint64)
+    estimates = [dedup.estimated_jaccard(h.signature(x), h.signature(y))
+                 for h in (dedup.MinHasher(128, seed) for seed in range(40))]
+    assert np.mean(estimates) == pytest.approx(1 / 3, abs=0.025)  # standard error 0.0066
 
 
 def test_signatures_are_deterministic_given_the_seed():

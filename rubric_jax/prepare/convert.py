@@ -10,7 +10,8 @@ and the reference answer where the benchmark has one:
   biggen:FILE           BiGGen-Bench; category = capability; reference = reference_answer
   healthbench:FILE      HealthBench (oss_eval or the RuscaRL copy); category = theme; reference = the
                         ideal completion; a multi-turn conversation becomes one text with role labels
-  longbench_write:FILE  LongBench-Write / LongWrite-Ruler; category = type; length + quality rubric
+  longbench_write:FILE  LongBench-Write / LongWrite-Ruler; category = type; the quality rubric plus a
+                        length rule, so the reward is the paper's (S_l + S_q) / 2
 
 Ids are '<kind>/<benchmark id>' (with the file name when the benchmark numbers its lines).
 """
@@ -30,12 +31,13 @@ from rubric_jax.jsonl import read_jsonl
 from rubric_jax.rubrics.importers import (
     HELLOBENCH_TASKS,
     RubricCase,
+    hellobench_task_file,
     import_biggen_bench,
     import_healthbench,
     import_hellobench,
     import_longbench_write,
 )
-from rubric_jax.rubrics.schema import RubricWarning, rubric_to_dict
+from rubric_jax.rubrics.schema import Aggregation, Anchor, Dimension, Rubric, RubricWarning, Scale, rubric_to_dict
 
 INPUT_KINDS = ("questions", "hellobench", "biggen", "healthbench", "longbench_write")
 HEALTHBENCH_THEMES = ("emergency_referrals", "context_seeking", "global_health", "health_data_tasks", "hedging",
@@ -136,16 +138,35 @@ def case_row(row_id: str, question: str, case: RubricCase, category: str) -> dic
 def _hellobench_rows(data_dir: Path, notes: dict[str, Any]) -> list[SourceRow]:
     rows = []
     for task in HELLOBENCH_TASKS:
-        file_name = f"{task}.jsonl"
-        if not (data_dir / file_name).exists() and (data_dir / f"{task}_reconstructed.jsonl").exists():
-            file_name = f"{task}_reconstructed.jsonl"
-            notes.setdefault("reconstructed_files", []).append(file_name)
-        if not (data_dir / file_name).exists():
-            raise InputError(f"{data_dir}: HelloBench task file {file_name} does not exist")
-        for i, case in enumerate(import_hellobench(data_dir, task, file_name)):
+        path = hellobench_task_file(data_dir, task)
+        if not path.exists():
+            raise InputError(f"{data_dir}: HelloBench task file {path.name} does not exist")
+        if path.name != f"{task}.jsonl":
+            notes.setdefault("reconstructed_files", []).append(path.name)
+        for i, case in enumerate(import_hellobench(data_dir, task)):
             rows.append(SourceRow(case_row(f"hellobench/{case.case_id}", case.prompt, case, case.meta["category"]),
-                                  f"{data_dir / file_name}: record {i}", "hellobench"))
+                                  f"{path}: record {i}", "hellobench"))
     return rows
+
+
+def longbench_write_rubric(case: RubricCase) -> Rubric:
+    """The quality rubric plus a `length` rule at the required length, weighing as much as the six together.
+
+    The rule is S_l / 100 (1 at the required length, 0 at a third of it or four times it) and a 1-5
+    dimension normalises as (s - 1) / 4 = S_q's (mean - 1) * 25 / 100, so the weighted sum is the
+    paper's S = (S_l + S_q) / 2 on [0, 1]. The rule counts CJK characters and letter runs of any script,
+    LongBench-Write CJK characters and [a-zA-Z]+ runs.
+    """
+    required = case.meta["length"]
+    quality = case.rubric.dimensions
+    length = Dimension(
+        "length", f"The response is {required} units long (CJK characters + words), as requested.", "rule",
+        Scale.binary(), {0: Anchor("A third of the requested length or less, or four times it or more."),
+                         1: Anchor("Exactly the requested length.")},
+        weight=float(sum(d.weight for d in quality)), rule="length",
+        params={"min": required, "max": required, "unit": "auto"})
+    return dataclasses.replace(case.rubric, name=f"longbench_write/{case.case_id}", dimensions=(length, *quality),
+                               aggregation=Aggregation("weighted_sum", {}, "drop"))
 
 
 def _file_rows(kind: str, path: Path, notes: dict[str, Any]) -> list[SourceRow]:
@@ -162,7 +183,8 @@ def _file_rows(kind: str, path: Path, notes: dict[str, Any]) -> list[SourceRow]:
                                            case, healthbench_theme(case)), f"{path}: record {i}", kind))
     elif kind == "longbench_write":
         for i, case in enumerate(import_longbench_write(path)):
-            rows.append(SourceRow(case_row(f"longbench_write/{path.stem}/{case.case_id}", case.prompt, case,
+            case = dataclasses.replace(case, rubric=longbench_write_rubric(case))
+            rows.append(SourceRow(case_row(f"longbench_write/{case.case_id}", case.prompt, case,
                                            str(case.meta["type"])), f"{path}: record {i}", kind))
     else:  # questions: the project's own rows, as written
         for lineno, row in read_jsonl(path, InputError):

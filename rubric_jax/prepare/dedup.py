@@ -60,7 +60,11 @@ def _splitmix64(x_K: np.ndarray) -> np.ndarray:
 
 def shingle_values(text: str, n: int) -> np.ndarray:
     """Sorted distinct uint64 values of `char_ngrams(text, n)`: one value per n-gram, exact for n <= 3."""
-    codes = np.frombuffer(normalize_text(text).encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+    return _normalized_shingle_values(normalize_text(text), n)
+
+
+def _normalized_shingle_values(norm: str, n: int) -> np.ndarray:
+    codes = np.frombuffer(norm.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
     width = max(1, min(n, len(codes)))
     count = max(1, len(codes) - width + 1)
     packed_K = np.zeros(count, dtype=np.uint64)
@@ -72,12 +76,13 @@ def shingle_values(text: str, n: int) -> np.ndarray:
 
 def values_jaccard(a_K: np.ndarray, b_L: np.ndarray) -> float:
     """Jaccard of two sorted distinct value arrays."""
-    inter = len(np.intersect1d(a_K, b_L, assume_unique=True))
+    at_K = np.minimum(np.searchsorted(b_L, a_K), len(b_L) - 1)
+    inter = int(np.count_nonzero(b_L[at_K] == a_K))
     return inter / (len(a_K) + len(b_L) - inter)
 
 
 class MinHasher:
-    """`num_perm` seeded hash functions x -> splitmix64(x XOR s_p), one 64-bit seed s_p each."""
+    """`num_perm` seeded hash functions x -> splitmix64(x XOR s_p), one random 64-bit seed s_p each."""
 
     def __init__(self, num_perm: int, seed: int):
         if num_perm < 1:
@@ -150,7 +155,7 @@ def find_duplicates(texts: Sequence[str], threshold: float = 0.7, n: int = 3, nu
         if norm in first_of_text:
             pairs.append(DuplicatePair(first_of_text[norm], i, "exact", 1.0, 1.0))
             continue
-        values_K = shingle_values(text, n)
+        values_K = _normalized_shingle_values(norm, n)
         sig_P = hasher.signature(values_K)
         keys = [(band, sig_P[band * rows:(band + 1) * rows].tobytes()) for band in range(bands)]
         candidates = sorted({k for key in keys for k in buckets.get(key, ())})

@@ -8,9 +8,8 @@ HelloBench         per-category checklists + weights       -> one 0-4 dimension 
 RaR                Essential/Important/Optional/Pitfall     -> one points dimension per item, grouped by
                    items with integer weights                  category; Pitfall items must carry negative
                                                                weights (met = the pitfall is present)
-LongBench-Write    prompt + required length                 -> a length rule (S_l) weighted 6 and six 1-5 llm
-                                                               quality dimensions (S_q), so R = (S_l + S_q) / 2
-                                                               (../shared/data/longbench_write/FORMULA.md)
+LongBench-Write    {prompt, type, length} rows              -> the six 1-5 quality dimensions of its judge
+                                                               (LongWriter evaluation/judge.txt), shared
 
 Checklist formats (HealthBench, RaR) grade each item separately, so their rubrics routinely exceed the
 7-dimension advice of RubricRL; importers silence that RubricWarning for them (the advice is about one
@@ -233,13 +232,23 @@ def hellobench_rubrics(data_dir: str | Path) -> dict[str, Rubric]:
     return out
 
 
+def hellobench_task_file(data_dir: str | Path, task: str) -> Path:
+    """`<task>.jsonl`, or for summarization the `summarization_reconstructed.jsonl` that ../shared/data
+    ships when the original (>= 4 MiB, see its SOURCE.txt) is absent."""
+    data_dir = Path(data_dir)
+    path = data_dir / f"{task}.jsonl"
+    reconstructed = data_dir / f"{task}_reconstructed.jsonl"
+    return reconstructed if not path.exists() and reconstructed.exists() else path
+
+
 def import_hellobench(data_dir: str | Path, task: str, file_name: str | None = None) -> list[RubricCase]:
-    """One HelloBench task file -> cases sharing their category's rubric (HelloBench is not case-wise)."""
+    """One HelloBench task file (default `hellobench_task_file`) -> cases sharing their category's rubric
+    (HelloBench is not case-wise)."""
     if task not in HELLOBENCH_TASKS:
         raise RubricError(f"HelloBench task: expected one of {HELLOBENCH_TASKS}, got {task!r}")
     data_dir = Path(data_dir)
     rubrics = hellobench_rubrics(data_dir)
-    path = data_dir / (file_name or f"{task}.jsonl")
+    path = data_dir / file_name if file_name else hellobench_task_file(data_dir, task)
     cases = []
     for i, row in enumerate(_read_jsonl(path)):
         _require(row, ("id", "category", "instruction"), f"{path}: record {i}")
@@ -308,9 +317,10 @@ def import_rar(path: str | Path, missing: str = "renormalize") -> list[RubricCas
     return cases
 
 
+
 # ------------------------------------------------------------------------------------------ LongBench-Write
 
-# The six quality dimensions of LongBench-Write's judge (evaluation/judge.txt), described in our own words.
+# The six 1-5 dimensions of LongBench-Write's quality judge (LongWriter evaluation/judge.txt), in our words.
 LONGBENCH_WRITE_QUALITY = (
     ("relevance", "Relevance: the response addresses the user's request and stays on its topic."),
     ("accuracy", "Accuracy: the facts, figures and claims in the response are correct."),
@@ -322,36 +332,30 @@ LONGBENCH_WRITE_QUALITY = (
 _QUALITY_LEVELS = ("very poor", "poor", "acceptable", "good", "excellent")
 
 
-def longbench_write_rubric(required_length: int, name: str, source: str = "LongBench-Write") -> Rubric:
-    """Length rule at `required_length` units (CJK characters + words) plus the six 1-5 quality dimensions.
-
-    The `length` rule is S_l / 100 (1 at the required length, 0 at a third of it or four times it); the
-    quality dimensions normalise as (s - 1) / 4 = S_q's (mean - 1) * 25 / 100. With the length weighing
-    as much as the six together, the weighted sum is the paper's S = (S_l + S_q) / 2 on [0, 1]. The
-    rule counts letter runs of any script as words, LongBench-Write only [a-zA-Z]+ runs.
-    """
-    if isinstance(required_length, bool) or not isinstance(required_length, int) or required_length < 1:
-        raise RubricError(f"{source}: field 'length': expected a positive integer, got {required_length!r}")
-    length = Dimension(
-        "length", f"The response is {required_length} units long (CJK characters + words), as requested.", "rule",
-        Scale.binary(), {0: Anchor("A third of the requested length or less, or four times it or more."),
-                         1: Anchor("Exactly the requested length.")},
-        weight=float(len(LONGBENCH_WRITE_QUALITY)), rule="length",
-        params={"min": required_length, "max": required_length, "unit": "auto"})
-    quality = [Dimension(dim_id, text, "llm", Scale.integer(1, 5),
-                         {k: Anchor(f"{level.capitalize()} on this aspect (score {k} of 5), whatever the length.")
-                          for k, level in enumerate(_QUALITY_LEVELS, start=1)})
-               for dim_id, text in LONGBENCH_WRITE_QUALITY]
-    return _imported(name, source, [length, *quality], Aggregation("weighted_sum", {}, "drop"))
+def longbench_write_quality_rubric() -> Rubric:
+    """LongBench-Write's quality judge as a rubric: six 1-5 llm dimensions (S_q averages them)."""
+    dims = [Dimension(dim_id, f"{text} Do not consider whether the response meets the requested length.", "llm",
+                      Scale.integer(1, 5), {k: Anchor(f"{level.capitalize()} on this aspect (score {k} of 5).")
+                                            for k, level in enumerate(_QUALITY_LEVELS, start=1)})
+            for dim_id, text in LONGBENCH_WRITE_QUALITY]
+    return _imported("longbench_write/quality", "LongWriter evaluation/judge.txt", dims,
+                     Aggregation("weighted_sum", {}, "renormalize"))
 
 
 def import_longbench_write(path: str | Path) -> list[RubricCase]:
-    """LongBench-Write / LongWrite-Ruler jsonl ({prompt, type, length}) -> one case per line, id = line index."""
+    """LongBench-Write / LongWrite-Ruler jsonl ({prompt, type, length}) -> cases '<file stem>/<record>' with
+    the quality rubric; meta holds the category ('type') and the required length in words/characters."""
     path = Path(path)
+    rubric = longbench_write_quality_rubric()
     cases = []
     for i, row in enumerate(_read_jsonl(path)):
         where = f"{path}: record {i}"
         _require(row, ("prompt", "type", "length"), where)
-        rubric = longbench_write_rubric(row["length"], f"longbench_write/{path.stem}/{i}", where)
-        cases.append(RubricCase(str(i), row["prompt"], rubric, None, {"type": row["type"], "length": row["length"]}))
+        if not isinstance(row["prompt"], str) or not row["prompt"].strip():
+            raise RubricError(f"{where}: field 'prompt': expected a non-empty string, got {row['prompt']!r}")
+        length = row["length"]
+        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+            raise RubricError(f"{where}: field 'length': expected a positive integer, got {length!r}")
+        cases.append(RubricCase(f"{path.stem}/{i:03d}", row["prompt"], rubric, None,
+                                {"type": row["type"], "length": length}))
     return cases
