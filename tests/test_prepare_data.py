@@ -272,8 +272,8 @@ def test_biggen_healthbench_and_longbench_rows():
         ("healthbench/healthbench_mini/hb-0001", "context_seeking"),
         ("healthbench/healthbench_mini/hb-0002", "emergency_referrals")]
     assert "reference" not in health[0].row and health[1].row["reference"] == "Keep the child hydrated ..."
-    assert health[1].row["question"] == ("User: My child has a fever.\n\nAssistant: How old is your child and how "
-                                         "high is the fever?\n\nUser: Four years old, 38.5 C.")
+    assert health[1].row["question"] == ("user: My child has a fever.\n\nassistant: How old is your child and how "
+                                         "high is the fever?\n\nuser: Four years old, 38.5 C.")
     assert notes == {"multi_turn_rendered": 1}
     ruscarl, _ = convert.read_input("healthbench", FORMATS / "healthbench_ruscarl_mini.jsonl")
     assert ruscarl[0].row["category"] == "unknown"  # no theme or cluster tag in the RuscaRL copy of this row
@@ -308,7 +308,7 @@ def test_guess_lang_and_render_conversation():
     assert {text: convert.guess_lang(text) for text in cases} == cases
     assert convert.render_conversation([{"role": "user", "content": "hi"}]) == "hi"
     assert convert.render_conversation([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]) == \
-        "System: s\n\nUser: u"
+        "system: s\n\nuser: u"
 
 
 # ------------------------------------------------------------------------------------------------ CLI

@@ -9,7 +9,7 @@ and the reference answer where the benchmark has one:
                         absent); category = HelloBench category; the category's checklist rubric
   biggen:FILE           BiGGen-Bench; category = capability; reference = reference_answer
   healthbench:FILE      HealthBench (oss_eval or the RuscaRL copy); category = theme; reference = the
-                        ideal completion; a multi-turn conversation becomes one text with role labels
+                        ideal completion; a multi-turn conversation becomes one 'role: content' text
   longbench_write:FILE  LongBench-Write / LongWrite-Ruler; category = type; the quality rubric plus a
                         length rule, so the reward is the paper's (S_l + S_q) / 2
 
@@ -42,7 +42,6 @@ from rubric_jax.rubrics.schema import Aggregation, Anchor, Dimension, Rubric, Ru
 INPUT_KINDS = ("questions", "hellobench", "biggen", "healthbench", "longbench_write")
 HEALTHBENCH_THEMES = ("emergency_referrals", "context_seeking", "global_health", "health_data_tasks", "hedging",
                       "communication", "complex_responses")
-_ROLE_LABELS = {"user": "User", "assistant": "Assistant", "system": "System"}
 _LETTER = re.compile(r"[^\W\d_]")
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 _KANA = re.compile(r"[\u3040-\u30ff]")
@@ -104,10 +103,10 @@ def guess_lang(text: str) -> str:
 
 
 def render_conversation(turns: Sequence[Mapping[str, str]]) -> str:
-    """A single user turn as itself; a longer conversation as 'User: …' / 'Assistant: …' paragraphs."""
+    """A single user turn as itself; a longer conversation as 'user: …' / 'assistant: …' paragraphs."""
     if len(turns) == 1 and turns[0]["role"] == "user":
         return turns[0]["content"]
-    return "\n\n".join(f"{_ROLE_LABELS.get(t['role'], t['role'])}: {t['content']}" for t in turns)
+    return data.conversation_text(turns)
 
 
 def healthbench_theme(case: RubricCase) -> str:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rubric_jax.files import write_atomic
 from rubric_jax.prepare import convert, dedup, mix, pii, report as report_md, tfds_dataset
 from rubric_jax.prepare.convert import SourceRow
 
@@ -270,9 +271,8 @@ def prepare(config: PrepareConfig, log: Callable[[str], None] = print) -> dict[s
         records = {name: [tfds_dataset.to_record(i, r.row, r.where) for i, r in enumerate(splits[name])]
                    for name in SPLITS}
         tfds_dataset.write_dataset(tmp, config.name, records)
-        (tmp / config.name / "report.json").write_text(json.dumps(report, ensure_ascii=False, indent=2) + "\n",
-                                                       encoding="utf-8")
-        (tmp / config.name / "report.md").write_text(report_md.render(report), encoding="utf-8")
+        write_atomic(tmp / config.name / "report.json", json.dumps(report, ensure_ascii=False, indent=2) + "\n")
+        write_atomic(tmp / config.name / "report.md", report_md.render(report))
         _publish(tmp / config.name, config.out / config.name, config.overwrite)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
