@@ -40,8 +40,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.mesh.tensor = 1  # Tensor-parallel axis size.
 
     c.data = ml_collections.ConfigDict()
-    c.data.train = ""  # jsonl of training questions ({"id","question",...}).
-    c.data.eval = ""  # jsonl of held-out questions.
+    c.data.train = ""  # jsonl of training questions ({"id","question",...}), or tfds:NAME[:SPLIT] (split "train").
+    c.data.eval = ""  # jsonl of held-out questions, or tfds:NAME[:SPLIT] (split "eval"; ":golden" for the golden set).
+    c.data.tfds_dir = ""  # Directory holding the tfds datasets named by tfds:NAME (experiments.prepare_data --out).
     c.data.sft = ""  # jsonl of cold-start SFT pairs ({"prompt","response"}).
     c.data.rubric = ""  # Rubric file (YAML/JSON) shared by every question; rows may add their own.
     c.data.max_prompt_len = 128  # Prompts are left-padded to a bucket up to this length.
