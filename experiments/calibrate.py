@@ -19,6 +19,7 @@ from pathlib import Path
 
 from absl import app, flags
 
+from experiments.judge_flags import JUDGE, MAX_NEW, MODE, RETRIES, SAMPLER, SAMPLES
 from rubric_jax.calibration.labels import LabelsError, read_items
 from rubric_jax.rubrics.correction import load_correction
 from rubric_jax.rubrics.io import load_rubric
@@ -28,12 +29,6 @@ _RUBRIC = flags.DEFINE_string("rubric", None, "Rubric file (.json/.yaml); option
 _LABELS = flags.DEFINE_string("labels", None, "Labels .jsonl (question, response, labels/ratings), or a Prometheus .json.")
 _OUT = flags.DEFINE_string("out", None, "Output directory: report.json, report.md, plots/, correction.json.")
 _AGAINST = flags.DEFINE_enum("against", "labels", ["labels", "judge"], "Compare the judges with labels, or judges with judges.")
-_JUDGE = flags.DEFINE_string("judge_checkpoint", None, "HF judge directory, or several comma-separated.")
-_MODE = flags.DEFINE_enum("judge_mode", "single", ["single", "multi"], "One judge prompt per dimension, or per response.")
-_SAMPLES = flags.DEFINE_integer("judge_samples", 3, "Judge samples per item (median of the valid ones).")
-_RETRIES = flags.DEFINE_integer("judge_retries", 2, "Re-prompt rounds for unparseable verdicts.")
-_SAMPLER = flags.DEFINE_string("judge_sampler", "temperature(0.7)", "Judge sampler (see rubric_jax.sampling).")
-_MAX_NEW = flags.DEFINE_integer("judge_max_new_tokens", 256, "Judge generation budget per verdict.")
 _THRESHOLD = flags.DEFINE_float("threshold", 0.6, "Flag a dimension whose Spearman is below this (RubricRL 3.2).")
 _BOOTSTRAP = flags.DEFINE_integer("bootstrap", 1000, "Bootstrap resamples per 95% interval.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seeds judge sampling and the bootstrap.")
@@ -73,7 +68,7 @@ def _check_outputs(outputs: list[Path]) -> None:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         _fail(f"unexpected positional arguments {argv[1:]}")
-    judge_dirs = [p.strip() for p in (_JUDGE.value or "").split(",") if p.strip()]
+    judge_dirs = [p.strip() for p in (JUDGE.value or "").split(",") if p.strip()]
     _check_inputs(judge_dirs)
     try:
         shared = load_rubric(_RUBRIC.value) if _RUBRIC.value else None
@@ -91,13 +86,13 @@ def main(argv: list[str]) -> None:
     try:
         settings = Settings(_AGAINST.value, _THRESHOLD.value, _BOOTSTRAP.value, _SEED.value, _BATCH.value,
                             _PROBE.value, _WORST.value)
-        judge_config = JudgeConfig(mode=_MODE.value, num_samples=_SAMPLES.value, max_retries=_RETRIES.value)
+        judge_config = JudgeConfig(mode=MODE.value, num_samples=SAMPLES.value, max_retries=RETRIES.value)
     except (CalibrationError, ValueError) as e:
         _fail(str(e))
     try:
-        judges = load_judges(judge_dirs, sampler=_SAMPLER.value, max_new_tokens=_MAX_NEW.value)
+        judges = load_judges(judge_dirs, sampler=SAMPLER.value, max_new_tokens=MAX_NEW.value)
     except (OSError, ValueError) as e:
-        _fail(f"--judge_checkpoint={_JUDGE.value}: {e}")
+        _fail(f"--judge_checkpoint={JUDGE.value}: {e}")
     inputs = {"labels": _LABELS.value, "rubric": _RUBRIC.value,
               "rubric_hash": shared.content_hash if shared is not None else None}
     try:

@@ -16,6 +16,7 @@ from rubric_jax.calibration.labels import read_items
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.rubrics.io import load_rubric
 from test_importers import _real
+from test_reward import ACCURACY
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path("tests/fixtures/calibration")
@@ -147,3 +148,31 @@ def test_training_config_switch_loads_and_checks_the_correction(tmp_path):
                           timeout=300)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "dimension 'format' has scale [0, 1] but the correction was fitted on [1, 5]" in proc.stderr
+
+
+def test_llm_dimension_with_a_judge_checkpoint_directory(tmp_path):
+    """The CLI loads a real (scripted) judge checkpoint: a judge that always answers 4 is constant, so its
+    Spearman is undefined and the dimension is flagged; reversing the anchors does not move it."""
+    from rubric_jax.models.checkpoint import export_hf_checkpoint
+    from test_llm_judge import scripted_model, tiny_model_config, tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    graphdef, state = scripted_model(tokenizer, "SCORE: 4")
+    judge_dir = export_hf_checkpoint(tiny_model_config(state["embed_tokens"]["embedding"].value.shape[0]), state,
+                                     tmp_path / "judge")
+    tokenizer.save_pretrained(judge_dir)
+    rubric = tmp_path / "rubric.json"
+    rubric.write_text(json.dumps({"name": "llm", "version": "1.0.0", "changelog": [
+        {"version": "1.0.0", "change": "c", "reason": "r"}], "dimensions": [ACCURACY]}))
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps({"question": "2+2?", "response": f"{k}", "labels": {"accuracy": k}}) + "\n"
+                              for k in (1, 2, 3, 4, 5)))
+    proc = run(f"--rubric={rubric}", f"--labels={labels}", f"--out={tmp_path / 'out'}", f"--judge_checkpoint={judge_dir}",
+               "--judge_sampler=greedy", "--judge_samples=1", "--judge_max_new_tokens=8", "--bootstrap=50")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    entry = report["dimensions"]["accuracy"]
+    assert entry["n"] == 5 and entry["spearman"]["undefined"] == "x is constant (every value 4)" and entry["flagged"]
+    assert report["inputs"]["judges"] == [str(judge_dir)]
+    assert report["position_probe"]["accuracy"] == {"n": 5, "unscored": 0, "mean_shift": 0.0, "mean_shift_ci95": [0.0, 0.0],
+                                                    "mean_abs_shift": 0.0, "changed_share": 0.0}

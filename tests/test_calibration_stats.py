@@ -44,6 +44,18 @@ def test_continuous_scores_and_levels_that_are_not_1_to_n():
         cohen_kappa_score(a, b, weights="quadratic", labels=[0, 2, 7]), abs=1e-12)
 
 
+@pytest.mark.parametrize("kind", ["ratings", "continuous with ties"])
+def test_both_concordance_paths_equal_a_double_loop(kind):
+    rng = np.random.default_rng(6)
+    if kind == "ratings":
+        x, y = _rated_pairs(6, 80)
+    else:
+        x, y = rng.normal(size=80).round(1), rng.normal(size=80)
+        y[:20] = y[20:40]
+    brute = sum(np.sign(x[i] - x[j]) * np.sign(y[i] - y[j]) for i in range(80) for j in range(i + 1, 80))
+    assert S._concordance_pairs(x, y) == S._concordance_table(x, y) == brute
+
+
 def test_hand_computed_cases():
     # Perfect agreement; perfect reversal; one swapped pair out of three (tau = (2 - 1) / 3).
     assert S.spearman([1, 2, 3], [1, 2, 3]).value == 1.0 and S.spearman([1, 2, 3], [3, 2, 1]).value == -1.0

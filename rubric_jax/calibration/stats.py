@@ -103,7 +103,7 @@ def _tied_pairs(x_N: np.ndarray) -> int:
     return int((counts * (counts - 1) // 2).sum())
 
 
-def _concordance(x_N: np.ndarray, y_N: np.ndarray, chunk: int = 512) -> int:
+def _concordance_pairs(x_N: np.ndarray, y_N: np.ndarray, chunk: int = 512) -> int:
     """Sum over pairs i < j of sign(x_i - x_j) * sign(y_i - y_j), in row chunks of [chunk, N] sign products."""
     total = 0
     for start in range(0, x_N.shape[0], chunk):
@@ -111,6 +111,35 @@ def _concordance(x_N: np.ndarray, y_N: np.ndarray, chunk: int = 512) -> int:
         sy_CxN = np.sign(y_N[start : start + chunk, None] - y_N[None, :]).astype(np.int64)
         total += int((sx_CxN * sy_CxN).sum())
     return total // 2  # every unordered pair was counted twice, the diagonal contributes 0
+
+
+def _concordance_table(x_N: np.ndarray, y_N: np.ndarray) -> int:
+    """The same sum from the [A, B] table of counts over the distinct values of x and y (A, B distinct values):
+    concordant pairs sum T[a, b] * #(x > a and y > b); discordant pairs sum T[a, b] * #(x > a and y < b)."""
+    _, a_N = np.unique(x_N, return_inverse=True)
+    _, b_N = np.unique(y_N, return_inverse=True)
+    num_a, num_b = int(a_N.max()) + 1, int(b_N.max()) + 1
+    table_AxB = np.bincount(a_N * num_b + b_N, minlength=num_a * num_b).reshape(num_a, num_b).astype(np.int64)
+    # at_least_AxB[a, b] = count of items with x >= a and y >= b (suffix sums); pad so "a + 1" is valid.
+    at_least_AxB = np.zeros((num_a + 1, num_b + 1), dtype=np.int64)
+    at_least_AxB[:num_a, :num_b] = table_AxB[::-1, ::-1].cumsum(axis=0).cumsum(axis=1)[::-1, ::-1]
+    above_A = at_least_AxB[1:, 0]  # items with x > a, any y
+    higher_AxB = at_least_AxB[1:, 1:]  # x > a and y > b
+    not_lower_AxB = at_least_AxB[1:, :num_b]  # x > a and y >= b
+    concordant = int((table_AxB * higher_AxB).sum())
+    discordant = int((table_AxB * (above_A[:, None] - not_lower_AxB)).sum())
+    return concordant - discordant
+
+
+MAX_TABLE_CELLS = 1 << 20  # ratings take a few distinct values: their table is tiny and O(N) to fill
+
+
+def _concordance(x_N: np.ndarray, y_N: np.ndarray) -> int:
+    """Sum over pairs i < j of sign(x_i - x_j) * sign(y_i - y_j): by the table of distinct values when it is
+    small (ratings), else by chunked pairwise signs (memory O(512 N))."""
+    if np.unique(x_N).shape[0] * np.unique(y_N).shape[0] <= MAX_TABLE_CELLS:
+        return _concordance_table(x_N, y_N)
+    return _concordance_pairs(x_N, y_N)
 
 
 def kendall_tau_b(x: np.ndarray, y: np.ndarray) -> Statistic:
