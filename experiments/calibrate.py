@@ -26,17 +26,17 @@ from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.rubrics.schema import RubricError
 
 _RUBRIC = flags.DEFINE_string("rubric", None, "Rubric file (.json/.yaml); optional if every row has its own rubric.")
-_LABELS = flags.DEFINE_string("labels", None, "Labels .jsonl (question, response, labels/ratings), or a Prometheus .json.")
+_LABELS = flags.DEFINE_string("labels", None, "Labels .jsonl (question, response, labels) or a Prometheus .json.")
 _OUT = flags.DEFINE_string("out", None, "Output directory: report.json, report.md, plots/, correction.json.")
-_AGAINST = flags.DEFINE_enum("against", "labels", ["labels", "judge"], "Compare the judges with labels, or judges with judges.")
+_AGAINST = flags.DEFINE_enum("against", "labels", ["labels", "judge"], "Judges vs labels, or judges vs judges.")
 _THRESHOLD = flags.DEFINE_float("threshold", 0.6, "Flag a dimension whose Spearman is below this (RubricRL 3.2).")
 _BOOTSTRAP = flags.DEFINE_integer("bootstrap", 1000, "Bootstrap resamples per 95% interval.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seeds judge sampling and the bootstrap.")
 _BATCH = flags.DEFINE_integer("batch_size", 64, "Rows per reward call (one batched judge call each).")
-_PROBE = flags.DEFINE_boolean("position_probe", True, "Score LLM dimensions again with anchors as written and reversed.")
+_PROBE = flags.DEFINE_boolean("position_probe", True, "Score LLM dimensions again, anchors as written and reversed.")
 _WORST = flags.DEFINE_integer("worst", 5, "Disagreements listed per dimension.")
 _CORRECTION = flags.DEFINE_string("correction", None, "Apply this score correction when scoring (to check it).")
-_CORRECTION_OUT = flags.DEFINE_string("correction_out", None, "Where to write the fitted correction (default DIR/correction.json).")
+_CORRECTION_OUT = flags.DEFINE_string("correction_out", None, "Fitted correction file (default DIR/correction.json).")
 flags.mark_flags_as_required(["labels", "out"])
 
 

@@ -8,7 +8,8 @@ from absl import flags
 
 JUDGE = flags.DEFINE_string("judge_checkpoint", None, "HF judge directory; needed only for LLM dimensions "
                             "(calibrate: several comma-separated directories).")
-MODE = flags.DEFINE_enum("judge_mode", "single", ["single", "multi"], "One judge prompt per dimension, or per response.")
+MODE = flags.DEFINE_enum("judge_mode", "single", ["single", "multi"],
+                         "One judge prompt per dimension, or per response.")
 SAMPLES = flags.DEFINE_integer("judge_samples", 3, "Judge samples per item (median of the valid ones).")
 RETRIES = flags.DEFINE_integer("judge_retries", 2, "Re-prompt rounds for unparseable verdicts.")
 SAMPLER = flags.DEFINE_string("judge_sampler", "temperature(0.7)", "Judge sampler (see rubric_jax.sampling).")

@@ -68,7 +68,8 @@ def bias_regression(target_n: np.ndarray, features: Mapping[str, np.ndarray],
         out["undefined"] = fit.undefined
         return out
     out["coefficients"] = {
-        name: {"coef": float(c), "stderr": float(s), "ci95": [float(lo), float(hi)], "excludes_zero": bool(lo > 0 or hi < 0)}
+        name: {"coef": float(c), "stderr": float(s), "ci95": [float(lo), float(hi)],
+               "excludes_zero": bool(lo > 0 or hi < 0)}
         for name, c, s, lo, hi in zip(names, fit.coef, fit.stderr, fit.low, fit.high)
     }
     out["residual_df"] = fit.df

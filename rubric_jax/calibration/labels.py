@@ -148,7 +148,8 @@ def dimension_info(items: Sequence[LabelledItem], llm_only: bool = False) -> dic
             first = info.setdefault(dim_id, (this, item.source))
             if first[0] != this:
                 raise LabelsError(f"{item.source}: dimension {dim_id!r} is a {this.kind} dimension on scale "
-                                  f"{list(this.scale)} here but a {first[0].kind} one on {list(first[0].scale)} at {first[1]}")
+                                  f"{list(this.scale)} here but a {first[0].kind} one on {list(first[0].scale)} "
+                                  f"at {first[1]}")
         for dim_id, values in item.ratings.items():
             count, where = raters.setdefault(dim_id, (len(values), item.source))
             if count != len(values):

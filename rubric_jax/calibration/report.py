@@ -105,7 +105,8 @@ def _position_table(probe: Mapping[str, Any]) -> list[str]:
 
 
 def _correction_table(dims: Mapping[str, Any]) -> list[str]:
-    lines = ["| dimension | n | RMSE before | RMSE after | Spearman before | Spearman after |", "|---|---|---|---|---|---|"]
+    lines = ["| dimension | n | RMSE before | RMSE after | Spearman before | Spearman after |",
+             "|---|---|---|---|---|---|"]
     for dim_id, e in dims.items():
         fit = e.get("correction")
         if fit is None:
@@ -159,7 +160,8 @@ def markdown(report: Mapping[str, Any]) -> str:
     if any("correction" in e for e in dims.values()):
         written = report.get("correction")
         where = (f"Written to `{written['path']}` (version {written['version']}); apply it with "
-                 f"`--config.data.rubric_correction=FILE`." if written else "No dimension could be corrected; no file written.")
+                 "`--config.data.rubric_correction=FILE`." if written
+                 else "No dimension could be corrected; no file written.")
         lines += ["", "## Correction (fitted and measured on the same items)", "", where, "", *_correction_table(dims)]
     lines += ["", "## Worst disagreements", *_worst_tables(dims)]
     return "\n".join(lines) + "\n"

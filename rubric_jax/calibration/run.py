@@ -33,6 +33,7 @@ from rubric_jax.judges.features import response_features
 from rubric_jax.judges.llm_judge import Judge, JudgeConfig, load_judge
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.rubrics.correction import Correction, FORMAT as CORRECTION_FORMAT
+from rubric_jax.rubrics.schema import Rubric
 
 AGAINST = ("labels", "judge")
 REPORT_FORMAT = "rubric_jax.calibration_report"
@@ -138,7 +139,8 @@ def _dimension_entry(info: DimensionInfo, result: Agreement, settings: Settings,
             "flag_reason": reason, **extra}
 
 
-def _rubrics(items: Sequence[LabelledItem]) -> list[Any]:
+def _rubrics(items: Sequence[LabelledItem]) -> list[Rubric]:
+    """The distinct rubrics of the items (each built into the reward once)."""
     return list({item.rubric.content_hash: item.rubric for item in items}.values())
 
 
@@ -167,8 +169,10 @@ def _against_labels(items: Sequence[LabelledItem], info: Mapping[str, DimensionI
     return entries, plots, {d: judge[d] for d in labels}, labels
 
 
-def _rater_columns(items: Sequence[LabelledItem], settings: Settings, judges: Sequence[Judge],
-                   judge_config: JudgeConfig, key: jax.Array) -> tuple[dict[str, np.ndarray], dict[str, DimensionInfo], str]:
+def _rater_columns(
+    items: Sequence[LabelledItem], settings: Settings, judges: Sequence[Judge], judge_config: JudgeConfig,
+    key: jax.Array,
+) -> tuple[dict[str, np.ndarray], dict[str, DimensionInfo], str]:
     """Rater scores [R, N] per dimension (NaN: not rated), their dimensions, and where the raters come from:
     the recorded ratings, else each judge's scoring pass (or two independent passes of a single judge)."""
     if any(item.ratings for item in items):
@@ -266,7 +270,8 @@ def calibrate(items: Sequence[LabelledItem], settings: Settings, *, judges: Sequ
         "items": len(items), "threshold": settings.threshold,
         "bootstrap": {"resamples": settings.num_resamples, "confidence": 0.95, "seed": settings.seed,
                       "method": "percentile, paired resamples of items"},
-        "inputs": {**(inputs or {}), "judges": [j.name for j in judges], "judge_config": dataclasses.asdict(judge_config),
+        "inputs": {**(inputs or {}), "judges": [j.name for j in judges],
+                   "judge_config": dataclasses.asdict(judge_config),
                    "correction_applied": correction.content_hash if correction is not None else None},
         "features": {"length": {"mean": standardize["length"][0], "sd": standardize["length"][1]}
                      if "length" in standardize else "constant"},

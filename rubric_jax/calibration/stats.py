@@ -35,7 +35,8 @@ class Statistic:
 
     def __post_init__(self) -> None:
         if (self.value is None) == (self.undefined is None):
-            raise ValueError(f"Statistic: give a value or a reason, not both or neither ({self.value!r}, {self.undefined!r})")
+            raise ValueError(f"Statistic: give a value or a reason, not both or neither "
+                             f"({self.value!r}, {self.undefined!r})")
         if self.value is not None and not math.isfinite(self.value):
             raise ValueError(f"Statistic: value must be finite, got {self.value!r}")
 
@@ -56,7 +57,7 @@ def _paired(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Two equally long 1-D float64 arrays of finite numbers (a programming error otherwise)."""
     x_N, y_N = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if x_N.ndim != 1 or x_N.shape != y_N.shape:
-        raise ValueError(f"paired statistic: expected two 1-D arrays of one length, got shapes {x_N.shape}, {y_N.shape}")
+        raise ValueError(f"paired statistic: expected two 1-D arrays of one length, got {x_N.shape}, {y_N.shape}")
     if not (np.isfinite(x_N).all() and np.isfinite(y_N).all()):
         raise ValueError("paired statistic: inputs must be finite (drop missing scores first)")
     return x_N, y_N
@@ -179,9 +180,11 @@ def quadratic_kappa(a: np.ndarray, b: np.ndarray, levels: Sequence[int]) -> Stat
     for name, values_N, index_N in (("a", a_N, index_a_N), ("b", b_N, index_b_N)):
         off = (index_N >= levels_L.shape[0]) | (levels_L[np.minimum(index_N, levels_L.shape[0] - 1)] != values_N)
         if off.any():
-            raise ValueError(f"quadratic_kappa: {name} has value {values_N[off][0]!r} outside the levels {list(levels)}")
+            raise ValueError(f"quadratic_kappa: {name} has value {values_N[off][0]!r} outside the levels "
+                             f"{list(levels)}")
     num_levels = levels_L.shape[0]
-    observed_LxL = np.bincount(index_a_N * num_levels + index_b_N, minlength=num_levels**2).reshape(num_levels, num_levels)
+    observed_LxL = np.bincount(index_a_N * num_levels + index_b_N, minlength=num_levels**2)
+    observed_LxL = observed_LxL.reshape(num_levels, num_levels)
     expected_LxL = np.outer(observed_LxL.sum(axis=1), observed_LxL.sum(axis=0)) / a_N.shape[0]
     positions_L = np.arange(num_levels, dtype=np.float64)
     weights_LxL = (positions_L[:, None] - positions_L[None, :]) ** 2
@@ -225,7 +228,8 @@ def bootstrap_ci(
     if not cols or any(c.shape[:1] != cols[0].shape[:1] for c in cols):
         raise ValueError(f"bootstrap_ci: need columns of one length, got {[c.shape for c in cols]}")
     if not 0.0 < confidence < 1.0 or num_resamples < 1:
-        raise ValueError(f"bootstrap_ci: need 0 < confidence < 1 and num_resamples >= 1, got {confidence}, {num_resamples}")
+        raise ValueError(f"bootstrap_ci: need 0 < confidence < 1 and num_resamples >= 1, got {confidence}, "
+                         f"{num_resamples}")
     n = cols[0].shape[0]
     if n == 0:
         return Interval(None, None, confidence, num_resamples, num_resamples, "no items to resample")
@@ -297,7 +301,8 @@ def ols(X_NxP: np.ndarray, y_N: np.ndarray, confidence: float = 0.95) -> OLSFit:
     n, p = X.shape
     df = n - p
     if df < 1:
-        return OLSFit(None, None, None, None, df, None, f"{n} items for {p} coefficients leave no residual degrees of freedom")
+        return OLSFit(None, None, None, None, df, None,
+                      f"{n} items for {p} coefficients leave no residual degrees of freedom")
     if np.linalg.matrix_rank(X) < p:
         return OLSFit(None, None, None, None, df, None, "the regressors are collinear (X'X is singular)")
     coef_P, *_ = np.linalg.lstsq(X, y, rcond=None)

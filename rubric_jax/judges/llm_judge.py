@@ -88,7 +88,7 @@ class JudgeConfig:
     mode: str = "single"  # "single": one prompt per (response, dim); "multi": one per response (QuRL)
     num_samples: int = 3  # prompts per item, median of the valid verdicts (RubricRL 3.3)
     shuffle_anchors: bool = True  # a fresh anchor order per sample (RubricRL 3.3 "交换顺序多次评分")
-    reverse_order: bool = False  # unshuffled only: anchors (and criteria, in "multi" mode) in reverse; the position probe
+    reverse_order: bool = False  # unshuffled: anchors (and "multi" criteria) reversed, for calibration's position probe
     max_retries: int = 2  # re-prompt rounds for invalid verdicts (Prometheus/LongBench-Write retry too)
     ensemble: str = "mean"  # "mean" | "agreement" across judges (RubricRL 6.2, 7)
 
@@ -105,7 +105,8 @@ class JudgeConfig:
             if not isinstance(getattr(self, field), bool):
                 raise ValueError(f"judge config: {field} must be true/false, got {getattr(self, field)!r}")
         if self.reverse_order and self.shuffle_anchors:
-            raise ValueError("judge config: reverse_order needs shuffle_anchors=False (a shuffled order has no reverse)")
+            raise ValueError("judge config: reverse_order needs shuffle_anchors=False (a shuffled order has no "
+                             "reverse)")
 
 
 @dataclasses.dataclass(frozen=True)

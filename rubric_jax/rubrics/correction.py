@@ -70,7 +70,8 @@ class Correction:
                 raise RubricError(f"correction: feature {name!r}: std must be positive, got {std!r}")
         for dim_id, dim in self.dimensions.items():
             if not dim.scale[0] < dim.scale[1]:
-                raise RubricError(f"correction: dimension {dim_id!r}: scale must be [lo, hi] with lo < hi, got {dim.scale}")
+                raise RubricError(f"correction: dimension {dim_id!r}: scale must be [lo, hi] with lo < hi, "
+                                  f"got {dim.scale}")
 
     @property
     def features(self) -> list[str]:
@@ -97,7 +98,8 @@ class Correction:
             raise RubricError(f"{where}: dimension {dim_id!r} has scale {list(raw_range)} but the correction was "
                               f"fitted on {list(dim.scale)}")
 
-    def apply(self, dimension_ids: Sequence[str], raw_NxD: np.ndarray, features: Mapping[str, np.ndarray]) -> np.ndarray:
+    def apply(self, dimension_ids: Sequence[str], raw_NxD: np.ndarray,
+              features: Mapping[str, np.ndarray]) -> np.ndarray:
         """Raw scores [N, D] (columns `dimension_ids`, NaN = missing) with every corrected column mapped."""
         out_NxD = np.array(raw_NxD, dtype=np.float64, copy=True)
         x = {f: np.asarray(features[f], np.float64) for f in self.features}
