@@ -1,7 +1,7 @@
 """Writes a calibration: DIR/report.json (strict JSON, no NaN), DIR/report.md (the same as tables),
 DIR/plots/<dimension>.png (confusion matrix and scatter), and the fitted correction file.
 
-Every file is written whole or not at all (temp file + os.replace); report.json is written last, so its
+Every file is written whole or not at all (rubric_jax/files.write_atomic); report.json is written last, so its
 presence means the rest is there. A correction written over an existing correction file gets the next
 major version (the rubric-set hash of runs that apply it changes with its content anyway).
 """
@@ -11,8 +11,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from matplotlib.figure import Figure
 
 from rubric_jax.calibration.agreement import STATISTICS
 from rubric_jax.calibration.run import Calibration, PlotData
+from rubric_jax.files import write_atomic
 from rubric_jax.judges.features import FEATURES
 from rubric_jax.plots import PLOTS_DIR
 from rubric_jax.rubrics.correction import Correction, dumps_correction, load_correction
@@ -31,19 +30,6 @@ REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
 CORRECTION_FILE = "correction.json"
 _TITLES = {"spearman": "Spearman", "kendall": "Kendall τ-b", "kappa_quadratic": "κ quadratic"}
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Writes `data` to a temp file beside `path`, then renames it over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # ------------------------------------------------------------------------------------------ markdown
@@ -217,22 +203,17 @@ def versioned(correction: Correction, path: Path) -> Correction:
 
 def write_calibration(calibration: Calibration, out_dir: str | Path, correction_path: str | Path | None = None,
                       seed: int = 0) -> list[Path]:
-    """Plots, the correction (default DIR/correction.json), report.md and last report.json; the paths written."""
+    """Plots, the correction (default DIR/correction.json), report.md and last report.json; the paths written.
+    Every file is rendered before the first is written, so a failure leaves the previous files as they were."""
     out_dir = Path(out_dir)
-    written = []
-    for dim_id, data in calibration.plots.items():
-        path = out_dir / PLOTS_DIR / f"{dim_id}.png"
-        write_atomic(path, plot_dimension(dim_id, data, seed))
-        written.append(path)
+    files: dict[Path, str | bytes] = {out_dir / PLOTS_DIR / f"{dim_id}.png": plot_dimension(dim_id, data, seed)
+                                      for dim_id, data in calibration.plots.items()}
     report = dict(calibration.report)
     if calibration.correction is not None:
         path = Path(correction_path) if correction_path else out_dir / CORRECTION_FILE
         correction = versioned(calibration.correction, path)
-        fmt = "json" if path.suffix.lower() == ".json" else "yaml"
-        write_atomic(path, dumps_correction(correction, fmt).encode("utf-8"))
+        files[path] = dumps_correction(correction, "json" if path.suffix.lower() == ".json" else "yaml")
         report["correction"] = {**report["correction"], "path": str(path), "version": correction.version}
-        written.append(path)
-    write_atomic(out_dir / REPORT_MD, markdown(report).encode("utf-8"))
-    text = json.dumps(report, ensure_ascii=False, indent=2, allow_nan=False) + "\n"
-    write_atomic(out_dir / REPORT_JSON, text.encode("utf-8"))
-    return [*written, out_dir / REPORT_MD, out_dir / REPORT_JSON]
+    files[out_dir / REPORT_MD] = markdown(report)
+    files[out_dir / REPORT_JSON] = json.dumps(report, ensure_ascii=False, indent=2, allow_nan=False) + "\n"
+    return [write_atomic(path, content) for path, content in files.items()]
