@@ -1,0 +1,116 @@
+"""Judge distillation end to end: deterministic training, the CLI (README command, bad input), and the shipped
+tiny judges measured against their teachers on held-out items (real models, greedy, one batched call each)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from rubric_jax.assets import ASSETS_DIR, TINY_JUDGE_DIR, build_tiny_judges, tiny_judge_data
+from rubric_jax.calibration.stats import spearman
+from rubric_jax.judges.llm_judge import load_judge
+from rubric_jax.models.config import ModelConfig
+from rubric_jax.train import distill_judge
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text(encoding="utf-8")
+HELDOUT_PER_DIMENSION = 24
+# Floors measured on the shipped judges with margin (README, "The tiny judge"): held-out Spearman vs the teacher.
+SPEARMAN_FLOOR = {("default", "politeness"): 0.8, ("hack", "politeness"): 0.8, ("hack", "clarity"): 0.6,
+                  ("fixed", "politeness"): 0.8, ("fixed", "clarity"): 0.5}
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "experiments.distill_judge", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=600, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+
+
+def readme_command() -> list[str]:
+    """The flags of the README's `./launch.sh experiments.distill_judge` command."""
+    line = next(line for line in README.splitlines() if "launch.sh experiments.distill_judge" in line)
+    return line.split("experiments.distill_judge", 1)[1].split("#")[0].split()
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(TINY_JUDGE_DIR)
+
+
+def test_training_is_a_pure_function_of_its_seed(tokenizer):
+    cfg = ModelConfig.from_hf_dir(TINY_JUDGE_DIR).replace(hidden_size=32, intermediate_size=64, num_layers=1,
+                                                          head_dim=8)
+    items = tiny_judge_data.judge_items("default")[0][:16]
+    config = distill_judge.DistillConfig(steps=2, batch_size=4, learning_rate=1e-3, warmup_steps=1, seed=3)
+    runs = [distill_judge.train(cfg, None, tokenizer, items, config, distill_judge.default_mesh(), progress=False)
+            for _ in range(2)]
+    jax.tree.map(np.testing.assert_array_equal, runs[0][0], runs[1][0])
+    assert runs[0][1] == runs[1][1] and np.isfinite(runs[0][1]).all()
+    other = distill_judge.train(cfg, None, tokenizer, items, config.__class__(**{**config.__dict__, "seed": 4}),
+                                distill_judge.default_mesh(), progress=False)
+    assert other[1] != runs[0][1]
+    with pytest.raises(ValueError, match="warmup_steps"):
+        distill_judge.DistillConfig(steps=5, warmup_steps=5)
+
+
+def test_the_readme_command_writes_a_loadable_judge_and_its_report(tmp_path):
+    out = tmp_path / "judge"
+    args = [a if not a.startswith("--out=") else f"--out={out}" for a in readme_command()]
+    # The README's command, shrunk: 2 updates, and a sliver of held-out questions.
+    proc = run(*args, "--steps=2", "--batch_size=4", "--warmup_steps=1", "--heldout=0.03",
+               "--student_max_new_tokens=8")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = json.loads((out / "report.json").read_text())
+    assert report["format"] == "rubric_jax.distill_report" and summary["heldout"] == report["heldout"]["items"] > 0
+    [(dim_id, dim)] = report["dimensions"].items()
+    assert dim_id == "template" and dim["items"] == report["heldout"]["items"]
+    for stat in ("spearman", "kendall", "kappa_quadratic"):
+        assert "value" in dim[stat] and "ci95" in dim[stat]
+    assert report["training"]["steps"] == 2 and report["training"]["items"] > 100
+    assert "| template |" in (out / "report.md").read_text()
+    judge = load_judge(str(out), sampler="greedy", max_new_tokens=8)  # loads as training would load it
+    assert judge.tokenizer.chat_template and {p.name for p in out.iterdir()} >= {"config.json", "model.safetensors"}
+    again = run(*args, "--steps=2")
+    assert again.returncode == 2 and "already exists" in again.stderr
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--dimensions=format,nope"], "no row's rubric has the dimension(s) ['nope']"),
+    (["--teacher=labels", "--labels={labels}"], "labels.jsonl:2: labels.format: 7 is outside the scale [0, 1]"),
+    (["--dimensions=format", "--student_config=nope.json"], "--student_config=nope.json"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, extra, message):
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text('{"question": "q", "response": "r", "labels": {"format": 1}}\n'
+                      '{"question": "q", "response": "r", "labels": {"format": 7}}\n')
+    student = [f"--student_config={TINY_JUDGE_DIR / 'config.json'}", f"--tokenizer={TINY_JUDGE_DIR}"]
+    flags = [f.format(labels=labels) for f in extra]
+    if any(f.startswith("--student_config") for f in flags):
+        student = [f"--tokenizer={TINY_JUDGE_DIR}"]
+    proc = run(f"--out={tmp_path / 'judge'}", "--rubric=rubric_jax/assets/tiny/rubric.yaml", *student, *flags)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("experiments.distill_judge: error:") and message in line, line
+    assert not (tmp_path / "judge").exists()
+
+
+@pytest.mark.parametrize("variant", tiny_judge_data.VARIANTS)
+def test_a_shipped_judge_agrees_with_its_teacher_on_held_out_items(variant):
+    """HELDOUT_PER_DIMENSION held-out items per dimension, through the scoring path training uses."""
+    heldout = tiny_judge_data.judge_items(variant)[1]
+    items = [i for dim in dict.fromkeys(i.dimension.id for i in heldout)
+             for i in [i for i in heldout if i.dimension.id == dim][:HELDOUT_PER_DIMENSION]]
+    judge = load_judge(str(ASSETS_DIR / build_tiny_judges.JUDGE_DIRS[variant]), sampler=build_tiny_judges.SAMPLER,
+                       max_new_tokens=build_tiny_judges.MAX_NEW_TOKENS)
+    measured = distill_judge.measure(judge, items, jax.random.key(0))
+    assert measured.counters["judge_invalid"] < 0.1 * len(items) and measured.counters["judge_prompt_too_long"] == 0
+    for dim in dict.fromkeys(i.dimension.id for i in items):
+        rows = np.asarray([d.id == dim for d in measured.dimensions]) & ~np.isnan(measured.student_N)
+        rho = spearman(measured.teacher_N[rows], measured.student_N[rows]).value
+        assert rho is not None and rho >= SPEARMAN_FLOOR[(variant, dim)], (variant, dim, rho)
