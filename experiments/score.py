@@ -3,6 +3,7 @@
   python -m experiments.score --rubric=RUBRIC.(json|yaml) --responses=IN.jsonl --out=OUT.jsonl
       [--judge_checkpoint=DIR] [--judge_mode=single|multi] [--judge_samples=3] [--judge_retries=2]
       [--judge_sampler="temperature(0.7)"] [--judge_max_new_tokens=256] [--batch_size=64] [--seed=0]
+      [--judge_param_dtype=auto] [--judge_compute_dtype=auto] [--tensor=1]
 
 Each input line is {"question": str, "response": str, optional "rubric": {"extra": [dimension, ...]}
 or {"replace": rubric} (rubric_jax.rubrics.schema.parse_row_rubric), any other fields}; each output line is the input plus
@@ -12,6 +13,8 @@ or {"replace": rubric} (rubric_jax.rubrics.schema.parse_row_rubric), any other f
   reward            float in [0, 1] (0 and meaningless when reward_ok is false)
   reward_ok         bool (false: a gate dimension or every scored dimension is missing)
   rubric_name, rubric_version, rubric_hash
+The judge is loaded straight into the decode layout over every local device (`--tensor` consecutive
+devices split each weight, the rest hold replicas), in bfloat16 on accelerators by default.
 A one-line JSON summary (rows, mean reward, failures, judge counts) goes to stdout. User errors (a
 missing or malformed rubric, a bad input line, an LLM dimension without --judge_checkpoint) exit with
 status 2 and a message naming the file and line.
@@ -29,6 +32,7 @@ import jax
 import numpy as np
 from absl import app, flags
 
+from rubric_jax import loader, sharding
 from rubric_jax.judges.llm_judge import JudgeConfig, load_judge
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.rubrics.io import load_rubric
@@ -46,6 +50,11 @@ _SAMPLER = flags.DEFINE_string("judge_sampler", "temperature(0.7)", "Judge sampl
 _MAX_NEW = flags.DEFINE_integer("judge_max_new_tokens", 256, "Judge generation budget per verdict.")
 _BATCH = flags.DEFINE_integer("batch_size", 64, "Rows per reward call (one batched judge call each).")
 _SEED = flags.DEFINE_integer("seed", 0, "PRNG seed for judge sampling.")
+_JUDGE_PARAM_DTYPE = flags.DEFINE_enum("judge_param_dtype", "auto", list(loader.DTYPE_CHOICES),
+                                       "Judge weights dtype; auto = bfloat16 on accelerators, float32 on CPU.")
+_JUDGE_COMPUTE_DTYPE = flags.DEFINE_enum("judge_compute_dtype", "auto", list(loader.DTYPE_CHOICES),
+                                         "Judge activation dtype; auto as for --judge_param_dtype.")
+_TENSOR = flags.DEFINE_integer("tensor", 1, "Devices that split each judge weight (tensor parallel).")
 flags.mark_flags_as_required(["responses", "out"])
 
 
@@ -134,7 +143,10 @@ def main(argv: list[str]) -> None:
         if not Path(_JUDGE.value).is_dir():
             _fail(f"--judge_checkpoint={_JUDGE.value}: directory does not exist")
         try:
-            judges.append(load_judge(_JUDGE.value, sampler=_SAMPLER.value, max_new_tokens=_MAX_NEW.value))
+            layout = sharding.decode_layout(sharding.make_mesh(sharding.MeshConfig()), _TENSOR.value)
+            judges.append(load_judge(_JUDGE.value, layout=layout, param_dtype=_JUDGE_PARAM_DTYPE.value,
+                                     compute_dtype=_JUDGE_COMPUTE_DTYPE.value, sampler=_SAMPLER.value,
+                                     max_new_tokens=_MAX_NEW.value))
         except (OSError, ValueError) as e:
             _fail(f"--judge_checkpoint={_JUDGE.value}: {e}")
     config = JudgeConfig(mode=_MODE.value, num_samples=_SAMPLES.value, max_retries=_RETRIES.value)
