@@ -9,7 +9,10 @@ case-wise length, topic-keyword and politeness/disclaimer criteria carried by ea
 
 Launch:   ./launch.sh     (= ./launch.sh experiments.run --config=configs/tiny.py --workdir=runs/tiny)
 Override: ./launch.sh experiments.run --config=configs/tiny.py --workdir=runs/tiny2 --config.rl.lr=1e-4
+Sweep:    ./launch.sh experiments.sweep --config=configs/tiny.py --workdir=runs/tiny_sweep   (sweep() below)
 """
+
+import itertools
 
 from configs.common import base_config
 
@@ -46,3 +49,10 @@ def get_config(arg: str | None = None):
     c.eval.max_questions = 32
     c.checkpoint.every_steps = 10
     return c
+
+
+def sweep(add, arg=None):
+    """GRPO learning rate x KL coefficient (beta 0 runs without a reference model): 2 x 2 variants."""
+    del arg
+    for lr, beta in itertools.product((1e-4, 2e-4), (0.0, 0.02)):
+        add(**{"rl.lr": lr, "rl.beta": beta})

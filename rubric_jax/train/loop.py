@@ -158,6 +158,8 @@ def run(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
         if "grpo" in config.stages and not experiment.stop_requested:
             run_grpo(experiment, params)
     plots.plot_run(workdir)
+    if not experiment.stop_requested:
+        metrics.mark_done(workdir, config)  # done.json: a sweep skips this run when its config is unchanged
 
 
 def _write_config(config: ml_collections.ConfigDict, workdir: Path) -> None:
@@ -207,7 +209,7 @@ def build(config: ml_collections.ConfigDict, workdir: Path) -> Run:
     judge_dtypes = dict(param_dtype=config.judge.param_dtype, compute_dtype=config.judge.compute_dtype)
     for field, value in judge_dtypes.items():
         loader.resolve_dtype(value, f"config.judge.{field}")
-    model_cfg = _model_config(config)
+    model_cfg = model_config(config)
     layout, decode_layout, decode_dtype = _layouts(config, model_cfg)
     try:
         tokenizer = load_tokenizer(tokenizer_dir)
@@ -243,7 +245,8 @@ def _model_overrides(config: ml_collections.ConfigDict) -> dict[str, Any]:
                 remat=config.model.remat, scan_layers=config.model.scan_layers)
 
 
-def _model_config(config: ml_collections.ConfigDict) -> ModelConfig:
+def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
+    """The policy's ModelConfig: the checkpoint's config.json (or `config_json` for a random init) plus overrides."""
     overrides = _model_overrides(config)
     if config.model.checkpoint:
         return ModelConfig.from_hf_dir(config.model.checkpoint, **overrides)
