@@ -144,6 +144,9 @@ def main(argv: list[str]) -> None:
             _fail(f"--judge_checkpoint={_JUDGE.value}: directory does not exist")
         try:
             layout = sharding.decode_layout(sharding.make_mesh(sharding.MeshConfig()), _TENSOR.value)
+        except ValueError as e:
+            _fail(f"--tensor: {e}")
+        try:
             judges.append(load_judge(_JUDGE.value, layout=layout, param_dtype=_JUDGE_PARAM_DTYPE.value,
                                      compute_dtype=_JUDGE_COMPUTE_DTYPE.value, sampler=_SAMPLER.value,
                                      max_new_tokens=_MAX_NEW.value))

@@ -203,13 +203,13 @@ def decode_layout(mesh: Mesh, tensor: int) -> Layout:
     """
     devices = mesh.devices.reshape(-1)
     if isinstance(tensor, bool) or not isinstance(tensor, int) or tensor < 1 or devices.size % tensor:
-        raise ValueError(f"mesh.rollout.tensor={tensor!r}: must be a positive integer dividing the "
+        raise ValueError(f"tensor-parallel size {tensor!r} must be a positive integer dividing the "
                          f"{devices.size} devices")
     for group in devices.reshape(-1, tensor):
         hosts = sorted({d.process_index for d in group})
         if len(hosts) > 1:
-            raise ValueError(f"mesh.rollout.tensor={tensor}: a tensor-parallel group would span hosts {hosts}; "
-                             "use at most the devices of one host")
+            raise ValueError(f"tensor-parallel size {tensor}: a group would span hosts {hosts}; use at most "
+                             "the devices of one host")
     grid = devices.reshape(devices.size // tensor, 1, tensor)
     return Layout(Mesh(grid, MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * len(MESH_AXES)), DECODE_RULES)
 

@@ -113,6 +113,9 @@ def test_restore_straight_into_target_shardings(tmp_path, mesh_cfg):
 
 
 def test_missing_and_broken_checkpoints_raise_clear_errors(tmp_path):
+    from rubric_jax.models import checkpoint as hf_checkpoint
+
+    assert checkpointing.CheckpointError is hf_checkpoint.CheckpointError  # one class for every checkpoint
     state, _ = _state()
     ckpt = checkpointing.Checkpointer(tmp_path / "run", max_to_keep=3, async_save=False)
     with pytest.raises(checkpointing.CheckpointError, match="run: no complete checkpoint to restore"):

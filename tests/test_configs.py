@@ -59,3 +59,13 @@ def test_qwen_without_a_local_checkpoint_is_one_line_naming_directory_and_flag(t
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert "/models/Qwen2.5-0.5B-Instruct" in lines[0] and "--config.model.checkpoint=DIR" in lines[0]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("--config.mesh.rollout.tensor=8", "config.mesh.rollout.tensor=8 does not divide the model's num_heads (4)"),
+    ("--config.judge.param_dtype=fp16", "config.judge.param_dtype='fp16': expected one of"),
+])
+def test_decode_layout_and_judge_dtype_are_checked_before_anything_runs(tmp_path, override, message):
+    proc = _run("--config=configs/tiny.py", f"--workdir={tmp_path}", override)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert message in proc.stderr

@@ -185,7 +185,10 @@ def _layouts(config: ml_collections.ConfigDict, model_cfg: ModelConfig) -> tuple
     layout = sharding.Layout(sharding.make_mesh(
         sharding.MeshConfig(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)))
     rollout = config.mesh.rollout
-    decode = sharding.decode_layout(layout.mesh, rollout.tensor)
+    try:
+        decode = sharding.decode_layout(layout.mesh, rollout.tensor)
+    except ValueError as e:
+        raise ValueError(f"config.mesh.rollout.tensor={rollout.tensor!r}: {e}") from None
     for field, heads in (("num_heads", model_cfg.num_heads), ("num_kv_heads", model_cfg.num_kv_heads)):
         if heads % rollout.tensor:
             raise ValueError(f"config.mesh.rollout.tensor={rollout.tensor} does not divide the model's {field} "
