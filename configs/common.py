@@ -47,10 +47,13 @@ def base_config() -> ml_collections.ConfigDict:
     c.mesh.rollout.param_dtype = "compute"  # Policy weights while decoding: compute (= model.compute_dtype), float32 or bfloat16.
 
     c.data = ml_collections.ConfigDict()
-    c.data.train = ""  # jsonl of training questions ({"id","question",...}).
-    c.data.eval = ""  # jsonl of held-out questions.
+    c.data.train = ""  # jsonl of training questions ({"id","question",...}), or tfds:NAME[:SPLIT] (split "train").
+    c.data.eval = ""  # jsonl of held-out questions, or tfds:NAME[:SPLIT] (split "eval"; ":golden" for the golden set).
+    c.data.tfds_dir = ""  # Directory holding the tfds datasets named by tfds:NAME (experiments.prepare_data --out).
     c.data.sft = ""  # jsonl of cold-start SFT pairs ({"prompt","response"}).
     c.data.rubric = ""  # Rubric file (YAML/JSON) shared by every question; rows may add their own.
+    # Calibration (experiments.calibrate): a fitted per-dimension score correction, RubricRL §3.3 "后处理校准".
+    c.data.rubric_correction = ""  # Score correction (JSON/YAML) applied to judge scores; empty = none; in the hash.
     c.data.max_prompt_len = 128  # Prompts are left-padded to a bucket up to this length.
     c.data.length_buckets = 3  # Power-of-two padding widths per length (max, max/2, ...); each compiles once.
 
@@ -70,21 +73,26 @@ def base_config() -> ml_collections.ConfigDict:
     c.rl.questions_per_step = 32  # QuRL: global batch 32 questions.
     c.rl.group_size = 8  # Samples per question (RubricRL §4.3, QuRL: 8).
     c.rl.max_new_tokens = 256  # Response budget per sample.
-    c.rl.sampler = "temperature(1.0)"  # Rollout sampler.
+    c.rl.sampler = "temperature(1.0)"  # "temperature(t)" only: every log-prob is of softmax(logits/t) (TRL, verl).
     c.rl.beta = 0.04  # KL coefficient (RubricRL §4.3: 0.01-0.05); 0 skips the reference model.
     c.rl.kl_estimator = "k3"  # k1, k2 or k3 (Schulman's estimators).
     c.rl.clip_low = 0.2  # PPO clip below 1 (RubricRL §4.3: 0.2-0.3).
     c.rl.clip_high = 0.28  # Clip above 1 (DAPO clip-higher).
     c.rl.loss_aggregation = "seq_mean_token_mean"  # GRPO; or token_mean (DAPO), seq_mean_token_sum_norm (Dr. GRPO).
     c.rl.advantage_scaling = "group"  # group std (GRPO), batch std, or none (Dr. GRPO).
+    c.rl.advantage_eps = 1e-6  # Added to the std before dividing (RubricRL §5.3 pseudo-code).
     c.rl.updates_per_batch = 1  # Optimizer updates per rollout batch (importance ratio vs behaviour).
+    # Behaviour log-probs: False = the sampler's own; True = recomputed teacher-forced with the params that
+    # sampled, once per rollout (verl's recompute; costs one forward). Either way `logprob_gap/mean` logs
+    # mean |teacher-forced - sampler| on the first update: ~3e-7 in float32 on CPU, the bf16 decode drift on GPU.
+    c.rl.recompute_old_logprobs = False
     c.rl.micro_batches = 1  # Gradient accumulation micro-batches per update.
     c.rl.warmup_steps = 0  # Linear warmup steps.
     c.rl.schedule = "constant"  # constant or cosine after warmup.
     c.rl.weight_decay = 0.0  # AdamW weight decay.
     c.rl.grad_clip = 1.0  # Global-norm gradient clipping.
     c.rl.max_nan_streak = 5  # Consecutive skipped (NaN/Inf) updates before the run stops.
-    c.rl.missing_scores = "renormalize"  # renormalize over present dimensions, or drop the sample.
+    c.rl.missing_scores = "renormalize"  # "renormalize" over present dimensions, or "drop" the sample (no loss).
     c.rl.dynamic_weights = False  # Move weight from saturated to discriminating dimensions (RubricRL §2.3).
     c.rl.dynamic_weights_window = 20  # Steps of score statistics behind the saturation test.
 
@@ -96,6 +104,33 @@ def base_config() -> ml_collections.ConfigDict:
     c.checkpoint = ml_collections.ConfigDict()
     c.checkpoint.every_steps = 10  # Save every N GRPO steps (and at the end and on SIGTERM).
     c.checkpoint.keep = 3  # Checkpoints kept.
+
+    # experiments.build_rubrics: QuRL case-wise rubric construction (rubric_jax/qurl). The construction LLM is
+    # `model` (QuRL distils with Qwen2.5-7B); the judge that scores candidates is `judge` (empty: `model`).
+    c.qurl = ml_collections.ConfigDict()
+    c.qurl.top_k = 5  # Documents kept per question after the quality re-rank (QuRL §3.1); 0 = from the question alone.
+    c.qurl.retrieval_pool = 20  # BM25 candidates re-ranked by the quality prior (click-through in QuRL §3.1).
+    c.qurl.min_relevance = 0.5  # Pool floor: BM25 score >= this fraction of the best (a prior never promotes noise).
+    c.qurl.bm25_k1 = 1.5  # BM25 term-frequency saturation (Lucene default 1.2; 1.5 as in bm25s).
+    c.qurl.bm25_b = 0.75  # BM25 length normalisation (Robertson & Zaragoza).
+    c.qurl.max_document_chars = 8000  # Document text read for its meta-description (QuRL: pages exceed 100k tokens).
+    c.qurl.meta_max_words = 150  # Length asked of a meta-description (QuRL §3.2: short, information-dense).
+    c.qurl.meta_max_new_tokens = 384  # Token budget of a meta-description; cut off = invalid, retried.
+    c.qurl.num_candidates = 4  # K candidate rubric sets per question (QuRL §3.3 filter).
+    c.qurl.min_criteria = 3  # Fewest criteria a candidate may have.
+    c.qurl.max_criteria = 7  # Most criteria of a candidate and of R*(q) (RubricRL §2.3: at most ~7).
+    c.qurl.max_points = 5  # Most points of one criterion (QuRL example: "clarity and logical flow (2 points)").
+    c.qurl.rubric_max_new_tokens = 2048  # Token budget of one candidate rubric (JSON).
+    c.qurl.num_answers = 4  # Sampled answers each candidate scores in the filter.
+    c.qurl.answer_max_new_tokens = 1024  # Token budget of one sampled answer.
+    c.qurl.max_retries = 2  # Re-prompt rounds for invalid meta-descriptions and candidates.
+    c.qurl.min_valid_answers = 3  # A candidate needs this many usable judge scores to be judged at all.
+    c.qurl.min_std = 0.05  # Drop a candidate whose reward std over the answers is below this (QuRL §3.3 filter).
+    c.qurl.min_spread = 0.1  # Drop a candidate whose reward max - min over the answers is below this.
+    c.qurl.merge_threshold = 0.5  # Two criteria are one when description trigram Jaccard >= this (or ids are equal).
+    c.qurl.min_support = 2  # R*(q) keeps criteria recurring in this many kept sets (capped at the kept count).
+    c.qurl.questions_per_batch = 32  # Questions per batch: one generate call per round each; resume unit.
+    c.qurl.sampler = "temperature(0.7)"  # Sampler of every construction call (retries need fresh samples).
 
     c.log = ml_collections.ConfigDict()
     c.log.samples_per_step = 4  # Responses written to samples.jsonl per step.

@@ -48,6 +48,19 @@ def get_config(arg: str | None = None):
     c.eval.every_steps = 10
     c.eval.max_questions = 32
     c.checkpoint.every_steps = 10
+    # experiments.build_rubrics on rubric_jax/assets/qurl/ with the random tiny model: small budgets, so the
+    # run is quick; its output is mostly invalid and the report counts that (README, "Building case-wise rubrics").
+    c.qurl.top_k = 2
+    c.qurl.retrieval_pool = 6
+    c.qurl.max_document_chars = 240
+    c.qurl.meta_max_new_tokens = 32
+    c.qurl.num_candidates = 2
+    c.qurl.min_criteria = 1
+    c.qurl.rubric_max_new_tokens = 64
+    c.qurl.num_answers = 3
+    c.qurl.answer_max_new_tokens = 32
+    c.qurl.max_retries = 1
+    c.qurl.questions_per_batch = 8
     return c
 
 

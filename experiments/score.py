@@ -3,7 +3,7 @@
   python -m experiments.score --rubric=RUBRIC.(json|yaml) --responses=IN.jsonl --out=OUT.jsonl
       [--judge_checkpoint=DIR] [--judge_mode=single|multi] [--judge_samples=3] [--judge_retries=2]
       [--judge_sampler="temperature(0.7)"] [--judge_max_new_tokens=256] [--batch_size=64] [--seed=0]
-      [--judge_param_dtype=auto] [--judge_compute_dtype=auto] [--tensor=1]
+      [--judge_param_dtype=auto] [--judge_compute_dtype=auto] [--judge_tensor=1]
 
 Each input line is {"question": str, "response": str, optional "rubric": {"extra": [dimension, ...]}
 or {"replace": rubric} (rubric_jax.rubrics.schema.parse_row_rubric), any other fields}; each output line is the input plus
@@ -13,7 +13,7 @@ or {"replace": rubric} (rubric_jax.rubrics.schema.parse_row_rubric), any other f
   reward            float in [0, 1] (0 and meaningless when reward_ok is false)
   reward_ok         bool (false: a gate dimension or every scored dimension is missing)
   rubric_name, rubric_version, rubric_hash
-The judge is loaded straight into the decode layout over every local device (`--tensor` consecutive
+The judge is loaded straight into the decode layout over every local device (`--judge_tensor` consecutive
 devices split each weight, the rest hold replicas), in bfloat16 on accelerators by default.
 A one-line JSON summary (rows, mean reward, failures, judge counts) goes to stdout. User errors (a
 missing or malformed rubric, a bad input line, an LLM dimension without --judge_checkpoint) exit with
@@ -32,8 +32,10 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from rubric_jax import loader, sharding
-from rubric_jax.judges.llm_judge import JudgeConfig, load_judge
+from experiments.judge_flags import JUDGE as _JUDGE, MAX_NEW as _MAX_NEW, MODE as _MODE, RETRIES as _RETRIES
+from experiments.judge_flags import SAMPLES as _SAMPLES
+from experiments.judge_flags import load_judges
+from rubric_jax.judges.llm_judge import JudgeConfig
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.jsonl import read_jsonl
@@ -42,19 +44,8 @@ from rubric_jax.rubrics.schema import Rubric, RubricError, case_rubric_from_row
 _RUBRIC = flags.DEFINE_string("rubric", None, "Rubric file (.json/.yaml); optional if every row has a full rubric.")
 _RESPONSES = flags.DEFINE_string("responses", None, "Input JSONL: question, response, optional rubric per line.")
 _OUT = flags.DEFINE_string("out", None, "Output JSONL (input fields plus scores and reward).")
-_JUDGE = flags.DEFINE_string("judge_checkpoint", None, "HF judge directory; needed only for LLM dimensions.")
-_MODE = flags.DEFINE_enum("judge_mode", "single", ["single", "multi"], "One judge prompt per dimension, or per response.")
-_SAMPLES = flags.DEFINE_integer("judge_samples", 3, "Judge samples per item (median of the valid ones).")
-_RETRIES = flags.DEFINE_integer("judge_retries", 2, "Re-prompt rounds for unparseable verdicts.")
-_SAMPLER = flags.DEFINE_string("judge_sampler", "temperature(0.7)", "Judge sampler (see rubric_jax.sampling).")
-_MAX_NEW = flags.DEFINE_integer("judge_max_new_tokens", 256, "Judge generation budget per verdict.")
 _BATCH = flags.DEFINE_integer("batch_size", 64, "Rows per reward call (one batched judge call each).")
 _SEED = flags.DEFINE_integer("seed", 0, "PRNG seed for judge sampling.")
-_JUDGE_PARAM_DTYPE = flags.DEFINE_enum("judge_param_dtype", "auto", list(loader.DTYPE_CHOICES),
-                                       "Judge weights dtype; auto = bfloat16 on accelerators, float32 on CPU.")
-_JUDGE_COMPUTE_DTYPE = flags.DEFINE_enum("judge_compute_dtype", "auto", list(loader.DTYPE_CHOICES),
-                                         "Judge activation dtype; auto as for --judge_param_dtype.")
-_TENSOR = flags.DEFINE_integer("tensor", 1, "Devices that split each judge weight (tensor parallel).")
 flags.mark_flags_as_required(["responses", "out"])
 
 
@@ -140,18 +131,10 @@ def main(argv: list[str]) -> None:
         _fail(str(e))
     judges = []
     if _JUDGE.value is not None:
-        if not Path(_JUDGE.value).is_dir():
-            _fail(f"--judge_checkpoint={_JUDGE.value}: directory does not exist")
         try:
-            layout = sharding.decode_layout(sharding.make_mesh(sharding.MeshConfig()), _TENSOR.value)
+            judges = load_judges([_JUDGE.value])
         except ValueError as e:
-            _fail(f"--tensor: {e}")
-        try:
-            judges.append(load_judge(_JUDGE.value, layout=layout, param_dtype=_JUDGE_PARAM_DTYPE.value,
-                                     compute_dtype=_JUDGE_COMPUTE_DTYPE.value, sampler=_SAMPLER.value,
-                                     max_new_tokens=_MAX_NEW.value))
-        except (OSError, ValueError) as e:
-            _fail(f"--judge_checkpoint={_JUDGE.value}: {e}")
+            _fail(str(e))
     config = JudgeConfig(mode=_MODE.value, num_samples=_SAMPLES.value, max_retries=_RETRIES.value)
     reward = RubricReward(judges=judges, judge_config=config)
     for rubric, source in zip(rubrics, sources):
