@@ -114,6 +114,8 @@ def load_language_model(*, checkpoint: str, config_json: str, tokenizer_dir: str
     if not tokenizer_dir or not Path(tokenizer_dir).is_dir():
         raise FileNotFoundError(f"{tokenizer_dir or '(none)'}: tokenizer directory does not exist")
     if checkpoint:
+        if not Path(checkpoint).is_dir():
+            raise FileNotFoundError(f"{checkpoint}: checkpoint directory does not exist")
         weights = loader.load_weights(checkpoint, layout, **overrides)
         name = checkpoint
     else:
