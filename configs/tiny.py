@@ -6,7 +6,7 @@ Cold-start SFT on 174 formatted answers teaches the <think>…</think><answer>�
 model needs a far higher learning rate and more epochs than QuRL's 1e-6 × 2 epochs on a pretrained
 one); GRPO then optimises the rubric: format gate, redundancy and template penalties (rules), plus case-wise
 length, topic-keyword and disclaimer criteria (rules) and a politeness criterion judged by the distilled tiny
-judge in rubric_jax/assets/tiny_judge/ (a 3-layer Llama-shaped model of another vocabulary, made by
+judge in rubric_jax/assets/tiny_judge/ (a 2-layer Llama-shaped model of another vocabulary, made by
 rubric_jax/assets/build_tiny_judges.py): every GRPO step runs the LLM-judge path (fenced prompts, one batched
 sampler call, strict parser, retries, median) on CPU.
 

@@ -31,17 +31,17 @@ from pathlib import Path
 import jax
 from absl import app, flags
 
-from experiments.judge_flags import JUDGE, MAX_NEW as TEACHER_MAX_NEW, MODE, RETRIES, SAMPLER as TEACHER_SAMPLER, SAMPLES
-from experiments.score import InputError, read_rows
-from rubric_jax import sampling
+from experiments.judge_flags import JUDGE, MODE, RETRIES, SAMPLES, load_judges
+from rubric_jax import loader, sampling
 from rubric_jax.assets import tiny_judge_data
 from rubric_jax.calibration.labels import LabelsError, read_items
 from rubric_jax.data import DataError
 from rubric_jax.judges import distill_data
-from rubric_jax.judges.llm_judge import JudgeConfig, load_judge
-from rubric_jax.models.checkpoint import CheckpointError, load_hf_checkpoint
+from rubric_jax.judges.llm_judge import JudgeConfig
+from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
 from rubric_jax.models.config import ModelConfig, ModelConfigError
 from rubric_jax.rubrics.io import load_rubric
+from rubric_jax.rubrics.responses import InputError, read_rows
 from rubric_jax.rubrics.schema import RubricError
 from rubric_jax.train import distill_judge
 
@@ -76,22 +76,21 @@ def _fail(message: str) -> None:
 
 def _student():
     """(ModelConfig, params or None, tokenizer, description) of the student the flags name."""
-    from transformers import AutoTokenizer  # slow import, only once the flags are valid
-
     if (_STUDENT.value is None) == (_STUDENT_CONFIG.value is None):
         raise ValueError("give --student_checkpoint=DIR, or --student_config=config.json with --tokenizer=DIR")
     if _STUDENT.value is not None:
-        cfg, _, state = load_hf_checkpoint(_STUDENT.value)
-        from flax import nnx
-
-        return cfg, nnx.to_pure_dict(state), AutoTokenizer.from_pretrained(_STUDENT.value), _STUDENT.value
+        if not Path(_STUDENT.value).is_dir():
+            raise FileNotFoundError(f"--student_checkpoint={_STUDENT.value}: directory does not exist")
+        # Trained in float32 in the training layout (the SFT step refuses other parameter dtypes).
+        weights = loader.load_weights(_STUDENT.value, distill_judge.default_layout(), param_dtype="float32")
+        return weights.cfg, weights, load_tokenizer(_STUDENT.value), _STUDENT.value
     if _TOKENIZER.value is None or not Path(_TOKENIZER.value).is_dir():
         raise ValueError(f"--tokenizer={_TOKENIZER.value}: a tokenizer directory is needed with --student_config")
     path = Path(_STUDENT_CONFIG.value)
     if not path.is_file():
         raise FileNotFoundError(f"--student_config={path}: file does not exist")
     cfg = ModelConfig.from_hf_dict(json.loads(path.read_text()))
-    tokenizer = AutoTokenizer.from_pretrained(_TOKENIZER.value)
+    tokenizer = load_tokenizer(_TOKENIZER.value)
     if len(tokenizer) > cfg.vocab_size:
         raise ValueError(f"--tokenizer={_TOKENIZER.value} has {len(tokenizer)} tokens, more than the "
                          f"{cfg.vocab_size} of --student_config={path}")
@@ -127,8 +126,7 @@ def _items(shared) -> tuple[list[distill_data.JudgeItem], str]:
         return distill_data.rule_items(questions, responses, teachers), f"rule judges of {', '.join(wanted)}"
     if not JUDGE.value:
         raise ValueError("--teacher=judge: give --judge_checkpoint=DIR[,DIR]")
-    judges = [load_judge(d, sampler=TEACHER_SAMPLER.value, max_new_tokens=TEACHER_MAX_NEW.value)
-              for d in JUDGE.value.split(",")]
+    judges = load_judges(JUDGE.value.split(","))
     dims = [[d for d in rubric.dimensions if d.id in wanted] for rubric in rubrics]
     config = JudgeConfig(mode=MODE.value, num_samples=SAMPLES.value, max_retries=RETRIES.value)
     items, missing = distill_data.judge_items(judges, config, questions, responses, dims, jax.random.key(_SEED.value))
@@ -156,10 +154,10 @@ def main(argv: list[str]) -> None:
         if not train_items or not heldout_items:
             raise ValueError(f"{len(items)} items split into {len(train_items)} training and {len(heldout_items)} "
                              "held-out ones; both must be non-empty (more questions, or another --heldout)")
-        model_cfg, params, tokenizer, student = _student()
+        model_cfg, start, tokenizer, student = _student()
     except ERRORS as e:
         _fail(str(e))
-    payload = distill_judge.distill(model_cfg, params, tokenizer, train_items, heldout_items, out, config,
+    payload = distill_judge.distill(model_cfg, start, tokenizer, train_items, heldout_items, out, config,
                                     teacher=teacher, student=student, sampler=_SAMPLER.value,
                                     max_new_tokens=_MAX_NEW.value)
     print(json.dumps({"out": str(out), "heldout": payload["heldout"]["items"],

@@ -38,8 +38,8 @@ from experiments.judge_flags import load_judges
 from rubric_jax.judges.llm_judge import JudgeConfig
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.rubrics.io import load_rubric
-from rubric_jax.jsonl import read_jsonl
-from rubric_jax.rubrics.schema import Rubric, RubricError, case_rubric_from_row
+from rubric_jax.rubrics.responses import InputError, read_rows
+from rubric_jax.rubrics.schema import Rubric, RubricError
 
 _RUBRIC = flags.DEFINE_string("rubric", None, "Rubric file (.json/.yaml); optional if every row has a full rubric.")
 _RESPONSES = flags.DEFINE_string("responses", None, "Input JSONL: question, response, optional rubric per line.")
@@ -47,28 +47,6 @@ _OUT = flags.DEFINE_string("out", None, "Output JSONL (input fields plus scores 
 _BATCH = flags.DEFINE_integer("batch_size", 64, "Rows per reward call (one batched judge call each).")
 _SEED = flags.DEFINE_integer("seed", 0, "PRNG seed for judge sampling.")
 flags.mark_flags_as_required(["responses", "out"])
-
-
-class InputError(ValueError):
-    """A malformed input line; the message names the file and line."""
-
-
-def read_rows(path: Path, shared: Rubric | None) -> tuple[list[dict[str, Any]], list[Rubric], list[str]]:
-    """Validated input rows, each row's rubric (shared, extended or replaced per row) and its 'file:line'."""
-    if not path.is_file():
-        raise InputError(f"{path}: responses file does not exist")
-    rows, rubrics, sources = [], [], []
-    for lineno, row in read_jsonl(path, InputError):
-        where = f"{path}:{lineno}"
-        for field in ("question", "response"):
-            if not isinstance(row.get(field), str):
-                raise InputError(f"{where}: field {field!r}: expected a string, got {row.get(field)!r}")
-        rubrics.append(case_rubric_from_row(shared, row.get("rubric"), f"line{lineno}", source=where))
-        rows.append(row)
-        sources.append(where)
-    if not rows:
-        raise InputError(f"{path}: no input rows")
-    return rows, rubrics, sources
 
 
 def _number(x: float) -> float | None:

@@ -47,12 +47,12 @@ def test_training_is_a_pure_function_of_its_seed(tokenizer):
                                                           head_dim=8)
     items = tiny_judge_data.judge_items("default")[0][:16]
     config = distill_judge.DistillConfig(steps=2, batch_size=4, learning_rate=1e-3, warmup_steps=1, seed=3)
-    runs = [distill_judge.train(cfg, None, tokenizer, items, config, distill_judge.default_mesh(), progress=False)
+    runs = [distill_judge.train(cfg, None, tokenizer, items, config, distill_judge.default_layout(), progress=False)
             for _ in range(2)]
     jax.tree.map(np.testing.assert_array_equal, runs[0][0], runs[1][0])
     assert runs[0][1] == runs[1][1] and np.isfinite(runs[0][1]).all()
     other = distill_judge.train(cfg, None, tokenizer, items, config.__class__(**{**config.__dict__, "seed": 4}),
-                                distill_judge.default_mesh(), progress=False)
+                                distill_judge.default_layout(), progress=False)
     assert other[1] != runs[0][1]
     with pytest.raises(ValueError, match="warmup_steps"):
         distill_judge.DistillConfig(steps=5, warmup_steps=5)
@@ -114,3 +114,17 @@ def test_a_shipped_judge_agrees_with_its_teacher_on_held_out_items(variant):
         rows = np.asarray([d.id == dim for d in measured.dimensions]) & ~np.isnan(measured.student_N)
         rho = spearman(measured.teacher_N[rows], measured.student_N[rows]).value
         assert rho is not None and rho >= SPEARMAN_FLOOR[(variant, dim)], (variant, dim, rho)
+
+
+def test_the_rebuild_script_writes_a_judge_with_the_shipped_tokenizer(tmp_path, monkeypatch):
+    """`python -m rubric_jax.assets.build_tiny_judges`, shrunk to 2 updates of a one-layer model: the judge tokenizer
+    it trains is the shipped one (deterministic), and the judge directory comes with its report."""
+    small = build_tiny_judges.JUDGE_MODEL.replace(hidden_size=32, intermediate_size=64, num_layers=1, head_dim=8)
+    monkeypatch.setattr(build_tiny_judges, "JUDGE_MODEL", small)
+    monkeypatch.setattr(build_tiny_judges, "TRAINING", distill_judge.DistillConfig(steps=2, batch_size=4, warmup_steps=1))
+    build_tiny_judges.main(["--variant=default", f"--out_root={tmp_path}"])
+    built = tmp_path / build_tiny_judges.JUDGE_DIRS["default"]
+    assert (built / "tokenizer.json").read_bytes() == (TINY_JUDGE_DIR / "tokenizer.json").read_bytes()
+    report = json.loads((built / "report.json").read_text())
+    assert report["training"]["steps"] == 2 and set(report["dimensions"]) == {"politeness"}
+    assert json.loads((built / "config.json").read_text())["hidden_size"] == 32

@@ -41,11 +41,12 @@ SENTENCE_SPLIT = r"[^\n.!?。！？]+[.!?。！？]*|\n"
 # A Llama-architecture model: another base than the Qwen2 tiny policy (hidden 128, 2 layers, 2048 tokens), and
 # transformers loads a Llama directory's tokenizer as saved (for model_type qwen2 it swaps in Qwen2's own
 # pre-tokenizer, which would split the judge's sentence pieces).
-JUDGE_MODEL = ModelConfig(architecture="llama", vocab_size=TOKENIZER_VOCAB, hidden_size=96, intermediate_size=288,
-                          num_layers=2, num_heads=4, num_kv_heads=2, head_dim=24, rope_theta=10000.0,
+JUDGE_MODEL = ModelConfig(architecture="llama", vocab_size=TOKENIZER_VOCAB, hidden_size=64, intermediate_size=192,
+                          num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, rope_theta=10000.0,
                           rms_norm_eps=1e-6, tie_word_embeddings=True, attention_bias=False, rope_scaling=None,
                           max_position_embeddings=512)
-TRAINING = distill_judge.DistillConfig(steps=300, batch_size=32, learning_rate=3e-3, warmup_steps=20, seed=SEED)
+# Small enough that all three judges build in minutes on a shared 2-core CPU (and judge a GRPO step in about a second).
+TRAINING = distill_judge.DistillConfig(steps=160, batch_size=16, learning_rate=3e-3, warmup_steps=10, seed=SEED)
 SAMPLER, MAX_NEW_TOKENS = "greedy", 16  # how configs/tiny*.py run the judges (the report measures the same)
 
 

@@ -81,6 +81,11 @@ def base_answers(tiny_dir: Path = TINY_DIR, seed: int = SEED) -> list[BaseAnswer
     return answers
 
 
+def split_answer(response: str) -> tuple[str, str]:
+    """(think, answer) text of a well-formed tiny answer `<think>…</think><answer>…</answer>`."""
+    return _ANSWER_RE.fullmatch(response).groups()
+
+
 def sentences(text: str) -> list[str]:
     """The sentences of an answer (each with its end mark, surrounding spaces removed)."""
     return [s.strip() for s in _SENTENCE_RE.findall(text) if s.strip()]
@@ -88,7 +93,7 @@ def sentences(text: str) -> list[str]:
 
 def perturb(answer: BaseAnswer, pool: Sequence[str], rng: np.random.Generator) -> str:
     """A perturbed copy of the answer; `pool` holds sentences of other answers in the same language."""
-    think, body = _ANSWER_RE.fullmatch(answer.response).groups()
+    think, body = split_answer(answer.response)
     lang = answer.topic.lang
     parts = sentences(body)
     if rng.random() < P_DROP and len(parts) > 1:
@@ -115,8 +120,8 @@ def answers_to_judge(answers: Sequence[BaseAnswer], seed: int = SEED) -> list[li
     """Per base answer: the answer itself and PERTURBATIONS perturbed copies. The pool of borrowed sentences holds
     every sentence occurrence of the answers in that language (so common sentences are borrowed more often)."""
     rng = np.random.default_rng(seed)
-    pools = {lang: [s for a in answers if a.topic.lang == lang for s in sentences(_ANSWER_RE.fullmatch(
-        a.response).group(2))] for lang in ("en", "zh")}
+    pools = {lang: [s for a in answers if a.topic.lang == lang for s in sentences(split_answer(a.response)[1])]
+             for lang in ("en", "zh")}
     return [[a.response] + [perturb(a, pools[a.topic.lang], rng) for _ in range(PERTURBATIONS)] for a in answers]
 
 

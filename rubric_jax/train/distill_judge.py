@@ -24,14 +24,13 @@ from typing import Any
 import jax
 import numpy as np
 
-from rubric_jax import data, metrics, sharding
+from rubric_jax import data, loader, metrics, sharding
 from rubric_jax.calibration.agreement import agreement, dimension_seed
 from rubric_jax.files import write_atomic
 from rubric_jax.judges.distill_data import JudgeItem, example_batch
 from rubric_jax.judges.llm_judge import Judge, JudgeConfig, judge_rows, load_judge
-from rubric_jax.models.checkpoint import abstract_model, export_hf_checkpoint
+from rubric_jax.models.checkpoint import export_hf_checkpoint
 from rubric_jax.models.config import ModelConfig
-from rubric_jax.models.transformer import Transformer
 from rubric_jax.rubrics.schema import Dimension
 from rubric_jax.train import state as train_state, step as train_step
 
@@ -73,29 +72,28 @@ def prompt_buckets(model_cfg: ModelConfig) -> tuple[int, ...]:
     return tuple(range(PROMPT_BUCKET_STEP, top + 1, PROMPT_BUCKET_STEP))
 
 
-def initial_state(model_cfg: ModelConfig, params: dict[str, Any] | None, cfg: DistillConfig,
-                  mesh: jax.sharding.Mesh) -> tuple[train_state.TrainState, train_state.TrainState]:
-    """The step-0 train state (random weights from the seed when `params` is None) and its shardings."""
+def initial_state(model_cfg: ModelConfig, start: loader.Weights | None, cfg: DistillConfig, layout: sharding.Layout
+                  ) -> tuple[train_state.TrainState, train_state.TrainState]:
+    """The step-0 train state in `layout` (random weights from the seed when `start` is None, else `start`, which
+    must already be in `layout`) and its shardings."""
     tx = train_state.make_optimizer(train_state.OptimizerConfig(
         learning_rate=cfg.learning_rate, warmup_steps=cfg.warmup_steps, schedule="cosine", total_steps=cfg.steps,
         weight_decay=cfg.weight_decay))
     key = jax.random.key(cfg.seed)
-    if params is None:
-        return train_state.init_train_state(lambda rngs: Transformer(model_cfg, rngs=rngs), tx, key, mesh)
-    graphdef, abstract_nnx = abstract_model(model_cfg)
-    abstract = jax.eval_shape(lambda p, k: train_state.train_state_from_params(graphdef, p, tx, k), params, key)
-    shardings = train_state.state_shardings(abstract_nnx, abstract, mesh)
-    return train_state.train_state_from_params(graphdef, params, tx, key, shardings), shardings
+    if start is None:
+        return train_state.init_train_state(model_cfg, tx, key, layout)
+    return train_state.new_train_state(start, tx, key, layout.mesh)
 
 
-def train(model_cfg: ModelConfig, params: dict[str, Any] | None, tokenizer: Any, items: Sequence[JudgeItem],
-          cfg: DistillConfig, mesh: jax.sharding.Mesh, *, progress: bool = True
+def train(model_cfg: ModelConfig, start: loader.Weights | None, tokenizer: Any, items: Sequence[JudgeItem],
+          cfg: DistillConfig, layout: sharding.Layout, *, progress: bool = True
           ) -> tuple[dict[str, Any], list[float]]:
-    """Trained params (a pure dict) and the loss of every step: verdict-token NLL on the teacher's verdicts."""
+    """Trained params (a pure dict on the host) and the loss of every step: verdict-token NLL on the teacher's
+    verdicts, by the cold-start SFT step (train/step.jit_sft_step) in `layout`."""
     if not items:
         raise ValueError("distill: no training items")
-    state, shardings = initial_state(model_cfg, params, cfg, mesh)
-    step_fn = train_step.jit_sft_step(shardings=shardings, mesh=mesh)
+    state, shardings = initial_state(model_cfg, start, cfg, layout)
+    step_fn = train_step.jit_sft_step(shardings=shardings, mesh=layout.mesh)
     batches = data.BatchIterator(list(items), cfg.batch_size, data.IteratorState(seed=cfg.seed))
     buckets = prompt_buckets(model_cfg)
     bar = metrics.Progress(cfg.steps, desc="distill judge", keys=("loss",)) if progress else None
@@ -212,7 +210,7 @@ def write_report(directory: Path, payload: dict[str, Any]) -> None:
     write_atomic(directory / "report.md", report_markdown(payload))
 
 
-def distill(model_cfg: ModelConfig, params: dict[str, Any] | None, tokenizer: Any, train_items: Sequence[JudgeItem],
+def distill(model_cfg: ModelConfig, start: loader.Weights | None, tokenizer: Any, train_items: Sequence[JudgeItem],
             heldout_items: Sequence[JudgeItem], out: Path, cfg: DistillConfig, *, teacher: str, student: str,
             sampler: str = "greedy", max_new_tokens: int = 32, progress: bool = True) -> dict[str, Any]:
     """Trains, exports and measures a judge; `out` appears only once complete (built in a sibling directory).
@@ -224,12 +222,14 @@ def distill(model_cfg: ModelConfig, params: dict[str, Any] | None, tokenizer: An
         raise FileExistsError(f"{out}: already exists; distil into a new directory")
     if not heldout_items:
         raise ValueError("distill: no held-out items to measure the student on")
-    trained, losses = train(model_cfg, params, tokenizer, train_items, cfg, default_mesh(), progress=progress)
+    layout = default_layout()
+    trained, losses = train(model_cfg, start, tokenizer, train_items, cfg, layout, progress=progress)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         export(model_cfg, trained, tokenizer, staging)
-        judge = load_judge(str(staging), sampler=sampler, max_new_tokens=max_new_tokens)
+        judge = load_judge(str(staging), layout=sharding.decode_layout(layout.mesh, 1), sampler=sampler,
+                           max_new_tokens=max_new_tokens)
         measured = measure(judge, heldout_items, jax.random.key(cfg.seed))
         payload = report(measured, teacher=teacher, student=student, train_items=len(train_items), config=cfg,
                          losses=losses, judge_settings={"sampler": sampler, "max_new_tokens": max_new_tokens})
@@ -240,6 +240,6 @@ def distill(model_cfg: ModelConfig, params: dict[str, Any] | None, tokenizer: An
     return payload
 
 
-def default_mesh() -> jax.sharding.Mesh:
-    """Every device on the fsdp axis (one CPU device: no sharding at all)."""
-    return sharding.make_mesh(sharding.MeshConfig(1, -1, 1))
+def default_layout() -> sharding.Layout:
+    """The training layout: every device on the fsdp axis (one CPU device: no sharding at all)."""
+    return sharding.Layout(sharding.make_mesh(sharding.MeshConfig(1, -1, 1)))
