@@ -9,6 +9,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+import scipy.stats
 
 from rubric_jax.assets import ASSETS_DIR, TINY_JUDGE_DIR, build_tiny_judges, tiny_judge_data
 from rubric_jax.calibration.stats import spearman
@@ -128,3 +129,27 @@ def test_the_rebuild_script_writes_a_judge_with_the_shipped_tokenizer(tmp_path, 
     report = json.loads((built / "report.json").read_text())
     assert report["training"]["steps"] == 2 and set(report["dimensions"]) == {"politeness"}
     assert json.loads((built / "config.json").read_text())["hidden_size"] == 32
+
+
+def test_the_report_counts_missing_verdicts_and_names_undefined_statistics():
+    """Hand-computed: 6 items, one without a verdict (parse failure 1/6), 4 of the 5 scored agree exactly; a
+    constant column has no Spearman, and the dimension is then flagged."""
+    from rubric_jax.assets.build_tiny_assets import clarity_dimension
+
+    dim = clarity_dimension(fixed=False)
+    counters = {"judge_prompts": 6, "judge_invalid": 1, "judge_prompt_too_long": 0, "judge_invalid_examples": []}
+    measured = distill_judge.Measurement([dim] * 6, np.array([1, 2, 3, 4, 5, 5.0]),
+                                         np.array([1, 2, np.nan, 4, 4, 5.0]), counters)
+    config = distill_judge.DistillConfig(steps=2, warmup_steps=1)
+    payload = distill_judge.report(measured, teacher="t", student="s", train_items=3, config=config,
+                                   losses=[1.0, 0.5], judge_settings={})
+    entry = payload["dimensions"]["clarity"]
+    assert payload["heldout"]["parse_failure_rate"] == pytest.approx(1 / 6)
+    assert (entry["items"], entry["no_verdict"], entry["exact_agreement"]) == (6, 1, 0.8)
+    # The scored items only, against scipy.
+    assert entry["spearman"]["value"] == pytest.approx(scipy.stats.spearmanr([1, 2, 4, 5, 5], [1, 2, 4, 4, 5])[0])
+    assert "| clarity | 6 | 1 | 0.800 |" in distill_judge.report_markdown(payload)
+    constant = distill_judge.Measurement([dim] * 3, np.full(3, 3.0), np.full(3, 3.0), {**counters, "judge_invalid": 0})
+    flat = distill_judge.report(constant, teacher="t", student="s", train_items=3, config=config, losses=[1.0],
+                                judge_settings={})
+    assert flat["dimensions"]["clarity"]["flagged"] and "undefined: " in distill_judge.report_markdown(flat)

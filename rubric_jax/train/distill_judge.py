@@ -26,6 +26,7 @@ import numpy as np
 
 from rubric_jax import data, loader, metrics, sharding
 from rubric_jax.calibration.agreement import agreement, dimension_seed
+from rubric_jax.calibration.report import with_ci
 from rubric_jax.files import write_atomic
 from rubric_jax.judges.distill_data import JudgeItem, example_batch
 from rubric_jax.judges.llm_judge import Judge, JudgeConfig, judge_rows, load_judge
@@ -176,14 +177,6 @@ def report(measured: Measurement, *, teacher: str, student: str, train_items: in
     }
 
 
-def _cell(entry: dict[str, Any]) -> str:
-    if entry["value"] is None:
-        return "undefined"
-    ci = entry["ci95"]
-    bounds = "" if ci.get("low") is None else f" [{ci['low']:.2f}, {ci['high']:.2f}]"
-    return f"{entry['value']:.3f}{bounds}"
-
-
 def report_markdown(payload: dict[str, Any]) -> str:
     """report.md: the held-out agreement table a person reads."""
     held = payload["heldout"]
@@ -199,8 +192,8 @@ def report_markdown(payload: dict[str, Any]) -> str:
              "| flagged |", "|---|---|---|---|---|---|---|---|"]
     for dim_id, d in payload["dimensions"].items():
         exact = "-" if d["exact_agreement"] is None else f"{d['exact_agreement']:.3f}"
-        lines.append(f"| {dim_id} | {d['items']} | {d['no_verdict']} | {exact} | {_cell(d['spearman'])} | "
-                     f"{_cell(d['kendall'])} | {_cell(d['kappa_quadratic'])} | {'yes' if d['flagged'] else 'no'} |")
+        lines.append(f"| {dim_id} | {d['items']} | {d['no_verdict']} | {exact} | {with_ci(d['spearman'])} | "
+                     f"{with_ci(d['kendall'])} | {with_ci(d['kappa_quadratic'])} | {'yes' if d['flagged'] else 'no'} |")
     return "\n".join(lines) + "\n"
 
 
