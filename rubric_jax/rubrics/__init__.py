@@ -1,5 +1,13 @@
 """Rubrics as versioned data: schema, files, importers of public formats, aggregation, dynamic weights."""
-from rubric_jax.rubrics.io import check_revision, dumps_rubric, load_rubric, load_rubric_dir, save_rubric
+from rubric_jax.rubrics.io import (
+    check_revision,
+    dumps_rubric,
+    load_rubric,
+    load_rubric_dir,
+    loads_rubric,
+    loads_yaml,
+    save_rubric,
+)
 from rubric_jax.rubrics.schema import (
     Aggregation,
     Anchor,
@@ -11,18 +19,21 @@ from rubric_jax.rubrics.schema import (
     Scale,
     case_rubric,
     case_rubric_from_row,
+    check_rubric_identities,
     dimension_from_dict,
     dimension_to_dict,
     normalize_scores,
     parse_row_rubric,
     rubric_from_dict,
     rubric_to_dict,
+    short_repr,
     with_version,
 )
 
 __all__ = [
     "Aggregation", "Anchor", "ChangelogEntry", "Dimension", "Rubric", "RubricError", "RubricWarning", "Scale",
-    "case_rubric", "case_rubric_from_row", "check_revision", "dimension_from_dict", "dimension_to_dict",
-    "dumps_rubric", "load_rubric", "load_rubric_dir", "normalize_scores", "parse_row_rubric", "rubric_from_dict",
-    "rubric_to_dict", "save_rubric", "with_version",
+    "case_rubric", "case_rubric_from_row", "check_revision", "check_rubric_identities", "dimension_from_dict",
+    "dimension_to_dict", "dumps_rubric", "load_rubric", "load_rubric_dir", "loads_rubric", "loads_yaml",
+    "normalize_scores", "parse_row_rubric", "rubric_from_dict", "rubric_to_dict", "save_rubric", "short_repr",
+    "with_version",
 ]
