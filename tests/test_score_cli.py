@@ -251,19 +251,18 @@ def test_failures_are_reported_with_causes_and_a_dimension_without_any_score_is_
     from rubric_jax.models.checkpoint import export_hf_checkpoint
 
     tokenizer = tiny_tokenizer()
-    short_context = tiny_model_config(-(-len(tokenizer) // 64) * 64, max_positions=64)
+    short_context = tiny_model_config(-(-len(tokenizer) // 64) * 64, max_positions=512)
     short_judge = export_hf_checkpoint(short_context, random_model(short_context, std=0.02)[1], tmp_path / "judge")
-    tokenizer.save_pretrained(short_judge)  # every judge prompt is longer than 64 - 8 tokens: none is generated
+    tokenizer.save_pretrained(short_judge)  # medical_qa's judge prompts exceed 512 - 256 tokens: none is generated
     regex_rubric = tmp_path / "regex.json"
     regex_rubric.write_text(json.dumps(rubric_dict([FORMAT, NO_TRAILING_A])))
-    llm_rubric = tmp_path / "llm.json"
-    llm_rubric.write_text(json.dumps(rubric_dict([FORMAT, ACCURACY])))
+    medical_qa = REPO / "configs" / "rubrics" / "medical_qa.yaml"  # the case
     rows = [{"question": "q", "response": BACKTRACKS},
             {"question": "q", "response": "<think>t</think><answer>4</answer>"}]
     cases = {
         "partial": (regex_rubric, rows, []),
         "all_regex": (regex_rubric, rows[:1], []),
-        "judge_too_long": (llm_rubric, rows[1:], [f"--judge_checkpoint={short_judge}", "--judge_max_new_tokens=8"]),
+        "judge_too_long": (medical_qa, rows[1:], [f"--judge_checkpoint={short_judge}"]),
         "surrogate": (regex_rubric, [rows[1], '{"question": "q", "response": "lone \\ud800 surrogate"}'], []),
     }
     results = {}
@@ -284,13 +283,14 @@ def test_failures_are_reported_with_causes_and_a_dimension_without_any_score_is_
     assert out[0]["reward_ok"] and out[1]["reward"] == 1.0
 
     for case, dim_id, cause in (("all_regex", "no_trailing_a", "regex_timeout"),
-                                ("judge_too_long", "accuracy", "judge_prompt_too_long")):
+                                ("judge_too_long", "factual_accuracy", "judge_prompt_too_long"),
+                                ("judge_too_long", "clarity", "judge_prompt_too_long")):
         (stdout, stderr), code = results[case]
         assert code == 1 and "Traceback" not in stderr, (case, stderr)
         assert f"dimension '{dim_id}': no valid score in any of its 1 rows ({cause}: 1)" in stderr, (case, stderr)
         assert (tmp_path / f"{case}.out").read_text() == "old\n", case
     summary = json.loads(results["judge_too_long"][0][0].strip().splitlines()[-1])
-    assert summary["judge_prompt_too_long"] == 3 and summary["judge_generate_calls"] == 0  # 3 samples, none sent
+    assert summary["judge_prompt_too_long"] == 9 and summary["judge_generate_calls"] == 0  # 3 dims x 3 samples
     assert "use a judge with a longer context" in results["judge_too_long"][0][1]
 
     (stdout, stderr), code = results["surrogate"]
