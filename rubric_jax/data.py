@@ -165,13 +165,16 @@ def chat_messages(question: str, system_prompt: str = SYSTEM_PROMPT) -> list[dic
     return [{"role": "system", "content": system_prompt}, {"role": "user", "content": question}]
 
 
-def encode_prompts(tokenizer: Any, questions: Sequence[str], system_prompt: str = SYSTEM_PROMPT) -> list[list[int]]:
-    """Token ids of each question rendered with the tokenizer's chat template, ending in the assistant header."""
-    texts = [
-        tokenizer.apply_chat_template(chat_messages(q, system_prompt), tokenize=False, add_generation_prompt=True)
-        for q in questions
-    ]
+def encode_chats(tokenizer: Any, chats: Sequence[Sequence[Mapping[str, str]]]) -> list[list[int]]:
+    """Token ids of each conversation rendered with the tokenizer's chat template, ending in the assistant header."""
+    texts = [tokenizer.apply_chat_template([dict(m) for m in chat], tokenize=False, add_generation_prompt=True)
+             for chat in chats]
     return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
+def encode_prompts(tokenizer: Any, questions: Sequence[str], system_prompt: str = SYSTEM_PROMPT) -> list[list[int]]:
+    """Token ids of each question as a chat (format instruction as system turn), ending in the assistant header."""
+    return encode_chats(tokenizer, [chat_messages(q, system_prompt) for q in questions])
 
 
 def encode_responses(tokenizer: Any, responses: Sequence[str]) -> list[list[int]]:

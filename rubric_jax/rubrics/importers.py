@@ -8,6 +8,12 @@ HelloBench         per-category checklists + weights       -> one 0-4 dimension 
 RaR                Essential/Important/Optional/Pitfall     -> one points dimension per item, grouped by
                    items with integer weights                  category; Pitfall items must carry negative
                                                                weights (met = the pitfall is present)
+LongBench-Write    {prompt, type, length} rows              -> the six 1-5 quality dimensions of its judge
+                                                               (LongWriter evaluation/judge.txt), shared
+
+Benchmark readers used by evaluation (rubric_jax/evaluation) and data preparation alike:
+`import_longbench_write`, `hellobench_task_file`, `read_hellobench_judgements` (the published per-item
+judge scores). Errors name the file and line ('FILE:LINE: record i ...').
 
 Checklist formats (HealthBench, RaR) grade each item separately, so their rubrics routinely exceed the
 7-dimension advice of RubricRL; importers silence that RubricWarning for them (the advice is about one
@@ -15,6 +21,7 @@ judge call weighing many dimensions at once).
 """
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import re
@@ -70,9 +77,19 @@ def _article(word: str) -> str:
     return ("an " if word[0] in "aeiou" else "a ") + word
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Rows of a JSON-lines file; errors name the file and line."""
-    return [row for _, row in read_jsonl(path, RubricError)]
+def _read_jsonl(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(location 'FILE:LINE: record i', row) per record of a JSON-lines file; errors name the file and line."""
+    return [(f"{path}:{lineno}: record {i}", row) for i, (lineno, row) in enumerate(read_jsonl(path, RubricError))]
+
+
+def _read_json(path: Path) -> Any:
+    """The JSON value of a file; a missing or malformed file raises naming it."""
+    if not path.is_file():
+        raise RubricError(f"{path}: file does not exist")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise RubricError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
 
 
 def _require(row: Mapping[str, Any], keys: Sequence[str], where: str) -> None:
@@ -122,8 +139,7 @@ def import_healthbench(path: str | Path, missing: str = "drop") -> list[RubricCa
     """HealthBench jsonl (oss_eval schema, or the RuscaRL copy with row_index) -> one case per record."""
     path = Path(path)
     cases = []
-    for i, row in enumerate(_read_jsonl(path)):
-        where = f"{path}: record {i}"
+    for i, (where, row) in enumerate(_read_jsonl(path)):
         _require(row, ("prompt", "rubrics"), where)
         case_id = str(row.get("prompt_id", row.get("row_index", i)))
         rubric = healthbench_rubric(row["rubrics"], f"healthbench/{case_id}", f"{where} (prompt_id {case_id})", missing)
@@ -166,8 +182,7 @@ def import_biggen_bench(path: str | Path) -> list[RubricCase]:
     """BiGGen-Bench jsonl (id, input, system_prompt, reference_answer, score_rubric, ...) -> cases."""
     path = Path(path)
     cases = []
-    for i, row in enumerate(_read_jsonl(path)):
-        where = f"{path}: record {i}"
+    for i, (where, row) in enumerate(_read_jsonl(path)):
         _require(row, ("id", "input", "score_rubric"), where)
         rubric = prometheus_rubric(row["score_rubric"], f"biggen/{row['id']}", f"{where} (id {row['id']})")
         meta = {k: row[k] for k in ("capability", "task", "system_prompt") if k in row}
@@ -178,7 +193,7 @@ def import_biggen_bench(path: str | Path) -> list[RubricCase]:
 def import_vicuna_eval(path: str | Path) -> list[RubricCase]:
     """Prometheus vicuna_eval.json (rendered absolute prompts + 3 GPT-4 scores) -> cases; scores in meta."""
     path = Path(path)
-    records = json.loads(path.read_text(encoding="utf-8"))
+    records = _read_json(path)
     cases = []
     for i, rec in enumerate(records):
         where = f"{path}: record {i}"
@@ -217,11 +232,11 @@ def hellobench_rubrics(data_dir: str | Path) -> dict[str, Rubric]:
     """HelloBench folder (checklists/*_checklist.json + checklist_weights.json) -> rubric per category."""
     data_dir = Path(data_dir)
     weights_path = data_dir / "checklist_weights.json"
-    weights = json.loads(weights_path.read_text(encoding="utf-8"))
+    weights = _read_json(weights_path)
     out: dict[str, Rubric] = {}
     for task in HELLOBENCH_TASKS:
         path = data_dir / "checklists" / f"{task}_checklist.json"
-        for category, items in json.loads(path.read_text(encoding="utf-8")).items():
+        for category, items in _read_json(path).items():
             if category in out:
                 raise RubricError(f"{path}: category {category!r} appears in two tasks")
             if category not in weights:
@@ -230,18 +245,28 @@ def hellobench_rubrics(data_dir: str | Path) -> dict[str, Rubric]:
     return out
 
 
+def hellobench_task_file(data_dir: str | Path, task: str) -> Path:
+    """`<task>.jsonl`, or for summarization the `summarization_reconstructed.jsonl` that ../shared/data
+    ships when the original (>= 4 MiB, see its SOURCE.txt) is absent."""
+    data_dir = Path(data_dir)
+    path = data_dir / f"{task}.jsonl"
+    reconstructed = data_dir / f"{task}_reconstructed.jsonl"
+    return reconstructed if not path.exists() and reconstructed.exists() else path
+
+
 def import_hellobench(data_dir: str | Path, task: str, file_name: str | None = None) -> list[RubricCase]:
-    """One HelloBench task file -> cases sharing their category's rubric (HelloBench is not case-wise)."""
+    """One HelloBench task file (default `hellobench_task_file`) -> cases sharing their category's rubric
+    (HelloBench is not case-wise)."""
     if task not in HELLOBENCH_TASKS:
         raise RubricError(f"HelloBench task: expected one of {HELLOBENCH_TASKS}, got {task!r}")
     data_dir = Path(data_dir)
     rubrics = hellobench_rubrics(data_dir)
-    path = data_dir / (file_name or f"{task}.jsonl")
+    path = data_dir / file_name if file_name else hellobench_task_file(data_dir, task)
     cases = []
-    for i, row in enumerate(_read_jsonl(path)):
-        _require(row, ("id", "category", "instruction"), f"{path}: record {i}")
+    for where, row in _read_jsonl(path):
+        _require(row, ("id", "category", "instruction"), where)
         if row["category"] not in rubrics:
-            raise RubricError(f"{path}: record {i}: unknown category {row['category']!r}")
+            raise RubricError(f"{where}: unknown category {row['category']!r}")
         cases.append(RubricCase(row["id"], row["instruction"], rubrics[row["category"]], None,
                                 {"task": task, "category": row["category"]}))
     return cases
@@ -293,8 +318,7 @@ def import_rar(path: str | Path, missing: str = "renormalize") -> list[RubricCas
     """RaR-style jsonl rows {id?, question|prompt, rubric: [items], reference_answer?} -> cases."""
     path = Path(path)
     cases = []
-    for i, row in enumerate(_read_jsonl(path)):
-        where = f"{path}: record {i}"
+    for i, (where, row) in enumerate(_read_jsonl(path)):
         _require(row, ("rubric",), where)
         question = row.get("question", row.get("prompt"))
         if not isinstance(question, str):
@@ -302,4 +326,101 @@ def import_rar(path: str | Path, missing: str = "renormalize") -> list[RubricCas
         case_id = str(row.get("id", i))
         cases.append(RubricCase(case_id, question, rar_rubric(row["rubric"], f"rar/{case_id}", where, missing),
                                 row.get("reference_answer")))
+    return cases
+
+
+@dataclasses.dataclass(frozen=True)
+class HelloBenchJudgement:
+    """One row of HelloBench's published judgements: a judge's per-checklist scores (0..1) for one answer."""
+
+    where: str  # 'FILE:LINE'
+    model: str
+    task: str
+    case_id: str
+    category: str
+    scores: tuple[float, ...]
+
+
+_JUDGEMENT_FIELDS = ("model", "task", "id", "category", "checklist_scores")
+
+
+def read_hellobench_judgements(path: str | Path) -> list[HelloBenchJudgement]:
+    """The judgements CSV (model, task, id, category, checklist_scores as a JSON list of numbers in [0, 1]);
+    a malformed row raises naming the file, line, field and value."""
+    path = Path(path)
+    with path.open(encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames is None or not set(_JUDGEMENT_FIELDS) <= set(reader.fieldnames):
+            raise RubricError(f"{path}:1: expected the columns {list(_JUDGEMENT_FIELDS)}, got {reader.fieldnames}")
+        rows = []
+        for row in reader:
+            where = f"{path}:{reader.line_num}"
+            if None in row or any(row[k] is None for k in _JUDGEMENT_FIELDS):
+                raise RubricError(f"{where}: expected {len(reader.fieldnames)} columns")
+            if row["task"] not in HELLOBENCH_TASKS:
+                raise RubricError(f"{where}: field 'task': expected one of {HELLOBENCH_TASKS}, got {row['task']!r}")
+            for key in ("model", "id", "category"):
+                if not row[key].strip():
+                    raise RubricError(f"{where}: field {key!r} is empty")
+            try:
+                scores = json.loads(row["checklist_scores"])
+            except json.JSONDecodeError as e:
+                raise RubricError(f"{where}: field 'checklist_scores': not valid JSON ({e.msg})") from None
+            if (not isinstance(scores, list) or not scores
+                    or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1 for x in scores)):
+                raise RubricError(f"{where}: field 'checklist_scores': expected a non-empty list of numbers in "
+                                  f"[0, 1], got {row['checklist_scores'][:80]!r}")
+            rows.append(HelloBenchJudgement(where, row["model"], row["task"], row["id"], row["category"],
+                                            tuple(float(x) for x in scores)))
+    return rows
+
+
+# ------------------------------------------------------------------------------------------ LongBench-Write
+
+# LongWriter evaluation/judge.txt: six 1-5 dimensions, each described from its best (5) to its worst (1).
+LONGBENCH_WRITE_QUALITY = (
+    ("relevance", "Relevance", "highly relevant and fully applicable to the user's request",
+     "irrelevant or inapplicable to the request"),
+    ("accuracy", "Accuracy", "completely accurate, with no factual errors or misleading information",
+     "numerous errors and highly misleading"),
+    ("coherence", "Coherence", "a clear structure with smooth logical connections",
+     "a disorganised structure with no coherence"),
+    ("clarity", "Clarity", "clear language, rich in detail and easy to understand",
+     "confusing expression with minimal detail"),
+    ("breadth_and_depth", "Breadth and Depth", "broad and deep content carrying a lot of information",
+     "seriously lacking breadth and depth, minimal information"),
+    ("reading_experience", "Reading Experience", "an excellent reading experience: engaging and easy to follow",
+     "a very poor reading experience: boring and hard to follow"),
+)
+
+
+def longbench_write_quality_rubric() -> Rubric:
+    """LongBench-Write's quality judge as a rubric: six 1-5 llm dimensions (S_q averages them)."""
+    dims = []
+    for dim_id, name, best, worst in LONGBENCH_WRITE_QUALITY:
+        anchors = {5: Anchor(f"Best: {best}."), 4: Anchor(f"Good: {best}, with minor lapses."),
+                   3: Anchor(f"Mixed: partly {best}, partly {worst}."),
+                   2: Anchor(f"Poor: largely {worst}, with a few redeeming parts."), 1: Anchor(f"Worst: {worst}.")}
+        description = (f"{name} of a response to a writing request, from {best} (5) to {worst} (1). Be strict. "
+                       "Do not consider whether the response meets the requested length.")
+        dims.append(Dimension(dim_id, description, "llm", Scale.integer(1, 5), anchors))
+    return _imported("longbench_write/quality", "LongWriter evaluation/judge.txt", dims,
+                     Aggregation("weighted_sum", {}, "renormalize"))
+
+
+def import_longbench_write(path: str | Path) -> list[RubricCase]:
+    """LongBench-Write / LongWrite-Ruler jsonl ({prompt, type, length}) -> cases '<file stem>/<record>' with
+    the quality rubric; meta holds the category ('type') and the required length in words/characters."""
+    path = Path(path)
+    rubric = longbench_write_quality_rubric()
+    cases = []
+    for i, (where, row) in enumerate(_read_jsonl(path)):
+        _require(row, ("prompt", "type", "length"), where)
+        if not isinstance(row["prompt"], str) or not row["prompt"].strip():
+            raise RubricError(f"{where}: field 'prompt': expected a non-empty string, got {row['prompt']!r}")
+        length = row["length"]
+        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+            raise RubricError(f"{where}: field 'length': expected a positive integer, got {length!r}")
+        cases.append(RubricCase(f"{path.stem}/{i:03d}", row["prompt"], rubric, None,
+                                {"type": row["type"], "length": length}))
     return cases

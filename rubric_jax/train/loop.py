@@ -172,7 +172,7 @@ def build(config: ml_collections.ConfigDict, workdir: Path) -> Run:
     if not tokenizer_dir:
         raise ValueError("config.model.tokenizer (or config.model.checkpoint) must name a tokenizer directory")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    model_cfg = _model_config(config)
+    model_cfg = model_config(config)
     graphdef, abstract_state = abstract_model(model_cfg)
 
     shared_rubric = load_rubric(config.data.rubric)
@@ -204,7 +204,8 @@ def _model_overrides(config: ml_collections.ConfigDict) -> dict[str, Any]:
                 remat=config.model.remat, scan_layers=config.model.scan_layers)
 
 
-def _model_config(config: ml_collections.ConfigDict) -> ModelConfig:
+def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
+    """The policy's ModelConfig: the checkpoint's config.json (or `config_json` for a random init) plus overrides."""
     overrides = _model_overrides(config)
     if config.model.checkpoint:
         return ModelConfig.from_hf_dir(config.model.checkpoint, **overrides)

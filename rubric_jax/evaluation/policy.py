@@ -1,0 +1,73 @@
+"""The policy under evaluation: loaded from a Hugging Face directory or from a training run's checkpoint
+(latest, or best by logged held-out reward), and a `generate` callable over the batched sampler.
+
+`load_policy` is the ONE place an evaluation loads a policy and samples from it (parameters placed
+explicitly in the mesh's parameter shardings), so a change of the loader or sampler API is a change here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+from jax.sharding import Mesh
+
+from rubric_jax import sampling, sharding
+from rubric_jax.evaluation.results import EvalInputError
+from rubric_jax.models.checkpoint import load_hf_checkpoint
+from rubric_jax.sampling import GenerationResult
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """A loaded policy: `generate(prompt_ids, key)` samples one response per prompt (sampling.generate)."""
+
+    name: str
+    tokenizer: Any
+    context_length: int  # max_position_embeddings: prompt + response tokens must fit
+    stop_tokens: tuple[int, ...]
+    generate: Callable[[Sequence[Sequence[int]], jax.Array], GenerationResult]
+    source: dict[str, Any]  # where the parameters came from (written to summary.json)
+
+
+def load_policy(*, checkpoint: Path | None, workdir: Path | None, which: str, mesh: Mesh, sampler: str,
+                max_new_tokens: int) -> Policy:
+    """The policy of a HF directory (`checkpoint`) or of a training run (`workdir`, `which` checkpoint)."""
+    from transformers import AutoTokenizer  # slow import; only loading needs it
+
+    if (checkpoint is None) == (workdir is None):
+        raise EvalInputError("give exactly one of --checkpoint (a HF directory) and --workdir (a training run)")
+    if checkpoint is not None:
+        try:
+            cfg, graphdef, state = load_hf_checkpoint(
+                checkpoint, shardings=lambda abstract: sharding.param_shardings(abstract, mesh))
+        except (OSError, ValueError) as e:
+            raise EvalInputError(f"--checkpoint={checkpoint}: {e}") from None
+        tokenizer_dir, name, source = checkpoint, checkpoint.name, {"checkpoint": str(checkpoint)}
+    else:
+        from rubric_jax.evaluation import runs  # imported here: orbax takes seconds and only --workdir needs it
+
+        config = runs.run_config(workdir)
+        chosen = runs.select_checkpoint(workdir, config, which)
+        cfg, graphdef, state = runs.restore_run_params(workdir, config, chosen, mesh)
+        tokenizer_dir = config.model.tokenizer or config.model.checkpoint
+        name = f"{workdir.name}@{chosen.stage}/{chosen.step}"
+        source = {"workdir": str(workdir), "which": which, "stage": chosen.stage, "step": chosen.step,
+                  runs.BEST_BY: chosen.eval_reward}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    except (OSError, ValueError) as e:
+        raise EvalInputError(f"{tokenizer_dir}: cannot load the policy's tokenizer: {e}") from None
+    if tokenizer.eos_token_id is None or tokenizer.pad_token_id is None or not tokenizer.chat_template:
+        raise EvalInputError(f"{tokenizer_dir}: the policy's tokenizer needs an eos token, a pad token and a "
+                             "chat template")
+    stop_tokens = (int(tokenizer.eos_token_id),)
+
+    def generate(prompt_ids: Sequence[Sequence[int]], key: jax.Array) -> GenerationResult:
+        return sampling.generate(graphdef, state, prompt_ids, key=key, n=1, max_new_tokens=max_new_tokens,
+                                 sampler=sampler, stop_tokens=stop_tokens, pad_id=tokenizer.pad_token_id, mesh=mesh)
+
+    return Policy(name, tokenizer, cfg.max_position_embeddings, stop_tokens, generate, source)
