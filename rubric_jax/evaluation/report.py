@@ -14,28 +14,14 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from rubric_jax.evaluation.results import BarChart, BenchmarkResult, ScatterChart
+from rubric_jax.fileio import atomic_write_bytes
 
 RECORDS, SUMMARY, TABLE, PLOT = "records.jsonl", "summary.json", "table.md", "plot.png"
-
-
-def atomic_write(path: Path, content: str | bytes) -> None:
-    """Writes `content` to `path` through a temporary sibling file and `os.replace`."""
-    data = content.encode("utf-8") if isinstance(content, str) else content
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def jsonl_text(rows: Iterable[Mapping[str, Any]]) -> str:
@@ -104,5 +90,5 @@ def write_report(out: Path, title: str, result: BenchmarkResult, summary: Mappin
     }
     out.mkdir(parents=True, exist_ok=True)
     for name, content in files.items():
-        atomic_write(out / name, content)
+        atomic_write_bytes(out / name, content.encode("utf-8") if isinstance(content, str) else content)
     return [out / name for name in files]
