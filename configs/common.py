@@ -40,8 +40,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.mesh.tensor = 1  # Tensor-parallel axis size.
 
     c.data = ml_collections.ConfigDict()
-    c.data.train = ""  # jsonl of training questions ({"id","question",...}).
-    c.data.eval = ""  # jsonl of held-out questions.
+    c.data.train = ""  # jsonl of training questions ({"id","question",...}), or tfds:NAME[:SPLIT] (split "train").
+    c.data.eval = ""  # jsonl of held-out questions, or tfds:NAME[:SPLIT] (split "eval"; ":golden" for the golden set).
+    c.data.tfds_dir = ""  # Directory holding the tfds datasets named by tfds:NAME (experiments.prepare_data --out).
     c.data.sft = ""  # jsonl of cold-start SFT pairs ({"prompt","response"}).
     c.data.rubric = ""  # Rubric file (YAML/JSON) shared by every question; rows may add their own.
     c.data.max_prompt_len = 128  # Prompts are left-padded to a bucket up to this length.
@@ -89,6 +90,33 @@ def base_config() -> ml_collections.ConfigDict:
     c.checkpoint = ml_collections.ConfigDict()
     c.checkpoint.every_steps = 10  # Save every N GRPO steps (and at the end and on SIGTERM).
     c.checkpoint.keep = 3  # Checkpoints kept.
+
+    # experiments.build_rubrics: QuRL case-wise rubric construction (rubric_jax/qurl). The construction LLM is
+    # `model` (QuRL distils with Qwen2.5-7B); the judge that scores candidates is `judge` (empty: `model`).
+    c.qurl = ml_collections.ConfigDict()
+    c.qurl.top_k = 5  # Documents kept per question after the quality re-rank (QuRL §3.1); 0 = from the question alone.
+    c.qurl.retrieval_pool = 20  # BM25 candidates re-ranked by the quality prior (click-through in QuRL §3.1).
+    c.qurl.min_relevance = 0.5  # Pool floor: BM25 score >= this fraction of the best (a prior never promotes noise).
+    c.qurl.bm25_k1 = 1.5  # BM25 term-frequency saturation (Lucene default 1.2; 1.5 as in bm25s).
+    c.qurl.bm25_b = 0.75  # BM25 length normalisation (Robertson & Zaragoza).
+    c.qurl.max_document_chars = 8000  # Document text read for its meta-description (QuRL: pages exceed 100k tokens).
+    c.qurl.meta_max_words = 150  # Length asked of a meta-description (QuRL §3.2: short, information-dense).
+    c.qurl.meta_max_new_tokens = 384  # Token budget of a meta-description; cut off = invalid, retried.
+    c.qurl.num_candidates = 4  # K candidate rubric sets per question (QuRL §3.3 filter).
+    c.qurl.min_criteria = 3  # Fewest criteria a candidate may have.
+    c.qurl.max_criteria = 7  # Most criteria of a candidate and of R*(q) (RubricRL §2.3: at most ~7).
+    c.qurl.max_points = 5  # Most points of one criterion (QuRL example: "clarity and logical flow (2 points)").
+    c.qurl.rubric_max_new_tokens = 2048  # Token budget of one candidate rubric (JSON).
+    c.qurl.num_answers = 4  # Sampled answers each candidate scores in the filter.
+    c.qurl.answer_max_new_tokens = 1024  # Token budget of one sampled answer.
+    c.qurl.max_retries = 2  # Re-prompt rounds for invalid meta-descriptions and candidates.
+    c.qurl.min_valid_answers = 3  # A candidate needs this many usable judge scores to be judged at all.
+    c.qurl.min_std = 0.05  # Drop a candidate whose reward std over the answers is below this (QuRL §3.3 filter).
+    c.qurl.min_spread = 0.1  # Drop a candidate whose reward max - min over the answers is below this.
+    c.qurl.merge_threshold = 0.5  # Two criteria are one when description trigram Jaccard >= this (or ids are equal).
+    c.qurl.min_support = 2  # R*(q) keeps criteria recurring in this many kept sets (capped at the kept count).
+    c.qurl.questions_per_batch = 32  # Questions per batch: one generate call per round each; resume unit.
+    c.qurl.sampler = "temperature(0.7)"  # Sampler of every construction call (retries need fresh samples).
 
     c.log = ml_collections.ConfigDict()
     c.log.samples_per_step = 4  # Responses written to samples.jsonl per step.

@@ -8,10 +8,14 @@ Launch (8×A100-80GB, one host):
       --config.model.checkpoint=/models/Qwen2.5-7B-Instruct \
       --config.data.train=data/qurl_train.jsonl --config.data.eval=data/qurl_test.jsonl \
       --config.data.sft=data/cold_start.jsonl --config.data.rubric=configs/rubrics/medical_qa.yaml
-Smaller model:  --config=configs/qwen7b.py:size=1.5b   Sweep a value:  --config.rl.lr=5e-7
+Smaller model:  --config=configs/qwen7b.py:size=1.5b   One value:  --config.rl.lr=5e-7
+Sweep (sweep() below): ./launch.sh experiments.sweep --config=configs/qwen7b.py:size=1.5b --workdir=runs/qwen_sweep \
+      --config.model.checkpoint=... --print_commands      (one launch line per variant, for a scheduler)
 Multi-host (SLURM / TPU pod): run the same command on every host; launch.sh's environment detection
 initialises jax.distributed, and `--config.mesh.fsdp=-1` spans all devices.
 """
+
+import itertools
 
 from configs.common import base_config
 
@@ -47,3 +51,13 @@ def get_config(arg: str | None = None):
     c.eval.max_questions = 400
     c.checkpoint.every_steps = 10
     return c
+
+
+
+def sweep(add, arg=None):
+    """lr 1e-6 or 5e-7 (RubricRL §4.3: lower it if the reward oscillates) x symmetric PPO clipping or DAPO
+    clip-higher: 4 variants, a product of a list and a zip of values that go together."""
+    del arg
+    clip_pairs = list(zip((0.2, 0.2), (0.2, 0.28)))  # (clip_low, clip_high)
+    for lr, (clip_low, clip_high) in itertools.product((1e-6, 5e-7), clip_pairs):
+        add(**{"rl.lr": lr, "rl.clip_low": clip_low, "rl.clip_high": clip_high})

@@ -9,7 +9,10 @@ case-wise length, topic-keyword and politeness/disclaimer criteria carried by ea
 
 Launch:   ./launch.sh     (= ./launch.sh experiments.run --config=configs/tiny.py --workdir=runs/tiny)
 Override: ./launch.sh experiments.run --config=configs/tiny.py --workdir=runs/tiny2 --config.rl.lr=1e-4
+Sweep:    ./launch.sh experiments.sweep --config=configs/tiny.py --workdir=runs/tiny_sweep   (sweep() below)
 """
+
+import itertools
 
 from configs.common import base_config
 
@@ -44,4 +47,24 @@ def get_config(arg: str | None = None):
     c.eval.every_steps = 10
     c.eval.max_questions = 32
     c.checkpoint.every_steps = 10
+    # experiments.build_rubrics on rubric_jax/assets/qurl/ with the random tiny model: small budgets, so the
+    # run is quick; its output is mostly invalid and the report counts that (README, "Building case-wise rubrics").
+    c.qurl.top_k = 2
+    c.qurl.retrieval_pool = 6
+    c.qurl.max_document_chars = 240
+    c.qurl.meta_max_new_tokens = 32
+    c.qurl.num_candidates = 2
+    c.qurl.min_criteria = 1
+    c.qurl.rubric_max_new_tokens = 64
+    c.qurl.num_answers = 3
+    c.qurl.answer_max_new_tokens = 32
+    c.qurl.max_retries = 1
+    c.qurl.questions_per_batch = 8
     return c
+
+
+def sweep(add, arg=None):
+    """GRPO learning rate x KL coefficient (beta 0 runs without a reference model): 2 x 2 variants."""
+    del arg
+    for lr, beta in itertools.product((1e-4, 2e-4), (0.0, 0.02)):
+        add(**{"rl.lr": lr, "rl.beta": beta})

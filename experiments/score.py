@@ -35,7 +35,7 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from rubric_jax.fileio import PathError, atomic_writer, check_input_file, check_output_path
+from rubric_jax.files import PathError, atomic_writer, check_input_file, check_output_path
 from rubric_jax.judges.llm_judge import JudgeConfig, load_judge
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.judges.rules import REGEX_TIMEOUT_S
@@ -195,8 +195,8 @@ def main(argv: list[str]) -> None:
         with atomic_writer(out) as f:
             for row in out_rows:
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    except PathError as e:
-        _fail(str(e))
+    except OSError as e:
+        _fail(f"{out}: cannot write: {e.strerror or e}")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@ RubricRL trains on questions only (article section 5.1): this module reads them 
 into left-padded prompt batches whose lengths fall in a few buckets (so jitted steps compile a bounded
 number of times), walks them in a seeded per-epoch shuffle whose position (seed, epoch, index) is saved
 with a checkpoint, and builds cold-start SFT batches (QuRL: `<think>…</think><answer>…</answer>`
-responses, loss on response tokens only). The hygiene helpers (near-duplicate removal, PII scrubbing,
-the 3:5:2 difficulty mix) are pure functions over text used when a question set is prepared.
+responses, loss on response tokens only). A question set is a jsonl file or a split of a tfds dataset
+written by `experiments.prepare_data` (rubric_jax/prepare/: PII scrubbing, dedup, difficulty mix).
 
 Shape legend: B batch, P prompt bucket, R response bucket, T = P + R.
 """
@@ -13,9 +13,8 @@ Shape legend: B batch, P prompt bucket, R response bucket, T = P + R.
 from __future__ import annotations
 
 import dataclasses
-import re
-import unicodedata
-from collections.abc import Iterator, Mapping, Sequence
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +22,14 @@ import numpy as np
 
 from rubric_jax import jsonl
 
-from rubric_jax.rubrics.schema import Dimension, Rubric, RubricError, case_rubric, parse_row_rubric
+from rubric_jax.rubrics.schema import Dimension, Rubric, RubricError, RubricWarning, case_rubric, parse_row_rubric
 
 SYSTEM_PROMPT = "Think briefly inside <think></think>, then reply inside <answer></answer>."
 RESPONSE_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
-# Article 5.1: easy : medium : hard = 3 : 5 : 2.
-DIFFICULTY_RATIOS: Mapping[str, int] = {"easy": 3, "medium": 5, "hard": 2}
+TFDS_PREFIX = "tfds:"
 
 _QUESTION_FIELDS = {"id": str, "question": str, "category": str, "lang": str}
-_QUESTION_OPTIONAL = {"keywords", "difficulty", "rubric"}
+_QUESTION_OPTIONAL = {"keywords", "difficulty", "rubric", "reference"}
 _SFT_FIELDS = {"id": str, "prompt": str, "response": str}
 _SFT_OPTIONAL = {"category", "lang"}
 
@@ -42,10 +40,11 @@ class DataError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Question:
-    """One training/eval question with its optional case-wise criteria (QuRL R*(q)).
+    """One training/eval question with its optional case-wise criteria (QuRL R*(q)) and reference answer.
 
     A row's "rubric" field is {"extra": [dimension, ...]} (criteria added to the shared rubric) or
-    {"replace": rubric} (a whole rubric of its own), in the rubric schema's dict format.
+    {"replace": rubric} (a whole rubric of its own), in the rubric schema's dict format. "reference" is
+    a reference answer where the source has one (BiGGen-Bench, HealthBench ideal completions).
     """
 
     id: str
@@ -56,6 +55,7 @@ class Question:
     difficulty: str | None = None
     extra_dimensions: tuple[Dimension, ...] = ()
     replace_rubric: Rubric | None = None
+    reference: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +95,8 @@ def _check_fields(row: dict[str, Any], required: Mapping[str, type], optional: s
         raise DataError(f"{where}: unknown field(s) {sorted(unknown)}; allowed: {sorted(set(required) | optional)}")
 
 
-def _question_from_row(row: dict[str, Any], where: str) -> Question:
+def question_from_row(row: dict[str, Any], where: str) -> Question:
+    """A validated Question from a question row; errors name `where` (e.g. 'questions.jsonl:12') and the field."""
     _check_fields(row, _QUESTION_FIELDS, _QUESTION_OPTIONAL, where)
     keywords = row.get("keywords", [])
     if not isinstance(keywords, list) or not all(isinstance(k, str) and k.strip() for k in keywords):
@@ -103,6 +104,9 @@ def _question_from_row(row: dict[str, Any], where: str) -> Question:
     difficulty = row.get("difficulty")
     if difficulty is not None and not isinstance(difficulty, str):
         raise DataError(f"{where}: field 'difficulty' must be a string, got {difficulty!r}")
+    reference = row.get("reference")
+    if reference is not None and (not isinstance(reference, str) or not reference.strip()):
+        raise DataError(f"{where}: field 'reference' must be a non-empty string, got {reference!r}")
     try:
         extra, replace = parse_row_rubric(row.get("rubric"), where)
     except RubricError as e:
@@ -110,6 +114,7 @@ def _question_from_row(row: dict[str, Any], where: str) -> Question:
     return Question(
         id=row["id"], question=row["question"], category=row["category"], lang=row["lang"],
         keywords=tuple(keywords), difficulty=difficulty, extra_dimensions=extra, replace_rubric=replace,
+        reference=reference,
     )
 
 
@@ -121,20 +126,52 @@ def question_rubric(shared: Rubric, question: Question) -> Rubric:
         raise DataError(f"question {question.id!r}: {e}") from e
 
 
-def load_questions(path: str | Path) -> list[Question]:
-    """Reads a question jsonl ({"id","question","category","lang"} + optional keywords/difficulty/rubric)."""
+def questions_from_rows(rows: Iterable[tuple[str, dict[str, Any]]], source: str) -> list[Question]:
+    """Questions from (where, row) pairs: each row validated, ids unique, at least one question.
+
+    Per-question rubrics imported from checklist benchmarks routinely draw the same RubricWarning
+    (more than 7 dimensions); they are summed up in one warning instead of one per question.
+    """
     questions: list[Question] = []
-    first_line: dict[str, int] = {}
-    for lineno, row in read_jsonl(path):
-        where = f"{path}:{lineno}"
-        q = _question_from_row(row, where)
-        if q.id in first_line:
-            raise DataError(f"{where}: duplicate id {q.id!r} (first seen on line {first_line[q.id]})")
-        first_line[q.id] = lineno
-        questions.append(q)
+    first_seen: dict[str, str] = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RubricWarning)
+        for where, row in rows:
+            q = question_from_row(row, where)
+            if q.id in first_seen:
+                raise DataError(f"{where}: duplicate id {q.id!r} (first seen at {first_seen[q.id]})")
+            first_seen[q.id] = where
+            questions.append(q)
+    rubric_warnings = [w for w in caught if issubclass(w.category, RubricWarning)]
+    for w in caught:
+        if not issubclass(w.category, RubricWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if rubric_warnings:
+        warnings.warn(f"{source}: {len(rubric_warnings)} rubric warnings for its questions, e.g. "
+                      f"{rubric_warnings[0].message}", RubricWarning, stacklevel=2)
     if not questions:
-        raise DataError(f"{path}: no questions")
+        raise DataError(f"{source}: no questions")
     return questions
+
+
+def load_questions(path: str | Path) -> list[Question]:
+    """Reads a question jsonl ({"id","question","category","lang"} + optional keywords/difficulty/rubric/reference)."""
+    return questions_from_rows(((f"{path}:{lineno}", row) for lineno, row in read_jsonl(path)), str(path))
+
+
+def load_question_set(spec: str, tfds_dir: str, default_split: str) -> list[Question]:
+    """Questions from a jsonl path, or from `tfds:NAME[:SPLIT]` (a dataset in `tfds_dir`; SPLIT defaults
+    to `default_split`) written by experiments.prepare_data."""
+    if not spec.startswith(TFDS_PREFIX):
+        return load_questions(spec)
+    name, _, split = spec[len(TFDS_PREFIX):].partition(":")
+    split = split or default_split
+    if not tfds_dir:
+        raise DataError(f"{spec}: config.data.tfds_dir must name the directory that holds tfds dataset {name!r}")
+    from rubric_jax.prepare import tfds_dataset  # tensorflow-datasets is imported only when a tfds: set is used
+
+    rows = tfds_dataset.read_split(tfds_dir, name, split)
+    return questions_from_rows(((f"{spec} (record {i})", row) for i, row in enumerate(rows)), spec)
 
 
 def check_response_format(response: str) -> bool:
@@ -163,6 +200,11 @@ def load_sft(path: str | Path) -> list[SFTExample]:
 def chat_messages(question: str, system_prompt: str = SYSTEM_PROMPT) -> list[dict[str, str]]:
     """The conversation a policy sees: the format instruction as system turn, the question as user turn."""
     return [{"role": "system", "content": system_prompt}, {"role": "user", "content": question}]
+
+
+def conversation_text(turns: Sequence[Mapping[str, str]]) -> str:
+    """A conversation as one text of 'role: content' paragraphs (how HealthBench's grader is shown it)."""
+    return "\n\n".join(f"{t['role']}: {t['content']}" for t in turns)
 
 
 def encode_chats(tokenizer: Any, chats: Sequence[Sequence[Mapping[str, str]]]) -> list[list[int]]:
@@ -319,97 +361,3 @@ class BatchIterator:
     def __next__(self) -> list[Any]:
         indices, self.state = next_batch_indices(self.state, len(self.rows), self.batch_size)
         return [self.rows[i] for i in indices]
-
-
-# ------------------------------------------------------------------------------------------- hygiene
-def normalize_text(text: str) -> str:
-    """NFKC, case-folded, letters and digits only: what two copies of one question still share."""
-    text = unicodedata.normalize("NFKC", text).casefold()
-    return "".join(ch for ch in text if unicodedata.category(ch)[0] in "LN")
-
-
-def char_ngrams(text: str, n: int) -> frozenset[str]:
-    """Character n-grams of the normalised text (the whole text when it is shorter than n)."""
-    norm = normalize_text(text)
-    if len(norm) <= n:
-        return frozenset([norm])
-    return frozenset(norm[i:i + n] for i in range(len(norm) - n + 1))
-
-
-def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
-    """|a ∩ b| / |a ∪ b| (1.0 for two empty sets)."""
-    union = len(a | b)
-    return len(a & b) / union if union else 1.0
-
-
-def dedup(texts: Sequence[str], threshold: float = 0.7, n: int = 3) -> list[int]:
-    """Indices of texts to keep: first of each exact (normalised) or near (n-gram Jaccard ≥ threshold) group.
-
-    An offline stand-in for the article's embedding dedup; an inverted n-gram index keeps it near-linear.
-    """
-    if not 0.0 < threshold <= 1.0:
-        raise DataError(f"threshold must be in (0, 1], got {threshold}")
-    kept: list[int] = []
-    kept_grams: list[frozenset[str]] = []
-    index: dict[str, list[int]] = {}
-    for i, text in enumerate(texts):
-        grams = char_ngrams(text, n)
-        shared: dict[int, int] = {}
-        for g in grams:
-            for k in index.get(g, ()):
-                shared[k] = shared.get(k, 0) + 1
-        if any(s / (len(grams) + len(kept_grams[k]) - s) >= threshold for k, s in shared.items()):
-            continue
-        for g in grams:
-            index.setdefault(g, []).append(len(kept))
-        kept.append(i)
-        kept_grams.append(grams)
-    return kept
-
-
-# (label, pattern): applied in order, so specific shapes win over the catch-all long number.
-_PII_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("[EMAIL]", re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")),
-    ("[ORDER]", re.compile(
-        r"(?i)((?:\border(?:\s*(?:number|no\.?|id))?|订单(?:号|编号)?)"
-        r"(?:\s*(?:is\s+|:|：|#|为|是))?\s*#?\s*)"
-        r"([A-Z]{0,4}\d[\dA-Z-]{4,})")),
-    ("[ID]", re.compile(r"(?<![0-9A-Za-z])\d{17}[\dXx](?![0-9A-Za-z])")),
-    ("[PHONE]", re.compile(r"(?<!\d)(?:\+?86[-\s]?)?1[3-9]\d(?:[-\s]?\d{4}){2}(?!\d)")),
-    ("[PHONE]", re.compile(r"(?<![\w+])(?:\+\d{1,3}[-.\s]?)?(?:\(\d{3}\)\s?|\d{3}[-.\s])\d{3}[-.\s]\d{4}(?!\d)")),
-    ("[PHONE]", re.compile(r"(?<!\d)0\d{2,3}-\d{7,8}(?!\d)")),
-    ("[NUMBER]", re.compile(r"(?<!\d)\d{9,}(?!\d)")),
-)
-
-
-def scrub_pii(text: str) -> str:
-    """Replaces emails, phone numbers (incl. Chinese mobiles), order numbers, ID and long account numbers."""
-    for label, pattern in _PII_PATTERNS:
-        if label == "[ORDER]":
-            text = pattern.sub(lambda m: m.group(1) + label, text)
-        else:
-            text = pattern.sub(label, text)
-    return text
-
-
-def difficulty_mix(difficulties: Sequence[str | None], num_samples: int, seed: int,
-                   ratios: Mapping[str, int] = DIFFICULTY_RATIOS) -> list[int]:
-    """Row indices sampled without replacement so difficulties follow `ratios` (largest-remainder counts)."""
-    pools: dict[str, list[int]] = {d: [] for d in ratios}
-    for i, d in enumerate(difficulties):
-        if d not in pools:
-            raise DataError(f"row {i}: difficulty {d!r} is not one of {sorted(ratios)}")
-        pools[d].append(i)
-    total = sum(ratios.values())
-    exact = {d: num_samples * r / total for d, r in ratios.items()}
-    counts = {d: int(v) for d, v in exact.items()}
-    by_remainder = sorted(ratios, key=lambda d: (-(exact[d] - counts[d]), list(ratios).index(d)))
-    for d in by_remainder[:num_samples - sum(counts.values())]:
-        counts[d] += 1
-    rng = np.random.default_rng(seed)
-    chosen: list[int] = []
-    for d, count in counts.items():
-        if count > len(pools[d]):
-            raise DataError(f"difficulty mix needs {count} {d!r} rows but only {len(pools[d])} exist")
-        chosen.extend(rng.choice(pools[d], size=count, replace=False).tolist())
-    return [chosen[i] for i in rng.permutation(len(chosen))]

@@ -7,20 +7,29 @@ Files in the workdir:
                   data"). Non-finite floats are written as the strings "nan", "inf", "-inf" (strict JSON;
                   a NaN loss stays visible instead of vanishing).
   samples.jsonl   {"step", "time", <field>: value, ...} per sampled response (question, response, scores).
-  tb/             TensorBoard event file of every numeric scalar. The TFRecord framing (length, masked
-                  CRC-32C) and the three protobuf messages it needs (Event, Summary, Summary.Value) are
-                  written here directly: about 60 lines instead of a TensorFlow or tensorboardX dependency.
+  tb/             TensorBoard event file of every numeric scalar, tagged `<stage>/<name>` when the row names
+                  its stage (`sft/loss`, `grpo/loss`, `eval/reward_mean`): SFT and GRPO both count steps
+                  from 1, and one tag per stage keeps TensorBoard from joining them into one zig-zag line.
+                  The TFRecord framing (length, masked CRC-32C) and the three protobuf messages it needs
+                  (Event, Summary, Summary.Value) are written here directly: about 60 lines instead of a
+                  TensorFlow or tensorboardX dependency.
+  done.json       written when a run reaches the end of its last stage: the sha256 of the resolved config
+                  it finished with (`config_fingerprint`), so a sweep skips finished variants.
 
-Metric names are slash-separated; plots.py groups them by these conventions (the trainer's names):
+Rows carry "stage" (sft, grpo, eval). Metric names are slash-separated; plots.py groups them by these
+conventions (the trainer's names):
   reward/mean, reward/<dimension id>          training reward and per-dimension mean scores
   eval/reward_mean, eval/reward/<dimension>   held-out reward
-  kl, loss, entropy, ...                       optimisation (any name with a "kl" segment is plotted as KL)
+  kl, loss, entropy, grad_norm, lr, clip_frac  optimisation (any name with a "kl" segment is plotted as KL)
   response_len/mean, eval/response_len/mean    mean response tokens
   zero_std_frac                                groups whose rewards have zero variance (GRPO gets no signal)
+  judge_invalid, judge_failed_scores, ...      LLM-judge counters (only when a judge is configured)
+  weight/<dimension id>                        dynamic dimension weights (only with rl.dynamic_weights)
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -34,11 +43,13 @@ from typing import IO, Any
 import numpy as np
 import tqdm
 
+from rubric_jax.files import write_atomic
 from rubric_jax.jsonl import read_jsonl
 
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.jsonl"
 TB_DIR = "tb"
+DONE_FILE = "done.json"
 PROGRESS_KEYS = ("reward/mean", "kl", "loss", "response_len/mean", "zero_std_frac")
 _RESERVED = ("step", "time")
 
@@ -164,6 +175,19 @@ class EventFileWriter:
         self._file.close()
 
 
+def tensorboard_scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The numeric scalars of one row under their TensorBoard tags: `<stage>/<name>` when the row has a
+    "stage" (a name already starting with it, "eval/reward_mean", keeps it once); plain names otherwise."""
+    stage = metrics.get("stage")
+    prefix = f"{stage}/" if isinstance(stage, str) and stage else ""
+    scalars = {}
+    for name, value in metrics.items():
+        number = scalar_value(value)
+        if number is not None:
+            scalars[name if name.startswith(prefix) else prefix + name] = number
+    return scalars
+
+
 # ------------------------------------------------------------------------------------------ writer
 class MetricsWriter:
     """metrics.jsonl + samples.jsonl + TensorBoard scalars of one run; appends, so a resumed run continues."""
@@ -194,8 +218,7 @@ class MetricsWriter:
         now = time.time()
         self._line(self._metrics, self._row(step, metrics, now))
         if self._events is not None:
-            scalars = {k: v for k, v in ((k, scalar_value(v)) for k, v in metrics.items()) if v is not None}
-            self._events.add_scalars(int(step), scalars, now)
+            self._events.add_scalars(int(step), tensorboard_scalars(metrics), now)
 
     def write_samples(self, step: int, samples: Sequence[Mapping[str, Any]]) -> None:
         """One samples.jsonl line per sample (e.g. question, response, per-dimension scores, reward)."""
@@ -222,8 +245,30 @@ def read_jsonl_metrics(path: str | Path) -> list[dict[str, Any]]:
             for _, row in read_jsonl(path) if "step" in row]
 
 
+# ------------------------------------------------------------------------------------ completion
+def config_fingerprint(config: Any) -> str:
+    """sha256 of a resolved ml-collections config's canonical JSON: what "the same run" means on restart."""
+    return hashlib.sha256(config.to_json_best_effort(sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def mark_done(workdir: str | Path, config: Any) -> None:
+    """Records that the run in `workdir` reached the end of its last stage with `config` (done.json)."""
+    record = {"config_sha256": config_fingerprint(config), "time": time.time()}
+    write_atomic(Path(workdir) / DONE_FILE, json.dumps(record) + "\n")
+
+
+def is_done(workdir: str | Path, config: Any) -> bool:
+    """True iff `workdir/done.json` says the run finished with exactly this resolved config (an unreadable
+    marker counts as not finished: restarting a finished run only resumes it, so erring that way is safe)."""
+    try:
+        record = json.loads((Path(workdir) / DONE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and record.get("config_sha256") == config_fingerprint(config)
+
+
 # -------------------------------------------------------------------------------------- formatting
-def _fmt(value: Any) -> str:
+def format_number(value: Any) -> str:
     """Integers as they are; floats with 3 decimals, or 3 significant digits when tiny or huge."""
     x = scalar_value(value)
     if x is None:
@@ -235,7 +280,7 @@ def _fmt(value: Any) -> str:
 
 def format_metrics(metrics: Mapping[str, Any], keys: Sequence[str]) -> str:
     """'name=value' for each of `keys` present in `metrics`, in that order (the progress-bar postfix)."""
-    return " ".join(f"{k}={_fmt(metrics[k])}" for k in keys if k in metrics)
+    return " ".join(f"{k}={format_number(metrics[k])}" for k in keys if k in metrics)
 
 
 def format_eval_summary(step: int, metrics: Mapping[str, Any], baseline: float | None = None,
@@ -244,7 +289,7 @@ def format_eval_summary(step: int, metrics: Mapping[str, Any], baseline: float |
     parts = [f"eval step {step}"]
     if reward_key in metrics:
         reward = scalar_value(metrics[reward_key])
-        text = f"reward {_fmt(reward)}"
+        text = f"reward {format_number(reward)}"
         if baseline is not None and reward is not None:
             text += f" ({reward - baseline:+.3f} vs {baseline:.3f})"
         parts.append(text)

@@ -1,12 +1,18 @@
-"""PNG plots of a run from its metrics.jsonl: reward (mean and per dimension), eval reward, KL, length, zero-std.
+"""PNG plots from metrics.jsonl: one run's curves (`plot_run`, written by every run) and several runs
+overlaid (`plot_runs`, for sweeps and `experiments.plots`).
 
-Each plot is a regex over metric names (naming conventions in metrics.py), so a new dimension or
-metric shows up without code changes; a plot whose regex matches nothing is not written. Uses
-matplotlib's object API (Figure + Agg), never pyplot's global state.
+Each plot is a `PlotSpec`: a regex over metric names and the stages whose rows it reads (naming
+conventions in metrics.py), so a new dimension or counter shows up without code changes, and a plot
+whose regex matches nothing (a run without a judge has no judge counters) is not written. One run:
+one axes, a line per metric. Several runs: one panel per metric, a line per run, one legend of run
+names. Uses matplotlib's object API (Figure + Agg), never pyplot's global state; files are written
+atomically.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -14,18 +20,75 @@ from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
+from rubric_jax.files import write_atomic
 from rubric_jax.metrics import METRICS_FILE, read_jsonl_metrics, scalar_value
 
-# (file name, title, regex over metric names)
-PLOTS: tuple[tuple[str, str, str], ...] = (
-    ("reward.png", "Training reward: mean and per-dimension scores", r"^reward/"),
-    ("eval_reward.png", "Held-out reward: mean and per-dimension scores", r"^eval/reward(/|_mean$)"),
-    ("kl.png", "KL divergence to the reference policy", r"(^|/)kl($|/|_)"),
-    ("response_length.png", "Response length (tokens)", r"response_len(gth)?/"),
-    ("zero_std.png", "Fraction of groups with zero reward variance", r"zero_std"),
-)
 PLOTS_DIR = "plots"
+_SCORE = "score (0 = worst, 1 = best)"
+
+
+@dataclasses.dataclass(frozen=True)
+class PlotSpec:
+    """One PNG: the metrics whose names match `pattern`, read from rows of `stages` (a row without a
+    "stage" counts as GRPO)."""
+
+    filename: str
+    title: str
+    ylabel: str
+    pattern: str
+    stages: tuple[str, ...] = ("grpo",)
+    xlabel: str = "GRPO step"
+
+
+PLOTS: tuple[PlotSpec, ...] = (
+    PlotSpec("reward.png", "Training reward: mean and per-dimension scores", _SCORE, r"^reward/"),
+    PlotSpec("eval_reward.png", "Held-out reward: mean and per-dimension scores", _SCORE,
+             r"^eval/reward(/|_mean$)", stages=("eval",)),
+    PlotSpec("kl.png", "KL divergence to the reference policy", "KL estimate (nats per token)", r"(^|/)kl($|/|_)"),
+    PlotSpec("clip_fraction.png", "Tokens whose probability ratio was clipped", "fraction of tokens",
+             r"^clip_frac(_low|_high)?$"),
+    PlotSpec("entropy.png", "Policy entropy on the rollouts", "entropy (nats per token)", r"^entropy$"),
+    PlotSpec("grad_norm.png", "Gradient norm before clipping", "global L2 norm", r"^grad_norm$"),
+    PlotSpec("lr.png", "Learning rate (after warmup and schedule)", "learning rate", r"^lr$"),
+    PlotSpec("response_length.png", "Response length", "tokens per response", r"response_len(gth)?/",
+             stages=("grpo", "eval")),
+    PlotSpec("zero_std.png", "Groups with zero reward variance (no GRPO signal)", "fraction of groups",
+             r"^zero_std_frac$"),
+    PlotSpec("judge_failures.png", "LLM-judge failures", "count per step",
+             r"^(eval/)?judge_(invalid|failed_scores|prompt_too_long)$", stages=("grpo", "eval")),
+    PlotSpec("weights.png", "Dimension weights (dynamic weighting)", "weight in the aggregate", r"^weight/"),
+    PlotSpec("sft_loss.png", "Cold-start SFT loss", "NLL (nats per response token)", r"^loss$", stages=("sft",),
+             xlabel="SFT step"),
+)
+
+# Words for metric names that are not self-explanatory in a legend (per-dimension names are the ids).
+_LABELS = {
+    "reward/mean": "mean reward",
+    "eval/reward_mean": "mean reward",
+    "clip_frac": "clipped (either side)",
+    "clip_frac_low": "clipped below 1 - clip_low",
+    "clip_frac_high": "clipped above 1 + clip_high",
+    "response_len/mean": "training rollouts",
+    "eval/response_len/mean": "held-out eval",
+    "judge_invalid": "unparseable judge answers",
+    "judge_failed_scores": "scores missing after retries",
+    "judge_prompt_too_long": "prompts longer than the judge's context",
+}
+
+
+def metric_label(key: str) -> str:
+    """The name a reader sees for a metric: words for known counters, the dimension id for per-dimension
+    scores and weights, "(eval)" for held-out counters, else the metric name itself."""
+    if key in _LABELS:
+        return _LABELS[key]
+    dimension = re.match(r"^(?:eval/)?(?:reward|weight)/(.+)$", key)
+    if dimension:
+        return dimension.group(1)
+    if key.startswith("eval/") and key[5:] in _LABELS:
+        return f"{_LABELS[key[5:]]} (eval)"
+    return key
 
 
 def series(rows: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:
@@ -39,32 +102,73 @@ def series(rows: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list
     return steps, values
 
 
+def spec_series(spec: PlotSpec, rows: Sequence[Mapping[str, Any]]) -> dict[str, tuple[list[int], list[float]]]:
+    """{metric: (steps, values)} of every metric of `spec` in `rows` with at least one finite value;
+    the "mean" metrics first, then by name."""
+    rows = [row for row in rows if row.get("stage", "grpo") in spec.stages]
+    names = {k for row in rows for k in row if k not in ("step", "time", "stage") and re.search(spec.pattern, k)}
+    names = sorted(names, key=lambda k: (not k.endswith("mean"), k))
+    found = {k: series(rows, k) for k in names}
+    return {k: (steps, values) for k, (steps, values) in found.items()
+            if any(not math.isnan(v) for v in values)}
+
+
+def _line_style(n_points: int) -> dict[str, Any]:
+    return {"marker": "o" if n_points < 30 else None, "markersize": 3}
+
+
+def _legend_inches(labels: Sequence[str]) -> float:
+    return 0.9 + 0.063 * max(map(len, labels), default=0)  # line sample + padding + ~0.063 in per 8-pt character
+
+
+def _figure(nrows: int, ncols: int, panel_inches: tuple[float, float], legend_labels: Sequence[str]
+            ) -> tuple[Figure, Any]:
+    """A figure of nrows x ncols panels with fixed margins in inches (a figure title above a grid) and room
+    on the right for the legend (constrained layout would cost about a second per figure)."""
+    legend_w, top = _legend_inches(legend_labels), (0.95 if nrows * ncols > 1 else 0.5)
+    width, height = ncols * panel_inches[0] + 0.6 + legend_w, nrows * panel_inches[1] + top + 0.1
+    fig = Figure(figsize=(width, height))
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    fig.subplots_adjust(left=0.8 / width, right=1 - legend_w / width, bottom=0.55 / height, top=1 - top / height,
+                        hspace=0.6, wspace=0.3)
+    return fig, axes
+
+
+def _legend(fig: Figure, handles: Sequence[Any], labels: Sequence[str]) -> None:
+    x = 1 - (_legend_inches(labels) - 0.2) / fig.get_figwidth()
+    fig.legend(handles, labels, fontsize=8, loc="center left", bbox_to_anchor=(x, 0.5))
+
+
+def _label_axes(ax: Any, title: str, xlabel: str, ylabel: str) -> None:
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+    ax.grid(alpha=0.3)
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    return write_atomic(path, buffer.getvalue())
+
+
 def plot_metrics(rows: Sequence[Mapping[str, Any]], out_dir: str | Path) -> list[Path]:
-    """Writes every plot of PLOTS that has data into `out_dir`; returns the paths written."""
-    out_dir = Path(out_dir)
-    names = sorted({k for row in rows for k in row if k not in ("step", "time")})
+    """Writes every plot of PLOTS that has data for one run into `out_dir` (a line per metric); returns
+    the paths written."""
     written = []
-    for filename, title, pattern in PLOTS:
-        keys = [k for k in names if re.search(pattern, k)]
-        lines = [(k, *series(rows, k)) for k in keys]
-        lines = [line for line in lines if line[1] and not all(math.isnan(v) for v in line[2])]
+    for spec in PLOTS:
+        lines = spec_series(spec, rows)
         if not lines:
             continue
-        fig = Figure(figsize=(8, 4.5))
-        ax = fig.subplots()
-        for key, steps, values in lines:
+        labels = [metric_label(key) for key in lines]
+        fig, axes = _figure(1, 1, (7.5, 4.2), labels)
+        ax = axes[0, 0]
+        handles = []
+        for key, (steps, values) in lines.items():
             main = key.endswith("mean") or len(lines) == 1
-            ax.plot(steps, values, label=key, linewidth=2.2 if main else 1.0, marker="o" if len(steps) < 30 else None,
-                    markersize=3)
-        ax.set_title(title)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
-        fig.tight_layout()
-        out_dir.mkdir(parents=True, exist_ok=True)
-        path = out_dir / filename
-        fig.savefig(path, dpi=100)
-        written.append(path)
+            handles += ax.plot(steps, values, linewidth=2.2 if main else 1.0, **_line_style(len(steps)))
+        _label_axes(ax, spec.title, spec.xlabel, spec.ylabel)
+        _legend(fig, handles, labels)
+        written.append(_save(fig, Path(out_dir) / spec.filename))
     return written
 
 
@@ -72,3 +176,44 @@ def plot_run(workdir: str | Path, out_dir: str | Path | None = None) -> list[Pat
     """Reads `workdir/metrics.jsonl` and writes the plots into `out_dir` (default `workdir/plots`)."""
     workdir = Path(workdir)
     return plot_metrics(read_jsonl_metrics(workdir / METRICS_FILE), out_dir or workdir / PLOTS_DIR)
+
+
+def run_names(workdirs: Sequence[str | Path]) -> list[str]:
+    """Legend names of runs: the shortest ending of each (distinct) workdir path that tells them apart,
+    e.g. "lr=0.0001,beta=0.0" for sweep variants, "a/tiny" and "b/tiny" for two runs named alike."""
+    parts = [Path(p).resolve().parts for p in workdirs]
+    if len(set(parts)) != len(parts):
+        raise ValueError(f"a workdir is given twice: {[str(p) for p in workdirs]}")
+    depth = next(d for d in range(1, max(map(len, parts)) + 1) if len({p[-d:] for p in parts}) == len(parts))
+    return ["/".join(p[-depth:]) for p in parts]
+
+
+def plot_runs(runs: Mapping[str, Sequence[Mapping[str, Any]]], out_dir: str | Path) -> list[Path]:
+    """Overlays several runs ({legend name: metrics rows}): per plot of PLOTS, one panel per metric and
+    one line per run that has it, each run in the same colour in every panel; returns the paths written."""
+    written = []
+    for spec in PLOTS:
+        per_run = {name: spec_series(spec, rows) for name, rows in runs.items()}
+        keys = sorted({k for lines in per_run.values() for k in lines}, key=lambda k: (not k.endswith("mean"), k))
+        if not keys:
+            continue
+        ncols = min(3, len(keys))
+        fig, axes = _figure(-(-len(keys) // ncols), ncols, (4.2, 3.2) if len(keys) > 1 else (7.5, 4.2), list(runs))
+        handles = {}
+        for ax, key in zip(axes.flat, keys):
+            for index, (name, lines) in enumerate(per_run.items()):
+                if key in lines:
+                    steps, values = lines[key]
+                    (handles[name],) = ax.plot(steps, values, color=f"C{index % 10}",
+                                               linestyle=("-", "--", ":", "-.")[index // 10 % 4], linewidth=1.5,
+                                               **_line_style(len(steps)))
+            title = metric_label(key) if len(keys) > 1 else spec.title
+            _label_axes(ax, title, spec.xlabel, spec.ylabel if ax.get_subplotspec().is_first_col() else "")
+        for ax in axes.flat[len(keys):]:
+            ax.set_axis_off()
+        if len(keys) > 1:
+            fig.suptitle(spec.title, fontsize=13)
+        names = [name for name in runs if name in handles]
+        _legend(fig, [handles[name] for name in names], names)
+        written.append(_save(fig, Path(out_dir) / spec.filename))
+    return written

@@ -13,6 +13,7 @@ from rubric_jax.assets import TINY_DIR, build_tiny_assets
 from rubric_jax.assets.tiny_content import FRAMES, PHRASE_SENTENCES, THINKS, TOPICS
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.models.config import ModelConfig
+from rubric_jax.prepare import dedup, mix, pii
 from rubric_jax.rubrics.io import load_rubric
 
 FILES = ("config.json", "questions_train.jsonl", "questions_eval.jsonl", "sft.jsonl", "rubric.yaml",
@@ -91,12 +92,12 @@ def test_question_sets(sets):
     train, evals, sft = sets
     assert 150 <= len(train) <= 200 and len(evals) == 32
     assert not {q.question for q in train} & {q.question for q in evals}
-    assert data.dedup([q.question for q in train + evals]) == list(range(len(train) + len(evals)))
+    assert dedup.find_duplicates([q.question for q in train + evals])[0] == list(range(len(train) + len(evals)))
     for q in train + evals:
         assert q.keywords[0].casefold() in q.question.casefold()
-        assert data.scrub_pii(q.question) == q.question
+        assert pii.scrub_pii(q.question) == (q.question, {})
         assert q.lang in ("en", "zh") and q.category in ("customer_service", "health")
-        assert q.difficulty in data.DIFFICULTY_RATIOS
+        assert q.difficulty in mix.DIFFICULTY_RATIOS
     groups = [(q.category, q.lang) for q in evals]
     assert all(groups.count(g) == 8 for g in set(groups))
     scrubbed = [q.question for q in train if "[" in q.question]

@@ -1,4 +1,4 @@
-"""rubric_jax.data: jsonl loading and its errors, prompts, buckets, iterator resume, hygiene helpers."""
+"""rubric_jax.data: jsonl loading and its errors, question sets by spec, prompts, buckets, iterator resume."""
 
 import dataclasses
 import json
@@ -9,7 +9,8 @@ from transformers import AutoTokenizer
 
 from rubric_jax import data
 from rubric_jax.assets import TINY_DIR
-from rubric_jax.rubrics.schema import Aggregation, Anchor, ChangelogEntry, Dimension, Rubric, Scale, rubric_to_dict
+from rubric_jax.rubrics.schema import (Aggregation, Anchor, ChangelogEntry, Dimension, Rubric, RubricWarning, Scale,
+                                       rubric_to_dict)
 
 
 @pytest.fixture(scope="module")
@@ -42,12 +43,14 @@ def test_load_questions_reads_optional_fields(tmp_path):
              "anchors": {"0": "no", "1": "yes"}, "rule": "keywords", "params": {"words": ["refund"]}}
     path = _write(tmp_path / "q.jsonl", [
         ROW, "",
-        {**ROW, "id": "q2", "keywords": ["refund"], "difficulty": "hard", "rubric": {"extra": [extra]}},
+        {**ROW, "id": "q2", "keywords": ["refund"], "difficulty": "hard", "rubric": {"extra": [extra]},
+         "reference": "Open Orders, pick the order, choose Refund."},
     ])
     q1, q2 = data.load_questions(path)
     assert q1 == data.Question("q1", "How do I get a refund?", "customer_service", "en")
     assert q2.keywords == ("refund",) and q2.difficulty == "hard"
     assert [d.id for d in q2.extra_dimensions] == ["kw"] and q2.replace_rubric is None
+    assert q1.reference is None and q2.reference == "Open Orders, pick the order, choose Refund."
 
 
 @pytest.mark.parametrize("bad_line, message", [
@@ -57,7 +60,8 @@ def test_load_questions_reads_optional_fields(tmp_path):
     (json.dumps(ROW | {"id": "q9", "question": "  "}), "field 'question' must be a non-empty str"),
     (json.dumps(ROW | {"id": "q9", "qestion": "typo"}), "unknown field(s) ['qestion']"),
     (json.dumps(ROW | {"id": "q9", "keywords": "refund"}), "field 'keywords' must be a list"),
-    (json.dumps(ROW), "duplicate id 'q1' (first seen on line 1)"),
+    (json.dumps(ROW), "duplicate id 'q1' (first seen at "),
+    (json.dumps(ROW | {"id": "q9", "reference": ""}), "field 'reference' must be a non-empty string"),
     (json.dumps(ROW | {"id": "q9", "rubric": {"extra": [], "replace": {}}}), "field 'rubric': expected"),
     (json.dumps(ROW | {"id": "q9", "rubric": {"extra": [{"id": "x", "description": "d", "kind": "rule",
                                                           "scale": {"kind": "binary"}, "anchors": {"0": "n"},
@@ -68,6 +72,24 @@ def test_bad_question_row_names_file_and_line(tmp_path, bad_line, message):
     with pytest.raises(data.DataError) as e:
         data.load_questions(path)
     assert f"{path}:2:" in str(e.value) and message in str(e.value)
+
+
+def test_rubric_warnings_of_a_question_set_come_as_one(tmp_path):
+    with pytest.warns(RubricWarning, match="8 dimensions"):  # RubricRL advises at most 7
+        big = rubric_to_dict(_rubric(*(_dim(f"d{k}") for k in range(8))))
+    path = _write(tmp_path / "q.jsonl", [ROW | {"id": f"q{i}", "rubric": {"replace": big}} for i in range(3)])
+    with pytest.warns(RubricWarning) as caught:
+        data.load_questions(path)
+    assert len(caught) == 1 and f"{path}: 3 rubric warnings" in str(caught[0].message)
+
+
+def test_question_set_spec_is_a_jsonl_path_or_tfds(tmp_path):
+    path = _write(tmp_path / "q.jsonl", [ROW])
+    assert data.load_question_set(str(path), "", "train") == data.load_questions(path)
+    with pytest.raises(data.DataError, match="config.data.tfds_dir must name the directory"):
+        data.load_question_set("tfds:my_set", "", "train")
+    with pytest.raises(ValueError, match=f"no tfds dataset 'my_set' in {tmp_path}"):
+        data.load_question_set("tfds:my_set:eval", str(tmp_path), "train")
 
 
 def test_load_sft_requires_think_answer_format(tmp_path):
@@ -202,61 +224,3 @@ def test_next_batch_indices_is_pure_and_validates():
         data.IteratorState(seed=-1)
     with pytest.raises(data.DataError, match="keys seed, epoch, index"):
         data.IteratorState.from_dict({"seed": 1, "epoch": 0})
-
-
-# -------------------------------------------------------------------------------------------- hygiene
-def test_normalize_and_jaccard():
-    assert data.normalize_text("Ｈow  do I?") == data.normalize_text("how do i") == "howdoi"
-    assert data.normalize_text("怎么申请退款？") == "怎么申请退款"
-    a, b = data.char_ngrams("abcd", 2), data.char_ngrams("abce", 2)  # {ab,bc,cd} vs {ab,bc,ce}
-    assert data.jaccard(a, b) == pytest.approx(2 / 4)
-    assert data.char_ngrams("ab", 3) == frozenset({"ab"})
-
-
-def test_dedup_drops_exact_and_near_duplicates_keeps_first():
-    texts = [
-        "How do I get a refund for my order?",
-        "how do i get a refund for my order ?!",  # exact after normalisation
-        "How do I get a refund for my orders?",  # near duplicate
-        "What can I do about a headache?",
-        "怎么申请退款？",
-        "怎么申请退款?",  # full-width vs ASCII question mark
-        "退款多久到账？",
-    ]
-    assert data.dedup(texts) == [0, 3, 4, 6]
-    assert data.dedup(texts, threshold=1.0) == [0, 2, 3, 4, 6]
-    with pytest.raises(data.DataError, match="threshold"):
-        data.dedup(texts, threshold=0.0)
-
-
-@pytest.mark.parametrize("text, expected", [
-    ("Write to lily.chen+shop@example.co.uk today", "Write to [EMAIL] today"),
-    ("我的手机号是13812345678，快递没到", "我的手机号是[PHONE]，快递没到"),
-    ("call +86 138-1234-5678 please", "call [PHONE] please"),
-    ("Call me at +1 415-555-0132.", "Call me at [PHONE]."),
-    ("office (415) 555-0132", "office [PHONE]"),
-    ("座机 010-62345678", "座机 [PHONE]"),
-    ("My order number is 20231129000123.", "My order number is [ORDER]."),
-    ("order #A12345 is late", "order #[ORDER] is late"),
-    ("订单号：202311290001，什么时候退款？", "订单号：[ORDER]，什么时候退款？"),
-    ("身份证 11010119900307123X 丢了", "身份证 [ID] 丢了"),
-    ("account 6222020200112233445 frozen", "account [NUMBER] frozen"),
-    ("It arrives in 3 to 5 days, 38.5 degrees, order 2 items, 30 days", "It arrives in 3 to 5 days, 38.5 degrees, "
-     "order 2 items, 30 days"),
-])
-def test_scrub_pii(text, expected):
-    assert data.scrub_pii(text) == expected
-
-
-def test_difficulty_mix_follows_3_5_2():
-    difficulties = ["easy"] * 10 + ["medium"] * 10 + ["hard"] * 10
-    picked = data.difficulty_mix(difficulties, 10, seed=0)
-    assert sorted(difficulties[i] for i in picked).count("medium") == 5
-    assert [difficulties[i] for i in picked].count("easy") == 3 and len(set(picked)) == 10
-    assert data.difficulty_mix(difficulties, 10, seed=0) == picked
-    seven = [difficulties[i] for i in data.difficulty_mix(difficulties, 7, seed=1)]
-    assert (seven.count("easy"), seven.count("medium"), seven.count("hard")) == (2, 4, 1)  # 2.1, 3.5, 1.4
-    with pytest.raises(data.DataError, match="needs 4 'hard' rows but only 3 exist"):
-        data.difficulty_mix(["easy"] * 9 + ["medium"] * 10 + ["hard"] * 3, 20, seed=0)
-    with pytest.raises(data.DataError, match="row 1: difficulty None"):
-        data.difficulty_mix(["easy", None], 1, seed=0)

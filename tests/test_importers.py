@@ -1,7 +1,6 @@
 """Importers: small fixtures in each public schema (unit) and the real files under ../shared/data (integration)."""
 import csv
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -15,26 +14,15 @@ from rubric_jax.rubrics.importers import (
     import_biggen_bench,
     import_healthbench,
     import_hellobench,
+    import_longbench_write,
     import_rar,
     import_vicuna_eval,
     parse_prometheus_rubric_text,
     rar_rubric,
 )
+from tests.shared_data import real as _real
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "rubric_formats"
-
-
-def _shared_data() -> Path:
-    """../shared/data next to the checkout, or $RUBRIC_JAX_SHARED_DATA."""
-    env = os.environ.get("RUBRIC_JAX_SHARED_DATA")
-    return Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
-
-def _real(*parts) -> Path:
-    path = _shared_data().joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"public benchmark file {path} not present (set RUBRIC_JAX_SHARED_DATA to the shared/data folder)")
-    return path
 
 
 def _reward(rubric, raw):
@@ -131,6 +119,22 @@ def test_rar_errors(item, message):
 
 
 # ------------------------------------------------------------------------------------------ integration (real files)
+
+def test_longbench_write_rows(tmp_path):
+    path = tmp_path / "lbw.jsonl"
+    path.write_text(json.dumps({"prompt": "Write 100 words about tea.", "type": "Popular Science", "length": 100}) +
+                    "\n" + json.dumps({"prompt": "写三百字", "type": "社区论坛", "length": 300}) + "\n", encoding="utf-8")
+    first, second = import_longbench_write(path)
+    assert (first.case_id, first.meta, second.case_id) == ("lbw/000", {"type": "Popular Science", "length": 100},
+                                                           "lbw/001")
+    assert first.rubric.dimension_ids == ["relevance", "accuracy", "coherence", "clarity", "breadth_and_depth",
+                                          "reading_experience"]
+    # S_q = mean over the six dimensions of (score - 1) * 25, here on [0, 1].
+    assert _reward(first.rubric, [[1, 2, 3, 4, 5, 5]])[0] == pytest.approx((0 + 1 + 2 + 3 + 4 + 4) / 24)
+    path.write_text(json.dumps({"prompt": "x", "type": "t", "length": 0}) + "\n", encoding="utf-8")
+    with pytest.raises(RubricError, match="record 0: field 'length': expected a positive integer"):
+        import_longbench_write(path)
+
 
 def test_real_healthbench_files_import():
     for name, count in (("healthbench_oss_eval_first30.jsonl", 30), ("healthbench_val500_from_ruscarl.jsonl", 500)):

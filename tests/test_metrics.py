@@ -1,15 +1,18 @@
-"""rubric_jax.metrics and rubric_jax.plots: files written and parseable, TensorBoard framing, formatting."""
+"""rubric_jax.metrics: files written and parseable, TensorBoard framing and tags (read back by TensorBoard), the
+done marker, formatting."""
 
 import io
 import json
-import re
 import struct
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rubric_jax import metrics, plots
+import ml_collections
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from rubric_jax import metrics
 
 
 def _read_records(path):
@@ -125,23 +128,31 @@ def test_format_eval_summary_and_progress():
     assert "5/10" in text and "reward/mean=0.500 kl=0.010" in text and "eval step 5" in text and "loss" not in text
 
 
-def test_plots_written_for_present_metrics_only(tmp_path):
-    with metrics.MetricsWriter(tmp_path, tensorboard=False) as w:
-        for step in range(5):
-            w.write(step, {"reward/mean": 0.1 * step, "reward/format": 1.0, "reward/topic_keyword": 0.05 * step,
-                           "kl": 0.001 * step, "response_len/mean": 40 - step, "zero_std_frac": 0.5,
-                           "reward_failed_scores": 0})
-            if step % 2 == 0:
-                w.write(step, {"stage": "eval", "eval/reward_mean": 0.2 * step, "eval/reward/format": float("nan"),
-                               "eval/reward_not_ok": 3})
-    paths = plots.plot_run(tmp_path)
-    assert sorted(p.name for p in paths) == sorted(
-        ["reward.png", "eval_reward.png", "kl.png", "response_length.png", "zero_std.png"])
-    for p in paths:
-        assert p.parent == tmp_path / "plots" and p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    only_kl = plots.plot_metrics([{"step": 0, "kl": 0.1}, {"step": 1, "kl": 0.2}], tmp_path / "other")
-    assert [p.name for p in only_kl] == ["kl.png"]
-    rows = metrics.read_jsonl_metrics(tmp_path / "metrics.jsonl")
-    assert plots.series(rows, "eval/reward_mean") == ([0, 2, 4], [0.0, 0.4, 0.8])
-    assert [k for k in ("reward_failed_scores", "eval/reward_not_ok") if any(
-        re.search(pattern, k) for _, _, pattern in plots.PLOTS)] == []  # counts are not plotted as scores
+def test_each_stage_has_its_own_tensorboard_tags(tmp_path):
+    """SFT and GRPO both count steps from 1: under shared tags TensorBoard would draw one zig-zag line."""
+    with metrics.MetricsWriter(tmp_path) as w:
+        for step, loss in enumerate((7.5, 7.0, 6.5), start=1):
+            w.write(step, {"stage": "sft", "loss": loss, "lr": 1e-3, "grad_norm": 2.0, "entropy": 7.0})
+        w.write(0, {"stage": "eval", "eval/reward_mean": 0.25, "eval/reward/format": 1.0})
+        for step, loss in enumerate((0.5, 0.25), start=1):
+            w.write(step, {"stage": "grpo", "loss": loss, "kl": 0.01 * step, "reward/mean": 0.5, "lr": 2e-4})
+    events = EventAccumulator(str(tmp_path / "tb"))  # TensorBoard's own reader
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"sft/loss", "sft/lr", "sft/grad_norm", "sft/entropy", "grpo/loss", "grpo/kl", "grpo/reward/mean",
+            "grpo/lr", "eval/reward_mean", "eval/reward/format"} == tags
+    assert [(e.step, e.value) for e in events.Scalars("sft/loss")] == [(1, 7.5), (2, 7.0), (3, 6.5)]
+    assert [(e.step, e.value) for e in events.Scalars("grpo/loss")] == [(1, 0.5), (2, 0.25)]
+    assert metrics.tensorboard_scalars({"loss": 1.0, "note": "x"}) == {"loss": 1.0}  # rows without a stage
+
+
+def test_done_marker_names_the_config_it_finished_with(tmp_path):
+    config = ml_collections.ConfigDict({"rl": {"lr": 1e-4, "steps": 2}, "stages": ("grpo",)})
+    assert not metrics.is_done(tmp_path, config)
+    metrics.mark_done(tmp_path, config)
+    assert metrics.is_done(tmp_path, config)
+    longer = ml_collections.ConfigDict({"rl": {"lr": 1e-4, "steps": 3}, "stages": ("grpo",)})
+    assert not metrics.is_done(tmp_path, longer)  # more steps: not finished, resume it
+    (tmp_path / metrics.DONE_FILE).write_text("{torn")
+    assert not metrics.is_done(tmp_path, config)
+    assert [p.name for p in tmp_path.iterdir()] == [metrics.DONE_FILE]  # the atomic write left no temp file

@@ -4,7 +4,7 @@
   .venv/bin/python -m rubric_jax.assets.build_tiny_assets --out DIR  # build elsewhere (tests compare)
 
 Writes questions_train.jsonl / questions_eval.jsonl (hygiene applied: near-duplicate removal and PII
-scrubbing from rubric_jax.data), sft.jsonl (QuRL-style cold start: one `<think>…</think><answer>…
+scrubbing from rubric_jax.prepare), sft.jsonl (QuRL-style cold start: one `<think>…</think><answer>…
 </answer>` response per training question, deliberately imperfect so GRPO has room to improve),
 rubric.yaml (the shared rule-only rubric; each question row adds its case-wise criteria), tokenizer/
 (byte-level BPE trained on all of that text, Qwen2 chat template) and config.json (a Qwen2-architecture
@@ -29,6 +29,7 @@ from rubric_jax.assets.tiny_content import (
     THINKS, TOPICS, Topic,
 )
 from rubric_jax.judges.rules import make_rule
+from rubric_jax.prepare import dedup, pii
 from rubric_jax.rubrics.io import save_rubric
 from rubric_jax.rubrics.schema import (
     Aggregation, Anchor, ChangelogEntry, Dimension, Rubric, Scale, dimension_from_dict, dimension_to_dict,
@@ -157,7 +158,7 @@ def question_rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         k, topic = by_keyword[keyword]
         extra_count[k] = extra_count.get(k, 0) + 1
         raw.append((k, topic, len(DIFFICULTIES) - 1 + extra_count[k], "medium", text))
-    kept = data.dedup([r[4] for r in raw])
+    kept, _ = dedup.find_duplicates([r[4] for r in raw])
     dropped = [raw[i][4] for i in range(len(raw)) if i not in set(kept)]
     expected_dropped = [text for _, text in RAW_EXTRA_QUESTIONS[-3:]]
     if dropped != expected_dropped:
@@ -172,7 +173,7 @@ def question_rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     train, evals = [], []
     for i in kept:
         k, topic, phrasing, difficulty, text = raw[i]
-        clean = data.scrub_pii(text)
+        clean, _ = pii.scrub_pii(text)
         if topic.keyword.casefold() not in clean.casefold():
             raise AssertionError(f"question {text!r} does not contain its topic keyword {topic.keyword!r}")
         row = {

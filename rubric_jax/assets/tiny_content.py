@@ -406,7 +406,7 @@ TOPICS: tuple[Topic, ...] = (
 RAW_EXTRA_QUESTIONS: tuple[tuple[str, str], ...] = (
     ("refund", "My order number is 20231129000123 and I still want a refund, please email me at lily.chen@example.com."),
     ("delivery", "Call me at +1 415-555-0132 when my delivery is close."),
-    ("account", "Is my account ID 110101199003071234 safe with you?"),
+    ("account", "Is my account ID 110101199003071233 safe with you?"),
     ("快递", "我的手机号是13812345678，快递一直没到。"),
     ("退款", "订单号：202311290001，什么时候退款？"),
     ("发票", "发票请发到邮箱 wang.lei@example.cn，谢谢。"),

@@ -114,7 +114,7 @@ def judge_question(case: RubricCase, show_reference: bool) -> str:
     if isinstance(case.prompt, str):
         text = case.prompt
     else:
-        text = "\n\n".join(f"{t['role']}: {t['content']}" for t in case.prompt)
+        text = data.conversation_text(case.prompt)
     if show_reference and case.reference:
         text += f"\n\n[Reference answer, worth the top score]\n{case.reference}"
     return text

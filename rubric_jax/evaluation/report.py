@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rubric_jax.evaluation.results import BarChart, BenchmarkResult, ScatterChart
-from rubric_jax.fileio import atomic_write_bytes
+from rubric_jax.files import write_atomic
 
 RECORDS, SUMMARY, TABLE, PLOT = "records.jsonl", "summary.json", "table.md", "plot.png"
 
@@ -90,5 +90,5 @@ def write_report(out: Path, title: str, result: BenchmarkResult, summary: Mappin
     }
     out.mkdir(parents=True, exist_ok=True)
     for name, content in files.items():
-        atomic_write_bytes(out / name, content.encode("utf-8") if isinstance(content, str) else content)
+        write_atomic(out / name, content)
     return [out / name for name in files]

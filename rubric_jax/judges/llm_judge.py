@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import numpy as np
@@ -125,7 +125,7 @@ class _Request:
     first_slot: int
 
 
-def _host_rng(key: jax.Array) -> np.random.Generator:
+def host_rng(key: jax.Array) -> np.random.Generator:
     """A numpy generator seeded from a JAX key (typed or raw), for nonces and anchor orders."""
     data = jax.random.key_data(key) if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) else key
     return np.random.default_rng(np.asarray(data, dtype=np.uint32).ravel().tolist())
@@ -148,14 +148,20 @@ def _build_prompt(
     return multi_prompt(question, response, req.dims, nonce=nonce, anchor_orders=orders, reserved=reserved)
 
 
-def encode_prompts(tokenizer: Any, prompts: Sequence[JudgePrompt]) -> list[list[int]]:
+class ChatMessages(Protocol):
+    """Anything with chat `messages` (a JudgePrompt, or a rubric-construction prompt)."""
+
+    messages: Sequence[dict[str, str]]
+
+
+def encode_prompts(tokenizer: Any, prompts: Sequence[ChatMessages]) -> list[list[int]]:
     """Chat-templated token ids for each prompt (with the assistant generation prompt)."""
     texts = [tokenizer.apply_chat_template(list(p.messages), add_generation_prompt=True, tokenize=False) for p in prompts]
     return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
 
-def _decode(tokenizer: Any, result: Any) -> tuple[list[str], np.ndarray]:
-    """Judge texts (special tokens dropped) and a [B] bool 'hit the token limit' flag from a GenerationResult."""
+def decode_generations(tokenizer: Any, result: Any) -> tuple[list[str], np.ndarray]:
+    """Generated texts (special tokens dropped) and a [B] bool "hit the token limit" flag of a GenerationResult."""
     tokens = np.asarray(result.tokens)
     lengths = np.asarray(result.lengths)
     texts = tokenizer.batch_decode([tokens[i, : lengths[i]].tolist() for i in range(tokens.shape[0])], skip_special_tokens=True)
@@ -183,7 +189,7 @@ def _run_judge(
         if not pending:
             break
         prompt_key, gen_key = jax.random.split(round_key)
-        rng = _host_rng(prompt_key)
+        rng = host_rng(prompt_key)
         prompts = [
             _build_prompt(requests[r], questions[requests[r].row], responses[requests[r].row], config.mode,
                           config.shuffle_anchors, rng, reserved)
@@ -208,7 +214,7 @@ def _run_judge(
         )
         stats["judge_generate_calls"] += 1
         stats["judge_prompts"] += len(sent)
-        texts, truncated = _decode(judge.tokenizer, result)
+        texts, truncated = decode_generations(judge.tokenizer, result)
         still_invalid = []
         for i, text, cut in zip(sent, texts, truncated):
             r, s = pending[i]

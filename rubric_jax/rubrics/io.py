@@ -8,7 +8,7 @@ RubricError naming the file (and the line where YAML knows it).
 
 Saving over an existing file whose content hash differs requires a higher version and a new changelog
 entry for it (old entries kept as a prefix): a rubric change must never be silent (RubricRL 7). Saves are
-atomic (rubric_jax.fileio).
+atomic (rubric_jax.files).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from rubric_jax.fileio import PathError, atomic_write_text, read_text
+from rubric_jax.files import PathError, read_text, write_atomic
 from rubric_jax.rubrics.schema import Rubric, RubricError, parse_version, rubric_from_dict, rubric_to_dict, short_repr
 
 SUFFIXES = (".json", ".yaml", ".yml")
@@ -151,9 +151,9 @@ def save_rubric(rubric: Rubric, path: str | Path) -> None:
     if path.exists():
         check_revision(load_rubric(path), rubric, str(path))
     try:
-        atomic_write_text(path, dumps_rubric(rubric, "json" if suffix == ".json" else "yaml"))
-    except PathError as e:
-        raise RubricError(str(e)) from None
+        write_atomic(path, dumps_rubric(rubric, "json" if suffix == ".json" else "yaml"))
+    except OSError as e:
+        raise RubricError(f"{path}: cannot write: {e.strerror or e}") from None
 
 
 def load_rubric_dir(directory: str | Path) -> dict[str, Rubric]:

@@ -149,6 +149,8 @@ def run(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
         if "grpo" in config.stages and not experiment.stop_requested:
             run_grpo(experiment, params)
     plots.plot_run(workdir)
+    if not experiment.stop_requested:
+        metrics.mark_done(workdir, config)  # done.json: a sweep skips this run when its config is unchanged
 
 
 def _write_config(config: ml_collections.ConfigDict, workdir: Path) -> None:
@@ -176,8 +178,8 @@ def build(config: ml_collections.ConfigDict, workdir: Path) -> Run:
     graphdef, abstract_state = abstract_model(model_cfg)
 
     shared_rubric = load_rubric(config.data.rubric)
-    train_questions = data.load_questions(config.data.train)
-    eval_questions = data.load_questions(config.data.eval)[: config.eval.max_questions]
+    train_questions = data.load_question_set(config.data.train, config.data.tfds_dir, "train")
+    eval_questions = data.load_question_set(config.data.eval, config.data.tfds_dir, "eval")[: config.eval.max_questions]
     judges = tuple(load_judge(path.strip(), sampler=config.judge.sampler, max_new_tokens=config.judge.max_new_tokens,
                               mesh=mesh)
                    for path in config.judge.checkpoint.split(",") if path.strip())

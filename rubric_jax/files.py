@@ -1,12 +1,13 @@
-"""Safe file I/O for user-named paths: atomic writes, output paths that cannot clobber an input, bounded reads.
+"""Safe file I/O for user-named paths: atomic writes, outputs that cannot clobber an input, bounded reads.
 
-Every CLI and library writer of a whole file goes through `atomic_write_text` / `atomic_write_bytes` (or
-`atomic_writer` to stream): the data goes to a temporary file in the target's directory, is flushed to
-disk, and replaces the target with `os.replace`, so a crash or an error leaves either the old file or the
-complete new one, never a truncated one. `check_output_path` refuses an output that is a directory or the
-same file as one of the command's inputs (also through a symlink or a hard link), before any work is done.
-`read_text` refuses directories, FIFOs and devices (a FIFO would block, /dev/zero would never end) and
-files over a size cap. Problems raise `PathError`, whose message names the path, for a one-line CLI error.
+Atomic writes (`write_atomic`, or `atomic_writer` to stream): a reader (or a crash) sees the old file or
+the whole new one, never half of it. The data goes to a uniquely named temporary file beside the target
+(same file system, so `os.replace` is atomic), is flushed to disk, and replaces the target; on any error
+the temporary file is removed and the target is untouched.
+`check_output_path` refuses an output that is a directory, the same file as one of the command's inputs
+(also through a symlink or a hard link) or inside an input directory, before any work is done.
+`read_text` refuses directories, FIFOs (would block) and devices (/dev/zero never ends) and files over a
+size cap. These checks raise `PathError`, whose message names the path, for a one-line CLI error.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-import tempfile
+import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
@@ -22,6 +23,38 @@ from typing import IO
 
 class PathError(ValueError):
     """A path that cannot be used as asked (missing, a directory, an input reused as output, unreadable...)."""
+
+
+@contextlib.contextmanager
+def atomic_writer(path: str | Path, binary: bool = False, encoding: str = "utf-8") -> Iterator[IO]:
+    """A file to write that replaces `path` atomically when the block ends without an exception.
+
+    Missing parent directories are created. A symlink is written through (it keeps pointing at the new
+    content). A new file gets the umask's mode, a replaced one keeps its mode. OSError propagates.
+    """
+    target = Path(os.path.realpath(path))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        # Opened exclusively under a unique name: unlike mkstemp (mode 0600) it gets the umask's mode.
+        with tmp.open("xb") if binary else tmp.open("x", encoding=encoding, newline="") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        if target.exists():
+            os.chmod(tmp, stat.S_IMODE(target.stat().st_mode))
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> Path:
+    """Writes `data` (str as UTF-8) to `path` atomically (see `atomic_writer`); returns `path`."""
+    payload = data.encode("utf-8") if isinstance(data, str) else data  # unencodable text fails before any file
+    with atomic_writer(path, binary=True) as f:
+        f.write(payload)
+    return Path(path)
 
 
 def _kind(mode: int) -> str:
@@ -48,7 +81,7 @@ def check_input_file(path: str | Path, what: str = "input") -> Path:
 
 
 def read_text(path: str | Path, what: str = "input", max_bytes: int = 64 << 20) -> str:
-    """UTF-8 text of a regular file of at most `max_bytes`; PathError naming the file otherwise."""
+    """UTF-8 text of a regular file of at most `max_bytes`; PathError naming the file (and line) otherwise."""
     path = check_input_file(path, what)
     try:
         with path.open("rb") as f:
@@ -65,7 +98,7 @@ def read_text(path: str | Path, what: str = "input", max_bytes: int = 64 << 20) 
 
 
 def _same_file(a: Path, b: Path) -> bool:
-    """True when both paths name one file (equal resolved paths, or the same inode via a link)."""
+    """True when both paths name one file (equal resolved paths, or the same inode via a hard link)."""
     if a.resolve() == b.resolve():
         return True
     try:
@@ -75,8 +108,8 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def check_output_path(out: str | Path, inputs: Iterable[str | Path | None] = ()) -> Path:
-    """`out` if it may be written: not a directory or special file, not the same file as any input, and
-    not inside an input that is a directory (e.g. a checkpoint directory).
+    """`out` if it may be written: not a directory or special file, not the same file as any input, not
+    inside an input that is a directory (e.g. a checkpoint), in a directory that exists or can be created.
 
     Call it before the work starts, so a bad output path fails in a second rather than after scoring.
     `inputs` may contain None (an optional input not given). Returns `out` as a Path.
@@ -102,56 +135,3 @@ def check_output_path(out: str | Path, inputs: Iterable[str | Path | None] = ())
         if Path(source).is_dir() and out.resolve().is_relative_to(Path(source).resolve()):
             raise PathError(f"{out}: output path is inside the input directory {source}")
     return out
-
-
-def _new_file_mode(target: Path) -> int:
-    """Permission bits for the replacement: the existing file's, or 0o666 minus the process umask."""
-    try:
-        return stat.S_IMODE(target.stat().st_mode)
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
-
-
-@contextlib.contextmanager
-def atomic_writer(path: str | Path, binary: bool = False, encoding: str = "utf-8") -> Iterator[IO]:
-    """Context manager yielding a file that replaces `path` atomically when the block ends without error.
-
-    The temporary file lives next to the target (same file system, so `os.replace` is atomic) and is
-    removed if the block raises; the target is untouched until then. A symlink target is written through
-    (the link keeps pointing at the new content). Missing parent directories are created.
-    OSError from the file system is raised as PathError naming `path`.
-    """
-    target = Path(os.path.realpath(path))
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    except OSError as e:
-        raise PathError(f"{path}: cannot write: {e.strerror or e}") from None
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": encoding, "newline": ""})) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, _new_file_mode(target))
-        os.replace(tmp, target)
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise PathError(f"{path}: cannot write: {e.strerror or e}") from None
-        raise
-
-
-def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8") -> None:
-    """Replace `path` with `text` atomically (see `atomic_writer`); an unencodable text leaves `path` as it was."""
-    data = text.encode(encoding)
-    with atomic_writer(path, binary=True) as f:
-        f.write(data)
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Replace `path` with `data` atomically (see `atomic_writer`)."""
-    with atomic_writer(path, binary=True) as f:
-        f.write(data)

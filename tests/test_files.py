@@ -1,78 +1,74 @@
-"""fileio: atomic writes keep the old file on any failure, outputs cannot clobber inputs, reads refuse special files."""
+"""files: a failed write leaves the old file and no temporary file; files get the umask's mode (a replaced one
+keeps its own); outputs cannot clobber inputs; reads refuse special files, big files and invalid UTF-8."""
 
 import os
 import stat
 
 import pytest
 
-from rubric_jax.fileio import (
-    PathError,
-    atomic_write_bytes,
-    atomic_write_text,
-    atomic_writer,
-    check_input_file,
-    check_output_path,
-    read_text,
-)
+from rubric_jax.files import PathError, atomic_writer, check_input_file, check_output_path, read_text, write_atomic
 
 
-def test_atomic_write_replaces_content_and_keeps_permissions(tmp_path):
-    path = tmp_path / "out.txt"
-    path.write_text("old")
-    path.chmod(0o640)
-    atomic_write_text(path, "new ✓")
-    assert path.read_text(encoding="utf-8") == "new ✓"
-    assert stat.S_IMODE(path.stat().st_mode) == 0o640
-    atomic_write_bytes(tmp_path / "deep" / "dir" / "b.bin", b"\x00\x01")
-    assert (tmp_path / "deep" / "dir" / "b.bin").read_bytes() == b"\x00\x01"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["deep", "out.txt"]  # no temporary file left
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, monkeypatch):
+    path = tmp_path / "out.jsonl"
+    assert write_atomic(path, '{"b": "阅读"}\n') == path
+    assert path.read_text(encoding="utf-8") == '{"b": "阅读"}\n'
+
+    def crash(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="disk full"):
+        write_atomic(path, b"new")
+    assert path.read_text(encoding="utf-8") == '{"b": "阅读"}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]
 
 
-def test_a_failure_mid_write_leaves_the_old_file_and_no_temporary(tmp_path):
+def test_written_files_follow_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        write_atomic(tmp_path / "sub" / "f.png", b"\x89PNG")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "sub" / "f.png").stat().st_mode) == 0o644  # mkstemp would give 0o600
+    assert (tmp_path / "sub" / "f.png").read_bytes() == b"\x89PNG"
+
+
+def test_a_failure_inside_a_streaming_write_keeps_the_old_file(tmp_path):
     path = tmp_path / "out.jsonl"
     path.write_text("old\n")
+    path.chmod(0o640)
     with pytest.raises(RuntimeError, match="disk on fire"):
         with atomic_writer(path) as f:
             f.write("partial\n")
             raise RuntimeError("disk on fire")
     with pytest.raises(UnicodeEncodeError):
-        atomic_write_text(path, "lone \ud800 surrogate")
+        write_atomic(path, "lone \ud800 surrogate")
     with pytest.raises(UnicodeEncodeError):
         with atomic_writer(path) as f:
             f.write("fine\n")
             f.write("lone \ud800 surrogate\n")
-    assert path.read_text() == "old\n"
-    assert [p.name for p in tmp_path.iterdir()] == ["out.jsonl"]
+    assert path.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["out.jsonl"]
+    with atomic_writer(path) as f:
+        f.write("new ✓\n")
+    assert path.read_text(encoding="utf-8") == "new ✓\n" and stat.S_IMODE(path.stat().st_mode) == 0o640
 
 
-def test_atomic_write_goes_through_a_symlink(tmp_path):
+def test_atomic_writes_go_through_a_symlink(tmp_path):
     target = tmp_path / "real.txt"
     target.write_text("old")
     link = tmp_path / "link.txt"
     link.symlink_to(target)
-    atomic_write_text(link, "new")
+    write_atomic(link, "new")
     assert link.is_symlink() and target.read_text() == "new"
 
 
-def test_an_unwritable_directory_is_one_clear_error(tmp_path, monkeypatch):
-    """File-system refusals (simulated: the tests may run as root, whom permissions do not stop)."""
-    def refuse(*args, **kwargs):
-        raise PermissionError(13, "Permission denied")
-
-    monkeypatch.setattr("tempfile.mkstemp", refuse)
-    with pytest.raises(PathError, match="out.txt: cannot write: Permission denied"):
-        atomic_write_text(tmp_path / "out.txt", "x")
-    monkeypatch.setattr("os.access", lambda path, mode: False)
-    with pytest.raises(PathError, match="directory .* is not writable"):
-        check_output_path(tmp_path / "out.txt")
-
-
-def test_output_may_not_be_an_input_or_a_directory(tmp_path):
+def test_output_may_not_be_an_input_a_directory_or_unwritable(tmp_path, monkeypatch):
     responses = tmp_path / "in.jsonl"
     responses.write_text("{}\n")
     rubric = tmp_path / "r.yaml"
     rubric.write_text("x")
-    inputs = [responses, None, rubric]
+    inputs = [responses, None, rubric, tmp_path / "ckpt"]
     assert check_output_path(tmp_path / "out.jsonl", inputs) == tmp_path / "out.jsonl"
     link = tmp_path / "link.jsonl"
     link.symlink_to(responses)
@@ -91,7 +87,10 @@ def test_output_may_not_be_an_input_or_a_directory(tmp_path):
     }
     for out, message in cases.items():
         with pytest.raises(PathError, match=message):
-            check_output_path(out, [*inputs, tmp_path / "ckpt"])
+            check_output_path(out, inputs)
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # tests may run as root, whom modes do not stop
+    with pytest.raises(PathError, match="directory .* is not writable"):
+        check_output_path(tmp_path / "out.jsonl")
 
 
 def test_reads_refuse_directories_fifos_devices_big_and_non_utf8_files(tmp_path):

@@ -1,0 +1,54 @@
+"""Builds case-wise rubrics R*(q) the QuRL way (retrieve, meta-describe, generate K, filter, merge):
+
+  python -m experiments.build_rubrics --config=configs/tiny.py \
+      --questions=rubric_jax/assets/qurl/questions.jsonl --corpus=rubric_jax/assets/qurl/corpus.jsonl \
+      --out=runs/qurl_tiny [--config.qurl.num_candidates=4 ...]
+
+The construction model is `config.model`, the judge `config.judge` (no checkpoint: the construction model
+judges), settings `config.qurl`, mesh `config.mesh`, seed `config.seed`. Writes OUT/questions.jsonl (rows
+with {"rubric": {"replace": R*(q)}}, for `--config.data.train`), OUT/report.json and OUT/work/ (the
+checkpoints: the same command resumes an interrupted build). Only parses flags; the build lives in
+rubric_jax.qurl.pipeline. A user error (bad input line, missing file, bad setting) exits 2 with one line.
+"""
+
+import json
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (model, judge, mesh, qurl).",
+                                          lock_config=True)
+_QUESTIONS = flags.DEFINE_string("questions", None, "Question jsonl (rubric_jax.data.load_questions format).")
+_CORPUS = flags.DEFINE_string("corpus", None, "Document corpus jsonl: doc_id, title, text, quality.")
+_OUT = flags.DEFINE_string("out", None, "Output directory: questions.jsonl, report.json, work/.")
+flags.mark_flags_as_required(["config", "questions", "corpus", "out"])
+
+
+def _fail(message: str) -> None:
+    """One line on stderr (no traceback) and exit status 2."""
+    print(f"experiments.build_rubrics: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        _fail(f"unexpected positional arguments {argv[1:]}")
+    if not flags.FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)
+    from rubric_jax.qurl import pipeline
+
+    try:
+        result = pipeline.run_build(_CONFIG.value, _QUESTIONS.value, _CORPUS.value, _OUT.value)
+    except (ValueError, OSError) as e:
+        _fail(str(e))
+    except KeyboardInterrupt:
+        print("experiments.build_rubrics: interrupted; the same command resumes from the last saved step",
+              file=sys.stderr)
+        sys.exit(130)
+    summary = result.report["summary"]
+    print(json.dumps({k: summary[k] for k in ("questions", "kept", "dropped", "dropped_at")}, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,51 @@
+"""Overlays runs: `python -m experiments.plots --workdir=A [--workdir=B | B ...] --out=DIR`.
+
+Writes one PNG per plot (reward and each dimension, held-out reward, KL, clip fraction, entropy, grad
+norm, learning rate, response length, zero-std fraction, judge failures, dimension weights, SFT loss)
+into DIR, one line per run, named by the shortest distinct ending of its workdir path. A metric no run
+logged is skipped. Only parses flags; the plotting is rubric_jax.plots.
+"""
+
+import sys
+from pathlib import Path
+
+from absl import app, flags
+
+from rubric_jax import metrics, plots
+
+_WORKDIRS = flags.DEFINE_multi_string("workdir", None, "A run's workdir (holds metrics.jsonl); repeat it, or list "
+                                      "more workdirs after the flags.")
+_OUT = flags.DEFINE_string("out", None, "Directory for the overlay PNGs (not a run's workdir).")
+flags.mark_flags_as_required(["workdir", "out"])
+
+
+def _fail(message: str) -> None:
+    print(f"experiments.plots: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def main(argv: list[str]) -> None:
+    workdirs = [Path(p) for p in [*_WORKDIRS.value, *argv[1:]]]
+    out = Path(_OUT.value)
+    if out.exists() and not out.is_dir():
+        _fail(f"--out={out} is a file, not a directory")
+    try:
+        names = plots.run_names(workdirs)
+    except ValueError as e:
+        _fail(str(e))
+    for workdir in workdirs:
+        if out.resolve() in (workdir.resolve(), (workdir / plots.PLOTS_DIR).resolve()):
+            _fail(f"--out={out} is the run {workdir} (or its plots/): write the overlays elsewhere")
+        if not (workdir / metrics.METRICS_FILE).is_file():
+            _fail(f"{workdir}: no {metrics.METRICS_FILE} (not a run's workdir)")
+    try:
+        runs = {name: metrics.read_jsonl_metrics(workdir / metrics.METRICS_FILE)
+                for name, workdir in zip(names, workdirs)}
+    except ValueError as e:
+        _fail(str(e))
+    for path in plots.plot_runs(runs, out):
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,138 @@
+"""The one text-generation interface of rubric construction: chat prompts -> texts, with an explicit key.
+
+`TextGenerator` is what the pipeline calls: `generator(prompts, key, n=..., max_new_tokens=...)` returns
+n generations per prompt (row b * n + j is sample j of prompt b) in ONE batched call. The real
+implementation, `ModelTextGenerator`, chat-templates and decodes exactly as the LLM judge does
+(`llm_judge.encode_prompts`, `llm_judge.decode_generations`) and samples with `sampling.generate` on the
+mesh; a prompt that does not fit the model's context is not sent and comes back as finish "too_long".
+Tests use a scripted implementation. `load_language_model` is the one place this package loads a model:
+a Hugging Face directory into its shardings, or (the tiny default, which ships config.json and a
+tokenizer only) a seeded random init built directly in its shardings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import jax
+from flax import nnx
+from jax.sharding import Mesh
+
+from rubric_jax import sampling, sharding
+from rubric_jax.judges.llm_judge import Judge, decode_generations, encode_prompts, special_tokens
+from rubric_jax.models.checkpoint import abstract_model, load_hf_checkpoint
+from rubric_jax.models.config import ModelConfig
+from rubric_jax.models.transformer import Transformer
+from rubric_jax.qurl.templates import ChatPrompt
+
+FINISH_STOP, FINISH_LENGTH, FINISH_TOO_LONG = "stop", "length", "too_long"
+
+
+@dataclasses.dataclass(frozen=True)
+class Generation:
+    """One generated text and why it ended: "stop" (eos), "length" (max_new_tokens) or "too_long" (not sent)."""
+
+    text: str
+    finish: str
+
+
+class TextGenerator(Protocol):
+    """Chat prompts -> n generations each, one batched call; `reserved` strings must never appear in
+    untrusted text put into a prompt (the tokenizer's special tokens)."""
+
+    reserved: tuple[str, ...]
+
+    def __call__(self, prompts: Sequence[ChatPrompt], key: jax.Array, *, n: int,
+                 max_new_tokens: int) -> list[Generation]: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class LanguageModel:
+    """A loaded model in its shardings on `mesh`, with its tokenizer (chat template, pad and eos)."""
+
+    name: str
+    graphdef: nnx.GraphDef
+    state: nnx.State
+    tokenizer: Any
+    mesh: Mesh
+    max_positions: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelTextGenerator:
+    """TextGenerator over a LanguageModel and `sampling.generate` (replaceable, for counting calls in tests)."""
+
+    model: LanguageModel
+    sampler: str
+    generate_fn: Callable[..., Any] = sampling.generate
+
+    def __post_init__(self) -> None:
+        sampling.parse_sampler(self.sampler)
+
+    @property
+    def reserved(self) -> tuple[str, ...]:
+        return tuple(special_tokens(self.model.tokenizer))
+
+    def __call__(self, prompts: Sequence[ChatPrompt], key: jax.Array, *, n: int,
+                 max_new_tokens: int) -> list[Generation]:
+        tokenizer = self.model.tokenizer
+        ids = encode_prompts(tokenizer, prompts)
+        limit = self.model.max_positions - max_new_tokens
+        sent = [i for i, x in enumerate(ids) if len(x) <= limit]
+        out = [Generation("", FINISH_TOO_LONG)] * (len(prompts) * n)
+        if not sent:
+            return out
+        result = self.generate_fn(
+            self.model.graphdef, self.model.state, [ids[i] for i in sent], key=key, n=n,
+            max_new_tokens=max_new_tokens, sampler=self.sampler, stop_tokens=[tokenizer.eos_token_id],
+            pad_id=tokenizer.pad_token_id, mesh=self.model.mesh)
+        texts, truncated = decode_generations(tokenizer, result)
+        for row, (text, cut) in enumerate(zip(texts, truncated)):
+            out[sent[row // n] * n + row % n] = Generation(text, FINISH_LENGTH if cut else FINISH_STOP)
+        return out
+
+
+def judge_from_model(model: LanguageModel, *, sampler: str, max_new_tokens: int) -> Judge:
+    """The same model (same parameter arrays, no copy) as an LLM judge for RubricReward."""
+    if max_new_tokens >= model.max_positions:
+        raise ValueError(f"judge max_new_tokens={max_new_tokens} leaves no room in the {model.max_positions}-token "
+                         f"context of {model.name}")
+    return Judge(model.name, model.graphdef, model.state, model.tokenizer, sampling.generate, sampler=sampler,
+                 max_new_tokens=max_new_tokens, max_prompt_tokens=model.max_positions - max_new_tokens, mesh=model.mesh)
+
+
+def load_language_model(*, checkpoint: str, config_json: str, tokenizer_dir: str, mesh: Mesh, seed: int,
+                        **overrides: Any) -> LanguageModel:
+    """A HF checkpoint directory (or, with `checkpoint` empty, a random init from `config_json` seeded by
+    `seed`) with parameters built in their shardings on `mesh`; `overrides` set ModelConfig fields."""
+    from transformers import AutoTokenizer  # slow import (pulls torch when installed); only loading needs it
+
+    tokenizer_dir = tokenizer_dir or checkpoint
+    if not tokenizer_dir or not Path(tokenizer_dir).is_dir():
+        raise FileNotFoundError(f"{tokenizer_dir or '(none)'}: tokenizer directory does not exist")
+    if checkpoint:
+        if not Path(checkpoint).is_dir():
+            raise FileNotFoundError(f"{checkpoint}: checkpoint directory does not exist")
+        cfg, graphdef, state = load_hf_checkpoint(
+            checkpoint, shardings=lambda abstract: sharding.param_shardings(abstract, mesh), **overrides)
+        name = checkpoint
+    else:
+        if not config_json or not Path(config_json).is_file():
+            raise FileNotFoundError(f"{config_json or '(none)'}: model config.json does not exist")
+        cfg = ModelConfig.from_hf_dict(json.loads(Path(config_json).read_text()), **overrides)
+        graphdef, state = abstract_model(cfg)
+        param_shardings = nnx.to_pure_dict(sharding.param_shardings(state, mesh))
+        init = jax.jit(lambda key: nnx.to_pure_dict(nnx.state(Transformer(cfg, rngs=nnx.Rngs(key)))),
+                       out_shardings=param_shardings)
+        nnx.replace_by_pure_dict(state, init(jax.random.key(seed)))
+        name = f"random init of {config_json} (seed {seed})"
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None or not tokenizer.chat_template:
+        raise ValueError(f"{tokenizer_dir}: the tokenizer needs pad and eos tokens and a chat template")
+    if len(tokenizer) > cfg.vocab_size:
+        raise ValueError(f"{tokenizer_dir}: {len(tokenizer)} tokens but the model's vocab_size is {cfg.vocab_size}")
+    return LanguageModel(name, graphdef, state, tokenizer, mesh, cfg.max_position_embeddings)

@@ -1,0 +1,139 @@
+"""rubric_jax.plots and `experiments.plots`: per-run and overlay PNGs from hand-written metrics.jsonl files;
+metrics a run lacks are skipped, SFT and GRPO curves never share a line, bad flags are one line (exit 2)."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rubric_jax import metrics, plots
+
+ROOT = Path(__file__).resolve().parents[1]
+PNG = b"\x89PNG\r\n\x1a\n"
+ALL_PLOTS = {spec.filename for spec in plots.PLOTS}
+
+
+def _write_run(workdir: Path, rows: list[dict]) -> Path:
+    workdir.mkdir(parents=True)
+    lines = [{"run_info": {"config": {}}, "time": 100.0}, *rows]
+    (workdir / metrics.METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return workdir
+
+
+def _judged_run(workdir: Path) -> Path:
+    """SFT, then GRPO with an LLM judge and dynamic weights: every metric the plots know."""
+    rows = [{"step": s, "time": 100.0 + s, "stage": "sft", "loss": 8.0 - s, "lr": 1e-3 * s, "grad_norm": 3.0,
+             "entropy": 7.0} for s in (1, 2, 3)]
+    for s in range(5):
+        if s % 2 == 0:
+            rows.append({"step": s, "time": 110.0 + s, "stage": "eval", "eval/reward_mean": 0.1 * s,
+                         "eval/reward/format": 1.0, "eval/reward/helpful": 0.05 * s, "eval/response_len/mean": 30.0,
+                         "eval/judge_invalid": 1})
+        if s:
+            rows.append({"step": s, "time": 110.0 + s, "stage": "grpo", "reward/mean": 0.2 * s, "reward/format": 1.0,
+                         "reward/helpful": 0.1 * s, "kl": 0.001 * s, "clip_frac": 0.02, "clip_frac_low": 0.01,
+                         "clip_frac_high": 0.01, "entropy": 6.0, "grad_norm": 0.5, "lr": 2e-4,
+                         "response_len/mean": 40.0 - s, "zero_std_frac": 0.25, "judge_invalid": 2,
+                         "judge_failed_scores": 1, "judge_prompt_too_long": 0, "weight/format": 1.0,
+                         "weight/helpful": 1.0 + 0.1 * s, "reward_failed_scores": 1})
+    return _write_run(workdir, rows)
+
+
+def _rule_only_run(workdir: Path, kl: bool) -> Path:
+    """GRPO only, rule-only rubric, static weights; `kl=False` is a beta = 0 run (no KL logged)."""
+    rows = []
+    for s in range(4):
+        if s in (0, 3):
+            rows.append({"step": s, "time": 100.0 + s, "stage": "eval", "eval/reward_mean": 0.3 + 0.1 * s,
+                         "eval/reward/format": 0.5})
+        if s:
+            rows.append({"step": s, "time": 100.0 + s, "stage": "grpo", "reward/mean": 0.3, "reward/format": 0.5,
+                         **({"kl": 0.002 * s} if kl else {}), "clip_frac": 0.0, "entropy": 5.0, "grad_norm": 1.0,
+                         "lr": 1e-4, "response_len/mean": 20.0, "zero_std_frac": 0.5})
+    return _write_run(workdir, rows)
+
+
+def _plots_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "experiments.plots", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_plots_cli_overlays_two_runs_and_refuses_to_write_into_one(tmp_path):
+    a = _judged_run(tmp_path / "sweep" / "lr=0.0001")
+    b = _rule_only_run(tmp_path / "sweep" / "lr=0.0002", kl=False)
+    proc = _plots_cli(f"--workdir={a}", str(b), f"--out={tmp_path / 'compare'}")  # README: the plots command
+    assert proc.returncode == 0, proc.stderr
+    written = {p.name for p in (tmp_path / "compare").iterdir()}
+    assert written == ALL_PLOTS  # run a carries every metric; b's missing KL and judge counters are skipped
+    assert all((tmp_path / "compare" / name).read_bytes()[:8] == PNG for name in written)
+
+    proc = _plots_cli(f"--workdir={a}", f"--workdir={b}", f"--out={b}")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"experiments.plots: error: --out={b} is the run {b} (or its plots/): write the overlays elsewhere"]
+    assert not (b / "reward.png").exists()
+
+
+def test_overlay_skips_what_no_run_logged(tmp_path):
+    runs = {name: metrics.read_jsonl_metrics(_rule_only_run(tmp_path / name, kl=False) / metrics.METRICS_FILE)
+            for name in ("seed=0", "seed=1")}
+    written = {p.name for p in plots.plot_runs(runs, tmp_path / "out")}
+    assert written == ALL_PLOTS - {"kl.png", "judge_failures.png", "weights.png", "sft_loss.png"}
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(written)  # no temporary files left
+
+
+def test_per_run_plots_include_optimisation_judge_and_weight_curves(tmp_path):
+    run = _judged_run(tmp_path / "run")
+    written = plots.plot_run(run)
+    assert {p.name for p in written} == ALL_PLOTS
+    assert all(p.parent == run / plots.PLOTS_DIR and p.read_bytes()[:8] == PNG for p in written)
+
+
+def test_stages_never_share_a_curve():
+    """SFT and GRPO both log lr and loss from step 1; each plot reads only its own stage's rows."""
+    rows = [{"step": 1, "stage": "sft", "lr": 1e-3, "loss": 8.0}, {"step": 2, "stage": "sft", "lr": 2e-3, "loss": 7.0},
+            {"step": 0, "stage": "eval", "eval/response_len/mean": 30.0},
+            {"step": 1, "stage": "grpo", "lr": 2e-4, "loss": 0.1, "response_len/mean": 40.0},
+            {"step": 2, "stage": "grpo", "lr": 2e-4, "loss": 0.2, "response_len/mean": float("nan")}]
+    by_name = {spec.filename: spec for spec in plots.PLOTS}
+    assert plots.spec_series(by_name["lr.png"], rows) == {"lr": ([1, 2], [2e-4, 2e-4])}
+    assert plots.spec_series(by_name["sft_loss.png"], rows) == {"loss": ([1, 2], [8.0, 7.0])}
+    lengths = plots.spec_series(by_name["response_length.png"], rows)
+    assert list(lengths) == ["eval/response_len/mean", "response_len/mean"]  # "mean" metrics first, then by name
+    assert lengths["response_len/mean"][0] == [1, 2] and math.isnan(lengths["response_len/mean"][1][1])
+    all_nan = [{"step": 1, "stage": "grpo", "kl": float("nan")}]
+    assert plots.spec_series(by_name["kl.png"], all_nan) == {}  # nothing to draw: no plot
+
+
+def test_plots_written_for_present_metrics_only(tmp_path):
+    with metrics.MetricsWriter(tmp_path, tensorboard=False) as w:
+        for step in range(5):
+            w.write(step, {"reward/mean": 0.1 * step, "reward/format": 1.0, "reward/topic_keyword": 0.05 * step,
+                           "kl": 0.001 * step, "response_len/mean": 40 - step, "zero_std_frac": 0.5,
+                           "reward_failed_scores": 0})
+            if step % 2 == 0:
+                w.write(step, {"stage": "eval", "eval/reward_mean": 0.2 * step, "eval/reward/format": float("nan"),
+                               "eval/reward_not_ok": 3})
+    paths = plots.plot_run(tmp_path)
+    assert sorted(p.name for p in paths) == sorted(
+        ["reward.png", "eval_reward.png", "kl.png", "response_length.png", "zero_std.png"])
+    only_kl = plots.plot_metrics([{"step": 0, "kl": 0.1}, {"step": 1, "kl": 0.2}], tmp_path / "other")
+    assert [p.name for p in only_kl] == ["kl.png"]
+    rows = metrics.read_jsonl_metrics(tmp_path / "metrics.jsonl")
+    assert plots.series(rows, "eval/reward_mean") == ([0, 2, 4], [0.0, 0.4, 0.8])
+    counters = ("reward_failed_scores", "eval/reward_not_ok")
+    assert [k for spec in plots.PLOTS for k in counters if plots.spec_series(spec, rows).get(k)] == []
+
+
+def test_legend_names_are_readable():
+    assert plots.run_names(["/x/a/tiny", "/x/b/tiny", "/x/lr=1"]) == ["a/tiny", "b/tiny", "x/lr=1"]
+    assert plots.run_names(["/s/lr=0.0001", "/s/lr=0.0002"]) == ["lr=0.0001", "lr=0.0002"]
+    with pytest.raises(ValueError, match="given twice"):
+        plots.run_names(["/x/a", "/x/b/../a"])
+    assert [plots.metric_label(k) for k in ("reward/mean", "eval/reward/helpful", "weight/format", "clip_frac_low",
+                                            "eval/judge_invalid", "grad_norm")] == [
+        "mean reward", "helpful", "format", "clipped below 1 - clip_low", "unparseable judge answers (eval)",
+        "grad_norm"]
