@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from rubric_jax.rubrics import RubricError, load_rubric, rubric_from_dict, rubric_to_dict, save_rubric
+from rubric_jax.rubrics import RubricError, load_correction, load_rubric, rubric_from_dict, rubric_to_dict, save_rubric
 from rubric_jax.rubrics import io as rubric_io
 
 HEAD = """name: demo
@@ -100,3 +100,12 @@ def test_save_is_atomic_and_refuses_a_directory(tmp_path):
     with pytest.raises(RubricError, match="dir.json: expected a regular rubric file, got a directory"):
         save_rubric(r, tmp_path / "dir.json")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.json", "r.yaml", "saved.json"]
+
+
+def test_score_corrections_go_through_the_same_bounded_reader(tmp_path):
+    (tmp_path / "dir.yaml").mkdir()
+    with pytest.raises(RubricError, match="dir.yaml: expected a regular correction file, got a directory"):
+        load_correction(tmp_path / "dir.yaml")
+    duplicate = _write(tmp_path, "c.yaml", "format: rubric_jax.correction\nformat: other\n")
+    with pytest.raises(RubricError, match="c.yaml:2: duplicate key 'format'"):
+        load_correction(duplicate)

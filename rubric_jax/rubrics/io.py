@@ -1,6 +1,7 @@
 """Rubric files: JSON and YAML load/save, bounded against hostile files, with a save-time version guard.
 
-Loading reads only regular files of at most MAX_RUBRIC_BYTES (a FIFO would block, /dev/zero never end).
+`load_document` is the one reader of rubric-side JSON/YAML files (rubrics, score corrections). It reads
+only regular files of at most `max_bytes` (a FIFO would block, /dev/zero never end).
 YAML goes through the safe loader, and the parsed node graph is checked before any Python object is built:
 at most MAX_YAML_NODES nodes once aliases are expanded (an alias bomb is a few lines that expand to
 billions of nodes), no recursive alias, no duplicate key in a mapping (JSON too). Every problem is a
@@ -27,11 +28,11 @@ MAX_YAML_NODES = 1_000_000  # YAML nodes after alias expansion; 1000 dimensions 
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _suffix(path: Path) -> str:
+def _suffix(path: Path, what: str = "rubric") -> str:
     """File suffix, or RubricError when it is neither JSON nor YAML."""
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
-        raise RubricError(f"{path}: expected a rubric file ending in {SUFFIXES}, got suffix {suffix!r}")
+        raise RubricError(f"{path}: expected a {what} file ending in {SUFFIXES}, got suffix {suffix!r}")
     return suffix
 
 
@@ -93,8 +94,8 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def loads_rubric(text: str, fmt: str, source: str) -> Rubric:
-    """Parse 'json' or 'yaml' text and validate it; every error is a RubricError starting with `source`."""
+def parse_document(text: str, fmt: str, source: str) -> Any:
+    """Parse 'json' or 'yaml' text within the bounds above; every error is a RubricError starting with `source`."""
     try:
         raw = json.loads(text, object_pairs_hook=_unique_keys) if fmt == "json" else loads_yaml(text, source)
     except RubricError:
@@ -104,18 +105,28 @@ def loads_rubric(text: str, fmt: str, source: str) -> Rubric:
         raise RubricError(f"{source}: not valid {fmt.upper()}: {message}") from None
     except RecursionError:
         raise RubricError(f"{source}: {fmt.upper()} is nested too deeply") from None
-    return rubric_from_dict(raw, source=source)
+    return raw
+
+
+def load_document(path: str | Path, what: str = "rubric", max_bytes: int | None = None) -> Any:
+    """The parsed content of a .json, .yaml or .yml file, read and parsed within the bounds above."""
+    path = Path(path)
+    suffix = _suffix(path, what)
+    try:
+        text = read_text(path, what, MAX_RUBRIC_BYTES if max_bytes is None else max_bytes)
+    except PathError as e:
+        raise RubricError(str(e)) from None
+    return parse_document(text, "json" if suffix == ".json" else "yaml", str(path))
+
+
+def loads_rubric(text: str, fmt: str, source: str) -> Rubric:
+    """Parse 'json' or 'yaml' text and validate it as a rubric; errors are RubricErrors starting with `source`."""
+    return rubric_from_dict(parse_document(text, fmt, source), source=source)
 
 
 def load_rubric(path: str | Path) -> Rubric:
     """Read and validate one rubric file (.json, .yaml, .yml); errors name the file."""
-    path = Path(path)
-    suffix = _suffix(path)
-    try:
-        text = read_text(path, "rubric", MAX_RUBRIC_BYTES)
-    except PathError as e:
-        raise RubricError(str(e)) from None
-    return loads_rubric(text, "json" if suffix == ".json" else "yaml", str(path))
+    return rubric_from_dict(load_document(path, "rubric"), source=str(path))
 
 
 def dumps_rubric(rubric: Rubric, fmt: str) -> str:
