@@ -56,6 +56,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.data.tfds_dir = ""  # Directory holding the tfds datasets named by tfds:NAME (experiments.prepare_data --out).
     c.data.sft = ""  # jsonl of cold-start SFT pairs ({"prompt","response"}).
     c.data.rubric = ""  # Rubric file (YAML/JSON) shared by every question; rows may add their own.
+    # Calibration (experiments.calibrate): a fitted per-dimension score correction, RubricRL §3.3 "后处理校准".
+    c.data.rubric_correction = ""  # Score correction (JSON/YAML) applied to judge scores; empty = none; in the hash.
     c.data.max_prompt_len = 128  # Prompts are left-padded to a bucket up to this length.
     c.data.length_buckets = 3  # Power-of-two padding widths per length (max, max/2, ...); each compiles once.
 

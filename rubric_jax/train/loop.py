@@ -39,6 +39,7 @@ from rubric_jax.models.config import ModelConfig
 from rubric_jax.models.transformer import Transformer
 from rubric_jax.rubrics.dynamic_weights import (DynamicWeightsConfig, DynamicWeightsState, init_dynamic_weights,
                                                 update_dynamic_weights_jit)
+from rubric_jax.rubrics.correction import Correction, load_correction
 from rubric_jax.rubrics.io import dumps_rubric, load_rubric
 from rubric_jax.rubrics.schema import Rubric
 from rubric_jax.train import checkpointing, rollout, state as train_state, step as train_step
@@ -190,19 +191,21 @@ def build(config: ml_collections.ConfigDict, workdir: Path) -> Run:
                    for path in config.judge.checkpoint.split(",") if path.strip())
     rubric_of = {q.id: data.question_rubric(shared_rubric, q) for q in train_questions + eval_questions}
     rubrics = list(rubric_of.values())
+    correction = load_correction(config.data.rubric_correction) if config.data.rubric_correction else None
     if reward_model_settings is None:
         reward = RubricReward(rubrics, judges, JudgeConfig(
             mode={"per_dimension": "single", "all_criteria": "multi"}[config.judge.mode],
             num_samples=config.judge.samples, max_retries=config.judge.max_retries, ensemble=config.judge.ensemble,
-            shuffle_anchors=config.judge.shuffle_anchors))
+            shuffle_anchors=config.judge.shuffle_anchors), correction=correction)
     else:
         dtype = config.reward.model_dtype
         reward = RewardModelReward(load_reward_model(config.reward.model_checkpoint, mesh=mesh, param_dtype=dtype,
                                                      compute_dtype=dtype), reward_model_settings)
-    rubric_hash = _rubric_set_hash(shared_rubric, rubrics)
+    rubric_hash = _rubric_set_hash(shared_rubric, rubrics, correction)
     (workdir / "rubric.yaml").write_text(dumps_rubric(shared_rubric, "yaml"))
     rubric_info = {"name": shared_rubric.name, "version": shared_rubric.version,
-                   "content_hash": shared_rubric.content_hash, "rubric_set_hash": rubric_hash}
+                   "content_hash": shared_rubric.content_hash, "rubric_set_hash": rubric_hash,
+                   "correction_hash": correction.content_hash if correction is not None else None}
     (workdir / "rubric.json").write_text(json.dumps(rubric_info, indent=2))
     dynamic = DimensionWeights.for_rubrics(rubrics, config.rl.dynamic_weights_window) if config.rl.dynamic_weights else None
     writer = metrics.MetricsWriter(workdir, run_info={"rubric": rubric_info, "config": config.to_dict()})
@@ -229,6 +232,8 @@ def reward_model_config(config: ml_collections.ConfigDict) -> RewardModelConfig 
                          "reward model alone; drop the judge")
     if config.rl.dynamic_weights:
         raise ValueError("config.rl.dynamic_weights re-weights rubric dimensions; a reward model has none")
+    if config.data.rubric_correction:
+        raise ValueError("config.data.rubric_correction corrects judge scores; a reward model has none")
     if r.model_dtype not in ("float32", "bfloat16"):
         raise ValueError(f"config.reward.model_dtype={r.model_dtype!r}: expected 'float32' or 'bfloat16'")
     return RewardModelConfig(max_len=r.model_max_len, batch_size=r.model_batch_size, center=r.model_center,
@@ -251,9 +256,12 @@ def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
     return ModelConfig.from_hf_dict(json.loads(Path(config.model.config_json).read_text()), **overrides)
 
 
-def _rubric_set_hash(shared: Rubric, rubrics: list[Rubric]) -> str:
-    """One hash over every rubric used (shared + case-wise), recorded in checkpoints and metrics."""
+def _rubric_set_hash(shared: Rubric, rubrics: list[Rubric], correction: Correction | None = None) -> str:
+    """One hash over every rubric used (shared + case-wise) and the score correction applied, if any;
+    recorded in checkpoints and metrics."""
     joined = "\n".join(sorted({shared.content_hash, *(r.content_hash for r in rubrics)}))
+    if correction is not None:
+        joined += f"\ncorrection {correction.content_hash}"
     return hashlib.sha256(joined.encode()).hexdigest()
 
 
