@@ -80,6 +80,8 @@ def test_the_checklist_rubric_has_five_generic_llm_dimensions():
     ({"reward.source": "reward_model", "reward.model_checkpoint": "/rm", "judge.checkpoint": "/j"}, "drop the judge"),
     ({"reward.source": "reward_model", "reward.model_checkpoint": "/rm", "rl.dynamic_weights": True},
      "dynamic_weights"),
+    ({"reward.source": "reward_model", "reward.model_checkpoint": "/rm", "data.rubric_correction": "c.yaml"},
+     "rubric_correction"),
     ({"reward.source": "reward_model", "reward.model_checkpoint": "/rm", "reward.model_scale": -1.0},
      "reward.model_scale=-1.0"),
 ])
