@@ -4,6 +4,7 @@ do not fit are dropped and counted; bad checkpoints and settings are named."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -13,7 +14,7 @@ import pytest
 from flax import nnx
 
 from random_model import tiny_hf_dir
-from rubric_jax import data, sharding
+from rubric_jax import data, loader, sharding
 from rubric_jax.judges.reward_model import (DIMENSION, RewardModelConfig, RewardModelReward, load_reward_model,
                                             reward_model_logits)
 from rubric_jax.models.transformer import causal_padding_mask
@@ -30,13 +31,14 @@ def rm_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def mesh8():
-    return sharding.make_mesh(sharding.MeshConfig(data=1, fsdp=-1, tensor=1))  # the tiny default's mesh
+def layout8():
+    """The decode layout over 8 devices: pairs split each weight (tensor 2), four replicas split the rows."""
+    return sharding.decode_layout(sharding.make_mesh(sharding.MeshConfig(data=1, fsdp=-1, tensor=1)), 2)
 
 
 @pytest.fixture(scope="module")
-def model8(rm_dir, mesh8):
-    return load_reward_model(rm_dir, mesh=mesh8)
+def model8(rm_dir, layout8):
+    return load_reward_model(rm_dir, layout=layout8)
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -52,8 +54,8 @@ def _left_padded_last_position(graphdef, params, tokens_BxT, input_mask_BxT):
 def unbatched_logits(model, token_ids) -> np.ndarray:
     """The reference logits: all chats in one left-padded batch on one device."""
     tokens, mask = data.pad_left(token_ids, model.cfg.pad_token_id, [128])
-    params = jax.device_put(model.params, jax.devices()[0])
-    return np.asarray(_left_padded_last_position(model.graphdef, params, jnp.asarray(tokens), jnp.asarray(mask)))
+    params = jax.device_put(model.weights.params, jax.devices()[0])
+    return np.asarray(_left_padded_last_position(model.weights.graphdef, params, jnp.asarray(tokens), jnp.asarray(mask)))
 
 
 def test_scores_equal_an_unbatched_forward_of_each_chat_and_are_sigmoids(model8):
@@ -77,7 +79,7 @@ def test_chunks_center_scale_and_one_device_change_nothing(model8, rm_dir):
     token_ids = RewardModelReward(model8, RewardModelConfig(max_len=128)).encode(QUESTIONS, RESPONSES)
     whole = reward_model_logits(model8, token_ids, RewardModelConfig(max_len=128))
     chunked = reward_model_logits(model8, token_ids, RewardModelConfig(max_len=128, batch_size=3))
-    single = load_reward_model(rm_dir, mesh=sharding.make_mesh(sharding.MeshConfig(1, 1, 1), [jax.devices()[0]]))
+    single = load_reward_model(rm_dir, layout=sharding.single_device_layout())
     one_device = reward_model_logits(single, token_ids, RewardModelConfig(max_len=128, batch_size=3))
     np.testing.assert_allclose(chunked, whole, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(one_device, whole, rtol=1e-5, atol=1e-5)
@@ -102,11 +104,11 @@ def test_a_chat_longer_than_max_len_is_dropped_and_counted(model8):
     np.testing.assert_allclose(out.reward[ok], whole.reward[ok], rtol=1e-6)  # the others are unaffected
 
 
-def test_bad_checkpoints_settings_and_calls_are_named(model8, tmp_path, mesh8):
+def test_bad_checkpoints_settings_and_calls_are_named(model8, tmp_path, layout8):
     with pytest.raises(ValueError, match="one label; config.json describes a causal LM"):
-        load_reward_model(tiny_hf_dir(tmp_path / "lm", num_layers=1), mesh=mesh8)
+        load_reward_model(tiny_hf_dir(tmp_path / "lm", num_layers=1), layout=layout8)
     with pytest.raises(ValueError, match="a classifier with 2 labels"):
-        load_reward_model(tiny_hf_dir(tmp_path / "two", num_labels=2, num_layers=1), mesh=mesh8)
+        load_reward_model(tiny_hf_dir(tmp_path / "two", num_labels=2, num_layers=1), layout=layout8)
     with pytest.raises(ValueError, match=r"reward.model_max_len=1024 exceeds the reward model's context \(512"):
         RewardModelReward(model8, RewardModelConfig(max_len=1024))
     for field, value in (("max_len", 0), ("batch_size", 1.5), ("scale", 0.0), ("center", float("nan"))):
@@ -117,3 +119,15 @@ def test_bad_checkpoints_settings_and_calls_are_named(model8, tmp_path, mesh8):
         reward(QUESTIONS, RESPONSES, [None] * 4, weights={DIMENSION: 1.0})
     with pytest.raises(ValueError, match="4 questions, 3 responses"):
         reward(QUESTIONS, RESPONSES[:3], [None] * 4)
+
+
+def test_parameters_live_in_the_decode_layout_and_misplacement_is_an_error(model8, layout8):
+    want = loader.expected_shardings(model8.cfg, layout8)
+    for (path, x), expected in zip(jax.tree_util.tree_flatten_with_path(model8.weights.params)[0], jax.tree.leaves(want)):
+        assert x.sharding.is_equivalent_to(expected, x.ndim), path
+        assert x.dtype == jnp.float32, path
+    assert any(not x.sharding.is_fully_replicated for x in jax.tree.leaves(model8.weights.params))
+    moved = dataclasses.replace(model8, weights=dataclasses.replace(
+        model8.weights, params=jax.device_put(model8.weights.params, jax.devices()[0])))
+    with pytest.raises(loader.PlacementError, match="reward model .*has sharding"):
+        reward_model_logits(moved, [[1, 2, 3]], RewardModelConfig(max_len=128))

@@ -28,9 +28,8 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
-from rubric_jax import data, sharding
+from rubric_jax import data, loader, sharding
 from rubric_jax.judges.reward import RewardOutput
-from rubric_jax.models.checkpoint import load_hf_checkpoint
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.models.transformer import causal_padding_mask, padding_to_positions
 from rubric_jax.rubrics.schema import Rubric
@@ -65,25 +64,28 @@ class RewardModelConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RewardModel:
-    """A loaded reward model: its config, graphdef, params (a pure dict placed on `mesh`) and tokenizer."""
+    """A loaded reward model: its Weights placed in `layout` (the run's decode layout) and its tokenizer."""
 
     name: str
-    cfg: ModelConfig
-    graphdef: nnx.GraphDef
-    params: dict[str, Any]
+    weights: loader.Weights
     tokenizer: Any
-    mesh: Mesh
+    layout: sharding.Layout
+
+    @property
+    def cfg(self) -> ModelConfig:
+        return self.weights.cfg
 
 
-def load_reward_model(checkpoint_dir: str | Path, *, mesh: Mesh, param_dtype: str = "float32",
+def load_reward_model(checkpoint_dir: str | Path, *, layout: sharding.Layout, param_dtype: str = "float32",
                       compute_dtype: str = "float32") -> RewardModel:
-    """A one-label *ForSequenceClassification HF directory (with a chat-template tokenizer), its parameters
-    placed in the mesh's parameter shardings."""
+    """A one-label *ForSequenceClassification HF directory (with a chat-template tokenizer), loaded by the one
+    loader straight into `layout`."""
     from transformers import AutoTokenizer  # slow import (pulls torch when installed); only loading needs it
 
     path = Path(checkpoint_dir)
-    cfg, graphdef, state = load_hf_checkpoint(path, shardings=lambda abstract: sharding.param_shardings(abstract, mesh),
-                                              param_dtype=param_dtype, compute_dtype=compute_dtype)
+    weights = loader.load_weights(path, layout, param_dtype=loader.resolve_dtype(param_dtype, "reward.model_dtype"),
+                                  compute_dtype=loader.resolve_dtype(compute_dtype, "reward.model_dtype"))
+    cfg = weights.cfg
     if cfg.num_labels != 1:
         kind = "a causal LM" if not cfg.is_classifier else f"a classifier with {cfg.num_labels} labels"
         raise ValueError(f"{path}: a reward model is a *ForSequenceClassification checkpoint with one label; "
@@ -91,7 +93,7 @@ def load_reward_model(checkpoint_dir: str | Path, *, mesh: Mesh, param_dtype: st
     tokenizer = AutoTokenizer.from_pretrained(path)
     if not tokenizer.chat_template:
         raise ValueError(f"{path}: the tokenizer has no chat template (the reward model reads a chat)")
-    return RewardModel(str(path), cfg, graphdef, nnx.to_pure_dict(state), tokenizer, mesh)
+    return RewardModel(str(path), weights, tokenizer, layout)
 
 
 @functools.lru_cache(maxsize=8)
@@ -110,19 +112,21 @@ def _forward_fn(graphdef: nnx.GraphDef, mesh: Mesh):
 def reward_model_logits(model: RewardModel, token_ids: Sequence[Sequence[int]], config: RewardModelConfig
                         ) -> np.ndarray:
     """Float32 logits [N] of tokenised chats (each at most config.max_len tokens), `batch_size` rows a call."""
+    loader.check_placement(model.weights, model.layout, what=f"reward model {model.name}")
+    mesh = model.layout.mesh
     n = len(token_ids)
-    split = model.mesh.shape["data"] * model.mesh.shape["fsdp"]
+    split = mesh.shape["data"] * mesh.shape["fsdp"]
     rows = -(-min(config.batch_size, n) // split) * split  # one row count per N: a bounded set of shapes
     top = 1 << (config.max_len - 1).bit_length()
     buckets = data.power_of_two_buckets(min(_MIN_BUCKET, top), top)
     pad_id = model.cfg.pad_token_id
-    forward = _forward_fn(model.graphdef, model.mesh)
+    forward = _forward_fn(model.weights.graphdef, mesh)
     logits_N = np.empty((n,), np.float32)
     for start in range(0, n, rows):
         chunk = list(token_ids[start:start + rows])
         tokens_BxT, mask_BxT = data.pad_right(chunk + [[pad_id]] * (rows - len(chunk)), pad_id, buckets)
-        batch = sharding.batch_sharding(model.mesh, tokens_BxT.shape)
-        out_B = forward(model.params, jax.device_put(tokens_BxT, batch), jax.device_put(mask_BxT, batch))
+        batch = sharding.batch_sharding(mesh, tokens_BxT.shape)
+        out_B = forward(model.weights.params, jax.device_put(tokens_BxT, batch), jax.device_put(mask_BxT, batch))
         logits_N[start:start + len(chunk)] = np.asarray(jax.device_get(out_B))[: len(chunk)]
     return logits_N
 
