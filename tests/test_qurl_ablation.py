@@ -15,7 +15,7 @@ from flax import nnx
 
 from configs import qurl_ablation
 from random_model import random_model, tiny_hf_dir
-from rubric_jax import data, sharding, sweeps
+from rubric_jax import data, loader, sweeps
 from rubric_jax.qurl.config import BuildConfig
 from rubric_jax.train import loop
 
@@ -131,8 +131,8 @@ def test_every_tiny_row_trains_one_grpo_step_on_cpu(tmp_path):
         with experiment.writer:
             if update is None:  # host-drawn random policy (no init program to compile), placed explicitly
                 _, random_state = random_model(experiment.model_cfg, std=0.02)
-                params = jax.device_put(nnx.to_pure_dict(random_state), nnx.to_pure_dict(
-                    sharding.param_shardings(experiment.abstract_state, experiment.mesh)))
+                params = jax.device_put(nnx.to_pure_dict(random_state),
+                                        loader.expected_shardings(experiment.model_cfg, experiment.layout))
                 state, _, update = loop.grpo_components(experiment, params)
             questions = experiment.train_questions[:4]
             state, row, _ = loop.grpo_iteration(experiment, update, state, None, questions, jax.random.key(step))
