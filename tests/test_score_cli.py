@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from test_llm_judge import scripted_model, tiny_tokenizer
+from test_llm_judge import scripted_model, tiny_model_config, tiny_tokenizer
 from test_reward import ACCURACY, BINARY, FORMAT, LENGTH, SAFETY
 
 REPO = Path(__file__).resolve().parents[1]
