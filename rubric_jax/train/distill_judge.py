@@ -93,6 +93,9 @@ def train(model_cfg: ModelConfig, start: loader.Weights | None, tokenizer: Any, 
     verdicts, by the cold-start SFT step (train/step.jit_sft_step) in `layout`."""
     if not items:
         raise ValueError("distill: no training items")
+    if cfg.batch_size % layout.batch_multiple:
+        raise ValueError(f"distill config: batch_size={cfg.batch_size} must be a multiple of the {layout.batch_multiple} "
+                         "ways the batch is split over devices")
     state, shardings = initial_state(model_cfg, start, cfg, layout)
     step_fn = train_step.jit_sft_step(shardings=shardings, mesh=layout.mesh)
     batches = data.BatchIterator(list(items), cfg.batch_size, data.IteratorState(seed=cfg.seed))
