@@ -27,6 +27,7 @@ def _config(variant: str):
                              ("model", "config_json"), ("model", "tokenizer"), ("judge", "checkpoint")):
             config[section][key] = str(ROOT / config[section][key])
         config.rl.questions_per_step, config.rl.group_size, config.rl.max_new_tokens = 2, 4, 16
+        config.rl.micro_batches = 1  # 8 rollouts over the 8 simulated devices
     return config
 
 
