@@ -74,8 +74,7 @@ def test_sharded_grpo_and_sft_steps_match_unsharded(unsharded, mesh_cfg, micro_b
         _close(state.params, unsharded["state"].params)  # sharded init draws the same weights
     else:  # existing params, placed explicitly (the state builder never moves them itself)
         placed = jax.device_put(unsharded["state"].params, loader.expected_shardings(MODEL, layout))
-        state, shardings = train_state.new_train_state(loader.as_weights(MODEL, placed, layout), TX,
-                                                       jax.random.key(0), mesh)
+        state, shardings = train_state.new_train_state(loader.as_weights(MODEL, placed, layout), TX, mesh)
     assert state.graphdef != unsharded["state"].graphdef  # the FSDP activation constraint is in the model
     _check_layout(state, shardings)
     embed = state.params["embed_tokens"]["embedding"]

@@ -1,16 +1,19 @@
-"""Train checkpoints with orbax: the TrainState (params, optimizer state, step, PRNG key) plus a small
-JSON record (data iterator position, rubric hash, anything JSON-serialisable the loop adds).
+"""Train checkpoints with orbax: the TrainState (params, optimizer state, step) plus a small JSON record
+(data iterator position, rubric hash, anything JSON-serialisable the loop adds).
 
 Arrays are restored straight into the shardings of a target tree (`abstract_with_shardings`), so a
 7B state is read shard by shard and never gathered on one device. Only the last `max_to_keep`
 checkpoints stay on disk; an unfinished save (killed mid-write) is invisible to `latest_step()`.
-`restore_params` reads the params alone through rubric_jax.loader (the frozen reference policy).
+`restore_params` reads the params alone through rubric_jax.loader (the frozen reference policy);
+`restore_newest` falls back past checkpoints that no longer restore; `read_meta` reads the JSON record alone
+(a restart checks it before writing anything).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +47,13 @@ def abstract_with_shardings(state: TrainState, shardings: TrainState | None) -> 
     if shardings is None:
         return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
     return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, shardings)
+
+
+def _first_line(error: Exception, limit: int = 200) -> str:
+    """`Type: first line` of an exception, cut to `limit` characters (orbax's messages can be long dumps)."""
+    text = (str(error).strip().splitlines() or [""])[0]
+    text = text if len(text) <= limit else text[:limit] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def _check_json(name: str, value: Any) -> None:
@@ -112,7 +122,7 @@ class Checkpointer:
         except CheckpointError:
             raise
         except Exception as e:  # orbax raises many types (FileNotFoundError, ValueError, KeyError...)
-            raise CheckpointError(f"{where}: cannot restore checkpoint step {step} ({type(e).__name__}: {e})") from e
+            raise CheckpointError(f"{where}: cannot restore checkpoint step {step} ({_first_line(e)})") from e
         meta = restored[_META]
         if not isinstance(meta, dict) or meta.get("step") != step or int(restored[_STATE].step) != step:
             raise CheckpointError(f"{where}: metadata does not match step {step}: {meta!r}")
@@ -122,6 +132,35 @@ class Checkpointer:
                 f"expected {expected_rubric_hash!r} (the rubric set changed since this checkpoint)")
         return Restored(state=restored[_STATE], data_state=meta["data_state"], rubric_hash=meta["rubric_hash"],
                         extra=meta["extra"])
+
+    def restore_newest(self, target: TrainState, *, log: Callable[[str], None] = print) -> Restored | None:
+        """The newest checkpoint that restores into `target` (None when there is none).
+
+        A checkpoint that cannot be restored (a corrupt or truncated file: what a full disk or a bad copy
+        leaves) is moved aside to `<step>.unrestorable` and named in one line through `log`; the next older
+        one is tried, and the run can save that step again later.
+        """
+        self.wait_until_finished()
+        for step in reversed(self.all_steps()):
+            try:
+                return self.restore(target, step)
+            except CheckpointError as e:
+                aside = self.directory / f"{step}.unrestorable"
+                (self.directory / str(step)).rename(aside)
+                self._manager.reload()  # orbax caches the step list
+                log(f"{e}; moved it to {aside} and trying an older checkpoint")
+        return None
+
+    def read_meta(self, step: int) -> dict[str, Any]:
+        """The JSON record saved with `step` (step, data_state, rubric_hash, extra), without the arrays."""
+        where = self.directory / str(step)
+        try:
+            meta = self._manager.restore(step, args=ocp.args.Composite(**{_META: ocp.args.JsonRestore()}))[_META]
+        except Exception as e:  # orbax raises many types; its messages can be long dumps
+            raise CheckpointError(f"{where}: cannot read the checkpoint's metadata ({_first_line(e)})") from e
+        if not isinstance(meta, dict) or not {"rubric_hash", "extra"} <= set(meta):
+            raise CheckpointError(f"{where}: the checkpoint's metadata is not a train checkpoint's")
+        return meta
 
     def restore_params(self, cfg: ModelConfig, layout: sharding.Layout | None = None,
                        step: int | None = None) -> loader.Weights:
