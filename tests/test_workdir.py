@@ -109,6 +109,10 @@ def test_a_corrupt_newest_checkpoint_falls_back_to_the_newest_that_restores(tmp_
     assert f"moved it to {tmp_path / '3.unrestorable'}" in lines[0]
     with checkpointing.Checkpointer(tmp_path, max_to_keep=3) as ckpt:
         assert ckpt.all_steps() == [1, 2, 3] and ckpt.restore_newest(_state()).data_state == {"index": 3}
+        other_model = _state().replace(params={"w": jnp.zeros(4)})  # a config change, not damage: no fallback
+        with pytest.raises(CheckpointError, match=r"3: params/w is saved as .* target wants") as raised:
+            ckpt.restore_newest(other_model, log=lines.append)
+        assert not isinstance(raised.value, checkpointing.UnreadableCheckpoint) and ckpt.all_steps() == [1, 2, 3]
 
 
 # ------------------------------------------------------------------------------------ stage runner

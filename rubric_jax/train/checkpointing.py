@@ -25,8 +25,12 @@ from rubric_jax.models.checkpoint import CheckpointError
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.train.state import TrainState
 
-__all__ = ["CheckpointError", "Checkpointer", "Restored", "abstract_with_shardings"]
+__all__ = ["CheckpointError", "Checkpointer", "Restored", "UnreadableCheckpoint", "abstract_with_shardings"]
 _STATE, _META = "state", "meta"
+
+
+class UnreadableCheckpoint(CheckpointError):
+    """A checkpoint whose files orbax cannot read (damaged), as opposed to one that does not fit the target."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,9 +124,9 @@ class Checkpointer:
             restored = self._manager.restore(step, args=ocp.args.Composite(**{
                 _STATE: ocp.args.StandardRestore(target), _META: ocp.args.JsonRestore()}))
         except CheckpointError:
-            raise
+            raise  # a saved tree that does not match the target: another model or optimizer, not damage
         except Exception as e:  # orbax raises many types (FileNotFoundError, ValueError, KeyError...)
-            raise CheckpointError(f"{where}: cannot restore checkpoint step {step} ({_first_line(e)})") from e
+            raise UnreadableCheckpoint(f"{where}: cannot restore checkpoint step {step} ({_first_line(e)})") from e
         meta = restored[_META]
         if not isinstance(meta, dict) or meta.get("step") != step or int(restored[_STATE].step) != step:
             raise CheckpointError(f"{where}: metadata does not match step {step}: {meta!r}")
@@ -136,15 +140,16 @@ class Checkpointer:
     def restore_newest(self, target: TrainState, *, log: Callable[[str], None] = print) -> Restored | None:
         """The newest checkpoint that restores into `target` (None when there is none).
 
-        A checkpoint that cannot be restored (a corrupt or truncated file: what a full disk or a bad copy
-        leaves) is moved aside to `<step>.unrestorable` and named in one line through `log`; the next older
-        one is tried, and the run can save that step again later.
+        A checkpoint whose files cannot be read (corrupt or truncated: what a full disk or a bad copy leaves)
+        is moved aside to `<step>.unrestorable` and named in one line through `log`; the next older one is
+        tried, and the run can save that step again later. A checkpoint of another model or optimizer (its
+        saved tree does not match `target`) is an error, never skipped.
         """
         self.wait_until_finished()
         for step in reversed(self.all_steps()):
             try:
                 return self.restore(target, step)
-            except CheckpointError as e:
+            except UnreadableCheckpoint as e:
                 aside = self.directory / f"{step}.unrestorable"
                 (self.directory / str(step)).rename(aside)
                 self._manager.reload()  # orbax caches the step list
