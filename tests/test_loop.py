@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHORT = [
     "--config.sft.epochs=1", "--config.sft.batch_size=32", "--config.rl.steps=5",
     "--config.rl.questions_per_step=4", "--config.rl.group_size=4", "--config.rl.max_new_tokens=32",
-    "--config.eval.max_new_tokens=32",
+    "--config.eval.max_new_tokens=16",
     "--config.sft.max_response_len=128", "--config.eval.max_questions=8", "--config.eval.every_steps=2",
     "--config.checkpoint.every_steps=2", "--config.log.samples_per_step=2",
 ]
@@ -85,6 +85,8 @@ def test_workdir_holds_everything_a_researcher_needs(uninterrupted):
     evals = [r for r in rows if r["stage"] == "eval"]
     assert [r["step"] for r in evals] == [0, 2, 4, 5]  # the SFT baseline, every 2 steps, the end
     assert all("eval/reward_mean" in r for r in evals)
+    # Evals answer within eval.max_new_tokens (16), rollouts within rl.max_new_tokens (32): both hit their limit.
+    assert all(r["eval/response_len/mean"] <= 16 for r in evals) and max(r["response_len/mean"] for r in grpo) > 16
     rubric = json.loads((uninterrupted / "rubric.json").read_text())
     assert len(rubric["rubric_set_hash"]) == 64
     assert list((uninterrupted / "plots").glob("*.png"))

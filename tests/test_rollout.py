@@ -10,7 +10,7 @@ import optax
 import pytest
 from flax import nnx
 
-from rubric_jax import data, grpo, sampling
+from rubric_jax import data, grpo, loader, sampling
 from rubric_jax.judges.reward import RewardOutput
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.sampling import GenerationResult
@@ -124,8 +124,8 @@ def _programs(graphdef, temperature, kl_coef=0.0):
 
 def _rollout_batch(graphdef, state, sampler):
     """What `loop.grpo_iteration` trains on: the sampler's responses laid out by `rollout.training_batch`."""
-    result = sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(4), n=GROUP, max_new_tokens=10,
-                               sampler=sampler, stop_tokens=[STOP], pad_id=PAD)
+    result = sampling.generate(loader.as_weights(MODEL, nnx.to_pure_dict(state)), PROMPTS, key=jax.random.key(4),
+                               n=GROUP, max_new_tokens=10, sampler=sampler, stop_tokens=[STOP], pad_id=PAD)
     prompt_ids, prompt_mask = sampling.left_pad(PROMPTS, PAD)
     n = len(PROMPTS) * GROUP
     advantages = np.where(np.arange(n) % 2 == 0, 1.0, -1.0).astype(np.float32)

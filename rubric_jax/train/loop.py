@@ -178,6 +178,7 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
     train_questions = data.load_question_set(config.data.train, config.data.tfds_dir, "train")
     eval_questions = data.load_question_set(config.data.eval, config.data.tfds_dir, "eval")[: config.eval.max_questions]
     if "grpo" in settings.stages:
+        _check_rollouts_divide(config.rl, layout.mesh)
         _check_prompts_fit(tokenizer, model_cfg, settings, train_questions + eval_questions)
     judges = tuple(load_judge(path, layout=decode_layout, **judge_dtypes, sampler=config.judge.sampler,
                               max_new_tokens=config.judge.max_new_tokens) for path in judge_dirs)
@@ -214,6 +215,15 @@ def _check_prompts_fit(tokenizer: Any, model_cfg: ModelConfig, settings: Setting
             raise data.DataError(
                 f"{question.source}: question {question.id!r} ({len(ids)} prompt tokens) + max_new_tokens "
                 f"({new_tokens}) exceeds the model's max_position_embeddings ({model_cfg.max_position_embeddings})")
+
+
+def _check_rollouts_divide(rl: ml_collections.ConfigDict, mesh: jax.sharding.Mesh) -> None:
+    """A GRPO batch splits evenly into micro-batches and over the mesh's batch axes (checked before SFT)."""
+    shards = mesh.shape["data"] * mesh.shape["fsdp"] * rl.micro_batches
+    if (rl.questions_per_step * rl.group_size) % shards:
+        raise ValueError(
+            f"config.rl: questions_per_step * group_size = {rl.questions_per_step * rl.group_size} rollouts must "
+            f"divide into micro_batches ({rl.micro_batches}) x mesh data*fsdp ({shards // rl.micro_batches})")
 
 
 def _model_overrides(config: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -512,11 +522,6 @@ def grpo_components(run_: Run, init_params: Any) -> tuple[train_state.TrainState
                                                          GRPOPrograms]:
     """Step-0 GRPO state around `init_params`, its shardings, and the programs `grpo_iteration` runs."""
     rl = run_.config.rl
-    shards = run_.mesh.shape["data"] * run_.mesh.shape["fsdp"] * rl.micro_batches
-    if (rl.questions_per_step * rl.group_size) % shards:
-        raise ValueError(
-            f"config.rl: questions_per_step * group_size = {rl.questions_per_step * rl.group_size} rollouts must "
-            f"divide into micro_batches ({rl.micro_batches}) x mesh data*fsdp ({shards // rl.micro_batches})")
     cfg = run_.settings.grpo or grpo_config(rl)
     tx = train_state.make_optimizer(run_settings.optimizer_config(rl, rl.steps * rl.updates_per_batch, "rl"))
     state, shardings = _state_and_shardings(run_, init_params, tx)

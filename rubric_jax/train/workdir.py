@@ -24,6 +24,7 @@ from rubric_jax.train import checkpointing
 
 STAGE_ORDER = {"sft": 0, "grpo": 1, "eval": 1}  # log rows sort by (stage order, step); eval rows are GRPO's
 CONFIG_FILE, RUBRIC_YAML, RUBRIC_JSON = "config.json", "rubric.yaml", "rubric.json"
+LOG_FILES = (metrics.METRICS_FILE, metrics.SAMPLES_FILE)  # step-keyed jsonl logs cut back on resume
 
 
 def check_usable(workdir: str | Path) -> Path:
@@ -144,7 +145,7 @@ class RunLog:
     @property
     def writer(self) -> metrics.MetricsWriter:
         if self._writer is None:
-            for name in (metrics.METRICS_FILE, metrics.SAMPLES_FILE):
+            for name in LOG_FILES:
                 cut_log(self.workdir / name, self.position)
             self._writer = metrics.MetricsWriter(self.workdir, run_info=self.run_info)
         return self._writer
