@@ -413,7 +413,7 @@ def main(argv: list[str]) -> None:
         print(f"TRL  median breakdown (s): {_fmt(_median_parts(trl_steps))}")
         print(f"rubric_jax: {ours_s:.3f} s/step   TRL GRPOTrainer: {trl_s:.3f} s/step   "
               f"ratio TRL/ours: {trl_s / ours_s:.2f}x")
-        ours.run.writer.close()
+        ours.run.log.close()
 
 
 if __name__ == "__main__":

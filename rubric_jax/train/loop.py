@@ -38,6 +38,7 @@ from flax import nnx
 from rubric_jax import data, grpo, loader, metrics, plots, sampling, sharding
 from rubric_jax.judges.llm_judge import JudgeConfig, load_judge
 from rubric_jax.judges.reward import RubricReward
+from rubric_jax.judges.reward_model import RewardModelReward, load_reward_model
 from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.correction import Correction, load_correction
@@ -69,7 +70,7 @@ class Run:
     tokenizer: Any
     model_cfg: ModelConfig
     graphdef: nnx.GraphDef  # the policy's (and reference's) module structure in the training layout
-    reward: RubricReward
+    reward: RubricReward | RewardModelReward  # config.reward.source
     shared_rubric: Rubric
     rubric_of: dict[str, Rubric]  # question id -> its rubric (shared, or case-wise R*(q))
     rubric_hash: str
@@ -185,10 +186,15 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
     rubric_of = {q.id: data.question_rubric(shared_rubric, q) for q in train_questions + eval_questions}
     rubrics = list(rubric_of.values())
     correction = load_correction(config.data.rubric_correction) if config.data.rubric_correction else None
-    reward = RubricReward(rubrics, judges, JudgeConfig(
-        mode=run_settings.JUDGE_MODES[config.judge.mode], num_samples=config.judge.samples,
-        max_retries=config.judge.max_retries, ensemble=config.judge.ensemble,
-        shuffle_anchors=config.judge.shuffle_anchors), correction=correction)
+    if settings.reward_model is None:
+        reward = RubricReward(rubrics, judges, JudgeConfig(
+            mode=run_settings.JUDGE_MODES[config.judge.mode], num_samples=config.judge.samples,
+            max_retries=config.judge.max_retries, ensemble=config.judge.ensemble,
+            shuffle_anchors=config.judge.shuffle_anchors), correction=correction)
+    else:
+        dtype = config.reward.model_dtype
+        reward = RewardModelReward(load_reward_model(config.reward.model_checkpoint, layout=decode_layout,
+                                                     param_dtype=dtype, compute_dtype=dtype), settings.reward_model)
     rubric_hash = _rubric_set_hash(shared_rubric, rubrics, correction)
     rubric_info = {"name": shared_rubric.name, "version": shared_rubric.version,
                    "content_hash": shared_rubric.content_hash, "rubric_set_hash": rubric_hash,

@@ -17,10 +17,12 @@ import ml_collections
 
 from rubric_jax import data, grpo, sampling
 from rubric_jax.judges.llm_judge import ENSEMBLES
+from rubric_jax.judges.reward_model import RewardModelConfig
 from rubric_jax.loader import DTYPE_CHOICES
 from rubric_jax.train import rollout, state as train_state
 
 STAGES = ("sft", "grpo")
+REWARD_SOURCES = ("rubric", "reward_model")  # config.reward.source
 ROLLOUT_DTYPES = ("compute", "float32", "bfloat16")  # mesh.rollout.param_dtype
 COMPUTE_DTYPES = ("float32", "bfloat16")  # model.compute_dtype
 JUDGE_MODES = {"per_dimension": "single", "all_criteria": "multi"}  # config.judge.mode -> JudgeConfig.mode
@@ -64,6 +66,7 @@ class Settings:
     updates_per_batch: int  # rl.updates_per_batch
     samples_per_step: int  # log.samples_per_step
     eval_every: int  # eval.every_steps
+    reward_model: RewardModelConfig | None  # config.reward, when a reward model scores the rollouts
 
 
 def _get(config: ml_collections.ConfigDict, key: str):
@@ -121,6 +124,33 @@ def optimizer_config(stage_cfg: ml_collections.ConfigDict, total_steps: int | No
         raise ValueError(f"config.{block}: {e}") from None
 
 
+def reward_model_config(config: ml_collections.ConfigDict) -> RewardModelConfig | None:
+    """`config.reward` checked before anything loads: None when rubrics score the rollouts, else the reward
+    model's settings. A key that the chosen source would ignore is an error, not a silent no-op."""
+    r = config.reward
+    if r.source not in REWARD_SOURCES:
+        raise ValueError(f"config.reward.source={r.source!r}: expected one of {REWARD_SOURCES}")
+    if r.source == "rubric":
+        if r.model_checkpoint:
+            raise ValueError("config.reward.model_checkpoint is set but config.reward.source='rubric' never reads "
+                             "it; add --config.reward.source=reward_model or drop the checkpoint")
+        return None
+    if not r.model_checkpoint:
+        raise ValueError("config.reward.source='reward_model' needs config.reward.model_checkpoint=DIR (a local "
+                         "HF *ForSequenceClassification directory with one label)")
+    if config.judge.checkpoint:
+        raise ValueError("config.judge.checkpoint is set but config.reward.source='reward_model' scores with the "
+                         "reward model alone; drop the judge")
+    if config.rl.dynamic_weights:
+        raise ValueError("config.rl.dynamic_weights re-weights rubric dimensions; a reward model has none")
+    if config.data.rubric_correction:
+        raise ValueError("config.data.rubric_correction corrects judge scores; a reward model has none")
+    if r.model_dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"config.reward.model_dtype={r.model_dtype!r}: expected 'float32' or 'bfloat16'")
+    return RewardModelConfig(max_len=r.model_max_len, batch_size=r.model_batch_size, center=r.model_center,
+                             scale=r.model_scale)
+
+
 def validate(config: ml_collections.ConfigDict) -> Settings:
     """Checks every value a run reads; raises ValueError naming `config.<key>` and the bad value."""
     stages = tuple(config.stages)
@@ -158,4 +188,4 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
                              buckets(config.eval.max_new_tokens))
     return Settings(stages, grpo_cfg, train, evaluation, buckets(config.sft.max_response_len),
                     config.rl.missing_scores, config.rl.recompute_old_logprobs, config.rl.updates_per_batch,
-                    config.log.samples_per_step, config.eval.every_steps)
+                    config.log.samples_per_step, config.eval.every_steps, reward_model_config(config))
