@@ -136,8 +136,10 @@ def test_compiled_steps_run_as_fsdp_without_activation_all_reduces():
     state, shardings = train_state.init_train_state(model, TX, jax.random.key(0), layout)
     unconstrained = state.replace(graphdef=abstract_model(model)[0])
     spec = {k: jax.ShapeDtypeStruct((b, t), dtype) for k, dtype in
-            (("tokens", jnp.int32), ("input_mask", bool), ("loss_mask", bool), ("old_logp", jnp.float32))}
-    grpo_batch = {**spec, "advantages": jax.ShapeDtypeStruct((b,), jnp.float32)}
+            (("tokens", jnp.int32), ("input_mask", bool), ("loss_mask", bool), ("old_logp", jnp.float32),
+             (train_step.REF_LOGP, jnp.float32))}
+    grpo_batch = {**{k: spec[k] for k in train_step.grpo_batch_keys(CFG) if k in spec},
+                  "advantages": jax.ShapeDtypeStruct((b,), jnp.float32)}
     sft_batch = {k: spec[k] for k in train_step.SFT_BATCH_KEYS}
     counts = {}
     for name, s in (("fsdp", state), ("unconstrained", unconstrained)):
