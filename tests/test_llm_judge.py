@@ -377,7 +377,7 @@ def test_real_generate_random_judge_fails_visibly(tok):
 
 
 def test_each_failed_score_carries_its_cause(tok):
-    short_len = len(lj.encode_prompts(tok, [P.single_prompt("q", "truncate me", ACC, nonce="0" * 16)])[0])
+    short_len = len(data.encode_chats(tok, [P.single_prompt("q", "truncate me", ACC, nonce="0" * 16).messages])[0])
     responses = ["fine", "truncate me", "garbled", "long " * 500]
     for mode in ("single", "multi"):
         def reply(text, call, mode=mode):
