@@ -111,6 +111,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.every_steps = 10  # Eval on the held-out set every N GRPO steps (and before/after).
     c.eval.max_questions = 64  # Held-out questions per eval.
     c.eval.sampler = "greedy"  # Eval sampler.
+    c.eval.max_new_tokens = 256  # Response budget of an eval answer (its own: rl.max_new_tokens is the rollouts').
 
     c.checkpoint = ml_collections.ConfigDict()
     c.checkpoint.every_steps = 10  # Save every N GRPO steps (and at the end and on SIGTERM).

@@ -55,6 +55,7 @@ def get_config(arg: str | None = None):
     c.judge.samples = 3
     c.eval.every_steps = 10
     c.eval.max_questions = 400
+    c.eval.max_new_tokens = 2048
     c.checkpoint.every_steps = 10
     return c
 

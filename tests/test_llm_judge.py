@@ -13,6 +13,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
+from rubric_jax import data
 from rubric_jax.judges import llm_judge as lj
 from rubric_jax.judges import prompts as P
 from rubric_jax.rubrics.schema import Anchor, Dimension, Scale
@@ -240,7 +241,7 @@ def test_ensemble_skips_failed_judges_and_combine_is_nan_only_when_all_fail():
 
 
 def test_prompt_too_long_is_counted_and_not_generated(tok):
-    short_len = len(lj.encode_prompts(tok, [P.single_prompt("q", "short", ACC, nonce="0" * 16)])[0])
+    short_len = len(data.encode_chats(tok, [P.single_prompt("q", "short", ACC, nonce="0" * 16).messages])[0])
     judge, stub = make_judge(tok, lambda t, c: "SCORE: 2", max_prompt_tokens=short_len + 50)
     out = lj.judge_rows([judge], lj.JudgeConfig(num_samples=1), ["q", "q"], ["short", "long " * 500],
                         [[ACC], [ACC]], jax.random.key(0))
@@ -376,7 +377,7 @@ def test_real_generate_random_judge_fails_visibly(tok):
 
 
 def test_each_failed_score_carries_its_cause(tok):
-    short_len = len(lj.encode_prompts(tok, [P.single_prompt("q", "truncate me", ACC, nonce="0" * 16)])[0])
+    short_len = len(data.encode_chats(tok, [P.single_prompt("q", "truncate me", ACC, nonce="0" * 16).messages])[0])
     responses = ["fine", "truncate me", "garbled", "long " * 500]
     for mode in ("single", "multi"):
         def reply(text, call, mode=mode):

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import jax
 import numpy as np
 
-from rubric_jax import loader, sampling, sharding
+from rubric_jax import data, loader, sampling, sharding
 from rubric_jax.judges.parser import parse_verdict
 from rubric_jax.judges.prompts import JudgePrompt, multi_prompt, single_prompt
 from rubric_jax.models.checkpoint import load_tokenizer
@@ -159,27 +159,6 @@ def _build_prompt(
     return multi_prompt(question, response, dims, nonce=nonce, anchor_orders=orders, reserved=reserved)
 
 
-class ChatMessages(Protocol):
-    """Anything with chat `messages` (a JudgePrompt, or a rubric-construction prompt)."""
-
-    messages: Sequence[dict[str, str]]
-
-
-def encode_prompts(tokenizer: Any, prompts: Sequence[ChatMessages]) -> list[list[int]]:
-    """Chat-templated token ids for each prompt (with the assistant generation prompt)."""
-    texts = [tokenizer.apply_chat_template(list(p.messages), add_generation_prompt=True, tokenize=False) for p in prompts]
-    return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
-
-
-def decode_generations(tokenizer: Any, result: Any) -> tuple[list[str], np.ndarray]:
-    """Generated texts (special tokens dropped) and a [B] bool "hit the token limit" flag of a GenerationResult."""
-    tokens = np.asarray(result.tokens)
-    lengths = np.asarray(result.lengths)
-    texts = tokenizer.batch_decode([tokens[i, : lengths[i]].tolist() for i in range(tokens.shape[0])], skip_special_tokens=True)
-    truncated = np.asarray([reason == "length" for reason in result.finish_reason], dtype=bool)
-    return texts, truncated
-
-
 def _run_judge(
     judge: Judge,
     config: JudgeConfig,
@@ -205,7 +184,7 @@ def _run_judge(
             _build_prompt(requests[r], questions[requests[r].row], responses[requests[r].row], config, rng, reserved)
             for r, _ in pending
         ]
-        ids = encode_prompts(judge.tokenizer, prompts)
+        ids = data.encode_chats(judge.tokenizer, [p.messages for p in prompts])
         fits = [len(x) <= judge.max_prompt_tokens for x in ids]
         stats["judge_prompt_too_long"] += fits.count(False)
         for (r, s), ok in zip(pending, fits):
@@ -224,7 +203,8 @@ def _run_judge(
         )
         stats["judge_generate_calls"] += 1
         stats["judge_prompts"] += len(sent)
-        texts, truncated = decode_generations(judge.tokenizer, result)
+        texts = data.decode_responses(judge.tokenizer, result, keep_special_tokens=False)
+        truncated = np.asarray(result.finish_reason) == sampling.FINISH_LENGTH
         still_invalid = []
         for i, text, cut in zip(sent, texts, truncated):
             r, s = pending[i]
