@@ -21,14 +21,14 @@ checkpointing. The reward is literally the same: TRL's reward function decodes t
 loop and calls the same rubric_jax RubricReward (a rule-only rubric: a length range and a keyword rule).
 
 Ours: a Run from `train.loop.build(config)` (configs/tiny.py with overrides) and, per step,
-`grpo_iteration` (sampling.generate -> decode -> RubricReward -> group advantages -> jitted update with the
-reference forward inside). TRL: `trainer.train()` with max_steps = warm-up + timed steps; a callback records
+`grpo_iteration` (sampling.generate -> decode -> RubricReward -> group advantages -> reference log-probs once
+per rollout -> jitted update). TRL: `trainer.train()` with max_steps = warm-up + timed steps; a callback records
 the wall time between consecutive step ends. With --schedule=interleaved (default) one of our steps runs
 inside each TRL step-end callback (outside TRL's timed window, after a --settle_s pause: torch's idle OpenMP
 workers spin for a while after a step), so both sides see the same machine load (this machine is shared);
 --schedule=sequential runs all our steps first. The first --warmup steps of each
 side are not timed (ours: they include compilation, reported separately); the median of --steps is reported.
-A breakdown times the parts (sampling, reward, update, rest) by wrapping the functions each side calls;
+A breakdown times the parts (sampling, reward, ref_logp, update, rest) by wrapping the functions each side calls;
 process CPU seconds per step (all threads) are printed too: on a loaded machine they move less than wall time.
 torch's default thread count (one per core) spin-waits badly when the cores are oversubscribed: on a shared
 machine also run --torch_threads=1 and report both (RESULTS.md, "GRPO step vs TRL").
@@ -37,6 +37,7 @@ machine also run --torch_threads=1 and report both (RESULTS.md, "GRPO step vs TR
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import statistics
@@ -204,9 +205,10 @@ class OurSide:
         self.timer = timer
         rl = cfg.rl
         # What loop.run_grpo starts from, without its evals and checkpoints.
-        self.state, _, update = loop.grpo_components(self.run, loop.initial_params(self.run))
+        self.state, _, programs = loop.grpo_components(self.run, loop.initial_params(self.run))
         self.ref_params = jax.tree.map(lambda x: x.copy(), self.state.params)  # the update donates the state
-        self.update = timer.wrap("update", update, block=True)
+        self.programs = dataclasses.replace(programs, update=timer.wrap("update", programs.update, block=True),
+                                            logprobs=timer.wrap("ref_logp", programs.logprobs, block=True))
         self.batches = data.BatchIterator(self.run.train_questions, rl.questions_per_step,
                                           data.IteratorState(seed=cfg.seed))
         self.run.reward = _TimedReward(self.run.reward, timer)
@@ -230,7 +232,7 @@ class OurSide:
         key = jax.random.fold_in(self.run.key, 1000 + self.step_count)
         with self._instrumented():
             start, cpu = time.perf_counter(), time.process_time()
-            self.state, row, _ = loop.grpo_iteration(self.run, self.update, self.state, self.ref_params,
+            self.state, row, _ = loop.grpo_iteration(self.run, self.programs, self.state, self.ref_params,
                                                      next(self.batches), key)
             total, cpu = time.perf_counter() - start, time.process_time() - cpu
         self.rows.append(row)
@@ -388,7 +390,8 @@ def main(argv: list[str]) -> None:
         ours_s = statistics.median(s["total"] for s in our_steps)
         trl_s = statistics.median(s["total"] for s in trl_steps)
         our_median = _median_parts(our_steps)
-        compile_s = first["sampling"] + first["update"] - our_median["sampling"] - our_median["update"]
+        compiled = ("sampling", "ref_logp", "update")
+        compile_s = sum(first[k] - our_median[k] for k in compiled)
         rewards = [r["reward/mean"] for r in ours.rows]
         print(f"model: random Qwen2 {MODEL} vocab {VOCAB_SIZE} ({fixture['params'] / 1e6:.2f}M params), float32; "
               f"{QUESTIONS_PER_STEP} prompts x {GROUP_SIZE} samples, <= {MAX_NEW_TOKENS} new tokens, beta {BETA}; "
@@ -401,7 +404,7 @@ def main(argv: list[str]) -> None:
         print(f"ours: mean response length {np.mean([r['response_len/mean'] for r in ours.rows]):.1f}, "
               f"reward/mean per step {[round(x, 3) for x in rewards]}")
         print(f"ours first step (incl. compile): {our_first_total:.2f} s; compile ~ {compile_s:.2f} s "
-              f"(first-call minus median of sampling + update); TRL trainer set-up {trl_setup:.2f} s")
+              f"(first-call minus median of sampling + ref_logp + update); TRL trainer set-up {trl_setup:.2f} s")
         for name, timed in (("ours", our_steps), ("TRL ", trl_steps)):
             print(f"{name} per step (s): {[round(s['total'], 3) for s in timed]}; process CPU s/step (all "
                   f"threads): median {statistics.median(s['cpu'] for s in timed):.3f}")

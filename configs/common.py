@@ -45,6 +45,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.data.tfds_dir = ""  # Directory holding the tfds datasets named by tfds:NAME (experiments.prepare_data --out).
     c.data.sft = ""  # jsonl of cold-start SFT pairs ({"prompt","response"}).
     c.data.rubric = ""  # Rubric file (YAML/JSON) shared by every question; rows may add their own.
+    # Calibration (experiments.calibrate): a fitted per-dimension score correction, RubricRL §3.3 "后处理校准".
+    c.data.rubric_correction = ""  # Score correction (JSON/YAML) applied to judge scores; empty = none; in the hash.
     c.data.max_prompt_len = 128  # Prompts are left-padded to a bucket up to this length.
     c.data.length_buckets = 3  # Power-of-two padding widths per length (max, max/2, ...); each compiles once.
 
@@ -64,21 +66,26 @@ def base_config() -> ml_collections.ConfigDict:
     c.rl.questions_per_step = 32  # QuRL: global batch 32 questions.
     c.rl.group_size = 8  # Samples per question (RubricRL §4.3, QuRL: 8).
     c.rl.max_new_tokens = 256  # Response budget per sample.
-    c.rl.sampler = "temperature(1.0)"  # Rollout sampler.
+    c.rl.sampler = "temperature(1.0)"  # "temperature(t)" only: every log-prob is of softmax(logits/t) (TRL, verl).
     c.rl.beta = 0.04  # KL coefficient (RubricRL §4.3: 0.01-0.05); 0 skips the reference model.
     c.rl.kl_estimator = "k3"  # k1, k2 or k3 (Schulman's estimators).
     c.rl.clip_low = 0.2  # PPO clip below 1 (RubricRL §4.3: 0.2-0.3).
     c.rl.clip_high = 0.28  # Clip above 1 (DAPO clip-higher).
     c.rl.loss_aggregation = "seq_mean_token_mean"  # GRPO; or token_mean (DAPO), seq_mean_token_sum_norm (Dr. GRPO).
     c.rl.advantage_scaling = "group"  # group std (GRPO), batch std, or none (Dr. GRPO).
+    c.rl.advantage_eps = 1e-6  # Added to the std before dividing (RubricRL §5.3 pseudo-code).
     c.rl.updates_per_batch = 1  # Optimizer updates per rollout batch (importance ratio vs behaviour).
+    # Behaviour log-probs: False = the sampler's own; True = recomputed teacher-forced with the params that
+    # sampled, once per rollout (verl's recompute; costs one forward). Either way `logprob_gap/mean` logs
+    # mean |teacher-forced - sampler| on the first update: ~3e-7 in float32 on CPU, the bf16 decode drift on GPU.
+    c.rl.recompute_old_logprobs = False
     c.rl.micro_batches = 1  # Gradient accumulation micro-batches per update.
     c.rl.warmup_steps = 0  # Linear warmup steps.
     c.rl.schedule = "constant"  # constant or cosine after warmup.
     c.rl.weight_decay = 0.0  # AdamW weight decay.
     c.rl.grad_clip = 1.0  # Global-norm gradient clipping.
     c.rl.max_nan_streak = 5  # Consecutive skipped (NaN/Inf) updates before the run stops.
-    c.rl.missing_scores = "renormalize"  # renormalize over present dimensions, or drop the sample.
+    c.rl.missing_scores = "renormalize"  # "renormalize" over present dimensions, or "drop" the sample (no loss).
     c.rl.dynamic_weights = False  # Move weight from saturated to discriminating dimensions (RubricRL §2.3).
     c.rl.dynamic_weights_window = 20  # Steps of score statistics behind the saturation test.
 

@@ -29,6 +29,8 @@ import jax
 import numpy as np
 from absl import app, flags
 
+from experiments.judge_flags import JUDGE as _JUDGE, MAX_NEW as _MAX_NEW, MODE as _MODE, RETRIES as _RETRIES
+from experiments.judge_flags import SAMPLER as _SAMPLER, SAMPLES as _SAMPLES
 from rubric_jax.judges.llm_judge import JudgeConfig, load_judge
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.rubrics.io import load_rubric
@@ -38,12 +40,6 @@ from rubric_jax.rubrics.schema import Rubric, RubricError, case_rubric_from_row
 _RUBRIC = flags.DEFINE_string("rubric", None, "Rubric file (.json/.yaml); optional if every row has a full rubric.")
 _RESPONSES = flags.DEFINE_string("responses", None, "Input JSONL: question, response, optional rubric per line.")
 _OUT = flags.DEFINE_string("out", None, "Output JSONL (input fields plus scores and reward).")
-_JUDGE = flags.DEFINE_string("judge_checkpoint", None, "HF judge directory; needed only for LLM dimensions.")
-_MODE = flags.DEFINE_enum("judge_mode", "single", ["single", "multi"], "One judge prompt per dimension, or per response.")
-_SAMPLES = flags.DEFINE_integer("judge_samples", 3, "Judge samples per item (median of the valid ones).")
-_RETRIES = flags.DEFINE_integer("judge_retries", 2, "Re-prompt rounds for unparseable verdicts.")
-_SAMPLER = flags.DEFINE_string("judge_sampler", "temperature(0.7)", "Judge sampler (see rubric_jax.sampling).")
-_MAX_NEW = flags.DEFINE_integer("judge_max_new_tokens", 256, "Judge generation budget per verdict.")
 _BATCH = flags.DEFINE_integer("batch_size", 64, "Rows per reward call (one batched judge call each).")
 _SEED = flags.DEFINE_integer("seed", 0, "PRNG seed for judge sampling.")
 flags.mark_flags_as_required(["responses", "out"])

@@ -1,5 +1,5 @@
 """GRPO maths as pure functions: group advantages, clipped surrogate, KL estimators, loss aggregation,
-and chunked token log-probs that never hold [B, T, V] float32 logits at once.
+and the one teacher-forced log-prob function (chunked: never [B, T, V] float32 logits at once).
 
 Shapes: B sequences (rows b*G + j is sample j of question b, the sampler's order), G group size,
 T token positions, D hidden, V vocab, C positions per log-prob chunk.
@@ -11,6 +11,11 @@ response tokens that are trained on; prompt and padding positions are False and 
 Loss aggregation is written as fixed per-token weights computed from the *whole* batch's mask
 (`loss_weights`), so a loss is a weighted sum of per-token terms: micro-batches add up exactly to the
 full-batch loss, and appending padding changes nothing.
+
+Temperature: rollouts sampled at temperature T come from softmax(logits / T), so every log-prob of the
+objective (current policy, behaviour, reference) is of that tempered distribution, on the sampler's
+side and the trainer's (`GRPOConfig.temperature`; TRL and verl do the same). Otherwise the first
+update's ratio is not 1 and the importance weights are wrong.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from rubric_jax.models.transformer import causal_padding_mask, padding_to_positi
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
 ADVANTAGE_SCALINGS = ("group", "batch", "none")
+# |log ratio| bound before exp (verl's ±20): a large drift with a zero advantage stays 0, not inf * 0 = NaN.
+LOG_RATIO_CLAMP = 20.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +61,8 @@ class GRPOConfig:
     """Constant divisor of "seq_mean_token_sum_norm" (Dr. GRPO: the max response length); else None."""
     logprob_chunk_size: int = 256
     """Token positions per chunk of the chunked log-softmax (bounds logits memory to B·C·V floats)."""
+    temperature: float = 1.0
+    """Rollout sampling temperature T: log-probs are those of softmax(logits / T) (TRL, verl)."""
 
     def __post_init__(self) -> None:
         def fail(field: str, why: str) -> None:
@@ -71,7 +80,7 @@ class GRPOConfig:
             fail("clip_high", f"must be finite and >= clip_low={self.clip_low} (clip-higher only widens)")
         if self.advantage_scaling not in ADVANTAGE_SCALINGS:
             fail("advantage_scaling", f"must be one of {ADVANTAGE_SCALINGS}")
-        if not self.advantage_eps > 0:
+        if not (math.isfinite(self.advantage_eps) and self.advantage_eps > 0):
             fail("advantage_eps", "must be > 0")
         if self.loss_aggregation not in AGGREGATIONS:
             fail("loss_aggregation", f"must be one of {sorted(AGGREGATIONS)}")
@@ -82,6 +91,8 @@ class GRPOConfig:
             fail("loss_norm_length", f"only used by seq_mean_token_sum_norm, not {self.loss_aggregation!r}")
         if not isinstance(self.logprob_chunk_size, int) or self.logprob_chunk_size < 1:
             fail("logprob_chunk_size", "must be a positive integer")
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            fail("temperature", "must be finite and > 0 (the rollout sampler's temperature)")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -140,6 +151,16 @@ def group_advantages(
 # Per-token terms
 
 
+def _log_ratio(logp_BxT: jax.Array, other_logp_BxT: jax.Array, mask_BxT: jax.Array) -> jax.Array:
+    """log π − log π_other on masked positions, exactly 0 elsewhere (padding may hold anything)."""
+    return jnp.where(mask_BxT, logp_BxT - other_logp_BxT, 0.0)
+
+
+def _clamped_log_ratio(logp_BxT: jax.Array, other_logp_BxT: jax.Array, mask_BxT: jax.Array) -> jax.Array:
+    """`_log_ratio` clamped to ±LOG_RATIO_CLAMP, for exp (verl)."""
+    return jnp.clip(_log_ratio(logp_BxT, other_logp_BxT, mask_BxT), -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+
+
 def clipped_surrogate(
     logp_BxT: jax.Array,
     old_logp_BxT: jax.Array,
@@ -151,10 +172,10 @@ def clipped_surrogate(
     """PPO clipped policy loss per token, −min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A), ρ = π/π_behaviour.
 
     Returns (loss_BxT, clipped_low_BxT, clipped_high_BxT); the clip indicators are 1.0 where the
-    clipped branch is active (its gradient is zero). Masked positions are exactly 0.
+    clipped branch is active (its gradient is zero). Masked positions are exactly 0. log ρ is clamped
+    to ±LOG_RATIO_CLAMP before exp, so a huge drift gives a finite ρ (and 0 loss where A = 0).
     """
-    log_ratio_BxT = jnp.where(mask_BxT, logp_BxT - old_logp_BxT, 0.0)
-    ratio_BxT = jnp.exp(log_ratio_BxT)
+    ratio_BxT = jnp.exp(_clamped_log_ratio(logp_BxT, old_logp_BxT, mask_BxT))
     adv_BxT = advantages_B[:, None].astype(ratio_BxT.dtype)
     unclipped_BxT = ratio_BxT * adv_BxT
     clipped_BxT = jnp.clip(ratio_BxT, 1.0 - clip_low, 1.0 + clip_high) * adv_BxT
@@ -168,14 +189,16 @@ def kl_estimate(logp_BxT: jax.Array, ref_logp_BxT: jax.Array, mask_BxT: jax.Arra
     """Per-token estimate of KL(π‖π_ref) from samples of π (Schulman 2020), 0 on masked positions.
 
     With log r = log π_ref − log π: k1 = −log r, k2 = (log r)²/2, k3 = r − 1 − log r (≥ 0, unbiased).
+    k3's log r is clamped to ±LOG_RATIO_CLAMP (as verl's), so r never overflows.
     """
-    log_r_BxT = jnp.where(mask_BxT, ref_logp_BxT - logp_BxT, 0.0)
+    log_r_BxT = _log_ratio(ref_logp_BxT, logp_BxT, mask_BxT)
     if estimator == "k1":
         return -log_r_BxT
     if estimator == "k2":
         return 0.5 * log_r_BxT**2
     if estimator == "k3":
-        return jnp.expm1(log_r_BxT) - log_r_BxT
+        clamped_BxT = jnp.clip(log_r_BxT, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        return jnp.expm1(clamped_BxT) - clamped_BxT
     raise ValueError(f"kl estimator {estimator!r}: must be one of {KL_ESTIMATORS}")
 
 
@@ -222,6 +245,12 @@ def token_mean_weights(mask_BxT: jax.Array) -> jax.Array:
     return _token_mean(mask_BxT, None)
 
 
+def logprob_gap(logp_BxT: jax.Array, other_logp_BxT: jax.Array, mask_BxT: jax.Array) -> jax.Array:
+    """Mean |log π − log π_other| over the masked tokens, e.g. teacher-forced vs sampler log-probs of
+    the same params: 0 up to float error, larger where the decode numerics (bf16, kernels) drift."""
+    return jnp.sum(token_mean_weights(mask_BxT) * jnp.abs(_log_ratio(logp_BxT, other_logp_BxT, mask_BxT)))
+
+
 # ---------------------------------------------------------------------------------------------------
 # The objective
 
@@ -251,7 +280,8 @@ def grpo_objective(
         "pg_loss": pg_loss,
         "clip_frac_low": jnp.sum(metric_w_BxT * low_BxT),
         "clip_frac_high": jnp.sum(metric_w_BxT * high_BxT),
-        "ratio_mean": jnp.sum(metric_w_BxT * jnp.exp(jnp.where(mask_BxT, logp_BxT - old_logp_BxT, 0.0))),
+        "ratio_mean": jnp.sum(metric_w_BxT * jnp.exp(_clamped_log_ratio(logp_BxT, old_logp_BxT, mask_BxT))),
+        "abs_log_ratio": jnp.sum(metric_w_BxT * jnp.abs(_log_ratio(logp_BxT, old_logp_BxT, mask_BxT))),
     }
     metrics["clip_frac"] = metrics["clip_frac_low"] + metrics["clip_frac_high"]
     loss = pg_loss
@@ -278,7 +308,7 @@ def grpo_loss(
 
 
 # ---------------------------------------------------------------------------------------------------
-# Chunked log-probs
+# Teacher-forced log-probs (the one function: train step, reference and behaviour log-probs, tests)
 
 
 def chunked_token_logprobs(
@@ -286,8 +316,9 @@ def chunked_token_logprobs(
     targets_BxT: jax.Array,
     logits_fn: Callable[[jax.Array], jax.Array],
     chunk_size: int,
+    temperature: float,
 ) -> tuple[jax.Array, jax.Array]:
-    """log p(targets[b, t] | h[b, t]) and the predictive entropy, both float32 [B, T].
+    """log p_T(targets[b, t] | h[b, t]) and the entropy of p_T = softmax(logits / T), float32 [B, T].
 
     Runs `logits_fn` ([B, C, D] -> [B, C, V]) on C positions at a time under `lax.map`, with the chunk
     rematerialised in the backward pass, so at most one [B, C, V] float32 block is live.
@@ -304,7 +335,7 @@ def chunked_token_logprobs(
     @jax.checkpoint
     def one_chunk(xs: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
         h_BxCxD, tg_BxC = xs
-        logits_BxCxV = logits_fn(h_BxCxD).astype(jnp.float32)
+        logits_BxCxV = logits_fn(h_BxCxD).astype(jnp.float32) / temperature
         lse_BxC = jax.nn.logsumexp(logits_BxCxV, axis=-1)
         tgt_BxC = jnp.take_along_axis(logits_BxCxV, tg_BxC[:, :, None], axis=-1)[:, :, 0]
         probs_BxCxV = jnp.exp(logits_BxCxV - lse_BxC[:, :, None])
@@ -320,19 +351,23 @@ def chunked_token_logprobs(
 
 
 def sequence_logprobs(
-    model: Any, tokens_BxT: jax.Array, input_mask_BxT: jax.Array, chunk_size: int
+    model: Any, tokens_BxT: jax.Array, input_mask_BxT: jax.Array, *, chunk_size: int, temperature: float
 ) -> tuple[jax.Array, jax.Array]:
-    """Teacher-forced log p(tokens[t] | tokens[<t]) and entropy, float32 [B, T], entry 0 set to 0.
+    """Teacher-forced log p_T(tokens[t] | tokens[<t]) and entropy of p_T = softmax(logits / T), float32
+    [B, T]; entry 0 and padding positions are 0.
 
     `model` follows the model contract (`hidden_states`, `logits_from_hidden`); padding may be left
-    or right (positions come from the mask).
+    or right (positions come from the mask). T = 1 for SFT; GRPO passes its rollout temperature.
     """
     positions_BxT = padding_to_positions(input_mask_BxT)
     h_BxTxD, _ = model.hidden_states(tokens_BxT, positions_BxT, causal_padding_mask(input_mask_BxT))
     next_BxT = jnp.pad(tokens_BxT[:, 1:], ((0, 0), (0, 1)))
-    logp_next_BxT, ent_next_BxT = chunked_token_logprobs(h_BxTxD, next_BxT, model.logits_from_hidden, chunk_size)
+    logp_next_BxT, ent_next_BxT = chunked_token_logprobs(h_BxTxD, next_BxT, model.logits_from_hidden, chunk_size,
+                                                         temperature)
+    # Entry t predicts token t from tokens < t: defined where both t and t - 1 are real tokens.
+    valid_BxT = input_mask_BxT & jnp.pad(input_mask_BxT[:, :-1], ((0, 0), (1, 0)))
 
     def shift_right(x_BxT: jax.Array) -> jax.Array:
-        return jnp.pad(x_BxT[:, :-1], ((0, 0), (1, 0)))
+        return jnp.where(valid_BxT, jnp.pad(x_BxT[:, :-1], ((0, 0), (1, 0))), 0.0)
 
     return shift_right(logp_next_BxT), shift_right(ent_next_BxT)

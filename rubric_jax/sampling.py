@@ -5,9 +5,11 @@ are left-padded), R response slots (bucketed max_new_tokens), S = P + R cache sl
 C prefill chunk (P is written into the cache C slots at a time), D hidden.
 
 Conventions (what the GRPO trainer relies on):
-  * Log-probs are those of the *behaviour policy* as the trainer scores it: log_softmax of the raw
-    logits (temperature 1, no top-k / top-p filtering) at the sampled token, whatever sampler chose
-    it. `token_logprobs` computes the same quantity teacher-forced.
+  * Log-probs are those of the tempered distribution softmax(logits / T) at the sampled token (T = 1
+    for greedy), before any top-k / top-p truncation: for "temperature(T)" exactly the distribution
+    the token was drawn from, and what the trainer computes teacher-forced with the same T
+    (`rubric_jax.grpo.sequence_logprobs`). GRPO rollouts use "temperature(T)" only
+    (`rubric_jax.train.rollout.rollout_temperature` says why).
   * A stop token is part of the response: it is emitted, counted in `lengths` and has a log-prob;
     every slot after it holds `pad_id` with log-prob 0. finish_reason is "stop" when a stop token was
     emitted, else "length" (max_new_tokens reached).
@@ -26,6 +28,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -37,7 +40,7 @@ from flax import nnx, struct
 from jax.sharding import Mesh
 
 from rubric_jax import sharding
-from rubric_jax.models.transformer import KVCache, causal_padding_mask, init_cache, padding_to_positions
+from rubric_jax.models.transformer import KVCache, init_cache, padding_to_positions
 
 TRACES: collections.Counter[str] = collections.Counter()
 FINISH_STOP, FINISH_LENGTH = "stop", "length"
@@ -85,6 +88,8 @@ def parse_sampler(spec: str) -> Sampler:
         args = [float(a) for a in arg_text.split(",")] if arg_text else []
     except ValueError:
         raise ValueError(f"sampler {spec!r}: arguments must be numbers; {usage}") from None
+    if not all(math.isfinite(a) for a in args):
+        raise ValueError(f"sampler {spec!r}: arguments must be finite numbers (not nan or inf); {usage}")
     expected = {"greedy": (0, 0), "temperature": (1, 1), "topk": (1, 2), "nucleus": (1, 2)}[kind]
     if not expected[0] <= len(args) <= expected[1]:
         raise ValueError(f"sampler {spec!r}: wrong number of arguments; {usage}")
@@ -111,12 +116,21 @@ def top_k_filter(logits_BxV: jax.Array, k: int) -> jax.Array:
 
 
 def top_p_filter(logits_BxV: jax.Array, p: float) -> jax.Array:
-    """Keeps the smallest set of most likely tokens whose probability reaches p (always >= 1 token)."""
-    sorted_BxV = jnp.sort(logits_BxV, axis=-1)[:, ::-1]
-    probs_BxV = jax.nn.softmax(sorted_BxV, axis=-1)
-    mass_before_BxV = jnp.cumsum(probs_BxV, axis=-1) - probs_BxV
-    keep_BxV = mass_before_BxV < p
-    threshold_Bx1 = jnp.min(jnp.where(keep_BxV, sorted_BxV, jnp.inf), axis=-1, keepdims=True)
+    """Keeps the smallest set of most likely tokens whose probability reaches p (always >= 1 token);
+    p = 1 keeps every token.
+
+    A token is kept iff the mass of the more likely tokens is < p, i.e. iff its tail mass (itself and
+    every less likely token) is > 1 - p. The tail is summed from the least likely token up, so float32
+    rounding stays at the scale of the tail: a cumulative sum from the top drifts by ~1e-4 at vocab
+    32k, enough to drop about a thousand tokens at p = 1.
+    """
+    if p >= 1.0:
+        return logits_BxV
+    ascending_BxV = jnp.sort(logits_BxV, axis=-1)
+    tail_BxV = jnp.cumsum(jax.nn.softmax(ascending_BxV, axis=-1), axis=-1)
+    most_likely_V = jnp.arange(logits_BxV.shape[-1]) == logits_BxV.shape[-1] - 1
+    keep_BxV = (tail_BxV > 1.0 - p) | most_likely_V[None, :]
+    threshold_Bx1 = jnp.min(jnp.where(keep_BxV, ascending_BxV, jnp.inf), axis=-1, keepdims=True)
     return jnp.where(logits_BxV >= threshold_Bx1, logits_BxV, -jnp.inf)
 
 
@@ -154,7 +168,7 @@ class GenerationResult:
     """Host-side outputs; row b * n + j is sample j of prompt b."""
 
     tokens: np.ndarray  # [B*n, max_new_tokens] int32, response only, pad_id after the end
-    logprobs: np.ndarray  # [B*n, max_new_tokens] float32, behaviour-policy log-probs, 0 after the end
+    logprobs: np.ndarray  # [B*n, max_new_tokens] float32, log softmax(logits / T) of each token, 0 after the end
     lengths: np.ndarray  # [B*n] int32, generated tokens including the stop token
     finish_reason: np.ndarray  # [B*n] str, "stop" | "length"
     num_steps: int  # tokens generated per row by the loop (< max_new_tokens when all rows stopped early)
@@ -188,10 +202,12 @@ def left_pad(prompt_ids: Sequence[Sequence[int]] | np.ndarray, pad_id: int) -> t
 
 def _emit(state: SamplingState, logits_BxV: jax.Array, sampler: Sampler, stop_S: jax.Array,
           pad_id: jax.Array) -> SamplingState:
-    """Samples the next token of every unfinished row into slot `state.step`."""
+    """Samples the next token of every unfinished row into slot `state.step`, with its log-prob under
+    softmax(logits / T) (see the module docstring)."""
     key = jax.random.fold_in(state.key, state.step)
     token_B = sample_tokens(logits_BxV, key, sampler)
-    logprob_B = jnp.take_along_axis(jax.nn.log_softmax(logits_BxV, axis=-1), token_B[:, None], axis=-1)[:, 0]
+    logp_BxV = jax.nn.log_softmax(logits_BxV / sampler.temperature, axis=-1)
+    logprob_B = jnp.take_along_axis(logp_BxV, token_B[:, None], axis=-1)[:, 0]
     live_B = ~state.done_B
     token_B = jnp.where(live_B, token_B, pad_id)
     logprob_B = jnp.where(live_B, logprob_B, 0.0)
@@ -355,29 +371,3 @@ def generate(graphdef: nnx.GraphDef, state: nnx.State, prompt_ids: Sequence[Sequ
         finish_reason=np.where(stopped[:rows], FINISH_STOP, FINISH_LENGTH),
         num_steps=int(steps),
     )
-
-
-# ------------------------------------------------------------------------------------------ log-probs
-
-
-@functools.lru_cache(maxsize=16)
-def _token_logprobs_fn(graphdef: nnx.GraphDef):
-    """Jitted teacher-forced log-probs for one model graph."""
-
-    def run(state: nnx.State, tokens_BxT: jax.Array, mask_BxT: jax.Array) -> jax.Array:
-        TRACES["token_logprobs"] += 1
-        model = nnx.merge(graphdef, state)
-        logits_BxTxV, _ = model(tokens_BxT, padding_to_positions(mask_BxT), causal_padding_mask(mask_BxT))
-        logp_BxTxV = jax.nn.log_softmax(logits_BxTxV[:, :-1], axis=-1)
-        next_BxT = jnp.take_along_axis(logp_BxTxV, tokens_BxT[:, 1:, None], axis=-1)[:, :, 0]
-        valid_BxT = mask_BxT[:, 1:] & mask_BxT[:, :-1]
-        return jnp.pad(jnp.where(valid_BxT, next_BxT, 0.0), ((0, 0), (1, 0)))
-
-    return jax.jit(run)
-
-
-def token_logprobs(graphdef: nnx.GraphDef, state: nnx.State, tokens_BxT: np.ndarray | jax.Array,
-                   mask_BxT: np.ndarray | jax.Array) -> jax.Array:
-    """Teacher-forced log p(tokens[:, t] | tokens[:, <t]) [B, T] at temperature 1; 0 at t = 0, on padding
-    and after a gap. Full-vocab logits in memory: for checks and small batches (the trainer chunks)."""
-    return _token_logprobs_fn(graphdef)(state, jnp.asarray(tokens_BxT, jnp.int32), jnp.asarray(mask_BxT, bool))

@@ -41,6 +41,10 @@ def test_config_defaults_follow_rubricrl():
     ({"loss_aggregation": "seq_mean_token_sum_norm"}, "loss_norm_length"),
     ({"loss_norm_length": 128}, "loss_norm_length"),
     ({"logprob_chunk_size": 0}, "logprob_chunk_size"),
+    ({"advantage_eps": float("nan")}, "advantage_eps"),
+    ({"temperature": 0.0}, "temperature"),
+    ({"temperature": float("nan")}, "temperature"),
+    ({"temperature": float("inf")}, "temperature"),
 ])
 def test_config_rejects_bad_values(kw, field):
     with pytest.raises(ValueError, match=f"GRPOConfig.{field}="):
@@ -143,6 +147,37 @@ def test_kl_estimators_hand_computed():
         grpo.kl_estimate(logp, ref, mask, "k9")
 
 
+def test_a_huge_drift_is_clamped_before_exp():
+    # log ratios ±200: exp overflows float32 (inf, and inf * A = NaN for A = 0) unless clamped to ±20 (verl).
+    old = jnp.zeros((3, 2))
+    logp = jnp.array([[200.0, 0.0], [200.0, 0.0], [-200.0, 0.0]])
+    adv = jnp.array([0.0, 1.0, -1.0])
+    mask = jnp.ones((3, 2), bool)
+    loss_BxT, _, _ = grpo.clipped_surrogate(logp, old, adv, mask, 0.2, 0.28)
+    # A = 0: exactly 0; A = 1 at ratio e^20: the clipped branch -1.28; A = -1 at ratio e^-20: the clipped 0.8.
+    np.testing.assert_allclose(loss_BxT, [[0.0, 0.0], [-1.28, -1.0], [0.8, 1.0]], rtol=1e-6)
+    cfg = _cfg(kl_coef=0.1, clip_high=0.28)
+    ref = jnp.zeros((3, 2))
+
+    def loss(lp):
+        return grpo.grpo_loss(lp, old, ref, adv, mask, cfg)[0]
+
+    value, grad = jax.value_and_grad(loss)(logp)
+    assert np.isfinite(float(value)) and np.all(np.isfinite(np.asarray(grad)))
+    np.testing.assert_array_equal(np.asarray(grad)[:, 0], 0.0)  # beyond the clamp nothing flows back
+    # k3 with log r = ref - logp = 200 is clamped too: e^20 - 1 - 20, not inf.
+    k3 = grpo.kl_estimate(jnp.array([[-210.0]]), jnp.array([[-10.0]]), jnp.ones((1, 1), bool), "k3")
+    np.testing.assert_allclose(k3, [[math.expm1(20.0) - 20.0]], rtol=1e-6)
+
+
+def test_logprob_gap_hand_computed():
+    a = jnp.array([[-1.0, -2.0, -3.0], [-0.5, 7.0, 7.0]])
+    b = jnp.array([[-1.5, -2.0, -10.0], [-0.25, -9.0, 0.0]])
+    mask = jnp.array([[True, True, False], [True, False, False]])
+    assert float(grpo.logprob_gap(a, b, mask)) == pytest.approx((0.5 + 0.0 + 0.25) / 3)
+    assert float(grpo.logprob_gap(a, b, jnp.zeros_like(mask))) == 0.0
+
+
 @pytest.mark.parametrize("estimator", grpo.KL_ESTIMATORS)
 def test_identical_policy_and_reference_give_zero_kl(estimator):
     logp = -jax.random.uniform(jax.random.key(1), (3, 5), minval=0.1, maxval=4.0)
@@ -189,6 +224,51 @@ def test_grpo_loss_hand_computed():
 
 
 # --------------------------------------------------------------------------------- gradients
+
+
+# Three rows, on-policy (ratio 1), π = 0.5 and π_ref = 0.25 on every token; row 1 is fully masked (e.g. a
+# sample whose reward is missing). Per token: loss ℓ_b = −A_b + β·k3 with k3 = 0.5 − 1 − log 0.5, and
+# d loss/d log π = −A_b + β·(1 − π_ref/π) = −A_b + β/2, each times the token's aggregation weight.
+_MASKED_ROW_MASK = np.array([[False, True, True], [False, False, False], [False, True, False]])
+_MASKED_ROW_ADV = np.array([1.0, 5.0, -2.0])
+_BETA = 0.1
+_K3 = 0.5 - 1 - math.log(0.5)
+
+
+@pytest.mark.parametrize("mode, length, weight_row0, weight_row2, without_row_factor", [
+    # GRPO: mean over each row's 2 and 1 tokens, then over the 2 rows that have tokens (row 1 does not count).
+    ("seq_mean_token_mean", None, 1 / (2 * 2), 1 / (1 * 2), 1.0),
+    # DAPO: one mean over the 3 response tokens of the batch (row 1 has none).
+    ("token_mean", None, 1 / 3, 1 / 3, 1.0),
+    # Dr. GRPO: token sums over the constant L·B = 4·3; without row 1, L·B = 4·2, so the loss is 2/3 of that.
+    ("seq_mean_token_sum_norm", 4, 1 / 12, 1 / 12, 2 / 3),
+])
+def test_a_fully_masked_row_is_left_out_as_each_mode_defines(mode, length, weight_row0, weight_row2,
+                                                              without_row_factor):
+    cfg = _cfg(kl_coef=_BETA, loss_aggregation=mode, loss_norm_length=length)
+    keep = np.array([0, 2])
+
+    def loss_and_grad(mask, adv):
+        logp = jnp.full(mask.shape, math.log(0.5))
+        ref = jnp.full(mask.shape, math.log(0.25))
+
+        def loss(lp):
+            return grpo.grpo_loss(lp, logp, ref, jnp.asarray(adv), jnp.asarray(mask), cfg)[0]
+
+        return jax.value_and_grad(loss)(logp)
+
+    loss, grad = loss_and_grad(_MASKED_ROW_MASK, _MASKED_ROW_ADV)
+    per_token = -_MASKED_ROW_ADV + _BETA * _K3
+    expected_loss = 2 * weight_row0 * per_token[0] + weight_row2 * per_token[2]
+    assert float(loss) == pytest.approx(expected_loss, rel=1e-6)
+    expected_grad = np.zeros((3, 3))
+    expected_grad[0, 1:] = weight_row0 * (-_MASKED_ROW_ADV[0] + _BETA / 2)
+    expected_grad[2, 1] = weight_row2 * (-_MASKED_ROW_ADV[2] + _BETA / 2)
+    np.testing.assert_allclose(grad, expected_grad, rtol=1e-6, atol=1e-8)
+
+    loss_without, grad_without = loss_and_grad(_MASKED_ROW_MASK[keep], _MASKED_ROW_ADV[keep])
+    assert float(loss) == pytest.approx(without_row_factor * float(loss_without), rel=1e-6)
+    np.testing.assert_allclose(grad[keep], without_row_factor * np.asarray(grad_without), rtol=1e-6)
 
 
 def _random_case(key, b=4, t=6, dtype=jnp.float32):
@@ -273,34 +353,35 @@ def test_microbatch_sums_equal_full_batch():
 # --------------------------------------------------------------------------------- chunked log-probs
 
 
-@pytest.mark.parametrize("chunk", [1, 3, 7, 100])
-def test_chunked_logprobs_match_full_log_softmax(chunk):
+@pytest.mark.parametrize("chunk, temperature", [(1, 1.0), (3, 0.7), (7, 1.0), (100, 1.3)])
+def test_chunked_logprobs_match_full_log_softmax(chunk, temperature):
     k1, k2, k3 = jax.random.split(jax.random.key(7), 3)
     h = jax.random.normal(k1, (2, 7, 5))
     w = jax.random.normal(k2, (5, 11))
     targets = jax.random.randint(k3, (2, 7), 0, 11)
 
     def chunked(h, w):
-        return grpo.chunked_token_logprobs(h, targets, lambda x: x @ w, chunk)
+        return grpo.chunked_token_logprobs(h, targets, lambda x: x @ w, chunk, temperature)
 
     def full(h, w):
-        logp_all = jax.nn.log_softmax(h @ w, axis=-1)
+        logp_all = jax.nn.log_softmax(h @ w / temperature, axis=-1)
         logp = jnp.take_along_axis(logp_all, targets[..., None], axis=-1)[..., 0]
         return logp, -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
 
     (lp_c, ent_c), (lp_f, ent_f) = chunked(h, w), full(h, w)
     np.testing.assert_allclose(lp_c, lp_f, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(ent_c, ent_f, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ent_c, ent_f, rtol=1e-5, atol=1e-5)  # H = lse - E[logits]: cancellation
     g_c = jax.grad(lambda h, w: chunked(h, w)[0].sum(), argnums=(0, 1))(h, w)
     g_f = jax.grad(lambda h, w: full(h, w)[0].sum(), argnums=(0, 1))(h, w)
     for a, b in zip(g_c, g_f):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def _jit_logprobs(model, chunk_size):
+def _jit_logprobs(model, chunk_size, temperature=1.0):
     """sequence_logprobs and the full forward of `model`, jitted over its state (eager is slow to dispatch)."""
     graphdef, state = nnx.split(model)
-    logprobs = jax.jit(lambda s, t, m: grpo.sequence_logprobs(nnx.merge(graphdef, s), t, m, chunk_size))
+    logprobs = jax.jit(lambda s, t, m: grpo.sequence_logprobs(nnx.merge(graphdef, s), t, m, chunk_size=chunk_size,
+                                                              temperature=temperature))
     forward = jax.jit(lambda s, t, m: nnx.merge(graphdef, s)(t, padding_to_positions(m), causal_padding_mask(m))[0])
     return (lambda t, m: logprobs(state, t, m)), (lambda t, m: forward(state, t, m))
 
@@ -313,19 +394,23 @@ def _tiny_model(tie=False):
     return nnx.merge(*random_model(cfg, std=0.3))
 
 
-@pytest.mark.parametrize("tie", [False, True])
-def test_sequence_logprobs_match_model_logits(tie):
+@pytest.mark.parametrize("tie, temperature", [(False, 1.0), (True, 0.7)])
+def test_sequence_logprobs_match_model_logits(tie, temperature):
     model = _tiny_model(tie)
     tokens = jax.random.randint(jax.random.key(8), (3, 9), 0, 61)
     input_mask = jnp.arange(9)[None, :] >= jnp.array([[0], [2], [4]])  # left padding
-    logprobs, forward = _jit_logprobs(model, 4)
+    logprobs, forward = _jit_logprobs(model, 4, temperature)
     logp, ent = logprobs(tokens, input_mask)
     logits = forward(tokens, input_mask)
-    logp_all = jax.nn.log_softmax(logits, axis=-1)
+    logp_all = jax.nn.log_softmax(logits / temperature, axis=-1)
     expected = jnp.take_along_axis(logp_all[:, :-1], tokens[:, 1:, None], axis=-1)[..., 0]
-    np.testing.assert_allclose(logp[:, 1:], expected, rtol=1e-5, atol=1e-5)
+    expected_ent = -jnp.sum(jnp.exp(logp_all) * logp_all, -1)[:, :-1]
+    defined = np.asarray(input_mask[:, 1:] & input_mask[:, :-1])  # a real token predicted from a real one
+    np.testing.assert_allclose(np.asarray(logp[:, 1:])[defined], np.asarray(expected)[defined], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(ent[:, 1:])[defined], np.asarray(expected_ent)[defined], rtol=1e-5,
+                               atol=1e-5)
     np.testing.assert_array_equal(logp[:, 0], 0.0)
-    np.testing.assert_allclose(ent[:, 1:], -jnp.sum(jnp.exp(logp_all) * logp_all, -1)[:, :-1], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(logp[:, 1:])[~defined], 0.0)  # padding: 0, like the sampler's
 
 
 def test_sequence_logprobs_ignore_right_padding():

@@ -70,7 +70,7 @@ def test_biggen_and_vicuna_fixtures():
     assert v.prompt == "How do I keep basil alive indoors?" and v.case_id == "1/vicuna"
     assert v.rubric.dimensions[0].description == "Is the advice specific and actionable?"
     assert v.rubric.dimensions[0].anchors[5].description.startswith("Specific, complete tips")
-    assert v.meta["gpt4_score"] == [2, 2, 3]
+    assert v.meta["gpt4_score"] == [2, 2, 3] and v.meta["response"] == "Water it."
     with pytest.raises(RubricError, match="no '###Score Rubrics:' block"):
         parse_prometheus_rubric_text("###Feedback:", "x")
 
@@ -156,6 +156,7 @@ def test_real_prometheus_files_import():
     vicuna = import_vicuna_eval(_real("prometheus", "vicuna_eval.json"))
     assert len(vicuna) == 320 and all(len(v.meta["gpt4_score"]) == 3 for v in vicuna)
     assert all(v.prompt and "###" not in v.prompt for v in vicuna)
+    assert all(v.meta["response"] and "###" not in v.meta["response"] for v in vicuna)
 
 
 def test_real_hellobench_golden_scores():

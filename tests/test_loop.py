@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -76,8 +78,9 @@ def test_workdir_holds_everything_a_researcher_needs(uninterrupted):
     grpo = [r for r in rows if r["stage"] == "grpo"]
     assert [r["step"] for r in grpo] == [1, 2, 3, 4, 5]
     for key in ("reward/mean", "kl", "clip_frac", "zero_std_frac", "response_len/mean", "lr", "grad_norm",
-                "reward/format", "reward/length"):
+                "reward/format", "reward/length", "logprob_gap/mean"):
         assert key in grpo[0], key
+    assert all(r["logprob_gap/mean"] < 1e-4 for r in grpo)  # float32 decode == teacher forcing on CPU
     evals = [r for r in rows if r["stage"] == "eval"]
     assert [r["step"] for r in evals] == [0, 2, 4, 5]  # the SFT baseline, every 2 steps, the end
     assert all("eval/reward_mean" in r for r in evals)
@@ -112,6 +115,43 @@ def test_nan_streak_stops_after_the_limit():
         streak.record(skipped, step=0, last_checkpoint="ckpt@0")
     with pytest.raises(TrainingError, match=r"3 GRPO updates in a row.*ckpt@0"):
         streak.record(1, step=6, last_checkpoint="ckpt@0")
+
+
+def test_grpo_config_takes_the_rollout_temperature_and_eps():
+    from configs import tiny
+    from rubric_jax.train import loop
+
+    rl = tiny.get_config().rl
+    with rl.unlocked():
+        rl.sampler, rl.advantage_eps = "temperature(0.7)", 0.5
+    cfg = loop.grpo_config(rl)
+    assert (cfg.temperature, cfg.advantage_eps, cfg.kl_coef) == (0.7, 0.5, rl.beta)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("missing_scores", "dorp", "config.rl.missing_scores='dorp'"),
+    ("sampler", "topk(40)", "config.rl.sampler='topk(40)'"),
+    ("sampler", "temperature(nan)", "finite"),
+    ("advantage_eps", 0.0, "advantage_eps"),
+])
+def test_grpo_config_rejects_bad_rl_values(field, value, message):
+    from configs import tiny
+    from rubric_jax.train import loop
+
+    rl = tiny.get_config().rl
+    with rl.unlocked():
+        rl[field] = value
+    with pytest.raises(ValueError, match=re.escape(message)):
+        loop.grpo_config(rl)
+
+
+def test_a_bad_grpo_setting_fails_before_sft_starts(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "experiments.run", "--config=configs/tiny.py", f"--workdir={tmp_path}",
+                           "--config.rl.missing_scores=dorp"], cwd=ROOT, env=_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "config.rl.missing_scores='dorp'" in proc.stderr
+    assert not any(tmp_path.iterdir())  # nothing written, no SFT step run
 
 
 def test_length_buckets():
@@ -187,12 +227,14 @@ def test_a_grpo_step_with_an_llm_judged_dimension_goes_through_the_judge(tmp_pat
         config.judge.samples, config.judge.max_retries, config.judge.max_new_tokens = 1, 1, 8
         config.rl.questions_per_step, config.rl.group_size, config.rl.max_new_tokens = 2, 4, 8
         config.rl.micro_batches = 1
+        config.rl.recompute_old_logprobs = True
     run_ = loop.build(config, tmp_path / "run")
     assert len(run_.reward.judges) == 2
-    state, _, update = loop.grpo_components(run_, loop.initial_params(run_))
+    state, _, programs = loop.grpo_components(run_, loop.initial_params(run_))
     questions = run_.train_questions[:2]
     reference = jax.tree.map(jnp.copy, state.params)  # the update donates the state's buffers
-    _, row, samples = loop.grpo_iteration(run_, update, state, reference, questions, jax.random.key(0))
+    _, row, samples = loop.grpo_iteration(run_, programs, state, reference, questions, jax.random.key(0))
+    assert row["logprob_gap/mean"] < 1e-4  # recomputed behaviour log-probs vs the sampler's
     assert row["judge_generate_calls"] == 2 * 2  # two judges x (first round + one retry round)
     assert row["judge_prompts"] >= 2 * 8  # every (response, dimension) of the step, by each judge
     assert row["judge_failed_scores"] == 8 and row["reward_failed_scores"] == 8  # counted, not scored

@@ -1,10 +1,23 @@
-"""Rollouts -> GRPO batch layout, response decoding and reward summaries (hand-made inputs)."""
+"""Rollouts -> GRPO batch: layout, advantages, response decoding and reward summaries (hand-made inputs),
+and the real generate -> batch -> train log-prob path (the first update's ratio is 1 at any temperature)."""
 
+import functools
+import math
+
+import jax
 import numpy as np
+import optax
+import pytest
+from flax import nnx
 
+from rubric_jax import grpo, sampling
 from rubric_jax.judges.reward import RewardOutput
+from rubric_jax.models.config import ModelConfig
 from rubric_jax.sampling import GenerationResult
-from rubric_jax.train import rollout
+from rubric_jax.train import loop, rollout
+from rubric_jax.train import state as train_state
+from rubric_jax.train import step as train_step
+from tests.random_model import random_model
 
 
 def _result() -> GenerationResult:
@@ -53,3 +66,116 @@ def test_reward_summary_leaves_missing_scores_out():
     assert summary.dimension_means == {"a": 2 / 3, "b": 0.75}
     assert rollout.reward_metrics(summary, "eval/") == {
         "eval/reward/a": 2 / 3, "eval/reward/b": 0.75, "eval/reward_failed_scores": 1, "eval/reward_not_ok": 1}
+
+
+def _scored(rewards, reward_ok, valid):
+    rewards = np.asarray(rewards, np.float32)
+    return RewardOutput(np.zeros(valid.shape), valid, rewards, [f"d{j}" for j in range(valid.shape[1])],
+                        {"reward_ok": np.asarray(reward_ok)})
+
+
+def test_rollout_advantages_use_the_configured_eps_and_missing_scores():
+    valid = np.array([[True, True], [True, True], [True, False], [True, True]])
+    scored = _scored([0.0, 1.0, 0.2, 0.6], [True, True, True, True], valid)
+    cfg = grpo.GRPOConfig(group_size=2, advantage_eps=1.0)
+    adv, ok, zero_std = rollout.rollout_advantages(scored, cfg, "renormalize")
+    # Group 0: {0, 1}: mean 0.5, sample std 1/sqrt(2); group 1: {0.2, 0.6}: mean 0.4, std 0.2*sqrt(2).
+    s0, s1 = 1 / math.sqrt(2), 0.2 * math.sqrt(2)
+    np.testing.assert_allclose(adv, [-0.5 / (s0 + 1), 0.5 / (s0 + 1), -0.2 / (s1 + 1), 0.2 / (s1 + 1)], rtol=1e-6)
+    assert ok.all() and zero_std == 0.0
+    # "drop": sample 2 misses a dimension score, so group 1 keeps one sample: no spread, advantage 0.
+    adv, ok, zero_std = rollout.rollout_advantages(scored, cfg, "drop")
+    np.testing.assert_array_equal(ok, [True, True, False, True])
+    np.testing.assert_allclose(adv, [-0.5 / (s0 + 1), 0.5 / (s0 + 1), 0.0, 0.0], rtol=1e-6)
+    assert zero_std == 0.5
+    with pytest.raises(ValueError, match="missing_scores='dorp'"):
+        rollout.rollout_advantages(scored, cfg, "dorp")
+
+
+@pytest.mark.parametrize("sampler", ["topk(40)", "nucleus(0.9, 0.7)", "greedy"])
+def test_rollouts_refuse_truncating_or_greedy_samplers(sampler):
+    with pytest.raises(ValueError, match=r"config.rl.sampler=.*temperature\(t\)"):
+        rollout.rollout_temperature(sampler)
+    assert rollout.rollout_temperature("temperature(0.7)") == 0.7
+
+
+# ------------------------------------------------------------- generate -> batch -> train log-probs
+
+MODEL = ModelConfig(architecture="qwen2", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
+                    num_heads=4, num_kv_heads=2, head_dim=8, rope_theta=10000.0, rms_norm_eps=1e-6,
+                    tie_word_embeddings=False, attention_bias=True, rope_scaling=None, max_position_embeddings=64)
+PROMPTS = [[5, 6, 7], [9, 10, 11, 12, 13], [3], [40, 41]]
+GROUP, PAD, STOP = 2, 0, 1
+
+
+@pytest.fixture(scope="module")
+def policy():
+    """A random policy whose next-token distributions are far from uniform (temperature matters)."""
+    graphdef, state = random_model(MODEL, std=0.3)
+    return graphdef, state, nnx.to_pure_dict(state)
+
+
+@functools.lru_cache(maxsize=None)
+def _programs(graphdef, temperature, kl_coef=0.0):
+    cfg = grpo.GRPOConfig(group_size=GROUP, kl_coef=kl_coef, temperature=temperature)
+    return loop.GRPOPrograms(cfg, train_step.jit_grpo_step(cfg),
+                             train_step.jit_sequence_logprobs(graphdef, temperature=temperature))
+
+
+def _rollout_batch(graphdef, state, sampler):
+    """What `loop.grpo_iteration` trains on: the sampler's responses laid out by `rollout.training_batch`."""
+    result = sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(4), n=GROUP, max_new_tokens=10,
+                               sampler=sampler, stop_tokens=[STOP], pad_id=PAD)
+    prompt_ids, prompt_mask = sampling.left_pad(PROMPTS, PAD)
+    n = len(PROMPTS) * GROUP
+    advantages = np.where(np.arange(n) % 2 == 0, 1.0, -1.0).astype(np.float32)
+    return rollout.training_batch(prompt_ids, prompt_mask, result, GROUP, advantages, np.ones(n, bool), (16,))
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.0])
+def test_first_update_ratio_is_one_through_generate_batch_and_train_step(policy, temperature):
+    graphdef, state, params = policy
+    batch = _rollout_batch(graphdef, state, f"temperature({temperature})")
+    mask = batch["loss_mask"]
+    assert mask.sum() > 40
+    programs = _programs(graphdef, rollout.rollout_temperature(f"temperature({temperature})"))
+    # The trainer's teacher-forced log-probs of the sampled tokens equal the sampler's, token by token.
+    logp = np.asarray(programs.logprobs(params, batch["tokens"], batch["input_mask"]))
+    np.testing.assert_allclose(logp[mask], batch["old_logp"][mask], atol=2e-5)
+    # The first update of the real step sees ratio 1 everywhere: nothing clipped, no gap.
+    tstate = train_state.train_state_from_params(graphdef, params, optax.sgd(0.1), jax.random.key(0))
+    _, metrics = programs.update(tstate, batch)
+    assert float(metrics["ratio_mean"]) == pytest.approx(1.0, abs=1e-5)
+    assert float(metrics["abs_log_ratio"]) < 1e-5 and float(metrics["clip_frac"]) == 0.0
+    if temperature != 1.0:  # the test can fail: temperature-1 log-probs of tempered samples are far off
+        untempered = np.asarray(_programs(graphdef, 1.0).logprobs(params, batch["tokens"], batch["input_mask"]))
+        assert np.abs(untempered[mask] - batch["old_logp"][mask]).mean() > 0.05
+
+
+def test_rollout_logprobs_add_reference_and_recomputed_behaviour_once(policy):
+    graphdef, state, params = policy
+    batch = _rollout_batch(graphdef, state, "temperature(0.7)")
+    calls = []
+    programs = _programs(graphdef, 0.7)
+
+    def counting_logprobs(p, tokens, input_mask):
+        calls.append(p)
+        return programs.logprobs(p, tokens, input_mask)
+
+    counted = loop.GRPOPrograms(programs.cfg, programs.update, counting_logprobs)
+    # β = 0, sampler's behaviour log-probs: no log-prob forward at all, the gap comes from the first update.
+    out, gap = loop.rollout_logprobs(counted, batch, params, None, recompute_old=False)
+    assert calls == [] and gap is None and set(out) == set(train_step.GRPO_BATCH_KEYS)
+    # Recomputed behaviour log-probs: one forward with the sampling params; the gap to the sampler's is ~0.
+    out, gap = loop.rollout_logprobs(counted, batch, params, None, recompute_old=True)
+    assert calls == [params] and float(gap) < 1e-5
+    np.testing.assert_allclose(np.asarray(out["old_logp"])[batch["loss_mask"]], batch["old_logp"][batch["loss_mask"]],
+                               atol=2e-5)
+    # β > 0: the reference's log-probs once, in the batch the step takes.
+    ref = jax.tree.map(lambda x: 0.9 * x, params)
+    kl = _programs(graphdef, 0.7, kl_coef=0.05)
+    out, _ = loop.rollout_logprobs(kl, batch, params, ref, recompute_old=False)
+    np.testing.assert_allclose(out["ref_logp"], kl.logprobs(ref, batch["tokens"], batch["input_mask"]), atol=1e-6)
+    assert set(out) == set(train_step.grpo_batch_keys(kl.cfg))
+    with pytest.raises(ValueError, match="iff rl.beta > 0"):
+        loop.rollout_logprobs(kl, batch, params, None, recompute_old=False)

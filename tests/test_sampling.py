@@ -14,6 +14,7 @@ import pytest
 from flax import nnx
 
 from rubric_jax import sampling
+from rubric_jax.train import step as train_step
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.models.transformer import causal_padding_mask, padding_to_positions
 from tests.random_model import random_model
@@ -92,25 +93,26 @@ def test_chunked_prefill_matches_full_recompute(model, monkeypatch):
         assert result.tokens[b].tolist() == _greedy_by_recompute(graphdef, state, prompt, 5)
 
 
-def _teacher_forced(graphdef, state, prompts, result, pad_id):
-    """Teacher-forced log-probs of each response token, over left-padded prompt + response."""
+def _teacher_forced(graphdef, state, prompts, result, pad_id, temperature):
+    """Teacher-forced log-probs (the trainer's function) of each response token at `temperature`, over the
+    left-padded prompt + response."""
     tokens, mask = sampling.left_pad(prompts, pad_id)
     tokens = np.repeat(tokens, len(result.tokens) // len(prompts), axis=0)
     mask = np.repeat(mask, len(result.tokens) // len(prompts), axis=0)
     response_mask = np.arange(result.tokens.shape[1])[None, :] < result.lengths[:, None]
     full = np.concatenate([tokens, result.tokens], axis=1)
     full_mask = np.concatenate([mask, response_mask], axis=1)
-    logprobs = np.asarray(sampling.token_logprobs(graphdef, state, full, full_mask))
-    return logprobs[:, tokens.shape[1]:]
+    logprobs_fn = train_step.jit_sequence_logprobs(graphdef, temperature=temperature)
+    return np.asarray(logprobs_fn(state, full, full_mask))[:, tokens.shape[1]:]
 
 
-# Tempered and filtered samplers: the log-probs are still those of the raw (temperature 1) policy.
-@pytest.mark.parametrize("sampler", ["topk(5, 1.3)", "nucleus(0.8, 0.7)"])
-def test_logprobs_equal_teacher_forced_forward(model, sampler):
+# The log-probs are those of softmax(logits / T), before top-k / top-p truncation.
+@pytest.mark.parametrize("sampler, temperature", [("topk(5, 1.3)", 1.3), ("nucleus(0.8, 0.7)", 0.7)])
+def test_logprobs_equal_teacher_forced_forward(model, sampler, temperature):
     graphdef, state = model
     result = sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(1), n=2, max_new_tokens=12,
                                sampler=sampler, stop_tokens=[STOP], pad_id=PAD)
-    expected = _teacher_forced(graphdef, state, PROMPTS, result, PAD)
+    expected = _teacher_forced(graphdef, state, PROMPTS, result, PAD, temperature)
     np.testing.assert_allclose(result.logprobs, expected, atol=1e-5)
     assert np.all(result.logprobs <= 0)
     assert np.all(result.logprobs[:, 0] < 0)
@@ -207,6 +209,23 @@ def test_top_p_filter_keeps_the_smallest_set_reaching_p():
     np.testing.assert_array_equal(keep(0.3)[1], [True, True, True, True])  # ties with the threshold stay
 
 
+def test_top_p_filter_at_vocab_32k_keeps_what_float64_keeps():
+    logits = jax.random.normal(jax.random.key(3), (4, 32_000)) * 3.0
+    # p = 1 keeps every token (a float32 cumulative sum from the top used to drop ~1k of them).
+    assert np.isfinite(np.asarray(sampling.top_p_filter(logits, 1.0))).all()
+    x = np.asarray(logits, np.float64)
+    probs = np.exp(x - x.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    for p in (0.5, 0.9, 0.999):
+        kept = np.isfinite(np.asarray(sampling.top_p_filter(logits, p)))
+        order = np.argsort(-x, axis=-1)
+        mass_before = np.cumsum(np.take_along_axis(probs, order, -1), -1) - np.take_along_axis(probs, order, -1)
+        expected = np.zeros_like(kept)
+        np.put_along_axis(expected, order, mass_before < p, -1)
+        assert 0 < expected.sum() < expected.size
+        np.testing.assert_array_equal(kept, expected, err_msg=f"p={p}")
+
+
 def test_samplers_draw_only_from_the_filtered_support():
     logits_BxV = jnp.tile(jnp.log(jnp.asarray([0.15, 0.5, 0.05, 0.3]))[None, :], (4000, 1))
     key = jax.random.key(7)
@@ -230,7 +249,9 @@ def test_parse_sampler():
     assert parse(" nucleus(0.9) ") == sampling.Sampler("nucleus", temperature=1.0, top_p=0.9)
     for bad, match in [("beam(4)", "expected"), ("topk(2.5)", "positive integer"), ("nucleus(1.5)", r"\(0, 1\]"),
                        ("temperature(0)", "> 0"), ("temperature()", "wrong number"), ("greedy(1)", "wrong number"),
-                       ("topk(a)", "must be numbers")]:
+                       ("topk(a)", "must be numbers"), ("temperature(nan)", "finite"), ("temperature(inf)", "finite"),
+                       ("nucleus(nan)", "finite"), ("nucleus(0.9, nan)", "finite"), ("topk(inf)", "finite"),
+                       ("topk(3, -inf)", "finite")]:
         with pytest.raises(ValueError, match=match):
             parse(bad)
 

@@ -54,10 +54,15 @@ def batch0(state0):
     input_mask = (pos >= prompt_start) & (pos < response_end)
     loss_mask = (pos >= PROMPT) & input_mask
     tokens = jnp.where(input_mask, tokens, 0)
-    old_logp = _logprobs(state0, tokens, input_mask)
+    old_logp = _logprobs(state0.params, tokens, input_mask)
     advantages, _ = grpo.group_advantages(jax.random.uniform(k2, (B,)), 2)
     return {"tokens": tokens, "input_mask": input_mask, "loss_mask": loss_mask,
             "old_logp": jnp.where(loss_mask, old_logp, 0.0), "advantages": advantages}
+
+
+def _with_ref(batch, ref_params):
+    """The batch with the reference log-probs a rollout adds when β > 0."""
+    return {**batch, "ref_logp": _logprobs(ref_params, batch["tokens"], batch["input_mask"])}
 
 
 SGD = optax.sgd(0.5)  # one object, so states built with it share compiled steps
@@ -76,13 +81,15 @@ def grpo_step():
     return _grpo_step(grpo.GRPOConfig(group_size=2, kl_coef=0.0), 1)
 
 
-_LOGPROBS = {}
+@functools.lru_cache(maxsize=None)
+def _logprobs_fn(temperature=1.0):
+    graphdef = train_state.abstract_model(_factory(_model_cfg()))[0]
+    return train_step.jit_sequence_logprobs(graphdef, temperature=temperature)
 
 
-def _logprobs(state, tokens, input_mask):
-    if state.graphdef not in _LOGPROBS:
-        _LOGPROBS[state.graphdef] = train_step.jit_compute_logprobs(state.graphdef)
-    return _LOGPROBS[state.graphdef](state.params, tokens, input_mask)
+def _logprobs(params, tokens, input_mask, temperature=1.0):
+    """Teacher-forced log-probs of the module's model (the function rollouts use for ref/old log-probs)."""
+    return _logprobs_fn(temperature)(params, tokens, input_mask)
 
 
 def _copy(tree):
@@ -168,7 +175,7 @@ def test_weight_decay_skips_norms_and_biases(state0):
 def test_sft_loss_decreases_and_matches_masked_nll(state0, batch0):
     state = _copy(state0)
     batch = _sft(batch0)
-    logp = _logprobs(state, batch["tokens"], batch["input_mask"])
+    logp = _logprobs(state.params, batch["tokens"], batch["input_mask"])
     mask = batch["loss_mask"]
     expected = -float(jnp.sum(jnp.where(mask, logp, 0.0)) / mask.sum())
     step = train_step.jit_sft_step()
@@ -187,12 +194,13 @@ def test_grpo_loss_decreases_and_moves_towards_positive_advantages(state0, batch
     mask = batch0["loss_mask"]
 
     def seq_logp(s):
-        return jnp.sum(jnp.where(mask, _logprobs(s, batch0["tokens"], batch0["input_mask"]), 0.0), axis=1)
+        return jnp.sum(jnp.where(mask, _logprobs(s.params, batch0["tokens"], batch0["input_mask"]), 0.0), axis=1)
 
     before = seq_logp(state)
     losses = []
+    batch = _with_ref(batch0, state0.params)
     for _ in range(4):
-        state, metrics = _grpo_step(KL_CFG, 1)(state, batch0, state0.params)
+        state, metrics = _grpo_step(KL_CFG, 1)(state, batch)
         losses.append(float(metrics["loss"]))
     gain = seq_logp(state) - before
     adv = batch0["advantages"]
@@ -204,11 +212,11 @@ def test_grpo_loss_decreases_and_moves_towards_positive_advantages(state0, batch
 def test_nan_loss_skips_update_and_keeps_state(state0, batch0, grpo_step):
     state = _copy(state0)
     bad = {**batch0, "advantages": batch0["advantages"].at[3].set(jnp.nan)}
-    state, metrics = grpo_step(state, bad, None)
+    state, metrics = grpo_step(state, bad)
     assert int(metrics["skipped"]) == 1 and not np.isfinite(float(metrics["loss"]))
     jax.tree.map(np.testing.assert_array_equal, (state.params, state.opt_state), (state0.params, state0.opt_state))
     assert int(state.step) == 1
-    state, metrics = grpo_step(state, batch0, None)
+    state, metrics = grpo_step(state, batch0)
     assert int(metrics["skipped"]) == 0 and int(state.step) == 2
     assert not np.array_equal(state.params["norm"]["scale"], state0.params["norm"]["scale"])
 
@@ -216,12 +224,12 @@ def test_nan_loss_skips_update_and_keeps_state(state0, batch0, grpo_step):
 def test_gradient_accumulation_equals_one_big_batch(state0, batch0):
     # Plain SGD so the new params expose the summed gradient itself (Adam's first step is ~sign(g)).
     state = _with_tx(state0, SGD)
-    ref = jax.tree.map(lambda x: x * 0.9, state0.params)
-    s1, m1 = _grpo_step(KL_CFG, 1)(_copy(state), batch0, ref)
-    s4, m4 = _grpo_step(KL_CFG, 4)(_copy(state), batch0, ref)
+    batch = _with_ref(batch0, jax.tree.map(lambda x: x * 0.9, state0.params))
+    s1, m1 = _grpo_step(KL_CFG, 1)(_copy(state), batch)
+    s4, m4 = _grpo_step(KL_CFG, 4)(_copy(state), batch)
     assert "lr" not in m1  # sgd records no learning rate
     _assert_trees_close(s4.params, s1.params, rtol=1e-5, atol=1e-7)
-    for name in ("loss", "kl", "grad_norm", "entropy", "clip_frac", "num_tokens"):
+    for name in ("loss", "kl", "grad_norm", "entropy", "clip_frac", "num_tokens", "abs_log_ratio"):
         assert float(m4[name]) == pytest.approx(float(m1[name]), rel=1e-5, abs=1e-7)
 
 
@@ -229,19 +237,20 @@ def test_right_padding_does_not_change_the_update(state0, batch0):
     def pad(x, value):
         return jnp.concatenate([x, jnp.full((B, 4), value, x.dtype)], axis=1)
 
-    padded = {"tokens": pad(batch0["tokens"], 5), "input_mask": pad(batch0["input_mask"], False),
-              "loss_mask": pad(batch0["loss_mask"], True), "old_logp": pad(batch0["old_logp"], -3.0),
-              "advantages": batch0["advantages"]}
+    batch = _with_ref(batch0, state0.params)
+    padded = {"tokens": pad(batch["tokens"], 5), "input_mask": pad(batch["input_mask"], False),
+              "loss_mask": pad(batch["loss_mask"], True), "old_logp": pad(batch["old_logp"], -3.0),
+              "ref_logp": pad(batch["ref_logp"], 40.0), "advantages": batch["advantages"]}
     state = _with_tx(state0, SGD)
-    s_a, m_a = _grpo_step(KL_CFG, 1)(_copy(state), batch0, state0.params)
-    s_b, m_b = _grpo_step(KL_CFG, 1)(_copy(state), padded, state0.params)
+    s_a, m_a = _grpo_step(KL_CFG, 1)(_copy(state), batch)
+    s_b, m_b = _grpo_step(KL_CFG, 1)(_copy(state), padded)
     for name in ("loss", "kl", "entropy", "grad_norm"):
         assert float(m_b[name]) == pytest.approx(float(m_a[name]), rel=1e-5, abs=1e-8)
     assert int(m_b["num_tokens"]) == int(m_a["num_tokens"])
     _assert_trees_close(s_b.params, s_a.params, rtol=1e-5, atol=1e-7)
 
 
-def test_zero_kl_never_traces_the_reference_and_compiles_once(monkeypatch, state0, batch0):
+def test_the_step_runs_only_the_policy_forward_and_compiles_once(monkeypatch, state0, batch0):
     traced = []
     real = grpo.sequence_logprobs
 
@@ -252,39 +261,43 @@ def test_zero_kl_never_traces_the_reference_and_compiles_once(monkeypatch, state
     monkeypatch.setattr(grpo, "sequence_logprobs", counting)
     step = train_step.jit_grpo_step(grpo.GRPOConfig(group_size=2, kl_coef=0.0), micro_batches=2)
     state = _with_tx(state0, SGD)
-    state, metrics = step(state, batch0, None)
+    state, metrics = step(state, batch0)
     policy_only = len(traced)
     assert policy_only > 0 and "kl" not in metrics
     for _ in range(3):
-        state, metrics = step(state, _copy(batch0), None)
+        state, metrics = step(state, _copy(batch0))
     assert len(traced) == policy_only and step._cache_size() == 1  # no retrace across steps
 
+    # With β > 0 the reference log-probs come in the batch: the traced step has no second forward.
     traced.clear()
     cfg_kl = grpo.GRPOConfig(group_size=2, kl_coef=0.01)
-    train_step.jit_grpo_step(cfg_kl, micro_batches=2).trace(state, batch0, state0.params)
-    assert len(traced) == 2 * policy_only  # with β > 0 each traced loss adds the reference forward
-    with pytest.raises(ValueError, match="iff kl_coef > 0"):
-        train_step.jit_grpo_step(cfg_kl).trace(state, batch0, None)
-    with pytest.raises(ValueError, match="iff kl_coef > 0"):
-        step.trace(state, batch0, state0.params)
+    with_ref = {**batch0, "ref_logp": batch0["old_logp"]}
+    train_step.jit_grpo_step(cfg_kl, micro_batches=2).trace(state, with_ref)
+    assert len(traced) == policy_only
+    with pytest.raises(ValueError, match="expected exactly.*ref_logp"):
+        train_step.jit_grpo_step(cfg_kl).trace(state, batch0)  # β > 0 needs the reference log-probs
+    with pytest.raises(ValueError, match="expected exactly"):
+        step.trace(state, with_ref)  # β = 0 computes none: a batch that carries them is a caller's mistake
 
 
 def test_bad_batches_are_rejected(state0, batch0, grpo_step):
     with pytest.raises(ValueError, match="micro_batches=3"):
-        train_step.jit_grpo_step(grpo.GRPOConfig(group_size=2, kl_coef=0.0), micro_batches=3).trace(
-            state0, batch0, None)
+        train_step.jit_grpo_step(grpo.GRPOConfig(group_size=2, kl_coef=0.0), micro_batches=3).trace(state0, batch0)
     with pytest.raises(ValueError, match="expected exactly"):
-        grpo_step.trace(state0, _sft(batch0), None)
+        grpo_step.trace(state0, _sft(batch0))
     with pytest.raises(ValueError, match=r"batch\['loss_mask'\] has dtype int32"):
-        grpo_step.trace(state0, {**batch0, "loss_mask": batch0["loss_mask"].astype(jnp.int32)}, None)
+        grpo_step.trace(state0, {**batch0, "loss_mask": batch0["loss_mask"].astype(jnp.int32)})
     with pytest.raises(ValueError, match=r"batch\['advantages'\] has shape"):
-        grpo_step.trace(state0, {**batch0, "advantages": jnp.zeros(B + 1)}, None)
+        grpo_step.trace(state0, {**batch0, "advantages": jnp.zeros(B + 1)})
+    with pytest.raises(ValueError, match="micro_batches=3"):
+        train_step.jit_sequence_logprobs(state0.graphdef, temperature=1.0, micro_batches=3).trace(
+            state0.params, batch0["tokens"], batch0["input_mask"])
 
 
 def test_bf16_compute_keeps_float32_state(state0, batch0, grpo_step):
     graphdef, _ = train_state.abstract_model(_factory(_model_cfg(compute_dtype="bfloat16")))
     state = _with_tx(state0, state0.tx, graphdef)
-    state, metrics = grpo_step(state, batch0, None)
+    state, metrics = grpo_step(state, batch0)
     assert int(metrics["skipped"]) == 0 and np.isfinite(float(metrics["loss"]))
     floats = [x.dtype for x in jax.tree.leaves((state.params, state.opt_state)) if jnp.issubdtype(x.dtype, jnp.floating)]
     assert set(floats) == {jnp.dtype(jnp.float32)}

@@ -39,14 +39,16 @@ def unsharded():
     batch = {"tokens": jnp.where(input_mask, jax.random.randint(k1, (B, T), 1, VOCAB), 0),
              "input_mask": input_mask, "loss_mask": input_mask & (pos >= 3),
              "advantages": grpo.group_advantages(jax.random.uniform(k2, (B,)), 2)[0]}
-    logp = train_step.jit_compute_logprobs(state.graphdef)(state.params, batch["tokens"], input_mask)
+    logprobs = train_step.jit_sequence_logprobs(state.graphdef, temperature=CFG.temperature)
+    logp = logprobs(state.params, batch["tokens"], input_mask)
     shift = jnp.where(pos % 2 == 0, 0.3, -0.3)  # off-policy enough that both clip sides are active
     batch["old_logp"] = jnp.where(batch["loss_mask"], logp + shift, 0.0)
     ref = jax.tree.map(lambda x: x * 0.95, state.params)
+    batch["ref_logp"] = logprobs(ref, batch["tokens"], input_mask)
     init = jax.tree.map(jnp.copy, state)
     step = train_step.jit_grpo_step(CFG)
-    s1, m1 = step(jax.tree.map(jnp.copy, state), batch, ref)
-    s2, m2 = step(s1, batch, ref)
+    s1, m1 = step(jax.tree.map(jnp.copy, state), batch)
+    s2, m2 = step(s1, batch)
     sft_batch = {k: batch[k] for k in train_step.SFT_BATCH_KEYS}
     s_sft, m_sft = train_step.jit_sft_step()(jax.tree.map(jnp.copy, state), sft_batch)
     return dict(state=init, batch=batch, ref=ref, grpo=(m1, m2, s2), sft=(m_sft, s_sft), logp=logp)
@@ -81,14 +83,20 @@ def test_sharded_grpo_and_sft_steps_match_unsharded(unsharded, mesh_cfg, micro_b
 
     batch = unsharded["batch"]
     ref = jax.device_put(unsharded["ref"], shardings.params)
-    logp = train_step.jit_compute_logprobs(state.graphdef, param_shardings=shardings.params, mesh=mesh)(
-        state.params, batch["tokens"], batch["input_mask"])
+    logprobs = train_step.jit_sequence_logprobs(state.graphdef, temperature=CFG.temperature,
+                                                micro_batches=micro_batches, param_shardings=shardings.params,
+                                                mesh=mesh)
+    logp = logprobs(state.params, batch["tokens"], batch["input_mask"])
+    ref_logp = logprobs(ref, batch["tokens"], batch["input_mask"])
     _close(logp, unsharded["logp"])
+    _close(ref_logp, batch["ref_logp"])
+    _assert_sharding(ref_logp, sharding.batch_sharding(mesh))
+    batch = {**batch, "ref_logp": ref_logp}
 
     step = train_step.jit_grpo_step(CFG, micro_batches=micro_batches, shardings=shardings, mesh=mesh)
     sft_state = jax.tree.map(jnp.copy, state)
-    s1, m1 = step(state, batch, ref)
-    s2, m2 = step(s1, batch, ref)
+    s1, m1 = step(state, batch)
+    s2, m2 = step(s1, batch)
     ref_m1, ref_m2, ref_s2 = unsharded["grpo"]
     assert float(ref_m1["clip_frac_low"]) > 0 and float(ref_m1["clip_frac_high"]) > 0 and float(ref_m2["kl"]) > 0
     for got, want in ((m1, ref_m1), (m2, ref_m2)):

@@ -88,6 +88,7 @@ class JudgeConfig:
     mode: str = "single"  # "single": one prompt per (response, dim); "multi": one per response (QuRL)
     num_samples: int = 3  # prompts per item, median of the valid verdicts (RubricRL 3.3)
     shuffle_anchors: bool = True  # a fresh anchor order per sample (RubricRL 3.3 "交换顺序多次评分")
+    reverse_order: bool = False  # unshuffled: anchors (and "multi" criteria) reversed, for calibration's position probe
     max_retries: int = 2  # re-prompt rounds for invalid verdicts (Prometheus/LongBench-Write retry too)
     ensemble: str = "mean"  # "mean" | "agreement" across judges (RubricRL 6.2, 7)
 
@@ -100,8 +101,12 @@ class JudgeConfig:
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise ValueError(f"judge config: {field} must be an integer >= {minimum}, got {value!r}")
-        if not isinstance(self.shuffle_anchors, bool):
-            raise ValueError(f"judge config: shuffle_anchors must be true/false, got {self.shuffle_anchors!r}")
+        for field in ("shuffle_anchors", "reverse_order"):
+            if not isinstance(getattr(self, field), bool):
+                raise ValueError(f"judge config: {field} must be true/false, got {getattr(self, field)!r}")
+        if self.reverse_order and self.shuffle_anchors:
+            raise ValueError("judge config: reverse_order needs shuffle_anchors=False (a shuffled order has no "
+                             "reverse)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,14 +137,17 @@ def special_tokens(tokenizer: Any) -> list[str]:
 
 
 def _build_prompt(
-    req: _Request, question: str, response: str, mode: str, shuffle: bool, rng: np.random.Generator,
+    req: _Request, question: str, response: str, config: JudgeConfig, rng: np.random.Generator,
     reserved: Sequence[str],
 ) -> JudgePrompt:
+    """The request's prompt; with `reverse_order`, a "multi" prompt lists (and expects) its criteria reversed."""
     nonce = rng.bytes(8).hex()
-    orders = [rng.permutation(len(d.anchors)).tolist() if shuffle else None for d in req.dims]
-    if mode == "single":
-        return single_prompt(question, response, req.dims[0], nonce=nonce, anchor_order=orders[0], reserved=reserved)
-    return multi_prompt(question, response, req.dims, nonce=nonce, anchor_orders=orders, reserved=reserved)
+    dims = req.dims[::-1] if config.reverse_order else req.dims
+    orders = [rng.permutation(len(d.anchors)).tolist() if config.shuffle_anchors else
+              (list(range(len(d.anchors)))[::-1] if config.reverse_order else None) for d in dims]
+    if config.mode == "single":
+        return single_prompt(question, response, dims[0], nonce=nonce, anchor_order=orders[0], reserved=reserved)
+    return multi_prompt(question, response, dims, nonce=nonce, anchor_orders=orders, reserved=reserved)
 
 
 class ChatMessages(Protocol):
@@ -183,8 +191,7 @@ def _run_judge(
         prompt_key, gen_key = jax.random.split(round_key)
         rng = host_rng(prompt_key)
         prompts = [
-            _build_prompt(requests[r], questions[requests[r].row], responses[requests[r].row], config.mode,
-                          config.shuffle_anchors, rng, reserved)
+            _build_prompt(requests[r], questions[requests[r].row], responses[requests[r].row], config, rng, reserved)
             for r, _ in pending
         ]
         ids = encode_prompts(judge.tokenizer, prompts)
@@ -209,7 +216,8 @@ def _run_judge(
             verdict = parse_verdict(text, prompts[i].keys, prompts[i].ranges)
             if verdict.valid and not cut:
                 first = requests[r].first_slot
-                scores_SxL[s, first : first + len(requests[r].dims)] = verdict.scores
+                scores_SxL[s, first : first + len(requests[r].dims)] = (
+                    verdict.scores[::-1] if config.reverse_order else verdict.scores)
                 continue
             reason = "truncated at max_new_tokens" if cut else verdict.reason
             stats["judge_invalid"] += 1

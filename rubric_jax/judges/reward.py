@@ -12,6 +12,9 @@ scale reports 1 = "criterion met", so a negative-points rule should detect the u
 The call is a pure function of its inputs plus `key` (used only for LLM judge sampling). Rubrics are
 checked when the reward is built (unknown rule, bad rule params, an LLM dimension with no judge) and
 again, once each, for any new rubric met at call time.
+
+With a score `correction` (rubrics/correction.py, fitted by calibration), the raw scores of the dimensions
+it names are de-biased before normalisation; details["uncorrected_raw_scores"] keeps the judges' own.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ from typing import Any
 import jax
 import numpy as np
 
+from rubric_jax.judges.features import FEATURES, response_features
 from rubric_jax.judges.llm_judge import Judge, JudgeConfig, judge_rows
 from rubric_jax.judges.rules import Rule, RuleError, make_rule, rule_scores
 from rubric_jax.rubrics.aggregation import aggregate_rubric
+from rubric_jax.rubrics.correction import Correction
 from rubric_jax.rubrics.schema import Rubric, RubricError, normalize_scores
 
 
@@ -49,9 +54,13 @@ class RubricReward:
     """Callable reward: `(questions, responses, rubrics, *, key=None, weights=None) -> RewardOutput`."""
 
     def __init__(self, rubrics: Sequence[Rubric] = (), judges: Sequence[Judge] = (),
-                 judge_config: JudgeConfig = JudgeConfig()):
+                 judge_config: JudgeConfig = JudgeConfig(), correction: Correction | None = None):
         self.judges = tuple(judges)
         self.judge_config = judge_config
+        self.correction = correction
+        unknown = sorted(set(correction.features) - set(FEATURES)) if correction is not None else []
+        if unknown:
+            raise RubricError(f"score correction: unknown features {unknown}; known: {list(FEATURES)}")
         self._rules: dict[str, dict[int, Rule]] = {}
         for rubric in rubrics:
             self.rules_of(rubric)
@@ -65,6 +74,8 @@ class RubricReward:
             return cached
         built: dict[int, Rule] = {}
         for j, dim in enumerate(rubric.dimensions):
+            if self.correction is not None:
+                self.correction.check_dimension(dim.id, dim.scale.raw_range, f"rubric {rubric.name!r}")
             if dim.kind == "rule":
                 try:
                     built[j] = make_rule(dim.rule, dim.params)
@@ -124,6 +135,9 @@ class RubricReward:
                 raw_NxD[i, [column[d.id] for d in dims]] = scores
             details.update(judged.details)
 
+        if self.correction is not None:
+            details["uncorrected_raw_scores"] = raw_NxD
+            raw_NxD = self.correction.apply(ids, raw_NxD, response_features(responses))
         valid_NxD = has_NxD & ~np.isnan(raw_NxD)
         scores_NxD = np.full_like(raw_NxD, np.nan)
         reward_N = np.zeros((n,), dtype=np.float32)

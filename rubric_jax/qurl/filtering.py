@@ -8,7 +8,7 @@ the same score gives GRPO no signal (QuRL's ablation: without the filter 59.3 ->
 
 Merge. The criteria of the kept sets are grouped: two criteria are the same when their ids are equal
 ignoring case, or when the Jaccard similarity of the character-trigram sets of their descriptions is at
-least `threshold` (`data.char_ngrams`: NFKC, case-folded, letters and digits only, so English and Chinese
+least `threshold` (`prepare.dedup.char_ngrams`: NFKC, case-folded, letters and digits only, so English and Chinese
 compare alike). Groups are the connected components of that relation (single-link clustering), in
 order of their first criterion; so criteria with equal ids always share a group, and the ids of R*(q)
 are unique. A group's support is the number of distinct kept sets in
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rubric_jax.data import char_ngrams, jaccard
+from rubric_jax.prepare.dedup import char_ngrams, jaccard
 from rubric_jax.qurl.construction import Candidate
 from rubric_jax.rubrics.schema import Dimension
 

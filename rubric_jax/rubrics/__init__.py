@@ -1,4 +1,7 @@
-"""Rubrics as versioned data: schema, files, importers of public formats, aggregation, dynamic weights."""
+"""Rubrics as versioned data: schema, files, importers of public formats, aggregation, dynamic weights,
+score corrections."""
+from rubric_jax.rubrics.correction import (Correction, DimensionCorrection, correction_from_dict, dumps_correction,
+                                           load_correction)
 from rubric_jax.rubrics.io import check_revision, dumps_rubric, load_rubric, load_rubric_dir, save_rubric
 from rubric_jax.rubrics.schema import (
     Aggregation,
@@ -21,8 +24,9 @@ from rubric_jax.rubrics.schema import (
 )
 
 __all__ = [
-    "Aggregation", "Anchor", "ChangelogEntry", "Dimension", "Rubric", "RubricError", "RubricWarning", "Scale",
-    "case_rubric", "case_rubric_from_row", "check_revision", "dimension_from_dict", "dimension_to_dict",
-    "dumps_rubric", "load_rubric", "load_rubric_dir", "normalize_scores", "parse_row_rubric", "rubric_from_dict",
+    "Aggregation", "Anchor", "ChangelogEntry", "Correction", "Dimension", "DimensionCorrection", "Rubric",
+    "RubricError", "RubricWarning", "Scale", "case_rubric", "case_rubric_from_row", "check_revision",
+    "correction_from_dict", "dimension_from_dict", "dimension_to_dict", "dumps_correction", "dumps_rubric",
+    "load_correction", "load_rubric", "load_rubric_dir", "normalize_scores", "parse_row_rubric", "rubric_from_dict",
     "rubric_to_dict", "save_rubric", "with_version",
 ]

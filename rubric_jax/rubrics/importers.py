@@ -51,6 +51,8 @@ _PROMETHEUS_RUBRIC_RE = re.compile(
         rf"Score {k}:\s*(?P<s{k}>.+?)\s*\n" for k in range(1, 6)), re.DOTALL)
 _PROMETHEUS_INSTRUCTION_RE = re.compile(
     r"###The instruction to evaluate:\s*\n(?P<q>.*?)\n+###Response to evaluate:", re.DOTALL)
+_PROMETHEUS_RESPONSE_RE = re.compile(
+    r"###Response to evaluate:\s*\n(?P<r>.*?)\n+###(?:Reference Answer|Score Rubrics?)", re.DOTALL)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +193,8 @@ def import_biggen_bench(path: str | Path) -> list[RubricCase]:
 
 
 def import_vicuna_eval(path: str | Path) -> list[RubricCase]:
-    """Prometheus vicuna_eval.json (rendered absolute prompts + 3 GPT-4 scores) -> cases; scores in meta."""
+    """Prometheus vicuna_eval.json (rendered absolute prompts + 3 GPT-4 scores) -> cases; scores and the
+    graded response (cut from the rendered prompt) in meta."""
     path = Path(path)
     records = _read_json(path)
     cases = []
@@ -199,11 +202,13 @@ def import_vicuna_eval(path: str | Path) -> list[RubricCase]:
         where = f"{path}: record {i}"
         _require(rec, ("idx", "response_source", "instruction", "gpt4_score"), where)
         q = _PROMETHEUS_INSTRUCTION_RE.search(rec["instruction"])
-        if q is None:
-            raise RubricError(f"{where}: no '###The instruction to evaluate:' section")
+        r = _PROMETHEUS_RESPONSE_RE.search(rec["instruction"])
+        if q is None or r is None:
+            raise RubricError(f"{where}: no '###The instruction to evaluate:' or '###Response to evaluate:' section")
         case_id = f"{rec['idx']}/{rec['response_source']}"
         rubric = prometheus_rubric(parse_prometheus_rubric_text(rec["instruction"], where), f"vicuna/{rec['idx']}", where)
-        meta = {"gpt4_score": list(rec["gpt4_score"]), "response_source": rec["response_source"],
+        meta = {"gpt4_score": list(rec["gpt4_score"]), "response": r.group("r").strip(),
+                "response_source": rec["response_source"],
                 "category": rec.get("category"), "rendered_prompt": rec["instruction"]}
         cases.append(RubricCase(case_id, q.group("q").strip(), rubric, None, meta))
     return cases

@@ -19,7 +19,7 @@ import dataclasses
 import hashlib
 import json
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from rubric_jax.models.config import ModelConfig
 from rubric_jax.models.transformer import Transformer
 from rubric_jax.rubrics.dynamic_weights import (DynamicWeightsConfig, DynamicWeightsState, init_dynamic_weights,
                                                 update_dynamic_weights_jit)
+from rubric_jax.rubrics.correction import Correction, load_correction
 from rubric_jax.rubrics.io import dumps_rubric, load_rubric
 from rubric_jax.rubrics.schema import Rubric
 from rubric_jax.train import checkpointing, rollout, state as train_state, step as train_step
@@ -137,6 +138,8 @@ def run(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
     unknown = sorted(set(config.stages) - set(STAGES))
     if unknown:
         raise ValueError(f"config.stages: unknown stage(s) {unknown}; expected a subset of {STAGES}")
+    if "grpo" in config.stages:
+        grpo_config(config.rl)  # the GRPO settings fail here, before SFT runs
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     _write_config(config, workdir)
@@ -185,14 +188,16 @@ def build(config: ml_collections.ConfigDict, workdir: Path) -> Run:
                    for path in config.judge.checkpoint.split(",") if path.strip())
     rubric_of = {q.id: data.question_rubric(shared_rubric, q) for q in train_questions + eval_questions}
     rubrics = list(rubric_of.values())
+    correction = load_correction(config.data.rubric_correction) if config.data.rubric_correction else None
     reward = RubricReward(rubrics, judges, JudgeConfig(
         mode={"per_dimension": "single", "all_criteria": "multi"}[config.judge.mode],
         num_samples=config.judge.samples, max_retries=config.judge.max_retries, ensemble=config.judge.ensemble,
-        shuffle_anchors=config.judge.shuffle_anchors))
-    rubric_hash = _rubric_set_hash(shared_rubric, rubrics)
+        shuffle_anchors=config.judge.shuffle_anchors), correction=correction)
+    rubric_hash = _rubric_set_hash(shared_rubric, rubrics, correction)
     (workdir / "rubric.yaml").write_text(dumps_rubric(shared_rubric, "yaml"))
     rubric_info = {"name": shared_rubric.name, "version": shared_rubric.version,
-                   "content_hash": shared_rubric.content_hash, "rubric_set_hash": rubric_hash}
+                   "content_hash": shared_rubric.content_hash, "rubric_set_hash": rubric_hash,
+                   "correction_hash": correction.content_hash if correction is not None else None}
     (workdir / "rubric.json").write_text(json.dumps(rubric_info, indent=2))
     dynamic = DimensionWeights.for_rubrics(rubrics, config.rl.dynamic_weights_window) if config.rl.dynamic_weights else None
     writer = metrics.MetricsWriter(workdir, run_info={"rubric": rubric_info, "config": config.to_dict()})
@@ -216,9 +221,12 @@ def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
     return ModelConfig.from_hf_dict(json.loads(Path(config.model.config_json).read_text()), **overrides)
 
 
-def _rubric_set_hash(shared: Rubric, rubrics: list[Rubric]) -> str:
-    """One hash over every rubric used (shared + case-wise), recorded in checkpoints and metrics."""
+def _rubric_set_hash(shared: Rubric, rubrics: list[Rubric], correction: Correction | None = None) -> str:
+    """One hash over every rubric used (shared + case-wise) and the score correction applied, if any;
+    recorded in checkpoints and metrics."""
     joined = "\n".join(sorted({shared.content_hash, *(r.content_hash for r in rubrics)}))
+    if correction is not None:
+        joined += f"\ncorrection {correction.content_hash}"
     return hashlib.sha256(joined.encode()).hexdigest()
 
 
@@ -385,11 +393,26 @@ class NanStreak:
 
 
 def grpo_config(rl: ml_collections.ConfigDict) -> grpo.GRPOConfig:
-    """The objective's settings from the config's rl block (validated by GRPOConfig)."""
+    """The objective's settings from the config's rl block, validated with the rest of the rl block's
+    GRPO choices (rollout sampler, missing_scores); `run` calls it at start-up, before SFT."""
+    if rl.missing_scores not in rollout.MISSING_SCORES:
+        raise ValueError(f"config.rl.missing_scores={rl.missing_scores!r}: must be one of {rollout.MISSING_SCORES}")
     norm_length = rl.max_new_tokens if rl.loss_aggregation == "seq_mean_token_sum_norm" else None
     return grpo.GRPOConfig(group_size=rl.group_size, kl_coef=rl.beta, kl_estimator=rl.kl_estimator,
                            clip_low=rl.clip_low, clip_high=rl.clip_high, advantage_scaling=rl.advantage_scaling,
-                           loss_aggregation=rl.loss_aggregation, loss_norm_length=norm_length)
+                           advantage_eps=rl.advantage_eps, loss_aggregation=rl.loss_aggregation,
+                           loss_norm_length=norm_length, temperature=rollout.rollout_temperature(rl.sampler))
+
+
+@dataclasses.dataclass(frozen=True)
+class GRPOPrograms:
+    """What every GRPO iteration runs, built once by `grpo_components`: the objective's settings, the
+    jitted update `(state, batch) -> (state, metrics)` and the jitted teacher-forced log-probs
+    `(params, tokens, input_mask) -> [N, T]` at the rollout temperature, both in the run's shardings."""
+
+    cfg: grpo.GRPOConfig
+    update: Callable[[train_state.TrainState, dict[str, jax.Array]], tuple[train_state.TrainState, dict]]
+    logprobs: Callable[[Any, jax.Array, jax.Array], jax.Array]
 
 
 def rollout_and_score(run_: Run, params: Any, questions: list[data.Question], *,
@@ -412,32 +435,54 @@ def rollout_and_score(run_: Run, params: Any, questions: list[data.Question], *,
     return (prompt_ids, prompt_mask), result, scored, samples
 
 
-def grpo_iteration(run_: Run, update: Any, state: train_state.TrainState, ref_params: Any,
+def rollout_logprobs(programs: GRPOPrograms, batch: dict[str, jax.Array], policy_params: Any,
+                     ref_params: Any | None, recompute_old: bool) -> tuple[dict[str, jax.Array], jax.Array | None]:
+    """The batch with its rollout log-probs, computed once per rollout and outside the gradient: the
+    reference's `ref_logp` exactly when β > 0 and, with `recompute_old`, `old_logp` recomputed
+    teacher-forced from the params that sampled. Returns it and, when recomputed, the mean
+    |recomputed − sampler| log-prob gap over the response tokens (else None)."""
+    if (ref_params is None) != (programs.cfg.kl_coef == 0):
+        raise ValueError(f"ref_params must be given iff rl.beta > 0 (beta={programs.cfg.kl_coef})")
+    batch = dict(batch)
+    if ref_params is not None:
+        batch[train_step.REF_LOGP] = programs.logprobs(ref_params, batch["tokens"], batch["input_mask"])
+    gap = None
+    if recompute_old:
+        old_logp = programs.logprobs(policy_params, batch["tokens"], batch["input_mask"])
+        gap = grpo.logprob_gap(old_logp, batch["old_logp"], batch["loss_mask"])
+        batch["old_logp"] = old_logp
+    return batch, gap
+
+
+def grpo_iteration(run_: Run, programs: GRPOPrograms, state: train_state.TrainState, ref_params: Any | None,
                    questions: list[data.Question], key: jax.Array
                    ) -> tuple[train_state.TrainState, dict[str, float], list[dict[str, Any]]]:
-    """One GRPO step: rollouts -> rubric reward -> group advantages -> `rl.updates_per_batch` updates.
+    """One GRPO step: rollouts -> rubric reward -> group advantages -> rollout log-probs (reference;
+    behaviour if `rl.recompute_old_logprobs`, else the sampler's) -> `rl.updates_per_batch` updates.
 
-    The behaviour log-probs are the sampler's own (the policy that actually sampled, at temperature 1).
+    `logprob_gap/mean` is the mean |teacher-forced − sampler| log-prob of the response tokens under the
+    params that sampled (the first update's, or the recomputation's): float error on CPU float32, the
+    decode drift to watch on accelerators in bf16.
     """
     rl = run_.config.rl
+    cfg = programs.cfg
     (prompt_ids, prompt_mask), result, scored, samples = rollout_and_score(
-        run_, state.params, questions, n=rl.group_size, sampler=rl.sampler, key=key)
-    valid_N = np.asarray(scored.details["reward_ok"], bool)
-    if rl.missing_scores == "drop":
-        valid_N &= scored.valid.all(axis=1)
-    advantages_N, zero_std = grpo.group_advantages(scored.reward, rl.group_size, scaling=rl.advantage_scaling,
-                                                   valid_N=valid_N)
-    batch = rollout.training_batch(prompt_ids, prompt_mask, result, rl.group_size, np.asarray(advantages_N),
-                                   valid_N, length_buckets(rl.max_new_tokens, run_.config.data.length_buckets))
+        run_, state.params, questions, n=cfg.group_size, sampler=rl.sampler, key=key)
+    advantages_N, valid_N, zero_std = rollout.rollout_advantages(scored, cfg, rl.missing_scores)
+    batch = rollout.training_batch(prompt_ids, prompt_mask, result, cfg.group_size, advantages_N, valid_N,
+                                   length_buckets(rl.max_new_tokens, run_.config.data.length_buckets))
+    batch = jax.device_put(batch, sharding.batch_sharding(run_.mesh))
+    batch, recomputed_gap = rollout_logprobs(programs, batch, state.params, ref_params, rl.recompute_old_logprobs)
     updates = []
     for _ in range(rl.updates_per_batch):
-        state, update_metrics = update(state, batch, ref_params)
+        state, update_metrics = programs.update(state, batch)
         updates.append(update_metrics)
-    updates = jax.device_get(updates)
+    updates, recomputed_gap = jax.device_get((updates, recomputed_gap))
     row = {k: float(np.mean([u[k] for u in updates])) for k in updates[0]}
+    row["logprob_gap/mean"] = float(updates[0]["abs_log_ratio"] if recomputed_gap is None else recomputed_gap)
     summary = rollout.summarize_rewards(scored)
     row.update({"reward/mean": summary.reward_mean, **rollout.reward_metrics(summary, ""),
-                "zero_std_frac": float(zero_std), "response_len/mean": float(result.lengths.mean()),
+                "zero_std_frac": zero_std, "response_len/mean": float(result.lengths.mean()),
                 "truncated_frac": float((result.finish_reason == sampling.FINISH_LENGTH).mean())})
     if run_.dynamic_weights is not None:
         row.update(run_.dynamic_weights.update(scored))
@@ -457,27 +502,31 @@ def evaluate(run_: Run, state: train_state.TrainState, step: int) -> dict[str, f
     return {k: v for k, v in row.items() if k != "stage"}
 
 
-def grpo_components(run_: Run, init_params: Any) -> tuple[train_state.TrainState, train_state.TrainState, Any]:
-    """Step-0 GRPO state around `init_params`, its shardings, and the jitted update (`grpo_iteration`'s)."""
+def grpo_components(run_: Run, init_params: Any) -> tuple[train_state.TrainState, train_state.TrainState,
+                                                         GRPOPrograms]:
+    """Step-0 GRPO state around `init_params`, its shardings, and the programs `grpo_iteration` runs."""
     rl = run_.config.rl
     shards = run_.mesh.shape["data"] * run_.mesh.shape["fsdp"] * rl.micro_batches
     if (rl.questions_per_step * rl.group_size) % shards:
         raise ValueError(
             f"config.rl: questions_per_step * group_size = {rl.questions_per_step * rl.group_size} rollouts must "
             f"divide into micro_batches ({rl.micro_batches}) x mesh data*fsdp ({shards // rl.micro_batches})")
+    cfg = grpo_config(rl)
     tx = train_state.make_optimizer(_optimizer_config(rl, rl.steps * rl.updates_per_batch))
     state = _state_from_params(run_, init_params, tx, jax.random.fold_in(run_.key, 1))
     shardings = _shardings_of(run_, state)
-    update = train_step.jit_grpo_step(grpo_config(rl), micro_batches=rl.micro_batches, shardings=shardings,
-                                      mesh=run_.mesh)
-    return state, shardings, update
+    update = train_step.jit_grpo_step(cfg, micro_batches=rl.micro_batches, shardings=shardings, mesh=run_.mesh)
+    logprobs = train_step.jit_sequence_logprobs(
+        run_.graphdef, temperature=cfg.temperature, chunk_size=cfg.logprob_chunk_size, micro_batches=rl.micro_batches,
+        param_shardings=shardings.params, mesh=run_.mesh)
+    return state, shardings, GRPOPrograms(cfg, update, logprobs)
 
 
 def run_grpo(run_: Run, init_params: Any) -> None:
     """GRPO from `init_params` (the SFT result): evals, checkpoints, SIGTERM and NaN-streak handling."""
     cfg = run_.config
     rl = cfg.rl
-    state, shardings, update = grpo_components(run_, init_params)
+    state, shardings, programs = grpo_components(run_, init_params)
     ckpt = _checkpointer(run_, "grpo")
     ref_ckpt = _checkpointer(run_, "reference")
     iterator_state = data.IteratorState(seed=cfg.seed)
@@ -503,7 +552,7 @@ def run_grpo(run_: Run, init_params: Any) -> None:
     nan_streak = NanStreak(rl.max_nan_streak)
     try:
         for step in range(start + 1, rl.steps + 1):
-            state, row, samples = grpo_iteration(run_, update, state, ref_params, next(batches),
+            state, row, samples = grpo_iteration(run_, programs, state, ref_params, next(batches),
                                                  jax.random.fold_in(run_.key, 1000 + step))
             row = {"stage": "grpo", **row}
             run_.writer.write(step, row)

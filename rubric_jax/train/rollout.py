@@ -1,4 +1,5 @@
-"""From sampled responses to a GRPO batch: decode, score, normalise per group, lay out the arrays.
+"""From sampled responses to a GRPO batch: the rollout sampler's temperature, decode, score, normalise per
+group, lay out the arrays.
 
 Shape legend: B questions, G samples per question, N = B·G rollouts (row b·G + j is sample j of
 question b, the sampler's order), P prompt bucket, R response bucket, T = P + R, D rubric dimensions.
@@ -13,9 +14,28 @@ from typing import Any
 
 import numpy as np
 
-from rubric_jax import data
+from rubric_jax import data, grpo, sampling
 from rubric_jax.judges.reward import RewardOutput
 from rubric_jax.sampling import GenerationResult
+
+MISSING_SCORES = ("renormalize", "drop")  # a sample with a missing dimension score: reward over the rest, or no loss
+
+
+def rollout_temperature(sampler: str) -> float:
+    """The temperature T of a GRPO rollout sampler, which must be "temperature(T)".
+
+    The trainer's log-probs are those of the whole softmax(logits / T) (as TRL's and verl's). Top-k and
+    nucleus sample from a truncated, renormalised distribution instead, so the first-update ratio would
+    not be 1 and every update would carry an uncorrected truncation bias: they are refused rather than
+    documented as biased. Greedy gives the G samples of a group the same response: zero advantage.
+    """
+    parsed = sampling.parse_sampler(sampler)
+    if parsed.kind != "temperature":
+        raise ValueError(
+            f"config.rl.sampler={sampler!r}: GRPO rollouts need 'temperature(t)' (t > 0). The trainer scores "
+            "samples under the full softmax(logits / t); top-k / nucleus truncate it (a biased ratio) and greedy "
+            "makes every group's samples identical (zero advantage). Top-k / nucleus remain for eval.sampler.")
+    return parsed.temperature
 
 
 def decode_responses(tokenizer: Any, result: GenerationResult, stop_tokens: Sequence[int]) -> list[str]:
@@ -29,13 +49,33 @@ def decode_responses(tokenizer: Any, result: GenerationResult, stop_tokens: Sequ
     return texts
 
 
+def rollout_advantages(scored: RewardOutput, cfg: grpo.GRPOConfig, missing_scores: str
+                       ) -> tuple[np.ndarray, np.ndarray, float]:
+    """(advantages [N], trainable samples [N], zero-std group fraction) of one scored rollout.
+
+    A sample is trainable when its reward is ok and, with missing_scores "drop", every dimension
+    score is present; advantages use cfg's scaling and eps over the trainable samples of each group.
+    """
+    if missing_scores not in MISSING_SCORES:
+        raise ValueError(f"missing_scores={missing_scores!r}: must be one of {MISSING_SCORES}")
+    valid_N = np.asarray(scored.details["reward_ok"], bool)
+    if missing_scores == "drop":
+        valid_N = valid_N & scored.valid.all(axis=1)
+    advantages_N, zero_std = grpo.group_advantages(np.asarray(scored.reward, np.float32), cfg.group_size,
+                                                   scaling=cfg.advantage_scaling, eps=cfg.advantage_eps,
+                                                   valid_N=valid_N)
+    return np.asarray(advantages_N), valid_N, float(zero_std)
+
+
 def training_batch(prompt_ids_BxP: np.ndarray, prompt_mask_BxP: np.ndarray, result: GenerationResult,
                    group_size: int, advantages_N: np.ndarray, valid_N: np.ndarray, buckets: tuple[int, ...]
                    ) -> dict[str, np.ndarray]:
-    """The GRPO batch: tokens/input_mask/loss_mask [N, T], behaviour log-probs [N, T], advantages [N].
+    """The GRPO batch: tokens/input_mask/loss_mask [N, T], the sampler's log-probs as behaviour log-probs
+    `old_logp` [N, T], advantages [N] (reference log-probs are added on device: `loop.grpo_iteration`).
 
     Samples whose reward is missing (`valid_N` False) get no loss tokens at all: no policy-gradient
-    or KL term and no share of the loss normalisers.
+    or KL term, and no share of the token or sequence counts that normalise the loss (Dr. GRPO's
+    constant B·L still counts every row, as its definition says).
 
     The response width is the smallest of `buckets` holding the longest response, so short rollouts
     need not pay for max_new_tokens while the number of compiled shapes stays bounded.

@@ -1,10 +1,14 @@
-"""Pure train steps: `grpo_train_step` and `sft_train_step`, sharing micro-batch accumulation and the
-guarded optimizer update, plus `jit_*` helpers that compile them once with shardings and donation.
+"""Pure train steps `(state, batch) -> (state, metrics)`: `grpo_train_step` and `sft_train_step`, sharing
+micro-batch accumulation and the guarded optimizer update; `jit_sequence_logprobs` for the reference and
+behaviour log-probs a rollout feeds in the batch; `jit_*` helpers that compile each once with shardings
+(and a donated state).
 
 Batches are dicts of arrays with a leading batch dim B (rows b*G + j = sample j of question b), all
 per-token arrays aligned with `tokens` (see rubric_jax.grpo):
   GRPO: tokens [B,T] int32, input_mask [B,T] bool (real tokens), loss_mask [B,T] bool (response
-        tokens trained on), old_logp [B,T] float32 (behaviour log-probs), advantages [B] float32.
+        tokens trained on), old_logp [B,T] float32 (behaviour log-probs), advantages [B] float32,
+        and ref_logp [B,T] float32 (reference log-probs) exactly when kl_coef > 0. Every log-prob is
+        of softmax(logits / cfg.temperature), the rollout sampler's distribution.
   SFT:  tokens, input_mask, loss_mask.
 `loss_mask` is intersected with `input_mask` and position 0 is never a target, so prompt and padding
 tokens never contribute. Loss weights are computed once from the whole batch, then the batch is split
@@ -34,6 +38,7 @@ from rubric_jax.train.state import Params, TrainState, current_lr
 Batch = dict[str, jax.Array]
 Metrics = dict[str, jax.Array]
 GRPO_BATCH_KEYS = ("tokens", "input_mask", "loss_mask", "old_logp", "advantages")
+REF_LOGP = "ref_logp"  # the reference log-probs' batch key, present exactly when kl_coef > 0
 SFT_BATCH_KEYS = ("tokens", "input_mask", "loss_mask")
 LossFn = Callable[[Params, Batch], tuple[jax.Array, Metrics]]
 
@@ -51,15 +56,24 @@ def _check_batch(batch: Batch, keys: tuple[str, ...], micro_batches: int) -> int
         kind = {"tokens": jnp.integer, "input_mask": jnp.bool_, "loss_mask": jnp.bool_}.get(name, jnp.floating)
         if not jnp.issubdtype(batch[name].dtype, kind):
             raise ValueError(f"batch[{name!r}] has dtype {batch[name].dtype}, expected {kind.__name__}")
+    _check_micro_batches(b, micro_batches)
+    return b
+
+
+def _check_micro_batches(b: int, micro_batches: int) -> None:
     if micro_batches < 1 or b % micro_batches:
         raise ValueError(f"micro_batches={micro_batches} must be >= 1 and divide the batch size {b}")
-    return b
 
 
 def _target_mask(batch: Batch) -> jax.Array:
     """Response tokens that are real and have a predecessor (position 0 is never predicted)."""
     t = batch["tokens"].shape[1]
     return batch["loss_mask"] & batch["input_mask"] & (jnp.arange(t) > 0)[None, :]
+
+
+def grpo_batch_keys(cfg: grpo.GRPOConfig) -> tuple[str, ...]:
+    """The GRPO batch's keys: `ref_logp` only with a KL term (β = 0 computes no reference log-probs)."""
+    return GRPO_BATCH_KEYS + ((REF_LOGP,) if cfg.kl_coef > 0 else ())
 
 
 def _split_micro(tree: Any, micro_batches: int) -> Any:
@@ -69,6 +83,11 @@ def _split_micro(tree: Any, micro_batches: int) -> Any:
         return jnp.swapaxes(x.reshape(x.shape[0] // micro_batches, micro_batches, *x.shape[1:]), 0, 1)
 
     return jax.tree.map(split, tree)
+
+
+def _merge_micro(x_MxBxT: jax.Array) -> jax.Array:
+    """The inverse of `_split_micro` for one array: [M, B/M, ...] -> [B, ...]."""
+    return jnp.swapaxes(x_MxBxT, 0, 1).reshape(-1, *x_MxBxT.shape[2:])
 
 
 def _constrain(tree: Any, shardings: Any | None) -> Any:
@@ -121,27 +140,24 @@ def _train_step(state: TrainState, batch: Batch, loss_fn: LossFn, micro_batches:
     return new_state, metrics
 
 
-def _logprobs(graphdef: nnx.GraphDef, params: Params, batch: Batch, chunk_size: int
+def _logprobs(graphdef: nnx.GraphDef, params: Params, batch: Batch, chunk_size: int, temperature: float
               ) -> tuple[jax.Array, jax.Array]:
-    return grpo.sequence_logprobs(nnx.merge(graphdef, params), batch["tokens"], batch["input_mask"], chunk_size)
+    return grpo.sequence_logprobs(nnx.merge(graphdef, params), batch["tokens"], batch["input_mask"],
+                                  chunk_size=chunk_size, temperature=temperature)
 
 
-def grpo_train_step(state: TrainState, batch: Batch, ref_params: Params | None, *, cfg: grpo.GRPOConfig,
-                    micro_batches: int = 1, grad_shardings: Any | None = None) -> tuple[TrainState, Metrics]:
-    """One GRPO update. `ref_params` (same structure as state.params, never updated) must be None
-    exactly when cfg.kl_coef == 0: then no reference forward is traced at all."""
-    _check_batch(batch, GRPO_BATCH_KEYS, micro_batches)
-    if (ref_params is None) != (cfg.kl_coef == 0):
-        raise ValueError(f"ref_params must be given iff kl_coef > 0 (kl_coef={cfg.kl_coef})")
+def grpo_train_step(state: TrainState, batch: Batch, *, cfg: grpo.GRPOConfig, micro_batches: int = 1,
+                    grad_shardings: Any | None = None) -> tuple[TrainState, Metrics]:
+    """One GRPO update from a batch that carries its behaviour (`old_logp`) and, when kl_coef > 0,
+    reference (`ref_logp`) log-probs: the only forward here is the policy's."""
+    _check_batch(batch, grpo_batch_keys(cfg), micro_batches)
     mask = _target_mask(batch)
     batch = {**batch, "loss_mask": mask, "loss_w": grpo.loss_weights(mask, cfg.loss_aggregation, cfg.loss_norm_length),
              "metric_w": grpo.token_mean_weights(mask)}
 
     def loss_fn(params: Params, mb: Batch) -> tuple[jax.Array, Metrics]:
-        logp, entropy = _logprobs(state.graphdef, params, mb, cfg.logprob_chunk_size)
-        ref_logp = None
-        if cfg.kl_coef > 0:
-            ref_logp = jax.lax.stop_gradient(_logprobs(state.graphdef, ref_params, mb, cfg.logprob_chunk_size)[0])
+        logp, entropy = _logprobs(state.graphdef, params, mb, cfg.logprob_chunk_size, cfg.temperature)
+        ref_logp = mb[REF_LOGP] if cfg.kl_coef > 0 else None
         loss, metrics = grpo.grpo_objective(logp, mb["old_logp"], ref_logp, mb["advantages"], mb["loss_mask"],
                                             mb["loss_w"], mb["metric_w"], cfg)
         metrics["entropy"] = jnp.sum(mb["metric_w"] * jax.lax.stop_gradient(entropy))
@@ -158,26 +174,37 @@ def sft_train_step(state: TrainState, batch: Batch, *, micro_batches: int = 1, c
     batch = {**batch, "loss_mask": mask, "metric_w": grpo.token_mean_weights(mask)}
 
     def loss_fn(params: Params, mb: Batch) -> tuple[jax.Array, Metrics]:
-        logp, entropy = _logprobs(state.graphdef, params, mb, chunk_size)
+        logp, entropy = _logprobs(state.graphdef, params, mb, chunk_size, 1.0)
         loss = -jnp.sum(mb["metric_w"] * logp)
         return loss, {"loss": loss, "entropy": jnp.sum(mb["metric_w"] * jax.lax.stop_gradient(entropy))}
 
     return _train_step(state, batch, loss_fn, micro_batches, grad_shardings)
 
 
-def compute_logprobs(graphdef: nnx.GraphDef, params: Params, tokens: jax.Array, input_mask: jax.Array,
-                     *, chunk_size: int = 256) -> jax.Array:
-    """Teacher-forced token log-probs [B, T] (e.g. behaviour log-probs at temperature 1)."""
-    return _logprobs(graphdef, params, {"tokens": tokens, "input_mask": input_mask}, chunk_size)[0]
+def _micro_batched_logprobs(graphdef: nnx.GraphDef, params: Params, tokens: jax.Array, input_mask: jax.Array, *,
+                            temperature: float, chunk_size: int, micro_batches: int) -> jax.Array:
+    """`grpo.sequence_logprobs` [B, T] over `micro_batches` slices in turn (the train step's split)."""
+    _check_micro_batches(tokens.shape[0], micro_batches)
+
+    def one(mb: Batch) -> jax.Array:
+        return _logprobs(graphdef, params, mb, chunk_size, temperature)[0]
+
+    micro = _split_micro({"tokens": tokens, "input_mask": input_mask}, micro_batches)
+    return _merge_micro(jax.lax.map(one, micro))
 
 
-def jit_compute_logprobs(graphdef: nnx.GraphDef, *, chunk_size: int = 256, param_shardings: Any | None = None,
-                         mesh: Mesh | None = None) -> Callable[[Params, jax.Array, jax.Array], jax.Array]:
-    """`compute_logprobs` compiled for `(params, tokens, input_mask)`, batch over (data, fsdp)."""
+def jit_sequence_logprobs(graphdef: nnx.GraphDef, *, temperature: float, chunk_size: int = 256,
+                          micro_batches: int = 1, param_shardings: Any | None = None, mesh: Mesh | None = None
+                          ) -> Callable[[Params, jax.Array, jax.Array], jax.Array]:
+    """Teacher-forced log-probs [B, T] of softmax(logits / temperature) for `(params, tokens, input_mask)`,
+    outside any gradient (a rollout's reference and behaviour log-probs; `grpo.sequence_logprobs`, the
+    train step's own), compiled once: params in `param_shardings`, batch and result over (data, fsdp),
+    `micro_batches` slices at a time so activations stay those of one train micro-batch."""
     if (param_shardings is None) != (mesh is None):
         raise ValueError("give both param_shardings and mesh, or neither")
     batch_sh = None if mesh is None else sharding.batch_sharding(mesh)
-    fn = functools.partial(compute_logprobs, graphdef, chunk_size=chunk_size)
+    fn = functools.partial(_micro_batched_logprobs, graphdef, temperature=temperature, chunk_size=chunk_size,
+                           micro_batches=micro_batches)
     return jax.jit(fn, in_shardings=(param_shardings, batch_sh, batch_sh), out_shardings=batch_sh)
 
 
@@ -186,16 +213,15 @@ def _batch_shardings(keys: tuple[str, ...], mesh: Mesh | None) -> dict[str, Any]
 
 
 def jit_grpo_step(cfg: grpo.GRPOConfig, *, micro_batches: int = 1, shardings: TrainState | None = None,
-                  mesh: Mesh | None = None) -> Callable[[TrainState, Batch, Params | None], tuple[TrainState, Metrics]]:
-    """`grpo_train_step` compiled once: state donated, batch over (data, fsdp), gradients and the
-    reference params laid out like the params. Without a mesh it runs unsharded on one device."""
+                  mesh: Mesh | None = None) -> Callable[[TrainState, Batch], tuple[TrainState, Metrics]]:
+    """`grpo_train_step` compiled once: state donated, batch over (data, fsdp), gradients laid out like
+    the params. Without a mesh it runs unsharded on one device."""
     if (shardings is None) != (mesh is None):
         raise ValueError("give both shardings and mesh, or neither")
-    ref_sh = None if shardings is None or cfg.kl_coef == 0 else shardings.params
     step = functools.partial(grpo_train_step, cfg=cfg, micro_batches=micro_batches,
                              grad_shardings=None if shardings is None else shardings.params)
     out = None if mesh is None else (shardings, sharding.replicated(mesh))
-    return jax.jit(step, in_shardings=(shardings, _batch_shardings(GRPO_BATCH_KEYS, mesh), ref_sh),
+    return jax.jit(step, in_shardings=(shardings, _batch_shardings(grpo_batch_keys(cfg), mesh)),
                    out_shardings=out, donate_argnums=0)
 
 

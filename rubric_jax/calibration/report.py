@@ -1,0 +1,219 @@
+"""Writes a calibration: DIR/report.json (strict JSON, no NaN), DIR/report.md (the same as tables),
+DIR/plots/<dimension>.png (confusion matrix and scatter), and the fitted correction file.
+
+Every file is written whole or not at all (rubric_jax/files.write_atomic); report.json is written last, so its
+presence means the rest is there. A correction written over an existing correction file gets the next
+major version (the rubric-set hash of runs that apply it changes with its content anyway).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from rubric_jax.calibration.agreement import STATISTICS
+from rubric_jax.calibration.run import Calibration, PlotData
+from rubric_jax.files import write_atomic
+from rubric_jax.judges.features import FEATURES
+from rubric_jax.plots import PLOTS_DIR
+from rubric_jax.rubrics.correction import Correction, dumps_correction, load_correction
+from rubric_jax.rubrics.schema import RubricError, parse_version
+
+REPORT_JSON = "report.json"
+REPORT_MD = "report.md"
+CORRECTION_FILE = "correction.json"
+_TITLES = {"spearman": "Spearman", "kendall": "Kendall τ-b", "kappa_quadratic": "κ quadratic"}
+
+
+# ------------------------------------------------------------------------------------------ markdown
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _number(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def _with_ci(entry: Mapping[str, Any]) -> str:
+    if entry.get("value") is None:
+        return f"undefined: {entry.get('undefined')}"
+    ci = entry.get("ci95")
+    return f"{entry['value']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else f"{entry['value']:.3f} [CI undefined]"
+
+
+def _agreement_table(dims: Mapping[str, Any]) -> list[str]:
+    lines = ["| dimension | kind | n | " + " | ".join(f"{_TITLES[s]} [95% CI]" for s in STATISTICS) + " | flagged |",
+             "|---|---|---|" + "---|" * len(STATISTICS) + "---|"]
+    for dim_id, e in dims.items():
+        flag = f"**yes**: {e['flag_reason']}" if e["flagged"] else "no"
+        cells = [dim_id, e["kind"], e["n"], *(_with_ci(e[s]) for s in STATISTICS), flag]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return lines
+
+
+def _bias_table(dims: Mapping[str, Any]) -> list[str]:
+    present = {n for e in dims.values() for n in e["bias"].get("coefficients", {})}
+    names = ["intercept", *(n for f in FEATURES for n in (f, f"{f}_z") if n in present)]
+    lines = ["| dimension | target | n | " + " | ".join(names) + " |", "|---|---|---|" + "---|" * len(names)]
+    for dim_id, e in dims.items():
+        bias = e["bias"]
+        coefs = bias.get("coefficients", {})
+        cells = []
+        for name in names:
+            if name in coefs:
+                c = coefs[name]
+                star = " *" if c["excludes_zero"] else ""
+                cells.append(f"{c['coef']:+.3f} [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]{star}")
+            else:
+                cells.append(bias.get("undefined") or "dropped (constant)")
+        lines.append("| " + " | ".join(_cell(c) for c in [dim_id, bias["target"], bias["n"], *cells]) + " |")
+    return lines
+
+
+def _position_table(probe: Mapping[str, Any]) -> list[str]:
+    lines = ["| dimension | n | mean shift (reversed − as written) [95% CI] | mean abs shift | changed share |",
+             "|---|---|---|---|---|"]
+    for dim_id, p in probe.items():
+        if "undefined" in p:
+            lines.append(f"| {_cell(dim_id)} | {p['n']} | undefined: {_cell(p['undefined'])} | – | – |")
+            continue
+        ci = p["mean_shift_ci95"]
+        shift = f"{p['mean_shift']:+.3f} " + (f"[{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "[CI undefined]")
+        lines.append(f"| {_cell(dim_id)} | {p['n']} | {shift} | {p['mean_abs_shift']:.3f} | {p['changed_share']:.3f} |")
+    return lines
+
+
+def _correction_table(dims: Mapping[str, Any]) -> list[str]:
+    lines = ["| dimension | n | RMSE before | RMSE after | Spearman before | Spearman after |",
+             "|---|---|---|---|---|---|"]
+    for dim_id, e in dims.items():
+        fit = e.get("correction")
+        if fit is None:
+            continue
+        if "not_fitted" in fit:
+            lines.append(f"| {_cell(dim_id)} | {fit['n']} | not fitted: {_cell(fit['not_fitted'])} | | | |")
+            continue
+        cells = [dim_id, fit["n"], _number(fit["rmse_before"]), _number(fit["rmse_after"]),
+                 _number(fit["spearman_before"]["value"]), _number(fit["spearman_after"]["value"])]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return lines
+
+
+def _scores(value: float | list[float]) -> str:
+    return ", ".join(f"{v:.3g}" for v in value) if isinstance(value, list) else f"{value:.3g}"
+
+
+def _worst_tables(dims: Mapping[str, Any]) -> list[str]:
+    lines = []
+    for dim_id, e in dims.items():
+        if not e["worst"]:
+            continue
+        scores = [k for k in e["worst"][0] if k not in ("source", "gap", "question", "response")]
+        lines += ["", f"### {dim_id}", "", "| source | " + " | ".join(scores) + " | response |",
+                  "|---|" + "---|" * len(scores) + "---|"]
+        lines += ["| " + " | ".join(_cell(c) for c in [w["source"], *(_scores(w[k]) for k in scores), w["response"]])
+                  + " |" for w in e["worst"]]
+    return lines
+
+
+def markdown(report: Mapping[str, Any]) -> str:
+    """The report as Markdown tables: agreement, bias probes, position probe, correction, worst disagreements."""
+    dims = report["dimensions"]
+    boot = report["bootstrap"]
+    length = report["features"]["length"]
+    lines = [
+        "# Calibration report", "",
+        f"Compared with: {report['compared_with']} · {report['items']} items · flag: Spearman below "
+        f"{report['threshold']} or undefined · 95% intervals from {boot['resamples']} bootstrap resamples "
+        f"(seed {boot['seed']}).",
+        "", f"Flagged dimensions: {', '.join(report['flagged']) or 'none'}.", "", "## Agreement", "",
+        *_agreement_table(dims), "", "## Bias probes", "",
+        "OLS coefficients in score points of the dimension's raw scale, with 95% t intervals; * marks an "
+        "interval that excludes 0. `length_z` is per SD of length"
+        + (f" (mean {length['mean']:.1f}, SD {length['sd']:.1f} text units)." if isinstance(length, dict) else "."),
+        "", *_bias_table(dims),
+    ]
+    if report.get("position_probe"):
+        lines += ["", "## Position probe", "", "Each LLM dimension scored with its anchors as written and "
+                  "reversed (same nonces and sampling keys).", "", *_position_table(report["position_probe"])]
+    if any("correction" in e for e in dims.values()):
+        written = report.get("correction")
+        where = (f"Written to `{written['path']}` (version {written['version']}); apply it with "
+                 "`--config.data.rubric_correction=FILE`." if written
+                 else "No dimension could be corrected; no file written.")
+        lines += ["", "## Correction (fitted and measured on the same items)", "", where, "", *_correction_table(dims)]
+    lines += ["", "## Worst disagreements", *_worst_tables(dims)]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------ plots
+def plot_dimension(dim_id: str, data: PlotData, seed: int = 0) -> bytes:
+    """PNG: confusion matrix of the scores rounded to the levels (counts) and a jittered scatter."""
+    levels = np.asarray(data.levels)
+    fig = Figure(figsize=(10, 4.5))
+    ax_counts, ax_scatter = fig.subplots(1, 2)
+    x_idx = np.clip(np.searchsorted(levels, np.floor(data.x_n + 0.5)), 0, len(levels) - 1)
+    y_idx = np.clip(np.searchsorted(levels, np.floor(data.y_n + 0.5)), 0, len(levels) - 1)
+    counts_LxL = np.zeros((len(levels), len(levels)), dtype=np.int64)
+    np.add.at(counts_LxL, (y_idx, x_idx), 1)
+    ax_counts.imshow(counts_LxL, origin="lower", cmap="Blues")
+    for (i, j), count in np.ndenumerate(counts_LxL):
+        dark = count > counts_LxL.max() / 2
+        ax_counts.text(j, i, str(count), ha="center", va="center", fontsize=8, color="white" if dark else "black")
+    ax_counts.set_xticks(range(len(levels)), [str(v) for v in levels])
+    ax_counts.set_yticks(range(len(levels)), [str(v) for v in levels])
+    ax_counts.set_xlabel(data.x_name)
+    ax_counts.set_ylabel(data.y_name)
+    ax_counts.set_title(f"{dim_id}: counts (rounded to levels)")
+    rng = np.random.default_rng(seed)
+    jitter = 0.08 * (levels[-1] - levels[0])
+    ax_scatter.scatter(data.x_n + rng.uniform(-jitter, jitter, data.x_n.shape),
+                       data.y_n + rng.uniform(-jitter, jitter, data.y_n.shape), s=10, alpha=0.5)
+    ax_scatter.plot([levels[0], levels[-1]], [levels[0], levels[-1]], color="gray", linewidth=1)
+    ax_scatter.set_xlabel(data.x_name)
+    ax_scatter.set_ylabel(data.y_name)
+    ax_scatter.set_title(f"{dim_id}: scores (jittered)")
+    ax_scatter.grid(alpha=0.3)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90)
+    return buffer.getvalue()
+
+
+# ------------------------------------------------------------------------------------------ files
+def versioned(correction: Correction, path: Path) -> Correction:
+    """`correction` with version 1.0.0, or the next major version of the correction already at `path`."""
+    if not path.exists():
+        return correction
+    try:
+        old = load_correction(path)
+    except RubricError as e:
+        raise RubricError(f"{path}: exists and is not a correction file; refusing to overwrite it ({e})") from None
+    if old.content_hash == correction.content_hash:
+        return dataclasses.replace(correction, version=old.version)
+    return dataclasses.replace(correction, version=f"{parse_version(old.version)[0] + 1}.0.0")
+
+
+def write_calibration(calibration: Calibration, out_dir: str | Path, correction_path: str | Path | None = None,
+                      seed: int = 0) -> list[Path]:
+    """Plots, the correction (default DIR/correction.json), report.md and last report.json; the paths written.
+    Every file is rendered before the first is written, so a failure leaves the previous files as they were."""
+    out_dir = Path(out_dir)
+    files: dict[Path, str | bytes] = {out_dir / PLOTS_DIR / f"{dim_id}.png": plot_dimension(dim_id, data, seed)
+                                      for dim_id, data in calibration.plots.items()}
+    report = dict(calibration.report)
+    if calibration.correction is not None:
+        path = Path(correction_path) if correction_path else out_dir / CORRECTION_FILE
+        correction = versioned(calibration.correction, path)
+        files[path] = dumps_correction(correction, "json" if path.suffix.lower() == ".json" else "yaml")
+        report["correction"] = {**report["correction"], "path": str(path), "version": correction.version}
+    files[out_dir / REPORT_MD] = markdown(report)
+    files[out_dir / REPORT_JSON] = json.dumps(report, ensure_ascii=False, indent=2, allow_nan=False) + "\n"
+    return [write_atomic(path, content) for path, content in files.items()]
