@@ -1,0 +1,180 @@
+"""The dry run (rubric_jax/aot.py): GPU target specs, bundled model shapes, per-device bytes worked out by
+hand, and the CPU dry run of the tiny default (through the CLI) and of the 0.5B shapes with a judge."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import pytest
+
+from configs import qwen7b
+from rubric_jax import aot, aot_targets, hlo_stats
+from rubric_jax.assets import MODEL_SHAPES_DIR
+from rubric_jax.models.checkpoint import abstract_model
+from rubric_jax.models.config import ModelConfig
+
+REPO = Path(__file__).resolve().parents[1]
+# The GPU-compiler environment (requirements-aot.txt) that ./launch.sh makes; tests that need it skip without it.
+AOT_PYTHON = Path(os.environ.get("RUBRIC_JAX_AOT_PYTHON", REPO / ".venv-aot" / "bin" / "python"))
+# Published parameter counts (model cards: 0.49B, 1.54B, 7.61B, 8.03B; exact totals of the checkpoints).
+PUBLISHED_PARAMETERS = {"Qwen2.5-0.5B-Instruct": 494_032_768, "Qwen2.5-1.5B-Instruct": 1_543_714_304,
+                        "Qwen2.5-7B-Instruct": 7_615_616_512, "Llama-3.1-8B-Instruct": 8_030_261_248}
+PROGRAMS = ["SFT step", "GRPO update", "rollout log-probs", "rollout", "eval rollout"]
+
+
+def test_a100_target_config_text_is_the_published_facts():
+    assert aot_targets.target_config_text(aot_targets.get_target("a100_80g")) == """gpu_device_info {
+  threads_per_block_limit: 1024
+  threads_per_warp: 32
+  shared_memory_per_block: 49152
+  shared_memory_per_core: 167936
+  threads_per_core_limit: 2048
+  core_count: 108
+  fpus_per_core: 64
+  block_dim_limit_x: 2147483647
+  block_dim_limit_y: 65535
+  block_dim_limit_z: 65535
+  memory_bandwidth: 2039000000000
+  l2_cache_size: 41943040
+  clock_rate_ghz: 1.41
+  device_memory_size: 85899345920
+  shared_memory_per_block_optin: 166912
+  registers_per_core_limit: 65536
+  registers_per_block_limit: 65536
+  cuda_compute_capability { major: 8 minor: 0 }
+}
+platform_name: "CUDA"
+device_description_str: "NVIDIA A100-SXM4-80GB"
+"""
+    with pytest.raises(ValueError, match=r"unknown GPU target 'v100'; expected one of \['a100_80g', 'h100_80g', 'h200'\]"):
+        aot_targets.get_target("v100")
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMETERS))
+def test_bundled_shapes_have_the_published_parameter_counts(name):
+    cfg = ModelConfig.from_hf_dict(json.loads((MODEL_SHAPES_DIR / f"{name}.json").read_text()))
+    _, state = abstract_model(cfg)
+    assert sum(x.size for x in jax.tree.leaves(state)) == PUBLISHED_PARAMETERS[name]
+
+
+def test_shapes_file_prefers_the_directory_and_names_the_key_otherwise(tmp_path):
+    (tmp_path / "Qwen2.5-7B-Instruct").mkdir()
+    (tmp_path / "Qwen2.5-7B-Instruct" / "config.json").write_text("{}")
+    assert aot.shapes_file(str(tmp_path / "Qwen2.5-7B-Instruct"), "model.checkpoint").parent.parent == tmp_path
+    assert aot.shapes_file("/nowhere/Qwen2.5-7B-Instruct", "model.checkpoint") == \
+        MODEL_SHAPES_DIR / "Qwen2.5-7B-Instruct.json"
+    with pytest.raises(ValueError, match=r"config.judge.checkpoint=/nowhere/Judge-9B: no config.json there and no "
+                                         r"bundled shapes named 'Judge-9B' \(bundled: \['Llama-3.1-8B-Instruct'"):
+        aot.shapes_file("/nowhere/Judge-9B", "judge.checkpoint")
+
+
+def test_judge_prompts_per_call():
+    config = qwen7b.get_config("size=0.5b")
+    config.rl.questions_per_step, config.rl.group_size, config.eval.max_questions = 4, 8, 40
+    config.judge.samples, config.judge.batch_size = 3, 0
+    config.judge.mode = "all_criteria"
+    assert aot.judge_prompts_per_call(config) == 40 * 3  # the eval (40) outnumbers a rollout (32)
+    config.judge.mode = "per_dimension"
+    config.data.rubric = str(REPO / "configs/rubrics/medical_qa.yaml")  # 3 of its 4 dimensions are LLM-judged
+    assert aot.judge_prompts_per_call(config) == 40 * 3 * 3
+    config.judge.batch_size = 64
+    assert aot.judge_prompts_per_call(config) == 64
+    config.data.rubric = ""  # not needed: at least one prompt per answer and sample fills the cap
+    assert aot.judge_prompts_per_call(config) == 64
+    config.judge.batch_size = 121
+    with pytest.raises(ValueError, match=r"counts the LLM dimensions of config.data.rubric, which is empty; set "
+                                         r"it, or config.judge.batch_size <= 120"):
+        aot.judge_prompts_per_call(config)
+
+
+def test_gpu_target_without_the_gpu_compiler_is_one_line():
+    if importlib.util.find_spec("jax_cuda12_plugin") is not None:
+        pytest.skip("this environment has the GPU compiler")
+    with pytest.raises(ValueError, match=r"--dry_run_target=h200 needs XLA's GPU compiler, which this Python "
+                                         r"environment lacks \(.*\); run it through ./launch.sh"):
+        aot.target_devices("h200", 8)
+
+
+def _short(config):
+    """The 0.5B shapes with short sequences and a small batch (a compile of every program in seconds)."""
+    config.data.max_prompt_len, config.sft.max_response_len, config.rl.max_new_tokens = 32, 16, 16
+    config.rl.questions_per_step, config.eval.max_questions, config.sft.batch_size = 8, 8, 8
+    config.judge.max_new_tokens, config.judge.batch_size = 8, 64
+    return config
+
+
+def test_cpu_dry_run_of_the_05b_shapes_with_a_judge():
+    config = _short(qwen7b.get_config("size=0.5b"))
+    lines = []
+    report = aot.dry_run(config, "cpu", 8, progress=lines.append)
+    judge = "judge Llama-3.1-8B-Instruct"
+    assert [p.name for p in report.programs] == PROGRAMS + [f"{judge} call"]
+    assert len(lines) == 2 * len(report.programs)
+    # Per-device bytes by hand. Training layout (fsdp 8 over `embed`): everything is split 8 ways but the
+    # q/k/v biases ([24, heads, 64]: 24 x (896 + 2 x 128) = 27,648 floats), which have no embed dim.
+    replicated = 24 * (896 + 2 * 128)
+    params = ((PUBLISHED_PARAMETERS["Qwen2.5-0.5B-Instruct"] - replicated) // 8 + replicated) * 4
+    assert report.resident["policy params"] == report.resident["reference params"] == params
+    assert 0 <= report.resident["AdamW moments"] - 2 * params < 64  # mu, nu + a few scalars
+    # Decode layout (tensor 2 x data 4): the judge's weights split 2 ways but its 65 norms of 4096, in bf16.
+    norms = (2 * 32 + 1) * 4096
+    assert report.resident[judge] == ((PUBLISHED_PARAMETERS["Llama-3.1-8B-Instruct"] - norms) // 2 + norms) * 2
+    by_name = {p.name: p for p in report.programs}
+    for p in report.programs:
+        assert min(p.arguments, p.temporaries, p.peak) > 0 and p.compile_seconds > 0, p
+        assert p.peak == p.arguments + p.outputs + p.temporaries - p.aliased
+    assert by_name["GRPO update"].aliased > params  # the state is donated
+    assert by_name["GRPO update"].beside == ("reference params", judge)
+    assert report.phase_bytes(by_name["rollout"]) == by_name["rollout"].peak + 3 * params + (
+        report.resident["AdamW moments"] - 2 * params) + report.resident[judge]
+    for name in ("rollout", "eval rollout", f"{judge} call"):  # decode layout: no weight all-gather per token
+        assert by_name[name].per_token and by_name[name].collectives["all-gather"].per_iteration_count == 0
+    text = aot.format_report(report, "configs/qwen7b.py:size=0.5b")
+    assert "compiled by the CPU backend (a smoke check, not a GPU proof" in text
+    assert all(f"\n{name} " in text for name in by_name)
+
+
+def _table_rows(stdout: str) -> dict[str, list[str]]:
+    """Program name -> the cells of its row in the per-program memory table."""
+    table = stdout.split("Per-program memory")[1].split("largest:")[0].splitlines()[2:]
+    return {line[:36].strip(): line[36:].split() for line in table if line.strip()}
+
+
+def test_cpu_dry_run_cli_of_the_tiny_default():
+    proc = subprocess.run([sys.executable, "-m", "experiments.run", "--config=configs/tiny.py", "--dry_run"],  # README
+                          cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr
+    rows = _table_rows(proc.stdout)
+    assert list(rows) == PROGRAMS
+    for name, cells in rows.items():
+        peak = float(cells[-4])  # ... peak, beside, total, compile seconds
+        assert peak > 0 and float(cells[-2]) >= peak, (name, cells)
+    assert "8 x cpu, compiled by the CPU backend (a smoke check, not a GPU proof" in proc.stdout
+
+
+@pytest.mark.skipif(not AOT_PYTHON.is_file(), reason=f"no GPU-compiler environment at {AOT_PYTHON} (make it with "
+                    "./launch.sh aot, or point RUBRIC_JAX_AOT_PYTHON at a python with requirements-aot.txt)")
+def test_gpu_dry_run_in_the_gpu_compiler_environment():
+    """The README's GPU command at the 0.5B size with short sequences, compiled by XLA's GPU compiler
+    for 8 A100s: the generated target spec is accepted and every program compiles."""
+    args = [str(AOT_PYTHON), "-m", "experiments.run", "--config=configs/qwen7b.py:size=0.5b", "--dry_run",
+            "--dry_run_target=a100_80g", "--config.data.max_prompt_len=32", "--config.sft.max_response_len=16",
+            "--config.rl.max_new_tokens=16", "--config.rl.questions_per_step=8", "--config.eval.max_questions=8",
+            "--config.sft.batch_size=8", "--config.judge.max_new_tokens=8", "--config.judge.batch_size=64"]
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "8 x NVIDIA A100-SXM4-80GB, compiled by XLA's GPU compiler" in proc.stdout
+    assert list(_table_rows(proc.stdout)) == PROGRAMS + ["judge Llama-3.1-8B-Instruct call"]
+    assert "of 80.00 GiB per device" in proc.stdout
+
+
+def test_per_iteration_collectives_feed_the_per_token_row():
+    summary = hlo_stats.KindSummary(count=3, bytes=3 << 30, per_iteration_count=56, per_iteration_bytes=1 << 29)
+    assert aot._collective_cell(summary, per_token=False) == "3 / 3"
+    assert aot._collective_cell(summary, per_token=True) == "56 / 0.5"
+    assert aot._collective_cell(hlo_stats.KindSummary(0, 0, 0, 0), per_token=True) == "-"
