@@ -20,15 +20,13 @@ from pathlib import Path
 
 import jax
 from absl import app, flags
-from flax import nnx
 from transformers import AutoTokenizer
 
-from rubric_jax import sampling
+from rubric_jax import loader, sampling
 from rubric_jax.assets import TINY_DIR
 from rubric_jax.judges.llm_judge import Judge, JudgeConfig, encode_prompts, judge_rows
 from rubric_jax.judges.prompts import single_prompt
 from rubric_jax.models.config import ModelConfig
-from rubric_jax.models.transformer import Transformer
 from rubric_jax.rubrics.io import load_rubric
 
 _ITEMS = flags.DEFINE_integer("items", 32, "Judged (response, dimension) items per step.")
@@ -59,8 +57,7 @@ def main(argv: list[str]) -> None:
                                                     for k, a in d.anchors.items()}) for d in llm_dims]
     tokenizer = AutoTokenizer.from_pretrained(TINY_DIR / "tokenizer")
     cfg = ModelConfig.from_hf_dir(TINY_DIR, max_position_embeddings=8192)
-    graphdef, state = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))
-    judge = Judge("tiny-random", graphdef, state, tokenizer, sampling.generate, sampler="greedy",
+    judge = Judge("tiny-random", loader.init_weights(cfg, None, jax.random.key(0)), tokenizer, sampling.generate, sampler="greedy",
                   max_new_tokens=_MAX_NEW.value, max_prompt_tokens=8192)
     config = JudgeConfig(num_samples=1, max_retries=0, shuffle_anchors=False)
     n = _ITEMS.value

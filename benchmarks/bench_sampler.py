@@ -5,7 +5,7 @@
   .venv/bin/python -m benchmarks.bench_sampler --hidden=256 --layers=2 --repeats=1
 
 A random Qwen2ForCausalLM is built in PyTorch, saved as a HF directory and loaded into our model with
-rubric_jax.models.checkpoint.load_hf_checkpoint, so both sides run the same float32 weights. Both
+rubric_jax.loader.load_weights, so both sides run the same float32 weights. Both
 generate `--new_tokens` greedy tokens for a batch of random `--prompt_len`-token prompts (no stop
 token); tokens/s = batch * new_tokens / wall time including prefill, best of `--repeats` interleaved runs
 after one warm-up each (ours includes compilation, reported separately). Process CPU time is printed
@@ -22,7 +22,7 @@ import numpy as np
 from absl import app, flags
 
 from rubric_jax import sampling
-from rubric_jax.models.checkpoint import load_hf_checkpoint
+from rubric_jax.loader import load_weights
 
 PRESETS = {
     "default": dict(hidden=512, layers=8, vocab=32000, heads=8, kv_heads=2, intermediate=1536),
@@ -79,7 +79,7 @@ def main(argv: list[str]) -> None:
     params = sum(p.numel() for p in hf_model.parameters())
     with tempfile.TemporaryDirectory() as tmp:
         hf_model.save_pretrained(tmp)
-        _, graphdef, state = load_hf_checkpoint(tmp)
+        weights = load_weights(tmp)
 
     prompts = np.random.default_rng(0).integers(3, shape["vocab"], (batch, prompt_len)).astype(np.int32)
     input_ids = torch.from_numpy(prompts.astype(np.int64))
@@ -91,8 +91,8 @@ def main(argv: list[str]) -> None:
                                      eos_token_id=None)
 
     def run_ours():
-        return sampling.generate(graphdef, state, prompts, key=jax.random.key(0), max_new_tokens=new_tokens,
-                                 sampler="greedy", stop_tokens=[], pad_id=0)
+        return sampling.generate(weights, prompts, prompt_mask=np.ones(prompts.shape, bool), key=jax.random.key(0),
+                                 max_new_tokens=new_tokens, sampler="greedy", stop_tokens=[], pad_id=0)
 
     start = time.perf_counter()
     ours = run_ours()

@@ -33,11 +33,18 @@ def base_config() -> ml_collections.ConfigDict:
     c.judge.max_new_tokens = 64  # Judge answer budget.
     c.judge.sampler = "temperature(0.7)"  # Judge sampler.
     c.judge.mode = "per_dimension"  # "per_dimension" or "all_criteria" (one prompt per response, QuRL).
+    c.judge.param_dtype = "auto"  # Judge weights dtype: auto (bfloat16 on accelerators, float32 on CPU), float32, bfloat16.
+    c.judge.compute_dtype = "auto"  # Judge activation dtype, same choices.
 
     c.mesh = ml_collections.ConfigDict()
     c.mesh.data = 1  # Data-parallel axis size.
     c.mesh.fsdp = -1  # Fully-sharded axis size (-1: all devices left).
     c.mesh.tensor = 1  # Tensor-parallel axis size.
+    # Decode layout of rollouts and judges over the same devices (verl's 3D-HybridEngine idea): the
+    # policy is resharded to it once per rollout, so no decode step all-gathers an FSDP weight.
+    c.mesh.rollout = ml_collections.ConfigDict()
+    c.mesh.rollout.tensor = 1  # Tensor-parallel group (consecutive devices of one host); the rest replicate. Must divide the heads and KV heads.
+    c.mesh.rollout.param_dtype = "compute"  # Policy weights while decoding: compute (= model.compute_dtype), float32 or bfloat16.
 
     c.data = ml_collections.ConfigDict()
     c.data.train = ""  # jsonl of training questions ({"id","question",...}), or tfds:NAME[:SPLIT] (split "train").

@@ -21,6 +21,10 @@ from configs.common import base_config
 
 # QuRL trains Qwen2.5-7B; the smaller sizes keep its recipe for quicker iterations.
 _SIZES = {"7b": "Qwen2.5-7B-Instruct", "1.5b": "Qwen2.5-1.5B-Instruct", "0.5b": "Qwen2.5-0.5B-Instruct"}
+# Decode tensor-parallel size per size: the largest group that divides both the query and the KV heads
+# (7B: 28 heads / 4 KV heads -> 4; 1.5B: 12 / 2 -> 2; 0.5B: 14 / 2 -> 2). 8 would not divide 4 KV heads
+# (nor 28 query heads): those weights would sit whole on every device. The other devices hold replicas.
+_ROLLOUT_TENSOR = {"7b": 4, "1.5b": 2, "0.5b": 2}
 
 
 def get_config(arg: str | None = None):
@@ -35,6 +39,8 @@ def get_config(arg: str | None = None):
     c.model.compute_dtype = "bfloat16"  # ... bf16 activations.
     c.model.remat = True
     c.mesh.data, c.mesh.fsdp, c.mesh.tensor = 1, 8, 1  # 8×A100-80GB, FSDP over all 8.
+    c.mesh.rollout.tensor = _ROLLOUT_TENSOR[size]  # Decode: tensor groups x replicas (see _ROLLOUT_TENSOR).
+    c.mesh.rollout.param_dtype = "compute"  # bf16 decode copy: half the bytes read per generated token.
     c.data.max_prompt_len = 512
     c.sft.lr, c.sft.batch_size, c.sft.epochs = 1e-6, 16, 2  # QuRL cold start.
     c.sft.max_response_len = 2048

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from absl import app, flags
 
-from experiments.judge_flags import JUDGE, MAX_NEW, MODE, RETRIES, SAMPLER, SAMPLES
+from experiments.judge_flags import JUDGE, MODE, RETRIES, SAMPLES, load_judges
 from rubric_jax.calibration.labels import LabelsError, read_items
 from rubric_jax.rubrics.correction import load_correction
 from rubric_jax.rubrics.io import load_rubric
@@ -78,7 +78,7 @@ def main(argv: list[str]) -> None:
         _fail(str(e))
     # Imported once the inputs are read: a bad labels line fails in a fraction of a second, before JAX loads.
     from rubric_jax.calibration.report import CORRECTION_FILE, REPORT_JSON, REPORT_MD, write_calibration
-    from rubric_jax.calibration.run import CalibrationError, Settings, calibrate, load_judges
+    from rubric_jax.calibration.run import CalibrationError, Settings, calibrate
     from rubric_jax.judges.llm_judge import JudgeConfig
 
     out = Path(_OUT.value)
@@ -90,9 +90,9 @@ def main(argv: list[str]) -> None:
     except (CalibrationError, ValueError) as e:
         _fail(str(e))
     try:
-        judges = load_judges(judge_dirs, sampler=SAMPLER.value, max_new_tokens=MAX_NEW.value)
-    except (OSError, ValueError) as e:
-        _fail(f"--judge_checkpoint={JUDGE.value}: {e}")
+        judges = load_judges(judge_dirs)
+    except ValueError as e:
+        _fail(str(e))
     inputs = {"labels": _LABELS.value, "rubric": _RUBRIC.value,
               "rubric_hash": shared.content_hash if shared is not None else None}
     try:

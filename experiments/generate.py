@@ -2,9 +2,12 @@
 
   python -m experiments.generate --checkpoint=DIR --prompt="Hello" [--max_new_tokens=128]
       [--sampler=greedy|temperature(0.7)|topk(40)|nucleus(0.9)] [--seed=0] [--format=text|json]
+      [--tensor=1] [--param_dtype=auto] [--compute_dtype=auto]
 
 The prompt goes through the tokenizer's chat template as one user turn. `--format=json` prints one
-JSON object: prompt_ids, output_ids (up to and including the stop token), text, finish_reason.
+JSON object: prompt_ids, output_ids (up to and including the stop token), text, finish_reason. The
+model is loaded straight into the decode layout over every local device (`--tensor` consecutive
+devices split each weight, the rest hold replicas), in bfloat16 on accelerators by default.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pathlib import Path
 import jax
 from absl import app, flags
 
-from rubric_jax import sampling
+from rubric_jax import sampling, sharding
 
 _CHECKPOINT = flags.DEFINE_string(
     "checkpoint", None, "Hugging Face model directory (config.json, safetensors, tokenizer).")
@@ -25,6 +28,11 @@ _MAX_NEW_TOKENS = flags.DEFINE_integer("max_new_tokens", 128, "Maximum number of
 _SAMPLER = flags.DEFINE_string("sampler", "greedy", "greedy | temperature(t) | topk(k[, t]) | nucleus(p[, t]).")
 _SEED = flags.DEFINE_integer("seed", 0, "PRNG seed for sampling.")
 _FORMAT = flags.DEFINE_enum("format", "text", ["text", "json"], "Print the text, or one JSON object.")
+_TENSOR = flags.DEFINE_integer("tensor", 1, "Devices that split each weight (tensor parallel); must divide the heads.")
+_PARAM_DTYPE = flags.DEFINE_enum("param_dtype", "auto", ["auto", "float32", "bfloat16"],
+                                 "Weights dtype; auto = bfloat16 on accelerators, float32 on CPU.")
+_COMPUTE_DTYPE = flags.DEFINE_enum("compute_dtype", "auto", ["auto", "float32", "bfloat16"],
+                                   "Activation dtype; auto as for --param_dtype.")
 flags.mark_flags_as_required(["checkpoint", "prompt"])
 
 
@@ -47,13 +55,18 @@ def main(argv: list[str]) -> None:
     if not checkpoint.is_dir():
         _fail(f"--checkpoint={checkpoint}: directory does not exist")
 
-    from transformers import AutoTokenizer
-
-    from rubric_jax.models.checkpoint import load_hf_checkpoint
+    from rubric_jax import loader
+    from rubric_jax.models.checkpoint import load_tokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-        _, graphdef, state = load_hf_checkpoint(checkpoint)
+        layout = sharding.decode_layout(sharding.make_mesh(sharding.MeshConfig()), _TENSOR.value)
+    except ValueError as e:
+        _fail(f"--tensor: {e}")
+    try:
+        tokenizer = load_tokenizer(checkpoint)
+        weights = loader.load_weights(checkpoint, layout,
+                                      param_dtype=loader.resolve_dtype(_PARAM_DTYPE.value, "--param_dtype"),
+                                      compute_dtype=loader.resolve_dtype(_COMPUTE_DTYPE.value, "--compute_dtype"))
     except (OSError, ValueError) as e:
         _fail(f"--checkpoint={checkpoint}: {e}")
     if tokenizer.eos_token_id is None or tokenizer.pad_token_id is None:
@@ -63,8 +76,9 @@ def main(argv: list[str]) -> None:
     prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     try:
         result = sampling.generate(
-            graphdef, state, [prompt_ids], key=jax.random.key(_SEED.value), max_new_tokens=_MAX_NEW_TOKENS.value,
+            weights, [prompt_ids], key=jax.random.key(_SEED.value), max_new_tokens=_MAX_NEW_TOKENS.value,
             sampler=_SAMPLER.value, stop_tokens=[tokenizer.eos_token_id], pad_id=tokenizer.pad_token_id,
+            layout=layout,
         )
     except ValueError as e:
         _fail(str(e))

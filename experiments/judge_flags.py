@@ -4,7 +4,16 @@ Defining them once keeps their names, defaults and meaning identical across tool
 them through these handles (`JUDGE.value`, ...).
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 from absl import flags
+
+if TYPE_CHECKING:
+    from rubric_jax.judges.llm_judge import Judge
 
 JUDGE = flags.DEFINE_string("judge_checkpoint", None, "HF judge directory; needed only for LLM dimensions "
                             "(calibrate: several comma-separated directories).")
@@ -14,3 +23,33 @@ SAMPLES = flags.DEFINE_integer("judge_samples", 3, "Judge samples per item (medi
 RETRIES = flags.DEFINE_integer("judge_retries", 2, "Re-prompt rounds for unparseable verdicts.")
 SAMPLER = flags.DEFINE_string("judge_sampler", "temperature(0.7)", "Judge sampler (see rubric_jax.sampling).")
 MAX_NEW = flags.DEFINE_integer("judge_max_new_tokens", 256, "Judge generation budget per verdict.")
+PARAM_DTYPE = flags.DEFINE_string("judge_param_dtype", "auto", "Judge weights dtype: auto (bfloat16 on "
+                                  "accelerators, float32 on CPU), float32 or bfloat16.")
+COMPUTE_DTYPE = flags.DEFINE_string("judge_compute_dtype", "auto", "Judge activation dtype; as --judge_param_dtype.")
+TENSOR = flags.DEFINE_integer("judge_tensor", 1, "Consecutive devices that split each judge weight (tensor "
+                              "parallel); the other devices hold replicas that split the prompts.")
+
+
+def load_judges(checkpoint_dirs: Sequence[str]) -> list[Judge]:
+    """Each judge directory loaded once into the decode layout over every local device, in the flags' dtypes
+    and sampler; a bad flag or directory is a ValueError naming the flag."""
+    from rubric_jax import loader, sharding  # imported here: JAX loads only once a judge is needed
+    from rubric_jax.judges.llm_judge import load_judge
+
+    dtypes = {}
+    for flag, field in ((PARAM_DTYPE, "param_dtype"), (COMPUTE_DTYPE, "compute_dtype")):
+        dtypes[field] = loader.resolve_dtype(flag.value, f"--{flag.name}")
+    try:
+        layout = sharding.decode_layout(sharding.make_mesh(sharding.MeshConfig()), TENSOR.value)
+    except ValueError as e:
+        raise ValueError(f"--judge_tensor: {e}") from None
+    judges = []
+    for path in checkpoint_dirs:
+        if not Path(path).is_dir():
+            raise ValueError(f"--judge_checkpoint={path}: directory does not exist")
+        try:
+            judges.append(load_judge(path, layout=layout, **dtypes, sampler=SAMPLER.value,
+                                     max_new_tokens=MAX_NEW.value))
+        except (OSError, ValueError) as e:
+            raise ValueError(f"--judge_checkpoint={path}: {e}") from None
+    return judges

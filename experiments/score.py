@@ -3,6 +3,7 @@
   python -m experiments.score --rubric=RUBRIC.(json|yaml) --responses=IN.jsonl --out=OUT.jsonl
       [--judge_checkpoint=DIR] [--judge_mode=single|multi] [--judge_samples=3] [--judge_retries=2]
       [--judge_sampler="temperature(0.7)"] [--judge_max_new_tokens=256] [--batch_size=64] [--seed=0]
+      [--judge_param_dtype=auto] [--judge_compute_dtype=auto] [--judge_tensor=1]
 
 Each input line is {"question": str, "response": str, optional "rubric": {"extra": [dimension, ...]}
 or {"replace": rubric} (rubric_jax.rubrics.schema.parse_row_rubric), any other fields}; each output line is the input plus
@@ -12,6 +13,8 @@ or {"replace": rubric} (rubric_jax.rubrics.schema.parse_row_rubric), any other f
   reward            float in [0, 1] (0 and meaningless when reward_ok is false)
   reward_ok         bool (false: a gate dimension or every scored dimension is missing)
   rubric_name, rubric_version, rubric_hash
+The judge is loaded straight into the decode layout over every local device (`--judge_tensor` consecutive
+devices split each weight, the rest hold replicas), in bfloat16 on accelerators by default.
 A one-line JSON summary (rows, mean reward, failures, judge counts) goes to stdout. User errors (a
 missing or malformed rubric, a bad input line, an LLM dimension without --judge_checkpoint) exit with
 status 2 and a message naming the file and line.
@@ -30,8 +33,9 @@ import numpy as np
 from absl import app, flags
 
 from experiments.judge_flags import JUDGE as _JUDGE, MAX_NEW as _MAX_NEW, MODE as _MODE, RETRIES as _RETRIES
-from experiments.judge_flags import SAMPLER as _SAMPLER, SAMPLES as _SAMPLES
-from rubric_jax.judges.llm_judge import JudgeConfig, load_judge
+from experiments.judge_flags import SAMPLES as _SAMPLES
+from experiments.judge_flags import load_judges
+from rubric_jax.judges.llm_judge import JudgeConfig
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.jsonl import read_jsonl
@@ -127,12 +131,10 @@ def main(argv: list[str]) -> None:
         _fail(str(e))
     judges = []
     if _JUDGE.value is not None:
-        if not Path(_JUDGE.value).is_dir():
-            _fail(f"--judge_checkpoint={_JUDGE.value}: directory does not exist")
         try:
-            judges.append(load_judge(_JUDGE.value, sampler=_SAMPLER.value, max_new_tokens=_MAX_NEW.value))
-        except (OSError, ValueError) as e:
-            _fail(f"--judge_checkpoint={_JUDGE.value}: {e}")
+            judges = load_judges([_JUDGE.value])
+        except ValueError as e:
+            _fail(str(e))
     config = JudgeConfig(mode=_MODE.value, num_samples=_SAMPLES.value, max_retries=_RETRIES.value)
     reward = RubricReward(judges=judges, judge_config=config)
     for rubric, source in zip(rubrics, sources):

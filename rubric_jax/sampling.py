@@ -15,12 +15,14 @@ Conventions (what the GRPO trainer relies on):
     emitted, else "length" (max_new_tokens reached).
   * Row b * n + j of every output is sample j of prompt b.
   * Prompt length, response length and batch are padded up to buckets (`bucket_size`), and jitted
-    functions are cached per (graphdef, sampler, response bucket, prefill chunk, mesh); stop tokens,
-    pad id and max_new_tokens are runtime data. Repeated calls within one bucket reuse one compiled
-    program; `TRACES` counts traces per function (tests assert on it).
-  * With a mesh, rows are sharded over (data, fsdp) (the batch bucket is rounded up to a multiple of
-    data * fsdp), parameters follow `sharding.param_shardings`, the KV cache is sharded like the batch
-    and over kv heads on `tensor`.
+    functions are cached per (graphdef, sampler, response bucket, prefill chunk, n, layout); stop
+    tokens, pad id and max_new_tokens are runtime data. Repeated calls within one bucket reuse one
+    compiled program; `TRACES` counts traces per function (tests assert on it).
+  * Placement is the caller's: `generate` is given `Weights` and the `sharding.Layout` they live in
+    (usually the decode layout, `sharding.decode_layout`), checks every parameter's sharding and dtype
+    against it and raises naming the first misplaced one; it never moves parameters. Rows are sharded
+    like the layout's batch (the batch bucket is rounded up to a multiple of data * fsdp), the KV cache
+    like the batch and over KV heads on `tensor`.
 """
 
 from __future__ import annotations
@@ -37,9 +39,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx, struct
-from jax.sharding import Mesh
 
-from rubric_jax import sharding
+from rubric_jax import loader, sharding
 from rubric_jax.models.transformer import KVCache, init_cache, padding_to_positions
 
 TRACES: collections.Counter[str] = collections.Counter()
@@ -134,16 +135,26 @@ def top_p_filter(logits_BxV: jax.Array, p: float) -> jax.Array:
     return jnp.where(logits_BxV >= threshold_Bx1, logits_BxV, -jnp.inf)
 
 
+def _argmax(x_BxV: jax.Array) -> jax.Array:
+    """`jnp.argmax` over the last axis (the first maximal index) as two reductions, a max and a min of
+    the maximal indices: over a vocab split across devices that is two tiny all-reduces, where argmax's
+    (value, index) reduction all-gathers every shard's pair on each decode step."""
+    best_Bx1 = jnp.max(x_BxV, axis=-1, keepdims=True)
+    vocab = x_BxV.shape[-1]
+    return jnp.min(jnp.where(x_BxV == best_Bx1, jnp.arange(vocab, dtype=jnp.int32), vocab), axis=-1)
+
+
 def sample_tokens(logits_BxV: jax.Array, key: jax.Array, sampler: Sampler) -> jax.Array:
-    """Draws one token per row from float32 logits according to `sampler`."""
+    """Draws one token per row from float32 logits according to `sampler` (the same draws as
+    `jax.random.categorical`: the argmax of logits plus Gumbel noise)."""
     if sampler.kind == "greedy":
-        return jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32)
+        return _argmax(logits_BxV)
     scaled_BxV = logits_BxV / sampler.temperature
     if sampler.kind == "topk":
         scaled_BxV = top_k_filter(scaled_BxV, sampler.top_k)
     elif sampler.kind == "nucleus":
         scaled_BxV = top_p_filter(scaled_BxV, sampler.top_p)
-    return jax.random.categorical(key, scaled_BxV, axis=-1).astype(jnp.int32)
+    return _argmax(scaled_BxV + jax.random.gumbel(key, scaled_BxV.shape, scaled_BxV.dtype))
 
 
 # ------------------------------------------------------------------------------------------ generate
@@ -174,16 +185,25 @@ class GenerationResult:
     num_steps: int  # tokens generated per row by the loop (< max_new_tokens when all rows stopped early)
 
 
-def left_pad(prompt_ids: Sequence[Sequence[int]] | np.ndarray, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+def left_pad(prompt_ids: Sequence[Sequence[int]] | np.ndarray, pad_id: int,
+             prompt_mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Prompts as left-padded int32 [B, T] tokens and a bool mask (True = real token).
 
-    A list of lists is ragged; a 2-D array is already left-padded: its leading `pad_id`s are padding.
+    Either ragged rows (a list of lists, no mask), or a 2-D array with its `prompt_mask` [B, T] whose
+    real tokens form one block ending at the last column per row. The mask is never guessed from
+    `pad_id`: a prompt may contain the pad id as a real token.
     """
-    if isinstance(prompt_ids, np.ndarray):
-        if prompt_ids.ndim != 2:
-            raise ValueError(f"prompt_ids array must be 2-D [batch, length], got shape {prompt_ids.shape}")
-        tokens = prompt_ids.astype(np.int32)
-        mask = np.cumsum(tokens != pad_id, axis=1) > 0
+    if prompt_mask is None and isinstance(prompt_ids, np.ndarray):
+        raise ValueError("prompt_ids is an array: pass its prompt_mask too (padding is never guessed from pad_id)")
+    if prompt_mask is not None:
+        tokens, mask = np.asarray(prompt_ids).astype(np.int32), np.asarray(prompt_mask)
+        if tokens.ndim != 2 or mask.shape != tokens.shape or mask.dtype != np.bool_:
+            raise ValueError(f"prompt_ids {tokens.shape} and prompt_mask {mask.shape} {mask.dtype} must be "
+                             "2-D [batch, length] of the same shape, the mask boolean")
+        not_left_padded = np.flatnonzero((mask[:, :-1] & ~mask[:, 1:]).any(axis=1))
+        if not_left_padded.size:
+            raise ValueError(f"prompt_mask rows {not_left_padded[:8].tolist()} are not left-padded (real tokens "
+                             "must form one block ending at the last column)")
     else:
         rows = [list(map(int, row)) for row in prompt_ids]
         width = max((len(r) for r in rows), default=0)
@@ -257,29 +277,28 @@ def _prefill(model: nnx.Module, prompt_BxP: jax.Array, prompt_mask_BxP: jax.Arra
     return last_h_per_chunk_BxD[-1], cache
 
 
-def _cache_sharding(mesh: Mesh, cache: KVCache) -> Any:
-    """Cache k/v [L, B, S, K, H]: batch over (data, fsdp), kv heads over tensor."""
-    names = ("layers", "batch", "length", "kv_heads", "head_dim")
-    spec = sharding.logical_to_sharding(names, cache.k.shape, mesh)
+def _cache_sharding(layout: sharding.Layout, cache: KVCache) -> Any:
+    """Cache k/v [L, B, S, K, H]: rows like the batch, KV heads over tensor (in the layout's rules)."""
+    spec = layout.sharding(("layers", "batch", "length", "kv_heads", "head_dim"), cache.k.shape)
     return KVCache(k=spec, v=spec)
 
 
 @functools.lru_cache(maxsize=64)
 def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, prefill_chunk: int, n: int,
-                 mesh: Mesh | None):
-    """The jitted prefill + decode program for one (model graph, sampler, R bucket, chunk, n, mesh).
+                 layout: sharding.Layout):
+    """The jitted prefill + decode program for one (model graph, sampler, R bucket, chunk, n, layout).
 
     Each distinct prompt is prefilled once; its cache and last hidden state are then repeated for its
     n samples (row b * n + j), so n samples cost one prefill, not n.
     """
 
     def constrain(cache: KVCache) -> KVCache:
-        return cache if mesh is None else jax.lax.with_sharding_constraint(cache, _cache_sharding(mesh, cache))
+        return jax.lax.with_sharding_constraint(cache, _cache_sharding(layout, cache))
 
-    def run(state: nnx.State, prompt_UxP: jax.Array, prompt_mask_UxP: jax.Array, live_B: jax.Array,
+    def run(params: loader.Params, prompt_UxP: jax.Array, prompt_mask_UxP: jax.Array, live_B: jax.Array,
             stop_S: jax.Array, pad_id: jax.Array, max_new_tokens: jax.Array, key: jax.Array) -> SamplingState:
         TRACES["generate"] += 1
-        model = nnx.merge(graphdef, state)
+        model = nnx.merge(graphdef, params)
         prompts, prompt_slots = prompt_UxP.shape
         slots = prompt_slots + response_slots
         h_UxD, cache = _prefill(model, prompt_UxP, prompt_mask_UxP,
@@ -322,46 +341,55 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
     return jax.jit(run)
 
 
-def generate(graphdef: nnx.GraphDef, state: nnx.State, prompt_ids: Sequence[Sequence[int]] | np.ndarray, *,
-             key: jax.Array, n: int = 1, max_new_tokens: int, sampler: str = "greedy",
-             stop_tokens: Sequence[int], pad_id: int, mesh: Mesh | None = None) -> GenerationResult:
-    """Samples n responses per prompt (prompts left-padded; see the module docstring for conventions)."""
+def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.ndarray,
+             prompt_mask: np.ndarray | None, *, key: jax.Array, n: int, max_new_tokens: int, sampler: str,
+             stop_tokens: Sequence[int], pad_id: int, layout: sharding.Layout | None) -> tuple[Any, tuple, int]:
+    """Checks arguments and placement; returns the jitted program, its placed arguments and the row count."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     parsed = parse_sampler(sampler)
-    tokens, mask = left_pad(prompt_ids, pad_id)
+    layout = layout or sharding.single_device_layout()
+    loader.check_placement(weights, layout, what="generate")
+    tokens, mask = left_pad(prompt_ids, pad_id, prompt_mask)
     prompts, width = tokens.shape
-    rows = prompts * n
-    cfg = nnx.merge(graphdef, state).cfg
     longest = int(mask.sum(axis=1).max()) + max_new_tokens
-    if longest > cfg.max_position_embeddings:
+    if longest > weights.cfg.max_position_embeddings:
         raise ValueError(
             f"longest prompt ({longest - max_new_tokens} tokens) + max_new_tokens ({max_new_tokens}) = {longest} "
-            f"exceeds the model's max_position_embeddings ({cfg.max_position_embeddings})"
+            f"exceeds the model's max_position_embeddings ({weights.cfg.max_position_embeddings})"
         )
-    batch_multiple = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
-    padded_prompts = -(-bucket_size(prompts) // batch_multiple) * batch_multiple
+    padded_prompts = -(-bucket_size(prompts) // layout.batch_multiple) * layout.batch_multiple
     prompt_slots = bucket_size(width)
     # Bucket padding: extra left padding, and extra prompts copying prompt 0 whose samples start finished.
     tokens_UxP = np.full((padded_prompts, prompt_slots), pad_id, np.int32)
     mask_UxP = np.zeros((padded_prompts, prompt_slots), bool)
     tokens_UxP[:prompts, prompt_slots - width:], mask_UxP[:prompts, prompt_slots - width:] = tokens, mask
     tokens_UxP[prompts:], mask_UxP[prompts:] = tokens_UxP[0], mask_UxP[0]
-    live_B = np.arange(padded_prompts * n) < rows
+    live_B = np.arange(padded_prompts * n) < prompts * n
 
     # Stop ids are data, not part of the compiled program: padded with -1 (never a token) to a bucket of
     # at least 4, so the usual few stop ids never change the program's shapes.
     stop_S = np.full(bucket_size(max(len(stop_tokens), 4)), -1, np.int32)
     stop_S[:len(stop_tokens)] = stop_tokens
-    run = _generate_fn(graphdef, parsed, bucket_size(max_new_tokens), prefill_chunk_size(prompt_slots), n, mesh)
-    args = (tokens_UxP, mask_UxP, live_B)
-    if mesh is not None:
-        state = sharding.shard_pytree(state, sharding.param_shardings(state, mesh))
-        args = sharding.shard_pytree(args, sharding.batch_sharding(mesh))
-        key = jax.device_put(key, sharding.replicated(mesh))
-    out = run(state, *args, stop_S, np.int32(pad_id), np.int32(max_new_tokens), key)
+    run = _generate_fn(weights.graphdef, parsed, bucket_size(max_new_tokens), prefill_chunk_size(prompt_slots), n,
+                       layout)
+    # Host inputs are placed here (rows like the batch, the rest replicated); parameters never are.
+    rows = jax.device_put((tokens_UxP, mask_UxP, live_B), layout.sharding(("batch",), tokens_UxP.shape))
+    small = jax.device_put((stop_S, np.int32(pad_id), np.int32(max_new_tokens), key), sharding.replicated(layout.mesh))
+    return run, (weights.params, *rows, *small), prompts * n
+
+
+def generate(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.ndarray, *,
+             prompt_mask: np.ndarray | None = None, key: jax.Array, n: int = 1, max_new_tokens: int,
+             sampler: str = "greedy", stop_tokens: Sequence[int], pad_id: int,
+             layout: sharding.Layout | None = None) -> GenerationResult:
+    """Samples n responses per prompt from `weights`, which must already live in `layout` (default: one
+    device) in their config's dtype; see the module docstring for conventions."""
+    run, args, rows = _prepare(weights, prompt_ids, prompt_mask, key=key, n=n, max_new_tokens=max_new_tokens,
+                               sampler=sampler, stop_tokens=stop_tokens, pad_id=pad_id, layout=layout)
+    out = run(*args)
     out_tokens, out_logprobs, lengths, stopped, steps = jax.device_get(
         (out.tokens_BxR, out.logprobs_BxR, out.lengths_B, out.stopped_B, out.step))
     return GenerationResult(
@@ -371,3 +399,15 @@ def generate(graphdef: nnx.GraphDef, state: nnx.State, prompt_ids: Sequence[Sequ
         finish_reason=np.where(stopped[:rows], FINISH_STOP, FINISH_LENGTH),
         num_steps=int(steps),
     )
+
+
+def lower_generate(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.ndarray, *,
+                   prompt_mask: np.ndarray | None = None, n: int = 1, max_new_tokens: int, sampler: str = "greedy",
+                   stop_tokens: Sequence[int], pad_id: int, layout: sharding.Layout | None = None
+                   ) -> jax.stages.Lowered:
+    """The program `generate` would run for these arguments, lowered and not run (`.compile()` it to
+    read its HLO or memory); `weights` may be abstract (`loader.abstract_weights`)."""
+    run, args, _ = _prepare(weights, prompt_ids, prompt_mask, key=jax.random.key(0), n=n,
+                            max_new_tokens=max_new_tokens, sampler=sampler, stop_tokens=stop_tokens, pad_id=pad_id,
+                            layout=layout)
+    return run.lower(*args)

@@ -12,6 +12,15 @@ a mesh `PartitionSpec` dimension by dimension, by `logical_to_mesh_spec`:
   3. a mesh axis already used by an earlier dimension is dropped (an axis shards one dim only);
   4. trailing mesh axes are dropped until the product of the remaining axis sizes divides the
      dimension (so batch 4 on data=2 x fsdp=4 shards over data only; vocab 7 stays replicated).
+
+Two layouts (`Layout` = a mesh + a rules table) over the same devices:
+  * training (`LOGICAL_RULES` on the configured data x fsdp x tensor mesh): weights FSDP-sharded over
+    `embed`, and the residual stream constrained to batch over (data, fsdp) in every layer
+    (`Layout.shard_activation`, handed to the model), so a layer never all-reduces activations;
+  * decode (`decode_layout`, `DECODE_RULES`): the same devices as data x 1 x tensor, tensor groups of
+    consecutive devices within one host; weights are never FSDP-sharded, only split over heads, KV
+    heads, MLP width and vocab on `tensor`, so a decode step never all-gathers a weight. Parameters
+    are resharded train -> decode once per rollout (rubric_jax.loader.to_layout); the judge lives there.
 """
 
 from __future__ import annotations
@@ -40,6 +49,21 @@ LOGICAL_RULES: LogicalRules = (
     ("layers", ()),
     ("head_dim", ()),
     ("length", ()),
+    ("activation_embed", ()),  # the residual stream's hidden dim: never split (a split costs all-reduces)
+)
+# Decoding: no FSDP (an FSDP weight is all-gathered on every generated token); Megatron-style tensor
+# parallelism over heads / KV heads / MLP width / vocab; rows over data (fsdp is 1 in a decode mesh).
+DECODE_RULES: LogicalRules = (
+    ("batch", ("data", "fsdp")),
+    ("embed", ()),
+    ("vocab", ("tensor",)),
+    ("heads", ("tensor",)),
+    ("kv_heads", ("tensor",)),
+    ("mlp", ("tensor",)),
+    ("layers", ()),
+    ("head_dim", ()),
+    ("length", ()),
+    ("activation_embed", ()),
 )
 
 
@@ -135,6 +159,59 @@ def param_shardings(abstract_state: Any, mesh: Mesh, rules: LogicalRules = LOGIC
         return variable.replace(logical_to_sharding(tuple(logical), variable.get_value().shape, mesh, rules))
 
     return jax.tree.map(to_sharding, abstract_state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where arrays live: a mesh and the logical-axis rules that place named axes on it.
+
+    Hashable and compared by value, so a model built with `shard_activation` has the same graphdef
+    (and hits the same compiled programs) every time it is built for an equal layout.
+    """
+
+    mesh: Mesh
+    rules: LogicalRules = LOGICAL_RULES
+
+    def sharding(self, logical_spec: Sequence[str | None], shape: Sequence[int]) -> NamedSharding:
+        """NamedSharding of an array of `shape` whose axes have the logical names `logical_spec`."""
+        return logical_to_sharding(logical_spec, shape, self.mesh, self.rules)
+
+    def param_shardings(self, abstract_state: Any) -> Any:
+        """`param_shardings` of an NNX state under this layout's rules."""
+        return param_shardings(abstract_state, self.mesh, self.rules)
+
+    def shard_activation(self, x: jax.Array, logical_spec: Sequence[str | None]) -> jax.Array:
+        """Constrains an activation inside `jit` to this layout (what the model calls per layer)."""
+        return jax.lax.with_sharding_constraint(x, self.sharding(logical_spec, x.shape))
+
+    @property
+    def batch_multiple(self) -> int:
+        """How many ways the batch is split (data x fsdp): batches are padded to a multiple of it."""
+        return self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+
+
+def single_device_layout(device: jax.Device | None = None) -> Layout:
+    """The layout of plain unsharded arrays on one device (default: the first)."""
+    return Layout(make_mesh(MeshConfig(), [device or jax.devices()[0]]))
+
+
+def decode_layout(mesh: Mesh, tensor: int) -> Layout:
+    """The decode layout over `mesh`'s devices: groups of `tensor` consecutive devices split each weight
+    over heads / KV heads / MLP width / vocab (`DECODE_RULES`), and the groups hold replicas (data).
+
+    A tensor group must sit on one host (tensor-parallel all-reduces run every layer of every token).
+    """
+    devices = mesh.devices.reshape(-1)
+    if isinstance(tensor, bool) or not isinstance(tensor, int) or tensor < 1 or devices.size % tensor:
+        raise ValueError(f"tensor-parallel size {tensor!r} must be a positive integer dividing the "
+                         f"{devices.size} devices")
+    for group in devices.reshape(-1, tensor):
+        hosts = sorted({d.process_index for d in group})
+        if len(hosts) > 1:
+            raise ValueError(f"tensor-parallel size {tensor}: a group would span hosts {hosts}; use at most "
+                             "the devices of one host")
+    grid = devices.reshape(devices.size // tensor, 1, tensor)
+    return Layout(Mesh(grid, MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * len(MESH_AXES)), DECODE_RULES)
 
 
 def batch_sharding(mesh: Mesh, shape: Sequence[int] | None = None) -> NamedSharding:

@@ -1,11 +1,13 @@
 """Random test models drawn on the host: no per-shape init compilation, weights far from HF's 0.02 so
-next-token distributions are not uniform (norm scales are 1 + noise)."""
+next-token distributions are not uniform (norm scales are 1 + noise). `random_weights` gives the
+project's one parameter form (rubric_jax.loader.Weights) on the default device."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from rubric_jax import loader
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.models.transformer import Transformer
 
@@ -20,3 +22,8 @@ def random_model(cfg: ModelConfig, *, std: float, seed: int = 0) -> tuple[nnx.Gr
         return jnp.asarray(value, leaf.dtype)
 
     return graphdef, jax.tree_util.tree_map_with_path(draw, abstract)
+
+
+def random_weights(cfg: ModelConfig, *, std: float, seed: int = 0) -> loader.Weights:
+    """`random_model`'s parameters as Weights on the default device (what sampling.generate takes)."""
+    return loader.as_weights(cfg, nnx.to_pure_dict(random_model(cfg, std=std, seed=seed)[1]))

@@ -7,20 +7,24 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from flax import nnx
 
-from rubric_jax import sharding
+from rubric_jax import loader, sharding
+from rubric_jax.models.config import ModelConfig
 from rubric_jax.train import checkpointing
 from rubric_jax.train import state as train_state
 
+# A one-layer model: enough for sharding, optimizer moments and weight-decay masks.
+MODEL = ModelConfig(architecture="llama", vocab_size=16, hidden_size=8, intermediate_size=16, num_layers=1,
+                    num_heads=2, num_kv_heads=2, head_dim=4, rope_theta=1e4, rms_norm_eps=1e-6,
+                    tie_word_embeddings=True, attention_bias=False, rope_scaling=None, max_position_embeddings=16)
 
-class _Toy(nnx.Module):
-    """Two annotated parameters: enough for sharding, optimizer moments and weight decay masks."""
 
-    def __init__(self, rngs):
-        self.w = nnx.Param(jax.random.normal(rngs.params(), (16, 8)), sharding_names=("embed", "mlp"),
-                           eager_sharding=False)
-        self.b = nnx.Param(jnp.zeros((8,)), sharding_names=("mlp",), eager_sharding=False)
+def _emb(params):
+    return params["embed_tokens"]["embedding"]
+
+
+def _norm(params):
+    return params["norm"]["scale"]
 
 
 TX = train_state.make_optimizer(train_state.OptimizerConfig(learning_rate=1e-2, warmup_steps=3))
@@ -28,7 +32,8 @@ TX = train_state.make_optimizer(train_state.OptimizerConfig(learning_rate=1e-2, 
 
 def _state(mesh=None, seed=0, updates=2):
     """A state whose optimizer moments, counts and step are all non-trivial."""
-    state, shardings = train_state.init_train_state(_Toy, TX, jax.random.key(seed), mesh)
+    state, shardings = train_state.init_train_state(MODEL, TX, jax.random.key(seed),
+                                                    None if mesh is None else sharding.Layout(mesh))
     for i in range(updates):
         grads = jax.tree.map(lambda x: jnp.full_like(x, 0.1 * (i + 1)) + x, state.params)
         upd, opt_state = state.tx.update(grads, state.opt_state, state.params)
@@ -73,7 +78,7 @@ def test_keeps_last_k_and_restores_any_kept_step(tmp_path):
     assert ckpt.latest_step() == 5
     restored = ckpt.restore(state, step=4)
     assert restored.data_state == {"index": 40} and int(restored.state.step) == 4
-    np.testing.assert_array_equal(restored.state.params["b"], state.params["b"] - 1)
+    np.testing.assert_array_equal(_norm(restored.state.params), _norm(state.params) - 1)
     with pytest.raises(checkpointing.CheckpointError, match=r"no complete checkpoint for step 2; available: \[4, 5\]"):
         ckpt.restore(state, step=2)
     ckpt.close()
@@ -88,26 +93,29 @@ def test_restore_straight_into_target_shardings(tmp_path, mesh_cfg):
     ckpt = checkpointing.Checkpointer(tmp_path, max_to_keep=1)
     ckpt.save(state, data_state={}, rubric_hash="h")
     mesh = sharding.make_mesh(mesh_cfg)
-    shardings = train_state.state_shardings(train_state.abstract_model(_Toy)[1], state, mesh)
+    shardings = train_state.state_shardings(loader.expected_shardings(MODEL, sharding.Layout(mesh)), state, mesh)
     target = checkpointing.abstract_with_shardings(jax.eval_shape(lambda: state), shardings)
     restored = ckpt.restore(target).state
     _assert_equal(restored, state)
     for x, want in zip(jax.tree.leaves(restored), jax.tree.leaves(shardings)):
         assert x.sharding.is_equivalent_to(want, x.ndim), (x.sharding, want)
-    w = restored.params["w"]
+    w = _emb(restored.params)
     assert not w.sharding.is_fully_replicated and len(w.addressable_shards) == 8
-    # Params alone (a frozen reference policy): no optimizer state is read.
-    params = ckpt.restore_params(target.params)
+    # Params alone (a frozen reference policy), through the loader: no optimizer state is read.
+    params = ckpt.restore_params(MODEL, sharding.Layout(mesh)).params
     _assert_equal(params, state.params)
-    assert params["w"].sharding.is_equivalent_to(shardings.params["w"], 2)
+    assert _emb(params).sharding.is_equivalent_to(_emb(shardings.params), 2)
     # And back: a sharded state restores onto a single device.
     ckpt.save(restored.replace(step=restored.step + 1), data_state={}, rubric_hash="h")
     single = ckpt.restore(checkpointing.abstract_with_shardings(state, None)).state
-    assert single.params["w"].sharding.is_fully_replicated and int(single.step) == 3
+    assert _emb(single.params).sharding.is_fully_replicated and int(single.step) == 3
     ckpt.close()
 
 
 def test_missing_and_broken_checkpoints_raise_clear_errors(tmp_path):
+    from rubric_jax.models import checkpoint as hf_checkpoint
+
+    assert checkpointing.CheckpointError is hf_checkpoint.CheckpointError  # one class for every checkpoint
     state, _ = _state()
     ckpt = checkpointing.Checkpointer(tmp_path / "run", max_to_keep=3, async_save=False)
     with pytest.raises(checkpointing.CheckpointError, match="run: no complete checkpoint to restore"):
@@ -116,17 +124,18 @@ def test_missing_and_broken_checkpoints_raise_clear_errors(tmp_path):
     with pytest.raises(checkpointing.CheckpointError, match="rubric hash 'h1', expected 'h2'"):
         ckpt.restore(state, expected_rubric_hash="h2")
     assert ckpt.restore(state, expected_rubric_hash="h1").rubric_hash == "h1"
-    small = state.replace(params={"w": jnp.zeros((4, 8)), "b": state.params["b"]})
-    with pytest.raises(checkpointing.CheckpointError, match=r"params/w is saved as shape/dtype \(\(16, 8\), 'float32'\), "
-                                                        r"target wants \(\(4, 8\), 'float32'\)"):
+    small = state.replace(params={**state.params, "embed_tokens": {"embedding": jnp.zeros((4, 8))}})
+    with pytest.raises(checkpointing.CheckpointError,
+                       match=r"params/embed_tokens/embedding is saved as shape/dtype \(\(16, 8\), 'float32'\), "
+                             r"target wants \(\(4, 8\), 'float32'\)"):
         ckpt.restore(small)
     sgd_state = train_state.train_state_from_params(state.graphdef, state.params, optax.sgd(0.1), jax.random.key(0))
     with pytest.raises(checkpointing.CheckpointError, match="another structure than the target"):
         ckpt.restore(sgd_state)
-    with pytest.raises(checkpointing.CheckpointError, match=r"params/w is saved as shape/dtype"):
-        ckpt.restore_params(small.params)
+    with pytest.raises(checkpointing.CheckpointError, match=r"params/embed_tokens/embedding is saved as shape"):
+        ckpt.restore_params(MODEL.replace(vocab_size=4))
     with pytest.raises(checkpointing.CheckpointError, match=r"no complete checkpoint for step 5"):
-        ckpt.restore_params(state.params, step=5)
+        ckpt.restore_params(MODEL, step=5)
     with pytest.raises(ValueError, match="JSON-serialisable"):
         ckpt.save(state, data_state={"index": float("nan")}, rubric_hash="h1")
     with pytest.raises(ValueError, match="max_to_keep=0"):
@@ -135,8 +144,8 @@ def test_missing_and_broken_checkpoints_raise_clear_errors(tmp_path):
     (tmp_path / "run" / "2" / "state" / "_METADATA").unlink()
     with pytest.raises(checkpointing.CheckpointError, match=r"run/2: cannot restore checkpoint step 2"):
         ckpt.restore(state)
-    with pytest.raises(checkpointing.CheckpointError, match=r"run/2: cannot restore the params of step 2"):
-        ckpt.restore_params(state.params)
+    with pytest.raises(checkpointing.CheckpointError, match=r"run/2/state: cannot restore the params"):
+        ckpt.restore_params(MODEL)
     # An empty step directory (e.g. a copy that never finished) is named, not silently skipped.
     (tmp_path / "run" / "7").mkdir()
     ckpt.close()

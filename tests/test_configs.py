@@ -24,6 +24,10 @@ def test_qwen_sizes_keep_the_qurl_recipe(size):
     assert (c.rl.lr, c.rl.group_size, c.rl.questions_per_step) == (1e-6, 8, 32)  # QuRL
     assert 0.01 <= c.rl.beta <= 0.05 and 0.2 <= c.rl.clip_low <= 0.3  # RubricRL §4.3
     assert c.mesh.fsdp == 8
+    # Decode tensor groups divide the query and KV heads of Qwen2.5 (config.json of each size).
+    heads, kv_heads = {"0.5b": (14, 2), "1.5b": (12, 2), "7b": (28, 4)}[size]
+    assert heads % c.mesh.rollout.tensor == 0 and kv_heads % c.mesh.rollout.tensor == 0
+    assert c.mesh.rollout.tensor > 1
 
 
 def test_qwen_rejects_an_unknown_size():
@@ -47,3 +51,21 @@ def test_a_missing_data_file_is_one_line_naming_the_file(tmp_path):
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
     assert "nope.jsonl" in proc.stderr
+
+
+def test_qwen_without_a_local_checkpoint_is_one_line_naming_directory_and_flag(tmp_path):
+    proc = _run("--config=configs/qwen7b.py:size=0.5b", f"--workdir={tmp_path}")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "/models/Qwen2.5-0.5B-Instruct" in lines[0] and "--config.model.checkpoint=DIR" in lines[0]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("--config.mesh.rollout.tensor=8", "config.mesh.rollout.tensor=8 does not divide the model's num_heads (4)"),
+    ("--config.judge.param_dtype=fp16", "config.judge.param_dtype='fp16': expected one of"),
+])
+def test_decode_layout_and_judge_dtype_are_checked_before_anything_runs(tmp_path, override, message):
+    proc = _run("--config=configs/tiny.py", f"--workdir={tmp_path}", override)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert message in proc.stderr

@@ -305,8 +305,8 @@ def test_workdir_policy_latest_and_best(tmp_path):
                               max_new_tokens=4)
     assert best.name == f"{tmp_path.name}@grpo/40" and best.source["eval/reward_mean"] == 0.7
     assert best.context_length == 256 and best.stop_tokens == (best.tokenizer.eos_token_id,)
-    _, _, state = runs.restore_run_params(tmp_path, config, runs.RunCheckpoint("grpo", 40, 0.7), mesh)
-    jax.tree.map(np.testing.assert_array_equal, nnx.to_pure_dict(state), saved[40])
+    weights = runs.restore_run_params(tmp_path, config, runs.RunCheckpoint("grpo", 40, 0.7), sharding.Layout(mesh))
+    jax.tree.map(np.testing.assert_array_equal, weights.params, saved[40])
     (tmp_path / "metrics.jsonl").write_text("")
     with pytest.raises(EvalInputError, match="no kept checkpoint has a logged eval/reward_mean"):
         runs.select_checkpoint(tmp_path, config, "best")
@@ -383,7 +383,7 @@ def verdict_judge(tokenizer, verdict_of_question):
     (fast-tokenizer decode: the 765 long prompts of BiGGen in about a second)."""
     backend = tokenizer.backend_tokenizer
 
-    def generate(graphdef, state, prompt_ids, *, key, n, max_new_tokens, sampler, stop_tokens, pad_id, mesh=None):
+    def generate(weights, prompt_ids, *, key, n, max_new_tokens, sampler, stop_tokens, pad_id, layout=None):
         texts = backend.decode_batch([list(map(int, p)) for p in prompt_ids], skip_special_tokens=False)
         rows = [backend.encode(f"SCORE: {verdict_of_question(fenced(t, 'question'))}", add_special_tokens=False).ids
                 + [stop_tokens[0]] for t in texts]
@@ -393,7 +393,7 @@ def verdict_judge(tokenizer, verdict_of_question):
         lengths = np.asarray(list(map(len, rows)))
         return FakeResult(tokens, np.zeros(tokens.shape, np.float32), lengths, ["stop"] * len(rows))
 
-    return Judge("verdicts", None, None, tokenizer, generate, max_prompt_tokens=10**6)
+    return Judge("verdicts", None, tokenizer, generate, max_prompt_tokens=10**6)
 
 
 def test_real_biggen_all_765_items_scored_and_one_per_task_judged():

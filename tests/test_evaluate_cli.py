@@ -12,7 +12,7 @@ import pytest
 
 from test_evaluate import EVAL_FIXTURES, HELLO, tiny_run
 from test_importers import FIXTURES, _real
-from test_llm_judge import scripted_model, tiny_model_config, tiny_tokenizer
+from test_llm_judge import scripted_model, tiny_tokenizer
 
 from rubric_jax.evaluation import longbench_write
 from rubric_jax.models.checkpoint import export_hf_checkpoint
@@ -39,8 +39,8 @@ def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
     tiny_run(root / "run", {10: 0.3, 20: 0.8, 30: 0.5})
     tokenizer = tiny_tokenizer()
-    _, state = scripted_model(tokenizer, "SCORE: 4")
-    judge = export_hf_checkpoint(tiny_model_config(state["embed_tokens"]["embedding"].shape[0]), state, root / "judge")
+    weights = scripted_model(tokenizer, "SCORE: 4")
+    judge = export_hf_checkpoint(weights.cfg, weights.params, root / "judge")
     tokenizer.save_pretrained(judge)
     return root / "run", judge
 

@@ -56,7 +56,7 @@ class StubGenerate:
     def __init__(self, tokenizer, reply):
         self.tokenizer, self.reply, self.calls = tokenizer, reply, []
 
-    def __call__(self, graphdef, state, prompt_ids, *, key, n, max_new_tokens, sampler, stop_tokens, pad_id, mesh=None):
+    def __call__(self, weights, prompt_ids, *, key, n, max_new_tokens, sampler, stop_tokens, pad_id, layout=None):
         prompts = [self.tokenizer.decode(ids) for ids in prompt_ids]
         self.calls.append({"batch": len(prompt_ids), "n": n, "key": np.asarray(jax.random.key_data(key)), "prompts": prompts})
         rows, reasons = [], []
@@ -97,7 +97,7 @@ def dim(dim_id: str, lo: int = 1, hi: int = 5, description: str = "How accurate 
 
 def make_judge(tokenizer, reply, name="stub", **kwargs):
     stub = StubGenerate(tokenizer, reply)
-    return lj.Judge(name, None, None, tokenizer, stub, **kwargs), stub
+    return lj.Judge(name, None, tokenizer, stub, **kwargs), stub
 
 
 @pytest.fixture(scope="module")
@@ -313,13 +313,11 @@ def tiny_model_config(vocab_size: int, max_positions: int = 4096):
 
 
 def random_model(tokenizer, seed: int = 0):
-    """(graphdef, state) of a randomly initialised tiny Qwen2 whose vocabulary covers the tokenizer."""
-    from flax import nnx
-
-    from rubric_jax.models.transformer import Transformer
+    """Weights of a randomly initialised tiny Qwen2 whose vocabulary covers the tokenizer (one device)."""
+    from rubric_jax import loader
 
     vocab = -(-len(tokenizer) // 64) * 64
-    return nnx.split(Transformer(tiny_model_config(vocab), rngs=nnx.Rngs(seed)))
+    return loader.init_weights(tiny_model_config(vocab), None, jax.random.key(seed))
 
 
 def scripted_model(tokenizer, reply: str):
@@ -328,10 +326,10 @@ def scripted_model(tokenizer, reply: str):
     Attention and MLP outputs are zeroed (o_proj = down_proj = 0), embeddings are one-hot rows and the
     LM head maps each token to its successor in the chain [last prompt token, *reply tokens, eos].
     """
-    from flax import nnx
+    import dataclasses
 
-    graphdef, state = random_model(tokenizer)
-    pure = nnx.to_pure_dict(state)
+    weights = random_model(tokenizer)
+    pure = jax.tree.map(np.asarray, weights.params)
     vocab = pure["embed_tokens"]["embedding"].shape[0]
     template = tokenizer.apply_chat_template([{"role": "user", "content": "x"}], add_generation_prompt=True, tokenize=False)
     last = tokenizer(template, add_special_tokens=False)["input_ids"][-1]
@@ -344,8 +342,7 @@ def scripted_model(tokenizer, reply: str):
     pure["layers"]["self_attn"]["o_proj"]["kernel"] = np.zeros_like(pure["layers"]["self_attn"]["o_proj"]["kernel"])
     pure["layers"]["mlp"]["down_proj"]["kernel"] = np.zeros_like(pure["layers"]["mlp"]["down_proj"]["kernel"])
     pure["lm_head"]["kernel"] = head
-    nnx.replace_by_pure_dict(state, jax.tree.map(jax.numpy.asarray, pure))
-    return graphdef, state
+    return dataclasses.replace(weights, params=jax.tree.map(jax.numpy.asarray, pure))
 
 
 def test_real_generate_scripted_judge_scores_every_item_in_one_call(tok):
@@ -354,11 +351,10 @@ def test_real_generate_scripted_judge_scores_every_item_in_one_call(tok):
     calls = []
 
     def spy(*args, **kwargs):
-        calls.append(len(args[2]))
+        calls.append(len(args[1]))
         return sampling.generate(*args, **kwargs)
 
-    graphdef, state = scripted_model(tok, "SCORE: 4")
-    judge = lj.Judge("scripted", graphdef, state, tok, spy, sampler="greedy", max_new_tokens=24)
+    judge = lj.Judge("scripted", scripted_model(tok, "SCORE: 4"), tok, spy, sampler="greedy", max_new_tokens=24)
     out = lj.judge_rows([judge], lj.JudgeConfig(num_samples=2), ["q1", "q2", "q3"], ["a", "b", "c"],
                         [[ACC], [ACC, SAFE], []], jax.random.key(0))
     assert calls == [6, 2, 2]  # (1 + 2) requests x 2 samples in one call; then only the 2 invalid samples
@@ -370,8 +366,8 @@ def test_real_generate_scripted_judge_scores_every_item_in_one_call(tok):
 def test_real_generate_random_judge_fails_visibly(tok):
     from rubric_jax import sampling
 
-    graphdef, state = random_model(tok, seed=1)
-    judge = lj.Judge("random", graphdef, state, tok, sampling.generate, sampler="temperature(1.0)", max_new_tokens=8)
+    judge = lj.Judge("random", random_model(tok, seed=1), tok, sampling.generate, sampler="temperature(1.0)",
+                     max_new_tokens=8)
     out = lj.judge_rows([judge], lj.JudgeConfig(num_samples=2, max_retries=1), ["q"] * 2, ["a", "b"], [[ACC]] * 2,
                         jax.random.key(0))
     assert np.isnan(np.concatenate(out.scores)).all()

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rubric_jax.models.checkpoint import abstract_model, load_hf_checkpoint
+from rubric_jax.loader import load_weights
+from rubric_jax.models.checkpoint import abstract_model
 from rubric_jax.models.config import Llama3RopeScaling, ModelConfig, ModelConfigError
 from rubric_jax.models.transformer import causal_padding_mask, init_cache, padding_to_positions
 
@@ -33,8 +34,9 @@ def forward(graphdef, state, tokens_BxT, positions_BxT, mask_BxTxS, cache=None, 
 
 @functools.cache
 def golden(name: str, **overrides):
-    """(cfg, graphdef, state, expected npz as dict) of one golden fixture."""
-    cfg, graphdef, state = load_hf_checkpoint(GOLDEN_DIR / name, **overrides)
+    """(cfg, graphdef, params, expected npz as dict) of one golden fixture."""
+    weights = load_weights(GOLDEN_DIR / name, **overrides)
+    cfg, graphdef, state = weights.cfg, weights.graphdef, weights.params
     with np.load(GOLDEN_DIR / name / "expected.npz") as npz:
         expected = dict(npz)
     return cfg, graphdef, state, expected
@@ -96,8 +98,7 @@ def test_causality_via_gradients(name):
     probe_D = jax.random.normal(jax.random.key(0), (cfg.hidden_size,))
 
     def hidden_dot_probe(embedding_VxD):
-        s = jax.tree.map(lambda x: x, state)  # a fresh state whose embedding is the traced argument
-        nnx.replace_by_pure_dict(s, {"embed_tokens": {"embedding": embedding_VxD}})
+        s = {**state, "embed_tokens": {"embedding": embedding_VxD}}  # the embedding is the traced argument
         h_1xTxD, _ = nnx.merge(graphdef, s).hidden_states(tokens_1xT, positions_1xT, mask_1xTxT)
         return h_1xTxD[0] @ probe_D  # [T]; hidden states avoid the tied output path
 
@@ -189,10 +190,8 @@ def test_cached_forward_in_chunks_equals_full_forward(name, chunks, scan_layers)
 
 def _truncated_hidden(cfg, state, k, tokens_BxT, positions_BxT, mask_BxTxT):
     """Final-normed hidden states of the first k layers only (per-layer parity without model internals)."""
-    graphdef_k, state_k = abstract_model(cfg.replace(num_layers=k))
-    pure = nnx.to_pure_dict(state)
-    pure["layers"] = jax.tree.map(lambda x: x[:k], pure["layers"])
-    nnx.replace_by_pure_dict(state_k, pure)
+    graphdef_k, _ = abstract_model(cfg.replace(num_layers=k))
+    state_k = {**state, "layers": jax.tree.map(lambda x: x[:k], state["layers"])}
     h, _ = nnx.merge(graphdef_k, state_k).hidden_states(tokens_BxT, positions_BxT, mask_BxTxT)
     return np.asarray(h)
 
@@ -209,7 +208,8 @@ def test_live_parity_with_transformers_per_layer_and_logits(name, tmp_path):
     ref_logits = hf_reference.reference_logits(model, tokens, mask, positions)
     ref_layers = hf_reference.reference_normed_layer_outputs(model, tokens, mask, positions)
 
-    cfg, graphdef, state = load_hf_checkpoint(tmp_path)
+    weights = load_weights(tmp_path)
+    cfg, graphdef, state = weights.cfg, weights.graphdef, weights.params
     valid = mask.astype(bool)
     mask_BxTxT = causal_padding_mask(jnp.asarray(mask))
     logits, _ = forward(graphdef, state, jnp.asarray(tokens), jnp.asarray(positions), mask_BxTxT)

@@ -228,7 +228,7 @@ def test_adversarial_responses_through_real_generate(tok):
     mixed = rubric([FORMAT, ACCURACY])
     questions, responses = [c["question"] for c in cases], [c["response"] for c in cases]
     config = lj.JudgeConfig(num_samples=1, max_retries=0)
-    scripted = lj.Judge("scripted", *scripted_model(tok, "SCORE: 3"), tok, sampling.generate, sampler="greedy",
+    scripted = lj.Judge("scripted", scripted_model(tok, "SCORE: 3"), tok, sampling.generate, sampler="greedy",
                         max_new_tokens=6)
     out = RubricReward([mixed], judges=[scripted], judge_config=config)(questions, responses, [mixed] * len(cases),
                                                                        key=jax.random.key(0))
@@ -236,7 +236,7 @@ def test_adversarial_responses_through_real_generate(tok):
     np.testing.assert_array_equal(out.details["raw_scores"][:, 0], [c["expect"]["format"] for c in cases])
     assert out.details["judge_generate_calls"] == 1
 
-    random_judge = lj.Judge("random", *random_model(tok, seed=3), tok, sampling.generate,
+    random_judge = lj.Judge("random", random_model(tok, seed=3), tok, sampling.generate,
                             sampler="temperature(1.0)", max_new_tokens=6)
     out = RubricReward([mixed], judges=[random_judge], judge_config=config)(
         questions, responses, [mixed] * len(cases), key=jax.random.key(0))

@@ -1,5 +1,6 @@
 """Sampler: cached decode == full recompute, log-probs == teacher forcing, buckets, samplers, stops, CLI."""
 
+import dataclasses
 import functools
 import json
 import os
@@ -17,7 +18,7 @@ from rubric_jax import sampling
 from rubric_jax.train import step as train_step
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.models.transformer import causal_padding_mask, padding_to_positions
-from tests.random_model import random_model
+from tests.random_model import random_weights
 
 REPO = Path(__file__).resolve().parents[1]
 PAD, STOP = 0, 1
@@ -34,7 +35,7 @@ def _config(**changes) -> ModelConfig:
 
 
 def _model(cfg: ModelConfig, seed: int = 0, std: float = 0.15):
-    return random_model(cfg, std=std, seed=seed)
+    return random_weights(cfg, std=std, seed=seed)
 
 
 @pytest.fixture(scope="module")
@@ -50,23 +51,23 @@ def _last_logits(graphdef, state, tokens_1xT, length):
     return logits[0, length - 1]
 
 
-def _greedy_by_recompute(graphdef, state, prompt, steps):
+def _greedy_by_recompute(weights, prompt, steps):
     """Argmax continuation where every step runs a fresh full forward over the whole sequence (no cache)."""
     seq = list(prompt)
     for _ in range(steps):
         row = np.zeros((1, 32), np.int32)
         row[0, :len(seq)] = seq
-        seq.append(int(jnp.argmax(_last_logits(graphdef, state, row, len(seq)))))
+        seq.append(int(jnp.argmax(_last_logits(weights.graphdef, weights.params, row, len(seq)))))
     return seq[len(prompt):]
 
 
 def test_cached_greedy_decode_matches_full_recompute(model):
-    graphdef, state = model
-    result = sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(0), n=2, max_new_tokens=9,
+    weights = model
+    result = sampling.generate(weights, PROMPTS, key=jax.random.key(0), n=2, max_new_tokens=9,
                                stop_tokens=[], pad_id=PAD)
     assert result.tokens.shape == (8, 9) and result.tokens.dtype == np.int32
     for b, prompt in enumerate(PROMPTS):  # rows b*n + j, j < n, all continue prompt b
-        expected = _greedy_by_recompute(graphdef, state, prompt, 9)
+        expected = _greedy_by_recompute(weights, prompt, 9)
         assert result.tokens[2 * b].tolist() == result.tokens[2 * b + 1].tolist() == expected
     np.testing.assert_array_equal(result.lengths, [9] * 8)
     assert result.finish_reason.tolist() == ["length"] * 8 and result.num_steps == 9
@@ -75,25 +76,36 @@ def test_cached_greedy_decode_matches_full_recompute(model):
 def test_cached_greedy_decode_matches_recompute_for_llama_tied_unscanned():
     cfg = _config(architecture="llama", attention_bias=False, tie_word_embeddings=True, scan_layers=False,
                   num_kv_heads=4)
-    graphdef, state = _model(cfg, seed=3)
-    result = sampling.generate(graphdef, state, PROMPTS[:2], key=jax.random.key(0), max_new_tokens=6,
+    weights = _model(cfg, seed=3)
+    result = sampling.generate(weights, PROMPTS[:2], key=jax.random.key(0), max_new_tokens=6,
                                stop_tokens=[], pad_id=PAD)
     for b, prompt in enumerate(PROMPTS[:2]):
-        assert result.tokens[b].tolist() == _greedy_by_recompute(graphdef, state, prompt, 6)
+        assert result.tokens[b].tolist() == _greedy_by_recompute(weights, prompt, 6)
+
+
+def test_a_prompt_may_contain_the_pad_id_as_a_real_token(model):
+    """The prompt mask travels with the ids (never re-derived from pad_id): a real token equal to the
+    pad id at the start of a prompt is attended to and counted in the positions."""
+    prompts = [[PAD, 6, PAD], [9, 10]]
+    ids, mask = sampling.left_pad(prompts, PAD)
+    result = sampling.generate(model, ids, prompt_mask=mask, key=jax.random.key(0), max_new_tokens=4,
+                               stop_tokens=[], pad_id=PAD)
+    for b, prompt in enumerate(prompts):
+        assert result.tokens[b].tolist() == _greedy_by_recompute(model, prompt, 4)
 
 
 def test_chunked_prefill_matches_full_recompute(model, monkeypatch):
-    graphdef, state = model
+    weights = model
     monkeypatch.setattr(sampling, "PREFILL_CHUNK", 4)
     prompts = [list(range(2, 13)), [7, 8, 9], list(range(20, 28))]  # width 11 -> bucket 12 = 3 chunks of 4
     assert sampling.prefill_chunk_size(12) == 4
-    result = sampling.generate(graphdef, state, prompts, key=jax.random.key(0), max_new_tokens=5, stop_tokens=[],
+    result = sampling.generate(weights, prompts, key=jax.random.key(0), max_new_tokens=5, stop_tokens=[],
                                pad_id=PAD)
     for b, prompt in enumerate(prompts):
-        assert result.tokens[b].tolist() == _greedy_by_recompute(graphdef, state, prompt, 5)
+        assert result.tokens[b].tolist() == _greedy_by_recompute(weights, prompt, 5)
 
 
-def _teacher_forced(graphdef, state, prompts, result, pad_id, temperature):
+def _teacher_forced(weights, prompts, result, pad_id, temperature):
     """Teacher-forced log-probs (the trainer's function) of each response token at `temperature`, over the
     left-padded prompt + response."""
     tokens, mask = sampling.left_pad(prompts, pad_id)
@@ -102,36 +114,36 @@ def _teacher_forced(graphdef, state, prompts, result, pad_id, temperature):
     response_mask = np.arange(result.tokens.shape[1])[None, :] < result.lengths[:, None]
     full = np.concatenate([tokens, result.tokens], axis=1)
     full_mask = np.concatenate([mask, response_mask], axis=1)
-    logprobs_fn = train_step.jit_sequence_logprobs(graphdef, temperature=temperature)
-    return np.asarray(logprobs_fn(state, full, full_mask))[:, tokens.shape[1]:]
+    logprobs_fn = train_step.jit_sequence_logprobs(weights.graphdef, temperature=temperature)
+    return np.asarray(logprobs_fn(weights.params, full, full_mask))[:, tokens.shape[1]:]
 
 
 # The log-probs are those of softmax(logits / T), before top-k / top-p truncation.
 @pytest.mark.parametrize("sampler, temperature", [("topk(5, 1.3)", 1.3), ("nucleus(0.8, 0.7)", 0.7)])
 def test_logprobs_equal_teacher_forced_forward(model, sampler, temperature):
-    graphdef, state = model
-    result = sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(1), n=2, max_new_tokens=12,
+    weights = model
+    result = sampling.generate(weights, PROMPTS, key=jax.random.key(1), n=2, max_new_tokens=12,
                                sampler=sampler, stop_tokens=[STOP], pad_id=PAD)
-    expected = _teacher_forced(graphdef, state, PROMPTS, result, PAD, temperature)
+    expected = _teacher_forced(weights, PROMPTS, result, PAD, temperature)
     np.testing.assert_allclose(result.logprobs, expected, atol=1e-5)
     assert np.all(result.logprobs <= 0)
     assert np.all(result.logprobs[:, 0] < 0)
 
 
 def test_no_retrace_within_a_bucket(model):
-    graphdef, state = model
-    other_state = jax.tree.map(lambda x: x * 0.5, state)
+    weights = model
+    other = dataclasses.replace(weights, params=jax.tree.map(lambda x: x * 0.5, weights.params))
 
-    def run(prompts, max_new, st=state, seed=0):
-        return sampling.generate(graphdef, st, prompts, key=jax.random.key(seed), n=2, max_new_tokens=max_new,
+    def run(prompts, max_new, w=weights, seed=0):
+        return sampling.generate(w, prompts, key=jax.random.key(seed), n=2, max_new_tokens=max_new,
                                  sampler="topk(5, 1.3)", stop_tokens=[STOP], pad_id=PAD)
 
     # Prompt widths 5 and 6 share bucket 6; max_new_tokens 9..12 share bucket 12; batch 8.
     run([[2] * 5, [3] * 2, [4] * 4, [5]], 9)
     before = sampling.TRACES["generate"]
     run([[2] * 6, [3] * 2, [4] * 4, [5]], 12, seed=1)
-    run([[7] * 6, [3] * 2, [4] * 1, [6] * 3], 10, st=other_state, seed=2)
-    result = sampling.generate(graphdef, state, [[5] * 3, [3] * 6, [4] * 2, [8]], key=jax.random.key(3), n=2,
+    run([[7] * 6, [3] * 2, [4] * 1, [6] * 3], 10, w=other, seed=2)
+    result = sampling.generate(weights, [[5] * 3, [3] * 6, [4] * 2, [8]], key=jax.random.key(3), n=2,
                                max_new_tokens=11, sampler="topk(5, 1.3)", stop_tokens=[STOP, 2, 3], pad_id=PAD)
     assert sampling.TRACES["generate"] == before
     assert result.tokens.shape == (8, 11)
@@ -140,30 +152,30 @@ def test_no_retrace_within_a_bucket(model):
 
 
 def test_samples_per_prompt_are_distinct_streams(model):
-    graphdef, state = model
-    sampled = sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(2), n=4, max_new_tokens=10,
+    weights = model
+    sampled = sampling.generate(weights, PROMPTS, key=jax.random.key(2), n=4, max_new_tokens=10,
                                 sampler="temperature(2.0)", stop_tokens=[], pad_id=PAD)
     assert sampled.tokens.shape == (16, 10)
     for b in range(len(PROMPTS)):
         group = sampled.tokens[b * 4:(b + 1) * 4]
         assert len({tuple(row) for row in group.tolist()}) == 4
-    again = sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(2), n=4, max_new_tokens=10,
+    again = sampling.generate(weights, PROMPTS, key=jax.random.key(2), n=4, max_new_tokens=10,
                               sampler="temperature(2.0)", stop_tokens=[], pad_id=PAD)
     np.testing.assert_array_equal(again.tokens, sampled.tokens)
-    other_key = sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(3), n=4, max_new_tokens=10,
+    other_key = sampling.generate(weights, PROMPTS, key=jax.random.key(3), n=4, max_new_tokens=10,
                                   sampler="temperature(2.0)", stop_tokens=[], pad_id=PAD)
     assert not np.array_equal(other_key.tokens, sampled.tokens)
 
 
 def test_stop_tokens_end_sequences_and_pad_after(model):
-    graphdef, state = model
-    free = sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(0), n=2, max_new_tokens=9,
+    weights = model
+    free = sampling.generate(weights, PROMPTS, key=jax.random.key(0), n=2, max_new_tokens=9,
                              stop_tokens=[], pad_id=PAD)
     # A stop token that some row first emits mid-sequence (not at its first step).
     b0, t0 = next((b, t) for b in range(8) for t in range(1, 9) if free.tokens[b, t] not in free.tokens[b, :t])
     stop = int(free.tokens[b0, t0])
     first_hit = [int(np.argmax(row == stop)) if np.any(row == stop) else None for row in free.tokens]
-    result = sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(0), n=2, max_new_tokens=9,
+    result = sampling.generate(weights, PROMPTS, key=jax.random.key(0), n=2, max_new_tokens=9,
                                stop_tokens=[stop, 63], pad_id=PAD)
     for b, hit in enumerate(first_hit):
         if hit is None:
@@ -180,15 +192,28 @@ def test_stop_tokens_end_sequences_and_pad_after(model):
 
 
 def test_decode_loop_exits_when_all_rows_stopped(model):
-    graphdef, state = model
-    free = sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(0), n=2, max_new_tokens=9,
+    weights = model
+    free = sampling.generate(weights, PROMPTS, key=jax.random.key(0), n=2, max_new_tokens=9,
                              stop_tokens=[], pad_id=PAD)
     stops = sorted(set(free.tokens[:, 1].tolist()) | set(free.tokens[:, 0].tolist()))
-    result = sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(0), n=2, max_new_tokens=9,
+    result = sampling.generate(weights, PROMPTS, key=jax.random.key(0), n=2, max_new_tokens=9,
                                stop_tokens=stops, pad_id=PAD)
     assert result.num_steps <= 2 and result.tokens.shape == (8, 9)
     assert result.finish_reason.tolist() == ["stop"] * 8
     assert np.all(result.lengths <= 2) and np.all(result.tokens[:, 2:] == PAD)
+
+
+def test_sample_tokens_draw_what_argmax_and_categorical_draw():
+    """The reduction-friendly argmax (max, then the smallest maximal index) picks the same tokens as
+    jnp.argmax, ties included, and Gumbel-max sampling the same as jax.random.categorical."""
+    logits_BxV = jnp.round(jax.random.normal(jax.random.key(1), (64, 300)) * 3, 1)  # rounding makes ties
+    assert any(len(set(np.flatnonzero(row == row.max()))) > 1 for row in np.asarray(logits_BxV))
+    greedy = sampling.sample_tokens(logits_BxV, jax.random.key(0), sampling.parse_sampler("greedy"))
+    np.testing.assert_array_equal(greedy, jnp.argmax(logits_BxV, axis=-1))
+    for seed in range(3):
+        key = jax.random.key(seed)
+        drawn = sampling.sample_tokens(logits_BxV, key, sampling.parse_sampler("temperature(0.7)"))
+        np.testing.assert_array_equal(drawn, jax.random.categorical(key, logits_BxV / 0.7, axis=-1))
 
 
 def test_top_k_filter_keeps_the_k_largest():
@@ -264,21 +289,28 @@ def test_bucket_size_and_left_pad():
     tokens, mask = sampling.left_pad([[4, 5], [6], [7, 8, 9]], pad_id=0)
     np.testing.assert_array_equal(tokens, [[0, 4, 5], [0, 0, 6], [7, 8, 9]])
     np.testing.assert_array_equal(mask, tokens != 0)
-    # An array is already left-padded: only *leading* pad ids are padding.
-    tokens, mask = sampling.left_pad(np.asarray([[0, 0, 4, 0], [3, 0, 0, 5]]), pad_id=0)
-    np.testing.assert_array_equal(mask, [[False, False, True, True], [True, True, True, True]])
+    # An array comes with its mask: the pad id is a real token wherever the mask says so.
+    ids = np.asarray([[0, 0, 4, 0], [0, 0, 0, 5]])
+    given = np.asarray([[False, False, True, True], [False, True, True, True]])
+    tokens, mask = sampling.left_pad(ids, pad_id=0, prompt_mask=given)
+    np.testing.assert_array_equal(tokens, ids)
+    np.testing.assert_array_equal(mask, given)
+    with pytest.raises(ValueError, match="pass its prompt_mask"):
+        sampling.left_pad(ids, pad_id=0)
+    with pytest.raises(ValueError, match=r"rows \[0\] are not left-padded"):
+        sampling.left_pad(ids, pad_id=0, prompt_mask=np.asarray([[True, False, True, True], [True] * 4]))
     with pytest.raises(ValueError, match="rows \\[1\\] are empty"):
         sampling.left_pad([[1], []], pad_id=0)
 
 
 def test_generate_rejects_bad_arguments(model):
-    graphdef, state = model
+    weights = model
     with pytest.raises(ValueError, match="max_new_tokens"):
-        sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(0), max_new_tokens=0, stop_tokens=[], pad_id=0)
+        sampling.generate(weights, PROMPTS, key=jax.random.key(0), max_new_tokens=0, stop_tokens=[], pad_id=0)
     with pytest.raises(ValueError, match=r"\(252\) = 257 exceeds the model's max_position_embeddings \(256\)"):
-        sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(0), max_new_tokens=252, stop_tokens=[], pad_id=0)
+        sampling.generate(weights, PROMPTS, key=jax.random.key(0), max_new_tokens=252, stop_tokens=[], pad_id=0)
     with pytest.raises(ValueError, match="sampler 'top_k"):
-        sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(0), max_new_tokens=2, sampler="top_k(3)",
+        sampling.generate(weights, PROMPTS, key=jax.random.key(0), max_new_tokens=2, sampler="top_k(3)",
                           stop_tokens=[], pad_id=0)
 
 
@@ -311,8 +343,7 @@ def checkpoint_dir(tmp_path_factory):
 
     path = tmp_path_factory.mktemp("tiny_ckpt")
     cfg = _config()
-    _, state = _model(cfg, seed=5)
-    export_hf_checkpoint(cfg, state, path)
+    export_hf_checkpoint(cfg, _model(cfg, seed=5).params, path)
     _tiny_tokenizer(path)
     return path
 
@@ -330,14 +361,14 @@ def test_generate_cli_prints_json_matching_the_library(checkpoint_dir):
     out = json.loads(proc.stdout)
     from transformers import AutoTokenizer
 
-    from rubric_jax.models.checkpoint import load_hf_checkpoint
+    from rubric_jax import loader
 
     tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir)
     expected_prompt = tokenizer.apply_chat_template([{"role": "user", "content": "hello world"}],
                                                     add_generation_prompt=True, tokenize=False)
     assert out["prompt_ids"] == tokenizer(expected_prompt, add_special_tokens=False)["input_ids"]
-    _, graphdef, state = load_hf_checkpoint(checkpoint_dir)
-    result = sampling.generate(graphdef, state, [out["prompt_ids"]], key=jax.random.key(0), max_new_tokens=5,
+    weights = loader.load_weights(checkpoint_dir)
+    result = sampling.generate(weights, [out["prompt_ids"]], key=jax.random.key(0), max_new_tokens=5,
                                stop_tokens=[tokenizer.eos_token_id], pad_id=tokenizer.pad_token_id)
     assert out["output_ids"] == result.tokens[0, :result.lengths[0]].tolist()
     assert out["text"] == tokenizer.decode(out["output_ids"], skip_special_tokens=True)

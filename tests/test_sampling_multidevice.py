@@ -1,12 +1,14 @@
-"""Sharded generate == unsharded generate on 8 simulated CPU devices."""
+"""The sampler on 8 simulated CPU devices: sharded == unsharded in the decode layout, misplaced
+parameters are an error (never a silent copy), and the compiled decode loop all-gathers nothing."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rubric_jax import sampling, sharding
+from rubric_jax import hlo_stats, loader, sampling, sharding
 from rubric_jax.models.config import ModelConfig
-from tests.random_model import random_model
+from tests.random_model import random_weights
 
 CFG = ModelConfig(
     architecture="qwen2", vocab_size=128, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=8,
@@ -18,22 +20,28 @@ PROMPTS = [[5, 6, 7], [9, 10, 11, 12, 13], [3], [40, 41]]
 
 @pytest.fixture(scope="module")
 def model():
-    return random_model(CFG, std=0.15)
+    return random_weights(CFG, std=0.15)
+
+
+def _decode(mesh_config, tensor):
+    return sharding.decode_layout(sharding.make_mesh(mesh_config), tensor)
 
 
 @pytest.mark.parametrize(
-    "mesh_config, sampler",
+    "mesh_config, tensor, sampler",
     [
-        (sharding.MeshConfig(data=2, fsdp=2, tensor=2), "greedy"),
-        (sharding.MeshConfig(data=1, fsdp=4, tensor=2), "topk(8, 1.5)"),
+        (sharding.MeshConfig(data=2, fsdp=2, tensor=2), 2, "greedy"),
+        (sharding.MeshConfig(data=1, fsdp=8, tensor=1), 4, "topk(8, 1.5)"),
     ],
 )
-def test_sharded_generate_matches_unsharded(model, mesh_config, sampler):
-    graphdef, state = model
+def test_sharded_generate_matches_unsharded(model, mesh_config, tensor, sampler):
     kwargs = dict(key=jax.random.key(4), n=2, max_new_tokens=10, sampler=sampler, stop_tokens=[1, 2], pad_id=0)
-    expected = sampling.generate(graphdef, state, PROMPTS, **kwargs)
-    mesh = sharding.make_mesh(mesh_config)
-    got = sampling.generate(graphdef, state, PROMPTS, mesh=mesh, **kwargs)
+    expected = sampling.generate(model, PROMPTS, **kwargs)
+    layout = _decode(mesh_config, tensor)
+    placed = loader.to_layout(model, layout)
+    q = placed.params["layers"]["self_attn"]["q_proj"]["kernel"]
+    assert q.sharding.spec == jax.sharding.PartitionSpec(None, None, "tensor", None)  # heads split, no FSDP
+    got = sampling.generate(placed, PROMPTS, layout=layout, **kwargs)
     np.testing.assert_array_equal(got.tokens, expected.tokens)
     np.testing.assert_allclose(got.logprobs, expected.logprobs, atol=1e-5)
     np.testing.assert_array_equal(got.lengths, expected.lengths)
@@ -41,10 +49,49 @@ def test_sharded_generate_matches_unsharded(model, mesh_config, sampler):
 
 
 def test_odd_batch_is_padded_to_the_mesh(model):
-    graphdef, state = model
-    mesh = sharding.make_mesh(sharding.MeshConfig(data=2, fsdp=4, tensor=1))
+    layout = _decode(sharding.MeshConfig(data=2, fsdp=4, tensor=1), 1)
     kwargs = dict(key=jax.random.key(0), max_new_tokens=5, stop_tokens=[], pad_id=0)
-    got = sampling.generate(graphdef, state, PROMPTS[:3], mesh=mesh, **kwargs)
-    expected = sampling.generate(graphdef, state, PROMPTS[:3], **kwargs)
+    got = sampling.generate(loader.to_layout(model, layout), PROMPTS[:3], layout=layout, **kwargs)
+    expected = sampling.generate(model, PROMPTS[:3], **kwargs)
     assert got.tokens.shape == (3, 5)
     np.testing.assert_array_equal(got.tokens, expected.tokens)
+
+
+def test_misplaced_parameters_are_an_error_not_a_copy(model):
+    """Parameters on one device, or in the training layout, or in another dtype: generate names the
+    first parameter, its sharding and the one expected, and moves nothing."""
+    train = sharding.Layout(sharding.make_mesh(sharding.MeshConfig(data=1, fsdp=8, tensor=1)))
+    decode = sharding.decode_layout(train.mesh, 2)
+    kwargs = dict(key=jax.random.key(0), max_new_tokens=2, stop_tokens=[], pad_id=0, layout=decode)
+    with pytest.raises(loader.PlacementError, match=r"generate: embed_tokens/embedding has sharding "
+                                                     r"SingleDeviceSharding.*expected NamedSharding"):
+        sampling.generate(model, PROMPTS, **kwargs)
+    in_training_layout = loader.to_layout(model, train)
+    with pytest.raises(loader.PlacementError, match=r"embed_tokens/embedding has sharding .*'fsdp'.*expected"):
+        sampling.generate(in_training_layout, PROMPTS, **kwargs)
+    placed = loader.to_layout(model, decode)
+    wrong_dtype = loader.Weights(placed.cfg, placed.graphdef,
+                                 jax.tree.map(lambda x: x.astype(jnp.bfloat16), placed.params), placed.shardings)
+    with pytest.raises(loader.PlacementError, match=r"has dtype bfloat16, expected float32"):
+        sampling.generate(wrong_dtype, PROMPTS, **kwargs)
+    # In bfloat16 on purpose: the decode copy is cast in the same explicit step as the reshard.
+    bf16 = loader.to_layout(in_training_layout, decode, param_dtype="bfloat16")
+    assert {x.dtype for x in jax.tree.leaves(bf16.params)} == {jnp.dtype(jnp.bfloat16)}
+    assert sampling.generate(bf16, PROMPTS, **kwargs).tokens.shape == (4, 2)
+
+
+def _per_token_all_gathers(layout, sampler):
+    """All-gathers inside the decode while loop (unknown trip count) of the compiled sampler."""
+    weights = loader.abstract_weights(CFG, layout)
+    lowered = sampling.lower_generate(weights, PROMPTS * 2, n=2, max_new_tokens=8, sampler=sampler,
+                                      stop_tokens=[1], pad_id=0, layout=layout)
+    return hlo_stats.summarize(hlo_stats.collectives(lowered.compile().as_text()))["all-gather"].per_iteration_count
+
+
+@pytest.mark.parametrize("sampler", ["greedy", "temperature(0.7)"])
+def test_decode_loop_all_gathers_nothing_in_the_decode_layout(sampler):
+    """The compiled program is the proof: with FSDP-sharded (training layout) weights every generated
+    token all-gathers them; in the decode layout (tensor 4 x replicas 2) the loop body has none."""
+    train = sharding.Layout(sharding.make_mesh(sharding.MeshConfig(data=1, fsdp=8, tensor=1)))
+    assert _per_token_all_gathers(train, sampler) >= 5  # at least q, k, v, gate and up kernels, every token
+    assert _per_token_all_gathers(sharding.decode_layout(train.mesh, 4), sampler) == 0

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from test_llm_judge import scripted_model, tiny_model_config, tiny_tokenizer
+from test_llm_judge import scripted_model, tiny_tokenizer
 from test_reward import ACCURACY, BINARY, FORMAT, LENGTH, SAFETY
 
 REPO = Path(__file__).resolve().parents[1]
@@ -134,9 +134,8 @@ def test_llm_dimension_with_a_judge_checkpoint_directory(tmp_path):
     from rubric_jax.models.checkpoint import export_hf_checkpoint
 
     tokenizer = tiny_tokenizer()
-    graphdef, state = scripted_model(tokenizer, "SCORE: 4")
-    vocab = state["embed_tokens"]["embedding"].value.shape[0]
-    judge_dir = export_hf_checkpoint(tiny_model_config(vocab), state, tmp_path / "judge")
+    weights = scripted_model(tokenizer, "SCORE: 4")
+    judge_dir = export_hf_checkpoint(weights.cfg, weights.params, tmp_path / "judge")
     tokenizer.save_pretrained(judge_dir)
     rubric = tmp_path / "rubric.json"
     rubric.write_text(json.dumps(rubric_dict([FORMAT, ACCURACY])))

@@ -9,7 +9,7 @@ import pytest
 
 from rubric_jax import grpo
 from rubric_jax.models.config import ModelConfig
-from rubric_jax.models.transformer import Transformer
+from rubric_jax.models.checkpoint import abstract_model
 from rubric_jax.train import state as train_state
 from rubric_jax.train import step as train_step
 
@@ -23,10 +23,6 @@ def _model_cfg(**kw):
     return ModelConfig(**{**fields, **kw})
 
 
-def _factory(model_cfg):
-    return lambda rngs: Transformer(model_cfg, rngs=rngs)
-
-
 def _tx(lr=1e-2, **opt):
     return train_state.make_optimizer(train_state.OptimizerConfig(learning_rate=lr, **opt))
 
@@ -34,7 +30,7 @@ def _tx(lr=1e-2, **opt):
 @pytest.fixture(scope="module")
 def state0():
     """One random init for the whole module (tests take copies: the jitted steps donate the state)."""
-    return train_state.init_train_state(_factory(_model_cfg()), _tx(), jax.random.key(0))[0]
+    return train_state.init_train_state(_model_cfg(), _tx(), jax.random.key(0))[0]
 
 
 def _with_tx(state, tx, graphdef=None):
@@ -144,7 +140,7 @@ def test_optimizer_config_rejects_bad_values(kw, field):
 
 def test_init_requires_float32_master_weights():
     with pytest.raises(ValueError, match="param_dtype='float32'"):
-        train_state.init_train_state(_factory(_model_cfg(param_dtype="bfloat16")), _tx(), jax.random.key(0))
+        train_state.init_train_state(_model_cfg(param_dtype="bfloat16"), _tx(), jax.random.key(0))
 
 
 def _leaf(tree, path):
@@ -295,7 +291,7 @@ def test_bad_batches_are_rejected(state0, batch0, grpo_step):
 
 
 def test_bf16_compute_keeps_float32_state(state0, batch0, grpo_step):
-    graphdef, _ = train_state.abstract_model(_factory(_model_cfg(compute_dtype="bfloat16")))
+    graphdef, _ = abstract_model(_model_cfg(compute_dtype="bfloat16"))
     state = _with_tx(state0, state0.tx, graphdef)
     state, metrics = grpo_step(state, batch0)
     assert int(metrics["skipped"]) == 0 and np.isfinite(float(metrics["loss"]))

@@ -1,13 +1,16 @@
-"""Sharded train steps on 8 simulated CPU devices == the unsharded step (fsdp-only and mixed meshes)."""
+"""Sharded train steps on 8 simulated CPU devices == the unsharded step (fsdp-only and mixed meshes), and
+the compiled steps really run as FSDP: activations stay sharded over the batch, never all-reduced."""
+
+import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rubric_jax import grpo, sharding
+from rubric_jax import grpo, hlo_stats, loader, sharding
+from rubric_jax.models.checkpoint import abstract_model
 from rubric_jax.models.config import ModelConfig
-from rubric_jax.models.transformer import Transformer
 from rubric_jax.train import state as train_state
 from rubric_jax.train import step as train_step
 
@@ -20,10 +23,6 @@ TX = train_state.make_optimizer(train_state.OptimizerConfig(learning_rate=1e-2, 
 CFG = grpo.GRPOConfig(group_size=2, kl_coef=0.04, clip_high=0.28)
 
 
-def _factory(rngs):
-    return Transformer(MODEL, rngs=rngs)
-
-
 def _close(a, b):
     jax.tree.map(lambda x, y: np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-5, atol=2e-6), a, b)
 
@@ -31,7 +30,7 @@ def _close(a, b):
 @pytest.fixture(scope="module")
 def unsharded():
     """Reference: the unsharded state, a batch, and the results of two GRPO steps and one SFT step."""
-    state, shardings = train_state.init_train_state(_factory, TX, jax.random.key(0))
+    state, shardings = train_state.init_train_state(MODEL, TX, jax.random.key(0))
     assert shardings is None
     k1, k2 = jax.random.split(jax.random.key(1))
     pos = jnp.arange(T)[None, :]
@@ -68,20 +67,21 @@ def _assert_sharding(x, want):
     (sharding.MeshConfig(data=2, fsdp=2, tensor=2), 2),
 ])
 def test_sharded_grpo_and_sft_steps_match_unsharded(unsharded, mesh_cfg, micro_batches):
-    mesh = sharding.make_mesh(mesh_cfg)
+    layout = sharding.Layout(sharding.make_mesh(mesh_cfg))
+    mesh = layout.mesh
     if micro_batches == 1:
-        state, shardings = train_state.init_train_state(_factory, TX, jax.random.key(0), mesh)
+        state, shardings = train_state.init_train_state(MODEL, TX, jax.random.key(0), layout)
         _close(state.params, unsharded["state"].params)  # sharded init draws the same weights
-    else:
-        abstract_nnx = train_state.abstract_model(_factory)[1]
-        shardings = train_state.state_shardings(abstract_nnx, unsharded["state"], mesh)
-        state = train_state.train_state_from_params(unsharded["state"].graphdef, unsharded["state"].params, TX,
-                                                    jax.random.key(0), shardings)
+    else:  # existing params, placed explicitly (the state builder never moves them itself)
+        placed = jax.device_put(unsharded["state"].params, loader.expected_shardings(MODEL, layout))
+        state, shardings = train_state.new_train_state(loader.as_weights(MODEL, placed, layout), TX,
+                                                       jax.random.key(0), mesh)
+    assert state.graphdef != unsharded["state"].graphdef  # the FSDP activation constraint is in the model
     _check_layout(state, shardings)
     embed = state.params["embed_tokens"]["embedding"]
     assert len(embed.sharding.device_set) == 8 and not embed.sharding.is_fully_replicated
 
-    batch = unsharded["batch"]
+    batch = jax.device_put(unsharded["batch"], sharding.batch_sharding(mesh))  # explicit, like the params
     ref = jax.device_put(unsharded["ref"], shardings.params)
     logprobs = train_step.jit_sequence_logprobs(state.graphdef, temperature=CFG.temperature,
                                                 micro_batches=micro_batches, param_shardings=shardings.params,
@@ -113,3 +113,40 @@ def test_sharded_grpo_and_sft_steps_match_unsharded(unsharded, mesh_cfg, micro_b
     assert float(m_sft["loss"]) == pytest.approx(float(ref_m_sft["loss"]), rel=1e-5)
     _close(s_sft.params, ref_s_sft.params)
     _check_layout(s_sft, shardings)
+
+
+def _activation_all_reduces(compiled_text, batch, length):
+    """All-reduces of an array with a [rows, length, ...] activation shape (bytes that scale with B x T;
+    no parameter has a dimension of `length`)."""
+    found = []
+    for c in hlo_stats.collectives(compiled_text):
+        shapes = [tuple(int(d) for d in dims.split(",") if d) for dims in re.findall(r"\[([0-9,]*)\]", c.shape)]
+        if c.kind == "all-reduce" and any(len(s) >= 2 and s[0] <= batch and s[1] == length for s in shapes):
+            found.append(c)
+    return found
+
+
+def test_compiled_steps_run_as_fsdp_without_activation_all_reduces():
+    """GRPO and SFT steps of a small model on data 2 x fsdp 4: with the model's per-layer residual
+    constraint (the training layout's), no all-reduce of [rows, T, ...] activations is left; the same
+    model without it all-reduces activations inside the layer loop (what the 7B compile showed)."""
+    b, t = 16, 128
+    layout = sharding.Layout(sharding.make_mesh(sharding.MeshConfig(data=2, fsdp=4, tensor=1)))
+    model = MODEL.replace(hidden_size=32, intermediate_size=64, num_heads=4, num_kv_heads=2, head_dim=8,
+                          vocab_size=64, max_position_embeddings=t)
+    state, shardings = train_state.init_train_state(model, TX, jax.random.key(0), layout)
+    unconstrained = state.replace(graphdef=abstract_model(model)[0])
+    spec = {k: jax.ShapeDtypeStruct((b, t), dtype) for k, dtype in
+            (("tokens", jnp.int32), ("input_mask", bool), ("loss_mask", bool), ("old_logp", jnp.float32))}
+    grpo_batch = {**spec, "advantages": jax.ShapeDtypeStruct((b,), jnp.float32)}
+    sft_batch = {k: spec[k] for k in train_step.SFT_BATCH_KEYS}
+    counts = {}
+    for name, s in (("fsdp", state), ("unconstrained", unconstrained)):
+        s_shardings = shardings.replace(graphdef=s.graphdef)
+        grpo_step = train_step.jit_grpo_step(CFG, micro_batches=2, shardings=s_shardings, mesh=layout.mesh)
+        sft_step = train_step.jit_sft_step(micro_batches=2, shardings=s_shardings, mesh=layout.mesh)
+        grpo_hlo = grpo_step.lower(s, grpo_batch, s.params).compile().as_text()
+        sft_hlo = sft_step.lower(s, sft_batch).compile().as_text()
+        counts[name] = (len(_activation_all_reduces(grpo_hlo, b, t)), len(_activation_all_reduces(sft_hlo, b, t)))
+    assert counts["unconstrained"][0] > 0 and counts["unconstrained"][1] > 0, counts
+    assert counts["fsdp"] == (0, 0), counts

@@ -11,7 +11,8 @@ probe biases, fit a correction (RubricRL 3.2-3.3: Spearman/kappa per dimension, 
   position probe    with a judge, every LLM dimension is scored again with the anchor order as written and
                     reversed (bias.py).
 
-Every LLM judge is loaded by `load_judges`, the one place this package touches checkpoints.
+Judges arrive loaded (experiments/judge_flags.load_judges, in the decode layout); this package never
+touches checkpoints.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from rubric_jax.calibration.bias import bias_regression, position_shift, standar
 from rubric_jax.calibration.correction import fit_correction
 from rubric_jax.calibration.labels import DimensionInfo, LabelledItem, dimension_info
 from rubric_jax.judges.features import response_features
-from rubric_jax.judges.llm_judge import Judge, JudgeConfig, load_judge
+from rubric_jax.judges.llm_judge import Judge, JudgeConfig
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.rubrics.correction import Correction, FORMAT as CORRECTION_FORMAT
 from rubric_jax.rubrics.schema import Rubric
@@ -84,11 +85,6 @@ class Calibration:
     report: dict[str, Any]
     correction: Correction | None
     plots: dict[str, PlotData]
-
-
-def load_judges(checkpoints: Sequence[str], *, sampler: str, max_new_tokens: int) -> list[Judge]:
-    """One Judge per checkpoint directory (llm_judge.load_judge)."""
-    return [load_judge(path, sampler=sampler, max_new_tokens=max_new_tokens) for path in checkpoints]
 
 
 def score_items(reward: RubricReward, items: Sequence[LabelledItem], batch_size: int, key: jax.Array,

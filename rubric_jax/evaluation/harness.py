@@ -304,8 +304,9 @@ def run(evaluation: Evaluation, *, checkpoint: Path | None, workdir: Path | None
     for path in judge.checkpoints:
         try:
             # Prompts as long as the judge's context allows (benchmark prompts can be long articles).
-            judges.append(load_judge(str(path), sampler=judge.sampler, max_new_tokens=judge.max_new_tokens,
-                                     max_prompt_tokens=UNBOUNDED_JUDGE_PROMPT, mesh=mesh))
+            judges.append(load_judge(str(path), layout=sharding.Layout(mesh, sharding.DECODE_RULES),
+                                     sampler=judge.sampler, max_new_tokens=judge.max_new_tokens,
+                                     max_prompt_tokens=UNBOUNDED_JUDGE_PROMPT))
         except (OSError, ValueError) as e:
             raise EvalInputError(f"--judge_checkpoint={path}: {e}") from None
     reward = RubricReward(judges=judges, judge_config=judge_config)

@@ -1,21 +1,16 @@
 """A training run's checkpoints as evaluation policies: which ones are kept, which is latest or best (by
-the held-out reward the trainer logged at its step), and its parameters restored into their shardings."""
+the held-out reward the trainer logged at its step), and its parameters restored (by the loader) into a layout."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
 
-import jax
 import ml_collections
-from flax import nnx
-from jax.sharding import Mesh
 
-from rubric_jax import metrics, sharding
+from rubric_jax import loader, metrics, sharding
 from rubric_jax.evaluation.results import EvalInputError
-from rubric_jax.models.checkpoint import abstract_model
 from rubric_jax.train import checkpointing, loop
 
 BEST_BY = "eval/reward_mean"  # the held-out reward the trainer logs at each eval (train/loop.py)
@@ -76,18 +71,12 @@ def select_checkpoint(workdir: Path, config: ml_collections.ConfigDict, which: s
 
 
 def restore_run_params(workdir: Path, config: ml_collections.ConfigDict, chosen: RunCheckpoint,
-                       mesh: Mesh) -> tuple[Any, nnx.GraphDef, nnx.State]:
-    """(ModelConfig, graphdef, state) of a run checkpoint's params, restored straight into their shardings."""
+                       layout: sharding.Layout) -> loader.Weights:
+    """A run checkpoint's params (no optimizer state) as Weights, restored straight into `layout`."""
     directory = workdir / "checkpoints" / chosen.stage
     try:
         cfg = loop.model_config(config)
-        graphdef, state = abstract_model(cfg)
-        shardings = nnx.to_pure_dict(sharding.param_shardings(state, mesh))
-        target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                              nnx.to_pure_dict(state), shardings)
         with checkpointing.Checkpointer(directory, max_to_keep=config.checkpoint.keep, async_save=False) as ckpt:
-            params = ckpt.restore_params(target, chosen.step)
+            return ckpt.restore_params(cfg, layout, chosen.step)
     except (OSError, ValueError, checkpointing.CheckpointError) as e:
         raise EvalInputError(f"--workdir={workdir}: cannot restore {chosen.stage} step {chosen.step}: {e}") from None
-    nnx.replace_by_pure_dict(state, params)
-    return cfg, graphdef, state

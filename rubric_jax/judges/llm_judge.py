@@ -25,10 +25,10 @@ from typing import Any, Protocol
 import jax
 import numpy as np
 
-from rubric_jax import sampling
+from rubric_jax import loader, sampling, sharding
 from rubric_jax.judges.parser import parse_verdict
 from rubric_jax.judges.prompts import JudgePrompt, multi_prompt, single_prompt
-from rubric_jax.models.checkpoint import load_hf_checkpoint
+from rubric_jax.models.checkpoint import load_tokenizer
 from rubric_jax.rubrics.schema import Dimension
 
 MODES = ("single", "multi")
@@ -38,17 +38,17 @@ GenerateFn = Callable[..., Any]  # sampling.generate's signature (see the sample
 
 @dataclasses.dataclass(frozen=True)
 class Judge:
-    """One judge model: NNX (graphdef, state), its tokenizer (with chat template) and generation settings."""
+    """One judge model: its Weights in `layout` (default: one device), its tokenizer (with chat
+    template) and generation settings."""
 
     name: str
-    graphdef: Any
-    state: Any
+    weights: loader.Weights | None
     tokenizer: Any
     generate_fn: GenerateFn
     sampler: str = "temperature(0.7)"
     max_new_tokens: int = 256
     max_prompt_tokens: int = 4096
-    mesh: Any = None
+    layout: sharding.Layout | None = None
 
     def __post_init__(self) -> None:
         sampling.parse_sampler(self.sampler)
@@ -63,22 +63,25 @@ class Judge:
 
 
 def load_judge(
-    checkpoint_dir: str, *, name: str | None = None, sampler: str = "temperature(0.7)", max_new_tokens: int = 256,
-    max_prompt_tokens: int = 4096, mesh: Any = None,
+    checkpoint_dir: str, *, layout: sharding.Layout | None = None, param_dtype: str = "auto",
+    compute_dtype: str = "auto", name: str | None = None, sampler: str = "temperature(0.7)",
+    max_new_tokens: int = 256, max_prompt_tokens: int = 4096,
 ) -> Judge:
-    """A judge from a HF directory (config.json, safetensors, tokenizer with chat template), run by sampling.generate."""
-    # Imported here: `transformers` pulls in torch when present (seconds), and only loading needs it.
-    from transformers import AutoTokenizer
-
-    cfg, graphdef, state = load_hf_checkpoint(checkpoint_dir)
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir)
+    """A judge from a HF directory (config.json, safetensors, tokenizer with chat template), loaded
+    straight into `layout` (the run's decode layout; default: one device) in `param_dtype`, computing
+    in `compute_dtype` ("auto": bfloat16 on accelerators, float32 on CPU), run by sampling.generate."""
+    dtypes = dict(param_dtype=loader.resolve_dtype(param_dtype, "judge.param_dtype"),
+                  compute_dtype=loader.resolve_dtype(compute_dtype, "judge.compute_dtype"))
+    tokenizer = load_tokenizer(checkpoint_dir)
+    weights = loader.load_weights(checkpoint_dir, layout, **dtypes)
     # A prompt that cannot fit the judge's context is counted as too long, never sent to generate.
+    cfg = weights.cfg
     context_left = cfg.max_position_embeddings - max_new_tokens
     if context_left < 1:
         raise ValueError(f"judge {checkpoint_dir}: max_new_tokens={max_new_tokens} leaves no room in its "
                          f"{cfg.max_position_embeddings}-token context")
-    return Judge(name or str(checkpoint_dir), graphdef, state, tokenizer, sampling.generate, sampler=sampler,
-                 max_new_tokens=max_new_tokens, max_prompt_tokens=min(max_prompt_tokens, context_left), mesh=mesh)
+    return Judge(name or str(checkpoint_dir), weights, tokenizer, sampling.generate, sampler=sampler,
+                 max_new_tokens=max_new_tokens, max_prompt_tokens=min(max_prompt_tokens, context_left), layout=layout)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,9 +206,9 @@ def _run_judge(
         if not sent:
             break
         result = judge.generate_fn(
-            judge.graphdef, judge.state, [ids[i] for i in sent], key=gen_key, n=1,
+            judge.weights, [ids[i] for i in sent], key=gen_key, n=1,
             max_new_tokens=judge.max_new_tokens, sampler=judge.sampler,
-            stop_tokens=[judge.tokenizer.eos_token_id], pad_id=judge.tokenizer.pad_token_id, mesh=judge.mesh,
+            stop_tokens=[judge.tokenizer.eos_token_id], pad_id=judge.tokenizer.pad_token_id, layout=judge.layout,
         )
         stats["judge_generate_calls"] += 1
         stats["judge_prompts"] += len(sent)

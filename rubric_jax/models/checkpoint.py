@@ -2,9 +2,10 @@
 
 A HF directory holds config.json and either model.safetensors or shards listed in
 model.safetensors.index.json (torch layout: Linear weights are [out, in]). Our parameters are stacked
-over layers ([L, ...]) with split head axes (see rubric_jax/models/transformer.py). Loading reads each
+over layers ([L, ...]) with split head axes (see rubric_jax/models/transformer.py). Reading takes each
 tensor once (safetensors, numpy framework, no torch), converts it on the host and places every
-parameter straight into its target sharding, so a large model never sits whole on one device.
+parameter straight into the sharding it is given, so a large model never sits whole on one device.
+Callers get models through rubric_jax.loader, which picks the shardings from a layout.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import math
 import re
 import shutil
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -22,11 +23,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx, traverse_util
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from rubric_jax.models.config import ModelConfig
-from rubric_jax.models.transformer import Transformer
+from rubric_jax.models.transformer import ShardActivation, Transformer
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -61,12 +62,14 @@ _TABLE: tuple[tuple[str, tuple[str, ...], int | None], ...] = (
     ("model.layers.{i}.mlp.down_proj.weight", ("layers", "mlp", "down_proj", "kernel"), 1),
 )
 
+# Any one of these makes a directory a tokenizer directory that AutoTokenizer can load.
+_TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 ParamPath = tuple[str, ...]
-Shardings = Mapping[str, Any] | nnx.State | Callable[[nnx.State], Any] | None
 
 
 class CheckpointError(ValueError):
-    """A checkpoint whose tensors do not match the model its config.json describes."""
+    """A checkpoint (HF directory or orbax train checkpoint) that is missing, unreadable, or does not
+    fit the model it should hold; the message names the file."""
 
 
 def _hf_shape(our_shape: tuple[int, ...], in_axes: int | None) -> tuple[int, ...]:
@@ -102,9 +105,20 @@ def _entries(cfg: ModelConfig, flat_abstract: Mapping[ParamPath, Any],
             yield path, [template], in_axes
 
 
-def abstract_model(cfg: ModelConfig) -> tuple[nnx.GraphDef, nnx.State]:
+def abstract_model(cfg: ModelConfig, shard_activation: ShardActivation | None = None
+                   ) -> tuple[nnx.GraphDef, nnx.State]:
     """Graphdef and abstract state (ShapeDtypeStructs with logical-axis metadata), allocating nothing."""
-    return nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+    return nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0), shard_activation=shard_activation)))
+
+
+def _open_safetensors(file: Path) -> Any:
+    """safe_open, with a truncated or corrupt file reported as a CheckpointError naming it."""
+    try:
+        return safe_open(file, framework="numpy")
+    except (SafetensorError, OSError) as e:
+        size = file.stat().st_size if file.exists() else 0
+        raise CheckpointError(f"{file}: not a readable safetensors file ({size} bytes; truncated or corrupt: "
+                              "re-download or re-export it)") from e
 
 
 def _tensor_files(path: Path) -> dict[str, Path]:
@@ -118,15 +132,15 @@ def _tensor_files(path: Path) -> dict[str, Path]:
         files = {name: path / file for name, file in weight_map.items()}
         for file in sorted(set(files.values())):
             if not file.is_file():
-                raise FileNotFoundError(f"{index_path} lists shard {file.name!r}, which does not exist in {path}")
+                raise CheckpointError(f"{index_path} lists shard {file.name!r}, which does not exist in {path}")
         return files
     candidates = sorted(path.glob("*.safetensors"))
     if not candidates:
         found = sorted(p.name for p in path.iterdir())
-        raise FileNotFoundError(f"{path}: no *.safetensors weights (and no {INDEX_FILE}); found {found}")
+        raise CheckpointError(f"{path}: no *.safetensors weights (and no {INDEX_FILE}); found {found}")
     files: dict[str, Path] = {}
     for file in candidates:
-        with safe_open(file, framework="numpy") as f:
+        with _open_safetensors(file) as f:
             for name in f.keys():
                 if name in files:
                     raise CheckpointError(f"{path}: tensor {name!r} is in both {files[name].name} and {file.name}")
@@ -134,27 +148,12 @@ def _tensor_files(path: Path) -> dict[str, Path]:
     return files
 
 
-def _flat_shardings(shardings: Shardings, abstract_state: nnx.State) -> dict[ParamPath, jax.sharding.Sharding]:
-    """Our parameter path -> target sharding (default: the first device)."""
-    flat_abstract = traverse_util.flatten_dict(nnx.to_pure_dict(abstract_state))
-    if shardings is None:
-        device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-        return {p: device for p in flat_abstract}
-    if callable(shardings):
-        shardings = shardings(abstract_state)
-    if isinstance(shardings, nnx.State):
-        shardings = nnx.to_pure_dict(shardings)
-    flat = traverse_util.flatten_dict(dict(shardings))
-    if set(flat) != set(flat_abstract):
-        missing = sorted("/".join(p) for p in set(flat_abstract) - set(flat))
-        extra = sorted("/".join(p) for p in set(flat) - set(flat_abstract))
-        raise ValueError(f"shardings do not match the model's parameters: missing {missing}, unexpected {extra}")
-    return flat
-
-
 def _read(f: Any, file: Path, name: str, expected_shape: tuple[int, ...]) -> np.ndarray:
     """Reads one tensor, checking its shape and that it is a float type."""
-    w = f.get_tensor(name)
+    try:
+        w = f.get_tensor(name)
+    except SafetensorError as e:
+        raise CheckpointError(f"{file}: tensor {name!r} cannot be read (truncated or corrupt file)") from e
     if tuple(w.shape) != expected_shape:
         raise CheckpointError(
             f"{file}: tensor {name!r} has shape {tuple(w.shape)}, expected {expected_shape} from config.json"
@@ -183,49 +182,60 @@ def _check_names(path: Path, cfg: ModelConfig, expected: set[str], present: set[
     return redundant_head
 
 
-def load_hf_checkpoint(path: str | Path, *, shardings: Shardings = None,
-                       **overrides: Any) -> tuple[ModelConfig, nnx.GraphDef, nnx.State]:
-    """Loads a HF directory as (config, graphdef, state); `overrides` set ModelConfig fields.
+def read_hf_params(path: str | Path, cfg: ModelConfig, abstract: Mapping[str, Any],
+                   shardings: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters of the HF directory `path` (whose config.json gave `cfg`) as a pure nested dict,
+    each array created in its entry of `shardings` and cast to its abstract dtype on the host.
 
-    `shardings` is a pytree mirroring the state (an nnx.State of shardings, e.g. from
-    `rubric_jax.sharding.param_shardings`, or its pure dict), a function from the abstract state to
-    one, or None for the default device. Tensors are cast to `cfg.param_dtype` on the host.
+    `abstract` and `shardings` mirror the model's parameters (ShapeDtypeStructs and Shardings).
     """
     path = Path(path)
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path}: checkpoint directory does not exist")
-    cfg = ModelConfig.from_hf_dir(path, **overrides)
-    graphdef, abstract_state = abstract_model(cfg)
-    flat_abstract = traverse_util.flatten_dict(nnx.to_pure_dict(abstract_state))
-    target_shardings = _flat_shardings(shardings, abstract_state)
+    flat_abstract = traverse_util.flatten_dict(dict(abstract))
+    flat_shardings = traverse_util.flatten_dict(dict(shardings))
     files = _tensor_files(path)
     entries = list(_entries(cfg, flat_abstract))
 
     redundant_head = _check_names(path, cfg, {name for _, names, _ in entries for name in names}, set(files))
-    flat_state: dict[ParamPath, jax.Array] = {}
+    flat_params: dict[ParamPath, jax.Array] = {}
     with ExitStack() as stack:
-        handles = {file: stack.enter_context(safe_open(file, framework="numpy")) for file in set(files.values())}
+        handles = {file: stack.enter_context(_open_safetensors(file)) for file in set(files.values())}
         for our_path, names, in_axes in entries:
-            abstract = flat_abstract[our_path]
+            abstract_leaf = flat_abstract[our_path]
             stacked = our_path[0] == "layers"
-            our_shape = abstract.shape[1:] if stacked else abstract.shape
-            host = np.empty(abstract.shape, abstract.dtype)
+            our_shape = abstract_leaf.shape[1:] if stacked else abstract_leaf.shape
+            host = np.empty(abstract_leaf.shape, abstract_leaf.dtype)
             for i, name in enumerate(names):
                 w = _read(handles[files[name]], files[name], name, _hf_shape(our_shape, in_axes))
                 host[(i,) if stacked else ()] = hf_to_ours(w, our_shape, in_axes)  # casts to param_dtype
             if our_path == ("embed_tokens", "embedding") and redundant_head:
                 head = _read(handles[files["lm_head.weight"]], files["lm_head.weight"], "lm_head.weight",
-                             abstract.shape).astype(abstract.dtype)
+                             abstract_leaf.shape).astype(abstract_leaf.dtype)
                 if not np.array_equal(head, host):
                     raise CheckpointError(
                         f"{path}: config.json ties word embeddings but 'lm_head.weight' differs from "
                         f"'model.embed_tokens.weight'"
                     )
-            flat_state[our_path] = jax.make_array_from_callback(
-                abstract.shape, target_shardings[our_path], lambda index, host=host: host[index]
+            flat_params[our_path] = jax.make_array_from_callback(
+                abstract_leaf.shape, flat_shardings[our_path], lambda index, host=host: host[index]
             )
-    nnx.replace_by_pure_dict(abstract_state, traverse_util.unflatten_dict(flat_state))
-    return cfg, graphdef, abstract_state
+    return traverse_util.unflatten_dict(flat_params)
+
+
+def load_tokenizer(path: str | Path) -> Any:
+    """AutoTokenizer from a local directory; a missing directory or one without tokenizer files is one
+    CheckpointError line (never transformers' attempt to treat the path as a Hub repository id)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: tokenizer directory does not exist")
+    if not any((path / name).is_file() for name in _TOKENIZER_MARKERS):
+        raise CheckpointError(f"{path}: no tokenizer files (expected one of {', '.join(_TOKENIZER_MARKERS)})")
+    from transformers import AutoTokenizer  # slow import (pulls torch when installed): only when loading
+
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise CheckpointError(f"{path}: cannot load the tokenizer ({first_line})") from e
 
 
 def _plan_shards(sizes: dict[str, int], max_shard_bytes: int) -> list[list[str]]:

@@ -6,11 +6,16 @@ K key/value heads, G query heads per KV head (N = K·G), H head dim, F MLP width
 The module only holds parameters (named after the HF submodules so checkpoint mapping is a short
 table); the maths lives in pure functions over plain arrays so that the layer stack runs under
 `lax.scan` (or a Python loop) over parameters stacked on a leading L axis.
+
+Placement: parameters carry logical axis names, and the residual stream is handed, at the start of
+every layer, to an optional `shard_activation(x, RESIDUAL_AXES)` given at construction. The caller maps
+the names to a mesh (rubric_jax.sharding.Layout); this module knows no mesh.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -21,6 +26,10 @@ from rubric_jax.models.config import ModelConfig
 
 Params = dict[str, Any]
 _INIT_STD = 0.02  # HF initializer_range default for Qwen2 and Llama.
+# Logical names of the residual stream [B, T, D], passed to `shard_activation` once per layer.
+RESIDUAL_AXES = ("batch", "length", "activation_embed")
+# (activation, its logical axis names) -> the activation with a sharding constraint (or unchanged).
+ShardActivation = Callable[[jax.Array, tuple[str, ...]], jax.Array]
 
 
 @struct.dataclass
@@ -113,10 +122,15 @@ class _Embedding(nnx.Module):
 
 
 class Transformer(nnx.Module):
-    """Decoder-only LM: `model(tokens, positions, mask, cache, cache_index) -> (logits, cache)`."""
+    """Decoder-only LM: `model(tokens, positions, mask, cache, cache_index) -> (logits, cache)`.
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    `shard_activation` (static, part of the graphdef; must be hashable) lays out the residual stream
+    of every layer, e.g. batch over (data, fsdp) for FSDP training; None leaves it to the compiler.
+    """
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, shard_activation: ShardActivation | None = None):
         self.cfg = cfg
+        self.shard_activation = shard_activation
         dtype = jnp.dtype(cfg.param_dtype)
         self.embed_tokens = _Embedding(cfg, rngs, dtype)
         self.layers = _DecoderLayers(cfg, rngs, dtype)
@@ -143,7 +157,11 @@ class Transformer(nnx.Module):
         if cache is not None and cache_index is None:
             raise ValueError("a KV cache needs cache_index (the slot where the new tokens go)")
 
+        shard = self.shard_activation
+
         def layer(x, params, cache, index):
+            if shard is not None:
+                x = shard(x, RESIDUAL_AXES)
             return decoder_layer(cfg, params, x, cos_BxTxH, sin_BxTxH, mask_BxTxS, cache, index, cache_index)
 
         if cfg.remat:

@@ -287,13 +287,15 @@ def run_build(config: Any, questions_path: str, corpus_path: str, out_dir: str,
     work = output_paths(out_dir)["work"]
     check_work_dir(work, settings)  # before the slow load; nothing is written until the model has loaded
 
-    mesh = sharding.make_mesh(mesh_config)
+    layout = sharding.decode_layout(sharding.make_mesh(mesh_config), config.mesh.rollout.tensor)
     model = load_language_model(
         checkpoint=config.model.checkpoint, config_json=config.model.config_json, tokenizer_dir=config.model.tokenizer,
-        mesh=mesh, seed=config.seed, param_dtype=config.model.param_dtype, compute_dtype=config.model.compute_dtype,
+        layout=layout, seed=config.seed, param_dtype=config.model.param_dtype, compute_dtype=config.model.compute_dtype,
         remat=config.model.remat, scan_layers=config.model.scan_layers)
     judge_dirs = [p.strip() for p in config.judge.checkpoint.split(",") if p.strip()]
-    judges = [load_judge(p, sampler=config.judge.sampler, max_new_tokens=config.judge.max_new_tokens, mesh=mesh)
+    judges = [load_judge(p, layout=layout, param_dtype=config.judge.param_dtype,
+                         compute_dtype=config.judge.compute_dtype, sampler=config.judge.sampler,
+                         max_new_tokens=config.judge.max_new_tokens)
               for p in judge_dirs] or [judge_from_model(model, sampler=config.judge.sampler,
                                                         max_new_tokens=config.judge.max_new_tokens)]
     reward = RubricReward(judges=judges, judge_config=judge_config)

@@ -4,10 +4,10 @@
 n generations per prompt (row b * n + j is sample j of prompt b) in ONE batched call. The real
 implementation, `ModelTextGenerator`, chat-templates and decodes exactly as the LLM judge does
 (`llm_judge.encode_prompts`, `llm_judge.decode_generations`) and samples with `sampling.generate` on the
-mesh; a prompt that does not fit the model's context is not sent and comes back as finish "too_long".
-Tests use a scripted implementation. `load_language_model` is the one place this package loads a model:
-a Hugging Face directory into its shardings, or (the tiny default, which ships config.json and a
-tokenizer only) a seeded random init built directly in its shardings.
+decode layout; a prompt that does not fit the model's context is not sent and comes back as finish "too_long".
+Tests use a scripted implementation. `load_language_model` is the one place this package loads a model,
+through rubric_jax.loader: a Hugging Face directory, or (the tiny default, which ships config.json and a
+tokenizer only) a seeded random init, built directly in the decode layout.
 """
 
 from __future__ import annotations
@@ -19,14 +19,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import jax
-from flax import nnx
-from jax.sharding import Mesh
 
-from rubric_jax import sampling, sharding
+from rubric_jax import loader, sampling, sharding
 from rubric_jax.judges.llm_judge import Judge, decode_generations, encode_prompts, special_tokens
-from rubric_jax.models.checkpoint import abstract_model, load_hf_checkpoint
 from rubric_jax.models.config import ModelConfig
-from rubric_jax.models.transformer import Transformer
 from rubric_jax.qurl.templates import ChatPrompt
 
 FINISH_STOP, FINISH_LENGTH, FINISH_TOO_LONG = "stop", "length", "too_long"
@@ -52,14 +48,16 @@ class TextGenerator(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class LanguageModel:
-    """A loaded model in its shardings on `mesh`, with its tokenizer (chat template, pad and eos)."""
+    """A loaded model's Weights placed in `layout`, with its tokenizer (chat template, pad and eos)."""
 
     name: str
-    graphdef: nnx.GraphDef
-    state: nnx.State
+    weights: loader.Weights
     tokenizer: Any
-    mesh: Mesh
-    max_positions: int
+    layout: sharding.Layout
+
+    @property
+    def max_positions(self) -> int:
+        return self.weights.cfg.max_position_embeddings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,9 +85,9 @@ class ModelTextGenerator:
         if not sent:
             return out
         result = self.generate_fn(
-            self.model.graphdef, self.model.state, [ids[i] for i in sent], key=key, n=n,
+            self.model.weights, [ids[i] for i in sent], key=key, n=n,
             max_new_tokens=max_new_tokens, sampler=self.sampler, stop_tokens=[tokenizer.eos_token_id],
-            pad_id=tokenizer.pad_token_id, mesh=self.model.mesh)
+            pad_id=tokenizer.pad_token_id, layout=self.model.layout)
         texts, truncated = decode_generations(tokenizer, result)
         for row, (text, cut) in enumerate(zip(texts, truncated)):
             out[sent[row // n] * n + row % n] = Generation(text, FINISH_LENGTH if cut else FINISH_STOP)
@@ -101,14 +99,15 @@ def judge_from_model(model: LanguageModel, *, sampler: str, max_new_tokens: int)
     if max_new_tokens >= model.max_positions:
         raise ValueError(f"judge max_new_tokens={max_new_tokens} leaves no room in the {model.max_positions}-token "
                          f"context of {model.name}")
-    return Judge(model.name, model.graphdef, model.state, model.tokenizer, sampling.generate, sampler=sampler,
-                 max_new_tokens=max_new_tokens, max_prompt_tokens=model.max_positions - max_new_tokens, mesh=model.mesh)
+    return Judge(model.name, model.weights, model.tokenizer, sampling.generate, sampler=sampler,
+                 max_new_tokens=max_new_tokens, max_prompt_tokens=model.max_positions - max_new_tokens,
+                 layout=model.layout)
 
 
-def load_language_model(*, checkpoint: str, config_json: str, tokenizer_dir: str, mesh: Mesh, seed: int,
+def load_language_model(*, checkpoint: str, config_json: str, tokenizer_dir: str, layout: sharding.Layout, seed: int,
                         **overrides: Any) -> LanguageModel:
     """A HF checkpoint directory (or, with `checkpoint` empty, a random init from `config_json` seeded by
-    `seed`) with parameters built in their shardings on `mesh`; `overrides` set ModelConfig fields."""
+    `seed`) with parameters built in `layout`; `overrides` set ModelConfig fields."""
     from transformers import AutoTokenizer  # slow import (pulls torch when installed); only loading needs it
 
     tokenizer_dir = tokenizer_dir or checkpoint
@@ -117,22 +116,17 @@ def load_language_model(*, checkpoint: str, config_json: str, tokenizer_dir: str
     if checkpoint:
         if not Path(checkpoint).is_dir():
             raise FileNotFoundError(f"{checkpoint}: checkpoint directory does not exist")
-        cfg, graphdef, state = load_hf_checkpoint(
-            checkpoint, shardings=lambda abstract: sharding.param_shardings(abstract, mesh), **overrides)
+        weights = loader.load_weights(checkpoint, layout, **overrides)
         name = checkpoint
     else:
         if not config_json or not Path(config_json).is_file():
             raise FileNotFoundError(f"{config_json or '(none)'}: model config.json does not exist")
         cfg = ModelConfig.from_hf_dict(json.loads(Path(config_json).read_text()), **overrides)
-        graphdef, state = abstract_model(cfg)
-        param_shardings = nnx.to_pure_dict(sharding.param_shardings(state, mesh))
-        init = jax.jit(lambda key: nnx.to_pure_dict(nnx.state(Transformer(cfg, rngs=nnx.Rngs(key)))),
-                       out_shardings=param_shardings)
-        nnx.replace_by_pure_dict(state, init(jax.random.key(seed)))
+        weights = loader.init_weights(cfg, layout, jax.random.key(seed))
         name = f"random init of {config_json} (seed {seed})"
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None or not tokenizer.chat_template:
         raise ValueError(f"{tokenizer_dir}: the tokenizer needs pad and eos tokens and a chat template")
-    if len(tokenizer) > cfg.vocab_size:
-        raise ValueError(f"{tokenizer_dir}: {len(tokenizer)} tokens but the model's vocab_size is {cfg.vocab_size}")
-    return LanguageModel(name, graphdef, state, tokenizer, mesh, cfg.max_position_embeddings)
+    if len(tokenizer) > weights.cfg.vocab_size:
+        raise ValueError(f"{tokenizer_dir}: {len(tokenizer)} tokens but the model's vocab_size is {weights.cfg.vocab_size}")
+    return LanguageModel(name, weights, tokenizer, layout)

@@ -4,6 +4,7 @@ JSON record (data iterator position, rubric hash, anything JSON-serialisable the
 Arrays are restored straight into the shardings of a target tree (`abstract_with_shardings`), so a
 7B state is read shard by shard and never gathered on one device. Only the last `max_to_keep`
 checkpoints stay on disk; an unfinished save (killed mid-write) is invisible to `latest_step()`.
+`restore_params` reads the params alone through rubric_jax.loader (the frozen reference policy).
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 
-from rubric_jax.train.state import Params, TrainState
+from rubric_jax import loader, sharding
+from rubric_jax.models.checkpoint import CheckpointError
+from rubric_jax.models.config import ModelConfig
+from rubric_jax.train.state import TrainState
 
+__all__ = ["CheckpointError", "Checkpointer", "Restored", "abstract_with_shardings"]
 _STATE, _META = "state", "meta"
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint directory that is missing, empty, broken or does not fit the target state."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,31 +51,6 @@ def _check_json(name: str, value: Any) -> None:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise ValueError(f"checkpoint {name} must be JSON-serialisable (finite numbers, str keys): {e}") from e
-
-
-def _path_str(path: tuple[Any, ...]) -> str:
-    """A key path as 'params/w' whether its entries are dict keys, attributes or sequence indices."""
-    return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
-
-
-def _check_fits(saved_tree: Any, target: Any, where: Path) -> None:
-    """Compares saved array shapes/dtypes with the target's, naming the first difference."""
-    if saved_tree is None:
-        raise CheckpointError(f"{where}: the checkpoint holds no state arrays")
-    def is_array_meta(x: Any) -> bool:
-        return hasattr(x, "shape") and hasattr(x, "dtype")
-
-    saved = {_path_str(p): (tuple(x.shape), str(x.dtype))
-             for p, x in jax.tree_util.tree_flatten_with_path(saved_tree, is_leaf=is_array_meta)[0]}
-    wanted = {_path_str(p): (tuple(x.shape), str(x.dtype))
-              for p, x in jax.tree_util.tree_flatten_with_path(target)[0]}
-    if saved.keys() != wanted.keys():
-        missing, unexpected = sorted(wanted.keys() - saved.keys()), sorted(saved.keys() - wanted.keys())
-        raise CheckpointError(f"{where}: the saved state has another structure than the target "
-                              f"(missing from checkpoint: {missing[:5]}, not in target: {unexpected[:5]})")
-    for name, want in wanted.items():
-        if saved[name] != want:
-            raise CheckpointError(f"{where}: {name} is saved as shape/dtype {saved[name]}, target wants {want}")
 
 
 class Checkpointer:
@@ -130,7 +106,7 @@ class Checkpointer:
         step = self._resolve(step)
         where = self.directory / str(step)
         try:
-            _check_fits(self._manager.item_metadata(step)[_STATE].tree, target, where)
+            loader.check_saved_tree(self._manager.item_metadata(step)[_STATE].tree, target, where)
             restored = self._manager.restore(step, args=ocp.args.Composite(**{
                 _STATE: ocp.args.StandardRestore(target), _META: ocp.args.JsonRestore()}))
         except CheckpointError:
@@ -147,24 +123,12 @@ class Checkpointer:
         return Restored(state=restored[_STATE], data_state=meta["data_state"], rubric_hash=meta["rubric_hash"],
                         extra=meta["extra"])
 
-    def restore_params(self, target_params: Params, step: int | None = None) -> Params:
-        """Only the params of `step` (default: the latest), into `target_params`' shapes and shardings
-        (arrays or ShapeDtypeStructs): a frozen reference policy without its optimizer state in memory."""
+    def restore_params(self, cfg: ModelConfig, layout: sharding.Layout | None = None,
+                       step: int | None = None) -> loader.Weights:
+        """Only the params of `step` (default: the latest) as Weights of `cfg`, read straight into
+        `layout` by the loader: a frozen reference policy without its optimizer state in memory."""
         step = self._resolve(step)
-        where = self.directory / str(step)
-        target = {"params": target_params}
-        try:
-            saved = self._manager.item_metadata(step)[_STATE].tree
-            _check_fits({"params": saved["params"]}, target, where)
-            with ocp.PyTreeCheckpointer() as reader:
-                restored = reader.restore(where / _STATE, args=ocp.args.PyTreeRestore(
-                    item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
-                    partial_restore=True))
-        except CheckpointError:
-            raise
-        except Exception as e:
-            raise CheckpointError(f"{where}: cannot restore the params of step {step} ({type(e).__name__}: {e})") from e
-        return restored["params"]
+        return loader.load_weights(self.directory / str(step) / _STATE, layout, model_config=cfg)
 
     def wait_until_finished(self) -> None:
         """Blocks until pending async saves are on disk."""

@@ -27,15 +27,13 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 from flax import nnx
 
-from rubric_jax import data, grpo, metrics, plots, sampling, sharding
+from rubric_jax import data, grpo, loader, metrics, plots, sampling, sharding
 from rubric_jax.judges.llm_judge import JudgeConfig, load_judge
 from rubric_jax.judges.reward import RewardOutput, RubricReward
-from rubric_jax.models.checkpoint import abstract_model, load_hf_checkpoint
+from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
 from rubric_jax.models.config import ModelConfig
-from rubric_jax.models.transformer import Transformer
 from rubric_jax.rubrics.dynamic_weights import (DynamicWeightsConfig, DynamicWeightsState, init_dynamic_weights,
                                                 update_dynamic_weights_jit)
 from rubric_jax.rubrics.correction import Correction, load_correction
@@ -44,6 +42,7 @@ from rubric_jax.rubrics.schema import Rubric
 from rubric_jax.train import checkpointing, rollout, state as train_state, step as train_step
 
 STAGES = ("sft", "grpo")
+ROLLOUT_DTYPES = ("compute", "float32", "bfloat16")  # mesh.rollout.param_dtype
 _STAGE_ORDER = {"sft": 0, "grpo": 1, "eval": 1}
 EVAL_SAMPLES = 4  # eval responses written to samples.jsonl per eval
 _EVAL_KEY = 2**31 - 1  # fold_in data of the eval sampling key (GRPO step keys are 1000 + step)
@@ -101,11 +100,12 @@ class Run:
 
     config: ml_collections.ConfigDict
     workdir: Path
-    mesh: jax.sharding.Mesh
+    layout: sharding.Layout  # training layout (FSDP/TP): policy, reference, optimizer state, batches
+    decode_layout: sharding.Layout  # rollouts and judges (mesh.rollout), over the same devices
+    decode_dtype: str  # the policy's parameter dtype while decoding (mesh.rollout.param_dtype resolved)
     tokenizer: Any
     model_cfg: ModelConfig
-    graphdef: nnx.GraphDef  # the policy's (and reference's) module structure
-    abstract_state: nnx.State  # logical axis names, for the sampler's shardings
+    graphdef: nnx.GraphDef  # the policy's (and reference's) module structure in the training layout
     reward: RubricReward
     rubric_of: dict[str, Rubric]  # question id -> its rubric (shared, or case-wise R*(q))
     rubric_hash: str
@@ -122,14 +122,23 @@ class Run:
         return None if self.dynamic_weights is None else self.dynamic_weights.current()
 
     @property
+    def mesh(self) -> jax.sharding.Mesh:
+        """The training mesh."""
+        return self.layout.mesh
+
+    @property
     def stop_tokens(self) -> tuple[int, ...]:
         return (int(self.tokenizer.eos_token_id),)
 
-    def sampler_state(self, params: dict[str, Any]) -> nnx.State:
-        """The train state's pure-dict params as an NNX state (no copy) for sampling.generate."""
-        state = jax.tree.map(lambda x: x, self.abstract_state)
-        nnx.replace_by_pure_dict(state, params)
-        return state
+    def policy(self, params: dict[str, Any]) -> loader.Weights:
+        """The train state's params (no copy) as the policy's Weights in the training layout."""
+        return loader.as_weights(self.model_cfg, params, self.layout)
+
+
+def rollout_weights(run_: Run, params: dict[str, Any]) -> loader.Weights:
+    """The policy in the decode layout and dtype, resharded from the training layout once per rollout
+    (the sampler only reads it; nothing is resharded back)."""
+    return loader.to_layout(run_.policy(params), run_.decode_layout, param_dtype=run_.decode_dtype)
 
 
 # ------------------------------------------------------------------------------------------- set-up
@@ -166,26 +175,59 @@ def _write_config(config: ml_collections.ConfigDict, workdir: Path) -> None:
     path.write_text(text)
 
 
-def build(config: ml_collections.ConfigDict, workdir: Path) -> Run:
-    """Mesh, tokenizer, model shape, rubric, reward, datasets and writers from the config."""
-    from transformers import AutoTokenizer  # slow import (pulls torch when installed); only the loop needs it
+def _existing_dir(value: str, key: str, what: str) -> str:
+    """`value` if it names a directory; else one line naming the config key that sets it."""
+    if not Path(value).is_dir():
+        raise CheckpointError(f"config.{key}={value}: {what} directory does not exist; set --config.{key}=DIR "
+                              "(a local directory: nothing is downloaded)")
+    return value
 
+
+def _layouts(config: ml_collections.ConfigDict, model_cfg: ModelConfig) -> tuple[sharding.Layout, sharding.Layout, str]:
+    """The training layout, the decode layout over the same devices, and the decode parameter dtype."""
+    layout = sharding.Layout(sharding.make_mesh(
+        sharding.MeshConfig(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)))
+    rollout = config.mesh.rollout
+    try:
+        decode = sharding.decode_layout(layout.mesh, rollout.tensor)
+    except ValueError as e:
+        raise ValueError(f"config.mesh.rollout.tensor={rollout.tensor!r}: {e}") from None
+    for field, heads in (("num_heads", model_cfg.num_heads), ("num_kv_heads", model_cfg.num_kv_heads)):
+        if heads % rollout.tensor:
+            raise ValueError(f"config.mesh.rollout.tensor={rollout.tensor} does not divide the model's {field} "
+                             f"({heads}): those weights would be replicated on every device; pick a divisor")
+    if rollout.param_dtype not in ROLLOUT_DTYPES:
+        raise ValueError(f"config.mesh.rollout.param_dtype={rollout.param_dtype!r}: expected one of {ROLLOUT_DTYPES}")
+    dtype = model_cfg.compute_dtype if rollout.param_dtype == "compute" else rollout.param_dtype
+    return layout, decode, dtype
+
+
+def build(config: ml_collections.ConfigDict, workdir: Path) -> Run:
+    """Layouts, tokenizer, model shape, rubric, reward, datasets and writers from the config."""
     workdir.mkdir(parents=True, exist_ok=True)
-    mesh = sharding.make_mesh(sharding.MeshConfig(config.mesh.data, config.mesh.fsdp, config.mesh.tensor))
-    model_dir = config.model.checkpoint
-    tokenizer_dir = config.model.tokenizer or model_dir
-    if not tokenizer_dir:
+    model_dir = config.model.checkpoint and _existing_dir(config.model.checkpoint, "model.checkpoint", "model")
+    if not (config.model.tokenizer or model_dir):
         raise ValueError("config.model.tokenizer (or config.model.checkpoint) must name a tokenizer directory")
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tokenizer_key = "model.tokenizer" if config.model.tokenizer else "model.checkpoint"
+    tokenizer_dir = _existing_dir(config.model.tokenizer or model_dir, tokenizer_key, "tokenizer")
+    judge_dirs = [_existing_dir(path.strip(), "judge.checkpoint", "judge")
+                  for path in config.judge.checkpoint.split(",") if path.strip()]
+    judge_dtypes = dict(param_dtype=config.judge.param_dtype, compute_dtype=config.judge.compute_dtype)
+    for field, value in judge_dtypes.items():
+        loader.resolve_dtype(value, f"config.judge.{field}")
     model_cfg = model_config(config)
-    graphdef, abstract_state = abstract_model(model_cfg)
+    layout, decode_layout, decode_dtype = _layouts(config, model_cfg)
+    try:
+        tokenizer = load_tokenizer(tokenizer_dir)
+    except CheckpointError as e:
+        raise CheckpointError(f"config.{tokenizer_key}: {e}") from e
+    graphdef = loader.abstract_weights(model_cfg, layout).graphdef
 
     shared_rubric = load_rubric(config.data.rubric)
     train_questions = data.load_question_set(config.data.train, config.data.tfds_dir, "train")
     eval_questions = data.load_question_set(config.data.eval, config.data.tfds_dir, "eval")[: config.eval.max_questions]
-    judges = tuple(load_judge(path.strip(), sampler=config.judge.sampler, max_new_tokens=config.judge.max_new_tokens,
-                              mesh=mesh)
-                   for path in config.judge.checkpoint.split(",") if path.strip())
+    judges = tuple(load_judge(path, layout=decode_layout, **judge_dtypes, sampler=config.judge.sampler,
+                              max_new_tokens=config.judge.max_new_tokens) for path in judge_dirs)
     rubric_of = {q.id: data.question_rubric(shared_rubric, q) for q in train_questions + eval_questions}
     rubrics = list(rubric_of.values())
     correction = load_correction(config.data.rubric_correction) if config.data.rubric_correction else None
@@ -201,8 +243,8 @@ def build(config: ml_collections.ConfigDict, workdir: Path) -> Run:
     (workdir / "rubric.json").write_text(json.dumps(rubric_info, indent=2))
     dynamic = DimensionWeights.for_rubrics(rubrics, config.rl.dynamic_weights_window) if config.rl.dynamic_weights else None
     writer = metrics.MetricsWriter(workdir, run_info={"rubric": rubric_info, "config": config.to_dict()})
-    return Run(config, workdir, mesh, tokenizer, model_cfg, graphdef, abstract_state, reward, rubric_of, rubric_hash,
-               train_questions, eval_questions, writer, jax.random.key(config.seed), dynamic)
+    return Run(config, workdir, layout, decode_layout, decode_dtype, tokenizer, model_cfg, graphdef, reward, rubric_of,
+               rubric_hash, train_questions, eval_questions, writer, jax.random.key(config.seed), dynamic)
 
 
 def _model_overrides(config: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -231,24 +273,26 @@ def _rubric_set_hash(shared: Rubric, rubrics: list[Rubric], correction: Correcti
 
 
 def initial_params(run_: Run) -> dict[str, Any]:
-    """The starting policy, in its shardings: pretrained params from the checkpoint, or a seeded random
-    init (with an empty optimizer, so no optimizer state is built only to be thrown away)."""
+    """The starting policy's params, in the training layout, through the loader: the pretrained
+    checkpoint, or a seeded random init."""
     if run_.config.model.checkpoint:
-        shardings = sharding.param_shardings(run_.abstract_state, run_.mesh)
-        _, _, nnx_state = load_hf_checkpoint(run_.config.model.checkpoint, shardings=shardings,
-                                             **_model_overrides(run_.config))
-        return nnx.to_pure_dict(nnx_state)
-    state, _ = train_state.init_train_state(lambda rngs: Transformer(run_.model_cfg, rngs=rngs), optax.identity(),
-                                            jax.random.fold_in(run_.key, 0), run_.mesh)
-    return state.params
+        return loader.load_weights(run_.config.model.checkpoint, run_.layout, **_model_overrides(run_.config)).params
+    param_key = jax.random.split(jax.random.fold_in(run_.key, 0))[0]  # the init key runs have always used
+    return loader.init_weights(run_.model_cfg, run_.layout, param_key).params
 
 
 def _state_from_params(run_: Run, params: Any, tx: Any, key: jax.Array) -> train_state.TrainState:
     """A step-0 TrainState around existing params, its optimizer state created directly in its shardings."""
-    graphdef = run_.graphdef
-    abstract = jax.eval_shape(lambda p, k: train_state.train_state_from_params(graphdef, p, tx, k), params, key)
-    shardings = train_state.state_shardings(run_.abstract_state, abstract, run_.mesh)
-    return train_state.train_state_from_params(graphdef, params, tx, key, shardings)
+    return train_state.new_train_state(run_.policy(params), tx, key, run_.mesh)[0]
+
+
+def load_reference(run_: Run, state: train_state.TrainState, iterator_state: data.IteratorState) -> loader.Weights:
+    """The frozen KL reference: the policy GRPO started from, saved once (step 0) so that a resumed run
+    keeps it, and read back (params only) through the loader into the training layout."""
+    with _checkpointer(run_, "reference") as ref_ckpt:
+        if ref_ckpt.latest_step() is None:
+            ref_ckpt.save(state, data_state=iterator_state.to_dict(), rubric_hash=run_.rubric_hash)
+        return ref_ckpt.restore_params(run_.model_cfg, run_.layout, step=0)
 
 
 def _optimizer_config(stage_cfg: ml_collections.ConfigDict, total_steps: int | None = None
@@ -367,7 +411,8 @@ def run_sft(run_: Run, init_params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _shardings_of(run_: Run, state: train_state.TrainState) -> train_state.TrainState:
-    return train_state.state_shardings(run_.abstract_state, jax.eval_shape(lambda s: s, state), run_.mesh)
+    return train_state.state_shardings(loader.expected_shardings(run_.model_cfg, run_.layout),
+                                       jax.eval_shape(lambda s: s, state), run_.mesh)
 
 
 def _host(tree: dict[str, jax.Array]) -> dict[str, float]:
@@ -422,9 +467,10 @@ def rollout_and_score(run_: Run, params: Any, questions: list[data.Question], *,
     prompt_ids, prompt_mask = data.prompt_batch(
         run_.tokenizer, [q.question for q in questions],
         length_buckets(run_.config.data.max_prompt_len, run_.config.data.length_buckets))
-    result = sampling.generate(run_.graphdef, run_.sampler_state(params), prompt_ids, key=sample_key, n=n,
-                               max_new_tokens=run_.config.rl.max_new_tokens, sampler=sampler,
-                               stop_tokens=run_.stop_tokens, pad_id=run_.tokenizer.pad_token_id, mesh=run_.mesh)
+    result = sampling.generate(rollout_weights(run_, params), prompt_ids, prompt_mask=prompt_mask, key=sample_key,
+                               n=n, max_new_tokens=run_.config.rl.max_new_tokens, sampler=sampler,
+                               stop_tokens=run_.stop_tokens, pad_id=run_.tokenizer.pad_token_id,
+                               layout=run_.decode_layout)
     responses = rollout.decode_responses(run_.tokenizer, result, run_.stop_tokens)
     expanded = [q for q in questions for _ in range(n)]
     scored = run_.reward([q.question for q in expanded], responses, [run_.rubric_of[q.id] for q in expanded],
@@ -528,21 +574,13 @@ def run_grpo(run_: Run, init_params: Any) -> None:
     rl = cfg.rl
     state, shardings, programs = grpo_components(run_, init_params)
     ckpt = _checkpointer(run_, "grpo")
-    ref_ckpt = _checkpointer(run_, "reference")
     iterator_state = data.IteratorState(seed=cfg.seed)
     restored = _restore(run_, ckpt, state, shardings)
     if restored is not None:
         state, iterator_state = restored.state, data.IteratorState.from_dict(restored.data_state)
         if run_.dynamic_weights is not None:
             run_.dynamic_weights.load_json(restored.extra["dynamic_weights"])
-    ref_params = None
-    if rl.beta > 0:
-        # The reference is the policy GRPO started from, saved once so a resumed run keeps it.
-        if ref_ckpt.latest_step() is None:
-            ref_ckpt.save(state, data_state=iterator_state.to_dict(), rubric_hash=run_.rubric_hash)
-        ref_params = ref_ckpt.restore_params(
-            checkpointing.abstract_with_shardings(state, shardings).params, step=0)
-        ref_ckpt.close()
+    ref_params = load_reference(run_, state, iterator_state).params if rl.beta > 0 else None
     batches = data.BatchIterator(run_.train_questions, rl.questions_per_step, iterator_state)
     start = int(state.step) // rl.updates_per_batch
     progress = metrics.Progress(rl.steps, initial=start, desc="grpo")

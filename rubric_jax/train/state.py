@@ -6,16 +6,15 @@ function is `(state, batch) -> (state, metrics)` and `nnx.merge(state.graphdef, 
 the model inside `jit`. Parameters and optimizer moments are float32; the forward pass runs in the
 model's `compute_dtype` (e.g. bfloat16: the model casts weights at use).
 
-Initialisation never materialises a model on one device: `jax.eval_shape` gives the abstract state,
-`rubric_jax.sharding` turns logical axis names into NamedShardings, and a jitted init with
-`out_shardings` creates every array directly in its shards.
+Parameters come from rubric_jax.loader (a checkpoint or a seeded init, created in their shards); the
+optimizer state is then built by a jitted init with `out_shardings`, so nothing materialises on one
+device. Placement is explicit: params that are not already in the given shardings are an error.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -24,10 +23,10 @@ import optax
 from flax import nnx, struct
 from jax.sharding import Mesh
 
-from rubric_jax import sharding
+from rubric_jax import loader, sharding
+from rubric_jax.models.config import ModelConfig
 
 Params = dict[str, Any]
-ModelFactory = Callable[[nnx.Rngs], nnx.Module]
 SCHEDULES = ("constant", "cosine")
 _NO_DECAY = ("bias", "scale")  # norm scales and projection biases are not weight-decayed
 
@@ -147,49 +146,40 @@ def _new_state(graphdef: nnx.GraphDef, params: Params, tx: optax.GradientTransfo
                       rng=jax.random.key_data(key), graphdef=graphdef, tx=tx)
 
 
-def abstract_model(model_factory: ModelFactory) -> tuple[nnx.GraphDef, nnx.State]:
-    """Graphdef and abstract NNX state (shapes, dtypes, logical axis names), allocating nothing."""
-    return nnx.split(nnx.eval_shape(lambda: model_factory(nnx.Rngs(0))))
-
-
-def state_shardings(abstract_nnx_state: nnx.State, abstract_train_state: TrainState, mesh: Mesh,
-                    rules: sharding.LogicalRules = sharding.LOGICAL_RULES) -> TrainState:
-    """A TrainState of NamedShardings: params by logical axes, optimizer moments mirror params."""
-    param_sh = nnx.to_pure_dict(sharding.param_shardings(abstract_nnx_state, mesh, rules))
+def state_shardings(param_shardings: Params, abstract_train_state: TrainState, mesh: Mesh) -> TrainState:
+    """A TrainState of NamedShardings: params as given (the loader's), optimizer moments mirror them."""
     return abstract_train_state.replace(
         step=sharding.replicated(mesh),
-        params=param_sh,
+        params=param_shardings,
         opt_state=sharding.mirror_shardings(abstract_train_state.opt_state, abstract_train_state.params,
-                                            param_sh, mesh),
+                                            param_shardings, mesh),
         rng=sharding.replicated(mesh))
 
 
-def init_train_state(model_factory: ModelFactory, tx: optax.GradientTransformation, key: jax.Array,
-                     mesh: Mesh | None = None, rules: sharding.LogicalRules = sharding.LOGICAL_RULES,
-                     ) -> tuple[TrainState, TrainState | None]:
-    """A freshly initialised state (random weights from `key`) and its shardings (None without a mesh).
-
-    `model_factory(rngs)` builds the module, e.g. `lambda rngs: Transformer(cfg, rngs=rngs)`.
-    """
+def init_train_state(cfg: ModelConfig, tx: optax.GradientTransformation, key: jax.Array,
+                     layout: sharding.Layout | None = None) -> tuple[TrainState, TrainState | None]:
+    """A freshly initialised state (random weights from `key`, by the loader) and its shardings (None
+    without a layout)."""
     param_key, state_key = jax.random.split(key)
+    weights = loader.init_weights(cfg, layout, param_key)
+    return new_train_state(weights, tx, state_key, None if layout is None else layout.mesh)
 
-    def init(k_params: jax.Array, k_state: jax.Array) -> TrainState:
-        graphdef, nnx_state = nnx.split(model_factory(nnx.Rngs(k_params)))
-        return _new_state(graphdef, nnx.to_pure_dict(nnx_state), tx, k_state)
 
-    abstract = jax.eval_shape(init, param_key, state_key)
-    _check_float32(abstract.params)
-    shardings = None
-    if mesh is not None:
-        shardings = state_shardings(abstract_model(model_factory)[1], abstract, mesh, rules)
-    return jax.jit(init, out_shardings=shardings)(param_key, state_key), shardings
+def new_train_state(weights: loader.Weights, tx: optax.GradientTransformation, key: jax.Array,
+                    mesh: Mesh | None) -> tuple[TrainState, TrainState | None]:
+    """A step-0 state around `weights` (in their shardings, on `mesh`) and its shardings (None without a
+    mesh); the optimizer state is created in its shardings."""
+    abstract = jax.eval_shape(lambda p, k: _new_state(weights.graphdef, p, tx, k), weights.params, key)
+    shardings = None if mesh is None else state_shardings(weights.shardings, abstract, mesh)
+    return train_state_from_params(weights.graphdef, weights.params, tx, key, shardings), shardings
 
 
 def train_state_from_params(graphdef: nnx.GraphDef, params: Params, tx: optax.GradientTransformation,
                             key: jax.Array, shardings: TrainState | None = None) -> TrainState:
-    """A step-0 state around existing (e.g. pretrained) params; the optimizer state is built sharded."""
+    """A step-0 state around existing params (already in `shardings.params`: a misplaced one is an
+    error, never a silent copy); the optimizer state is built in its shardings."""
     _check_float32(params)
     if shardings is not None:
-        params = jax.device_put(params, shardings.params)
+        loader.check_shardings(params, shardings.params, what="train state params")
     init = jax.jit(lambda p, k: _new_state(graphdef, p, tx, k), out_shardings=shardings)
     return init(params, key)
