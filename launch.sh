@@ -5,7 +5,7 @@
 #   ./launch.sh test [PYTEST ARGS]   set up .venv, then run the whole test suite
 #   ./launch.sh MODULE [ARGS]        set up .venv, then `python -m MODULE ARGS` (e.g. experiments.run)
 #   ./launch.sh aot                  set up .venv-aot (requirements-aot.txt: XLA's GPU compiler, no GPU needed)
-# A command with --dry_run_target=<a GPU> runs in .venv-aot (set up on first use) with JAX_PLATFORMS=cpu.
+# A command with --dry_run_target=<a GPU> runs in .venv-aot (set up on first use).
 # On a cluster the same script is the per-host entry point: with SLURM (SLURM_NTASKS > 1), a TPU pod,
 # or explicit JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID, the experiments call
 # jax.distributed.initialize() before anything else (rubric_jax/distributed.py).
@@ -18,8 +18,7 @@ python="${PYTHON:-python3}"
 for arg in "$@"; do
   case "$arg" in
     --dry_run_target=cpu) ;;
-    --dry_run_target=*) venv="${RUBRIC_JAX_AOT_VENV:-.venv-aot}"; requirements=(requirements-aot.txt requirements.txt)
-                        export JAX_PLATFORMS=cpu ;;  # compile for the GPU; never look for one
+    --dry_run_target=*) venv="${RUBRIC_JAX_AOT_VENV:-.venv-aot}"; requirements=(requirements-aot.txt requirements.txt) ;;
   esac
 done
 if [ "${1:-}" = aot ]; then

@@ -46,7 +46,9 @@ def main(argv: list[str]) -> None:
 
 
 def dry_run() -> None:
-    """--dry_run: the cpu target needs as many CPU devices as the mesh, set before jax starts."""
+    """--dry_run, set up before jax starts: it compiles on the CPU whatever the target (a GPU target is
+    a compile-only topology), and the cpu target needs as many CPU devices as the mesh."""
+    os.environ["JAX_PLATFORMS"] = "cpu"
     if _DRY_RUN_TARGET.value == "cpu":
         os.environ["XLA_FLAGS"] = (f"{os.environ.get('XLA_FLAGS', '')} "
                                    f"--xla_force_host_platform_device_count={_DRY_RUN_DEVICES.value}").strip()

@@ -45,12 +45,13 @@ from rubric_jax.train import loop, state as train_state, step as train_step
 CPU = "cpu"
 TARGETS = (CPU, *aot_targets.TARGETS)
 GIB = 1 << 30
+MIB = 1 << 20
 # dtypes of the arrays a GRPO / SFT batch carries (rubric_jax/train/rollout.py makes them on the host).
 _BATCH_DTYPES = {"tokens": jnp.int32, "input_mask": jnp.bool_, "loss_mask": jnp.bool_, "old_logp": jnp.float32,
                  "advantages": jnp.float32, train_step.REF_LOGP: jnp.float32}
 _PAD_ID = 0  # any id: the programs take the pad id as data
 # The cpu target only reads what the compiler planned and never runs the programs: skip LLVM's
-# optimisation (buffer assignment and collectives come before it and do not change; compiles take half).
+# optimisation of the machine code (buffer assignment and collectives are decided before it).
 _CPU_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 
 
@@ -164,10 +165,6 @@ def _per_device_bytes(tree: Any) -> int:
     return total
 
 
-def _abstract(tree: Any, shardings: Any) -> Any:
-    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
-
-
 def _compile(name: str, shapes: str, lower: Callable[[], jax.stages.Lowered], beside: Sequence[str],
              per_token: bool, options: dict[str, Any], progress: Callable[[str], None]) -> ProgramReport:
     """Lowers and compiles one program and reads its memory plan and collectives. The peak is computed
@@ -185,15 +182,6 @@ def _compile(name: str, shapes: str, lower: Callable[[], jax.stages.Lowered], be
                          memory.temp_size_in_bytes, memory.alias_size_in_bytes, peak,
                          hlo_stats.summarize(hlo_stats.collectives(compiled.as_text())), seconds, tuple(beside),
                          per_token)
-
-
-def _train_state(policy: loader.Weights, tx: Any, mesh: jax.sharding.Mesh) -> tuple[Any, Any]:
-    """An abstract step-0 TrainState around `policy` (ShapeDtypeStructs in their shardings) and its
-    shardings, as `train_state.new_train_state` makes the real one."""
-    abstract = jax.eval_shape(lambda p, k: train_state.train_state_from_params(policy.graphdef, p, tx, k),
-                              policy.params, jax.random.key(0))
-    shardings = train_state.state_shardings(policy.shardings, abstract, mesh)
-    return _abstract(abstract, shardings), shardings
 
 
 def _batch(keys: Sequence[str], rows: int, length: int, mesh: jax.sharding.Mesh) -> dict[str, jax.ShapeDtypeStruct]:
@@ -244,7 +232,7 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
     judge_rows = judge_prompts_per_call(config) if judges and "grpo" in config.stages else 0  # fails before compiling
 
     policy = loader.abstract_weights(model_cfg, layout)
-    state, shardings = _train_state(policy, loop.grpo_optimizer(rl), mesh)
+    state, shardings = train_state.abstract_train_state(policy, loop.grpo_optimizer(rl), mesh)
     resident = {"policy params": _per_device_bytes(state.params),
                 "AdamW moments": _per_device_bytes(state.opt_state)}
     train_arrays = ("policy params", "AdamW moments")
@@ -264,13 +252,13 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
     if "sft" in config.stages:
         # The SFT schedule's length comes from the data; it changes constants only, not memory or collectives.
         sft_tx = loop.sft_optimizer(config.sft, config.sft.warmup_steps + 1)
-        sft_state, sft_shardings = _train_state(policy, sft_tx, mesh)
-        sft_step = loop.sft_program(config, sft_shardings, mesh)
+        sft_state, sft_shardings = train_state.abstract_train_state(policy, sft_tx, mesh)
+        sft_step = loop.sft_program(sft_shardings, mesh)
         sft_batch = _batch(train_step.SFT_BATCH_KEYS, config.sft.batch_size, sft_len, mesh)
         add("SFT step", f"{config.sft.batch_size} x {sft_len} tokens", lambda: sft_step.lower(sft_state, sft_batch),
             judge_names)
     if "grpo" in config.stages:
-        grpo = loop.grpo_programs(config, policy.graphdef, shardings, mesh)
+        grpo = loop.grpo_programs(rl, policy.graphdef, shardings, mesh)
         t = prompt_len + response_len
         batch = _batch(train_step.grpo_batch_keys(grpo.cfg), rollouts, t, mesh)
         micro = f"{rollouts} x {t} tokens, {rl.micro_batches} micro-batches"
@@ -289,8 +277,8 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
                     max_new_tokens=rl.max_new_tokens, sampler=sampler),
                 beside, per_token=True)
         for name, weights in judge_weights.items():
-            judge_len = sampling.bucket_size(min(MAX_PROMPT_TOKENS,
-                                                 weights.cfg.max_position_embeddings - config.judge.max_new_tokens))
+            # The longest prompt load_judge lets through (the sampler pads it to its bucket).
+            judge_len = min(MAX_PROMPT_TOKENS, weights.cfg.max_position_embeddings - config.judge.max_new_tokens)
             add(f"{name} call", f"{judge_rows} x ({judge_len} + {config.judge.max_new_tokens}) tokens",
                 lambda w=weights, p=judge_len: _lower_generate(
                     w, decode_layout, prompts=judge_rows, prompt_len=p, n=1, max_new_tokens=config.judge.max_new_tokens,
@@ -308,42 +296,49 @@ def _mesh_words(mesh: jax.sharding.Mesh) -> str:
 
 
 # ---------------------------------------------------------------------------------------- the table
-def _gib(x: int) -> str:
-    return f"{x / GIB:.2f}"
+def _unit(report: DryRunReport) -> tuple[str, int]:
+    """GiB, or MiB when every phase is under 1 GiB (the tiny default), so that no cell reads 0.00."""
+    largest = max((report.phase_bytes(p) for p in report.programs), default=GIB)
+    return ("GiB", GIB) if largest >= GIB else ("MiB", MIB)
 
 
-def _collective_cell(summary: hlo_stats.KindSummary, per_token: bool) -> str:
+def _collective_cell(summary: hlo_stats.KindSummary, per_token: bool, unit: int = GIB) -> str:
     count, size = ((summary.per_iteration_count, summary.per_iteration_bytes) if per_token
                    else (summary.count, summary.bytes))
-    return "-" if count == 0 else f"{count} / {size / GIB:.3g}"
+    return "-" if count == 0 else f"{count} / {size / unit:.3g}"
 
 
 def format_report(report: DryRunReport, config_name: str = "") -> str:
     """The dry run as plain-text tables: long-lived arrays, per-program memory, collectives."""
     compiler = ("the CPU backend (a smoke check, not a GPU proof: it upcasts bf16 dots and does not bound "
                 "memory like the GPU compiler)" if report.target == CPU else "XLA's GPU compiler")
+    name, unit = _unit(report)
+
+    def amount(x: int) -> str:
+        return f"{x / unit:.2f}"
+
     lines = [f"Dry run{' of ' + config_name if config_name else ''}: {report.num_devices} x {report.device_kind}, "
              f"compiled by {compiler}, jax {jax.__version__}",
-             report.meshes, "", "Long-lived arrays, GiB per device"]
-    lines += [f"  {name:<44}{_gib(size):>8}" for name, size in report.resident.items()]
+             report.meshes, "", f"Long-lived arrays, {name} per device"]
+    lines += [f"  {group:<44}{amount(size):>8}" for group, size in report.resident.items()]
     header = (f"{'program':<36}{'inputs':<46}{'args':>7}{'out':>7}{'temp':>7}{'alias':>7}{'peak':>7}"
               f"{'beside':>8}{'total':>8}{'compile s':>10}")
-    lines += ["", "Per-program memory, GiB per device (total = peak + the long-lived arrays beside it)", header]
+    lines += ["", f"Per-program memory, {name} per device (total = peak + the long-lived arrays beside it)", header]
     for p in report.programs:
         beside = report.phase_bytes(p) - p.peak
-        lines.append(f"{p.name:<36}{p.shapes:<46}{_gib(p.arguments):>7}{_gib(p.outputs):>7}{_gib(p.temporaries):>7}"
-                     f"{_gib(p.aliased):>7}{_gib(p.peak):>7}{_gib(beside):>8}{_gib(report.phase_bytes(p)):>8}"
-                     f"{p.compile_seconds:>10.1f}")
+        lines.append(f"{p.name:<36}{p.shapes:<46}{amount(p.arguments):>7}{amount(p.outputs):>7}"
+                     f"{amount(p.temporaries):>7}{amount(p.aliased):>7}{amount(p.peak):>7}{amount(beside):>8}"
+                     f"{amount(report.phase_bytes(p)):>8}{p.compile_seconds:>10.1f}")
     if report.programs:
         worst = max(report.programs, key=report.phase_bytes)
-        limit = "" if report.device_memory is None else f" of {_gib(report.device_memory)} GiB"
-        lines.append(f"largest: {worst.name}, {_gib(report.phase_bytes(worst))} GiB{limit} per device")
+        limit = "" if report.device_memory is None else f" of {report.device_memory / GIB:.2f} GiB"
+        lines.append(f"largest: {worst.name}, {report.phase_bytes(worst) / GIB:.2f} GiB{limit} per device")
     kinds = hlo_stats.KINDS
-    lines += ["", "Collectives per device: ops / GiB per run (decode loops: per generated token)",
+    lines += ["", f"Collectives per device: ops / {name} per run (decode loops: per generated token)",
               f"{'program':<44}" + "".join(f"{k:>20}" for k in kinds)]
     for p in report.programs:
         rows = [("", False)] + ([(" per token", True)] if p.per_token else [])
         for suffix, per_token in rows:
             lines.append(f"{p.name + suffix:<44}"
-                         + "".join(f"{_collective_cell(p.collectives[k], per_token):>20}" for k in kinds))
+                         + "".join(f"{_collective_cell(p.collectives[k], per_token, unit):>20}" for k in kinds))
     return "\n".join(lines)

@@ -1,6 +1,7 @@
 """The dry run (rubric_jax/aot.py): GPU target specs, bundled model shapes, per-device bytes worked out by
 hand, and the CPU dry run of the tiny default (through the CLI) and of the 0.5B shapes with a judge."""
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -11,7 +12,7 @@ from pathlib import Path
 import jax
 import pytest
 
-from configs import qwen7b
+from configs import qwen7b, tiny
 from rubric_jax import aot, aot_targets, hlo_stats
 from rubric_jax.assets import MODEL_SHAPES_DIR
 from rubric_jax.models.checkpoint import abstract_model
@@ -99,42 +100,41 @@ def test_gpu_target_without_the_gpu_compiler_is_one_line():
         aot.target_devices("h200", 8)
 
 
-def _short(config):
-    """The 0.5B shapes with short sequences and a small batch (a compile of every program in seconds)."""
-    config.data.max_prompt_len, config.sft.max_response_len, config.rl.max_new_tokens = 32, 16, 16
-    config.rl.questions_per_step, config.eval.max_questions, config.sft.batch_size = 8, 8, 8
-    config.judge.max_new_tokens, config.judge.batch_size = 8, 64
-    return config
-
-
-def test_cpu_dry_run_of_the_05b_shapes_with_a_judge():
-    config = _short(qwen7b.get_config("size=0.5b"))
+def test_cpu_dry_run_with_a_judge_holds_the_bytes_worked_out_by_hand(tmp_path):
+    """The tiny model as policy and as judge (no weights: a directory with its config.json), GRPO only."""
+    (tmp_path / "judge").mkdir()
+    (tmp_path / "judge" / "config.json").write_text((REPO / "rubric_jax/assets/tiny/config.json").read_text())
+    config = tiny.get_config()
+    config.stages, config.judge.checkpoint, config.judge.batch_size = ["grpo"], str(tmp_path / "judge"), 16
     lines = []
     report = aot.dry_run(config, "cpu", 8, progress=lines.append)
-    judge = "judge Llama-3.1-8B-Instruct"
-    assert [p.name for p in report.programs] == PROGRAMS + [f"{judge} call"]
-    assert len(lines) == 2 * len(report.programs)
-    # Per-device bytes by hand. Training layout (fsdp 8 over `embed`): everything is split 8 ways but the
-    # q/k/v biases ([24, heads, 64]: 24 x (896 + 2 x 128) = 27,648 floats), which have no embed dim.
-    replicated = 24 * (896 + 2 * 128)
-    params = ((PUBLISHED_PARAMETERS["Qwen2.5-0.5B-Instruct"] - replicated) // 8 + replicated) * 4
+    programs = ["GRPO update", "rollout log-probs", "rollout", "eval rollout", "judge judge call"]
+    assert [p.name for p in report.programs] == programs and len(lines) == 2 * len(programs)
+    # The tiny model (hidden 128, MLP 384, 2 layers, 4 heads / 2 KV heads of 32, vocab 2048, tied):
+    # embedding + 2 x (q, k, v, o, gate, up, down, 2 norms, q/k/v biases) + final norm, in floats.
+    total = 2048 * 128 + 2 * (128 * 128 + 2 * 128 * 64 + 128 * 128 + 3 * 128 * 384 + 2 * 128 + (128 + 2 * 64)) + 128
+    assert total == 656_512
+    # Training layout (fsdp 8 over `embed`): all split 8 ways but the q/k/v biases (2 x 256 floats).
+    params = ((total - 512) // 8 + 512) * 4
     assert report.resident["policy params"] == report.resident["reference params"] == params
     assert 0 <= report.resident["AdamW moments"] - 2 * params < 64  # mu, nu + a few scalars
-    # Decode layout (tensor 2 x data 4): the judge's weights split 2 ways but its 65 norms of 4096, in bf16.
-    norms = (2 * 32 + 1) * 4096
-    assert report.resident[judge] == ((PUBLISHED_PARAMETERS["Llama-3.1-8B-Instruct"] - norms) // 2 + norms) * 2
+    # Decode layout (tensor 1 x data 8): the judge whole on every device, float32 ("auto" on CPU).
+    assert report.resident["judge judge"] == total * 4
     by_name = {p.name: p for p in report.programs}
     for p in report.programs:
         assert min(p.arguments, p.temporaries, p.peak) > 0 and p.compile_seconds > 0, p
         assert p.peak == p.arguments + p.outputs + p.temporaries - p.aliased
-    assert by_name["GRPO update"].aliased > params  # the state is donated
-    assert by_name["GRPO update"].beside == ("reference params", judge)
-    assert report.phase_bytes(by_name["rollout"]) == by_name["rollout"].peak + 3 * params + (
-        report.resident["AdamW moments"] - 2 * params) + report.resident[judge]
-    for name in ("rollout", "eval rollout", f"{judge} call"):  # decode layout: no weight all-gather per token
+    assert by_name["GRPO update"].aliased >= params  # the state is donated
+    assert report.phase_bytes(by_name["GRPO update"]) == by_name["GRPO update"].peak + params + total * 4
+    assert report.phase_bytes(by_name["rollout"]) == (by_name["rollout"].peak + 2 * params
+                                                      + report.resident["AdamW moments"] + total * 4)
+    assert by_name["judge judge call"].shapes == "16 x (448 + 64) tokens"  # 512 positions - 64 new tokens
+    for name in ("rollout", "eval rollout", "judge judge call"):  # decode layout: no weight all-gather per token
         assert by_name[name].per_token and by_name[name].collectives["all-gather"].per_iteration_count == 0
-    text = aot.format_report(report, "configs/qwen7b.py:size=0.5b")
+    assert by_name["GRPO update"].collectives["all-gather"].count > 0  # FSDP gathers weights in training
+    text = aot.format_report(report, "configs/tiny.py")
     assert "compiled by the CPU backend (a smoke check, not a GPU proof" in text
+    assert "Long-lived arrays, MiB per device" in text and f"{total * 4 / 2**20:.2f}" in text
     assert all(f"\n{name} " in text for name in by_name)
 
 
@@ -154,6 +154,43 @@ def test_cpu_dry_run_cli_of_the_tiny_default():
         peak = float(cells[-4])  # ... peak, beside, total, compile seconds
         assert peak > 0 and float(cells[-2]) >= peak, (name, cells)
     assert "8 x cpu, compiled by the CPU backend (a smoke check, not a GPU proof" in proc.stdout
+
+
+def test_cli_errors_are_one_line_with_exit_2():
+    proc = subprocess.run([sys.executable, "-m", "experiments.run", "--config=configs/tiny.py", "--dry_run",
+                           "--dry_run_target=v100"], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == ("experiments.run --dry_run: error: --dry_run_target='v100': "
+                                                    "expected one of ('cpu', 'a100_80g', 'h100_80g', 'h200')")
+
+
+def _fake_venv(directory: Path, name: str, requirements: list[str]) -> None:
+    """A venv whose python echoes its name and arguments, stamped as up to date with `requirements`."""
+    (directory / "bin").mkdir(parents=True)
+    (directory / "bin" / "python").write_text(f'#!/bin/sh\necho "{name} $*"\n')
+    (directory / "bin" / "python").chmod(0o755)
+    stamp = hashlib.sha256(b"".join((REPO / r).read_bytes() for r in requirements)).hexdigest()
+    (directory / ".rubric_jax_requirements").write_text(stamp + "\n")
+
+
+def test_launch_sh_runs_gpu_dry_runs_in_the_aot_environment(tmp_path):
+    """The README's ./launch.sh commands: a GPU --dry_run_target goes to .venv-aot, anything else to .venv."""
+    _fake_venv(tmp_path / "main", "main", ["requirements.txt", "requirements-test.txt"])
+    _fake_venv(tmp_path / "aot", "aot", ["requirements-aot.txt", "requirements.txt"])
+    env = {**os.environ, "RUBRIC_JAX_VENV": str(tmp_path / "main"), "RUBRIC_JAX_AOT_VENV": str(tmp_path / "aot")}
+
+    def launch(*args: str) -> str:
+        proc = subprocess.run(["bash", "launch.sh", *args], cwd=REPO, capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+    gpu = ["experiments.run", "--config=configs/qwen7b.py", "--dry_run", "--dry_run_target=a100_80g"]
+    assert launch(*gpu) == "aot -m " + " ".join(gpu)
+    cpu = ["experiments.run", "--config=configs/tiny.py", "--dry_run"]
+    assert launch(*cpu) == "main -m " + " ".join(cpu)
+    assert launch(*cpu, "--dry_run_target=cpu") == "main -m " + " ".join(cpu + ["--dry_run_target=cpu"])
+    assert launch("aot").startswith("launch.sh: ")
 
 
 @pytest.mark.skipif(not AOT_PYTHON.is_file(), reason=f"no GPU-compiler environment at {AOT_PYTHON} (make it with "

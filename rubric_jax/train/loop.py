@@ -19,7 +19,7 @@ import dataclasses
 import hashlib
 import json
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import optax
 from flax import nnx
 
 from rubric_jax import data, grpo, loader, metrics, plots, sampling, sharding
@@ -183,10 +184,12 @@ def _existing_dir(value: str, key: str, what: str) -> str:
     return value
 
 
-def _layouts(config: ml_collections.ConfigDict, model_cfg: ModelConfig) -> tuple[sharding.Layout, sharding.Layout, str]:
-    """The training layout, the decode layout over the same devices, and the decode parameter dtype."""
+def layouts(config: ml_collections.ConfigDict, model_cfg: ModelConfig, devices: Sequence[jax.Device] | None = None
+            ) -> tuple[sharding.Layout, sharding.Layout, str]:
+    """The training layout over `devices` (default: all), the decode layout over the same devices, and
+    the decode parameter dtype."""
     layout = sharding.Layout(sharding.make_mesh(
-        sharding.MeshConfig(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)))
+        sharding.MeshConfig(config.mesh.data, config.mesh.fsdp, config.mesh.tensor), devices))
     rollout = config.mesh.rollout
     try:
         decode = sharding.decode_layout(layout.mesh, rollout.tensor)
@@ -216,7 +219,7 @@ def build(config: ml_collections.ConfigDict, workdir: Path) -> Run:
     for field, value in judge_dtypes.items():
         loader.resolve_dtype(value, f"config.judge.{field}")
     model_cfg = model_config(config)
-    layout, decode_layout, decode_dtype = _layouts(config, model_cfg)
+    layout, decode_layout, decode_dtype = layouts(config, model_cfg)
     try:
         tokenizer = load_tokenizer(tokenizer_dir)
     except CheckpointError as e:
@@ -227,7 +230,8 @@ def build(config: ml_collections.ConfigDict, workdir: Path) -> Run:
     train_questions = data.load_question_set(config.data.train, config.data.tfds_dir, "train")
     eval_questions = data.load_question_set(config.data.eval, config.data.tfds_dir, "eval")[: config.eval.max_questions]
     judges = tuple(load_judge(path, layout=decode_layout, **judge_dtypes, sampler=config.judge.sampler,
-                              max_new_tokens=config.judge.max_new_tokens) for path in judge_dirs)
+                              max_new_tokens=config.judge.max_new_tokens, batch_size=config.judge.batch_size)
+                   for path in judge_dirs)
     rubric_of = {q.id: data.question_rubric(shared_rubric, q) for q in train_questions + eval_questions}
     rubrics = list(rubric_of.values())
     correction = load_correction(config.data.rubric_correction) if config.data.rubric_correction else None
@@ -302,6 +306,16 @@ def _optimizer_config(stage_cfg: ml_collections.ConfigDict, total_steps: int | N
         learning_rate=stage_cfg.lr, warmup_steps=stage_cfg.warmup_steps, schedule=stage_cfg.schedule,
         total_steps=total_steps if stage_cfg.schedule == "cosine" else None,
         weight_decay=stage_cfg.weight_decay, max_grad_norm=stage_cfg.grad_clip)
+
+
+def sft_optimizer(sft: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:
+    """AdamW of the SFT stage, its schedule over `total_steps` updates."""
+    return train_state.make_optimizer(_optimizer_config(sft, total_steps))
+
+
+def grpo_optimizer(rl: ml_collections.ConfigDict) -> optax.GradientTransformation:
+    """AdamW of the GRPO stage, its schedule over every update (`steps` x `updates_per_batch`)."""
+    return train_state.make_optimizer(_optimizer_config(rl, rl.steps * rl.updates_per_batch))
 
 
 def length_buckets(max_len: int, count: int) -> tuple[int, ...]:
@@ -380,15 +394,14 @@ def run_sft(run_: Run, init_params: dict[str, Any]) -> dict[str, Any]:
     cfg = run_.config
     examples = data.load_sft(cfg.data.sft)
     total = cfg.sft.epochs * -(-len(examples) // cfg.sft.batch_size)
-    tx = train_state.make_optimizer(_optimizer_config(cfg.sft, total))
-    state = _state_from_params(run_, init_params, tx, jax.random.fold_in(run_.key, 0))
+    state = _state_from_params(run_, init_params, sft_optimizer(cfg.sft, total), jax.random.fold_in(run_.key, 0))
     shardings = _shardings_of(run_, state)
     ckpt = _checkpointer(run_, "sft")
     iterator_state = data.IteratorState(seed=cfg.seed)
     restored = _restore(run_, ckpt, state, shardings)
     if restored is not None:
         state, iterator_state = restored.state, data.IteratorState.from_dict(restored.data_state)
-    step_fn = train_step.jit_sft_step(shardings=shardings, mesh=run_.mesh)
+    step_fn = sft_program(shardings, run_.mesh)
     batches = data.BatchIterator(examples, cfg.sft.batch_size, iterator_state)
     prompt_buckets = length_buckets(cfg.data.max_prompt_len, cfg.data.length_buckets)
     response_buckets = length_buckets(cfg.sft.max_response_len, cfg.data.length_buckets)
@@ -408,6 +421,13 @@ def run_sft(run_: Run, init_params: dict[str, Any]) -> dict[str, Any]:
     progress.close()
     ckpt.close()
     return state.params
+
+
+def sft_program(shardings: train_state.TrainState, mesh: jax.sharding.Mesh
+                ) -> Callable[[train_state.TrainState, dict[str, jax.Array]], tuple[train_state.TrainState, dict]]:
+    """The jitted SFT update `(state, batch) -> (state, metrics)` in the training `shardings` (what
+    `run_sft` runs and the dry run compiles)."""
+    return train_step.jit_sft_step(shardings=shardings, mesh=mesh)
 
 
 def _shardings_of(run_: Run, state: train_state.TrainState) -> train_state.TrainState:
@@ -551,21 +571,26 @@ def evaluate(run_: Run, state: train_state.TrainState, step: int) -> dict[str, f
 def grpo_components(run_: Run, init_params: Any) -> tuple[train_state.TrainState, train_state.TrainState,
                                                          GRPOPrograms]:
     """Step-0 GRPO state around `init_params`, its shardings, and the programs `grpo_iteration` runs."""
-    rl = run_.config.rl
-    shards = run_.mesh.shape["data"] * run_.mesh.shape["fsdp"] * rl.micro_batches
+    state = _state_from_params(run_, init_params, grpo_optimizer(run_.config.rl), jax.random.fold_in(run_.key, 1))
+    shardings = _shardings_of(run_, state)
+    return state, shardings, grpo_programs(run_.config.rl, run_.graphdef, shardings, run_.mesh)
+
+
+def grpo_programs(rl: ml_collections.ConfigDict, graphdef: nnx.GraphDef, shardings: train_state.TrainState,
+                  mesh: jax.sharding.Mesh) -> GRPOPrograms:
+    """The jitted GRPO programs of the rl block in the training `shardings` (what `grpo_iteration` runs
+    and the dry run compiles); fails first if the rollouts do not split over micro-batches x devices."""
+    shards = mesh.shape["data"] * mesh.shape["fsdp"] * rl.micro_batches
     if (rl.questions_per_step * rl.group_size) % shards:
         raise ValueError(
             f"config.rl: questions_per_step * group_size = {rl.questions_per_step * rl.group_size} rollouts must "
             f"divide into micro_batches ({rl.micro_batches}) x mesh data*fsdp ({shards // rl.micro_batches})")
     cfg = grpo_config(rl)
-    tx = train_state.make_optimizer(_optimizer_config(rl, rl.steps * rl.updates_per_batch))
-    state = _state_from_params(run_, init_params, tx, jax.random.fold_in(run_.key, 1))
-    shardings = _shardings_of(run_, state)
-    update = train_step.jit_grpo_step(cfg, micro_batches=rl.micro_batches, shardings=shardings, mesh=run_.mesh)
+    update = train_step.jit_grpo_step(cfg, micro_batches=rl.micro_batches, shardings=shardings, mesh=mesh)
     logprobs = train_step.jit_sequence_logprobs(
-        run_.graphdef, temperature=cfg.temperature, chunk_size=cfg.logprob_chunk_size, micro_batches=rl.micro_batches,
-        param_shardings=shardings.params, mesh=run_.mesh)
-    return state, shardings, GRPOPrograms(cfg, update, logprobs)
+        graphdef, temperature=cfg.temperature, chunk_size=cfg.logprob_chunk_size, micro_batches=rl.micro_batches,
+        param_shardings=shardings.params, mesh=mesh)
+    return GRPOPrograms(cfg, update, logprobs)
 
 
 def run_grpo(run_: Run, init_params: Any) -> None:
