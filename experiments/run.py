@@ -33,7 +33,8 @@ def main(argv: list[str]) -> None:
         dry_run()
         return
     if _WORKDIR.value is None:
-        sys.exit("experiments.run: error: --workdir is required (or pass --dry_run)")
+        print("experiments.run: error: --workdir is required (or pass --dry_run)", file=sys.stderr)
+        sys.exit(2)
     from rubric_jax import distributed  # jax.distributed must precede any device use
 
     distributed.maybe_initialize()

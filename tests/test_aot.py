@@ -193,21 +193,46 @@ def test_launch_sh_runs_gpu_dry_runs_in_the_aot_environment(tmp_path):
     assert launch("aot").startswith("launch.sh: ")
 
 
-@pytest.mark.skipif(not AOT_PYTHON.is_file(), reason=f"no GPU-compiler environment at {AOT_PYTHON} (make it with "
-                    "./launch.sh aot, or point RUBRIC_JAX_AOT_PYTHON at a python with requirements-aot.txt)")
+_NEEDS_GPU_COMPILER = pytest.mark.skipif(
+    not AOT_PYTHON.is_file(), reason=f"no GPU-compiler environment at {AOT_PYTHON} (make it with ./launch.sh aot, "
+    "or point RUBRIC_JAX_AOT_PYTHON at a python with requirements-aot.txt)")
+
+
+@_NEEDS_GPU_COMPILER
 def test_gpu_dry_run_in_the_gpu_compiler_environment():
     """The README's GPU command at the 0.5B size with short sequences, compiled by XLA's GPU compiler
-    for 8 A100s: the generated target spec is accepted and every program compiles."""
+    for 8 A100s: every program compiles, and no decode loop all-gathers weights."""
     args = [str(AOT_PYTHON), "-m", "experiments.run", "--config=configs/qwen7b.py:size=0.5b", "--dry_run",
             "--dry_run_target=a100_80g", "--config.data.max_prompt_len=32", "--config.sft.max_response_len=16",
             "--config.rl.max_new_tokens=16", "--config.rl.questions_per_step=8", "--config.eval.max_questions=8",
             "--config.sft.batch_size=8", "--config.judge.max_new_tokens=8", "--config.judge.batch_size=64"]
-    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"})
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "8 x NVIDIA A100-SXM4-80GB, compiled by XLA's GPU compiler" in proc.stdout
     assert list(_table_rows(proc.stdout)) == PROGRAMS + ["judge Llama-3.1-8B-Instruct call"]
     assert "of 80.00 GiB per device" in proc.stdout
+    collectives = {line[:44].strip(): line[44:].split() for line in
+                   proc.stdout.split("Collectives per device")[1].splitlines()[2:]}
+    for row in ("rollout per token", "eval rollout per token", "judge Llama-3.1-8B-Instruct call per token"):
+        assert collectives[row][0] == "-", (row, collectives[row])  # the all-gather column
+
+
+@_NEEDS_GPU_COMPILER
+def test_every_gpu_target_spec_is_accepted_by_the_gpu_compiler():
+    script = """
+import jax, jax.numpy as jnp, numpy as np
+from rubric_jax import aot, aot_targets
+for target in aot_targets.TARGETS:
+    mesh = jax.sharding.Mesh(np.array(aot.target_devices(target, 8)), ("x",))
+    w = jax.ShapeDtypeStruct((1024, 1024), jnp.bfloat16, sharding=jax.sharding.NamedSharding(mesh, jax.P("x")))
+    compiled = jax.jit(lambda w: jnp.tanh(w @ w.T)).lower(w).compile()
+    print(target, compiled.input_shardings[0][0].mesh.devices.flat[0].device_kind, compiled.memory_analysis().temp_size_in_bytes > 0)
+"""
+    proc = subprocess.run([str(AOT_PYTHON), "-c", script], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == ["a100_80g NVIDIA A100-SXM4-80GB True", "h100_80g NVIDIA H100 80GB HBM3 True",
+                                        "h200 NVIDIA H200 True"]
 
 
 def test_per_iteration_collectives_feed_the_per_token_row():
