@@ -219,6 +219,9 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
             progress: Callable[[str], None] = print) -> DryRunReport:
     """Compiles every program a run of `config` compiles, for `num_devices` devices of `target`; see the
     module docstring. `progress` gets a line per program."""
+    if loop.reward_model_config(config) is not None:  # validates config.reward as the run does
+        raise ValueError("config.reward.source='reward_model': the dry run does not compile the reward model's "
+                         "forward (it covers rubric rewards: rule and LLM judges)")
     devices = target_devices(target, num_devices)
     model_cfg = policy_config(config)
     judges = judge_configs(config, target)

@@ -92,6 +92,13 @@ def test_judge_prompts_per_call():
         aot.judge_prompts_per_call(config)
 
 
+def test_a_reward_model_run_is_refused_rather_than_under_counted():
+    config = tiny.get_config()
+    config.reward.source, config.reward.model_checkpoint = "reward_model", "/models/internlm2-7b-reward"
+    with pytest.raises(ValueError, match=r"config.reward.source='reward_model': the dry run does not compile"):
+        aot.dry_run(config, "cpu", 8)
+
+
 def test_gpu_target_without_the_gpu_compiler_is_one_line():
     if importlib.util.find_spec("jax_cuda12_plugin") is not None:
         pytest.skip("this environment has the GPU compiler")
