@@ -126,6 +126,16 @@ def test_single_mode_one_batched_call_and_parsed_scores(tok):
     assert out.details["judge_invalid"] == 0 and out.details["judge_failed_scores"] == 0
 
 
+def test_batch_size_splits_a_round_into_calls_with_the_same_scores(tok):
+    judge, stub = make_judge(tok, digit_reply, batch_size=4)
+    out = lj.judge_rows([judge], lj.JudgeConfig(num_samples=3), ["q1", "q2", "q3"], ["worth 4", "worth 2", "worth 5"],
+                        [[ACC], [ACC], [ACC]], jax.random.key(0))
+    assert [c["batch"] for c in stub.calls] == [4, 4, 1]
+    assert len({c["key"].tobytes() for c in stub.calls}) == 3  # a fresh sampling key per call
+    np.testing.assert_array_equal(np.concatenate(out.scores), [4, 2, 5])
+    assert out.details["judge_generate_calls"] == 3 and out.details["judge_prompts"] == 9
+
+
 def test_rows_with_different_dimensions_and_rows_without_llm_dims(tok):
     def reply(text, call):
         return f"SCORE: {1 if criteria_ids(text) == ['safety'] else 3}"

@@ -4,8 +4,9 @@ Flow for a batch of rows (question, response, the row's LLM dimensions):
   requests: one per (row, dimension) in "single" mode, one per row in "multi" mode (QuRL);
   samples:  each request is prompted `num_samples` times (fresh nonce, optionally shuffled anchors)
             and the median of its valid verdicts is kept (RubricRL 3.3);
-  rounds:   round 0 sends all prompts in ONE generate call; each retry round re-prompts only the
-            invalid samples (new nonce, new anchor order, new sampling key), again in one call;
+  rounds:   round 0 sends all prompts in ONE generate call (or calls of at most `batch_size` prompts,
+            which bounds the judge's KV cache); each retry round re-prompts only the invalid samples
+            (new nonce, new anchor order, new sampling key), again in one call (or `batch_size` chunks);
   failure:  a sample still invalid after `max_retries` is NaN; a request with no valid sample is NaN
             and masked invalid; every failure is counted in `details` (never turned into a score), and
             each failed score carries its cause (FAILURE_CAUSES: the most frequent among its samples);
@@ -38,6 +39,7 @@ ENSEMBLES = ("mean", "agreement")
 # max_new_tokens, or the reply had no parseable verdict.
 FAILURE_CAUSES = ("judge_prompt_too_long", "judge_truncated", "judge_invalid_verdict")
 GenerateFn = Callable[..., Any]  # sampling.generate's signature (see the sampler contract)
+MAX_PROMPT_TOKENS = 4096  # longest judge prompt sent (capped by the judge's context); longer ones are counted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,15 +53,16 @@ class Judge:
     generate_fn: GenerateFn
     sampler: str = "temperature(0.7)"
     max_new_tokens: int = 256
-    max_prompt_tokens: int = 4096
+    max_prompt_tokens: int = MAX_PROMPT_TOKENS
     layout: sharding.Layout | None = None
+    batch_size: int = 0  # most prompts per generate call (0: all of a round in one call)
 
     def __post_init__(self) -> None:
         sampling.parse_sampler(self.sampler)
-        for field in ("max_new_tokens", "max_prompt_tokens"):
+        for field, minimum in (("max_new_tokens", 1), ("max_prompt_tokens", 1), ("batch_size", 0)):
             value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"judge {self.name!r}: {field} must be a positive integer, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"judge {self.name!r}: {field} must be an integer >= {minimum}, got {value!r}")
         if self.tokenizer.pad_token_id is None or self.tokenizer.eos_token_id is None:
             raise ValueError(f"judge {self.name!r}: tokenizer needs pad and eos tokens")
         if not self.tokenizer.chat_template:
@@ -69,7 +72,7 @@ class Judge:
 def load_judge(
     checkpoint_dir: str, *, layout: sharding.Layout | None = None, param_dtype: str = "auto",
     compute_dtype: str = "auto", name: str | None = None, sampler: str = "temperature(0.7)",
-    max_new_tokens: int = 256, max_prompt_tokens: int = 4096,
+    max_new_tokens: int = 256, max_prompt_tokens: int = MAX_PROMPT_TOKENS, batch_size: int = 0,
 ) -> Judge:
     """A judge from a HF directory (config.json, safetensors, tokenizer with chat template), loaded
     straight into `layout` (the run's decode layout; default: one device) in `param_dtype`, computing
@@ -85,7 +88,8 @@ def load_judge(
         raise ValueError(f"judge {checkpoint_dir}: max_new_tokens={max_new_tokens} leaves no room in its "
                          f"{cfg.max_position_embeddings}-token context")
     return Judge(name or str(checkpoint_dir), weights, tokenizer, sampling.generate, sampler=sampler,
-                 max_new_tokens=max_new_tokens, max_prompt_tokens=min(max_prompt_tokens, context_left), layout=layout)
+                 max_new_tokens=max_new_tokens, max_prompt_tokens=min(max_prompt_tokens, context_left), layout=layout,
+                 batch_size=batch_size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,15 +200,19 @@ def _run_judge(
             stats["judge_retried"] += len(sent)
         if not sent:
             break
-        result = judge.generate_fn(
-            judge.weights, [ids[i] for i in sent], key=gen_key, n=1,
-            max_new_tokens=judge.max_new_tokens, sampler=judge.sampler,
-            stop_tokens=[judge.tokenizer.eos_token_id], pad_id=judge.tokenizer.pad_token_id, layout=judge.layout,
-        )
-        stats["judge_generate_calls"] += 1
+        chunk = judge.batch_size or len(sent)
+        texts, truncated = [], []
+        for c, start in enumerate(range(0, len(sent), chunk)):
+            result = judge.generate_fn(
+                judge.weights, [ids[i] for i in sent[start:start + chunk]],
+                key=gen_key if c == 0 else jax.random.fold_in(gen_key, c), n=1,
+                max_new_tokens=judge.max_new_tokens, sampler=judge.sampler,
+                stop_tokens=[judge.tokenizer.eos_token_id], pad_id=judge.tokenizer.pad_token_id, layout=judge.layout,
+            )
+            stats["judge_generate_calls"] += 1
+            texts += data.decode_responses(judge.tokenizer, result, keep_special_tokens=False)
+            truncated += list(np.asarray(result.finish_reason) == sampling.FINISH_LENGTH)
         stats["judge_prompts"] += len(sent)
-        texts = data.decode_responses(judge.tokenizer, result, keep_special_tokens=False)
-        truncated = np.asarray(result.finish_reason) == sampling.FINISH_LENGTH
         still_invalid = []
         for i, text, cut in zip(sent, texts, truncated):
             r, s = pending[i]

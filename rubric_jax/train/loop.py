@@ -33,6 +33,7 @@ from typing import Any
 import jax
 import ml_collections
 import numpy as np
+import optax
 from flax import nnx
 
 from rubric_jax import data, grpo, loader, metrics, plots, sampling, sharding
@@ -137,10 +138,12 @@ def _existing_dir(value: str, key: str, what: str) -> str:
     return value
 
 
-def _layouts(config: ml_collections.ConfigDict, model_cfg: ModelConfig) -> tuple[sharding.Layout, sharding.Layout, str]:
-    """The training layout, the decode layout over the same devices, and the decode parameter dtype."""
+def layouts(config: ml_collections.ConfigDict, model_cfg: ModelConfig, devices: Sequence[jax.Device] | None = None
+            ) -> tuple[sharding.Layout, sharding.Layout, str]:
+    """The training layout over `devices` (default: all), the decode layout over the same devices, and
+    the decode parameter dtype."""
     layout = sharding.Layout(sharding.make_mesh(
-        sharding.MeshConfig(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)))
+        sharding.MeshConfig(config.mesh.data, config.mesh.fsdp, config.mesh.tensor), devices))
     rollout_mesh = config.mesh.rollout
     try:
         decode = sharding.decode_layout(layout.mesh, rollout_mesh.tensor)
@@ -168,7 +171,7 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
                   for path in config.judge.checkpoint.split(",") if path.strip()]
     judge_dtypes = dict(param_dtype=config.judge.param_dtype, compute_dtype=config.judge.compute_dtype)
     model_cfg = model_config(config)
-    layout, decode_layout, decode_dtype = _layouts(config, model_cfg)
+    layout, decode_layout, decode_dtype = layouts(config, model_cfg)
     try:
         tokenizer = load_tokenizer(tokenizer_dir)
     except CheckpointError as e:
@@ -182,7 +185,8 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
         _check_rollouts_divide(config.rl, layout.mesh)
         _check_prompts_fit(tokenizer, model_cfg, settings, train_questions + eval_questions)
     judges = tuple(load_judge(path, layout=decode_layout, **judge_dtypes, sampler=config.judge.sampler,
-                              max_new_tokens=config.judge.max_new_tokens) for path in judge_dirs)
+                              max_new_tokens=config.judge.max_new_tokens, batch_size=config.judge.batch_size)
+                   for path in judge_dirs)
     rubric_of = {q.id: data.question_rubric(shared_rubric, q) for q in train_questions + eval_questions}
     rubrics = list(rubric_of.values())
     correction = load_correction(config.data.rubric_correction) if config.data.rubric_correction else None
@@ -273,6 +277,16 @@ def load_reference(run_: Run, state: train_state.TrainState, iterator_state: dat
         if ref_ckpt.latest_step() is None:
             ref_ckpt.save(state, data_state=iterator_state.to_dict(), rubric_hash=run_.rubric_hash)
         return ref_ckpt.restore_params(run_.model_cfg, run_.layout, step=0)
+
+
+def sft_optimizer(sft: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:
+    """AdamW of the SFT stage, its schedule over `total_steps` updates."""
+    return train_state.make_optimizer(run_settings.optimizer_config(sft, total_steps, "sft"))
+
+
+def grpo_optimizer(rl: ml_collections.ConfigDict) -> optax.GradientTransformation:
+    """AdamW of the GRPO stage, its schedule over every update (`steps` x `updates_per_batch`)."""
+    return train_state.make_optimizer(run_settings.optimizer_config(rl, rl.steps * rl.updates_per_batch, "rl"))
 
 
 def _checkpointer(run_: Run, stage: str) -> checkpointing.Checkpointer:
@@ -394,9 +408,8 @@ def run_sft(run_: Run, init_params: dict[str, Any]) -> dict[str, Any]:
     data.check_sft_lengths(run_.tokenizer, examples, prompt_buckets, response_buckets,
                            run_.model_cfg.max_position_embeddings)
     total = cfg.sft.epochs * -(-len(examples) // cfg.sft.batch_size)
-    tx = train_state.make_optimizer(run_settings.optimizer_config(cfg.sft, total, "sft"))
-    state, shardings = _state_and_shardings(run_, init_params, tx)
-    step_fn = train_step.jit_sft_step(shardings=shardings, mesh=run_.mesh)
+    state, shardings = _state_and_shardings(run_, init_params, sft_optimizer(cfg.sft, total))
+    step_fn = sft_program(shardings, run_.mesh)
 
     def sft_step(state: train_state.TrainState, rows: list[data.SFTExample], step: int):
         batch = data.sft_batch(run_.tokenizer, rows, prompt_buckets, response_buckets)
@@ -407,6 +420,13 @@ def run_sft(run_: Run, init_params: dict[str, Any]) -> dict[str, Any]:
     stage = Stage("sft", total, examples, cfg.sft.batch_size, state, shardings, sft_step,
                   progress_keys=("loss", "grad_norm"))
     return run_stage(run_, stage).params
+
+
+def sft_program(shardings: train_state.TrainState, mesh: jax.sharding.Mesh
+                ) -> Callable[[train_state.TrainState, dict[str, jax.Array]], tuple[train_state.TrainState, dict]]:
+    """The jitted SFT update `(state, batch) -> (state, metrics)` in the training `shardings` (what
+    `run_sft` runs and the dry run compiles)."""
+    return train_step.jit_sft_step(shardings=shardings, mesh=mesh)
 
 
 # -------------------------------------------------------------------------------------------- GRPO
@@ -528,14 +548,20 @@ def grpo_components(run_: Run, init_params: Any) -> tuple[train_state.TrainState
                                                          GRPOPrograms]:
     """Step-0 GRPO state around `init_params`, its shardings, and the programs `grpo_iteration` runs."""
     rl = run_.config.rl
-    cfg = run_.settings.grpo or grpo_config(rl)
-    tx = train_state.make_optimizer(run_settings.optimizer_config(rl, rl.steps * rl.updates_per_batch, "rl"))
-    state, shardings = _state_and_shardings(run_, init_params, tx)
-    update = train_step.jit_grpo_step(cfg, micro_batches=rl.micro_batches, shardings=shardings, mesh=run_.mesh)
+    state, shardings = _state_and_shardings(run_, init_params, grpo_optimizer(rl))
+    return state, shardings, grpo_programs(rl, run_.graphdef, shardings, run_.mesh, run_.settings.grpo)
+
+
+def grpo_programs(rl: ml_collections.ConfigDict, graphdef: nnx.GraphDef, shardings: train_state.TrainState,
+                  mesh: jax.sharding.Mesh, cfg: grpo.GRPOConfig | None = None) -> GRPOPrograms:
+    """The jitted GRPO programs of the rl block (`cfg`: its validated GRPOConfig) in the training `shardings`
+    (what `grpo_iteration` runs and the dry run compiles)."""
+    cfg = cfg or grpo_config(rl)
+    update = train_step.jit_grpo_step(cfg, micro_batches=rl.micro_batches, shardings=shardings, mesh=mesh)
     logprobs = train_step.jit_sequence_logprobs(
-        run_.graphdef, temperature=cfg.temperature, chunk_size=cfg.logprob_chunk_size, micro_batches=rl.micro_batches,
-        param_shardings=shardings.params, mesh=run_.mesh)
-    return state, shardings, GRPOPrograms(cfg, update, logprobs)
+        graphdef, temperature=cfg.temperature, chunk_size=cfg.logprob_chunk_size, micro_batches=rl.micro_batches,
+        param_shardings=shardings.params, mesh=mesh)
+    return GRPOPrograms(cfg, update, logprobs)
 
 
 def run_grpo(run_: Run, init_params: Any) -> None:

@@ -171,6 +171,15 @@ def new_train_state(weights: loader.Weights, tx: optax.GradientTransformation,
     return train_state_from_params(weights.graphdef, weights.params, tx, shardings), shardings
 
 
+def abstract_train_state(weights: loader.Weights, tx: optax.GradientTransformation, mesh: Mesh
+                         ) -> tuple[TrainState, TrainState]:
+    """The step-0 state `new_train_state` would make around `weights` (arrays or ShapeDtypeStructs), as
+    ShapeDtypeStructs in their shardings (for ahead-of-time lowering, allocating nothing), and its shardings."""
+    abstract = jax.eval_shape(lambda p, k: _new_state(weights.graphdef, p, tx, k), weights.params, jax.random.key(0))
+    shardings = state_shardings(weights.shardings, abstract, mesh)
+    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings), shardings
+
+
 def train_state_from_params(graphdef: nnx.GraphDef, params: Params, tx: optax.GradientTransformation,
                             shardings: TrainState | None = None) -> TrainState:
     """A step-0 state around existing params (already in `shardings.params`: a misplaced one is an
