@@ -175,7 +175,7 @@ def abstract_train_state(weights: loader.Weights, tx: optax.GradientTransformati
                          ) -> tuple[TrainState, TrainState]:
     """The step-0 state `new_train_state` would make around `weights` (arrays or ShapeDtypeStructs), as
     ShapeDtypeStructs in their shardings (for ahead-of-time lowering, allocating nothing), and its shardings."""
-    abstract = jax.eval_shape(lambda p, k: _new_state(weights.graphdef, p, tx, k), weights.params, jax.random.key(0))
+    abstract = jax.eval_shape(lambda p: _new_state(weights.graphdef, p, tx), weights.params)
     shardings = state_shardings(weights.shardings, abstract, mesh)
     return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings), shardings
 
