@@ -1,4 +1,5 @@
-"""Multi-host start-up: initialise `jax.distributed` when the environment describes a multi-process job.
+"""Multi-host: start-up of `jax.distributed` when the environment describes a multi-process job, and
+the host-side helpers that work whichever process holds an array's shards.
 
 Recognised environments (checked in this order):
   * explicit variables JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID;
@@ -11,8 +12,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any
 
 import jax
+import numpy as np
+from jax.experimental import multihost_utils
 
 
 def describe_environment(env: Mapping[str, str]) -> dict[str, object] | None:
@@ -40,3 +44,33 @@ def maybe_initialize(env: Mapping[str, str] | None = None) -> bool:
         return False
     jax.distributed.initialize(**kwargs)
     return True
+
+
+def host_array(x: jax.Array) -> np.ndarray:
+    """The whole value of `x` as a numpy array on this host, whichever processes hold its shards.
+
+    A plain fetch when this process holds every shard (or a full replica); otherwise an all-gather
+    across processes, which every process must call, in the same order (`jax.device_get` would fail
+    on an array that spans hosts).
+    """
+    if x.is_fully_addressable:
+        return np.asarray(jax.device_get(x))
+    if x.is_fully_replicated:
+        return np.asarray(x.addressable_data(0))
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def host_tree(tree: Any) -> Any:
+    """`host_array` of every array of a pytree (metrics, sampler results); other leaves pass through."""
+    return jax.tree.map(lambda x: host_array(x) if isinstance(x, jax.Array) else x, tree)
+
+
+def is_writer() -> bool:
+    """Whether this process writes shared files (exports, logs): process 0 of a multi-process job."""
+    return jax.process_index() == 0
+
+
+def wait_for_everyone(name: str) -> None:
+    """A barrier across processes (no-op in a single-process run), e.g. until process 0 has written a file."""
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(name)

@@ -2,8 +2,10 @@
 
 Each directory holds config.json, model.safetensors (fp32, HF names and layout) and expected.npz
 (tokens, attention_mask, positions, logits [B, T, V]) computed by transformers' PyTorch model. The
-model specs live in tests/hf_reference.py. Needs torch==2.13.0 (requirements-bench.txt); the test
-suite only reads the files. Regenerate with:
+model specs live in tests/hf_reference.py. tests/fixtures/golden_export/ is a whole directory as
+transformers' `save_pretrained` writes it (model, generation_config.json, the tiny tokenizer), the
+reference for our exporter (tests/test_export.py). Needs torch==2.13.0 (requirements-bench.txt); the
+test suite only reads the files. Regenerate with:
     .venv/bin/python tests/make_golden_fixtures.py
 """
 
@@ -18,6 +20,12 @@ import numpy as np
 import hf_reference
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "fixtures" / "golden"
+EXPORT_DIR = Path(__file__).resolve().parent / "fixtures" / "golden_export"
+TINY_TOKENIZER = Path(__file__).resolve().parents[1] / "rubric_jax" / "assets" / "tiny" / "tokenizer"
+# A model that the tiny tokenizer can drive (its vocab, its special tokens in config.json).
+EXPORT_SPEC = dict(model_type="qwen2", vocab_size=2048, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, rope_theta=1_000_000.0, tie_word_embeddings=True,
+                   rms_norm_eps=1e-6, max_position_embeddings=256)
 
 
 def _to_old_config_format(config_path: Path) -> None:
@@ -52,10 +60,31 @@ def write_fixture(name: str, seed: int) -> Path:
     return out_dir
 
 
+def write_export_fixture(seed: int) -> Path:
+    """A Qwen2 model with the tiny tokenizer, saved whole by transformers (model and tokenizer)."""
+    from transformers import AutoTokenizer
+
+    out_dir = EXPORT_DIR / "qwen2_tiny_tokenizer"
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    tokenizer = AutoTokenizer.from_pretrained(TINY_TOKENIZER)
+    spec = dict(EXPORT_SPEC, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id)
+    model = hf_reference.build_model(spec, seed)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    tokens_BxT, mask_BxT, positions_BxT = hf_reference.token_batch(spec["vocab_size"], seed)
+    logits_BxTxV = hf_reference.reference_logits(model, tokens_BxT, mask_BxT, positions_BxT)
+    np.savez(out_dir / "expected.npz", tokens=tokens_BxT, attention_mask=mask_BxT, positions=positions_BxT,
+             logits=logits_BxTxV)
+    return out_dir
+
+
 def main() -> None:
     total = 0
-    for seed, name in enumerate(sorted(hf_reference.SPECS)):
-        out_dir = write_fixture(name, seed)
+    names = sorted(hf_reference.SPECS)
+    for seed, out_dir in [*((seed, write_fixture(name, seed)) for seed, name in enumerate(names)),
+                          (len(names), write_export_fixture(len(names)))]:
         size = sum(p.stat().st_size for p in out_dir.iterdir())
         total += size
         print(f"{out_dir}: {size / 1024:.1f} KiB")

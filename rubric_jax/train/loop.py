@@ -39,9 +39,10 @@ from rubric_jax.rubrics.dynamic_weights import (DynamicWeightsConfig, DynamicWei
 from rubric_jax.rubrics.correction import Correction, load_correction
 from rubric_jax.rubrics.io import dumps_rubric, load_rubric
 from rubric_jax.rubrics.schema import Rubric
-from rubric_jax.train import checkpointing, rollout, state as train_state, step as train_step
+from rubric_jax.train import checkpointing, export, rollout, state as train_state, step as train_step
 
 STAGES = ("sft", "grpo")
+EXPORT_DIR = "export"  # <workdir>/export: the final policy as a HF directory (config.export.at_end)
 ROLLOUT_DTYPES = ("compute", "float32", "bfloat16")  # mesh.rollout.param_dtype
 _STAGE_ORDER = {"sft": 0, "grpo": 1, "eval": 1}
 EVAL_SAMPLES = 4  # eval responses written to samples.jsonl per eval
@@ -159,7 +160,9 @@ def run(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
         if "sft" in config.stages:
             params = run_sft(experiment, params)
         if "grpo" in config.stages and not experiment.stop_requested:
-            run_grpo(experiment, params)
+            params = run_grpo(experiment, params)
+        if config.export.at_end and not experiment.stop_requested:
+            export.export_policy(experiment.policy(params), config, workdir / EXPORT_DIR, replace=True)
     plots.plot_run(workdir)
     if not experiment.stop_requested:
         metrics.mark_done(workdir, config)  # done.json: a sweep skips this run when its config is unchanged
@@ -568,8 +571,9 @@ def grpo_components(run_: Run, init_params: Any) -> tuple[train_state.TrainState
     return state, shardings, GRPOPrograms(cfg, update, logprobs)
 
 
-def run_grpo(run_: Run, init_params: Any) -> None:
-    """GRPO from `init_params` (the SFT result): evals, checkpoints, SIGTERM and NaN-streak handling."""
+def run_grpo(run_: Run, init_params: Any) -> dict[str, Any]:
+    """GRPO from `init_params` (the SFT result): evals, checkpoints, SIGTERM and NaN-streak handling;
+    returns the final params."""
     cfg = run_.config
     rl = cfg.rl
     state, shardings, programs = grpo_components(run_, init_params)
@@ -608,6 +612,7 @@ def run_grpo(run_: Run, init_params: Any) -> None:
     finally:
         progress.close()
         ckpt.close()
+    return state.params
 
 
 def _baseline(run_: Run) -> float:
