@@ -29,7 +29,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from rubric_jax import data, grpo, loader, metrics, plots, sampling, sharding
+from rubric_jax import data, distributed, grpo, loader, metrics, plots, sampling, sharding
 from rubric_jax.judges.llm_judge import JudgeConfig, load_judge
 from rubric_jax.judges.reward import RewardOutput, RubricReward
 from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
@@ -419,7 +419,7 @@ def _shardings_of(run_: Run, state: train_state.TrainState) -> train_state.Train
 
 
 def _host(tree: dict[str, jax.Array]) -> dict[str, float]:
-    return {k: float(v) for k, v in jax.device_get(tree).items()}
+    return {k: float(v) for k, v in distributed.host_tree(tree).items()}
 
 
 # -------------------------------------------------------------------------------------------- GRPO
@@ -520,13 +520,13 @@ def grpo_iteration(run_: Run, programs: GRPOPrograms, state: train_state.TrainSt
     advantages_N, valid_N, zero_std = rollout.rollout_advantages(scored, cfg, rl.missing_scores)
     batch = rollout.training_batch(prompt_ids, prompt_mask, result, cfg.group_size, advantages_N, valid_N,
                                    length_buckets(rl.max_new_tokens, run_.config.data.length_buckets))
-    batch = jax.device_put(batch, sharding.batch_sharding(run_.mesh))
+    batch = distributed.global_batch(batch, sharding.batch_sharding(run_.mesh))
     batch, recomputed_gap = rollout_logprobs(programs, batch, state.params, ref_params, rl.recompute_old_logprobs)
     updates = []
     for _ in range(rl.updates_per_batch):
         state, update_metrics = programs.update(state, batch)
         updates.append(update_metrics)
-    updates, recomputed_gap = jax.device_get((updates, recomputed_gap))
+    updates, recomputed_gap = distributed.host_tree((updates, recomputed_gap))
     row = {k: float(np.mean([u[k] for u in updates])) for k in updates[0]}
     row["logprob_gap/mean"] = float(updates[0]["abs_log_ratio"] if recomputed_gap is None else recomputed_gap)
     summary = rollout.summarize_rewards(scored)
