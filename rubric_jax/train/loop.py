@@ -147,6 +147,9 @@ def rollout_weights(run_: Run, params: dict[str, Any]) -> loader.Weights:
 # ------------------------------------------------------------------------------------------- set-up
 def run(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
     """Runs (or resumes) every configured stage and writes plots; see the module docstring."""
+    if jax.process_count() > 1:  # refused rather than run wrong: every host would sample every question
+        raise ValueError(f"{jax.process_count()} processes: the trainer loop does not yet give each host its own "
+                         "questions or log from one process (issue #9 §5); run it on one host")
     unknown = sorted(set(config.stages) - set(STAGES))
     if unknown:
         raise ValueError(f"config.stages: unknown stage(s) {unknown}; expected a subset of {STAGES}")
