@@ -79,6 +79,14 @@ def run(out: Path) -> None:
     results["restored_equal"] = np.asarray(all(
         np.array_equal(distributed.host_array(restored_flat[k]), results[f"param/{k}"]) for k in flat))
     export_hf_checkpoint(cfg, state.params, out / "export")  # gathered across hosts, written by process 0
+    if num_processes > 1:  # the trainer loop is not multi-host yet: it says so before doing anything
+        from configs import tiny
+        from rubric_jax.train import loop
+
+        try:
+            loop.run(tiny.get_config(), out / f"run{process_id}")
+        except ValueError as e:
+            results["loop_refusal"] = np.asarray(str(e))
     np.savez(out / f"{process_id}.npz", **results)
 
 

@@ -1,7 +1,8 @@
 """Multi-host on one machine: two CPU processes (4 devices each) joined by a local coordinator
 (`jax.distributed.initialize`, gloo collectives) run a generate in the decode layout and an SFT step in
 the training layout, each reading only its own rows, save and restore an orbax checkpoint from both
-processes and export the policy; the results equal one 8-device process's (tests/multihost_worker.py)."""
+processes and export the policy; the results equal one 8-device process's (tests/multihost_worker.py).
+The trainer loop, not multi-host yet, refuses to start on two processes."""
 
 from __future__ import annotations
 
@@ -55,6 +56,8 @@ def test_two_processes_equal_one(tmp_path):
             if key.startswith(("metric/", "param/")):
                 np.testing.assert_allclose(result[key], value, rtol=1e-5, atol=1e-6, err_msg=key)
         assert result["restored_equal"]
+        assert "2 processes: the trainer loop does not yet give each host its own questions" in str(
+            result["loop_refusal"])
     # Export: written once, by process 0, from arrays gathered across both processes.
     exported_one, exported_two = (load_file(tmp_path / run / "export" / "model.safetensors") for run in ("one", "two"))
     assert exported_one.keys() == exported_two.keys()
