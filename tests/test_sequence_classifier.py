@@ -15,10 +15,11 @@ import pytest
 import transformers
 from flax import nnx
 
-from rubric_jax.models.checkpoint import CheckpointError, export_hf_checkpoint, load_hf_checkpoint
+from rubric_jax.loader import load_weights
+from rubric_jax.models.checkpoint import CheckpointError, export_hf_checkpoint
 from rubric_jax.models.config import ModelConfig, ModelConfigError
 from rubric_jax.models.transformer import causal_padding_mask, last_non_pad_index
-from test_checkpoint import flat_state, read_tensors, rel_err, variant
+from test_checkpoint import flat_state, parts, read_tensors, rel_err, variant
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "golden" / "qwen2_seqcls_gqa2"
 
@@ -40,9 +41,9 @@ def our_logits(graphdef, state, e: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def test_golden_classifier_logits_match_transformers():
-    cfg, graphdef, state = load_hf_checkpoint(GOLDEN)
+    cfg, graphdef, state = parts(load_weights(GOLDEN))
     assert cfg.is_classifier and cfg.num_labels == 3 and cfg.pad_token_id == 7 and cfg.tie_word_embeddings
-    assert set(nnx.to_pure_dict(state)) == {"embed_tokens", "layers", "norm", "score"}  # no LM head at all
+    assert set(state) == {"embed_tokens", "layers", "norm", "score"}  # no LM head at all
     e = fixture_batch()
     logits = our_logits(graphdef, state, e)
     assert logits.dtype == np.float32 and logits.shape == e["logits"].shape == (4, 3)
@@ -60,7 +61,7 @@ def test_pooled_token_is_the_last_one_that_is_not_pad_as_transformers_picks_it()
 
 def test_score_head_reads_the_last_hidden_state_by_hand():
     """logits[b] = score(final-norm hidden state at the pooled token), computed from the LM pieces."""
-    _, graphdef, state = load_hf_checkpoint(GOLDEN)
+    _, graphdef, state = parts(load_weights(GOLDEN))
     e = fixture_batch()
     hidden = jax.jit(lambda s, t, p, m: nnx.merge(graphdef, s).hidden_states(t, p, causal_padding_mask(m))[0])
     h_BxTxD = hidden(state, jnp.asarray(e["tokens"]), jnp.asarray(e["positions"]),
@@ -71,10 +72,10 @@ def test_score_head_reads_the_last_hidden_state_by_hand():
 
 
 def test_heads_refuse_the_wrong_call():
-    _, graphdef, state = load_hf_checkpoint(GOLDEN)
+    _, graphdef, state = parts(load_weights(GOLDEN))
     with pytest.raises(ValueError, match="sequence classifier"):
         nnx.merge(graphdef, state).logits_from_hidden(jnp.zeros((1, 1, 32)))
-    lm_cfg, lm_graphdef, lm_state = load_hf_checkpoint(GOLDEN.parent / "qwen2_tied_gqa2")
+    lm_cfg, lm_graphdef, lm_state = parts(load_weights(GOLDEN.parent / "qwen2_tied_gqa2"))
     assert not lm_cfg.is_classifier and lm_cfg.num_labels == 0 and lm_cfg.pad_token_id is None
     tokens = jnp.zeros((1, 2), jnp.int32)
     with pytest.raises(ValueError, match="causal LM"):
@@ -82,7 +83,7 @@ def test_heads_refuse_the_wrong_call():
 
 
 def test_export_reload_is_identical_and_transformers_reads_the_config(tmp_path):
-    cfg, graphdef, state = load_hf_checkpoint(GOLDEN)
+    cfg, graphdef, state = parts(load_weights(GOLDEN))
     out = export_hf_checkpoint(cfg, state, tmp_path / "export")
     original, exported = read_tensors(GOLDEN), read_tensors(out)
     assert sorted(exported) == sorted(original) and "score.weight" in exported and "lm_head.weight" not in exported
@@ -92,7 +93,7 @@ def test_export_reload_is_identical_and_transformers_reads_the_config(tmp_path):
     assert hf["architectures"] == ["Qwen2ForSequenceClassification"] and hf["pad_token_id"] == 7
     hf_cfg = transformers.AutoConfig.for_model(**hf)
     assert hf_cfg.num_labels == 3 and hf_cfg.pad_token_id == 7
-    cfg2, graphdef2, state2 = load_hf_checkpoint(out)
+    cfg2, graphdef2, state2 = parts(load_weights(out))
     assert cfg2 == cfg
     before, after = flat_state(state), flat_state(state2)
     assert before.keys() == after.keys() and all(np.array_equal(before[k], after[k]) for k in before)
@@ -136,10 +137,10 @@ def test_a_classifier_directory_with_an_lm_head_is_refused(tmp_path):
     tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
     bad = variant(GOLDEN, tmp_path / "bad", tensors)
     with pytest.raises(CheckpointError, match="unexpected tensor.*lm_head.weight"):
-        load_hf_checkpoint(bad)
+        parts(load_weights(bad))
     del tensors["lm_head.weight"], tensors["score.weight"]
     with pytest.raises(CheckpointError, match="'score.weight' is missing"):
-        load_hf_checkpoint(variant(GOLDEN, tmp_path / "headless", tensors))
+        parts(load_weights(variant(GOLDEN, tmp_path / "headless", tensors)))
 
 
 def test_live_parity_and_transformers_reads_our_export(tmp_path):
@@ -151,7 +152,7 @@ def test_live_parity_and_transformers_reads_our_export(tmp_path):
     model.save_pretrained(tmp_path / "hf")
     tokens, mask, positions = hf_reference.classifier_token_batch(spec["vocab_size"], spec["pad_token_id"], seed=99)
     reference = hf_reference.reference_logits(model, tokens, mask, positions)
-    cfg, graphdef, state = load_hf_checkpoint(tmp_path / "hf")
+    cfg, graphdef, state = parts(load_weights(tmp_path / "hf"))
     e = {"tokens": tokens, "positions": positions, "attention_mask": mask}
     assert rel_err(our_logits(graphdef, state, e), reference) <= 1e-5
     reloaded = hf_reference.load_model(str(export_hf_checkpoint(cfg, state, tmp_path / "ours")), classifier=True)

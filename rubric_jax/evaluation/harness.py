@@ -81,7 +81,7 @@ def check_out(out: Path, inputs: Sequence[Path], input_dirs: Sequence[Path]) -> 
     """`out` must not be, contain, or lie inside an input (a run's workdir may hold `out` below it)."""
     try:
         files.check_output_dir(out, inputs, input_dirs)
-    except files.OutputPathError as e:
+    except files.PathError as e:
         raise EvalInputError(str(e)) from None
 
 

@@ -99,7 +99,7 @@ def export_run(workdir: Path, which: str, out: Path) -> tuple[RunCheckpoint, Pat
                   *([Path(config.model.checkpoint)] if config.model.checkpoint else [])]
     try:
         files.check_output_dir(out, inputs, input_dirs)
-    except files.OutputPathError as e:
+    except files.PathError as e:
         raise RunError(str(e)) from None
     if out.is_dir() and any(out.iterdir()):
         raise RunError(f"--out={out}: already exists and is not empty; export into a new directory")
