@@ -118,6 +118,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.checkpoint.every_steps = 10  # Save every N GRPO steps (and at the end and on SIGTERM).
     c.checkpoint.keep = 3  # Checkpoints kept.
 
+    c.export = ml_collections.ConfigDict()
+    c.export.at_end = False  # Write the final policy to <workdir>/export as a HF directory (transformers, vLLM).
+
     # experiments.build_rubrics: QuRL case-wise rubric construction (rubric_jax/qurl). The construction LLM is
     # `model` (QuRL distils with Qwen2.5-7B); the judge that scores candidates is `judge` (empty: `model`).
     c.qurl = ml_collections.ConfigDict()

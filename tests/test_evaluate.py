@@ -23,7 +23,7 @@ from test_reward import FORMAT, LENGTH, rubric
 
 from rubric_jax import sharding
 from rubric_jax.assets import TINY_DIR
-from rubric_jax.evaluation import biggen, harness, healthbench, hellobench, longbench_write, policy, rubric_set, runs
+from rubric_jax.evaluation import biggen, harness, healthbench, hellobench, longbench_write, policy, rubric_set
 from rubric_jax.evaluation.results import FINISH_PROMPT_TOO_LONG, Answer, EvalInputError
 from rubric_jax.judges.llm_judge import Judge, JudgeConfig
 from rubric_jax.judges.reward import RubricReward
@@ -36,7 +36,7 @@ from rubric_jax.rubrics.importers import (
     import_healthbench,
     import_longbench_write,
 )
-from rubric_jax.train import checkpointing
+from rubric_jax.train import checkpointing, runs
 from rubric_jax.train import state as train_state
 
 EVAL_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "evaluate"
@@ -308,8 +308,11 @@ def test_workdir_policy_latest_and_best(tmp_path):
     weights = runs.restore_run_params(tmp_path, config, runs.RunCheckpoint("grpo", 40, 0.7), sharding.Layout(mesh))
     jax.tree.map(np.testing.assert_array_equal, weights.params, saved[40])
     (tmp_path / "metrics.jsonl").write_text("")
-    with pytest.raises(EvalInputError, match="no kept checkpoint has a logged eval/reward_mean"):
+    with pytest.raises(runs.RunError, match="no kept checkpoint has a logged eval/reward_mean"):
         runs.select_checkpoint(tmp_path, config, "best")
+    with pytest.raises(EvalInputError, match="no kept checkpoint has a logged eval/reward_mean"):
+        policy.load_policy(checkpoint=None, workdir=tmp_path, which="best", mesh=mesh, sampler="greedy",
+                           max_new_tokens=4)
 
 
 def test_hf_directory_policy(tmp_path):

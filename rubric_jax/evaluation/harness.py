@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rubric_jax import data, metrics
+from rubric_jax import data, files, metrics
 from rubric_jax.evaluation import biggen, healthbench, hellobench, longbench_write, report, rubric_set
 from rubric_jax.evaluation.results import FINISH_PROMPT_TOO_LONG, Answer, Benchmark, EvalInputError
 from rubric_jax.rubrics.importers import RubricCase
@@ -79,18 +79,10 @@ def benchmark_named(name: str, shared_rubric: Rubric | None = None) -> Benchmark
 
 def check_out(out: Path, inputs: Sequence[Path], input_dirs: Sequence[Path]) -> None:
     """`out` must not be, contain, or lie inside an input (a run's workdir may hold `out` below it)."""
-    resolved = out.resolve()
-    if resolved.exists() and not resolved.is_dir():
-        raise EvalInputError(f"--out={out}: exists and is not a directory")
-    for path in [*inputs, *input_dirs]:
-        if resolved == path.resolve():
-            raise EvalInputError(f"--out={out}: is also an input ({path})")
-    for path in [*inputs, *input_dirs]:
-        if path.resolve().is_relative_to(resolved):
-            raise EvalInputError(f"--out={out}: contains the input {path}")
-    for directory in input_dirs:
-        if resolved.is_relative_to(directory.resolve()):
-            raise EvalInputError(f"--out={out}: lies inside the input directory {directory}")
+    try:
+        files.check_output_dir(out, inputs, input_dirs)
+    except files.PathError as e:
+        raise EvalInputError(str(e)) from None
 
 
 # ------------------------------------------------------------------------------------------ prompts

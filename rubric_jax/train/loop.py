@@ -36,7 +36,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from rubric_jax import data, grpo, loader, metrics, plots, sampling, sharding
+from rubric_jax import data, distributed, grpo, loader, metrics, plots, sampling, sharding
 from rubric_jax.judges.llm_judge import JudgeConfig, load_judge
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.judges.reward_model import RewardModelReward, load_reward_model
@@ -46,9 +46,11 @@ from rubric_jax.rubrics.correction import Correction, load_correction
 from rubric_jax.rubrics.dynamic_weights import DimensionWeights
 from rubric_jax.rubrics.io import dumps_rubric, load_rubric
 from rubric_jax.rubrics.schema import Rubric
-from rubric_jax.train import checkpointing, rollout, settings as run_settings, state as train_state
+from rubric_jax.train import checkpointing, export, rollout, settings as run_settings, state as train_state
 from rubric_jax.train import step as train_step, workdir as run_workdir
 from rubric_jax.train.settings import STAGES, RolloutSpec, Settings, grpo_config  # noqa: F401  (re-exported)
+
+EXPORT_DIR = "export"  # <workdir>/export: the final policy as a HF directory (config.export.at_end)
 
 EVAL_SAMPLES = 4  # eval responses written to samples.jsonl per eval
 _EVAL_KEY = 2**31 - 1  # fold_in data of the eval sampling key (GRPO step keys are 1000 + step)
@@ -112,6 +114,9 @@ def rollout_weights(run_: Run, params: dict[str, Any]) -> loader.Weights:
 def run(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
     """Runs (or resumes) every configured stage and writes plots; see the module docstring. Nothing is
     written before the config, the workdir, the data and the saved checkpoints' records all check out."""
+    if jax.process_count() > 1:  # refused rather than run wrong: every host would sample every question
+        raise ValueError(f"{jax.process_count()} processes: the trainer loop does not yet give each host its own "
+                         "questions or log from one process (issue #9 §5); run it on one host")
     settings = run_settings.validate(config)
     workdir = run_workdir.check_usable(workdir)
     experiment = build(config, workdir, settings)
@@ -124,7 +129,9 @@ def run(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
         if "sft" in settings.stages:
             params = run_sft(experiment, params)
         if "grpo" in settings.stages and not experiment.stop_requested:
-            run_grpo(experiment, params)
+            params = run_grpo(experiment, params)
+        if config.export.at_end and not experiment.stop_requested:
+            export.export_policy(experiment.policy(params), config, workdir / EXPORT_DIR, replace=True)
     plots.plot_run(workdir)
     if not experiment.stop_requested:
         metrics.mark_done(workdir, config)  # done.json: a sweep skips this run when its config is unchanged
@@ -396,7 +403,7 @@ def _state_and_shardings(run_: Run, params: Any, tx: Any) -> tuple[train_state.T
 
 
 def _host(tree: dict[str, jax.Array]) -> dict[str, float]:
-    return {k: float(v) for k, v in jax.device_get(tree).items()}
+    return {k: float(v) for k, v in distributed.host_tree(tree).items()}
 
 
 # --------------------------------------------------------------------------------------------- SFT
@@ -509,7 +516,7 @@ def grpo_iteration(run_: Run, programs: GRPOPrograms, state: train_state.TrainSt
     advantages_N, valid_N, zero_std = rollout.rollout_advantages(scored, cfg, settings.missing_scores)
     batch = rollout.training_batch(prompt_ids, prompt_mask, result, cfg.group_size, advantages_N, valid_N,
                                    spec.response_buckets)
-    batch = jax.device_put(batch, sharding.batch_sharding(run_.mesh))
+    batch = distributed.global_batch(batch, sharding.batch_sharding(run_.mesh))
     batch, recomputed_gap = rollout_logprobs(programs, batch, state.params, ref_params,
                                              settings.recompute_old_logprobs)
     updates = []
@@ -524,7 +531,7 @@ def grpo_iteration(run_: Run, programs: GRPOPrograms, state: train_state.TrainSt
         host_row.update(run_.dynamic_weights.update(scored.dimension_ids, scored.scores, scored.valid))
 
     def row() -> dict[str, Any]:
-        device_rows, gap = jax.device_get((updates, recomputed_gap))
+        device_rows, gap = distributed.host_tree((updates, recomputed_gap))
         out = {k: float(np.mean([u[k] for u in device_rows])) for k in device_rows[0]}
         out["logprob_gap/mean"] = float(device_rows[0]["abs_log_ratio"] if gap is None else gap)
         return {**out, **host_row}
@@ -564,9 +571,10 @@ def grpo_programs(rl: ml_collections.ConfigDict, graphdef: nnx.GraphDef, shardin
     return GRPOPrograms(cfg, update, logprobs)
 
 
-def run_grpo(run_: Run, init_params: Any) -> None:
+def run_grpo(run_: Run, init_params: Any) -> dict[str, Any]:
     """GRPO from `init_params` (the SFT result) through the stage runner: the KL reference and the SFT
-    baseline eval before the first step, evals every `eval.every_steps`, the NaN-streak stop."""
+    baseline eval before the first step, evals every `eval.every_steps`, the NaN-streak stop; returns the
+    final params."""
     rl, settings = run_.config.rl, run_.settings
     state, shardings, programs = grpo_components(run_, init_params)
     nan_streak = NanStreak(rl.max_nan_streak)
@@ -602,7 +610,7 @@ def run_grpo(run_: Run, init_params: Any) -> None:
         updates_per_step=settings.updates_per_batch, checkpoint_extra=checkpoint_extra, on_start=on_start,
         after_row=stop_on_nan_streak, eval_due=lambda step: step % settings.eval_every == 0 or step == rl.steps,
         evaluate=eval_and_report)
-    run_stage(run_, stage)
+    return run_stage(run_, stage).params
 
 
 def _json_float(x: float) -> float | None:
