@@ -59,7 +59,7 @@ from rubric_jax.assets import TINY_DIR
 from rubric_jax.assets import build_tiny_assets
 from rubric_jax.rubrics.io import save_rubric
 from rubric_jax.rubrics.schema import Aggregation, Anchor, ChangelogEntry, Dimension, Rubric, Scale
-from rubric_jax.train import loop, rollout
+from rubric_jax.train import loop
 
 MODEL = dict(hidden_size=96, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
              intermediate_size=256, max_position_embeddings=512, rms_norm_eps=1e-6)
