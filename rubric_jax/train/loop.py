@@ -39,7 +39,7 @@ from rubric_jax.rubrics.dynamic_weights import (DynamicWeightsConfig, DynamicWei
 from rubric_jax.rubrics.correction import Correction, load_correction
 from rubric_jax.rubrics.io import dumps_rubric, load_rubric
 from rubric_jax.rubrics.schema import Rubric
-from rubric_jax.train import checkpointing, rollout, state as train_state, step as train_step
+from rubric_jax.train import checkpointing, golden as golden_set, monitors, rollout, state as train_state, step as train_step
 
 STAGES = ("sft", "grpo")
 ROLLOUT_DTYPES = ("compute", "float32", "bfloat16")  # mesh.rollout.param_dtype
@@ -114,6 +114,8 @@ class Run:
     writer: metrics.MetricsWriter
     key: jax.Array
     dynamic_weights: DimensionWeights | None
+    golden: golden_set.GoldenSet | None  # config.data.golden, scored at every eval
+    watch: monitors.Watch  # reward-hacking monitors' thresholds and alerts.jsonl
     stop_requested: bool = False
 
     @property
@@ -149,6 +151,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
         raise ValueError(f"config.stages: unknown stage(s) {unknown}; expected a subset of {STAGES}")
     if "grpo" in config.stages:
         grpo_config(config.rl)  # the GRPO settings fail here, before SFT runs
+        monitors.thresholds(config.monitor)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     _write_config(config, workdir)
@@ -228,7 +231,10 @@ def build(config: ml_collections.ConfigDict, workdir: Path) -> Run:
     eval_questions = data.load_question_set(config.data.eval, config.data.tfds_dir, "eval")[: config.eval.max_questions]
     judges = tuple(load_judge(path, layout=decode_layout, **judge_dtypes, sampler=config.judge.sampler,
                               max_new_tokens=config.judge.max_new_tokens) for path in judge_dirs)
+    golden = golden_set.load_golden(config.data.golden, config.data.tfds_dir, shared_rubric, train_questions,
+                                    eval_questions, config.data.golden_max_jaccard) if config.data.golden else None
     rubric_of = {q.id: data.question_rubric(shared_rubric, q) for q in train_questions + eval_questions}
+    rubric_of.update({q.id: r for q, r in zip(golden.questions, golden.rubrics)} if golden else {})
     rubrics = list(rubric_of.values())
     correction = load_correction(config.data.rubric_correction) if config.data.rubric_correction else None
     reward = RubricReward(rubrics, judges, JudgeConfig(
@@ -244,7 +250,8 @@ def build(config: ml_collections.ConfigDict, workdir: Path) -> Run:
     dynamic = DimensionWeights.for_rubrics(rubrics, config.rl.dynamic_weights_window) if config.rl.dynamic_weights else None
     writer = metrics.MetricsWriter(workdir, run_info={"rubric": rubric_info, "config": config.to_dict()})
     return Run(config, workdir, layout, decode_layout, decode_dtype, tokenizer, model_cfg, graphdef, reward, rubric_of,
-               rubric_hash, train_questions, eval_questions, writer, jax.random.key(config.seed), dynamic)
+               rubric_hash, train_questions, eval_questions, writer, jax.random.key(config.seed), dynamic, golden,
+               monitors.Watch(monitors.thresholds(config.monitor), workdir))
 
 
 def _model_overrides(config: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -344,7 +351,7 @@ def _resume_position(config: ml_collections.ConfigDict, workdir: Path) -> tuple[
 
 def _drop_rows_after(workdir: Path, limit: tuple[int, int]) -> None:
     """Removes metrics/sample rows a killed run wrote after the checkpoint it resumes from."""
-    for name in (metrics.METRICS_FILE, metrics.SAMPLES_FILE):
+    for name in (metrics.METRICS_FILE, metrics.SAMPLES_FILE, monitors.ALERTS_FILE):
         path = workdir / name
         if not path.exists():
             continue
@@ -530,19 +537,27 @@ def grpo_iteration(run_: Run, programs: GRPOPrograms, state: train_state.TrainSt
     row.update({"reward/mean": summary.reward_mean, **rollout.reward_metrics(summary, ""),
                 "zero_std_frac": zero_std, "response_len/mean": float(result.lengths.mean()),
                 "truncated_frac": float((result.finish_reason == sampling.FINISH_LENGTH).mean())})
+    row.update(monitors.step_monitors([s["response"] for s in samples], result.lengths, scored))
     if run_.dynamic_weights is not None:
         row.update(run_.dynamic_weights.update(scored))
     return state, row, samples[: run_.config.log.samples_per_step]
 
 
 def evaluate(run_: Run, state: train_state.TrainState, step: int) -> dict[str, float]:
-    """Held-out rubric reward of one response per eval question with the eval sampler (greedy by default)."""
+    """Held-out rubric reward of one response per eval (and golden) question with the eval sampler (greedy
+    by default); alerts on the golden set's agreement."""
+    key = jax.random.fold_in(run_.key, _EVAL_KEY)
     _, result, scored, samples = rollout_and_score(run_, state.params, run_.eval_questions, n=1,
-                                                   sampler=run_.config.eval.sampler,
-                                                   key=jax.random.fold_in(run_.key, _EVAL_KEY))
+                                                   sampler=run_.config.eval.sampler, key=key)
     summary = rollout.summarize_rewards(scored)
     row = {"stage": "eval", "eval/reward_mean": summary.reward_mean, **rollout.reward_metrics(summary, "eval/"),
            "eval/response_len/mean": float(result.lengths.mean())}
+    if run_.golden is not None:
+        golden_scored = rollout_and_score(run_, state.params, run_.golden.questions, n=1,
+                                          sampler=run_.config.eval.sampler, key=key)[2]
+        row.update(run_.golden.metrics(golden_scored, run_.reward, key=jax.random.fold_in(key, step),
+                                       weights=run_.weights))
+    row = run_.watch.observe(step, row)
     run_.writer.write(step, row)
     run_.writer.write_samples(step, [{"stage": "eval", **s} for s in samples[:EVAL_SAMPLES]])
     return {k: v for k, v in row.items() if k != "stage"}
@@ -592,7 +607,7 @@ def run_grpo(run_: Run, init_params: Any) -> None:
         for step in range(start + 1, rl.steps + 1):
             state, row, samples = grpo_iteration(run_, programs, state, ref_params, next(batches),
                                                  jax.random.fold_in(run_.key, 1000 + step))
-            row = {"stage": "grpo", **row}
+            row = run_.watch.observe(step, {"stage": "grpo", **row})
             run_.writer.write(step, row)
             run_.writer.write_samples(step, [{"stage": "grpo", **s} for s in samples])
             progress.update(step, row)
