@@ -102,3 +102,23 @@ def test_golden_metrics_score_the_policy_and_the_references(tmp_path):
     # template: judge 1 0 1 vs labels 1 0 0 -> ranks 2.5 1 2.5 vs 3 1.5 1.5: rho = 0.5
     assert out["golden/spearman/template"] == pytest.approx(0.5)
     assert "golden/spearman/redundancy" not in out  # no labels for it
+
+
+def test_the_trainer_refuses_an_overlapping_golden_set_before_sft(tmp_path):
+    """The README's example: one line naming the pair, no traceback, no SFT step."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    path = _write(tmp_path / "golden.jsonl", [_row("g1", "How do I get a refund for my order"),
+                                               _row("g2", "Can cats eat cheese?")])
+    proc = subprocess.run([sys.executable, "-m", "experiments.run", "--config=configs/tiny.py",
+                           f"--workdir={tmp_path / 'run'}", f"--config.data.golden={path}"], cwd=root,
+                          env={**os.environ, "XLA_FLAGS": ""}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1:] == [  # (after any library warnings)
+        f"experiments.run: error: config.data.golden={path}: 1 golden questions overlap the training questions "
+        "(exact, or character 3-gram Jaccard >= 0.7); a golden question must never be trained on: "
+        "golden 'g1' = train 'cs-en-00-0' (exact)"]
+    assert not (tmp_path / "run" / "checkpoints").exists()
