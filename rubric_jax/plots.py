@@ -85,7 +85,7 @@ PLOTS: tuple[PlotSpec, ...] = (
 # Words for metric names that are not self-explanatory in a legend (per-dimension names are the ids).
 _LABELS = {
     "reward/mean": "mean reward",
-    "eval/reward_mean": "mean reward",
+    "eval/reward_mean": "eval: mean reward",
     "clip_frac": "clipped (either side)",
     "clip_frac_low": "clipped below 1 - clip_low",
     "clip_frac_high": "clipped above 1 + clip_high",

@@ -143,3 +143,15 @@ def test_legend_names_are_readable():
                                             "eval/judge_invalid", "grad_norm")] == [
         "mean reward", "helpful", "format", "clipped below 1 - clip_low", "unparseable judge answers (eval)",
         "grad_norm"]
+
+
+def test_monitor_plots_draw_their_alert_threshold(tmp_path):
+    run = _write_run(tmp_path / "run", [{"step": s, "stage": "grpo", "monitor/template_share": 0.1 * s,
+                                         "monitor/length_drift": 0.2 * s, "reward/mean": 0.5} for s in (1, 2)])
+    plots.plot_run(run, tmp_path / "without")  # no config.json: no thresholds
+    (run / "config.json").write_text(json.dumps({"monitor": {"max_template_share": 0.4,
+                                                             "max_length_drift": float("inf")}}))
+    plots.plot_run(run, tmp_path / "with")
+    for name, drawn in (("template_share.png", True), ("length_drift.png", False), ("reward.png", False)):
+        same = (tmp_path / "with" / name).read_bytes() == (tmp_path / "without" / name).read_bytes()
+        assert same != drawn, name  # an infinite threshold (never alert) is not drawn
