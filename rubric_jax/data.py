@@ -164,7 +164,8 @@ def questions_from_rows(rows: Iterable[tuple[str, dict[str, Any]]], source: str)
 
 
 def load_questions(path: str | Path) -> list[Question]:
-    """Reads a question jsonl ({"id","question","category","lang"} + optional keywords/difficulty/rubric/reference/labels)."""
+    """Reads a question jsonl ({"id","question","category","lang"} + optional keywords, difficulty, rubric,
+    reference, labels)."""
     return questions_from_rows(((f"{path}:{lineno}", row) for lineno, row in read_jsonl(path)), str(path))
 
 

@@ -190,7 +190,8 @@ def plot_metrics(rows: Sequence[Mapping[str, Any]], out_dir: str | Path,
             continue
         threshold = (thresholds or {}).get(spec.threshold)
         threshold = threshold if threshold is not None and math.isfinite(threshold) else None
-        labels = [metric_label(key) for key in lines] + ([f"alert threshold {threshold:g}"] if threshold is not None else [])
+        labels = [metric_label(key) for key in lines]
+        labels += [f"alert threshold {threshold:g}"] if threshold is not None else []
         fig, axes = _figure(1, 1, (7.5, 4.2), labels)
         ax = axes[0, 0]
         handles = []

@@ -4,10 +4,11 @@
   .venv/bin/python -m rubric_jax.assets.build_tiny_assets --out DIR  # build elsewhere (tests compare)
 
 Writes questions_train.jsonl / questions_eval.jsonl (hygiene applied: near-duplicate removal and PII
-scrubbing from rubric_jax.prepare), questions_golden.jsonl (new phrasings with labelled reference answers), sft.jsonl (QuRL-style cold start: one `<think>…</think><answer>…
-</answer>` response per training question, deliberately imperfect so GRPO has room to improve),
+scrubbing from rubric_jax.prepare), questions_golden.jsonl (new phrasings with labelled reference
+answers), sft.jsonl (QuRL-style cold start: one `<think>…</think><answer>…</answer>` response per
+training question, deliberately imperfect so GRPO has room to improve),
 rubric.yaml (the shared rule-only rubric; each question row adds its case-wise criteria), tokenizer/
-(byte-level BPE trained on all of that text, Qwen2 chat template) and config.json (a Qwen2-architecture
+(byte-level BPE trained on all of that text but the golden set's, Qwen2 chat template) and config.json (a Qwen2-architecture
 model of 0.66M parameters)."""
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config
 from rubric_jax import data
 from rubric_jax.assets import TINY_DIR
 from rubric_jax.assets.tiny_content import (
-    CS, DIFFICULTIES, FILLERS, FRAMES, GOLDEN, HEALTH, PHRASE_SENTENCES, POLITE_PHRASES, RAW_EXTRA_QUESTIONS, TEMPLATE_MARKERS,
-    THINKS, TOPICS, Topic,
+    CS, DIFFICULTIES, FILLERS, FRAMES, GOLDEN, HEALTH, PHRASE_SENTENCES, POLITE_PHRASES, RAW_EXTRA_QUESTIONS,
+    TEMPLATE_MARKERS, THINKS, TOPICS, Topic,
 )
 from rubric_jax.judges.rules import make_rule
 from rubric_jax.prepare import dedup, pii

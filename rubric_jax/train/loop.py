@@ -2,7 +2,9 @@
 
 Stages (config.stages): "sft" (cold-start SFT on formatted answers, QuRL) then "grpo" (rollouts ->
 rubric reward -> group advantages -> jitted sharded update), with held-out evals before the first GRPO
-update (the SFT baseline), every `eval.every_steps` steps and at the end.
+update (the SFT baseline), every `eval.every_steps` steps and at the end. Every GRPO step also writes
+the reward-hacking monitors (train/monitors.py: alerts.jsonl) and every eval scores the golden set
+(train/golden.py).
 
 Reliability: every stage checkpoints (orbax) params, optimizer state, step, PRNG key, data-iterator
 position and the rubric hash; a restart with the same workdir resumes from the latest checkpoint and
@@ -39,7 +41,8 @@ from rubric_jax.rubrics.dynamic_weights import (DynamicWeightsConfig, DynamicWei
 from rubric_jax.rubrics.correction import Correction, load_correction
 from rubric_jax.rubrics.io import dumps_rubric, load_rubric
 from rubric_jax.rubrics.schema import Rubric
-from rubric_jax.train import checkpointing, golden as golden_set, monitors, rollout, state as train_state, step as train_step
+from rubric_jax.train import checkpointing, golden as golden_set, monitors, rollout
+from rubric_jax.train import state as train_state, step as train_step
 
 STAGES = ("sft", "grpo")
 ROLLOUT_DTYPES = ("compute", "float32", "bfloat16")  # mesh.rollout.param_dtype

@@ -1,8 +1,8 @@
 """Reward-hacking monitors of every GRPO step, and the alerts their thresholds raise (RubricRL §3.3, §6).
 
 Every GRPO metrics row gets these keys, whatever the rubric's dimensions (shape legend: N rollouts):
-  monitor/template_share          share of responses that follow a template, 首先…其次…最后 or first…second…
-                                  finally (the rule library's TemplatePhrases detector, EN and ZH)
+  monitor/template_share          share of responses that follow a template, 首先…其次…最后 or
+                                  first…second…finally (the rule library's TemplatePhrases detector)
   monitor/length_drift            mean response tokens / the first GRPO step's mean − 1 (0 at step 1)
   monitor/var/<dimension>         variance of the dimension's valid normalised scores (the mean is reward/<dimension>)
   monitor/saturation/<dimension>  share of the dimension's valid scores at its top level (normalised 1)
