@@ -36,6 +36,17 @@ def base_config() -> ml_collections.ConfigDict:
     c.judge.param_dtype = "auto"  # Judge weights dtype: auto (bfloat16 on accelerators, float32 on CPU), float32, bfloat16.
     c.judge.compute_dtype = "auto"  # Judge activation dtype, same choices.
 
+    # What scores rollouts: rubrics (rule and LLM judges, above) or a scalar reward model (rubric_jax/judges/
+    # reward_model.py; QuRL's "w/ RLHF reward model" ablation, which uses internlm2-7b-reward).
+    c.reward = ml_collections.ConfigDict()
+    c.reward.source = "rubric"  # "rubric" (the rows' rubrics) or "reward_model" (reward.model_checkpoint).
+    c.reward.model_checkpoint = ""  # Local HF Qwen2/Llama *ForSequenceClassification directory with one label.
+    c.reward.model_dtype = "float32"  # Reward-model weights and activations: float32 or bfloat16.
+    c.reward.model_max_len = 4096  # Longest chat (question + response, RM tokens) scored; longer rows get no reward (counted).
+    c.reward.model_batch_size = 64  # Rows per reward-model forward call (bounds attention memory).
+    c.reward.model_center = 0.0  # reward = sigmoid((logit - center) / scale): the scalar mapped to (0, 1).
+    c.reward.model_scale = 1.0  # Logit units per unit of the sigmoid's argument (> 0).
+
     c.mesh = ml_collections.ConfigDict()
     c.mesh.data = 1  # Data-parallel axis size.
     c.mesh.fsdp = -1  # Fully-sharded axis size (-1: all devices left).

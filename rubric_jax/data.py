@@ -217,9 +217,12 @@ def conversation_text(turns: Sequence[Mapping[str, str]]) -> str:
     return "\n\n".join(f"{t['role']}: {t['content']}" for t in turns)
 
 
-def encode_chats(tokenizer: Any, chats: Sequence[Sequence[Mapping[str, str]]]) -> list[list[int]]:
-    """Token ids of each conversation rendered with the tokenizer's chat template, ending in the assistant header."""
-    texts = [tokenizer.apply_chat_template([dict(m) for m in chat], tokenize=False, add_generation_prompt=True)
+def encode_chats(tokenizer: Any, chats: Sequence[Sequence[Mapping[str, str]]], *,
+                 add_generation_prompt: bool = True) -> list[list[int]]:
+    """Token ids of each conversation rendered with the tokenizer's chat template, ending in the assistant
+    header (or, with add_generation_prompt=False, as the template closes the last turn: a reward model's input)."""
+    texts = [tokenizer.apply_chat_template([dict(m) for m in chat], tokenize=False,
+                                           add_generation_prompt=add_generation_prompt)
              for chat in chats]
     return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 

@@ -15,23 +15,38 @@ import transformers
 
 # name -> HF config fields; covers tied/untied, GQA ratios 1/2/4, head_dim != hidden/heads, rope_theta,
 # llama3 rope scaling, Qwen2 q/k/v bias. "config_format": "old" rewrites config.json with top-level keys.
+# "head": "sequence_classification" builds a *ForSequenceClassification model (score head, no LM head).
+# "seed" draws the fixture's weights and batch (fixed per fixture, so adding one changes no other).
 SPECS: dict[str, dict[str, Any]] = {
     "qwen2_tied_gqa2": dict(
+        seed=2,
         model_type="qwen2", vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, rope_theta=10_000.0, tie_word_embeddings=True,
         rms_norm_eps=1e-6, max_position_embeddings=64,
     ),
     "qwen2_untied_mha_oldconfig": dict(
+        seed=3,
         model_type="qwen2", vocab_size=160, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=4, rope_theta=1_000_000.0, tie_word_embeddings=False,
         rms_norm_eps=1e-6, max_position_embeddings=64, config_format="old",
     ),
     "llama_gqa4_headdim16": dict(
+        seed=1,
         model_type="llama", vocab_size=192, hidden_size=32, intermediate_size=80, num_hidden_layers=2,
         num_attention_heads=8, num_key_value_heads=2, head_dim=16, rope_theta=500_000.0,
         tie_word_embeddings=False, rms_norm_eps=1e-5, max_position_embeddings=64,
     ),
+    # A Qwen2ForSequenceClassification (reward-model head): 3 labels so a transposed score weight shows; tied
+    # embeddings as in the small Qwen2.5 bases (a classifier has no LM head to tie, and stores none).
+    "qwen2_seqcls_gqa2": dict(
+        seed=4,
+        model_type="qwen2", vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, rope_theta=1_000_000.0, tie_word_embeddings=True,
+        rms_norm_eps=1e-6, max_position_embeddings=64, head="sequence_classification", num_labels=3,
+        pad_token_id=7,
+    ),
     "llama3_rope_scaling_tied": dict(
+        seed=0,
         model_type="llama", vocab_size=128, hidden_size=48, intermediate_size=64, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, head_dim=12, rope_theta=50_000.0,
         tie_word_embeddings=True, rms_norm_eps=1e-5, max_position_embeddings=64,
@@ -40,12 +55,23 @@ SPECS: dict[str, dict[str, Any]] = {
 }
 
 _CONFIG_CLASSES = {"qwen2": transformers.Qwen2Config, "llama": transformers.LlamaConfig}
-_MODEL_CLASSES = {"qwen2": transformers.Qwen2ForCausalLM, "llama": transformers.LlamaForCausalLM}
+_MODEL_CLASSES = {
+    ("qwen2", "causal_lm"): transformers.Qwen2ForCausalLM,
+    ("llama", "causal_lm"): transformers.LlamaForCausalLM,
+    ("qwen2", "sequence_classification"): transformers.Qwen2ForSequenceClassification,
+    ("llama", "sequence_classification"): transformers.LlamaForSequenceClassification,
+}
+_SPEC_ONLY_KEYS = ("seed", "model_type", "rope_theta", "rope_scaling", "config_format", "head")
+
+
+def is_classifier(spec: dict[str, Any]) -> bool:
+    """Whether a spec describes a sequence classifier (its fixture holds [B, C] logits)."""
+    return spec.get("head", "causal_lm") == "sequence_classification"
 
 
 def hf_config(spec: dict[str, Any]) -> transformers.PretrainedConfig:
     """A transformers config (new `rope_parameters` layout) for one spec."""
-    fields = {k: v for k, v in spec.items() if k not in ("model_type", "rope_theta", "rope_scaling", "config_format")}
+    fields = {k: v for k, v in spec.items() if k not in _SPEC_ONLY_KEYS}
     rope = {"rope_type": "default", "rope_theta": spec["rope_theta"]}
     if "rope_scaling" in spec:
         rope.update(rope_type="llama3", **spec["rope_scaling"])
@@ -57,7 +83,7 @@ def build_model(spec: dict[str, Any], seed: int) -> transformers.PreTrainedModel
     config = hf_config(spec)
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
-    model = _MODEL_CLASSES[spec["model_type"]](config).to(torch.float32).eval()
+    model = _MODEL_CLASSES[spec["model_type"], spec.get("head", "causal_lm")](config).to(torch.float32).eval()
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():  # tied lm_head is the embedding: listed once
@@ -85,9 +111,34 @@ def token_batch(vocab_size: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.
     return tokens_BxT, mask_BxT, positions_BxT
 
 
+def classifier_token_batch(vocab_size: int, pad_id: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(tokens [4, 11], attention_mask, positions) for a classifier, padded with `pad_id`: row 0 unpadded,
+    row 1 left-padded, row 2 right-padded, row 3 right-padded with its last real token equal to `pad_id`
+    (transformers then pools the token before it: the rightmost token that is not `pad_id`)."""
+    rng = np.random.default_rng(seed)
+    tokens_BxT = rng.integers(0, vocab_size, size=(4, 11)).astype(np.int32)
+    tokens_BxT[tokens_BxT == pad_id] = (pad_id + 1) % vocab_size  # no stray pad ids among real tokens
+    mask_BxT = np.ones((4, 11), np.int32)
+    mask_BxT[1, :3] = 0
+    mask_BxT[2, 7:] = 0
+    mask_BxT[3, 9:] = 0
+    tokens_BxT[mask_BxT == 0] = pad_id
+    tokens_BxT[3, 8] = pad_id
+    positions_BxT = np.maximum(np.cumsum(mask_BxT, axis=1) - 1, 0).astype(np.int32)
+    return tokens_BxT, mask_BxT, positions_BxT
+
+
+def fixture_batch(spec: dict[str, Any], seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The token batch a spec's fixture is computed on."""
+    if is_classifier(spec):
+        return classifier_token_batch(spec["vocab_size"], spec["pad_token_id"], seed)
+    return token_batch(spec["vocab_size"], seed)
+
+
 def reference_logits(model: transformers.PreTrainedModel, tokens_BxT: np.ndarray, mask_BxT: np.ndarray,
                      positions_BxT: np.ndarray) -> np.ndarray:
-    """fp32 logits [B, T, V] from the HF model (explicit positions, as generation with left padding uses)."""
+    """fp32 logits [B, T, V] from the HF model (explicit positions, as generation with left padding uses);
+    [B, C] pooled logits from a sequence classifier."""
     with torch.no_grad():
         out = model(
             input_ids=torch.from_numpy(tokens_BxT.astype(np.int64)),
@@ -115,7 +166,7 @@ def reference_normed_layer_outputs(model: transformers.PreTrainedModel, tokens_B
         return [model.model.norm(h).to(torch.float32).numpy() for h in outputs]
 
 
-def load_model(path: str) -> transformers.PreTrainedModel:
+def load_model(path: str, *, classifier: bool = False) -> transformers.PreTrainedModel:
     """Loads an HF directory (e.g. one our exporter wrote) as an fp32 eager-attention torch model."""
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
-    return model.eval()
+    auto = transformers.AutoModelForSequenceClassification if classifier else transformers.AutoModelForCausalLM
+    return auto.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()

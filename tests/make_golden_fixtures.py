@@ -1,19 +1,23 @@
 """Writes tests/fixtures/golden/<name>/: tiny random HF checkpoints and their fp32 reference logits.
 
 Each directory holds config.json, model.safetensors (fp32, HF names and layout) and expected.npz
-(tokens, attention_mask, positions, logits [B, T, V]) computed by transformers' PyTorch model. The
-model specs live in tests/hf_reference.py. Needs torch==2.13.0 (requirements-bench.txt); the test
-suite only reads the files. Regenerate with:
-    .venv/bin/python tests/make_golden_fixtures.py
+(tokens, attention_mask, positions, logits [B, T, V], or [B, C] for a sequence classifier) computed by
+transformers' PyTorch model. The model specs live in tests/hf_reference.py. Needs torch==2.13.0
+(requirements-bench.txt); the test suite only reads the files. Regenerate all, or the named ones, with:
+    .venv/bin/python tests/make_golden_fixtures.py [NAME ...]
+torch runs on one thread, so a fixture regenerates byte for byte (the four causal-LM fixtures were
+made before this and differ from a regeneration by float noise, at most 1.5e-5 in a logit).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
+import torch
 
 import hf_reference
 
@@ -32,9 +36,10 @@ def _to_old_config_format(config_path: Path) -> None:
     config_path.write_text(json.dumps(hf, indent=2, sort_keys=True) + "\n")
 
 
-def write_fixture(name: str, seed: int) -> Path:
+def write_fixture(name: str) -> Path:
     """Builds one spec's model, saves it and its reference logits; returns the directory."""
     spec = hf_reference.SPECS[name]
+    seed = spec["seed"]
     out_dir = GOLDEN_DIR / name
     if out_dir.exists():
         shutil.rmtree(out_dir)
@@ -45,17 +50,21 @@ def write_fixture(name: str, seed: int) -> Path:
             path.unlink()
     if spec.get("config_format") == "old":
         _to_old_config_format(out_dir / "config.json")
-    tokens_BxT, mask_BxT, positions_BxT = hf_reference.token_batch(spec["vocab_size"], seed)
+    tokens_BxT, mask_BxT, positions_BxT = hf_reference.fixture_batch(spec, seed)
     logits_BxTxV = hf_reference.reference_logits(model, tokens_BxT, mask_BxT, positions_BxT)
     np.savez(out_dir / "expected.npz", tokens=tokens_BxT, attention_mask=mask_BxT, positions=positions_BxT,
              logits=logits_BxTxV)
     return out_dir
 
 
-def main() -> None:
+def main(names: list[str]) -> None:
+    unknown = sorted(set(names) - set(hf_reference.SPECS))
+    if unknown:
+        sys.exit(f"unknown fixture name(s) {unknown}; expected some of {sorted(hf_reference.SPECS)}")
+    torch.set_num_threads(1)  # thread count changes float summation order, and so the stored logits
     total = 0
-    for seed, name in enumerate(sorted(hf_reference.SPECS)):
-        out_dir = write_fixture(name, seed)
+    for name in sorted(names or hf_reference.SPECS):
+        out_dir = write_fixture(name)
         size = sum(p.stat().st_size for p in out_dir.iterdir())
         total += size
         print(f"{out_dir}: {size / 1024:.1f} KiB")
@@ -63,4 +72,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

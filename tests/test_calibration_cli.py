@@ -154,12 +154,11 @@ def test_llm_dimension_with_a_judge_checkpoint_directory(tmp_path):
     """The CLI loads a real (scripted) judge checkpoint: a judge that always answers 4 is constant, so its
     Spearman is undefined and the dimension is flagged; reversing the anchors does not move it."""
     from rubric_jax.models.checkpoint import export_hf_checkpoint
-    from test_llm_judge import scripted_model, tiny_model_config, tiny_tokenizer
+    from test_llm_judge import scripted_model, tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
-    graphdef, state = scripted_model(tokenizer, "SCORE: 4")
-    judge_dir = export_hf_checkpoint(tiny_model_config(state["embed_tokens"]["embedding"].value.shape[0]), state,
-                                     tmp_path / "judge")
+    weights = scripted_model(tokenizer, "SCORE: 4")
+    judge_dir = export_hf_checkpoint(weights.cfg, weights.params, tmp_path / "judge")
     tokenizer.save_pretrained(judge_dir)
     rubric = tmp_path / "rubric.json"
     rubric.write_text(json.dumps({"name": "llm", "version": "1.0.0", "changelog": [

@@ -59,8 +59,9 @@ def graphdef_with(cfg: ModelConfig, **changes) -> nnx.GraphDef:
 # ---------------------------------------------------------------- golden parity (no torch needed)
 
 def test_golden_fixture_set_is_complete():
-    assert sorted(p.name for p in GOLDEN_DIR.iterdir() if p.is_dir()) == sorted(GOLDEN_NAMES)
-    for name in GOLDEN_NAMES:
+    classifiers = ("qwen2_seqcls_gqa2",)  # tests/test_sequence_classifier.py
+    assert sorted(p.name for p in GOLDEN_DIR.iterdir() if p.is_dir()) == sorted(GOLDEN_NAMES + classifiers)
+    for name in GOLDEN_NAMES + classifiers:
         assert {p.name for p in (GOLDEN_DIR / name).iterdir()} == {"config.json", "model.safetensors", "expected.npz"}
 
 

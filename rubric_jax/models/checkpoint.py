@@ -1,7 +1,9 @@
 """Hugging Face checkpoint directories <-> our Transformer state, through one table used both ways.
 
 A HF directory holds config.json and either model.safetensors or shards listed in
-model.safetensors.index.json (torch layout: Linear weights are [out, in]). Our parameters are stacked
+model.safetensors.index.json (torch layout: Linear weights are [out, in]). A *ForCausalLM directory has
+an LM head; a *ForSequenceClassification one (a reward model) has a `score` head instead, one more row
+of the same table. Our parameters are stacked
 over layers ([L, ...]) with split head axes (see rubric_jax/models/transformer.py). Reading takes each
 tensor once (safetensors, numpy framework, no torch), converts it on the host and places every
 parameter straight into the sharding it is given, so a large model never sits whole on one device.
@@ -48,6 +50,7 @@ _TABLE: tuple[tuple[str, tuple[str, ...], int | None], ...] = (
     ("model.embed_tokens.weight", ("embed_tokens", "embedding"), None),
     ("model.norm.weight", ("norm", "scale"), None),
     ("lm_head.weight", ("lm_head", "kernel"), 1),
+    ("score.weight", ("score", "kernel"), 1),  # sequence classifiers (reward models): [num_labels, hidden]
     ("model.layers.{i}.input_layernorm.weight", ("layers", "input_layernorm", "scale"), None),
     ("model.layers.{i}.post_attention_layernorm.weight", ("layers", "post_attention_layernorm", "scale"), None),
     ("model.layers.{i}.self_attn.q_proj.weight", ("layers", "self_attn", "q_proj", "kernel"), 1),
@@ -170,7 +173,7 @@ def _check_names(path: Path, cfg: ModelConfig, expected: set[str], present: set[
     missing = sorted(expected - present)
     if missing:
         raise CheckpointError(f"{path}: tensor {missing[0]!r} is missing ({len(missing)} missing: {missing[:8]})")
-    redundant_head = cfg.tie_word_embeddings and "lm_head.weight" in present
+    redundant_head = cfg.tie_word_embeddings and not cfg.is_classifier and "lm_head.weight" in present
     unexpected = sorted(n for n in present - expected if not _IGNORED.match(n))
     if redundant_head:
         unexpected.remove("lm_head.weight")

@@ -15,6 +15,13 @@ ARCHITECTURES = {
     "qwen2": "Qwen2ForCausalLM",
     "llama": "LlamaForCausalLM",
 }
+# The same decoder with a sequence-classification ("score") head instead of the LM head (reward models).
+SEQUENCE_CLASSIFIERS = {
+    "qwen2": "Qwen2ForSequenceClassification",
+    "llama": "LlamaForSequenceClassification",
+}
+_CLASSIFIER_SUFFIX = "ForSequenceClassification"
+_HF_DEFAULT_NUM_LABELS = 2  # transformers' PretrainedConfig default when config.json has no id2label
 # HF model_type -> our architecture; Mistral is the Llama block without bias (no sliding window here).
 _MODEL_TYPES = {"qwen2": "qwen2", "llama": "llama", "mistral": "llama"}
 _DTYPES = ("float32", "bfloat16", "float16")
@@ -52,6 +59,8 @@ class ModelConfig:
     attention_bias: bool
     rope_scaling: Llama3RopeScaling | None
     max_position_embeddings: int
+    num_labels: int = 0  # 0: causal LM (LM head); n > 0: sequence classifier with an n-label score head
+    pad_token_id: int | None = None  # a classifier pools each row's last token that is not this id (HF)
     param_dtype: str = "float32"
     compute_dtype: str = "float32"
     remat: bool = False
@@ -76,6 +85,18 @@ class ModelConfig:
         for name in ("param_dtype", "compute_dtype"):
             if getattr(self, name) not in _DTYPES:
                 raise ModelConfigError(f"field {name!r} must be one of {_DTYPES}, got {getattr(self, name)!r}")
+        if isinstance(self.num_labels, bool) or not isinstance(self.num_labels, int) or self.num_labels < 0:
+            raise ModelConfigError(f"field 'num_labels' must be an integer >= 0, got {self.num_labels!r}")
+        if self.num_labels and not (isinstance(self.pad_token_id, int) and 0 <= self.pad_token_id < self.vocab_size):
+            raise ModelConfigError(
+                f"a sequence classifier needs pad_token_id in [0, {self.vocab_size}) (its score is read at each "
+                f"row's last token that is not pad_token_id, as transformers does), got {self.pad_token_id!r}"
+            )
+
+    @property
+    def is_classifier(self) -> bool:
+        """A sequence classifier (score head, e.g. a reward model) rather than a causal LM."""
+        return self.num_labels > 0
 
     @property
     def num_groups(self) -> int:
@@ -112,6 +133,7 @@ class ModelConfig:
         num_heads = need("num_attention_heads")
         hidden_size = need("hidden_size")
         rope = _rope_settings(hf)
+        num_labels = _num_labels(hf)
         fields = dict(
             architecture=architecture,
             vocab_size=need("vocab_size"),
@@ -127,6 +149,8 @@ class ModelConfig:
             attention_bias=architecture == "qwen2",
             rope_scaling=_llama3_scaling(rope),
             max_position_embeddings=need("max_position_embeddings"),
+            num_labels=num_labels,
+            pad_token_id=hf.get("pad_token_id") if num_labels else None,
         )
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
@@ -154,8 +178,9 @@ class ModelConfig:
         rope: dict[str, Any] = {"rope_theta": self.rope_theta, "rope_type": "default"}
         if self.rope_scaling is not None:
             rope.update(rope_type="llama3", **dataclasses.asdict(self.rope_scaling))
+        classes = SEQUENCE_CLASSIFIERS if self.is_classifier else ARCHITECTURES
         hf: dict[str, Any] = {
-            "architectures": [ARCHITECTURES[self.architecture]],
+            "architectures": [classes[self.architecture]],
             "model_type": self.architecture,
             "vocab_size": self.vocab_size,
             "hidden_size": self.hidden_size,
@@ -173,7 +198,21 @@ class ModelConfig:
         }
         if self.architecture == "llama":
             hf.update(attention_bias=False, mlp_bias=False)
+        if self.is_classifier:
+            hf.update(pad_token_id=self.pad_token_id, id2label={str(i): f"LABEL_{i}" for i in range(self.num_labels)},
+                      label2id={f"LABEL_{i}": i for i in range(self.num_labels)})
         return hf
+
+
+def _num_labels(hf: dict[str, Any]) -> int:
+    """0 for a causal LM; for a *ForSequenceClassification checkpoint its label count, read as transformers
+    reads it (len(id2label), else `num_labels`, else 2)."""
+    architectures = hf.get("architectures") or []
+    if not any(str(name).endswith(_CLASSIFIER_SUFFIX) for name in architectures):
+        return 0
+    if hf.get("id2label"):
+        return len(hf["id2label"])
+    return hf.get("num_labels", _HF_DEFAULT_NUM_LABELS)
 
 
 def _rope_settings(hf: dict[str, Any]) -> dict[str, Any]:

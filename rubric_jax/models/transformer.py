@@ -1,7 +1,11 @@
 """Qwen2 / Llama decoder as an NNX module with stacked layers and an explicit KV cache.
 
 Einsum legend: B batch, T new tokens, S attended (cache) slots, D hidden, V vocab, N query heads,
-K key/value heads, G query heads per KV head (N = K·G), H head dim, F MLP width, L layers.
+K key/value heads, G query heads per KV head (N = K·G), H head dim, F MLP width, L layers,
+C classifier labels.
+
+The head is an LM head (causal LM) or, when `cfg.num_labels > 0`, a bias-free `score` projection
+[D, C] read at one token per row (HF *ForSequenceClassification, e.g. a scalar reward model).
 
 The module only holds parameters (named after the HF submodules so checkpoint mapping is a short
 table); the maths lives in pure functions over plain arrays so that the layer stack runs under
@@ -135,7 +139,9 @@ class Transformer(nnx.Module):
         self.embed_tokens = _Embedding(cfg, rngs, dtype)
         self.layers = _DecoderLayers(cfg, rngs, dtype)
         self.norm = _RMSNorm((cfg.hidden_size,), ("embed",), dtype)
-        if not cfg.tie_word_embeddings:
+        if cfg.is_classifier:
+            self.score = _Projection(rngs, dtype, (cfg.hidden_size, cfg.num_labels), ("embed", None))
+        elif not cfg.tie_word_embeddings:
             self.lm_head = _Projection(rngs, dtype, (cfg.hidden_size, cfg.vocab_size), ("embed", "vocab"))
 
     def __call__(self, tokens_BxT: jax.Array, positions_BxT: jax.Array, mask_BxTxS: jax.Array,
@@ -171,12 +177,32 @@ class Transformer(nnx.Module):
 
     def logits_from_hidden(self, h_BxTxD: jax.Array) -> jax.Array:
         """Float32 logits from hidden states through the LM head (or the tied embedding)."""
+        if self.cfg.is_classifier:
+            raise ValueError("this model is a sequence classifier (a score head, no LM head): use sequence_logits")
         if self.cfg.tie_word_embeddings:
             w_DxV = self.embed_tokens.embedding[...].T
         else:
             w_DxV = self.lm_head.kernel[...]
         return jnp.einsum("BTD,DV->BTV", h_BxTxD, w_DxV.astype(h_BxTxD.dtype),
                           preferred_element_type=jnp.float32)
+
+    def sequence_logits(self, tokens_BxT: jax.Array, positions_BxT: jax.Array, mask_BxTxS: jax.Array) -> jax.Array:
+        """Float32 classifier logits [B, C]: the score head on the final-norm hidden state of each row's
+        last token that is not `cfg.pad_token_id` (transformers' *ForSequenceClassification pooling)."""
+        if not self.cfg.is_classifier:
+            raise ValueError("this model is a causal LM (no score head): sequence_logits needs num_labels > 0")
+        h_BxTxD, _ = self.hidden_states(tokens_BxT, positions_BxT, mask_BxTxS)
+        last_B = last_non_pad_index(tokens_BxT, self.cfg.pad_token_id)
+        h_BxD = jnp.take_along_axis(h_BxTxD, last_B[:, None, None], axis=1)[:, 0]
+        return jnp.einsum("BD,DC->BC", h_BxD, self.score.kernel[...].astype(h_BxD.dtype),
+                          preferred_element_type=jnp.float32)
+
+
+def last_non_pad_index(tokens_BxT: jax.Array, pad_id: int) -> jax.Array:
+    """Index [B] of each row's rightmost token that is not `pad_id` (0 for an all-pad row), as transformers
+    picks it: works for left and right padding, and skips a trailing real token equal to `pad_id`."""
+    t = tokens_BxT.shape[-1]
+    return jnp.max(jnp.arange(t, dtype=jnp.int32)[None, :] * (tokens_BxT != pad_id), axis=-1)
 
 
 def _arrays(module: nnx.Module) -> Params:

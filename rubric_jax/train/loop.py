@@ -34,6 +34,7 @@ from flax import nnx
 from rubric_jax import data, grpo, loader, metrics, plots, sampling, sharding
 from rubric_jax.judges.llm_judge import JudgeConfig, load_judge
 from rubric_jax.judges.reward import RewardOutput, RubricReward
+from rubric_jax.judges.reward_model import RewardModelConfig, RewardModelReward, load_reward_model
 from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.dynamic_weights import (DynamicWeightsConfig, DynamicWeightsState, init_dynamic_weights,
@@ -45,6 +46,7 @@ from rubric_jax.train import checkpointing, golden as golden_set, monitors, roll
 from rubric_jax.train import state as train_state, step as train_step
 
 STAGES = ("sft", "grpo")
+REWARD_SOURCES = ("rubric", "reward_model")  # config.reward.source
 ROLLOUT_DTYPES = ("compute", "float32", "bfloat16")  # mesh.rollout.param_dtype
 _STAGE_ORDER = {"sft": 0, "grpo": 1, "eval": 1}
 EVAL_SAMPLES = 4  # eval responses written to samples.jsonl per eval
@@ -109,7 +111,7 @@ class Run:
     tokenizer: Any
     model_cfg: ModelConfig
     graphdef: nnx.GraphDef  # the policy's (and reference's) module structure in the training layout
-    reward: RubricReward
+    reward: RubricReward | RewardModelReward  # config.reward.source
     rubric_of: dict[str, Rubric]  # question id -> its rubric (shared, or case-wise R*(q))
     rubric_hash: str
     train_questions: list[data.Question]
@@ -211,6 +213,7 @@ def _layouts(config: ml_collections.ConfigDict, model_cfg: ModelConfig) -> tuple
 def build(config: ml_collections.ConfigDict, workdir: Path) -> Run:
     """Layouts, tokenizer, model shape, rubric, reward, datasets and writers from the config."""
     workdir.mkdir(parents=True, exist_ok=True)
+    reward_model_settings = reward_model_config(config)
     model_dir = config.model.checkpoint and _existing_dir(config.model.checkpoint, "model.checkpoint", "model")
     if not (config.model.tokenizer or model_dir):
         raise ValueError("config.model.tokenizer (or config.model.checkpoint) must name a tokenizer directory")
@@ -240,10 +243,15 @@ def build(config: ml_collections.ConfigDict, workdir: Path) -> Run:
     rubric_of.update({q.id: r for q, r in zip(golden.questions, golden.rubrics)} if golden else {})
     rubrics = list(rubric_of.values())
     correction = load_correction(config.data.rubric_correction) if config.data.rubric_correction else None
-    reward = RubricReward(rubrics, judges, JudgeConfig(
-        mode={"per_dimension": "single", "all_criteria": "multi"}[config.judge.mode],
-        num_samples=config.judge.samples, max_retries=config.judge.max_retries, ensemble=config.judge.ensemble,
-        shuffle_anchors=config.judge.shuffle_anchors), correction=correction)
+    if reward_model_settings is None:
+        reward = RubricReward(rubrics, judges, JudgeConfig(
+            mode={"per_dimension": "single", "all_criteria": "multi"}[config.judge.mode],
+            num_samples=config.judge.samples, max_retries=config.judge.max_retries, ensemble=config.judge.ensemble,
+            shuffle_anchors=config.judge.shuffle_anchors), correction=correction)
+    else:
+        dtype = config.reward.model_dtype
+        reward = RewardModelReward(load_reward_model(config.reward.model_checkpoint, layout=decode_layout,
+                                                     param_dtype=dtype, compute_dtype=dtype), reward_model_settings)
     rubric_hash = _rubric_set_hash(shared_rubric, rubrics, correction)
     (workdir / "rubric.yaml").write_text(dumps_rubric(shared_rubric, "yaml"))
     rubric_info = {"name": shared_rubric.name, "version": shared_rubric.version,
@@ -255,6 +263,33 @@ def build(config: ml_collections.ConfigDict, workdir: Path) -> Run:
     return Run(config, workdir, layout, decode_layout, decode_dtype, tokenizer, model_cfg, graphdef, reward, rubric_of,
                rubric_hash, train_questions, eval_questions, writer, jax.random.key(config.seed), dynamic, golden,
                monitors.Watch(monitors.thresholds(config.monitor), workdir))
+
+
+def reward_model_config(config: ml_collections.ConfigDict) -> RewardModelConfig | None:
+    """`config.reward` checked before anything loads: None when rubrics score the rollouts, else the reward
+    model's settings. A key that the chosen source would ignore is an error, not a silent no-op."""
+    r = config.reward
+    if r.source not in REWARD_SOURCES:
+        raise ValueError(f"config.reward.source={r.source!r}: expected one of {REWARD_SOURCES}")
+    if r.source == "rubric":
+        if r.model_checkpoint:
+            raise ValueError("config.reward.model_checkpoint is set but config.reward.source='rubric' never reads "
+                             "it; add --config.reward.source=reward_model or drop the checkpoint")
+        return None
+    if not r.model_checkpoint:
+        raise ValueError("config.reward.source='reward_model' needs config.reward.model_checkpoint=DIR (a local "
+                         "HF *ForSequenceClassification directory with one label)")
+    if config.judge.checkpoint:
+        raise ValueError("config.judge.checkpoint is set but config.reward.source='reward_model' scores with the "
+                         "reward model alone; drop the judge")
+    if config.rl.dynamic_weights:
+        raise ValueError("config.rl.dynamic_weights re-weights rubric dimensions; a reward model has none")
+    if config.data.rubric_correction:
+        raise ValueError("config.data.rubric_correction corrects judge scores; a reward model has none")
+    if r.model_dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"config.reward.model_dtype={r.model_dtype!r}: expected 'float32' or 'bfloat16'")
+    return RewardModelConfig(max_len=r.model_max_len, batch_size=r.model_batch_size, center=r.model_center,
+                             scale=r.model_scale)
 
 
 def _model_overrides(config: ml_collections.ConfigDict) -> dict[str, Any]:
