@@ -15,9 +15,15 @@ or {"replace": rubric} (rubric_jax.rubrics.schema.parse_row_rubric), any other f
   rubric_name, rubric_version, rubric_hash
 The judge is loaded straight into the decode layout over every local device (`--judge_tensor` consecutive
 devices split each weight, the rest hold replicas), in bfloat16 on accelerators by default.
-A one-line JSON summary (rows, mean reward, failures, judge counts) goes to stdout. User errors (a
-missing or malformed rubric, a bad input line, an LLM dimension without --judge_checkpoint) exit with
-status 2 and a message naming the file and line.
+A one-line JSON summary goes to stdout: rows, mean reward, not-ok rows, failed scores per dimension
+(`failures`) and per dimension and cause (`failure_causes`, e.g. "judge_prompt_too_long",
+"judge_invalid_verdict", "regex_timeout"), and the judge's counters.
+
+Exit status: 0 when every dimension got at least one valid score (partial failures are in the summary);
+1 when some dimension got no valid score at all (the message names it and the cause; --out is not
+written); 2 for user errors (a missing or malformed rubric, a bad input line, an LLM dimension without
+--judge_checkpoint, an output path that is a directory or one of the inputs), with a message naming the
+file and line. --out is written atomically: it is either the old file or the complete new one.
 """
 
 from __future__ import annotations
@@ -33,13 +39,14 @@ import numpy as np
 from absl import app, flags
 
 from experiments.judge_flags import JUDGE as _JUDGE, MAX_NEW as _MAX_NEW, MODE as _MODE, RETRIES as _RETRIES
-from experiments.judge_flags import SAMPLES as _SAMPLES
-from experiments.judge_flags import load_judges
+from experiments.judge_flags import SAMPLES as _SAMPLES, load_judges
+from rubric_jax.files import PathError, atomic_writer, check_input_file, check_output_path
 from rubric_jax.judges.llm_judge import JudgeConfig
 from rubric_jax.judges.reward import RubricReward
-from rubric_jax.rubrics.io import load_rubric
+from rubric_jax.judges.rules import REGEX_TIMEOUT_S
 from rubric_jax.jsonl import read_jsonl
-from rubric_jax.rubrics.schema import Rubric, RubricError, case_rubric_from_row
+from rubric_jax.rubrics.io import load_rubric
+from rubric_jax.rubrics.schema import Rubric, RubricError, case_rubric_from_row, check_rubric_identities, short_repr
 
 _RUBRIC = flags.DEFINE_string("rubric", None, "Rubric file (.json/.yaml); optional if every row has a full rubric.")
 _RESPONSES = flags.DEFINE_string("responses", None, "Input JSONL: question, response, optional rubric per line.")
@@ -48,26 +55,40 @@ _BATCH = flags.DEFINE_integer("batch_size", 64, "Rows per reward call (one batch
 _SEED = flags.DEFINE_integer("seed", 0, "PRNG seed for judge sampling.")
 flags.mark_flags_as_required(["responses", "out"])
 
+# What to do about a dimension none of whose scores is valid, by failure cause.
+CAUSE_HINTS = {
+    "judge_prompt_too_long": "the judge prompts do not fit the judge's context (max_position_embeddings minus "
+                             "--judge_max_new_tokens); use a judge with a longer context, a smaller "
+                             "--judge_max_new_tokens, or shorter anchors",
+    "judge_truncated": "every verdict was cut at --judge_max_new_tokens; raise it",
+    "judge_invalid_verdict": "the judge never wrote a parseable verdict (judge_invalid_examples in the summary)",
+    "regex_timeout": f"the rule's regex ran past {REGEX_TIMEOUT_S} s (catastrophic backtracking); simplify it",
+}
+
 
 class InputError(ValueError):
     """A malformed input line; the message names the file and line."""
 
 
-def read_rows(path: Path, shared: Rubric | None) -> tuple[list[dict[str, Any]], list[Rubric], list[str]]:
-    """Validated input rows, each row's rubric (shared, extended or replaced per row) and its 'file:line'."""
-    if not path.is_file():
-        raise InputError(f"{path}: responses file does not exist")
+def read_rows(path: Path, shared: Rubric | None, shared_source: str = "--rubric",
+              ) -> tuple[list[dict[str, Any]], list[Rubric], list[str]]:
+    """Validated input rows, each row's rubric (shared, extended or replaced per row) and its 'file:line'.
+
+    One rubric name and version must mean one content across the shared rubric and every row's.
+    """
+    check_input_file(path, "responses")
     rows, rubrics, sources = [], [], []
     for lineno, row in read_jsonl(path, InputError):
         where = f"{path}:{lineno}"
         for field in ("question", "response"):
             if not isinstance(row.get(field), str):
-                raise InputError(f"{where}: field {field!r}: expected a string, got {row.get(field)!r}")
+                raise InputError(f"{where}: field {field!r}: expected a string, got {short_repr(row.get(field))}")
         rubrics.append(case_rubric_from_row(shared, row.get("rubric"), f"line{lineno}", source=where))
         rows.append(row)
         sources.append(where)
     if not rows:
         raise InputError(f"{path}: no input rows")
+    check_rubric_identities(([(shared, shared_source)] if shared is not None else []) + list(zip(rubrics, sources)))
     return rows, rubrics, sources
 
 
@@ -79,7 +100,8 @@ def score_file(rows: list[dict[str, Any]], rubrics: list[Rubric], reward: Rubric
                key: jax.Array) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Output rows and a summary, scoring `batch_size` rows per reward call."""
     out_rows: list[dict[str, Any]] = []
-    summary: dict[str, Any] = {"rows": len(rows), "failures": {}, "judge_generate_calls": 0, "judge_failed_scores": 0}
+    summary: dict[str, Any] = {"rows": len(rows), "failures": {}, "failure_causes": {}, "rows_with_dimension": {},
+                               "judge_generate_calls": 0, "judge_failed_scores": 0}
     rewards = []
     for start, batch_key in zip(range(0, len(rows), batch_size), jax.random.split(key, -(-len(rows) // batch_size))):
         chunk, chunk_rubrics = rows[start : start + batch_size], rubrics[start : start + batch_size]
@@ -98,19 +120,40 @@ def score_file(rows: list[dict[str, Any]], rubrics: list[Rubric], reward: Rubric
                 "rubric_name": rubric.name, "rubric_version": rubric.version, "rubric_hash": rubric.content_hash,
             })
             rewards.append(float(result.reward[i]))
+            for dim_id in rubric.dimension_ids:
+                summary["rows_with_dimension"][dim_id] = summary["rows_with_dimension"].get(dim_id, 0) + 1
         for dim_id, count in result.details["failures"].items():
             summary["failures"][dim_id] = summary["failures"].get(dim_id, 0) + count
-        for field in ("judge_generate_calls", "judge_failed_scores"):
-            summary[field] += result.details.get(field, 0)
+        for dim_id, causes in result.details["failure_causes"].items():
+            for cause, count in causes.items():
+                per_dim = summary["failure_causes"].setdefault(dim_id, {})
+                per_dim[cause] = per_dim.get(cause, 0) + count
+        for field, value in result.details.items():
+            if field.startswith("judge_") and isinstance(value, int):
+                summary[field] = summary.get(field, 0) + value
+        examples = summary.setdefault("judge_invalid_examples", [])
+        examples.extend(result.details.get("judge_invalid_examples", [])[: 5 - len(examples)])
     summary["mean_reward"] = float(np.mean(rewards))
     summary["not_ok"] = sum(not r["reward_ok"] for r in out_rows)
     return out_rows, summary
 
 
-def _fail(message: str) -> None:
-    """Prints a one-line error (no traceback) and exits with status 2."""
+def unscored_dimensions(summary: dict[str, Any]) -> list[str]:
+    """One line per dimension whose every score failed, naming its causes and what to do."""
+    lines = []
+    for dim_id, count in summary["failures"].items():
+        if count and count == summary["rows_with_dimension"][dim_id]:
+            causes = summary["failure_causes"][dim_id]
+            hints = "; ".join(CAUSE_HINTS[c] for c in causes if c in CAUSE_HINTS)
+            lines.append(f"dimension {dim_id!r}: no valid score in any of its {count} rows "
+                         f"({', '.join(f'{c}: {n}' for c, n in causes.items())}){': ' + hints if hints else ''}")
+    return lines
+
+
+def _fail(message: str, status: int = 2) -> None:
+    """Prints a one-line error (no traceback) and exits with `status` (2: user error)."""
     print(f"experiments.score: error: {message}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(status)
 
 
 def main(argv: list[str]) -> None:
@@ -121,13 +164,10 @@ def main(argv: list[str]) -> None:
         if value < minimum:
             _fail(f"--{flag} must be >= {minimum}, got {value}")
     try:
-        shared = None
-        if _RUBRIC.value is not None:
-            if not Path(_RUBRIC.value).is_file():
-                raise RubricError(f"{_RUBRIC.value}: rubric file does not exist")
-            shared = load_rubric(_RUBRIC.value)
-        rows, rubrics, sources = read_rows(Path(_RESPONSES.value), shared)
-    except (RubricError, InputError, UnicodeDecodeError) as e:
+        out = check_output_path(_OUT.value, [_RESPONSES.value, _RUBRIC.value, _JUDGE.value])
+        shared = None if _RUBRIC.value is None else load_rubric(_RUBRIC.value)
+        rows, rubrics, sources = read_rows(Path(_RESPONSES.value), shared, str(_RUBRIC.value))
+    except (RubricError, InputError, PathError) as e:
         _fail(str(e))
     judges = []
     if _JUDGE.value is not None:
@@ -144,10 +184,16 @@ def main(argv: list[str]) -> None:
             origin = _RUBRIC.value if shared is not None and rubric is shared else source
             _fail(f"{origin}: {e}")
     out_rows, summary = score_file(rows, rubrics, reward, _BATCH.value, jax.random.key(_SEED.value))
-    out = Path(_OUT.value)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out_rows), encoding="utf-8")
     print(json.dumps(summary, ensure_ascii=False))
+    unscored = unscored_dimensions(summary)
+    if unscored:
+        _fail(f"{out} not written: " + " | ".join(unscored), status=1)
+    try:
+        with atomic_writer(out) as f:
+            for row in out_rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    except OSError as e:
+        _fail(f"{out}: cannot write: {e.strerror or e}")
 
 
 if __name__ == "__main__":

@@ -1,27 +1,137 @@
-"""Atomic file writes: a reader (or a crash) sees the old file or the whole new one, never half of it."""
+"""Safe file I/O for user-named paths: atomic writes, outputs that cannot clobber an input, bounded reads.
+
+Atomic writes (`write_atomic`, or `atomic_writer` to stream): a reader (or a crash) sees the old file or
+the whole new one, never half of it. The data goes to a uniquely named temporary file beside the target
+(same file system, so `os.replace` is atomic), is flushed to disk, and replaces the target; on any error
+the temporary file is removed and the target is untouched.
+`check_output_path` refuses an output that is a directory, the same file as one of the command's inputs
+(also through a symlink or a hard link) or inside an input directory, before any work is done.
+`read_text` refuses directories, FIFOs (would block) and devices (/dev/zero never ends) and files over a
+size cap. These checks raise `PathError`, whose message names the path, for a one-line CLI error.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 import uuid
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import IO
 
 
-def write_atomic(path: str | Path, data: str | bytes) -> Path:
-    """Writes `data` to a temporary file beside `path`, flushes it to disk, then renames it over `path`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    # A new, uniquely named file opened exclusively: unlike mkstemp (mode 0600), it gets the umask's mode,
-    # as a plain write would.
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+class PathError(ValueError):
+    """A path that cannot be used as asked (missing, a directory, an input reused as output, unreadable...)."""
+
+
+@contextlib.contextmanager
+def atomic_writer(path: str | Path, binary: bool = False, encoding: str = "utf-8") -> Iterator[IO]:
+    """A file to write that replaces `path` atomically when the block ends without an exception.
+
+    Missing parent directories are created. A symlink is written through (it keeps pointing at the new
+    content). A new file gets the umask's mode, a replaced one keeps its mode. OSError propagates.
+    """
+    target = Path(os.path.realpath(path))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
     try:
-        with tmp.open("xb") as f:
-            f.write(payload)
+        # Opened exclusively under a unique name: unlike mkstemp (mode 0600) it gets the umask's mode.
+        with tmp.open("xb") if binary else tmp.open("x", encoding=encoding, newline="") as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        if target.exists():
+            os.chmod(tmp, stat.S_IMODE(target.stat().st_mode))
+        os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> Path:
+    """Writes `data` (str as UTF-8) to `path` atomically (see `atomic_writer`); returns `path`."""
+    payload = data.encode("utf-8") if isinstance(data, str) else data  # unencodable text fails before any file
+    with atomic_writer(path, binary=True) as f:
+        f.write(payload)
+    return Path(path)
+
+
+def _kind(mode: int) -> str:
+    """What a stat mode is, in words."""
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def check_input_file(path: str | Path, what: str = "input") -> Path:
+    """`path` if it names an existing regular file, else PathError ('PATH: <what> file does not exist', ...)."""
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise PathError(f"{path}: {what} file does not exist") from None
+    except OSError as e:
+        raise PathError(f"{path}: cannot read {what} file: {e.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise PathError(f"{path}: expected a regular {what} file, got {_kind(mode)}")
     return path
+
+
+def read_text(path: str | Path, what: str = "input", max_bytes: int = 64 << 20) -> str:
+    """UTF-8 text of a regular file of at most `max_bytes`; PathError naming the file (and line) otherwise."""
+    path = check_input_file(path, what)
+    try:
+        with path.open("rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError as e:
+        raise PathError(f"{path}: cannot read {what} file: {e.strerror}") from None
+    if len(data) > max_bytes:
+        raise PathError(f"{path}: {what} file is larger than {max_bytes} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise PathError(f"{path}:{line}: not valid UTF-8 (byte {e.start}: {e.reason})") from None
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """True when both paths name one file (equal resolved paths, or the same inode via a hard link)."""
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_output_path(out: str | Path, inputs: Iterable[str | Path | None] = ()) -> Path:
+    """`out` if it may be written: not a directory or special file, not the same file as any input, not
+    inside an input that is a directory (e.g. a checkpoint), in a directory that exists or can be created.
+
+    Call it before the work starts, so a bad output path fails in a second rather than after scoring.
+    `inputs` may contain None (an optional input not given). Returns `out` as a Path.
+    """
+    out = Path(out)
+    if out.is_dir():
+        raise PathError(f"{out}: output path is a directory; give a file name")
+    if out.exists() and not out.resolve().is_file():
+        raise PathError(f"{out}: output path is {_kind(out.stat().st_mode)}, expected a regular file")
+    for parent in out.resolve().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise PathError(f"{out}: cannot create the output: {parent} is not a directory")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise PathError(f"{out}: cannot create the output: directory {parent} is not writable")
+            break
+    for source in inputs:
+        if source is None or not Path(source).exists():
+            continue
+        if _same_file(out, Path(source)):
+            raise PathError(f"{out}: output path is the same file as the input {source}; writing it would "
+                            "destroy the input")
+        if Path(source).is_dir() and out.resolve().is_relative_to(Path(source).resolve()):
+            raise PathError(f"{out}: output path is inside the input directory {source}")
+    return out

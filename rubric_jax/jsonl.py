@@ -10,16 +10,41 @@ from typing import Any
 
 
 def read_jsonl(path: str | Path, error: type[Exception] = ValueError) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yields (line number, object) for each non-blank line; raises `error` naming the file and line."""
+    """Yields (line number, object) for each non-blank line; raises `error` naming the file and line.
+
+    A line that is not UTF-8, not JSON (also: nested too deeply, an integer over Python's 4300 digits),
+    not an object, or that holds a lone surrogate (`"\\ud800"` parses, but UTF-8 cannot write it back)
+    is an error, so nothing downstream (tokenizers, writers) meets it mid-run.
+    """
     path = Path(path)
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise error(f"{path}:{lineno}: not valid UTF-8 (byte {e.start} of the line: {e.reason})") from None
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise error(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+            except ValueError as e:  # e.g. an integer longer than Python's int-to-str limit
+                raise error(f"{path}:{lineno}: not valid JSON ({str(e)[:200]})") from None
+            except RecursionError:
+                raise error(f"{path}:{lineno}: not valid JSON (nested too deeply)") from None
             if not isinstance(row, dict):
                 raise error(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+            if "\\u" in line and not _encodable(row):
+                raise error(f"{path}:{lineno}: contains a lone surrogate escape (e.g. \\ud800) that UTF-8 cannot "
+                            "encode")
             yield lineno, row
+
+
+def _encodable(row: dict[str, Any]) -> bool:
+    """True if the object can be written back as UTF-8 JSON (no lone surrogates in keys or strings)."""
+    try:
+        json.dumps(row, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -161,3 +161,13 @@ def test_weights_override_and_registry_matches_schema():
         aggregate_rubric(r, np.ones((1, 3)), np.ones((1, 3), bool))
     assert set(LEVEL_FNS) | {"hierarchical", "healthbench_points"} == set(AGGREGATION_PARAMS)
     assert math.isclose(float(spec_from_rubric(r).eps), 1e-3)
+
+
+def test_a_non_finite_reward_is_never_ok():
+    """Weights outside the schema's range (here from a hand-built spec) overflow float32: not ok, reward 0."""
+    r = _rubric([_dim("a"), _dim("b")])
+    scores, valid = jax.numpy.asarray([[1.0, 0.5], [0.0, 1.0]]), jax.numpy.ones((2, 2), bool)
+    for weights in ([np.inf, 1.0], [3e38, 3e38], [np.nan, 1.0]):
+        reward, ok = aggregate_jit(scores, valid, spec_from_rubric(r, np.asarray(weights, np.float32)))
+        np.testing.assert_array_equal(ok, [False, False])
+        np.testing.assert_array_equal(reward, [0.0, 0.0])

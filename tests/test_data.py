@@ -1,5 +1,6 @@
 """rubric_jax.data: jsonl loading and its errors, question sets by spec, prompts, buckets, iterator resume."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -108,8 +109,10 @@ def test_question_rubric_extra_replace_and_shared():
     extended = data.question_rubric(shared, data.Question("q", "text", "c", "en", extra_dimensions=(_dim("b"),)))
     assert extended.dimension_ids == ["a", "b"] and extended.name == "shared/q"
     assert extended.content_hash != shared.content_hash
-    own = _rubric(_dim("z"))
+    own = dataclasses.replace(_rubric(_dim("z")), name="own")
     assert data.question_rubric(shared, data.Question("q", "t", "c", "en", replace_rubric=own)) is own
+    with pytest.raises(data.DataError, match="question 'q'.*rubric 'shared' version 1.0.0 has other content"):
+        data.question_rubric(shared, data.Question("q", "t", "c", "en", replace_rubric=_rubric(_dim("z"))))
     with pytest.raises(data.DataError, match="question 'q'.*reuse dimension ids"):
         data.question_rubric(shared, data.Question("q", "t", "c", "en", extra_dimensions=(_dim("a"),)))
 

@@ -1,11 +1,12 @@
-"""Atomic writes: a failed write leaves the old file and no temporary file; files get the umask's mode."""
+"""files: a failed write leaves the old file and no temporary file; files get the umask's mode (a replaced one
+keeps its own); outputs cannot clobber inputs; reads refuse special files, big files and invalid UTF-8."""
 
 import os
 import stat
 
 import pytest
 
-from rubric_jax.files import write_atomic
+from rubric_jax.files import PathError, atomic_writer, check_input_file, check_output_path, read_text, write_atomic
 
 
 def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, monkeypatch):
@@ -31,3 +32,86 @@ def test_written_files_follow_the_umask(tmp_path):
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "sub" / "f.png").stat().st_mode) == 0o644  # mkstemp would give 0o600
     assert (tmp_path / "sub" / "f.png").read_bytes() == b"\x89PNG"
+
+
+def test_a_failure_inside_a_streaming_write_keeps_the_old_file(tmp_path):
+    path = tmp_path / "out.jsonl"
+    path.write_text("old\n")
+    path.chmod(0o640)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        with atomic_writer(path) as f:
+            f.write("partial\n")
+            raise RuntimeError("disk on fire")
+    with pytest.raises(UnicodeEncodeError):
+        write_atomic(path, "lone \ud800 surrogate")
+    with pytest.raises(UnicodeEncodeError):
+        with atomic_writer(path) as f:
+            f.write("fine\n")
+            f.write("lone \ud800 surrogate\n")
+    assert path.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["out.jsonl"]
+    with atomic_writer(path) as f:
+        f.write("new ✓\n")
+    assert path.read_text(encoding="utf-8") == "new ✓\n" and stat.S_IMODE(path.stat().st_mode) == 0o640
+
+
+def test_atomic_writes_go_through_a_symlink(tmp_path):
+    target = tmp_path / "real.txt"
+    target.write_text("old")
+    link = tmp_path / "link.txt"
+    link.symlink_to(target)
+    write_atomic(link, "new")
+    assert link.is_symlink() and target.read_text() == "new"
+
+
+def test_output_may_not_be_an_input_a_directory_or_unwritable(tmp_path, monkeypatch):
+    responses = tmp_path / "in.jsonl"
+    responses.write_text("{}\n")
+    rubric = tmp_path / "r.yaml"
+    rubric.write_text("x")
+    inputs = [responses, None, rubric, tmp_path / "ckpt"]
+    assert check_output_path(tmp_path / "out.jsonl", inputs) == tmp_path / "out.jsonl"
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(responses)
+    hard = tmp_path / "hard.yaml"
+    os.link(rubric, hard)
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "file").write_text("x")
+    cases = {
+        responses: "same file as the input",
+        tmp_path / "." / "in.jsonl": "same file as the input",
+        link: "same file as the input",
+        hard: "same file as the input",
+        tmp_path: "is a directory",
+        tmp_path / "ckpt" / "config.json": "inside the input directory",
+        tmp_path / "file" / "out.jsonl": "is not a directory",
+    }
+    for out, message in cases.items():
+        with pytest.raises(PathError, match=message):
+            check_output_path(out, inputs)
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # tests may run as root, whom modes do not stop
+    with pytest.raises(PathError, match="directory .* is not writable"):
+        check_output_path(tmp_path / "out.jsonl")
+
+
+def test_reads_refuse_directories_fifos_devices_big_and_non_utf8_files(tmp_path):
+    fifo = tmp_path / "rubric.yaml"
+    os.mkfifo(fifo)
+    device = tmp_path / "zero.yaml"
+    device.symlink_to("/dev/zero")
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"x" * 101)
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("line one\ncaf\xe9\n".encode("latin-1"))
+    cases = {
+        tmp_path / "missing.yaml": "rubric file does not exist",
+        tmp_path: "expected a regular rubric file, got a directory",
+        fifo: "expected a regular rubric file, got a FIFO",  # reading it would block forever
+        device: "expected a regular rubric file, got a character device",  # /dev/zero never ends
+        big: "rubric file is larger than 100 bytes",
+        latin: "latin.txt:2: not valid UTF-8",
+    }
+    for path, message in cases.items():
+        with pytest.raises(PathError, match=message):
+            read_text(path, "rubric", max_bytes=100)
+    assert read_text(big, max_bytes=101) == "x" * 101
+    assert check_input_file(big) == big

@@ -373,3 +373,23 @@ def test_real_generate_random_judge_fails_visibly(tok):
     assert np.isnan(np.concatenate(out.scores)).all()
     d = out.details
     assert d["judge_generate_calls"] == 2 and d["judge_prompts"] == 4 + 4 and d["judge_failed_samples"] == 4
+
+
+def test_each_failed_score_carries_its_cause(tok):
+    short_len = len(lj.encode_prompts(tok, [P.single_prompt("q", "truncate me", ACC, nonce="0" * 16)])[0])
+    responses = ["fine", "truncate me", "garbled", "long " * 500]
+    for mode in ("single", "multi"):
+        def reply(text, call, mode=mode):
+            response = fenced(text, "response")
+            if "truncate" in response:
+                return StubGenerate.TRUNCATE + "SCORE: 1"
+            good = "SCORE: 2" if mode == "single" else "\n".join(f"{i}: 2" for i in criteria_ids(text))
+            return "SCORE: five" if "garbled" in response else good
+
+        judge, _ = make_judge(tok, reply, max_prompt_tokens=short_len + 50)
+        out = lj.judge_rows([judge], lj.JudgeConfig(mode=mode, num_samples=2, max_retries=1), ["q"] * 4, responses,
+                            [[ACC]] * 4, jax.random.key(0))
+        assert out.causes == [[""], ["judge_truncated"], ["judge_invalid_verdict"], ["judge_prompt_too_long"]], mode
+    out = lj.judge_rows([judge], lj.JudgeConfig(mode="multi", num_samples=1), ["q"] * 2, ["fine", "long " * 500],
+                        [[], [ACC, SAFE]], jax.random.key(0))
+    assert out.causes == [[], ["judge_prompt_too_long"] * 2]

@@ -243,3 +243,28 @@ def test_adversarial_responses_through_real_generate(tok):
     assert np.isnan(out.details["raw_scores"][:, 1]).all() and not out.valid[:, 1].any()
     assert out.details["failures"]["accuracy"] == len(cases) == out.details["judge_failed_scores"]
     np.testing.assert_array_equal(out.reward, [c["expect"]["format"] for c in cases])  # renormalised over format
+
+
+def test_failed_scores_are_counted_per_dimension_and_cause(tok, monkeypatch):
+    """A regex that backtracks past its timeout and a judge prompt that does not fit: NaN, masked, each counted."""
+    monkeypatch.setattr(R, "REGEX_TIMEOUT_S", 0.05, raising=False)  # not raising: the test hung before the fix
+    slow = {"id": "no_trailing_a", "description": "does not end in a's", "kind": "rule", "rule": "regex",
+            "params": {"pattern": "(a|aa)+$", "mode": "must_not"}, "scale": {"kind": "binary"}, "anchors": BINARY}
+    mixed = rubric([FORMAT, slow, ACCURACY])
+    short_len = max(len(ids) for ids in lj.encode_prompts(tok, [
+        lj.single_prompt("q", "a" * 40 + "b", mixed.dimension("accuracy"), nonce="0" * 16)]))
+    judge, _ = make_judge(tok, lambda text, call: "SCORE: 4", max_prompt_tokens=short_len + 50)
+    reward = RubricReward([mixed], judges=[judge], judge_config=lj.JudgeConfig(num_samples=1))
+    out = reward(["q"] * 3, ["a" * 40 + "b", "fine", "long " * 500], [mixed] * 3, key=jax.random.key(0))
+    np.testing.assert_array_equal(out.valid, [[True, False, True], [True, True, True], [True, True, False]])
+    np.testing.assert_allclose(out.reward, [(0 + 0.75) / 2, (0 + 1 + 0.75) / 3, (0 + 1) / 2])
+    assert out.details["failures"] == {"format": 0, "no_trailing_a": 1, "accuracy": 1}
+    assert out.details["failure_causes"] == {"no_trailing_a": {"regex_timeout": 1},
+                                             "accuracy": {"judge_prompt_too_long": 1}}
+
+
+def test_weight_overrides_outside_float32_range_are_refused():
+    """1e39 overflows float32 (NaN rewards reported ok); 1e-46 underflows to 0 (every row not ok)."""
+    for bad in (1e39, 1e-46, 0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="reward: weight of dimension 'format': expected a positive float32"):
+            RubricReward()(["q"], ["x"], [RULES_ONLY], weights={"format": bad})

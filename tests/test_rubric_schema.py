@@ -1,6 +1,7 @@
 """Rubric schema: validation messages, dict/JSON/YAML round trips, content hash, normalisation, versioning."""
 import copy
 import dataclasses
+import functools
 import json
 import warnings
 from pathlib import Path
@@ -114,7 +115,8 @@ def test_content_hash_tracks_content_not_history():
     (lambda d: d["aggregation"].update(missing="zero"), "field 'aggregation.missing'"),
     (lambda d: d["dimensions"][0]["anchors"].pop("3"),
      "dimension 'accuracy': field 'anchors': expected one anchor for every level [1, 2, 3, 4, 5], got [1, 2, 4, 5]"),
-    (lambda d: d["dimensions"][0].update(weight=0), "dimension 'accuracy': field 'weight': expected a positive number"),
+    (lambda d: d["dimensions"][0].update(weight=0),
+     "dimension 'accuracy': field 'weight': expected a number in [1e-06, 1e+06]"),
     (lambda d: d["dimensions"][0].update(weight=True), "dimension 'accuracy': field 'weight': expected a finite number"),
     (lambda d: d["dimensions"][0].update(kind="human"), "dimension 'accuracy': field 'kind'"),
     (lambda d: d["dimensions"][0].update(rule="regex"), "dimension 'accuracy': field 'rule': expected no rule name"),
@@ -271,3 +273,89 @@ def test_load_rubric_dir_rejects_duplicate_stems(tmp_path):
     with pytest.raises(RubricError, match="already loaded"):
         load_rubric_dir(tmp_path)
     assert copy.deepcopy(r) == r
+
+
+# ------------------------------------------------------------------ hostile rubrics: bounded, one clear error
+
+
+def test_an_error_quotes_a_bounded_piece_of_a_huge_value():
+    """A shared-reference bomb (10**9 leaves, as a YAML alias bomb builds) in a field that fails validation."""
+    bomb = ["lol"] * 10
+    for _ in range(8):
+        bomb = [bomb] * 10
+    message = _err({**_raw(), "name": bomb})
+    assert message.startswith("rubrics/medical.yaml: field 'name': expected a non-empty string, got [[[")
+    assert len(message) < 400
+    from rubric_jax.rubrics import short_repr
+
+    assert short_repr(10**5000).startswith("<integer of about 5000 digits")
+    assert len(short_repr("x" * 10**6)) <= 200
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda d: d["dimensions"][0].update(weight=1e39), "field 'weight': expected a number in [1e-06, 1e+06]"),
+    (lambda d: d["dimensions"][0].update(weight=1e-46), "field 'weight': expected a number in [1e-06, 1e+06]"),
+    (lambda d: d["dimensions"][0].update(weight=10**400), "field 'weight': expected a finite number"),
+    (lambda d: d["dimensions"][1].update(scale={"kind": "points", "points": 10**40}),
+     "field 'scale.points': expected an integer in [-1000000, 1000000]"),
+    (lambda d: d.update(aggregation={"method": "weighted_geometric_mean", "params": {"eps": 1e-50}}),
+     "field 'aggregation.params.eps': expected a number in [1e-30, 0.5]"),
+    (lambda d: [x.update(group="g") for x in d["dimensions"]] and d.update(aggregation={
+        "method": "hierarchical", "params": {"within": "min", "across": "min", "group_weights": {"g": 1e39}}}),
+     "field 'aggregation.params.group_weights.g': expected a number in [1e-06, 1e+06]"),
+    (lambda d: d["dimensions"][0].update(scale={"kind": "integer", "lo": 0, "hi": 10**6}),
+     "field 'scale': expected at most 101 levels"),
+    (lambda d: d["dimensions"][0].update(scale={"kind": "integer", "lo": 0, "hi": 10**12}),
+     "field 'scale.hi': expected an integer in [-1000000, 1000000]"),
+    (lambda d: d["dimensions"][0].update(scale={"kind": "integer", "lo": -10**7, "hi": -10**7 + 4}),
+     "field 'scale.lo': expected an integer in [-1000000, 1000000]"),
+    (lambda d: d["dimensions"][0]["anchors"].update({"9" * 5000: "huge level"}),
+     "field 'anchors': expected integer score levels as keys"),
+    (lambda d: d["dimensions"][0].update({5: "int key", "colour": "red"}), "unknown field(s) [5, 'colour']"),
+    (lambda d: d["dimensions"][0].update(description="lone \ud800 surrogate"),
+     "field 'description': expected text without lone surrogates"),
+    (lambda d: d["dimensions"][1].update(params={"phrases": {"a", "b"}}),
+     "field 'params.phrases': expected JSON data"),
+    (lambda d: d["dimensions"][1].update(params={"n": float("nan")}), "field 'params.n': expected a finite number"),
+    (lambda d: d["dimensions"][1].update(params={"\udc80": 1}), "field 'params key': expected text without lone"),
+    (lambda d: d["dimensions"][1].update(params={"n": functools.reduce(lambda x, _: [x], range(20), 1)}),
+     "field 'params.n': expected data nested at most 16 deep"),
+    (lambda d: d.update(dimensions=[_dim(f"d{k}") for k in range(100_000)]),
+     "field 'dimensions': expected at most 1000 dimensions, got 100000"),
+])
+def test_out_of_range_values_fail_at_validation_not_in_float32_or_at_hash_time(edit, expected):
+    """Each of these used to pass validation and then hang, crash at content_hash, or give NaN rewards."""
+    raw = _raw()
+    edit(raw)
+    message = _err(raw)
+    assert expected in message and len(message) < 600
+
+
+def test_dimension_validation_is_linear_up_to_the_cap():
+    raw = _raw()
+    raw["dimensions"] = [_dim(f"d{k}", lo=0, hi=1) for k in range(999)] + [_dim("d5", lo=0, hi=1)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RubricWarning)
+        assert "expected unique dimension ids, got ['d5']" in _err(raw)
+        raw["dimensions"][-1] = _dim("d999", lo=0, hi=1)
+        assert len(rubric_from_dict(raw).dimensions) == 1000
+
+
+def test_a_replacement_may_not_reuse_the_shared_name_and_version_with_other_content():
+    from rubric_jax.rubrics import check_rubric_identities
+
+    shared = rubric_from_dict(_raw())
+    impostor = _raw()
+    impostor["dimensions"][0]["weight"] = 9.0
+    with pytest.raises(RubricError, match=r"q.jsonl:4: case 'q4': rubric 'demo' version 1.0.0 has other content "
+                                          r"than the rubric of that name and version in the shared rubric"):
+        case_rubric_from_row(shared, {"replace": impostor}, "q4", "q.jsonl:4")
+    assert case_rubric_from_row(shared, {"replace": _raw()}, "q4", "q.jsonl:4") == shared
+    bumped = {**impostor, "version": "1.1.0", "changelog": [*impostor["changelog"],
+                                                           {"version": "1.1.0", "change": "w", "reason": "r"}]}
+    assert case_rubric_from_row(shared, {"replace": bumped}, "q4").version == "1.1.0"
+    rows = [(case_rubric_from_row(None, {"replace": raw}, "q"), f"q.jsonl:{i}")
+            for i, raw in ((1, _raw()), (2, _raw()), (3, impostor))]
+    check_rubric_identities(rows[:2])
+    with pytest.raises(RubricError, match="q.jsonl:3: rubric 'demo' version 1.0.0 has other content .* in q.jsonl:1"):
+        check_rubric_identities(rows)

@@ -148,6 +148,11 @@ def test_rules_are_deterministic_and_return_one_score_per_response():
         ("regex", {}, "rule 'regex', param 'pattern': missing required"),
         ("regex", {"pattern": "("}, "rule 'regex', param 'pattern': invalid regular expression"),
         ("regex", {"pattern": "a", "mode": "should"}, "rule 'regex', param 'mode'"),
+        # The engine unrolls counted repeats while compiling: these would never finish (or exhaust memory).
+        ("regex", {"pattern": "a{1000000000}"}, "rule 'regex', param 'pattern': counted repeats expand"),
+        ("regex", {"pattern": "(?:(?:a{100}){100}){100}"}, "rule 'regex', param 'pattern': counted repeats expand"),
+        ("regex", {"pattern": "(" * 5000 + ")" * 5000}, "rule 'regex', param 'pattern': invalid regular expression"),
+        ("length", {"max": 10**400}, "rule 'length', param 'max': expected an integer in [1, 1000000000]"),
         ("keywords", {"words": "water"}, "rule 'keywords', param 'words'"),
         ("keywords", {"words": []}, "rule 'keywords', param 'words'"),
         ("keywords", {"words": ["a"], "colour": 1}, "rule 'keywords', param 'colour': unknown parameter"),
@@ -174,3 +179,23 @@ def test_registry_lists_every_rule():
     assert R.rule_names() == sorted(
         ["disclaimer", "format", "keywords", "length", "ngram_redundancy", "regex", "template_phrases"]
     )
+
+
+def test_a_catastrophic_regex_fails_one_score_instead_of_hanging(monkeypatch):
+    text = "a" * 40 + "b"
+    # The pattern: Python's `re` backtracks about 2**40 times here; the regex engine answers at once.
+    np.testing.assert_array_equal(q("regex", {"pattern": r"(a+)+$"}, [text, "aaa"]), [0, 1])
+    monkeypatch.setattr(R, "REGEX_TIMEOUT_S", 0.05)
+    # A pattern the engine backtracks on too: that search stops at the timeout and its score is NaN (failed).
+    rule = R.make_rule("regex", {"pattern": r"(a|aa)+$", "mode": "must_not"})
+    np.testing.assert_array_equal(rule([text, "aaa", "bbb"]), [np.nan, 0, 1])
+    np.testing.assert_array_equal(R.rule_scores(rule, [text, "bbb"], 1, 5), [np.nan, 5])
+    assert rule.failure_cause == "regex_timeout" and R.Length.failure_cause == "rule_failed"
+
+
+def test_regex_keeps_python_syntax_and_unicode_classes():
+    responses = ["答案是 四十二", "naïve café", "ascii only", "x1y1"]
+    np.testing.assert_array_equal(q("regex", {"pattern": r"^\w+\s\w+$"}, responses), [1, 1, 1, 0])
+    np.testing.assert_array_equal(q("regex", {"pattern": r"caf(?=é)"}, responses), [0, 1, 0, 0])
+    np.testing.assert_array_equal(q("regex", {"pattern": r"x(\d)y\1"}, responses), [0, 0, 0, 1])
+    assert R.regex_expansion(r"\d{4}-\d{2}-\d{2}") == 10 and R.regex_expansion(r"\p{Han}{3}[{]{2}") == 5

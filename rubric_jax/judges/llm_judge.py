@@ -7,7 +7,8 @@ Flow for a batch of rows (question, response, the row's LLM dimensions):
   rounds:   round 0 sends all prompts in ONE generate call; each retry round re-prompts only the
             invalid samples (new nonce, new anchor order, new sampling key), again in one call;
   failure:  a sample still invalid after `max_retries` is NaN; a request with no valid sample is NaN
-            and masked invalid; every failure is counted in `details` (never turned into a score);
+            and masked invalid; every failure is counted in `details` (never turned into a score), and
+            each failed score carries its cause (FAILURE_CAUSES: the most frequent among its samples);
   ensemble: judges (different params or base models, RubricRL 6.2 / 7) are combined per score by the
             mean of the valid ones, or weighted by agreement with the other judges.
 
@@ -33,6 +34,9 @@ from rubric_jax.rubrics.schema import Dimension
 
 MODES = ("single", "multi")
 ENSEMBLES = ("mean", "agreement")
+# Why a judge score is missing: the prompt does not fit the judge's context (never sent), the reply hit
+# max_new_tokens, or the reply had no parseable verdict.
+FAILURE_CAUSES = ("judge_prompt_too_long", "judge_truncated", "judge_invalid_verdict")
 GenerateFn = Callable[..., Any]  # sampling.generate's signature (see the sampler contract)
 
 
@@ -114,10 +118,12 @@ class JudgeConfig:
 
 @dataclasses.dataclass(frozen=True)
 class JudgeOutput:
-    """Raw-scale scores per row (aligned with that row's LLM dimensions; NaN = failed) and metrics."""
+    """Raw-scale scores per row (aligned with that row's LLM dimensions; NaN = failed), metrics, and per
+    row the cause of each failed score (one of FAILURE_CAUSES; "" where the score is valid)."""
 
     scores: list[np.ndarray]
     details: dict[str, Any]
+    causes: list[list[str]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,8 +189,10 @@ def _run_judge(
     num_slots: int,
     key: jax.Array,
     stats: dict[str, Any],
+    causes_SxL: np.ndarray,
 ) -> np.ndarray:
-    """Scores [S, L] for one judge: NaN where a sample never produced a valid verdict."""
+    """Scores [S, L] for one judge: NaN where a sample never produced a valid verdict, whose cause
+    (FAILURE_CAUSES) is written into `causes_SxL`."""
     scores_SxL = np.full((config.num_samples, num_slots), np.nan)
     reserved = special_tokens(judge.tokenizer)
     pending = [(r, s) for r in range(len(requests)) for s in range(config.num_samples)]
@@ -200,6 +208,10 @@ def _run_judge(
         ids = encode_prompts(judge.tokenizer, prompts)
         fits = [len(x) <= judge.max_prompt_tokens for x in ids]
         stats["judge_prompt_too_long"] += fits.count(False)
+        for (r, s), ok in zip(pending, fits):
+            if not ok:
+                first = requests[r].first_slot
+                causes_SxL[s, first : first + len(requests[r].dims)] = "judge_prompt_too_long"
         sent = [i for i, ok in enumerate(fits) if ok]
         if round_index > 0:
             stats["judge_retried"] += len(sent)
@@ -223,6 +235,9 @@ def _run_judge(
                     verdict.scores[::-1] if config.reverse_order else verdict.scores)
                 continue
             reason = "truncated at max_new_tokens" if cut else verdict.reason
+            first = requests[r].first_slot
+            cause = "judge_truncated" if cut else "judge_invalid_verdict"
+            causes_SxL[s, first : first + len(requests[r].dims)] = cause
             stats["judge_invalid"] += 1
             if len(stats["judge_invalid_examples"]) < 5:
                 stats["judge_invalid_examples"].append(f"{judge.name}: {reason}")
@@ -279,8 +294,10 @@ def judge_rows(
         "judge_prompt_too_long": 0, "judge_invalid_examples": [],
     }
     per_judge = []
-    for judge, judge_key in zip(judges, jax.random.split(key, len(judges))):
-        scores_SxL = _run_judge(judge, config, requests, questions, responses, num_slots, judge_key, stats)
+    causes_JxSxL = np.full((len(judges), config.num_samples, num_slots), "", dtype=object)
+    for j, (judge, judge_key) in enumerate(zip(judges, jax.random.split(key, len(judges)))):
+        scores_SxL = _run_judge(judge, config, requests, questions, responses, num_slots, judge_key, stats,
+                                causes_JxSxL[j])
         per_judge.append(scores_SxL)
     scores_JxSxL = np.stack(per_judge)
     valid_JxSxL = ~np.isnan(scores_JxSxL)
@@ -295,4 +312,14 @@ def judge_rows(
     stats["judge_failed_scores"] = int(np.isnan(combined_L).sum())
     stats["judge_sample_spread_mean"] = float(spread_JxL[any_valid_JxL].mean()) if any_valid_JxL.any() else float("nan")
     slot_rows_L = np.asarray(slot_rows, dtype=np.int64)
-    return JudgeOutput([combined_L[slot_rows_L == row] for row in range(len(dims_per_row))], stats)
+    causes_L = np.asarray([_most_common_cause(causes_JxSxL[:, :, slot]) if np.isnan(combined_L[slot]) else ""
+                           for slot in range(num_slots)], dtype=object)
+    rows = range(len(dims_per_row))
+    return JudgeOutput([combined_L[slot_rows_L == row] for row in rows], stats,
+                       [causes_L[slot_rows_L == row].tolist() for row in rows])
+
+
+def _most_common_cause(causes: np.ndarray) -> str:
+    """The most frequent non-empty cause among a failed score's samples (ties: FAILURE_CAUSES order)."""
+    counts = [int((causes == cause).sum()) for cause in FAILURE_CAUSES]
+    return FAILURE_CAUSES[int(np.argmax(counts))]

@@ -6,7 +6,9 @@ For N rows (question, response, that row's rubric; rubrics may differ per row, Q
   normalise        raw scale -> [0, 1], 1 = best (rubrics.schema.normalize_scores);
   aggregate        each row with its rubric's method, gates and weights (rubrics.aggregation).
 Columns are the union of the rows' dimension ids in order of first appearance; valid[n, d] is False
-where row n's rubric has no dimension d or its judge failed (score NaN). A rule dimension on a points
+where row n's rubric has no dimension d or its judge failed (score NaN). Every failed score is counted
+per dimension and per cause (details["failure_causes"]: a rule's `failure_cause` such as
+"regex_timeout", or the LLM judge's, such as "judge_prompt_too_long"). A rule dimension on a points
 scale reports 1 = "criterion met", so a negative-points rule should detect the undesirable behaviour.
 
 The call is a pure function of its inputs plus `key` (used only for LLM judge sampling). Rubrics are
@@ -31,7 +33,7 @@ from rubric_jax.judges.llm_judge import Judge, JudgeConfig, judge_rows
 from rubric_jax.judges.rules import Rule, RuleError, make_rule, rule_scores
 from rubric_jax.rubrics.aggregation import aggregate_rubric
 from rubric_jax.rubrics.correction import Correction
-from rubric_jax.rubrics.schema import Rubric, RubricError, normalize_scores
+from rubric_jax.rubrics.schema import WEIGHT_RANGE, Rubric, RubricError, normalize_scores, short_repr
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +42,8 @@ class RewardOutput:
 
     details["reward_ok"] [N] bool marks rows whose reward means something (aggregation.py: a missing gate,
     or no scored dimension left, makes a row not ok and its reward 0); the trainer drops the others.
-    details["raw_scores"] [N, D] holds the same scores on each dimension's own scale.
+    details["raw_scores"] [N, D] holds the same scores on each dimension's own scale;
+    details["failure_causes"] maps each dimension id with failed scores to {cause: count}.
     """
 
     scores: np.ndarray
@@ -113,8 +116,13 @@ class RubricReward:
         unknown = sorted(set(weights or {}) - set(ids))
         if unknown:
             raise ValueError(f"reward: weights for unknown dimension ids {unknown}; this batch has {ids}")
+        for dim_id, w in (weights or {}).items():  # aggregated in float32: no overflow, no underflow to 0
+            if not 0 < w <= WEIGHT_RANGE[1] or np.float32(w) == 0:  # False for NaN too
+                raise ValueError(f"reward: weight of dimension {dim_id!r}: expected a positive float32 number "
+                                 f"up to {WEIGHT_RANGE[1]:g}, got {short_repr(w)}")
         raw_NxD = np.full((n, len(ids)), np.nan)
         has_NxD = np.zeros((n, len(ids)), dtype=bool)
+        cause_NxD = np.full((n, len(ids)), "", dtype=object)
 
         for h, rows in groups.items():
             rubric, rules = by_hash[h], self._rules[h]
@@ -124,6 +132,7 @@ class RubricReward:
                 if j in rules:
                     lo, hi = dim.scale.raw_range
                     raw_NxD[rows, column[dim.id]] = rule_scores(rules[j], batch, lo, hi)
+                    cause_NxD[rows, column[dim.id]] = rules[j].failure_cause
 
         details: dict[str, Any] = {}
         llm_dims = [[d for d in r.dimensions if d.kind == "llm"] for r in rubrics]
@@ -131,8 +140,9 @@ class RubricReward:
             if key is None:
                 raise ValueError("reward: rubrics with LLM dimensions need an explicit PRNG `key` for the judge")
             judged = judge_rows(self.judges, self.judge_config, questions, responses, llm_dims, key)
-            for i, (dims, scores) in enumerate(zip(llm_dims, judged.scores)):
+            for i, (dims, scores, causes) in enumerate(zip(llm_dims, judged.scores, judged.causes)):
                 raw_NxD[i, [column[d.id] for d in dims]] = scores
+                cause_NxD[i, [column[d.id] for d in dims]] = causes
             details.update(judged.details)
 
         if self.correction is not None:
@@ -154,12 +164,18 @@ class RubricReward:
                 used_weights.update(zip(rubric.dimension_ids, weights_D.tolist()))
             reward_N[rows], ok_N[rows] = aggregate_rubric(rubric, sub_scores, valid_NxD[np.ix_(rows, cols)], weights_D)
 
-        missing_D = (has_NxD & ~valid_NxD).sum(axis=0)
+        missing_NxD = has_NxD & ~valid_NxD
+        missing_D = missing_NxD.sum(axis=0)
+        causes: dict[str, dict[str, int]] = {}
+        for i, c in zip(*np.nonzero(missing_NxD)):
+            per_dim = causes.setdefault(ids[c], {})
+            per_dim[cause_NxD[i, c]] = per_dim.get(cause_NxD[i, c], 0) + 1
         details.update({
             "reward_ok": ok_N,
             "raw_scores": raw_NxD,
             "rubric_hashes": [r.content_hash for r in rubrics],
             "failures": {dim_id: int(missing_D[c]) for c, dim_id in enumerate(ids)},
+            "failure_causes": causes,
             "num_failed_scores": int(missing_D.sum()),
             "num_not_ok": int((~ok_N).sum()),
         })

@@ -2,9 +2,15 @@
 
 A rule is a frozen dataclass of its parameters, built once (at rubric load) with `make_rule(name,
 params)`; calling it on a batch of N responses returns a quality q_N in [0, 1] (1 = satisfies the
-rule). `rule_scores` maps q_N onto a dimension's scale [low, high] linearly. Rules see only the
-response text, so nothing a response says about its own score can change them except the text
+rule), or NaN where the rule could not decide (the rule's `failure_cause` says why; the reward counts it
+as a failed score). `rule_scores` maps q_N onto a dimension's scale [low, high] linearly. Rules see only
+the response text, so nothing a response says about its own score can change them except the text
 features the rule measures.
+
+User regexes are bounded: the `regex` engine (Python `re` syntax and Unicode classes) searches with a
+timeout of REGEX_TIMEOUT_S per response, so a catastrophic pattern such as `(a+)+$` fails one score
+instead of hanging training; and counted repeats that the engine would expand at compile time
+(`a{1000000000}`) are refused when the rule is built.
 
 Text units (`text_units`): every CJK character is one unit and every run of non-CJK letters is one
 word, so lengths count words for English and characters for Chinese (the LongBench-Write convention,
@@ -15,16 +21,24 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, NoReturn
 
 import numpy as np
+import regex
+
+from rubric_jax.rubrics.schema import short_repr
 
 # CJK unified ideographs (+ extension A, compatibility), kana and hangul: one unit per character.
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
 _UNIT_RE = re.compile(rf"[{_CJK}]|(?:(?![{_CJK}])[^\W\d_])+(?:['’](?:(?![{_CJK}])[^\W\d_])+)*")
 _LATIN_EDGE_RE = re.compile(r"[A-Za-z0-9_]")
+MAX_INT_PARAM = 10**9  # integer rule parameters (lengths, n-gram sizes): larger ones overflow float64 maths
+REGEX_TIMEOUT_S = 0.5  # per search; a linear pattern needs well under a millisecond on a 16k-character response
+MAX_REGEX_EXPANSION = 100_000  # pattern items after expanding counted repeats (about 0.2 s of compile time)
+_COUNT_RE = re.compile(r"\{(\d+)(?:,(\d*))?\}")
 
 
 class RuleError(ValueError):
@@ -37,13 +51,13 @@ def _fail(rule: str, param: str, message: str) -> NoReturn:
 
 def _check_str(rule: str, param: str, value: Any) -> str:
     if not isinstance(value, str) or not value:
-        _fail(rule, param, f"expected a non-empty string, got {value!r}")
+        _fail(rule, param, f"expected a non-empty string, got {short_repr(value)}")
     return value
 
 
 def _check_str_list(rule: str, param: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, (list, tuple)) or not value:
-        _fail(rule, param, f"expected a non-empty list of strings, got {value!r}")
+        _fail(rule, param, f"expected a non-empty list of strings, got {short_repr(value)}")
     for item in value:
         _check_str(rule, param, item)
     return tuple(value)
@@ -51,19 +65,19 @@ def _check_str_list(rule: str, param: str, value: Any) -> tuple[str, ...]:
 
 def _check_bool(rule: str, param: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        _fail(rule, param, f"expected true/false, got {value!r}")
+        _fail(rule, param, f"expected true/false, got {short_repr(value)}")
     return value
 
 
 def _check_int(rule: str, param: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        _fail(rule, param, f"expected an integer >= {minimum}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_INT_PARAM:
+        _fail(rule, param, f"expected an integer in [{minimum}, {MAX_INT_PARAM}], got {short_repr(value)}")
     return value
 
 
 def _check_choice(rule: str, param: str, value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
-        _fail(rule, param, f"expected one of {list(choices)}, got {value!r}")
+        _fail(rule, param, f"expected one of {list(choices)}, got {short_repr(value)}")
     return value
 
 
@@ -110,9 +124,9 @@ def rule_names() -> list[str]:
 def make_rule(name: str, params: Mapping[str, Any]) -> Rule:
     """Builds the rule `name` from `params`, failing with the rule and param named on any problem."""
     if name not in _REGISTRY:
-        raise RuleError(f"unknown rule {name!r}; known rules: {rule_names()}")
+        raise RuleError(f"unknown rule {short_repr(name)}; known rules: {rule_names()}")
     if not isinstance(params, Mapping):
-        raise RuleError(f"rule {name!r}: params must be a mapping, got {params!r}")
+        raise RuleError(f"rule {name!r}: params must be a mapping, got {short_repr(params)}")
     cls = _REGISTRY[name]
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in params:
@@ -126,13 +140,14 @@ def make_rule(name: str, params: Mapping[str, Any]) -> Rule:
 
 
 class Rule(abc.ABC):
-    """Base of all rules: `__call__(responses) -> q_N` in [0, 1]."""
+    """Base of all rules: `__call__(responses) -> q_N` in [0, 1], NaN where the rule could not decide."""
 
     name: ClassVar[str]
+    failure_cause: ClassVar[str] = "rule_failed"  # why this rule returns NaN (reported per dimension)
 
     @abc.abstractmethod
     def __call__(self, responses: Sequence[str]) -> np.ndarray:
-        """Quality in [0, 1] per response (1 = the rule is fully satisfied)."""
+        """Quality in [0, 1] per response (1 = the rule is fully satisfied), NaN = could not decide."""
 
 
 def rule_scores(rule: Rule, responses: Sequence[str], low: float, high: float) -> np.ndarray:
@@ -141,28 +156,85 @@ def rule_scores(rule: Rule, responses: Sequence[str], low: float, high: float) -
     return low + q_N * (high - low)
 
 
+def regex_expansion(pattern: str) -> int:
+    """Pattern items after expanding counted repeats, as the `regex` engine does when it compiles.
+
+    `regex` unrolls the mandatory part of `x{m,n}` (m copies; nested repeats multiply), so compile time
+    and memory grow with this number: `a{1000000000}` would never finish compiling. A conservative
+    scan: every character outside a class is an item, a class or an escape is one; alternatives add.
+    """
+    totals, last, i = [0], 0, 0  # running item count per open group; items of the last atom
+    while i < len(pattern):
+        c, step, atom = pattern[i], 1, 1
+        if c == "(":
+            totals.append(0)
+            last, i = 0, i + 1
+            continue
+        if c == "{" and (m := _COUNT_RE.match(pattern, i)):
+            if len(m.group(1)) > 9:
+                return MAX_REGEX_EXPANSION + 1
+            totals[-1] += last * (max(int(m.group(1)), 1) - 1)
+            last, i = 0, m.end()
+        else:
+            if c == "\\":
+                step = 2
+                if pattern[i + 1 : i + 2] in ("p", "P", "N", "x") and pattern[i + 2 : i + 3] == "{":  # \p{Han}
+                    step = max(pattern.find("}", i + 2) + 1 - i, 3)
+            elif c == "[":
+                j = i + 1 + (pattern[i + 1 : i + 2] == "^")
+                j += pattern[j : j + 1] == "]"
+                while j < len(pattern) and pattern[j] != "]":
+                    j += 2 if pattern[j] == "\\" else 1
+                step = j + 1 - i
+            elif c == ")" and len(totals) > 1:
+                atom = totals.pop()
+            totals[-1] += atom
+            last, i = atom, i + step
+        if totals[-1] > MAX_REGEX_EXPANSION:
+            return totals[-1]
+    return sum(totals)
+
+
 @_register("regex")
 @dataclasses.dataclass(frozen=True)
 class Regex(Rule):
-    """1 if the pattern is found ("must") / not found ("must_not") anywhere in the response, else 0."""
+    """1 if the pattern is found ("must") / not found ("must_not") anywhere in the response, else 0.
+
+    A search that runs past REGEX_TIMEOUT_S (catastrophic backtracking) gives NaN: a failed score with
+    cause "regex_timeout", never a hang and never a guessed 0 or 1.
+    """
 
     pattern: str
     mode: str = "must"
     ignore_case: bool = False
+    failure_cause: ClassVar[str] = "regex_timeout"
 
     def __post_init__(self) -> None:
         _check_str(self.name, "pattern", self.pattern)
         _check_choice(self.name, "mode", self.mode, ("must", "must_not"))
         _check_bool(self.name, "ignore_case", self.ignore_case)
+        if regex_expansion(self.pattern) > MAX_REGEX_EXPANSION:
+            _fail(self.name, "pattern", f"counted repeats expand {short_repr(self.pattern)} to more than "
+                                        f"{MAX_REGEX_EXPANSION} items; use smaller counts or * / +")
         try:
-            re.compile(self.pattern)
-        except re.error as e:
-            _fail(self.name, "pattern", f"invalid regular expression {self.pattern!r}: {e}")
+            self.compiled
+        except (regex.error, RecursionError, OverflowError, ValueError) as e:
+            _fail(self.name, "pattern", f"invalid regular expression {short_repr(self.pattern)}: {e}")
+
+    @functools.cached_property
+    def compiled(self) -> regex.Pattern:
+        """The pattern compiled once (cached on the instance)."""
+        return regex.compile(self.pattern, regex.VERSION0 | (regex.IGNORECASE if self.ignore_case else 0))
+
+    def _found(self, text: str) -> float:
+        try:
+            return float(self.compiled.search(text, timeout=REGEX_TIMEOUT_S) is not None)
+        except TimeoutError:
+            return np.nan
 
     def __call__(self, responses: Sequence[str]) -> np.ndarray:
-        compiled = re.compile(self.pattern, re.IGNORECASE if self.ignore_case else 0)
-        found_N = np.array([compiled.search(r) is not None for r in responses], dtype=bool)
-        return (found_N if self.mode == "must" else ~found_N).astype(np.float64)
+        found_N = np.array([self._found(r) for r in responses], dtype=np.float64)
+        return found_N if self.mode == "must" else 1.0 - found_N
 
 
 @_register("keywords")
@@ -343,7 +415,7 @@ class Format(Rule):
         shape = re.compile(rf"\s*<{t}>.*</{t}>\s*<{a}>(.*)</{a}>\s*", re.DOTALL)
         ok = []
         for r in responses:
-            m = shape.fullmatch(r)
-            once = all(r.count(tag) == 1 for tag in tags)
-            ok.append(bool(m) and once and bool(m.group(1).strip()))
+            # Counting first keeps the backtracking regex linear: with each tag once, `.*` has one place to stop.
+            m = shape.fullmatch(r) if all(r.count(tag) == 1 for tag in tags) else None
+            ok.append(m is not None and bool(m.group(1).strip()))
         return np.array(ok, dtype=np.float64)

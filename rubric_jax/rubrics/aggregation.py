@@ -21,8 +21,10 @@ Missing scores (a dimension is present iff valid and not NaN), Aggregation.missi
   "renormalize"  aggregate over present dimensions only (weights renormalised over them); a sample is ok
                  iff at least one scored dimension (healthbench_points: one positive criterion) is present.
   "drop"         a sample with any missing dimension is not ok.
-Under both rules a missing GATE makes the sample not ok: a veto cannot be assumed passed. Rewards of
-not-ok samples are 0 and carry no meaning: the trainer must drop them from their group (ok mask).
+Under both rules a missing GATE makes the sample not ok: a veto cannot be assumed passed. A reward that
+is not finite (float32 overflow with weights outside schema.WEIGHT_RANGE, e.g. from a hand-built spec)
+makes the sample not ok as well: a NaN is never reported as a reward. Rewards of not-ok samples are 0
+and carry no meaning: the trainer must drop them from their group (ok mask).
 """
 from __future__ import annotations
 
@@ -45,10 +47,11 @@ def _present(scores_NxD: jax.Array, valid_NxD: jax.Array) -> jax.Array:
 
 
 def _norm_weights(weights_D: jax.Array, mask_xD: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Weights restricted to mask and normalised to sum 1 per row; also whether any weight survives."""
+    """Weights restricted to mask and normalised to sum 1 per row; also whether any weight survives (and
+    their float32 sum is finite: an overflowed sum would turn every weight into 0 or NaN)."""
     w = jnp.where(mask_xD, jnp.broadcast_to(weights_D, mask_xD.shape), 0.0)
     total = w.sum(-1, keepdims=True)
-    return w / jnp.where(total > 0, total, 1.0), total[..., 0] > 0
+    return w / jnp.where(total > 0, total, 1.0), (total[..., 0] > 0) & jnp.isfinite(total[..., 0])
 
 
 def weighted_sum(scores_xD: jax.Array, mask_xD: jax.Array, weights_D: jax.Array, eps: float = DEFAULT_EPS) -> tuple[jax.Array, jax.Array]:
@@ -162,7 +165,7 @@ def aggregate(scores_NxD: jax.Array, valid_NxD: jax.Array, spec: AggregationSpec
     else:
         reward, ok = LEVEL_FNS[spec.method](scores, scored, spec.weights_D, spec.eps)
     reward, gate_ok = gated(reward, scores, present, spec.gates_D)
-    ok = ok & gate_ok
+    ok = ok & gate_ok & jnp.isfinite(reward)
     if spec.missing == "drop":
         ok = ok & present.all(-1)
     return jnp.where(ok, jnp.clip(reward, 0.0, 1.0), 0.0), ok

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from rubric_jax.rubrics.io import load_document
 from rubric_jax.rubrics.schema import RubricError, canonical_json, parse_version
 
 FORMAT = "rubric_jax.score_correction"
@@ -158,21 +159,9 @@ def correction_from_dict(d: Any, source: str = "<dict>") -> Correction:
 
 
 def load_correction(path: str | Path) -> Correction:
-    """Read and validate a correction file (.json, .yaml, .yml); errors name the file."""
-    path = Path(path)
-    if not path.is_file():
-        raise RubricError(f"{path}: correction file does not exist")
-    if path.stat().st_size > MAX_FILE_BYTES:
-        raise RubricError(f"{path}: correction file is larger than {MAX_FILE_BYTES} bytes")
-    suffix = path.suffix.lower()
-    if suffix not in (".json", ".yaml", ".yml"):
-        raise RubricError(f"{path}: expected a correction file ending in .json, .yaml or .yml, got {suffix!r}")
-    text = path.read_text(encoding="utf-8")
-    try:
-        raw = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        raise RubricError(f"{path}: not valid {suffix[1:].upper()}: {e}") from None
-    return correction_from_dict(raw, str(path))
+    """Read and validate a correction file (.json, .yaml, .yml) through the bounded rubric-file reader
+    (rubrics.io.load_document); errors name the file."""
+    return correction_from_dict(load_document(path, "correction", MAX_FILE_BYTES), str(path))
 
 
 def dumps_correction(correction: Correction, fmt: str) -> str:

@@ -14,17 +14,23 @@ dimension's scale; `normalize_score(s)` maps it to [0, 1] where **1 is always be
   points       raw in {0, 1} = "criterion met"    -> raw if points > 0 else 1 - raw
                (HealthBench: a negative-points criterion describes bad behaviour, so met = bad)
 Missing scores are NaN and stay NaN.
+
+Validation is hostile-input safe: linear in the rubric's size, hard limits where float32 aggregation or
+memory would otherwise fail silently (MAX_DIMENSIONS, MAX_SCALE_LEVELS, WEIGHT_RANGE, ...), rule params
+restricted to plain JSON data, and every error quotes at most a `short_repr` of the offending value.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import hashlib
 import json
 import math
 import re
+import reprlib
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,8 +50,18 @@ AGGREGATION_PARAMS: dict[str, dict[str, type]] = {
 # Methods allowed at each level of a hierarchical aggregation.
 LEVEL_METHODS = ("weighted_sum", "weighted_geometric_mean", "min")
 MAX_RECOMMENDED_DIMENSIONS = 7  # RubricRL 2.3: more than 7 dimensions hurts judge consistency
-_ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
-_VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)$")
+# Hard limits. A rubric beyond them is a mistake or an attack, not a design: HealthBench's largest has 33
+# criteria and its points lie in [-10, 10]; scores, weights and points are aggregated in float32, where a
+# weight of 1e39 overflows (NaN rewards) and 1e-46 underflows to 0 (every row not ok).
+MAX_DIMENSIONS = 1000  # per rubric (shared plus a row's extra criteria); each one costs judge calls per row
+MAX_SCALE_LEVELS = 101  # integer scale levels (e.g. 0..100); every level needs an anchor
+MAX_SCALE_BOUND = 10**6  # |lo|, |hi| of an integer scale, and |points| of a points scale
+WEIGHT_RANGE = (1e-6, 1e6)  # dimension and group weights; ratios up to 1e12 stay exact enough in float32
+EPS_RANGE = (1e-30, 0.5)  # geometric-mean floor of [0, 1] scores: a normal float32, at most one half
+MAX_PARAM_DEPTH = 16  # nesting of a rule's params (lists and mappings)
+_ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,127}$")  # ids become metric and TensorBoard tags
+_VERSION_RE = re.compile(r"^(\d{1,9})\.(\d{1,9})\.(\d{1,9})$")
+_LEVEL_RE = re.compile(r"-?\d{1,9}")
 
 
 class RubricError(ValueError):
@@ -56,35 +72,110 @@ class RubricWarning(UserWarning):
     """Advice-level problems (e.g. more than 7 dimensions) that do not make a rubric invalid."""
 
 
+class _ShortRepr(reprlib.Repr):
+    """reprlib with small limits that also survives ints too long for `repr` (Python's 4300-digit cap)."""
+
+    def __init__(self):
+        super().__init__()
+        self.maxlevel, self.maxdict, self.maxlist, self.maxtuple, self.maxset = 3, 4, 6, 6, 6
+        self.maxfrozenset = self.maxdeque = self.maxarray = 6
+        self.maxstring, self.maxother, self.maxlong = 80, 80, 40
+
+    def repr_int(self, x: int, level: int) -> str:
+        try:
+            return super().repr_int(x, level)
+        except ValueError:
+            return f"<integer of about {int(x.bit_length() * 0.30103)} digits>"
+
+
+_SHORT_REPR = _ShortRepr()
+
+
+def short_repr(value: Any, limit: int = 200) -> str:
+    """`repr(value)` cut to about `limit` characters, in time bounded by the limits, not by the value.
+
+    Every validation error quotes the offending value through this, so a YAML alias bomb, a huge list or
+    a megabyte string gives a one-line message (a plain repr of such a value can take gigabytes).
+    """
+    text = _SHORT_REPR.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _where(dim_id: str | None, field: str) -> str:
     """Location prefix `dimension 'x': field 'y'` (or just the field for rubric-level fields)."""
-    return f"dimension {dim_id!r}: field {field!r}" if dim_id is not None else f"field {field!r}"
+    return f"dimension {short_repr(dim_id)}: field {field!r}" if dim_id is not None else f"field {field!r}"
 
 
 def _fail(dim_id: str | None, field: str, expected: str, got: Any) -> RubricError:
     """A RubricError naming the dimension, field, expectation and offending value."""
-    return RubricError(f"{_where(dim_id, field)}: expected {expected}, got {got!r}")
+    return RubricError(f"{_where(dim_id, field)}: expected {expected}, got {short_repr(got)}")
+
+
+def _encodable(text: str) -> bool:
+    """True unless `text` holds a lone surrogate (JSON '\\ud800' parses to one; UTF-8 cannot encode it)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _check_str(value: Any, dim_id: str | None, field: str, *, nonempty: bool = True) -> str:
-    """Return `value` if it is a (non-empty) string, else raise."""
+    """Return `value` if it is a (non-empty) string that UTF-8 can encode, else raise."""
     if not isinstance(value, str) or (nonempty and not value.strip()):
         raise _fail(dim_id, field, "a non-empty string" if nonempty else "a string", value)
+    if not _encodable(value):
+        raise _fail(dim_id, field, "text without lone surrogates (it must be encodable as UTF-8)", value)
     return value
 
 
-def _check_int(value: Any, dim_id: str | None, field: str) -> int:
-    """Return `value` if it is an int (not a bool), else raise."""
+def _check_int(value: Any, dim_id: str | None, field: str, bound: int | None = None) -> int:
+    """Return `value` if it is an int (not a bool), with |value| <= bound when given, else raise."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise _fail(dim_id, field, "an integer", value)
+    if bound is not None and abs(value) > bound:
+        raise _fail(dim_id, field, f"an integer in [-{bound}, {bound}]", value)
     return value
 
 
-def _check_number(value: Any, dim_id: str | None, field: str) -> float:
-    """Return `value` as a finite float (ints accepted, bools not), else raise."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+def _check_number(value: Any, dim_id: str | None, field: str, bounds: tuple[float, float] | None = None) -> float:
+    """Return `value` as a finite float (ints accepted, bools not), inside `bounds` when given, else raise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _fail(dim_id, field, "a finite number", value)
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise _fail(dim_id, field, "a finite number", value)
+    if bounds is not None and not bounds[0] <= number <= bounds[1]:
+        raise _fail(dim_id, field, f"a number in [{bounds[0]:g}, {bounds[1]:g}] (rewards are computed in float32)",
+                    value)
+    return number
+
+
+def _check_json_value(value: Any, dim_id: str | None, field: str, depth: int = 0) -> None:
+    """Raise unless `value` is plain JSON data (what the content hash serialises): null, bool, int, finite
+    float, encodable str, list, or mapping with string keys, nested at most MAX_PARAM_DEPTH deep."""
+    if depth > MAX_PARAM_DEPTH:
+        raise _fail(dim_id, field, f"data nested at most {MAX_PARAM_DEPTH} deep", value)
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        _check_int(value, dim_id, field, bound=2**63)
+    elif isinstance(value, float):
+        _check_number(value, dim_id, field)
+    elif isinstance(value, str):
+        _check_str(value, dim_id, field, nonempty=False)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _check_json_value(item, dim_id, field, depth + 1)
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            _check_str(key, dim_id, f"{field} key", nonempty=False)
+            _check_json_value(item, dim_id, f"{field}.{key}", depth + 1)
+    else:
+        raise _fail(dim_id, field, "JSON data (null, bool, number, string, list or mapping)", value)
 
 
 def _check_strings(value: Any, dim_id: str | None, field: str) -> tuple[str, ...]:
@@ -98,12 +189,18 @@ def _check_keys(d: Any, allowed: Sequence[str], required: Sequence[str], dim_id:
     """Reject a non-mapping, unknown keys and missing required keys of a raw dict."""
     if not isinstance(d, Mapping):
         raise _fail(dim_id, what, "a mapping", d)
-    unknown = sorted(set(d) - set(allowed))
+    unknown = sorted(set(d) - set(allowed), key=str)
     if unknown:
-        raise RubricError(f"{_where(dim_id, what)}: unknown field(s) {unknown}; allowed: {list(allowed)}")
+        raise RubricError(f"{_where(dim_id, what)}: unknown field(s) {short_repr(unknown)}; allowed: {list(allowed)}")
     missing = [k for k in required if k not in d]
     if missing:
         raise RubricError(f"{_where(dim_id, what)}: missing required field(s) {missing}")
+
+
+def _check_dimension_count(count: int, field: str) -> None:
+    """Raise when a rubric (or a row's extra criteria) has more than MAX_DIMENSIONS dimensions."""
+    if count > MAX_DIMENSIONS:
+        raise RubricError(f"{_where(None, field)}: expected at most {MAX_DIMENSIONS} dimensions, got {count}")
 
 
 def parse_version(version: str) -> tuple[int, int, int]:
@@ -127,16 +224,20 @@ class Scale:
         if self.kind not in SCALE_KINDS:
             raise _fail(None, "scale.kind", f"one of {SCALE_KINDS}", self.kind)
         if self.kind == "integer":
-            lo, hi = _check_int(self.lo, None, "scale.lo"), _check_int(self.hi, None, "scale.hi")
+            lo = _check_int(self.lo, None, "scale.lo", bound=MAX_SCALE_BOUND)
+            hi = _check_int(self.hi, None, "scale.hi", bound=MAX_SCALE_BOUND)
             if not lo < hi:
                 raise _fail(None, "scale", "lo < hi", (lo, hi))
+            if hi - lo + 1 > MAX_SCALE_LEVELS:
+                raise _fail(None, "scale", f"at most {MAX_SCALE_LEVELS} levels (hi - lo + 1; each needs an anchor)",
+                            (lo, hi))
             if self.points is not None:
                 raise _fail(None, "scale.points", "no points for an integer scale", self.points)
         else:
             if self.lo is not None or self.hi is not None:
                 raise _fail(None, "scale.lo/hi", f"no lo/hi for a {self.kind} scale", (self.lo, self.hi))
             if self.kind == "points":
-                if _check_int(self.points, None, "scale.points") == 0:
+                if _check_int(self.points, None, "scale.points", bound=MAX_SCALE_BOUND) == 0:
                     raise _fail(None, "scale.points", "a non-zero integer", self.points)
             elif self.points is not None:
                 raise _fail(None, "scale.points", "no points for a binary scale", self.points)
@@ -200,17 +301,14 @@ class Dimension:
 
     def __post_init__(self):
         if not isinstance(self.id, str) or not _ID_RE.match(self.id):
-            raise _fail(None, "id", "an identifier [A-Za-z][A-Za-z0-9_-]*", self.id)
+            raise _fail(None, "id", "an identifier [A-Za-z][A-Za-z0-9_-]* of at most 128 characters", self.id)
         d = self.id
         _check_str(self.description, d, "description")
         if self.kind not in DIMENSION_KINDS:
             raise _fail(d, "kind", f"one of {DIMENSION_KINDS}", self.kind)
         if not isinstance(self.scale, Scale):
             raise _fail(d, "scale", "a Scale", self.scale)
-        weight = _check_number(self.weight, d, "weight")
-        if weight <= 0:
-            raise _fail(d, "weight", "a positive number", self.weight)
-        object.__setattr__(self, "weight", weight)
+        object.__setattr__(self, "weight", _check_number(self.weight, d, "weight", WEIGHT_RANGE))
         if not isinstance(self.gate, bool):
             raise _fail(d, "gate", "true or false", self.gate)
         if self.group is not None and (not isinstance(self.group, str) or not _ID_RE.match(self.group)):
@@ -221,6 +319,7 @@ class Dimension:
             raise _fail(d, "rule", "no rule name for an llm dimension", self.rule)
         if not isinstance(self.params, Mapping) or not all(isinstance(k, str) for k in self.params):
             raise _fail(d, "params", "a mapping with string keys", self.params)
+        _check_json_value(self.params, d, "params")
         if self.params and self.kind != "rule":
             raise _fail(d, "params", "no params for an llm dimension", dict(self.params))
         object.__setattr__(self, "params", dict(self.params))
@@ -231,7 +330,7 @@ class Dimension:
                 raise _fail(d, f"anchors.{level}", "an Anchor", anchor)
         levels = set(self.scale.levels)
         if set(self.anchors) != levels:
-            raise _fail(d, "anchors", f"one anchor for every level {sorted(levels)}", sorted(self.anchors, key=str))
+            raise _fail(d, "anchors", f"one anchor for every level {sorted(levels)}", sorted(self.anchors, key=repr))
         object.__setattr__(self, "anchors", {k: self.anchors[k] for k in sorted(self.anchors)})
 
     def __hash__(self) -> int:
@@ -277,11 +376,9 @@ class Aggregation:
             if key not in spec:
                 raise _fail(None, f"aggregation.params.{key}", f"a parameter of {self.method!r} in {sorted(spec)}", value)
             if spec[key] is float:
-                params[key] = _check_number(value, None, f"aggregation.params.{key}")
+                params[key] = _check_number(value, None, f"aggregation.params.{key}", EPS_RANGE)
             elif not isinstance(value, spec[key]):
                 raise _fail(None, f"aggregation.params.{key}", spec[key].__name__, value)
-        if "eps" in params and not 0.0 < params["eps"] < 1.0:
-            raise _fail(None, "aggregation.params.eps", "0 < eps < 1", params["eps"])
         if self.method == "hierarchical":
             for level in ("within", "across"):
                 if params.get(level) not in LEVEL_METHODS:
@@ -289,9 +386,7 @@ class Aggregation:
             gw = params.get("group_weights", {})
             params["group_weights"] = {
                 _check_str(g, None, "aggregation.params.group_weights"): _check_number(
-                    w, None, f"aggregation.params.group_weights.{g}") for g, w in gw.items()}
-            if any(w <= 0 for w in params["group_weights"].values()):
-                raise _fail(None, "aggregation.params.group_weights", "positive weights", gw)
+                    w, None, f"aggregation.params.group_weights.{g}", WEIGHT_RANGE) for g, w in gw.items()}
         object.__setattr__(self, "params", params)
 
     def __hash__(self) -> int:
@@ -328,8 +423,12 @@ class Rubric:
                         self.changelog[-1].version)
         if not self.dimensions:
             raise _fail(None, "dimensions", "at least one dimension", [])
-        ids = [dim.id for dim in self.dimensions]
-        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        _check_dimension_count(len(self.dimensions), "dimensions")
+        for dim in self.dimensions:
+            if not isinstance(dim, Dimension):
+                raise _fail(None, "dimensions", "Dimension items", dim)
+        counts = collections.Counter(dim.id for dim in self.dimensions)
+        duplicates = sorted(i for i, n in counts.items() if n > 1)
         if duplicates:
             raise _fail(None, "dimensions", "unique dimension ids", duplicates)
         if not isinstance(self.aggregation, Aggregation):
@@ -337,7 +436,7 @@ class Rubric:
         self._check_aggregation_fits()
         if len(self.dimensions) > MAX_RECOMMENDED_DIMENSIONS:
             warnings.warn(
-                f"rubric {self.name!r} has {len(self.dimensions)} dimensions; RubricRL advises at most "
+                f"rubric {short_repr(self.name)} has {len(self.dimensions)} dimensions; RubricRL advises at most "
                 f"{MAX_RECOMMENDED_DIMENSIONS} (judge consistency drops, reward attribution blurs)",
                 RubricWarning, stacklevel=3)
 
@@ -372,7 +471,8 @@ class Rubric:
         for d in self.dimensions:
             if d.id == dim_id:
                 return d
-        raise KeyError(f"rubric {self.name!r} has no dimension {dim_id!r}; it has {self.dimension_ids}")
+        raise KeyError(f"rubric {short_repr(self.name)} has no dimension {short_repr(dim_id)}; "
+                       f"it has {short_repr(self.dimension_ids)}")
 
     @property
     def weights(self) -> np.ndarray:
@@ -448,7 +548,7 @@ def _level_key(key: Any, dim_id: str) -> int:
         raise _fail(dim_id, "anchors", "integer score levels as keys", key)
     if isinstance(key, int):
         return key
-    if isinstance(key, str) and re.fullmatch(r"-?\d+", key.strip()):
+    if isinstance(key, str) and _LEVEL_RE.fullmatch(key.strip()):
         return int(key)
     raise _fail(dim_id, "anchors", "integer score levels as keys", key)
 
@@ -459,7 +559,7 @@ def scale_from_dict(d: Any, dim_id: str | None = None) -> Scale:
     try:
         return Scale(**d)
     except RubricError as e:
-        raise RubricError(f"dimension {dim_id!r}: {e}") from None
+        raise RubricError(f"dimension {short_repr(dim_id)}: {e}") from None
 
 
 def dimension_from_dict(d: Any) -> Dimension:
@@ -481,7 +581,7 @@ def dimension_from_dict(d: Any) -> Dimension:
             anchors[level] = Anchor(a["description"], tuple(_check_strings(a.get("positive_examples", []), dim_id, f"anchors.{level}.positive_examples")),
                                     tuple(_check_strings(a.get("negative_examples", []), dim_id, f"anchors.{level}.negative_examples")))
         except RubricError as e:
-            raise RubricError(f"dimension {dim_id!r}: anchors.{level}: {e}") from None
+            raise RubricError(f"dimension {short_repr(dim_id)}: anchors.{level}: {e}") from None
     fields = {k: v for k, v in d.items() if k not in ("scale", "anchors")}
     fields["scale"] = scale_from_dict(d["scale"], dim_id)
     fields["anchors"] = anchors
@@ -491,7 +591,7 @@ def dimension_from_dict(d: Any) -> Dimension:
         return Dimension(**fields)
     except RubricError as e:
         msg = str(e)
-        raise RubricError(msg if msg.startswith("dimension ") else f"dimension {dim_id!r}: {msg}") from None
+        raise RubricError(msg if msg.startswith("dimension ") else f"dimension {short_repr(dim_id)}: {msg}") from None
 
 
 def rubric_from_dict(d: Any, source: str = "<dict>") -> Rubric:
@@ -509,6 +609,7 @@ def rubric_from_dict(d: Any, source: str = "<dict>") -> Rubric:
         dims_raw = d["dimensions"]
         if not isinstance(dims_raw, list):
             raise _fail(None, "dimensions", "a list of dimensions", dims_raw)
+        _check_dimension_count(len(dims_raw), "dimensions")
         dims = [dimension_from_dict(x) for x in dims_raw]
         agg_raw = d.get("aggregation", {})
         _check_keys(agg_raw, ("method", "params", "missing"), (), None, "aggregation")
@@ -552,18 +653,23 @@ def case_rubric(shared: Rubric, case_id: str, *, extra: Sequence[Dimension] = ()
 
     A merged rubric is named '<shared.name>/<case_id>', keeps the shared version and changelog, and gets a
     new content hash; extra dimension ids must not collide with shared ones. With neither, returns `shared`.
+    A replacement may not reuse the shared rubric's name and version with other content (name and version
+    identify content in every log and checkpoint).
     """
     if replace is not None:
         if extra:
-            raise RubricError(f"case {case_id!r}: give extra criteria or a replacement rubric, not both")
+            raise RubricError(f"case {short_repr(case_id)}: give extra criteria or a replacement rubric, not both")
         if not isinstance(replace, Rubric):
-            raise RubricError(f"case {case_id!r}: replacement must be a Rubric, got {type(replace).__name__}")
+            raise RubricError(f"case {short_repr(case_id)}: replacement must be a Rubric, got {type(replace).__name__}")
+        if shared is not None:
+            check_rubric_identities([(shared, "the shared rubric"), (replace, f"case {short_repr(case_id)}")])
         return replace
     if not extra:
         return shared
     clash = sorted(set(shared.dimension_ids) & {d.id for d in extra})
     if clash:
-        raise RubricError(f"case {case_id!r}: extra criteria reuse dimension ids {clash} of rubric {shared.name!r}")
+        raise RubricError(f"case {short_repr(case_id)}: extra criteria reuse dimension ids {short_repr(clash)} of "
+                          f"rubric {short_repr(shared.name)}")
     return dataclasses.replace(shared, name=f"{shared.name}/{case_id}", dimensions=shared.dimensions + tuple(extra))
 
 
@@ -583,8 +689,9 @@ def parse_row_rubric(row_rubric: Any, source: str = "<row>") -> tuple[tuple[Dime
         return (), rubric_from_dict(row_rubric["replace"], source)
     extra = row_rubric["extra"]
     if not isinstance(extra, list) or not extra:
-        raise RubricError(f"{source}: field 'rubric.extra': expected a non-empty list, got {extra!r}")
+        raise RubricError(f"{source}: field 'rubric.extra': expected a non-empty list, got {short_repr(extra)}")
     try:
+        _check_dimension_count(len(extra), "rubric.extra")
         return tuple(dimension_from_dict(d) for d in extra), None
     except RubricError as e:
         raise RubricError(f"{source}: {e}") from None
@@ -600,3 +707,19 @@ def case_rubric_from_row(shared: Rubric | None, row_rubric: Mapping[str, Any] | 
         return case_rubric(shared, case_id, extra=extra, replace=replace)
     except RubricError as e:
         raise RubricError(f"{source}: {e}") from None
+
+
+def check_rubric_identities(rubrics: Iterable[tuple[Rubric, str]]) -> None:
+    """Raise if two rubrics share a name and version but not their content; each comes with its source.
+
+    Name and version are how logs, checkpoints and people refer to a rubric, so one (name, version) must
+    always mean one content hash. Linear in the number of rubrics; the error names both sources.
+    """
+    first: dict[tuple[str, str], tuple[str, str]] = {}
+    for rubric, source in rubrics:
+        known = first.setdefault((rubric.name, rubric.version), (rubric.content_hash, source))
+        if known[0] != rubric.content_hash:
+            raise RubricError(
+                f"{source}: rubric {short_repr(rubric.name)} version {rubric.version} has other content than the "
+                f"rubric of that name and version in {known[1]} (hash {rubric.content_hash[:12]} vs "
+                f"{known[0][:12]}); give it a new name or a new version")
