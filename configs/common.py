@@ -35,6 +35,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.judge.mode = "per_dimension"  # "per_dimension" or "all_criteria" (one prompt per response, QuRL).
     c.judge.param_dtype = "auto"  # Judge weights dtype: auto (bfloat16 on accelerators, float32 on CPU), float32, bfloat16.
     c.judge.compute_dtype = "auto"  # Judge activation dtype, same choices.
+    c.judge.batch_size = 0  # Most judge prompts per generate call (bounds its KV cache; 0 = a whole round at once).
 
     # What scores rollouts: rubrics (rule and LLM judges, above) or a scalar reward model (rubric_jax/judges/
     # reward_model.py; QuRL's "w/ RLHF reward model" ablation, which uses internlm2-7b-reward).
@@ -114,6 +115,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.every_steps = 10  # Eval on the held-out set every N GRPO steps (and before/after).
     c.eval.max_questions = 64  # Held-out questions per eval.
     c.eval.sampler = "greedy"  # Eval sampler.
+    c.eval.max_new_tokens = 256  # Response budget of an eval answer (its own: rl.max_new_tokens is the rollouts').
 
     # Reward-hacking monitors (RubricRL §6, issue 7 §3): written every GRPO step (train/monitors.py); a value past
     # its threshold appends to <workdir>/alerts.jsonl and logs "alert step N: template share 0.61 > 0.40".

@@ -48,6 +48,7 @@ def get_config(arg: str | None = None):
     c.rl.micro_batches = 8  # Same maths; on CPU 8-row micro-batches keep activations in cache (benchmarks/RESULTS.md).
     c.eval.every_steps = 10
     c.eval.max_questions = 32
+    c.eval.max_new_tokens = 96
     c.checkpoint.every_steps = 10
     # experiments.build_rubrics on rubric_jax/assets/qurl/ with the random tiny model: small budgets, so the
     # run is quick; its output is mostly invalid and the report counts that (README, "Building case-wise rubrics").

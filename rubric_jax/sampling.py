@@ -343,8 +343,10 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
 
 def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.ndarray,
              prompt_mask: np.ndarray | None, *, key: jax.Array, n: int, max_new_tokens: int, sampler: str,
-             stop_tokens: Sequence[int], pad_id: int, layout: sharding.Layout | None) -> tuple[Any, tuple, int]:
-    """Checks arguments and placement; returns the jitted program, its placed arguments and the row count."""
+             stop_tokens: Sequence[int], pad_id: int, layout: sharding.Layout | None
+             ) -> tuple[Any, tuple, tuple, int]:
+    """Checks arguments and placement; returns the jitted program, its host inputs (after the params),
+    their shardings, and the row count."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     if max_new_tokens < 1:
@@ -375,10 +377,10 @@ def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
     stop_S[:len(stop_tokens)] = stop_tokens
     run = _generate_fn(weights.graphdef, parsed, bucket_size(max_new_tokens), prefill_chunk_size(prompt_slots), n,
                        layout)
-    # Host inputs are placed here (rows like the batch, the rest replicated); parameters never are.
-    rows = jax.device_put((tokens_UxP, mask_UxP, live_B), layout.sharding(("batch",), tokens_UxP.shape))
-    small = jax.device_put((stop_S, np.int32(pad_id), np.int32(max_new_tokens), key), sharding.replicated(layout.mesh))
-    return run, (weights.params, *rows, *small), prompts * n
+    # Host inputs go rows like the batch, the rest replicated; parameters are never moved.
+    rows, rest = layout.sharding(("batch",), tokens_UxP.shape), sharding.replicated(layout.mesh)
+    inputs = (tokens_UxP, mask_UxP, live_B, stop_S, np.int32(pad_id), np.int32(max_new_tokens), key)
+    return run, inputs, (rows,) * 3 + (rest,) * 4, prompts * n
 
 
 def generate(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.ndarray, *,
@@ -387,9 +389,10 @@ def generate(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
              layout: sharding.Layout | None = None) -> GenerationResult:
     """Samples n responses per prompt from `weights`, which must already live in `layout` (default: one
     device) in their config's dtype; see the module docstring for conventions."""
-    run, args, rows = _prepare(weights, prompt_ids, prompt_mask, key=key, n=n, max_new_tokens=max_new_tokens,
-                               sampler=sampler, stop_tokens=stop_tokens, pad_id=pad_id, layout=layout)
-    out = run(*args)
+    run, inputs, placements, rows = _prepare(weights, prompt_ids, prompt_mask, key=key, n=n,
+                                             max_new_tokens=max_new_tokens, sampler=sampler, stop_tokens=stop_tokens,
+                                             pad_id=pad_id, layout=layout)
+    out = run(weights.params, *jax.device_put(inputs, placements))
     out_tokens, out_logprobs, lengths, stopped, steps = jax.device_get(
         (out.tokens_BxR, out.logprobs_BxR, out.lengths_B, out.stopped_B, out.step))
     return GenerationResult(
@@ -406,8 +409,10 @@ def lower_generate(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] 
                    stop_tokens: Sequence[int], pad_id: int, layout: sharding.Layout | None = None
                    ) -> jax.stages.Lowered:
     """The program `generate` would run for these arguments, lowered and not run (`.compile()` it to
-    read its HLO or memory); `weights` may be abstract (`loader.abstract_weights`)."""
-    run, args, _ = _prepare(weights, prompt_ids, prompt_mask, key=jax.random.key(0), n=n,
-                            max_new_tokens=max_new_tokens, sampler=sampler, stop_tokens=stop_tokens, pad_id=pad_id,
-                            layout=layout)
-    return run.lower(*args)
+    read its HLO or memory); `weights` may be abstract (`loader.abstract_weights`) and the layout's
+    devices those of a compile-only topology (nothing is placed on them)."""
+    run, inputs, placements, _ = _prepare(weights, prompt_ids, prompt_mask, key=jax.random.key(0), n=n,
+                                          max_new_tokens=max_new_tokens, sampler=sampler, stop_tokens=stop_tokens,
+                                          pad_id=pad_id, layout=layout)
+    return run.lower(weights.params, *(jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s)
+                                       for x, s in zip(inputs, placements)))

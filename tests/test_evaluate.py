@@ -285,7 +285,7 @@ def tiny_run(root, rewards, updates_per_batch=2):
         for log_step in rewards:
             step = log_step * updates_per_batch
             params = jax.tree.map(lambda x: x + 1e-3 * step, nnx.to_pure_dict(state))
-            ts = train_state.train_state_from_params(graphdef, params, optax.sgd(0.1), jax.random.key(0))
+            ts = train_state.train_state_from_params(graphdef, params, optax.sgd(0.1))
             ckpt.save(ts.replace(step=np.int32(step)), data_state={}, rubric_hash="h")
             saved[step] = params
     rows = [{"stage": "eval", "step": step, "eval/reward_mean": r} for step, r in rewards.items()]

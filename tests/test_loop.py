@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from rubric_jax.train.loop import NanStreak, TrainingError, length_buckets
+from rubric_jax.train.loop import NanStreak, TrainingError
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = [
     "--config.sft.epochs=1", "--config.sft.batch_size=32", "--config.rl.steps=5",
     "--config.rl.questions_per_step=4", "--config.rl.group_size=4", "--config.rl.max_new_tokens=32",
+    "--config.eval.max_new_tokens=16",
     "--config.sft.max_response_len=128", "--config.eval.max_questions=8", "--config.eval.every_steps=2",
     "--config.checkpoint.every_steps=2", "--config.log.samples_per_step=2",
     "--config.monitor.max_saturation=0.5",  # trips: the template penalty sits at its top level (no templates)
@@ -98,6 +99,8 @@ def test_workdir_holds_everything_a_researcher_needs(uninterrupted):
                 "golden/spearman/topic_keyword", "golden/kendall/template"):
         assert all(key in r for r in evals), key
     assert evals[0]["golden/spearman/topic_keyword"] == pytest.approx(1.0)  # the rule agrees with the planted labels
+    # Evals answer within eval.max_new_tokens (16), rollouts within rl.max_new_tokens (32): both hit their limit.
+    assert all(r["eval/response_len/mean"] <= 16 for r in evals) and max(r["response_len/mean"] for r in grpo) > 16
     rubric = json.loads((uninterrupted / "rubric.json").read_text())
     assert len(rubric["rubric_set_hash"]) == 64
     assert list((uninterrupted / "plots").glob("*.png"))
@@ -172,12 +175,22 @@ def test_a_bad_grpo_setting_fails_before_sft_starts(tmp_path, flag, message):
     assert not any(tmp_path.iterdir())  # nothing written, no SFT step run
 
 
-def test_length_buckets():
-    assert length_buckets(96, 1) == (128,)
-    assert length_buckets(128, 3) == (32, 64, 128)
-    assert length_buckets(20, 3) == (8, 16, 32)
-    with pytest.raises(ValueError, match="length_buckets"):
-        length_buckets(64, 0)
+def test_a_question_longer_than_max_prompt_len_fails_at_load_time_naming_file_and_line(tmp_path):
+    from configs import tiny
+    from rubric_jax import data
+    from rubric_jax.train import loop
+
+    config = tiny.get_config()
+    with config.unlocked():
+        for key in ("train", "eval", "sft", "rubric"):
+            config.data[key] = str(ROOT / config.data[key])
+        config.model.config_json, config.model.tokenizer = (str(ROOT / config.model.config_json),
+                                                            str(ROOT / config.model.tokenizer))
+        config.data.max_prompt_len = 32  # the chat template alone is longer
+    with pytest.raises(data.DataError, match=r"questions_train\.jsonl:1: question '.*' is \d+ tokens as a chat "
+                                             r"prompt; config\.data\.max_prompt_len allows 32"):
+        loop.build(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
 
 
 def test_pretrained_checkpoint_starts_training_with_the_config_numerics(tmp_path):
@@ -251,7 +264,8 @@ def test_a_grpo_step_with_an_llm_judged_dimension_goes_through_the_judge(tmp_pat
     state, _, programs = loop.grpo_components(run_, loop.initial_params(run_))
     questions = run_.train_questions[:2]
     reference = jax.tree.map(jnp.copy, state.params)  # the update donates the state's buffers
-    _, row, samples = loop.grpo_iteration(run_, programs, state, reference, questions, jax.random.key(0))
+    _, out = loop.grpo_iteration(run_, programs, state, reference, questions, jax.random.key(0))
+    row, samples = out.row(), out.samples
     assert row["logprob_gap/mean"] < 1e-4  # recomputed behaviour log-probs vs the sampler's
     assert row["judge_generate_calls"] == 2 * 2  # two judges x (first round + one retry round)
     assert row["judge_prompts"] >= 2 * 8  # every (response, dimension) of the step, by each judge

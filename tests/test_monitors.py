@@ -64,7 +64,7 @@ def test_watch_measures_length_drift_from_the_first_step_and_appends_alerts(tmp_
     logged = []
     watch = monitors.Watch(LIMITS, tmp_path, log=logged.append)
     first = watch.observe(1, {"stage": "grpo", "response_len/mean": 40.0})
-    assert first["monitor/length_drift"] == 0.0 and not (tmp_path / monitors.ALERTS_FILE).exists()
+    assert first["monitor/length_drift"] == 0.0 and not (tmp_path / metrics.ALERTS_FILE).exists()
     with metrics.MetricsWriter(tmp_path, tensorboard=False) as writer:
         writer.write(1, first)
     second = watch.observe(2, {"stage": "grpo", "response_len/mean": 100.0, "monitor/template_share": 0.1})
@@ -73,7 +73,7 @@ def test_watch_measures_length_drift_from_the_first_step_and_appends_alerts(tmp_
     resumed = monitors.Watch(LIMITS, tmp_path, log=logged.append)  # the first length comes back from metrics.jsonl
     assert resumed.observe(3, {"stage": "grpo", "response_len/mean": 20.0})["monitor/length_drift"] == -0.5
     resumed.observe(4, {"stage": "eval", "golden/spearman/format": 0.1})
-    lines = [json.loads(line) for line in (tmp_path / monitors.ALERTS_FILE).read_text().splitlines()]
+    lines = [json.loads(line) for line in (tmp_path / metrics.ALERTS_FILE).read_text().splitlines()]
     assert [{k: v for k, v in line.items() if k != "time"} for line in lines] == [
         {"step": 2, "stage": "grpo", "metric": "monitor/length_drift", "value": 1.5, "threshold": 1.0, "op": ">",
          "message": "alert step 2: length drift 1.50 > 1.00"},

@@ -147,7 +147,6 @@ def generate_answers(policy: Policy, cases: Sequence[RubricCase], settings: Gene
     not generated and is marked FINISH_PROMPT_TOO_LONG."""
     import jax  # imported here: jax takes seconds, and bad input must fail before it
 
-    from rubric_jax.train.rollout import decode_responses
 
     prompt_ids = data.encode_chats(policy.tokenizer, [policy_messages(c, settings.prompt_format) for c in cases])
     out: list[Generated | None] = [None] * len(cases)
@@ -162,7 +161,7 @@ def generate_answers(policy: Policy, cases: Sequence[RubricCase], settings: Gene
     progress = metrics.Progress(len(batches), desc="generate", keys=())
     for b, batch in enumerate(batches):
         result = policy.generate([prompt_ids[i] for i in batch], jax.random.fold_in(key, b))
-        texts = decode_responses(policy.tokenizer, result, policy.stop_tokens)
+        texts = data.decode_responses(policy.tokenizer, result, policy.stop_tokens)
         for i, text, reason, length in zip(batch, texts, result.finish_reason, result.lengths):
             out[i] = Generated(text, str(reason), int(length))
         progress.update(b + 1, {})

@@ -34,7 +34,6 @@ from rubric_jax.calibration.stats import spearman
 from rubric_jax.judges.reward import RewardOutput
 from rubric_jax.judges.rules import TemplatePhrases
 
-ALERTS_FILE = "alerts.jsonl"
 _TOP = 1.0 - 1e-6  # a normalised score at or above this is at the dimension's top level
 
 
@@ -127,14 +126,20 @@ class Watch:
     which the trainer trims to its checkpoint first), the alert checks, alerts.jsonl and the log lines."""
 
     def __init__(self, limits: Mapping[str, float], workdir: str | Path,
-                 log: Callable[[str], None] = tqdm.tqdm.write):
+                 log: Callable[[str], None] = tqdm.tqdm.write, open_logs: Callable[[], Any] = lambda: None):
         self.limits = dict(limits)
-        self.path = Path(workdir) / ALERTS_FILE
+        self.path = Path(workdir) / metrics.ALERTS_FILE
         self.log = log
-        rows = metrics.read_jsonl_metrics(Path(workdir) / metrics.METRICS_FILE) if (
-            Path(workdir) / metrics.METRICS_FILE).exists() else []
-        self.first_length = next((r["response_len/mean"] for r in rows if r.get("stage") == "grpo" and r["step"] == 1),
-                                 None)
+        self.open_logs = open_logs  # the trainer's RunLog cuts the logs back to its checkpoint when opened
+        self.metrics_path = Path(workdir) / metrics.METRICS_FILE
+        self.first_length: float | None = None
+
+    def _logged_first_length(self) -> float | None:
+        """The first GRPO step's response length in metrics.jsonl: read at the first GRPO row this process
+        observes, after a resume has cut the log back to its checkpoint."""
+        self.open_logs()
+        rows = metrics.read_jsonl_metrics(self.metrics_path) if self.metrics_path.exists() else []
+        return next((r["response_len/mean"] for r in rows if r.get("stage") == "grpo" and r["step"] == 1), None)
 
     def observe(self, step: int, row: dict[str, Any]) -> dict[str, Any]:
         """`row` (with its "stage"), plus monitor/length_drift on GRPO rows; its alerts are appended to
@@ -142,10 +147,13 @@ class Watch:
         if row["stage"] == "grpo":
             length = float(row["response_len/mean"])
             if self.first_length is None:
+                self.first_length = self._logged_first_length() if step > 1 else length
+            if self.first_length is None:
                 self.first_length = length
             row = {**row, "monitor/length_drift": length / self.first_length - 1.0 if self.first_length else math.nan}
         found = find_alerts(step, row["stage"], row, self.limits)
         if found:
+            self.open_logs()
             with self.path.open("a", encoding="utf-8") as f:
                 for alert in found:
                     line = {**metrics.jsonable(dataclasses.asdict(alert)), "time": time.time()}
