@@ -31,6 +31,7 @@ def get_config(arg: str | None = None):
     c.data.eval = f"{_ASSETS}/questions_eval.jsonl"
     c.data.sft = f"{_ASSETS}/sft.jsonl"
     c.data.rubric = f"{_ASSETS}/rubric.yaml"
+    c.data.golden = f"{_ASSETS}/questions_golden.jsonl"  # 8 held-out phrasings with labelled reference answers (8 = tests' eval batch: no extra compile).
     c.data.max_prompt_len = 128
     c.data.length_buckets = 1  # Pad to the maximum: one compilation per step function (compiles dominate on CPU).
     c.sft.lr = 3e-3

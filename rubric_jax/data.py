@@ -30,7 +30,7 @@ RESPONSE_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 TFDS_PREFIX = "tfds:"
 
 _QUESTION_FIELDS = {"id": str, "question": str, "category": str, "lang": str}
-_QUESTION_OPTIONAL = {"keywords", "difficulty", "rubric", "reference"}
+_QUESTION_OPTIONAL = {"keywords", "difficulty", "rubric", "reference", "labels"}
 _SFT_FIELDS = {"id": str, "prompt": str, "response": str}
 _SFT_OPTIONAL = {"category", "lang"}
 
@@ -45,7 +45,9 @@ class Question:
 
     A row's "rubric" field is {"extra": [dimension, ...]} (criteria added to the shared rubric) or
     {"replace": rubric} (a whole rubric of its own), in the rubric schema's dict format. "reference" is
-    a reference answer where the source has one (BiGGen-Bench, HealthBench ideal completions).
+    a reference answer where the source has one (BiGGen-Bench, HealthBench ideal completions); "labels"
+    ({"<dimension id>": number}, golden sets) are people's scores of that reference answer on each
+    dimension's raw scale, checked against the question's rubric where the golden set is loaded.
     """
 
     id: str
@@ -57,6 +59,7 @@ class Question:
     extra_dimensions: tuple[Dimension, ...] = ()
     replace_rubric: Rubric | None = None
     reference: str | None = None
+    labels: Mapping[str, float] = dataclasses.field(default_factory=dict)
     source: str = dataclasses.field(default="", compare=False)  # where it was read ("q.jsonl:12"), for errors
 
 
@@ -109,6 +112,12 @@ def question_from_row(row: dict[str, Any], where: str) -> Question:
     reference = row.get("reference")
     if reference is not None and (not isinstance(reference, str) or not reference.strip()):
         raise DataError(f"{where}: field 'reference' must be a non-empty string, got {reference!r}")
+    labels = row.get("labels", {})
+    if not isinstance(labels, dict) or not all(
+            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in labels.items()):
+        raise DataError(f"{where}: field 'labels' must map dimension ids to numbers, got {labels!r}")
+    if labels and reference is None:
+        raise DataError(f"{where}: field 'labels' scores the reference answer; the row has no 'reference'")
     try:
         extra, replace = parse_row_rubric(row.get("rubric"), where)
     except RubricError as e:
@@ -116,7 +125,7 @@ def question_from_row(row: dict[str, Any], where: str) -> Question:
     return Question(
         id=row["id"], question=row["question"], category=row["category"], lang=row["lang"],
         keywords=tuple(keywords), difficulty=difficulty, extra_dimensions=extra, replace_rubric=replace,
-        reference=reference, source=where,
+        reference=reference, labels={k: float(v) for k, v in labels.items()}, source=where,
     )
 
 
@@ -157,7 +166,8 @@ def questions_from_rows(rows: Iterable[tuple[str, dict[str, Any]]], source: str)
 
 
 def load_questions(path: str | Path) -> list[Question]:
-    """Reads a question jsonl ({"id","question","category","lang"} + optional keywords/difficulty/rubric/reference)."""
+    """Reads a question jsonl ({"id","question","category","lang"} + optional keywords, difficulty, rubric,
+    reference, labels)."""
     return questions_from_rows(((f"{path}:{lineno}", row) for lineno, row in read_jsonl(path)), str(path))
 
 

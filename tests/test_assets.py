@@ -16,7 +16,7 @@ from rubric_jax.models.config import ModelConfig
 from rubric_jax.prepare import dedup, mix, pii
 from rubric_jax.rubrics.io import load_rubric
 
-FILES = ("config.json", "questions_train.jsonl", "questions_eval.jsonl", "sft.jsonl", "rubric.yaml",
+FILES = ("config.json", "questions_train.jsonl", "questions_eval.jsonl", "questions_golden.jsonl", "sft.jsonl", "rubric.yaml",
          "tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json", "tokenizer/chat_template.jinja")
 
 

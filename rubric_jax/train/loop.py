@@ -2,7 +2,9 @@
 
 Stages (config.stages): "sft" (cold-start SFT on formatted answers, QuRL) then "grpo" (rollouts ->
 rubric reward -> group advantages -> jitted sharded update), with held-out evals before the first GRPO
-update (the SFT baseline), every `eval.every_steps` steps and at the end.
+update (the SFT baseline), every `eval.every_steps` steps and at the end. Every GRPO step also writes
+the reward-hacking monitors (train/monitors.py: alerts.jsonl) and every eval scores the golden set
+(train/golden.py).
 
 Both stages run through one stage runner (`run_stage`): optimizer state and shardings, restore with
 fallback, the resumable data iterator, a progress bar, save cadence, SIGTERM; a stage only says how one
@@ -46,8 +48,8 @@ from rubric_jax.rubrics.correction import Correction, load_correction
 from rubric_jax.rubrics.dynamic_weights import DimensionWeights
 from rubric_jax.rubrics.io import dumps_rubric, load_rubric
 from rubric_jax.rubrics.schema import Rubric
-from rubric_jax.train import checkpointing, export, rollout, settings as run_settings, state as train_state
-from rubric_jax.train import step as train_step, workdir as run_workdir
+from rubric_jax.train import checkpointing, export, golden as golden_set, monitors, rollout
+from rubric_jax.train import settings as run_settings, state as train_state, step as train_step, workdir as run_workdir
 from rubric_jax.train.settings import STAGES, RolloutSpec, Settings, grpo_config  # noqa: F401  (re-exported)
 
 EXPORT_DIR = "export"  # <workdir>/export: the final policy as a HF directory (config.export.at_end)
@@ -83,6 +85,8 @@ class Run:
     log: run_workdir.RunLog
     key: jax.Array
     dynamic_weights: DimensionWeights | None
+    golden: golden_set.GoldenSet | None  # config.data.golden, scored at every eval
+    watch: monitors.Watch  # reward-hacking monitors' thresholds and alerts.jsonl
     stop_requested: bool = False
 
     @property
@@ -118,6 +122,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
         raise ValueError(f"{jax.process_count()} processes: the trainer loop does not yet give each host its own "
                          "questions or log from one process (issue #9 §5); run it on one host")
     settings = run_settings.validate(config)
+    monitors.thresholds(config.monitor)  # the alert thresholds fail here too, before anything is written
     workdir = run_workdir.check_usable(workdir)
     experiment = build(config, workdir, settings)
     run_workdir.check_resume(workdir, rubric_hash=experiment.rubric_hash,
@@ -194,7 +199,10 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
     judges = tuple(load_judge(path, layout=decode_layout, **judge_dtypes, sampler=config.judge.sampler,
                               max_new_tokens=config.judge.max_new_tokens, batch_size=config.judge.batch_size)
                    for path in judge_dirs)
+    golden = golden_set.load_golden(config.data.golden, config.data.tfds_dir, shared_rubric, train_questions,
+                                    eval_questions, config.data.golden_max_jaccard) if config.data.golden else None
     rubric_of = {q.id: data.question_rubric(shared_rubric, q) for q in train_questions + eval_questions}
+    rubric_of.update({q.id: r for q, r in zip(golden.questions, golden.rubrics)} if golden else {})
     rubrics = list(rubric_of.values())
     correction = load_correction(config.data.rubric_correction) if config.data.rubric_correction else None
     if settings.reward_model is None:
@@ -215,7 +223,8 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
     log = run_workdir.RunLog(workdir, run_info={"rubric": rubric_info, "config": config.to_dict()})
     return Run(config, settings, workdir, layout, decode_layout, decode_dtype, tokenizer, model_cfg, graphdef, reward,
                shared_rubric, rubric_of, rubric_hash, rubric_info, train_questions, eval_questions, log,
-               jax.random.key(config.seed), dynamic)
+               jax.random.key(config.seed), dynamic, golden,
+               monitors.Watch(monitors.thresholds(config.monitor), workdir, open_logs=lambda: log.writer))
 
 
 def _check_prompts_fit(tokenizer: Any, model_cfg: ModelConfig, settings: Settings,
@@ -341,8 +350,10 @@ class Stage:
     checkpoint_extra: Callable[[], dict[str, Any]] = dict  # JSON saved with each checkpoint
     on_start: Callable[[checkpointing.Restored | None, train_state.TrainState, int, metrics.Progress], None] = (
         lambda restored, state, start, progress: None)  # after restore, before the first step
+    observe: Callable[[int, dict[str, Any]], dict[str, Any]] = (
+        lambda step, row: row)  # a step's metrics once read back, before they are written (monitors, alerts)
     after_row: Callable[[int, dict[str, Any], checkpointing.Checkpointer], None] = (
-        lambda step, row, ckpt: None)  # a step's metrics, once read back and written (monitors)
+        lambda step, row, ckpt: None)  # a step's metrics, once written
     eval_due: Callable[[int], bool] = lambda step: False  # steps after which `evaluate` runs
     evaluate: Callable[[int, train_state.TrainState, metrics.Progress], None] = (
         lambda step, state, progress: None)  # after the step's row was written, before its checkpoint
@@ -369,7 +380,7 @@ def run_stage(run_: Run, stage: Stage) -> train_state.TrainState:
             if pending is not None:
                 step, out = pending
                 pending = None
-                row = {"stage": stage.name, **out.row()}
+                row = stage.observe(step, {"stage": stage.name, **out.row()})
                 run_.log.write(step, row)
                 run_.log.write_samples(step, [{"stage": stage.name, **s} for s in out.samples])
                 progress.update(step, row)
@@ -527,6 +538,7 @@ def grpo_iteration(run_: Run, programs: GRPOPrograms, state: train_state.TrainSt
     host_row = {"reward/mean": summary.reward_mean, **rollout.reward_metrics(summary, ""),
                 "zero_std_frac": zero_std, "response_len/mean": float(result.lengths.mean()),
                 "truncated_frac": float((result.finish_reason == sampling.FINISH_LENGTH).mean())}
+    host_row.update(monitors.step_monitors([s["response"] for s in samples], result.lengths, scored))
     if run_.dynamic_weights is not None:
         host_row.update(run_.dynamic_weights.update(scored.dimension_ids, scored.scores, scored.valid))
 
@@ -540,12 +552,20 @@ def grpo_iteration(run_: Run, programs: GRPOPrograms, state: train_state.TrainSt
 
 
 def evaluate(run_: Run, state: train_state.TrainState, step: int) -> dict[str, float]:
-    """Held-out rubric reward of one response per eval question with the eval sampler (greedy by default)."""
+    """Held-out rubric reward of one response per eval (and golden) question with the eval sampler (greedy
+    by default); alerts on the golden set's agreement."""
+    key = jax.random.fold_in(run_.key, _EVAL_KEY)
     _, result, scored, samples = rollout_and_score(run_, state.params, run_.eval_questions,
-                                                   run_.settings.eval_rollout, jax.random.fold_in(run_.key, _EVAL_KEY))
+                                                   run_.settings.eval_rollout, key)
     summary = rollout.summarize_rewards(scored)
     row = {"stage": "eval", "eval/reward_mean": summary.reward_mean, **rollout.reward_metrics(summary, "eval/"),
            "eval/response_len/mean": float(result.lengths.mean())}
+    if run_.golden is not None:
+        golden_scored = rollout_and_score(run_, state.params, run_.golden.questions, run_.settings.eval_rollout,
+                                          key)[2]
+        row.update(run_.golden.metrics(golden_scored, run_.reward, key=jax.random.fold_in(key, step),
+                                       weights=run_.weights))
+    row = run_.watch.observe(step, row)
     run_.log.write(step, row)
     run_.log.write_samples(step, [{"stage": "eval", **s} for s in samples[:EVAL_SAMPLES]])
     return {k: v for k, v in row.items() if k != "stage"}
@@ -608,7 +628,7 @@ def run_grpo(run_: Run, init_params: Any) -> dict[str, Any]:
         lambda state, questions, step: grpo_iteration(run_, programs, state, ref_params, questions,
                                                       jax.random.fold_in(run_.key, 1000 + step)),
         updates_per_step=settings.updates_per_batch, checkpoint_extra=checkpoint_extra, on_start=on_start,
-        after_row=stop_on_nan_streak, eval_due=lambda step: step % settings.eval_every == 0 or step == rl.steps,
+        observe=run_.watch.observe, after_row=stop_on_nan_streak, eval_due=lambda step: step % settings.eval_every == 0 or step == rl.steps,
         evaluate=eval_and_report)
     return run_stage(run_, stage).params
 

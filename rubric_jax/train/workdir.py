@@ -24,7 +24,7 @@ from rubric_jax.train import checkpointing
 
 STAGE_ORDER = {"sft": 0, "grpo": 1, "eval": 1}  # log rows sort by (stage order, step); eval rows are GRPO's
 CONFIG_FILE, RUBRIC_YAML, RUBRIC_JSON = "config.json", "rubric.yaml", "rubric.json"
-LOG_FILES = (metrics.METRICS_FILE, metrics.SAMPLES_FILE)  # step-keyed jsonl logs cut back on resume
+LOG_FILES = (metrics.METRICS_FILE, metrics.SAMPLES_FILE, metrics.ALERTS_FILE)  # step-keyed jsonl logs cut back on resume
 
 
 def check_usable(workdir: str | Path) -> Path:
