@@ -64,7 +64,7 @@ def run(out: Path) -> None:
     batch = distributed.global_batch({"tokens": tokens[rows], "input_mask": input_mask[rows],
                                       "loss_mask": loss_mask[rows]}, sharding.batch_sharding(layout.mesh))
     tx = optax.sgd(0.5)  # plain SGD: a parameter moves by 0.5 x its gradient (Adam's g/|g| would amplify float noise)
-    state, shardings = train_state.new_train_state(weights, tx, jax.random.key(2), layout.mesh)
+    state, shardings = train_state.new_train_state(weights, tx, layout.mesh)
     step = train_step.jit_sft_step(shardings=shardings, mesh=layout.mesh)
     state, metrics = step(state, batch)
     results.update({f"metric/{k}": v for k, v in distributed.host_tree(metrics).items()})

@@ -15,27 +15,19 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from safetensors import safe_open
 
 from rubric_jax import files
 from rubric_jax.loader import load_weights
 from rubric_jax.models import checkpoint
 from rubric_jax.models.checkpoint import export_hf_checkpoint, hf_config_dict
 from rubric_jax.models.transformer import causal_padding_mask
+from test_checkpoint import read_tensors
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "fixtures" / "golden"
 FIXTURE = ROOT / "tests" / "fixtures" / "golden_export" / "qwen2_tiny_tokenizer"  # model + tokenizer, by transformers
 COPIED = ("generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 LEGACY = {"rope_theta", "rope_scaling", "torch_dtype"}  # the pre-5.0 keys we add for transformers 4 and vLLM
-
-
-def tensors(path: Path) -> dict[str, np.ndarray]:
-    found = {}
-    for file in sorted(path.glob("*.safetensors")):
-        with safe_open(file, framework="numpy") as f:
-            found.update({name: f.get_tensor(name) for name in f.keys()})
-    return found
 
 
 def assert_config_matches(ours: dict, golden: dict) -> None:
@@ -83,7 +75,7 @@ def test_export_matches_the_transformers_directory_and_gives_its_logits(tmp_path
     weights = load_weights(FIXTURE)
     out = export_hf_checkpoint(weights.cfg, weights.params, tmp_path / "export", source_dir=FIXTURE)
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in FIXTURE.iterdir() if p.suffix != ".npz")
-    golden_tensors, exported = tensors(FIXTURE), tensors(out)
+    golden_tensors, exported = read_tensors(FIXTURE), read_tensors(out)
     assert sorted(exported) == sorted(golden_tensors)
     for name, w in golden_tensors.items():
         assert exported[name].dtype == w.dtype and np.array_equal(exported[name], w), name
@@ -128,12 +120,12 @@ def test_a_failed_export_leaves_nothing_and_replace_swaps_whole(tmp_path, monkey
             export_hf_checkpoint(weights.cfg, weights.params, out)
     assert list(tmp_path.iterdir()) == []  # neither the directory nor a temporary one
     export_hf_checkpoint(weights.cfg, weights.params, out)
-    before = tensors(out)
+    before = read_tensors(out)
     shifted = {**weights.params, "norm": {"scale": weights.params["norm"]["scale"] + 1.0}}
     with pytest.raises(FileExistsError):
         export_hf_checkpoint(weights.cfg, shifted, out)
     export_hf_checkpoint(weights.cfg, shifted, out, replace=True)
-    assert np.array_equal(tensors(out)["model.norm.weight"], before["model.norm.weight"] + 1.0)
+    assert np.array_equal(read_tensors(out)["model.norm.weight"], before["model.norm.weight"] + 1.0)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
 
 
@@ -174,8 +166,8 @@ def trained(tmp_path_factory) -> Path:
 def test_a_run_exports_its_final_policy_at_the_end(trained):
     out = trained / "export"
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in FIXTURE.iterdir() if p.suffix != ".npz")
-    for name, w in tensors(FIXTURE).items():
-        assert np.array_equal(tensors(out)[name], w), name
+    for name, w in read_tensors(FIXTURE).items():
+        assert np.array_equal(read_tensors(out)[name], w), name
     assert_config_matches(json.loads((out / "config.json").read_text()), json.loads((FIXTURE / "config.json").read_text()))
     for name in COPIED:
         assert (out / name).read_bytes() == (FIXTURE / name).read_bytes(), name
