@@ -59,7 +59,7 @@ from rubric_jax.assets import TINY_DIR
 from rubric_jax.assets import build_tiny_assets
 from rubric_jax.rubrics.io import save_rubric
 from rubric_jax.rubrics.schema import Aggregation, Anchor, ChangelogEntry, Dimension, Rubric, Scale
-from rubric_jax.train import loop, rollout
+from rubric_jax.train import loop
 
 MODEL = dict(hidden_size=96, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
              intermediate_size=256, max_position_embeddings=512, rms_norm_eps=1e-6)
@@ -218,13 +218,13 @@ class OurSide:
     @contextlib.contextmanager
     def _instrumented(self) -> Iterator[None]:
         """Times sampling.generate and the response decoding that grpo_iteration calls (module attributes)."""
-        generate, decode = sampling.generate, rollout.decode_responses
+        generate, decode = sampling.generate, data.decode_responses
         sampling.generate = self.timer.wrap("sampling", generate)
-        rollout.decode_responses = self.timer.wrap("decode", decode)
+        data.decode_responses = self.timer.wrap("decode", decode)
         try:
             yield
         finally:
-            sampling.generate, rollout.decode_responses = generate, decode
+            sampling.generate, data.decode_responses = generate, decode
 
     def step(self) -> dict[str, float]:
         """One GRPO iteration; returns its wall time and parts."""
@@ -232,8 +232,9 @@ class OurSide:
         key = jax.random.fold_in(self.run.key, 1000 + self.step_count)
         with self._instrumented():
             start, cpu = time.perf_counter(), time.process_time()
-            self.state, row, _ = loop.grpo_iteration(self.run, self.programs, self.state, self.ref_params,
-                                                     next(self.batches), key)
+            self.state, out = loop.grpo_iteration(self.run, self.programs, self.state, self.ref_params,
+                                                  next(self.batches), key)
+            row = out.row()
             total, cpu = time.perf_counter() - start, time.process_time() - cpu
         self.rows.append(row)
         parts = self.timer.take()
@@ -260,7 +261,7 @@ def trl_reward_fn(tokenizer: Any, reward: Any, rubric_of: dict[str, Rubric]) -> 
     def rubric_reward(prompts: list[Any], completions: list[Any], completion_ids: list[list[int]],
                       question: list[str], question_id: list[str], **_: Any) -> list[float]:
         as_result = types.SimpleNamespace(tokens=completion_ids, lengths=[len(ids) for ids in completion_ids])
-        responses = rollout.decode_responses(tokenizer, as_result, stop)
+        responses = data.decode_responses(tokenizer, as_result, stop)
         return reward(question, responses, [rubric_of[i] for i in question_id]).reward.tolist()
 
     return rubric_reward
@@ -412,7 +413,7 @@ def main(argv: list[str]) -> None:
         print(f"TRL  median breakdown (s): {_fmt(_median_parts(trl_steps))}")
         print(f"rubric_jax: {ours_s:.3f} s/step   TRL GRPOTrainer: {trl_s:.3f} s/step   "
               f"ratio TRL/ours: {trl_s / ours_s:.2f}x")
-        ours.run.writer.close()
+        ours.run.log.close()
 
 
 if __name__ == "__main__":

@@ -22,9 +22,9 @@ import jax
 from absl import app, flags
 from transformers import AutoTokenizer
 
-from rubric_jax import loader, sampling
+from rubric_jax import data, loader, sampling
 from rubric_jax.assets import TINY_DIR
-from rubric_jax.judges.llm_judge import Judge, JudgeConfig, encode_prompts, judge_rows
+from rubric_jax.judges.llm_judge import Judge, JudgeConfig, judge_rows
 from rubric_jax.judges.prompts import single_prompt
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.io import load_rubric
@@ -65,8 +65,8 @@ def main(argv: list[str]) -> None:
     responses = [f"{RESPONSES[i % len(RESPONSES)]} ({i})" for i in range(n)]
     dims = [[llm_dims[i % len(llm_dims)]] for i in range(n)]
     key = jax.random.key(0)
-    lengths = [len(ids) for ids in encode_prompts(tokenizer, [
-        single_prompt(q, r, d[0], nonce="0" * 16) for q, r, d in zip(questions, responses, dims)])]
+    lengths = [len(ids) for ids in data.encode_chats(tokenizer, [
+        single_prompt(q, r, d[0], nonce="0" * 16).messages for q, r, d in zip(questions, responses, dims)])]
 
     def batched():
         judge_rows([judge], config, questions, responses, dims, key)

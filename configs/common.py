@@ -35,6 +35,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.judge.mode = "per_dimension"  # "per_dimension" or "all_criteria" (one prompt per response, QuRL).
     c.judge.param_dtype = "auto"  # Judge weights dtype: auto (bfloat16 on accelerators, float32 on CPU), float32, bfloat16.
     c.judge.compute_dtype = "auto"  # Judge activation dtype, same choices.
+    c.judge.batch_size = 0  # Most judge prompts per generate call (bounds its KV cache; 0 = a whole round at once).
 
     # What scores rollouts: rubrics (rule and LLM judges, above) or a scalar reward model (rubric_jax/judges/
     # reward_model.py; QuRL's "w/ RLHF reward model" ablation, which uses internlm2-7b-reward).
@@ -63,6 +64,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.data.tfds_dir = ""  # Directory holding the tfds datasets named by tfds:NAME (experiments.prepare_data --out).
     c.data.sft = ""  # jsonl of cold-start SFT pairs ({"prompt","response"}).
     c.data.rubric = ""  # Rubric file (YAML/JSON) shared by every question; rows may add their own.
+    # Golden set (issue 7 §4): held-out questions with reference answers (+ optional "labels" of them), never trained on.
+    c.data.golden = ""  # jsonl of golden questions, or tfds:NAME[:SPLIT] (split "golden"); empty = none. Scored at every eval.
+    c.data.golden_max_jaccard = 0.7  # Refuse golden questions whose char 3-gram Jaccard with a training one reaches this (prepare_data's dedup threshold).
     # Calibration (experiments.calibrate): a fitted per-dimension score correction, RubricRL §3.3 "后处理校准".
     c.data.rubric_correction = ""  # Score correction (JSON/YAML) applied to judge scores; empty = none; in the hash.
     c.data.max_prompt_len = 128  # Prompts are left-padded to a bucket up to this length.
@@ -111,10 +115,24 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.every_steps = 10  # Eval on the held-out set every N GRPO steps (and before/after).
     c.eval.max_questions = 64  # Held-out questions per eval.
     c.eval.sampler = "greedy"  # Eval sampler.
+    c.eval.max_new_tokens = 256  # Response budget of an eval answer (its own: rl.max_new_tokens is the rollouts').
+
+    # Reward-hacking monitors (RubricRL §6, issue 7 §3): written every GRPO step (train/monitors.py); a value past
+    # its threshold appends to <workdir>/alerts.jsonl and logs "alert step N: template share 0.61 > 0.40".
+    c.monitor = ml_collections.ConfigDict()
+    c.monitor.max_template_share = 0.4  # Share of responses in a 首先…其次…最后 / first…second…finally template (RubricRL: 12% -> 67% while reward rose).
+    c.monitor.max_length_drift = 1.0  # Mean response tokens / first GRPO step's - 1 (1.0 = doubled; inf = never).
+    c.monitor.max_saturation = 1.0  # Share of a dimension's scores at its top level (RubricRL §2.3); 1 = never (penalties sit at the top).
+    c.monitor.max_reward_length_corr = 0.5  # Spearman of reward vs response length within a step (length bias, RubricRL §3.3).
+    c.monitor.max_judge_parse_failure = 0.1  # Share of LLM-judge answers the strict parser rejected.
+    c.monitor.min_golden_spearman = 0.6  # Judge vs labels on golden reference answers, per dimension (RubricRL: below 0.6 is unusable).
 
     c.checkpoint = ml_collections.ConfigDict()
     c.checkpoint.every_steps = 10  # Save every N GRPO steps (and at the end and on SIGTERM).
     c.checkpoint.keep = 3  # Checkpoints kept.
+
+    c.export = ml_collections.ConfigDict()
+    c.export.at_end = False  # Write the final policy to <workdir>/export as a HF directory (transformers, vLLM).
 
     # experiments.build_rubrics: QuRL case-wise rubric construction (rubric_jax/qurl). The construction LLM is
     # `model` (QuRL distils with Qwen2.5-7B); the judge that scores candidates is `judge` (empty: `model`).

@@ -109,6 +109,7 @@ def _tiny(variant: str):
     if variant in ("checklist", "reward_model"):
         c.data.train = c.data.eval = f"{_QURL_ASSETS}/questions.jsonl"  # 8 questions without rubrics (plumbing)
         c.judge.checkpoint = ""  # not the tiny default's politeness judge: checklist names its own, reward_model none
+        c.data.golden = ""  # the tiny golden set is labelled on the tiny rubric's dimensions, which these rows lack
     if variant == "checklist":
         c.data.rubric = CHECKLIST
         c.judge.mode = "per_dimension"  # one dimension per prompt: fits the tiny judge's 512-token context

@@ -41,7 +41,7 @@ def get_config(arg: str | None = None):
     c.mesh.data, c.mesh.fsdp, c.mesh.tensor = 1, 8, 1  # 8×A100-80GB, FSDP over all 8.
     c.mesh.rollout.tensor = _ROLLOUT_TENSOR[size]  # Decode: tensor groups x replicas (see _ROLLOUT_TENSOR).
     c.mesh.rollout.param_dtype = "compute"  # bf16 decode copy: half the bytes read per generated token.
-    c.data.max_prompt_len = 512
+    c.data.max_prompt_len = 1024  # QuRL: prompts up to 1k tokens.
     c.sft.lr, c.sft.batch_size, c.sft.epochs = 1e-6, 16, 2  # QuRL cold start.
     c.sft.max_response_len = 2048
     c.rl.lr = 1e-6  # QuRL.
@@ -52,9 +52,12 @@ def get_config(arg: str | None = None):
     c.rl.beta = 0.04  # RubricRL §4.3: 0.01-0.05.
     c.rl.clip_low, c.rl.clip_high = 0.2, 0.28  # RubricRL §4.3: 0.2-0.3.
     c.rl.micro_batches = 8
+    c.judge.checkpoint = "/models/Llama-3.1-8B-Instruct"  # An 8B LLM judge in the decode layout. Replace with yours.
     c.judge.samples = 3
+    c.judge.batch_size = 64  # Judge prompts per call: a 4k-token prompt's KV cache is 0.5 GiB in an 8B judge.
     c.eval.every_steps = 10
     c.eval.max_questions = 400
+    c.eval.max_new_tokens = 2048
     c.checkpoint.every_steps = 10
     return c
 

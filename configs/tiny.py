@@ -40,6 +40,7 @@ def get_config(arg: str | None = None):
     c.judge.samples = 1
     c.judge.sampler = "greedy"
     c.judge.max_new_tokens = 16  # its verdicts (anchor description, `SCORE: k`, eos) are under 10 tokens
+    c.data.golden = f"{_ASSETS}/questions_golden.jsonl"  # 8 held-out phrasings with labelled reference answers (8 = tests' eval batch: no extra compile).
     c.data.max_prompt_len = 128
     c.data.length_buckets = 1  # Pad to the maximum: one compilation per step function (compiles dominate on CPU).
     c.sft.lr = 3e-3
@@ -56,6 +57,7 @@ def get_config(arg: str | None = None):
     c.rl.micro_batches = 8  # Same maths; on CPU 8-row micro-batches keep activations in cache (benchmarks/RESULTS.md).
     c.eval.every_steps = 10
     c.eval.max_questions = 32
+    c.eval.max_new_tokens = 96
     c.checkpoint.every_steps = 10
     # experiments.build_rubrics on rubric_jax/assets/qurl/ with the random tiny model: small budgets, so the
     # run is quick; its output is mostly invalid and the report counts that (README, "Building case-wise rubrics").

@@ -19,7 +19,7 @@ from pathlib import Path
 import jax
 from absl import app, flags
 
-from rubric_jax import sampling, sharding
+from rubric_jax import data, sampling, sharding
 
 _CHECKPOINT = flags.DEFINE_string(
     "checkpoint", None, "Hugging Face model directory (config.json, safetensors, tokenizer).")
@@ -71,9 +71,7 @@ def main(argv: list[str]) -> None:
         _fail(f"--checkpoint={checkpoint}: {e}")
     if tokenizer.eos_token_id is None or tokenizer.pad_token_id is None:
         _fail(f"{checkpoint}: the tokenizer needs an eos_token and a pad_token")
-    text = tokenizer.apply_chat_template([{"role": "user", "content": _PROMPT.value}],
-                                         add_generation_prompt=True, tokenize=False)
-    prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    prompt_ids = data.encode_chats(tokenizer, [[{"role": "user", "content": _PROMPT.value}]])[0]
     try:
         result = sampling.generate(
             weights, [prompt_ids], key=jax.random.key(_SEED.value), max_new_tokens=_MAX_NEW_TOKENS.value,
@@ -83,7 +81,7 @@ def main(argv: list[str]) -> None:
     except ValueError as e:
         _fail(str(e))
     output_ids = result.tokens[0, :result.lengths[0]].tolist()
-    output_text = tokenizer.decode(output_ids, skip_special_tokens=True)
+    output_text = data.decode_responses(tokenizer, result, keep_special_tokens=False)[0]
     if _FORMAT.value == "json":
         print(json.dumps({"prompt_ids": list(prompt_ids), "output_ids": output_ids, "text": output_text,
                           "finish_reason": str(result.finish_reason[0])}))

@@ -2,33 +2,89 @@
 
 Only parses flags; the pipeline (sft -> grpo with evals) lives in rubric_jax.train.loop so it can be
 imported and tested. Restarting with the same workdir resumes from its latest checkpoint. A user
-error (bad data or rubric file, bad config value, unusable checkpoint) exits with a one-line message.
+error (an unknown config key, a bad config value, bad data or rubric file, unusable checkpoint or
+workdir) exits with status 2 and a one-line message.
+
+`--dry_run` compiles every program of the config with abstract inputs and prints per-device memory and
+collectives instead of running (rubric_jax/aot.py); `--dry_run_target=a100_80g|h100_80g|h200` compiles
+with XLA's GPU compiler on this machine (it needs requirements-aot.txt: ./launch.sh sets that up).
 """
 
+import os
+import re
 import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from rubric_jax import distributed
-
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, samples and plots.")
-flags.mark_flags_as_required(["config", "workdir"])
+_DRY_RUN = flags.DEFINE_bool("dry_run", False, "Compile every program of the config and print per-device memory "
+                             "and collectives; runs nothing, needs no weights, data or accelerator.")
+_DRY_RUN_TARGET = flags.DEFINE_string("dry_run_target", "cpu", "Compile for: cpu (the local CPU devices: a smoke "
+                                      "check) or a GPU: a100_80g, h100_80g, h200 (XLA's GPU compiler).")
+_DRY_RUN_DEVICES = flags.DEFINE_integer("dry_run_devices", 8, "Devices of the machine the dry run compiles for.")
+flags.mark_flag_as_required("config")
+
+
+def _fail(message: str) -> None:
+    print(f"experiments.run: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+    """absl's parse, with a config override naming an unknown key (ml_collections raises AttributeError
+    or KeyError from inside the parser) or a bad value as one line instead of a traceback."""
+    try:
+        return flags.FLAGS(argv)
+    except (AttributeError, KeyError) as e:  # ml_collections' "no such field", with its did-you-mean hint
+        text = str(e).replace("\\n", " ").replace("\\'", "'")
+        key, hint = re.search(r"'(\w+)'", text), re.search(r"Did you mean [^?]*\?", text)
+        _fail(f"unknown config key {key.group(1) if key else text!r}" + (f" ({hint.group(0)})" if hint else ""))
+    except (flags.Error, TypeError, ValueError) as e:
+        _fail(" ".join(str(e).split()))
 
 
 def main(argv: list[str]) -> None:
     del argv
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # orbax/jax INFO lines would bury the progress bar
+    if _DRY_RUN.value:
+        dry_run()
+        return
+    if _WORKDIR.value is None:
+        print("experiments.run: error: --workdir is required (or pass --dry_run)", file=sys.stderr)
+        sys.exit(2)
+    from rubric_jax import distributed  # jax.distributed must precede any device use
+
     distributed.maybe_initialize()
-    from rubric_jax.train import checkpointing, loop  # after jax.distributed, which must precede device use
+    from rubric_jax.train import checkpointing, loop
 
     try:
         loop.run(_CONFIG.value, _WORKDIR.value)
-    except (ValueError, FileNotFoundError, checkpointing.CheckpointError, loop.TrainingError) as e:
-        sys.exit(f"experiments.run: error: {e}")
+    except (ValueError, FileNotFoundError, checkpointing.CheckpointError) as e:
+        _fail(str(e))
+    except loop.TrainingError as e:  # the run itself went wrong (not its input): exit 1, as a crash would
+        print(f"experiments.run: error: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+def dry_run() -> None:
+    """--dry_run, set up before jax starts: it compiles on the CPU whatever the target (a GPU target is
+    a compile-only topology), and the cpu target needs as many CPU devices as the mesh."""
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    if _DRY_RUN_TARGET.value == "cpu":
+        os.environ["XLA_FLAGS"] = (f"{os.environ.get('XLA_FLAGS', '')} "
+                                   f"--xla_force_host_platform_device_count={_DRY_RUN_DEVICES.value}").strip()
+    from rubric_jax import aot
+
+    try:
+        report = aot.dry_run(_CONFIG.value, _DRY_RUN_TARGET.value, _DRY_RUN_DEVICES.value)
+    except ValueError as e:
+        print(f"experiments.run --dry_run: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    print(aot.format_report(report, config_flags.get_config_filename(flags.FLAGS["config"])))
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=_parse_flags)

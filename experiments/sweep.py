@@ -15,6 +15,7 @@ from pathlib import Path
 from absl import app, flags
 
 from rubric_jax import sweeps
+from rubric_jax.train.workdir import check_usable
 
 _CONFIG = flags.DEFINE_string("config", None, "Config file defining get_config(arg) and sweep(add, arg), "
                               "optionally with :arg (e.g. configs/qwen7b.py:size=1.5b).")
@@ -52,11 +53,9 @@ def main(argv: list[str]) -> None:
             print("./launch.sh " + shlex.join([_RUN_MODULE, *sweep.run_flags(variant, workdir)]))
         return
     try:
-        workdir.mkdir(parents=True, exist_ok=True)
-        (workdir / ".write_test").touch()
-        (workdir / ".write_test").unlink()
-    except OSError as e:
-        _fail(f"--workdir={workdir} is not a writable directory ({e.strerror})")
+        check_usable(workdir)
+    except ValueError as e:
+        _fail(str(e))
     outcomes = {} if _SUMMARY_ONLY.value else sweeps.run_sweep(sweep, workdir, _RUN_MODULE)
     summary = sweeps.summarize(sweep, workdir, outcomes)
     for path in sweeps.write_summary(sweep, workdir, summary)[:2]:

@@ -1,4 +1,5 @@
-"""Question and SFT datasets, chat-template prompts, length buckets, a resumable shuffle, data hygiene.
+"""Question and SFT datasets, the one prompt encoder and response decoder (policy, judges, CLIs), length
+buckets, a resumable shuffle, data hygiene.
 
 RubricRL trains on questions only (article section 5.1): this module reads them from jsonl, turns them
 into left-padded prompt batches whose lengths fall in a few buckets (so jitted steps compile a bounded
@@ -29,7 +30,7 @@ RESPONSE_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 TFDS_PREFIX = "tfds:"
 
 _QUESTION_FIELDS = {"id": str, "question": str, "category": str, "lang": str}
-_QUESTION_OPTIONAL = {"keywords", "difficulty", "rubric", "reference"}
+_QUESTION_OPTIONAL = {"keywords", "difficulty", "rubric", "reference", "labels"}
 _SFT_FIELDS = {"id": str, "prompt": str, "response": str}
 _SFT_OPTIONAL = {"category", "lang"}
 
@@ -44,7 +45,9 @@ class Question:
 
     A row's "rubric" field is {"extra": [dimension, ...]} (criteria added to the shared rubric) or
     {"replace": rubric} (a whole rubric of its own), in the rubric schema's dict format. "reference" is
-    a reference answer where the source has one (BiGGen-Bench, HealthBench ideal completions).
+    a reference answer where the source has one (BiGGen-Bench, HealthBench ideal completions); "labels"
+    ({"<dimension id>": number}, golden sets) are people's scores of that reference answer on each
+    dimension's raw scale, checked against the question's rubric where the golden set is loaded.
     """
 
     id: str
@@ -56,6 +59,8 @@ class Question:
     extra_dimensions: tuple[Dimension, ...] = ()
     replace_rubric: Rubric | None = None
     reference: str | None = None
+    labels: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    source: str = dataclasses.field(default="", compare=False)  # where it was read ("q.jsonl:12"), for errors
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +70,7 @@ class SFTExample:
     id: str
     prompt: str
     response: str
+    source: str = dataclasses.field(default="", compare=False)  # where it was read ("sft.jsonl:12"), for errors
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +80,6 @@ class SFTBatch:
     tokens_BxT: np.ndarray
     input_mask_BxT: np.ndarray
     loss_mask_BxT: np.ndarray
-    prompt_len: int
 
 
 # ----------------------------------------------------------------------------------------------- files
@@ -107,6 +112,12 @@ def question_from_row(row: dict[str, Any], where: str) -> Question:
     reference = row.get("reference")
     if reference is not None and (not isinstance(reference, str) or not reference.strip()):
         raise DataError(f"{where}: field 'reference' must be a non-empty string, got {reference!r}")
+    labels = row.get("labels", {})
+    if not isinstance(labels, dict) or not all(
+            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in labels.items()):
+        raise DataError(f"{where}: field 'labels' must map dimension ids to numbers, got {labels!r}")
+    if labels and reference is None:
+        raise DataError(f"{where}: field 'labels' scores the reference answer; the row has no 'reference'")
     try:
         extra, replace = parse_row_rubric(row.get("rubric"), where)
     except RubricError as e:
@@ -114,7 +125,7 @@ def question_from_row(row: dict[str, Any], where: str) -> Question:
     return Question(
         id=row["id"], question=row["question"], category=row["category"], lang=row["lang"],
         keywords=tuple(keywords), difficulty=difficulty, extra_dimensions=extra, replace_rubric=replace,
-        reference=reference,
+        reference=reference, labels={k: float(v) for k, v in labels.items()}, source=where,
     )
 
 
@@ -155,7 +166,8 @@ def questions_from_rows(rows: Iterable[tuple[str, dict[str, Any]]], source: str)
 
 
 def load_questions(path: str | Path) -> list[Question]:
-    """Reads a question jsonl ({"id","question","category","lang"} + optional keywords/difficulty/rubric/reference)."""
+    """Reads a question jsonl ({"id","question","category","lang"} + optional keywords, difficulty, rubric,
+    reference, labels)."""
     return questions_from_rows(((f"{path}:{lineno}", row) for lineno, row in read_jsonl(path)), str(path))
 
 
@@ -190,7 +202,7 @@ def load_sft(path: str | Path) -> list[SFTExample]:
         if not check_response_format(row["response"]):
             raise DataError(f"{where}: field 'response' is not '<think>…</think><answer>…</answer>': "
                             f"{row['response'][:80]!r}")
-        examples.append(SFTExample(id=row["id"], prompt=row["prompt"], response=row["response"]))
+        examples.append(SFTExample(id=row["id"], prompt=row["prompt"], response=row["response"], source=where))
     if not examples:
         raise DataError(f"{path}: no SFT examples")
     return examples
@@ -230,6 +242,20 @@ def encode_responses(tokenizer: Any, responses: Sequence[str]) -> list[list[int]
     return [list(ids) + [eos] for ids in tokenizer(list(responses), add_special_tokens=False)["input_ids"]]
 
 
+def decode_responses(tokenizer: Any, result: Any, stop_tokens: Sequence[int] = (), *,
+                     keep_special_tokens: bool = True) -> list[str]:
+    """The text of each generated row of a `sampling.GenerationResult` (its first `lengths` tokens), without
+    a final stop token. The policy keeps special tokens such as <think> (rules read them); a judge or a
+    rubric-construction model drops them (its answer is parsed as plain text)."""
+    texts = []
+    for tokens_R, length in zip(np.asarray(result.tokens), np.asarray(result.lengths)):
+        ids = [int(t) for t in tokens_R[:length]]
+        if ids and ids[-1] in stop_tokens:
+            ids = ids[:-1]
+        texts.append(tokenizer.decode(ids, skip_special_tokens=not keep_special_tokens))
+    return texts
+
+
 # ------------------------------------------------------------------------------------------- buckets
 def power_of_two_buckets(min_len: int, max_len: int) -> tuple[int, ...]:
     """(min_len, 2·min_len, …, max_len): both ends must be powers of two."""
@@ -242,6 +268,16 @@ def power_of_two_buckets(min_len: int, max_len: int) -> tuple[int, ...]:
     while buckets[-1] < max_len:
         buckets.append(buckets[-1] * 2)
     return tuple(buckets)
+
+
+def length_buckets(max_len: int, count: int) -> tuple[int, ...]:
+    """The padding widths of every batch the trainer builds (prompts, SFT responses, rollouts): `count`
+    power-of-two widths ending at the first power of two >= max_len (each width compiles a step function
+    once more; 1 bucket = always pad to the maximum)."""
+    if count < 1:
+        raise DataError(f"length_buckets: count must be >= 1, got {count}")
+    top = 1 << (max(max_len, 1) - 1).bit_length()
+    return power_of_two_buckets(max(top >> (count - 1), min(8, top)), top)
 
 
 def bucket_length(length: int, buckets: Sequence[int]) -> int:
@@ -288,6 +324,23 @@ def prompt_batch(tokenizer: Any, questions: Sequence[str], buckets: Sequence[int
     return pad_left(encode_prompts(tokenizer, questions, system_prompt), tokenizer.pad_token_id, buckets)
 
 
+def check_sft_lengths(tokenizer: Any, examples: Sequence[SFTExample], prompt_buckets: Sequence[int],
+                      response_buckets: Sequence[int], max_positions: int, system_prompt: str = SYSTEM_PROMPT) -> None:
+    """Every SFT pair fits its padding buckets and the model's positions; else one line naming the file and
+    line (checked before the first step, so a long example cannot stop SFT halfway)."""
+    prompts = encode_prompts(tokenizer, [e.prompt for e in examples], system_prompt)
+    responses = encode_responses(tokenizer, [e.response for e in examples])
+    for example, prompt, response in zip(examples, prompts, responses):
+        for what, ids, buckets, setting in (("prompt", prompt, prompt_buckets, "config.data.max_prompt_len"),
+                                            ("response", response, response_buckets, "config.sft.max_response_len")):
+            if len(ids) > max(buckets):
+                raise DataError(f"{example.source}: {what} of {example.id!r} is {len(ids)} tokens; {setting} "
+                                f"allows {max(buckets)}")
+        if len(prompt) + len(response) > max_positions:
+            raise DataError(f"{example.source}: {example.id!r} is {len(prompt) + len(response)} tokens (prompt + "
+                            f"response), more than the model's max_position_embeddings ({max_positions})")
+
+
 def sft_batch(tokenizer: Any, examples: Sequence[SFTExample], prompt_buckets: Sequence[int],
               response_buckets: Sequence[int], system_prompt: str = SYSTEM_PROMPT) -> SFTBatch:
     """[left-padded prompt | right-padded response+eos], the same layout a GRPO rollout has."""
@@ -300,7 +353,6 @@ def sft_batch(tokenizer: Any, examples: Sequence[SFTExample], prompt_buckets: Se
         tokens_BxT=np.concatenate([prompt_ids, resp_ids], axis=1),
         input_mask_BxT=np.concatenate([prompt_mask, resp_mask], axis=1),
         loss_mask_BxT=np.concatenate([np.zeros_like(prompt_mask), resp_mask], axis=1),
-        prompt_len=prompt_ids.shape[1],
     )
 
 

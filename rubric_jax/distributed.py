@@ -1,4 +1,5 @@
-"""Multi-host start-up: initialise `jax.distributed` when the environment describes a multi-process job.
+"""Multi-host: start-up of `jax.distributed` when the environment describes a multi-process job, and
+the host-side helpers that work whichever process holds an array's shards.
 
 Recognised environments (checked in this order):
   * explicit variables JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID;
@@ -11,8 +12,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any
 
 import jax
+import numpy as np
+from jax.experimental import multihost_utils
 
 
 def describe_environment(env: Mapping[str, str]) -> dict[str, object] | None:
@@ -40,3 +44,84 @@ def maybe_initialize(env: Mapping[str, str] | None = None) -> bool:
         return False
     jax.distributed.initialize(**kwargs)
     return True
+
+
+def host_array(x: jax.Array) -> np.ndarray:
+    """The whole value of `x` as a numpy array on this host, whichever processes hold its shards.
+
+    A plain fetch when this process holds every shard (or a full replica); otherwise an all-gather
+    across processes, which every process must call, in the same order (`jax.device_get` would fail
+    on an array that spans hosts).
+    """
+    if x.is_fully_addressable:
+        return np.asarray(jax.device_get(x))
+    if x.is_fully_replicated:
+        return np.asarray(x.addressable_data(0))
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def host_tree(tree: Any) -> Any:
+    """`host_array` of every array of a pytree (metrics, sampler results); other leaves pass through."""
+    return jax.tree.map(lambda x: host_array(x) if isinstance(x, jax.Array) else x, tree)
+
+
+def is_writer() -> bool:
+    """Whether this process writes shared files (exports, logs): process 0 of a multi-process job."""
+    return jax.process_index() == 0
+
+
+def wait_for_everyone(name: str) -> None:
+    """A barrier across processes (no-op in a single-process run), e.g. until process 0 has written a file."""
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(name)
+
+
+def local_rows(x: jax.Array) -> np.ndarray:
+    """The rows (leading axis) of a batch-sharded `x` that this process's devices hold, in order, with no
+    transfer between hosts (replicas of a row block, e.g. over tensor groups, are read once). With one
+    process: the whole array. The inverse of `global_batch`."""
+    if x.is_fully_addressable:
+        return np.asarray(jax.device_get(x))
+    blocks: dict[int, jax.Shard] = {}
+    for shard in x.addressable_shards:
+        if any(s != slice(None) and (s.start, s.stop) != (0, n) for s, n in zip(shard.index[1:], x.shape[1:])):
+            raise ValueError(f"local_rows: shard index {shard.index} splits more than the leading axis")
+        blocks.setdefault(shard.index[0].start or 0, shard)
+    starts = sorted(blocks)
+    stops = [blocks[s].index[0].stop for s in starts]
+    if starts[1:] != stops[:-1]:
+        raise ValueError(f"local_rows: this process's rows are not one contiguous block ({list(zip(starts, stops))})")
+    return np.concatenate([np.asarray(blocks[s].data) for s in starts])
+
+
+def global_batch(local: Any, batch_sharding: jax.sharding.Sharding) -> Any:
+    """A pytree of this process's rows (numpy, leading axis = rows) as global arrays in `batch_sharding`:
+    every process passes its own, equally many rows, and process p's rows become block p (the rows its
+    devices hold). With one process this is `jax.device_put`."""
+    if jax.process_count() == 1:
+        return jax.device_put(local, batch_sharding)
+    return jax.tree.map(lambda x: jax.make_array_from_process_local_data(batch_sharding, np.asarray(x)), local)
+
+
+def replicate(tree: Any, replicated_sharding: jax.sharding.Sharding) -> Any:
+    """A pytree of host values that every process holds identically (scalars, stop ids, PRNG keys) as
+    global arrays in `replicated_sharding`. With one process this is `jax.device_put`."""
+    if jax.process_count() == 1:
+        return jax.device_put(tree, replicated_sharding)
+
+    def place(x: Any) -> jax.Array:
+        if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            return jax.random.wrap_key_data(place(jax.random.key_data(x)), impl=jax.random.key_impl(x))
+        host = host_array(x) if isinstance(x, jax.Array) else np.asarray(x)
+        return jax.make_array_from_callback(host.shape, replicated_sharding, lambda index: host[index])
+
+    return jax.tree.map(place, tree)
+
+
+def max_over_processes(*values: int) -> tuple[int, ...]:
+    """The element-wise maximum of `values` over all processes (e.g. a padding width every process must
+    agree on); every process must call it."""
+    if jax.process_count() == 1:
+        return tuple(int(v) for v in values)
+    gathered_PxK = multihost_utils.process_allgather(np.asarray(values, np.int64))
+    return tuple(int(v) for v in np.asarray(gathered_PxK).reshape(jax.process_count(), -1).max(axis=0))

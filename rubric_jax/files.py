@@ -6,6 +6,8 @@ the whole new one, never half of it. The data goes to a uniquely named temporary
 the temporary file is removed and the target is untouched.
 `check_output_path` refuses an output that is a directory, the same file as one of the command's inputs
 (also through a symlink or a hard link) or inside an input directory, before any work is done.
+Output directories: `atomic_directory` (the whole directory appears at once, by a rename) and
+`check_output_dir` (not an input, not containing one, not inside an input directory).
 `read_text` refuses directories, FIFOs (would block) and devices (/dev/zero never ends) and files over a
 size cap. These checks raise `PathError`, whose message names the path, for a one-line CLI error.
 """
@@ -14,9 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import stat
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -135,3 +138,44 @@ def check_output_path(out: str | Path, inputs: Iterable[str | Path | None] = ())
         if Path(source).is_dir() and out.resolve().is_relative_to(Path(source).resolve()):
             raise PathError(f"{out}: output path is inside the input directory {source}")
     return out
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | Path, *, replace: bool = False) -> Iterator[Path]:
+    """Yields a new temporary directory beside `path`, renamed to `path` when the block succeeds (removed
+    when it fails). `path` must not exist or be an empty directory, unless `replace`: then the old
+    directory is swapped out by renames and deleted only once the new one is in place."""
+    path = Path(path)
+    if not replace and path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise FileExistsError(f"{path}: already exists and is not an empty directory; write into a new one")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp.mkdir()
+    try:
+        yield tmp
+        old = path.with_name(f".{path.name}.{uuid.uuid4().hex}.old") if replace and path.exists() else None
+        if old is not None:
+            os.rename(path, old)
+        os.rename(tmp, path)  # onto a missing or empty directory: atomic on POSIX
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old)
+
+
+def check_output_dir(out: Path, inputs: Sequence[Path], input_dirs: Sequence[Path], *, flag: str = "--out") -> None:
+    """An output directory `out` must not be, contain, or lie inside an input (`input_dirs` may not hold
+    it either; a run's workdir, given in `inputs`, may hold `out` below it). PathError names `flag`."""
+    resolved = out.resolve()
+    if resolved.exists() and not resolved.is_dir():
+        raise PathError(f"{flag}={out}: exists and is not a directory")
+    for path in [*inputs, *input_dirs]:
+        if resolved == path.resolve():
+            raise PathError(f"{flag}={out}: is also an input ({path})")
+    for path in [*inputs, *input_dirs]:
+        if path.resolve().is_relative_to(resolved):
+            raise PathError(f"{flag}={out}: contains the input {path}")
+    for directory in input_dirs:
+        if resolved.is_relative_to(directory.resolve()):
+            raise PathError(f"{flag}={out}: lies inside the input directory {directory}")

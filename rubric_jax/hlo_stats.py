@@ -7,7 +7,9 @@ run of the program executes it:
   * computations are linked by the call graph (`calls=`, `to_apply=`, `body=`, `condition=`,
     `branch_computations=`); a while body executes `known_trip_count` times per execution of its
     caller, or an unknown number of times (a `lax.while_loop` with a data-dependent exit, such as the
-    sampler's decode loop): then `executions` is None and `in_loop` is True;
+    sampler's decode loop): then `executions` is None, `in_loop` is True and `per_iteration` counts
+    its executions per iteration of that loop (times the trip counts of known loops nested inside it,
+    e.g. a scan over layers inside the decode loop);
   * asynchronous collectives are counted once, at their `-done` op (whose result is the data moved),
     never at `-start`.
 Bytes are the result of the op on one device (all-gather: the gathered array; reduce-scatter: the
@@ -45,6 +47,7 @@ class Collective:
     shape: str  # the result type as HLO prints it
     computation: str  # the HLO computation it belongs to
     executions: int | None  # executions per program run; None inside a loop of unknown trip count
+    per_iteration: int  # executions per iteration of the innermost loop of unknown trip count (0: none)
     in_loop: bool  # inside a while body (at any depth)
     op_name: str  # the JAX source op (metadata op_name), "" when absent
 
@@ -109,56 +112,68 @@ def _call_edges(computations: dict[str, _Computation]) -> dict[str, list[tuple[s
     return edges
 
 
-def _executions(computations: dict[str, _Computation], entry: str) -> tuple[dict[str, int | None], set[str]]:
-    """Executions per run of each computation reachable from `entry` (None: unknown), and the set of
-    computations inside a while body at any depth."""
-    edges = _call_edges(computations)
-    executions: dict[str, int | None] = {}
-    looped: dict[str, bool] = {}
+@dataclasses.dataclass(frozen=True)
+class _Runs:
+    """How often a computation executes: per program run (None when reached through a loop of unknown
+    trip count), per iteration of the innermost such loop (0 outside one), and whether it sits in a
+    while body at any depth."""
 
-    def visit(name: str, stack: frozenset[str]) -> tuple[int | None, bool] | None:
-        if name == entry:
-            return 1, False
-        if name in executions:
-            return executions[name], looped[name]
-        total: int | None = 0
-        inside, reached = False, False
+    per_run: int | None
+    per_iteration: int
+    in_loop: bool
+
+
+def _executions(computations: dict[str, _Computation], entry: str) -> dict[str, _Runs]:
+    """`_Runs` of each computation reachable from `entry`. A while body of unknown trip count runs once
+    per iteration of its own loop; known trip counts of loops nested inside it multiply in (a layer scan
+    inside a decode loop: the scan body runs L times per generated token)."""
+    edges = _call_edges(computations)
+    found: dict[str, _Runs] = {entry: _Runs(1, 0, False)}
+
+    def visit(name: str, stack: frozenset[str]) -> _Runs | None:
+        if name in found:
+            return found[name]
+        per_run: int | None = 0
+        per_iteration, inside, reached = 0, False, False
         for caller, factor, is_loop in edges.get(name, []):
             if caller in stack:
                 continue
-            got = visit(caller, stack | {name})
-            if got is None:
+            runs = visit(caller, stack | {name})
+            if runs is None:
                 continue
-            runs, caller_looped = got
             reached = True
-            inside |= is_loop or caller_looped
-            total = None if total is None or runs is None or factor is None else total + runs * factor
+            inside |= is_loop or runs.in_loop
+            if factor is None:  # this computation is the body (or condition) of a loop of unknown length
+                per_run, per_iteration = None, per_iteration + 1
+            else:
+                per_run = None if per_run is None or runs.per_run is None else per_run + runs.per_run * factor
+                per_iteration += runs.per_iteration * factor
         if not reached:
             return None
-        executions[name], looped[name] = total, inside
-        return total, inside
+        found[name] = _Runs(per_run, per_iteration, inside)
+        return found[name]
 
     for name in computations:
         visit(name, frozenset())
-    executions[entry], looped[entry] = 1, False
-    return executions, {name for name, inside in looped.items() if inside}
+    return found
 
 
 def collectives(hlo_text: str) -> list[Collective]:
     """Every collective of a compiled program (see the module docstring for how they are counted)."""
     computations, entry = _parse(hlo_text)
-    executions, in_loop = _executions(computations, entry)
+    runs_of = _executions(computations, entry)
     found = []
     for name, computation in computations.items():
-        if name not in executions:
+        runs = runs_of.get(name)
+        if runs is None:
             continue
         for _, shape, op, rest in computation.instructions:
             kind = op[: -len("-done")] if op.endswith("-done") else op
             if kind not in KINDS:
                 continue
             op_name = _OP_NAME.search(rest)
-            found.append(Collective(kind, shape_bytes(shape), shape, name, executions[name], name in in_loop,
-                                    op_name.group(1) if op_name else ""))
+            found.append(Collective(kind, shape_bytes(shape), shape, name, runs.per_run, runs.per_iteration,
+                                    runs.in_loop, op_name.group(1) if op_name else ""))
     return found
 
 
@@ -174,14 +189,14 @@ class KindSummary:
 
 
 def summarize(found: Iterable[Collective], kinds: Sequence[str] = KINDS) -> dict[str, KindSummary]:
-    """Per kind: executions and bytes per run (known trip counts multiplied in), and the per-iteration
-    counts of collectives inside loops whose trip count is unknown."""
+    """Per kind: executions and bytes per run (known trip counts multiplied in), and executions and bytes
+    per iteration of loops whose trip count is unknown (known trip counts inside them multiplied in)."""
     totals = collections.defaultdict(lambda: [0, 0, 0, 0])
     for c in found:
         entry = totals[c.kind]
         if c.executions is None:
-            entry[2] += 1
-            entry[3] += c.bytes
+            entry[2] += c.per_iteration
+            entry[3] += c.bytes * c.per_iteration
         else:
             entry[0] += c.executions
             entry[1] += c.bytes * c.executions

@@ -52,13 +52,14 @@ class Weights:
     shardings: Params
 
 
-def resolve_dtype(value: str, name: str) -> str:
+def resolve_dtype(value: str, name: str, backend: str | None = None) -> str:
     """A dtype setting named `name` (e.g. "judge.param_dtype"): "auto" is bfloat16 on accelerators and
-    float32 on CPU (where bfloat16 matmuls are slow and gain nothing)."""
+    float32 on CPU (where bfloat16 matmuls are slow and gain nothing). `backend`: the platform the model
+    will run on (default: jax's; the dry run names the one it compiles for)."""
     if value not in DTYPE_CHOICES:
         raise ValueError(f"{name}={value!r}: expected one of {DTYPE_CHOICES}")
     if value == "auto":
-        return "float32" if jax.default_backend() == "cpu" else "bfloat16"
+        return "float32" if (backend or jax.default_backend()) == "cpu" else "bfloat16"
     return value
 
 

@@ -48,6 +48,7 @@ from rubric_jax.jsonl import read_jsonl
 
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.jsonl"
+ALERTS_FILE = "alerts.jsonl"  # one line per monitor past its threshold (rubric_jax/train/monitors.py)
 TB_DIR = "tb"
 DONE_FILE = "done.json"
 PROGRESS_KEYS = ("reward/mean", "kl", "loss", "response_len/mean", "zero_std_frac")

@@ -3,8 +3,9 @@ overlaid (`plot_runs`, for sweeps and `experiments.plots`).
 
 Each plot is a `PlotSpec`: a regex over metric names and the stages whose rows it reads (naming
 conventions in metrics.py), so a new dimension or counter shows up without code changes, and a plot
-whose regex matches nothing (a run without a judge has no judge counters) is not written. One run:
-one axes, a line per metric. Several runs: one panel per metric, a line per run, one legend of run
+whose regex matches nothing (a run without a judge has no judge counters) is not written. A monitor's
+plot draws its alert threshold (`config.monitor.<field>`, read from the run's config.json) as a dashed
+line. One run: one axes, a line per metric. Several runs: one panel per metric, a line per run, one legend of run
 names. Uses matplotlib's object API (Figure + Agg), never pyplot's global state; files are written
 atomically.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -40,6 +42,8 @@ class PlotSpec:
     pattern: str
     stages: tuple[str, ...] = ("grpo",)
     xlabel: str = "GRPO step"
+    threshold: str | None = None  # the config.monitor field whose alert threshold is drawn
+    requires: str = ""  # a regex some drawn metric must match, else no plot (golden beside eval: golden keys)
 
 
 PLOTS: tuple[PlotSpec, ...] = (
@@ -59,6 +63,21 @@ PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec("judge_failures.png", "LLM-judge failures", "count per step",
              r"^(eval/)?judge_(invalid|failed_scores|prompt_too_long)$", stages=("grpo", "eval")),
     PlotSpec("weights.png", "Dimension weights (dynamic weighting)", "weight in the aggregate", r"^weight/"),
+    PlotSpec("template_share.png", "Responses following a first / second / finally template (EN and ZH)",
+             "fraction of responses", r"^monitor/template_share$", threshold="max_template_share"),
+    PlotSpec("length_drift.png", "Response-length drift from the first GRPO step", "mean tokens / step 1's - 1",
+             r"^monitor/length_drift$", threshold="max_length_drift"),
+    PlotSpec("saturation.png", "Dimension saturation: scores at the top level", "fraction of valid scores",
+             r"^monitor/saturation/", threshold="max_saturation"),
+    PlotSpec("score_variance.png", "Per-dimension score variance", "variance of normalised scores", r"^monitor/var/"),
+    PlotSpec("reward_length_corr.png", "Reward vs response length within a step", "Spearman rho",
+             r"^monitor/reward_length_corr$", threshold="max_reward_length_corr"),
+    PlotSpec("judge_parse_failure.png", "LLM-judge answers the parser rejected", "fraction of judge answers",
+             r"^monitor/judge_parse_failure$", threshold="max_judge_parse_failure"),
+    PlotSpec("golden_reward.png", "Golden-set reward next to the held-out eval's mean reward", _SCORE,
+             r"^(eval|golden|golden/reference)/reward_mean$|^golden/reward/", stages=("eval",), requires="^golden/"),
+    PlotSpec("golden_agreement.png", "Golden set: judge vs labels on the reference answers", "Spearman rho",
+             r"^golden/spearman/", stages=("eval",), threshold="min_golden_spearman"),
     PlotSpec("sft_loss.png", "Cold-start SFT loss", "NLL (nats per response token)", r"^loss$", stages=("sft",),
              xlabel="SFT step"),
 )
@@ -66,7 +85,7 @@ PLOTS: tuple[PlotSpec, ...] = (
 # Words for metric names that are not self-explanatory in a legend (per-dimension names are the ids).
 _LABELS = {
     "reward/mean": "mean reward",
-    "eval/reward_mean": "mean reward",
+    "eval/reward_mean": "eval: mean reward",
     "clip_frac": "clipped (either side)",
     "clip_frac_low": "clipped below 1 - clip_low",
     "clip_frac_high": "clipped above 1 + clip_high",
@@ -75,6 +94,12 @@ _LABELS = {
     "judge_invalid": "unparseable judge answers",
     "judge_failed_scores": "scores missing after retries",
     "judge_prompt_too_long": "prompts longer than the judge's context",
+    "golden/reward_mean": "golden: mean reward",
+    "golden/reference/reward_mean": "golden: reference answers",
+    "monitor/template_share": "template share",
+    "monitor/length_drift": "length drift",
+    "monitor/reward_length_corr": "reward-length Spearman",
+    "monitor/judge_parse_failure": "judge parse failures",
 }
 
 
@@ -83,9 +108,9 @@ def metric_label(key: str) -> str:
     scores and weights, "(eval)" for held-out counters, else the metric name itself."""
     if key in _LABELS:
         return _LABELS[key]
-    dimension = re.match(r"^(?:eval/)?(?:reward|weight)/(.+)$", key)
+    dimension = re.match(r"^(?:eval/|monitor/|golden/)?(?:reward|weight|var|saturation|spearman)/(.+)$", key)
     if dimension:
-        return dimension.group(1)
+        return f"golden: {dimension.group(1)}" if key.startswith("golden/") else dimension.group(1)
     if key.startswith("eval/") and key[5:] in _LABELS:
         return f"{_LABELS[key[5:]]} (eval)"
     return key
@@ -107,6 +132,8 @@ def spec_series(spec: PlotSpec, rows: Sequence[Mapping[str, Any]]) -> dict[str, 
     the "mean" metrics first, then by name."""
     rows = [row for row in rows if row.get("stage", "grpo") in spec.stages]
     names = {k for row in rows for k in row if k not in ("step", "time", "stage") and re.search(spec.pattern, k)}
+    if not any(re.search(spec.requires, k) for k in names):
+        return {}
     names = sorted(names, key=lambda k: (not k.endswith("mean"), k))
     found = {k: series(rows, k) for k in names}
     return {k: (steps, values) for k, (steps, values) in found.items()
@@ -151,21 +178,28 @@ def _save(fig: Figure, path: Path) -> Path:
     return write_atomic(path, buffer.getvalue())
 
 
-def plot_metrics(rows: Sequence[Mapping[str, Any]], out_dir: str | Path) -> list[Path]:
-    """Writes every plot of PLOTS that has data for one run into `out_dir` (a line per metric); returns
-    the paths written."""
+def plot_metrics(rows: Sequence[Mapping[str, Any]], out_dir: str | Path,
+                 thresholds: Mapping[str, float] | None = None) -> list[Path]:
+    """Writes every plot of PLOTS that has data for one run into `out_dir` (a line per metric, and the
+    alert threshold of a monitor's plot when `thresholds`, config.monitor field -> value, has it);
+    returns the paths written."""
     written = []
     for spec in PLOTS:
         lines = spec_series(spec, rows)
         if not lines:
             continue
+        threshold = (thresholds or {}).get(spec.threshold)
+        threshold = threshold if threshold is not None and math.isfinite(threshold) else None
         labels = [metric_label(key) for key in lines]
+        labels += [f"alert threshold {threshold:g}"] if threshold is not None else []
         fig, axes = _figure(1, 1, (7.5, 4.2), labels)
         ax = axes[0, 0]
         handles = []
         for key, (steps, values) in lines.items():
             main = key.endswith("mean") or len(lines) == 1
             handles += ax.plot(steps, values, linewidth=2.2 if main else 1.0, **_line_style(len(steps)))
+        if threshold is not None:
+            handles.append(ax.axhline(threshold, color="red", linestyle="--", linewidth=1.2))
         _label_axes(ax, spec.title, spec.xlabel, spec.ylabel)
         _legend(fig, handles, labels)
         written.append(_save(fig, Path(out_dir) / spec.filename))
@@ -173,9 +207,12 @@ def plot_metrics(rows: Sequence[Mapping[str, Any]], out_dir: str | Path) -> list
 
 
 def plot_run(workdir: str | Path, out_dir: str | Path | None = None) -> list[Path]:
-    """Reads `workdir/metrics.jsonl` and writes the plots into `out_dir` (default `workdir/plots`)."""
+    """Reads `workdir/metrics.jsonl` (and the monitor thresholds of `workdir/config.json`, when there is one)
+    and writes the plots into `out_dir` (default `workdir/plots`)."""
     workdir = Path(workdir)
-    return plot_metrics(read_jsonl_metrics(workdir / METRICS_FILE), out_dir or workdir / PLOTS_DIR)
+    config = workdir / "config.json"
+    thresholds = json.loads(config.read_text()).get("monitor") if config.exists() else None
+    return plot_metrics(read_jsonl_metrics(workdir / METRICS_FILE), out_dir or workdir / PLOTS_DIR, thresholds)
 
 
 def run_names(workdirs: Sequence[str | Path]) -> list[str]:

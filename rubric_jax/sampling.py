@@ -23,6 +23,9 @@ Conventions (what the GRPO trainer relies on):
     against it and raises naming the first misplaced one; it never moves parameters. Rows are sharded
     like the layout's batch (the batch bucket is rounded up to a multiple of data * fsdp), the KV cache
     like the batch and over KV heads on `tensor`.
+  * Multi-process: every process passes its own prompts (equally many), which become its block of the
+    global batch, and gets back its own rows (`distributed.global_batch` / `local_rows`); only the
+    padded shapes are agreed on across hosts, no rows cross them.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx, struct
 
-from rubric_jax import loader, sharding
+from rubric_jax import distributed, loader, sharding
 from rubric_jax.models.transformer import KVCache, init_cache, padding_to_positions
 
 TRACES: collections.Counter[str] = collections.Counter()
@@ -343,8 +346,10 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
 
 def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.ndarray,
              prompt_mask: np.ndarray | None, *, key: jax.Array, n: int, max_new_tokens: int, sampler: str,
-             stop_tokens: Sequence[int], pad_id: int, layout: sharding.Layout | None) -> tuple[Any, tuple, int]:
-    """Checks arguments and placement; returns the jitted program, its placed arguments and the row count."""
+             stop_tokens: Sequence[int], pad_id: int, layout: sharding.Layout | None
+             ) -> tuple[Any, tuple, tuple, int]:
+    """Checks arguments and placement; returns the jitted program, its host inputs (after the params),
+    their shardings, and the row count."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     if max_new_tokens < 1:
@@ -360,12 +365,18 @@ def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
             f"longest prompt ({longest - max_new_tokens} tokens) + max_new_tokens ({max_new_tokens}) = {longest} "
             f"exceeds the model's max_position_embeddings ({weights.cfg.max_position_embeddings})"
         )
-    padded_prompts = -(-bucket_size(prompts) // layout.batch_multiple) * layout.batch_multiple
+    # Across processes every host passes its own prompts (equally many); shapes are agreed on first.
+    most_prompts, width = distributed.max_over_processes(prompts, width)
+    if most_prompts != prompts:
+        raise ValueError(f"generate: this process has {prompts} prompts, another {most_prompts}; every process "
+                         "must pass equally many")
+    local_multiple = max(1, layout.batch_multiple // jax.process_count())
+    padded_prompts = -(-bucket_size(prompts) // local_multiple) * local_multiple
     prompt_slots = bucket_size(width)
     # Bucket padding: extra left padding, and extra prompts copying prompt 0 whose samples start finished.
     tokens_UxP = np.full((padded_prompts, prompt_slots), pad_id, np.int32)
     mask_UxP = np.zeros((padded_prompts, prompt_slots), bool)
-    tokens_UxP[:prompts, prompt_slots - width:], mask_UxP[:prompts, prompt_slots - width:] = tokens, mask
+    tokens_UxP[:prompts, prompt_slots - tokens.shape[1]:], mask_UxP[:prompts, prompt_slots - tokens.shape[1]:] = tokens, mask
     tokens_UxP[prompts:], mask_UxP[prompts:] = tokens_UxP[0], mask_UxP[0]
     live_B = np.arange(padded_prompts * n) < prompts * n
 
@@ -375,10 +386,12 @@ def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
     stop_S[:len(stop_tokens)] = stop_tokens
     run = _generate_fn(weights.graphdef, parsed, bucket_size(max_new_tokens), prefill_chunk_size(prompt_slots), n,
                        layout)
-    # Host inputs are placed here (rows like the batch, the rest replicated); parameters never are.
-    rows = jax.device_put((tokens_UxP, mask_UxP, live_B), layout.sharding(("batch",), tokens_UxP.shape))
-    small = jax.device_put((stop_S, np.int32(pad_id), np.int32(max_new_tokens), key), sharding.replicated(layout.mesh))
-    return run, (weights.params, *rows, *small), prompts * n
+    # Host inputs go rows like the batch (this process's rows are its block of the global batch), the rest
+    # replicated; `generate` places them, parameters are never moved.
+    global_shape = (padded_prompts * jax.process_count(), prompt_slots)
+    rows, rest = layout.sharding(("batch",), global_shape), sharding.replicated(layout.mesh)
+    inputs = (tokens_UxP, mask_UxP, live_B, stop_S, np.int32(pad_id), np.int32(max_new_tokens), key)
+    return run, inputs, (rows,) * 3 + (rest,) * 4, prompts * n
 
 
 def generate(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.ndarray, *,
@@ -386,12 +399,16 @@ def generate(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
              sampler: str = "greedy", stop_tokens: Sequence[int], pad_id: int,
              layout: sharding.Layout | None = None) -> GenerationResult:
     """Samples n responses per prompt from `weights`, which must already live in `layout` (default: one
-    device) in their config's dtype; see the module docstring for conventions."""
-    run, args, rows = _prepare(weights, prompt_ids, prompt_mask, key=key, n=n, max_new_tokens=max_new_tokens,
-                               sampler=sampler, stop_tokens=stop_tokens, pad_id=pad_id, layout=layout)
-    out = run(*args)
-    out_tokens, out_logprobs, lengths, stopped, steps = jax.device_get(
-        (out.tokens_BxR, out.logprobs_BxR, out.lengths_B, out.stopped_B, out.step))
+    device) in their config's dtype; see the module docstring for conventions. In a multi-process job
+    every process calls it with its own prompts (equally many) and gets its own rows back."""
+    run, inputs, placements, rows = _prepare(weights, prompt_ids, prompt_mask, key=key, n=n,
+                                             max_new_tokens=max_new_tokens, sampler=sampler, stop_tokens=stop_tokens,
+                                             pad_id=pad_id, layout=layout)
+    out = run(weights.params, *distributed.global_batch(inputs[:3], placements[0]),
+              *distributed.replicate(inputs[3:], placements[3]))
+    out_tokens, out_logprobs, lengths, stopped = (distributed.local_rows(x) for x in (
+        out.tokens_BxR, out.logprobs_BxR, out.lengths_B, out.stopped_B))
+    steps = distributed.host_array(out.step)
     return GenerationResult(
         tokens=out_tokens[:rows, :max_new_tokens],
         logprobs=out_logprobs[:rows, :max_new_tokens],
@@ -406,8 +423,10 @@ def lower_generate(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] 
                    stop_tokens: Sequence[int], pad_id: int, layout: sharding.Layout | None = None
                    ) -> jax.stages.Lowered:
     """The program `generate` would run for these arguments, lowered and not run (`.compile()` it to
-    read its HLO or memory); `weights` may be abstract (`loader.abstract_weights`)."""
-    run, args, _ = _prepare(weights, prompt_ids, prompt_mask, key=jax.random.key(0), n=n,
-                            max_new_tokens=max_new_tokens, sampler=sampler, stop_tokens=stop_tokens, pad_id=pad_id,
-                            layout=layout)
-    return run.lower(*args)
+    read its HLO or memory); `weights` may be abstract (`loader.abstract_weights`) and the layout's
+    devices those of a compile-only topology (nothing is placed on them)."""
+    run, inputs, placements, _ = _prepare(weights, prompt_ids, prompt_mask, key=jax.random.key(0), n=n,
+                                          max_new_tokens=max_new_tokens, sampler=sampler, stop_tokens=stop_tokens,
+                                          pad_id=pad_id, layout=layout)
+    return run.lower(weights.params, *(jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s)
+                                       for x, s in zip(inputs, placements)))

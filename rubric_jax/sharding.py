@@ -53,18 +53,7 @@ LOGICAL_RULES: LogicalRules = (
 )
 # Decoding: no FSDP (an FSDP weight is all-gathered on every generated token); Megatron-style tensor
 # parallelism over heads / KV heads / MLP width / vocab; rows over data (fsdp is 1 in a decode mesh).
-DECODE_RULES: LogicalRules = (
-    ("batch", ("data", "fsdp")),
-    ("embed", ()),
-    ("vocab", ("tensor",)),
-    ("heads", ("tensor",)),
-    ("kv_heads", ("tensor",)),
-    ("mlp", ("tensor",)),
-    ("layers", ()),
-    ("head_dim", ()),
-    ("length", ()),
-    ("activation_embed", ()),
-)
+DECODE_RULES: LogicalRules = tuple((name, () if name == "embed" else axes) for name, axes in LOGICAL_RULES)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,8 @@ A config file may define, beside `get_config(arg)`:
 Each `add(**overrides)` is one variant: `experiments.run` with `--config.<key>=<value>` per override, in
 `<sweep workdir>/<variant name>/`, where the name is made of the overrides ("lr=0.0001,beta=0.0"). Every
 variant is resolved exactly as `experiments.run` resolves its flags (ml_collections.config_flags, locked)
-before anything runs, so an unknown key or a bad value fails up front, naming the variant and the key.
+and validated as `experiments.run` validates it (train/settings.py) before anything runs, so an unknown key
+or a bad value fails up front, naming the variant and the key.
 A variant is finished when its workdir's done.json (metrics.mark_done) names its resolved config; a
 re-run skips finished variants and resumes the others (`experiments.run` resumes from a workdir). Config
 files are loaded by path, never imported from `configs/`.
@@ -40,6 +41,7 @@ from ml_collections import config_flags
 from rubric_jax import metrics, plots
 from rubric_jax.files import write_atomic
 from rubric_jax.jsonl import read_jsonl
+from rubric_jax.train import settings
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
@@ -120,7 +122,12 @@ def load_sweep(config_file: str, extra_flags: Sequence[str] = ()) -> Sweep:
         where = f"{path}: sweep variant {index} of {len(added)} ({name})"
         if name in names[:index - 1]:
             raise SweepError(f"{where}: same name as variant {names.index(name) + 1}; give every variant other values")
-        variants.append(Variant(name, dict(overrides), flags, _resolve(config_file, [*extra_flags, *flags], where)))
+        config = _resolve(config_file, [*extra_flags, *flags], where)
+        try:
+            settings.validate(config)  # every variant's values, before any variant runs
+        except ValueError as e:
+            raise SweepError(f"{where}: {e}") from None
+        variants.append(Variant(name, dict(overrides), flags, config))
     return Sweep(config_file, tuple(extra_flags), tuple(variants))
 
 

@@ -18,9 +18,9 @@ from rubric_jax.prepare import dedup, mix, pii
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.rubrics.schema import case_rubric
 
-FILES = ("config.json", "questions_train.jsonl", "questions_eval.jsonl", "sft.jsonl", "rubric.yaml", "rubric_hack.yaml",
-         "rubric_hack_fixed.yaml", "tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json",
-         "tokenizer/chat_template.jinja")
+FILES = ("config.json", "questions_train.jsonl", "questions_eval.jsonl", "questions_golden.jsonl", "sft.jsonl",
+         "rubric.yaml", "rubric_hack.yaml", "rubric_hack_fixed.yaml", "tokenizer/tokenizer.json",
+         "tokenizer/tokenizer_config.json", "tokenizer/chat_template.jinja")
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from flax import nnx, traverse_util
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
+from rubric_jax.assets import TINY_DIR
 from rubric_jax.loader import load_weights
 from rubric_jax.models.checkpoint import INDEX_FILE, CheckpointError, export_hf_checkpoint, load_tokenizer
 from rubric_jax.models.config import ModelConfigError
@@ -111,13 +112,17 @@ def test_loaded_layout_matches_hand_mapping():
 def test_export_copies_tokenizer_files_and_rejects_a_used_directory(tmp_path):
     source = tmp_path / "source"
     shutil.copytree(QWEN_TIED, source)
-    (source / "tokenizer.json").write_text('{"fake": "tokenizer"}')
-    (source / "chat_template.jinja").write_text("{{ messages }}")
+    shutil.copytree(TINY_DIR / "tokenizer", source, dirs_exist_ok=True)
     (source / "README.md").write_text("not copied")
     cfg, _, state = parts(load_weights(source))
     out = export_hf_checkpoint(cfg, state, tmp_path / "out", source_dir=source)
-    assert (out / "tokenizer.json").read_text() == '{"fake": "tokenizer"}'
-    assert (out / "chat_template.jinja").exists() and not (out / "README.md").exists()
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        assert (out / name).read_bytes() == (source / name).read_bytes(), name
+    assert not (out / "README.md").exists()
+    (source / "tokenizer.json").write_text('{"fake": "tokenizer"}')
+    with pytest.raises(CheckpointError, match="cannot load the tokenizer"):
+        export_hf_checkpoint(cfg, state, tmp_path / "out2", source_dir=source)
+    assert not (tmp_path / "out2").exists()
     with pytest.raises(FileExistsError, match="already holds a checkpoint"):
         export_hf_checkpoint(cfg, state, out)
 

@@ -68,7 +68,7 @@ def test_orbax_params_checkpoint_loads_the_same_arrays_as_the_hf_directory(tmp_p
     hf_dir = GOLDEN_DIR / "llama_gqa4_headdim16"
     train = sharding.Layout(make_mesh(MeshConfig(data=1, fsdp=8, tensor=1)))
     policy = loader.load_weights(hf_dir, train)
-    state, _ = train_state.new_train_state(policy, optax.adam(1e-3), jax.random.key(0), train.mesh)
+    state, _ = train_state.new_train_state(policy, optax.adam(1e-3), train.mesh)
     with checkpointing.Checkpointer(tmp_path / "ckpt", max_to_keep=1) as ckpt:
         ckpt.save(state, data_state={}, rubric_hash="h")
         decode = sharding.decode_layout(train.mesh, 2)

@@ -58,7 +58,7 @@ def test_round_trip_is_exact(tmp_path):
         restored = ckpt.restore(other)
     _assert_equal(restored.state, state)
     assert int(restored.state.step) == 2 and restored.state.graphdef == state.graphdef
-    assert restored.state.rng.dtype == jnp.uint32 and restored.data_state == {"epoch": 1, "index": 96}
+    assert restored.data_state == {"epoch": 1, "index": 96}
     assert restored.rubric_hash == "sha256:abc" and restored.extra == {"stage": "grpo"}
     meta = json.loads((tmp_path / "ckpt" / "2" / "meta" / "metadata").read_text())
     assert meta["data_state"]["index"] == 96
@@ -129,7 +129,7 @@ def test_missing_and_broken_checkpoints_raise_clear_errors(tmp_path):
                        match=r"params/embed_tokens/embedding is saved as shape/dtype \(\(16, 8\), 'float32'\), "
                              r"target wants \(\(4, 8\), 'float32'\)"):
         ckpt.restore(small)
-    sgd_state = train_state.train_state_from_params(state.graphdef, state.params, optax.sgd(0.1), jax.random.key(0))
+    sgd_state = train_state.train_state_from_params(state.graphdef, state.params, optax.sgd(0.1))
     with pytest.raises(checkpointing.CheckpointError, match="another structure than the target"):
         ckpt.restore(sgd_state)
     with pytest.raises(checkpointing.CheckpointError, match=r"params/embed_tokens/embedding is saved as shape"):

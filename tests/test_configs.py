@@ -40,10 +40,18 @@ def _run(*flags: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
-def test_a_mistyped_override_fails(tmp_path):
-    proc = _run("--config=configs/tiny.py", f"--workdir={tmp_path}", "--config.rl.lrr=1e-5")
-    assert proc.returncode != 0
-    assert "lrr" in proc.stderr
+@pytest.mark.parametrize("flag, message", [
+    ("--config.rl.lrr=1e-5", "unknown config key 'lrr' (Did you mean \"lr\" instead of \"lrr\"?)"),  # was a traceback
+    ("--config.sft.batch_size=0", "config.sft.batch_size=0: expected an integer >= 1"),
+    ("--workdir={tmp_path}/a_file", "a_file: is a file, not a directory"),
+])
+def test_a_user_error_is_one_line_and_exit_status_2(tmp_path, flag, message):
+    (tmp_path / "a_file").write_text("x")
+    flags = ["--config=configs/tiny.py", f"--workdir={tmp_path}/run", flag.format(tmp_path=tmp_path)]
+    proc = _run(*[f for f in flags if not (flag.startswith("--workdir") and f.endswith("/run"))])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr, proc.stderr
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_missing_data_file_is_one_line_naming_the_file(tmp_path):
@@ -55,7 +63,7 @@ def test_a_missing_data_file_is_one_line_naming_the_file(tmp_path):
 
 def test_qwen_without_a_local_checkpoint_is_one_line_naming_directory_and_flag(tmp_path):
     proc = _run("--config=configs/qwen7b.py:size=0.5b", f"--workdir={tmp_path}")
-    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert "/models/Qwen2.5-0.5B-Instruct" in lines[0] and "--config.model.checkpoint=DIR" in lines[0]

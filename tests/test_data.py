@@ -141,6 +141,14 @@ def test_encode_responses_appends_eos(tokenizer):
 
 
 # -------------------------------------------------------------------------------------------- buckets
+def test_length_buckets():
+    assert data.length_buckets(96, 1) == (128,)
+    assert data.length_buckets(128, 3) == (32, 64, 128)
+    assert data.length_buckets(20, 3) == (8, 16, 32)
+    with pytest.raises(data.DataError, match="length_buckets"):
+        data.length_buckets(64, 0)
+
+
 def test_power_of_two_buckets_and_bucket_length():
     assert data.power_of_two_buckets(16, 128) == (16, 32, 64, 128)
     assert data.power_of_two_buckets(8, 8) == (8,)
@@ -177,14 +185,29 @@ def test_sft_batch_masks_response_tokens_only(tokenizer):
     batch = data.sft_batch(tokenizer, examples, (16, 32, 64), (8, 16, 32))
     prompts = data.encode_prompts(tokenizer, [e.prompt for e in examples])
     responses = data.encode_responses(tokenizer, [e.response for e in examples])
-    P = batch.prompt_len
-    assert P == data.bucket_length(max(map(len, prompts)), (16, 32, 64))
+    P = data.bucket_length(max(map(len, prompts)), (16, 32, 64))
     for b in range(2):
         row, inp, loss = batch.tokens_BxT[b], batch.input_mask_BxT[b], batch.loss_mask_BxT[b]
         assert row[inp].tolist() == prompts[b] + responses[b]
         assert row[loss].tolist() == responses[b]  # the eos is a target; no prompt token is
         assert not loss[:P].any() and inp[P - len(prompts[b]):P].all() and not inp[:P - len(prompts[b])].any()
     assert batch.tokens_BxT.shape[1] == P + data.bucket_length(max(map(len, responses)), (8, 16, 32))
+
+
+def test_sft_lengths_are_checked_before_training_naming_file_and_line(tmp_path, tokenizer):
+    path = _write(tmp_path / "sft.jsonl", [
+        {"id": "ok", "prompt": "Hi?", "response": "<think>t</think><answer>hello</answer>"},
+        {"id": "long", "prompt": "Hi?", "response": "<think>t</think><answer>" + "word " * 60 + "</answer>"}])
+    examples = data.load_sft(path)
+    data.check_sft_lengths(tokenizer, examples, (64,), (128,), max_positions=512)
+    with pytest.raises(data.DataError, match=r"sft\.jsonl:2: response of 'long' is \d+ tokens; "
+                                             r"config\.sft\.max_response_len allows 32"):
+        data.check_sft_lengths(tokenizer, examples, (64,), (16, 32), max_positions=512)
+    with pytest.raises(data.DataError, match=r"sft\.jsonl:1: prompt of 'ok' is \d+ tokens; config\.data\.max_prompt_len"):
+        data.check_sft_lengths(tokenizer, examples, (8,), (128,), max_positions=512)
+    with pytest.raises(data.DataError, match=r"sft\.jsonl:2: 'long' is \d+ tokens \(prompt \+ response\), more than the "
+                                             r"model's max_position_embeddings \(64\)"):
+        data.check_sft_lengths(tokenizer, examples, (64,), (128,), max_positions=64)
 
 
 # ------------------------------------------------------------------------------------------- iterator

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from rubric_jax.rubrics.dynamic_weights import (
+    DimensionWeights,
     DynamicWeightsConfig,
     init_dynamic_weights,
     update_dynamic_weights,
@@ -11,7 +12,8 @@ from rubric_jax.rubrics.dynamic_weights import (
     window_variance,
 )
 
-CFG = DynamicWeightsConfig(enabled=True, window=4, var_threshold=0.01, min_samples=16, max_delta=0.05, min_fraction=0.2)
+WINDOW = 4
+CFG = DynamicWeightsConfig(enabled=True, var_threshold=0.01, min_samples=16, max_delta=0.05, min_fraction=0.2)
 
 
 def _batch(rng, n=32):
@@ -23,7 +25,7 @@ def _batch(rng, n=32):
 
 def _run(cfg, steps, weights=(1.0, 2.0, 1.0, 4.0), adjustable=None, jit=True):
     rng = np.random.default_rng(0)
-    state = init_dynamic_weights(np.array(weights), cfg.window, adjustable)
+    state = init_dynamic_weights(np.array(weights), WINDOW, adjustable)
     update = update_dynamic_weights_jit if jit else update_dynamic_weights
     history = [np.asarray(state.weights_D)]
     for _ in range(steps):
@@ -54,7 +56,7 @@ def test_bounds_sum_and_positivity_hold_every_step():
 
 
 def test_disabled_leaves_weights_unchanged_but_tracks_variance():
-    cfg = DynamicWeightsConfig(enabled=False, window=4, var_threshold=0.01, min_samples=16)
+    cfg = DynamicWeightsConfig(enabled=False, var_threshold=0.01, min_samples=16)
     state, metrics, hist = _run(cfg, 6)
     assert (hist == hist[0]).all()
     assert np.asarray(metrics["saturated"])[0] and float(metrics["variance"][0]) == 0.0
@@ -64,7 +66,7 @@ def test_gates_never_move_and_warmup_waits_for_samples():
     state, _, hist = _run(CFG, 20, adjustable=np.array([True, True, True, False]))
     assert (hist[:, 3] == hist[0, 3]).all()
     np.testing.assert_allclose(hist.sum(1), hist[0].sum(), rtol=1e-5)
-    cfg = DynamicWeightsConfig(enabled=True, window=4, var_threshold=0.01, min_samples=100)
+    cfg = DynamicWeightsConfig(enabled=True, var_threshold=0.01, min_samples=100)
     _, metrics, hist = _run(cfg, 3)  # 3 steps x 32 = 96 < 100 samples
     assert not np.asarray(metrics["saturated"]).any() and (hist == hist[0]).all()
 
@@ -89,19 +91,21 @@ def test_jit_matches_eager_and_config_validation():
     with jax.disable_jit():
         _, m_eager, h_eager = _run(CFG, 8, jit=False)
     np.testing.assert_allclose(h_jit, h_eager, rtol=1e-5)
-    for bad, field in (({"window": 0}, "window"), ({"max_delta": 0.0}, "max_delta"),
+    for bad, field in (({"max_delta": 0.0}, "max_delta"),
                        ({"min_fraction": 1.5}, "min_fraction"), ({"var_threshold": 0.5}, "var_threshold"),
                        ({"enabled": 1}, "enabled"), ({"min_samples": 1}, "min_samples")):
         with pytest.raises(ValueError, match=f"dynamic_weights.{field}"):
             DynamicWeightsConfig(**bad)
     with pytest.raises(ValueError, match="positive weights"):
         init_dynamic_weights(np.array([1.0, 0.0]), 4)
+    with pytest.raises(ValueError, match="dynamic_weights.window"):
+        init_dynamic_weights(np.array([1.0, 1.0]), 0)
     assert not DynamicWeightsConfig().enabled
 
 
 def test_dimension_that_discriminates_again_recovers_its_weight():
     rng = np.random.default_rng(1)
-    state = init_dynamic_weights(np.array([1.0, 2.0, 1.0, 4.0]), CFG.window)
+    state = init_dynamic_weights(np.array([1.0, 2.0, 1.0, 4.0]), WINDOW)
     for _ in range(10):
         state, _ = update_dynamic_weights_jit(state, *_batch(rng), CFG)
     low = float(state.weights_D[0])
@@ -112,3 +116,24 @@ def test_dimension_that_discriminates_again_recovers_its_weight():
         state, metrics = update_dynamic_weights_jit(state, scores, valid, CFG)
     assert not np.asarray(metrics["saturated"]).any()
     np.testing.assert_allclose(np.asarray(state.weights_D), [1.0, 2.0, 1.0, 4.0], rtol=1e-4)
+
+
+def test_dimension_weights_map_each_steps_columns_by_id_and_round_trip_through_json():
+    """The trainer's weights span every dimension id of a run; a step's scores come in any column order
+    (or lack a dimension: it gets no statistics); the state survives a checkpoint's JSON exactly."""
+    from types import SimpleNamespace
+
+    def rubric(name, dims):  # what for_rubrics reads of a Rubric: its dimensions' id, weight and gate
+        return SimpleNamespace(dimensions=[SimpleNamespace(id=d, weight=w, gate=g) for d, w, g in dims])
+
+    weights = DimensionWeights.for_rubrics([rubric("a", [("fmt", 1.0, True), ("x", 2.0, False)]),
+                                            rubric("b", [("x", 9.0, False), ("y", 3.0, False)])], window=2)
+    assert weights.ids == ["fmt", "x", "y"] and weights.current() == {"fmt": 1.0, "x": 2.0, "y": 3.0}
+    scores = np.array([[0.5, 1.0], [0.25, 1.0]], np.float32)  # columns y, fmt
+    logged = weights.update(["y", "fmt"], scores, np.ones((2, 2), bool))
+    assert set(logged) == {"weight/fmt", "weight/x", "weight/y"}
+    np.testing.assert_array_equal(np.asarray(weights.state.count_WxD)[0], [2, 0, 2])  # x had no scores
+    np.testing.assert_allclose(np.asarray(weights.state.sum_WxD)[0], [2.0, 0.0, 0.75])
+    again = DimensionWeights.for_rubrics([rubric("b", [("fmt", 1.0, True), ("x", 2.0, False), ("y", 3.0, False)])], 2)
+    again.load_json(weights.to_json())
+    jax.tree.map(np.testing.assert_array_equal, again.state, weights.state)

@@ -23,7 +23,7 @@ from test_reward import FORMAT, LENGTH, rubric
 
 from rubric_jax import sharding
 from rubric_jax.assets import TINY_DIR
-from rubric_jax.evaluation import biggen, harness, healthbench, hellobench, longbench_write, policy, rubric_set, runs
+from rubric_jax.evaluation import biggen, harness, healthbench, hellobench, longbench_write, policy, rubric_set
 from rubric_jax.evaluation.results import FINISH_PROMPT_TOO_LONG, Answer, EvalInputError
 from rubric_jax.judges.llm_judge import Judge, JudgeConfig
 from rubric_jax.judges.reward import RubricReward
@@ -36,7 +36,7 @@ from rubric_jax.rubrics.importers import (
     import_healthbench,
     import_longbench_write,
 )
-from rubric_jax.train import checkpointing
+from rubric_jax.train import checkpointing, runs
 from rubric_jax.train import state as train_state
 
 EVAL_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "evaluate"
@@ -285,7 +285,7 @@ def tiny_run(root, rewards, updates_per_batch=2):
         for log_step in rewards:
             step = log_step * updates_per_batch
             params = jax.tree.map(lambda x: x + 1e-3 * step, nnx.to_pure_dict(state))
-            ts = train_state.train_state_from_params(graphdef, params, optax.sgd(0.1), jax.random.key(0))
+            ts = train_state.train_state_from_params(graphdef, params, optax.sgd(0.1))
             ckpt.save(ts.replace(step=np.int32(step)), data_state={}, rubric_hash="h")
             saved[step] = params
     rows = [{"stage": "eval", "step": step, "eval/reward_mean": r} for step, r in rewards.items()]
@@ -308,8 +308,11 @@ def test_workdir_policy_latest_and_best(tmp_path):
     weights = runs.restore_run_params(tmp_path, config, runs.RunCheckpoint("grpo", 40, 0.7), sharding.Layout(mesh))
     jax.tree.map(np.testing.assert_array_equal, weights.params, saved[40])
     (tmp_path / "metrics.jsonl").write_text("")
-    with pytest.raises(EvalInputError, match="no kept checkpoint has a logged eval/reward_mean"):
+    with pytest.raises(runs.RunError, match="no kept checkpoint has a logged eval/reward_mean"):
         runs.select_checkpoint(tmp_path, config, "best")
+    with pytest.raises(EvalInputError, match="no kept checkpoint has a logged eval/reward_mean"):
+        policy.load_policy(checkpoint=None, workdir=tmp_path, which="best", mesh=mesh, sampler="greedy",
+                           max_new_tokens=4)
 
 
 def test_hf_directory_policy(tmp_path):

@@ -62,6 +62,45 @@ def test_hand_written_module():
     assert "all-gather" in hlo_stats.format_table(summary)
 
 
+# A decode-like module: a loop of unknown length whose body all-gathers once and runs a 28-step layer
+# loop that all-gathers twice per step: 1 + 2 * 28 = 57 all-gathers per iteration of the outer loop.
+_NESTED_HLO = """HloModule m, entry_computation_layout={()->f32[]}
+
+%layer (t: (s32[], bf16[4,8])) -> (s32[], bf16[4,8]) {
+  %ag1 = bf16[32,8]{1,0} all-gather(bf16[4,8]{1,0} %x), dimensions={0}
+  %ag2 = bf16[32,8]{1,0} all-gather(bf16[4,8]{1,0} %y), dimensions={0}
+  ROOT %r = (s32[], bf16[4,8]) tuple(%i, %x)
+}
+
+%layer_cond (t: (s32[], bf16[4,8])) -> pred[] {
+  ROOT %lt = pred[] compare(s32[] %i, s32[] %n), direction=LT
+}
+
+%token (t: (s32[], bf16[4,8])) -> (s32[], bf16[4,8]) {
+  %head = f32[16,4]{1,0} all-gather(f32[2,4]{1,0} %h), dimensions={0}
+  %layers = (s32[], bf16[4,8]) while((s32[], bf16[4,8]) %t), condition=%layer_cond, body=%layer, backend_config={"known_trip_count":{"n":"28"}}
+  ROOT %r = (s32[], bf16[4,8]) tuple(%i, %x)
+}
+
+%token_cond (t: (s32[], bf16[4,8])) -> pred[] {
+  ROOT %lt = pred[] compare(s32[] %i, s32[] %n), direction=LT
+}
+
+ENTRY %main (p0: f32[2,3]) -> f32[] {
+  %decode = (s32[], bf16[4,8]) while((s32[], bf16[4,8]) %t0), condition=%token_cond, body=%token
+  ROOT %z = f32[] constant(0)
+}
+"""
+
+
+def test_known_loops_nested_in_a_loop_of_unknown_length_multiply_per_iteration_counts():
+    found = hlo_stats.collectives(_NESTED_HLO)
+    assert sorted((c.computation, c.executions, c.per_iteration) for c in found) == [
+        ("layer", None, 28), ("layer", None, 28), ("token", None, 1)]
+    summary = hlo_stats.summarize(found)["all-gather"]
+    assert summary == hlo_stats.KindSummary(0, 0, 1 + 2 * 28, 16 * 4 * 4 + 2 * 28 * 32 * 8 * 2)
+
+
 def test_shape_bytes():
     assert hlo_stats.shape_bytes("bf16[32,2560,18944]{2,1,0}") == 32 * 2560 * 18944 * 2
     assert hlo_stats.shape_bytes("(f32[2]{0}, s8[3]{0})") == 11
@@ -86,6 +125,24 @@ def test_compiled_program_on_8_devices():
     assert found and all(c.in_loop for c in found)
     assert sorted((c.executions is None) for c in found if c.kind == "all-reduce") == [False, True]
     assert sum(c.executions for c in found if c.executions is not None) == 3
+
+
+def test_compiled_scan_inside_a_while_loop_counts_per_iteration():
+    """A 3-step scan nested in a data-dependent while loop (the sampler's layer scan inside its decode
+    loop): its all-reduce executes 3 times per iteration of the outer loop."""
+    mesh = Mesh(np.asarray(jax.devices()[:8]), ("fsdp",), axis_types=(jax.sharding.AxisType.Auto,))
+
+    def f(w, x):
+        def token(c):
+            return c[0] + 1, jax.lax.scan(lambda h, _: (jnp.tanh(h @ w), None), c[1], None, length=3)[0]
+
+        return jax.lax.while_loop(lambda c: c[0] < x[0, 0], token, (0.0, x))[1]
+
+    compiled = jax.jit(f, in_shardings=(NamedSharding(mesh, PartitionSpec("fsdp", None)),
+                                        NamedSharding(mesh, PartitionSpec()))).lower(
+        jax.ShapeDtypeStruct((64, 64), jnp.float32), jax.ShapeDtypeStruct((4, 64), jnp.float32)).compile()
+    summary = hlo_stats.summarize(hlo_stats.collectives(compiled.as_text()))["all-reduce"]
+    assert (summary.count, summary.per_iteration_count) == (0, 3)
 
 
 def test_no_entry_is_an_error():

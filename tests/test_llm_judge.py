@@ -13,6 +13,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
+from rubric_jax import data
 from rubric_jax.judges import llm_judge as lj
 from rubric_jax.judges import prompts as P
 from rubric_jax.rubrics.schema import Anchor, Dimension, Scale
@@ -123,6 +124,16 @@ def test_single_mode_one_batched_call_and_parsed_scores(tok):
     np.testing.assert_array_equal(np.concatenate(out.scores), [4, 2, 5])
     assert out.details["judge_generate_calls"] == 1 and out.details["judge_prompts"] == 9
     assert out.details["judge_invalid"] == 0 and out.details["judge_failed_scores"] == 0
+
+
+def test_batch_size_splits_a_round_into_calls_with_the_same_scores(tok):
+    judge, stub = make_judge(tok, digit_reply, batch_size=4)
+    out = lj.judge_rows([judge], lj.JudgeConfig(num_samples=3), ["q1", "q2", "q3"], ["worth 4", "worth 2", "worth 5"],
+                        [[ACC], [ACC], [ACC]], jax.random.key(0))
+    assert [c["batch"] for c in stub.calls] == [4, 4, 1]
+    assert len({c["key"].tobytes() for c in stub.calls}) == 3  # a fresh sampling key per call
+    np.testing.assert_array_equal(np.concatenate(out.scores), [4, 2, 5])
+    assert out.details["judge_generate_calls"] == 3 and out.details["judge_prompts"] == 9
 
 
 def test_rows_with_different_dimensions_and_rows_without_llm_dims(tok):
@@ -240,7 +251,7 @@ def test_ensemble_skips_failed_judges_and_combine_is_nan_only_when_all_fail():
 
 
 def test_prompt_too_long_is_counted_and_not_generated(tok):
-    short_len = len(lj.encode_prompts(tok, [P.single_prompt("q", "short", ACC, nonce="0" * 16)])[0])
+    short_len = len(data.encode_chats(tok, [P.single_prompt("q", "short", ACC, nonce="0" * 16).messages])[0])
     judge, stub = make_judge(tok, lambda t, c: "SCORE: 2", max_prompt_tokens=short_len + 50)
     out = lj.judge_rows([judge], lj.JudgeConfig(num_samples=1), ["q", "q"], ["short", "long " * 500],
                         [[ACC], [ACC]], jax.random.key(0))
@@ -376,7 +387,7 @@ def test_real_generate_random_judge_fails_visibly(tok):
 
 
 def test_each_failed_score_carries_its_cause(tok):
-    short_len = len(lj.encode_prompts(tok, [P.single_prompt("q", "truncate me", ACC, nonce="0" * 16)])[0])
+    short_len = len(data.encode_chats(tok, [P.single_prompt("q", "truncate me", ACC, nonce="0" * 16).messages])[0])
     responses = ["fine", "truncate me", "garbled", "long " * 500]
     for mode in ("single", "multi"):
         def reply(text, call, mode=mode):

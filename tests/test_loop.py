@@ -15,15 +15,20 @@ from pathlib import Path
 
 import pytest
 
-from rubric_jax.train.loop import NanStreak, TrainingError, length_buckets
+from rubric_jax.train.loop import NanStreak, TrainingError
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = [
     "--config.sft.epochs=1", "--config.sft.batch_size=32", "--config.rl.steps=5",
     "--config.rl.questions_per_step=4", "--config.rl.group_size=4", "--config.rl.max_new_tokens=32",
+    "--config.eval.max_new_tokens=16",
     "--config.sft.max_response_len=128", "--config.eval.max_questions=8", "--config.eval.every_steps=2",
     "--config.checkpoint.every_steps=2", "--config.log.samples_per_step=2",
+    "--config.monitor.max_saturation=0.5",  # trips: the template penalty sits at its top level (no templates)
 ]
+MONITOR_KEYS = ("monitor/template_share", "monitor/length_drift", "monitor/reward_length_corr",
+                "monitor/judge_parse_failure", "monitor/var/format", "monitor/saturation/format",
+                "monitor/var/template", "monitor/saturation/template")
 
 
 def _env() -> dict[str, str]:
@@ -81,9 +86,21 @@ def test_workdir_holds_everything_a_researcher_needs(uninterrupted):
                 "reward/format", "reward/length", "logprob_gap/mean"):
         assert key in grpo[0], key
     assert all(r["logprob_gap/mean"] < 1e-4 for r in grpo)  # float32 decode == teacher forcing on CPU
+    assert all(key in r for r in grpo for key in MONITOR_KEYS)
+    assert grpo[0]["monitor/length_drift"] == 0.0 and all(r["monitor/judge_parse_failure"] == "nan" for r in grpo)
+    alerts = _rows(uninterrupted, "alerts.jsonl")
+    assert {a["step"] for a in alerts if a["metric"] == "monitor/saturation/template"} == {1, 2, 3, 4, 5}
+    assert all(a["message"].startswith(f"alert step {a['step']}: ") and a["value"] > a["threshold"] == 0.5
+               for a in alerts)
     evals = [r for r in rows if r["stage"] == "eval"]
     assert [r["step"] for r in evals] == [0, 2, 4, 5]  # the SFT baseline, every 2 steps, the end
     assert all("eval/reward_mean" in r for r in evals)
+    for key in ("golden/reward_mean", "golden/reward/format", "golden/reference/reward_mean",
+                "golden/spearman/topic_keyword", "golden/kendall/template"):
+        assert all(key in r for r in evals), key
+    assert evals[0]["golden/spearman/topic_keyword"] == pytest.approx(1.0)  # the rule agrees with the planted labels
+    # Evals answer within eval.max_new_tokens (16), rollouts within rl.max_new_tokens (32): both hit their limit.
+    assert all(r["eval/response_len/mean"] <= 16 for r in evals) and max(r["response_len/mean"] for r in grpo) > 16
     rubric = json.loads((uninterrupted / "rubric.json").read_text())
     assert len(rubric["rubric_set_hash"]) == 64
     assert list((uninterrupted / "plots").glob("*.png"))
@@ -107,6 +124,7 @@ def test_sigterm_then_sigkill_then_resume_matches_uninterrupted(uninterrupted, t
     _finish(_start(tmp_path))
     assert _rows(tmp_path) == _rows(uninterrupted)
     assert _rows(tmp_path, "samples.jsonl") == _rows(uninterrupted, "samples.jsonl")
+    assert _rows(tmp_path, "alerts.jsonl") == _rows(uninterrupted, "alerts.jsonl")
 
 
 def test_nan_streak_stops_after_the_limit():
@@ -145,21 +163,34 @@ def test_grpo_config_rejects_bad_rl_values(field, value, message):
         loop.grpo_config(rl)
 
 
-def test_a_bad_grpo_setting_fails_before_sft_starts(tmp_path):
+@pytest.mark.parametrize("flag, message", [
+    ("--config.rl.missing_scores=dorp", "config.rl.missing_scores='dorp'"),
+    ("--config.monitor.max_template_share=1.5", "config.monitor.max_template_share=1.5: expected a number in [0, 1]"),
+])
+def test_a_bad_grpo_setting_fails_before_sft_starts(tmp_path, flag, message):
     proc = subprocess.run([sys.executable, "-m", "experiments.run", "--config=configs/tiny.py", f"--workdir={tmp_path}",
-                           "--config.rl.missing_scores=dorp"], cwd=ROOT, env=_env(), capture_output=True, text=True,
-                          timeout=300)
+                           flag], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert "config.rl.missing_scores='dorp'" in proc.stderr
+    assert message in proc.stderr
     assert not any(tmp_path.iterdir())  # nothing written, no SFT step run
 
 
-def test_length_buckets():
-    assert length_buckets(96, 1) == (128,)
-    assert length_buckets(128, 3) == (32, 64, 128)
-    assert length_buckets(20, 3) == (8, 16, 32)
-    with pytest.raises(ValueError, match="length_buckets"):
-        length_buckets(64, 0)
+def test_a_question_longer_than_max_prompt_len_fails_at_load_time_naming_file_and_line(tmp_path):
+    from configs import tiny
+    from rubric_jax import data
+    from rubric_jax.train import loop
+
+    config = tiny.get_config()
+    with config.unlocked():
+        for key in ("train", "eval", "sft", "rubric"):
+            config.data[key] = str(ROOT / config.data[key])
+        config.model.config_json, config.model.tokenizer = (str(ROOT / config.model.config_json),
+                                                            str(ROOT / config.model.tokenizer))
+        config.data.max_prompt_len = 32  # the chat template alone is longer
+    with pytest.raises(data.DataError, match=r"questions_train\.jsonl:1: question '.*' is \d+ tokens as a chat "
+                                             r"prompt; config\.data\.max_prompt_len allows 32"):
+        loop.build(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
 
 
 def test_pretrained_checkpoint_starts_training_with_the_config_numerics(tmp_path):
@@ -181,7 +212,7 @@ def test_pretrained_checkpoint_starts_training_with_the_config_numerics(tmp_path
     with config.unlocked():
         config.model.checkpoint, config.model.config_json = str(tmp_path / "hf"), ""
         config.model.compute_dtype, config.model.remat = "bfloat16", True
-        for key in ("train", "eval", "sft", "rubric"):
+        for key in ("train", "eval", "sft", "rubric", "golden"):
             config.data[key] = str(ROOT / config.data[key])
     run_ = loop.build(config, tmp_path / "run")
     state, _, _ = loop.grpo_components(run_, loop.initial_params(run_))  # the state training steps with
@@ -218,7 +249,7 @@ def test_a_grpo_step_with_an_llm_judged_dimension_goes_through_the_judge(tmp_pat
                           dimensions=shared.dimensions + (helpful,))
     (tmp_path / "rubric.yaml").write_text(dumps_rubric(rubric, "yaml"))
     with config.unlocked():
-        for key in ("train", "eval", "sft"):
+        for key in ("train", "eval", "sft", "golden"):
             config.data[key] = str(ROOT / config.data[key])
         config.model.config_json, config.model.tokenizer = (str(ROOT / config.model.config_json),
                                                             str(ROOT / config.model.tokenizer))
@@ -233,11 +264,13 @@ def test_a_grpo_step_with_an_llm_judged_dimension_goes_through_the_judge(tmp_pat
     state, _, programs = loop.grpo_components(run_, loop.initial_params(run_))
     questions = run_.train_questions[:2]
     reference = jax.tree.map(jnp.copy, state.params)  # the update donates the state's buffers
-    _, row, samples = loop.grpo_iteration(run_, programs, state, reference, questions, jax.random.key(0))
+    _, out = loop.grpo_iteration(run_, programs, state, reference, questions, jax.random.key(0))
+    row, samples = out.row(), out.samples
     assert row["logprob_gap/mean"] < 1e-4  # recomputed behaviour log-probs vs the sampler's
     assert row["judge_generate_calls"] == 2 * 2  # two judges x (first round + one retry round)
     assert row["judge_prompts"] >= 2 * 8  # every (response, dimension) of the step, by each judge
     assert row["judge_failed_scores"] == 8 and row["reward_failed_scores"] == 8  # counted, not scored
     assert all(s["scores"]["helpful"] is None for s in samples)
+    assert row["monitor/judge_parse_failure"] == 1.0  # every answer of the random judge was rejected
     assert 0.0 <= row["reward/mean"] <= 1.0 and row["skipped"] == 0.0
 

@@ -14,6 +14,8 @@ from rubric_jax import metrics, plots
 ROOT = Path(__file__).resolve().parents[1]
 PNG = b"\x89PNG\r\n\x1a\n"
 ALL_PLOTS = {spec.filename for spec in plots.PLOTS}
+MONITOR_PLOTS = {"template_share.png", "length_drift.png", "saturation.png", "score_variance.png",
+                 "reward_length_corr.png", "judge_parse_failure.png", "golden_reward.png", "golden_agreement.png"}
 
 
 def _write_run(workdir: Path, rows: list[dict]) -> Path:
@@ -31,14 +33,18 @@ def _judged_run(workdir: Path) -> Path:
         if s % 2 == 0:
             rows.append({"step": s, "time": 110.0 + s, "stage": "eval", "eval/reward_mean": 0.1 * s,
                          "eval/reward/format": 1.0, "eval/reward/helpful": 0.05 * s, "eval/response_len/mean": 30.0,
-                         "eval/judge_invalid": 1})
+                         "eval/judge_invalid": 1, "golden/reward_mean": 0.1, "golden/reward/helpful": 0.2,
+                         "golden/reference/reward_mean": 0.9, "golden/spearman/helpful": 0.5})
         if s:
             rows.append({"step": s, "time": 110.0 + s, "stage": "grpo", "reward/mean": 0.2 * s, "reward/format": 1.0,
                          "reward/helpful": 0.1 * s, "kl": 0.001 * s, "clip_frac": 0.02, "clip_frac_low": 0.01,
                          "clip_frac_high": 0.01, "entropy": 6.0, "grad_norm": 0.5, "lr": 2e-4,
                          "response_len/mean": 40.0 - s, "zero_std_frac": 0.25, "judge_invalid": 2,
                          "judge_failed_scores": 1, "judge_prompt_too_long": 0, "weight/format": 1.0,
-                         "weight/helpful": 1.0 + 0.1 * s, "reward_failed_scores": 1})
+                         "weight/helpful": 1.0 + 0.1 * s, "reward_failed_scores": 1,
+                         "monitor/template_share": 0.1 * s, "monitor/length_drift": -0.02 * s,
+                         "monitor/saturation/format": 1.0, "monitor/var/helpful": 0.05,
+                         "monitor/reward_length_corr": 0.3, "monitor/judge_parse_failure": 0.2})
     return _write_run(workdir, rows)
 
 
@@ -81,7 +87,7 @@ def test_overlay_skips_what_no_run_logged(tmp_path):
     runs = {name: metrics.read_jsonl_metrics(_rule_only_run(tmp_path / name, kl=False) / metrics.METRICS_FILE)
             for name in ("seed=0", "seed=1")}
     written = {p.name for p in plots.plot_runs(runs, tmp_path / "out")}
-    assert written == ALL_PLOTS - {"kl.png", "judge_failures.png", "weights.png", "sft_loss.png"}
+    assert written == ALL_PLOTS - {"kl.png", "judge_failures.png", "weights.png", "sft_loss.png", *MONITOR_PLOTS}
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(written)  # no temporary files left
 
 
@@ -137,3 +143,15 @@ def test_legend_names_are_readable():
                                             "eval/judge_invalid", "grad_norm")] == [
         "mean reward", "helpful", "format", "clipped below 1 - clip_low", "unparseable judge answers (eval)",
         "grad_norm"]
+
+
+def test_monitor_plots_draw_their_alert_threshold(tmp_path):
+    run = _write_run(tmp_path / "run", [{"step": s, "stage": "grpo", "monitor/template_share": 0.1 * s,
+                                         "monitor/length_drift": 0.2 * s, "reward/mean": 0.5} for s in (1, 2)])
+    plots.plot_run(run, tmp_path / "without")  # no config.json: no thresholds
+    (run / "config.json").write_text(json.dumps({"monitor": {"max_template_share": 0.4,
+                                                             "max_length_drift": float("inf")}}))
+    plots.plot_run(run, tmp_path / "with")
+    for name, drawn in (("template_share.png", True), ("length_drift.png", False), ("reward.png", False)):
+        same = (tmp_path / "with" / name).read_bytes() == (tmp_path / "without" / name).read_bytes()
+        assert same != drawn, name  # an infinite threshold (never alert) is not drawn

@@ -105,6 +105,19 @@ def test_dataset_holds_scrubbed_disjoint_splits_in_input_order(prepared):
     assert [q.id for q in golden] == ids["golden"]
 
 
+def test_the_trainer_takes_the_golden_split_as_its_golden_set(prepared):
+    """`--config.data.golden=tfds:NAME` reads the split prepare_data wrote (no overlap: leaks were dropped)."""
+    from rubric_jax.assets import TINY_DIR
+    from rubric_jax.rubrics.io import load_rubric
+    from rubric_jax.train import golden
+
+    config, _, splits = prepared
+    train = data.load_question_set(f"tfds:{config.name}", str(config.out), "train")
+    golden_set = golden.load_golden(f"tfds:{config.name}", str(config.out), load_rubric(TINY_DIR / "rubric.yaml"),
+                                    train, [], config.dedup_threshold)
+    assert [q.id for q in golden_set.questions] == [r["id"] for r in splits["golden"]]
+
+
 def test_the_same_seed_gives_the_same_dataset(prepared, tmp_path):
     config, report, splits = prepared
     again = prepare(dataclasses.replace(config, out=tmp_path / "again"), log=_quiet)

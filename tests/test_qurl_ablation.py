@@ -5,6 +5,7 @@ programs compile once."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from configs import qurl_ablation
 from random_model import random_model, tiny_hf_dir
 from rubric_jax import data, loader, sweeps
 from rubric_jax.qurl.config import BuildConfig
-from rubric_jax.train import loop
+from rubric_jax.train import loop, settings as run_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 RUBRIC_ROWS = ("full", "no_filter", "no_references")
@@ -40,10 +41,10 @@ def test_each_row_sets_what_defines_it(variant, size):
     assert (c.reward.source == "reward_model") == (variant == "reward_model")
     if variant == "reward_model" and size == "tiny":  # no reward model ships: the command line names one
         with pytest.raises(ValueError, match="needs config.reward.model_checkpoint=DIR"):
-            loop.reward_model_config(c)
+            run_settings.reward_model_config(c)
         c.reward.model_checkpoint = "RM_DIR"
-    settings = loop.reward_model_config(c)  # the start-up check accepts every row
-    assert (settings is None) == (variant != "reward_model")
+    reward_model = run_settings.reward_model_config(c)  # the start-up check accepts every row
+    assert (reward_model is None) == (variant != "reward_model")
     if size == "tiny":
         for path in (c.data.train, c.data.eval, c.data.rubric, c.data.sft):
             assert (ROOT / path).is_file(), path
@@ -91,7 +92,7 @@ def test_bad_reward_settings_fail_before_anything_loads(changes, match):
         block, field = key.split(".")
         c[block][field] = value
     with pytest.raises(ValueError, match=match):
-        loop.reward_model_config(c)
+        run_settings.reward_model_config(c)
 
 
 def readme_tiny_commands() -> list[str]:
@@ -128,14 +129,15 @@ def test_every_tiny_row_trains_one_grpo_step_on_cpu(tmp_path):
             block, field = key.split(".")
             config[block][field] = value
         experiment = loop.build(config, tmp_path / variant)
-        with experiment.writer:
+        with contextlib.closing(experiment.log):
             if update is None:  # host-drawn random policy (no init program to compile), placed explicitly
                 _, random_state = random_model(experiment.model_cfg, std=0.02)
                 params = jax.device_put(nnx.to_pure_dict(random_state),
                                         loader.expected_shardings(experiment.model_cfg, experiment.layout))
                 state, _, update = loop.grpo_components(experiment, params)
             questions = experiment.train_questions[:4]
-            state, row, _ = loop.grpo_iteration(experiment, update, state, None, questions, jax.random.key(step))
+            state, out = loop.grpo_iteration(experiment, update, state, None, questions, jax.random.key(step))
+            row = out.row()
         assert int(state.step) == step and np.isfinite(row["loss"]), variant
         dims = {k.removeprefix("reward/") for k in row if k.startswith("reward/") and k != "reward/mean"}
         if variant in RUBRIC_ROWS:

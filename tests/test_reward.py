@@ -9,6 +9,7 @@ import jax
 import numpy as np
 import pytest
 
+from rubric_jax import data
 from rubric_jax.judges import llm_judge as lj
 from rubric_jax.judges import rules as R
 from rubric_jax.judges.reward import RubricReward
@@ -251,8 +252,8 @@ def test_failed_scores_are_counted_per_dimension_and_cause(tok, monkeypatch):
     slow = {"id": "no_trailing_a", "description": "does not end in a's", "kind": "rule", "rule": "regex",
             "params": {"pattern": "(a|aa)+$", "mode": "must_not"}, "scale": {"kind": "binary"}, "anchors": BINARY}
     mixed = rubric([FORMAT, slow, ACCURACY])
-    short_len = max(len(ids) for ids in lj.encode_prompts(tok, [
-        lj.single_prompt("q", "a" * 40 + "b", mixed.dimension("accuracy"), nonce="0" * 16)]))
+    short_len = max(len(ids) for ids in data.encode_chats(tok, [
+        lj.single_prompt("q", "a" * 40 + "b", mixed.dimension("accuracy"), nonce="0" * 16).messages]))
     judge, _ = make_judge(tok, lambda text, call: "SCORE: 4", max_prompt_tokens=short_len + 50)
     reward = RubricReward([mixed], judges=[judge], judge_config=lj.JudgeConfig(num_samples=1))
     out = reward(["q"] * 3, ["a" * 40 + "b", "fine", "long " * 500], [mixed] * 3, key=jax.random.key(0))

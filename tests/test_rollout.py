@@ -10,7 +10,7 @@ import optax
 import pytest
 from flax import nnx
 
-from rubric_jax import grpo, sampling
+from rubric_jax import data, grpo, loader, sampling
 from rubric_jax.judges.reward import RewardOutput
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.sampling import GenerationResult
@@ -47,13 +47,13 @@ def test_training_batch_layout_and_invalid_samples():
 
 class _Tokenizer:
     def decode(self, ids, skip_special_tokens):
-        assert not skip_special_tokens  # <think>/<answer> must survive for the rules
-        return " ".join(map(str, ids))
+        return ("plain: " if skip_special_tokens else "") + " ".join(map(str, ids))
 
 
-def test_decode_drops_only_the_stop_token():
-    texts = rollout.decode_responses(_Tokenizer(), _result(), stop_tokens=(2,))
-    assert texts == ["5 6 7 8", "9", "4 4", "3"]
+def test_decode_drops_only_the_stop_token_and_keeps_special_tokens_for_the_policy():
+    texts = data.decode_responses(_Tokenizer(), _result(), stop_tokens=(2,))
+    assert texts == ["5 6 7 8", "9", "4 4", "3"]  # <think>/<answer> must survive for the rules
+    assert data.decode_responses(_Tokenizer(), _result(), keep_special_tokens=False)[1] == "plain: 9 2"
 
 
 def test_reward_summary_leaves_missing_scores_out():
@@ -124,8 +124,8 @@ def _programs(graphdef, temperature, kl_coef=0.0):
 
 def _rollout_batch(graphdef, state, sampler):
     """What `loop.grpo_iteration` trains on: the sampler's responses laid out by `rollout.training_batch`."""
-    result = sampling.generate(graphdef, state, PROMPTS, key=jax.random.key(4), n=GROUP, max_new_tokens=10,
-                               sampler=sampler, stop_tokens=[STOP], pad_id=PAD)
+    result = sampling.generate(loader.as_weights(MODEL, nnx.to_pure_dict(state)), PROMPTS, key=jax.random.key(4),
+                               n=GROUP, max_new_tokens=10, sampler=sampler, stop_tokens=[STOP], pad_id=PAD)
     prompt_ids, prompt_mask = sampling.left_pad(PROMPTS, PAD)
     n = len(PROMPTS) * GROUP
     advantages = np.where(np.arange(n) % 2 == 0, 1.0, -1.0).astype(np.float32)
@@ -143,7 +143,7 @@ def test_first_update_ratio_is_one_through_generate_batch_and_train_step(policy,
     logp = np.asarray(programs.logprobs(params, batch["tokens"], batch["input_mask"]))
     np.testing.assert_allclose(logp[mask], batch["old_logp"][mask], atol=2e-5)
     # The first update of the real step sees ratio 1 everywhere: nothing clipped, no gap.
-    tstate = train_state.train_state_from_params(graphdef, params, optax.sgd(0.1), jax.random.key(0))
+    tstate = train_state.train_state_from_params(graphdef, params, optax.sgd(0.1))
     _, metrics = programs.update(tstate, batch)
     assert float(metrics["ratio_mean"]) == pytest.approx(1.0, abs=1e-5)
     assert float(metrics["abs_log_ratio"]) < 1e-5 and float(metrics["clip_frac"]) == 0.0

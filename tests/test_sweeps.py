@@ -79,6 +79,10 @@ def test_names_are_file_system_safe_unique_and_bounded():
                                              r"\(did you mean 'rl\.steps'\?\)"),
     ("add(seed=1)", ("--config.rl.steps",), r"extra flag '--config\.rl\.steps' is not of the form"),
     ("pass", (), r"swept\.py: sweep\(add, arg\) added no variant"),
+    # Values a run would refuse at start-up fail here, for every variant, before the first one runs.
+    ("add(seed=1)\nadd(**{'rl.kl_estimator': 'k9'})", (), r"variant 2 of 2 \(kl_estimator=k9\): .*kl_estimator"),
+    ("add(**{'eval.every_steps': 0})", (), r"variant 1 of 1 \(every_steps=0\): config\.eval\.every_steps=0"),
+    ("add(**{'judge.mode': 'pairwise'})", (), r"config\.judge\.mode='pairwise': expected one of"),
 ])
 def test_a_bad_sweep_fails_before_anything_runs_naming_variant_and_key(tmp_path, body, extra, message):
     with pytest.raises(sweeps.SweepError, match=message):

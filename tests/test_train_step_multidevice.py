@@ -74,8 +74,7 @@ def test_sharded_grpo_and_sft_steps_match_unsharded(unsharded, mesh_cfg, micro_b
         _close(state.params, unsharded["state"].params)  # sharded init draws the same weights
     else:  # existing params, placed explicitly (the state builder never moves them itself)
         placed = jax.device_put(unsharded["state"].params, loader.expected_shardings(MODEL, layout))
-        state, shardings = train_state.new_train_state(loader.as_weights(MODEL, placed, layout), TX,
-                                                       jax.random.key(0), mesh)
+        state, shardings = train_state.new_train_state(loader.as_weights(MODEL, placed, layout), TX, mesh)
     assert state.graphdef != unsharded["state"].graphdef  # the FSDP activation constraint is in the model
     _check_layout(state, shardings)
     embed = state.params["embed_tokens"]["embedding"]
@@ -137,15 +136,17 @@ def test_compiled_steps_run_as_fsdp_without_activation_all_reduces():
     state, shardings = train_state.init_train_state(model, TX, jax.random.key(0), layout)
     unconstrained = state.replace(graphdef=abstract_model(model)[0])
     spec = {k: jax.ShapeDtypeStruct((b, t), dtype) for k, dtype in
-            (("tokens", jnp.int32), ("input_mask", bool), ("loss_mask", bool), ("old_logp", jnp.float32))}
-    grpo_batch = {**spec, "advantages": jax.ShapeDtypeStruct((b,), jnp.float32)}
+            (("tokens", jnp.int32), ("input_mask", bool), ("loss_mask", bool), ("old_logp", jnp.float32),
+             (train_step.REF_LOGP, jnp.float32))}
+    grpo_batch = {**{k: spec[k] for k in train_step.grpo_batch_keys(CFG) if k in spec},
+                  "advantages": jax.ShapeDtypeStruct((b,), jnp.float32)}
     sft_batch = {k: spec[k] for k in train_step.SFT_BATCH_KEYS}
     counts = {}
     for name, s in (("fsdp", state), ("unconstrained", unconstrained)):
         s_shardings = shardings.replace(graphdef=s.graphdef)
         grpo_step = train_step.jit_grpo_step(CFG, micro_batches=2, shardings=s_shardings, mesh=layout.mesh)
         sft_step = train_step.jit_sft_step(micro_batches=2, shardings=s_shardings, mesh=layout.mesh)
-        grpo_hlo = grpo_step.lower(s, grpo_batch, s.params).compile().as_text()
+        grpo_hlo = grpo_step.lower(s, grpo_batch).compile().as_text()
         sft_hlo = sft_step.lower(s, sft_batch).compile().as_text()
         counts[name] = (len(_activation_all_reduces(grpo_hlo, b, t)), len(_activation_all_reduces(sft_hlo, b, t)))
     assert counts["unconstrained"][0] > 0 and counts["unconstrained"][1] > 0, counts

@@ -4,11 +4,12 @@
   .venv/bin/python -m rubric_jax.assets.build_tiny_assets --out DIR  # build elsewhere (tests compare)
 
 Writes questions_train.jsonl / questions_eval.jsonl (hygiene applied: near-duplicate removal and PII
-scrubbing from rubric_jax.prepare), sft.jsonl (QuRL-style cold start: one `<think>…</think><answer>…
-</answer>` response per training question, deliberately imperfect so GRPO has room to improve),
-rubric.yaml (the shared rule rubric; each question row adds its case-wise criteria, of which politeness
-is LLM-judged by the distilled tiny judge), rubric_hack.yaml / rubric_hack_fixed.yaml (the planted-hack
-experiment's variants, configs/tiny_hack*.py), tokenizer/ (byte-level BPE trained on all of that text, Qwen2
+scrubbing from rubric_jax.prepare), questions_golden.jsonl (new phrasings with labelled reference
+answers), sft.jsonl (QuRL-style cold start: one `<think>…</think><answer>…</answer>` response per
+training question, deliberately imperfect so GRPO has room to improve), rubric.yaml (the shared rule
+rubric; each question row adds its case-wise criteria, of which politeness is LLM-judged by the distilled
+tiny judge), rubric_hack.yaml / rubric_hack_fixed.yaml (the planted-hack experiment's variants,
+configs/tiny_hack*.py), tokenizer/ (byte-level BPE trained on all of that text but the golden set's, Qwen2
 chat template) and config.json (a Qwen2-architecture model of 0.66M parameters). The tiny judges themselves
 are trained by build_tiny_judges.py."""
 
@@ -28,8 +29,8 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config
 from rubric_jax import data
 from rubric_jax.assets import TINY_DIR
 from rubric_jax.assets.tiny_content import (
-    CS, DIFFICULTIES, FILLERS, FRAMES, HEALTH, PHRASE_SENTENCES, POLITE_PHRASES, RAW_EXTRA_QUESTIONS, TEMPLATE_MARKERS,
-    THINKS, TOPICS, Topic,
+    CS, DIFFICULTIES, FILLERS, FRAMES, GOLDEN, HEALTH, PHRASE_SENTENCES, POLITE_PHRASES, RAW_EXTRA_QUESTIONS,
+    TEMPLATE_MARKERS, THINKS, TOPICS, Topic,
 )
 from rubric_jax.judges.distill_data import llm_twin
 from rubric_jax.judges.rules import make_rule
@@ -259,13 +260,18 @@ def scaffold(lang: str, sentences: Sequence[str]) -> list[str]:
 
 def sft_response(topic: Topic, rng: np.random.Generator) -> tuple[str, dict[str, bool]]:
     """One cold-start response for a topic, with independently drawn imperfections (returned as flags)."""
-    group = (topic.category, topic.lang)
     size = rng.random()
     flags = {"phrase": rng.random() < SFT_P_PHRASE, "keyword": rng.random() < SFT_P_KEYWORD,
              "long": size < SFT_P_LONG, "short": SFT_P_LONG <= size < SFT_P_LONG + SFT_P_SHORT}
     # A padded answer is not also templated or repeated, which keeps every response within 128 tokens.
     flags["template"] = not flags["long"] and rng.random() < SFT_P_TEMPLATE
     flags["repeat"] = not flags["long"] and rng.random() < SFT_P_REPEAT
+    return compose_response(topic, flags, rng), flags
+
+
+def compose_response(topic: Topic, flags: dict[str, bool], rng: np.random.Generator) -> str:
+    """A `<think>…</think><answer>…</answer>` response for a topic with exactly the features in `flags`."""
+    group = (topic.category, topic.lang)
     frame = [FRAMES[group].format(keyword=topic.keyword)] if flags["keyword"] else []
     body = frame + [topic.extra] if flags["keyword"] else [topic.extra, topic.more]
     if flags["long"]:
@@ -280,7 +286,7 @@ def sft_response(topic: Topic, rng: np.random.Generator) -> tuple[str, dict[str,
     if flags["template"]:
         body = scaffold(topic.lang, body)
     think = THINKS[group][int(rng.integers(2))]
-    return f"<think>{think}</think><answer>{join_sentences(topic.lang, body)}</answer>", flags
+    return f"<think>{think}</think><answer>{join_sentences(topic.lang, body)}</answer>"
 
 
 def sft_rows(train: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -300,6 +306,30 @@ def sft_rows(train: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         _check_flags(topic, response, flags)
         rows.append({"id": f"sft-{len(rows):03d}", "prompt": row["question"], "response": response,
                      "category": row["category"], "lang": row["lang"]})
+    return rows
+
+
+def golden_rows(train: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The golden set (tiny_content.GOLDEN): each question with a reference answer made with its listed
+    features and labelled with them; none may be near a training question (the trainer would refuse it)."""
+    rng = np.random.default_rng(SEED + 2)
+    topic_of = {t.keyword: t for t in TOPICS}
+    rows = []
+    for i, (keyword, question, features) in enumerate(GOLDEN):
+        topic = topic_of[keyword]
+        flags = {name: name in features for name in ("phrase", "keyword", "long", "short", "template", "repeat")}
+        reference = compose_response(topic, flags, rng)
+        _check_flags(topic, reference, flags)
+        safety = "disclaimer" if topic.category == HEALTH else "politeness"
+        rows.append({"id": f"golden-{topic.lang}-{i}", "question": question, "category": topic.category,
+                     "lang": topic.lang, "keywords": [keyword],
+                     "rubric": {"extra": [compact_dimension(d) for d in case_dimensions(topic)]},
+                     "reference": reference, "labels": {"topic_keyword": int(flags["keyword"]),
+                                                        "template": int(not flags["template"]),
+                                                        safety: int(flags["phrase"])}})
+    near = dedup.cross_duplicates([r["question"] for r in rows], [r["question"] for r in train], 0.7)
+    if near:
+        raise AssertionError(f"golden questions near training ones: {near}")
     return rows
 
 
@@ -376,6 +406,7 @@ def build(out: Path) -> dict[str, Any]:
     _write_jsonl(out / "questions_train.jsonl", train)
     _write_jsonl(out / "questions_eval.jsonl", evals)
     _write_jsonl(out / "sft.jsonl", sft)
+    _write_jsonl(out / "questions_golden.jsonl", golden_rows(train))
     save_rubric(shared_rubric(), out / "rubric.yaml")
     save_rubric(hack_rubric(fixed=False), out / "rubric_hack.yaml")
     save_rubric(hack_rubric(fixed=True), out / "rubric_hack_fixed.yaml")

@@ -415,6 +415,20 @@ RAW_EXTRA_QUESTIONS: tuple[tuple[str, str], ...] = (
     ("headache", "What can I do about my headache?"),
 )
 
+# The golden set (questions_golden.jsonl): new phrasings never trained on, each with a reference answer
+# built from its topic like an SFT answer with exactly the listed features, which are also its labels
+# (phrase: the politeness/disclaimer sentence; keyword: names the topic; template: firstly/secondly/finally).
+GOLDEN: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("refund", "Is a refund possible if I paid with a gift card?", ("phrase", "keyword")),
+    ("password", "Why does the app keep saying my new password is too weak?", ("template",)),
+    ("headache", "Should I worry about a headache that comes back every afternoon?", ("phrase", "keyword")),
+    ("fever", "Is it safe to go to work with a mild fever?", ("keyword", "template")),
+    ("退款", "用礼品卡付的钱能退款吗？", ("keyword",)),
+    ("密码", "为什么新密码总是提示太简单？", ("phrase", "keyword", "template")),
+    ("头痛", "每天下午都头痛，需要担心吗？", ("phrase", "keyword")),
+    ("发烧", "有点发烧还能去上班吗？", ("template",)),
+)
+
 # Per (category, lang): what the reasoning says (never the keyword or a required phrase), the phrase
 # sentences a good answer contains, the filler that makes an answer too long, and the phrases the
 # case-wise criterion accepts.

@@ -71,6 +71,11 @@ def _dimension(rubric: Rubric, dim_id: Any, where: str) -> Dimension:
     return rubric.dimension(dim_id)
 
 
+def check_label(rubric: Rubric, dim_id: Any, value: Any, where: str) -> float:
+    """A label of one of `rubric`'s dimensions on its raw scale, or LabelsError naming `where`, the field and why."""
+    return _score(value, _dimension(rubric, dim_id, where), f"{where}.{dim_id}")
+
+
 def _item_from_row(row: Mapping[str, Any], lineno: int, where: str, shared: Rubric | None) -> LabelledItem:
     for field in ("question", "response"):
         if not isinstance(row.get(field), str):
@@ -88,8 +93,7 @@ def _item_from_row(row: Mapping[str, Any], lineno: int, where: str, shared: Rubr
             raise LabelsError(f"{where}: field {field!r}: expected a non-empty mapping dimension id -> score(s), "
                               f"got {raw!r}")
     for dim_id, value in (labels_raw or {}).items():
-        dim = _dimension(rubric, dim_id, f"{where}: labels")
-        labels[dim_id] = _score(value, dim, f"{where}: labels.{dim_id}")
+        labels[dim_id] = check_label(rubric, dim_id, value, f"{where}: labels")
     for dim_id, values in (ratings_raw or {}).items():
         dim = _dimension(rubric, dim_id, f"{where}: ratings")
         if not isinstance(values, list) or len(values) < 2:

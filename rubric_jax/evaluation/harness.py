@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rubric_jax import data, metrics
+from rubric_jax import data, files, metrics
 from rubric_jax.evaluation import biggen, healthbench, hellobench, longbench_write, report, rubric_set
 from rubric_jax.evaluation.results import FINISH_PROMPT_TOO_LONG, Answer, Benchmark, EvalInputError
 from rubric_jax.rubrics.importers import RubricCase
@@ -79,18 +79,10 @@ def benchmark_named(name: str, shared_rubric: Rubric | None = None) -> Benchmark
 
 def check_out(out: Path, inputs: Sequence[Path], input_dirs: Sequence[Path]) -> None:
     """`out` must not be, contain, or lie inside an input (a run's workdir may hold `out` below it)."""
-    resolved = out.resolve()
-    if resolved.exists() and not resolved.is_dir():
-        raise EvalInputError(f"--out={out}: exists and is not a directory")
-    for path in [*inputs, *input_dirs]:
-        if resolved == path.resolve():
-            raise EvalInputError(f"--out={out}: is also an input ({path})")
-    for path in [*inputs, *input_dirs]:
-        if path.resolve().is_relative_to(resolved):
-            raise EvalInputError(f"--out={out}: contains the input {path}")
-    for directory in input_dirs:
-        if resolved.is_relative_to(directory.resolve()):
-            raise EvalInputError(f"--out={out}: lies inside the input directory {directory}")
+    try:
+        files.check_output_dir(out, inputs, input_dirs)
+    except files.PathError as e:
+        raise EvalInputError(str(e)) from None
 
 
 # ------------------------------------------------------------------------------------------ prompts
@@ -147,7 +139,6 @@ def generate_answers(policy: Policy, cases: Sequence[RubricCase], settings: Gene
     not generated and is marked FINISH_PROMPT_TOO_LONG."""
     import jax  # imported here: jax takes seconds, and bad input must fail before it
 
-    from rubric_jax.train.rollout import decode_responses
 
     prompt_ids = data.encode_chats(policy.tokenizer, [policy_messages(c, settings.prompt_format) for c in cases])
     out: list[Generated | None] = [None] * len(cases)
@@ -162,7 +153,7 @@ def generate_answers(policy: Policy, cases: Sequence[RubricCase], settings: Gene
     progress = metrics.Progress(len(batches), desc="generate", keys=())
     for b, batch in enumerate(batches):
         result = policy.generate([prompt_ids[i] for i in batch], jax.random.fold_in(key, b))
-        texts = decode_responses(policy.tokenizer, result, policy.stop_tokens)
+        texts = data.decode_responses(policy.tokenizer, result, policy.stop_tokens)
         for i, text, reason, length in zip(batch, texts, result.finish_reason, result.lengths):
             out[i] = Generated(text, str(reason), int(length))
         progress.update(b + 1, {})

@@ -27,7 +27,6 @@ from rubric_jax.evaluation.results import (
     Benchmark,
     BenchmarkResult,
     data_file,
-    finite_or_none,
     limited,
 )
 from rubric_jax.rubrics.importers import RubricCase, import_healthbench

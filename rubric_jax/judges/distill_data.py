@@ -26,7 +26,7 @@ import jax
 import numpy as np
 
 from rubric_jax import data
-from rubric_jax.judges.llm_judge import Judge, JudgeConfig, encode_prompts, judge_rows, special_tokens
+from rubric_jax.judges.llm_judge import Judge, JudgeConfig, judge_rows, special_tokens
 from rubric_jax.judges.parser import SINGLE_KEY, parse_single
 from rubric_jax.judges.prompts import JudgePrompt, single_prompt
 from rubric_jax.judges.rules import make_rule
@@ -190,7 +190,7 @@ def encode_examples(tokenizer: Any, items: Sequence[JudgeItem], rng: np.random.G
                     ) -> tuple[list[list[int]], list[list[int]]]:
     """(prompt ids, verdict ids + eos) per item, each prompt freshly rendered from `rng`."""
     reserved = special_tokens(tokenizer)
-    prompt_ids = encode_prompts(tokenizer, [scoring_prompt(item, rng, reserved) for item in items])
+    prompt_ids = data.encode_chats(tokenizer, [scoring_prompt(item, rng, reserved).messages for item in items])
     target_ids = data.encode_responses(tokenizer, [verdict_text(item.dimension, item.score) for item in items])
     return prompt_ids, target_ids
 

@@ -4,8 +4,9 @@ Flow for a batch of rows (question, response, the row's LLM dimensions):
   requests: one per (row, dimension) in "single" mode, one per row in "multi" mode (QuRL);
   samples:  each request is prompted `num_samples` times (fresh nonce, optionally shuffled anchors)
             and the median of its valid verdicts is kept (RubricRL 3.3);
-  rounds:   round 0 sends all prompts in ONE generate call; each retry round re-prompts only the
-            invalid samples (new nonce, new anchor order, new sampling key), again in one call;
+  rounds:   round 0 sends all prompts in ONE generate call (or calls of at most `batch_size` prompts,
+            which bounds the judge's KV cache); each retry round re-prompts only the invalid samples
+            (new nonce, new anchor order, new sampling key), again in one call (or `batch_size` chunks);
   failure:  a sample still invalid after `max_retries` is NaN; a request with no valid sample is NaN
             and masked invalid; every failure is counted in `details` (never turned into a score), and
             each failed score carries its cause (FAILURE_CAUSES: the most frequent among its samples);
@@ -21,12 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import jax
 import numpy as np
 
-from rubric_jax import loader, sampling, sharding
+from rubric_jax import data, loader, sampling, sharding
 from rubric_jax.judges.parser import parse_verdict
 from rubric_jax.judges.prompts import JudgePrompt, multi_prompt, single_prompt
 from rubric_jax.models.checkpoint import load_tokenizer
@@ -38,6 +39,7 @@ ENSEMBLES = ("mean", "agreement")
 # max_new_tokens, or the reply had no parseable verdict.
 FAILURE_CAUSES = ("judge_prompt_too_long", "judge_truncated", "judge_invalid_verdict")
 GenerateFn = Callable[..., Any]  # sampling.generate's signature (see the sampler contract)
+MAX_PROMPT_TOKENS = 4096  # longest judge prompt sent (capped by the judge's context); longer ones are counted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,15 +53,16 @@ class Judge:
     generate_fn: GenerateFn
     sampler: str = "temperature(0.7)"
     max_new_tokens: int = 256
-    max_prompt_tokens: int = 4096
+    max_prompt_tokens: int = MAX_PROMPT_TOKENS
     layout: sharding.Layout | None = None
+    batch_size: int = 0  # most prompts per generate call (0: all of a round in one call)
 
     def __post_init__(self) -> None:
         sampling.parse_sampler(self.sampler)
-        for field in ("max_new_tokens", "max_prompt_tokens"):
+        for field, minimum in (("max_new_tokens", 1), ("max_prompt_tokens", 1), ("batch_size", 0)):
             value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"judge {self.name!r}: {field} must be a positive integer, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"judge {self.name!r}: {field} must be an integer >= {minimum}, got {value!r}")
         if self.tokenizer.pad_token_id is None or self.tokenizer.eos_token_id is None:
             raise ValueError(f"judge {self.name!r}: tokenizer needs pad and eos tokens")
         if not self.tokenizer.chat_template:
@@ -69,7 +72,7 @@ class Judge:
 def load_judge(
     checkpoint_dir: str, *, layout: sharding.Layout | None = None, param_dtype: str = "auto",
     compute_dtype: str = "auto", name: str | None = None, sampler: str = "temperature(0.7)",
-    max_new_tokens: int = 256, max_prompt_tokens: int = 4096,
+    max_new_tokens: int = 256, max_prompt_tokens: int = MAX_PROMPT_TOKENS, batch_size: int = 0,
 ) -> Judge:
     """A judge from a HF directory (config.json, safetensors, tokenizer with chat template), loaded
     straight into `layout` (the run's decode layout; default: one device) in `param_dtype`, computing
@@ -85,7 +88,8 @@ def load_judge(
         raise ValueError(f"judge {checkpoint_dir}: max_new_tokens={max_new_tokens} leaves no room in its "
                          f"{cfg.max_position_embeddings}-token context")
     return Judge(name or str(checkpoint_dir), weights, tokenizer, sampling.generate, sampler=sampler,
-                 max_new_tokens=max_new_tokens, max_prompt_tokens=min(max_prompt_tokens, context_left), layout=layout)
+                 max_new_tokens=max_new_tokens, max_prompt_tokens=min(max_prompt_tokens, context_left), layout=layout,
+                 batch_size=batch_size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,27 +163,6 @@ def _build_prompt(
     return multi_prompt(question, response, dims, nonce=nonce, anchor_orders=orders, reserved=reserved)
 
 
-class ChatMessages(Protocol):
-    """Anything with chat `messages` (a JudgePrompt, or a rubric-construction prompt)."""
-
-    messages: Sequence[dict[str, str]]
-
-
-def encode_prompts(tokenizer: Any, prompts: Sequence[ChatMessages]) -> list[list[int]]:
-    """Chat-templated token ids for each prompt (with the assistant generation prompt)."""
-    texts = [tokenizer.apply_chat_template(list(p.messages), add_generation_prompt=True, tokenize=False) for p in prompts]
-    return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
-
-
-def decode_generations(tokenizer: Any, result: Any) -> tuple[list[str], np.ndarray]:
-    """Generated texts (special tokens dropped) and a [B] bool "hit the token limit" flag of a GenerationResult."""
-    tokens = np.asarray(result.tokens)
-    lengths = np.asarray(result.lengths)
-    texts = tokenizer.batch_decode([tokens[i, : lengths[i]].tolist() for i in range(tokens.shape[0])], skip_special_tokens=True)
-    truncated = np.asarray([reason == "length" for reason in result.finish_reason], dtype=bool)
-    return texts, truncated
-
-
 def _run_judge(
     judge: Judge,
     config: JudgeConfig,
@@ -205,7 +188,7 @@ def _run_judge(
             _build_prompt(requests[r], questions[requests[r].row], responses[requests[r].row], config, rng, reserved)
             for r, _ in pending
         ]
-        ids = encode_prompts(judge.tokenizer, prompts)
+        ids = data.encode_chats(judge.tokenizer, [p.messages for p in prompts])
         fits = [len(x) <= judge.max_prompt_tokens for x in ids]
         stats["judge_prompt_too_long"] += fits.count(False)
         for (r, s), ok in zip(pending, fits):
@@ -217,14 +200,19 @@ def _run_judge(
             stats["judge_retried"] += len(sent)
         if not sent:
             break
-        result = judge.generate_fn(
-            judge.weights, [ids[i] for i in sent], key=gen_key, n=1,
-            max_new_tokens=judge.max_new_tokens, sampler=judge.sampler,
-            stop_tokens=[judge.tokenizer.eos_token_id], pad_id=judge.tokenizer.pad_token_id, layout=judge.layout,
-        )
-        stats["judge_generate_calls"] += 1
+        chunk = judge.batch_size or len(sent)
+        texts, truncated = [], []
+        for c, start in enumerate(range(0, len(sent), chunk)):
+            result = judge.generate_fn(
+                judge.weights, [ids[i] for i in sent[start:start + chunk]],
+                key=gen_key if c == 0 else jax.random.fold_in(gen_key, c), n=1,
+                max_new_tokens=judge.max_new_tokens, sampler=judge.sampler,
+                stop_tokens=[judge.tokenizer.eos_token_id], pad_id=judge.tokenizer.pad_token_id, layout=judge.layout,
+            )
+            stats["judge_generate_calls"] += 1
+            texts += data.decode_responses(judge.tokenizer, result, keep_special_tokens=False)
+            truncated += list(np.asarray(result.finish_reason) == sampling.FINISH_LENGTH)
         stats["judge_prompts"] += len(sent)
-        texts, truncated = decode_generations(judge.tokenizer, result)
         still_invalid = []
         for i, text, cut in zip(sent, texts, truncated):
             r, s = pending[i]

@@ -28,11 +28,13 @@ from flax import nnx, traverse_util
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
+from rubric_jax import distributed, files
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.models.transformer import ShardActivation, Transformer
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
+GENERATION_FILE = "generation_config.json"
 # Files copied next to an export when a source directory is given (tokenizer and generation defaults).
 TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
@@ -236,7 +238,7 @@ def load_tokenizer(path: str | Path) -> Any:
 
     try:
         return AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, KeyError) as e:  # KeyError: a tokenizer.json without its fields
         first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise CheckpointError(f"{path}: cannot load the tokenizer ({first_line})") from e
 
@@ -254,17 +256,53 @@ def _plan_shards(sizes: dict[str, int], max_shard_bytes: int) -> list[list[str]]
     return shards
 
 
-def export_hf_checkpoint(cfg: ModelConfig, state: nnx.State | Mapping[str, Any], path: str | Path, *,
-                         source_dir: str | Path | None = None, max_shard_bytes: int = 4 << 30) -> Path:
-    """Writes `state` as a HF directory (config.json, safetensors in `cfg.param_dtype`); returns `path`.
+def hf_config_dict(cfg: ModelConfig, token_ids: Mapping[str, int | None] | None = None) -> dict[str, Any]:
+    """config.json of `cfg` as transformers writes it (through its own config class, so every field its
+    models and vLLM read is there), plus the pre-5.0 keys `rope_theta`, `rope_scaling` and `torch_dtype`,
+    which transformers 4 (and vLLM releases built on it) read instead of `rope_parameters` and `dtype`:
+    without them they would silently use RoPE theta 10,000. `token_ids`: bos/eos/pad_token_id."""
+    from transformers import AutoConfig  # slow import: only when exporting
 
-    Shards above `max_shard_bytes` (with model.safetensors.index.json); copies tokenizer and generation
-    files from `source_dir` when given. `path` must not already hold a checkpoint.
+    fields = cfg.to_hf_dict()
+    model_type = fields.pop("model_type")
+    if model_type == "qwen2" and fields["head_dim"] == cfg.hidden_size // cfg.num_heads:
+        del fields["head_dim"]  # Qwen2Config has no head_dim field; transformers derives this value
+    hf_config = AutoConfig.for_model(model_type, **{**(token_ids or {}), **fields})  # a classifier's own pad id wins
+    hf = json.loads(hf_config.to_json_string(use_diff=True))
+    rope = fields["rope_parameters"]
+    hf["rope_theta"] = rope["rope_theta"]
+    if rope["rope_type"] != "default":
+        hf["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
+    hf["torch_dtype"] = hf["dtype"]
+    return hf
+
+
+def _token_ids(source_dir: Path | None) -> dict[str, int | None]:
+    """bos/eos/pad token ids of the tokenizer in `source_dir` (none when it holds no tokenizer)."""
+    if source_dir is None or not any((source_dir / name).is_file() for name in _TOKENIZER_MARKERS):
+        return {}
+    tokenizer = load_tokenizer(source_dir)
+    return {f"{kind}_token_id": getattr(tokenizer, f"{kind}_token_id") for kind in ("bos", "eos", "pad")}
+
+
+def export_hf_checkpoint(cfg: ModelConfig, state: nnx.State | Mapping[str, Any], path: str | Path, *,
+                         source_dir: str | Path | None = None, max_shard_bytes: int = 4 << 30,
+                         generation_source: str | Path | None = None, replace: bool = False) -> Path:
+    """Writes `state` as a HF directory that transformers and vLLM load; returns `path`.
+
+    config.json (`hf_config_dict`), safetensors in `cfg.param_dtype` (shards above `max_shard_bytes`,
+    with model.safetensors.index.json), and, from `source_dir` when given, the tokenizer files and
+    generation_config.json (from `generation_source` when given; else `source_dir`'s; else written
+    from the tokenizer's token ids). The
+    directory appears whole or not at all (`files.atomic_directory`); `path` must be new or empty
+    unless `replace`. Every process of a multi-host job calls this (the arrays are gathered across
+    hosts); process 0 writes.
     """
     path = Path(path)
+    source_dir = None if source_dir is None else Path(source_dir)
     if max_shard_bytes <= 0:
         raise ValueError(f"max_shard_bytes must be positive, got {max_shard_bytes}")
-    if (path / "config.json").exists() or list(path.glob("*.safetensors")):
+    if not replace and ((path / "config.json").exists() or list(path.glob("*.safetensors"))):
         raise FileExistsError(f"{path}: already holds a checkpoint; export into a new directory")
     pure = nnx.to_pure_dict(state) if isinstance(state, nnx.State) else dict(state)
     flat = traverse_util.flatten_dict(pure)
@@ -289,26 +327,37 @@ def export_hf_checkpoint(cfg: ModelConfig, state: nnx.State | Mapping[str, Any],
     file_names = [SINGLE_FILE] if len(shards) == 1 else [
         f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors" for k in range(len(shards))
     ]
+    token_ids = _token_ids(source_dir)
 
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(cfg.to_hf_dict(), indent=2, sort_keys=True) + "\n")
-    host_cache: dict[ParamPath, np.ndarray] = {}
-    for file_name, names in zip(file_names, shards):
-        tensors = {}
-        for name in names:
-            our_path, i, in_axes = entries[name]
-            if our_path not in host_cache:
-                host_cache.clear()  # tensors come grouped by parameter: keep one on the host at a time
-                host_cache[our_path] = np.asarray(jax.device_get(flat[our_path])).astype(dtype)
-            host = host_cache[our_path]
-            tensors[name] = ours_to_hf(host[i] if our_path[0] == "layers" else host, in_axes)
-        save_file(tensors, path / file_name, metadata={"format": "pt"})
-    if len(shards) > 1:
-        index = {"metadata": {"total_size": sum(sizes.values())},
-                 "weight_map": {name: file for file, names in zip(file_names, shards) for name in names}}
-        (path / INDEX_FILE).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
-    if source_dir is not None:
-        for file_name in TOKENIZER_FILES:
-            if (Path(source_dir) / file_name).is_file():
-                shutil.copy2(Path(source_dir) / file_name, path / file_name)
+    with ExitStack() as stack:
+        out = stack.enter_context(files.atomic_directory(path, replace=replace)) if distributed.is_writer() else None
+        host_cache: dict[ParamPath, np.ndarray] = {}
+        for file_name, names in zip(file_names, shards):
+            tensors = {}
+            for name in names:
+                our_path, i, in_axes = entries[name]
+                if our_path not in host_cache:
+                    host_cache.clear()  # tensors come grouped by parameter: keep one on the host at a time
+                    host_cache[our_path] = distributed.host_array(flat[our_path]).astype(dtype)
+                host = host_cache[our_path]
+                tensors[name] = ours_to_hf(host[i] if our_path[0] == "layers" else host, in_axes)
+            if out is not None:
+                save_file(tensors, out / file_name, metadata={"format": "pt"})
+        if out is not None:
+            hf = hf_config_dict(cfg, token_ids)
+            (out / "config.json").write_text(json.dumps(hf, indent=2, sort_keys=True) + "\n")
+            if len(shards) > 1:
+                index = {"metadata": {"total_size": sum(sizes.values())},
+                         "weight_map": {name: file for file, names in zip(file_names, shards) for name in names}}
+                (out / INDEX_FILE).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+            for file_name in TOKENIZER_FILES if source_dir is not None else ():
+                if (source_dir / file_name).is_file():
+                    shutil.copy2(source_dir / file_name, out / file_name)
+            if generation_source is not None:
+                shutil.copy2(Path(generation_source) / GENERATION_FILE, out / GENERATION_FILE)
+            if token_ids and not (out / GENERATION_FILE).exists():
+                from transformers import AutoConfig, GenerationConfig  # what save_pretrained writes for it
+
+                GenerationConfig.from_model_config(AutoConfig.from_pretrained(out)).save_pretrained(out)
+    distributed.wait_for_everyone(f"export {path}")
     return path

@@ -3,7 +3,7 @@
 `TextGenerator` is what the pipeline calls: `generator(prompts, key, n=..., max_new_tokens=...)` returns
 n generations per prompt (row b * n + j is sample j of prompt b) in ONE batched call. The real
 implementation, `ModelTextGenerator`, chat-templates and decodes exactly as the LLM judge does
-(`llm_judge.encode_prompts`, `llm_judge.decode_generations`) and samples with `sampling.generate` on the
+(`data.encode_chats`, `data.decode_responses`) and samples with `sampling.generate` on the
 decode layout; a prompt that does not fit the model's context is not sent and comes back as finish "too_long".
 Tests use a scripted implementation. `load_language_model` is the one place this package loads a model,
 through rubric_jax.loader: a Hugging Face directory, or (the tiny default, which ships config.json and a
@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import jax
+import numpy as np
 
-from rubric_jax import loader, sampling, sharding
-from rubric_jax.judges.llm_judge import Judge, decode_generations, encode_prompts, special_tokens
+from rubric_jax import data, loader, sampling, sharding
+from rubric_jax.judges.llm_judge import Judge, special_tokens
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.qurl.templates import ChatPrompt
 
@@ -78,7 +79,7 @@ class ModelTextGenerator:
     def __call__(self, prompts: Sequence[ChatPrompt], key: jax.Array, *, n: int,
                  max_new_tokens: int) -> list[Generation]:
         tokenizer = self.model.tokenizer
-        ids = encode_prompts(tokenizer, prompts)
+        ids = data.encode_chats(tokenizer, [p.messages for p in prompts])
         limit = self.model.max_positions - max_new_tokens
         sent = [i for i, x in enumerate(ids) if len(x) <= limit]
         out = [Generation("", FINISH_TOO_LONG)] * (len(prompts) * n)
@@ -88,7 +89,8 @@ class ModelTextGenerator:
             self.model.weights, [ids[i] for i in sent], key=key, n=n,
             max_new_tokens=max_new_tokens, sampler=self.sampler, stop_tokens=[tokenizer.eos_token_id],
             pad_id=tokenizer.pad_token_id, layout=self.model.layout)
-        texts, truncated = decode_generations(tokenizer, result)
+        texts = data.decode_responses(tokenizer, result, keep_special_tokens=False)
+        truncated = np.asarray(result.finish_reason) == sampling.FINISH_LENGTH
         for row, (text, cut) in enumerate(zip(texts, truncated)):
             out[sent[row // n] * n + row % n] = Generation(text, FINISH_LENGTH if cut else FINISH_STOP)
         return out

@@ -16,9 +16,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from rubric_jax.rubrics.schema import Rubric
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,7 +30,6 @@ class DynamicWeightsConfig:
     """Hyper-parameters; validated at construction."""
 
     enabled: bool = False  # off by default: weights stay as the rubric says
-    window: int = 20  # steps of score statistics pooled for the variance
     var_threshold: float = 0.005  # pooled variance of [0, 1] scores below which a dimension is saturated
     min_samples: int = 64  # scores of a dimension needed in the window before it can be called saturated
     max_delta: float = 0.02  # largest change of one weight per update, as a fraction of the total weight
@@ -35,8 +38,6 @@ class DynamicWeightsConfig:
     def __post_init__(self):
         if not isinstance(self.enabled, bool):
             raise ValueError(f"dynamic_weights.enabled: expected true/false, got {self.enabled!r}")
-        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
-            raise ValueError(f"dynamic_weights.window: expected an integer >= 1, got {self.window!r}")
         if isinstance(self.min_samples, bool) or not isinstance(self.min_samples, int) or self.min_samples < 2:
             raise ValueError(f"dynamic_weights.min_samples: expected an integer >= 2, got {self.min_samples!r}")
         if not 0.0 <= self.var_threshold <= 0.25:
@@ -66,7 +67,10 @@ class DynamicWeightsState:
 
 def init_dynamic_weights(weights_D: np.ndarray | jax.Array, window: int,
                          adjustable_D: np.ndarray | jax.Array | None = None) -> DynamicWeightsState:
-    """State starting at the rubric's weights; pass adjustable_D=~rubric.gates so gates never move."""
+    """State starting at the rubric's weights, pooling the last `window` steps' score statistics; pass
+    adjustable_D=~rubric.gates so gates never move."""
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"dynamic_weights.window: expected an integer >= 1, got {window!r}")
     w = jnp.asarray(weights_D, jnp.float32)
     if w.ndim != 1 or not bool((w > 0).all()):
         raise ValueError(f"weights: expected a 1-D array of positive weights, got {np.asarray(weights_D)!r}")
@@ -127,3 +131,50 @@ def update_dynamic_weights(state: DynamicWeightsState, scores_NxD: jax.Array, va
 
 
 update_dynamic_weights_jit = jax.jit(update_dynamic_weights, static_argnames=("cfg",))
+
+
+@dataclasses.dataclass
+class DimensionWeights:
+    """The trainer's dynamic weights over every dimension id of a run (shared and case-wise rubrics):
+    the state above plus the id of each column, fed one step's scores at a time."""
+
+    ids: list[str]
+    state: DynamicWeightsState
+
+    @classmethod
+    def for_rubrics(cls, rubrics: list[Rubric], window: int) -> DimensionWeights:
+        """Starts at each dimension's rubric weight (the first rubric naming an id sets it); gates never move."""
+        first = {}
+        for rubric in rubrics:
+            for dim in rubric.dimensions:
+                first.setdefault(dim.id, dim)
+        ids = list(first)
+        weights = np.asarray([first[d].weight for d in ids], np.float32)
+        adjustable = np.asarray([not first[d].gate for d in ids])
+        return cls(ids, init_dynamic_weights(weights, window, adjustable))
+
+    def current(self) -> dict[str, float]:
+        """Dimension id -> its weight now."""
+        return dict(zip(self.ids, np.asarray(self.state.weights_D).tolist()))
+
+    def update(self, dimension_ids: list[str], scores_NxD: np.ndarray, valid_NxD: np.ndarray) -> dict[str, float]:
+        """Feeds one step's normalised scores (columns named by `dimension_ids`, any subset and order of
+        `ids`) to the window; returns the new weights to log as `weight/<id>`."""
+        n = scores_NxD.shape[0]
+        column = {d: c for c, d in enumerate(dimension_ids)}
+        scores = np.full((n, len(self.ids)), np.nan, np.float32)
+        valid = np.zeros((n, len(self.ids)), bool)
+        for j, d in enumerate(self.ids):
+            if d in column:
+                scores[:, j], valid[:, j] = scores_NxD[:, column[d]], valid_NxD[:, column[d]]
+        self.state, info = update_dynamic_weights_jit(self.state, scores, valid, DynamicWeightsConfig(enabled=True))
+        return {f"weight/{d}": float(w) for d, w in zip(self.ids, np.asarray(info["weights"]))}
+
+    def to_json(self) -> dict[str, Any]:
+        """The state as JSON lists (saved in a checkpoint's metadata)."""
+        return {f.name: np.asarray(getattr(self.state, f.name)).tolist() for f in dataclasses.fields(self.state)}
+
+    def load_json(self, saved: dict[str, Any]) -> None:
+        """Restores `to_json`'s output, each field in the dtype it has now."""
+        dtypes = {f.name: np.asarray(getattr(self.state, f.name)).dtype for f in dataclasses.fields(self.state)}
+        self.state = DynamicWeightsState(**{k: jnp.asarray(np.asarray(v, dtype=dtypes[k])) for k, v in saved.items()})

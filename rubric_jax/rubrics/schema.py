@@ -26,14 +26,15 @@ import dataclasses
 import functools
 import hashlib
 import json
-import math
 import re
-import reprlib
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from rubric_jax.rubrics import checks
+from rubric_jax.rubrics.checks import RubricError, RubricWarning, short_repr  # noqa: F401  (re-exported)
 
 SCALE_KINDS = ("binary", "integer", "points")
 DIMENSION_KINDS = ("rule", "llm")
@@ -58,156 +59,22 @@ MAX_SCALE_LEVELS = 101  # integer scale levels (e.g. 0..100); every level needs 
 MAX_SCALE_BOUND = 10**6  # |lo|, |hi| of an integer scale, and |points| of a points scale
 WEIGHT_RANGE = (1e-6, 1e6)  # dimension and group weights; ratios up to 1e12 stay exact enough in float32
 EPS_RANGE = (1e-30, 0.5)  # geometric-mean floor of [0, 1] scores: a normal float32, at most one half
-MAX_PARAM_DEPTH = 16  # nesting of a rule's params (lists and mappings)
 _ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,127}$")  # ids become metric and TensorBoard tags
 _VERSION_RE = re.compile(r"^(\d{1,9})\.(\d{1,9})\.(\d{1,9})$")
 _LEVEL_RE = re.compile(r"-?\d{1,9}")
 
 
-class RubricError(ValueError):
-    """A malformed rubric; the message names the source file, the dimension id and the field."""
-
-
-class RubricWarning(UserWarning):
-    """Advice-level problems (e.g. more than 7 dimensions) that do not make a rubric invalid."""
-
-
-class _ShortRepr(reprlib.Repr):
-    """reprlib with small limits that also survives ints too long for `repr` (Python's 4300-digit cap)."""
-
-    def __init__(self):
-        super().__init__()
-        self.maxlevel, self.maxdict, self.maxlist, self.maxtuple, self.maxset = 3, 4, 6, 6, 6
-        self.maxfrozenset = self.maxdeque = self.maxarray = 6
-        self.maxstring, self.maxother, self.maxlong = 80, 80, 40
-
-    def repr_int(self, x: int, level: int) -> str:
-        try:
-            return super().repr_int(x, level)
-        except ValueError:
-            return f"<integer of about {int(x.bit_length() * 0.30103)} digits>"
-
-
-_SHORT_REPR = _ShortRepr()
-
-
-def short_repr(value: Any, limit: int = 200) -> str:
-    """`repr(value)` cut to about `limit` characters, in time bounded by the limits, not by the value.
-
-    Every validation error quotes the offending value through this, so a YAML alias bomb, a huge list or
-    a megabyte string gives a one-line message (a plain repr of such a value can take gigabytes).
-    """
-    text = _SHORT_REPR.repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _where(dim_id: str | None, field: str) -> str:
-    """Location prefix `dimension 'x': field 'y'` (or just the field for rubric-level fields)."""
-    return f"dimension {short_repr(dim_id)}: field {field!r}" if dim_id is not None else f"field {field!r}"
-
-
-def _fail(dim_id: str | None, field: str, expected: str, got: Any) -> RubricError:
-    """A RubricError naming the dimension, field, expectation and offending value."""
-    return RubricError(f"{_where(dim_id, field)}: expected {expected}, got {short_repr(got)}")
-
-
-def _encodable(text: str) -> bool:
-    """True unless `text` holds a lone surrogate (JSON '\\ud800' parses to one; UTF-8 cannot encode it)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _check_str(value: Any, dim_id: str | None, field: str, *, nonempty: bool = True) -> str:
-    """Return `value` if it is a (non-empty) string that UTF-8 can encode, else raise."""
-    if not isinstance(value, str) or (nonempty and not value.strip()):
-        raise _fail(dim_id, field, "a non-empty string" if nonempty else "a string", value)
-    if not _encodable(value):
-        raise _fail(dim_id, field, "text without lone surrogates (it must be encodable as UTF-8)", value)
-    return value
-
-
-def _check_int(value: Any, dim_id: str | None, field: str, bound: int | None = None) -> int:
-    """Return `value` if it is an int (not a bool), with |value| <= bound when given, else raise."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(dim_id, field, "an integer", value)
-    if bound is not None and abs(value) > bound:
-        raise _fail(dim_id, field, f"an integer in [-{bound}, {bound}]", value)
-    return value
-
-
-def _check_number(value: Any, dim_id: str | None, field: str, bounds: tuple[float, float] | None = None) -> float:
-    """Return `value` as a finite float (ints accepted, bools not), inside `bounds` when given, else raise."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _fail(dim_id, field, "a finite number", value)
-    try:
-        number = float(value)
-    except OverflowError:
-        number = math.inf
-    if not math.isfinite(number):
-        raise _fail(dim_id, field, "a finite number", value)
-    if bounds is not None and not bounds[0] <= number <= bounds[1]:
-        raise _fail(dim_id, field, f"a number in [{bounds[0]:g}, {bounds[1]:g}] (rewards are computed in float32)",
-                    value)
-    return number
-
-
-def _check_json_value(value: Any, dim_id: str | None, field: str, depth: int = 0) -> None:
-    """Raise unless `value` is plain JSON data (what the content hash serialises): null, bool, int, finite
-    float, encodable str, list, or mapping with string keys, nested at most MAX_PARAM_DEPTH deep."""
-    if depth > MAX_PARAM_DEPTH:
-        raise _fail(dim_id, field, f"data nested at most {MAX_PARAM_DEPTH} deep", value)
-    if value is None or isinstance(value, bool):
-        return
-    if isinstance(value, int):
-        _check_int(value, dim_id, field, bound=2**63)
-    elif isinstance(value, float):
-        _check_number(value, dim_id, field)
-    elif isinstance(value, str):
-        _check_str(value, dim_id, field, nonempty=False)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            _check_json_value(item, dim_id, field, depth + 1)
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            _check_str(key, dim_id, f"{field} key", nonempty=False)
-            _check_json_value(item, dim_id, f"{field}.{key}", depth + 1)
-    else:
-        raise _fail(dim_id, field, "JSON data (null, bool, number, string, list or mapping)", value)
-
-
-def _check_strings(value: Any, dim_id: str | None, field: str) -> tuple[str, ...]:
-    """Return a tuple of non-empty strings from a list/tuple, else raise."""
-    if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        raise _fail(dim_id, field, "a list of strings", value)
-    return tuple(_check_str(v, dim_id, field) for v in value)
-
-
-def _check_keys(d: Any, allowed: Sequence[str], required: Sequence[str], dim_id: str | None, what: str) -> None:
-    """Reject a non-mapping, unknown keys and missing required keys of a raw dict."""
-    if not isinstance(d, Mapping):
-        raise _fail(dim_id, what, "a mapping", d)
-    unknown = sorted(set(d) - set(allowed), key=str)
-    if unknown:
-        raise RubricError(f"{_where(dim_id, what)}: unknown field(s) {short_repr(unknown)}; allowed: {list(allowed)}")
-    missing = [k for k in required if k not in d]
-    if missing:
-        raise RubricError(f"{_where(dim_id, what)}: missing required field(s) {missing}")
-
-
 def _check_dimension_count(count: int, field: str) -> None:
     """Raise when a rubric (or a row's extra criteria) has more than MAX_DIMENSIONS dimensions."""
     if count > MAX_DIMENSIONS:
-        raise RubricError(f"{_where(None, field)}: expected at most {MAX_DIMENSIONS} dimensions, got {count}")
+        raise RubricError(f"{checks.where(None, field)}: expected at most {MAX_DIMENSIONS} dimensions, got {count}")
 
 
 def parse_version(version: str) -> tuple[int, int, int]:
     """'1.2.3' -> (1, 2, 3); raises RubricError on anything that is not MAJOR.MINOR.PATCH."""
     m = _VERSION_RE.match(version) if isinstance(version, str) else None
     if m is None:
-        raise _fail(None, "version", "a semantic version 'MAJOR.MINOR.PATCH'", version)
+        raise checks.fail(None, "version", "a semantic version 'MAJOR.MINOR.PATCH'", version)
     return int(m.group(1)), int(m.group(2)), int(m.group(3))
 
 
@@ -222,25 +89,25 @@ class Scale:
 
     def __post_init__(self):
         if self.kind not in SCALE_KINDS:
-            raise _fail(None, "scale.kind", f"one of {SCALE_KINDS}", self.kind)
+            raise checks.fail(None, "scale.kind", f"one of {SCALE_KINDS}", self.kind)
         if self.kind == "integer":
-            lo = _check_int(self.lo, None, "scale.lo", bound=MAX_SCALE_BOUND)
-            hi = _check_int(self.hi, None, "scale.hi", bound=MAX_SCALE_BOUND)
+            lo = checks.check_int(self.lo, None, "scale.lo", bound=MAX_SCALE_BOUND)
+            hi = checks.check_int(self.hi, None, "scale.hi", bound=MAX_SCALE_BOUND)
             if not lo < hi:
-                raise _fail(None, "scale", "lo < hi", (lo, hi))
+                raise checks.fail(None, "scale", "lo < hi", (lo, hi))
             if hi - lo + 1 > MAX_SCALE_LEVELS:
-                raise _fail(None, "scale", f"at most {MAX_SCALE_LEVELS} levels (hi - lo + 1; each needs an anchor)",
+                raise checks.fail(None, "scale", f"at most {MAX_SCALE_LEVELS} levels (hi - lo + 1; each needs an anchor)",
                             (lo, hi))
             if self.points is not None:
-                raise _fail(None, "scale.points", "no points for an integer scale", self.points)
+                raise checks.fail(None, "scale.points", "no points for an integer scale", self.points)
         else:
             if self.lo is not None or self.hi is not None:
-                raise _fail(None, "scale.lo/hi", f"no lo/hi for a {self.kind} scale", (self.lo, self.hi))
+                raise checks.fail(None, "scale.lo/hi", f"no lo/hi for a {self.kind} scale", (self.lo, self.hi))
             if self.kind == "points":
-                if _check_int(self.points, None, "scale.points", bound=MAX_SCALE_BOUND) == 0:
-                    raise _fail(None, "scale.points", "a non-zero integer", self.points)
+                if checks.check_int(self.points, None, "scale.points", bound=MAX_SCALE_BOUND) == 0:
+                    raise checks.fail(None, "scale.points", "a non-zero integer", self.points)
             elif self.points is not None:
-                raise _fail(None, "scale.points", "no points for a binary scale", self.points)
+                raise checks.fail(None, "scale.points", "no points for a binary scale", self.points)
 
     @classmethod
     def binary(cls) -> Scale:
@@ -279,9 +146,9 @@ class Anchor:
     negative_examples: tuple[str, ...] = ()
 
     def __post_init__(self):
-        _check_str(self.description, None, "anchor.description")
-        object.__setattr__(self, "positive_examples", _check_strings(self.positive_examples, None, "positive_examples"))
-        object.__setattr__(self, "negative_examples", _check_strings(self.negative_examples, None, "negative_examples"))
+        checks.check_str(self.description, None, "anchor.description")
+        object.__setattr__(self, "positive_examples", checks.check_strings(self.positive_examples, None, "positive_examples"))
+        object.__setattr__(self, "negative_examples", checks.check_strings(self.negative_examples, None, "negative_examples"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -301,36 +168,36 @@ class Dimension:
 
     def __post_init__(self):
         if not isinstance(self.id, str) or not _ID_RE.match(self.id):
-            raise _fail(None, "id", "an identifier [A-Za-z][A-Za-z0-9_-]* of at most 128 characters", self.id)
+            raise checks.fail(None, "id", "an identifier [A-Za-z][A-Za-z0-9_-]* of at most 128 characters", self.id)
         d = self.id
-        _check_str(self.description, d, "description")
+        checks.check_str(self.description, d, "description")
         if self.kind not in DIMENSION_KINDS:
-            raise _fail(d, "kind", f"one of {DIMENSION_KINDS}", self.kind)
+            raise checks.fail(d, "kind", f"one of {DIMENSION_KINDS}", self.kind)
         if not isinstance(self.scale, Scale):
-            raise _fail(d, "scale", "a Scale", self.scale)
-        object.__setattr__(self, "weight", _check_number(self.weight, d, "weight", WEIGHT_RANGE))
+            raise checks.fail(d, "scale", "a Scale", self.scale)
+        object.__setattr__(self, "weight", checks.check_number(self.weight, d, "weight", WEIGHT_RANGE))
         if not isinstance(self.gate, bool):
-            raise _fail(d, "gate", "true or false", self.gate)
+            raise checks.fail(d, "gate", "true or false", self.gate)
         if self.group is not None and (not isinstance(self.group, str) or not _ID_RE.match(self.group)):
-            raise _fail(d, "group", "null or an identifier", self.group)
+            raise checks.fail(d, "group", "null or an identifier", self.group)
         if self.kind == "rule":
-            _check_str(self.rule, d, "rule")
+            checks.check_str(self.rule, d, "rule")
         elif self.rule is not None:
-            raise _fail(d, "rule", "no rule name for an llm dimension", self.rule)
+            raise checks.fail(d, "rule", "no rule name for an llm dimension", self.rule)
         if not isinstance(self.params, Mapping) or not all(isinstance(k, str) for k in self.params):
-            raise _fail(d, "params", "a mapping with string keys", self.params)
-        _check_json_value(self.params, d, "params")
+            raise checks.fail(d, "params", "a mapping with string keys", self.params)
+        checks.check_json_value(self.params, d, "params")
         if self.params and self.kind != "rule":
-            raise _fail(d, "params", "no params for an llm dimension", dict(self.params))
+            raise checks.fail(d, "params", "no params for an llm dimension", dict(self.params))
         object.__setattr__(self, "params", dict(self.params))
         if not isinstance(self.anchors, Mapping):
-            raise _fail(d, "anchors", "a mapping level -> anchor", self.anchors)
+            raise checks.fail(d, "anchors", "a mapping level -> anchor", self.anchors)
         for level, anchor in self.anchors.items():
             if not isinstance(anchor, Anchor):
-                raise _fail(d, f"anchors.{level}", "an Anchor", anchor)
+                raise checks.fail(d, f"anchors.{level}", "an Anchor", anchor)
         levels = set(self.scale.levels)
         if set(self.anchors) != levels:
-            raise _fail(d, "anchors", f"one anchor for every level {sorted(levels)}", sorted(self.anchors, key=repr))
+            raise checks.fail(d, "anchors", f"one anchor for every level {sorted(levels)}", sorted(self.anchors, key=repr))
         object.__setattr__(self, "anchors", {k: self.anchors[k] for k in sorted(self.anchors)})
 
     def __hash__(self) -> int:
@@ -351,8 +218,8 @@ class ChangelogEntry:
 
     def __post_init__(self):
         parse_version(self.version)
-        _check_str(self.change, None, "changelog.change")
-        _check_str(self.reason, None, "changelog.reason")
+        checks.check_str(self.change, None, "changelog.change")
+        checks.check_str(self.reason, None, "changelog.reason")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -365,27 +232,27 @@ class Aggregation:
 
     def __post_init__(self):
         if self.method not in AGGREGATION_PARAMS:
-            raise _fail(None, "aggregation.method", f"one of {sorted(AGGREGATION_PARAMS)}", self.method)
+            raise checks.fail(None, "aggregation.method", f"one of {sorted(AGGREGATION_PARAMS)}", self.method)
         if self.missing not in MISSING_RULES:
-            raise _fail(None, "aggregation.missing", f"one of {MISSING_RULES}", self.missing)
+            raise checks.fail(None, "aggregation.missing", f"one of {MISSING_RULES}", self.missing)
         spec = AGGREGATION_PARAMS[self.method]
         if not isinstance(self.params, Mapping):
-            raise _fail(None, "aggregation.params", "a mapping", self.params)
+            raise checks.fail(None, "aggregation.params", "a mapping", self.params)
         params = dict(self.params)
         for key, value in params.items():
             if key not in spec:
-                raise _fail(None, f"aggregation.params.{key}", f"a parameter of {self.method!r} in {sorted(spec)}", value)
+                raise checks.fail(None, f"aggregation.params.{key}", f"a parameter of {self.method!r} in {sorted(spec)}", value)
             if spec[key] is float:
-                params[key] = _check_number(value, None, f"aggregation.params.{key}", EPS_RANGE)
+                params[key] = checks.check_number(value, None, f"aggregation.params.{key}", EPS_RANGE)
             elif not isinstance(value, spec[key]):
-                raise _fail(None, f"aggregation.params.{key}", spec[key].__name__, value)
+                raise checks.fail(None, f"aggregation.params.{key}", spec[key].__name__, value)
         if self.method == "hierarchical":
             for level in ("within", "across"):
                 if params.get(level) not in LEVEL_METHODS:
-                    raise _fail(None, f"aggregation.params.{level}", f"one of {LEVEL_METHODS}", params.get(level))
+                    raise checks.fail(None, f"aggregation.params.{level}", f"one of {LEVEL_METHODS}", params.get(level))
             gw = params.get("group_weights", {})
             params["group_weights"] = {
-                _check_str(g, None, "aggregation.params.group_weights"): _check_number(
+                checks.check_str(g, None, "aggregation.params.group_weights"): checks.check_number(
                     w, None, f"aggregation.params.group_weights.{g}", WEIGHT_RANGE) for g, w in gw.items()}
         object.__setattr__(self, "params", params)
 
@@ -404,35 +271,35 @@ class Rubric:
     aggregation: Aggregation = dataclasses.field(default_factory=Aggregation)
 
     def __post_init__(self):
-        _check_str(self.name, None, "name")
+        checks.check_str(self.name, None, "name")
         current = parse_version(self.version)
         object.__setattr__(self, "changelog", tuple(self.changelog))
         object.__setattr__(self, "dimensions", tuple(self.dimensions))
         if not self.changelog:
-            raise _fail(None, "changelog", f"at least one entry (the last for version {self.version})", [])
+            raise checks.fail(None, "changelog", f"at least one entry (the last for version {self.version})", [])
         previous = None
         for entry in self.changelog:
             if not isinstance(entry, ChangelogEntry):
-                raise _fail(None, "changelog", "ChangelogEntry items", entry)
+                raise checks.fail(None, "changelog", "ChangelogEntry items", entry)
             v = parse_version(entry.version)
             if previous is not None and v <= previous:
-                raise _fail(None, "changelog", "strictly increasing versions", [e.version for e in self.changelog])
+                raise checks.fail(None, "changelog", "strictly increasing versions", [e.version for e in self.changelog])
             previous = v
         if previous != current:
-            raise _fail(None, "changelog", f"last entry for the current version {self.version}",
+            raise checks.fail(None, "changelog", f"last entry for the current version {self.version}",
                         self.changelog[-1].version)
         if not self.dimensions:
-            raise _fail(None, "dimensions", "at least one dimension", [])
+            raise checks.fail(None, "dimensions", "at least one dimension", [])
         _check_dimension_count(len(self.dimensions), "dimensions")
         for dim in self.dimensions:
             if not isinstance(dim, Dimension):
-                raise _fail(None, "dimensions", "Dimension items", dim)
+                raise checks.fail(None, "dimensions", "Dimension items", dim)
         counts = collections.Counter(dim.id for dim in self.dimensions)
         duplicates = sorted(i for i, n in counts.items() if n > 1)
         if duplicates:
-            raise _fail(None, "dimensions", "unique dimension ids", duplicates)
+            raise checks.fail(None, "dimensions", "unique dimension ids", duplicates)
         if not isinstance(self.aggregation, Aggregation):
-            raise _fail(None, "aggregation", "an Aggregation", self.aggregation)
+            raise checks.fail(None, "aggregation", "an Aggregation", self.aggregation)
         self._check_aggregation_fits()
         if len(self.dimensions) > MAX_RECOMMENDED_DIMENSIONS:
             warnings.warn(
@@ -445,21 +312,21 @@ class Rubric:
         method, params = self.aggregation.method, self.aggregation.params
         scored = [d for d in self.dimensions if not d.gate]
         if not scored:
-            raise _fail(None, "dimensions", "at least one non-gate dimension to aggregate", [d.id for d in self.dimensions])
+            raise checks.fail(None, "dimensions", "at least one non-gate dimension to aggregate", [d.id for d in self.dimensions])
         if method == "healthbench_points":
             for d in scored:
                 if d.scale.kind != "points":
-                    raise _fail(d.id, "scale", "a points scale (aggregation 'healthbench_points')", d.scale.kind)
+                    raise checks.fail(d.id, "scale", "a points scale (aggregation 'healthbench_points')", d.scale.kind)
             if not any(d.scale.points > 0 for d in scored):
-                raise _fail(None, "dimensions", "at least one positive-points criterion", [d.scale.points for d in scored])
+                raise checks.fail(None, "dimensions", "at least one positive-points criterion", [d.scale.points for d in scored])
         if method == "hierarchical":
             for d in scored:
                 if d.group is None:
-                    raise _fail(d.id, "group", "a group name (aggregation 'hierarchical')", None)
+                    raise checks.fail(d.id, "group", "a group name (aggregation 'hierarchical')", None)
             groups = {d.group for d in scored}
             extra = sorted(set(params["group_weights"]) - groups)
             if extra:
-                raise _fail(None, "aggregation.params.group_weights", f"only groups of non-gate dimensions {sorted(groups)}", extra)
+                raise checks.fail(None, "aggregation.params.group_weights", f"only groups of non-gate dimensions {sorted(groups)}", extra)
 
     @property
     def dimension_ids(self) -> list[str]:
@@ -545,17 +412,17 @@ def rubric_to_dict(rubric: Rubric) -> dict[str, Any]:
 def _level_key(key: Any, dim_id: str) -> int:
     """Anchor level key from YAML (int) or JSON (digit string)."""
     if isinstance(key, bool):
-        raise _fail(dim_id, "anchors", "integer score levels as keys", key)
+        raise checks.fail(dim_id, "anchors", "integer score levels as keys", key)
     if isinstance(key, int):
         return key
     if isinstance(key, str) and _LEVEL_RE.fullmatch(key.strip()):
         return int(key)
-    raise _fail(dim_id, "anchors", "integer score levels as keys", key)
+    raise checks.fail(dim_id, "anchors", "integer score levels as keys", key)
 
 
 def scale_from_dict(d: Any, dim_id: str | None = None) -> Scale:
     """Raw dict -> Scale, rejecting unknown fields."""
-    _check_keys(d, ("kind", "lo", "hi", "points"), ("kind",), dim_id, "scale")
+    checks.check_keys(d, ("kind", "lo", "hi", "points"), ("kind",), dim_id, "scale")
     try:
         return Scale(**d)
     except RubricError as e:
@@ -566,20 +433,20 @@ def dimension_from_dict(d: Any) -> Dimension:
     """Raw dict -> Dimension, rejecting unknown fields; errors name the dimension id and field."""
     dim_id = d.get("id") if isinstance(d, Mapping) and isinstance(d.get("id"), str) else None
     allowed = ("id", "description", "kind", "scale", "anchors", "weight", "gate", "group", "rule", "params")
-    _check_keys(d, allowed, ("id", "description", "kind", "scale", "anchors"), dim_id, "dimension")
+    checks.check_keys(d, allowed, ("id", "description", "kind", "scale", "anchors"), dim_id, "dimension")
     anchors_raw = d["anchors"]
     if not isinstance(anchors_raw, Mapping):
-        raise _fail(dim_id, "anchors", "a mapping level -> anchor", anchors_raw)
+        raise checks.fail(dim_id, "anchors", "a mapping level -> anchor", anchors_raw)
     anchors = {}
     for key, a in anchors_raw.items():
         level = _level_key(key, dim_id)
         if isinstance(a, str):
             a = {"description": a}
-        _check_keys(a, ("description", "positive_examples", "negative_examples"), ("description",),
+        checks.check_keys(a, ("description", "positive_examples", "negative_examples"), ("description",),
                     dim_id, f"anchors.{level}")
         try:
-            anchors[level] = Anchor(a["description"], tuple(_check_strings(a.get("positive_examples", []), dim_id, f"anchors.{level}.positive_examples")),
-                                    tuple(_check_strings(a.get("negative_examples", []), dim_id, f"anchors.{level}.negative_examples")))
+            anchors[level] = Anchor(a["description"], tuple(checks.check_strings(a.get("positive_examples", []), dim_id, f"anchors.{level}.positive_examples")),
+                                    tuple(checks.check_strings(a.get("negative_examples", []), dim_id, f"anchors.{level}.negative_examples")))
         except RubricError as e:
             raise RubricError(f"dimension {short_repr(dim_id)}: anchors.{level}: {e}") from None
     fields = {k: v for k, v in d.items() if k not in ("scale", "anchors")}
@@ -597,22 +464,22 @@ def dimension_from_dict(d: Any) -> Dimension:
 def rubric_from_dict(d: Any, source: str = "<dict>") -> Rubric:
     """Raw dict (parsed JSON/YAML) -> validated Rubric; every error message starts with `source`."""
     try:
-        _check_keys(d, ("name", "version", "changelog", "dimensions", "aggregation"),
+        checks.check_keys(d, ("name", "version", "changelog", "dimensions", "aggregation"),
                     ("name", "version", "changelog", "dimensions"), None, "rubric")
         changelog_raw = d["changelog"]
         if not isinstance(changelog_raw, list):
-            raise _fail(None, "changelog", "a list of {version, change, reason}", changelog_raw)
+            raise checks.fail(None, "changelog", "a list of {version, change, reason}", changelog_raw)
         changelog = []
         for e in changelog_raw:
-            _check_keys(e, ("version", "change", "reason"), ("version", "change", "reason"), None, "changelog")
+            checks.check_keys(e, ("version", "change", "reason"), ("version", "change", "reason"), None, "changelog")
             changelog.append(ChangelogEntry(e["version"], e["change"], e["reason"]))
         dims_raw = d["dimensions"]
         if not isinstance(dims_raw, list):
-            raise _fail(None, "dimensions", "a list of dimensions", dims_raw)
+            raise checks.fail(None, "dimensions", "a list of dimensions", dims_raw)
         _check_dimension_count(len(dims_raw), "dimensions")
         dims = [dimension_from_dict(x) for x in dims_raw]
         agg_raw = d.get("aggregation", {})
-        _check_keys(agg_raw, ("method", "params", "missing"), (), None, "aggregation")
+        checks.check_keys(agg_raw, ("method", "params", "missing"), (), None, "aggregation")
         agg = Aggregation(**{k: ({} if k == "params" and v is None else v) for k, v in agg_raw.items()})
         return Rubric(d["name"], d["version"], tuple(changelog), tuple(dims), agg)
     except RubricError as e:

@@ -1,16 +1,19 @@
-"""Train checkpoints with orbax: the TrainState (params, optimizer state, step, PRNG key) plus a small
-JSON record (data iterator position, rubric hash, anything JSON-serialisable the loop adds).
+"""Train checkpoints with orbax: the TrainState (params, optimizer state, step) plus a small JSON record
+(data iterator position, rubric hash, anything JSON-serialisable the loop adds).
 
 Arrays are restored straight into the shardings of a target tree (`abstract_with_shardings`), so a
 7B state is read shard by shard and never gathered on one device. Only the last `max_to_keep`
 checkpoints stay on disk; an unfinished save (killed mid-write) is invisible to `latest_step()`.
-`restore_params` reads the params alone through rubric_jax.loader (the frozen reference policy).
+`restore_params` reads the params alone through rubric_jax.loader (the frozen reference policy);
+`restore_newest` falls back past checkpoints that no longer restore; `read_meta` reads the JSON record alone
+(a restart checks it before writing anything).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +25,12 @@ from rubric_jax.models.checkpoint import CheckpointError
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.train.state import TrainState
 
-__all__ = ["CheckpointError", "Checkpointer", "Restored", "abstract_with_shardings"]
+__all__ = ["CheckpointError", "Checkpointer", "Restored", "UnreadableCheckpoint", "abstract_with_shardings"]
 _STATE, _META = "state", "meta"
+
+
+class UnreadableCheckpoint(CheckpointError):
+    """A checkpoint whose files orbax cannot read (damaged), as opposed to one that does not fit the target."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +51,13 @@ def abstract_with_shardings(state: TrainState, shardings: TrainState | None) -> 
     if shardings is None:
         return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
     return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, shardings)
+
+
+def _first_line(error: Exception, limit: int = 200) -> str:
+    """`Type: first line` of an exception, cut to `limit` characters (orbax's messages can be long dumps)."""
+    text = (str(error).strip().splitlines() or [""])[0]
+    text = text if len(text) <= limit else text[:limit] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def _check_json(name: str, value: Any) -> None:
@@ -110,9 +124,9 @@ class Checkpointer:
             restored = self._manager.restore(step, args=ocp.args.Composite(**{
                 _STATE: ocp.args.StandardRestore(target), _META: ocp.args.JsonRestore()}))
         except CheckpointError:
-            raise
+            raise  # a saved tree that does not match the target: another model or optimizer, not damage
         except Exception as e:  # orbax raises many types (FileNotFoundError, ValueError, KeyError...)
-            raise CheckpointError(f"{where}: cannot restore checkpoint step {step} ({type(e).__name__}: {e})") from e
+            raise UnreadableCheckpoint(f"{where}: cannot restore checkpoint step {step} ({_first_line(e)})") from e
         meta = restored[_META]
         if not isinstance(meta, dict) or meta.get("step") != step or int(restored[_STATE].step) != step:
             raise CheckpointError(f"{where}: metadata does not match step {step}: {meta!r}")
@@ -122,6 +136,36 @@ class Checkpointer:
                 f"expected {expected_rubric_hash!r} (the rubric set changed since this checkpoint)")
         return Restored(state=restored[_STATE], data_state=meta["data_state"], rubric_hash=meta["rubric_hash"],
                         extra=meta["extra"])
+
+    def restore_newest(self, target: TrainState, *, log: Callable[[str], None] = print) -> Restored | None:
+        """The newest checkpoint that restores into `target` (None when there is none).
+
+        A checkpoint whose files cannot be read (corrupt or truncated: what a full disk or a bad copy leaves)
+        is moved aside to `<step>.unrestorable` and named in one line through `log`; the next older one is
+        tried, and the run can save that step again later. A checkpoint of another model or optimizer (its
+        saved tree does not match `target`) is an error, never skipped.
+        """
+        self.wait_until_finished()
+        for step in reversed(self.all_steps()):
+            try:
+                return self.restore(target, step)
+            except UnreadableCheckpoint as e:
+                aside = self.directory / f"{step}.unrestorable"
+                (self.directory / str(step)).rename(aside)
+                self._manager.reload()  # orbax caches the step list
+                log(f"{e}; moved it to {aside} and trying an older checkpoint")
+        return None
+
+    def read_meta(self, step: int) -> dict[str, Any]:
+        """The JSON record saved with `step` (step, data_state, rubric_hash, extra), without the arrays."""
+        where = self.directory / str(step)
+        try:
+            meta = self._manager.restore(step, args=ocp.args.Composite(**{_META: ocp.args.JsonRestore()}))[_META]
+        except Exception as e:  # orbax raises many types; its messages can be long dumps
+            raise CheckpointError(f"{where}: cannot read the checkpoint's metadata ({_first_line(e)})") from e
+        if not isinstance(meta, dict) or not {"rubric_hash", "extra"} <= set(meta):
+            raise CheckpointError(f"{where}: the checkpoint's metadata is not a train checkpoint's")
+        return meta
 
     def restore_params(self, cfg: ModelConfig, layout: sharding.Layout | None = None,
                        step: int | None = None) -> loader.Weights:

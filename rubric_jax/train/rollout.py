@@ -1,5 +1,5 @@
-"""From sampled responses to a GRPO batch: the rollout sampler's temperature, decode, score, normalise per
-group, lay out the arrays.
+"""From sampled responses to a GRPO batch: the rollout sampler's temperature, score, normalise per group,
+lay out the arrays (responses are decoded by `data.decode_responses`).
 
 Shape legend: B questions, G samples per question, N = B·G rollouts (row b·G + j is sample j of
 question b, the sampler's order), P prompt bucket, R response bucket, T = P + R, D rubric dimensions.
@@ -9,8 +9,6 @@ The batch layout is the one `rubric_jax.train.step` documents: [left-padded prom
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -36,17 +34,6 @@ def rollout_temperature(sampler: str) -> float:
             "samples under the full softmax(logits / t); top-k / nucleus truncate it (a biased ratio) and greedy "
             "makes every group's samples identical (zero advantage). Top-k / nucleus remain for eval.sampler.")
     return parsed.temperature
-
-
-def decode_responses(tokenizer: Any, result: GenerationResult, stop_tokens: Sequence[int]) -> list[str]:
-    """Response texts without the stop token; special tokens such as <think> are kept (rules read them)."""
-    texts = []
-    for tokens_R, length in zip(result.tokens, result.lengths):
-        ids = [int(t) for t in tokens_R[:length]]
-        if ids and ids[-1] in stop_tokens:
-            ids = ids[:-1]
-        texts.append(tokenizer.decode(ids, skip_special_tokens=False))
-    return texts
 
 
 def rollout_advantages(scored: RewardOutput, cfg: grpo.GRPOConfig, missing_scores: str

@@ -117,7 +117,8 @@ def current_lr(opt_state: Any) -> jax.Array | None:
 
 @struct.dataclass
 class TrainState:
-    """Everything a step changes, plus static graphdef and optimizer (never traced)."""
+    """Everything a step changes, plus static graphdef and optimizer (never traced). Randomness is not
+    state: the loop derives each step's key as fold_in(run key, step)."""
 
     step: jax.Array
     """Batches consumed (int32 scalar); advances on skipped updates too."""
@@ -125,8 +126,6 @@ class TrainState:
     """Model parameters as a pure nested dict, float32."""
     opt_state: Any
     """optax state of `tx`."""
-    rng: jax.Array
-    """Raw PRNG key data (uint32[2]) checkpointed with the state (wrap with jax.random.wrap_key_data)."""
     graphdef: nnx.GraphDef = struct.field(pytree_node=False)
     tx: optax.GradientTransformation = struct.field(pytree_node=False)
 
@@ -140,10 +139,9 @@ def _check_float32(params: Params) -> None:
                 "ModelConfig.param_dtype='float32' (set compute_dtype='bfloat16' for bf16 compute)")
 
 
-def _new_state(graphdef: nnx.GraphDef, params: Params, tx: optax.GradientTransformation, key: jax.Array
-               ) -> TrainState:
+def _new_state(graphdef: nnx.GraphDef, params: Params, tx: optax.GradientTransformation) -> TrainState:
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
-                      rng=jax.random.key_data(key), graphdef=graphdef, tx=tx)
+                      graphdef=graphdef, tx=tx)
 
 
 def state_shardings(param_shardings: Params, abstract_train_state: TrainState, mesh: Mesh) -> TrainState:
@@ -152,34 +150,42 @@ def state_shardings(param_shardings: Params, abstract_train_state: TrainState, m
         step=sharding.replicated(mesh),
         params=param_shardings,
         opt_state=sharding.mirror_shardings(abstract_train_state.opt_state, abstract_train_state.params,
-                                            param_shardings, mesh),
-        rng=sharding.replicated(mesh))
+                                            param_shardings, mesh))
 
 
 def init_train_state(cfg: ModelConfig, tx: optax.GradientTransformation, key: jax.Array,
                      layout: sharding.Layout | None = None) -> tuple[TrainState, TrainState | None]:
     """A freshly initialised state (random weights from `key`, by the loader) and its shardings (None
     without a layout)."""
-    param_key, state_key = jax.random.split(key)
+    param_key = jax.random.split(key)[0]
     weights = loader.init_weights(cfg, layout, param_key)
-    return new_train_state(weights, tx, state_key, None if layout is None else layout.mesh)
+    return new_train_state(weights, tx, None if layout is None else layout.mesh)
 
 
-def new_train_state(weights: loader.Weights, tx: optax.GradientTransformation, key: jax.Array,
+def new_train_state(weights: loader.Weights, tx: optax.GradientTransformation,
                     mesh: Mesh | None) -> tuple[TrainState, TrainState | None]:
     """A step-0 state around `weights` (in their shardings, on `mesh`) and its shardings (None without a
     mesh); the optimizer state is created in its shardings."""
-    abstract = jax.eval_shape(lambda p, k: _new_state(weights.graphdef, p, tx, k), weights.params, key)
+    abstract = jax.eval_shape(lambda p: _new_state(weights.graphdef, p, tx), weights.params)
     shardings = None if mesh is None else state_shardings(weights.shardings, abstract, mesh)
-    return train_state_from_params(weights.graphdef, weights.params, tx, key, shardings), shardings
+    return train_state_from_params(weights.graphdef, weights.params, tx, shardings), shardings
+
+
+def abstract_train_state(weights: loader.Weights, tx: optax.GradientTransformation, mesh: Mesh
+                         ) -> tuple[TrainState, TrainState]:
+    """The step-0 state `new_train_state` would make around `weights` (arrays or ShapeDtypeStructs), as
+    ShapeDtypeStructs in their shardings (for ahead-of-time lowering, allocating nothing), and its shardings."""
+    abstract = jax.eval_shape(lambda p: _new_state(weights.graphdef, p, tx), weights.params)
+    shardings = state_shardings(weights.shardings, abstract, mesh)
+    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings), shardings
 
 
 def train_state_from_params(graphdef: nnx.GraphDef, params: Params, tx: optax.GradientTransformation,
-                            key: jax.Array, shardings: TrainState | None = None) -> TrainState:
+                            shardings: TrainState | None = None) -> TrainState:
     """A step-0 state around existing params (already in `shardings.params`: a misplaced one is an
     error, never a silent copy); the optimizer state is built in its shardings."""
     _check_float32(params)
     if shardings is not None:
         loader.check_shardings(params, shardings.params, what="train state params")
-    init = jax.jit(lambda p, k: _new_state(graphdef, p, tx, k), out_shardings=shardings)
-    return init(params, key)
+    init = jax.jit(lambda p: _new_state(graphdef, p, tx), out_shardings=shardings)
+    return init(params)

@@ -1,5 +1,6 @@
-"""A training run's checkpoints as evaluation policies: which ones are kept, which is latest or best (by
-the held-out reward the trainer logged at its step), and its parameters restored (by the loader) into a layout."""
+"""A finished (or running) training run's directory as a policy: which checkpoints are kept, which is latest
+or best (by the held-out reward the trainer logged at its step), its parameters restored (by the loader)
+into a layout, and its export as a Hugging Face directory. Used by evaluation and `experiments.export`."""
 
 from __future__ import annotations
 
@@ -9,11 +10,15 @@ from pathlib import Path
 
 import ml_collections
 
-from rubric_jax import loader, metrics, sharding
-from rubric_jax.evaluation.results import EvalInputError
-from rubric_jax.train import checkpointing, loop
+from rubric_jax import files, loader, metrics, sharding
+from rubric_jax.train import checkpointing, export, loop
 
 BEST_BY = "eval/reward_mean"  # the held-out reward the trainer logs at each eval (train/loop.py)
+WHICH = ("latest", "best")
+
+
+class RunError(ValueError):
+    """A run directory (or a choice of its checkpoints) that cannot be used; the message names the path."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,11 +34,11 @@ def run_config(workdir: Path) -> ml_collections.ConfigDict:
     """The resolved config a training run wrote (workdir/config.json)."""
     path = workdir / "config.json"
     if not path.is_file():
-        raise EvalInputError(f"{path}: not a training run directory (no config.json)")
+        raise RunError(f"{path}: not a training run directory (no config.json)")
     try:
         return ml_collections.ConfigDict(json.loads(path.read_text(encoding="utf-8")))
     except json.JSONDecodeError as e:
-        raise EvalInputError(f"{path}: not valid JSON ({e.msg})") from None
+        raise RunError(f"{path}: not valid JSON ({e.msg})") from None
 
 
 def run_checkpoints(workdir: Path, config: ml_collections.ConfigDict) -> list[RunCheckpoint]:
@@ -59,13 +64,13 @@ def select_checkpoint(workdir: Path, config: ml_collections.ConfigDict, which: s
     the highest logged eval reward (ties: the later one)."""
     found = run_checkpoints(workdir, config)
     if not found:
-        raise EvalInputError(f"{workdir}/checkpoints: the run has no complete checkpoint")
+        raise RunError(f"{workdir}/checkpoints: the run has no complete checkpoint")
     if which == "latest":
         grpo = [c for c in found if c.stage == "grpo"]
         return max(grpo or found, key=lambda c: c.step)
     rated = [c for c in found if c.eval_reward is not None]
     if not rated:
-        raise EvalInputError(f"{workdir}: no kept checkpoint has a logged {BEST_BY} (kept: "
+        raise RunError(f"{workdir}: no kept checkpoint has a logged {BEST_BY} (kept: "
                              f"{[f'{c.stage}/{c.step}' for c in found]}); use --which=latest")
     return max(rated, key=lambda c: (c.eval_reward, c.step))
 
@@ -79,4 +84,27 @@ def restore_run_params(workdir: Path, config: ml_collections.ConfigDict, chosen:
         with checkpointing.Checkpointer(directory, max_to_keep=config.checkpoint.keep, async_save=False) as ckpt:
             return ckpt.restore_params(cfg, layout, chosen.step)
     except (OSError, ValueError, checkpointing.CheckpointError) as e:
-        raise EvalInputError(f"--workdir={workdir}: cannot restore {chosen.stage} step {chosen.step}: {e}") from None
+        raise RunError(f"--workdir={workdir}: cannot restore {chosen.stage} step {chosen.step}: {e}") from None
+
+
+def export_run(workdir: Path, which: str, out: Path) -> tuple[RunCheckpoint, Path]:
+    """Writes the run's `which` checkpoint as a HF directory `out` (new or empty, never one of the run's
+    inputs; the workdir may hold it), with the run's tokenizer files and, when the starting checkpoint has
+    one, its generation_config.json. Returns the checkpoint chosen and `out`."""
+    if which not in WHICH:
+        raise RunError(f"--which={which}: expected one of {list(WHICH)}")
+    config = run_config(workdir)
+    inputs = [workdir, workdir / "config.json"]
+    input_dirs = [workdir / "checkpoints", export.tokenizer_dir(config),
+                  *([Path(config.model.checkpoint)] if config.model.checkpoint else [])]
+    try:
+        files.check_output_dir(out, inputs, input_dirs)
+    except files.PathError as e:
+        raise RunError(str(e)) from None
+    if out.is_dir() and any(out.iterdir()):
+        raise RunError(f"--out={out}: already exists and is not empty; export into a new directory")
+    chosen = select_checkpoint(workdir, config, which)
+    # FSDP over every device of every process: no device holds more than its share while exporting.
+    layout = sharding.Layout(sharding.make_mesh(sharding.MeshConfig(data=1, fsdp=-1, tensor=1)))
+    weights = restore_run_params(workdir, config, chosen, layout)
+    return chosen, export.export_policy(weights, config, out)

@@ -1,0 +1,248 @@
+"""One-shot accelerator benchmark (issue #9 §7): Qwen2.5-1.5B and 7B shapes with random weights, on one device.
+
+  PYTHONPATH=. python benchmarks/gpu.py [--sizes=1.5b,7b]       # one H200: the whole table in < 8 minutes
+  PYTHONPATH=. python benchmarks/gpu.py --smoke                  # toy shapes on CPU (tests/test_gpu_benchmark.py)
+
+Per size, in this order (each measurement after a warm-up call that compiles it):
+  * GRPO update: one `jit_grpo_step` (AdamW, float32 params, bf16 compute, remat, scan) on ROWS x
+    (PROMPT + RESPONSE) tokens in MICRO micro-batches; tokens/s and MFU = model FLOPs / time / peak
+    bf16 FLOP/s, model FLOPs per token = 6 N + 12 L H T (PaLM, appendix B: N matmul parameters, L
+    layers, H = heads x head_dim, T tokens of context). Compiled memory (XLA's memory_analysis:
+    arguments + outputs + temporaries - aliased) next to the device's measured peak after the step.
+  * Decode at batch DECODE_BATCH: `sampling.generate` (greedy, bf16 weights in the decode layout) run to
+    SHORT and to LONG new tokens with one compiled program (max_new_tokens is runtime data); the
+    difference is LONG - SHORT decode steps without the prefill. tokens/s = batch / step time; MBU =
+    bytes a step reads (bf16 weights + the whole KV cache, which decode attends over) / time / peak
+    memory bandwidth.
+  * Judge: `llm_judge.judge_rows` end to end (prompt, chat template, tokenize, one batched generate,
+    parse) on JUDGE_ITEMS items with the model as judge (the tiny tokenizer's ids are a subset of the
+    vocabulary), items/s, and per-item calls on a few items for the ratio.
+Peaks are the device's datasheet numbers (H200 SXM: 989 TFLOP/s bf16 dense, 4.8 TB/s); on a device
+without an entry MFU and MBU print as n/a. A step that runs out of memory prints OOM and the table goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+from transformers import AutoTokenizer
+
+from rubric_jax import grpo, loader, sampling, sharding
+from rubric_jax.assets import TINY_DIR
+from rubric_jax.judges.llm_judge import Judge, JudgeConfig, judge_rows
+from rubric_jax.models.config import ModelConfig
+from rubric_jax.rubrics.io import load_rubric
+from rubric_jax.train import state as train_state, step as train_step
+
+_SIZES = flags.DEFINE_list("sizes", ["1.5b", "7b"], "Qwen2.5 shapes to measure (1.5b, 7b).")
+_SMOKE = flags.DEFINE_bool("smoke", False, "Toy shapes and sizes, for a CPU test of the script.")
+
+# Qwen2.5-{1.5B,7B}-Instruct config.json (Hugging Face, 2024-09): the shapes, no weights.
+QWEN25 = {
+    "1.5b": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_layers=28, num_heads=12,
+                 num_kv_heads=2, head_dim=128, tie_word_embeddings=True),
+    "7b": dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_layers=28, num_heads=28,
+               num_kv_heads=4, head_dim=128, tie_word_embeddings=False),
+    "toy": dict(vocab_size=2048, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+                num_kv_heads=2, head_dim=16, tie_word_embeddings=True),
+}
+# device_kind substring -> (peak dense bf16 FLOP/s, peak memory bandwidth bytes/s), from the datasheets.
+PEAKS = {"H200": (989.4e12, 4.8e12), "H100": (989.4e12, 3.35e12), "A100": (312e12, 2.039e12)}
+RUBRIC = Path(__file__).resolve().parents[1] / "configs" / "rubrics" / "medical_qa.yaml"  # its LLM dimensions
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Workload sizes (the full run's, or --smoke's)."""
+
+    rows: int = 16  # GRPO rows per update
+    prompt: int = 512  # GRPO prompt tokens (and decode prompt slots)
+    response: int = 512  # GRPO response tokens
+    micro: int = 4  # GRPO micro-batches
+    decode_batch: int = 64
+    decode_prompt: int = 128
+    short: int = 260  # decode runs to SHORT and LONG new tokens: one response bucket (512), one program
+    long: int = 512
+    judge_items: int = 64
+    judge_per_item: int = 4
+    judge_new_tokens: int = 16
+
+
+SMOKE = Settings(rows=4, prompt=16, response=16, micro=2, decode_batch=4, decode_prompt=8, short=5, long=8,
+                 judge_items=4, judge_per_item=2, judge_new_tokens=4)
+
+
+def model_config(size: str) -> ModelConfig:
+    """The size's shapes as a ModelConfig in the accelerator dtypes (float32 compute on CPU)."""
+    compute = loader.resolve_dtype("auto", "compute_dtype")
+    return ModelConfig(architecture="qwen2", rope_theta=1_000_000.0, rms_norm_eps=1e-6, attention_bias=True,
+                       rope_scaling=None, max_position_embeddings=32768, param_dtype="float32",
+                       compute_dtype=compute, remat=True, scan_layers=True, **QWEN25[size])
+
+
+def matmul_params(cfg: ModelConfig) -> int:
+    """N: parameters that take part in a matmul (every weight but the input embedding lookup; a tied
+    head counts once, as the head)."""
+    d, f, h = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+    attention = d * h * (2 * cfg.num_heads + 2 * cfg.num_kv_heads) + h * (cfg.num_heads + 2 * cfg.num_kv_heads)
+    return cfg.num_layers * (attention + 3 * d * f) + d * cfg.vocab_size
+
+
+def _timed(fn: Callable[[], object], repeats: int = 3) -> float:
+    """The fastest of `repeats` runs of `fn` (results waited for), in seconds."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def _oom(e: Exception) -> bool:
+    return "RESOURCE_EXHAUSTED" in str(e) or "out of memory" in str(e).lower()
+
+
+def bench_grpo(cfg: ModelConfig, s: Settings, peak_flops: float | None) -> dict[str, str]:
+    """One GRPO update: tokens/s, MFU, compiled vs measured memory."""
+    layout = sharding.Layout(sharding.make_mesh(sharding.MeshConfig(1, 1, 1), jax.devices()[:1]))
+    tx = train_state.make_optimizer(train_state.OptimizerConfig(learning_rate=1e-6))
+    state, shardings = train_state.init_train_state(cfg, tx, jax.random.key(0), layout)
+    gcfg = grpo.GRPOConfig(group_size=s.rows, kl_coef=0.04)
+    step = train_step.jit_grpo_step(gcfg, micro_batches=s.micro, shardings=shardings, mesh=layout.mesh)
+    t = s.prompt + s.response
+    rng = np.random.default_rng(0)
+    loss_mask = np.zeros((s.rows, t), bool)
+    loss_mask[:, s.prompt:] = True
+    batch = {"tokens": rng.integers(0, cfg.vocab_size, (s.rows, t)).astype(np.int32),
+             "input_mask": np.ones((s.rows, t), bool), "loss_mask": loss_mask,
+             "old_logp": np.full((s.rows, t), -3.0, np.float32), "ref_logp": np.full((s.rows, t), -3.0, np.float32),
+             "advantages": rng.standard_normal(s.rows).astype(np.float32)}
+    batch = jax.device_put(batch, sharding.batch_sharding(layout.mesh))
+    memory = step.lower(state, batch).compile().memory_analysis()
+    compiled = (memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
+                - memory.alias_size_in_bytes) if memory is not None else None
+    current = [state]  # the step donates its state: each call takes the previous call's
+
+    def update() -> dict[str, jax.Array]:
+        current[0], metrics = step(current[0], batch)
+        return metrics
+
+    update()  # compile and warm up
+    seconds = _timed(update)
+    stats = jax.devices()[0].memory_stats() or {}
+    tokens = s.rows * t
+    flops = tokens * (6 * matmul_params(cfg) + 12 * cfg.num_layers * cfg.num_heads * cfg.head_dim * t)
+    del state, current, batch
+    return {"GRPO update tokens/s": f"{tokens / seconds:,.0f}",
+            "GRPO update MFU": "n/a" if peak_flops is None else f"{flops / seconds / peak_flops:.1%}",
+            "GRPO compiled memory (GiB)": "n/a" if compiled is None else f"{compiled / 2**30:.1f}",
+            "GRPO measured peak (GiB)": f"{stats['peak_bytes_in_use'] / 2**30:.1f}" if stats else "n/a"}
+
+
+def bench_decode(cfg: ModelConfig, s: Settings, peak_bandwidth: float | None) -> tuple[dict[str, str], loader.Weights]:
+    """Decode steps at batch `s.decode_batch`: tokens/s and MBU; returns the bf16 weights for the judge."""
+    decode_cfg = cfg.replace(param_dtype=cfg.compute_dtype, remat=False)
+    layout = sharding.decode_layout(sharding.make_mesh(sharding.MeshConfig(1, 1, 1), jax.devices()[:1]), 1)
+    weights = loader.init_weights(decode_cfg, layout, jax.random.key(1))
+    rng = np.random.default_rng(1)
+    prompts = rng.integers(0, cfg.vocab_size, (s.decode_batch, s.decode_prompt)).tolist()
+
+    def run(new_tokens: int) -> sampling.GenerationResult:
+        return sampling.generate(weights, prompts, key=jax.random.key(2), max_new_tokens=new_tokens, sampler="greedy",
+                                 stop_tokens=(), pad_id=0, layout=layout)
+
+    run(s.long)  # compile and warm up
+    long_s, short_s = _timed(lambda: run(s.long)), _timed(lambda: run(s.short))
+    step_s = (long_s - short_s) / (s.long - s.short)
+    itemsize = jnp.dtype(decode_cfg.param_dtype).itemsize
+    weight_bytes = sum(x.size for x in jax.tree.leaves(weights.params)) * itemsize
+    cache_slots = sampling.bucket_size(s.decode_prompt) + sampling.bucket_size(s.long)
+    cache_bytes = 2 * cfg.num_layers * s.decode_batch * cache_slots * cfg.num_kv_heads * cfg.head_dim * itemsize
+    mbu = "n/a" if peak_bandwidth is None else f"{(weight_bytes + cache_bytes) / step_s / peak_bandwidth:.1%}"
+    return {f"decode tokens/s (batch {s.decode_batch})": f"{s.decode_batch / step_s:,.0f}",
+            "decode step (ms)": f"{step_s * 1e3:.2f}", "decode MBU": mbu}, weights
+
+
+def bench_judge(weights: loader.Weights, s: Settings) -> dict[str, str]:
+    """Batched judge items/s and the ratio to one call per item."""
+    tokenizer = AutoTokenizer.from_pretrained(TINY_DIR / "tokenizer")
+    layout = sharding.decode_layout(sharding.make_mesh(sharding.MeshConfig(1, 1, 1), jax.devices()[:1]), 1)
+    judge = Judge("random", weights, tokenizer, sampling.generate, sampler="greedy",
+                  max_new_tokens=s.judge_new_tokens, max_prompt_tokens=4096, layout=layout)
+    config = JudgeConfig(num_samples=1, max_retries=0, shuffle_anchors=False)
+    dims = [d for d in load_rubric(RUBRIC).dimensions if d.kind == "llm"]
+    n = s.judge_items
+    questions = ["How should I treat a mild burn at home?"] * n
+    responses = [f"Cool it under running water for ten minutes ({i})." for i in range(n)]
+    per_row = [[dims[i % len(dims)]] for i in range(n)]
+
+    def batched(rows: slice) -> object:
+        return judge_rows([judge], config, questions[rows], responses[rows], per_row[rows], jax.random.key(3))
+
+    batched(slice(None))
+    batched(slice(0, 1))  # compile both shapes
+    batched_s = _timed(lambda: batched(slice(None)))
+    single_s = _timed(lambda: [batched(slice(i, i + 1)) for i in range(s.judge_per_item)], 1) / s.judge_per_item
+    return {f"judge items/s (batched, {n} items)": f"{n / batched_s:,.1f}",
+            "judge batched / per-item": f"{single_s * n / batched_s:.1f}x"}
+
+
+def _guarded(measure: Callable[[], dict[str, str]], names: tuple[str, ...]) -> dict[str, str]:
+    """A measurement, or OOM in each of its cells when the device runs out of memory."""
+    try:
+        return measure()
+    except jax.errors.JaxRuntimeError as e:
+        if not _oom(e):
+            raise
+        return dict.fromkeys(names, "OOM")
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    start = time.perf_counter()
+    device = jax.devices()[0]
+    peak_flops, peak_bandwidth = next((v for k, v in PEAKS.items() if k in device.device_kind), (None, None))
+    sizes = ["toy"] if _SMOKE.value else _SIZES.value
+    unknown = sorted(set(sizes) - set(QWEN25))
+    if unknown:
+        raise app.UsageError(f"--sizes: unknown {unknown}; expected some of {sorted(QWEN25)}")
+    s = SMOKE if _SMOKE.value else Settings()
+    columns: dict[str, dict[str, str]] = {}
+    for size in sizes:
+        cfg = model_config(size)
+        row = _guarded(lambda: bench_grpo(cfg, s, peak_flops), ("GRPO update tokens/s", "GRPO update MFU",
+                                                                "GRPO compiled memory (GiB)", "GRPO measured peak (GiB)"))
+        try:
+            decode, weights = bench_decode(cfg, s, peak_bandwidth)
+            row |= decode | bench_judge(weights, s)
+            del weights
+        except jax.errors.JaxRuntimeError as e:
+            if not _oom(e):
+                raise
+            row["decode tokens/s"] = "OOM"
+        row["N (matmul params)"] = f"{matmul_params(cfg) / 1e9:.2f}B"
+        columns[size] = row
+        print(f"{size}: done at {time.perf_counter() - start:.0f} s", flush=True)
+    names = list(dict.fromkeys(name for row in columns.values() for name in row))
+    print(f"\n{device.device_kind} ({jax.default_backend()}), jax {jax.__version__}, {platform.node()}, "
+          f"load {os.getloadavg()[0]:.1f}, GRPO {s.rows}x({s.prompt}+{s.response}) in {s.micro} micro-batches, "
+          f"decode {s.decode_batch}x{s.decode_prompt} prompt, steps {s.short}->{s.long}")
+    print("| metric | " + " | ".join(columns) + " |")
+    print("|---|" + "---|" * len(columns))
+    for name in names:
+        print(f"| {name} | " + " | ".join(columns[size].get(name, "-") for size in columns) + " |")
+    print(f"\nwall {time.perf_counter() - start:.0f} s, process CPU {time.process_time():.0f} s; "
+          f"peaks: {'n/a' if peak_flops is None else f'{peak_flops / 1e12:.0f} TFLOP/s, {peak_bandwidth / 1e12:.2f} TB/s'}")
+
+
+if __name__ == "__main__":
+    app.run(main)

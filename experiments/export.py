@@ -1,0 +1,54 @@
+"""Writes a training run's policy as a Hugging Face directory that transformers and vLLM load.
+
+  python -m experiments.export --workdir=RUN_DIR [--which=latest|best] --out=DIR
+
+config.json, model.safetensors (shards + index above 4 GiB), the run's tokenizer files and
+generation_config.json, in the run's parameter dtype (rubric_jax/train/runs.py). The directory appears
+whole or not at all. A missing run, an unknown --which, or an --out that exists with files or names an
+input exits with status 2 and one line. In a multi-host job every process runs the same command.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from absl import app, flags
+
+from rubric_jax import distributed
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "A training run directory (experiments.run --workdir).")
+_WHICH = flags.DEFINE_string("which", "latest", "latest, or best (highest logged eval/reward_mean).")
+_OUT = flags.DEFINE_string("out", None, "New (or empty) output directory; may lie inside the workdir.")
+
+
+def _fail(message: str) -> None:
+    """Prints a one-line error (no traceback) and exits with status 2."""
+    print(f"experiments.export: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        _fail(f"unexpected positional arguments {argv[1:]}")
+    for name, flag in (("workdir", _WORKDIR), ("out", _OUT)):
+        if not flag.value:
+            _fail(f"--{name} is required")
+    workdir = Path(_WORKDIR.value)
+    if not workdir.is_dir():
+        _fail(f"--workdir={workdir}: directory does not exist")
+    distributed.maybe_initialize()
+    from rubric_jax.train import runs  # after jax.distributed, which must precede device use
+
+    try:
+        chosen, out = runs.export_run(workdir, _WHICH.value, Path(_OUT.value))
+    except (runs.RunError, FileExistsError) as e:
+        _fail(str(e))
+    if distributed.is_writer():
+        print(json.dumps({"workdir": str(workdir), "stage": chosen.stage, "step": chosen.step,
+                          runs.BEST_BY: chosen.eval_reward, "out": str(out)}))
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,348 @@
+"""Ahead-of-time proof of a config's per-device memory and communication, without weights or accelerators.
+
+`dry_run(config, target)` builds every program a run of `config` compiles, from the config alone, with
+abstract inputs (ShapeDtypeStructs in their shardings), compiles each one for the configured meshes and
+reads what the compiler planned: per-device memory (`compiled.memory_analysis()`) and collectives
+(`rubric_jax.hlo_stats`). The programs, at the largest length bucket (the worst case):
+  SFT step · GRPO update · rollout log-probs (reference, or recomputed behaviour) · rollout (prefill +
+  decode) · eval rollout · judge call (one per LLM judge).
+Model shapes come from the checkpoint's config.json, or, when that directory does not exist on this
+machine, from a bundled copy of the public config of the same name (rubric_jax/assets/model_shapes).
+
+Targets: "cpu" compiles for the local CPU devices: a smoke check, not a proof, because the CPU backend
+upcasts bfloat16 dots to float32 and does not bound memory as the GPU compiler does. A GPU name from
+rubric_jax.aot_targets compiles with XLA's GPU compiler on this CPU machine (jax[cuda12-local], see
+requirements-aot.txt) for a topology of that GPU: that is the proof.
+
+Per-device memory of a phase = the program's peak (arguments + outputs + temporaries - aliased
+buffers, as the compiler reports it) + the long-lived arrays that live beside it and are not among its
+arguments (policy params and AdamW moments, reference, judges), summed from their shard shapes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from jax.experimental import topologies
+
+from rubric_jax import aot_targets, hlo_stats, loader, sampling, sharding
+from rubric_jax.assets import MODEL_SHAPES_DIR
+from rubric_jax.judges.llm_judge import MAX_PROMPT_TOKENS
+from rubric_jax.models.config import ModelConfig
+from rubric_jax.rubrics.io import load_rubric
+from rubric_jax.train import loop, settings as run_settings, state as train_state, step as train_step
+
+CPU = "cpu"
+TARGETS = (CPU, *aot_targets.TARGETS)
+GIB = 1 << 30
+MIB = 1 << 20
+# dtypes of the arrays a GRPO / SFT batch carries (rubric_jax/train/rollout.py makes them on the host).
+_BATCH_DTYPES = {"tokens": jnp.int32, "input_mask": jnp.bool_, "loss_mask": jnp.bool_, "old_logp": jnp.float32,
+                 "advantages": jnp.float32, train_step.REF_LOGP: jnp.float32}
+_PAD_ID = 0  # any id: the programs take the pad id as data
+# The cpu target only reads what the compiler planned and never runs the programs: skip LLVM's
+# optimisation of the machine code (buffer assignment and collectives are decided before it).
+_CPU_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramReport:
+    """What the compiler planned for one program, per device."""
+
+    name: str
+    shapes: str  # the inputs in words, e.g. "256 rows x 3072 tokens, 8 micro-batches"
+    arguments: int  # bytes
+    outputs: int
+    temporaries: int
+    aliased: int  # outputs written into donated arguments
+    peak: int  # the compiler's peak (arguments + outputs + temporaries - aliased)
+    collectives: dict[str, hlo_stats.KindSummary]
+    compile_seconds: float
+    beside: tuple[str, ...]  # long-lived arrays (keys of DryRunReport.resident) alive beside it
+    per_token: bool  # a decode loop: its per-iteration collectives are per generated token
+
+
+@dataclasses.dataclass(frozen=True)
+class DryRunReport:
+    """Every program of a config compiled for one target."""
+
+    target: str
+    device_kind: str
+    device_memory: int | None  # bytes per device; None on the cpu target
+    num_devices: int
+    meshes: str
+    resident: dict[str, int]  # long-lived array group -> bytes per device
+    programs: list[ProgramReport]
+
+    def phase_bytes(self, program: ProgramReport) -> int:
+        """Per-device bytes while `program` runs: its peak plus the long-lived arrays beside it."""
+        return program.peak + sum(self.resident[name] for name in program.beside)
+
+
+# ----------------------------------------------------------------------------------------- devices
+def target_devices(target: str, num_devices: int) -> list[jax.Device]:
+    """`num_devices` devices to compile for: local CPU devices, or a topology of GPUs of `target`
+    (8 per host) described to XLA's GPU compiler by rubric_jax.aot_targets."""
+    if target not in TARGETS:
+        raise ValueError(f"--dry_run_target={target!r}: expected one of {TARGETS}")
+    if num_devices < 1:
+        raise ValueError(f"--dry_run_devices={num_devices}: must be >= 1")
+    if target == CPU:
+        devices = jax.devices("cpu")
+        if len(devices) < num_devices:
+            raise ValueError(f"the cpu dry run needs {num_devices} CPU devices and jax has {len(devices)}: set "
+                             f"XLA_FLAGS=--xla_force_host_platform_device_count={num_devices} before jax starts")
+        return devices[:num_devices]
+    per_host = min(num_devices, 8)
+    if num_devices % per_host:
+        raise ValueError(f"--dry_run_devices={num_devices}: a GPU topology has up to 8 devices per host; use a "
+                         "multiple of 8 above 8")
+    text = aot_targets.target_config_text(aot_targets.get_target(target))
+    try:
+        topology = topologies.get_topology_desc(platform="cuda", target_config=text,
+                                                topology=f"1x{num_devices // per_host}x{per_host}")
+    except Exception as e:  # no CUDA plugin: jax raises RuntimeError / JaxRuntimeError / ValueError by version
+        raise ValueError(f"--dry_run_target={target} needs XLA's GPU compiler, which this Python environment "
+                         f"lacks ({type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}); run it through "
+                         "./launch.sh, which makes .venv-aot from requirements-aot.txt") from e
+    return list(topology.devices)
+
+
+# ------------------------------------------------------------------------------------------ shapes
+def shapes_file(directory: str, key: str) -> Path:
+    """The HF config.json of `directory`, or the bundled public config named like its last part when the
+    directory does not exist here (weights are never needed for a dry run)."""
+    path = Path(directory)
+    if (path / "config.json").is_file():
+        return path / "config.json"
+    bundled = MODEL_SHAPES_DIR / f"{path.name}.json"
+    if not bundled.is_file():
+        known = sorted(p.stem for p in MODEL_SHAPES_DIR.glob("*.json"))
+        raise ValueError(f"config.{key}={directory}: no config.json there and no bundled shapes named "
+                         f"{path.name!r} (bundled: {known}); point it at a directory with a config.json")
+    return bundled
+
+
+def policy_config(config: ml_collections.ConfigDict) -> ModelConfig:
+    """The policy's ModelConfig as the run builds it (`loop.model_config`), reading the shapes from
+    `shapes_file` when the checkpoint directory is not on this machine."""
+    if not config.model.checkpoint:
+        return loop.model_config(config)
+    shapes = ml_collections.ConfigDict(config.to_dict())  # an unlocked copy; the caller's config is untouched
+    shapes.model.config_json, shapes.model.checkpoint = str(shapes_file(config.model.checkpoint, "model.checkpoint")), ""
+    return loop.model_config(shapes)
+
+
+def judge_configs(config: ml_collections.ConfigDict, target: str) -> list[tuple[str, ModelConfig]]:
+    """(name, ModelConfig) of every LLM judge, in the dtypes it is loaded in on `target`."""
+    backend = "cpu" if target == CPU else "gpu"
+    dtypes = {field: loader.resolve_dtype(config.judge[field], f"config.judge.{field}", backend=backend)
+              for field in ("param_dtype", "compute_dtype")}
+    judges = []
+    for directory in (p.strip() for p in config.judge.checkpoint.split(",") if p.strip()):
+        hf = json.loads(shapes_file(directory, "judge.checkpoint").read_text())
+        judges.append((Path(directory).name, ModelConfig.from_hf_dict(hf, **dtypes)))
+    return judges
+
+
+# ---------------------------------------------------------------------------------------- compiling
+def _per_device_bytes(tree: Any) -> int:
+    """Bytes one device holds of a tree of sharded ShapeDtypeStructs (the largest shard of each)."""
+    total = 0
+    for x in jax.tree.leaves(tree):
+        shard = x.sharding.shard_shape(x.shape) if x.sharding is not None else x.shape
+        total += math.prod(shard) * jnp.dtype(x.dtype).itemsize
+    return total
+
+
+def _compile(name: str, shapes: str, lower: Callable[[], jax.stages.Lowered], beside: Sequence[str],
+             per_token: bool, options: dict[str, Any], progress: Callable[[str], None]) -> ProgramReport:
+    """Lowers and compiles one program and reads its memory plan and collectives. The peak is computed
+    as arguments + outputs + temporaries - aliased (the GPU compiler's own peak equals it; the CPU
+    backend's leaves temporaries out)."""
+    progress(f"compiling {name} ({shapes}) ...")
+    start = time.perf_counter()
+    compiled = lower().compile(compiler_options=options)
+    seconds = time.perf_counter() - start
+    memory = compiled.memory_analysis()
+    peak = (memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
+            - memory.alias_size_in_bytes)
+    progress(f"  {name}: peak {peak / GIB:.2f} GiB per device, compiled in {seconds:.1f} s")
+    return ProgramReport(name, shapes, memory.argument_size_in_bytes, memory.output_size_in_bytes,
+                         memory.temp_size_in_bytes, memory.alias_size_in_bytes, peak,
+                         hlo_stats.summarize(hlo_stats.collectives(compiled.as_text())), seconds, tuple(beside),
+                         per_token)
+
+
+def _batch(keys: Sequence[str], rows: int, length: int, mesh: jax.sharding.Mesh) -> dict[str, jax.ShapeDtypeStruct]:
+    batch_sh = sharding.batch_sharding(mesh)
+    return {k: jax.ShapeDtypeStruct((rows,) if k == "advantages" else (rows, length), _BATCH_DTYPES[k],
+                                    sharding=batch_sh) for k in keys}
+
+
+def _lower_generate(weights: loader.Weights, layout: sharding.Layout, *, prompts: int, prompt_len: int, n: int,
+                    max_new_tokens: int, sampler: str) -> jax.stages.Lowered:
+    """The sampler's program for `prompts` full-length prompts (`sampling.lower_generate`)."""
+    prompt_ids = np.ones((prompts, prompt_len), np.int32)
+    return sampling.lower_generate(weights, prompt_ids, prompt_mask=np.ones_like(prompt_ids, bool), n=n,
+                                   max_new_tokens=max_new_tokens, sampler=sampler, stop_tokens=[1], pad_id=_PAD_ID,
+                                   layout=layout)
+
+
+def judge_prompts_per_call(config: ml_collections.ConfigDict) -> int:
+    """The most prompts one judge `generate` call gets: every (response, criteria prompt, sample) of the
+    larger of a rollout and an eval, capped by `judge.batch_size` (0: no cap). Per-dimension prompts are
+    counted from the LLM dimensions of `data.rubric` when the cap does not already bind."""
+    cap = config.judge.batch_size
+    responses = max(config.rl.questions_per_step * config.rl.group_size, config.eval.max_questions)
+    at_least = responses * config.judge.samples  # one prompt per response and sample
+    if config.judge.mode == "all_criteria" or (cap and at_least >= cap):
+        return min(at_least, cap) if cap else at_least
+    if not config.data.rubric:
+        raise ValueError(f"config.judge.mode=per_dimension: the dry run counts the LLM dimensions of "
+                         f"config.data.rubric, which is empty; set it, or config.judge.batch_size <= {at_least}")
+    prompts = at_least * max(1, sum(d.kind == "llm" for d in load_rubric(config.data.rubric).dimensions))
+    return min(prompts, cap) if cap else prompts
+
+
+def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: int = 8,
+            progress: Callable[[str], None] = print) -> DryRunReport:
+    """Compiles every program a run of `config` compiles, for `num_devices` devices of `target`; see the
+    module docstring. `progress` gets a line per program."""
+    settings = run_settings.validate(config)  # every value checked as the run checks it, before compiling
+    if settings.reward_model is not None:
+        raise ValueError("config.reward.source='reward_model': the dry run does not compile the reward model's "
+                         "forward (it covers rubric rewards: rule and LLM judges)")
+    devices = target_devices(target, num_devices)
+    model_cfg = policy_config(config)
+    judges = judge_configs(config, target)
+    layout, decode_layout, decode_dtype = loop.layouts(config, model_cfg, devices)
+    mesh = layout.mesh
+    rl = config.rl
+    prompt_len = max(settings.train_rollout.prompt_buckets)
+    response_len = max(settings.train_rollout.response_buckets)
+    sft_len = prompt_len + max(settings.sft_response_buckets)
+    rollouts = rl.questions_per_step * rl.group_size
+    judge_rows = judge_prompts_per_call(config) if judges and "grpo" in config.stages else 0  # fails before compiling
+
+    policy = loader.abstract_weights(model_cfg, layout)
+    state, shardings = train_state.abstract_train_state(policy, loop.grpo_optimizer(rl), mesh)
+    resident = {"policy params": _per_device_bytes(state.params),
+                "AdamW moments": _per_device_bytes(state.opt_state)}
+    train_arrays = ("policy params", "AdamW moments")
+    if rl.beta > 0:
+        resident["reference params"] = resident["policy params"]  # the policy's layout and dtype (loop.load_reference)
+    judge_weights = {f"judge {name}": loader.abstract_weights(cfg, decode_layout) for name, cfg in judges}
+    resident.update({name: _per_device_bytes(w.params) for name, w in judge_weights.items()})
+    judge_names, reference = tuple(judge_weights), tuple(k for k in resident if k == "reference params")
+
+    programs: list[ProgramReport] = []
+    options = _CPU_COMPILER_OPTIONS if target == CPU else {}
+
+    def add(name: str, shapes: str, lower: Callable[[], jax.stages.Lowered], beside: Sequence[str],
+            per_token: bool = False) -> None:
+        programs.append(_compile(name, shapes, lower, beside, per_token, options, progress))
+
+    if "sft" in config.stages:
+        # The SFT schedule's length comes from the data; it changes constants only, not memory or collectives.
+        sft_tx = loop.sft_optimizer(config.sft, config.sft.warmup_steps + 1)
+        sft_state, sft_shardings = train_state.abstract_train_state(policy, sft_tx, mesh)
+        sft_step = loop.sft_program(sft_shardings, mesh)
+        sft_batch = _batch(train_step.SFT_BATCH_KEYS, config.sft.batch_size, sft_len, mesh)
+        add("SFT step", f"{config.sft.batch_size} x {sft_len} tokens", lambda: sft_step.lower(sft_state, sft_batch),
+            judge_names)
+    if "grpo" in config.stages:
+        grpo = loop.grpo_programs(rl, policy.graphdef, shardings, mesh, settings.grpo)
+        t = prompt_len + response_len
+        batch = _batch(train_step.grpo_batch_keys(grpo.cfg), rollouts, t, mesh)
+        micro = f"{rollouts} x {t} tokens, {rl.micro_batches} micro-batches"
+        add("GRPO update", micro, lambda: grpo.update.lower(state, batch), reference + judge_names)
+        if rl.beta > 0 or rl.recompute_old_logprobs:
+            add("rollout log-probs", micro,
+                lambda: grpo.logprobs.lower(state.params, batch["tokens"], batch["input_mask"]),
+                train_arrays + judge_names)
+        rollout_policy = loader.abstract_weights(model_cfg.replace(param_dtype=decode_dtype), decode_layout)
+        beside = train_arrays + reference + judge_names
+        for name, prompts, spec in (("rollout", rl.questions_per_step, settings.train_rollout),
+                                    ("eval rollout", config.eval.max_questions, settings.eval_rollout)):
+            add(name, f"{prompts} x {spec.n} x ({prompt_len} + {spec.max_new_tokens}) tokens",
+                lambda prompts=prompts, spec=spec: _lower_generate(
+                    rollout_policy, decode_layout, prompts=prompts, prompt_len=prompt_len, n=spec.n,
+                    max_new_tokens=spec.max_new_tokens, sampler=spec.sampler),
+                beside, per_token=True)
+        for name, weights in judge_weights.items():
+            # The longest prompt load_judge lets through (the sampler pads it to its bucket).
+            judge_len = min(MAX_PROMPT_TOKENS, weights.cfg.max_position_embeddings - config.judge.max_new_tokens)
+            add(f"{name} call", f"{judge_rows} x ({judge_len} + {config.judge.max_new_tokens}) tokens",
+                lambda w=weights, p=judge_len: _lower_generate(
+                    w, decode_layout, prompts=judge_rows, prompt_len=p, n=1, max_new_tokens=config.judge.max_new_tokens,
+                    sampler=config.judge.sampler),
+                train_arrays + reference + tuple(n for n in judge_names if n != name), per_token=True)
+    kind = devices[0].device_kind
+    device_memory = None if target == CPU else aot_targets.get_target(target).memory_bytes
+    meshes = (f"training mesh {_mesh_words(mesh)}; decode mesh {_mesh_words(decode_layout.mesh)} "
+              f"(policy decode copy in {decode_dtype})")
+    return DryRunReport(target, kind, device_memory, len(devices), meshes, resident, programs)
+
+
+def _mesh_words(mesh: jax.sharding.Mesh) -> str:
+    return " x ".join(f"{axis} {size}" for axis, size in mesh.shape.items())
+
+
+# ---------------------------------------------------------------------------------------- the table
+def _unit(report: DryRunReport) -> tuple[str, int]:
+    """GiB, or MiB when every phase is under 1 GiB (the tiny default), so that no cell reads 0.00."""
+    largest = max((report.phase_bytes(p) for p in report.programs), default=GIB)
+    return ("GiB", GIB) if largest >= GIB else ("MiB", MIB)
+
+
+def _collective_cell(summary: hlo_stats.KindSummary, per_token: bool, unit: int = GIB) -> str:
+    count, size = ((summary.per_iteration_count, summary.per_iteration_bytes) if per_token
+                   else (summary.count, summary.bytes))
+    return "-" if count == 0 else f"{count} / {size / unit:.3g}"
+
+
+def format_report(report: DryRunReport, config_name: str = "") -> str:
+    """The dry run as plain-text tables: long-lived arrays, per-program memory, collectives."""
+    compiler = ("the CPU backend (a smoke check, not a GPU proof: it upcasts bf16 dots and does not bound "
+                "memory like the GPU compiler)" if report.target == CPU else "XLA's GPU compiler")
+    name, unit = _unit(report)
+
+    def amount(x: int) -> str:
+        return f"{x / unit:.2f}"
+
+    lines = [f"Dry run{' of ' + config_name if config_name else ''}: {report.num_devices} x {report.device_kind}, "
+             f"compiled by {compiler}, jax {jax.__version__}",
+             report.meshes, "", f"Long-lived arrays, {name} per device"]
+    lines += [f"  {group:<44}{amount(size):>8}" for group, size in report.resident.items()]
+    header = (f"{'program':<36}{'inputs':<46}{'args':>7}{'out':>7}{'temp':>7}{'alias':>7}{'peak':>7}"
+              f"{'beside':>8}{'total':>8}{'compile s':>10}")
+    lines += ["", f"Per-program memory, {name} per device (total = peak + the long-lived arrays beside it)", header]
+    for p in report.programs:
+        beside = report.phase_bytes(p) - p.peak
+        lines.append(f"{p.name:<36}{p.shapes:<46}{amount(p.arguments):>7}{amount(p.outputs):>7}"
+                     f"{amount(p.temporaries):>7}{amount(p.aliased):>7}{amount(p.peak):>7}{amount(beside):>8}"
+                     f"{amount(report.phase_bytes(p)):>8}{p.compile_seconds:>10.1f}")
+    if report.programs:
+        worst = max(report.programs, key=report.phase_bytes)
+        limit = "" if report.device_memory is None else f" of {report.device_memory / GIB:.2f} GiB"
+        lines.append(f"largest: {worst.name}, {report.phase_bytes(worst) / GIB:.2f} GiB{limit} per device")
+    kinds = hlo_stats.KINDS
+    lines += ["", f"Collectives per device: ops / {name} per run (decode loops: per generated token)",
+              f"{'program':<44}" + "".join(f"{k:>20}" for k in kinds)]
+    for p in report.programs:
+        rows = [("", False)] + ([(" per token", True)] if p.per_token else [])
+        for suffix, per_token in rows:
+            lines.append(f"{p.name + suffix:<44}"
+                         + "".join(f"{_collective_cell(p.collectives[k], per_token, unit):>20}" for k in kinds))
+    return "\n".join(lines)

@@ -1,0 +1,163 @@
+"""Reward-hacking monitors of every GRPO step, and the alerts their thresholds raise (RubricRL §3.3, §6).
+
+Every GRPO metrics row gets these keys, whatever the rubric's dimensions (shape legend: N rollouts):
+  monitor/template_share          share of responses that follow a template, 首先…其次…最后 or
+                                  first…second…finally (the rule library's TemplatePhrases detector)
+  monitor/length_drift            mean response tokens / the first GRPO step's mean − 1 (0 at step 1)
+  monitor/var/<dimension>         variance of the dimension's valid normalised scores (the mean is reward/<dimension>)
+  monitor/saturation/<dimension>  share of the dimension's valid scores at its top level (normalised 1)
+  monitor/reward_length_corr      Spearman of reward vs response tokens over the step's ok rollouts
+  monitor/judge_parse_failure     share of LLM-judge answers the parser rejected (judge_invalid / judge_prompts)
+A value that does not exist (no judge answers, a constant column, no valid score) is NaN ("nan" in
+metrics.jsonl), never 0. A value past its `config.monitor` threshold (CHECKS) is an alert: one line in
+<workdir>/alerts.jsonl {"step", "stage", "metric", "value", "threshold", "op", "message", "time"} and
+one log line such as `alert step 120: template share 0.61 > 0.40`. Eval rows are checked too (the
+golden set's Spearman per dimension, train/golden.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tqdm
+
+from rubric_jax import metrics
+from rubric_jax.calibration.stats import spearman
+from rubric_jax.judges.reward import RewardOutput
+from rubric_jax.judges.rules import TemplatePhrases
+
+_TOP = 1.0 - 1e-6  # a normalised score at or above this is at the dimension's top level
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """An alert on the metrics matching `pattern` (group 1, if any, is a dimension id): "max" fires when a
+    value is above the threshold `config.monitor.<field>`, "min" when below; `bounds` are its legal values."""
+
+    field: str
+    pattern: str
+    words: str  # the metric in the log line; "{}" is replaced by the dimension id
+    kind: str
+    bounds: tuple[float, float]
+
+
+CHECKS = (
+    Check("max_template_share", r"^monitor/template_share$", "template share", "max", (0.0, 1.0)),
+    Check("max_length_drift", r"^monitor/length_drift$", "length drift", "max", (0.0, math.inf)),
+    Check("max_saturation", r"^monitor/saturation/(.+)$", "saturation of {}", "max", (0.0, 1.0)),
+    Check("max_reward_length_corr", r"^monitor/reward_length_corr$", "reward-length correlation", "max", (-1.0, 1.0)),
+    Check("max_judge_parse_failure", r"^monitor/judge_parse_failure$", "judge parse failures", "max", (0.0, 1.0)),
+    Check("min_golden_spearman", r"^golden/spearman/(.+)$", "golden Spearman of {}", "min", (-1.0, 1.0)),
+)
+
+
+def thresholds(monitor: Mapping[str, Any]) -> dict[str, float]:
+    """The `config.monitor` thresholds by field, each checked against its bounds (the run calls this at
+    start-up, before SFT); one line naming the key and value otherwise."""
+    fields = {check.field for check in CHECKS}
+    if set(monitor) != fields:
+        raise ValueError(f"config.monitor: expected the keys {sorted(fields)}, got {sorted(monitor)}")
+    limits = {}
+    for check in CHECKS:
+        value, (lo, hi) = monitor[check.field], check.bounds
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+            raise ValueError(f"config.monitor.{check.field}={value!r}: expected a number in [{lo:g}, {hi:g}]")
+        limits[check.field] = float(value)
+    return limits
+
+
+def _nan_or(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def step_monitors(responses: Sequence[str], lengths_N: np.ndarray, scored: RewardOutput) -> dict[str, float]:
+    """The monitors one scored rollout batch determines (all but the length drift, which needs the first step)."""
+    out = {"monitor/template_share": float(TemplatePhrases().matches(responses).mean())}
+    for c, dim_id in enumerate(scored.dimension_ids):
+        valid_scores = scored.scores[scored.valid[:, c], c]
+        out[f"monitor/var/{dim_id}"] = float(valid_scores.var()) if valid_scores.size else math.nan
+        out[f"monitor/saturation/{dim_id}"] = float((valid_scores >= _TOP).mean()) if valid_scores.size else math.nan
+    ok_N = np.asarray(scored.details["reward_ok"], bool)
+    out["monitor/reward_length_corr"] = _nan_or(spearman(scored.reward[ok_N], np.asarray(lengths_N)[ok_N]).value)
+    prompts = scored.details.get("judge_prompts", 0)
+    out["monitor/judge_parse_failure"] = scored.details["judge_invalid"] / prompts if prompts else math.nan
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Alert:
+    """A metric past its threshold at one step."""
+
+    step: int
+    stage: str
+    metric: str
+    value: float
+    threshold: float
+    op: str  # ">" or "<"
+    message: str  # the log line
+
+
+def find_alerts(step: int, stage: str, row: Mapping[str, Any], limits: Mapping[str, float]) -> list[Alert]:
+    """Every metric of `row` past its threshold, in CHECKS order then by metric name (NaN never fires)."""
+    alerts = []
+    for check in CHECKS:
+        limit = limits[check.field]
+        for key in sorted(row):
+            match = re.match(check.pattern, key)
+            value = metrics.scalar_value(row[key]) if match else None
+            if value is None or math.isnan(value) or not (value > limit if check.kind == "max" else value < limit):
+                continue
+            op = ">" if check.kind == "max" else "<"
+            message = f"alert step {step}: {check.words.format(*match.groups())} {value:.2f} {op} {limit:.2f}"
+            alerts.append(Alert(step, stage, key, value, limit, op, message))
+    return alerts
+
+
+class Watch:
+    """The run's monitors over steps: the first GRPO step's length (read back from metrics.jsonl on resume,
+    which the trainer trims to its checkpoint first), the alert checks, alerts.jsonl and the log lines."""
+
+    def __init__(self, limits: Mapping[str, float], workdir: str | Path,
+                 log: Callable[[str], None] = tqdm.tqdm.write, open_logs: Callable[[], Any] = lambda: None):
+        self.limits = dict(limits)
+        self.path = Path(workdir) / metrics.ALERTS_FILE
+        self.log = log
+        self.open_logs = open_logs  # the trainer's RunLog cuts the logs back to its checkpoint when opened
+        self.metrics_path = Path(workdir) / metrics.METRICS_FILE
+        self.first_length: float | None = None
+
+    def _logged_first_length(self) -> float | None:
+        """The first GRPO step's response length in metrics.jsonl: read at the first GRPO row this process
+        observes, after a resume has cut the log back to its checkpoint."""
+        self.open_logs()
+        rows = metrics.read_jsonl_metrics(self.metrics_path) if self.metrics_path.exists() else []
+        return next((r["response_len/mean"] for r in rows if r.get("stage") == "grpo" and r["step"] == 1), None)
+
+    def observe(self, step: int, row: dict[str, Any]) -> dict[str, Any]:
+        """`row` (with its "stage"), plus monitor/length_drift on GRPO rows; its alerts are appended to
+        alerts.jsonl and logged. Call before writing the row."""
+        if row["stage"] == "grpo":
+            length = float(row["response_len/mean"])
+            if self.first_length is None:
+                self.first_length = self._logged_first_length() if step > 1 else length
+            if self.first_length is None:
+                self.first_length = length
+            row = {**row, "monitor/length_drift": length / self.first_length - 1.0 if self.first_length else math.nan}
+        found = find_alerts(step, row["stage"], row, self.limits)
+        if found:
+            self.open_logs()
+            with self.path.open("a", encoding="utf-8") as f:
+                for alert in found:
+                    line = {**metrics.jsonable(dataclasses.asdict(alert)), "time": time.time()}
+                    f.write(json.dumps(line, ensure_ascii=False, allow_nan=False) + "\n")
+        for alert in found:
+            self.log(alert.message)
+        return row

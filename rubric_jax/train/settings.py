@@ -1,0 +1,191 @@
+"""The experiment config checked once, before anything is written or run, and the typed specs the stages read.
+
+`validate(config)` checks every value `experiments.run` uses (counts, enum-like strings, samplers, dtypes,
+optimizer and GRPO settings) and returns `Settings`; a bad value is one line naming `config.<key>` and
+the value. Per-step code reads the typed specs (`RolloutSpec`, `GRPOConfig`) instead of the config, so
+the train rollout and the eval rollout cannot silently share a field (eval has its own max_new_tokens).
+`experiments.sweep` calls `validate` on every variant before running any.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+import ml_collections
+
+from rubric_jax import data, grpo, sampling
+from rubric_jax.judges.llm_judge import ENSEMBLES
+from rubric_jax.judges.reward_model import RewardModelConfig
+from rubric_jax.loader import DTYPE_CHOICES
+from rubric_jax.train import rollout, state as train_state
+
+STAGES = ("sft", "grpo")
+REWARD_SOURCES = ("rubric", "reward_model")  # config.reward.source
+ROLLOUT_DTYPES = ("compute", "float32", "bfloat16")  # mesh.rollout.param_dtype
+COMPUTE_DTYPES = ("float32", "bfloat16")  # model.compute_dtype
+JUDGE_MODES = {"per_dimension": "single", "all_criteria": "multi"}  # config.judge.mode -> JudgeConfig.mode
+# Integer fields and their smallest allowed value (a zero or negative count would silently skip a stage).
+_AT_LEAST = {
+    "sft.batch_size": 1, "sft.epochs": 1, "sft.max_response_len": 1, "sft.warmup_steps": 0,
+    "rl.steps": 1, "rl.questions_per_step": 1, "rl.group_size": 2, "rl.max_new_tokens": 1,
+    "rl.updates_per_batch": 1, "rl.micro_batches": 1, "rl.warmup_steps": 0, "rl.max_nan_streak": 1,
+    "rl.dynamic_weights_window": 1, "eval.every_steps": 1, "eval.max_questions": 1, "eval.max_new_tokens": 1,
+    "checkpoint.every_steps": 1, "checkpoint.keep": 1, "data.max_prompt_len": 1, "data.length_buckets": 1,
+    "judge.samples": 1, "judge.max_retries": 0, "judge.max_new_tokens": 1, "log.samples_per_step": 0,
+    "mesh.data": 1, "mesh.tensor": 1, "mesh.rollout.tensor": 1,
+}
+_GRPO_KEYS = {"kl_coef": "beta", "loss_norm_length": "max_new_tokens", "temperature": "sampler"}  # GRPOConfig -> rl
+
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutSpec:
+    """What one rollout samples: `n` responses per question with `sampler`, at most `max_new_tokens` each;
+    prompts are left-padded to one of `prompt_buckets`, responses to one of `response_buckets`."""
+
+    sampler: str
+    n: int
+    max_new_tokens: int
+    prompt_buckets: tuple[int, ...]
+    response_buckets: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The validated pieces of a config that the stages use (built once at start-up)."""
+
+    stages: tuple[str, ...]
+    grpo: grpo.GRPOConfig | None  # None when "grpo" is not a stage
+    train_rollout: RolloutSpec  # GRPO rollouts (rl.*)
+    eval_rollout: RolloutSpec  # held-out evals (eval.*): its own sampler and max_new_tokens
+    sft_response_buckets: tuple[int, ...]
+    missing_scores: str  # rl.missing_scores
+    recompute_old_logprobs: bool  # rl.recompute_old_logprobs
+    updates_per_batch: int  # rl.updates_per_batch
+    samples_per_step: int  # log.samples_per_step
+    eval_every: int  # eval.every_steps
+    reward_model: RewardModelConfig | None  # config.reward, when a reward model scores the rollouts
+
+
+def _get(config: ml_collections.ConfigDict, key: str):
+    node = config
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def _fail(key: str, value, why: str) -> None:
+    raise ValueError(f"config.{key}={value!r}: {why}")
+
+
+def _choice(config: ml_collections.ConfigDict, key: str, choices) -> str:
+    value = _get(config, key)
+    if value not in choices:
+        _fail(key, value, f"expected one of {tuple(choices)}")
+    return value
+
+
+def _sampler(config: ml_collections.ConfigDict, key: str) -> sampling.Sampler:
+    try:
+        return sampling.parse_sampler(_get(config, key))
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"config.{key}: {e}") from None
+
+
+def grpo_config(rl: ml_collections.ConfigDict) -> grpo.GRPOConfig:
+    """The objective's settings from the config's rl block, validated with the rest of the rl block's
+    GRPO choices (rollout sampler, missing_scores)."""
+    if rl.missing_scores not in rollout.MISSING_SCORES:
+        raise ValueError(f"config.rl.missing_scores={rl.missing_scores!r}: must be one of {rollout.MISSING_SCORES}")
+    norm_length = rl.max_new_tokens if rl.loss_aggregation == "seq_mean_token_sum_norm" else None
+    try:
+        return grpo.GRPOConfig(group_size=rl.group_size, kl_coef=rl.beta, kl_estimator=rl.kl_estimator,
+                               clip_low=rl.clip_low, clip_high=rl.clip_high, advantage_scaling=rl.advantage_scaling,
+                               advantage_eps=rl.advantage_eps, loss_aggregation=rl.loss_aggregation,
+                               loss_norm_length=norm_length, temperature=rollout.rollout_temperature(rl.sampler))
+    except ValueError as e:
+        field = re.match(r"GRPOConfig\.(\w+)=", str(e))
+        if field is None:
+            raise
+        raise ValueError(f"config.rl.{_GRPO_KEYS.get(field.group(1), field.group(1))}: {e}") from None
+
+
+def optimizer_config(stage_cfg: ml_collections.ConfigDict, total_steps: int | None, block: str
+                     ) -> train_state.OptimizerConfig:
+    """AdamW settings of one stage (the sft and rl blocks carry the same optimizer fields)."""
+    try:
+        return train_state.OptimizerConfig(
+            learning_rate=stage_cfg.lr, warmup_steps=stage_cfg.warmup_steps, schedule=stage_cfg.schedule,
+            total_steps=total_steps if stage_cfg.schedule == "cosine" else None,
+            weight_decay=stage_cfg.weight_decay, max_grad_norm=stage_cfg.grad_clip)
+    except ValueError as e:
+        raise ValueError(f"config.{block}: {e}") from None
+
+
+def reward_model_config(config: ml_collections.ConfigDict) -> RewardModelConfig | None:
+    """`config.reward` checked before anything loads: None when rubrics score the rollouts, else the reward
+    model's settings. A key that the chosen source would ignore is an error, not a silent no-op."""
+    r = config.reward
+    if r.source not in REWARD_SOURCES:
+        raise ValueError(f"config.reward.source={r.source!r}: expected one of {REWARD_SOURCES}")
+    if r.source == "rubric":
+        if r.model_checkpoint:
+            raise ValueError("config.reward.model_checkpoint is set but config.reward.source='rubric' never reads "
+                             "it; add --config.reward.source=reward_model or drop the checkpoint")
+        return None
+    if not r.model_checkpoint:
+        raise ValueError("config.reward.source='reward_model' needs config.reward.model_checkpoint=DIR (a local "
+                         "HF *ForSequenceClassification directory with one label)")
+    if config.judge.checkpoint:
+        raise ValueError("config.judge.checkpoint is set but config.reward.source='reward_model' scores with the "
+                         "reward model alone; drop the judge")
+    if config.rl.dynamic_weights:
+        raise ValueError("config.rl.dynamic_weights re-weights rubric dimensions; a reward model has none")
+    if config.data.rubric_correction:
+        raise ValueError("config.data.rubric_correction corrects judge scores; a reward model has none")
+    if r.model_dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"config.reward.model_dtype={r.model_dtype!r}: expected 'float32' or 'bfloat16'")
+    return RewardModelConfig(max_len=r.model_max_len, batch_size=r.model_batch_size, center=r.model_center,
+                             scale=r.model_scale)
+
+
+def validate(config: ml_collections.ConfigDict) -> Settings:
+    """Checks every value a run reads; raises ValueError naming `config.<key>` and the bad value."""
+    stages = tuple(config.stages)
+    if not stages or sorted(set(stages), key=stages.index) != list(stages) or not set(stages) <= set(STAGES):
+        _fail("stages", stages, f"expected a non-empty subset of {STAGES} without repeats")
+    for key, minimum in _AT_LEAST.items():
+        value = _get(config, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            _fail(key, value, f"expected an integer >= {minimum}")
+    if config.mesh.fsdp != -1 and (isinstance(config.mesh.fsdp, bool) or config.mesh.fsdp < 1):
+        _fail("mesh.fsdp", config.mesh.fsdp, "expected an integer >= 1, or -1 for every device left")
+    for key in ("sft.lr", "rl.lr"):
+        if not (isinstance(_get(config, key), (int, float)) and math.isfinite(_get(config, key))):
+            _fail(key, _get(config, key), "expected a finite number")
+    if config.model.param_dtype != "float32":
+        _fail("model.param_dtype", config.model.param_dtype,
+              "training keeps float32 master weights; set model.compute_dtype='bfloat16' for bf16 compute")
+    _choice(config, "model.compute_dtype", COMPUTE_DTYPES)
+    _choice(config, "mesh.rollout.param_dtype", ROLLOUT_DTYPES)
+    _choice(config, "judge.param_dtype", DTYPE_CHOICES)
+    _choice(config, "judge.compute_dtype", DTYPE_CHOICES)
+    _choice(config, "judge.mode", JUDGE_MODES)
+    _choice(config, "judge.ensemble", ENSEMBLES)
+    _sampler(config, "judge.sampler")
+    _sampler(config, "eval.sampler")
+    for block in ("sft", "rl"):  # the schedule total is known later (cosine needs it): any valid length here
+        optimizer_config(config[block], _get(config, f"{block}.warmup_steps") + 1, block)
+    grpo_cfg = grpo_config(config.rl) if "grpo" in stages else None
+    _sampler(config, "rl.sampler")
+    buckets = lambda max_len: data.length_buckets(max_len, config.data.length_buckets)  # noqa: E731
+    prompts = buckets(config.data.max_prompt_len)
+    train = RolloutSpec(config.rl.sampler, config.rl.group_size, config.rl.max_new_tokens, prompts,
+                        buckets(config.rl.max_new_tokens))
+    evaluation = RolloutSpec(config.eval.sampler, 1, config.eval.max_new_tokens, prompts,
+                             buckets(config.eval.max_new_tokens))
+    return Settings(stages, grpo_cfg, train, evaluation, buckets(config.sft.max_response_len),
+                    config.rl.missing_scores, config.rl.recompute_old_logprobs, config.rl.updates_per_batch,
+                    config.log.samples_per_step, config.eval.every_steps, reward_model_config(config))

@@ -1,0 +1,94 @@
+"""One process of the multi-host test (tests/test_multihost.py): 8 CPU devices in all, split over
+NUM_PROCESSES local processes joined by a local coordinator. Each process reads only its own rows of
+the data; the results it writes to OUT/<process id>.npz are compared with a one-process run's (`run`,
+called by the test in its own 8-device process).
+
+  python tests/multihost_worker.py OUT PROCESS_ID NUM_PROCESSES PORT
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+DEVICES = 8
+
+
+def main(out: Path, process_id: int, num_processes: int, port: int) -> None:
+    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={DEVICES // num_processes}"
+    import jax
+
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=num_processes,
+                               process_id=process_id)
+    run(out)
+
+
+def run(out: Path) -> None:
+    """Everything each process does (also the one-process reference, in the test's own process)."""
+    import jax
+    import numpy as np
+    import optax
+    from flax import traverse_util
+
+    from rubric_jax import distributed, loader, sampling, sharding
+    from rubric_jax.models.checkpoint import export_hf_checkpoint
+    from rubric_jax.models.config import ModelConfig
+    from rubric_jax.train import checkpointing, state as train_state, step as train_step
+
+    assert jax.device_count() == DEVICES
+    process_id, num_processes = jax.process_index(), jax.process_count()
+    cfg = ModelConfig(architecture="qwen2", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
+                      num_heads=4, num_kv_heads=2, head_dim=8, rope_theta=10000.0, rms_norm_eps=1e-6,
+                      tie_word_embeddings=False, attention_bias=True, rope_scaling=None, max_position_embeddings=64)
+    layout = sharding.Layout(sharding.make_mesh(sharding.MeshConfig(data=2, fsdp=4, tensor=1)))
+    weights = loader.init_weights(cfg, layout, jax.random.key(0))
+    rng = np.random.default_rng(0)
+    results: dict[str, np.ndarray] = {}
+
+    # Generate in the decode layout (tensor groups of 2 within a host): this process's 4 of 8 prompts.
+    prompts = [rng.integers(1, cfg.vocab_size, size=int(rng.integers(3, 9))).tolist() for _ in range(8)]
+    share = len(prompts) // num_processes
+    mine = prompts[process_id * share:(process_id + 1) * share]
+    decode = sharding.decode_layout(layout.mesh, 2)
+    result = sampling.generate(loader.to_layout(weights, decode), mine, key=jax.random.key(1), n=2, max_new_tokens=6,
+                               sampler="temperature(1.0)", stop_tokens=(0,), pad_id=0, layout=decode)
+    results.update(gen_tokens=result.tokens, gen_logprobs=result.logprobs, gen_lengths=result.lengths)
+
+    # One SFT step, FSDP over 4 devices per host and data-parallel across hosts: this process's 8 of 16 rows.
+    tokens = rng.integers(1, cfg.vocab_size, size=(16, 12)).astype(np.int32)
+    input_mask = np.ones_like(tokens, bool)
+    loss_mask = np.zeros_like(tokens, bool)
+    loss_mask[:, 6:] = True
+    rows = slice(process_id * 16 // num_processes, (process_id + 1) * 16 // num_processes)
+    batch = distributed.global_batch({"tokens": tokens[rows], "input_mask": input_mask[rows],
+                                      "loss_mask": loss_mask[rows]}, sharding.batch_sharding(layout.mesh))
+    tx = optax.sgd(0.5)  # plain SGD: a parameter moves by 0.5 x its gradient (Adam's g/|g| would amplify float noise)
+    state, shardings = train_state.new_train_state(weights, tx, layout.mesh)
+    step = train_step.jit_sft_step(shardings=shardings, mesh=layout.mesh)
+    state, metrics = step(state, batch)
+    results.update({f"metric/{k}": v for k, v in distributed.host_tree(metrics).items()})
+    flat = traverse_util.flatten_dict(state.params, sep="/")
+    results.update({f"param/{k}": distributed.host_array(v) for k, v in flat.items()})
+
+    # Orbax saves from every host (one shared directory) and restores into the same shardings.
+    with checkpointing.Checkpointer(out / "ckpt", max_to_keep=1, async_save=False) as ckpt:
+        ckpt.save(state, data_state={}, rubric_hash="h")
+        restored = ckpt.restore(checkpointing.abstract_with_shardings(state, shardings)).state
+    restored_flat = traverse_util.flatten_dict(restored.params, sep="/")
+    results["restored_equal"] = np.asarray(all(
+        np.array_equal(distributed.host_array(restored_flat[k]), results[f"param/{k}"]) for k in flat))
+    export_hf_checkpoint(cfg, state.params, out / "export")  # gathered across hosts, written by process 0
+    if num_processes > 1:  # the trainer loop is not multi-host yet: it says so before doing anything
+        from configs import tiny
+        from rubric_jax.train import loop
+
+        try:
+            loop.run(tiny.get_config(), out / f"run{process_id}")
+        except ValueError as e:
+            results["loop_refusal"] = np.asarray(str(e))
+    np.savez(out / f"{process_id}.npz", **results)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))

@@ -1,0 +1,249 @@
+"""The dry run (rubric_jax/aot.py): GPU target specs, bundled model shapes, per-device bytes worked out by
+hand, and the CPU dry run of the tiny default (through the CLI) and of the 0.5B shapes with a judge."""
+
+import hashlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import pytest
+
+from configs import qwen7b, tiny
+from rubric_jax import aot, aot_targets, hlo_stats
+from rubric_jax.assets import MODEL_SHAPES_DIR
+from rubric_jax.models.checkpoint import abstract_model
+from rubric_jax.models.config import ModelConfig
+
+REPO = Path(__file__).resolve().parents[1]
+# The GPU-compiler environment (requirements-aot.txt) that ./launch.sh makes; tests that need it skip without it.
+AOT_PYTHON = Path(os.environ.get("RUBRIC_JAX_AOT_PYTHON", REPO / ".venv-aot" / "bin" / "python"))
+# Published parameter counts (model cards: 0.49B, 1.54B, 7.61B, 8.03B; exact totals of the checkpoints).
+PUBLISHED_PARAMETERS = {"Qwen2.5-0.5B-Instruct": 494_032_768, "Qwen2.5-1.5B-Instruct": 1_543_714_304,
+                        "Qwen2.5-7B-Instruct": 7_615_616_512, "Llama-3.1-8B-Instruct": 8_030_261_248}
+PROGRAMS = ["SFT step", "GRPO update", "rollout log-probs", "rollout", "eval rollout"]
+
+
+def test_a100_target_config_text_is_the_published_facts():
+    assert aot_targets.target_config_text(aot_targets.get_target("a100_80g")) == """gpu_device_info {
+  threads_per_block_limit: 1024
+  threads_per_warp: 32
+  shared_memory_per_block: 49152
+  shared_memory_per_core: 167936
+  threads_per_core_limit: 2048
+  core_count: 108
+  fpus_per_core: 64
+  block_dim_limit_x: 2147483647
+  block_dim_limit_y: 65535
+  block_dim_limit_z: 65535
+  memory_bandwidth: 2039000000000
+  l2_cache_size: 41943040
+  clock_rate_ghz: 1.41
+  device_memory_size: 85899345920
+  shared_memory_per_block_optin: 166912
+  registers_per_core_limit: 65536
+  registers_per_block_limit: 65536
+  cuda_compute_capability { major: 8 minor: 0 }
+}
+platform_name: "CUDA"
+device_description_str: "NVIDIA A100-SXM4-80GB"
+"""
+    with pytest.raises(ValueError, match=r"unknown GPU target 'v100'; expected one of \['a100_80g', 'h100_80g', 'h200'\]"):
+        aot_targets.get_target("v100")
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMETERS))
+def test_bundled_shapes_have_the_published_parameter_counts(name):
+    cfg = ModelConfig.from_hf_dict(json.loads((MODEL_SHAPES_DIR / f"{name}.json").read_text()))
+    _, state = abstract_model(cfg)
+    assert sum(x.size for x in jax.tree.leaves(state)) == PUBLISHED_PARAMETERS[name]
+
+
+def test_shapes_file_prefers_the_directory_and_names_the_key_otherwise(tmp_path):
+    (tmp_path / "Qwen2.5-7B-Instruct").mkdir()
+    (tmp_path / "Qwen2.5-7B-Instruct" / "config.json").write_text("{}")
+    assert aot.shapes_file(str(tmp_path / "Qwen2.5-7B-Instruct"), "model.checkpoint").parent.parent == tmp_path
+    assert aot.shapes_file("/nowhere/Qwen2.5-7B-Instruct", "model.checkpoint") == \
+        MODEL_SHAPES_DIR / "Qwen2.5-7B-Instruct.json"
+    with pytest.raises(ValueError, match=r"config.judge.checkpoint=/nowhere/Judge-9B: no config.json there and no "
+                                         r"bundled shapes named 'Judge-9B' \(bundled: \['Llama-3.1-8B-Instruct'"):
+        aot.shapes_file("/nowhere/Judge-9B", "judge.checkpoint")
+
+
+def test_judge_prompts_per_call():
+    config = qwen7b.get_config("size=0.5b")
+    config.rl.questions_per_step, config.rl.group_size, config.eval.max_questions = 4, 8, 40
+    config.judge.samples, config.judge.batch_size = 3, 0
+    config.judge.mode = "all_criteria"
+    assert aot.judge_prompts_per_call(config) == 40 * 3  # the eval (40) outnumbers a rollout (32)
+    config.judge.mode = "per_dimension"
+    config.data.rubric = str(REPO / "configs/rubrics/medical_qa.yaml")  # 3 of its 4 dimensions are LLM-judged
+    assert aot.judge_prompts_per_call(config) == 40 * 3 * 3
+    config.judge.batch_size = 64
+    assert aot.judge_prompts_per_call(config) == 64
+    config.data.rubric = ""  # not needed: at least one prompt per answer and sample fills the cap
+    assert aot.judge_prompts_per_call(config) == 64
+    config.judge.batch_size = 121
+    with pytest.raises(ValueError, match=r"counts the LLM dimensions of config.data.rubric, which is empty; set "
+                                         r"it, or config.judge.batch_size <= 120"):
+        aot.judge_prompts_per_call(config)
+
+
+def test_a_reward_model_run_is_refused_rather_than_under_counted():
+    config = tiny.get_config()
+    config.reward.source, config.reward.model_checkpoint = "reward_model", "/models/internlm2-7b-reward"
+    with pytest.raises(ValueError, match=r"config.reward.source='reward_model': the dry run does not compile"):
+        aot.dry_run(config, "cpu", 8)
+
+
+def test_gpu_target_without_the_gpu_compiler_is_one_line():
+    if importlib.util.find_spec("jax_cuda12_plugin") is not None:
+        pytest.skip("this environment has the GPU compiler")
+    with pytest.raises(ValueError, match=r"--dry_run_target=h200 needs XLA's GPU compiler, which this Python "
+                                         r"environment lacks \(.*\); run it through ./launch.sh"):
+        aot.target_devices("h200", 8)
+
+
+def test_cpu_dry_run_with_a_judge_holds_the_bytes_worked_out_by_hand(tmp_path):
+    """The tiny model as policy and as judge (no weights: a directory with its config.json), GRPO only."""
+    (tmp_path / "judge").mkdir()
+    (tmp_path / "judge" / "config.json").write_text((REPO / "rubric_jax/assets/tiny/config.json").read_text())
+    config = tiny.get_config()
+    config.stages, config.judge.checkpoint, config.judge.batch_size = ["grpo"], str(tmp_path / "judge"), 16
+    lines = []
+    report = aot.dry_run(config, "cpu", 8, progress=lines.append)
+    programs = ["GRPO update", "rollout log-probs", "rollout", "eval rollout", "judge judge call"]
+    assert [p.name for p in report.programs] == programs and len(lines) == 2 * len(programs)
+    # The tiny model (hidden 128, MLP 384, 2 layers, 4 heads / 2 KV heads of 32, vocab 2048, tied):
+    # embedding + 2 x (q, k, v, o, gate, up, down, 2 norms, q/k/v biases) + final norm, in floats.
+    total = 2048 * 128 + 2 * (128 * 128 + 2 * 128 * 64 + 128 * 128 + 3 * 128 * 384 + 2 * 128 + (128 + 2 * 64)) + 128
+    assert total == 656_512
+    # Training layout (fsdp 8 over `embed`): all split 8 ways but the q/k/v biases (2 x 256 floats).
+    params = ((total - 512) // 8 + 512) * 4
+    assert report.resident["policy params"] == report.resident["reference params"] == params
+    assert 0 <= report.resident["AdamW moments"] - 2 * params < 64  # mu, nu + a few scalars
+    # Decode layout (tensor 1 x data 8): the judge whole on every device, float32 ("auto" on CPU).
+    assert report.resident["judge judge"] == total * 4
+    by_name = {p.name: p for p in report.programs}
+    for p in report.programs:
+        assert min(p.arguments, p.temporaries, p.peak) > 0 and p.compile_seconds > 0, p
+        assert p.peak == p.arguments + p.outputs + p.temporaries - p.aliased
+    assert by_name["GRPO update"].aliased >= params  # the state is donated
+    assert report.phase_bytes(by_name["GRPO update"]) == by_name["GRPO update"].peak + params + total * 4
+    assert report.phase_bytes(by_name["rollout"]) == (by_name["rollout"].peak + 2 * params
+                                                      + report.resident["AdamW moments"] + total * 4)
+    assert by_name["judge judge call"].shapes == "16 x (448 + 64) tokens"  # 512 positions - 64 new tokens
+    for name in ("rollout", "eval rollout", "judge judge call"):  # decode layout: no weight all-gather per token
+        assert by_name[name].per_token and by_name[name].collectives["all-gather"].per_iteration_count == 0
+    assert by_name["GRPO update"].collectives["all-gather"].count > 0  # FSDP gathers weights in training
+    text = aot.format_report(report, "configs/tiny.py")
+    assert "compiled by the CPU backend (a smoke check, not a GPU proof" in text
+    assert "Long-lived arrays, MiB per device" in text and f"{total * 4 / 2**20:.2f}" in text
+    assert all(f"\n{name} " in text for name in by_name)
+
+
+def _table_rows(stdout: str) -> dict[str, list[str]]:
+    """Program name -> the cells of its row in the per-program memory table."""
+    table = stdout.split("Per-program memory")[1].split("largest:")[0].splitlines()[2:]
+    return {line[:36].strip(): line[36:].split() for line in table if line.strip()}
+
+
+def test_cpu_dry_run_cli_of_the_tiny_default():
+    proc = subprocess.run([sys.executable, "-m", "experiments.run", "--config=configs/tiny.py", "--dry_run"],  # README
+                          cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr
+    rows = _table_rows(proc.stdout)
+    assert list(rows) == PROGRAMS
+    for name, cells in rows.items():
+        peak = float(cells[-4])  # ... peak, beside, total, compile seconds
+        assert peak > 0 and float(cells[-2]) >= peak, (name, cells)
+    assert "8 x cpu, compiled by the CPU backend (a smoke check, not a GPU proof" in proc.stdout
+
+
+def test_cli_errors_are_one_line_with_exit_2():
+    proc = subprocess.run([sys.executable, "-m", "experiments.run", "--config=configs/tiny.py", "--dry_run",
+                           "--dry_run_target=v100"], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == ("experiments.run --dry_run: error: --dry_run_target='v100': "
+                                                    "expected one of ('cpu', 'a100_80g', 'h100_80g', 'h200')")
+
+
+def _fake_venv(directory: Path, name: str, requirements: list[str]) -> None:
+    """A venv whose python echoes its name and arguments, stamped as up to date with `requirements`."""
+    (directory / "bin").mkdir(parents=True)
+    (directory / "bin" / "python").write_text(f'#!/bin/sh\necho "{name} $*"\n')
+    (directory / "bin" / "python").chmod(0o755)
+    stamp = hashlib.sha256(b"".join((REPO / r).read_bytes() for r in requirements)).hexdigest()
+    (directory / ".rubric_jax_requirements").write_text(stamp + "\n")
+
+
+def test_launch_sh_runs_gpu_dry_runs_in_the_aot_environment(tmp_path):
+    """The README's ./launch.sh commands: a GPU --dry_run_target goes to .venv-aot, anything else to .venv."""
+    _fake_venv(tmp_path / "main", "main", ["requirements.txt", "requirements-test.txt"])
+    _fake_venv(tmp_path / "aot", "aot", ["requirements-aot.txt", "requirements.txt"])
+    env = {**os.environ, "RUBRIC_JAX_VENV": str(tmp_path / "main"), "RUBRIC_JAX_AOT_VENV": str(tmp_path / "aot")}
+
+    def launch(*args: str) -> str:
+        proc = subprocess.run(["bash", "launch.sh", *args], cwd=REPO, capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+    gpu = ["experiments.run", "--config=configs/qwen7b.py", "--dry_run", "--dry_run_target=a100_80g"]
+    assert launch(*gpu) == "aot -m " + " ".join(gpu)
+    cpu = ["experiments.run", "--config=configs/tiny.py", "--dry_run"]
+    assert launch(*cpu) == "main -m " + " ".join(cpu)
+    assert launch(*cpu, "--dry_run_target=cpu") == "main -m " + " ".join(cpu + ["--dry_run_target=cpu"])
+    assert launch("aot").startswith("launch.sh: ")
+
+
+_NEEDS_GPU_COMPILER = pytest.mark.skipif(
+    not AOT_PYTHON.is_file(), reason=f"no GPU-compiler environment at {AOT_PYTHON} (make it with ./launch.sh aot, "
+    "or point RUBRIC_JAX_AOT_PYTHON at a python with requirements-aot.txt)")
+
+
+@_NEEDS_GPU_COMPILER
+def test_gpu_dry_run_in_the_gpu_compiler_environment():
+    """The README's GPU command at the 0.5B size with short sequences, compiled by XLA's GPU compiler
+    for 8 A100s: every program compiles, and no decode loop all-gathers weights."""
+    args = [str(AOT_PYTHON), "-m", "experiments.run", "--config=configs/qwen7b.py:size=0.5b", "--dry_run",
+            "--dry_run_target=a100_80g", "--config.data.max_prompt_len=32", "--config.sft.max_response_len=16",
+            "--config.rl.max_new_tokens=16", "--config.rl.questions_per_step=8", "--config.eval.max_questions=8",
+            "--config.sft.batch_size=8", "--config.judge.max_new_tokens=8", "--config.judge.batch_size=64"]
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "8 x NVIDIA A100-SXM4-80GB, compiled by XLA's GPU compiler" in proc.stdout
+    assert list(_table_rows(proc.stdout)) == PROGRAMS + ["judge Llama-3.1-8B-Instruct call"]
+    assert "of 80.00 GiB per device" in proc.stdout
+    collectives = {line[:44].strip(): line[44:].split() for line in
+                   proc.stdout.split("Collectives per device")[1].splitlines()[2:]}
+    for row in ("rollout per token", "eval rollout per token", "judge Llama-3.1-8B-Instruct call per token"):
+        assert collectives[row][0] == "-", (row, collectives[row])  # the all-gather column
+
+
+@_NEEDS_GPU_COMPILER
+def test_every_gpu_target_spec_is_accepted_by_the_gpu_compiler():
+    script = """
+import jax, jax.numpy as jnp, numpy as np
+from rubric_jax import aot, aot_targets
+for target in aot_targets.TARGETS:
+    mesh = jax.sharding.Mesh(np.array(aot.target_devices(target, 8)), ("x",))
+    w = jax.ShapeDtypeStruct((1024, 1024), jnp.bfloat16, sharding=jax.sharding.NamedSharding(mesh, jax.P("x")))
+    compiled = jax.jit(lambda w: jnp.tanh(w @ w.T)).lower(w).compile()
+    print(target, compiled.input_shardings[0][0].mesh.devices.flat[0].device_kind, compiled.memory_analysis().temp_size_in_bytes > 0)
+"""
+    proc = subprocess.run([str(AOT_PYTHON), "-c", script], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == ["a100_80g NVIDIA A100-SXM4-80GB True", "h100_80g NVIDIA H100 80GB HBM3 True",
+                                        "h200 NVIDIA H200 True"]
+
+
+def test_per_iteration_collectives_feed_the_per_token_row():
+    summary = hlo_stats.KindSummary(count=3, bytes=3 << 30, per_iteration_count=56, per_iteration_bytes=1 << 29)
+    assert aot._collective_cell(summary, per_token=False) == "3 / 3"
+    assert aot._collective_cell(summary, per_token=True) == "56 / 0.5"
+    assert aot._collective_cell(hlo_stats.KindSummary(0, 0, 0, 0), per_token=True) == "-"

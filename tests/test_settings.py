@@ -1,0 +1,72 @@
+"""train/settings.validate: every value a run reads is checked up front, one line naming config.<key>; the
+typed rollout specs give eval its own response budget."""
+
+import re
+
+import pytest
+
+from configs import qwen7b, tiny
+from rubric_jax.train import settings
+
+
+def _with(**values):
+    config = tiny.get_config()
+    with config.unlocked():
+        for key, value in values.items():
+            node = config
+            *parents, leaf = key.split("__")
+            for part in parents:
+                node = node[part]
+            node[leaf] = value
+    return config
+
+
+def test_shipped_configs_validate_and_eval_has_its_own_response_budget():
+    for config in (tiny.get_config(), qwen7b.get_config(), qwen7b.get_config("size=0.5b")):
+        settings.validate(config)
+    checked = settings.validate(_with(rl__max_new_tokens=32, eval__max_new_tokens=8, eval__sampler="topk(5)",
+                                      data__length_buckets=2))
+    assert checked.train_rollout == settings.RolloutSpec("temperature(1.0)", 8, 32, (64, 128), (16, 32))
+    assert checked.eval_rollout == settings.RolloutSpec("topk(5)", 1, 8, (64, 128), (8,))
+    assert checked.grpo.temperature == 1.0 and checked.updates_per_batch == 1
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("sft__batch_size", 0, "config.sft.batch_size=0: expected an integer >= 1"),
+    ("sft__batch_size", -16, "config.sft.batch_size=-16"),
+    ("sft__epochs", 0, "config.sft.epochs=0"),
+    ("rl__steps", -1, "config.rl.steps=-1"),
+    ("rl__group_size", 1, "config.rl.group_size=1: expected an integer >= 2"),
+    ("eval__every_steps", 0, "config.eval.every_steps=0"),
+    ("checkpoint__every_steps", 0, "config.checkpoint.every_steps=0"),
+    ("eval__max_new_tokens", 0, "config.eval.max_new_tokens=0"),
+    ("rl__updates_per_batch", 0, "config.rl.updates_per_batch=0"),
+    ("mesh__fsdp", 0, "config.mesh.fsdp=0"),
+    ("stages", ("sft", "rl"), "config.stages=('sft', 'rl')"),
+    ("stages", (), "config.stages=()"),
+    ("model__param_dtype", "bfloat16", "config.model.param_dtype='bfloat16': training keeps float32"),
+    ("model__compute_dtype", "fp8", "config.model.compute_dtype='fp8': expected one of"),
+    ("mesh__rollout__param_dtype", "half", "config.mesh.rollout.param_dtype='half'"),
+    ("judge__mode", "pairwise", "config.judge.mode='pairwise': expected one of ('per_dimension', 'all_criteria')"),
+    ("judge__ensemble", "vote", "config.judge.ensemble='vote'"),
+    ("judge__param_dtype", "fp16", "config.judge.param_dtype='fp16'"),
+    ("judge__sampler", "beam(4)", "config.judge.sampler: sampler 'beam(4)'"),
+    ("eval__sampler", "temperature(nan)", "config.eval.sampler: sampler 'temperature(nan)': arguments must be finite"),
+    ("sft__schedule", "linear", "config.sft: OptimizerConfig.schedule='linear'"),
+    ("rl__schedule", "cosine ", "config.rl: OptimizerConfig.schedule='cosine '"),
+    ("rl__lr", float("nan"), "config.rl.lr=nan"),
+    ("rl__kl_estimator", "k9", "config.rl.kl_estimator: GRPOConfig.kl_estimator='k9': must be one of"),
+    ("rl__loss_aggregation", "sum", "config.rl.loss_aggregation: GRPOConfig.loss_aggregation='sum'"),
+    ("rl__beta", -0.1, "config.rl.beta: GRPOConfig.kl_coef=-0.1: must be finite and >= 0"),
+    ("rl__missing_scores", "dorp", "config.rl.missing_scores='dorp'"),
+    ("rl__sampler", "nucleus(0.9)", "config.rl.sampler='nucleus(0.9)'"),
+])
+def test_every_bad_value_is_one_line_naming_the_key(key, value, message):
+    with pytest.raises(ValueError, match=re.escape(message)) as raised:
+        settings.validate(_with(**{key: value}))
+    assert "\n" not in str(raised.value)
+
+
+def test_grpo_settings_are_not_required_without_the_grpo_stage():
+    checked = settings.validate(_with(stages=("sft",), rl__missing_scores="dorp"))
+    assert checked.grpo is None

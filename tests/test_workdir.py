@@ -1,0 +1,161 @@
+"""Restarts that must not lose or rewrite anything: the workdir checks, the log cut at the resume position
+(torn last line), the checkpoint fallback past a corrupt one, refusals before any write, and the stage
+runner that reads a step's metrics after dispatching the next one. Tiny states, no model."""
+
+import json
+import types
+from pathlib import Path
+
+import jax.numpy as jnp
+import ml_collections
+import pytest
+
+from rubric_jax.models.checkpoint import CheckpointError
+from rubric_jax.train import checkpointing, loop, workdir
+from rubric_jax.train.state import TrainState
+
+
+def _state(step: int = 0) -> TrainState:
+    """A TrainState with one small array (what the runner and checkpointer need of it)."""
+    return TrainState(step=jnp.asarray(step, jnp.int32), params={"w": jnp.arange(3.0) + step}, opt_state=(),
+                      graphdef=None, tx=None)
+
+
+def _rows(path: Path) -> list[tuple[str, int]]:
+    return [(r.get("stage", "-"), r.get("step", -1)) for r in map(json.loads, path.read_text().splitlines())
+            if "run_info" not in r]
+
+
+# ------------------------------------------------------------------------------------------ workdir
+def test_a_workdir_that_is_a_file_or_cannot_be_written_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match=r"--workdir=.*file: is a file, not a directory"):
+        workdir.check_usable(tmp_path / "file")
+    with pytest.raises(ValueError, match=r"--workdir=.*file/run: cannot write there \(Not a directory"):
+        workdir.check_usable(tmp_path / "file" / "run")
+    if Path("/sys/kernel").is_dir():  # read-only for everyone, root included (tests here run as root)
+        with pytest.raises(ValueError, match=r"--workdir=/sys/kernel/rubric_jax_run: cannot write there"):
+            workdir.check_usable("/sys/kernel/rubric_jax_run")
+    assert workdir.check_usable(tmp_path / "new" / "run").is_dir() and not any((tmp_path / "new" / "run").iterdir())
+
+
+def test_a_torn_last_line_is_dropped_and_any_other_bad_line_is_named(tmp_path, capsys):
+    path = tmp_path / "metrics.jsonl"
+    rows = [{"run_info": {}}, {"stage": "sft", "step": 1}, {"stage": "grpo", "step": 1}, {"stage": "eval", "step": 2},
+            {"stage": "grpo", "step": 2}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"stage": "grpo", "st')  # killed mid-write
+    workdir.cut_log(path, (1, 1))
+    assert _rows(path) == [("sft", 1), ("grpo", 1)] and path.read_text().endswith("\n")
+    assert "metrics.jsonl:6: dropped a torn last line" in capsys.readouterr().out
+    path.write_text('{"stage": "sft", "step": 1}\nnot json\n{"stage": "sft", "step": 2}\n')
+    with pytest.raises(ValueError, match=r"metrics\.jsonl:2: not a log row .*fix or delete that line"):
+        workdir.cut_log(path, (1, 1))
+
+
+def _saved(tmp_path: Path, stage: str, *, rubric_hash: str = "h", extra: dict | None = None) -> None:
+    with checkpointing.Checkpointer(workdir.checkpoint_dir(tmp_path, stage), max_to_keep=3) as ckpt:
+        ckpt.save(_state(2), data_state={"epoch": 0, "index": 2}, rubric_hash=rubric_hash, extra=extra)
+
+
+def test_a_restart_under_another_rubric_or_updates_per_batch_is_refused_from_the_records(tmp_path):
+    _saved(tmp_path, "grpo", extra={"updates_per_batch": 1})
+    workdir.check_resume(tmp_path, rubric_hash="h", updates_per_batch=1, keep=3)
+    with pytest.raises(CheckpointError, match=r"checkpoints/grpo: trained with rubric set h\.\.\., this config's "
+                                              r"is other"):
+        workdir.check_resume(tmp_path, rubric_hash="other", updates_per_batch=1, keep=3)
+    with pytest.raises(ValueError, match=r"config\.rl\.updates_per_batch=2: the GRPO checkpoints .* made with 1; "
+                                         r"resume with --config\.rl\.updates_per_batch=1"):
+        workdir.check_resume(tmp_path, rubric_hash="h", updates_per_batch=2, keep=3)
+
+
+def test_a_refused_restart_leaves_config_and_rubric_files_as_they_were(tmp_path):
+    """loop.run validates before it writes: a restart refused for another rubric set (or another
+    updates_per_batch) rewrites neither config.json nor rubric.yaml / rubric.json."""
+    from configs import tiny
+
+    root = Path(__file__).resolve().parents[1]
+    config = tiny.get_config()
+    with config.unlocked():
+        for key in ("train", "eval", "sft", "rubric"):
+            config.data[key] = str(root / config.data[key])
+        config.model.config_json, config.model.tokenizer = (str(root / config.model.config_json),
+                                                            str(root / config.model.tokenizer))
+    _saved(tmp_path, "grpo", rubric_hash="the-old-rubric-set", extra={"updates_per_batch": 1})
+    before = {name: f"{name} of the first start" for name in ("config.json", "rubric.yaml", "rubric.json")}
+    for name, text in before.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises(CheckpointError, match="trained with rubric set the-old-rubric-s"):
+        loop.run(config, tmp_path)
+    assert {name: (tmp_path / name).read_text() for name in before} == before
+    assert not (tmp_path / "config.previous.json").exists() and not (tmp_path / "metrics.jsonl").exists()
+
+
+# ------------------------------------------------------------------------------------- checkpoints
+def test_a_corrupt_newest_checkpoint_falls_back_to_the_newest_that_restores(tmp_path):
+    with checkpointing.Checkpointer(tmp_path, max_to_keep=3) as ckpt:
+        for step in (1, 2, 3):
+            ckpt.save(_state(step), data_state={"index": step}, rubric_hash="h")
+    for file in (tmp_path / "3" / "state").rglob("*"):  # a bad copy: every array file of step 3 cut short
+        if file.is_file() and file.stat().st_size > 8:
+            file.write_bytes(file.read_bytes()[:8])
+    lines = []
+    with checkpointing.Checkpointer(tmp_path, max_to_keep=3) as ckpt:
+        restored = ckpt.restore_newest(_state(), log=lines.append)
+        assert int(restored.state.step) == 2 and restored.data_state == {"index": 2}
+        assert ckpt.all_steps() == [1, 2]
+        ckpt.save(_state(3), data_state={"index": 3}, rubric_hash="h")  # the run can save step 3 again
+    assert len(lines) == 1 and "\n" not in lines[0] and len(lines[0]) < 600, lines
+    assert f"{tmp_path / '3'}: cannot restore checkpoint step 3" in lines[0]
+    assert f"moved it to {tmp_path / '3.unrestorable'}" in lines[0]
+    with checkpointing.Checkpointer(tmp_path, max_to_keep=3) as ckpt:
+        assert ckpt.all_steps() == [1, 2, 3] and ckpt.restore_newest(_state()).data_state == {"index": 3}
+        other_model = _state().replace(params={"w": jnp.zeros(4)})  # a config change, not damage: no fallback
+        with pytest.raises(CheckpointError, match=r"3: params/w is saved as .* target wants") as raised:
+            ckpt.restore_newest(other_model, log=lines.append)
+        assert not isinstance(raised.value, checkpointing.UnreadableCheckpoint) and ckpt.all_steps() == [1, 2, 3]
+
+
+# ------------------------------------------------------------------------------------ stage runner
+def _fake_run(tmp_path: Path) -> types.SimpleNamespace:
+    config = ml_collections.ConfigDict({"seed": 0, "checkpoint": {"every_steps": 2, "keep": 3}})
+    return types.SimpleNamespace(config=config, workdir=tmp_path, rubric_hash="h", stop_requested=False,
+                                 log=workdir.RunLog(tmp_path, run_info={}))
+
+
+def _counting_stage(events: list[str], total: int) -> loop.Stage:
+    def train_step(state, rows, step):
+        events.append(f"dispatch {step}")
+        return state.replace(step=state.step + 1), loop.StepOutput(
+            lambda: events.append(f"read {step}") or {"loss": float(step), "rows": rows}, [{"row": rows[0]}])
+
+    return loop.Stage("sft", total, list(range(10)), 2, _state(), None, train_step,
+                      eval_due=lambda step: step == 3,
+                      evaluate=lambda step, state, progress: events.append(f"eval {step}"))
+
+
+def test_the_runner_reads_a_steps_metrics_after_dispatching_the_next_and_resumes_past_a_corrupt_checkpoint(tmp_path):
+    events: list[str] = []
+    run_ = _fake_run(tmp_path)
+    loop.run_stage(run_, _counting_stage(events, total=5))
+    run_.log.close()
+    # Row N is read once step N+1 is dispatched; before an eval or a save (steps 2, 3, 4, 5) it is read first.
+    assert events == ["dispatch 1", "dispatch 2", "read 1", "read 2", "dispatch 3", "read 3", "eval 3",
+                      "dispatch 4", "read 4", "dispatch 5", "read 5"]
+    uninterrupted = (tmp_path / "metrics.jsonl").read_text()
+    assert _rows(tmp_path / "metrics.jsonl") == [("sft", s) for s in range(1, 6)]
+
+    # A kill after step 5's row, a corrupt step-5 checkpoint and a torn line: the restart resumes from step 4,
+    # drops row 5 and the torn line, and writes rows 5 again exactly as the uninterrupted run did.
+    with (tmp_path / "metrics.jsonl").open("a") as f:
+        f.write('{"stage": "sft", "st')
+    for file in (tmp_path / "checkpoints" / "sft" / "5" / "state").rglob("*"):
+        if file.is_file() and file.stat().st_size > 8:
+            file.write_bytes(file.read_bytes()[:8])
+    events.clear()
+    run_ = _fake_run(tmp_path)
+    state = loop.run_stage(run_, _counting_stage(events, total=5))
+    run_.log.close()
+    assert int(state.step) == 5 and events == ["dispatch 5", "read 5"]
+    strip = lambda text: [{k: v for k, v in json.loads(line).items() if k != "time"}  # noqa: E731
+                          for line in text.splitlines() if "run_info" not in line]
+    assert strip((tmp_path / "metrics.jsonl").read_text()) == strip(uninterrupted)
