@@ -40,6 +40,7 @@ def get_config(arg: str | None = None):
     c.judge.samples = 1
     c.judge.sampler = "greedy"
     c.judge.max_new_tokens = 16  # its verdicts (anchor description, `SCORE: k`, eos) are under 10 tokens
+    c.judge.prompt = "compact"  # the prompt it was distilled on (build_tiny_judges: the full one is 2.5x as long)
     c.data.golden = f"{_ASSETS}/questions_golden.jsonl"  # 8 held-out phrasings with labelled reference answers (8 = tests' eval batch: no extra compile).
     c.data.max_prompt_len = 128
     c.data.length_buckets = 1  # Pad to the maximum: one compilation per step function (compiles dominate on CPU).

@@ -38,7 +38,7 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from experiments.judge_flags import JUDGE as _JUDGE, MAX_NEW as _MAX_NEW, MODE as _MODE, RETRIES as _RETRIES
+from experiments.judge_flags import JUDGE as _JUDGE, MAX_NEW as _MAX_NEW, MODE as _MODE, PROMPT as _PROMPT, RETRIES as _RETRIES
 from experiments.judge_flags import SAMPLES as _SAMPLES, load_judges
 from rubric_jax.files import PathError, atomic_writer, check_output_path
 from rubric_jax.judges.llm_judge import JudgeConfig
@@ -149,7 +149,11 @@ def main(argv: list[str]) -> None:
             judges = load_judges([_JUDGE.value])
         except ValueError as e:
             _fail(str(e))
-    config = JudgeConfig(mode=_MODE.value, num_samples=_SAMPLES.value, max_retries=_RETRIES.value)
+    try:
+        config = JudgeConfig(mode=_MODE.value, num_samples=_SAMPLES.value, max_retries=_RETRIES.value,
+                             prompt=_PROMPT.value)
+    except ValueError as e:
+        _fail(f"--judge_prompt/--judge_mode: {e}")
     reward = RubricReward(judges=judges, judge_config=config)
     for rubric, source in zip(rubrics, sources):
         try:

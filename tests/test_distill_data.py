@@ -6,6 +6,7 @@ import jax
 import numpy as np
 import pytest
 
+from rubric_jax import data
 from rubric_jax.judges import distill_data as D
 from rubric_jax.judges import llm_judge as lj
 from rubric_jax.judges.parser import parse_single
@@ -97,23 +98,40 @@ def _canonical_lines(prompt_text: str) -> list[str]:
     return sorted(re.sub(r"[0-9a-f]{16}", "NONCE", prompt_text).splitlines())
 
 
-def test_training_prompts_are_the_prompts_judge_rows_sends(tok):
-    item = D.JudgeItem("How do I get a refund <|im_end|>?", "<think>x</think><answer>Thank you!</answer>",
+@pytest.mark.parametrize("prompt", lj.PROMPTS)
+def test_training_prompts_are_the_prompts_judge_rows_sends(tok, prompt):
+    item = D.JudgeItem("How do I get a refund <|im_end|>?", "<think>x</think><answer>Thank you <|im_end|>!</answer>",
                        D.llm_twin(POLITE), 1)
     judge, stub = make_judge(tok, lambda text, call: "SCORE: 1")
-    lj.judge_rows([judge], lj.JudgeConfig(num_samples=1), [item.question], [item.response], [[item.dimension]],
-                  jax.random.key(0))
+    lj.judge_rows([judge], lj.JudgeConfig(num_samples=1, prompt=prompt), [item.question], [item.response],
+                  [[item.dimension]], jax.random.key(0))
     sent = stub.calls[0]["prompts"][0]
-    prompt_ids, target_ids = D.encode_examples(tok, [item], np.random.default_rng(0))
+    prompt_ids, target_ids = D.encode_examples(tok, [item], np.random.default_rng(0), prompt)
     trained = tok.decode(prompt_ids[0])
     assert _canonical_lines(trained) == _canonical_lines(sent)
-    assert "<|im_end|>?" not in trained.split("<question-")[1]  # special tokens fenced out as at scoring time
+    assert "<|im_end|>!" not in trained.split("<response-")[1]  # special tokens fenced out as at scoring time
     assert tok.decode(target_ids[0]) == "Thanks.\nSCORE: 1<|im_end|>"
     # Fresh renderings: new nonce and (over a few draws) new anchor orders.
     rng = np.random.default_rng(1)
-    texts = [tok.decode(ids) for ids in D.encode_examples(tok, [item] * 6, rng)[0]]
+    texts = [tok.decode(ids) for ids in D.encode_examples(tok, [item] * 6, rng, prompt)[0]]
     assert len({re.search(r"<response-([0-9a-f]{16})>", t).group(1) for t in texts}) == 6
     assert len({tuple(re.findall(r"Level (\d):", t)) for t in texts}) == 2
+
+
+def test_the_compact_prompt_is_criterion_fenced_response_and_score_line(tok):
+    """No system turn, grading rules or question: a third of the full prompt's tokens go to the response."""
+    item = D.JudgeItem("How do I get a refund?", "<think>x</think><answer>Thank you!</answer>", D.llm_twin(POLITE), 1)
+    compact = D.scoring_prompt(item, np.random.default_rng(0), (), "compact")
+    full = D.scoring_prompt(item, np.random.default_rng(0), (), "full")
+    [turn] = compact.messages
+    nonce = re.search(r"<response-([0-9a-f]{16})>", turn["content"]).group(1)
+    assert turn["role"] == "user" and item.question not in turn["content"]
+    assert turn["content"].endswith(f"<response-{nonce}>\n{item.response}\n</response-{nonce}>\nSCORE: <integer from 0 to 1>")
+    assert turn["content"].startswith("Criterion `politeness`") and (compact.keys, compact.ranges) == (full.keys, full.ranges)
+    compact_ids, full_ids = data.encode_chats(tok, [compact.messages, full.messages])
+    assert len(compact_ids) < len(full_ids) / 2
+    with pytest.raises(ValueError, match="one dimension at a time"):
+        lj.JudgeConfig(mode="multi", prompt="compact")
 
 
 def test_the_loss_falls_on_the_verdict_and_eos_only(tok):

@@ -45,8 +45,12 @@ JUDGE_MODEL = ModelConfig(architecture="llama", vocab_size=TOKENIZER_VOCAB, hidd
                           num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, rope_theta=10000.0,
                           rms_norm_eps=1e-6, tie_word_embeddings=True, attention_bias=False, rope_scaling=None,
                           max_position_embeddings=512)
-# Small enough that all three judges build in minutes on a shared 2-core CPU (and judge a GRPO step in about a second).
-TRAINING = distill_judge.DistillConfig(steps=160, batch_size=16, learning_rate=3e-3, warmup_steps=10, seed=SEED)
+# The compact judge prompt (criterion, fenced response, SCORE line: ~70 tokens, against ~180 for the full prompt):
+# measured 2026-11-30 on the politeness teacher, a random-init student stays at chance (loss ~0.176 = ln 2 / 4 on
+# the verdict tokens) for 400 updates of the full prompt, and with the compact one leaves that plateau between
+# updates 160 and 320 and agrees with its teacher on every held-out item by update 480.
+TRAINING = distill_judge.DistillConfig(steps=480, batch_size=16, learning_rate=3e-3, warmup_steps=20, seed=SEED,
+                                       prompt="compact")
 SAMPLER, MAX_NEW_TOKENS = "greedy", 16  # how configs/tiny*.py run the judges (the report measures the same)
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from rubric_jax import data
 from rubric_jax.judges.llm_judge import Judge, JudgeConfig, judge_rows, special_tokens
 from rubric_jax.judges.parser import SINGLE_KEY, parse_single
-from rubric_jax.judges.prompts import JudgePrompt, single_prompt
+from rubric_jax.judges.prompts import JudgePrompt, compact_single_prompt, single_prompt
 from rubric_jax.judges.rules import make_rule
 from rubric_jax.rubrics.schema import Dimension, Rubric
 
@@ -178,27 +178,32 @@ def verdict_text(dim: Dimension, level: int) -> str:
     return text
 
 
-def scoring_prompt(item: JudgeItem, rng: np.random.Generator, reserved: Sequence[str]) -> JudgePrompt:
-    """The prompt judge_rows sends for this item in "single" mode: a fresh nonce and a shuffled anchor order."""
+def scoring_prompt(item: JudgeItem, rng: np.random.Generator, reserved: Sequence[str], prompt: str = "full"
+                   ) -> JudgePrompt:
+    """The prompt judge_rows sends for this item in "single" mode with JudgeConfig.prompt = `prompt`: a fresh nonce
+    and a shuffled anchor order."""
     nonce = rng.bytes(NONCE_BYTES).hex()
     order = rng.permutation(len(item.dimension.anchors)).tolist()
+    if prompt == "compact":
+        return compact_single_prompt(item.response, item.dimension, nonce=nonce, anchor_order=order, reserved=reserved)
     return single_prompt(item.question, item.response, item.dimension, nonce=nonce, anchor_order=order,
                          reserved=reserved)
 
 
-def encode_examples(tokenizer: Any, items: Sequence[JudgeItem], rng: np.random.Generator
+def encode_examples(tokenizer: Any, items: Sequence[JudgeItem], rng: np.random.Generator, prompt: str = "full"
                     ) -> tuple[list[list[int]], list[list[int]]]:
-    """(prompt ids, verdict ids + eos) per item, each prompt freshly rendered from `rng`."""
+    """(prompt ids, verdict ids + eos) per item, each prompt (JudgeConfig.prompt style) freshly rendered from `rng`."""
     reserved = special_tokens(tokenizer)
-    prompt_ids = data.encode_chats(tokenizer, [scoring_prompt(item, rng, reserved).messages for item in items])
+    prompt_ids = data.encode_chats(tokenizer, [scoring_prompt(item, rng, reserved, prompt).messages for item in items])
     target_ids = data.encode_responses(tokenizer, [verdict_text(item.dimension, item.score) for item in items])
     return prompt_ids, target_ids
 
 
 def example_batch(tokenizer: Any, items: Sequence[JudgeItem], rng: np.random.Generator,
-                  prompt_buckets: Sequence[int], verdict_buckets: Sequence[int]) -> dict[str, np.ndarray]:
+                  prompt_buckets: Sequence[int], verdict_buckets: Sequence[int], prompt: str = "full"
+                  ) -> dict[str, np.ndarray]:
     """An SFT batch [left-padded prompt | right-padded verdict + eos] with the loss on the verdict tokens only."""
-    prompt_ids, target_ids = encode_examples(tokenizer, items, rng)
+    prompt_ids, target_ids = encode_examples(tokenizer, items, rng, prompt)
     pad = tokenizer.pad_token_id
     prompts_BxP, prompt_mask_BxP = data.pad_left(prompt_ids, pad, prompt_buckets)
     verdicts_BxR, verdict_mask_BxR = data.pad_right(target_ids, pad, verdict_buckets)

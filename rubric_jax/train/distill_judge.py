@@ -29,7 +29,7 @@ from rubric_jax.calibration.agreement import agreement, dimension_seed
 from rubric_jax.calibration.report import with_ci
 from rubric_jax.files import write_atomic
 from rubric_jax.judges.distill_data import JudgeItem, example_batch
-from rubric_jax.judges.llm_judge import Judge, JudgeConfig, judge_rows, load_judge
+from rubric_jax.judges.llm_judge import PROMPTS, Judge, JudgeConfig, judge_rows, load_judge
 from rubric_jax.models.checkpoint import export_hf_checkpoint
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.schema import Dimension
@@ -52,8 +52,11 @@ class DistillConfig:
     warmup_steps: int = 20  # linear warmup
     weight_decay: float = 0.0  # AdamW decoupled weight decay
     seed: int = 0  # initial weights, batch order, prompt renderings
+    prompt: str = "full"  # the judge prompt it learns and is measured with (llm_judge.JudgeConfig.prompt)
 
     def __post_init__(self) -> None:
+        if self.prompt not in PROMPTS:
+            raise ValueError(f"distill config: prompt must be one of {PROMPTS}, got {self.prompt!r}")
         for field, minimum in (("steps", 1), ("batch_size", 1), ("warmup_steps", 0), ("seed", 0)):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -89,7 +92,7 @@ def initial_state(model_cfg: ModelConfig, start: loader.Weights | None, cfg: Dis
 def train(model_cfg: ModelConfig, start: loader.Weights | None, tokenizer: Any, items: Sequence[JudgeItem],
           cfg: DistillConfig, layout: sharding.Layout, *, progress: bool = True
           ) -> tuple[dict[str, Any], list[float]]:
-    """Trained params (a pure dict on the host) and the loss of every step: verdict-token NLL on the teacher's
+    """Trained params (in `layout`) and the loss of every step: verdict-token NLL on the teacher's
     verdicts, by the cold-start SFT step (train/step.jit_sft_step) in `layout`."""
     if not items:
         raise ValueError("distill: no training items")
@@ -104,7 +107,7 @@ def train(model_cfg: ModelConfig, start: loader.Weights | None, tokenizer: Any, 
     losses = []
     for step in range(1, cfg.steps + 1):
         rng = np.random.default_rng([cfg.seed, step])  # this step's nonces and anchor orders
-        batch = example_batch(tokenizer, next(batches), rng, buckets, VERDICT_BUCKETS)
+        batch = example_batch(tokenizer, next(batches), rng, buckets, VERDICT_BUCKETS, cfg.prompt)
         state, step_metrics = step_fn(state, batch)
         row = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
         losses.append(row["loss"])
@@ -112,7 +115,7 @@ def train(model_cfg: ModelConfig, start: loader.Weights | None, tokenizer: Any, 
             bar.update(step, row)
     if bar is not None:
         bar.close()
-    return jax.device_get(state.params), losses
+    return state.params, losses
 
 
 def export(model_cfg: ModelConfig, params: dict[str, Any], tokenizer: Any, out: Path) -> Path:
@@ -132,9 +135,11 @@ class Measurement:
     counters: dict[str, Any]
 
 
-def measure(judge: Judge, items: Sequence[JudgeItem], key: jax.Array) -> Measurement:
-    """Scores every item once (judge_rows: one batched call, one sample, no retries) beside the teacher's level."""
-    out = judge_rows([judge], JudgeConfig(mode="single", num_samples=1, max_retries=0), [i.question for i in items],
+def measure(judge: Judge, items: Sequence[JudgeItem], key: jax.Array, prompt: str = "full") -> Measurement:
+    """Scores every item once (judge_rows: one batched call, one sample, no retries, `prompt` style) beside the
+    teacher's level."""
+    config = JudgeConfig(mode="single", num_samples=1, max_retries=0, prompt=prompt)
+    out = judge_rows([judge], config, [i.question for i in items],
                      [i.response for i in items], [[i.dimension] for i in items], key)
     return Measurement([i.dimension for i in items], np.asarray([i.score for i in items], np.float64),
                        np.asarray([s[0] for s in out.scores], np.float64), out.details)
@@ -226,9 +231,10 @@ def distill(model_cfg: ModelConfig, start: loader.Weights | None, tokenizer: Any
         export(model_cfg, trained, tokenizer, staging)
         judge = load_judge(str(staging), layout=sharding.decode_layout(layout.mesh, 1), sampler=sampler,
                            max_new_tokens=max_new_tokens)
-        measured = measure(judge, heldout_items, jax.random.key(cfg.seed))
+        measured = measure(judge, heldout_items, jax.random.key(cfg.seed), cfg.prompt)
         payload = report(measured, teacher=teacher, student=student, train_items=len(train_items), config=cfg,
-                         losses=losses, judge_settings={"sampler": sampler, "max_new_tokens": max_new_tokens})
+                         losses=losses, judge_settings={"sampler": sampler, "max_new_tokens": max_new_tokens,
+                                                        "prompt": cfg.prompt})
         write_report(staging, payload)
         staging.rename(out)
     finally:
