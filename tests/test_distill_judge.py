@@ -1,6 +1,7 @@
 """Judge distillation end to end: deterministic training, the CLI (README command, bad input), and the shipped
 tiny judges measured against their teachers on held-out items (real models, greedy, one batched call each)."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -47,18 +48,20 @@ def test_training_is_a_pure_function_of_its_seed(tokenizer):
     cfg = ModelConfig.from_hf_dir(TINY_JUDGE_DIR).replace(hidden_size=32, intermediate_size=64, num_layers=1,
                                                           head_dim=8)
     items = tiny_judge_data.judge_items("default")[0][:16]
-    config = distill_judge.DistillConfig(steps=2, batch_size=8, learning_rate=1e-3, warmup_steps=1, seed=3)
+    config = distill_judge.DistillConfig(steps=2, batch_size=8, learning_rate=1e-3, warmup_steps=1, seed=3,
+                                         prompt="compact")
     runs = [distill_judge.train(cfg, None, tokenizer, items, config, distill_judge.default_layout(), progress=False)
             for _ in range(2)]
     jax.tree.map(np.testing.assert_array_equal, runs[0][0], runs[1][0])
     assert runs[0][1] == runs[1][1] and np.isfinite(runs[0][1]).all()
-    other = distill_judge.train(cfg, None, tokenizer, items, config.__class__(**{**config.__dict__, "seed": 4}),
-                                distill_judge.default_layout(), progress=False)
-    assert other[1] != runs[0][1]
+    # Another seed starts from other weights (it also draws other batches and renderings).
+    inits = [distill_judge.initial_state(cfg, None, dataclasses.replace(config, seed=seed),
+                                         distill_judge.default_layout())[0].params for seed in (3, 4)]
+    assert not np.array_equal(*(np.asarray(p["embed_tokens"]["embedding"]) for p in inits))
     with pytest.raises(ValueError, match="warmup_steps"):
         distill_judge.DistillConfig(steps=5, warmup_steps=5)
     with pytest.raises(ValueError, match="batch_size=4 must be a multiple of the 8 ways"):
-        distill_judge.train(cfg, None, tokenizer, items, config.__class__(**{**config.__dict__, "batch_size": 4}),
+        distill_judge.train(cfg, None, tokenizer, items, dataclasses.replace(config, batch_size=4),
                             distill_judge.default_layout(), progress=False)
 
 
@@ -113,7 +116,7 @@ def test_a_shipped_judge_agrees_with_its_teacher_on_held_out_items(variant):
              for i in [i for i in heldout if i.dimension.id == dim][:HELDOUT_PER_DIMENSION]]
     judge = load_judge(str(ASSETS_DIR / build_tiny_judges.JUDGE_DIRS[variant]), sampler=build_tiny_judges.SAMPLER,
                        max_new_tokens=build_tiny_judges.MAX_NEW_TOKENS)
-    measured = distill_judge.measure(judge, items, jax.random.key(0), build_tiny_judges.TRAINING.prompt)
+    measured = distill_judge.measure(judge, items, jax.random.key(0), build_tiny_judges.TRAINING[variant].prompt)
     assert measured.counters["judge_invalid"] < 0.1 * len(items) and measured.counters["judge_prompt_too_long"] == 0
     for dim in dict.fromkeys(i.dimension.id for i in items):
         rows = np.asarray([d.id == dim for d in measured.dimensions]) & ~np.isnan(measured.student_N)
@@ -121,12 +124,25 @@ def test_a_shipped_judge_agrees_with_its_teacher_on_held_out_items(variant):
         assert rho is not None and rho >= SPEARMAN_FLOOR, (variant, dim, rho)
 
 
+@pytest.mark.parametrize("config_name", ["tiny", "tiny_hack", "tiny_hack_fixed"])
+def test_each_tiny_config_prompts_its_judge_as_the_judge_was_distilled(config_name):
+    """A judge asked in another prompt than the one it learnt answers at chance: the config must match the report."""
+    import importlib
+
+    config = importlib.import_module(f"configs.{config_name}").get_config()
+    report = json.loads((REPO / config.judge.checkpoint / "report.json").read_text())
+    assert report["judge_settings"].get("prompt", "full") == config.judge.prompt
+    assert (report["judge_settings"]["sampler"], report["judge_settings"]["max_new_tokens"]) == (
+        config.judge.sampler, config.judge.max_new_tokens)
+
+
 def test_the_rebuild_script_writes_a_judge_with_the_shipped_tokenizer(tmp_path, monkeypatch):
     """`python -m rubric_jax.assets.build_tiny_judges`, shrunk to 2 updates of a one-layer model: the judge tokenizer
     it trains is the shipped one (deterministic), and the judge directory comes with its report."""
     small = build_tiny_judges.JUDGE_MODEL.replace(hidden_size=32, intermediate_size=64, num_layers=1, head_dim=8)
     monkeypatch.setattr(build_tiny_judges, "JUDGE_MODEL", small)
-    monkeypatch.setattr(build_tiny_judges, "TRAINING", distill_judge.DistillConfig(steps=2, batch_size=8, warmup_steps=1))
+    monkeypatch.setitem(build_tiny_judges.TRAINING, "default",
+                        distill_judge.DistillConfig(steps=2, batch_size=8, warmup_steps=1, prompt="compact"))
     build_tiny_judges.main(["--variant=default", f"--out_root={tmp_path}"])
     built = tmp_path / build_tiny_judges.JUDGE_DIRS["default"]
     assert (built / "tokenizer.json").read_bytes() == (TINY_JUDGE_DIR / "tokenizer.json").read_bytes()

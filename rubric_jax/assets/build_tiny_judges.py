@@ -49,8 +49,14 @@ JUDGE_MODEL = ModelConfig(architecture="llama", vocab_size=TOKENIZER_VOCAB, hidd
 # measured 2026-11-30 on the politeness teacher, a random-init student stays at chance (loss ~0.176 = ln 2 / 4 on
 # the verdict tokens) for 400 updates of the full prompt, and with the compact one leaves that plateau between
 # updates 160 and 320 and agrees with its teacher on every held-out item by update 480.
-TRAINING = distill_judge.DistillConfig(steps=480, batch_size=16, learning_rate=3e-3, warmup_steps=20, seed=SEED,
-                                       prompt="compact")
+# The hack and fixed judges are still the first recipe (full prompt, 160 updates; not yet learnt, README): moving
+# them to the compact one is the open step, and configs/tiny_hack*.py name the prompt each was distilled on.
+TRAINING = {
+    "default": distill_judge.DistillConfig(steps=480, batch_size=16, learning_rate=3e-3, warmup_steps=20, seed=SEED,
+                                           prompt="compact"),
+    **{variant: distill_judge.DistillConfig(steps=160, batch_size=16, learning_rate=3e-3, warmup_steps=10, seed=SEED)
+       for variant in ("hack", "fixed")},
+}
 SAMPLER, MAX_NEW_TOKENS = "greedy", 16  # how configs/tiny*.py run the judges (the report measures the same)
 
 
@@ -72,7 +78,7 @@ def build_judge(variant: str, tokenizer: PreTrainedTokenizerFast, out: Path, *, 
     staging = out.parent / f".{out.name}.new"
     shutil.rmtree(staging, ignore_errors=True)
     report = distill_judge.distill(
-        JUDGE_MODEL, None, tokenizer, train_items, heldout_items, staging, TRAINING,
+        JUDGE_MODEL, None, tokenizer, train_items, heldout_items, staging, TRAINING[variant],
         teacher=f"rule teachers of rubric_jax/assets/tiny_judge_data.py, variant {variant!r}",
         student=f"{JUDGE_DIRS[variant]} (random init, {JUDGE_MODEL.architecture})", sampler=SAMPLER,
         max_new_tokens=MAX_NEW_TOKENS, progress=progress)
