@@ -13,9 +13,12 @@ import sys
 import time
 from pathlib import Path
 
+import jax
+import numpy as np
 import pytest
 
 from rubric_jax.train.loop import NanStreak, TrainingError
+from test_workdir import tensorboard_scalars
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = [
@@ -23,7 +26,8 @@ SHORT = [
     "--config.rl.questions_per_step=4", "--config.rl.group_size=4", "--config.rl.max_new_tokens=32",
     "--config.eval.max_new_tokens=16",
     "--config.sft.max_response_len=128", "--config.eval.max_questions=8", "--config.eval.every_steps=2",
-    "--config.checkpoint.every_steps=2", "--config.log.samples_per_step=2",
+    "--config.checkpoint.every_steps=2", "--config.checkpoint.keep=1", "--config.log.samples_per_step=2",
+    "--config.export.at_end=True", "--config.export.which=best",
     "--config.monitor.max_saturation=0.5",  # trips: the template penalty sits at its top level (no templates)
 ]
 MONITOR_KEYS = ("monitor/template_share", "monitor/length_drift", "monitor/reward_length_corr",
@@ -108,6 +112,29 @@ def test_workdir_holds_everything_a_researcher_needs(uninterrupted):
     assert {"question", "response", "scores", "reward"} <= set(samples[0])
 
 
+def test_the_best_evaluated_checkpoint_is_kept_reported_and_exported(uninterrupted):
+    """keep=1 keeps the latest GRPO checkpoint plus the best-evaluated one (ties: the later); best_checkpoint.json
+    names it and export.which=best exports its params."""
+    from rubric_jax import loader, sharding
+    from rubric_jax.train import runs
+
+    evals = {r["step"]: r["eval/reward_mean"] for r in _rows(uninterrupted) if r["stage"] == "eval"}
+    best_step = max((value, step) for step, value in evals.items() if step > 0)[1]
+    report = json.loads((uninterrupted / "best_checkpoint.json").read_text())
+    assert report == {"stage": "grpo", "step": best_step, "checkpoint": f"checkpoints/grpo/{best_step}",
+                      "eval/reward_mean": evals[best_step], "final_step": 5, "final_eval_reward": evals[5],
+                      "baseline_eval_reward": evals[0]}
+    kept = sorted(int(p.name) for p in (uninterrupted / "checkpoints" / "grpo").iterdir() if p.name.isdigit())
+    assert kept == sorted({best_step, 5})
+    config = runs.run_config(uninterrupted)
+    best = runs.select_checkpoint(uninterrupted, config, "best")
+    restored = runs.restore_run_params(uninterrupted, config, best, sharding.single_device_layout())
+    exported = loader.load_weights(uninterrupted / "export", None)
+    for (path, a), (_, b) in zip(jax.tree_util.tree_leaves_with_path(restored.params),
+                                 jax.tree_util.tree_leaves_with_path(exported.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=jax.tree_util.keystr(path))
+
+
 def test_sigterm_then_sigkill_then_resume_matches_uninterrupted(uninterrupted, tmp_path):
     proc = _start(tmp_path)
     _wait_for_row(tmp_path, "grpo", 1, proc)
@@ -125,6 +152,7 @@ def test_sigterm_then_sigkill_then_resume_matches_uninterrupted(uninterrupted, t
     assert _rows(tmp_path) == _rows(uninterrupted)
     assert _rows(tmp_path, "samples.jsonl") == _rows(uninterrupted, "samples.jsonl")
     assert _rows(tmp_path, "alerts.jsonl") == _rows(uninterrupted, "alerts.jsonl")
+    assert tensorboard_scalars(tmp_path / "tb") == tensorboard_scalars(uninterrupted / "tb")  # each step once, as uninterrupted
 
 
 def test_nan_streak_stops_after_the_limit():

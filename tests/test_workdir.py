@@ -159,3 +159,46 @@ def test_the_runner_reads_a_steps_metrics_after_dispatching_the_next_and_resumes
     strip = lambda text: [{k: v for k, v in json.loads(line).items() if k != "time"}  # noqa: E731
                           for line in text.splitlines() if "run_info" not in line]
     assert strip((tmp_path / "metrics.jsonl").read_text()) == strip(uninterrupted)
+
+
+def test_keep_best_saves_at_every_eval_and_keeps_the_best_evaluated_step_past_keep(tmp_path):
+    """Evals at steps 1, 3, 5, 7 (rewards 0.2, 0.9, 0.5, 0.1), saves every 2 steps, keep=1: each eval step
+    saves with its reward, and the best-evaluated checkpoint (3) outlives the rotation beside the latest."""
+    rewards = {1: 0.2, 3: 0.9, 5: 0.5, 7: 0.1}
+    run_ = _fake_run(tmp_path)
+    run_.config.checkpoint.keep = 1
+
+    def train_step(state, rows, step):
+        return state.replace(step=state.step + 1), loop.StepOutput(lambda: {"loss": 0.0}, [])
+
+    stage = loop.Stage("grpo", 7, list(range(14)), 2, _state(), None, train_step, eval_due=rewards.__contains__,
+                       evaluate=lambda step, state, progress: rewards[step], keep_best=True)
+    loop.run_stage(run_, stage)
+    run_.log.close()
+    with checkpointing.Checkpointer(tmp_path / "checkpoints" / "grpo", max_to_keep=1, keep_best=True) as ckpt:
+        assert ckpt.all_steps() == [3, 7] and ckpt.best_step() == 3
+        assert ckpt.read_meta(3)["best_value"] == 0.9 and ckpt.read_meta(7)["best_value"] == 0.1
+
+
+def tensorboard_scalars(tb_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar TensorBoard's own reader finds under `tb_dir`: tag -> [(step, value)]."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tb_dir))
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def test_a_resume_cuts_the_tensorboard_scalars_past_its_position_and_a_torn_record(tmp_path):
+    log = workdir.RunLog(tmp_path, run_info={})
+    for stage, step in (("sft", 1), ("sft", 2), ("grpo", 1), ("eval", 2), ("grpo", 2), ("grpo", 3), ("eval", 3)):
+        log.write(step, {"stage": stage, "loss": float(step)})
+    log.close()
+    event_file = next((tmp_path / "tb").iterdir())
+    event_file.write_bytes(event_file.read_bytes() + b"\x30\x00\x00\x00")  # a record killed mid-write
+    log = workdir.RunLog(tmp_path, run_info={})
+    log.resumed_at("grpo", 2)
+    log.write(3, {"stage": "grpo", "loss": 30.0})
+    log.close()
+    assert tensorboard_scalars(tmp_path / "tb") == {
+        "sft/loss": [(1, 1.0), (2, 2.0)], "grpo/loss": [(1, 1.0), (2, 2.0), (3, 30.0)], "eval/loss": [(2, 2.0)]}
