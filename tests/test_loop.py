@@ -19,6 +19,7 @@ import pytest
 
 from rubric_jax.train.loop import NanStreak, TrainingError
 from test_workdir import tensorboard_scalars
+from tiny_config import absolute_tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = [
@@ -164,10 +165,9 @@ def test_nan_streak_stops_after_the_limit():
 
 
 def test_grpo_config_takes_the_rollout_temperature_and_eps():
-    from configs import tiny
     from rubric_jax.train import loop
 
-    rl = tiny.get_config().rl
+    rl = absolute_tiny_config().rl
     with rl.unlocked():
         rl.sampler, rl.advantage_eps = "temperature(0.7)", 0.5
     cfg = loop.grpo_config(rl)
@@ -181,10 +181,9 @@ def test_grpo_config_takes_the_rollout_temperature_and_eps():
     ("advantage_eps", 0.0, "advantage_eps"),
 ])
 def test_grpo_config_rejects_bad_rl_values(field, value, message):
-    from configs import tiny
     from rubric_jax.train import loop
 
-    rl = tiny.get_config().rl
+    rl = absolute_tiny_config().rl
     with rl.unlocked():
         rl[field] = value
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -204,16 +203,11 @@ def test_a_bad_grpo_setting_fails_before_sft_starts(tmp_path, flag, message):
 
 
 def test_a_question_longer_than_max_prompt_len_fails_at_load_time_naming_file_and_line(tmp_path):
-    from configs import tiny
     from rubric_jax import data
     from rubric_jax.train import loop
 
-    config = tiny.get_config()
+    config = absolute_tiny_config()
     with config.unlocked():
-        for key in ("train", "eval", "sft", "rubric"):
-            config.data[key] = str(ROOT / config.data[key])
-        config.model.config_json, config.model.tokenizer = (str(ROOT / config.model.config_json),
-                                                            str(ROOT / config.model.tokenizer))
         config.data.max_prompt_len = 32  # the chat template alone is longer
     with pytest.raises(data.DataError, match=r"questions_train\.jsonl:1: question '.*' is \d+ tokens as a chat "
                                              r"prompt; config\.data\.max_prompt_len allows 32"):
@@ -227,21 +221,18 @@ def test_pretrained_checkpoint_starts_training_with_the_config_numerics(tmp_path
     import numpy as np
     from flax import nnx
 
-    from configs import tiny
     from rubric_jax.models.checkpoint import export_hf_checkpoint
     from rubric_jax.models.config import ModelConfig
     from rubric_jax.models.transformer import Transformer
     from rubric_jax.train import loop
 
-    config = tiny.get_config()
-    cfg = ModelConfig.from_hf_dict(json.loads((ROOT / config.model.config_json).read_text()))
+    config = absolute_tiny_config()
+    cfg = ModelConfig.from_hf_dict(json.loads(Path(config.model.config_json).read_text()))
     params = nnx.to_pure_dict(nnx.state(Transformer(cfg, rngs=nnx.Rngs(7))))
-    export_hf_checkpoint(cfg, params, tmp_path / "hf", source_dir=ROOT / config.model.tokenizer)
+    export_hf_checkpoint(cfg, params, tmp_path / "hf", source_dir=config.model.tokenizer)
     with config.unlocked():
         config.model.checkpoint, config.model.config_json = str(tmp_path / "hf"), ""
         config.model.compute_dtype, config.model.remat = "bfloat16", True
-        for key in ("train", "eval", "sft", "rubric", "golden"):
-            config.data[key] = str(ROOT / config.data[key])
     run_ = loop.build(config, tmp_path / "run")
     state, _, _ = loop.grpo_components(run_, loop.initial_params(run_))  # the state training steps with
     model_cfg = nnx.merge(state.graphdef, state.params).cfg
@@ -256,7 +247,6 @@ def test_a_grpo_step_with_an_llm_judged_dimension_goes_through_the_judge(tmp_pat
     import jax.numpy as jnp
     from flax import nnx
 
-    from configs import tiny
     from rubric_jax.models.checkpoint import export_hf_checkpoint
     from rubric_jax.models.config import ModelConfig
     from rubric_jax.models.transformer import Transformer
@@ -264,23 +254,19 @@ def test_a_grpo_step_with_an_llm_judged_dimension_goes_through_the_judge(tmp_pat
     from rubric_jax.rubrics.schema import dimension_from_dict, with_version
     from rubric_jax.train import loop
 
-    config = tiny.get_config()
-    cfg = ModelConfig.from_hf_dict(json.loads((ROOT / config.model.config_json).read_text()))
+    config = absolute_tiny_config()
+    cfg = ModelConfig.from_hf_dict(json.loads(Path(config.model.config_json).read_text()))
     judge_cfg = cfg.replace(max_position_embeddings=2048)  # judge prompts carry the rubric: ~800 tokens here
     judge_dir = export_hf_checkpoint(judge_cfg, nnx.to_pure_dict(nnx.state(Transformer(judge_cfg, rngs=nnx.Rngs(3)))),
-                                     tmp_path / "judge", source_dir=ROOT / config.model.tokenizer)
+                                     tmp_path / "judge", source_dir=config.model.tokenizer)
     helpful = dimension_from_dict({"id": "helpful", "description": "Answers the question.", "kind": "llm",
                                    "scale": {"kind": "integer", "lo": 1, "hi": 3},
                                    "anchors": {"1": "Off topic.", "2": "Partly.", "3": "Fully."}})
-    shared = load_rubric(ROOT / config.data.rubric)
+    shared = load_rubric(config.data.rubric)
     rubric = with_version(shared, "1.1.0", "add an LLM-judged dimension", "test",
                           dimensions=shared.dimensions + (helpful,))
     (tmp_path / "rubric.yaml").write_text(dumps_rubric(rubric, "yaml"))
     with config.unlocked():
-        for key in ("train", "eval", "sft", "golden"):
-            config.data[key] = str(ROOT / config.data[key])
-        config.model.config_json, config.model.tokenizer = (str(ROOT / config.model.config_json),
-                                                            str(ROOT / config.model.tokenizer))
         config.data.rubric = str(tmp_path / "rubric.yaml")
         config.judge.checkpoint = f"{judge_dir},{judge_dir}"  # an ensemble of two
         config.judge.samples, config.judge.max_retries, config.judge.max_new_tokens = 1, 1, 8

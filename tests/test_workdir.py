@@ -13,6 +13,7 @@ import pytest
 from rubric_jax.models.checkpoint import CheckpointError
 from rubric_jax.train import checkpointing, loop, workdir
 from rubric_jax.train.state import TrainState
+from tiny_config import absolute_tiny_config
 
 
 def _state(step: int = 0) -> TrainState:
@@ -71,15 +72,7 @@ def test_a_restart_under_another_rubric_or_updates_per_batch_is_refused_from_the
 def test_a_refused_restart_leaves_config_and_rubric_files_as_they_were(tmp_path):
     """loop.run validates before it writes: a restart refused for another rubric set (or another
     updates_per_batch) rewrites neither config.json nor rubric.yaml / rubric.json."""
-    from configs import tiny
-
-    root = Path(__file__).resolve().parents[1]
-    config = tiny.get_config()
-    with config.unlocked():
-        for key in ("train", "eval", "sft", "rubric"):
-            config.data[key] = str(root / config.data[key])
-        config.model.config_json, config.model.tokenizer = (str(root / config.model.config_json),
-                                                            str(root / config.model.tokenizer))
+    config = absolute_tiny_config()
     _saved(tmp_path, "grpo", rubric_hash="the-old-rubric-set", extra={"updates_per_batch": 1})
     before = {name: f"{name} of the first start" for name in ("config.json", "rubric.yaml", "rubric.json")}
     for name, text in before.items():
