@@ -640,7 +640,8 @@ def report_best(run_: Run) -> None:
               "final_step": final_step, "final_eval_reward": evals[final_step], "baseline_eval_reward": evals.get(0)}
     files.write_atomic(run_.workdir / BEST_FILE, json.dumps(report, indent=2))
     baseline = "" if evals.get(0) is None else f", SFT baseline {evals[0]:.4f}"
-    print(f"best eval reward {best.eval_reward:.4f} at step {report['step']} ({report['checkpoint']}); "
+    which = "best eval reward" if run_.config.checkpoint.keep_best else "best eval reward of the kept checkpoints"
+    print(f"{which} {best.eval_reward:.4f} at step {report['step']} ({report['checkpoint']}); "
           f"final {evals[final_step]:.4f} at step {final_step}{baseline}")
 
 
