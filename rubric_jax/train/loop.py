@@ -50,7 +50,7 @@ from rubric_jax.rubrics.io import dumps_rubric, load_rubric
 from rubric_jax.rubrics.schema import Rubric
 from rubric_jax.train import checkpointing, export, golden as golden_set, monitors, rollout, runs
 from rubric_jax.train import settings as run_settings, state as train_state, step as train_step, workdir as run_workdir
-from rubric_jax.train.settings import STAGES, RolloutSpec, Settings, grpo_config  # noqa: F401  (re-exported)
+from rubric_jax.train.settings import RolloutSpec, Settings, grpo_config
 
 EXPORT_DIR = "export"  # <workdir>/export: the final policy as a HF directory (config.export.at_end)
 BEST_FILE = "best_checkpoint.json"  # the best-evaluated GRPO checkpoint, written when GRPO finishes
