@@ -24,6 +24,7 @@ Bad input exits with status 2 and one line naming the file, line or flag.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -31,6 +32,7 @@ from pathlib import Path
 import jax
 from absl import app, flags
 
+from experiments import cli
 from experiments.judge_flags import JUDGE, MODE, PROMPT, RETRIES, SAMPLES, load_judges
 from rubric_jax import loader, sampling
 from rubric_jax.assets import tiny_judge_data
@@ -63,17 +65,14 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seeds the student init, batch order, pr
 _SAMPLER = flags.DEFINE_string("student_sampler", "greedy", "Sampler of the student's held-out measurement.")
 _MAX_NEW = flags.DEFINE_integer("student_max_new_tokens", 32, "Verdict budget of the student's held-out measurement.")
 _PROMPT = flags.DEFINE_enum("student_prompt", "full", ["full", "compact"], "The judge prompt the student learns "
-                            "(compact: criterion, fenced response and SCORE line; learnt ~2.5x faster by a tiny judge).")
+                            "(compact: criterion, fenced response and SCORE line; README, 'Distilling a judge').")
 flags.mark_flags_as_required(["out"])
 
 ERRORS = (ValueError, FileNotFoundError, FileExistsError, InputError, LabelsError, RubricError, DataError,
           CheckpointError, ModelConfigError, UnicodeDecodeError)
 
 
-def _fail(message: str) -> None:
-    """Prints a one-line error (no traceback) and exits with status 2."""
-    print(f"experiments.distill_judge: error: {message}", file=sys.stderr)
-    sys.exit(2)
+_fail = functools.partial(cli.fail, "experiments.distill_judge")  # one line on stderr, exit status 2
 
 
 def _student():
@@ -137,8 +136,7 @@ def _items(shared) -> tuple[list[distill_data.JudgeItem], str]:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        _fail(f"unexpected positional arguments {argv[1:]}")
+    cli.start("experiments.distill_judge", argv)
     try:
         out = Path(_OUT.value)
         if out.exists():
