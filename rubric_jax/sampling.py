@@ -288,11 +288,13 @@ def _next_power_of_two(n: int) -> int:
 def decode_windows(prompt_slots: int, response_slots: int, min_block: int) -> tuple[int, ...]:
     """Attention windows of the decode loop's segments, ascending, the last the whole cache: a step
     whose filled slots (prompt width + tokens so far) fit in a window runs in the first such segment,
-    so decode reads at most `min_block` slots (or 1/8 of the cache) past the filled prefix. Windows
-    below half the prompt bucket are never used (a prompt fills more than half of its bucket)."""
+    so decode reads at most `min_block` slots (or 1/8 of the cache) past the filled prefix. Windows no
+    larger than the previous prompt bucket are never used (a wider prompt is in this bucket)."""
     slots = prompt_slots + response_slots
     block = max(min_block, -(-slots // 8))
-    return tuple(w for w in range(block, slots, block) if w > prompt_slots // 2) + (slots,)
+    previous_bucket = max((bucket_size(n) for n in range(1, prompt_slots) if bucket_size(n) < prompt_slots),
+                          default=0)
+    return tuple(w for w in range(block, slots, block) if w > previous_bucket) + (slots,)
 
 
 def _prefill(model: nnx.Module, prompt_BxP: jax.Array, prompt_mask_BxP: jax.Array, width: jax.Array,

@@ -112,7 +112,7 @@ def test_generate_across_prefill_and_decode_windows_matches_full_recompute(model
     monkeypatch.setattr(sampling, "PREFILL_CHUNK", 4)
     monkeypatch.setattr(sampling, "DECODE_BLOCK", 4)
     assert sampling.prefill_windows(16, 4) == ((0, 1, 4), (1, 1, 8), (2, 2, 16))
-    assert sampling.decode_windows(16, 12, 4) == (12, 16, 20, 24, 28)
+    assert sampling.decode_windows(16, 12, 4) == (16, 20, 24, 28)  # none below the bucket before 16 (12)
     prompts = [list(range(2, 15)), [7, 8, 9], list(range(20, 31))]  # width 13 -> bucket 16 = 4 chunks of 4
     result = sampling.generate(model, prompts, key=jax.random.key(0), max_new_tokens=12, stop_tokens=[],
                                pad_id=PAD)
