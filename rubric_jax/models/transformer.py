@@ -38,7 +38,8 @@ ShardActivation = Callable[[jax.Array, tuple[str, ...]], jax.Array]
 
 @struct.dataclass
 class KVCache:
-    """Keys and values of every layer for S slots: k, v [L, B, S, K, H]."""
+    """Keys and values of every layer for S slots: k, v [L, B, K, S, H] (a layer's [B, K, S, H] is what
+    the attention dots read, batch dims first: no transpose of the cache per layer and token)."""
 
     k: jax.Array
     v: jax.Array
@@ -46,7 +47,7 @@ class KVCache:
 
 def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype: Any = None) -> KVCache:
     """An all-zero cache with `max_len` slots per sequence, in the compute dtype by default."""
-    shape = (cfg.num_layers, batch, max_len, cfg.num_kv_heads, cfg.head_dim)
+    shape = (cfg.num_layers, batch, cfg.num_kv_heads, max_len, cfg.head_dim)
     dtype = dtype or jnp.dtype(cfg.compute_dtype)
     return KVCache(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype))
 
@@ -127,6 +128,9 @@ class _Embedding(nnx.Module):
 
 class Transformer(nnx.Module):
     """Decoder-only LM: `model(tokens, positions, mask, cache, cache_index) -> (logits, cache)`.
+
+    With a cache, the mask [B, T, W] may be narrower than the cache: the new tokens attend over the cache's
+    first W slots only (a sampler whose filled slots are a prefix pays for those, not for the capacity).
 
     `shard_activation` (static, part of the graphdef; must be hashable) lays out the residual stream
     of every layer, e.g. batch over (data, fsdp) for FSDP training; None leaves it to the compiler.
@@ -287,20 +291,22 @@ def attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax
     q_BxTxNxH = apply_rope(_project(x_BxTxD, attn["q_proj"], "BTD,DNH->BTNH"), cos_BxTxH, sin_BxTxH)
     k_BxTxKxH = apply_rope(_project(x_BxTxD, attn["k_proj"], "BTD,DKH->BTKH"), cos_BxTxH, sin_BxTxH)
     v_BxTxKxH = _project(x_BxTxD, attn["v_proj"], "BTD,DKH->BTKH")
+    k_BxKxTxH, v_BxKxTxH = k_BxTxKxH.swapaxes(1, 2), v_BxTxKxH.swapaxes(1, 2)
     if cache is not None:
-        start = (layer, 0, cache_index, 0, 0)
-        cache = KVCache(k=jax.lax.dynamic_update_slice(cache.k, k_BxTxKxH[None].astype(cache.k.dtype), start),
-                        v=jax.lax.dynamic_update_slice(cache.v, v_BxTxKxH[None].astype(cache.v.dtype), start))
-        k_BxSxKxH = jax.lax.dynamic_index_in_dim(cache.k, layer, keepdims=False).astype(x_BxTxD.dtype)
-        v_BxSxKxH = jax.lax.dynamic_index_in_dim(cache.v, layer, keepdims=False).astype(x_BxTxD.dtype)
+        start = (layer, 0, 0, cache_index, 0)
+        cache = KVCache(k=jax.lax.dynamic_update_slice(cache.k, k_BxKxTxH[None].astype(cache.k.dtype), start),
+                        v=jax.lax.dynamic_update_slice(cache.v, v_BxKxTxH[None].astype(cache.v.dtype), start))
+        window = (1, B, cfg.num_kv_heads, mask_BxTxS.shape[-1], cfg.head_dim)  # the first S slots only
+        k_BxKxSxH = jax.lax.dynamic_slice(cache.k, (layer, 0, 0, 0, 0), window)[0].astype(x_BxTxD.dtype)
+        v_BxKxSxH = jax.lax.dynamic_slice(cache.v, (layer, 0, 0, 0, 0), window)[0].astype(x_BxTxD.dtype)
     else:
-        k_BxSxKxH, v_BxSxKxH = k_BxTxKxH, v_BxTxKxH
+        k_BxKxSxH, v_BxKxSxH = k_BxKxTxH, v_BxKxTxH
     q_BxTxKxGxH = q_BxTxNxH.reshape(B, T, cfg.num_kv_heads, cfg.num_groups, cfg.head_dim)
-    scores = jnp.einsum("BTKGH,BSKH->BKGTS", q_BxTxKxGxH, k_BxSxKxH,
+    scores = jnp.einsum("BTKGH,BKSH->BKGTS", q_BxTxKxGxH, k_BxKxSxH,
                         preferred_element_type=jnp.float32) / math.sqrt(cfg.head_dim)
     scores = jnp.where(mask_BxTxS[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(x_BxTxD.dtype)
-    out_BxTxKxGxH = jnp.einsum("BKGTS,BSKH->BTKGH", probs, v_BxSxKxH)
+    out_BxTxKxGxH = jnp.einsum("BKGTS,BKSH->BTKGH", probs, v_BxKxSxH)
     out_BxTxNxH = out_BxTxKxGxH.reshape(B, T, cfg.num_heads, cfg.head_dim)
     out_BxTxD = jnp.einsum("BTNH,NHD->BTD", out_BxTxNxH, attn["o_proj"]["kernel"].astype(x_BxTxD.dtype))
     return out_BxTxD, cache
