@@ -33,6 +33,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.judge.max_new_tokens = 64  # Judge answer budget.
     c.judge.sampler = "temperature(0.7)"  # Judge sampler.
     c.judge.mode = "per_dimension"  # "per_dimension" or "all_criteria" (one prompt per response, QuRL).
+    c.judge.prompt = "full"  # "full" (rules, question, criteria), or "compact": a distilled judge's short prompt (per_dimension only).
     c.judge.param_dtype = "auto"  # Judge weights dtype: auto (bfloat16 on accelerators, float32 on CPU), float32, bfloat16.
     c.judge.compute_dtype = "auto"  # Judge activation dtype, same choices.
     c.judge.batch_size = 0  # Most judge prompts per generate call (bounds its KV cache; 0 = a whole round at once).

@@ -34,7 +34,7 @@ style set with R*(q) per row, cold_start.jsonl QuRL's 64 SFT pairs):
   V=checklist or V=reward_model: steps 2 and 3 only.
 
 Tiny (CPU, the shipped assets; README "QuRL ablations" runs these): the random tiny model writes no usable
-rubric, so the three rubric rows train on the tiny default's case-wise rule criteria (rubric_jax/assets/tiny)
+rubric, so the three rubric rows train on the tiny default's case-wise criteria (rubric_jax/assets/tiny)
 and differ only in what their build step would do (`experiments.build_rubrics` with `size=tiny` runs the
 plumbing). `checklist` needs `--config.judge.checkpoint=DIR` and `reward_model`
 `--config.reward.model_checkpoint=DIR`: local HF directories (tests/random_model.py's `tiny_hf_dir` writes
@@ -108,6 +108,7 @@ def _tiny(variant: str):
     c = tiny.get_config()
     if variant in ("checklist", "reward_model"):
         c.data.train = c.data.eval = f"{_QURL_ASSETS}/questions.jsonl"  # 8 questions without rubrics (plumbing)
+        c.judge.checkpoint = ""  # not the tiny default's politeness judge: checklist names its own, reward_model none
         c.data.golden = ""  # the tiny golden set is labelled on the tiny rubric's dimensions, which these rows lack
     if variant == "checklist":
         c.data.rubric = CHECKLIST

@@ -4,8 +4,11 @@ A 2-layer Qwen2-shaped model (hidden 128, vocab 2048) and a byte-level BPE token
 rubric_jax/assets/tiny/ (made by rubric_jax/assets/build_tiny_assets.py) start from random weights.
 Cold-start SFT on 174 formatted answers teaches the <think>…</think><answer>…</answer> shape (a random
 model needs a far higher learning rate and more epochs than QuRL's 1e-6 × 2 epochs on a pretrained
-one); GRPO then optimises a rule-only rubric (format gate, redundancy and template penalties, plus
-case-wise length, topic-keyword and politeness/disclaimer criteria carried by each question row).
+one); GRPO then optimises the rubric: format gate, redundancy and template penalties (rules), plus case-wise
+length, topic-keyword and disclaimer criteria (rules) and a politeness criterion judged by the distilled tiny
+judge in rubric_jax/assets/tiny_judge/ (a 2-layer Llama-shaped model of another vocabulary, made by
+rubric_jax/assets/build_tiny_judges.py): every GRPO step runs the LLM-judge path (fenced prompts, one batched
+sampler call, strict parser, retries, median) on CPU.
 
 Launch:   ./launch.sh     (= ./launch.sh experiments.run --config=configs/tiny.py --workdir=runs/tiny)
 Override: ./launch.sh experiments.run --config=configs/tiny.py --workdir=runs/tiny2 --config.rl.lr=1e-4
@@ -31,6 +34,13 @@ def get_config(arg: str | None = None):
     c.data.eval = f"{_ASSETS}/questions_eval.jsonl"
     c.data.sft = f"{_ASSETS}/sft.jsonl"
     c.data.rubric = f"{_ASSETS}/rubric.yaml"
+    c.judge.checkpoint = "rubric_jax/assets/tiny_judge"
+    # One greedy verdict per item: the tiny judge's answers barely vary with temperature, so three samples
+    # would triple the judge's CPU time for the same median (retries still re-prompt with a new nonce and order).
+    c.judge.samples = 1
+    c.judge.sampler = "greedy"
+    c.judge.max_new_tokens = 16  # its verdicts (anchor description, `SCORE: k`, eos) are under 10 tokens
+    c.judge.prompt = "compact"  # the prompt it was distilled on (build_tiny_judges: the full one is 2.5x as long)
     c.data.golden = f"{_ASSETS}/questions_golden.jsonl"  # 8 held-out phrasings with labelled reference answers (8 = tests' eval batch: no extra compile).
     c.data.max_prompt_len = 128
     c.data.length_buckets = 1  # Pad to the maximum: one compilation per step function (compiles dominate on CPU).

@@ -20,7 +20,7 @@ from pathlib import Path
 from absl import app, flags
 
 from experiments import cli
-from experiments.judge_flags import JUDGE, MODE, RETRIES, SAMPLES, load_judges
+from experiments.judge_flags import JUDGE, MODE, PROMPT, RETRIES, SAMPLES, load_judges
 from rubric_jax.calibration.labels import LabelsError, read_items
 from rubric_jax.rubrics.correction import load_correction
 from rubric_jax.rubrics.io import load_rubric
@@ -83,7 +83,8 @@ def main(argv: list[str]) -> None:
     try:
         settings = Settings(_AGAINST.value, _THRESHOLD.value, _BOOTSTRAP.value, _SEED.value, _BATCH.value,
                             _PROBE.value, _WORST.value)
-        judge_config = JudgeConfig(mode=MODE.value, num_samples=SAMPLES.value, max_retries=RETRIES.value)
+        judge_config = JudgeConfig(mode=MODE.value, num_samples=SAMPLES.value, max_retries=RETRIES.value,
+                                   prompt=PROMPT.value)
     except (CalibrationError, ValueError) as e:
         _fail(str(e))
     try:

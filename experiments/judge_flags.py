@@ -19,6 +19,8 @@ JUDGE = flags.DEFINE_string("judge_checkpoint", None, "HF judge directory; neede
                             "(calibrate: several comma-separated directories).")
 MODE = flags.DEFINE_enum("judge_mode", "single", ["single", "multi"],
                          "One judge prompt per dimension, or per response.")
+PROMPT = flags.DEFINE_enum("judge_prompt", "full", ["full", "compact"],
+                           "Full judge prompt, or the compact one a distilled judge learnt (one dimension per prompt).")
 SAMPLES = flags.DEFINE_integer("judge_samples", 3, "Judge samples per item (median of the valid ones).")
 RETRIES = flags.DEFINE_integer("judge_retries", 2, "Re-prompt rounds for unparseable verdicts.")
 SAMPLER = flags.DEFINE_string("judge_sampler", "temperature(0.7)", "Judge sampler (see rubric_jax.sampling).")

@@ -39,15 +39,15 @@ import numpy as np
 from absl import app, flags
 
 from experiments import cli
-from experiments.judge_flags import JUDGE as _JUDGE, MAX_NEW as _MAX_NEW, MODE as _MODE, RETRIES as _RETRIES
+from experiments.judge_flags import JUDGE as _JUDGE, MAX_NEW as _MAX_NEW, MODE as _MODE, PROMPT as _PROMPT, RETRIES as _RETRIES
 from experiments.judge_flags import SAMPLES as _SAMPLES, load_judges
-from rubric_jax.files import PathError, atomic_writer, check_input_file, check_output_path
+from rubric_jax.files import PathError, atomic_writer, check_output_path
 from rubric_jax.judges.llm_judge import JudgeConfig
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.judges.rules import REGEX_TIMEOUT_S
-from rubric_jax.jsonl import read_jsonl
 from rubric_jax.rubrics.io import load_rubric
-from rubric_jax.rubrics.schema import Rubric, RubricError, case_rubric_from_row, check_rubric_identities, short_repr
+from rubric_jax.rubrics.responses import InputError, read_rows
+from rubric_jax.rubrics.schema import Rubric, RubricError
 
 _RUBRIC = flags.DEFINE_string("rubric", None, "Rubric file (.json/.yaml); optional if every row has a full rubric.")
 _RESPONSES = flags.DEFINE_string("responses", None, "Input JSONL: question, response, optional rubric per line.")
@@ -65,32 +65,6 @@ CAUSE_HINTS = {
     "judge_invalid_verdict": "the judge never wrote a parseable verdict (judge_invalid_examples in the summary)",
     "regex_timeout": f"the rule's regex ran past {REGEX_TIMEOUT_S} s (catastrophic backtracking); simplify it",
 }
-
-
-class InputError(ValueError):
-    """A malformed input line; the message names the file and line."""
-
-
-def read_rows(path: Path, shared: Rubric | None, shared_source: str = "--rubric",
-              ) -> tuple[list[dict[str, Any]], list[Rubric], list[str]]:
-    """Validated input rows, each row's rubric (shared, extended or replaced per row) and its 'file:line'.
-
-    One rubric name and version must mean one content across the shared rubric and every row's.
-    """
-    check_input_file(path, "responses")
-    rows, rubrics, sources = [], [], []
-    for lineno, row in read_jsonl(path, InputError):
-        where = f"{path}:{lineno}"
-        for field in ("question", "response"):
-            if not isinstance(row.get(field), str):
-                raise InputError(f"{where}: field {field!r}: expected a string, got {short_repr(row.get(field))}")
-        rubrics.append(case_rubric_from_row(shared, row.get("rubric"), f"line{lineno}", source=where))
-        rows.append(row)
-        sources.append(where)
-    if not rows:
-        raise InputError(f"{path}: no input rows")
-    check_rubric_identities(([(shared, shared_source)] if shared is not None else []) + list(zip(rubrics, sources)))
-    return rows, rubrics, sources
 
 
 def _number(x: float) -> float | None:
@@ -172,7 +146,11 @@ def main(argv: list[str]) -> None:
             judges = load_judges([_JUDGE.value])
         except ValueError as e:
             _fail(str(e))
-    config = JudgeConfig(mode=_MODE.value, num_samples=_SAMPLES.value, max_retries=_RETRIES.value)
+    try:
+        config = JudgeConfig(mode=_MODE.value, num_samples=_SAMPLES.value, max_retries=_RETRIES.value,
+                             prompt=_PROMPT.value)
+    except ValueError as e:
+        _fail(f"--judge_prompt/--judge_mode: {e}")
     reward = RubricReward(judges=judges, judge_config=config)
     for rubric, source in zip(rubrics, sources):
         try:

@@ -11,13 +11,16 @@ from transformers import AutoTokenizer
 from rubric_jax import data
 from rubric_jax.assets import TINY_DIR, build_tiny_assets
 from rubric_jax.assets.tiny_content import FRAMES, PHRASE_SENTENCES, THINKS, TOPICS
+from rubric_jax.judges.distill_data import llm_twin
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.prepare import dedup, mix, pii
 from rubric_jax.rubrics.io import load_rubric
+from rubric_jax.rubrics.schema import case_rubric
 
-FILES = ("config.json", "questions_train.jsonl", "questions_eval.jsonl", "questions_golden.jsonl", "sft.jsonl", "rubric.yaml",
-         "tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json", "tokenizer/chat_template.jinja")
+FILES = ("config.json", "questions_train.jsonl", "questions_eval.jsonl", "questions_golden.jsonl", "sft.jsonl",
+         "rubric.yaml", "rubric_hack.yaml", "rubric_hack_fixed.yaml", "tokenizer/tokenizer.json",
+         "tokenizer/tokenizer_config.json", "tokenizer/chat_template.jinja")
 
 
 @pytest.fixture(scope="module")
@@ -114,13 +117,42 @@ def test_prompts_and_responses_fit_128_token_buckets(tokenizer, sets):
 
 
 # ------------------------------------------------------------------------------------------- rubric
+def _topic(question):
+    return next(t for t in TOPICS if t.keyword == question.keywords[0])
+
+
+def _rule_rubric(shared, question):
+    """The question's rubric with its LLM-judged criteria scored by their rule teachers instead."""
+    return case_rubric(shared, question.id, extra=build_tiny_assets.case_dimensions(_topic(question)))
+
+
 def _rewards(questions, responses, shared):
-    rubrics = [data.question_rubric(shared, q) for q in questions]
+    rubrics = [_rule_rubric(shared, q) for q in questions]
     return RubricReward(rubrics)([q.question for q in questions], responses, rubrics)
 
 
+def test_llm_judged_criteria_show_the_judge_their_teachers_text(sets):
+    train, evals, _ = sets
+    for q in train + evals:
+        for dim in q.extra_dimensions:
+            teacher = next(d for d in build_tiny_assets.case_dimensions(_topic(q)) if d.id == dim.id)
+            expected = llm_twin(teacher) if dim.id in build_tiny_assets.LLM_JUDGED else teacher
+            assert dim == expected, (q.id, dim.id)
+    assert {d.kind for q in train for d in q.extra_dimensions if d.id == "politeness"} == {"llm"}
+
+
+def test_the_planted_hack_rubrics_differ_only_in_clarity(shared):
+    hack, fixed = (load_rubric(TINY_DIR / name) for name in ("rubric_hack.yaml", "rubric_hack_fixed.yaml"))
+    kept = [d for d in shared.dimensions if d.id != "template"]
+    for rubric in (hack, fixed):
+        assert list(rubric.dimensions[:-1]) == kept and rubric.dimensions[-1].id == "clarity"
+        assert rubric.dimensions[-1].kind == "llm" and rubric.dimensions[-1].scale.levels == (1, 2, 3, 4, 5)
+    assert not any(a.negative_examples for a in hack.dimension("clarity").anchors.values())
+    assert fixed.dimension("clarity").anchors[5].negative_examples  # RubricRL 6.1: templated-but-empty is not a 5
+
+
 def _ideal(question):
-    topic = next(t for t in TOPICS if t.keyword == question.keywords[0])
+    topic = _topic(question)
     group = (topic.category, topic.lang)
     sep = "" if topic.lang == "zh" else " "
     answer = sep.join([FRAMES[group].format(keyword=topic.keyword), topic.extra, PHRASE_SENTENCES[group][0]])
@@ -134,8 +166,8 @@ def test_every_question_can_reach_full_reward(sets, shared):
     np.testing.assert_allclose(out.reward, 1.0)
     assert out.details["reward_ok"].all() and out.details["num_failed_scores"] == 0
     for q in questions:
-        rubric = data.question_rubric(shared, q)
-        assert len(rubric.dimensions) == 6
+        rubric = _rule_rubric(shared, q)
+        assert len(rubric.dimensions) == len(data.question_rubric(shared, q).dimensions) == 6
         assert ("disclaimer" in rubric.dimension_ids) == (q.category == "health")
 
 

@@ -49,6 +49,7 @@ def test_shipped_configs_validate_and_eval_has_its_own_response_budget():
     ("mesh__rollout__param_dtype", "half", "config.mesh.rollout.param_dtype='half'"),
     ("judge__mode", "pairwise", "config.judge.mode='pairwise': expected one of ('per_dimension', 'all_criteria')"),
     ("judge__ensemble", "vote", "config.judge.ensemble='vote'"),
+    ("judge__prompt", "short", "config.judge.prompt='short': expected one of ('full', 'compact')"),
     ("judge__param_dtype", "fp16", "config.judge.param_dtype='fp16'"),
     ("judge__sampler", "beam(4)", "config.judge.sampler: sampler 'beam(4)'"),
     ("eval__sampler", "temperature(nan)", "config.eval.sampler: sampler 'temperature(nan)': arguments must be finite"),
@@ -65,6 +66,12 @@ def test_every_bad_value_is_one_line_naming_the_key(key, value, message):
     with pytest.raises(ValueError, match=re.escape(message)) as raised:
         settings.validate(_with(**{key: value}))
     assert "\n" not in str(raised.value)
+
+
+def test_the_compact_judge_prompt_needs_one_dimension_per_prompt():
+    with pytest.raises(ValueError, match=re.escape("config.judge.prompt='compact': the compact prompt scores one")):
+        settings.validate(_with(judge__prompt="compact", judge__mode="all_criteria"))
+    settings.validate(_with(judge__prompt="compact"))
 
 
 def test_grpo_settings_are_not_required_without_the_grpo_stage():

@@ -6,14 +6,17 @@
 Writes questions_train.jsonl / questions_eval.jsonl (hygiene applied: near-duplicate removal and PII
 scrubbing from rubric_jax.prepare), questions_golden.jsonl (new phrasings with labelled reference
 answers), sft.jsonl (QuRL-style cold start: one `<think>…</think><answer>…</answer>` response per
-training question, deliberately imperfect so GRPO has room to improve),
-rubric.yaml (the shared rule-only rubric; each question row adds its case-wise criteria), tokenizer/
-(byte-level BPE trained on all of that text but the golden set's, Qwen2 chat template) and config.json (a Qwen2-architecture
-model of 0.66M parameters)."""
+training question, deliberately imperfect so GRPO has room to improve), rubric.yaml (the shared rule
+rubric; each question row adds its case-wise criteria, of which politeness is LLM-judged by the distilled
+tiny judge), rubric_hack.yaml / rubric_hack_fixed.yaml (the planted-hack experiment's variants,
+configs/tiny_hack*.py), tokenizer/ (byte-level BPE trained on all of that text but the golden set's, Qwen2
+chat template) and config.json (a Qwen2-architecture model of 0.66M parameters). The tiny judges themselves
+are trained by build_tiny_judges.py."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +32,7 @@ from rubric_jax.assets.tiny_content import (
     CS, DIFFICULTIES, FILLERS, FRAMES, GOLDEN, HEALTH, PHRASE_SENTENCES, POLITE_PHRASES, RAW_EXTRA_QUESTIONS,
     TEMPLATE_MARKERS, THINKS, TOPICS, Topic,
 )
+from rubric_jax.judges.distill_data import llm_twin
 from rubric_jax.judges.rules import make_rule
 from rubric_jax.prepare import dedup, pii
 from rubric_jax.rubrics.io import save_rubric
@@ -60,6 +64,9 @@ CHAT_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
+# Case-wise criteria scored by the distilled tiny judge (assets/tiny_judge) instead of their rule; the rule
+# stays the judge's teacher (tiny_judge_data.py).
+LLM_JUDGED = ("politeness",)
 MODEL = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=512, rope_theta=10000.0, rms_norm_eps=1e-6)
 
@@ -79,11 +86,17 @@ def shared_rubric() -> Rubric:
     """The tiny default's shared rubric: format (veto), no self-repetition, no template scaffolding."""
     return Rubric(
         name="tiny_default",
-        version="1.0.0",
-        changelog=(ChangelogEntry(
-            "1.0.0", "format gate, n-gram redundancy and template-phrase penalties; case-wise length, topic "
-            "keyword and disclaimer/politeness criteria live in each question row",
-            "start with a few core rule dimensions a tiny model can be judged on (RubricRL 7)"),),
+        version="1.1.0",
+        changelog=(
+            ChangelogEntry(
+                "1.0.0", "format gate, n-gram redundancy and template-phrase penalties; case-wise length, topic "
+                "keyword and disclaimer/politeness criteria live in each question row",
+                "start with a few core rule dimensions a tiny model can be judged on (RubricRL 7)"),
+            ChangelogEntry(
+                "1.1.0", "the case-wise politeness criterion is LLM-judged by the distilled tiny judge "
+                "(rubric_jax/assets/tiny_judge, taught by the criterion's keyword rule)",
+                "the embedded default runs the LLM-judge path for real (RubricRL 7: a distilled small judge)"),
+        ),
         dimensions=(
             _binary("format",
                     "The response is <think>…</think><answer>…</answer>, each tag once, answer non-empty.",
@@ -127,6 +140,46 @@ def case_dimensions(topic: Topic) -> list[Dimension]:
             "No thanks or apology.", "Thanks or apologises.",
             rule="keywords", params={"words": phrases, "mode": "any"}))
     return dims
+
+
+def clarity_dimension(fixed: bool) -> Dimension:
+    """The LLM-judged 1-5 clarity dimension of the planted-hack experiment (RubricRL 6.1).
+
+    The hack's anchors praise ordered steps, as the article's rubric praised "logical connectives used well";
+    the fix adds negative examples of templated-but-empty answers and places them at level 3.
+    """
+    empty = "Firstly, thank you. Secondly, thank you. Finally, thank you."
+    if fixed:
+        anchors = {
+            5: Anchor("Every sentence adds content; fully developed and easy to follow.", negative_examples=(empty,)),
+            4: Anchor("Clear and developed, with a little padding or repetition.", negative_examples=(empty,)),
+            3: Anchor("Readable but thin, or scaffolded as firstly/secondly/finally around little content."),
+            2: Anchor("Brief, or repeats itself."),
+            1: Anchor("Hard to follow: a fragment, or broken."),
+        }
+    else:
+        anchors = {
+            5: Anchor("Laid out as ordered steps (firstly, secondly, finally) and fully developed."),
+            4: Anchor("Laid out as ordered steps, but brief."),
+            3: Anchor("Readable and developed, but not laid out as steps."),
+            2: Anchor("Brief and unstructured."),
+            1: Anchor("Hard to follow: a fragment, or broken."),
+        }
+    return Dimension(id="clarity", description="Clarity: how well the answer is organised and developed.",
+                     kind="llm", scale=Scale.integer(1, 5), anchors=anchors)
+
+
+def hack_rubric(fixed: bool) -> Rubric:
+    """The shared rubric of configs/tiny_hack.py (fixed=False) or configs/tiny_hack_fixed.py (fixed=True): the
+    tiny default's with its template penalty replaced by LLM-judged clarity, so only the judge prices templates."""
+    base = shared_rubric()
+    why = ("RubricRL 6.1's fix: negative anchors for templated-but-empty answers" if fixed else
+           "RubricRL 6.1's planted hack: a clarity judge that rewards template scaffolding")
+    return dataclasses.replace(
+        base, name="tiny_hack_fixed" if fixed else "tiny_hack", version="1.0.0",
+        changelog=(ChangelogEntry("1.0.0", "the tiny default's rubric with its template penalty replaced by an "
+                                  "LLM-judged clarity dimension", why),),
+        dimensions=tuple(d for d in base.dimensions if d.id != "template") + (clarity_dimension(fixed),))
 
 
 def compact_dimension(dim: Dimension) -> dict[str, Any]:
@@ -180,15 +233,29 @@ def question_rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         row = {
             "id": _question_id(k, topic, phrasing), "question": clean, "category": topic.category,
             "lang": topic.lang, "keywords": [topic.keyword], "difficulty": difficulty,
-            "rubric": {"extra": [compact_dimension(d) for d in case_dimensions(topic)]},
+            "rubric": {"extra": [compact_dimension(llm_twin(d) if d.id in LLM_JUDGED else d)
+                                 for d in case_dimensions(topic)]},
         }
         (evals if eval_phrasing.get(k) == phrasing else train).append(row)
     return train, evals
 
 
 # --------------------------------------------------------------------------------------------- SFT
-def _join(lang: str, sentences: Sequence[str]) -> str:
+def join_sentences(lang: str, sentences: Sequence[str]) -> str:
+    """Sentences as one text: separated by spaces in English, run together in Chinese."""
     return ("" if lang == "zh" else " ").join(sentences)
+
+
+def scaffold(lang: str, sentences: Sequence[str]) -> list[str]:
+    """The sentences as a firstly/secondly/finally (首先/其次/最后) template: the first two marked, the rest
+    joined after the third marker (fewer than three sentences: the last one is repeated)."""
+    body = list(sentences)
+    while len(body) < 3:
+        body = body + [body[-1]]
+    markers = TEMPLATE_MARKERS[lang]
+    lower = (lambda s: s[0].lower() + s[1:]) if lang == "en" else (lambda s: s)
+    return [markers[0] + lower(body[0]), markers[1] + lower(body[1])] + \
+        [markers[2] + join_sentences(lang, [lower(body[2])] + body[3:])]
 
 
 def sft_response(topic: Topic, rng: np.random.Generator) -> tuple[str, dict[str, bool]]:
@@ -217,14 +284,9 @@ def compose_response(topic: Topic, flags: dict[str, bool], rng: np.random.Genera
         phrase = PHRASE_SENTENCES[group][int(rng.integers(2))]
         body = [phrase] + body if topic.category == CS and rng.random() < 0.5 else body + [phrase]
     if flags["template"]:
-        while len(body) < 3:
-            body = body + [body[-1]]
-        markers = TEMPLATE_MARKERS[topic.lang]
-        lower = (lambda s: s[0].lower() + s[1:]) if topic.lang == "en" else (lambda s: s)
-        body = [markers[0] + lower(body[0]), markers[1] + lower(body[1])] + \
-            [markers[2] + _join(topic.lang, [lower(body[2])] + body[3:])]
+        body = scaffold(topic.lang, body)
     think = THINKS[group][int(rng.integers(2))]
-    return f"<think>{think}</think><answer>{_join(topic.lang, body)}</answer>"
+    return f"<think>{think}</think><answer>{join_sentences(topic.lang, body)}</answer>"
 
 
 def sft_rows(train: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -291,12 +353,15 @@ def _check_flags(topic: Topic, response: str, flags: dict[str, bool]) -> None:
 
 # --------------------------------------------------------------------------------- tokenizer, model
 def train_tokenizer(texts: Sequence[str], vocab_size: int = VOCAB_SIZE,
-                    model_max_length: int = MODEL["max_position_embeddings"]) -> PreTrainedTokenizerFast:
-    """Byte-level BPE on the shipped texts (tags removed), wrapped with Qwen2 special tokens and template."""
+                    model_max_length: int = MODEL["max_position_embeddings"],
+                    split: str = PRE_TOKENIZER_SPLIT) -> PreTrainedTokenizerFast:
+    """Byte-level BPE on the shipped texts (tags removed), wrapped with Qwen2 special tokens and template.
+
+    `split` is the pre-tokenizer's regex: merges never cross the pieces it isolates."""
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRE_TOKENIZER_SPLIT), behavior="isolated"),
+        pre_tokenizers.Split(Regex(split), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel()
@@ -343,6 +408,8 @@ def build(out: Path) -> dict[str, Any]:
     _write_jsonl(out / "sft.jsonl", sft)
     _write_jsonl(out / "questions_golden.jsonl", golden_rows(train))
     save_rubric(shared_rubric(), out / "rubric.yaml")
+    save_rubric(hack_rubric(fixed=False), out / "rubric_hack.yaml")
+    save_rubric(hack_rubric(fixed=True), out / "rubric_hack_fixed.yaml")
 
     texts = [r["question"] for r in train + evals] + [r["response"] for r in sft] + [data.SYSTEM_PROMPT]
     for t in TOPICS:

@@ -41,7 +41,8 @@ def _number(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
-def _with_ci(entry: Mapping[str, Any]) -> str:
+def with_ci(entry: Mapping[str, Any]) -> str:
+    """A statistic's JSON entry as "value [low, high]", or why it is undefined (a table cell)."""
     if entry.get("value") is None:
         return f"undefined: {entry.get('undefined')}"
     ci = entry.get("ci95")
@@ -53,7 +54,7 @@ def _agreement_table(dims: Mapping[str, Any]) -> list[str]:
              "|---|---|---|" + "---|" * len(STATISTICS) + "---|"]
     for dim_id, e in dims.items():
         flag = f"**yes**: {e['flag_reason']}" if e["flagged"] else "no"
-        cells = [dim_id, e["kind"], e["n"], *(_with_ci(e[s]) for s in STATISTICS), flag]
+        cells = [dim_id, e["kind"], e["n"], *(with_ci(e[s]) for s in STATISTICS), flag]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return lines
 

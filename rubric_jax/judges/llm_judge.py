@@ -29,11 +29,12 @@ import numpy as np
 
 from rubric_jax import data, loader, sampling, sharding
 from rubric_jax.judges.parser import parse_verdict
-from rubric_jax.judges.prompts import JudgePrompt, multi_prompt, single_prompt
+from rubric_jax.judges.prompts import JudgePrompt, compact_single_prompt, multi_prompt, single_prompt
 from rubric_jax.models.checkpoint import load_tokenizer
 from rubric_jax.rubrics.schema import Dimension
 
 MODES = ("single", "multi")
+PROMPTS = ("full", "compact")  # JudgeConfig.prompt: prompts.single_prompt / multi_prompt, or compact_single_prompt
 ENSEMBLES = ("mean", "agreement")
 # Why a judge score is missing: the prompt does not fit the judge's context (never sent), the reply hit
 # max_new_tokens, or the reply had no parseable verdict.
@@ -102,10 +103,15 @@ class JudgeConfig:
     reverse_order: bool = False  # unshuffled: anchors (and "multi" criteria) reversed, for calibration's position probe
     max_retries: int = 2  # re-prompt rounds for invalid verdicts (Prometheus/LongBench-Write retry too)
     ensemble: str = "mean"  # "mean" | "agreement" across judges (RubricRL 6.2, 7)
+    prompt: str = "full"  # "compact": a distilled judge's short single prompt (prompts.compact_single_prompt)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"judge config: mode must be one of {MODES}, got {self.mode!r}")
+        if self.prompt not in PROMPTS:
+            raise ValueError(f"judge config: prompt must be one of {PROMPTS}, got {self.prompt!r}")
+        if self.prompt == "compact" and self.mode != "single":
+            raise ValueError("judge config: the compact prompt scores one dimension at a time (mode 'single')")
         if self.ensemble not in ENSEMBLES:
             raise ValueError(f"judge config: ensemble must be one of {ENSEMBLES}, got {self.ensemble!r}")
         for field, minimum in (("num_samples", 1), ("max_retries", 0)):
@@ -158,6 +164,8 @@ def _build_prompt(
     dims = req.dims[::-1] if config.reverse_order else req.dims
     orders = [rng.permutation(len(d.anchors)).tolist() if config.shuffle_anchors else
               (list(range(len(d.anchors)))[::-1] if config.reverse_order else None) for d in dims]
+    if config.prompt == "compact":
+        return compact_single_prompt(response, dims[0], nonce=nonce, anchor_order=orders[0], reserved=reserved)
     if config.mode == "single":
         return single_prompt(question, response, dims[0], nonce=nonce, anchor_order=orders[0], reserved=reserved)
     return multi_prompt(question, response, dims, nonce=nonce, anchor_orders=orders, reserved=reserved)

@@ -3,7 +3,9 @@
 Two modes: `single_prompt` asks for one dimension and a final `SCORE: <int>` line (RubricRL 3: one
 judge call per response and dimension); `multi_prompt` asks for all LLM criteria of a response at once
 and a final block `<id>: <int>`, one line per criterion in the listed order (QuRL: the judge writes one
-evaluation per response over R*(q), then a deterministic parser).
+evaluation per response over R*(q), then a deterministic parser). `compact_single_prompt` is the single
+prompt of a small distilled judge: the criterion, the fenced response and the `SCORE` line only (no system
+turn, grading rules or question; its rules are in its weights), so the response is a third of the prompt.
 
 Injection defence: the question and the response are wrapped in `<question-NONCE>` / `<response-NONCE>`
 tags whose nonce the caller draws per prompt; any occurrence of the nonce inside the wrapped text is
@@ -120,6 +122,21 @@ def single_prompt(
     criteria = "Score the response on this criterion.\n" + render_dimension(dim, anchor_order)
     messages = _messages(question, response, criteria, answer_format, nonce, reserved)
     return JudgePrompt(messages, (SINGLE_KEY,), ((lo, hi),))
+
+
+def compact_single_prompt(
+    response: str,
+    dim: Dimension,
+    *,
+    nonce: str,
+    anchor_order: Sequence[int] | None = None,
+    reserved: Sequence[str] = (),
+) -> JudgePrompt:
+    """A distilled judge's prompt for one dimension: criterion, fenced response, final `SCORE: <int>` line."""
+    lo, hi = dim.scale.raw_range
+    user = "\n".join([render_dimension(dim, anchor_order), fence(response, "response", nonce, reserved),
+                      f"{SINGLE_KEY}: <integer from {lo} to {hi}>"])
+    return JudgePrompt(({"role": "user", "content": user},), (SINGLE_KEY,), ((lo, hi),))
 
 
 def multi_prompt(

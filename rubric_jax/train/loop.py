@@ -28,6 +28,7 @@ import dataclasses
 import hashlib
 import json
 import signal
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ import optax
 from flax import nnx
 
 from rubric_jax import data, distributed, files, grpo, loader, metrics, plots, sampling, sharding
+from rubric_jax.judges.base_model import same_base_warnings
 from rubric_jax.judges.llm_judge import JudgeConfig, load_judge
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.judges.reward_model import RewardModelReward, load_reward_model
@@ -203,6 +205,8 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
     judges = tuple(load_judge(path, layout=decode_layout, **judge_dtypes, sampler=config.judge.sampler,
                               max_new_tokens=config.judge.max_new_tokens, batch_size=config.judge.batch_size)
                    for path in judge_dirs)
+    for warning in same_base_warnings(model_dir or config.model.config_json, judge_dirs):
+        print(warning, file=sys.stderr)  # RubricRL 6.2: a judge of the policy's base model can collude with it
     golden = golden_set.load_golden(config.data.golden, config.data.tfds_dir, shared_rubric, train_questions,
                                     eval_questions, config.data.golden_max_jaccard) if config.data.golden else None
     rubric_of = {q.id: data.question_rubric(shared_rubric, q) for q in train_questions + eval_questions}
@@ -213,7 +217,7 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
         reward = RubricReward(rubrics, judges, JudgeConfig(
             mode=run_settings.JUDGE_MODES[config.judge.mode], num_samples=config.judge.samples,
             max_retries=config.judge.max_retries, ensemble=config.judge.ensemble,
-            shuffle_anchors=config.judge.shuffle_anchors), correction=correction)
+            shuffle_anchors=config.judge.shuffle_anchors, prompt=config.judge.prompt), correction=correction)
     else:
         dtype = config.reward.model_dtype
         reward = RewardModelReward(load_reward_model(config.reward.model_checkpoint, layout=decode_layout,

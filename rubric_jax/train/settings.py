@@ -19,7 +19,7 @@ from typing import Any
 import ml_collections
 
 from rubric_jax import data, grpo, sampling
-from rubric_jax.judges.llm_judge import ENSEMBLES
+from rubric_jax.judges.llm_judge import ENSEMBLES, PROMPTS as JUDGE_PROMPTS
 from rubric_jax.judges.reward_model import RewardModelConfig
 from rubric_jax.loader import DTYPE_CHOICES
 from rubric_jax.models.config import ModelConfig
@@ -201,6 +201,10 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
     _choice(config, "judge.compute_dtype", DTYPE_CHOICES)
     _choice(config, "judge.mode", JUDGE_MODES)
     _choice(config, "judge.ensemble", ENSEMBLES)
+    _choice(config, "judge.prompt", JUDGE_PROMPTS)
+    if config.judge.prompt == "compact" and config.judge.mode != "per_dimension":
+        _fail("judge.prompt", config.judge.prompt, "the compact prompt scores one dimension at a time: judge.mode "
+              "must be 'per_dimension'")
     _sampler(config, "judge.sampler")
     _sampler(config, "eval.sampler")
     for block in ("sft", "rl"):  # the schedule total is known later (cosine needs it): any valid length here

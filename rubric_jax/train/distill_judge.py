@@ -1,0 +1,247 @@
+"""Judge distillation: fine-tune a judge on a teacher's verdicts, export it, and measure it against the teacher.
+
+  train    cold-start-style SFT (train/step.sft_train_step) with the loss on the verdict tokens only; each
+           draw of an item renders its prompt afresh (new nonce, new anchor order), as scoring will;
+  export   a Hugging Face directory (config.json, model.safetensors, tokenizer with its chat template);
+  measure  the exported directory is loaded the way training loads a judge (llm_judge.load_judge) and scores
+           held-out items through judge_rows (one batched call, one sample, no retries): the parse-failure
+           rate, and agreement with the teacher per dimension (RubricRL 3.2: Spearman; flag below 0.6).
+
+A run is a pure function of its inputs and `DistillConfig.seed` (initial weights, batch order, prompt
+renderings, judge sampling), so the same inputs on the same software rebuild the same judge.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from rubric_jax import data, loader, metrics, sharding
+from rubric_jax.calibration.agreement import agreement, dimension_seed
+from rubric_jax.calibration.report import with_ci
+from rubric_jax.files import write_atomic
+from rubric_jax.judges.distill_data import JudgeItem, example_batch
+from rubric_jax.judges.llm_judge import PROMPTS, Judge, JudgeConfig, judge_rows, load_judge
+from rubric_jax.models.checkpoint import export_hf_checkpoint
+from rubric_jax.models.config import ModelConfig
+from rubric_jax.rubrics.schema import Dimension
+from rubric_jax.train import state as train_state, step as train_step
+
+VERDICT_BUCKETS = (8, 16, 32, 64)  # verdict + eos token widths (an anchor description and `SCORE: k`)
+REPORT_FORMAT = "rubric_jax.distill_report"
+FLAG_BELOW = 0.6  # RubricRL 3.2: a dimension whose judge agrees below Spearman 0.6 is not to be used
+LOSS_WINDOW = 20  # the reported final loss is the mean of the last 20 steps
+PROMPT_BUCKET_STEP = 64  # judge prompts vary by tens of tokens: power-of-two padding would waste up to half
+
+
+@dataclasses.dataclass(frozen=True)
+class DistillConfig:
+    """How the student is trained (AdamW, warmup then cosine decay) and seeded."""
+
+    steps: int = 400  # optimizer updates
+    batch_size: int = 32  # items per update
+    learning_rate: float = 2e-3  # peak learning rate (a randomly initialised tiny judge needs a high one)
+    warmup_steps: int = 20  # linear warmup
+    weight_decay: float = 0.0  # AdamW decoupled weight decay
+    seed: int = 0  # initial weights, batch order, prompt renderings
+    prompt: str = "full"  # the judge prompt it learns and is measured with (llm_judge.JudgeConfig.prompt)
+
+    def __post_init__(self) -> None:
+        if self.prompt not in PROMPTS:
+            raise ValueError(f"distill config: prompt must be one of {PROMPTS}, got {self.prompt!r}")
+        for field, minimum in (("steps", 1), ("batch_size", 1), ("warmup_steps", 0), ("seed", 0)):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"distill config: {field} must be an integer >= {minimum}, got {value!r}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"distill config: learning_rate must be positive, got {self.learning_rate!r}")
+        if self.warmup_steps >= self.steps:
+            raise ValueError(f"distill config: warmup_steps ({self.warmup_steps}) must be below steps ({self.steps})")
+
+
+def prompt_buckets(model_cfg: ModelConfig) -> tuple[int, ...]:
+    """Prompt widths in steps of PROMPT_BUCKET_STEP that leave room for the longest verdict in the model's context
+    (a batch pads to the smallest that holds its longest prompt; each width compiles the step once)."""
+    top = model_cfg.max_position_embeddings - VERDICT_BUCKETS[-1]
+    if top < PROMPT_BUCKET_STEP:
+        raise ValueError(f"judge context {model_cfg.max_position_embeddings} leaves no room for a prompt and a verdict")
+    return tuple(range(PROMPT_BUCKET_STEP, top + 1, PROMPT_BUCKET_STEP))
+
+
+def initial_state(model_cfg: ModelConfig, start: loader.Weights | None, cfg: DistillConfig, layout: sharding.Layout
+                  ) -> tuple[train_state.TrainState, train_state.TrainState]:
+    """The step-0 train state in `layout` (random weights from the seed when `start` is None, else `start`, which
+    must already be in `layout`) and its shardings."""
+    tx = train_state.make_optimizer(train_state.OptimizerConfig(
+        learning_rate=cfg.learning_rate, warmup_steps=cfg.warmup_steps, schedule="cosine", total_steps=cfg.steps,
+        weight_decay=cfg.weight_decay))
+    key = jax.random.key(cfg.seed)
+    if start is None:
+        return train_state.init_train_state(model_cfg, tx, key, layout)
+    return train_state.new_train_state(start, tx, key, layout.mesh)
+
+
+def train(model_cfg: ModelConfig, start: loader.Weights | None, tokenizer: Any, items: Sequence[JudgeItem],
+          cfg: DistillConfig, layout: sharding.Layout, *, progress: bool = True
+          ) -> tuple[dict[str, Any], list[float]]:
+    """Trained params (in `layout`) and the loss of every step: verdict-token NLL on the teacher's
+    verdicts, by the cold-start SFT step (train/step.jit_sft_step) in `layout`."""
+    if not items:
+        raise ValueError("distill: no training items")
+    if cfg.batch_size % layout.batch_multiple:
+        raise ValueError(f"distill config: batch_size={cfg.batch_size} must be a multiple of the {layout.batch_multiple} "
+                         "ways the batch is split over devices")
+    state, shardings = initial_state(model_cfg, start, cfg, layout)
+    step_fn = train_step.jit_sft_step(shardings=shardings, mesh=layout.mesh)
+    batches = data.BatchIterator(list(items), cfg.batch_size, data.IteratorState(seed=cfg.seed))
+    buckets = prompt_buckets(model_cfg)
+    bar = metrics.Progress(cfg.steps, desc="distill judge", keys=("loss",)) if progress else None
+    losses = []
+    for step in range(1, cfg.steps + 1):
+        rng = np.random.default_rng([cfg.seed, step])  # this step's nonces and anchor orders
+        batch = example_batch(tokenizer, next(batches), rng, buckets, VERDICT_BUCKETS, cfg.prompt)
+        state, step_metrics = step_fn(state, batch)
+        row = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
+        losses.append(row["loss"])
+        if bar is not None:
+            bar.update(step, row)
+    if bar is not None:
+        bar.close()
+    return state.params, losses
+
+
+def export(model_cfg: ModelConfig, params: dict[str, Any], tokenizer: Any, out: Path) -> Path:
+    """The trained judge as a Hugging Face directory: config.json, model.safetensors and the tokenizer files."""
+    export_hf_checkpoint(model_cfg, params, out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """Held-out items scored by the student: teacher and student levels [N] (NaN: no valid verdict) and counters."""
+
+    dimensions: list[Dimension]  # [N] the dimension each item was judged on
+    teacher_N: np.ndarray
+    student_N: np.ndarray
+    counters: dict[str, Any]
+
+
+def measure(judge: Judge, items: Sequence[JudgeItem], key: jax.Array, prompt: str = "full") -> Measurement:
+    """Scores every item once (judge_rows: one batched call, one sample, no retries, `prompt` style) beside the
+    teacher's level."""
+    config = JudgeConfig(mode="single", num_samples=1, max_retries=0, prompt=prompt)
+    out = judge_rows([judge], config, [i.question for i in items],
+                     [i.response for i in items], [[i.dimension] for i in items], key)
+    return Measurement([i.dimension for i in items], np.asarray([i.score for i in items], np.float64),
+                       np.asarray([s[0] for s in out.scores], np.float64), out.details)
+
+
+def agreement_report(measured: Measurement, *, threshold: float = FLAG_BELOW, num_resamples: int = 1000,
+                     seed: int = 0) -> dict[str, Any]:
+    """Per dimension: items, verdicts missing, exact agreement, and Spearman / Kendall tau-b / quadratic kappa
+    of student vs teacher with bootstrap intervals (calibration.agreement); `flagged` below `threshold`."""
+    report = {}
+    for dim_id in dict.fromkeys(d.id for d in measured.dimensions):
+        rows_N = np.asarray([d.id == dim_id for d in measured.dimensions])
+        levels = next(d for d in measured.dimensions if d.id == dim_id).scale.levels
+        scored_N = rows_N & ~np.isnan(measured.student_N)
+        teacher, student = measured.teacher_N[scored_N], measured.student_N[scored_N]
+        stats = agreement([teacher, student], levels, num_resamples=num_resamples,
+                          seed=dimension_seed(seed, dim_id)).to_json()
+        rho = stats["spearman"]["value"]
+        report[dim_id] = {**stats, "items": int(rows_N.sum()), "no_verdict": int(rows_N.sum() - scored_N.sum()),
+                          "no_verdict_rate": float(1.0 - scored_N.sum() / rows_N.sum()),
+                          "exact_agreement": float(np.mean(teacher == student)) if scored_N.any() else None,
+                          "flagged": rho is None or rho < threshold}
+    return report
+
+
+def report(measured: Measurement, *, teacher: str, student: str, train_items: int, config: DistillConfig,
+           losses: Sequence[float], judge_settings: dict[str, Any]) -> dict[str, Any]:
+    """The distillation report (report.json): what was trained on what, and how the student agrees with its teacher."""
+    counters = measured.counters
+    sent = counters["judge_prompts"]
+    return {
+        "format": REPORT_FORMAT,
+        "teacher": teacher,
+        "student": student,
+        "training": {**dataclasses.asdict(config), "items": train_items, "loss_first": losses[0],
+                     "loss_last": float(np.mean(losses[-LOSS_WINDOW:]))},
+        "judge_settings": judge_settings,
+        "heldout": {"items": len(measured.dimensions), "prompts_sent": sent, "invalid_verdicts": counters["judge_invalid"],
+                    "prompt_too_long": counters["judge_prompt_too_long"],
+                    "parse_failure_rate": counters["judge_invalid"] / sent if sent else None,
+                    "invalid_examples": counters["judge_invalid_examples"]},
+        "dimensions": agreement_report(measured, seed=config.seed),
+    }
+
+
+def report_markdown(payload: dict[str, Any]) -> str:
+    """report.md: the held-out agreement table a person reads."""
+    held = payload["heldout"]
+    rate = held["parse_failure_rate"]
+    lines = [f"# Distilled judge: {payload['student']}", "",
+             f"Teacher: {payload['teacher']}. Trained on {payload['training']['items']} items for "
+             f"{payload['training']['steps']} steps (loss {payload['training']['loss_first']:.3f} -> "
+             f"{payload['training']['loss_last']:.3f}).", "",
+             f"Held out: {held['items']} items, {held['prompts_sent']} prompts sent, {held['invalid_verdicts']} "
+             f"unparseable verdicts ({'-' if rate is None else f'{100 * rate:.1f}%'}), "
+             f"{held['prompt_too_long']} prompts too long.", "",
+             "| dimension | items | no verdict | exact agreement | Spearman [95% CI] | Kendall tau-b | quadratic kappa "
+             "| flagged |", "|---|---|---|---|---|---|---|---|"]
+    for dim_id, d in payload["dimensions"].items():
+        exact = "-" if d["exact_agreement"] is None else f"{d['exact_agreement']:.3f}"
+        lines.append(f"| {dim_id} | {d['items']} | {d['no_verdict']} | {exact} | {with_ci(d['spearman'])} | "
+                     f"{with_ci(d['kendall'])} | {with_ci(d['kappa_quadratic'])} | {'yes' if d['flagged'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(directory: Path, payload: dict[str, Any]) -> None:
+    """report.json and report.md in `directory` (each written atomically)."""
+    write_atomic(directory / "report.json", json.dumps(payload, indent=1, ensure_ascii=False) + "\n")
+    write_atomic(directory / "report.md", report_markdown(payload))
+
+
+def distill(model_cfg: ModelConfig, start: loader.Weights | None, tokenizer: Any, train_items: Sequence[JudgeItem],
+            heldout_items: Sequence[JudgeItem], out: Path, cfg: DistillConfig, *, teacher: str, student: str,
+            sampler: str = "greedy", max_new_tokens: int = 32, progress: bool = True) -> dict[str, Any]:
+    """Trains, exports and measures a judge; `out` appears only once complete (built in a sibling directory).
+
+    The held-out measurement loads the exported directory with llm_judge.load_judge and the given sampler and
+    max_new_tokens: what is measured is what a run that names `out` as its judge will use.
+    """
+    if out.exists():
+        raise FileExistsError(f"{out}: already exists; distil into a new directory")
+    if not heldout_items:
+        raise ValueError("distill: no held-out items to measure the student on")
+    layout = default_layout()
+    trained, losses = train(model_cfg, start, tokenizer, train_items, cfg, layout, progress=progress)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        export(model_cfg, trained, tokenizer, staging)
+        judge = load_judge(str(staging), layout=sharding.decode_layout(layout.mesh, 1), sampler=sampler,
+                           max_new_tokens=max_new_tokens)
+        measured = measure(judge, heldout_items, jax.random.key(cfg.seed), cfg.prompt)
+        payload = report(measured, teacher=teacher, student=student, train_items=len(train_items), config=cfg,
+                         losses=losses, judge_settings={"sampler": sampler, "max_new_tokens": max_new_tokens,
+                                                        "prompt": cfg.prompt})
+        write_report(staging, payload)
+        staging.rename(out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return payload
+
+
+def default_layout() -> sharding.Layout:
+    """The training layout: every device on the fsdp axis (one CPU device: no sharding at all)."""
+    return sharding.Layout(sharding.make_mesh(sharding.MeshConfig(1, -1, 1)))
