@@ -93,7 +93,10 @@ def test_workdir_holds_everything_a_researcher_needs(uninterrupted):
         assert key in grpo[0], key
     assert all(r["logprob_gap/mean"] < 1e-4 for r in grpo)  # float32 decode == teacher forcing on CPU
     assert all(key in r for r in grpo for key in MONITOR_KEYS)
-    assert grpo[0]["monitor/length_drift"] == 0.0 and all(r["monitor/judge_parse_failure"] == "nan" for r in grpo)
+    assert grpo[0]["monitor/length_drift"] == 0.0
+    # The tiny default's politeness is LLM-judged by the shipped distilled judge: its verdicts parse (undefined,
+    # "nan", in a step where the format gate left nothing to judge).
+    assert all(v == "nan" or 0.0 <= v <= 0.1 for v in (r["monitor/judge_parse_failure"] for r in grpo))
     alerts = _rows(uninterrupted, "alerts.jsonl")
     assert {a["step"] for a in alerts if a["metric"] == "monitor/saturation/template"} == {1, 2, 3, 4, 5}
     assert all(a["message"].startswith(f"alert step {a['step']}: ") and a["value"] > a["threshold"] == 0.5
