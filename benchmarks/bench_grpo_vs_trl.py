@@ -79,8 +79,8 @@ _SETTLE = flags.DEFINE_float(
     "settle_s", 0.5, "Interleaved: pause (timed by neither side) before each of our steps; torch's idle OpenMP "
     "workers spin-wait after a TRL step and would otherwise take a core from ours (measured: +30% on our step).")
 _MICRO = flags.DEFINE_integer(
-    "micro_batches", 16, "Our rl.micro_batches: gradient accumulation gives the same update (step.py), and on CPU "
-    "16 micro-batches of 4 rows cut the update's CPU time by ~40% vs 1 (cache-sized activations).")
+    "micro_batches", 8, "Our rl.micro_batches (whole groups: at most the 8 prompts): gradient accumulation gives "
+    "the same update (step.py), and on CPU small micro-batches keep activations cache-sized (RESULTS.md).")
 
 
 # ------------------------------------------------------------------------------------------ fixtures

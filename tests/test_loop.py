@@ -20,7 +20,8 @@ from rubric_jax.train.loop import NanStreak, TrainingError
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = [
     "--config.sft.epochs=1", "--config.sft.batch_size=32", "--config.rl.steps=5",
-    "--config.rl.questions_per_step=4", "--config.rl.group_size=4", "--config.rl.max_new_tokens=32",
+    "--config.rl.questions_per_step=4", "--config.rl.group_size=4", "--config.rl.micro_batches=4",
+    "--config.rl.max_new_tokens=32",
     "--config.eval.max_new_tokens=16",
     "--config.sft.max_response_len=128", "--config.eval.max_questions=8", "--config.eval.every_steps=2",
     "--config.checkpoint.every_steps=2", "--config.log.samples_per_step=2",

@@ -2,10 +2,15 @@
 
 Einsum legend: B batch, T new tokens, S attended (cache) slots, D hidden, V vocab, N query heads,
 K key/value heads, G query heads per KV head (N = K·G), H head dim, F MLP width, L layers,
-C classifier labels.
+C classifier labels, U shared prefixes, J continuations per prefix (B = U·J), P prefix slots.
 
 The head is an LM head (causal LM) or, when `cfg.num_labels > 0`, a bias-free `score` projection
 [D, C] read at one token per row (HF *ForSequenceClassification, e.g. a scalar reward model).
+
+Besides the plain forward (optionally over a KV cache), a prefix + continuation forward runs U prefixes
+once (`prefix_states`, which returns their per-layer keys/values) and then B = U·J continuations, row b
+attending [prefix b // J ; its own causal prefix] (`continuation_states`): J rows that share a prefix pay
+for it once, and the prefix's hidden states receive the summed gradient of its J rows.
 
 The module only holds parameters (named after the HF submodules so checkpoint mapping is a short
 table); the maths lives in pure functions over plain arrays so that the layer stack runs under
@@ -32,6 +37,9 @@ Params = dict[str, Any]
 _INIT_STD = 0.02  # HF initializer_range default for Qwen2 and Llama.
 # Logical names of the residual stream [B, T, D], passed to `shard_activation` once per layer.
 RESIDUAL_AXES = ("batch", "length", "activation_embed")
+# The shared prefixes' residual stream [U, P, D]: U may be fewer than the batch shards, so the layout may
+# split the prefix length over the shards its U leaves unused (token-wise maths; attention gathers K/V).
+PREFIX_RESIDUAL_AXES = ("batch", "prefix_length", "activation_embed")
 # (activation, its logical axis names) -> the activation with a sharding constraint (or unchanged).
 ShardActivation = Callable[[jax.Array, tuple[str, ...]], jax.Array]
 
@@ -155,25 +163,83 @@ class Transformer(nnx.Module):
                       cache: KVCache | None = None, cache_index: jax.Array | None = None,
                       ) -> tuple[jax.Array, KVCache | None]:
         """Final-norm hidden states [B, T, D] in the compute dtype (the trainer's chunked log-probs use it)."""
-        cfg = self.cfg
-        dtype = jnp.dtype(cfg.compute_dtype)
-        x_BxTxD = jnp.take(self.embed_tokens.embedding[...], tokens_BxT, axis=0).astype(dtype)
-        cos_BxTxH, sin_BxTxH = rope_tables(cfg, positions_BxT)
-        layer_params = _arrays(self.layers)
         if cache is not None and cache_index is None:
             raise ValueError("a KV cache needs cache_index (the slot where the new tokens go)")
+        cfg = self.cfg
+        cos_BxTxH, sin_BxTxH = rope_tables(cfg, positions_BxT)
 
-        shard = self.shard_activation
+        def layer(carry, xs):
+            x_BxTxD, cache = carry
+            params, index = xs
 
-        def layer(x, params, cache, index):
-            if shard is not None:
-                x = shard(x, RESIDUAL_AXES)
-            return decoder_layer(cfg, params, x, cos_BxTxH, sin_BxTxH, mask_BxTxS, cache, index, cache_index)
+            def attend(attn: Params, h_BxTxD: jax.Array):
+                return attention(cfg, attn, h_BxTxD, cos_BxTxH, sin_BxTxH, mask_BxTxS, cache, index, cache_index)
 
-        if cfg.remat:
-            layer = jax.checkpoint(layer)
-        x_BxTxD, new_cache = _run_layers(cfg, layer, x_BxTxD, layer_params, cache)
-        return rms_norm(x_BxTxD, self.norm.scale[...], cfg.rms_norm_eps), new_cache
+            x_BxTxD, cache = decoder_layer(cfg, params, self._shard(x_BxTxD), attend)
+            return (x_BxTxD, cache), None
+
+        (x_BxTxD, cache), _ = self._layers(layer, (self._embed(tokens_BxT), cache),
+                                           (_arrays(self.layers), jnp.arange(cfg.num_layers)))
+        return self._final_norm(x_BxTxD), cache
+
+    def prefix_states(self, tokens_UxP: jax.Array, positions_UxP: jax.Array, mask_UxPxP: jax.Array
+                      ) -> tuple[jax.Array, KVCache]:
+        """Final-norm hidden states [U, P, D] of U prefixes and every layer's keys/values of them, k, v
+        [L, U, P, K, H] (rotated, compute dtype): what `continuation_states` attends. Differentiable."""
+        cfg = self.cfg
+        cos_UxPxH, sin_UxPxH = rope_tables(cfg, positions_UxP)
+
+        def layer(x_UxPxD, params):
+            def attend(attn: Params, h_UxPxD: jax.Array):
+                q, k_UxPxKxH, v_UxPxKxH = _qkv(cfg, attn, h_UxPxD, cos_UxPxH, sin_UxPxH)
+                out = _attend(cfg, q, k_UxPxKxH, v_UxPxKxH, mask_UxPxP)
+                return _output(cfg, attn, out), (k_UxPxKxH, v_UxPxKxH)
+
+            return decoder_layer(cfg, params, self._shard(x_UxPxD, PREFIX_RESIDUAL_AXES), attend)
+
+        x_UxPxD, (k_LxUxPxKxH, v_LxUxPxKxH) = self._layers(layer, self._embed(tokens_UxP), _arrays(self.layers))
+        return self._final_norm(x_UxPxD), KVCache(k=k_LxUxPxKxH, v=v_LxUxPxKxH)
+
+    def continuation_states(self, tokens_BxT: jax.Array, positions_BxT: jax.Array, mask_BxTxT: jax.Array,
+                            prefix: KVCache, prefix_mask_UxP: jax.Array) -> jax.Array:
+        """Final-norm hidden states [B, T, D] of B = U·J continuations of `prefix` (from `prefix_states`):
+        row b attends the real slots of prefix b // J (`prefix_mask_UxP`) and its own tokens as
+        `mask_BxTxT` allows; `positions_BxT` continue each prefix's positions. Differentiable in both."""
+        cfg = self.cfg
+        u, b = prefix_mask_UxP.shape[0], tokens_BxT.shape[0]
+        if prefix.k.shape[1] != u or b % u:
+            raise ValueError(f"{b} continuation rows of {prefix.k.shape[1]} prefixes with a mask of {u}: "
+                             "the rows must be a whole number of continuations per prefix")
+        cos_BxTxH, sin_BxTxH = rope_tables(cfg, positions_BxT)
+
+        def layer(x_BxTxD, xs):
+            params, k_UxPxKxH, v_UxPxKxH = xs
+
+            def attend(attn: Params, h_BxTxD: jax.Array):
+                q, k_BxTxKxH, v_BxTxKxH = _qkv(cfg, attn, h_BxTxD, cos_BxTxH, sin_BxTxH)
+                out = _attend_with_prefix(cfg, q, k_BxTxKxH, v_BxTxKxH, mask_BxTxT, k_UxPxKxH, v_UxPxKxH,
+                                          prefix_mask_UxP)
+                return _output(cfg, attn, out), None
+
+            return decoder_layer(cfg, params, self._shard(x_BxTxD), attend)
+
+        x_BxTxD, _ = self._layers(layer, self._embed(tokens_BxT), (_arrays(self.layers), prefix.k, prefix.v))
+        return self._final_norm(x_BxTxD)
+
+    def _embed(self, tokens_BxT: jax.Array) -> jax.Array:
+        dtype = jnp.dtype(self.cfg.compute_dtype)
+        return jnp.take(self.embed_tokens.embedding[...], tokens_BxT, axis=0).astype(dtype)
+
+    def _shard(self, x_BxTxD: jax.Array, axes: tuple[str, ...] = RESIDUAL_AXES) -> jax.Array:
+        """The residual stream in the layout given at construction (unchanged without one)."""
+        return x_BxTxD if self.shard_activation is None else self.shard_activation(x_BxTxD, axes)
+
+    def _final_norm(self, x_BxTxD: jax.Array) -> jax.Array:
+        return rms_norm(x_BxTxD, self.norm.scale[...], self.cfg.rms_norm_eps)
+
+    def _layers(self, layer: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs: Any) -> tuple[Any, Any]:
+        """`layer(carry, xs[l]) -> (carry, ys[l])` over the L layers (rematerialised when cfg.remat)."""
+        return _run_layers(self.cfg, jax.checkpoint(layer) if self.cfg.remat else layer, carry, xs)
 
     def logits_from_hidden(self, h_BxTxD: jax.Array) -> jax.Array:
         """Float32 logits from hidden states through the LM head (or the tied embedding)."""
@@ -210,24 +276,21 @@ def _arrays(module: nnx.Module) -> Params:
     return nnx.to_pure_dict(nnx.state(module, nnx.Param))
 
 
-def _run_layers(cfg: ModelConfig, layer, x_BxTxD: jax.Array, layer_params: Params,
-                cache: KVCache | None) -> tuple[jax.Array, KVCache | None]:
-    """Applies the stacked layers with `lax.scan` or an unrolled loop (same parameters either way).
+def _run_layers(cfg: ModelConfig, layer: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs: Any
+                ) -> tuple[Any, Any]:
+    """Applies `layer(carry, xs[l]) -> (carry, ys[l])` to the stacked layers with `lax.scan` or an unrolled
+    loop (same parameters either way); returns the last carry and the ys stacked on L.
 
-    The whole cache rides in the scan carry and each layer updates its own slice in place; passing
+    A KV cache rides whole in the carry and each layer updates its own slice in place; passing
     per-layer slices as scan inputs/outputs would copy every layer's cache on every decode step.
     """
     if cfg.scan_layers:
-        def body(carry, xs):
-            x, cache = carry
-            params, index = xs
-            return layer(x, params, cache, index), None
-
-        (x_BxTxD, cache), _ = jax.lax.scan(body, (x_BxTxD, cache), (layer_params, jnp.arange(cfg.num_layers)))
-    else:
-        for i in range(cfg.num_layers):
-            x_BxTxD, cache = layer(x_BxTxD, jax.tree.map(lambda p: p[i], layer_params), cache, i)
-    return x_BxTxD, cache
+        return jax.lax.scan(layer, carry, xs)
+    ys = []
+    for i in range(cfg.num_layers):
+        carry, y = layer(carry, jax.tree.map(lambda a: a[i], xs))
+        ys.append(y)
+    return carry, jax.tree.map(lambda *y: jnp.stack(y), *ys)
 
 
 def rms_norm(x: jax.Array, scale: jax.Array, eps: float) -> jax.Array:
@@ -279,14 +342,61 @@ def _project(x_BxTxD: jax.Array, proj: Params, spec: str) -> jax.Array:
     return y
 
 
-def attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Array, sin_BxTxH: jax.Array,
-              mask_BxTxS: jax.Array, cache: KVCache | None, layer: jax.Array | int,
-              cache_index: jax.Array | None) -> tuple[jax.Array, KVCache | None]:
-    """Grouped-query self-attention; writes the new keys/values into layer `layer` of the cache."""
+def _qkv(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Array, sin_BxTxH: jax.Array
+         ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Rotated queries [B, T, K, G, H] (grouped by KV head), rotated keys and values [B, T, K, H]."""
     B, T, _ = x_BxTxD.shape
     q_BxTxNxH = apply_rope(_project(x_BxTxD, attn["q_proj"], "BTD,DNH->BTNH"), cos_BxTxH, sin_BxTxH)
     k_BxTxKxH = apply_rope(_project(x_BxTxD, attn["k_proj"], "BTD,DKH->BTKH"), cos_BxTxH, sin_BxTxH)
     v_BxTxKxH = _project(x_BxTxD, attn["v_proj"], "BTD,DKH->BTKH")
+    return q_BxTxNxH.reshape(B, T, cfg.num_kv_heads, cfg.num_groups, cfg.head_dim), k_BxTxKxH, v_BxTxKxH
+
+
+def _masked(scores_BxKxGxTxS: jax.Array, mask_BxTxS: jax.Array) -> jax.Array:
+    return jnp.where(mask_BxTxS[:, None, None, :, :], scores_BxKxGxTxS, jnp.finfo(jnp.float32).min)
+
+
+def _attend(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxSxKxH: jax.Array, v_BxSxKxH: jax.Array,
+            mask_BxTxS: jax.Array) -> jax.Array:
+    """Softmax attention [B, T, K, G, H] of the queries over the S slots `mask_BxTxS` allows."""
+    scores = jnp.einsum("BTKGH,BSKH->BKGTS", q_BxTxKxGxH, k_BxSxKxH,
+                        preferred_element_type=jnp.float32) / math.sqrt(cfg.head_dim)
+    probs = jax.nn.softmax(_masked(scores, mask_BxTxS), axis=-1).astype(q_BxTxKxGxH.dtype)
+    return jnp.einsum("BKGTS,BSKH->BTKGH", probs, v_BxSxKxH)
+
+
+def _attend_with_prefix(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxTxKxH: jax.Array, v_BxTxKxH: jax.Array,
+                        mask_BxTxT: jax.Array, k_UxPxKxH: jax.Array, v_UxPxKxH: jax.Array,
+                        prefix_mask_UxP: jax.Array) -> jax.Array:
+    """`_attend` over [prefix b // J ; own tokens] with one softmax; the J rows of a prefix read its keys
+    and values in place (no [B, P, K, H] copy)."""
+    B, T, K, G, H = q_BxTxKxGxH.shape
+    U, P = prefix_mask_UxP.shape
+    scale = 1.0 / math.sqrt(cfg.head_dim)
+    q_UxJxTxKxGxH = q_BxTxKxGxH.reshape(U, B // U, T, K, G, H)
+    prefix_scores = jnp.einsum("UJTKGH,UPKH->UJKGTP", q_UxJxTxKxGxH, k_UxPxKxH,
+                               preferred_element_type=jnp.float32).reshape(B, K, G, T, P) * scale
+    own_scores = jnp.einsum("BTKGH,BSKH->BKGTS", q_BxTxKxGxH, k_BxTxKxH, preferred_element_type=jnp.float32) * scale
+    prefix_mask_BxTxP = jnp.broadcast_to(jnp.repeat(prefix_mask_UxP, B // U, axis=0)[:, None, :], (B, T, P))
+    scores = jnp.concatenate([_masked(prefix_scores, prefix_mask_BxTxP), _masked(own_scores, mask_BxTxT)], axis=-1)
+    probs = jax.nn.softmax(scores, axis=-1).astype(q_BxTxKxGxH.dtype)
+    prefix_probs_UxJxKxGxTxP = probs[..., :P].reshape(U, B // U, K, G, T, P)
+    prefix_out = jnp.einsum("UJKGTP,UPKH->UJTKGH", prefix_probs_UxJxKxGxTxP, v_UxPxKxH).reshape(B, T, K, G, H)
+    return prefix_out + jnp.einsum("BKGTS,BSKH->BTKGH", probs[..., P:], v_BxTxKxH)
+
+
+def _output(cfg: ModelConfig, attn: Params, out_BxTxKxGxH: jax.Array) -> jax.Array:
+    """The heads concatenated and projected back: [B, T, D]."""
+    B, T = out_BxTxKxGxH.shape[:2]
+    out_BxTxNxH = out_BxTxKxGxH.reshape(B, T, cfg.num_heads, cfg.head_dim)
+    return jnp.einsum("BTNH,NHD->BTD", out_BxTxNxH, attn["o_proj"]["kernel"].astype(out_BxTxNxH.dtype))
+
+
+def attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Array, sin_BxTxH: jax.Array,
+              mask_BxTxS: jax.Array, cache: KVCache | None, layer: jax.Array | int,
+              cache_index: jax.Array | None) -> tuple[jax.Array, KVCache | None]:
+    """Grouped-query self-attention; writes the new keys/values into layer `layer` of the cache."""
+    q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH = _qkv(cfg, attn, x_BxTxD, cos_BxTxH, sin_BxTxH)
     if cache is not None:
         start = (layer, 0, cache_index, 0, 0)
         cache = KVCache(k=jax.lax.dynamic_update_slice(cache.k, k_BxTxKxH[None].astype(cache.k.dtype), start),
@@ -295,15 +405,7 @@ def attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax
         v_BxSxKxH = jax.lax.dynamic_index_in_dim(cache.v, layer, keepdims=False).astype(x_BxTxD.dtype)
     else:
         k_BxSxKxH, v_BxSxKxH = k_BxTxKxH, v_BxTxKxH
-    q_BxTxKxGxH = q_BxTxNxH.reshape(B, T, cfg.num_kv_heads, cfg.num_groups, cfg.head_dim)
-    scores = jnp.einsum("BTKGH,BSKH->BKGTS", q_BxTxKxGxH, k_BxSxKxH,
-                        preferred_element_type=jnp.float32) / math.sqrt(cfg.head_dim)
-    scores = jnp.where(mask_BxTxS[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(x_BxTxD.dtype)
-    out_BxTxKxGxH = jnp.einsum("BKGTS,BSKH->BTKGH", probs, v_BxSxKxH)
-    out_BxTxNxH = out_BxTxKxGxH.reshape(B, T, cfg.num_heads, cfg.head_dim)
-    out_BxTxD = jnp.einsum("BTNH,NHD->BTD", out_BxTxNxH, attn["o_proj"]["kernel"].astype(x_BxTxD.dtype))
-    return out_BxTxD, cache
+    return _output(cfg, attn, _attend(cfg, q_BxTxKxGxH, k_BxSxKxH, v_BxSxKxH, mask_BxTxS)), cache
 
 
 def mlp(mlp_params: Params, x_BxTxD: jax.Array) -> jax.Array:
@@ -313,14 +415,13 @@ def mlp(mlp_params: Params, x_BxTxD: jax.Array) -> jax.Array:
     return _project(jax.nn.silu(gate_BxTxF) * up_BxTxF, mlp_params["down_proj"], "BTF,FD->BTD")
 
 
-def decoder_layer(cfg: ModelConfig, params: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Array,
-                  sin_BxTxH: jax.Array, mask_BxTxS: jax.Array, cache: KVCache | None,
-                  layer: jax.Array | int, cache_index: jax.Array | None,
-                  ) -> tuple[jax.Array, KVCache | None]:
-    """One pre-norm block: x + attn(norm(x)), then + mlp(norm(x))."""
+def decoder_layer(cfg: ModelConfig, params: Params, x_BxTxD: jax.Array,
+                  attend: Callable[[Params, jax.Array], tuple[jax.Array, Any]]) -> tuple[jax.Array, Any]:
+    """One pre-norm block: x + attn(norm(x)), then + mlp(norm(x)). `attend(attn_params, h)` is the
+    attention of this forward (over a cache, a prefix, ...) and returns its output and what it hands
+    out (the updated cache, this layer's keys/values, or None)."""
     h = rms_norm(x_BxTxD, params["input_layernorm"]["scale"], cfg.rms_norm_eps)
-    attn_out, cache = attention(cfg, params["self_attn"], h, cos_BxTxH, sin_BxTxH, mask_BxTxS, cache, layer,
-                                cache_index)
+    attn_out, out = attend(params["self_attn"], h)
     x_BxTxD = x_BxTxD + attn_out
     h = rms_norm(x_BxTxD, params["post_attention_layernorm"]["scale"], cfg.rms_norm_eps)
-    return x_BxTxD + mlp(params["mlp"], h), cache
+    return x_BxTxD + mlp(params["mlp"], h), out
