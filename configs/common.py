@@ -129,10 +129,12 @@ def base_config() -> ml_collections.ConfigDict:
 
     c.checkpoint = ml_collections.ConfigDict()
     c.checkpoint.every_steps = 10  # Save every N GRPO steps (and at the end and on SIGTERM).
-    c.checkpoint.keep = 3  # Checkpoints kept.
+    c.checkpoint.keep = 3  # Checkpoints kept (the newest ones).
+    c.checkpoint.keep_best = True  # Also save at every eval and keep the best-evaluated GRPO checkpoint (QuRL reports it).
 
     c.export = ml_collections.ConfigDict()
-    c.export.at_end = False  # Write the final policy to <workdir>/export as a HF directory (transformers, vLLM).
+    c.export.at_end = False  # Write the policy to <workdir>/export as a HF directory (transformers, vLLM).
+    c.export.which = "latest"  # At the end: the final policy ("latest") or the best-evaluated checkpoint ("best").
 
     # experiments.build_rubrics: QuRL case-wise rubric construction (rubric_jax/qurl). The construction LLM is
     # `model` (QuRL distils with Qwen2.5-7B); the judge that scores candidates is `judge` (empty: `model`).

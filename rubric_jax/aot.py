@@ -135,13 +135,13 @@ def shapes_file(directory: str, key: str) -> Path:
 
 
 def policy_config(config: ml_collections.ConfigDict) -> ModelConfig:
-    """The policy's ModelConfig as the run builds it (`loop.model_config`), reading the shapes from
+    """The policy's ModelConfig as the run builds it (`settings.model_config`), reading the shapes from
     `shapes_file` when the checkpoint directory is not on this machine."""
     if not config.model.checkpoint:
-        return loop.model_config(config)
+        return run_settings.model_config(config)
     shapes = ml_collections.ConfigDict(config.to_dict())  # an unlocked copy; the caller's config is untouched
     shapes.model.config_json, shapes.model.checkpoint = str(shapes_file(config.model.checkpoint, "model.checkpoint")), ""
-    return loop.model_config(shapes)
+    return run_settings.model_config(shapes)
 
 
 def judge_configs(config: ml_collections.ConfigDict, target: str) -> list[tuple[str, ModelConfig]]:

@@ -36,7 +36,7 @@ import os
 import socket
 import struct
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -154,6 +154,62 @@ def version_event(wall_time: float) -> bytes:
     return _varint(1 << 3 | 1) + struct.pack("<d", wall_time) + _length_delimited(3, b"brain.Event:2")
 
 
+def _fields(message: bytes) -> Iterator[tuple[int, int | bytes]]:
+    """(field number, value) of a serialised protobuf message: ints for varint fields, bytes otherwise."""
+    i = 0
+    while i < len(message):
+        key, i = _read_varint(message, i)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, i = _read_varint(message, i)
+        elif wire in (1, 5):
+            width = 8 if wire == 1 else 4
+            value, i = message[i:i + width], i + width
+        elif wire == 2:
+            length, i = _read_varint(message, i)
+            value, i = message[i:i + length], i + length
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire}")
+        yield field, value
+
+
+def _read_varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[i]
+        value, shift, i = value | (byte & 0x7F) << shift, shift + 7, i + 1
+        if not byte & 0x80:
+            return value, i
+
+
+def event_records(path: str | Path) -> list[tuple[bytes, int, str | None]]:
+    """(framed record, step, scalar tag) of each whole record of an event file this module wrote; the
+    version record has no tag. A torn last record (a killed write) is left out."""
+    data, records, i = Path(path).read_bytes(), [], 0
+    while i + 12 <= len(data):
+        (length,) = struct.unpack("<Q", data[i:i + 8])
+        end = i + 12 + length + 4
+        if end > len(data):
+            break
+        fields = dict(_fields(data[i + 12:end - 4]))
+        tag = None
+        if 5 in fields:  # Event.summary -> Summary.value -> Value.tag
+            tag = dict(_fields(dict(_fields(fields[5]))[1]))[1].decode("utf-8")
+        records.append((data[i:end], fields.get(2, 0), tag))
+        i = end
+    return records
+
+
+def cut_event_files(logdir: str | Path, keep: Callable[[int, str], bool]) -> None:
+    """Rewrites (atomically) each event file in `logdir` without the scalar events `keep(step, tag)` rejects
+    and without a torn last record: a resumed run's TensorBoard then shows each step once, as its
+    metrics.jsonl does."""
+    for path in sorted(Path(logdir).glob("events.out.tfevents.*")):
+        kept = b"".join(record for record, step, tag in event_records(path) if tag is None or keep(step, tag))
+        if kept != path.read_bytes():
+            write_atomic(path, kept)
+
+
 class EventFileWriter:
     """Appends scalar summaries to one TensorBoard event file (events.out.tfevents.<time>.<host>.<pid>)."""
 
@@ -244,6 +300,17 @@ def read_jsonl_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The step rows of a metrics.jsonl (run_info lines skipped), "nan"/"inf" strings back to floats."""
     return [{k: (float(v) if isinstance(v, str) and v in ("nan", "inf", "-inf") else v) for k, v in row.items()}
             for _, row in read_jsonl(path) if "step" in row]
+
+
+def best_eval(evals: Sequence[tuple[int, float | None]]) -> tuple[int, float] | None:
+    """(step, reward) of the best GRPO eval among (step, eval reward) pairs: the highest finite reward at a
+    step >= 1 (step 0 is the SFT baseline, before any GRPO checkpoint), ties to the later step. The one rule
+    for checkpoint.keep_best, `--which=best` and the sweep summary; None when no such eval exists."""
+    ranked = [(value, step) for step, value in evals if step >= 1 and value is not None and math.isfinite(value)]
+    if not ranked:
+        return None
+    value, step = max(ranked)
+    return step, value
 
 
 # ------------------------------------------------------------------------------------ completion

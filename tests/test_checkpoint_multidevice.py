@@ -15,6 +15,7 @@ from flax import nnx, traverse_util
 from jax.sharding import PartitionSpec as P
 
 from rubric_jax import loader, sharding
+from tiny_config import absolute_tiny_config
 from rubric_jax.judges.llm_judge import load_judge
 from rubric_jax.models.checkpoint import export_hf_checkpoint
 from rubric_jax.models.transformer import causal_padding_mask
@@ -131,17 +132,11 @@ def test_reference_and_rollout_policy_placement_in_a_run(tmp_path):
     """In a run on 8 devices (tiny config, fsdp 8; decode: tensor 2 x 4 replicas): the frozen reference
     is read back from its orbax checkpoint into the training layout (float32, FSDP over `embed`), equal
     to the policy GRPO starts from; the rollout copy is in the decode layout, resharded explicitly."""
-    from configs import tiny
     from rubric_jax import data
     from rubric_jax.train import loop
 
-    root = GOLDEN_DIR.parents[2]
-    config = tiny.get_config()
+    config = absolute_tiny_config()
     with config.unlocked():
-        for key in ("train", "eval", "sft", "rubric"):
-            config.data[key] = str(root / config.data[key])
-        config.model.config_json, config.model.tokenizer = (str(root / config.model.config_json),
-                                                            str(root / config.model.tokenizer))
         config.mesh.rollout.tensor, config.mesh.rollout.param_dtype = 2, "bfloat16"
     run_ = loop.build(config, tmp_path / "run")
     state, _, _ = loop.grpo_components(run_, loop.initial_params(run_))

@@ -86,6 +86,30 @@ def test_keeps_last_k_and_restores_any_kept_step(tmp_path):
     assert checkpointing.Checkpointer(tmp_path, max_to_keep=2).latest_step() == 5
 
 
+
+@pytest.mark.parametrize("async_save", [False, True])
+def test_keep_best_keeps_the_highest_ranked_checkpoint_past_max_to_keep(async_save, tmp_path):
+    """Latest 2 plus the best-ranked one (ties: the later); unranked or non-finite saves are never "best";
+    a reopened manager (a resumed run) still knows each kept checkpoint's rank."""
+    state, _ = _state(updates=0)
+    ranks = {1: 0.5, 2: 0.9, 3: None, 4: 0.9, 5: float("nan"), 6: 0.1, 7: None, 8: 0.2}
+    ckpt = checkpointing.Checkpointer(tmp_path, max_to_keep=2, keep_best=True, async_save=async_save)
+    for step, value in list(ranks.items())[:6]:
+        ckpt.save(state.replace(step=jnp.int32(step)), data_state={}, rubric_hash="h", best_value=value)
+    ckpt.wait_until_finished()
+    assert ckpt.all_steps() == [4, 5, 6] and ckpt.best_step() == 4
+    ckpt.close()
+    ckpt = checkpointing.Checkpointer(tmp_path, max_to_keep=2, keep_best=True, async_save=False)
+    for step in (7, 8):
+        ckpt.save(state.replace(step=jnp.int32(step)), data_state={}, rubric_hash="h", best_value=ranks[step])
+    assert ckpt.all_steps() == [4, 7, 8] and ckpt.best_step() == 4
+    assert int(ckpt.restore(state, step=4).state.step) == 4
+    ckpt.close()
+    without = checkpointing.Checkpointer(tmp_path / "plain", max_to_keep=2, async_save=False)
+    for step in (1, 2, 3):
+        without.save(state.replace(step=jnp.int32(step)), data_state={}, rubric_hash="h", best_value=9.0 - step)
+    assert without.all_steps() == [2, 3] and without.best_step() is None
+
 @pytest.mark.parametrize("mesh_cfg", [sharding.MeshConfig(data=1, fsdp=8, tensor=1),
                                       sharding.MeshConfig(data=2, fsdp=2, tensor=2)])
 def test_restore_straight_into_target_shardings(tmp_path, mesh_cfg):

@@ -13,9 +13,13 @@ import sys
 import time
 from pathlib import Path
 
+import jax
+import numpy as np
 import pytest
 
 from rubric_jax.train.loop import NanStreak, TrainingError
+from test_workdir import tensorboard_scalars
+from tiny_config import absolute_tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = [
@@ -24,7 +28,8 @@ SHORT = [
     "--config.rl.max_new_tokens=32",
     "--config.eval.max_new_tokens=16",
     "--config.sft.max_response_len=128", "--config.eval.max_questions=8", "--config.eval.every_steps=2",
-    "--config.checkpoint.every_steps=2", "--config.log.samples_per_step=2",
+    "--config.checkpoint.every_steps=2", "--config.checkpoint.keep=1", "--config.log.samples_per_step=2",
+    "--config.export.at_end=True", "--config.export.which=best",
     "--config.monitor.max_saturation=0.5",  # trips: the template penalty sits at its top level (no templates)
 ]
 MONITOR_KEYS = ("monitor/template_share", "monitor/length_drift", "monitor/reward_length_corr",
@@ -109,6 +114,29 @@ def test_workdir_holds_everything_a_researcher_needs(uninterrupted):
     assert {"question", "response", "scores", "reward"} <= set(samples[0])
 
 
+def test_the_best_evaluated_checkpoint_is_kept_reported_and_exported(uninterrupted):
+    """keep=1 keeps the latest GRPO checkpoint plus the best-evaluated one (ties: the later); best_checkpoint.json
+    names it and export.which=best exports its params."""
+    from rubric_jax import loader, sharding
+    from rubric_jax.train import runs
+
+    evals = {r["step"]: r["eval/reward_mean"] for r in _rows(uninterrupted) if r["stage"] == "eval"}
+    best_step = max((value, step) for step, value in evals.items() if step > 0)[1]
+    report = json.loads((uninterrupted / "best_checkpoint.json").read_text())
+    assert report == {"stage": "grpo", "step": best_step, "checkpoint": f"checkpoints/grpo/{best_step}",
+                      "eval/reward_mean": evals[best_step], "final_step": 5, "final_eval_reward": evals[5],
+                      "baseline_eval_reward": evals[0]}
+    kept = sorted(int(p.name) for p in (uninterrupted / "checkpoints" / "grpo").iterdir() if p.name.isdigit())
+    assert kept == sorted({best_step, 5})
+    config = runs.run_config(uninterrupted)
+    best = runs.select_checkpoint(uninterrupted, config, "best")
+    restored = runs.restore_run_params(uninterrupted, config, best, sharding.single_device_layout())
+    exported = loader.load_weights(uninterrupted / "export", None)
+    for (path, a), (_, b) in zip(jax.tree_util.tree_leaves_with_path(restored.params),
+                                 jax.tree_util.tree_leaves_with_path(exported.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=jax.tree_util.keystr(path))
+
+
 def test_sigterm_then_sigkill_then_resume_matches_uninterrupted(uninterrupted, tmp_path):
     proc = _start(tmp_path)
     _wait_for_row(tmp_path, "grpo", 1, proc)
@@ -126,6 +154,7 @@ def test_sigterm_then_sigkill_then_resume_matches_uninterrupted(uninterrupted, t
     assert _rows(tmp_path) == _rows(uninterrupted)
     assert _rows(tmp_path, "samples.jsonl") == _rows(uninterrupted, "samples.jsonl")
     assert _rows(tmp_path, "alerts.jsonl") == _rows(uninterrupted, "alerts.jsonl")
+    assert tensorboard_scalars(tmp_path / "tb") == tensorboard_scalars(uninterrupted / "tb")  # each step once, as uninterrupted
 
 
 def test_nan_streak_stops_after_the_limit():
@@ -137,10 +166,9 @@ def test_nan_streak_stops_after_the_limit():
 
 
 def test_grpo_config_takes_the_rollout_temperature_and_eps():
-    from configs import tiny
     from rubric_jax.train import loop
 
-    rl = tiny.get_config().rl
+    rl = absolute_tiny_config().rl
     with rl.unlocked():
         rl.sampler, rl.advantage_eps = "temperature(0.7)", 0.5
     cfg = loop.grpo_config(rl)
@@ -154,10 +182,9 @@ def test_grpo_config_takes_the_rollout_temperature_and_eps():
     ("advantage_eps", 0.0, "advantage_eps"),
 ])
 def test_grpo_config_rejects_bad_rl_values(field, value, message):
-    from configs import tiny
     from rubric_jax.train import loop
 
-    rl = tiny.get_config().rl
+    rl = absolute_tiny_config().rl
     with rl.unlocked():
         rl[field] = value
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -177,16 +204,11 @@ def test_a_bad_grpo_setting_fails_before_sft_starts(tmp_path, flag, message):
 
 
 def test_a_question_longer_than_max_prompt_len_fails_at_load_time_naming_file_and_line(tmp_path):
-    from configs import tiny
     from rubric_jax import data
     from rubric_jax.train import loop
 
-    config = tiny.get_config()
+    config = absolute_tiny_config()
     with config.unlocked():
-        for key in ("train", "eval", "sft", "rubric"):
-            config.data[key] = str(ROOT / config.data[key])
-        config.model.config_json, config.model.tokenizer = (str(ROOT / config.model.config_json),
-                                                            str(ROOT / config.model.tokenizer))
         config.data.max_prompt_len = 32  # the chat template alone is longer
     with pytest.raises(data.DataError, match=r"questions_train\.jsonl:1: question '.*' is \d+ tokens as a chat "
                                              r"prompt; config\.data\.max_prompt_len allows 32"):
@@ -200,21 +222,18 @@ def test_pretrained_checkpoint_starts_training_with_the_config_numerics(tmp_path
     import numpy as np
     from flax import nnx
 
-    from configs import tiny
     from rubric_jax.models.checkpoint import export_hf_checkpoint
     from rubric_jax.models.config import ModelConfig
     from rubric_jax.models.transformer import Transformer
     from rubric_jax.train import loop
 
-    config = tiny.get_config()
-    cfg = ModelConfig.from_hf_dict(json.loads((ROOT / config.model.config_json).read_text()))
+    config = absolute_tiny_config()
+    cfg = ModelConfig.from_hf_dict(json.loads(Path(config.model.config_json).read_text()))
     params = nnx.to_pure_dict(nnx.state(Transformer(cfg, rngs=nnx.Rngs(7))))
-    export_hf_checkpoint(cfg, params, tmp_path / "hf", source_dir=ROOT / config.model.tokenizer)
+    export_hf_checkpoint(cfg, params, tmp_path / "hf", source_dir=config.model.tokenizer)
     with config.unlocked():
         config.model.checkpoint, config.model.config_json = str(tmp_path / "hf"), ""
         config.model.compute_dtype, config.model.remat = "bfloat16", True
-        for key in ("train", "eval", "sft", "rubric", "golden"):
-            config.data[key] = str(ROOT / config.data[key])
     run_ = loop.build(config, tmp_path / "run")
     state, _, _ = loop.grpo_components(run_, loop.initial_params(run_))  # the state training steps with
     model_cfg = nnx.merge(state.graphdef, state.params).cfg
@@ -229,7 +248,6 @@ def test_a_grpo_step_with_an_llm_judged_dimension_goes_through_the_judge(tmp_pat
     import jax.numpy as jnp
     from flax import nnx
 
-    from configs import tiny
     from rubric_jax.models.checkpoint import export_hf_checkpoint
     from rubric_jax.models.config import ModelConfig
     from rubric_jax.models.transformer import Transformer
@@ -237,23 +255,19 @@ def test_a_grpo_step_with_an_llm_judged_dimension_goes_through_the_judge(tmp_pat
     from rubric_jax.rubrics.schema import dimension_from_dict, with_version
     from rubric_jax.train import loop
 
-    config = tiny.get_config()
-    cfg = ModelConfig.from_hf_dict(json.loads((ROOT / config.model.config_json).read_text()))
+    config = absolute_tiny_config()
+    cfg = ModelConfig.from_hf_dict(json.loads(Path(config.model.config_json).read_text()))
     judge_cfg = cfg.replace(max_position_embeddings=2048)  # judge prompts carry the rubric: ~800 tokens here
     judge_dir = export_hf_checkpoint(judge_cfg, nnx.to_pure_dict(nnx.state(Transformer(judge_cfg, rngs=nnx.Rngs(3)))),
-                                     tmp_path / "judge", source_dir=ROOT / config.model.tokenizer)
+                                     tmp_path / "judge", source_dir=config.model.tokenizer)
     helpful = dimension_from_dict({"id": "helpful", "description": "Answers the question.", "kind": "llm",
                                    "scale": {"kind": "integer", "lo": 1, "hi": 3},
                                    "anchors": {"1": "Off topic.", "2": "Partly.", "3": "Fully."}})
-    shared = load_rubric(ROOT / config.data.rubric)
+    shared = load_rubric(config.data.rubric)
     rubric = with_version(shared, "1.1.0", "add an LLM-judged dimension", "test",
                           dimensions=shared.dimensions + (helpful,))
     (tmp_path / "rubric.yaml").write_text(dumps_rubric(rubric, "yaml"))
     with config.unlocked():
-        for key in ("train", "eval", "sft", "golden"):
-            config.data[key] = str(ROOT / config.data[key])
-        config.model.config_json, config.model.tokenizer = (str(ROOT / config.model.config_json),
-                                                            str(ROOT / config.model.tokenizer))
         config.data.rubric = str(tmp_path / "rubric.yaml")
         config.judge.checkpoint = f"{judge_dir},{judge_dir}"  # an ensemble of two
         config.judge.samples, config.judge.max_retries, config.judge.max_new_tokens = 1, 1, 8

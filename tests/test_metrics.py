@@ -156,3 +156,8 @@ def test_done_marker_names_the_config_it_finished_with(tmp_path):
     (tmp_path / metrics.DONE_FILE).write_text("{torn")
     assert not metrics.is_done(tmp_path, config)
     assert [p.name for p in tmp_path.iterdir()] == [metrics.DONE_FILE]  # the atomic write left no temp file
+
+
+def test_best_eval_skips_the_baseline_and_non_finite_and_ties_to_the_later_step():
+    assert metrics.best_eval([(0, 0.9), (1, 0.5), (2, 0.7), (3, 0.7), (4, float("nan")), (5, None)]) == (3, 0.7)
+    assert metrics.best_eval([(0, 0.9), (2, float("inf"))]) is None and metrics.best_eval([]) is None

@@ -230,7 +230,7 @@ def test_sweep_summary_matches_each_variants_metrics(two_seeds):
         evals = [(r["step"], r["eval/reward_mean"]) for r in log if r.get("stage") == "eval"]
         grpo = [r for r in log if r.get("stage") == "grpo"]
         assert [s for s, _ in evals] == [0, 1, 2] and [r["step"] for r in grpo] == [1, 2]
-        best = max(evals, key=lambda sv: sv[1])  # the first step with the highest reward
+        best = max((value, step) for step, value in evals if step > 0)[::-1]  # GRPO evals, ties to the later step
         assert variant["overrides"] == {"seed": seed} and variant["status"] == "finished"
         assert (variant["final_eval_step"], variant["final_eval_reward"]) == evals[-1]
         assert (variant["best_eval_step"], variant["best_eval_reward"]) == best

@@ -13,6 +13,7 @@ import pytest
 from rubric_jax.models.checkpoint import CheckpointError
 from rubric_jax.train import checkpointing, loop, workdir
 from rubric_jax.train.state import TrainState
+from tiny_config import absolute_tiny_config
 
 
 def _state(step: int = 0) -> TrainState:
@@ -71,15 +72,7 @@ def test_a_restart_under_another_rubric_or_updates_per_batch_is_refused_from_the
 def test_a_refused_restart_leaves_config_and_rubric_files_as_they_were(tmp_path):
     """loop.run validates before it writes: a restart refused for another rubric set (or another
     updates_per_batch) rewrites neither config.json nor rubric.yaml / rubric.json."""
-    from configs import tiny
-
-    root = Path(__file__).resolve().parents[1]
-    config = tiny.get_config()
-    with config.unlocked():
-        for key in ("train", "eval", "sft", "rubric"):
-            config.data[key] = str(root / config.data[key])
-        config.model.config_json, config.model.tokenizer = (str(root / config.model.config_json),
-                                                            str(root / config.model.tokenizer))
+    config = absolute_tiny_config()
     _saved(tmp_path, "grpo", rubric_hash="the-old-rubric-set", extra={"updates_per_batch": 1})
     before = {name: f"{name} of the first start" for name in ("config.json", "rubric.yaml", "rubric.json")}
     for name, text in before.items():
@@ -159,3 +152,46 @@ def test_the_runner_reads_a_steps_metrics_after_dispatching_the_next_and_resumes
     strip = lambda text: [{k: v for k, v in json.loads(line).items() if k != "time"}  # noqa: E731
                           for line in text.splitlines() if "run_info" not in line]
     assert strip((tmp_path / "metrics.jsonl").read_text()) == strip(uninterrupted)
+
+
+def test_keep_best_saves_at_every_eval_and_keeps_the_best_evaluated_step_past_keep(tmp_path):
+    """Evals at steps 1, 3, 5, 7 (rewards 0.2, 0.9, 0.5, 0.1), saves every 2 steps, keep=1: each eval step
+    saves with its reward, and the best-evaluated checkpoint (3) outlives the rotation beside the latest."""
+    rewards = {1: 0.2, 3: 0.9, 5: 0.5, 7: 0.1}
+    run_ = _fake_run(tmp_path)
+    run_.config.checkpoint.keep = 1
+
+    def train_step(state, rows, step):
+        return state.replace(step=state.step + 1), loop.StepOutput(lambda: {"loss": 0.0}, [])
+
+    stage = loop.Stage("grpo", 7, list(range(14)), 2, _state(), None, train_step, eval_due=rewards.__contains__,
+                       evaluate=lambda step, state, progress: rewards[step], keep_best=True)
+    loop.run_stage(run_, stage)
+    run_.log.close()
+    with checkpointing.Checkpointer(tmp_path / "checkpoints" / "grpo", max_to_keep=1, keep_best=True) as ckpt:
+        assert ckpt.all_steps() == [3, 7] and ckpt.best_step() == 3
+        assert ckpt.read_meta(3)["best_value"] == 0.9 and ckpt.read_meta(7)["best_value"] == 0.1
+
+
+def tensorboard_scalars(tb_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar TensorBoard's own reader finds under `tb_dir`: tag -> [(step, value)]."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tb_dir))
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def test_a_resume_cuts_the_tensorboard_scalars_past_its_position_and_a_torn_record(tmp_path):
+    log = workdir.RunLog(tmp_path, run_info={})
+    for stage, step in (("sft", 1), ("sft", 2), ("grpo", 1), ("eval", 2), ("grpo", 2), ("grpo", 3), ("eval", 3)):
+        log.write(step, {"stage": stage, "loss": float(step)})
+    log.close()
+    event_file = next((tmp_path / "tb").iterdir())
+    event_file.write_bytes(event_file.read_bytes() + b"\x30\x00\x00\x00")  # a record killed mid-write
+    log = workdir.RunLog(tmp_path, run_info={})
+    log.resumed_at("grpo", 2)
+    log.write(3, {"stage": "grpo", "loss": 30.0})
+    log.close()
+    assert tensorboard_scalars(tmp_path / "tb") == {
+        "sft/loss": [(1, 1.0), (2, 2.0)], "grpo/loss": [(1, 1.0), (2, 2.0), (3, 30.0)], "eval/loss": [(2, 2.0)]}

@@ -3,7 +3,8 @@
 
 Arrays are restored straight into the shardings of a target tree (`abstract_with_shardings`), so a
 7B state is read shard by shard and never gathered on one device. Only the last `max_to_keep`
-checkpoints stay on disk; an unfinished save (killed mid-write) is invisible to `latest_step()`.
+checkpoints stay on disk, and with `keep_best` the best-ranked one (the best eval); an unfinished save
+(killed mid-write) is invisible to `latest_step()`.
 `restore_params` reads the params alone through rubric_jax.loader (the frozen reference policy);
 `restore_newest` falls back past checkpoints that no longer restore; `read_meta` reads the JSON record alone
 (a restart checks it before writing anything).
@@ -11,16 +12,18 @@ checkpoints stay on disk; an unfinished save (killed mid-write) is invisible to 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
 
-from rubric_jax import loader, sharding
+from rubric_jax import loader, metrics, sharding
 from rubric_jax.models.checkpoint import CheckpointError
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.train.state import TrainState
@@ -44,6 +47,18 @@ class Restored:
     """Content hash of the rubric set the saved policy was trained with."""
     extra: dict[str, Any]
     """Any further JSON the loop saved (e.g. the stage name)."""
+
+
+@dataclasses.dataclass
+class _LatestAndBest:
+    """orbax preservation policy: the newest `latest` checkpoints, and step `best` when it is set."""
+
+    latest: int
+    best: int | None = None
+
+    def should_preserve(self, checkpoints: Sequence[Any], *, context: Any) -> list[bool]:
+        newest = sorted(info.step for info in checkpoints)[-self.latest:]
+        return [info.step in newest or info.step == self.best for info in checkpoints]
 
 
 def abstract_with_shardings(state: TrainState, shardings: TrainState | None) -> TrainState:
@@ -70,21 +85,43 @@ def _check_json(name: str, value: Any) -> None:
 class Checkpointer:
     """Saves and restores train checkpoints under one directory (one sub-directory per step)."""
 
-    def __init__(self, directory: str | Path, *, max_to_keep: int, async_save: bool = True):
+    def __init__(self, directory: str | Path, *, max_to_keep: int, keep_best: bool = False,
+                 async_save: bool = True):
+        """Keeps the newest `max_to_keep` checkpoints and, with `keep_best`, also the one saved with the
+        highest `best_value`, however old (QuRL reports the best evaluated checkpoint)."""
         if not isinstance(max_to_keep, int) or max_to_keep < 1:
             raise ValueError(f"max_to_keep={max_to_keep!r}: must be a positive integer")
         self.directory = Path(directory).absolute()
-        options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
-                                               enable_async_checkpointing=async_save)
+        self.keep_best = keep_best
+        self._kept = _LatestAndBest(max_to_keep)
+        options = ocp.CheckpointManagerOptions(create=True, enable_async_checkpointing=async_save,
+                                               preservation_policy=self._kept)
         handlers = {_STATE: ocp.StandardCheckpointHandler(), _META: ocp.JsonCheckpointHandler()}
         self._manager = ocp.CheckpointManager(self.directory, options=options, item_handlers=handlers)
+        self._ranks: dict[int, float] = {}  # step -> best_value of the kept ranked checkpoints
+        if keep_best:
+            for step in self._manager.all_steps():
+                with contextlib.suppress(CheckpointError):  # a damaged checkpoint is unranked; restore names it
+                    if (value := self.read_meta(step).get("best_value")) is not None:
+                        self._ranks[step] = value
+            self._kept.best = self.best_step()
 
     def save(self, state: TrainState, *, data_state: dict[str, Any], rubric_hash: str,
-             extra: dict[str, Any] | None = None) -> None:
-        """Writes a checkpoint at `state.step` (async: arrays are copied off-device before returning)."""
-        meta = {"step": int(state.step), "data_state": data_state, "rubric_hash": rubric_hash, "extra": extra or {}}
+             extra: dict[str, Any] | None = None, best_value: float | None = None) -> None:
+        """Writes a checkpoint at `state.step` (async: arrays are copied off-device before returning);
+        `best_value` ranks it for `keep_best` (None or non-finite: not ranked, e.g. no eval at this step)."""
+        step = int(state.step)
+        ranked = self.keep_best and best_value is not None and math.isfinite(best_value)
+        meta = {"step": step, "data_state": data_state, "rubric_hash": rubric_hash, "extra": extra or {},
+                **({"best_value": float(best_value)} if ranked else {})}
         _check_json("metadata", meta)
-        saved = self._manager.save(int(state.step), force=True, args=ocp.args.Composite(**{
+        self._manager.wait_until_finished()  # orbax waits here anyway; the previous save's step is then on disk
+        on_disk = set(self._manager.all_steps())
+        self._ranks = {s: v for s, v in self._ranks.items() if s in on_disk and s != step}
+        if ranked:
+            self._ranks[step] = float(best_value)
+        self._kept.best = self.best_step()  # read by orbax when it deletes old checkpoints after this save
+        saved = self._manager.save(step, force=True, args=ocp.args.Composite(**{
             _STATE: ocp.args.StandardSave(state), _META: ocp.args.JsonSave(meta)}))
         if not saved:
             raise CheckpointError(f"{self.directory}: orbax declined to save step {int(state.step)}")
@@ -92,6 +129,11 @@ class Checkpointer:
     def latest_step(self) -> int | None:
         """The newest complete checkpoint's step, or None when there is none."""
         return self._manager.latest_step()
+
+    def best_step(self) -> int | None:
+        """The kept checkpoint saved with the highest `best_value` (ties: the later), or None when none is ranked."""
+        best = metrics.best_eval(list(self._ranks.items()))
+        return None if best is None else best[0]
 
     def all_steps(self) -> list[int]:
         """Steps of all complete checkpoints kept on disk, ascending."""

@@ -38,7 +38,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from rubric_jax import data, distributed, grpo, loader, metrics, plots, sampling, sharding
+from rubric_jax import data, distributed, files, grpo, loader, metrics, plots, sampling, sharding
 from rubric_jax.judges.llm_judge import JudgeConfig, load_judge
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.judges.reward_model import RewardModelReward, load_reward_model
@@ -48,11 +48,12 @@ from rubric_jax.rubrics.correction import Correction, load_correction
 from rubric_jax.rubrics.dynamic_weights import DimensionWeights
 from rubric_jax.rubrics.io import dumps_rubric, load_rubric
 from rubric_jax.rubrics.schema import Rubric
-from rubric_jax.train import checkpointing, export, golden as golden_set, monitors, rollout
+from rubric_jax.train import checkpointing, export, golden as golden_set, monitors, rollout, runs
 from rubric_jax.train import settings as run_settings, state as train_state, step as train_step, workdir as run_workdir
 from rubric_jax.train.settings import STAGES, RolloutSpec, Settings, grpo_config  # noqa: F401  (re-exported)
 
 EXPORT_DIR = "export"  # <workdir>/export: the final policy as a HF directory (config.export.at_end)
+BEST_FILE = "best_checkpoint.json"  # the best-evaluated GRPO checkpoint, written when GRPO finishes
 
 EVAL_SAMPLES = 4  # eval responses written to samples.jsonl per eval
 _EVAL_KEY = 2**31 - 1  # fold_in data of the eval sampling key (GRPO step keys are 1000 + step)
@@ -129,14 +130,17 @@ def run(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
                              updates_per_batch=config.rl.updates_per_batch, keep=config.checkpoint.keep)
     run_workdir.write_run_files(workdir, config.to_json_best_effort(indent=2, sort_keys=True),
                                 dumps_rubric(experiment.shared_rubric, "yaml"), experiment.rubric_info)
+    (workdir / BEST_FILE).unlink(missing_ok=True)  # rewritten when GRPO finishes; a stale one could name a deleted step
     with _sigterm_requests_stop(experiment), contextlib.closing(experiment.log):
         params = initial_params(experiment)
         if "sft" in settings.stages:
             params = run_sft(experiment, params)
         if "grpo" in settings.stages and not experiment.stop_requested:
             params = run_grpo(experiment, params)
+            if not experiment.stop_requested:
+                report_best(experiment)
         if config.export.at_end and not experiment.stop_requested:
-            export.export_policy(experiment.policy(params), config, workdir / EXPORT_DIR, replace=True)
+            export_at_end(experiment, params)
     plots.plot_run(workdir)
     if not experiment.stop_requested:
         metrics.mark_done(workdir, config)  # done.json: a sweep skips this run when its config is unchanged
@@ -182,7 +186,7 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
     judge_dirs = [_existing_dir(path.strip(), "judge.checkpoint", "judge")
                   for path in config.judge.checkpoint.split(",") if path.strip()]
     judge_dtypes = dict(param_dtype=config.judge.param_dtype, compute_dtype=config.judge.compute_dtype)
-    model_cfg = model_config(config)
+    model_cfg = run_settings.model_config(config)
     layout, decode_layout, decode_dtype = layouts(config, model_cfg)
     try:
         tokenizer = load_tokenizer(tokenizer_dir)
@@ -256,22 +260,6 @@ def _check_rollouts_divide(rl: ml_collections.ConfigDict, mesh: jax.sharding.Mes
             f"divide into micro_batches ({rl.micro_batches}) x mesh data*fsdp ({shards // rl.micro_batches})")
 
 
-def _model_overrides(config: ml_collections.ConfigDict) -> dict[str, Any]:
-    """The ModelConfig fields the experiment config sets on top of the HF config.json."""
-    return dict(param_dtype=config.model.param_dtype, compute_dtype=config.model.compute_dtype,
-                remat=config.model.remat, scan_layers=config.model.scan_layers)
-
-
-def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
-    """The policy's ModelConfig: the checkpoint's config.json (or `config_json` for a random init) plus overrides."""
-    overrides = _model_overrides(config)
-    if config.model.checkpoint:
-        return ModelConfig.from_hf_dir(config.model.checkpoint, **overrides)
-    if not config.model.config_json:
-        raise ValueError("config.model: give `checkpoint` (a HF directory) or `config_json` (for a random init)")
-    return ModelConfig.from_hf_dict(json.loads(Path(config.model.config_json).read_text()), **overrides)
-
-
 def _rubric_set_hash(shared: Rubric, rubrics: list[Rubric], correction: Correction | None = None) -> str:
     """One hash over every rubric used (shared + case-wise) and the score correction applied, if any;
     recorded in checkpoints and metrics."""
@@ -285,7 +273,7 @@ def initial_params(run_: Run) -> dict[str, Any]:
     """The starting policy's params, in the training layout, through the loader: the pretrained
     checkpoint, or a seeded random init."""
     if run_.config.model.checkpoint:
-        return loader.load_weights(run_.config.model.checkpoint, run_.layout, **_model_overrides(run_.config)).params
+        return loader.load_weights(run_.config.model.checkpoint, run_.layout, **run_settings.model_overrides(run_.config)).params
     param_key = jax.random.split(jax.random.fold_in(run_.key, 0))[0]  # the init key runs have always used
     return loader.init_weights(run_.model_cfg, run_.layout, param_key).params
 
@@ -309,9 +297,9 @@ def grpo_optimizer(rl: ml_collections.ConfigDict) -> optax.GradientTransformatio
     return train_state.make_optimizer(run_settings.optimizer_config(rl, rl.steps * rl.updates_per_batch, "rl"))
 
 
-def _checkpointer(run_: Run, stage: str) -> checkpointing.Checkpointer:
+def _checkpointer(run_: Run, stage: str, keep_best: bool = False) -> checkpointing.Checkpointer:
     return checkpointing.Checkpointer(run_workdir.checkpoint_dir(run_.workdir, stage),
-                                      max_to_keep=run_.config.checkpoint.keep)
+                                      max_to_keep=run_.config.checkpoint.keep, keep_best=keep_best)
 
 
 @contextlib.contextmanager
@@ -359,14 +347,16 @@ class Stage:
     after_row: Callable[[int, dict[str, Any], checkpointing.Checkpointer], None] = (
         lambda step, row, ckpt: None)  # a step's metrics, once written
     eval_due: Callable[[int], bool] = lambda step: False  # steps after which `evaluate` runs
-    evaluate: Callable[[int, train_state.TrainState, metrics.Progress], None] = (
-        lambda step, state, progress: None)  # after the step's row was written, before its checkpoint
+    evaluate: Callable[[int, train_state.TrainState, metrics.Progress], float | None] = (
+        lambda step, state, progress: None)  # after the step's row was written, before its checkpoint; returns
+    # the held-out reward that ranks the step's checkpoint
+    keep_best: bool = False  # every eval step saves, and the best-ranked checkpoint is kept past checkpoint.keep
 
 
 def run_stage(run_: Run, stage: Stage) -> train_state.TrainState:
     """Runs `stage` from its newest restorable checkpoint to `stage.total` (or a SIGTERM); returns the state."""
     every = run_.config.checkpoint.every_steps
-    with _checkpointer(run_, stage.name) as ckpt:
+    with _checkpointer(run_, stage.name, keep_best=stage.keep_best) as ckpt:
         state, iterator_state = stage.state, data.IteratorState(seed=run_.config.seed)
         restored = ckpt.restore_newest(checkpointing.abstract_with_shardings(state, stage.shardings))
         if restored is not None:
@@ -399,11 +389,10 @@ def run_stage(run_: Run, stage: Stage) -> train_state.TrainState:
                 save = step % every == 0 or step == stage.total or run_.stop_requested
                 if save or stage.eval_due(step):
                     flush()
-                if stage.eval_due(step):
-                    stage.evaluate(step, state, progress)
-                if save:
+                rank = stage.evaluate(step, state, progress) if stage.eval_due(step) else None
+                if save or rank is not None and stage.keep_best:
                     ckpt.save(state, data_state=batches.state.to_dict(), rubric_hash=run_.rubric_hash,
-                              extra=stage.checkpoint_extra())
+                              extra=stage.checkpoint_extra(), best_value=rank)
                 if run_.stop_requested:
                     break
             flush()
@@ -617,9 +606,10 @@ def run_grpo(run_: Run, init_params: Any) -> dict[str, Any]:
             progress.write(metrics.format_eval_summary(0, evaluate(run_, state, 0), reward_key="eval/reward_mean"))
         baseline = next(r["eval/reward_mean"] for r in run_.log.rows() if r.get("stage") == "eval" and r["step"] == 0)
 
-    def eval_and_report(step, state, progress) -> None:
-        progress.write(metrics.format_eval_summary(step, evaluate(run_, state, step), baseline,
-                                                   reward_key="eval/reward_mean"))
+    def eval_and_report(step, state, progress) -> float:
+        row = evaluate(run_, state, step)
+        progress.write(metrics.format_eval_summary(step, row, baseline, reward_key="eval/reward_mean"))
+        return row["eval/reward_mean"]
 
     def stop_on_nan_streak(step, row, ckpt) -> None:
         nan_streak.record(row["skipped"], step, f"{ckpt.directory} step {ckpt.latest_step()}")
@@ -633,9 +623,40 @@ def run_grpo(run_: Run, init_params: Any) -> dict[str, Any]:
         lambda state, questions, step: grpo_iteration(run_, programs, state, ref_params, questions,
                                                       jax.random.fold_in(run_.key, 1000 + step)),
         updates_per_step=settings.updates_per_batch, checkpoint_extra=checkpoint_extra, on_start=on_start,
-        observe=run_.watch.observe, after_row=stop_on_nan_streak, eval_due=lambda step: step % settings.eval_every == 0 or step == rl.steps,
-        evaluate=eval_and_report)
+        observe=run_.watch.observe, after_row=stop_on_nan_streak,
+        eval_due=lambda step: step % settings.eval_every == 0 or step == rl.steps, evaluate=eval_and_report,
+        keep_best=run_.config.checkpoint.keep_best)
     return run_stage(run_, stage).params
+
+
+# ------------------------------------------------------------------------------------------ the end
+def report_best(run_: Run) -> None:
+    """Names the best-evaluated GRPO checkpoint, as QuRL reports it: one line next to the final and the
+    SFT-baseline eval reward, and BEST_FILE (JSON) in the workdir."""
+    try:
+        best = runs.select_checkpoint(run_.workdir, run_.config, "best")
+    except runs.RunError as e:  # no kept checkpoint has an eval (checkpoint.keep_best off, evals rotated out)
+        print(f"no best checkpoint to report: {e}")
+        return
+    evals = {r["step"]: r[runs.BEST_BY] for r in run_.log.rows() if r.get("stage") == "eval" and runs.BEST_BY in r}
+    final_step = max(evals)
+    report = {"stage": best.stage, "step": best.step // run_.settings.updates_per_batch,
+              "checkpoint": str(Path("checkpoints") / best.stage / str(best.step)), runs.BEST_BY: best.eval_reward,
+              "final_step": final_step, "final_eval_reward": evals[final_step], "baseline_eval_reward": evals.get(0)}
+    files.write_atomic(run_.workdir / BEST_FILE, json.dumps(report, indent=2))
+    baseline = "" if evals.get(0) is None else f", SFT baseline {evals[0]:.4f}"
+    print(f"best eval reward {best.eval_reward:.4f} at step {report['step']} ({report['checkpoint']}); "
+          f"final {evals[final_step]:.4f} at step {final_step}{baseline}")
+
+
+def export_at_end(run_: Run, final_params: dict[str, Any]) -> None:
+    """config.export.at_end: the final policy, or (export.which='best') the best-evaluated checkpoint's
+    params restored into the training layout, as a HF directory in <workdir>/export."""
+    weights = run_.policy(final_params)
+    if run_.config.export.which == "best":
+        best = runs.select_checkpoint(run_.workdir, run_.config, "best")
+        weights = runs.restore_run_params(run_.workdir, run_.config, best, run_.layout)
+    export.export_policy(weights, run_.config, run_.workdir / EXPORT_DIR, replace=True)
 
 
 def _json_float(x: float) -> float | None:

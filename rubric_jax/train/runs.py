@@ -11,10 +11,10 @@ from pathlib import Path
 import ml_collections
 
 from rubric_jax import files, loader, metrics, sharding
-from rubric_jax.train import checkpointing, export, loop
+from rubric_jax.train import checkpointing, export, settings as run_settings
 
 BEST_BY = "eval/reward_mean"  # the held-out reward the trainer logs at each eval (train/loop.py)
-WHICH = ("latest", "best")
+WHICH = run_settings.EXPORT_WHICH
 
 
 class RunError(ValueError):
@@ -47,7 +47,7 @@ def run_checkpoints(workdir: Path, config: ml_collections.ConfigDict) -> list[Ru
     rows = metrics.read_jsonl_metrics(metrics_path) if metrics_path.is_file() else []
     evals = {row["step"]: row[BEST_BY] for row in rows if row.get("stage") == "eval" and BEST_BY in row}
     found = []
-    for stage in loop.STAGES:
+    for stage in run_settings.STAGES:
         directory = workdir / "checkpoints" / stage
         if not directory.is_dir():
             continue
@@ -61,18 +61,19 @@ def run_checkpoints(workdir: Path, config: ml_collections.ConfigDict) -> list[Ru
 
 def select_checkpoint(workdir: Path, config: ml_collections.ConfigDict, which: str) -> RunCheckpoint:
     """'latest': the newest GRPO checkpoint (else the newest SFT one); 'best': the kept GRPO checkpoint with
-    the highest logged eval reward (ties: the later one)."""
+    the highest logged eval reward (`metrics.best_eval`: ties to the later one)."""
     found = run_checkpoints(workdir, config)
     if not found:
         raise RunError(f"{workdir}/checkpoints: the run has no complete checkpoint")
     if which == "latest":
         grpo = [c for c in found if c.stage == "grpo"]
         return max(grpo or found, key=lambda c: c.step)
-    rated = [c for c in found if c.eval_reward is not None]
-    if not rated:
+    grpo = {c.step: c for c in found if c.stage == "grpo"}
+    best = metrics.best_eval([(step, c.eval_reward) for step, c in grpo.items()])
+    if best is None:
         raise RunError(f"{workdir}: no kept checkpoint has a logged {BEST_BY} (kept: "
-                             f"{[f'{c.stage}/{c.step}' for c in found]}); use --which=latest")
-    return max(rated, key=lambda c: (c.eval_reward, c.step))
+                       f"{[f'{c.stage}/{c.step}' for c in found]}); use --which=latest")
+    return grpo[best[0]]
 
 
 def restore_run_params(workdir: Path, config: ml_collections.ConfigDict, chosen: RunCheckpoint,
@@ -80,7 +81,7 @@ def restore_run_params(workdir: Path, config: ml_collections.ConfigDict, chosen:
     """A run checkpoint's params (no optimizer state) as Weights, restored straight into `layout`."""
     directory = workdir / "checkpoints" / chosen.stage
     try:
-        cfg = loop.model_config(config)
+        cfg = run_settings.model_config(config)
         with checkpointing.Checkpointer(directory, max_to_keep=config.checkpoint.keep, async_save=False) as ckpt:
             return ckpt.restore_params(cfg, layout, chosen.step)
     except (OSError, ValueError, checkpointing.CheckpointError) as e:

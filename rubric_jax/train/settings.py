@@ -10,8 +10,11 @@ the train rollout and the eval rollout cannot silently share a field (eval has i
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
+from pathlib import Path
+from typing import Any
 
 import ml_collections
 
@@ -19,10 +22,12 @@ from rubric_jax import data, grpo, sampling
 from rubric_jax.judges.llm_judge import ENSEMBLES
 from rubric_jax.judges.reward_model import RewardModelConfig
 from rubric_jax.loader import DTYPE_CHOICES
+from rubric_jax.models.config import ModelConfig
 from rubric_jax.train import rollout, state as train_state
 
 STAGES = ("sft", "grpo")
 REWARD_SOURCES = ("rubric", "reward_model")  # config.reward.source
+EXPORT_WHICH = ("latest", "best")  # config.export.which, experiments.export/evaluate --which
 ROLLOUT_DTYPES = ("compute", "float32", "bfloat16")  # mesh.rollout.param_dtype
 COMPUTE_DTYPES = ("float32", "bfloat16")  # model.compute_dtype
 JUDGE_MODES = {"per_dimension": "single", "all_criteria": "multi"}  # config.judge.mode -> JudgeConfig.mode
@@ -124,6 +129,22 @@ def optimizer_config(stage_cfg: ml_collections.ConfigDict, total_steps: int | No
         raise ValueError(f"config.{block}: {e}") from None
 
 
+def model_overrides(config: ml_collections.ConfigDict) -> dict[str, Any]:
+    """The ModelConfig fields the experiment config sets on top of the HF config.json."""
+    return dict(param_dtype=config.model.param_dtype, compute_dtype=config.model.compute_dtype,
+                remat=config.model.remat, scan_layers=config.model.scan_layers)
+
+
+def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
+    """The policy's ModelConfig: the checkpoint's config.json (or `config_json` for a random init) plus overrides."""
+    overrides = model_overrides(config)
+    if config.model.checkpoint:
+        return ModelConfig.from_hf_dir(config.model.checkpoint, **overrides)
+    if not config.model.config_json:
+        raise ValueError("config.model: give `checkpoint` (a HF directory) or `config_json` (for a random init)")
+    return ModelConfig.from_hf_dict(json.loads(Path(config.model.config_json).read_text()), **overrides)
+
+
 def reward_model_config(config: ml_collections.ConfigDict) -> RewardModelConfig | None:
     """`config.reward` checked before anything loads: None when rubrics score the rollouts, else the reward
     model's settings. A key that the chosen source would ignore is an error, not a silent no-op."""
@@ -168,6 +189,12 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
     if config.model.param_dtype != "float32":
         _fail("model.param_dtype", config.model.param_dtype,
               "training keeps float32 master weights; set model.compute_dtype='bfloat16' for bf16 compute")
+    for key in ("checkpoint.keep_best", "export.at_end"):
+        if not isinstance(_get(config, key), bool):
+            _fail(key, _get(config, key), "expected True or False")
+    _choice(config, "export.which", EXPORT_WHICH)
+    if config.export.which == "best" and "grpo" not in stages:
+        _fail("export.which", "best", "the best checkpoint is the best-evaluated GRPO one; this run has no GRPO stage")
     _choice(config, "model.compute_dtype", COMPUTE_DTYPES)
     _choice(config, "mesh.rollout.param_dtype", ROLLOUT_DTYPES)
     _choice(config, "judge.param_dtype", DTYPE_CHOICES)

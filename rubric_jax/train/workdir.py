@@ -6,7 +6,8 @@ Order of a (re)start (train/loop.run): `check_usable` -> build everything (reads
 `write_run_files` (config.json, rubric.yaml, rubric.json; atomic) -> stages. So a refused restart leaves
 every file as it was. `RunLog` opens metrics.jsonl / samples.jsonl at the first row a stage writes, after
 dropping the rows a killed run wrote past the checkpoint the stages resumed from (and a torn last line:
-what a kill mid-write leaves), so a resumed run writes exactly what an uninterrupted one writes.
+what a kill mid-write leaves), and the TensorBoard scalars past it, so a resumed run writes exactly what
+an uninterrupted one writes.
 """
 
 from __future__ import annotations
@@ -147,8 +148,14 @@ class RunLog:
         if self._writer is None:
             for name in LOG_FILES:
                 cut_log(self.workdir / name, self.position)
+            metrics.cut_event_files(self.workdir / metrics.TB_DIR, self._kept_event)
             self._writer = metrics.MetricsWriter(self.workdir, run_info=self.run_info)
         return self._writer
+
+    def _kept_event(self, step: int, tag: str) -> bool:
+        """A TensorBoard scalar (tagged `<stage>/...`) written at or before the resume position."""
+        stage = tag.split("/", 1)[0]
+        return stage not in STAGE_ORDER or (STAGE_ORDER[stage], step) <= self.position
 
     def write(self, step: int, row: Mapping[str, Any]) -> None:
         self.writer.write(step, row)
