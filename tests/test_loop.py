@@ -194,6 +194,8 @@ def test_grpo_config_rejects_bad_rl_values(field, value, message):
 @pytest.mark.parametrize("flag, message", [
     ("--config.rl.missing_scores=dorp", "config.rl.missing_scores='dorp'"),
     ("--config.monitor.max_template_share=1.5", "config.monitor.max_template_share=1.5: expected a number in [0, 1]"),
+    ("--config.rl.micro_batches=3", "config.rl.micro_batches=3 must divide questions_per_step=8: a micro-batch "
+                                    "holds whole groups"),
 ])
 def test_a_bad_grpo_setting_fails_before_sft_starts(tmp_path, flag, message):
     proc = subprocess.run([sys.executable, "-m", "experiments.run", "--config=configs/tiny.py", f"--workdir={tmp_path}",
