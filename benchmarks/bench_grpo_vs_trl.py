@@ -185,6 +185,7 @@ def our_config(fixture: dict[str, Any], lr: float, seed: int, micro_batches: int
     c.mesh.data, c.mesh.fsdp, c.mesh.tensor = 1, 1, 1
     c.data.train = c.data.eval = fixture["questions"]
     c.data.rubric = fixture["rubric"]
+    c.data.golden = ""  # no evals here (the tiny golden set's extra criteria would clash with the bench rubric)
     c.data.max_prompt_len = 1 << (fixture["longest_prompt"] - 1).bit_length()  # one tight power-of-two bucket
     c.data.length_buckets = 1
     c.rl.questions_per_step, c.rl.group_size, c.rl.max_new_tokens, c.rl.beta = (
