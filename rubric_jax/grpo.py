@@ -389,21 +389,20 @@ def shared_prompt_logprobs(
     """Teacher-forced log p_T(response[r] | prompt, response[<r]) and entropy of p_T, float32 [B, R], of
     B = U·G responses where rows u·G .. u·G + G − 1 continue prompt u; 0 outside `response_targets`.
 
-    Each prompt runs once (`model.prefix_states`); its G responses attend its keys/values
-    (`model.continuation_states`) at positions that continue its real length, and entry 0 is read from
-    its last real token's hidden state. Equal to `sequence_logprobs` on the concatenated rows (left-padded
-    prompts) at the response positions, with G times fewer prompt tokens in the forward and the backward.
+    Each prompt runs once (`model.prefix_continuation_states`); its G responses attend its keys/values at
+    positions that continue its real length, and entry 0 is read from its last real token's hidden
+    state. Equal to `sequence_logprobs` on the concatenated rows (left-padded prompts) at the response
+    positions, with G times fewer prompt tokens in the forward and the backward.
     """
     u, p = prompt_UxP.shape
     group = response_BxR.shape[0] // u
-    h_UxPxD, prefix = model.prefix_states(prompt_UxP, padding_to_positions(prompt_mask_UxP),
-                                          causal_padding_mask(prompt_mask_UxP))
+    length_B = jnp.repeat(jnp.sum(prompt_mask_UxP, axis=-1, dtype=jnp.int32), group)
+    h_UxPxD, h_BxRxD = model.prefix_continuation_states(
+        prompt_UxP, padding_to_positions(prompt_mask_UxP), causal_padding_mask(prompt_mask_UxP), response_BxR,
+        length_B[:, None] + padding_to_positions(response_mask_BxR), causal_padding_mask(response_mask_BxR),
+        prompt_mask_UxP)
     last_U = (p - 1) - jnp.argmax(prompt_mask_UxP[:, ::-1], axis=-1)
     h_last_UxD = jnp.take_along_axis(h_UxPxD, last_U[:, None, None], axis=1)[:, 0]
-    length_B = jnp.repeat(jnp.sum(prompt_mask_UxP, axis=-1, dtype=jnp.int32), group)
-    positions_BxR = length_B[:, None] + padding_to_positions(response_mask_BxR)
-    h_BxRxD = model.continuation_states(response_BxR, positions_BxR, causal_padding_mask(response_mask_BxR),
-                                        prefix, prompt_mask_UxP)
     # Entry r is predicted from the state before response token r: the prompt's last token for r = 0.
     h_pred_BxRxD = jnp.concatenate([jnp.repeat(h_last_UxD, group, axis=0)[:, None], h_BxRxD[:, :-1]], axis=1)
     logp_BxR, ent_BxR = chunked_token_logprobs(h_pred_BxRxD, response_BxR, model.logits_from_hidden, chunk_size,

@@ -7,10 +7,10 @@ C classifier labels, U shared prefixes, J continuations per prefix (B = U·J), P
 The head is an LM head (causal LM) or, when `cfg.num_labels > 0`, a bias-free `score` projection
 [D, C] read at one token per row (HF *ForSequenceClassification, e.g. a scalar reward model).
 
-Besides the plain forward (optionally over a KV cache), a prefix + continuation forward runs U prefixes
-once (`prefix_states`, which returns their per-layer keys/values) and then B = U·J continuations, row b
-attending [prefix b // J ; its own causal prefix] (`continuation_states`): J rows that share a prefix pay
-for it once, and the prefix's hidden states receive the summed gradient of its J rows.
+Besides the plain forward (optionally over a KV cache), a prefix + continuation forward
+(`prefix_continuation_states`) runs U prefixes once and B = U·J continuations, row b attending [the
+keys/values of prefix b // J ; its own causal prefix]: J rows that share a prefix pay for it once, and
+the prefix's hidden states receive the summed gradient of its J rows.
 
 The module only holds parameters (named after the HF submodules so checkpoint mapping is a short
 table); the maths lives in pure functions over plain arrays so that the layer stack runs under
@@ -182,49 +182,46 @@ class Transformer(nnx.Module):
                                            (_arrays(self.layers), jnp.arange(cfg.num_layers)))
         return self._final_norm(x_BxTxD), cache
 
-    def prefix_states(self, tokens_UxP: jax.Array, positions_UxP: jax.Array, mask_UxPxP: jax.Array
-                      ) -> tuple[jax.Array, KVCache]:
-        """Final-norm hidden states [U, P, D] of U prefixes and every layer's keys/values of them, k, v
-        [L, U, P, K, H] (rotated, compute dtype): what `continuation_states` attends. Differentiable."""
+    def prefix_continuation_states(self, prefix_tokens_UxP: jax.Array, prefix_positions_UxP: jax.Array,
+                                   prefix_mask_UxPxP: jax.Array, tokens_BxT: jax.Array, positions_BxT: jax.Array,
+                                   mask_BxTxT: jax.Array, prefix_slots_UxP: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Final-norm hidden states of U prefixes [U, P, D] and of B = U·J continuations [B, T, D]: row b
+        attends the slots of prefix b // J that `prefix_slots_UxP` marks real and its own tokens as
+        `mask_BxTxT` allows; `positions_BxT` continue the prefix's positions. Differentiable in both.
+
+        Each layer runs the prefixes, then the continuations on that layer's prefix keys/values, so a
+        layer's weights serve both (one FSDP gather) and no [L, U, P, K, H] stack is kept.
+        """
         cfg = self.cfg
-        cos_UxPxH, sin_UxPxH = rope_tables(cfg, positions_UxP)
-
-        def layer(x_UxPxD, params):
-            def attend(attn: Params, h_UxPxD: jax.Array):
-                q, k_UxPxKxH, v_UxPxKxH = _qkv(cfg, attn, h_UxPxD, cos_UxPxH, sin_UxPxH)
-                out = _attend(cfg, q, k_UxPxKxH, v_UxPxKxH, mask_UxPxP)
-                return _output(cfg, attn, out), (k_UxPxKxH, v_UxPxKxH)
-
-            return decoder_layer(cfg, params, self._shard(x_UxPxD, PREFIX_RESIDUAL_AXES), attend)
-
-        x_UxPxD, (k_LxUxPxKxH, v_LxUxPxKxH) = self._layers(layer, self._embed(tokens_UxP), _arrays(self.layers))
-        return self._final_norm(x_UxPxD), KVCache(k=k_LxUxPxKxH, v=v_LxUxPxKxH)
-
-    def continuation_states(self, tokens_BxT: jax.Array, positions_BxT: jax.Array, mask_BxTxT: jax.Array,
-                            prefix: KVCache, prefix_mask_UxP: jax.Array) -> jax.Array:
-        """Final-norm hidden states [B, T, D] of B = U·J continuations of `prefix` (from `prefix_states`):
-        row b attends the real slots of prefix b // J (`prefix_mask_UxP`) and its own tokens as
-        `mask_BxTxT` allows; `positions_BxT` continue each prefix's positions. Differentiable in both."""
-        cfg = self.cfg
-        u, b = prefix_mask_UxP.shape[0], tokens_BxT.shape[0]
-        if prefix.k.shape[1] != u or b % u:
-            raise ValueError(f"{b} continuation rows of {prefix.k.shape[1]} prefixes with a mask of {u}: "
-                             "the rows must be a whole number of continuations per prefix")
+        u, b = prefix_tokens_UxP.shape[0], tokens_BxT.shape[0]
+        if b % u:
+            raise ValueError(f"{b} continuation rows of {u} prefixes: must be a whole number per prefix")
+        cos_UxPxH, sin_UxPxH = rope_tables(cfg, prefix_positions_UxP)
         cos_BxTxH, sin_BxTxH = rope_tables(cfg, positions_BxT)
 
-        def layer(x_BxTxD, xs):
-            params, k_UxPxKxH, v_UxPxKxH = xs
+        def layer(carry, params):
+            x_UxPxD, x_BxTxD = carry
+
+            def attend_prefix(attn: Params, h_UxPxD: jax.Array):
+                q, k_UxPxKxH, v_UxPxKxH = _qkv(cfg, attn, h_UxPxD, cos_UxPxH, sin_UxPxH)
+                out = _attend(cfg, q, k_UxPxKxH, v_UxPxKxH, prefix_mask_UxPxP)
+                return _output(cfg, attn, out), (k_UxPxKxH, v_UxPxKxH)
+
+            x_UxPxD, (k_UxPxKxH, v_UxPxKxH) = decoder_layer(cfg, params, self._shard(x_UxPxD, PREFIX_RESIDUAL_AXES),
+                                                            attend_prefix)
 
             def attend(attn: Params, h_BxTxD: jax.Array):
                 q, k_BxTxKxH, v_BxTxKxH = _qkv(cfg, attn, h_BxTxD, cos_BxTxH, sin_BxTxH)
                 out = _attend_with_prefix(cfg, q, k_BxTxKxH, v_BxTxKxH, mask_BxTxT, k_UxPxKxH, v_UxPxKxH,
-                                          prefix_mask_UxP)
+                                          prefix_slots_UxP)
                 return _output(cfg, attn, out), None
 
-            return decoder_layer(cfg, params, self._shard(x_BxTxD), attend)
+            x_BxTxD, _ = decoder_layer(cfg, params, self._shard(x_BxTxD), attend)
+            return (x_UxPxD, x_BxTxD), None
 
-        x_BxTxD, _ = self._layers(layer, self._embed(tokens_BxT), (_arrays(self.layers), prefix.k, prefix.v))
-        return self._final_norm(x_BxTxD)
+        (x_UxPxD, x_BxTxD), _ = self._layers(layer, (self._embed(prefix_tokens_UxP), self._embed(tokens_BxT)),
+                                             _arrays(self.layers))
+        return self._final_norm(x_UxPxD), self._final_norm(x_BxTxD)
 
     def _embed(self, tokens_BxT: jax.Array) -> jax.Array:
         dtype = jnp.dtype(self.cfg.compute_dtype)
