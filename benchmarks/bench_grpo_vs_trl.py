@@ -261,7 +261,11 @@ def trl_reward_fn(tokenizer: Any, reward: Any, rubric_of: dict[str, Rubric]) -> 
 
     def rubric_reward(prompts: list[Any], completions: list[Any], completion_ids: list[list[int]],
                       question: list[str], question_id: list[str], **_: Any) -> list[float]:
-        as_result = types.SimpleNamespace(tokens=completion_ids, lengths=[len(ids) for ids in completion_ids])
+        lengths = [len(ids) for ids in completion_ids]
+        tokens = np.zeros((len(completion_ids), max(lengths, default=0) + 1), np.int64)  # rectangular, as ours
+        for row, ids in zip(tokens, completion_ids):
+            row[:len(ids)] = ids
+        as_result = types.SimpleNamespace(tokens=tokens, lengths=lengths)
         responses = data.decode_responses(tokenizer, as_result, stop)
         return reward(question, responses, [rubric_of[i] for i in question_id]).reward.tolist()
 
