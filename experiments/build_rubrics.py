@@ -11,11 +11,14 @@ checkpoints: the same command resumes an interrupted build). Only parses flags; 
 rubric_jax.qurl.pipeline. A user error (bad input line, missing file, bad setting) exits 2 with one line.
 """
 
+import functools
 import json
 import sys
 
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
+
+from experiments import cli
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (model, judge, mesh, qurl).",
                                           lock_config=True)
@@ -25,17 +28,11 @@ _OUT = flags.DEFINE_string("out", None, "Output directory: questions.jsonl, repo
 flags.mark_flags_as_required(["config", "questions", "corpus", "out"])
 
 
-def _fail(message: str) -> None:
-    """One line on stderr (no traceback) and exit status 2."""
-    print(f"experiments.build_rubrics: error: {message}", file=sys.stderr)
-    sys.exit(2)
+_fail = functools.partial(cli.fail, "experiments.build_rubrics")  # one line on stderr, exit status 2
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        _fail(f"unexpected positional arguments {argv[1:]}")
-    if not flags.FLAGS["verbosity"].present:
-        logging.set_verbosity(logging.WARNING)
+    cli.start("experiments.build_rubrics", argv)
     from rubric_jax.qurl import pipeline
 
     try:

@@ -13,12 +13,13 @@ missing file, an LLM dimension without a judge) exit with status 2 and one line 
 
 from __future__ import annotations
 
+import functools
 import json
-import sys
 from pathlib import Path
 
 from absl import app, flags
 
+from experiments import cli
 from experiments.judge_flags import JUDGE, MODE, RETRIES, SAMPLES, load_judges
 from rubric_jax.calibration.labels import LabelsError, read_items
 from rubric_jax.rubrics.correction import load_correction
@@ -40,10 +41,7 @@ _CORRECTION_OUT = flags.DEFINE_string("correction_out", None, "Fitted correction
 flags.mark_flags_as_required(["labels", "out"])
 
 
-def _fail(message: str) -> None:
-    """Prints a one-line error (no traceback) and exits with status 2."""
-    print(f"experiments.calibrate: error: {message}", file=sys.stderr)
-    sys.exit(2)
+_fail = functools.partial(cli.fail, "experiments.calibrate")  # one line on stderr, exit status 2
 
 
 def _check_inputs(judge_dirs: list[str]) -> None:
@@ -66,8 +64,7 @@ def _check_outputs(outputs: list[Path]) -> None:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        _fail(f"unexpected positional arguments {argv[1:]}")
+    cli.start("experiments.calibrate", argv)
     judge_dirs = [p.strip() for p in (JUDGE.value or "").split(",") if p.strip()]
     _check_inputs(judge_dirs)
     try:

@@ -13,12 +13,13 @@ the file and line; nothing is written.
 
 from __future__ import annotations
 
+import functools
 import json
-import sys
 from pathlib import Path
 
 from absl import app, flags
 
+from experiments import cli
 from rubric_jax.data import DataError
 from rubric_jax.evaluation import harness
 from rubric_jax.evaluation.results import EvalInputError
@@ -52,10 +53,7 @@ _JUDGE_MAX_NEW = flags.DEFINE_integer("judge_max_new_tokens", 512, "Judge answer
 _JUDGE_BATCH = flags.DEFINE_integer("judge_batch_size", 64, "Answers per judge pass.")
 
 
-def _fail(message: str) -> None:
-    """Prints a one-line error (no traceback) and exits with status 2."""
-    print(f"experiments.evaluate: error: {message}", file=sys.stderr)
-    sys.exit(2)
+_fail = functools.partial(cli.fail, "experiments.evaluate")  # one line on stderr, exit status 2
 
 
 def _settings() -> tuple[harness.GenerationSettings, harness.JudgeSettings, tuple[int, int, int]]:
@@ -89,8 +87,7 @@ def _settings() -> tuple[harness.GenerationSettings, harness.JudgeSettings, tupl
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        _fail(f"unexpected positional arguments {argv[1:]}")
+    cli.start("experiments.evaluate", argv)
     try:
         for name, flag in (("benchmark", _BENCHMARK), ("data_dir", _DATA_DIR), ("out", _OUT)):
             if not flag.value:

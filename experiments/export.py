@@ -10,12 +10,13 @@ input exits with status 2 and one line. In a multi-host job every process runs t
 
 from __future__ import annotations
 
+import functools
 import json
-import sys
 from pathlib import Path
 
 from absl import app, flags
 
+from experiments import cli
 from rubric_jax import distributed
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A training run directory (experiments.run --workdir).")
@@ -23,15 +24,11 @@ _WHICH = flags.DEFINE_string("which", "latest", "latest, or best (highest logged
 _OUT = flags.DEFINE_string("out", None, "New (or empty) output directory; may lie inside the workdir.")
 
 
-def _fail(message: str) -> None:
-    """Prints a one-line error (no traceback) and exits with status 2."""
-    print(f"experiments.export: error: {message}", file=sys.stderr)
-    sys.exit(2)
+_fail = functools.partial(cli.fail, "experiments.export")  # one line on stderr, exit status 2
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        _fail(f"unexpected positional arguments {argv[1:]}")
+    cli.start("experiments.export", argv)
     for name, flag in (("workdir", _WORKDIR), ("out", _OUT)):
         if not flag.value:
             _fail(f"--{name} is required")

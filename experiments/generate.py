@@ -12,13 +12,14 @@ devices split each weight, the rest hold replicas), in bfloat16 on accelerators 
 
 from __future__ import annotations
 
+import functools
 import json
-import sys
 from pathlib import Path
 
 import jax
 from absl import app, flags
 
+from experiments import cli
 from rubric_jax import data, sampling, sharding
 
 _CHECKPOINT = flags.DEFINE_string(
@@ -36,15 +37,11 @@ _COMPUTE_DTYPE = flags.DEFINE_enum("compute_dtype", "auto", ["auto", "float32", 
 flags.mark_flags_as_required(["checkpoint", "prompt"])
 
 
-def _fail(message: str) -> None:
-    """Prints a one-line error (no traceback) and exits non-zero."""
-    print(f"experiments.generate: error: {message}", file=sys.stderr)
-    sys.exit(2)
+_fail = functools.partial(cli.fail, "experiments.generate")  # one line on stderr, exit status 2
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        _fail(f"unexpected positional arguments {argv[1:]}")
+    cli.start("experiments.generate", argv)
     checkpoint = Path(_CHECKPOINT.value)
     try:
         sampling.parse_sampler(_SAMPLER.value)

@@ -6,11 +6,12 @@ into DIR, one line per run, named by the shortest distinct ending of its workdir
 logged is skipped. Only parses flags; the plotting is rubric_jax.plots.
 """
 
-import sys
+import functools
 from pathlib import Path
 
 from absl import app, flags
 
+from experiments import cli
 from rubric_jax import metrics, plots
 
 _WORKDIRS = flags.DEFINE_multi_string("workdir", None, "A run's workdir (holds metrics.jsonl); repeat it, or list "
@@ -19,9 +20,7 @@ _OUT = flags.DEFINE_string("out", None, "Directory for the overlay PNGs (not a r
 flags.mark_flags_as_required(["workdir", "out"])
 
 
-def _fail(message: str) -> None:
-    print(f"experiments.plots: error: {message}", file=sys.stderr)
-    sys.exit(2)
+_fail = functools.partial(cli.fail, "experiments.plots")  # one line on stderr, exit status 2
 
 
 def main(argv: list[str]) -> None:

@@ -16,12 +16,13 @@ overlaps an input) exits with status 2 and one line naming it; nothing is writte
 
 from __future__ import annotations
 
-import sys
+import functools
 from pathlib import Path
 
 import tensorflow_datasets as tfds
-from absl import app, flags, logging
+from absl import app, flags
 
+from experiments import cli
 from rubric_jax.prepare.pipeline import PrepareConfig, prepare
 
 _INPUT = flags.DEFINE_multi_string("input", None, "KIND:PATH, KIND in questions|hellobench|biggen|healthbench|"
@@ -41,17 +42,11 @@ _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an existing OUT/NAME
 flags.mark_flags_as_required(["input", "out", "name"])
 
 
-def _fail(message: str) -> None:
-    """One line on stderr, no traceback, exit status 2."""
-    print(f"experiments.prepare_data: error: {message}", file=sys.stderr)
-    sys.exit(2)
+_fail = functools.partial(cli.fail, "experiments.prepare_data")  # one line on stderr, exit status 2
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        _fail(f"unexpected positional arguments {argv[1:]}")
-    if not flags.FLAGS["verbosity"].present:
-        logging.set_verbosity(logging.WARNING)  # tfds INFO lines would bury the step lines
+    cli.start("experiments.prepare_data", argv)
     tfds.disable_progress_bar()
     config = PrepareConfig(
         inputs=tuple(_INPUT.value), out=Path(_OUT.value), name=_NAME.value, eval_size=_EVAL.value,

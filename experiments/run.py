@@ -10,12 +10,15 @@ collectives instead of running (rubric_jax/aot.py); `--dry_run_target=a100_80g|h
 with XLA's GPU compiler on this machine (it needs requirements-aot.txt: ./launch.sh sets that up).
 """
 
+import functools
 import os
 import re
-import sys
 
-from absl import app, flags, logging
+from absl import app, flags
+
 from ml_collections import config_flags
+
+from experiments import cli
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, samples and plots.")
@@ -27,9 +30,7 @@ _DRY_RUN_DEVICES = flags.DEFINE_integer("dry_run_devices", 8, "Devices of the ma
 flags.mark_flag_as_required("config")
 
 
-def _fail(message: str) -> None:
-    print(f"experiments.run: error: {message}", file=sys.stderr)
-    sys.exit(2)
+_fail = functools.partial(cli.fail, "experiments.run")  # one line on stderr, exit status 2
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
@@ -46,15 +47,12 @@ def _parse_flags(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str]) -> None:
-    del argv
-    if not flags.FLAGS["verbosity"].present:
-        logging.set_verbosity(logging.WARNING)  # orbax/jax INFO lines would bury the progress bar
+    cli.start("experiments.run", argv)
     if _DRY_RUN.value:
         dry_run()
         return
     if _WORKDIR.value is None:
-        print("experiments.run: error: --workdir is required (or pass --dry_run)", file=sys.stderr)
-        sys.exit(2)
+        _fail("--workdir is required (or pass --dry_run)")
     from rubric_jax import distributed  # jax.distributed must precede any device use
 
     distributed.maybe_initialize()
@@ -65,8 +63,7 @@ def main(argv: list[str]) -> None:
     except (ValueError, FileNotFoundError, checkpointing.CheckpointError) as e:
         _fail(str(e))
     except loop.TrainingError as e:  # the run itself went wrong (not its input): exit 1, as a crash would
-        print(f"experiments.run: error: {e}", file=sys.stderr)
-        sys.exit(1)
+        _fail(str(e), status=1)
 
 
 def dry_run() -> None:
@@ -81,8 +78,7 @@ def dry_run() -> None:
     try:
         report = aot.dry_run(_CONFIG.value, _DRY_RUN_TARGET.value, _DRY_RUN_DEVICES.value)
     except ValueError as e:
-        print(f"experiments.run --dry_run: error: {e}", file=sys.stderr)
-        sys.exit(2)
+        cli.fail("experiments.run --dry_run", str(e))
     print(aot.format_report(report, config_flags.get_config_filename(flags.FLAGS["config"])))
 
 

@@ -28,9 +28,9 @@ file and line. --out is written atomically: it is either the old file or the com
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ import jax
 import numpy as np
 from absl import app, flags
 
+from experiments import cli
 from experiments.judge_flags import JUDGE as _JUDGE, MAX_NEW as _MAX_NEW, MODE as _MODE, RETRIES as _RETRIES
 from experiments.judge_flags import SAMPLES as _SAMPLES, load_judges
 from rubric_jax.files import PathError, atomic_writer, check_input_file, check_output_path
@@ -150,15 +151,11 @@ def unscored_dimensions(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _fail(message: str, status: int = 2) -> None:
-    """Prints a one-line error (no traceback) and exits with `status` (2: user error)."""
-    print(f"experiments.score: error: {message}", file=sys.stderr)
-    sys.exit(status)
+_fail = functools.partial(cli.fail, "experiments.score")  # one line on stderr, exit status 2
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        _fail(f"unexpected positional arguments {argv[1:]}")
+    cli.start("experiments.score", argv)
     for flag, value, minimum in (("judge_samples", _SAMPLES.value, 1), ("judge_retries", _RETRIES.value, 0),
                                  ("judge_max_new_tokens", _MAX_NEW.value, 1), ("batch_size", _BATCH.value, 1)):
         if value < minimum:

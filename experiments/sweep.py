@@ -8,12 +8,14 @@ what the variants' workdirs hold. Extra `--config.<key>=<value>` flags apply to 
 parses flags; the logic is rubric_jax.sweeps.
 """
 
+import functools
 import shlex
 import sys
 from pathlib import Path
 
 from absl import app, flags
 
+from experiments import cli
 from rubric_jax import sweeps
 from rubric_jax.train.workdir import check_usable
 
@@ -32,9 +34,7 @@ def _parse_flags(argv: list[str]) -> list[str]:
     return flags.FLAGS([a for a in argv if a not in overrides]) + overrides
 
 
-def _fail(message: str) -> None:
-    print(f"experiments.sweep: error: {message}", file=sys.stderr)
-    sys.exit(2)
+_fail = functools.partial(cli.fail, "experiments.sweep")  # one line on stderr, exit status 2
 
 
 def main(argv: list[str]) -> None:

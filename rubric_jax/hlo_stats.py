@@ -9,7 +9,7 @@ run of the program executes it:
     caller, or an unknown number of times (a `lax.while_loop` with a data-dependent exit, such as the
     sampler's decode loop): then `executions` is None, `in_loop` is True and `per_iteration` counts
     its executions per iteration of that loop (times the trip counts of known loops nested inside it,
-    e.g. a scan over layers inside the decode loop);
+    e.g. a scan over layers inside the decode loop); `summarize` reports the busiest such loop;
   * asynchronous collectives are counted once, at their `-done` op (whose result is the data moved),
     never at `-start`.
 Bytes are the result of the op on one device (all-gather: the gathered array; reduce-scatter: the
@@ -50,6 +50,7 @@ class Collective:
     per_iteration: int  # executions per iteration of the innermost loop of unknown trip count (0: none)
     in_loop: bool  # inside a while body (at any depth)
     op_name: str  # the JAX source op (metadata op_name), "" when absent
+    loop: str = ""  # body (or condition) computation of that innermost loop of unknown trip count
 
     @property
     def total_bytes(self) -> int | None:
@@ -115,12 +116,13 @@ def _call_edges(computations: dict[str, _Computation]) -> dict[str, list[tuple[s
 @dataclasses.dataclass(frozen=True)
 class _Runs:
     """How often a computation executes: per program run (None when reached through a loop of unknown
-    trip count), per iteration of the innermost such loop (0 outside one), and whether it sits in a
-    while body at any depth."""
+    trip count), per iteration of the innermost such loop (0 outside one) and that loop's computation,
+    and whether it sits in a while body at any depth."""
 
     per_run: int | None
     per_iteration: int
     in_loop: bool
+    loop: str = ""
 
 
 def _executions(computations: dict[str, _Computation], entry: str) -> dict[str, _Runs]:
@@ -134,7 +136,7 @@ def _executions(computations: dict[str, _Computation], entry: str) -> dict[str, 
         if name in found:
             return found[name]
         per_run: int | None = 0
-        per_iteration, inside, reached = 0, False, False
+        per_iteration, inside, reached, loop = 0, False, False, ""
         for caller, factor, is_loop in edges.get(name, []):
             if caller in stack:
                 continue
@@ -144,13 +146,14 @@ def _executions(computations: dict[str, _Computation], entry: str) -> dict[str, 
             reached = True
             inside |= is_loop or runs.in_loop
             if factor is None:  # this computation is the body (or condition) of a loop of unknown length
-                per_run, per_iteration = None, per_iteration + 1
+                per_run, per_iteration, loop = None, per_iteration + 1, name
             else:
                 per_run = None if per_run is None or runs.per_run is None else per_run + runs.per_run * factor
                 per_iteration += runs.per_iteration * factor
+                loop = loop or runs.loop
         if not reached:
             return None
-        found[name] = _Runs(per_run, per_iteration, inside)
+        found[name] = _Runs(per_run, per_iteration, inside, loop)
         return found[name]
 
     for name in computations:
@@ -173,14 +176,15 @@ def collectives(hlo_text: str) -> list[Collective]:
                 continue
             op_name = _OP_NAME.search(rest)
             found.append(Collective(kind, shape_bytes(shape), shape, name, runs.per_run, runs.per_iteration,
-                                    runs.in_loop, op_name.group(1) if op_name else ""))
+                                    runs.in_loop, op_name.group(1) if op_name else "", runs.loop))
     return found
 
 
 @dataclasses.dataclass(frozen=True)
 class KindSummary:
     """Totals for one collective kind: ops and bytes per run outside loops of unknown length, and per
-    iteration of such loops (e.g. per generated token of a decode loop)."""
+    iteration of such loops (e.g. per generated token of a decode loop; of the busiest one when there
+    are several, such as the sampler's decode segments, which run one after another)."""
 
     count: int
     bytes: int
@@ -190,17 +194,21 @@ class KindSummary:
 
 def summarize(found: Iterable[Collective], kinds: Sequence[str] = KINDS) -> dict[str, KindSummary]:
     """Per kind: executions and bytes per run (known trip counts multiplied in), and executions and bytes
-    per iteration of loops whose trip count is unknown (known trip counts inside them multiplied in)."""
-    totals = collections.defaultdict(lambda: [0, 0, 0, 0])
+    per iteration of loops whose trip count is unknown (known trip counts inside them multiplied in),
+    taken from the loop with the most executions per iteration: the sampler's decode segments are
+    sequential loops over different tokens, so adding their counts would over-count per token."""
+    per_run = collections.defaultdict(lambda: [0, 0])
+    per_loop = collections.defaultdict(lambda: [0, 0])  # (kind, loop) -> per-iteration executions, bytes
     for c in found:
-        entry = totals[c.kind]
         if c.executions is None:
-            entry[2] += c.per_iteration
-            entry[3] += c.bytes * c.per_iteration
+            entry = per_loop[c.kind, c.loop]
+            entry[0] += c.per_iteration
+            entry[1] += c.bytes * c.per_iteration
         else:
-            entry[0] += c.executions
-            entry[1] += c.bytes * c.executions
-    return {kind: KindSummary(*totals[kind]) for kind in kinds}
+            per_run[c.kind][0] += c.executions
+            per_run[c.kind][1] += c.bytes * c.executions
+    busiest = {kind: max((v for (k, _), v in per_loop.items() if k == kind), default=[0, 0]) for kind in kinds}
+    return {kind: KindSummary(*per_run[kind], *busiest[kind]) for kind in kinds}
 
 
 def format_table(summary: dict[str, KindSummary]) -> str:

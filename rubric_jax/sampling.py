@@ -1,8 +1,15 @@
 """Batched autoregressive sampling: one jitted prefill + `lax.while_loop` decode over an explicit KV cache.
 
-Shape legend: B batch rows (prompts x samples, padded to a bucket), P prompt slots (bucketed, prompts
-are left-padded), R response slots (bucketed max_new_tokens), S = P + R cache slots, V vocab,
-C prefill chunk (P is written into the cache C slots at a time), D hidden.
+Shape legend: B batch rows (prompts x samples, padded to a bucket), P prompt slots (bucketed), R response
+slots (bucketed max_new_tokens), S = P + R cache slots, V vocab, C prefill chunk (P is written into the
+cache C slots at a time), W attention window (the cache's first W slots), D hidden.
+
+Cache layout: prompts are left-padded to the longest one (`width`, runtime data) and fill slots
+[0, width); response token t goes to slot width + t; bucket padding lies past the filled prefix. Attention
+reads only a window of the cache's first slots that holds the filled prefix: prefill chunk c a window of
+at most twice its causal need (`prefill_windows`), decode a window at most one block past the filled
+slots (`decode_windows`: the decode loop is a sequence of `while_loop` segments, one per window, each
+compiled once), so a long cache bucket costs what its filled part costs.
 
 Conventions (what the GRPO trainer relies on):
   * Log-probs are those of the tempered distribution softmax(logits / T) at the sampled token (T = 1
@@ -15,8 +22,8 @@ Conventions (what the GRPO trainer relies on):
     emitted, else "length" (max_new_tokens reached).
   * Row b * n + j of every output is sample j of prompt b.
   * Prompt length, response length and batch are padded up to buckets (`bucket_size`), and jitted
-    functions are cached per (graphdef, sampler, response bucket, prefill chunk, n, layout); stop
-    tokens, pad id and max_new_tokens are runtime data. Repeated calls within one bucket reuse one
+    functions are cached per (graphdef, sampler, response bucket, prefill chunk, decode block, n,
+    layout); stop tokens, pad id, max_new_tokens and the prompt width are runtime data. Repeated calls within one bucket reuse one
     compiled program; `TRACES` counts traces per function (tests assert on it).
   * Placement is the caller's: `generate` is given `Weights` and the `sharding.Layout` they live in
     (usually the decode layout, `sharding.decode_layout`), checks every parameter's sharding and dtype
@@ -50,6 +57,8 @@ TRACES: collections.Counter[str] = collections.Counter()
 FINISH_STOP, FINISH_LENGTH = "stop", "length"
 # Largest prefill chunk (tokens): bounds the prefill attention scores to [B, N, PREFILL_CHUNK, S].
 PREFILL_CHUNK = 256
+# Smallest step between decode attention windows (slots); see `decode_windows`.
+DECODE_BLOCK = 128
 
 
 def bucket_size(n: int) -> int:
@@ -256,40 +265,83 @@ def prefill_chunk_size(prompt_slots: int) -> int:
     return chunk
 
 
-def _prefill(model: nnx.Module, prompt_BxP: jax.Array, prompt_mask_BxP: jax.Array, cache: KVCache,
-             chunk: int) -> tuple[jax.Array, KVCache]:
-    """Writes the prompt into the cache chunk by chunk (a `lax.scan` over [B, C] chunks, so attention
-    scores are [B, N, C, S] rather than [B, N, P, S]); returns the last slot's hidden state [B, D]."""
+def prefill_windows(prompt_slots: int, chunk: int) -> tuple[tuple[int, int, int], ...]:
+    """(first chunk, chunks, window) groups: chunk c attends over the first chunk * 2^ceil(log2(c + 1))
+    slots (capped at the prompt bucket), at most twice its causal need, so prefill costs ~half of
+    attending over the whole cache; one traced model call per group (log2 of the chunk count + 1)."""
+    groups: list[tuple[int, int, int]] = []
+    for c in range(prompt_slots // chunk):
+        window = min(prompt_slots, chunk * _next_power_of_two(c + 1))
+        if groups and groups[-1][2] == window:
+            first, count, _ = groups[-1]
+            groups[-1] = (first, count + 1, window)
+        else:
+            groups.append((c, 1, window))
+    return tuple(groups)
+
+
+def _next_power_of_two(n: int) -> int:
+    """Smallest power of two >= n (n >= 1)."""
+    return 1 << (n - 1).bit_length()
+
+
+def decode_windows(prompt_slots: int, response_slots: int, min_block: int) -> tuple[int, ...]:
+    """Attention windows of the decode loop's segments, ascending, the last the whole cache: a step
+    whose filled slots (prompt width + tokens so far) fit in a window runs in the first such segment,
+    so decode reads at most `min_block` slots (or 1/8 of the cache) past the filled prefix. Windows no
+    larger than the previous prompt bucket are never used (a wider prompt is in this bucket)."""
+    slots = prompt_slots + response_slots
+    block = max(min_block, -(-slots // 8))
+    previous_bucket = max((bucket_size(n) for n in range(1, prompt_slots) if bucket_size(n) < prompt_slots),
+                          default=0)
+    return tuple(w for w in range(block, slots, block) if w > previous_bucket) + (slots,)
+
+
+def _prefill(model: nnx.Module, prompt_BxP: jax.Array, prompt_mask_BxP: jax.Array, width: jax.Array,
+             cache: KVCache, chunk: int) -> tuple[jax.Array, KVCache]:
+    """Writes the prompt into the cache chunk by chunk (`lax.scan`s over [B, C] chunks, each attending
+    over its `prefill_windows` window W: scores [B, N, C, W]); returns the hidden state [B, D] of slot
+    width - 1, the prompts' last token."""
     batch, prompt_slots = prompt_BxP.shape
-    slots = cache.k.shape[2]
-    num_chunks = prompt_slots // chunk
-    prompt_slot_BxS = jnp.pad(prompt_mask_BxP, ((0, 0), (0, slots - prompt_slots)))
     positions_BxP = padding_to_positions(prompt_mask_BxP)
-    to_chunks = lambda x_BxP: x_BxP.reshape(batch, num_chunks, chunk).swapaxes(0, 1)  # noqa: E731
+    last_h_BxD = jnp.zeros((batch, model.cfg.hidden_size), jnp.dtype(model.cfg.compute_dtype))
+    for first, count, window in prefill_windows(prompt_slots, chunk):
+        prompt_slot_BxW = prompt_mask_BxP[:, :window]
 
-    def body(cache: KVCache, xs: tuple[jax.Array, jax.Array, jax.Array]) -> tuple[KVCache, jax.Array]:
-        index, tokens_BxC, positions_BxC = xs
-        query_slot_C = index * chunk + jnp.arange(chunk)
-        causal_CxS = jnp.arange(slots)[None, :] <= query_slot_C[:, None]
-        mask_BxCxS = causal_CxS[None, :, :] & prompt_slot_BxS[:, None, :]
-        h_BxCxD, cache = model.hidden_states(tokens_BxC, positions_BxC, mask_BxCxS, cache, index * chunk)
-        return cache, h_BxCxD[:, -1]
+        def body(carry: tuple[KVCache, jax.Array], xs: tuple[jax.Array, jax.Array, jax.Array],
+                 window: int = window, prompt_slot_BxW: jax.Array = prompt_slot_BxW
+                 ) -> tuple[tuple[KVCache, jax.Array], None]:
+            cache, last_h_BxD = carry
+            start, tokens_BxC, positions_BxC = xs
+            query_slot_C = start + jnp.arange(chunk)
+            causal_CxW = jnp.arange(window)[None, :] <= query_slot_C[:, None]
+            mask_BxCxW = causal_CxW[None, :, :] & prompt_slot_BxW[:, None, :]
+            h_BxCxD, cache = model.hidden_states(tokens_BxC, positions_BxC, mask_BxCxW, cache, start)
+            last = width - 1 - start  # the last prompt token's place in this chunk, if it is in it
+            h_BxD = jax.lax.dynamic_index_in_dim(h_BxCxD, jnp.clip(last, 0, chunk - 1), axis=1, keepdims=False)
+            return (cache, jnp.where((last >= 0) & (last < chunk), h_BxD, last_h_BxD)), None
 
-    xs = (jnp.arange(num_chunks, dtype=jnp.int32), to_chunks(prompt_BxP), to_chunks(positions_BxP))
-    cache, last_h_per_chunk_BxD = jax.lax.scan(body, cache, xs)
-    return last_h_per_chunk_BxD[-1], cache
+        def to_chunks(x_BxP: jax.Array) -> jax.Array:
+            part = x_BxP[:, first * chunk:(first + count) * chunk]
+            return part.reshape(batch, count, chunk).swapaxes(0, 1)
+
+        starts = jnp.arange(first, first + count, dtype=jnp.int32) * chunk
+        (cache, last_h_BxD), _ = jax.lax.scan(body, (cache, last_h_BxD),
+                                             (starts, to_chunks(prompt_BxP), to_chunks(positions_BxP)))
+    return last_h_BxD, cache
 
 
 def _cache_sharding(layout: sharding.Layout, cache: KVCache) -> Any:
-    """Cache k/v [L, B, S, K, H]: rows like the batch, KV heads over tensor (in the layout's rules)."""
-    spec = layout.sharding(("layers", "batch", "length", "kv_heads", "head_dim"), cache.k.shape)
+    """Cache k/v [L, B, K, S, H]: rows like the batch, KV heads over tensor (in the layout's rules)."""
+    spec = layout.sharding(("layers", "batch", "kv_heads", "length", "head_dim"), cache.k.shape)
     return KVCache(k=spec, v=spec)
 
 
 @functools.lru_cache(maxsize=64)
-def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, prefill_chunk: int, n: int,
-                 layout: sharding.Layout):
-    """The jitted prefill + decode program for one (model graph, sampler, R bucket, chunk, n, layout).
+def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, prefill_chunk: int,
+                 decode_block: int, n: int, layout: sharding.Layout):
+    """The jitted prefill + decode program for one (model graph, sampler, R bucket, chunk, decode block,
+    n, layout).
 
     Each distinct prompt is prefilled once; its cache and last hidden state are then repeated for its
     n samples (row b * n + j), so n samples cost one prefill, not n.
@@ -299,19 +351,20 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
         return jax.lax.with_sharding_constraint(cache, _cache_sharding(layout, cache))
 
     def run(params: loader.Params, prompt_UxP: jax.Array, prompt_mask_UxP: jax.Array, live_B: jax.Array,
-            stop_S: jax.Array, pad_id: jax.Array, max_new_tokens: jax.Array, key: jax.Array) -> SamplingState:
+            stop_S: jax.Array, pad_id: jax.Array, max_new_tokens: jax.Array, width: jax.Array,
+            key: jax.Array) -> SamplingState:
         TRACES["generate"] += 1
         model = nnx.merge(graphdef, params)
         prompts, prompt_slots = prompt_UxP.shape
         slots = prompt_slots + response_slots
-        h_UxD, cache = _prefill(model, prompt_UxP, prompt_mask_UxP,
+        h_UxD, cache = _prefill(model, prompt_UxP, prompt_mask_UxP, width,
                                 constrain(init_cache(model.cfg, prompts, slots)), prefill_chunk)
         cache = constrain(jax.tree.map(lambda c: jnp.repeat(c, n, axis=1), cache))
         h_BxD = jnp.repeat(h_UxD, n, axis=0)
         prompt_mask_BxP = jnp.repeat(prompt_mask_UxP, n, axis=0)
         batch = prompts * n
         logits_BxV = model.logits_from_hidden(h_BxD[:, None])[:, 0]
-        state0 = SamplingState(
+        state = SamplingState(
             step=jnp.int32(0),
             tokens_BxR=jnp.full((batch, response_slots), pad_id, jnp.int32),
             logprobs_BxR=jnp.zeros((batch, response_slots), jnp.float32),
@@ -321,25 +374,29 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
             cache=cache,
             key=key,
         )
-        state0 = _emit(state0, logits_BxV, sampler, stop_S, pad_id)
+        state = _emit(state, logits_BxV, sampler, stop_S, pad_id)
 
         prompt_len_B = jnp.sum(prompt_mask_BxP, axis=1, dtype=jnp.int32)
-        slot_S = jnp.arange(slots)
         prompt_slot_BxS = jnp.pad(prompt_mask_BxP, ((0, 0), (0, response_slots)))
 
-        def cond(s: SamplingState) -> jax.Array:
-            return (s.step < max_new_tokens) & ~jnp.all(s.done_B)
+        # Slot width + t holds response token t; a segment runs while the filled slots fit its window.
+        def cond(s: SamplingState, window: int) -> jax.Array:
+            return (s.step < max_new_tokens) & ~jnp.all(s.done_B) & (width + s.step <= window)
 
-        def body(s: SamplingState) -> SamplingState:
+        def body(s: SamplingState, window: int) -> SamplingState:
             last_B = jax.lax.dynamic_slice_in_dim(s.tokens_BxR, s.step - 1, 1, axis=1)
-            index = prompt_slots + s.step - 1
-            response_slot_S = (slot_S >= prompt_slots) & (slot_S <= index)
-            mask_Bx1xS = (prompt_slot_BxS | response_slot_S[None, :])[:, None, :]
+            index = width + s.step - 1
+            slot_W = jnp.arange(window)
+            response_slot_W = (slot_W >= width) & (slot_W <= index)
+            mask_Bx1xW = (prompt_slot_BxS[:, :window] | response_slot_W[None, :])[:, None, :]
             positions_Bx1 = (prompt_len_B + s.step - 1)[:, None]
-            logits_Bx1xV, cache = model(last_B, positions_Bx1, mask_Bx1xS, s.cache, index)
+            logits_Bx1xV, cache = model(last_B, positions_Bx1, mask_Bx1xW, s.cache, index)
             return _emit(s.replace(cache=cache), logits_Bx1xV[:, 0], sampler, stop_S, pad_id)
 
-        return jax.lax.while_loop(cond, body, state0)
+        for window in decode_windows(prompt_slots, response_slots, decode_block):
+            state = jax.lax.while_loop(functools.partial(cond, window=window), functools.partial(body, window=window),
+                                       state)
+        return state
 
     return jax.jit(run)
 
@@ -373,10 +430,13 @@ def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
     local_multiple = max(1, layout.batch_multiple // jax.process_count())
     padded_prompts = -(-bucket_size(prompts) // local_multiple) * local_multiple
     prompt_slots = bucket_size(width)
-    # Bucket padding: extra left padding, and extra prompts copying prompt 0 whose samples start finished.
+    # Prompts end at slot width - 1 (the longest across processes) and responses start at slot width, so
+    # the filled slots are a prefix of the cache; bucket padding goes after them, and extra prompts copy
+    # prompt 0 (their samples start finished).
     tokens_UxP = np.full((padded_prompts, prompt_slots), pad_id, np.int32)
     mask_UxP = np.zeros((padded_prompts, prompt_slots), bool)
-    tokens_UxP[:prompts, prompt_slots - tokens.shape[1]:], mask_UxP[:prompts, prompt_slots - tokens.shape[1]:] = tokens, mask
+    start = width - tokens.shape[1]
+    tokens_UxP[:prompts, start:width], mask_UxP[:prompts, start:width] = tokens, mask
     tokens_UxP[prompts:], mask_UxP[prompts:] = tokens_UxP[0], mask_UxP[0]
     live_B = np.arange(padded_prompts * n) < prompts * n
 
@@ -384,14 +444,15 @@ def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
     # at least 4, so the usual few stop ids never change the program's shapes.
     stop_S = np.full(bucket_size(max(len(stop_tokens), 4)), -1, np.int32)
     stop_S[:len(stop_tokens)] = stop_tokens
-    run = _generate_fn(weights.graphdef, parsed, bucket_size(max_new_tokens), prefill_chunk_size(prompt_slots), n,
-                       layout)
+    run = _generate_fn(weights.graphdef, parsed, bucket_size(max_new_tokens), prefill_chunk_size(prompt_slots),
+                       DECODE_BLOCK, n, layout)
     # Host inputs go rows like the batch (this process's rows are its block of the global batch), the rest
     # replicated; `generate` places them, parameters are never moved.
     global_shape = (padded_prompts * jax.process_count(), prompt_slots)
     rows, rest = layout.sharding(("batch",), global_shape), sharding.replicated(layout.mesh)
-    inputs = (tokens_UxP, mask_UxP, live_B, stop_S, np.int32(pad_id), np.int32(max_new_tokens), key)
-    return run, inputs, (rows,) * 3 + (rest,) * 4, prompts * n
+    inputs = (tokens_UxP, mask_UxP, live_B, stop_S, np.int32(pad_id), np.int32(max_new_tokens), np.int32(width),
+              key)
+    return run, inputs, (rows,) * 3 + (rest,) * 5, prompts * n
 
 
 def generate(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.ndarray, *,

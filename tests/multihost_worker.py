@@ -12,11 +12,13 @@ import os
 import sys
 from pathlib import Path
 
+from xla_flags import FAST_COMPILE
+
 DEVICES = 8
 
 
 def main(out: Path, process_id: int, num_processes: int, port: int) -> None:
-    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={DEVICES // num_processes}"
+    os.environ["XLA_FLAGS"] = f"{FAST_COMPILE} --xla_force_host_platform_device_count={DEVICES // num_processes}"
     import jax
 
     jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=num_processes,

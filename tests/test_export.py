@@ -22,6 +22,7 @@ from rubric_jax.models import checkpoint
 from rubric_jax.models.checkpoint import export_hf_checkpoint, hf_config_dict
 from rubric_jax.models.transformer import causal_padding_mask
 from test_checkpoint import read_tensors
+from xla_flags import FAST_COMPILE
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "fixtures" / "golden"
@@ -144,7 +145,7 @@ def test_atomic_directory_refuses_a_non_empty_directory(tmp_path):
 # ------------------------------------------------------------------------------ a run, then the CLI
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}  # one CPU device, as a laptop
+    env = {**os.environ, "XLA_FLAGS": FAST_COMPILE, "JAX_PLATFORMS": "cpu"}  # one CPU device, as a laptop
     return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=600)
 

@@ -16,6 +16,7 @@ from rubric_jax.judges.reward import RewardOutput, RubricReward
 from rubric_jax.prepare.dedup import char_ngrams, jaccard
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.train import golden
+from xla_flags import FAST_COMPILE
 
 SHARED = load_rubric(TINY_DIR / "rubric.yaml")  # format (gate), redundancy, template: rule dimensions, binary
 GOOD = "<think>A short plan.</think><answer>Open the orders page and press the button.</answer>"
@@ -115,7 +116,7 @@ def test_the_trainer_refuses_an_overlapping_golden_set_before_sft(tmp_path):
                                                _row("g2", "Can cats eat cheese?")])
     proc = subprocess.run([sys.executable, "-m", "experiments.run", "--config=configs/tiny.py",
                            f"--workdir={tmp_path / 'run'}", f"--config.data.golden={path}"], cwd=root,
-                          env={**os.environ, "XLA_FLAGS": ""}, capture_output=True, text=True, timeout=300)
+                          env={**os.environ, "XLA_FLAGS": FAST_COMPILE}, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1:] == [  # (after any library warnings)
         f"experiments.run: error: config.data.golden={path}: 1 golden questions overlap the training questions "

@@ -12,6 +12,7 @@ import jax
 import numpy as np
 
 from rubric_jax import loader
+from xla_flags import FAST_COMPILE
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu.py"
@@ -43,7 +44,7 @@ def test_matmul_params_are_every_weight_but_the_embedding_lookup_and_norms():
 def test_smoke_prints_the_table():
     """The README command at toy size on one CPU device: every row of the table, a number in each cell
     that has one on CPU (MFU, MBU and the measured peak need a GPU's datasheet and allocator)."""
-    env = {**os.environ, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "XLA_FLAGS": FAST_COMPILE, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]

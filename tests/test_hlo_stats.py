@@ -145,6 +145,28 @@ def test_compiled_scan_inside_a_while_loop_counts_per_iteration():
     assert (summary.count, summary.per_iteration_count) == (0, 3)
 
 
+def test_sequential_loops_of_unknown_length_report_the_busiest_per_iteration():
+    """Two data-dependent loops one after the other (the sampler's decode segments: each generated token
+    runs in one of them), the first with a 3-step scan, the second with a 2-step one: 3 all-reduces per
+    iteration, not 5."""
+    mesh = Mesh(np.asarray(jax.devices()[:8]), ("fsdp",), axis_types=(jax.sharding.AxisType.Auto,))
+
+    def f(w, x):
+        def token(steps):
+            return lambda c: (c[0] + 1, jax.lax.scan(lambda h, _: (jnp.tanh(h @ w), None), c[1], None, length=steps)[0])
+
+        first = jax.lax.while_loop(lambda c: c[0] < x[0, 0], token(3), (0.0, x))
+        return jax.lax.while_loop(lambda c: c[0] < x[0, 1], token(2), first)[1]
+
+    compiled = jax.jit(f, in_shardings=(NamedSharding(mesh, PartitionSpec("fsdp", None)),
+                                        NamedSharding(mesh, PartitionSpec()))).lower(
+        jax.ShapeDtypeStruct((64, 64), jnp.float32), jax.ShapeDtypeStruct((4, 64), jnp.float32)).compile()
+    found = [c for c in hlo_stats.collectives(compiled.as_text()) if c.kind == "all-reduce"]
+    assert sorted(c.per_iteration for c in found) == [2, 3] and len({c.loop for c in found}) == 2
+    summary = hlo_stats.summarize(found)["all-reduce"]
+    assert (summary.count, summary.per_iteration_count, summary.per_iteration_bytes) == (0, 3, 3 * 4 * 64 * 4)
+
+
 def test_no_entry_is_an_error():
     with pytest.raises(ValueError, match="no ENTRY"):
         hlo_stats.collectives("HloModule m\n")

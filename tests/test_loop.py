@@ -20,6 +20,7 @@ import pytest
 from rubric_jax.train.loop import NanStreak, TrainingError
 from test_workdir import tensorboard_scalars
 from tiny_config import absolute_tiny_config
+from xla_flags import FAST_COMPILE
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = [
@@ -39,7 +40,7 @@ MONITOR_KEYS = ("monitor/template_share", "monitor/length_drift", "monitor/rewar
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    env["XLA_FLAGS"] = ""  # one CPU device: the same program in every run of this file
+    env["XLA_FLAGS"] = FAST_COMPILE  # one CPU device: the same program in every run of this file
     env["PYTHONUNBUFFERED"] = "1"
     return env
 

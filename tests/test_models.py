@@ -183,8 +183,8 @@ def test_cached_forward_in_chunks_equals_full_forward(name, chunks, scan_layers)
     cached_logits = np.concatenate(pieces, axis=1)
     valid_BxT = e["attention_mask"].astype(bool)
     assert rel_err(cached_logits[valid_BxT], full_logits[valid_BxT]) <= 1e-5
-    assert cache.k.shape == (cfg.num_layers, B, S, cfg.num_kv_heads, cfg.head_dim)
-    assert np.all(np.asarray(cache.k[:, :, T:]) == 0)  # nothing written past the sequence
+    assert cache.k.shape == (cfg.num_layers, B, cfg.num_kv_heads, S, cfg.head_dim)
+    assert np.all(np.asarray(cache.k[:, :, :, T:]) == 0)  # nothing written past the sequence
 
 
 # ---------------------------------------------------------------- live parity against transformers (torch)

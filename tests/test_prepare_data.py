@@ -24,6 +24,7 @@ from rubric_jax.rubrics.aggregation import aggregate_rubric
 from rubric_jax.rubrics.importers import hellobench_rubrics, import_longbench_write
 from rubric_jax.rubrics.schema import normalize_scores, rubric_to_dict
 from tests.shared_data import real
+from xla_flags import FAST_COMPILE
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -328,7 +329,7 @@ def test_guess_lang_and_render_conversation():
 def _env() -> dict[str, str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
     # One CPU device and a cheap XLA backend: this test checks plumbing, not numerics or speed.
-    env["XLA_FLAGS"] = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+    env["XLA_FLAGS"] = FAST_COMPILE
     return env
 
 

@@ -105,6 +105,26 @@ def test_chunked_prefill_matches_full_recompute(model, monkeypatch):
         assert result.tokens[b].tolist() == _greedy_by_recompute(weights, prompt, 5)
 
 
+def test_generate_across_prefill_and_decode_windows_matches_full_recompute(model, monkeypatch):
+    """Prefill chunks of 4 in windows 4, 8, 16 and decode segments with windows 4 slots apart: the filled
+    slots (14 to 25) cross windows 16, 20 and 24, and every token equals the no-cache greedy reference; a
+    second call (other prompts and lengths, same buckets) does not retrace."""
+    monkeypatch.setattr(sampling, "PREFILL_CHUNK", 4)
+    monkeypatch.setattr(sampling, "DECODE_BLOCK", 4)
+    assert sampling.prefill_windows(16, 4) == ((0, 1, 4), (1, 1, 8), (2, 2, 16))
+    assert sampling.decode_windows(16, 12, 4) == (16, 20, 24, 28)  # none below the bucket before 16 (12)
+    prompts = [list(range(2, 15)), [7, 8, 9], list(range(20, 31))]  # width 13 -> bucket 16 = 4 chunks of 4
+    result = sampling.generate(model, prompts, key=jax.random.key(0), max_new_tokens=12, stop_tokens=[],
+                               pad_id=PAD)
+    for b, prompt in enumerate(prompts):
+        assert result.tokens[b].tolist() == _greedy_by_recompute(model, prompt, 12)
+    traces = sampling.TRACES["generate"]
+    other = [[5] * 14, [9, 10], [11] * 9]
+    again = sampling.generate(model, other, key=jax.random.key(0), max_new_tokens=11, stop_tokens=[], pad_id=PAD)
+    assert sampling.TRACES["generate"] == traces
+    assert again.tokens[0].tolist() == _greedy_by_recompute(model, other[0], 11)
+
+
 def _teacher_forced(weights, prompts, result, pad_id, temperature):
     """Teacher-forced log-probs (the trainer's function, each prompt once) of each response token at
     `temperature`, after the left-padded prompt."""

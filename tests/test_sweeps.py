@@ -20,6 +20,7 @@ from ml_collections import config_flags
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from rubric_jax import metrics, sweeps
+from xla_flags import FAST_COMPILE
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -189,13 +190,8 @@ def _ungated_rubric(tmp_path: Path) -> Path:
     return path
 
 
-# One CPU device per variant, and XLA's cheapest backend optimisation: compiles are most of a 2-step run's
-# CPU time (35 -> 22 CPU-seconds for one variant); these tests check sweep mechanics, not speed.
-_FAST_XLA = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-
-
 def _sweep_cli(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "XLA_FLAGS": _FAST_XLA, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "XLA_FLAGS": FAST_COMPILE, "PYTHONUNBUFFERED": "1"}  # one CPU device per variant
     return subprocess.run([sys.executable, "-m", "experiments.sweep", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=900)
 

@@ -3,6 +3,7 @@
 runner that reads a step's metrics after dispatching the next one. Tiny states, no model."""
 
 import json
+import math
 import types
 from pathlib import Path
 
@@ -174,12 +175,14 @@ def test_keep_best_saves_at_every_eval_and_keeps_the_best_evaluated_step_past_ke
 
 
 def tensorboard_scalars(tb_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar TensorBoard's own reader finds under `tb_dir`: tag -> [(step, value)]."""
+    """Every scalar TensorBoard's own reader finds under `tb_dir`: tag -> [(step, value)] (NaN as "nan", so
+    that two reads compare equal)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(tb_dir))
     events.Reload()
-    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    return {tag: [(e.step, "nan" if math.isnan(e.value) else e.value) for e in events.Scalars(tag)]
+            for tag in events.Tags()["scalars"]}
 
 
 def test_a_resume_cuts_the_tensorboard_scalars_past_its_position_and_a_torn_record(tmp_path):

@@ -46,7 +46,8 @@ ShardActivation = Callable[[jax.Array, tuple[str, ...]], jax.Array]
 
 @struct.dataclass
 class KVCache:
-    """Keys and values of every layer for S slots: k, v [L, B, S, K, H]."""
+    """Keys and values of every layer for S slots: k, v [L, B, K, S, H] (a layer's [B, K, S, H] is what
+    the attention dots read, batch dims first: no transpose of the cache per layer and token)."""
 
     k: jax.Array
     v: jax.Array
@@ -54,7 +55,7 @@ class KVCache:
 
 def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype: Any = None) -> KVCache:
     """An all-zero cache with `max_len` slots per sequence, in the compute dtype by default."""
-    shape = (cfg.num_layers, batch, max_len, cfg.num_kv_heads, cfg.head_dim)
+    shape = (cfg.num_layers, batch, cfg.num_kv_heads, max_len, cfg.head_dim)
     dtype = dtype or jnp.dtype(cfg.compute_dtype)
     return KVCache(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype))
 
@@ -136,6 +137,9 @@ class _Embedding(nnx.Module):
 class Transformer(nnx.Module):
     """Decoder-only LM: `model(tokens, positions, mask, cache, cache_index) -> (logits, cache)`.
 
+    With a cache, the mask [B, T, W] may be narrower than the cache: the new tokens attend over the cache's
+    first W slots only (a sampler whose filled slots are a prefix pays for those, not for the capacity).
+
     `shard_activation` (static, part of the graphdef; must be hashable) lays out the residual stream
     of every layer, e.g. batch over (data, fsdp) for FSDP training; None leaves it to the compiler.
     """
@@ -203,16 +207,16 @@ class Transformer(nnx.Module):
             x_UxPxD, x_BxTxD = carry
 
             def attend_prefix(attn: Params, h_UxPxD: jax.Array):
-                q, k_UxPxKxH, v_UxPxKxH = _qkv(cfg, attn, h_UxPxD, cos_UxPxH, sin_UxPxH)
-                out = _attend(cfg, q, k_UxPxKxH, v_UxPxKxH, prefix_mask_UxPxP)
-                return _output(cfg, attn, out), (k_UxPxKxH, v_UxPxKxH)
+                q, k_UxKxPxH, v_UxKxPxH = _qkv(cfg, attn, h_UxPxD, cos_UxPxH, sin_UxPxH)
+                out = _attend(cfg, q, k_UxKxPxH, v_UxKxPxH, prefix_mask_UxPxP)
+                return _output(cfg, attn, out), (k_UxKxPxH, v_UxKxPxH)
 
-            x_UxPxD, (k_UxPxKxH, v_UxPxKxH) = decoder_layer(cfg, params, self._shard(x_UxPxD, PREFIX_RESIDUAL_AXES),
+            x_UxPxD, (k_UxKxPxH, v_UxKxPxH) = decoder_layer(cfg, params, self._shard(x_UxPxD, PREFIX_RESIDUAL_AXES),
                                                             attend_prefix)
 
             def attend(attn: Params, h_BxTxD: jax.Array):
-                q, k_BxTxKxH, v_BxTxKxH = _qkv(cfg, attn, h_BxTxD, cos_BxTxH, sin_BxTxH)
-                out = _attend_with_prefix(cfg, q, k_BxTxKxH, v_BxTxKxH, mask_BxTxT, k_UxPxKxH, v_UxPxKxH,
+                q, k_BxKxTxH, v_BxKxTxH = _qkv(cfg, attn, h_BxTxD, cos_BxTxH, sin_BxTxH)
+                out = _attend_with_prefix(cfg, q, k_BxKxTxH, v_BxKxTxH, mask_BxTxT, k_UxKxPxH, v_UxKxPxH,
                                           prefix_slots_UxP)
                 return _output(cfg, attn, out), None
 
@@ -341,45 +345,47 @@ def _project(x_BxTxD: jax.Array, proj: Params, spec: str) -> jax.Array:
 
 def _qkv(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Array, sin_BxTxH: jax.Array
          ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Rotated queries [B, T, K, G, H] (grouped by KV head), rotated keys and values [B, T, K, H]."""
+    """Rotated queries [B, T, K, G, H] (grouped by KV head), rotated keys and values [B, K, T, H] (the cache's
+    layout)."""
     B, T, _ = x_BxTxD.shape
     q_BxTxNxH = apply_rope(_project(x_BxTxD, attn["q_proj"], "BTD,DNH->BTNH"), cos_BxTxH, sin_BxTxH)
     k_BxTxKxH = apply_rope(_project(x_BxTxD, attn["k_proj"], "BTD,DKH->BTKH"), cos_BxTxH, sin_BxTxH)
     v_BxTxKxH = _project(x_BxTxD, attn["v_proj"], "BTD,DKH->BTKH")
-    return q_BxTxNxH.reshape(B, T, cfg.num_kv_heads, cfg.num_groups, cfg.head_dim), k_BxTxKxH, v_BxTxKxH
+    k_BxKxTxH, v_BxKxTxH = k_BxTxKxH.swapaxes(1, 2), v_BxTxKxH.swapaxes(1, 2)
+    return q_BxTxNxH.reshape(B, T, cfg.num_kv_heads, cfg.num_groups, cfg.head_dim), k_BxKxTxH, v_BxKxTxH
 
 
 def _masked(scores_BxKxGxTxS: jax.Array, mask_BxTxS: jax.Array) -> jax.Array:
     return jnp.where(mask_BxTxS[:, None, None, :, :], scores_BxKxGxTxS, jnp.finfo(jnp.float32).min)
 
 
-def _attend(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxSxKxH: jax.Array, v_BxSxKxH: jax.Array,
+def _attend(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.Array, v_BxKxSxH: jax.Array,
             mask_BxTxS: jax.Array) -> jax.Array:
     """Softmax attention [B, T, K, G, H] of the queries over the S slots `mask_BxTxS` allows."""
-    scores = jnp.einsum("BTKGH,BSKH->BKGTS", q_BxTxKxGxH, k_BxSxKxH,
+    scores = jnp.einsum("BTKGH,BKSH->BKGTS", q_BxTxKxGxH, k_BxKxSxH,
                         preferred_element_type=jnp.float32) / math.sqrt(cfg.head_dim)
     probs = jax.nn.softmax(_masked(scores, mask_BxTxS), axis=-1).astype(q_BxTxKxGxH.dtype)
-    return jnp.einsum("BKGTS,BSKH->BTKGH", probs, v_BxSxKxH)
+    return jnp.einsum("BKGTS,BKSH->BTKGH", probs, v_BxKxSxH)
 
 
-def _attend_with_prefix(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxTxKxH: jax.Array, v_BxTxKxH: jax.Array,
-                        mask_BxTxT: jax.Array, k_UxPxKxH: jax.Array, v_UxPxKxH: jax.Array,
+def _attend_with_prefix(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxTxH: jax.Array, v_BxKxTxH: jax.Array,
+                        mask_BxTxT: jax.Array, k_UxKxPxH: jax.Array, v_UxKxPxH: jax.Array,
                         prefix_mask_UxP: jax.Array) -> jax.Array:
     """`_attend` over [prefix b // J ; own tokens] with one softmax; the J rows of a prefix read its keys
-    and values in place (no [B, P, K, H] copy)."""
+    and values in place (no [B, K, P, H] copy)."""
     B, T, K, G, H = q_BxTxKxGxH.shape
     U, P = prefix_mask_UxP.shape
     scale = 1.0 / math.sqrt(cfg.head_dim)
     q_UxJxTxKxGxH = q_BxTxKxGxH.reshape(U, B // U, T, K, G, H)
-    prefix_scores = jnp.einsum("UJTKGH,UPKH->UJKGTP", q_UxJxTxKxGxH, k_UxPxKxH,
+    prefix_scores = jnp.einsum("UJTKGH,UKPH->UJKGTP", q_UxJxTxKxGxH, k_UxKxPxH,
                                preferred_element_type=jnp.float32).reshape(B, K, G, T, P) * scale
-    own_scores = jnp.einsum("BTKGH,BSKH->BKGTS", q_BxTxKxGxH, k_BxTxKxH, preferred_element_type=jnp.float32) * scale
+    own_scores = jnp.einsum("BTKGH,BKSH->BKGTS", q_BxTxKxGxH, k_BxKxTxH, preferred_element_type=jnp.float32) * scale
     prefix_mask_BxTxP = jnp.broadcast_to(jnp.repeat(prefix_mask_UxP, B // U, axis=0)[:, None, :], (B, T, P))
     scores = jnp.concatenate([_masked(prefix_scores, prefix_mask_BxTxP), _masked(own_scores, mask_BxTxT)], axis=-1)
     probs = jax.nn.softmax(scores, axis=-1).astype(q_BxTxKxGxH.dtype)
     prefix_probs_UxJxKxGxTxP = probs[..., :P].reshape(U, B // U, K, G, T, P)
-    prefix_out = jnp.einsum("UJKGTP,UPKH->UJTKGH", prefix_probs_UxJxKxGxTxP, v_UxPxKxH).reshape(B, T, K, G, H)
-    return prefix_out + jnp.einsum("BKGTS,BSKH->BTKGH", probs[..., P:], v_BxTxKxH)
+    prefix_out = jnp.einsum("UJKGTP,UKPH->UJTKGH", prefix_probs_UxJxKxGxTxP, v_UxKxPxH).reshape(B, T, K, G, H)
+    return prefix_out + jnp.einsum("BKGTS,BKSH->BTKGH", probs[..., P:], v_BxKxTxH)
 
 
 def _output(cfg: ModelConfig, attn: Params, out_BxTxKxGxH: jax.Array) -> jax.Array:
@@ -393,16 +399,18 @@ def attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax
               mask_BxTxS: jax.Array, cache: KVCache | None, layer: jax.Array | int,
               cache_index: jax.Array | None) -> tuple[jax.Array, KVCache | None]:
     """Grouped-query self-attention; writes the new keys/values into layer `layer` of the cache."""
-    q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH = _qkv(cfg, attn, x_BxTxD, cos_BxTxH, sin_BxTxH)
+    B = x_BxTxD.shape[0]
+    q_BxTxKxGxH, k_BxKxTxH, v_BxKxTxH = _qkv(cfg, attn, x_BxTxD, cos_BxTxH, sin_BxTxH)
     if cache is not None:
-        start = (layer, 0, cache_index, 0, 0)
-        cache = KVCache(k=jax.lax.dynamic_update_slice(cache.k, k_BxTxKxH[None].astype(cache.k.dtype), start),
-                        v=jax.lax.dynamic_update_slice(cache.v, v_BxTxKxH[None].astype(cache.v.dtype), start))
-        k_BxSxKxH = jax.lax.dynamic_index_in_dim(cache.k, layer, keepdims=False).astype(x_BxTxD.dtype)
-        v_BxSxKxH = jax.lax.dynamic_index_in_dim(cache.v, layer, keepdims=False).astype(x_BxTxD.dtype)
+        start = (layer, 0, 0, cache_index, 0)
+        cache = KVCache(k=jax.lax.dynamic_update_slice(cache.k, k_BxKxTxH[None].astype(cache.k.dtype), start),
+                        v=jax.lax.dynamic_update_slice(cache.v, v_BxKxTxH[None].astype(cache.v.dtype), start))
+        window = (1, B, cfg.num_kv_heads, mask_BxTxS.shape[-1], cfg.head_dim)  # the first S slots only
+        k_BxKxSxH = jax.lax.dynamic_slice(cache.k, (layer, 0, 0, 0, 0), window)[0].astype(x_BxTxD.dtype)
+        v_BxKxSxH = jax.lax.dynamic_slice(cache.v, (layer, 0, 0, 0, 0), window)[0].astype(x_BxTxD.dtype)
     else:
-        k_BxSxKxH, v_BxSxKxH = k_BxTxKxH, v_BxTxKxH
-    return _output(cfg, attn, _attend(cfg, q_BxTxKxGxH, k_BxSxKxH, v_BxSxKxH, mask_BxTxS)), cache
+        k_BxKxSxH, v_BxKxSxH = k_BxKxTxH, v_BxKxTxH
+    return _output(cfg, attn, _attend(cfg, q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS)), cache
 
 
 def mlp(mlp_params: Params, x_BxTxD: jax.Array) -> jax.Array:

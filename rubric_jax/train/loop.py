@@ -50,7 +50,7 @@ from rubric_jax.rubrics.io import dumps_rubric, load_rubric
 from rubric_jax.rubrics.schema import Rubric
 from rubric_jax.train import checkpointing, export, golden as golden_set, monitors, rollout, runs
 from rubric_jax.train import settings as run_settings, state as train_state, step as train_step, workdir as run_workdir
-from rubric_jax.train.settings import STAGES, RolloutSpec, Settings, grpo_config  # noqa: F401  (re-exported)
+from rubric_jax.train.settings import RolloutSpec, Settings, grpo_config
 
 EXPORT_DIR = "export"  # <workdir>/export: the final policy as a HF directory (config.export.at_end)
 BEST_FILE = "best_checkpoint.json"  # the best-evaluated GRPO checkpoint, written when GRPO finishes
@@ -645,7 +645,8 @@ def report_best(run_: Run) -> None:
               "final_step": final_step, "final_eval_reward": evals[final_step], "baseline_eval_reward": evals.get(0)}
     files.write_atomic(run_.workdir / BEST_FILE, json.dumps(report, indent=2))
     baseline = "" if evals.get(0) is None else f", SFT baseline {evals[0]:.4f}"
-    print(f"best eval reward {best.eval_reward:.4f} at step {report['step']} ({report['checkpoint']}); "
+    which = "best eval reward" if run_.config.checkpoint.keep_best else "best eval reward of the kept checkpoints"
+    print(f"{which} {best.eval_reward:.4f} at step {report['step']} ({report['checkpoint']}); "
           f"final {evals[final_step]:.4f} at step {final_step}{baseline}")
 
 
