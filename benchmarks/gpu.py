@@ -5,9 +5,10 @@
 
 Per size, in this order (each measurement after a warm-up call that compiles it):
   * GRPO update: one `jit_grpo_step` (AdamW, float32 params, bf16 compute, remat, scan) on ROWS x
-    (PROMPT + RESPONSE) tokens in MICRO micro-batches; tokens/s and MFU = model FLOPs / time / peak
-    bf16 FLOP/s, model FLOPs per token = 6 N + 12 L H T (PaLM, appendix B: N matmul parameters, L
-    layers, H = heads x head_dim, T tokens of context). Compiled memory (XLA's memory_analysis:
+    (PROMPT + RESPONSE) tokens in MICRO micro-batches of one group (its prompt runs once); tokens/s (of
+    the rollouts) and MFU = model FLOPs of the tokens computed / time / peak bf16 FLOP/s, model FLOPs
+    per token = 6 N + 12 L H T (PaLM, appendix B: N matmul parameters, L layers, H = heads x head_dim,
+    T tokens of context, here bounded by PROMPT + RESPONSE). Compiled memory (XLA's memory_analysis:
     arguments + outputs + temporaries - aliased) next to the device's measured peak after the step.
   * Decode at batch DECODE_BATCH: `sampling.generate` (greedy, bf16 weights in the decode layout) run to
     SHORT and to LONG new tokens with one compiled program (max_new_tokens is runtime data); the
@@ -116,16 +117,17 @@ def bench_grpo(cfg: ModelConfig, s: Settings, peak_flops: float | None) -> dict[
     layout = sharding.Layout(sharding.make_mesh(sharding.MeshConfig(1, 1, 1), jax.devices()[:1]))
     tx = train_state.make_optimizer(train_state.OptimizerConfig(learning_rate=1e-6))
     state, shardings = train_state.init_train_state(cfg, tx, jax.random.key(0), layout)
-    gcfg = grpo.GRPOConfig(group_size=s.rows, kl_coef=0.04)
+    group = s.rows // s.micro  # one group per micro-batch: its prompt runs once
+    gcfg = grpo.GRPOConfig(group_size=group, kl_coef=0.04)
     step = train_step.jit_grpo_step(gcfg, micro_batches=s.micro, shardings=shardings, mesh=layout.mesh)
     t = s.prompt + s.response
     rng = np.random.default_rng(0)
-    loss_mask = np.zeros((s.rows, t), bool)
-    loss_mask[:, s.prompt:] = True
-    batch = {"tokens": rng.integers(0, cfg.vocab_size, (s.rows, t)).astype(np.int32),
-             "input_mask": np.ones((s.rows, t), bool), "loss_mask": loss_mask,
-             "old_logp": np.full((s.rows, t), -3.0, np.float32), "ref_logp": np.full((s.rows, t), -3.0, np.float32),
-             "advantages": rng.standard_normal(s.rows).astype(np.float32)}
+    prompts = np.repeat(rng.integers(0, cfg.vocab_size, (s.micro, s.prompt)), group, axis=0).astype(np.int32)
+    response = np.full((s.rows, s.response), -3.0, np.float32)
+    batch = {"prompt_tokens": prompts, "prompt_mask": np.ones((s.rows, s.prompt), bool),
+             "response_tokens": rng.integers(0, cfg.vocab_size, (s.rows, s.response)).astype(np.int32),
+             "response_mask": np.ones((s.rows, s.response), bool), "loss_mask": np.ones((s.rows, s.response), bool),
+             "old_logp": response, "ref_logp": response, "advantages": rng.standard_normal(s.rows).astype(np.float32)}
     batch = jax.device_put(batch, sharding.batch_sharding(layout.mesh))
     memory = step.lower(state, batch).compile().memory_analysis()
     compiled = (memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
@@ -139,8 +141,9 @@ def bench_grpo(cfg: ModelConfig, s: Settings, peak_flops: float | None) -> dict[
     update()  # compile and warm up
     seconds = _timed(update)
     stats = jax.devices()[0].memory_stats() or {}
-    tokens = s.rows * t
-    flops = tokens * (6 * matmul_params(cfg) + 12 * cfg.num_layers * cfg.num_heads * cfg.head_dim * t)
+    tokens = s.rows * t  # the rollouts' tokens; the model computes each group's prompt once:
+    computed = s.micro * s.prompt + s.rows * s.response
+    flops = computed * (6 * matmul_params(cfg) + 12 * cfg.num_layers * cfg.num_heads * cfg.head_dim * t)
     del state, current, batch
     return {"GRPO update tokens/s": f"{tokens / seconds:,.0f}",
             "GRPO update MFU": "n/a" if peak_flops is None else f"{flops / seconds / peak_flops:.1%}",

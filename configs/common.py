@@ -102,7 +102,7 @@ def base_config() -> ml_collections.ConfigDict:
     # sampled, once per rollout (verl's recompute; costs one forward). Either way `logprob_gap/mean` logs
     # mean |teacher-forced - sampler| on the first update: ~3e-7 in float32 on CPU, the bf16 decode drift on GPU.
     c.rl.recompute_old_logprobs = False
-    c.rl.micro_batches = 1  # Gradient accumulation micro-batches per update.
+    c.rl.micro_batches = 1  # Gradient accumulation micro-batches per update, of whole groups (must divide questions_per_step).
     c.rl.warmup_steps = 0  # Linear warmup steps.
     c.rl.schedule = "constant"  # constant or cosine after warmup.
     c.rl.weight_decay = 0.0  # AdamW weight decay.

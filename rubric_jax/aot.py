@@ -48,7 +48,8 @@ GIB = 1 << 30
 MIB = 1 << 20
 # dtypes of the arrays a GRPO / SFT batch carries (rubric_jax/train/rollout.py makes them on the host).
 _BATCH_DTYPES = {"tokens": jnp.int32, "input_mask": jnp.bool_, "loss_mask": jnp.bool_, "old_logp": jnp.float32,
-                 "advantages": jnp.float32, train_step.REF_LOGP: jnp.float32}
+                 "advantages": jnp.float32, train_step.REF_LOGP: jnp.float32, "prompt_tokens": jnp.int32,
+                 "prompt_mask": jnp.bool_, "response_tokens": jnp.int32, "response_mask": jnp.bool_}
 _PAD_ID = 0  # any id: the programs take the pad id as data
 # The cpu target only reads what the compiler planned and never runs the programs: skip LLVM's
 # optimisation of the machine code (buffer assignment and collectives are decided before it).
@@ -184,10 +185,14 @@ def _compile(name: str, shapes: str, lower: Callable[[], jax.stages.Lowered], be
                          per_token)
 
 
-def _batch(keys: Sequence[str], rows: int, length: int, mesh: jax.sharding.Mesh) -> dict[str, jax.ShapeDtypeStruct]:
+def _batch(keys: Sequence[str], rows: int, length: int, mesh: jax.sharding.Mesh, prompt_len: int = 0
+           ) -> dict[str, jax.ShapeDtypeStruct]:
+    """Abstract batch arrays: [rows] advantages, [rows, prompt_len] prompt arrays, [rows, length] the rest."""
+    def shape(k: str) -> tuple[int, ...]:
+        return (rows,) if k == "advantages" else (rows, prompt_len) if k in train_step.PROMPT_KEYS else (rows, length)
+
     batch_sh = sharding.batch_sharding(mesh)
-    return {k: jax.ShapeDtypeStruct((rows,) if k == "advantages" else (rows, length), _BATCH_DTYPES[k],
-                                    sharding=batch_sh) for k in keys}
+    return {k: jax.ShapeDtypeStruct(shape(k), _BATCH_DTYPES[k], sharding=batch_sh) for k in keys}
 
 
 def _lower_generate(weights: loader.Weights, layout: sharding.Layout, *, prompts: int, prompt_len: int, n: int,
@@ -263,13 +268,13 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
             judge_names)
     if "grpo" in config.stages:
         grpo = loop.grpo_programs(rl, policy.graphdef, shardings, mesh, settings.grpo)
-        t = prompt_len + response_len
-        batch = _batch(train_step.grpo_batch_keys(grpo.cfg), rollouts, t, mesh)
-        micro = f"{rollouts} x {t} tokens, {rl.micro_batches} micro-batches"
+        batch = _batch(train_step.grpo_batch_keys(grpo.cfg), rollouts, response_len, mesh, prompt_len)
+        micro = (f"{rl.questions_per_step} x ({prompt_len} + {rl.group_size} x {response_len}) tokens, "
+                 f"{rl.micro_batches} micro-batches")
         add("GRPO update", micro, lambda: grpo.update.lower(state, batch), reference + judge_names)
         if rl.beta > 0 or rl.recompute_old_logprobs:
             add("rollout log-probs", micro,
-                lambda: grpo.logprobs.lower(state.params, batch["tokens"], batch["input_mask"]),
+                lambda: grpo.logprobs.lower(state.params, *train_step.logprob_inputs(batch)),
                 train_arrays + judge_names)
         rollout_policy = loader.abstract_weights(model_cfg.replace(param_dtype=decode_dtype), decode_layout)
         beside = train_arrays + reference + judge_names

@@ -1,8 +1,10 @@
 """GRPO maths as pure functions: group advantages, clipped surrogate, KL estimators, loss aggregation,
-and the one teacher-forced log-prob function (chunked: never [B, T, V] float32 logits at once).
+and the teacher-forced log-probs (chunked: never [B, T, V] float32 logits at once), per row
+(`sequence_logprobs`, SFT) or with each group's shared prompt run once (`shared_prompt_logprobs`, GRPO).
 
 Shapes: B sequences (rows b*G + j is sample j of question b, the sampler's order), G group size,
-T token positions, D hidden, V vocab, C positions per log-prob chunk.
+T token positions, D hidden, V vocab, C positions per log-prob chunk, U prompts (B = U·G), P prompt
+slots, R response slots.
 
 Token alignment: every per-token array [B, T] is aligned with `tokens_BxT`; entry t refers to the
 prediction of token t from tokens < t (so entry 0 is never a target). `mask_BxT` is True on the
@@ -371,3 +373,39 @@ def sequence_logprobs(
         return jnp.where(valid_BxT, jnp.pad(x_BxT[:, :-1], ((0, 0), (1, 0))), 0.0)
 
     return shift_right(logp_next_BxT), shift_right(ent_next_BxT)
+
+
+def response_targets(prompt_mask_BxP: jax.Array, response_mask_BxR: jax.Array) -> jax.Array:
+    """Response tokens that have a real predecessor [B, R] (the last prompt token for entry 0): the
+    entries `shared_prompt_logprobs` defines. Responses are right-padded; prompts may be padded either way."""
+    first_B1 = jnp.any(prompt_mask_BxP, axis=-1, keepdims=True)
+    return response_mask_BxR & jnp.concatenate([first_B1, response_mask_BxR[:, :-1]], axis=1)
+
+
+def shared_prompt_logprobs(
+    model: Any, prompt_UxP: jax.Array, prompt_mask_UxP: jax.Array, response_BxR: jax.Array,
+    response_mask_BxR: jax.Array, *, chunk_size: int, temperature: float,
+) -> tuple[jax.Array, jax.Array]:
+    """Teacher-forced log p_T(response[r] | prompt, response[<r]) and entropy of p_T, float32 [B, R], of
+    B = U·G responses where rows u·G .. u·G + G − 1 continue prompt u; 0 outside `response_targets`.
+
+    Each prompt runs once (`model.prefix_continuation_states`); its G responses attend its keys/values at
+    positions that continue its real length, and entry 0 is read from its last real token's hidden
+    state. Equal to `sequence_logprobs` on the concatenated rows (left-padded prompts) at the response
+    positions, with G times fewer prompt tokens in the forward and the backward.
+    """
+    u, p = prompt_UxP.shape
+    group = response_BxR.shape[0] // u
+    length_B = jnp.repeat(jnp.sum(prompt_mask_UxP, axis=-1, dtype=jnp.int32), group)
+    h_UxPxD, h_BxRxD = model.prefix_continuation_states(
+        prompt_UxP, padding_to_positions(prompt_mask_UxP), causal_padding_mask(prompt_mask_UxP), response_BxR,
+        length_B[:, None] + padding_to_positions(response_mask_BxR), causal_padding_mask(response_mask_BxR),
+        prompt_mask_UxP)
+    last_U = (p - 1) - jnp.argmax(prompt_mask_UxP[:, ::-1], axis=-1)
+    h_last_UxD = jnp.take_along_axis(h_UxPxD, last_U[:, None, None], axis=1)[:, 0]
+    # Entry r is predicted from the state before response token r: the prompt's last token for r = 0.
+    h_pred_BxRxD = jnp.concatenate([jnp.repeat(h_last_UxD, group, axis=0)[:, None], h_BxRxD[:, :-1]], axis=1)
+    logp_BxR, ent_BxR = chunked_token_logprobs(h_pred_BxRxD, response_BxR, model.logits_from_hidden, chunk_size,
+                                               temperature)
+    valid_BxR = response_targets(jnp.repeat(prompt_mask_UxP, group, axis=0), response_mask_BxR)
+    return jnp.where(valid_BxR, logp_BxR, 0.0), jnp.where(valid_BxR, ent_BxR, 0.0)

@@ -15,7 +15,7 @@ Conventions (what the GRPO trainer relies on):
   * Log-probs are those of the tempered distribution softmax(logits / T) at the sampled token (T = 1
     for greedy), before any top-k / top-p truncation: for "temperature(T)" exactly the distribution
     the token was drawn from, and what the trainer computes teacher-forced with the same T
-    (`rubric_jax.grpo.sequence_logprobs`). GRPO rollouts use "temperature(T)" only
+    (`rubric_jax.grpo.shared_prompt_logprobs`). GRPO rollouts use "temperature(T)" only
     (`rubric_jax.train.rollout.rollout_temperature` says why).
   * A stop token is part of the response: it is emitted, counted in `lengths` and has a log-prob;
     every slot after it holds `pad_id` with log-prob 0. finish_reason is "stop" when a stop token was

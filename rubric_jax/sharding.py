@@ -49,6 +49,7 @@ LOGICAL_RULES: LogicalRules = (
     ("layers", ()),
     ("head_dim", ()),
     ("length", ()),
+    ("prefix_length", ("data", "fsdp")),  # shared prompts' tokens: over the batch shards their count leaves idle
     ("activation_embed", ()),  # the residual stream's hidden dim: never split (a split costs all-reduces)
 )
 # Decoding: no FSDP (an FSDP weight is all-gathered on every generated token); Megatron-style tensor

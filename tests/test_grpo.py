@@ -386,12 +386,12 @@ def _jit_logprobs(model, chunk_size, temperature=1.0):
     return (lambda t, m: logprobs(state, t, m)), (lambda t, m: forward(state, t, m))
 
 
-def _tiny_model(tie=False):
+def _tiny_model(tie=False, **changes):
     cfg = ModelConfig(architecture="qwen2", vocab_size=61, hidden_size=16, intermediate_size=32, num_layers=2,
                       num_heads=2, num_kv_heads=1, head_dim=8, rope_theta=10000.0, rms_norm_eps=1e-6,
                       tie_word_embeddings=tie, attention_bias=True, rope_scaling=None,
                       max_position_embeddings=64)
-    return nnx.merge(*random_model(cfg, std=0.3))
+    return nnx.merge(*random_model(cfg.replace(**changes), std=0.3))
 
 
 @pytest.mark.parametrize("tie, temperature", [(False, 1.0), (True, 0.7)])
@@ -423,3 +423,80 @@ def test_sequence_logprobs_ignore_right_padding():
     logp, _ = logprobs(tokens, mask)
     logp_p, _ = logprobs(padded, padded_mask)
     np.testing.assert_allclose(logp_p[:, :6], logp, rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------ shared-prompt log-probs (GRPO's forward)
+
+PROMPT_LENGTHS, RESPONSE_LENGTHS, P_SLOTS, R_SLOTS = (5, 2, 7), (6, 3, 1, 0, 4, 6, 2, 6, 5), 7, 6
+
+
+def _shared_prompt_case(padding):
+    """3 prompts of 5, 2 and 7 real tokens in 7 slots (left- or right-padded), 3 right-padded responses each
+    of 0-6 real tokens (one empty), and the same rows laid out per row: [left-padded prompt | response]."""
+    rng = np.random.default_rng(10)
+    slots = np.arange(P_SLOTS)
+    left_mask = slots[None, :] >= P_SLOTS - np.array(PROMPT_LENGTHS)[:, None]
+    left = np.where(left_mask, rng.integers(1, 61, (3, P_SLOTS)), 0)
+    if padding == "left":
+        prompt, prompt_mask = left, left_mask
+    else:  # the same real tokens, moved to the front
+        prompt = np.stack([np.roll(row, n - P_SLOTS) for row, n in zip(left, PROMPT_LENGTHS)])
+        prompt_mask = slots[None, :] < np.array(PROMPT_LENGTHS)[:, None]
+    response_mask = np.arange(R_SLOTS)[None, :] < np.array(RESPONSE_LENGTHS)[:, None]
+    response = np.where(response_mask, rng.integers(1, 61, (9, R_SLOTS)), 0)
+    per_row = (np.concatenate([np.repeat(left, 3, axis=0), response], axis=1),
+               np.concatenate([np.repeat(left_mask, 3, axis=0), response_mask], axis=1))
+    return (prompt, prompt_mask, response, response_mask), per_row
+
+
+def _both_logprobs(graphdef, temperature=0.8):
+    """(shared-prompt log-probs [9, R], per-row log-probs at the response columns [9, R]) as functions of state."""
+    def shared(state, case):
+        return grpo.shared_prompt_logprobs(nnx.merge(graphdef, state), *case, chunk_size=4,
+                                           temperature=temperature)[0]
+
+    def per_row(state, tokens, mask):
+        logp = grpo.sequence_logprobs(nnx.merge(graphdef, state), tokens, mask, chunk_size=4,
+                                      temperature=temperature)[0]
+        return logp[:, P_SLOTS:]
+
+    return jax.jit(shared), jax.jit(per_row)
+
+
+@pytest.mark.parametrize("padding, scan_layers", [("left", True), ("right", False)])
+def test_shared_prompt_logprobs_equal_the_per_row_forward(padding, scan_layers):
+    graphdef, state = nnx.split(_tiny_model(scan_layers=scan_layers))
+    case, (tokens, mask) = _shared_prompt_case(padding)
+    shared, per_row = _both_logprobs(graphdef)
+    got, want = shared(state, case), per_row(state, tokens, mask)
+    targets = grpo.response_targets(jnp.repeat(case[1], 3, axis=0), case[3])
+    np.testing.assert_array_equal(targets, case[3])  # every real response token is predicted
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert float(jnp.abs(got).min(where=targets, initial=jnp.inf)) > 1e-3  # real log-probs, not zeros
+    np.testing.assert_array_equal(np.asarray(got)[~np.asarray(targets)], 0.0)
+
+
+def test_shared_prompt_gradients_equal_the_per_row_forward():
+    """The GRPO loss (clipping on both sides, k3 KL) through either forward: same value, same gradient
+    w.r.t. every parameter (the prompt's share is the sum over its group's rows)."""
+    model = _tiny_model()
+    graphdef, state = nnx.split(model)
+    case, (tokens, mask) = _shared_prompt_case("left")
+    shared, per_row = _both_logprobs(graphdef)
+    response_mask = case[3]
+    shift = jnp.where(jnp.arange(R_SLOTS) % 2 == 0, 0.3, -0.3)[None, :]
+    old = jax.lax.stop_gradient(per_row(state, tokens, mask)) + shift
+    ref = old - 0.2
+    advantages, _ = grpo.group_advantages(jnp.arange(9.0) % 4, 3)
+    cfg = grpo.GRPOConfig(group_size=3, kl_coef=0.05, clip_high=0.28)
+
+    def loss(logp):
+        return grpo.grpo_loss(logp, old, ref, advantages, response_mask, cfg)
+
+    (l_shared, _), g_shared = jax.jit(jax.value_and_grad(lambda s: loss(shared(s, case)), has_aux=True))(state)
+    (l_row, m_row), g_row = jax.jit(jax.value_and_grad(lambda s: loss(per_row(s, tokens, mask)), has_aux=True))(state)
+    assert float(m_row["clip_frac_low"]) > 0 and float(m_row["clip_frac_high"]) > 0 and float(m_row["kl"]) > 0
+    assert float(l_shared) == pytest.approx(float(l_row), rel=1e-5)
+    norms = jax.tree.map(lambda g: float(jnp.abs(g).max()), g_row)
+    assert min(jax.tree.leaves(norms)) > 0  # every parameter gets a gradient
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), g_shared, g_row)

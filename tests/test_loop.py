@@ -25,7 +25,8 @@ from xla_flags import FAST_COMPILE
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = [
     "--config.sft.epochs=1", "--config.sft.batch_size=32", "--config.rl.steps=5",
-    "--config.rl.questions_per_step=4", "--config.rl.group_size=4", "--config.rl.max_new_tokens=32",
+    "--config.rl.questions_per_step=4", "--config.rl.group_size=4", "--config.rl.micro_batches=4",
+    "--config.rl.max_new_tokens=32",
     "--config.eval.max_new_tokens=16",
     "--config.sft.max_response_len=128", "--config.eval.max_questions=8", "--config.eval.every_steps=2",
     "--config.checkpoint.every_steps=2", "--config.checkpoint.keep=1", "--config.log.samples_per_step=2",
@@ -197,6 +198,8 @@ def test_grpo_config_rejects_bad_rl_values(field, value, message):
 @pytest.mark.parametrize("flag, message", [
     ("--config.rl.missing_scores=dorp", "config.rl.missing_scores='dorp'"),
     ("--config.monitor.max_template_share=1.5", "config.monitor.max_template_share=1.5: expected a number in [0, 1]"),
+    ("--config.rl.micro_batches=3", "config.rl.micro_batches=3 must divide questions_per_step=8: a micro-batch "
+                                    "holds whole groups"),
 ])
 def test_a_bad_grpo_setting_fails_before_sft_starts(tmp_path, flag, message):
     proc = subprocess.run([sys.executable, "-m", "experiments.run", "--config=configs/tiny.py", f"--workdir={tmp_path}",

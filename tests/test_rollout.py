@@ -34,14 +34,17 @@ def test_training_batch_layout_and_invalid_samples():
     adv = np.array([1., -1., .5, -.5], np.float32)
     valid = np.array([True, True, False, True])
     batch = rollout.training_batch(prompt_ids, prompt_mask, _result(), 2, adv, valid, (4, 8))
-    assert batch["tokens"].shape == (4, 3 + 4)  # the smallest bucket that holds the longest response
-    np.testing.assert_array_equal(batch["tokens"][1], [0, 11, 12, 9, 2, 0, 0])
-    np.testing.assert_array_equal(batch["tokens"][2], [13, 14, 15, 4, 4, 2, 0])
-    np.testing.assert_array_equal(batch["input_mask"][0], [False, True, True, True, True, True, True])
-    np.testing.assert_array_equal(batch["input_mask"][1], [False, True, True, True, True, False, False])
-    np.testing.assert_array_equal(batch["loss_mask"][1], [False, False, False, True, True, False, False])
+    assert batch["response_tokens"].shape == (4, 4)  # the smallest bucket that holds the longest response
+    np.testing.assert_array_equal(batch["prompt_tokens"], [[0, 11, 12], [0, 11, 12], [13, 14, 15], [13, 14, 15]])
+    np.testing.assert_array_equal(batch["prompt_mask"][1], [False, True, True])
+    np.testing.assert_array_equal(batch["response_tokens"][1], [9, 2, 0, 0])
+    np.testing.assert_array_equal(batch["response_tokens"][2], [4, 4, 2, 0])
+    np.testing.assert_array_equal(batch["response_mask"][0], [True, True, True, True])
+    np.testing.assert_array_equal(batch["response_mask"][1], [True, True, False, False])
+    np.testing.assert_array_equal(batch["loss_mask"][1], [True, True, False, False])
     assert not batch["loss_mask"][2].any()  # missing reward: no loss tokens at all
-    np.testing.assert_allclose(batch["old_logp"][3], [0, 0, 0, -1., -1.1, 0, 0])
+    np.testing.assert_allclose(batch["old_logp"][3], [-1., -1.1, 0, 0])
+    assert set(batch) == set(train_step.GRPO_BATCH_KEYS)
     np.testing.assert_array_equal(batch["advantages"], adv)
 
 
@@ -119,7 +122,7 @@ def policy():
 def _programs(graphdef, temperature, kl_coef=0.0):
     cfg = grpo.GRPOConfig(group_size=GROUP, kl_coef=kl_coef, temperature=temperature)
     return loop.GRPOPrograms(cfg, train_step.jit_grpo_step(cfg),
-                             train_step.jit_sequence_logprobs(graphdef, temperature=temperature))
+                             train_step.jit_rollout_logprobs(graphdef, group_size=GROUP, temperature=temperature))
 
 
 def _rollout_batch(graphdef, state, sampler):
@@ -140,7 +143,7 @@ def test_first_update_ratio_is_one_through_generate_batch_and_train_step(policy,
     assert mask.sum() > 40
     programs = _programs(graphdef, rollout.rollout_temperature(f"temperature({temperature})"))
     # The trainer's teacher-forced log-probs of the sampled tokens equal the sampler's, token by token.
-    logp = np.asarray(programs.logprobs(params, batch["tokens"], batch["input_mask"]))
+    logp = np.asarray(programs.logprobs(params, *train_step.logprob_inputs(batch)))
     np.testing.assert_allclose(logp[mask], batch["old_logp"][mask], atol=2e-5)
     # The first update of the real step sees ratio 1 everywhere: nothing clipped, no gap.
     tstate = train_state.train_state_from_params(graphdef, params, optax.sgd(0.1))
@@ -148,7 +151,7 @@ def test_first_update_ratio_is_one_through_generate_batch_and_train_step(policy,
     assert float(metrics["ratio_mean"]) == pytest.approx(1.0, abs=1e-5)
     assert float(metrics["abs_log_ratio"]) < 1e-5 and float(metrics["clip_frac"]) == 0.0
     if temperature != 1.0:  # the test can fail: temperature-1 log-probs of tempered samples are far off
-        untempered = np.asarray(_programs(graphdef, 1.0).logprobs(params, batch["tokens"], batch["input_mask"]))
+        untempered = np.asarray(_programs(graphdef, 1.0).logprobs(params, *train_step.logprob_inputs(batch)))
         assert np.abs(untempered[mask] - batch["old_logp"][mask]).mean() > 0.05
 
 
@@ -158,9 +161,9 @@ def test_rollout_logprobs_add_reference_and_recomputed_behaviour_once(policy):
     calls = []
     programs = _programs(graphdef, 0.7)
 
-    def counting_logprobs(p, tokens, input_mask):
+    def counting_logprobs(p, *arrays):
         calls.append(p)
-        return programs.logprobs(p, tokens, input_mask)
+        return programs.logprobs(p, *arrays)
 
     counted = loop.GRPOPrograms(programs.cfg, programs.update, counting_logprobs)
     # β = 0, sampler's behaviour log-probs: no log-prob forward at all, the gap comes from the first update.
@@ -175,7 +178,7 @@ def test_rollout_logprobs_add_reference_and_recomputed_behaviour_once(policy):
     ref = jax.tree.map(lambda x: 0.9 * x, params)
     kl = _programs(graphdef, 0.7, kl_coef=0.05)
     out, _ = loop.rollout_logprobs(kl, batch, params, ref, recompute_old=False)
-    np.testing.assert_allclose(out["ref_logp"], kl.logprobs(ref, batch["tokens"], batch["input_mask"]), atol=1e-6)
+    np.testing.assert_allclose(out["ref_logp"], kl.logprobs(ref, *train_step.logprob_inputs(batch)), atol=1e-6)
     assert set(out) == set(train_step.grpo_batch_keys(kl.cfg))
     with pytest.raises(ValueError, match="iff rl.beta > 0"):
         loop.rollout_logprobs(kl, batch, params, None, recompute_old=False)

@@ -126,16 +126,14 @@ def test_generate_across_prefill_and_decode_windows_matches_full_recompute(model
 
 
 def _teacher_forced(weights, prompts, result, pad_id, temperature):
-    """Teacher-forced log-probs (the trainer's function) of each response token at `temperature`, over the
-    left-padded prompt + response."""
+    """Teacher-forced log-probs (the trainer's function, each prompt once) of each response token at
+    `temperature`, after the left-padded prompt."""
     tokens, mask = sampling.left_pad(prompts, pad_id)
-    tokens = np.repeat(tokens, len(result.tokens) // len(prompts), axis=0)
-    mask = np.repeat(mask, len(result.tokens) // len(prompts), axis=0)
+    n = len(result.tokens) // len(prompts)
     response_mask = np.arange(result.tokens.shape[1])[None, :] < result.lengths[:, None]
-    full = np.concatenate([tokens, result.tokens], axis=1)
-    full_mask = np.concatenate([mask, response_mask], axis=1)
-    logprobs_fn = train_step.jit_sequence_logprobs(weights.graphdef, temperature=temperature)
-    return np.asarray(logprobs_fn(weights.params, full, full_mask))[:, tokens.shape[1]:]
+    logprobs_fn = train_step.jit_rollout_logprobs(weights.graphdef, group_size=n, temperature=temperature)
+    return np.asarray(logprobs_fn(weights.params, np.repeat(tokens, n, axis=0), np.repeat(mask, n, axis=0),
+                                  result.tokens, response_mask))
 
 
 # The log-probs are those of softmax(logits / T), before top-k / top-p truncation.

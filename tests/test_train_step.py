@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from flax import nnx
 
 from rubric_jax import grpo
 from rubric_jax.models.config import ModelConfig
@@ -13,7 +14,7 @@ from rubric_jax.models.checkpoint import abstract_model
 from rubric_jax.train import state as train_state
 from rubric_jax.train import step as train_step
 
-VOCAB, B, T, PROMPT = 37, 8, 12, 4
+VOCAB, B, P, R, GROUP = 37, 8, 4, 8, 2
 
 
 def _model_cfg(**kw):
@@ -40,28 +41,26 @@ def _with_tx(state, tx, graphdef=None):
 
 @pytest.fixture(scope="module")
 def batch0(state0):
-    """Left-padded prompts of up to 4 slots, responses of varying length, behaviour log-probs = policy's."""
-    k1, k2 = jax.random.split(jax.random.key(1))
-    tokens = jax.random.randint(k1, (B, T), 1, VOCAB)
-    pos = jnp.arange(T)[None, :]
-    prompt_start = jnp.array([0, 1, 2, 0, 3, 1, 0, 2])[:, None]
-    response_end = jnp.array([12, 9, 6, 12, 10, 5, 8, 11])[:, None]
-    input_mask = (pos >= prompt_start) & (pos < response_end)
-    loss_mask = (pos >= PROMPT) & input_mask
-    tokens = jnp.where(input_mask, tokens, 0)
-    old_logp = _logprobs(state0.params, tokens, input_mask)
-    advantages, _ = grpo.group_advantages(jax.random.uniform(k2, (B,)), 2)
-    return {"tokens": tokens, "input_mask": input_mask, "loss_mask": loss_mask,
-            "old_logp": jnp.where(loss_mask, old_logp, 0.0), "advantages": advantages}
+    """4 prompts of 4, 3, 1 and 2 real tokens (left-padded to 4), 2 responses each of 1-8 tokens (right-padded
+    to 8), behaviour log-probs = the policy's."""
+    rng = np.random.default_rng(1)
+    prompt_mask = np.repeat(np.arange(P)[None, :] >= np.array([0, 1, 3, 2])[:, None], GROUP, axis=0)
+    prompt_tokens = np.where(prompt_mask, np.repeat(rng.integers(1, VOCAB, (B // GROUP, P)), GROUP, axis=0), 0)
+    response_mask = np.arange(R)[None, :] < np.array([8, 5, 2, 8, 6, 1, 4, 7])[:, None]
+    batch = {"prompt_tokens": jnp.asarray(prompt_tokens, jnp.int32), "prompt_mask": jnp.asarray(prompt_mask),
+             "response_tokens": jnp.asarray(np.where(response_mask, rng.integers(1, VOCAB, (B, R)), 0), jnp.int32),
+             "response_mask": jnp.asarray(response_mask), "loss_mask": jnp.asarray(response_mask),
+             "advantages": grpo.group_advantages(jnp.asarray(rng.uniform(size=B), jnp.float32), GROUP)[0]}
+    return {**batch, "old_logp": _logprobs(state0.params, batch)}
 
 
 def _with_ref(batch, ref_params):
     """The batch with the reference log-probs a rollout adds when β > 0."""
-    return {**batch, "ref_logp": _logprobs(ref_params, batch["tokens"], batch["input_mask"])}
+    return {**batch, "ref_logp": _logprobs(ref_params, batch)}
 
 
 SGD = optax.sgd(0.5)  # one object, so states built with it share compiled steps
-KL_CFG = grpo.GRPOConfig(group_size=2, kl_coef=0.05, clip_low=0.2, clip_high=0.28, loss_aggregation="token_mean")
+KL_CFG = grpo.GRPOConfig(group_size=GROUP, kl_coef=0.05, clip_low=0.2, clip_high=0.28, loss_aggregation="token_mean")
 
 
 @functools.lru_cache(maxsize=None)
@@ -73,18 +72,24 @@ def _grpo_step(cfg, micro_batches):
 @pytest.fixture(scope="module")
 def grpo_step():
     """The plain GRPO step (β = 0, one micro-batch)."""
-    return _grpo_step(grpo.GRPOConfig(group_size=2, kl_coef=0.0), 1)
+    return _grpo_step(grpo.GRPOConfig(group_size=GROUP, kl_coef=0.0), 1)
 
 
 @functools.lru_cache(maxsize=None)
-def _logprobs_fn(temperature=1.0):
+def _logprobs_fn():
+    return train_step.jit_rollout_logprobs(abstract_model(_model_cfg())[0], group_size=GROUP, temperature=1.0)
+
+
+def _logprobs(params, batch):
+    """Teacher-forced response log-probs of the module's model (the function rollouts use for ref/old log-probs)."""
+    return _logprobs_fn()(params, *train_step.logprob_inputs(batch))
+
+
+@functools.lru_cache(maxsize=None)
+def _row_logprobs_fn():
     graphdef = abstract_model(_model_cfg())[0]
-    return train_step.jit_sequence_logprobs(graphdef, temperature=temperature)
-
-
-def _logprobs(params, tokens, input_mask, temperature=1.0):
-    """Teacher-forced log-probs of the module's model (the function rollouts use for ref/old log-probs)."""
-    return _logprobs_fn(temperature)(params, tokens, input_mask)
+    return jax.jit(lambda p, t, m: grpo.sequence_logprobs(nnx.merge(graphdef, p), t, m, chunk_size=256,
+                                                          temperature=1.0)[0])
 
 
 def _copy(tree):
@@ -92,7 +97,10 @@ def _copy(tree):
 
 
 def _sft(batch):
-    return {k: batch[k] for k in train_step.SFT_BATCH_KEYS}
+    """The GRPO batch's rows as SFT sequences: [prompt | response], trained on the response."""
+    return {"tokens": jnp.concatenate([batch["prompt_tokens"], batch["response_tokens"]], axis=1),
+            "input_mask": jnp.concatenate([batch["prompt_mask"], batch["response_mask"]], axis=1),
+            "loss_mask": jnp.concatenate([jnp.zeros_like(batch["prompt_mask"]), batch["loss_mask"]], axis=1)}
 
 
 def _assert_trees_close(a, b, rtol=1e-5, atol=1e-7):
@@ -170,7 +178,7 @@ def test_weight_decay_skips_norms_and_biases(state0):
 def test_sft_loss_decreases_and_matches_masked_nll(state0, batch0):
     state = _copy(state0)
     batch = _sft(batch0)
-    logp = _logprobs(state.params, batch["tokens"], batch["input_mask"])
+    logp = _row_logprobs_fn()(state.params, batch["tokens"], batch["input_mask"])
     mask = batch["loss_mask"]
     expected = -float(jnp.sum(jnp.where(mask, logp, 0.0)) / mask.sum())
     step = train_step.jit_sft_step()
@@ -189,7 +197,7 @@ def test_grpo_loss_decreases_and_moves_towards_positive_advantages(state0, batch
     mask = batch0["loss_mask"]
 
     def seq_logp(s):
-        return jnp.sum(jnp.where(mask, _logprobs(s.params, batch0["tokens"], batch0["input_mask"]), 0.0), axis=1)
+        return jnp.sum(jnp.where(mask, _logprobs(s.params, batch0), 0.0), axis=1)
 
     before = seq_logp(state)
     losses = []
@@ -228,12 +236,16 @@ def test_gradient_accumulation_equals_one_big_batch(state0, batch0):
         assert float(m4[name]) == pytest.approx(float(m1[name]), rel=1e-5, abs=1e-7)
 
 
-def test_right_padding_does_not_change_the_update(state0, batch0):
-    def pad(x, value):
-        return jnp.concatenate([x, jnp.full((B, 4), value, x.dtype)], axis=1)
+def test_padding_does_not_change_the_update(state0, batch0):
+    """4 more response slots (masked, holding garbage) and 3 more left-padding prompt slots: same update."""
+    def pad(x, value, width=4, left=False):
+        extra = jnp.full((B, width), value, x.dtype)
+        return jnp.concatenate([extra, x] if left else [x, extra], axis=1)
 
     batch = _with_ref(batch0, state0.params)
-    padded = {"tokens": pad(batch["tokens"], 5), "input_mask": pad(batch["input_mask"], False),
+    padded = {"prompt_tokens": pad(batch["prompt_tokens"], 0, 3, True),
+              "prompt_mask": pad(batch["prompt_mask"], False, 3, True),
+              "response_tokens": pad(batch["response_tokens"], 5), "response_mask": pad(batch["response_mask"], False),
               "loss_mask": pad(batch["loss_mask"], True), "old_logp": pad(batch["old_logp"], -3.0),
               "ref_logp": pad(batch["ref_logp"], 40.0), "advantages": batch["advantages"]}
     state = _with_tx(state0, SGD)
@@ -247,25 +259,26 @@ def test_right_padding_does_not_change_the_update(state0, batch0):
 
 def test_the_step_runs_only_the_policy_forward_and_compiles_once(monkeypatch, state0, batch0):
     traced = []
-    real = grpo.sequence_logprobs
+    real = grpo.shared_prompt_logprobs
 
-    def counting(model, *args, **kwargs):
-        traced.append(model)
-        return real(model, *args, **kwargs)
+    def counting(model, prompt, *args, **kwargs):
+        traced.append(prompt.shape)
+        return real(model, prompt, *args, **kwargs)
 
-    monkeypatch.setattr(grpo, "sequence_logprobs", counting)
-    step = train_step.jit_grpo_step(grpo.GRPOConfig(group_size=2, kl_coef=0.0), micro_batches=2)
+    monkeypatch.setattr(grpo, "shared_prompt_logprobs", counting)
+    step = train_step.jit_grpo_step(grpo.GRPOConfig(group_size=GROUP, kl_coef=0.0), micro_batches=2)
     state = _with_tx(state0, SGD)
     state, metrics = step(state, batch0)
     policy_only = len(traced)
     assert policy_only > 0 and "kl" not in metrics
+    assert set(traced) == {(B // GROUP // 2, P)}  # each micro-batch runs its 2 groups' prompts once
     for _ in range(3):
         state, metrics = step(state, _copy(batch0))
     assert len(traced) == policy_only and step._cache_size() == 1  # no retrace across steps
 
     # With β > 0 the reference log-probs come in the batch: the traced step has no second forward.
     traced.clear()
-    cfg_kl = grpo.GRPOConfig(group_size=2, kl_coef=0.01)
+    cfg_kl = grpo.GRPOConfig(group_size=GROUP, kl_coef=0.01)
     with_ref = {**batch0, "ref_logp": batch0["old_logp"]}
     train_step.jit_grpo_step(cfg_kl, micro_batches=2).trace(state, with_ref)
     assert len(traced) == policy_only
@@ -276,17 +289,21 @@ def test_the_step_runs_only_the_policy_forward_and_compiles_once(monkeypatch, st
 
 
 def test_bad_batches_are_rejected(state0, batch0, grpo_step):
-    with pytest.raises(ValueError, match="micro_batches=3"):
-        train_step.jit_grpo_step(grpo.GRPOConfig(group_size=2, kl_coef=0.0), micro_batches=3).trace(state0, batch0)
+    with pytest.raises(ValueError, match=r"micro_batches=3 must be >= 1 and divide the 4 groups of 2 rows"):
+        train_step.jit_grpo_step(grpo.GRPOConfig(group_size=GROUP, kl_coef=0.0), micro_batches=3).trace(state0, batch0)
+    with pytest.raises(ValueError, match="8 rows are not whole groups of group_size=3"):
+        train_step.jit_grpo_step(grpo.GRPOConfig(group_size=3, kl_coef=0.0)).trace(state0, batch0)
     with pytest.raises(ValueError, match="expected exactly"):
         grpo_step.trace(state0, _sft(batch0))
     with pytest.raises(ValueError, match=r"batch\['loss_mask'\] has dtype int32"):
         grpo_step.trace(state0, {**batch0, "loss_mask": batch0["loss_mask"].astype(jnp.int32)})
     with pytest.raises(ValueError, match=r"batch\['advantages'\] has shape"):
         grpo_step.trace(state0, {**batch0, "advantages": jnp.zeros(B + 1)})
+    with pytest.raises(ValueError, match=r"batch\['prompt_mask'\] has shape \(8, 3\), expected \(8, 4\)"):
+        grpo_step.trace(state0, {**batch0, "prompt_mask": batch0["prompt_mask"][:, 1:]})
     with pytest.raises(ValueError, match="micro_batches=3"):
-        train_step.jit_sequence_logprobs(state0.graphdef, temperature=1.0, micro_batches=3).trace(
-            state0.params, batch0["tokens"], batch0["input_mask"])
+        train_step.jit_rollout_logprobs(state0.graphdef, group_size=GROUP, temperature=1.0, micro_batches=3).trace(
+            state0.params, *train_step.logprob_inputs(batch0))
 
 
 def test_bf16_compute_keeps_float32_state(state0, batch0, grpo_step):

@@ -14,13 +14,13 @@ from rubric_jax.models.config import ModelConfig
 from rubric_jax.train import state as train_state
 from rubric_jax.train import step as train_step
 
-VOCAB, B, T = 40, 8, 10
+VOCAB, B, P, R, GROUP = 40, 8, 4, 6, 2
 MODEL = ModelConfig(architecture="qwen2", vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_layers=2,
                     num_heads=4, num_kv_heads=2, head_dim=4, rope_theta=10000.0, rms_norm_eps=1e-6,
                     tie_word_embeddings=False, attention_bias=True, rope_scaling=None, max_position_embeddings=32)
 # A large Adam eps keeps the first update a smooth function of the gradient (not ~sign(g)).
 TX = train_state.make_optimizer(train_state.OptimizerConfig(learning_rate=1e-2, eps=1e-3))
-CFG = grpo.GRPOConfig(group_size=2, kl_coef=0.04, clip_high=0.28)
+CFG = grpo.GRPOConfig(group_size=GROUP, kl_coef=0.04, clip_high=0.28)
 
 
 def _close(a, b):
@@ -32,25 +32,34 @@ def unsharded():
     """Reference: the unsharded state, a batch, and the results of two GRPO steps and one SFT step."""
     state, shardings = train_state.init_train_state(MODEL, TX, jax.random.key(0))
     assert shardings is None
-    k1, k2 = jax.random.split(jax.random.key(1))
-    pos = jnp.arange(T)[None, :]
-    input_mask = (pos >= jnp.array([0, 2, 1, 0, 3, 0, 1, 2])[:, None]) & (pos < jnp.array([10, 8, 6, 9, 10, 7, 10, 5])[:, None])
-    batch = {"tokens": jnp.where(input_mask, jax.random.randint(k1, (B, T), 1, VOCAB), 0),
-             "input_mask": input_mask, "loss_mask": input_mask & (pos >= 3),
-             "advantages": grpo.group_advantages(jax.random.uniform(k2, (B,)), 2)[0]}
-    logprobs = train_step.jit_sequence_logprobs(state.graphdef, temperature=CFG.temperature)
-    logp = logprobs(state.params, batch["tokens"], input_mask)
-    shift = jnp.where(pos % 2 == 0, 0.3, -0.3)  # off-policy enough that both clip sides are active
+    rng = np.random.default_rng(1)
+    prompt_mask = np.repeat(np.arange(P)[None, :] >= np.array([0, 2, 1, 3])[:, None], GROUP, axis=0)
+    response_mask = np.arange(R)[None, :] < np.array([6, 4, 2, 6, 5, 3, 6, 1])[:, None]
+    batch = {"prompt_tokens": jnp.asarray(np.where(prompt_mask, np.repeat(rng.integers(1, VOCAB, (B // GROUP, P)),
+                                                                          GROUP, axis=0), 0), jnp.int32),
+             "prompt_mask": jnp.asarray(prompt_mask),
+             "response_tokens": jnp.asarray(np.where(response_mask, rng.integers(1, VOCAB, (B, R)), 0), jnp.int32),
+             "response_mask": jnp.asarray(response_mask), "loss_mask": jnp.asarray(response_mask),
+             "advantages": grpo.group_advantages(jnp.asarray(rng.uniform(size=B), jnp.float32), GROUP)[0]}
+    logprobs = train_step.jit_rollout_logprobs(state.graphdef, group_size=GROUP, temperature=CFG.temperature)
+    logp = logprobs(state.params, *train_step.logprob_inputs(batch))
+    shift = jnp.where(jnp.arange(R)[None, :] % 2 == 0, 0.3, -0.3)  # off-policy enough that both clip sides are active
     batch["old_logp"] = jnp.where(batch["loss_mask"], logp + shift, 0.0)
     ref = jax.tree.map(lambda x: x * 0.95, state.params)
-    batch["ref_logp"] = logprobs(ref, batch["tokens"], input_mask)
+    batch["ref_logp"] = logprobs(ref, *train_step.logprob_inputs(batch))
     init = jax.tree.map(jnp.copy, state)
     step = train_step.jit_grpo_step(CFG)
     s1, m1 = step(jax.tree.map(jnp.copy, state), batch)
     s2, m2 = step(s1, batch)
-    sft_batch = {k: batch[k] for k in train_step.SFT_BATCH_KEYS}
-    s_sft, m_sft = train_step.jit_sft_step()(jax.tree.map(jnp.copy, state), sft_batch)
+    s_sft, m_sft = train_step.jit_sft_step()(jax.tree.map(jnp.copy, state), _sft(batch))
     return dict(state=init, batch=batch, ref=ref, grpo=(m1, m2, s2), sft=(m_sft, s_sft), logp=logp)
+
+
+def _sft(batch):
+    """The GRPO rows as SFT sequences: [prompt | response], trained on the response."""
+    return {"tokens": jnp.concatenate([batch["prompt_tokens"], batch["response_tokens"]], axis=1),
+            "input_mask": jnp.concatenate([batch["prompt_mask"], batch["response_mask"]], axis=1),
+            "loss_mask": jnp.concatenate([jnp.zeros_like(batch["prompt_mask"]), batch["loss_mask"]], axis=1)}
 
 
 def _check_layout(state, shardings):
@@ -82,11 +91,11 @@ def test_sharded_grpo_and_sft_steps_match_unsharded(unsharded, mesh_cfg, micro_b
 
     batch = jax.device_put(unsharded["batch"], sharding.batch_sharding(mesh))  # explicit, like the params
     ref = jax.device_put(unsharded["ref"], shardings.params)
-    logprobs = train_step.jit_sequence_logprobs(state.graphdef, temperature=CFG.temperature,
-                                                micro_batches=micro_batches, param_shardings=shardings.params,
-                                                mesh=mesh)
-    logp = logprobs(state.params, batch["tokens"], batch["input_mask"])
-    ref_logp = logprobs(ref, batch["tokens"], batch["input_mask"])
+    logprobs = train_step.jit_rollout_logprobs(state.graphdef, group_size=GROUP, temperature=CFG.temperature,
+                                               micro_batches=micro_batches, param_shardings=shardings.params,
+                                               mesh=mesh)
+    logp = logprobs(state.params, *train_step.logprob_inputs(batch))
+    ref_logp = logprobs(ref, *train_step.logprob_inputs(batch))
     _close(logp, unsharded["logp"])
     _close(ref_logp, batch["ref_logp"])
     _assert_sharding(ref_logp, sharding.batch_sharding(mesh))
@@ -107,7 +116,7 @@ def test_sharded_grpo_and_sft_steps_match_unsharded(unsharded, mesh_cfg, micro_b
     _check_layout(s2, shardings)
 
     sft = train_step.jit_sft_step(micro_batches=micro_batches, shardings=shardings, mesh=mesh)
-    s_sft, m_sft = sft(sft_state, {k: batch[k] for k in train_step.SFT_BATCH_KEYS})
+    s_sft, m_sft = sft(sft_state, jax.device_put(_sft(unsharded["batch"]), sharding.batch_sharding(mesh)))
     ref_m_sft, ref_s_sft = unsharded["sft"]
     assert float(m_sft["loss"]) == pytest.approx(float(ref_m_sft["loss"]), rel=1e-5)
     _close(s_sft.params, ref_s_sft.params)
@@ -135,12 +144,15 @@ def test_compiled_steps_run_as_fsdp_without_activation_all_reduces():
                           vocab_size=64, max_position_embeddings=t)
     state, shardings = train_state.init_train_state(model, TX, jax.random.key(0), layout)
     unconstrained = state.replace(graphdef=abstract_model(model)[0])
-    spec = {k: jax.ShapeDtypeStruct((b, t), dtype) for k, dtype in
-            (("tokens", jnp.int32), ("input_mask", bool), ("loss_mask", bool), ("old_logp", jnp.float32),
-             (train_step.REF_LOGP, jnp.float32))}
-    grpo_batch = {**{k: spec[k] for k in train_step.grpo_batch_keys(CFG) if k in spec},
-                  "advantages": jax.ShapeDtypeStruct((b,), jnp.float32)}
-    sft_batch = {k: spec[k] for k in train_step.SFT_BATCH_KEYS}
+    p, r = 40, 88  # the GRPO rows: [prompt | response] of t tokens, as the SFT rows (no parameter has a
+    # dimension of 40 or 88); a micro-batch's 4 prompts leave fsdp free for their length
+    spec = {k: jax.ShapeDtypeStruct(shape, dtype) for k, shape, dtype in
+            (("prompt_tokens", (b, p), jnp.int32), ("prompt_mask", (b, p), bool), ("response_tokens", (b, r), jnp.int32),
+             ("response_mask", (b, r), bool), ("loss_mask", (b, r), bool), ("old_logp", (b, r), jnp.float32),
+             (train_step.REF_LOGP, (b, r), jnp.float32), ("advantages", (b,), jnp.float32))}
+    grpo_batch = {k: spec[k] for k in train_step.grpo_batch_keys(CFG)}
+    sft_batch = {k: jax.ShapeDtypeStruct((b, t), dtype) for k, dtype in
+                 (("tokens", jnp.int32), ("input_mask", bool), ("loss_mask", bool))}
     counts = {}
     for name, s in (("fsdp", state), ("unconstrained", unconstrained)):
         s_shardings = shardings.replace(graphdef=s.graphdef)
@@ -148,6 +160,7 @@ def test_compiled_steps_run_as_fsdp_without_activation_all_reduces():
         sft_step = train_step.jit_sft_step(micro_batches=2, shardings=s_shardings, mesh=layout.mesh)
         grpo_hlo = grpo_step.lower(s, grpo_batch).compile().as_text()
         sft_hlo = sft_step.lower(s, sft_batch).compile().as_text()
-        counts[name] = (len(_activation_all_reduces(grpo_hlo, b, t)), len(_activation_all_reduces(sft_hlo, b, t)))
+        grpo_found = _activation_all_reduces(grpo_hlo, b, p) + _activation_all_reduces(grpo_hlo, b, r)
+        counts[name] = (len(grpo_found), len(_activation_all_reduces(sft_hlo, b, t)))
     assert counts["unconstrained"][0] > 0 and counts["unconstrained"][1] > 0, counts
     assert counts["fsdp"] == (0, 0), counts

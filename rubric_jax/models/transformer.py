@@ -2,10 +2,15 @@
 
 Einsum legend: B batch, T new tokens, S attended (cache) slots, D hidden, V vocab, N query heads,
 K key/value heads, G query heads per KV head (N = K·G), H head dim, F MLP width, L layers,
-C classifier labels.
+C classifier labels, U shared prefixes, J continuations per prefix (B = U·J), P prefix slots.
 
 The head is an LM head (causal LM) or, when `cfg.num_labels > 0`, a bias-free `score` projection
 [D, C] read at one token per row (HF *ForSequenceClassification, e.g. a scalar reward model).
+
+Besides the plain forward (optionally over a KV cache), a prefix + continuation forward
+(`prefix_continuation_states`) runs U prefixes once and B = U·J continuations, row b attending [the
+keys/values of prefix b // J ; its own causal prefix]: J rows that share a prefix pay for it once, and
+the prefix's hidden states receive the summed gradient of its J rows.
 
 The module only holds parameters (named after the HF submodules so checkpoint mapping is a short
 table); the maths lives in pure functions over plain arrays so that the layer stack runs under
@@ -32,6 +37,9 @@ Params = dict[str, Any]
 _INIT_STD = 0.02  # HF initializer_range default for Qwen2 and Llama.
 # Logical names of the residual stream [B, T, D], passed to `shard_activation` once per layer.
 RESIDUAL_AXES = ("batch", "length", "activation_embed")
+# The shared prefixes' residual stream [U, P, D]: U may be fewer than the batch shards, so the layout may
+# split the prefix length over the shards its U leaves unused (token-wise maths; attention gathers K/V).
+PREFIX_RESIDUAL_AXES = ("batch", "prefix_length", "activation_embed")
 # (activation, its logical axis names) -> the activation with a sharding constraint (or unchanged).
 ShardActivation = Callable[[jax.Array, tuple[str, ...]], jax.Array]
 
@@ -159,25 +167,80 @@ class Transformer(nnx.Module):
                       cache: KVCache | None = None, cache_index: jax.Array | None = None,
                       ) -> tuple[jax.Array, KVCache | None]:
         """Final-norm hidden states [B, T, D] in the compute dtype (the trainer's chunked log-probs use it)."""
-        cfg = self.cfg
-        dtype = jnp.dtype(cfg.compute_dtype)
-        x_BxTxD = jnp.take(self.embed_tokens.embedding[...], tokens_BxT, axis=0).astype(dtype)
-        cos_BxTxH, sin_BxTxH = rope_tables(cfg, positions_BxT)
-        layer_params = _arrays(self.layers)
         if cache is not None and cache_index is None:
             raise ValueError("a KV cache needs cache_index (the slot where the new tokens go)")
+        cfg = self.cfg
+        cos_BxTxH, sin_BxTxH = rope_tables(cfg, positions_BxT)
 
-        shard = self.shard_activation
+        def layer(carry, xs):
+            x_BxTxD, cache = carry
+            params, index = xs
 
-        def layer(x, params, cache, index):
-            if shard is not None:
-                x = shard(x, RESIDUAL_AXES)
-            return decoder_layer(cfg, params, x, cos_BxTxH, sin_BxTxH, mask_BxTxS, cache, index, cache_index)
+            def attend(attn: Params, h_BxTxD: jax.Array):
+                return attention(cfg, attn, h_BxTxD, cos_BxTxH, sin_BxTxH, mask_BxTxS, cache, index, cache_index)
 
-        if cfg.remat:
-            layer = jax.checkpoint(layer)
-        x_BxTxD, new_cache = _run_layers(cfg, layer, x_BxTxD, layer_params, cache)
-        return rms_norm(x_BxTxD, self.norm.scale[...], cfg.rms_norm_eps), new_cache
+            x_BxTxD, cache = decoder_layer(cfg, params, self._shard(x_BxTxD), attend)
+            return (x_BxTxD, cache), None
+
+        (x_BxTxD, cache), _ = self._layers(layer, (self._embed(tokens_BxT), cache),
+                                           (_arrays(self.layers), jnp.arange(cfg.num_layers)))
+        return self._final_norm(x_BxTxD), cache
+
+    def prefix_continuation_states(self, prefix_tokens_UxP: jax.Array, prefix_positions_UxP: jax.Array,
+                                   prefix_mask_UxPxP: jax.Array, tokens_BxT: jax.Array, positions_BxT: jax.Array,
+                                   mask_BxTxT: jax.Array, prefix_slots_UxP: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Final-norm hidden states of U prefixes [U, P, D] and of B = U·J continuations [B, T, D]: row b
+        attends the slots of prefix b // J that `prefix_slots_UxP` marks real and its own tokens as
+        `mask_BxTxT` allows; `positions_BxT` continue the prefix's positions. Differentiable in both.
+
+        Each layer runs the prefixes, then the continuations on that layer's prefix keys/values, so a
+        layer's weights serve both (one FSDP gather) and no [L, U, P, K, H] stack is kept.
+        """
+        cfg = self.cfg
+        u, b = prefix_tokens_UxP.shape[0], tokens_BxT.shape[0]
+        if b % u:
+            raise ValueError(f"{b} continuation rows of {u} prefixes: must be a whole number per prefix")
+        cos_UxPxH, sin_UxPxH = rope_tables(cfg, prefix_positions_UxP)
+        cos_BxTxH, sin_BxTxH = rope_tables(cfg, positions_BxT)
+
+        def layer(carry, params):
+            x_UxPxD, x_BxTxD = carry
+
+            def attend_prefix(attn: Params, h_UxPxD: jax.Array):
+                q, k_UxKxPxH, v_UxKxPxH = _qkv(cfg, attn, h_UxPxD, cos_UxPxH, sin_UxPxH)
+                out = _attend(cfg, q, k_UxKxPxH, v_UxKxPxH, prefix_mask_UxPxP)
+                return _output(cfg, attn, out), (k_UxKxPxH, v_UxKxPxH)
+
+            x_UxPxD, (k_UxKxPxH, v_UxKxPxH) = decoder_layer(cfg, params, self._shard(x_UxPxD, PREFIX_RESIDUAL_AXES),
+                                                            attend_prefix)
+
+            def attend(attn: Params, h_BxTxD: jax.Array):
+                q, k_BxKxTxH, v_BxKxTxH = _qkv(cfg, attn, h_BxTxD, cos_BxTxH, sin_BxTxH)
+                out = _attend_with_prefix(cfg, q, k_BxKxTxH, v_BxKxTxH, mask_BxTxT, k_UxKxPxH, v_UxKxPxH,
+                                          prefix_slots_UxP)
+                return _output(cfg, attn, out), None
+
+            x_BxTxD, _ = decoder_layer(cfg, params, self._shard(x_BxTxD), attend)
+            return (x_UxPxD, x_BxTxD), None
+
+        (x_UxPxD, x_BxTxD), _ = self._layers(layer, (self._embed(prefix_tokens_UxP), self._embed(tokens_BxT)),
+                                             _arrays(self.layers))
+        return self._final_norm(x_UxPxD), self._final_norm(x_BxTxD)
+
+    def _embed(self, tokens_BxT: jax.Array) -> jax.Array:
+        dtype = jnp.dtype(self.cfg.compute_dtype)
+        return jnp.take(self.embed_tokens.embedding[...], tokens_BxT, axis=0).astype(dtype)
+
+    def _shard(self, x_BxTxD: jax.Array, axes: tuple[str, ...] = RESIDUAL_AXES) -> jax.Array:
+        """The residual stream in the layout given at construction (unchanged without one)."""
+        return x_BxTxD if self.shard_activation is None else self.shard_activation(x_BxTxD, axes)
+
+    def _final_norm(self, x_BxTxD: jax.Array) -> jax.Array:
+        return rms_norm(x_BxTxD, self.norm.scale[...], self.cfg.rms_norm_eps)
+
+    def _layers(self, layer: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs: Any) -> tuple[Any, Any]:
+        """`layer(carry, xs[l]) -> (carry, ys[l])` over the L layers (rematerialised when cfg.remat)."""
+        return _run_layers(self.cfg, jax.checkpoint(layer) if self.cfg.remat else layer, carry, xs)
 
     def logits_from_hidden(self, h_BxTxD: jax.Array) -> jax.Array:
         """Float32 logits from hidden states through the LM head (or the tied embedding)."""
@@ -214,24 +277,21 @@ def _arrays(module: nnx.Module) -> Params:
     return nnx.to_pure_dict(nnx.state(module, nnx.Param))
 
 
-def _run_layers(cfg: ModelConfig, layer, x_BxTxD: jax.Array, layer_params: Params,
-                cache: KVCache | None) -> tuple[jax.Array, KVCache | None]:
-    """Applies the stacked layers with `lax.scan` or an unrolled loop (same parameters either way).
+def _run_layers(cfg: ModelConfig, layer: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs: Any
+                ) -> tuple[Any, Any]:
+    """Applies `layer(carry, xs[l]) -> (carry, ys[l])` to the stacked layers with `lax.scan` or an unrolled
+    loop (same parameters either way); returns the last carry and the ys stacked on L.
 
-    The whole cache rides in the scan carry and each layer updates its own slice in place; passing
+    A KV cache rides whole in the carry and each layer updates its own slice in place; passing
     per-layer slices as scan inputs/outputs would copy every layer's cache on every decode step.
     """
     if cfg.scan_layers:
-        def body(carry, xs):
-            x, cache = carry
-            params, index = xs
-            return layer(x, params, cache, index), None
-
-        (x_BxTxD, cache), _ = jax.lax.scan(body, (x_BxTxD, cache), (layer_params, jnp.arange(cfg.num_layers)))
-    else:
-        for i in range(cfg.num_layers):
-            x_BxTxD, cache = layer(x_BxTxD, jax.tree.map(lambda p: p[i], layer_params), cache, i)
-    return x_BxTxD, cache
+        return jax.lax.scan(layer, carry, xs)
+    ys = []
+    for i in range(cfg.num_layers):
+        carry, y = layer(carry, jax.tree.map(lambda a: a[i], xs))
+        ys.append(y)
+    return carry, jax.tree.map(lambda *y: jnp.stack(y), *ys)
 
 
 def rms_norm(x: jax.Array, scale: jax.Array, eps: float) -> jax.Array:
@@ -283,15 +343,64 @@ def _project(x_BxTxD: jax.Array, proj: Params, spec: str) -> jax.Array:
     return y
 
 
-def attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Array, sin_BxTxH: jax.Array,
-              mask_BxTxS: jax.Array, cache: KVCache | None, layer: jax.Array | int,
-              cache_index: jax.Array | None) -> tuple[jax.Array, KVCache | None]:
-    """Grouped-query self-attention; writes the new keys/values into layer `layer` of the cache."""
+def _qkv(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Array, sin_BxTxH: jax.Array
+         ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Rotated queries [B, T, K, G, H] (grouped by KV head), rotated keys and values [B, K, T, H] (the cache's
+    layout)."""
     B, T, _ = x_BxTxD.shape
     q_BxTxNxH = apply_rope(_project(x_BxTxD, attn["q_proj"], "BTD,DNH->BTNH"), cos_BxTxH, sin_BxTxH)
     k_BxTxKxH = apply_rope(_project(x_BxTxD, attn["k_proj"], "BTD,DKH->BTKH"), cos_BxTxH, sin_BxTxH)
     v_BxTxKxH = _project(x_BxTxD, attn["v_proj"], "BTD,DKH->BTKH")
     k_BxKxTxH, v_BxKxTxH = k_BxTxKxH.swapaxes(1, 2), v_BxTxKxH.swapaxes(1, 2)
+    return q_BxTxNxH.reshape(B, T, cfg.num_kv_heads, cfg.num_groups, cfg.head_dim), k_BxKxTxH, v_BxKxTxH
+
+
+def _masked(scores_BxKxGxTxS: jax.Array, mask_BxTxS: jax.Array) -> jax.Array:
+    return jnp.where(mask_BxTxS[:, None, None, :, :], scores_BxKxGxTxS, jnp.finfo(jnp.float32).min)
+
+
+def _attend(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.Array, v_BxKxSxH: jax.Array,
+            mask_BxTxS: jax.Array) -> jax.Array:
+    """Softmax attention [B, T, K, G, H] of the queries over the S slots `mask_BxTxS` allows."""
+    scores = jnp.einsum("BTKGH,BKSH->BKGTS", q_BxTxKxGxH, k_BxKxSxH,
+                        preferred_element_type=jnp.float32) / math.sqrt(cfg.head_dim)
+    probs = jax.nn.softmax(_masked(scores, mask_BxTxS), axis=-1).astype(q_BxTxKxGxH.dtype)
+    return jnp.einsum("BKGTS,BKSH->BTKGH", probs, v_BxKxSxH)
+
+
+def _attend_with_prefix(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxTxH: jax.Array, v_BxKxTxH: jax.Array,
+                        mask_BxTxT: jax.Array, k_UxKxPxH: jax.Array, v_UxKxPxH: jax.Array,
+                        prefix_mask_UxP: jax.Array) -> jax.Array:
+    """`_attend` over [prefix b // J ; own tokens] with one softmax; the J rows of a prefix read its keys
+    and values in place (no [B, K, P, H] copy)."""
+    B, T, K, G, H = q_BxTxKxGxH.shape
+    U, P = prefix_mask_UxP.shape
+    scale = 1.0 / math.sqrt(cfg.head_dim)
+    q_UxJxTxKxGxH = q_BxTxKxGxH.reshape(U, B // U, T, K, G, H)
+    prefix_scores = jnp.einsum("UJTKGH,UKPH->UJKGTP", q_UxJxTxKxGxH, k_UxKxPxH,
+                               preferred_element_type=jnp.float32).reshape(B, K, G, T, P) * scale
+    own_scores = jnp.einsum("BTKGH,BKSH->BKGTS", q_BxTxKxGxH, k_BxKxTxH, preferred_element_type=jnp.float32) * scale
+    prefix_mask_BxTxP = jnp.broadcast_to(jnp.repeat(prefix_mask_UxP, B // U, axis=0)[:, None, :], (B, T, P))
+    scores = jnp.concatenate([_masked(prefix_scores, prefix_mask_BxTxP), _masked(own_scores, mask_BxTxT)], axis=-1)
+    probs = jax.nn.softmax(scores, axis=-1).astype(q_BxTxKxGxH.dtype)
+    prefix_probs_UxJxKxGxTxP = probs[..., :P].reshape(U, B // U, K, G, T, P)
+    prefix_out = jnp.einsum("UJKGTP,UKPH->UJTKGH", prefix_probs_UxJxKxGxTxP, v_UxKxPxH).reshape(B, T, K, G, H)
+    return prefix_out + jnp.einsum("BKGTS,BKSH->BTKGH", probs[..., P:], v_BxKxTxH)
+
+
+def _output(cfg: ModelConfig, attn: Params, out_BxTxKxGxH: jax.Array) -> jax.Array:
+    """The heads concatenated and projected back: [B, T, D]."""
+    B, T = out_BxTxKxGxH.shape[:2]
+    out_BxTxNxH = out_BxTxKxGxH.reshape(B, T, cfg.num_heads, cfg.head_dim)
+    return jnp.einsum("BTNH,NHD->BTD", out_BxTxNxH, attn["o_proj"]["kernel"].astype(out_BxTxNxH.dtype))
+
+
+def attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Array, sin_BxTxH: jax.Array,
+              mask_BxTxS: jax.Array, cache: KVCache | None, layer: jax.Array | int,
+              cache_index: jax.Array | None) -> tuple[jax.Array, KVCache | None]:
+    """Grouped-query self-attention; writes the new keys/values into layer `layer` of the cache."""
+    B = x_BxTxD.shape[0]
+    q_BxTxKxGxH, k_BxKxTxH, v_BxKxTxH = _qkv(cfg, attn, x_BxTxD, cos_BxTxH, sin_BxTxH)
     if cache is not None:
         start = (layer, 0, 0, cache_index, 0)
         cache = KVCache(k=jax.lax.dynamic_update_slice(cache.k, k_BxKxTxH[None].astype(cache.k.dtype), start),
@@ -301,15 +410,7 @@ def attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax
         v_BxKxSxH = jax.lax.dynamic_slice(cache.v, (layer, 0, 0, 0, 0), window)[0].astype(x_BxTxD.dtype)
     else:
         k_BxKxSxH, v_BxKxSxH = k_BxKxTxH, v_BxKxTxH
-    q_BxTxKxGxH = q_BxTxNxH.reshape(B, T, cfg.num_kv_heads, cfg.num_groups, cfg.head_dim)
-    scores = jnp.einsum("BTKGH,BKSH->BKGTS", q_BxTxKxGxH, k_BxKxSxH,
-                        preferred_element_type=jnp.float32) / math.sqrt(cfg.head_dim)
-    scores = jnp.where(mask_BxTxS[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(x_BxTxD.dtype)
-    out_BxTxKxGxH = jnp.einsum("BKGTS,BKSH->BTKGH", probs, v_BxKxSxH)
-    out_BxTxNxH = out_BxTxKxGxH.reshape(B, T, cfg.num_heads, cfg.head_dim)
-    out_BxTxD = jnp.einsum("BTNH,NHD->BTD", out_BxTxNxH, attn["o_proj"]["kernel"].astype(x_BxTxD.dtype))
-    return out_BxTxD, cache
+    return _output(cfg, attn, _attend(cfg, q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS)), cache
 
 
 def mlp(mlp_params: Params, x_BxTxD: jax.Array) -> jax.Array:
@@ -319,14 +420,13 @@ def mlp(mlp_params: Params, x_BxTxD: jax.Array) -> jax.Array:
     return _project(jax.nn.silu(gate_BxTxF) * up_BxTxF, mlp_params["down_proj"], "BTF,FD->BTD")
 
 
-def decoder_layer(cfg: ModelConfig, params: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Array,
-                  sin_BxTxH: jax.Array, mask_BxTxS: jax.Array, cache: KVCache | None,
-                  layer: jax.Array | int, cache_index: jax.Array | None,
-                  ) -> tuple[jax.Array, KVCache | None]:
-    """One pre-norm block: x + attn(norm(x)), then + mlp(norm(x))."""
+def decoder_layer(cfg: ModelConfig, params: Params, x_BxTxD: jax.Array,
+                  attend: Callable[[Params, jax.Array], tuple[jax.Array, Any]]) -> tuple[jax.Array, Any]:
+    """One pre-norm block: x + attn(norm(x)), then + mlp(norm(x)). `attend(attn_params, h)` is the
+    attention of this forward (over a cache, a prefix, ...) and returns its output and what it hands
+    out (the updated cache, this layer's keys/values, or None)."""
     h = rms_norm(x_BxTxD, params["input_layernorm"]["scale"], cfg.rms_norm_eps)
-    attn_out, cache = attention(cfg, params["self_attn"], h, cos_BxTxH, sin_BxTxH, mask_BxTxS, cache, layer,
-                                cache_index)
+    attn_out, out = attend(params["self_attn"], h)
     x_BxTxD = x_BxTxD + attn_out
     h = rms_norm(x_BxTxD, params["post_attention_layernorm"]["scale"], cfg.rms_norm_eps)
-    return x_BxTxD + mlp(params["mlp"], h), cache
+    return x_BxTxD + mlp(params["mlp"], h), out

@@ -252,7 +252,11 @@ def _check_prompts_fit(tokenizer: Any, model_cfg: ModelConfig, settings: Setting
 
 
 def _check_rollouts_divide(rl: ml_collections.ConfigDict, mesh: jax.sharding.Mesh) -> None:
-    """A GRPO batch splits evenly into micro-batches and over the mesh's batch axes (checked before SFT)."""
+    """A GRPO batch splits evenly into micro-batches of whole groups (a group's prompt runs once) and
+    over the mesh's batch axes (checked before SFT)."""
+    if rl.questions_per_step % rl.micro_batches:
+        raise ValueError(f"config.rl.micro_batches={rl.micro_batches} must divide questions_per_step="
+                         f"{rl.questions_per_step}: a micro-batch holds whole groups")
     shards = mesh.shape["data"] * mesh.shape["fsdp"] * rl.micro_batches
     if (rl.questions_per_step * rl.group_size) % shards:
         raise ValueError(
@@ -461,7 +465,8 @@ class NanStreak:
 class GRPOPrograms:
     """What every GRPO iteration runs, built once by `grpo_components`: the objective's settings, the
     jitted update `(state, batch) -> (state, metrics)` and the jitted teacher-forced log-probs
-    `(params, tokens, input_mask) -> [N, T]` at the rollout temperature, both in the run's shardings."""
+    `(params, *train_step.logprob_inputs(batch)) -> [N, R]` at the rollout temperature (each group's
+    prompt once), both in the run's shardings."""
 
     cfg: grpo.GRPOConfig
     update: Callable[[train_state.TrainState, dict[str, jax.Array]], tuple[train_state.TrainState, dict]]
@@ -496,10 +501,10 @@ def rollout_logprobs(programs: GRPOPrograms, batch: dict[str, jax.Array], policy
         raise ValueError(f"ref_params must be given iff rl.beta > 0 (beta={programs.cfg.kl_coef})")
     batch = dict(batch)
     if ref_params is not None:
-        batch[train_step.REF_LOGP] = programs.logprobs(ref_params, batch["tokens"], batch["input_mask"])
+        batch[train_step.REF_LOGP] = programs.logprobs(ref_params, *train_step.logprob_inputs(batch))
     gap = None
     if recompute_old:
-        old_logp = programs.logprobs(policy_params, batch["tokens"], batch["input_mask"])
+        old_logp = programs.logprobs(policy_params, *train_step.logprob_inputs(batch))
         gap = grpo.logprob_gap(old_logp, batch["old_logp"], batch["loss_mask"])
         batch["old_logp"] = old_logp
     return batch, gap
@@ -578,9 +583,9 @@ def grpo_programs(rl: ml_collections.ConfigDict, graphdef: nnx.GraphDef, shardin
     (what `grpo_iteration` runs and the dry run compiles)."""
     cfg = cfg or grpo_config(rl)
     update = train_step.jit_grpo_step(cfg, micro_batches=rl.micro_batches, shardings=shardings, mesh=mesh)
-    logprobs = train_step.jit_sequence_logprobs(
-        graphdef, temperature=cfg.temperature, chunk_size=cfg.logprob_chunk_size, micro_batches=rl.micro_batches,
-        param_shardings=shardings.params, mesh=mesh)
+    logprobs = train_step.jit_rollout_logprobs(
+        graphdef, group_size=cfg.group_size, temperature=cfg.temperature, chunk_size=cfg.logprob_chunk_size,
+        micro_batches=rl.micro_batches, param_shardings=shardings.params, mesh=mesh)
     return GRPOPrograms(cfg, update, logprobs)
 
 

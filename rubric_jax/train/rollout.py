@@ -57,8 +57,10 @@ def rollout_advantages(scored: RewardOutput, cfg: grpo.GRPOConfig, missing_score
 def training_batch(prompt_ids_BxP: np.ndarray, prompt_mask_BxP: np.ndarray, result: GenerationResult,
                    group_size: int, advantages_N: np.ndarray, valid_N: np.ndarray, buckets: tuple[int, ...]
                    ) -> dict[str, np.ndarray]:
-    """The GRPO batch: tokens/input_mask/loss_mask [N, T], the sampler's log-probs as behaviour log-probs
-    `old_logp` [N, T], advantages [N] (reference log-probs are added on device: `loop.grpo_iteration`).
+    """The GRPO batch: each row's prompt (prompt_tokens/prompt_mask [N, P]), its response
+    (response_tokens/response_mask [N, R]), loss_mask [N, R], the sampler's log-probs as behaviour
+    log-probs `old_logp` [N, R], advantages [N] (reference log-probs are added on device:
+    `loop.grpo_iteration`).
 
     Samples whose reward is missing (`valid_N` False) get no loss tokens at all: no policy-gradient
     or KL term, and no share of the token or sequence counts that normalise the loss (Dr. GRPO's
@@ -75,14 +77,13 @@ def training_batch(prompt_ids_BxP: np.ndarray, prompt_mask_BxP: np.ndarray, resu
     cols = min(width, result.tokens.shape[1])
     tokens_NxR[:, :cols] = result.tokens[:, :cols]
     logp_NxR[:, :cols] = result.logprobs[:, :cols]
-    tokens_NxR = np.where(response_mask_NxR, tokens_NxR, 0)
-    prompt_ids_NxP = np.repeat(prompt_ids_BxP, group_size, axis=0)
-    prompt_mask_NxP = np.repeat(prompt_mask_BxP, group_size, axis=0)
     return {
-        "tokens": np.concatenate([prompt_ids_NxP, tokens_NxR], axis=1).astype(np.int32),
-        "input_mask": np.concatenate([prompt_mask_NxP, response_mask_NxR], axis=1),
-        "loss_mask": np.concatenate([np.zeros_like(prompt_mask_NxP), response_mask_NxR & valid_N[:, None]], axis=1),
-        "old_logp": np.concatenate([np.zeros(prompt_mask_NxP.shape, np.float32), logp_NxR], axis=1),
+        "prompt_tokens": np.repeat(prompt_ids_BxP, group_size, axis=0).astype(np.int32),
+        "prompt_mask": np.repeat(prompt_mask_BxP, group_size, axis=0).astype(bool),
+        "response_tokens": np.where(response_mask_NxR, tokens_NxR, 0),
+        "response_mask": response_mask_NxR,
+        "loss_mask": response_mask_NxR & valid_N[:, None],
+        "old_logp": np.where(response_mask_NxR, logp_NxR, 0.0).astype(np.float32),
         "advantages": advantages_N.astype(np.float32),
     }
 

@@ -1,20 +1,24 @@
 """Pure train steps `(state, batch) -> (state, metrics)`: `grpo_train_step` and `sft_train_step`, sharing
-micro-batch accumulation and the guarded optimizer update; `jit_sequence_logprobs` for the reference and
+micro-batch accumulation and the guarded optimizer update; `jit_rollout_logprobs` for the reference and
 behaviour log-probs a rollout feeds in the batch; `jit_*` helpers that compile each once with shardings
 (and a donated state).
 
-Batches are dicts of arrays with a leading batch dim B (rows b*G + j = sample j of question b), all
-per-token arrays aligned with `tokens` (see rubric_jax.grpo):
-  GRPO: tokens [B,T] int32, input_mask [B,T] bool (real tokens), loss_mask [B,T] bool (response
-        tokens trained on), old_logp [B,T] float32 (behaviour log-probs), advantages [B] float32,
-        and ref_logp [B,T] float32 (reference log-probs) exactly when kl_coef > 0. Every log-prob is
-        of softmax(logits / cfg.temperature), the rollout sampler's distribution.
-  SFT:  tokens, input_mask, loss_mask.
-`loss_mask` is intersected with `input_mask` and position 0 is never a target, so prompt and padding
-tokens never contribute. Loss weights are computed once from the whole batch, then the batch is split
-into `micro_batches` slices whose gradients are summed under `lax.scan`: the result equals one big
-batch. Micro-batch m holds rows m, m+M, m+2M, ... so a batch sharded in contiguous blocks stays
-sharded over every device in each micro-batch (B/M must be divisible by the batch-sharding size).
+Batches are dicts of arrays with a leading batch dim N (rows b*G + j = sample j of question b):
+  GRPO: prompt_tokens [N,P] int32 and prompt_mask [N,P] bool (the row's prompt, the same for the G rows
+        of a group; left- or right-padded), response_tokens [N,R] int32 and response_mask [N,R] bool
+        (right-padded), loss_mask [N,R] bool (response tokens trained on), old_logp [N,R] float32
+        (behaviour log-probs), advantages [N] float32, and ref_logp [N,R] float32 (reference
+        log-probs) exactly when kl_coef > 0. Per-token arrays are aligned with response_tokens; every
+        log-prob is of softmax(logits / cfg.temperature), the rollout sampler's distribution. Each
+        group's prompt runs once (`grpo.shared_prompt_logprobs`), for the policy, its gradient and the
+        rollout log-probs alike.
+  SFT:  tokens [N,T], input_mask [N,T], loss_mask [N,T] (one sequence per row, `grpo.sequence_logprobs`).
+`loss_mask` is intersected with the tokens that have a prediction (a real token with a real predecessor),
+so prompt and padding tokens never contribute. Loss weights are computed once from the whole batch,
+then the batch is split into `micro_batches` slices whose gradients are summed under `lax.scan`: the
+result equals one big batch. The slices hold whole groups (GRPO) or rows (SFT): micro-batch m holds
+groups m, m+M, m+2M, ... so a batch sharded in contiguous blocks stays spread over the devices in each
+micro-batch.
 
 A step whose loss or gradient norm is not finite leaves params and optimizer state untouched and
 reports `skipped` = 1 (the step counter still advances).
@@ -37,35 +41,42 @@ from rubric_jax.train.state import Params, TrainState, current_lr
 
 Batch = dict[str, jax.Array]
 Metrics = dict[str, jax.Array]
-GRPO_BATCH_KEYS = ("tokens", "input_mask", "loss_mask", "old_logp", "advantages")
+PROMPT_KEYS = ("prompt_tokens", "prompt_mask")
+RESPONSE_KEYS = ("response_tokens", "response_mask")
+GRPO_BATCH_KEYS = (*PROMPT_KEYS, *RESPONSE_KEYS, "loss_mask", "old_logp", "advantages")
 REF_LOGP = "ref_logp"  # the reference log-probs' batch key, present exactly when kl_coef > 0
 SFT_BATCH_KEYS = ("tokens", "input_mask", "loss_mask")
 LossFn = Callable[[Params, Batch], tuple[jax.Array, Metrics]]
+_INTEGER_KEYS = ("tokens", "prompt_tokens", "response_tokens")
+_BOOL_KEYS = ("input_mask", "prompt_mask", "response_mask", "loss_mask")
 
 
-def _check_batch(batch: Batch, keys: tuple[str, ...], micro_batches: int) -> int:
-    """Validates keys and shapes at trace time; returns B."""
+def _check_batch(batch: Batch, keys: tuple[str, ...], micro_batches: int, group_size: int = 1) -> None:
+    """Validates keys, shapes and dtypes at trace time: [N] advantages, [N, P] prompt arrays, [N, T]
+    the rest (T from `tokens` or `response_tokens`); micro-batches of whole groups of `group_size` rows."""
     if set(batch) != set(keys):
         raise ValueError(f"batch keys {sorted(batch)}: expected exactly {sorted(keys)}")
-    b, t = batch["tokens"].shape
+    n, t = batch["response_tokens" if "response_tokens" in batch else "tokens"].shape
+    p = batch["prompt_tokens"].shape[-1] if "prompt_tokens" in batch else None
     for name in keys:
-        want = (b,) if name == "advantages" else (b, t)
+        want = (n,) if name == "advantages" else (n, p) if name in PROMPT_KEYS else (n, t)
         if batch[name].shape != want:
             raise ValueError(f"batch[{name!r}] has shape {batch[name].shape}, expected {want}")
-    for name in keys:
-        kind = {"tokens": jnp.integer, "input_mask": jnp.bool_, "loss_mask": jnp.bool_}.get(name, jnp.floating)
+        kind = jnp.integer if name in _INTEGER_KEYS else jnp.bool_ if name in _BOOL_KEYS else jnp.floating
         if not jnp.issubdtype(batch[name].dtype, kind):
             raise ValueError(f"batch[{name!r}] has dtype {batch[name].dtype}, expected {kind.__name__}")
-    _check_micro_batches(b, micro_batches)
-    return b
+    _check_micro_batches(n, micro_batches, group_size)
 
 
-def _check_micro_batches(b: int, micro_batches: int) -> None:
-    if micro_batches < 1 or b % micro_batches:
-        raise ValueError(f"micro_batches={micro_batches} must be >= 1 and divide the batch size {b}")
+def _check_micro_batches(n: int, micro_batches: int, group_size: int) -> None:
+    if n % group_size:
+        raise ValueError(f"{n} rows are not whole groups of group_size={group_size}")
+    if micro_batches < 1 or (n // group_size) % micro_batches:
+        what = f"the batch size {n}" if group_size == 1 else f"the {n // group_size} groups of {group_size} rows"
+        raise ValueError(f"micro_batches={micro_batches} must be >= 1 and divide {what}")
 
 
-def _target_mask(batch: Batch) -> jax.Array:
+def _sft_target_mask(batch: Batch) -> jax.Array:
     """Response tokens that are real and have a predecessor (position 0 is never predicted)."""
     t = batch["tokens"].shape[1]
     return batch["loss_mask"] & batch["input_mask"] & (jnp.arange(t) > 0)[None, :]
@@ -76,18 +87,23 @@ def grpo_batch_keys(cfg: grpo.GRPOConfig) -> tuple[str, ...]:
     return GRPO_BATCH_KEYS + ((REF_LOGP,) if cfg.kl_coef > 0 else ())
 
 
-def _split_micro(tree: Any, micro_batches: int) -> Any:
-    """[B, ...] -> [M, B/M, ...] with micro-batch m = rows m, m+M, ... (no resharding of the B dim)."""
+def _split_micro(tree: Any, micro_batches: int, group_size: int = 1) -> Any:
+    """[N, ...] -> [M, N/M, ...] with micro-batch m = groups m, m+M, ... of `group_size` consecutive rows
+    (no resharding of the N dim when every device holds whole groups of each micro-batch)."""
 
     def split(x: jax.Array) -> jax.Array:
-        return jnp.swapaxes(x.reshape(x.shape[0] // micro_batches, micro_batches, *x.shape[1:]), 0, 1)
+        n, rest = x.shape[0], x.shape[1:]
+        grouped = x.reshape(n // (micro_batches * group_size), micro_batches, group_size, *rest)
+        return jnp.swapaxes(grouped, 0, 1).reshape(micro_batches, n // micro_batches, *rest)
 
     return jax.tree.map(split, tree)
 
 
-def _merge_micro(x_MxBxT: jax.Array) -> jax.Array:
-    """The inverse of `_split_micro` for one array: [M, B/M, ...] -> [B, ...]."""
-    return jnp.swapaxes(x_MxBxT, 0, 1).reshape(-1, *x_MxBxT.shape[2:])
+def _merge_micro(x_MxBxT: jax.Array, group_size: int = 1) -> jax.Array:
+    """The inverse of `_split_micro` for one array: [M, N/M, ...] -> [N, ...]."""
+    m, rows, rest = x_MxBxT.shape[0], x_MxBxT.shape[1], x_MxBxT.shape[2:]
+    grouped = x_MxBxT.reshape(m, rows // group_size, group_size, *rest)
+    return jnp.swapaxes(grouped, 0, 1).reshape(m * rows, *rest)
 
 
 def _constrain(tree: Any, shardings: Any | None) -> Any:
@@ -132,80 +148,92 @@ def _apply_update(state: TrainState, grads: Params, metrics: Metrics) -> tuple[T
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 
-def _train_step(state: TrainState, batch: Batch, loss_fn: LossFn, micro_batches: int,
+def _train_step(state: TrainState, batch: Batch, loss_fn: LossFn, micro_batches: int, group_size: int,
                 grad_shardings: Any | None) -> tuple[TrainState, Metrics]:
-    grads, metrics = _accumulate(loss_fn, state.params, _split_micro(batch, micro_batches), grad_shardings)
+    micro = _split_micro(batch, micro_batches, group_size)
+    grads, metrics = _accumulate(loss_fn, state.params, micro, grad_shardings)
     new_state, metrics = _apply_update(state, grads, metrics)
     metrics["num_tokens"] = batch["metric_w"].astype(bool).sum()
     return new_state, metrics
 
 
-def _logprobs(graphdef: nnx.GraphDef, params: Params, batch: Batch, chunk_size: int, temperature: float
-              ) -> tuple[jax.Array, jax.Array]:
-    return grpo.sequence_logprobs(nnx.merge(graphdef, params), batch["tokens"], batch["input_mask"],
-                                  chunk_size=chunk_size, temperature=temperature)
+def _rollout_logprobs(graphdef: nnx.GraphDef, params: Params, batch: Batch, group_size: int, chunk_size: int,
+                      temperature: float) -> tuple[jax.Array, jax.Array]:
+    """`grpo.shared_prompt_logprobs` [N, R] of a batch (or slice) of whole groups: each group's prompt,
+    taken from its first row, runs once."""
+    return grpo.shared_prompt_logprobs(
+        nnx.merge(graphdef, params), batch["prompt_tokens"][::group_size], batch["prompt_mask"][::group_size],
+        batch["response_tokens"], batch["response_mask"], chunk_size=chunk_size, temperature=temperature)
 
 
 def grpo_train_step(state: TrainState, batch: Batch, *, cfg: grpo.GRPOConfig, micro_batches: int = 1,
                     grad_shardings: Any | None = None) -> tuple[TrainState, Metrics]:
     """One GRPO update from a batch that carries its behaviour (`old_logp`) and, when kl_coef > 0,
-    reference (`ref_logp`) log-probs: the only forward here is the policy's."""
-    _check_batch(batch, grpo_batch_keys(cfg), micro_batches)
-    mask = _target_mask(batch)
+    reference (`ref_logp`) log-probs: the only forward here is the policy's (each group's prompt once)."""
+    g = cfg.group_size
+    _check_batch(batch, grpo_batch_keys(cfg), micro_batches, g)
+    mask = batch["loss_mask"] & grpo.response_targets(batch["prompt_mask"], batch["response_mask"])
     batch = {**batch, "loss_mask": mask, "loss_w": grpo.loss_weights(mask, cfg.loss_aggregation, cfg.loss_norm_length),
              "metric_w": grpo.token_mean_weights(mask)}
 
     def loss_fn(params: Params, mb: Batch) -> tuple[jax.Array, Metrics]:
-        logp, entropy = _logprobs(state.graphdef, params, mb, cfg.logprob_chunk_size, cfg.temperature)
+        logp, entropy = _rollout_logprobs(state.graphdef, params, mb, g, cfg.logprob_chunk_size, cfg.temperature)
         ref_logp = mb[REF_LOGP] if cfg.kl_coef > 0 else None
         loss, metrics = grpo.grpo_objective(logp, mb["old_logp"], ref_logp, mb["advantages"], mb["loss_mask"],
                                             mb["loss_w"], mb["metric_w"], cfg)
         metrics["entropy"] = jnp.sum(mb["metric_w"] * jax.lax.stop_gradient(entropy))
         return loss, metrics
 
-    return _train_step(state, batch, loss_fn, micro_batches, grad_shardings)
+    return _train_step(state, batch, loss_fn, micro_batches, g, grad_shardings)
 
 
 def sft_train_step(state: TrainState, batch: Batch, *, micro_batches: int = 1, chunk_size: int = 256,
                    grad_shardings: Any | None = None) -> tuple[TrainState, Metrics]:
     """One supervised update: mean negative log-likelihood over all response tokens of the batch."""
     _check_batch(batch, SFT_BATCH_KEYS, micro_batches)
-    mask = _target_mask(batch)
+    mask = _sft_target_mask(batch)
     batch = {**batch, "loss_mask": mask, "metric_w": grpo.token_mean_weights(mask)}
 
     def loss_fn(params: Params, mb: Batch) -> tuple[jax.Array, Metrics]:
-        logp, entropy = _logprobs(state.graphdef, params, mb, chunk_size, 1.0)
+        logp, entropy = grpo.sequence_logprobs(nnx.merge(state.graphdef, params), mb["tokens"], mb["input_mask"],
+                                               chunk_size=chunk_size, temperature=1.0)
         loss = -jnp.sum(mb["metric_w"] * logp)
         return loss, {"loss": loss, "entropy": jnp.sum(mb["metric_w"] * jax.lax.stop_gradient(entropy))}
 
-    return _train_step(state, batch, loss_fn, micro_batches, grad_shardings)
+    return _train_step(state, batch, loss_fn, micro_batches, 1, grad_shardings)
 
 
-def _micro_batched_logprobs(graphdef: nnx.GraphDef, params: Params, tokens: jax.Array, input_mask: jax.Array, *,
+def logprob_inputs(batch: Batch) -> tuple[jax.Array, ...]:
+    """The arrays of a GRPO batch that `jit_rollout_logprobs` takes after the params, in its order."""
+    return tuple(batch[k] for k in PROMPT_KEYS + RESPONSE_KEYS)
+
+
+def _micro_batched_logprobs(graphdef: nnx.GraphDef, params: Params, *arrays: jax.Array, group_size: int,
                             temperature: float, chunk_size: int, micro_batches: int) -> jax.Array:
-    """`grpo.sequence_logprobs` [B, T] over `micro_batches` slices in turn (the train step's split)."""
-    _check_micro_batches(tokens.shape[0], micro_batches)
+    """`_rollout_logprobs` [N, R] over `micro_batches` slices of whole groups in turn (the train step's split)."""
+    batch = dict(zip(PROMPT_KEYS + RESPONSE_KEYS, arrays))
+    _check_batch(batch, PROMPT_KEYS + RESPONSE_KEYS, micro_batches, group_size)
 
     def one(mb: Batch) -> jax.Array:
-        return _logprobs(graphdef, params, mb, chunk_size, temperature)[0]
+        return _rollout_logprobs(graphdef, params, mb, group_size, chunk_size, temperature)[0]
 
-    micro = _split_micro({"tokens": tokens, "input_mask": input_mask}, micro_batches)
-    return _merge_micro(jax.lax.map(one, micro))
+    return _merge_micro(jax.lax.map(one, _split_micro(batch, micro_batches, group_size)), group_size)
 
 
-def jit_sequence_logprobs(graphdef: nnx.GraphDef, *, temperature: float, chunk_size: int = 256,
-                          micro_batches: int = 1, param_shardings: Any | None = None, mesh: Mesh | None = None
-                          ) -> Callable[[Params, jax.Array, jax.Array], jax.Array]:
-    """Teacher-forced log-probs [B, T] of softmax(logits / temperature) for `(params, tokens, input_mask)`,
-    outside any gradient (a rollout's reference and behaviour log-probs; `grpo.sequence_logprobs`, the
-    train step's own), compiled once: params in `param_shardings`, batch and result over (data, fsdp),
+def jit_rollout_logprobs(graphdef: nnx.GraphDef, *, group_size: int, temperature: float, chunk_size: int = 256,
+                         micro_batches: int = 1, param_shardings: Any | None = None, mesh: Mesh | None = None
+                         ) -> Callable[..., jax.Array]:
+    """Teacher-forced response log-probs [N, R] of softmax(logits / temperature) for
+    `(params, prompt_tokens, prompt_mask, response_tokens, response_mask)` (a GRPO batch's arrays) outside
+    any gradient: a rollout's reference and behaviour log-probs, by the train step's own function (each
+    group's prompt once), compiled once: params in `param_shardings`, batch and result over (data, fsdp),
     `micro_batches` slices at a time so activations stay those of one train micro-batch."""
     if (param_shardings is None) != (mesh is None):
         raise ValueError("give both param_shardings and mesh, or neither")
     batch_sh = None if mesh is None else sharding.batch_sharding(mesh)
-    fn = functools.partial(_micro_batched_logprobs, graphdef, temperature=temperature, chunk_size=chunk_size,
-                           micro_batches=micro_batches)
-    return jax.jit(fn, in_shardings=(param_shardings, batch_sh, batch_sh), out_shardings=batch_sh)
+    fn = functools.partial(_micro_batched_logprobs, graphdef, group_size=group_size, temperature=temperature,
+                           chunk_size=chunk_size, micro_batches=micro_batches)
+    return jax.jit(fn, in_shardings=(param_shardings, *(batch_sh,) * 4), out_shardings=batch_sh)
 
 
 def _batch_shardings(keys: tuple[str, ...], mesh: Mesh | None) -> dict[str, Any] | None:
