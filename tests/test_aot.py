@@ -95,6 +95,7 @@ def test_judge_prompts_per_call():
 def test_a_reward_model_run_is_refused_rather_than_under_counted():
     config = tiny.get_config()
     config.reward.source, config.reward.model_checkpoint = "reward_model", "/models/internlm2-7b-reward"
+    config.judge.checkpoint = ""  # a reward model scores alone
     with pytest.raises(ValueError, match=r"config.reward.source='reward_model': the dry run does not compile"):
         aot.dry_run(config, "cpu", 8)
 
@@ -135,7 +136,8 @@ def test_cpu_dry_run_with_a_judge_holds_the_bytes_worked_out_by_hand(tmp_path):
     assert report.phase_bytes(by_name["GRPO update"]) == by_name["GRPO update"].peak + params + total * 4
     assert report.phase_bytes(by_name["rollout"]) == (by_name["rollout"].peak + 2 * params
                                                       + report.resident["AdamW moments"] + total * 4)
-    assert by_name["judge judge call"].shapes == "16 x (448 + 64) tokens"  # 512 positions - 64 new tokens
+    new = config.judge.max_new_tokens
+    assert by_name["judge judge call"].shapes == f"16 x ({512 - new} + {new}) tokens"  # 512 positions in all
     for name in ("rollout", "eval rollout", "judge judge call"):  # decode layout: no weight all-gather per token
         assert by_name[name].per_token and by_name[name].collectives["all-gather"].per_iteration_count == 0
     assert by_name["GRPO update"].collectives["all-gather"].count > 0  # FSDP gathers weights in training
@@ -156,7 +158,7 @@ def test_cpu_dry_run_cli_of_the_tiny_default():
                           cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr
     rows = _table_rows(proc.stdout)
-    assert list(rows) == PROGRAMS
+    assert list(rows) == PROGRAMS + ["judge tiny_judge call"]  # the shipped distilled judge
     for name, cells in rows.items():
         peak = float(cells[-4])  # ... peak, beside, total, compile seconds
         assert peak > 0 and float(cells[-2]) >= peak, (name, cells)
