@@ -270,7 +270,8 @@ def test_a_grpo_step_with_an_llm_judged_dimension_goes_through_the_judge(tmp_pat
                                    "scale": {"kind": "integer", "lo": 1, "hi": 3},
                                    "anchors": {"1": "Off topic.", "2": "Partly.", "3": "Fully."}})
     shared = load_rubric(config.data.rubric)
-    rubric = with_version(shared, "1.1.0", "add an LLM-judged dimension", "test",
+    major, minor, _ = shared.version.split(".")
+    rubric = with_version(shared, f"{major}.{int(minor) + 1}.0", "add an LLM-judged dimension", "test",
                           dimensions=shared.dimensions + (helpful,))
     (tmp_path / "rubric.yaml").write_text(dumps_rubric(rubric, "yaml"))
     with config.unlocked():
@@ -289,8 +290,12 @@ def test_a_grpo_step_with_an_llm_judged_dimension_goes_through_the_judge(tmp_pat
     row, samples = out.row(), out.samples
     assert row["logprob_gap/mean"] < 1e-4  # recomputed behaviour log-probs vs the sampler's
     assert row["judge_generate_calls"] == 2 * 2  # two judges x (first round + one retry round)
-    assert row["judge_prompts"] >= 2 * 8  # every (response, dimension) of the step, by each judge
-    assert row["judge_failed_scores"] == 8 and row["reward_failed_scores"] == 8  # counted, not scored
+    # Every (response, LLM dimension) of the step: helpful, and the LLM dimensions of each question's case-wise rubric.
+    llm = {q.id: [d.id for d in run_.rubric_of[q.id].dimensions if d.kind == "llm"] for q in questions}
+    failed = 4 * sum(len(ids) for ids in llm.values())  # group_size responses per question
+    assert all("helpful" in ids for ids in llm.values())
+    assert row["judge_prompts"] >= 2 * failed  # by each judge
+    assert row["judge_failed_scores"] == failed and row["reward_failed_scores"] == failed  # counted, not scored
     assert all(s["scores"]["helpful"] is None for s in samples)
     assert row["monitor/judge_parse_failure"] == 1.0  # every answer of the random judge was rejected
     assert 0.0 <= row["reward/mean"] <= 1.0 and row["skipped"] == 0.0
