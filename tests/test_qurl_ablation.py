@@ -74,17 +74,17 @@ def test_the_checklist_rubric_has_five_generic_llm_dimensions():
     assert sum(d.weight for d in rubric.dimensions) == pytest.approx(1.0)
 
 
+_RM = {"reward.source": "reward_model", "reward.model_checkpoint": "/rm", "judge.checkpoint": ""}  # no judge beside
+
+
 @pytest.mark.parametrize(("changes", "match"), [
     ({"reward.source": "rm"}, r"reward.source='rm': expected one of \('rubric', 'reward_model'\)"),
     ({"reward.source": "reward_model"}, "needs config.reward.model_checkpoint=DIR"),
     ({"reward.model_checkpoint": "/rm"}, "source='rubric' never reads it"),
     ({"reward.source": "reward_model", "reward.model_checkpoint": "/rm", "judge.checkpoint": "/j"}, "drop the judge"),
-    ({"reward.source": "reward_model", "reward.model_checkpoint": "/rm", "rl.dynamic_weights": True},
-     "dynamic_weights"),
-    ({"reward.source": "reward_model", "reward.model_checkpoint": "/rm", "data.rubric_correction": "c.yaml"},
-     "rubric_correction"),
-    ({"reward.source": "reward_model", "reward.model_checkpoint": "/rm", "reward.model_scale": -1.0},
-     "reward.model_scale=-1.0"),
+    ({**_RM, "rl.dynamic_weights": True}, "dynamic_weights"),
+    ({**_RM, "data.rubric_correction": "c.yaml"}, "rubric_correction"),
+    ({**_RM, "reward.model_scale": -1.0}, "reward.model_scale=-1.0"),
 ])
 def test_bad_reward_settings_fail_before_anything_loads(changes, match):
     c = qurl_ablation.get_config("variant=full,size=tiny")

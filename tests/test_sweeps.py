@@ -242,7 +242,7 @@ def test_sweep_summary_matches_each_variants_metrics(two_seeds):
     overlays = {p.name for p in (workdir / "plots").iterdir()}
     assert {"reward.png", "eval_reward.png", "kl.png", "clip_fraction.png", "entropy.png", "grad_norm.png", "lr.png",
             "response_length.png", "zero_std.png"} <= overlays
-    assert "judge_failures.png" not in overlays and "sft_loss.png" not in overlays  # no judge, no SFT stage
+    assert "judge_failures.png" in overlays and "sft_loss.png" not in overlays  # the tiny judge; no SFT stage
     assert all((workdir / "plots" / name).read_bytes()[:8] == PNG for name in overlays)
     events = EventAccumulator(str(workdir / "seed=0" / "tb"))
     events.Reload()
