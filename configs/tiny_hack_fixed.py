@@ -8,14 +8,12 @@ scores length times non-repetition and never puts a templated answer above level
 Launch:   ./launch.sh experiments.run --config=configs/tiny_hack_fixed.py --workdir=runs/tiny_hack_fixed
 """
 
-from configs import tiny
+from configs import tiny_hack
 
 
 def get_config(arg: str | None = None):
-    """`arg` is unused (one variant)."""
-    c = tiny.get_config(arg)
+    """`arg` is unused (one variant). The hack run's settings with the fixed rubric and judge."""
+    c = tiny_hack.get_config(arg)
     c.data.rubric = "rubric_jax/assets/tiny/rubric_hack_fixed.yaml"
     c.judge.checkpoint = "rubric_jax/assets/tiny_judge_fixed"
-    c.data.golden = ""  # the tiny golden set is labelled on the tiny rubric's template dimension, which clarity replaces
-    c.judge.prompt = "full"  # the prompt this judge was distilled on (before build_tiny_judges moved to the compact one)
     return c
