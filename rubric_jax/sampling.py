@@ -401,8 +401,13 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
             return _emit(s.replace(cache=cache), logits_Bx1xV[:, 0], sampler, stop_S, pad_id)
 
         for window in decode_windows(prompt_slots, response_slots, decode_block):
+            # A segment carries the cache's first `window` slots (copied out and back once per segment): a
+            # per-token slice of the cache would make XLA copy the whole cache, twice, to update it in place.
+            cache = state.cache
             state = jax.lax.while_loop(functools.partial(cond, window=window), functools.partial(body, window=window),
-                                       state)
+                                       state.replace(cache=jax.tree.map(lambda c: c[:, :, :window], cache)))
+            state = state.replace(cache=jax.tree.map(lambda c, part: jax.lax.dynamic_update_slice_in_dim(c, part, 0, 2),
+                                                     cache, state.cache))
         return state
 
     return jax.jit(run)

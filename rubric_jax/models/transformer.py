@@ -423,8 +423,10 @@ def _attend_with_prefix(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxTxH: jax
 def _output(cfg: ModelConfig, attn: Params, out_BxTxKxGxH: jax.Array) -> jax.Array:
     """The heads concatenated and projected back: [B, T, D]."""
     B, T = out_BxTxKxGxH.shape[:2]
-    out_BxTxNxH = out_BxTxKxGxH.reshape(B, T, cfg.num_heads, cfg.head_dim)
-    return jnp.einsum("BTNH,NHD->BTD", out_BxTxNxH, attn["o_proj"]["kernel"].astype(out_BxTxNxH.dtype))
+    # One [N*H] contraction: with two contracted axes XLA transposes the kernel on every call (every token).
+    out_BxTxF = out_BxTxKxGxH.reshape(B, T, cfg.num_heads * cfg.head_dim)
+    kernel_FxD = attn["o_proj"]["kernel"].reshape(cfg.num_heads * cfg.head_dim, -1)
+    return jnp.einsum("BTF,FD->BTD", out_BxTxF, kernel_FxD.astype(out_BxTxF.dtype))
 
 
 def attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Array, sin_BxTxH: jax.Array,
