@@ -9,7 +9,10 @@ Cache layout: prompts are left-padded to the longest one (`width`, runtime data)
 reads only a window of the cache's first slots that holds the filled prefix: prefill chunk c a window of
 at most twice its causal need (`prefill_windows`), decode a window at most one block past the filled
 slots (`decode_windows`: the decode loop is a sequence of `while_loop` segments, one per window, each
-compiled once), so a long cache bucket costs what its filled part costs.
+compiled once), so a long cache bucket costs what its filled part costs. Prefill scans the stacked layers
+over the stacked cache [L, B, K, S, H]; decode runs the layers unrolled over per-layer copies of the weights
+and cache made once per call, and a segment carries only its window of the cache: every per-token slice of
+a stacked weight or of the cache is a copy in XLA's compiled loop (see benchmarks/RESULTS.md).
 
 Conventions (what the GRPO trainer relies on):
   * Log-probs are those of the tempered distribution softmax(logits / T) at the sampled token (T = 1
@@ -348,9 +351,8 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
     n, layout).
 
     Each distinct prompt is prefilled once; its cache and last hidden state are then repeated for its
-    n samples (row b * n + j), so n samples cost one prefill, not n. Prefill scans the stacked layers;
-    decode runs them unrolled over per-layer copies of the weights and cache made once per call
-    (`Transformer.unstacked_layers`: a scan would copy every weight out of the stack on every token).
+    n samples (row b * n + j), so n samples cost one prefill, not n. Decode uses per-layer copies of the
+    weights and cache (`Transformer.unstacked_layers`, `unstack_cache`; see the module docstring).
     """
 
     def constrain(cache: KVCache) -> KVCache:
