@@ -184,10 +184,11 @@ def _fake_venv(directory: Path, name: str, requirements: list[str]) -> None:
 
 
 def test_launch_sh_runs_gpu_dry_runs_in_the_aot_environment(tmp_path):
-    """The README's ./launch.sh commands: a GPU --dry_run_target goes to .venv-aot, anything else to .venv."""
+    """The README's ./launch.sh commands: a GPU --dry_run_target goes to .venv-aot, anything else (tests too) to .venv."""
     _fake_venv(tmp_path / "main", "main", ["requirements.txt", "requirements-test.txt"])
     _fake_venv(tmp_path / "aot", "aot", ["requirements-aot.txt", "requirements.txt"])
     env = {**os.environ, "RUBRIC_JAX_VENV": str(tmp_path / "main"), "RUBRIC_JAX_AOT_VENV": str(tmp_path / "aot")}
+    env.pop("RUBRIC_JAX_TEST_WORKERS", None)
 
     def launch(*args: str) -> str:
         proc = subprocess.run(["bash", "launch.sh", *args], cwd=REPO, capture_output=True, text=True, env=env)
@@ -200,6 +201,8 @@ def test_launch_sh_runs_gpu_dry_runs_in_the_aot_environment(tmp_path):
     assert launch(*cpu) == "main -m " + " ".join(cpu)
     assert launch(*cpu, "--dry_run_target=cpu") == "main -m " + " ".join(cpu + ["--dry_run_target=cpu"])
     assert launch("aot").startswith("launch.sh: ")
+    # `./launch.sh test` (what CI runs): the whole suite on two pytest-xdist workers, one file per worker at a time.
+    assert launch("test", "-x") == "main -m pytest tests -n 2 --dist loadfile -x"
 
 
 _NEEDS_GPU_COMPILER = pytest.mark.skipif(
