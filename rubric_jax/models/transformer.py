@@ -56,6 +56,7 @@ class KVCache:
 
     @property
     def per_layer(self) -> bool:
+        """Whether k and v are tuples of per-layer arrays (else stacked on L)."""
         return isinstance(self.k, tuple)
 
 
