@@ -147,7 +147,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
             params = run_sft(experiment, params)
         if "grpo" in settings.stages and not experiment.stop_requested:
             params = run_grpo(experiment, params)
-            if not experiment.stop_requested and distributed.is_writer():
+            if not experiment.stop_requested:
                 report_best(experiment)
         if config.export.at_end and not experiment.stop_requested:
             export_at_end(experiment, params)
@@ -696,11 +696,15 @@ def run_grpo(run_: Run, init_params: Any) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------ the end
 def report_best(run_: Run) -> None:
     """Names the best-evaluated GRPO checkpoint, as QuRL reports it: one line next to the final and the
-    SFT-baseline eval reward, and BEST_FILE (JSON) in the workdir."""
+    SFT-baseline eval reward, and BEST_FILE (JSON) in the workdir (process 0; every process must call it:
+    opening the checkpoints is collective)."""
     try:
         best = runs.select_checkpoint(run_.workdir, run_.config, "best")
     except runs.RunError as e:  # no kept checkpoint has an eval (checkpoint.keep_best off, evals rotated out)
-        print(f"no best checkpoint to report: {e}")
+        if distributed.is_writer():
+            print(f"no best checkpoint to report: {e}")
+        return
+    if not distributed.is_writer():
         return
     evals = {r["step"]: r[runs.BEST_BY] for r in run_.log.rows() if r.get("stage") == "eval" and runs.BEST_BY in r}
     final_step = max(evals)
