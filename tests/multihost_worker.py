@@ -19,10 +19,12 @@ DEVICES = 8
 
 def main(out: Path, process_id: int, num_processes: int, port: int) -> None:
     os.environ["XLA_FLAGS"] = f"{FAST_COMPILE} --xla_force_host_platform_device_count={DEVICES // num_processes}"
-    import jax
+    # The three variables the README's two-host launch sets, read by the same start-up as experiments.run.
+    os.environ.update(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES=str(num_processes),
+                      JAX_PROCESS_ID=str(process_id))
+    from rubric_jax import distributed
 
-    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=num_processes,
-                               process_id=process_id)
+    assert distributed.maybe_initialize()
     run(out)
 
 
