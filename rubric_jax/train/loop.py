@@ -410,7 +410,8 @@ def run_stage(run_: Run, stage: Stage) -> train_state.TrainState:
                 flush()  # the previous step's row, read while this step runs
                 pending = (step, out)
                 # A SIGTERM may reach one process only: every process stops at the same step, or none does.
-                run_.stop_requested = distributed.max_over_processes(int(run_.stop_requested))[0] > 0
+                if distributed.max_over_processes(int(run_.stop_requested))[0]:
+                    run_.stop_requested = True
                 save = step % every == 0 or step == stage.total or run_.stop_requested
                 if save or stage.eval_due(step):
                     flush()
