@@ -63,11 +63,14 @@ def test_two_processes_equal_one(tmp_path):
                 np.testing.assert_allclose(result[key], value, rtol=1e-5, atol=1e-6, err_msg=key)
         assert result["restored_equal"]
     # Export: written once, by process 0, from arrays gathered across both processes; the trainer loop's too.
-    for export in ("export", "loop/export"):
+    # The loop trains with AdamW, whose g/sqrt(v) turns a gradient's last-bit differences (another reduction
+    # order across processes) into parameter differences of a few 1e-6; a wrong data split moves them by
+    # the learning rate (3e-3 for SFT), so atol 2e-5 there.
+    for export, atol in (("export", 1e-6), ("loop/export", 2e-5)):
         exported_one, exported_two = (load_file(tmp_path / run / export / "model.safetensors") for run in ("one", "two"))
         assert exported_one.keys() == exported_two.keys()
         for name, w in exported_one.items():
-            np.testing.assert_allclose(exported_two[name], w, rtol=1e-5, atol=1e-6, err_msg=f"{export} {name}")
+            np.testing.assert_allclose(exported_two[name], w, rtol=1e-5, atol=atol, err_msg=f"{export} {name}")
     # The loop's log: the same rows (every step's reward mean is over all 4 questions, not process 0's 2).
     rows_one, rows_two = (_log_rows(tmp_path / run / "loop" / "metrics.jsonl") for run in ("one", "two"))
     assert [(r["stage"], r["step"]) for r in rows_two] == [(r["stage"], r["step"]) for r in rows_one] == [
