@@ -161,8 +161,9 @@ def _executions(computations: dict[str, _Computation], entry: str) -> dict[str, 
     return found
 
 
-def collectives(hlo_text: str) -> list[Collective]:
-    """Every collective of a compiled program (see the module docstring for how they are counted)."""
+def collectives(hlo_text: str, kinds: Sequence[str] = KINDS) -> list[Collective]:
+    """Every collective of a compiled program (see the module docstring for how they are counted); other
+    `kinds` of op (e.g. "dynamic-slice": what a decode loop copies per token) are counted the same way."""
     computations, entry = _parse(hlo_text)
     runs_of = _executions(computations, entry)
     found = []
@@ -172,7 +173,7 @@ def collectives(hlo_text: str) -> list[Collective]:
             continue
         for _, shape, op, rest in computation.instructions:
             kind = op[: -len("-done")] if op.endswith("-done") else op
-            if kind not in KINDS:
+            if kind not in kinds:
                 continue
             op_name = _OP_NAME.search(rest)
             found.append(Collective(kind, shape_bytes(shape), shape, name, runs.per_run, runs.per_iteration,

@@ -9,7 +9,10 @@ Cache layout: prompts are left-padded to the longest one (`width`, runtime data)
 reads only a window of the cache's first slots that holds the filled prefix: prefill chunk c a window of
 at most twice its causal need (`prefill_windows`), decode a window at most one block past the filled
 slots (`decode_windows`: the decode loop is a sequence of `while_loop` segments, one per window, each
-compiled once), so a long cache bucket costs what its filled part costs.
+compiled once), so a long cache bucket costs what its filled part costs. Prefill scans the stacked layers
+over the stacked cache [L, B, K, S, H]; decode runs the layers unrolled over per-layer copies of the weights
+and cache made once per call, and a segment carries only its window of the cache: every per-token slice of
+a stacked weight or of the cache is a copy in XLA's compiled loop (see benchmarks/RESULTS.md).
 
 Conventions (what the GRPO trainer relies on):
   * Log-probs are those of the tempered distribution softmax(logits / T) at the sampled token (T = 1
@@ -51,7 +54,7 @@ import numpy as np
 from flax import nnx, struct
 
 from rubric_jax import distributed, loader, sharding
-from rubric_jax.models.transformer import KVCache, init_cache, padding_to_positions
+from rubric_jax.models.transformer import KVCache, init_cache, padding_to_positions, unstack_cache
 
 TRACES: collections.Counter[str] = collections.Counter()
 FINISH_STOP, FINISH_LENGTH = "stop", "length"
@@ -332,7 +335,11 @@ def _prefill(model: nnx.Module, prompt_BxP: jax.Array, prompt_mask_BxP: jax.Arra
 
 
 def _cache_sharding(layout: sharding.Layout, cache: KVCache) -> Any:
-    """Cache k/v [L, B, K, S, H]: rows like the batch, KV heads over tensor (in the layout's rules)."""
+    """Cache k/v (stacked [L, B, K, S, H] or per layer [B, K, S, H]): rows like the batch, KV heads over tensor
+    (in the layout's rules)."""
+    if cache.per_layer:
+        spec = layout.sharding(("batch", "kv_heads", "length", "head_dim"), cache.k[0].shape)
+        return KVCache(k=(spec,) * len(cache.k), v=(spec,) * len(cache.v))
     spec = layout.sharding(("layers", "batch", "kv_heads", "length", "head_dim"), cache.k.shape)
     return KVCache(k=spec, v=spec)
 
@@ -344,7 +351,8 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
     n, layout).
 
     Each distinct prompt is prefilled once; its cache and last hidden state are then repeated for its
-    n samples (row b * n + j), so n samples cost one prefill, not n.
+    n samples (row b * n + j), so n samples cost one prefill, not n. Decode uses per-layer copies of the
+    weights and cache (`Transformer.unstacked_layers`, `unstack_cache`; see the module docstring).
     """
 
     def constrain(cache: KVCache) -> KVCache:
@@ -359,7 +367,8 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
         slots = prompt_slots + response_slots
         h_UxD, cache = _prefill(model, prompt_UxP, prompt_mask_UxP, width,
                                 constrain(init_cache(model.cfg, prompts, slots)), prefill_chunk)
-        cache = constrain(jax.tree.map(lambda c: jnp.repeat(c, n, axis=1), cache))
+        cache = constrain(jax.tree.map(lambda c: jnp.repeat(c, n, axis=0), unstack_cache(cache)))
+        layers = model.unstacked_layers()
         h_BxD = jnp.repeat(h_UxD, n, axis=0)
         prompt_mask_BxP = jnp.repeat(prompt_mask_UxP, n, axis=0)
         batch = prompts * n
@@ -390,12 +399,17 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
             response_slot_W = (slot_W >= width) & (slot_W <= index)
             mask_Bx1xW = (prompt_slot_BxS[:, :window] | response_slot_W[None, :])[:, None, :]
             positions_Bx1 = (prompt_len_B + s.step - 1)[:, None]
-            logits_Bx1xV, cache = model(last_B, positions_Bx1, mask_Bx1xW, s.cache, index)
+            logits_Bx1xV, cache = model(last_B, positions_Bx1, mask_Bx1xW, s.cache, index, layers)
             return _emit(s.replace(cache=cache), logits_Bx1xV[:, 0], sampler, stop_S, pad_id)
 
         for window in decode_windows(prompt_slots, response_slots, decode_block):
+            # A segment carries the cache's first `window` slots (copied out and back once per segment): a
+            # per-token slice of the cache would make XLA copy the whole cache, twice, to update it in place.
+            cache = state.cache
             state = jax.lax.while_loop(functools.partial(cond, window=window), functools.partial(body, window=window),
-                                       state)
+                                       state.replace(cache=jax.tree.map(lambda c: c[:, :, :window], cache)))
+            state = state.replace(cache=jax.tree.map(lambda c, part: jax.lax.dynamic_update_slice_in_dim(c, part, 0, 2),
+                                                     cache, state.cache))
         return state
 
     return jax.jit(run)

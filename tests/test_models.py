@@ -15,7 +15,7 @@ from flax import nnx
 from rubric_jax.loader import load_weights
 from rubric_jax.models.checkpoint import abstract_model
 from rubric_jax.models.config import Llama3RopeScaling, ModelConfig, ModelConfigError
-from rubric_jax.models.transformer import causal_padding_mask, init_cache, padding_to_positions
+from rubric_jax.models.transformer import causal_padding_mask, init_cache, padding_to_positions, unstack_cache
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "fixtures" / "golden"
 GOLDEN_NAMES = ("llama3_rope_scaling_tied", "llama_gqa4_headdim16", "qwen2_tied_gqa2", "qwen2_untied_mha_oldconfig")
@@ -154,16 +154,26 @@ def test_bf16_compute_is_close(name):
     assert 1e-4 < err < 5e-2  # bf16 really is used, and it stays close
 
 
-# Prefill then one chunk (scan), or prefill, a one-token decode step and a chunk (unrolled layers).
-@pytest.mark.parametrize(("name", "chunks", "scan_layers"), [
-    ("llama3_rope_scaling_tied", (6, 5), True),
-    ("qwen2_untied_mha_oldconfig", (6, 5), True),
-    ("llama_gqa4_headdim16", (5, 1, 5), False),
-    ("qwen2_tied_gqa2", (5, 1, 5), False),
+@functools.partial(jax.jit, static_argnums=0)
+def forward_per_layer(graphdef, state, tokens_BxT, positions_BxT, mask_BxTxS, cache, cache_index):
+    """`forward` over per-layer copies of the weights (`unstacked_layers`) and a per-layer cache."""
+    model = nnx.merge(graphdef, state)
+    return model(tokens_BxT, positions_BxT, mask_BxTxS, cache, cache_index, model.unstacked_layers())
+
+
+# Prefill then one chunk (scan), or prefill, a one-token decode step and a chunk (unrolled layers, or the
+# decode loop's per-layer weights and cache).
+@pytest.mark.parametrize(("name", "chunks", "layers"), [
+    ("llama3_rope_scaling_tied", (6, 5), "scan"),
+    ("qwen2_untied_mha_oldconfig", (6, 5), "scan"),
+    ("llama_gqa4_headdim16", (5, 1, 5), "unrolled"),
+    ("qwen2_tied_gqa2", (5, 1, 5), "unrolled"),
+    ("qwen2_untied_mha_oldconfig", (5, 1, 5), "per_layer"),
+    ("llama_gqa4_headdim16", (5, 1, 5), "per_layer"),
 ])
-def test_cached_forward_in_chunks_equals_full_forward(name, chunks, scan_layers):
+def test_cached_forward_in_chunks_equals_full_forward(name, chunks, layers):
     cfg, _, state, e = golden(name)
-    graphdef = graphdef_with(cfg, scan_layers=scan_layers)
+    graphdef = graphdef_with(cfg, scan_layers=layers == "scan")
     full_logits, _ = golden_logits(name)
     tokens_BxT, input_mask_BxT = jnp.asarray(e["tokens"]), jnp.asarray(e["attention_mask"]).astype(bool)
     positions_BxT = jnp.asarray(e["positions"])
@@ -171,20 +181,37 @@ def test_cached_forward_in_chunks_equals_full_forward(name, chunks, scan_layers)
     assert sum(chunks) == T
     S = T + 3  # spare slots past the sequence stay masked
     cache = init_cache(cfg, B, S)
+    step = forward
+    if layers == "per_layer":
+        cache, step = unstack_cache(cache), forward_per_layer
     slot_mask_BxS = jnp.pad(input_mask_BxT, ((0, 0), (0, S - T)))
     pieces, start = [], 0
     for size in chunks:
         query_T = jnp.arange(start, start + size)
         mask_BxTxS = (jnp.arange(S)[None, :] <= query_T[:, None])[None] & slot_mask_BxS[:, None, :]
-        logits, cache = forward(graphdef, state, tokens_BxT[:, start:start + size],
-                                positions_BxT[:, start:start + size], mask_BxTxS, cache, jnp.int32(start))
+        logits, cache = step(graphdef, state, tokens_BxT[:, start:start + size],
+                             positions_BxT[:, start:start + size], mask_BxTxS, cache, jnp.int32(start))
         pieces.append(np.asarray(logits))
         start += size
     cached_logits = np.concatenate(pieces, axis=1)
     valid_BxT = e["attention_mask"].astype(bool)
     assert rel_err(cached_logits[valid_BxT], full_logits[valid_BxT]) <= 1e-5
-    assert cache.k.shape == (cfg.num_layers, B, cfg.num_kv_heads, S, cfg.head_dim)
-    assert np.all(np.asarray(cache.k[:, :, :, T:]) == 0)  # nothing written past the sequence
+    cache_k = np.stack(cache.k) if layers == "per_layer" else np.asarray(cache.k)
+    assert cache_k.shape == (cfg.num_layers, B, cfg.num_kv_heads, S, cfg.head_dim)
+    assert np.all(cache_k[:, :, :, T:] == 0)  # nothing written past the sequence
+    assert np.all(np.any(cache_k[:, :, :, :T] != 0, axis=-1))  # and every slot of it, in every layer
+
+
+def test_per_layer_cache_needs_per_layer_weights():
+    cfg, graphdef, state, e = golden("qwen2_tied_gqa2")
+    model = nnx.merge(graphdef, state)
+    tokens_BxT = jnp.asarray(e["tokens"])[:, :2]
+    mask_BxTxS = jnp.ones((tokens_BxT.shape[0], 2, 4), bool)
+    cache = unstack_cache(init_cache(cfg, tokens_BxT.shape[0], 4))
+    with pytest.raises(ValueError, match="per-layer KV cache"):
+        model(tokens_BxT, jnp.zeros_like(tokens_BxT), mask_BxTxS, cache, jnp.int32(0))
+    with pytest.raises(ValueError, match=f"layers: 1 given, the model has {cfg.num_layers}"):
+        model(tokens_BxT, jnp.zeros_like(tokens_BxT), mask_BxTxS, cache, jnp.int32(0), model.unstacked_layers()[:1])
 
 
 # ---------------------------------------------------------------- live parity against transformers (torch)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rubric_jax import sampling
+from rubric_jax import hlo_stats, sampling
 from rubric_jax.train import step as train_step
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.models.transformer import causal_padding_mask, padding_to_positions
@@ -167,6 +167,18 @@ def test_no_retrace_within_a_bucket(model):
     assert result.tokens.shape == (8, 11)
     run([[2] * 7, [3] * 2, [4] * 4, [5]], 9)  # width 7 is in the next prompt bucket
     assert sampling.TRACES["generate"] == before + 1
+
+
+def test_decode_loop_copies_no_layer_weight_per_token(model):
+    """The decode loop reads each layer's weights in place: no per-token dynamic-slice of a weight out of
+    the stacked layers (a layer scan inside the loop makes one, a copy of every weight on every token)."""
+    weights = model
+    hlo = sampling.lower_generate(weights, PROMPTS, max_new_tokens=8, stop_tokens=[STOP], pad_id=PAD
+                                  ).compile().as_text()
+    per_token = [op for op in hlo_stats.collectives(hlo, kinds=("dynamic-slice",)) if op.per_iteration]
+    assert per_token  # the loop's own token bookkeeping: the HLO was read
+    weight_shapes = {f"[1,{','.join(map(str, x.shape[1:]))}]" for x in jax.tree.leaves(weights.params["layers"])}
+    assert not [op.shape for op in per_token if any(shape in op.shape for shape in weight_shapes)]
 
 
 def test_samples_per_prompt_are_distinct_streams(model):

@@ -105,7 +105,8 @@ def _per_token_all_gathers(layout, sampler):
 @pytest.mark.parametrize("sampler", ["greedy", "temperature(0.7)"])
 def test_decode_loop_all_gathers_nothing_in_the_decode_layout(sampler):
     """The compiled program is the proof: with FSDP-sharded (training layout) weights every generated
-    token all-gathers them; in the decode layout (tensor 4 x replicas 2) the loop body has none."""
+    token all-gathers some (the embedding or LM head; the layer weights are gathered with their once-per-call
+    per-layer copies); in the decode layout (tensor 4 x replicas 2) the loop body has none."""
     train = sharding.Layout(sharding.make_mesh(sharding.MeshConfig(data=1, fsdp=8, tensor=1)))
-    assert _per_token_all_gathers(train, sampler) >= 5  # at least q, k, v, gate and up kernels, every token
+    assert _per_token_all_gathers(train, sampler) >= 1
     assert _per_token_all_gathers(sharding.decode_layout(train.mesh, 4), sampler) == 0

@@ -24,7 +24,7 @@ the names to a mesh (rubric_jax.sharding.Layout); this module knows no mesh.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -46,11 +46,18 @@ ShardActivation = Callable[[jax.Array, tuple[str, ...]], jax.Array]
 
 @struct.dataclass
 class KVCache:
-    """Keys and values of every layer for S slots: k, v [L, B, K, S, H] (a layer's [B, K, S, H] is what
-    the attention dots read, batch dims first: no transpose of the cache per layer and token)."""
+    """Keys and values of every layer for S slots, stacked: k, v [L, B, K, S, H] (what a layer scan updates in
+    place), or per layer: k, v tuples of L arrays [B, K, S, H] (`unstack_cache`, for a forward over
+    `Transformer.unstacked_layers`). A layer's [B, K, S, H] is what the attention dots read, batch dims first:
+    no transpose of the cache per layer and token."""
 
-    k: jax.Array
-    v: jax.Array
+    k: jax.Array | tuple[jax.Array, ...]
+    v: jax.Array | tuple[jax.Array, ...]
+
+    @property
+    def per_layer(self) -> bool:
+        """Whether k and v are tuples of per-layer arrays (else stacked on L)."""
+        return isinstance(self.k, tuple)
 
 
 def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype: Any = None) -> KVCache:
@@ -58,6 +65,11 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype: Any = None) ->
     shape = (cfg.num_layers, batch, cfg.num_kv_heads, max_len, cfg.head_dim)
     dtype = dtype or jnp.dtype(cfg.compute_dtype)
     return KVCache(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype))
+
+
+def unstack_cache(cache: KVCache) -> KVCache:
+    """A stacked cache as per-layer arrays (a copy), for `hidden_states(..., layers=unstacked_layers())`."""
+    return KVCache(k=tuple(cache.k), v=tuple(cache.v))
 
 
 def padding_to_positions(input_mask_BxT: jax.Array) -> jax.Array:
@@ -139,6 +151,8 @@ class Transformer(nnx.Module):
 
     With a cache, the mask [B, T, W] may be narrower than the cache: the new tokens attend over the cache's
     first W slots only (a sampler whose filled slots are a prefix pays for those, not for the capacity).
+    `layers` (from `unstacked_layers`) runs the layers unrolled over per-layer arrays instead of scanning the
+    stacked parameters (see there; a decode loop's choice).
 
     `shard_activation` (static, part of the graphdef; must be hashable) lays out the residual stream
     of every layer, e.g. batch over (data, fsdp) for FSDP training; None leaves it to the compiler.
@@ -158,17 +172,30 @@ class Transformer(nnx.Module):
 
     def __call__(self, tokens_BxT: jax.Array, positions_BxT: jax.Array, mask_BxTxS: jax.Array,
                  cache: KVCache | None = None, cache_index: jax.Array | None = None,
-                 ) -> tuple[jax.Array, KVCache | None]:
+                 layers: Sequence[Params] | None = None) -> tuple[jax.Array, KVCache | None]:
         """Float32 logits [B, T, V] for the new tokens, and the updated cache (None without one)."""
-        h_BxTxD, cache = self.hidden_states(tokens_BxT, positions_BxT, mask_BxTxS, cache, cache_index)
+        h_BxTxD, cache = self.hidden_states(tokens_BxT, positions_BxT, mask_BxTxS, cache, cache_index, layers)
         return self.logits_from_hidden(h_BxTxD), cache
+
+    def unstacked_layers(self) -> tuple[Params, ...]:
+        """Each layer's parameters as arrays of their own (a copy of the layer stack), for
+        `hidden_states(..., layers=...)`. Why: XLA copies the slice of the stacked weights that a layer scan
+        reads (a loop fusion on CPU, a device memcpy on GPU, seen in the compiled HLO), so a decode loop that
+        scans the stack copies every weight once per generated token; one that slices the stack once per
+        call and unrolls the layers reads each weight in place."""
+        stacked = _arrays(self.layers)
+        return tuple(jax.tree.map(lambda a, i=i: a[i], stacked) for i in range(self.cfg.num_layers))
 
     def hidden_states(self, tokens_BxT: jax.Array, positions_BxT: jax.Array, mask_BxTxS: jax.Array,
                       cache: KVCache | None = None, cache_index: jax.Array | None = None,
-                      ) -> tuple[jax.Array, KVCache | None]:
+                      layers: Sequence[Params] | None = None) -> tuple[jax.Array, KVCache | None]:
         """Final-norm hidden states [B, T, D] in the compute dtype (the trainer's chunked log-probs use it)."""
         if cache is not None and cache_index is None:
             raise ValueError("a KV cache needs cache_index (the slot where the new tokens go)")
+        if cache is not None and cache.per_layer and layers is None:
+            raise ValueError("a per-layer KV cache (unstack_cache) needs layers=model.unstacked_layers()")
+        if layers is not None and len(layers) != self.cfg.num_layers:
+            raise ValueError(f"layers: {len(layers)} given, the model has {self.cfg.num_layers}")
         cfg = self.cfg
         cos_BxTxH, sin_BxTxH = rope_tables(cfg, positions_BxT)
 
@@ -182,8 +209,14 @@ class Transformer(nnx.Module):
             x_BxTxD, cache = decoder_layer(cfg, params, self._shard(x_BxTxD), attend)
             return (x_BxTxD, cache), None
 
-        (x_BxTxD, cache), _ = self._layers(layer, (self._embed(tokens_BxT), cache),
-                                           (_arrays(self.layers), jnp.arange(cfg.num_layers)))
+        if layers is None:
+            (x_BxTxD, cache), _ = self._layers(layer, (self._embed(tokens_BxT), cache),
+                                               (_arrays(self.layers), jnp.arange(cfg.num_layers)))
+        else:  # unrolled, the layer index static (an inference path: no remat)
+            carry = (self._embed(tokens_BxT), cache)
+            for index, params in enumerate(layers):
+                carry, _ = layer(carry, (params, index))
+            x_BxTxD, cache = carry
         return self._final_norm(x_BxTxD), cache
 
     def prefix_continuation_states(self, prefix_tokens_UxP: jax.Array, prefix_positions_UxP: jax.Array,
@@ -391,26 +424,39 @@ def _attend_with_prefix(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxTxH: jax
 def _output(cfg: ModelConfig, attn: Params, out_BxTxKxGxH: jax.Array) -> jax.Array:
     """The heads concatenated and projected back: [B, T, D]."""
     B, T = out_BxTxKxGxH.shape[:2]
-    out_BxTxNxH = out_BxTxKxGxH.reshape(B, T, cfg.num_heads, cfg.head_dim)
-    return jnp.einsum("BTNH,NHD->BTD", out_BxTxNxH, attn["o_proj"]["kernel"].astype(out_BxTxNxH.dtype))
+    # One [N*H] contraction: with two contracted axes XLA transposes the kernel on every call (every token).
+    out_BxTxF = out_BxTxKxGxH.reshape(B, T, cfg.num_heads * cfg.head_dim)
+    kernel_FxD = attn["o_proj"]["kernel"].reshape(cfg.num_heads * cfg.head_dim, -1)
+    return jnp.einsum("BTF,FD->BTD", out_BxTxF, kernel_FxD.astype(out_BxTxF.dtype))
 
 
 def attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Array, sin_BxTxH: jax.Array,
               mask_BxTxS: jax.Array, cache: KVCache | None, layer: jax.Array | int,
               cache_index: jax.Array | None) -> tuple[jax.Array, KVCache | None]:
     """Grouped-query self-attention; writes the new keys/values into layer `layer` of the cache."""
-    B = x_BxTxD.shape[0]
     q_BxTxKxGxH, k_BxKxTxH, v_BxKxTxH = _qkv(cfg, attn, x_BxTxD, cos_BxTxH, sin_BxTxH)
     if cache is not None:
-        start = (layer, 0, 0, cache_index, 0)
-        cache = KVCache(k=jax.lax.dynamic_update_slice(cache.k, k_BxKxTxH[None].astype(cache.k.dtype), start),
-                        v=jax.lax.dynamic_update_slice(cache.v, v_BxKxTxH[None].astype(cache.v.dtype), start))
-        window = (1, B, cfg.num_kv_heads, mask_BxTxS.shape[-1], cfg.head_dim)  # the first S slots only
-        k_BxKxSxH = jax.lax.dynamic_slice(cache.k, (layer, 0, 0, 0, 0), window)[0].astype(x_BxTxD.dtype)
-        v_BxKxSxH = jax.lax.dynamic_slice(cache.v, (layer, 0, 0, 0, 0), window)[0].astype(x_BxTxD.dtype)
+        window = mask_BxTxS.shape[-1]  # the cache's first S slots only
+        k_cache, k_BxKxSxH = _write_and_read(cache.k, k_BxKxTxH, layer, cache_index, window)
+        v_cache, v_BxKxSxH = _write_and_read(cache.v, v_BxKxTxH, layer, cache_index, window)
+        cache = KVCache(k=k_cache, v=v_cache)
+        k_BxKxSxH, v_BxKxSxH = k_BxKxSxH.astype(x_BxTxD.dtype), v_BxKxSxH.astype(x_BxTxD.dtype)
     else:
         k_BxKxSxH, v_BxKxSxH = k_BxKxTxH, v_BxKxTxH
     return _output(cfg, attn, _attend(cfg, q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS)), cache
+
+
+def _write_and_read(cache: jax.Array | tuple[jax.Array, ...], new_BxKxTxH: jax.Array, layer: jax.Array | int,
+                    cache_index: jax.Array, window: int) -> tuple[jax.Array | tuple[jax.Array, ...], jax.Array]:
+    """One of a cache's k or v (stacked [L, B, K, S, H], or per layer, `layer` then a Python int) with the new
+    slots written at `cache_index` of layer `layer`, and that layer's first `window` slots [B, K, W, H]."""
+    if isinstance(cache, tuple):
+        written = jax.lax.dynamic_update_slice(cache[layer], new_BxKxTxH.astype(cache[layer].dtype),
+                                               (0, 0, cache_index, 0))
+        return cache[:layer] + (written,) + cache[layer + 1:], written[:, :, :window]
+    written = jax.lax.dynamic_update_slice(cache, new_BxKxTxH[None].astype(cache.dtype), (layer, 0, 0, cache_index, 0))
+    _, B, K, _, H = cache.shape
+    return written, jax.lax.dynamic_slice(written, (layer, 0, 0, 0, 0), (1, B, K, window, H))[0]
 
 
 def mlp(mlp_params: Params, x_BxTxD: jax.Array) -> jax.Array:
