@@ -100,12 +100,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--variant", choices=(*tiny_judge_data.VARIANTS, "all"), default="all")
     parser.add_argument("--out_root", type=Path, default=ASSETS_DIR, help="directory that gets tiny_judge*/")
     args = parser.parse_args(argv)
-    tokenizer = judge_tokenizer()
     variants = tiny_judge_data.VARIANTS if args.variant == "all" else (args.variant,)
     for variant in variants:
         start = START_FROM.get(variant)
         if start and start not in variants and not (args.out_root / JUDGE_DIRS[start] / "config.json").is_file():
             parser.error(f"--variant={variant} starts from the {start} judge: build it into {args.out_root} first")
+    tokenizer = judge_tokenizer()
     for variant in variants:
         report = build_judge(variant, tokenizer, args.out_root / JUDGE_DIRS[variant])
         print(json.dumps({variant: {"heldout": report["heldout"], "dimensions": report["dimensions"]}}, indent=1))
