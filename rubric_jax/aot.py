@@ -5,7 +5,7 @@ abstract inputs (ShapeDtypeStructs in their shardings), compiles each one for th
 reads what the compiler planned: per-device memory (`compiled.memory_analysis()`) and collectives
 (`rubric_jax.hlo_stats`). The programs, at the largest length bucket (the worst case):
   SFT step · GRPO update · rollout log-probs (reference, or recomputed behaviour) · rollout (prefill +
-  decode) · eval rollout · judge call (one per LLM judge).
+  decode) · eval rollout · judge call (one per LLM judge) · reward-model forward (reward.source=reward_model).
 Model shapes come from the checkpoint's config.json, or, when that directory does not exist on this
 machine, from a bundled copy of the public config of the same name (rubric_jax/assets/model_shapes).
 
@@ -37,6 +37,7 @@ from jax.experimental import topologies
 
 from rubric_jax import aot_targets, hlo_stats, loader, sampling, sharding
 from rubric_jax.assets import MODEL_SHAPES_DIR
+from rubric_jax.judges import reward_model
 from rubric_jax.judges.llm_judge import MAX_PROMPT_TOKENS
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.io import load_rubric
@@ -156,6 +157,21 @@ def judge_configs(config: ml_collections.ConfigDict, target: str) -> list[tuple[
     return judges
 
 
+def reward_model_shapes(config: ml_collections.ConfigDict, settings: reward_model.RewardModelConfig
+                        ) -> tuple[str, ModelConfig]:
+    """(name, ModelConfig) of the reward model in `reward.model_dtype`, as the run loads it, checked as the
+    run checks it (one label, `reward.model_max_len` within its context)."""
+    directory = config.reward.model_checkpoint
+    dtype = loader.resolve_dtype(config.reward.model_dtype, "reward.model_dtype")
+    hf = json.loads(shapes_file(directory, "reward.model_checkpoint").read_text())
+    cfg = ModelConfig.from_hf_dict(hf, param_dtype=dtype, compute_dtype=dtype)
+    if cfg.num_labels != 1:
+        raise ValueError(f"config.reward.model_checkpoint={directory}: a reward model is a "
+                         f"*ForSequenceClassification config with one label, not num_labels={cfg.num_labels}")
+    reward_model.check_context(settings, cfg, directory)
+    return Path(directory).name, cfg
+
+
 # ---------------------------------------------------------------------------------------- compiling
 def _per_device_bytes(tree: Any) -> int:
     """Bytes one device holds of a tree of sharded ShapeDtypeStructs (the largest shard of each)."""
@@ -204,6 +220,15 @@ def _lower_generate(weights: loader.Weights, layout: sharding.Layout, *, prompts
                                    layout=layout)
 
 
+def _lower_reward_model(weights: loader.Weights, layout: sharding.Layout, rows: int, length: int
+                        ) -> jax.stages.Lowered:
+    """The reward model's forward (`reward_model.forward_program`) for `rows` chats of `length` tokens."""
+    batch = sharding.batch_sharding(layout.mesh, (rows, length))
+    tokens = jax.ShapeDtypeStruct((rows, length), jnp.int32, sharding=batch)
+    mask = jax.ShapeDtypeStruct((rows, length), jnp.bool_, sharding=batch)
+    return reward_model.forward_program(weights.graphdef, layout.mesh).lower(weights.params, tokens, mask)
+
+
 def judge_prompts_per_call(config: ml_collections.ConfigDict) -> int:
     """The most prompts one judge `generate` call gets: every (response, criteria prompt, sample) of the
     larger of a rollout and an eval, capped by `judge.batch_size` (0: no cap). Per-dimension prompts are
@@ -225,12 +250,10 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
     """Compiles every program a run of `config` compiles, for `num_devices` devices of `target`; see the
     module docstring. `progress` gets a line per program."""
     settings = run_settings.validate(config)  # every value checked as the run checks it, before compiling
-    if settings.reward_model is not None:
-        raise ValueError("config.reward.source='reward_model': the dry run does not compile the reward model's "
-                         "forward (it covers rubric rewards: rule and LLM judges)")
     devices = target_devices(target, num_devices)
     model_cfg = policy_config(config)
     judges = judge_configs(config, target)
+    scorer = reward_model_shapes(config, settings.reward_model) if settings.reward_model is not None else None
     layout, decode_layout, decode_dtype = loop.layouts(config, model_cfg, devices)
     mesh = layout.mesh
     rl = config.rl
@@ -248,8 +271,11 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
     if rl.beta > 0:
         resident["reference params"] = resident["policy params"]  # the policy's layout and dtype (loop.load_reference)
     judge_weights = {f"judge {name}": loader.abstract_weights(cfg, decode_layout) for name, cfg in judges}
-    resident.update({name: _per_device_bytes(w.params) for name, w in judge_weights.items()})
-    judge_names, reference = tuple(judge_weights), tuple(k for k in resident if k == "reference params")
+    scorer_weights = dict(judge_weights)  # every model that scores rollouts: it lives beside every program
+    if scorer is not None:
+        scorer_weights[f"reward model {scorer[0]}"] = loader.abstract_weights(scorer[1], decode_layout)
+    resident.update({name: _per_device_bytes(w.params) for name, w in scorer_weights.items()})
+    scorer_names, reference = tuple(scorer_weights), tuple(k for k in resident if k == "reference params")
 
     programs: list[ProgramReport] = []
     options = _CPU_COMPILER_OPTIONS if target == CPU else {}
@@ -265,19 +291,19 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
         sft_step = loop.sft_program(sft_shardings, mesh)
         sft_batch = _batch(train_step.SFT_BATCH_KEYS, config.sft.batch_size, sft_len, mesh)
         add("SFT step", f"{config.sft.batch_size} x {sft_len} tokens", lambda: sft_step.lower(sft_state, sft_batch),
-            judge_names)
+            scorer_names)
     if "grpo" in config.stages:
         grpo = loop.grpo_programs(rl, policy.graphdef, shardings, mesh, settings.grpo)
         batch = _batch(train_step.grpo_batch_keys(grpo.cfg), rollouts, response_len, mesh, prompt_len)
         micro = (f"{rl.questions_per_step} x ({prompt_len} + {rl.group_size} x {response_len}) tokens, "
                  f"{rl.micro_batches} micro-batches")
-        add("GRPO update", micro, lambda: grpo.update.lower(state, batch), reference + judge_names)
+        add("GRPO update", micro, lambda: grpo.update.lower(state, batch), reference + scorer_names)
         if rl.beta > 0 or rl.recompute_old_logprobs:
             add("rollout log-probs", micro,
                 lambda: grpo.logprobs.lower(state.params, *train_step.logprob_inputs(batch)),
-                train_arrays + judge_names)
+                train_arrays + scorer_names)
         rollout_policy = loader.abstract_weights(model_cfg.replace(param_dtype=decode_dtype), decode_layout)
-        beside = train_arrays + reference + judge_names
+        beside = train_arrays + reference + scorer_names
         for name, prompts, spec in (("rollout", rl.questions_per_step, settings.train_rollout),
                                     ("eval rollout", config.eval.max_questions, settings.eval_rollout)):
             add(name, f"{prompts} x {spec.n} x ({prompt_len} + {spec.max_new_tokens}) tokens",
@@ -286,13 +312,22 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
                     max_new_tokens=spec.max_new_tokens, sampler=spec.sampler),
                 beside, per_token=True)
         for name, weights in judge_weights.items():
+            others = train_arrays + reference + tuple(n for n in scorer_names if n != name)
             # The longest prompt load_judge lets through (the sampler pads it to its bucket).
             judge_len = min(MAX_PROMPT_TOKENS, weights.cfg.max_position_embeddings - config.judge.max_new_tokens)
             add(f"{name} call", f"{judge_rows} x ({judge_len} + {config.judge.max_new_tokens}) tokens",
                 lambda w=weights, p=judge_len: _lower_generate(
                     w, decode_layout, prompts=judge_rows, prompt_len=p, n=1, max_new_tokens=config.judge.max_new_tokens,
                     sampler=config.judge.sampler),
-                train_arrays + reference + tuple(n for n in judge_names if n != name), per_token=True)
+                others, per_token=True)
+        if scorer is not None:  # the reward model's largest call: the most rows at the longest bucket
+            name = f"reward model {scorer[0]}"
+            rows = reward_model.rows_per_call(settings.reward_model, max(rollouts, config.eval.max_questions),
+                                              decode_layout.mesh)
+            length = reward_model.longest_bucket(settings.reward_model)
+            add(f"{name} forward", f"{rows} x {length} tokens",
+                lambda: _lower_reward_model(scorer_weights[name], decode_layout, rows, length),
+                train_arrays + reference)
     kind = devices[0].device_kind
     device_memory = None if target == CPU else aot_targets.get_target(target).memory_bytes
     meshes = (f"training mesh {_mesh_words(mesh)}; decode mesh {_mesh_words(decode_layout.mesh)} "

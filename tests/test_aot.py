@@ -92,12 +92,33 @@ def test_judge_prompts_per_call():
         aot.judge_prompts_per_call(config)
 
 
-def test_a_reward_model_run_is_refused_rather_than_under_counted():
+def test_a_reward_model_run_compiles_its_forward_and_counts_its_bytes(tmp_path):
+    """A reward model (the tiny shape with a one-label score head; a config.json, no weights) scores alone:
+    its forward is compiled at its largest call, and its float32 weights live beside every program."""
+    hf = json.loads((REPO / "rubric_jax/assets/tiny/config.json").read_text())
+    (tmp_path / "rm").mkdir()
+    (tmp_path / "rm" / "config.json").write_text(json.dumps(
+        {**hf, "architectures": ["Qwen2ForSequenceClassification"], "num_labels": 1, "pad_token_id": 0}))
     config = tiny.get_config()
-    config.reward.source, config.reward.model_checkpoint = "reward_model", "/models/internlm2-7b-reward"
-    config.judge.checkpoint = ""  # a reward model scores alone
-    with pytest.raises(ValueError, match=r"config.reward.source='reward_model': the dry run does not compile"):
-        aot.dry_run(config, "cpu", 8)
+    config.stages, config.judge.checkpoint = ["grpo"], ""  # a reward model scores alone
+    config.reward.source, config.reward.model_checkpoint = "reward_model", str(tmp_path / "rm")
+    config.reward.model_max_len, config.reward.model_batch_size = 300, 12
+    report = aot.dry_run(config, "cpu", 8, progress=lambda line: None)
+    by_name = {p.name: p for p in report.programs}
+    assert list(by_name) == ["GRPO update", "rollout log-probs", "rollout", "eval rollout", "reward model rm forward"]
+    # 12 rows a call, rounded up to the 8-way data split; 300 tokens, padded to the 512 bucket.
+    assert by_name["reward model rm forward"].shapes == "16 x 512 tokens"
+    # The tiny causal LM's 656,512 floats (the judge test above) + the [128, 1] score head, whole on every device
+    # of the decode layout (data 8), in reward.model_dtype float32.
+    assert report.resident["reward model rm"] == (656_512 + 128) * 4
+    for name in ("GRPO update", "rollout", "eval rollout"):
+        assert "reward model rm" in by_name[name].beside
+    forward = by_name["reward model rm forward"]
+    assert report.phase_bytes(forward) == forward.peak + sum(report.resident[k] for k in (
+        "policy params", "AdamW moments", "reference params"))
+    config.reward.model_max_len = 600
+    with pytest.raises(ValueError, match=r"reward.model_max_len=600 exceeds the reward model's context \(512 tokens"):
+        aot.dry_run(config, "cpu", 8, progress=lambda line: None)
 
 
 def test_gpu_target_without_the_gpu_compiler_is_one_line():
@@ -184,10 +205,11 @@ def _fake_venv(directory: Path, name: str, requirements: list[str]) -> None:
 
 
 def test_launch_sh_runs_gpu_dry_runs_in_the_aot_environment(tmp_path):
-    """The README's ./launch.sh commands: a GPU --dry_run_target goes to .venv-aot, anything else to .venv."""
+    """The README's ./launch.sh commands: a GPU --dry_run_target goes to .venv-aot, anything else (tests too) to .venv."""
     _fake_venv(tmp_path / "main", "main", ["requirements.txt", "requirements-test.txt"])
     _fake_venv(tmp_path / "aot", "aot", ["requirements-aot.txt", "requirements.txt"])
     env = {**os.environ, "RUBRIC_JAX_VENV": str(tmp_path / "main"), "RUBRIC_JAX_AOT_VENV": str(tmp_path / "aot")}
+    env.pop("RUBRIC_JAX_TEST_WORKERS", None)
 
     def launch(*args: str) -> str:
         proc = subprocess.run(["bash", "launch.sh", *args], cwd=REPO, capture_output=True, text=True, env=env)
@@ -200,6 +222,8 @@ def test_launch_sh_runs_gpu_dry_runs_in_the_aot_environment(tmp_path):
     assert launch(*cpu) == "main -m " + " ".join(cpu)
     assert launch(*cpu, "--dry_run_target=cpu") == "main -m " + " ".join(cpu + ["--dry_run_target=cpu"])
     assert launch("aot").startswith("launch.sh: ")
+    # `./launch.sh test` (what CI runs): the whole suite on two pytest-xdist workers, one file per worker at a time.
+    assert launch("test", "-x") == "main -m pytest tests -n 2 --dist loadfile -x"
 
 
 _NEEDS_GPU_COMPILER = pytest.mark.skipif(

@@ -97,8 +97,9 @@ def load_reward_model(checkpoint_dir: str | Path, *, layout: sharding.Layout, pa
 
 
 @functools.lru_cache(maxsize=8)
-def _forward_fn(graphdef: nnx.GraphDef, mesh: Mesh):
-    """The one jitted forward: (params, tokens [B, T], input_mask [B, T]) -> logits [B], replicated."""
+def forward_program(graphdef: nnx.GraphDef, mesh: Mesh):
+    """The one jitted forward: (params, tokens [B, T], input_mask [B, T]) -> logits [B], replicated (the dry
+    run compiles it too, rubric_jax/aot.py)."""
 
     def forward(params: dict[str, Any], tokens_BxT: jax.Array, input_mask_BxT: jax.Array) -> jax.Array:
         model = nnx.merge(graphdef, params)
@@ -109,18 +110,36 @@ def _forward_fn(graphdef: nnx.GraphDef, mesh: Mesh):
     return jax.jit(forward, out_shardings=sharding.replicated(mesh))
 
 
+def check_context(config: RewardModelConfig, cfg: ModelConfig, name: str) -> None:
+    """The longest chat scored must fit the reward model's context."""
+    if config.max_len > cfg.max_position_embeddings:
+        raise ValueError(f"reward.model_max_len={config.max_len} exceeds the reward model's context "
+                         f"({cfg.max_position_embeddings} tokens, {name}/config.json)")
+
+
+def rows_per_call(config: RewardModelConfig, n: int, mesh: Mesh) -> int:
+    """Rows of each forward call scoring `n` chats: up to `batch_size`, rounded up to split over data x fsdp
+    (one row count per n: a bounded set of shapes)."""
+    split = mesh.shape["data"] * mesh.shape["fsdp"]
+    return -(-min(config.batch_size, n) // split) * split
+
+
+def longest_bucket(config: RewardModelConfig) -> int:
+    """The largest length bucket: the first power of two >= max_len."""
+    return 1 << (config.max_len - 1).bit_length()
+
+
 def reward_model_logits(model: RewardModel, token_ids: Sequence[Sequence[int]], config: RewardModelConfig
                         ) -> np.ndarray:
     """Float32 logits [N] of tokenised chats (each at most config.max_len tokens), `batch_size` rows a call."""
     loader.check_placement(model.weights, model.layout, what=f"reward model {model.name}")
     mesh = model.layout.mesh
     n = len(token_ids)
-    split = mesh.shape["data"] * mesh.shape["fsdp"]
-    rows = -(-min(config.batch_size, n) // split) * split  # one row count per N: a bounded set of shapes
-    top = 1 << (config.max_len - 1).bit_length()
+    rows = rows_per_call(config, n, mesh)
+    top = longest_bucket(config)
     buckets = data.power_of_two_buckets(min(_MIN_BUCKET, top), top)
     pad_id = model.cfg.pad_token_id
-    forward = _forward_fn(model.weights.graphdef, mesh)
+    forward = forward_program(model.weights.graphdef, mesh)
     logits_N = np.empty((n,), np.float32)
     for start in range(0, n, rows):
         chunk = list(token_ids[start:start + rows])
@@ -136,9 +155,7 @@ class RewardModelReward:
     -> RewardOutput` with the single column "reward_model" (module docstring)."""
 
     def __init__(self, model: RewardModel, config: RewardModelConfig = RewardModelConfig()):
-        if config.max_len > model.cfg.max_position_embeddings:
-            raise ValueError(f"reward.model_max_len={config.max_len} exceeds the reward model's context "
-                             f"({model.cfg.max_position_embeddings} tokens, {model.name}/config.json)")
+        check_context(config, model.cfg, model.name)
         self.model = model
         self.config = config
 
