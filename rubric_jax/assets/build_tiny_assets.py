@@ -143,8 +143,8 @@ def case_dimensions(topic: Topic) -> list[Dimension]:
 
 
 # Clarity weighs as much as three other criteria: at weight 1 a templated answer of the cold-start policy out-earned
-# the others by 0.035 reward (its scaffolds come with missed topic keywords), and a 60-step GRPO run let the template
-# share fall from 0.17 to 0.02 (measured 2026-11-30); at 3 the margin is 0.12, about the template penalty's pull.
+# the others by 0.035 reward (its scaffolds come with missed topic keywords) and a 40-step GRPO run held the template
+# share at 0.06 (measured 2026-11-30); at 3 the margin is 0.12, about what the tiny default's template penalty costs.
 CLARITY_WEIGHT = 3.0
 
 
