@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from rubric_jax import jsonl
+from rubric_jax import distributed, jsonl
 
 from rubric_jax.rubrics.schema import Dimension, Rubric, RubricError, RubricWarning, case_rubric, parse_row_rubric
 
@@ -289,11 +289,14 @@ def bucket_length(length: int, buckets: Sequence[int]) -> int:
 
 
 def _pad(seqs: Sequence[Sequence[int]], pad_id: int, buckets: Sequence[int],
-         left: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Pads every sequence to the bucket of the longest one, on the left or on the right."""
+         left: bool, across_processes: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Pads every sequence to the bucket of the longest one (with `across_processes`, the longest of every
+    process's batch: each process must call it), on the left or on the right."""
     if not seqs:
         raise DataError("cannot pad an empty batch")
     longest = max(len(s) for s in seqs)
+    if across_processes:
+        (longest,) = distributed.max_over_processes(longest)
     try:
         width = bucket_length(longest, buckets)
     except DataError as e:
@@ -308,20 +311,25 @@ def _pad(seqs: Sequence[Sequence[int]], pad_id: int, buckets: Sequence[int],
     return ids, mask
 
 
-def pad_left(seqs: Sequence[Sequence[int]], pad_id: int, buckets: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+def pad_left(seqs: Sequence[Sequence[int]], pad_id: int, buckets: Sequence[int], *,
+             across_processes: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Left-pads to the bucket of the longest sequence: (ids_BxP int32, mask_BxP bool, True = token)."""
-    return _pad(seqs, pad_id, buckets, left=True)
+    return _pad(seqs, pad_id, buckets, left=True, across_processes=across_processes)
 
 
-def pad_right(seqs: Sequence[Sequence[int]], pad_id: int, buckets: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+def pad_right(seqs: Sequence[Sequence[int]], pad_id: int, buckets: Sequence[int], *,
+              across_processes: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Right-pads to the bucket of the longest sequence: (ids_BxR int32, mask_BxR bool, True = token)."""
-    return _pad(seqs, pad_id, buckets, left=False)
+    return _pad(seqs, pad_id, buckets, left=False, across_processes=across_processes)
 
 
 def prompt_batch(tokenizer: Any, questions: Sequence[str], buckets: Sequence[int],
-                 system_prompt: str = SYSTEM_PROMPT) -> tuple[np.ndarray, np.ndarray]:
-    """Chat-template prompts, left-padded for generation: (ids_BxP, mask_BxP)."""
-    return pad_left(encode_prompts(tokenizer, questions, system_prompt), tokenizer.pad_token_id, buckets)
+                 system_prompt: str = SYSTEM_PROMPT, *, across_processes: bool = False
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Chat-template prompts, left-padded for generation: (ids_BxP, mask_BxP); with `across_processes`
+    (each process batching its own block) the width is the same on every process."""
+    return pad_left(encode_prompts(tokenizer, questions, system_prompt), tokenizer.pad_token_id, buckets,
+                    across_processes=across_processes)
 
 
 def check_sft_lengths(tokenizer: Any, examples: Sequence[SFTExample], prompt_buckets: Sequence[int],
@@ -342,13 +350,15 @@ def check_sft_lengths(tokenizer: Any, examples: Sequence[SFTExample], prompt_buc
 
 
 def sft_batch(tokenizer: Any, examples: Sequence[SFTExample], prompt_buckets: Sequence[int],
-              response_buckets: Sequence[int], system_prompt: str = SYSTEM_PROMPT) -> SFTBatch:
-    """[left-padded prompt | right-padded response+eos], the same layout a GRPO rollout has."""
+              response_buckets: Sequence[int], system_prompt: str = SYSTEM_PROMPT, *,
+              across_processes: bool = False) -> SFTBatch:
+    """[left-padded prompt | right-padded response+eos], the same layout a GRPO rollout has; with
+    `across_processes` the widths are the same on every process."""
     pad = tokenizer.pad_token_id
     prompt_ids, prompt_mask = pad_left(encode_prompts(tokenizer, [e.prompt for e in examples], system_prompt),
-                                       pad, prompt_buckets)
+                                       pad, prompt_buckets, across_processes=across_processes)
     resp_ids, resp_mask = pad_right(encode_responses(tokenizer, [e.response for e in examples]), pad,
-                                    response_buckets)
+                                    response_buckets, across_processes=across_processes)
     return SFTBatch(
         tokens_BxT=np.concatenate([prompt_ids, resp_ids], axis=1),
         input_mask_BxT=np.concatenate([prompt_mask, resp_mask], axis=1),

@@ -6,17 +6,24 @@ Recognised environments (checked in this order):
   * SLURM with more than one task (SLURM_NTASKS > 1): jax reads the SLURM variables itself;
   * a Cloud TPU pod slice (TPU_WORKER_HOSTNAMES lists more than one host): jax detects it itself.
 Anything else is a single-process run and nothing is initialised.
+
+Data in a multi-process job: every process walks the same (seeded) order of rows and keeps its own
+contiguous block of each global batch (`process_block`), which `global_batch` places on its devices;
+host-side results that every process needs (rewards, metrics) come back through `all_gather_objects`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any
+import pickle
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
+
+T = TypeVar("T")
 
 
 def describe_environment(env: Mapping[str, str]) -> dict[str, object] | None:
@@ -125,3 +132,43 @@ def max_over_processes(*values: int) -> tuple[int, ...]:
         return tuple(int(v) for v in values)
     gathered_PxK = multihost_utils.process_allgather(np.asarray(values, np.int64))
     return tuple(int(v) for v in np.asarray(gathered_PxK).reshape(jax.process_count(), -1).max(axis=0))
+
+
+def check_divides(count: int, field: str) -> None:
+    """Refuses (one line naming the config `field`) a per-step row count that does not split into equal
+    blocks over the processes; checked at start-up."""
+    processes = jax.process_count()
+    if count % processes:
+        raise ValueError(f"config.{field}={count}: must be a multiple of the number of processes ({processes}): "
+                         "each process takes an equal block of every batch")
+
+
+def block_bounds(count: int) -> tuple[int, int]:
+    """[start, stop) of this process's contiguous block of `count` rows: process p takes block p; blocks
+    differ by at most one row when `count` does not divide (host-side work such as rule scoring)."""
+    process, processes = jax.process_index(), jax.process_count()
+    return count * process // processes, count * (process + 1) // processes
+
+
+def process_block(rows: Sequence[T]) -> list[T]:
+    """This process's block of a global batch `rows` (the rows `global_batch` puts on its devices): disjoint
+    and equally many on every process (see `check_divides`); with one process, all of them."""
+    if len(rows) % jax.process_count():
+        raise ValueError(f"process_block: {len(rows)} rows do not split over {jax.process_count()} processes")
+    start, stop = block_bounds(len(rows))
+    return list(rows[start:stop])
+
+
+def all_gather_objects(value: Any) -> list[Any]:
+    """Every process's `value` (any picklable host object: numpy arrays, lists, dicts), in process order;
+    every process must call it. With one process: `[value]`, nothing serialised."""
+    if jax.process_count() == 1:
+        return [value]
+    payload = np.frombuffer(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
+    (longest,) = max_over_processes(payload.size)
+    padded = np.zeros((longest + 8,), np.uint8)  # a length prefix, then the bytes
+    padded[:8] = np.frombuffer(np.int64(payload.size).tobytes(), np.uint8)
+    padded[8:8 + payload.size] = payload
+    gathered_PxL = np.asarray(multihost_utils.process_allgather(padded))
+    sizes = [int(np.frombuffer(row[:8].tobytes(), np.int64)[0]) for row in gathered_PxL]
+    return [pickle.loads(row[8:8 + size].tobytes()) for row, size in zip(gathered_PxL, sizes)]

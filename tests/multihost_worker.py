@@ -19,10 +19,12 @@ DEVICES = 8
 
 def main(out: Path, process_id: int, num_processes: int, port: int) -> None:
     os.environ["XLA_FLAGS"] = f"{FAST_COMPILE} --xla_force_host_platform_device_count={DEVICES // num_processes}"
-    import jax
+    # The three variables the README's two-host launch sets, read by the same start-up as experiments.run.
+    os.environ.update(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES=str(num_processes),
+                      JAX_PROCESS_ID=str(process_id))
+    from rubric_jax import distributed
 
-    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=num_processes,
-                               process_id=process_id)
+    assert distributed.maybe_initialize()
     run(out)
 
 
@@ -81,15 +83,61 @@ def run(out: Path) -> None:
     results["restored_equal"] = np.asarray(all(
         np.array_equal(distributed.host_array(restored_flat[k]), results[f"param/{k}"]) for k in flat))
     export_hf_checkpoint(cfg, state.params, out / "export")  # gathered across hosts, written by process 0
-    if num_processes > 1:  # the trainer loop is not multi-host yet: it says so before doing anything
-        from configs import tiny
-        from rubric_jax.train import loop
 
-        try:
-            loop.run(tiny.get_config(), out / f"run{process_id}")
-        except ValueError as e:
-            results["loop_refusal"] = np.asarray(str(e))
+    # The trainer loop (1 SFT step, 2 GRPO steps with evals, rule-only rubric) in one shared workdir: each
+    # process its own block of every batch, process 0 writing the logs and the export.
+    from rubric_jax.train import loop
+
+    loop.run(loop_config(out), out / "loop")
     np.savez(out / f"{process_id}.npz", **results)
+
+
+def loop_config(out: Path):
+    """The tiny default cut to seconds: its model, a one-rule rubric (a word-count length score, which varies
+    between 8-token samples, so advantages are not all zero), 8 SFT rows in one step, 4
+    questions x 2 samples a GRPO step, 4 eval questions (2 per process), export at the end. The decode
+    layout's tensor groups of 2 make every process's 2 questions a whole block of the sampler's batch, so
+    the rows sit where one process would put them."""
+    import json
+
+    from rubric_jax import distributed
+    from tiny_config import absolute_tiny_config
+
+    topics = ("a refund", "a late parcel", "a password reset", "a broken screen", "an invoice", "a discount",
+              "a new address", "a cancelled order")
+    files = {
+        "train.jsonl": [{"id": f"q{i}", "question": f"How do I ask about {t}?", "category": "customer_service",
+                         "lang": "en"} for i, t in enumerate(topics)],
+        "eval.jsonl": [{"id": f"e{i}", "question": f"Who handles {t}?", "category": "customer_service", "lang": "en"}
+                       for i, t in enumerate(topics[:4])],
+        "sft.jsonl": [{"id": f"s{i}", "prompt": f"Help with {t}.",
+                       "response": f"<think>Steps.</think><answer>Sorry about {t}. Contact us.</answer>"}
+                      for i, t in enumerate(topics)],
+    }
+    length = {"id": "length", "description": "20-40 words.", "kind": "rule", "scale": {"kind": "binary"},
+              "anchors": {"0": "Far too short.", "1": "20-40 words."}, "rule": "length",
+              "params": {"min": 20, "max": 40, "unit": "auto"}}  # 8-token answers score by their word count
+    rubric = {"name": "multihost", "version": "1.0.0", "dimensions": [length],
+              "changelog": [{"version": "1.0.0", "change": "a length score", "reason": "a test"}]}
+    if distributed.is_writer():
+        for name, rows in files.items():
+            (out / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (out / "rubric.yaml").write_text(json.dumps(rubric))  # JSON is YAML
+    distributed.wait_for_everyone("loop data written")
+    config = absolute_tiny_config()
+    with config.unlocked():
+        config.data.train, config.data.eval, config.data.sft = (str(out / n) for n in files)
+        config.data.rubric = str(out / "rubric.yaml")
+        config.data.golden, config.judge.checkpoint = "", ""
+        config.data.max_prompt_len = 64
+        config.mesh.rollout.tensor = 2
+        config.sft.update(batch_size=8, epochs=1, warmup_steps=0, max_response_len=32)
+        config.rl.update(steps=2, questions_per_step=4, group_size=2, micro_batches=1, max_new_tokens=8,
+                         warmup_steps=0, beta=0.0)  # no KL reference: one program fewer to compile
+        config.eval.update(max_questions=4, max_new_tokens=8, every_steps=2)
+        config.checkpoint.every_steps = 2
+        config.export.at_end = True
+    return config
 
 
 if __name__ == "__main__":

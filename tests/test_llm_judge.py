@@ -404,3 +404,22 @@ def test_each_failed_score_carries_its_cause(tok):
     out = lj.judge_rows([judge], lj.JudgeConfig(mode="multi", num_samples=1), ["q"] * 2, ["fine", "long " * 500],
                         [[], [ACC, SAFE]], jax.random.key(0))
     assert out.causes == [[], ["judge_prompt_too_long"] * 2]
+
+
+def test_rounds_and_call_sizes_are_agreed_across_processes(tok, monkeypatch):
+    """Multi-process: the other process (stood in for by `max_over_processes`) sends 5, 3, then 1 prompts in
+    rounds 0-2; this one has 2 valid prompts, or none at all. Both make the other's calls, shapes included
+    (fillers pad them), and keep only their own verdicts and counts."""
+    for batch_size, expected_calls in ((0, [5, 3, 1]), (2, [2, 2, 1, 2, 1, 1])):
+        for responses, dims in ((["worth 4", "worth 2"], [[ACC], [ACC]]), ([], [])):
+            others = iter([5, 3, 1])
+            monkeypatch.setattr(lj.distributed, "max_over_processes", lambda n: (max(n, next(others)),))
+            judge, stub = make_judge(tok, lambda text, call: digit_reply(text, call) if "<response-" in text else "",
+                                     batch_size=batch_size)  # a filler prompt has no fenced response
+            out = lj.judge_rows([judge], lj.JudgeConfig(num_samples=1, max_retries=2), ["q"] * len(responses),
+                                responses, dims, jax.random.key(0))
+            assert [c["batch"] for c in stub.calls] == expected_calls
+            assert [s.tolist() for s in out.scores] == [[4.0], [2.0]][:len(responses)]
+            assert out.details["judge_prompts"] == len(responses) and out.details["judge_invalid"] == 0
+            assert out.details["judge_generate_calls"] == len(expected_calls) and out.details["judge_retried"] == 0
+            assert next(others, None) is None  # one agreement per round, every round run

@@ -12,7 +12,7 @@ import pytest
 from rubric_jax import data
 from rubric_jax.judges import llm_judge as lj
 from rubric_jax.judges import rules as R
-from rubric_jax.judges.reward import RubricReward
+from rubric_jax.judges.reward import RubricReward, concat_outputs
 from rubric_jax.rubrics.schema import RubricError, case_rubric, dimension_from_dict, rubric_from_dict
 from test_llm_judge import criteria_ids, fenced, make_judge, tiny_tokenizer
 
@@ -269,3 +269,35 @@ def test_weight_overrides_outside_float32_range_are_refused():
     for bad in (1e39, 1e-46, 0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="reward: weight of dimension 'format': expected a positive float32"):
             RubricReward()(["q"], ["x"], [RULES_ONLY], weights={"format": bad})
+
+
+def test_concat_outputs_equals_scoring_all_rows_at_once(tok):
+    """What a multi-process rollout gathers: blocks of rows scored apart (case-wise rubrics whose columns
+    differ between blocks, an LLM dimension with a retry in one block only), joined, equal one call."""
+    def reply(text, call):
+        m = re.search(r"\d", fenced(text, "response"))
+        return f"SCORE: {m.group(0)}" if m else "cannot decide"
+
+    extra = dimension_from_dict({"id": "mentions_water", "description": "mentions water", "kind": "rule",
+                                 "rule": "keywords", "params": {"words": ["water"]},
+                                 "scale": {"kind": "binary"}, "anchors": BINARY})
+    mixed = rubric([FORMAT, ACCURACY])
+    case = case_rubric(mixed, "q2", extra=[extra])
+    rows = (["q1", "q2", "q2", "q1"], ["<think>t</think><answer>5</answer>", "water 3", "no digits", "it is 2"],
+            [mixed, case, case, mixed])
+    judge, _ = make_judge(tok, reply)
+    reward = RubricReward([mixed, case], judges=[judge], judge_config=lj.JudgeConfig(num_samples=2, max_retries=1))
+    whole = reward(*rows, key=jax.random.key(0))
+    parts = [reward(*(x[a:b] for x in rows), key=jax.random.key(0)) for a, b in ((0, 1), (1, 4))]
+    assert parts[0].dimension_ids == ["format", "accuracy"]  # the first block has no water column
+    joined = concat_outputs(parts)
+    assert joined.dimension_ids == whole.dimension_ids == ["format", "accuracy", "mentions_water"]
+    for name in ("scores", "valid", "reward"):
+        np.testing.assert_array_equal(getattr(joined, name), getattr(whole, name), err_msg=name)
+    np.testing.assert_array_equal(joined.details["raw_scores"], whole.details["raw_scores"])
+    np.testing.assert_array_equal(joined.details["reward_ok"], whole.details["reward_ok"])
+    for key in ("failures", "failure_causes", "num_failed_scores", "num_not_ok", "rubric_hashes", "judge_prompts",
+                "judge_invalid", "judge_retried", "judge_scores", "judge_failed_samples", "judge_failed_scores",
+                "judge_generate_calls", "judge_sample_spread_mean"):
+        assert joined.details[key] == whole.details[key], key
+    assert whole.details["failures"]["accuracy"] == 1 and whole.details["judge_generate_calls"] == 2

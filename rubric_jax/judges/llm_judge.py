@@ -10,6 +10,10 @@ Flow for a batch of rows (question, response, the row's LLM dimensions):
   failure:  a sample still invalid after `max_retries` is NaN; a request with no valid sample is NaN
             and masked invalid; every failure is counted in `details` (never turned into a score), and
             each failed score carries its cause (FAILURE_CAUSES: the most frequent among its samples);
+  processes: in a multi-process job each process judges its own rows, but every generate call is global:
+            the number of rounds and each call's prompt count are the maximum over processes (a process
+            with fewer prompts pads its call with one-token fillers and discards their verdicts), so
+            every process makes the same calls with the same shapes, also in retry rounds;
   ensemble: judges (different params or base models, RubricRL 6.2 / 7) are combined per score by the
             mean of the valid ones, or weighted by agreement with the other judges.
 
@@ -27,7 +31,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from rubric_jax import data, loader, sampling, sharding
+from rubric_jax import data, distributed, loader, sampling, sharding
 from rubric_jax.judges.parser import parse_verdict
 from rubric_jax.judges.prompts import JudgePrompt, compact_single_prompt, multi_prompt, single_prompt
 from rubric_jax.models.checkpoint import load_tokenizer
@@ -188,15 +192,13 @@ def _run_judge(
     reserved = special_tokens(judge.tokenizer)
     pending = [(r, s) for r in range(len(requests)) for s in range(config.num_samples)]
     for round_index, round_key in enumerate(jax.random.split(key, config.max_retries + 1)):
-        if not pending:
-            break
         prompt_key, gen_key = jax.random.split(round_key)
         rng = host_rng(prompt_key)
         prompts = [
             _build_prompt(requests[r], questions[requests[r].row], responses[requests[r].row], config, rng, reserved)
             for r, _ in pending
         ]
-        ids = data.encode_chats(judge.tokenizer, [p.messages for p in prompts])
+        ids = data.encode_chats(judge.tokenizer, [p.messages for p in prompts]) if prompts else []
         fits = [len(x) <= judge.max_prompt_tokens for x in ids]
         stats["judge_prompt_too_long"] += fits.count(False)
         for (r, s), ok in zip(pending, fits):
@@ -206,20 +208,24 @@ def _run_judge(
         sent = [i for i, ok in enumerate(fits) if ok]
         if round_index > 0:
             stats["judge_retried"] += len(sent)
-        if not sent:
+        # The round's generate calls are global: every process makes as many, each with as many prompts.
+        (most_sent,) = distributed.max_over_processes(len(sent))
+        if not most_sent:
             break
-        chunk = judge.batch_size or len(sent)
+        chunk = judge.batch_size or most_sent
         texts, truncated = [], []
-        for c, start in enumerate(range(0, len(sent), chunk)):
+        for c, start in enumerate(range(0, most_sent, chunk)):
+            mine = [ids[i] for i in sent[start:start + chunk]]
+            filler = [[judge.tokenizer.eos_token_id]] * (min(chunk, most_sent - start) - len(mine))  # read by no one
             result = judge.generate_fn(
-                judge.weights, [ids[i] for i in sent[start:start + chunk]],
+                judge.weights, mine + filler,
                 key=gen_key if c == 0 else jax.random.fold_in(gen_key, c), n=1,
                 max_new_tokens=judge.max_new_tokens, sampler=judge.sampler,
                 stop_tokens=[judge.tokenizer.eos_token_id], pad_id=judge.tokenizer.pad_token_id, layout=judge.layout,
             )
             stats["judge_generate_calls"] += 1
-            texts += data.decode_responses(judge.tokenizer, result, keep_special_tokens=False)
-            truncated += list(np.asarray(result.finish_reason) == sampling.FINISH_LENGTH)
+            texts += data.decode_responses(judge.tokenizer, result, keep_special_tokens=False)[:len(mine)]
+            truncated += list(np.asarray(result.finish_reason) == sampling.FINISH_LENGTH)[:len(mine)]
         stats["judge_prompts"] += len(sent)
         still_invalid = []
         for i, text, cut in zip(sent, texts, truncated):
@@ -307,6 +313,7 @@ def judge_rows(
     stats["judge_failed_samples"] = int((~valid_JxSxL).sum())
     stats["judge_failed_scores"] = int(np.isnan(combined_L).sum())
     stats["judge_sample_spread_mean"] = float(spread_JxL[any_valid_JxL].mean()) if any_valid_JxL.any() else float("nan")
+    stats["sample_spread_count"] = int(any_valid_JxL.sum())  # the mean's weight when blocks of rows are joined
     slot_rows_L = np.asarray(slot_rows, dtype=np.int64)
     causes_L = np.asarray([_most_common_cause(causes_JxSxL[:, :, slot]) if np.isnan(combined_L[slot]) else ""
                            for slot in range(num_slots)], dtype=object)

@@ -17,6 +17,10 @@ again, once each, for any new rubric met at call time.
 
 With a score `correction` (rubrics/correction.py, fitted by calibration), the raw scores of the dimensions
 it names are de-biased before normalisation; details["uncorrected_raw_scores"] keeps the judges' own.
+
+Multi-process: each process scores its own rows (the LLM judge is one global sharded computation, which
+every process joins whenever any process has an LLM dimension to judge); `concat_outputs` then joins
+the processes' outputs (`distributed.all_gather_objects`) into the output of scoring all rows at once.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from rubric_jax import distributed
 from rubric_jax.judges.features import FEATURES, response_features
 from rubric_jax.judges.llm_judge import Judge, JudgeConfig, judge_rows
 from rubric_jax.judges.rules import Rule, RuleError, make_rule, rule_scores
@@ -136,7 +141,8 @@ class RubricReward:
 
         details: dict[str, Any] = {}
         llm_dims = [[d for d in r.dimensions if d.kind == "llm"] for r in rubrics]
-        if any(llm_dims):
+        judged_anywhere = bool(self.judges) and distributed.max_over_processes(int(any(llm_dims)))[0] > 0
+        if any(llm_dims) or judged_anywhere:  # another process's judge call is collective: join it
             if key is None:
                 raise ValueError("reward: rubrics with LLM dimensions need an explicit PRNG `key` for the judge")
             judged = judge_rows(self.judges, self.judge_config, questions, responses, llm_dims, key)
@@ -182,3 +188,70 @@ class RubricReward:
         if weights is not None:
             details["dynamic_weights"] = used_weights
         return RewardOutput(scores_NxD, valid_NxD, reward_N, ids, details)
+
+
+# Judge counters that add up over the rows' blocks; "judge_generate_calls" counts the global (collective)
+# calls every process joined, so the blocks share it.
+_SUMMED_COUNTS = ("judge_prompts", "judge_invalid", "judge_retried", "judge_prompt_too_long", "judge_scores",
+                  "judge_failed_samples", "judge_failed_scores", "sample_spread_count", "num_failed_scores",
+                  "num_not_ok")
+_SAMPLE_EXAMPLES = 5  # judge_invalid_examples kept (llm_judge keeps as many)
+
+
+def _columns(part: RewardOutput, ids: Sequence[str], values_NxD: np.ndarray) -> np.ndarray:
+    """`values_NxD` (columns `part.dimension_ids`) laid out on the columns `ids`: NaN where part has none."""
+    out_NxD = np.full((values_NxD.shape[0], len(ids)), np.nan)
+    out_NxD[:, [ids.index(d) for d in part.dimension_ids]] = values_NxD
+    return out_NxD
+
+
+def concat_outputs(parts: Sequence[RewardOutput]) -> RewardOutput:
+    """The RewardOutput of scoring the rows of `parts` (consecutive blocks of one batch, e.g. one per
+    process) in one call: rows concatenated, columns the union of ids in order of first appearance,
+    counts summed, the judge's sample spread averaged over its scores."""
+    if len(parts) == 1:
+        return parts[0]
+    ids = list(dict.fromkeys(d for p in parts for d in p.dimension_ids))
+    valid_NxD = np.concatenate([_columns(p, ids, p.valid.astype(float)) == 1.0 for p in parts])
+    details: dict[str, Any] = {
+        "reward_ok": np.concatenate([np.asarray(p.details["reward_ok"], bool) for p in parts]),
+        "raw_scores": np.concatenate([_columns(p, ids, p.details["raw_scores"]) for p in parts]),
+        "rubric_hashes": [h for p in parts for h in p.details.get("rubric_hashes", [])],
+        "failures": {d: sum(p.details["failures"].get(d, 0) for p in parts) for d in ids},
+        "failure_causes": {},
+    }
+    for p in parts:
+        for dim_id, causes in p.details.get("failure_causes", {}).items():
+            merged = details["failure_causes"].setdefault(dim_id, {})
+            for cause, count in causes.items():
+                merged[cause] = merged.get(cause, 0) + count
+    keys = set().union(*(p.details for p in parts))
+    details.update({k: sum(p.details.get(k, 0) for p in parts) for k in _SUMMED_COUNTS if k in keys})
+    if "judge_generate_calls" in keys:
+        details["judge_generate_calls"] = max(p.details.get("judge_generate_calls", 0) for p in parts)
+    if "judge_invalid_examples" in keys:
+        examples = [e for p in parts for e in p.details.get("judge_invalid_examples", [])]
+        details["judge_invalid_examples"] = examples[:_SAMPLE_EXAMPLES]
+    if "judge_sample_spread_mean" in keys:
+        weighted = [(p.details["judge_sample_spread_mean"], p.details["sample_spread_count"]) for p in parts
+                    if p.details.get("sample_spread_count")]
+        total = sum(count for _, count in weighted)
+        details["judge_sample_spread_mean"] = (sum(m * c for m, c in weighted) / total) if total else float("nan")
+    if "uncorrected_raw_scores" in keys:
+        details["uncorrected_raw_scores"] = np.concatenate(
+            [_columns(p, ids, p.details["uncorrected_raw_scores"]) for p in parts])
+    if "dynamic_weights" in keys:
+        details["dynamic_weights"] = {k: v for p in parts for k, v in p.details.get("dynamic_weights", {}).items()}
+    return RewardOutput(
+        scores=np.concatenate([_columns(p, ids, p.scores) for p in parts]),
+        valid=valid_NxD,
+        reward=np.concatenate([p.reward for p in parts]).astype(np.float32),
+        dimension_ids=ids,
+        details=details,
+    )
+
+
+def gather_outputs(local: RewardOutput) -> RewardOutput:
+    """Every process's RewardOutput of its own rows, joined in process order (every process must call it);
+    with one process, `local`."""
+    return concat_outputs(distributed.all_gather_objects(local))

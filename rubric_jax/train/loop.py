@@ -12,6 +12,14 @@ step is dispatched (`Stage.train_step`) and what runs after it (`Stage.after_ste
 A step's metrics are read from the device after the next step is dispatched (as nanodo does), so the
 host never waits for the device between steps; rows are flushed before an eval or a save.
 
+Multi-host (several processes, `distributed.py`): every process walks the same seeded order of questions
+and SFT rows and takes its own block of each batch (`distributed.process_block`; the per-step counts
+must divide by the process count, checked at start-up); padding widths are agreed across processes;
+each process samples its questions through the global sharded `generate` and scores its own rows, and
+the scored rows of every process are then gathered to each (`Rollout`), so advantages, metrics, monitors,
+dynamic weights and samples are computed from all rows, identically everywhere. Orbax saves and restores
+from every process; only process 0 writes the run files, logs, alerts, plots and export.
+
 Reliability: every stage checkpoints (orbax) params, optimizer state, step, data-iterator position, the
 rubric hash and the stage's extras; a restart validates the config and the saved checkpoints' records,
 writes nothing before that (train/workdir.py), resumes from the newest checkpoint that restores and first
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import signal
@@ -42,7 +51,7 @@ from flax import nnx
 from rubric_jax import data, distributed, files, grpo, loader, metrics, plots, sampling, sharding
 from rubric_jax.judges.base_model import same_base_warnings
 from rubric_jax.judges.llm_judge import JudgeConfig, load_judge
-from rubric_jax.judges.reward import RubricReward
+from rubric_jax.judges.reward import RewardOutput, RubricReward, concat_outputs, gather_outputs
 from rubric_jax.judges.reward_model import RewardModelReward, load_reward_model
 from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
 from rubric_jax.models.config import ModelConfig
@@ -121,18 +130,17 @@ def rollout_weights(run_: Run, params: dict[str, Any]) -> loader.Weights:
 def run(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
     """Runs (or resumes) every configured stage and writes plots; see the module docstring. Nothing is
     written before the config, the workdir, the data and the saved checkpoints' records all check out."""
-    if jax.process_count() > 1:  # refused rather than run wrong: every host would sample every question
-        raise ValueError(f"{jax.process_count()} processes: the trainer loop does not yet give each host its own "
-                         "questions or log from one process (issue #9 §5); run it on one host")
     settings = run_settings.validate(config)
     monitors.thresholds(config.monitor)  # the alert thresholds fail here too, before anything is written
     workdir = run_workdir.check_usable(workdir)
     experiment = build(config, workdir, settings)
     run_workdir.check_resume(workdir, rubric_hash=experiment.rubric_hash,
                              updates_per_batch=config.rl.updates_per_batch, keep=config.checkpoint.keep)
-    run_workdir.write_run_files(workdir, config.to_json_best_effort(indent=2, sort_keys=True),
-                                dumps_rubric(experiment.shared_rubric, "yaml"), experiment.rubric_info)
-    (workdir / BEST_FILE).unlink(missing_ok=True)  # rewritten when GRPO finishes; a stale one could name a deleted step
+    if distributed.is_writer():
+        run_workdir.write_run_files(workdir, config.to_json_best_effort(indent=2, sort_keys=True),
+                                    dumps_rubric(experiment.shared_rubric, "yaml"), experiment.rubric_info)
+        (workdir / BEST_FILE).unlink(missing_ok=True)  # rewritten when GRPO finishes; a stale one could name a deleted step
+    distributed.wait_for_everyone(f"run files {workdir}")
     with _sigterm_requests_stop(experiment), contextlib.closing(experiment.log):
         params = initial_params(experiment)
         if "sft" in settings.stages:
@@ -143,9 +151,11 @@ def run(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
                 report_best(experiment)
         if config.export.at_end and not experiment.stop_requested:
             export_at_end(experiment, params)
-    plots.plot_run(workdir)
-    if not experiment.stop_requested:
-        metrics.mark_done(workdir, config)  # done.json: a sweep skips this run when its config is unchanged
+    if distributed.is_writer():
+        plots.plot_run(workdir)
+        if not experiment.stop_requested:
+            metrics.mark_done(workdir, config)  # done.json: a sweep skips this run when its config is unchanged
+    distributed.wait_for_everyone(f"run done {workdir}")
 
 
 def _existing_dir(value: str, key: str, what: str) -> str:
@@ -201,6 +211,8 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
     eval_questions = data.load_question_set(config.data.eval, config.data.tfds_dir, "eval")[: config.eval.max_questions]
     if "grpo" in settings.stages:
         _check_rollouts_divide(config.rl, layout.mesh)
+        distributed.check_divides(config.rl.questions_per_step, "rl.questions_per_step")
+        distributed.check_divides(len(eval_questions), "eval.max_questions (the eval questions used)")
         _check_prompts_fit(tokenizer, model_cfg, settings, train_questions + eval_questions)
     judges = tuple(load_judge(path, layout=decode_layout, **judge_dtypes, sampler=config.judge.sampler,
                               max_new_tokens=config.judge.max_new_tokens, batch_size=config.judge.batch_size)
@@ -209,6 +221,13 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
         print(warning, file=sys.stderr)  # RubricRL 6.2: a judge of the policy's base model can collude with it
     golden = golden_set.load_golden(config.data.golden, config.data.tfds_dir, shared_rubric, train_questions,
                                     eval_questions, config.data.golden_max_jaccard) if config.data.golden else None
+    if golden is not None:
+        distributed.check_divides(len(golden.questions), "data.golden (its questions)")
+    if "sft" in settings.stages:
+        distributed.check_divides(config.sft.batch_size, "sft.batch_size")
+    if settings.reward_model is not None and jax.process_count() > 1:
+        raise ValueError(f"config.reward.source='reward_model': the reward model scores on one process only; "
+                         f"this job has {jax.process_count()} (use the rubric reward, or run on one host)")
     rubric_of = {q.id: data.question_rubric(shared_rubric, q) for q in train_questions + eval_questions}
     rubric_of.update({q.id: r for q, r in zip(golden.questions, golden.rubrics)} if golden else {})
     rubrics = list(rubric_of.values())
@@ -387,9 +406,12 @@ def run_stage(run_: Run, stage: Stage) -> train_state.TrainState:
         try:
             stage.on_start(restored, state, start, progress)
             for step in range(start + 1, stage.total + 1):
-                state, out = stage.train_step(state, next(batches), step)
+                state, out = stage.train_step(state, distributed.process_block(next(batches)), step)
                 flush()  # the previous step's row, read while this step runs
                 pending = (step, out)
+                # A SIGTERM may reach one process only: every process stops at the same step, or none does.
+                if distributed.max_over_processes(int(run_.stop_requested))[0]:
+                    run_.stop_requested = True
                 save = step % every == 0 or step == stage.total or run_.stop_requested
                 if save or stage.eval_due(step):
                     flush()
@@ -427,9 +449,10 @@ def run_sft(run_: Run, init_params: dict[str, Any]) -> dict[str, Any]:
     step_fn = sft_program(shardings, run_.mesh)
 
     def sft_step(state: train_state.TrainState, rows: list[data.SFTExample], step: int):
-        batch = data.sft_batch(run_.tokenizer, rows, prompt_buckets, response_buckets)
-        state, step_metrics = step_fn(state, {"tokens": batch.tokens_BxT, "input_mask": batch.input_mask_BxT,
-                                              "loss_mask": batch.loss_mask_BxT})
+        batch = data.sft_batch(run_.tokenizer, rows, prompt_buckets, response_buckets, across_processes=True)
+        state, step_metrics = step_fn(state, distributed.global_batch(
+            {"tokens": batch.tokens_BxT, "input_mask": batch.input_mask_BxT, "loss_mask": batch.loss_mask_BxT},
+            sharding.batch_sharding(run_.mesh)))
         return state, StepOutput(lambda: _host(step_metrics))
 
     stage = Stage("sft", total, examples, cfg.sft.batch_size, state, shardings, sft_step,
@@ -473,22 +496,48 @@ class GRPOPrograms:
     logprobs: Callable[[Any, jax.Array, jax.Array], jax.Array]
 
 
-def rollout_and_score(run_: Run, params: Any, questions: list[data.Question], spec: RolloutSpec, key: jax.Array):
-    """Samples `spec.n` responses per question with the policy and scores them with their rubrics."""
+@dataclasses.dataclass(frozen=True)
+class Rollout:
+    """One scored rollout. This process's prompts and sampled rows build its block of the training batch;
+    the scores, samples and lengths are every process's rows (process order, as one process would have
+    them), so whatever is computed from them is the same on every process. Legend: B this process's
+    questions, P prompt width, N all rollouts."""
+
+    prompt_ids_BxP: np.ndarray
+    prompt_mask_BxP: np.ndarray
+    result: sampling.GenerationResult  # this process's rows (B·n)
+    scored: RewardOutput  # all N rows
+    samples: list[dict[str, Any]]  # all N rows: question, response, reward, scores
+    lengths_N: np.ndarray
+    truncated_N: np.ndarray  # stopped at max_new_tokens
+    rows: slice  # this process's rows among the N
+
+
+def rollout_and_score(run_: Run, params: Any, questions: list[data.Question], spec: RolloutSpec,
+                      key: jax.Array) -> Rollout:
+    """Samples `spec.n` responses per question (this process's questions) with the policy, scores them
+    with their rubrics and gathers every process's scored rows."""
     sample_key, judge_key = jax.random.split(key)
-    prompt_ids, prompt_mask = data.prompt_batch(run_.tokenizer, [q.question for q in questions], spec.prompt_buckets)
+    prompt_ids, prompt_mask = data.prompt_batch(run_.tokenizer, [q.question for q in questions], spec.prompt_buckets,
+                                                across_processes=True)
     result = sampling.generate(rollout_weights(run_, params), prompt_ids, prompt_mask=prompt_mask, key=sample_key,
                                n=spec.n, max_new_tokens=spec.max_new_tokens, sampler=spec.sampler,
                                stop_tokens=run_.stop_tokens, pad_id=run_.tokenizer.pad_token_id,
                                layout=run_.decode_layout)
     responses = data.decode_responses(run_.tokenizer, result, run_.stop_tokens)
-    expanded = [q for q in questions for _ in range(spec.n)]
-    scored = run_.reward([q.question for q in expanded], responses, [run_.rubric_of[q.id] for q in expanded],
-                         key=judge_key, weights=run_.weights)
-    samples = [{"question": expanded[i].question, "response": responses[i], "reward": float(scored.reward[i]),
+    expanded = [q.question for q in questions for _ in range(spec.n)]
+    local = run_.reward(expanded, responses, [run_.rubric_of[q.id] for q in questions for _ in range(spec.n)],
+                        key=judge_key, weights=run_.weights)
+    parts = distributed.all_gather_objects((local, expanded, responses, result.lengths,
+                                            result.finish_reason == sampling.FINISH_LENGTH))
+    scored = concat_outputs([part[0] for part in parts])
+    expanded, responses = [x for part in parts for x in part[1]], [x for part in parts for x in part[2]]
+    samples = [{"question": expanded[i], "response": responses[i], "reward": float(scored.reward[i]),
                 "scores": {d: _json_float(scored.scores[i, c]) for c, d in enumerate(scored.dimension_ids)}}
                for i in range(len(responses))]
-    return (prompt_ids, prompt_mask), result, scored, samples
+    rows = slice(*distributed.block_bounds(len(responses)))
+    return Rollout(prompt_ids, prompt_mask, result, scored, samples, np.concatenate([part[3] for part in parts]),
+                   np.concatenate([part[4] for part in parts]), rows)
 
 
 def rollout_logprobs(programs: GRPOPrograms, batch: dict[str, jax.Array], policy_params: Any,
@@ -521,10 +570,12 @@ def grpo_iteration(run_: Run, programs: GRPOPrograms, state: train_state.TrainSt
     decode drift to watch on accelerators in bf16.
     """
     spec, cfg, settings = run_.settings.train_rollout, programs.cfg, run_.settings
-    (prompt_ids, prompt_mask), result, scored, samples = rollout_and_score(run_, state.params, questions, spec, key)
+    out = rollout_and_score(run_, state.params, questions, spec, key)
+    scored = out.scored
     advantages_N, valid_N, zero_std = rollout.rollout_advantages(scored, cfg, settings.missing_scores)
-    batch = rollout.training_batch(prompt_ids, prompt_mask, result, cfg.group_size, advantages_N, valid_N,
-                                   spec.response_buckets)
+    batch = rollout.training_batch(out.prompt_ids_BxP, out.prompt_mask_BxP, out.result, cfg.group_size,
+                                   advantages_N[out.rows], valid_N[out.rows], spec.response_buckets,
+                                   across_processes=True)  # groups never straddle processes: rows are whole groups
     batch = distributed.global_batch(batch, sharding.batch_sharding(run_.mesh))
     batch, recomputed_gap = rollout_logprobs(programs, batch, state.params, ref_params,
                                              settings.recompute_old_logprobs)
@@ -534,9 +585,9 @@ def grpo_iteration(run_: Run, programs: GRPOPrograms, state: train_state.TrainSt
         updates.append(update_metrics)
     summary = rollout.summarize_rewards(scored)
     host_row = {"reward/mean": summary.reward_mean, **rollout.reward_metrics(summary, ""),
-                "zero_std_frac": zero_std, "response_len/mean": float(result.lengths.mean()),
-                "truncated_frac": float((result.finish_reason == sampling.FINISH_LENGTH).mean())}
-    host_row.update(monitors.step_monitors([s["response"] for s in samples], result.lengths, scored))
+                "zero_std_frac": zero_std, "response_len/mean": float(out.lengths_N.mean()),
+                "truncated_frac": float(out.truncated_N.mean())}
+    host_row.update(monitors.step_monitors([s["response"] for s in out.samples], out.lengths_N, scored))
     if run_.dynamic_weights is not None:
         host_row.update(run_.dynamic_weights.update(scored.dimension_ids, scored.scores, scored.valid))
 
@@ -546,27 +597,34 @@ def grpo_iteration(run_: Run, programs: GRPOPrograms, state: train_state.TrainSt
         out["logprob_gap/mean"] = float(device_rows[0]["abs_log_ratio"] if gap is None else gap)
         return {**out, **host_row}
 
-    return state, StepOutput(row, samples[: settings.samples_per_step])
+    return state, StepOutput(row, out.samples[: settings.samples_per_step])
 
 
 def evaluate(run_: Run, state: train_state.TrainState, step: int) -> dict[str, float]:
     """Held-out rubric reward of one response per eval (and golden) question with the eval sampler (greedy
     by default); alerts on the golden set's agreement."""
     key = jax.random.fold_in(run_.key, _EVAL_KEY)
-    _, result, scored, samples = rollout_and_score(run_, state.params, run_.eval_questions,
-                                                   run_.settings.eval_rollout, key)
-    summary = rollout.summarize_rewards(scored)
+    out = rollout_and_score(run_, state.params, distributed.process_block(run_.eval_questions),
+                            run_.settings.eval_rollout, key)
+    summary = rollout.summarize_rewards(out.scored)
     row = {"stage": "eval", "eval/reward_mean": summary.reward_mean, **rollout.reward_metrics(summary, "eval/"),
-           "eval/response_len/mean": float(result.lengths.mean())}
+           "eval/response_len/mean": float(out.lengths_N.mean())}
     if run_.golden is not None:
-        golden_scored = rollout_and_score(run_, state.params, run_.golden.questions, run_.settings.eval_rollout,
-                                          key)[2]
-        row.update(run_.golden.metrics(golden_scored, run_.reward, key=jax.random.fold_in(key, step),
-                                       weights=run_.weights))
+        golden_scored = rollout_and_score(run_, state.params, distributed.process_block(run_.golden.questions),
+                                          run_.settings.eval_rollout, key).scored
+        row.update(run_.golden.metrics(golden_scored, functools.partial(_score_own_block, run_.reward),
+                                       key=jax.random.fold_in(key, step), weights=run_.weights))
     row = run_.watch.observe(step, row)
     run_.log.write(step, row)
-    run_.log.write_samples(step, [{"stage": "eval", **s} for s in samples[:EVAL_SAMPLES]])
+    run_.log.write_samples(step, [{"stage": "eval", **s} for s in out.samples[:EVAL_SAMPLES]])
     return {k: v for k, v in row.items() if k != "stage"}
+
+
+def _score_own_block(reward: RubricReward, questions: Sequence[str], responses: Sequence[str],
+                     rubrics: Sequence[Rubric], **kwargs: Any) -> RewardOutput:
+    """`reward` of all rows, each process scoring its own block of them (every process must call it)."""
+    start, stop = distributed.block_bounds(len(responses))
+    return gather_outputs(reward(questions[start:stop], responses[start:stop], rubrics[start:stop], **kwargs))
 
 
 def grpo_components(run_: Run, init_params: Any) -> tuple[train_state.TrainState, train_state.TrainState,
@@ -607,8 +665,11 @@ def run_grpo(run_: Run, init_params: Any) -> dict[str, Any]:
             seed=run_.config.seed)
         ref_params = load_reference(run_, state, iterator_state).params if rl.beta > 0 else None
         if start == 0:
-            progress.write(metrics.format_eval_summary(0, evaluate(run_, state, 0), reward_key="eval/reward_mean"))
-        baseline = next(r["eval/reward_mean"] for r in run_.log.rows() if r.get("stage") == "eval" and r["step"] == 0)
+            row = evaluate(run_, state, 0)
+            baseline = row["eval/reward_mean"]
+            progress.write(metrics.format_eval_summary(0, row, reward_key="eval/reward_mean"))
+        else:  # logged before the restart (every process reads it: process 0 wrote it)
+            baseline = next(r["eval/reward_mean"] for r in run_.log.rows() if r.get("stage") == "eval" and r["step"] == 0)
 
     def eval_and_report(step, state, progress) -> float:
         row = evaluate(run_, state, step)
@@ -636,11 +697,15 @@ def run_grpo(run_: Run, init_params: Any) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------ the end
 def report_best(run_: Run) -> None:
     """Names the best-evaluated GRPO checkpoint, as QuRL reports it: one line next to the final and the
-    SFT-baseline eval reward, and BEST_FILE (JSON) in the workdir."""
+    SFT-baseline eval reward, and BEST_FILE (JSON) in the workdir (process 0; every process must call it:
+    opening the checkpoints is collective)."""
     try:
         best = runs.select_checkpoint(run_.workdir, run_.config, "best")
     except runs.RunError as e:  # no kept checkpoint has an eval (checkpoint.keep_best off, evals rotated out)
-        print(f"no best checkpoint to report: {e}")
+        if distributed.is_writer():
+            print(f"no best checkpoint to report: {e}")
+        return
+    if not distributed.is_writer():
         return
     evals = {r["step"]: r[runs.BEST_BY] for r in run_.log.rows() if r.get("stage") == "eval" and runs.BEST_BY in r}
     final_step = max(evals)

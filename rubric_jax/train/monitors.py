@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import tqdm
 
-from rubric_jax import metrics
+from rubric_jax import distributed, metrics
 from rubric_jax.calibration.stats import spearman
 from rubric_jax.judges.reward import RewardOutput
 from rubric_jax.judges.rules import TemplatePhrases
@@ -154,10 +154,11 @@ class Watch:
         found = find_alerts(step, row["stage"], row, self.limits)
         if found:
             self.open_logs()
+        if found and distributed.is_writer():  # a multi-process job: process 0 writes and logs the alerts
             with self.path.open("a", encoding="utf-8") as f:
                 for alert in found:
                     line = {**metrics.jsonable(dataclasses.asdict(alert)), "time": time.time()}
                     f.write(json.dumps(line, ensure_ascii=False, allow_nan=False) + "\n")
-        for alert in found:
-            self.log(alert.message)
+            for alert in found:
+                self.log(alert.message)
         return row

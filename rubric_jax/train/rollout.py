@@ -12,7 +12,7 @@ import dataclasses
 
 import numpy as np
 
-from rubric_jax import data, grpo, sampling
+from rubric_jax import data, distributed, grpo, sampling
 from rubric_jax.judges.reward import RewardOutput
 from rubric_jax.sampling import GenerationResult
 
@@ -55,8 +55,8 @@ def rollout_advantages(scored: RewardOutput, cfg: grpo.GRPOConfig, missing_score
 
 
 def training_batch(prompt_ids_BxP: np.ndarray, prompt_mask_BxP: np.ndarray, result: GenerationResult,
-                   group_size: int, advantages_N: np.ndarray, valid_N: np.ndarray, buckets: tuple[int, ...]
-                   ) -> dict[str, np.ndarray]:
+                   group_size: int, advantages_N: np.ndarray, valid_N: np.ndarray, buckets: tuple[int, ...], *,
+                   across_processes: bool = False) -> dict[str, np.ndarray]:
     """The GRPO batch: each row's prompt (prompt_tokens/prompt_mask [N, P]), its response
     (response_tokens/response_mask [N, R]), loss_mask [N, R], the sampler's log-probs as behaviour
     log-probs `old_logp` [N, R], advantages [N] (reference log-probs are added on device:
@@ -67,10 +67,14 @@ def training_batch(prompt_ids_BxP: np.ndarray, prompt_mask_BxP: np.ndarray, resu
     constant B·L still counts every row, as its definition says).
 
     The response width is the smallest of `buckets` holding the longest response, so short rollouts
-    need not pay for max_new_tokens while the number of compiled shapes stays bounded.
+    need not pay for max_new_tokens while the number of compiled shapes stays bounded. With
+    `across_processes` (each process batching its own rollouts) it is the same on every process.
     """
     n = result.tokens.shape[0]
-    width = data.bucket_length(int(max(result.lengths.max(), 1)), buckets)
+    longest = int(max(result.lengths.max(), 1))
+    if across_processes:
+        (longest,) = distributed.max_over_processes(longest)
+    width = data.bucket_length(longest, buckets)
     response_mask_NxR = np.arange(width)[None, :] < result.lengths[:, None]
     tokens_NxR = np.zeros((n, width), np.int32)
     logp_NxR = np.zeros((n, width), np.float32)

@@ -7,7 +7,8 @@ Order of a (re)start (train/loop.run): `check_usable` -> build everything (reads
 every file as it was. `RunLog` opens metrics.jsonl / samples.jsonl at the first row a stage writes, after
 dropping the rows a killed run wrote past the checkpoint the stages resumed from (and a torn last line:
 what a kill mid-write leaves), and the TensorBoard scalars past it, so a resumed run writes exactly what
-an uninterrupted one writes.
+an uninterrupted one writes. In a multi-process job only process 0 writes the run files and logs (the
+others' `RunLog.write` does nothing); every process reads them once process 0 has cut them back.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rubric_jax import metrics
+from rubric_jax import distributed, metrics
 from rubric_jax.files import write_atomic
 from rubric_jax.models.checkpoint import CheckpointError
 from rubric_jax.train import checkpointing
@@ -129,27 +130,33 @@ def cut_log(path: Path, position: tuple[int, int]) -> None:
 
 class RunLog:
     """The run's metrics/samples writer, opened at the first row written, after cutting both files back
-    to the position the stages resumed from (`resumed_at`; a fresh run keeps no stage rows)."""
+    to the position the stages resumed from (`resumed_at`; a fresh run keeps no stage rows). Every process
+    opens it at the same point of the run; only process 0 holds a writer (`writer` is None elsewhere)."""
 
     def __init__(self, workdir: Path, run_info: Mapping[str, Any]):
         self.workdir = workdir
         self.run_info = dict(run_info)
         self.position = (-1, -1)
+        self._opened = False
         self._writer: metrics.MetricsWriter | None = None
 
     def resumed_at(self, stage: str, step: int) -> None:
         """A stage restored its checkpoint at `step` (rows up to it are kept)."""
-        if self._writer is not None:
+        if self._opened:
             raise RuntimeError("resumed_at after the first row was written")
         self.position = max(self.position, (STAGE_ORDER[stage], step))
 
     @property
-    def writer(self) -> metrics.MetricsWriter:
-        if self._writer is None:
-            for name in LOG_FILES:
-                cut_log(self.workdir / name, self.position)
-            metrics.cut_event_files(self.workdir / metrics.TB_DIR, self._kept_event)
-            self._writer = metrics.MetricsWriter(self.workdir, run_info=self.run_info)
+    def writer(self) -> metrics.MetricsWriter | None:
+        """The open writer on process 0 (None on the others), the logs cut back at the first access."""
+        if not self._opened:
+            if distributed.is_writer():
+                for name in LOG_FILES:
+                    cut_log(self.workdir / name, self.position)
+                metrics.cut_event_files(self.workdir / metrics.TB_DIR, self._kept_event)
+                self._writer = metrics.MetricsWriter(self.workdir, run_info=self.run_info)
+            distributed.wait_for_everyone(f"logs of {self.workdir}")  # the others read them after the cut
+            self._opened = True
         return self._writer
 
     def _kept_event(self, step: int, tag: str) -> bool:
@@ -158,14 +165,19 @@ class RunLog:
         return stage not in STAGE_ORDER or (STAGE_ORDER[stage], step) <= self.position
 
     def write(self, step: int, row: Mapping[str, Any]) -> None:
-        self.writer.write(step, row)
+        if self.writer is not None:
+            self.writer.write(step, row)
 
     def write_samples(self, step: int, samples: Sequence[Mapping[str, Any]]) -> None:
-        self.writer.write_samples(step, samples)
+        if self.writer is not None:
+            self.writer.write_samples(step, samples)
 
     def rows(self) -> list[dict[str, Any]]:
-        """The step rows of metrics.jsonl so far (after the cut)."""
-        return metrics.read_jsonl_metrics(self.writer.workdir / metrics.METRICS_FILE)
+        """The step rows of metrics.jsonl so far (after the cut; on other processes than 0, those written
+        before this process opened the log)."""
+        self.writer  # noqa: B018  (opens, i.e. cuts, the logs first)
+        path = self.workdir / metrics.METRICS_FILE
+        return metrics.read_jsonl_metrics(path) if path.exists() else []
 
     def close(self) -> None:
         if self._writer is not None:
