@@ -18,5 +18,4 @@ def get_config(arg: str | None = None):
     c.data.rubric = "rubric_jax/assets/tiny/rubric_hack.yaml"
     c.judge.checkpoint = "rubric_jax/assets/tiny_judge_hack"
     c.data.golden = ""  # the tiny golden set is labelled on the tiny rubric's template dimension, which clarity replaces
-    c.judge.prompt = "full"  # the prompt this judge was distilled on (before build_tiny_judges moved to the compact one)
     return c

@@ -149,6 +149,8 @@ def test_the_planted_hack_rubrics_differ_only_in_clarity(shared):
         assert rubric.dimensions[-1].kind == "llm" and rubric.dimensions[-1].scale.levels == (1, 2, 3, 4, 5)
     assert not any(a.negative_examples for a in hack.dimension("clarity").anchors.values())
     assert fixed.dimension("clarity").anchors[5].negative_examples  # RubricRL 6.1: templated-but-empty is not a 5
+    # The fix changes what clarity rewards, not how much it counts.
+    assert hack.dimension("clarity").weight == fixed.dimension("clarity").weight == build_tiny_assets.CLARITY_WEIGHT
 
 
 def _ideal(question):

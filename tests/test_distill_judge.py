@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
+from rubric_jax import loader
 from rubric_jax.assets import ASSETS_DIR, TINY_JUDGE_DIR, build_tiny_judges, tiny_judge_data
 from rubric_jax.calibration.stats import spearman
 from rubric_jax.judges.llm_judge import load_judge
@@ -23,7 +24,6 @@ README = (REPO / "README.md").read_text(encoding="utf-8")
 HELDOUT_PER_DIMENSION = 24
 # RubricRL 3.2: a judge that agrees with its reference below Spearman 0.6 is not to be used.
 SPEARMAN_FLOOR = 0.6
-AGREEING_VARIANTS = ("default",)  # the shipped judges that meet the floor (README, "Distilling a judge")
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
@@ -63,6 +63,16 @@ def test_training_is_a_pure_function_of_its_seed(tokenizer):
     with pytest.raises(ValueError, match="batch_size=4 must be a multiple of the 8 ways"):
         distill_judge.train(cfg, None, tokenizer, items, dataclasses.replace(config, batch_size=4),
                             distill_judge.default_layout(), progress=False)
+
+
+def test_a_student_given_weights_starts_from_them():
+    """`--student_checkpoint=DIR` (and the planted-hack judges, built from the default one): the step-0 state holds
+    the given weights, not a random init of their shape."""
+    layout = distill_judge.default_layout()
+    weights = loader.load_weights(TINY_JUDGE_DIR, layout, param_dtype="float32")
+    config = distill_judge.DistillConfig(steps=2, warmup_steps=1, seed=3, prompt="compact")
+    state, _ = distill_judge.initial_state(ModelConfig.from_hf_dir(TINY_JUDGE_DIR), weights, config, layout)
+    jax.tree.map(np.testing.assert_array_equal, state.params, weights.params)
 
 
 def test_the_readme_command_writes_a_loadable_judge_and_its_report(tmp_path):
@@ -107,7 +117,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, extra, message):
     assert not (tmp_path / "judge").exists()
 
 
-@pytest.mark.parametrize("variant", AGREEING_VARIANTS)
+@pytest.mark.parametrize("variant", tiny_judge_data.VARIANTS)
 def test_a_shipped_judge_agrees_with_its_teacher_on_held_out_items(variant):
     """HELDOUT_PER_DIMENSION held-out items per dimension, through the scoring path training uses (inference only):
     few parse failures and Spearman >= 0.6 per dimension, which an untrained or wrongly prompted judge cannot reach."""
@@ -149,6 +159,13 @@ def test_the_rebuild_script_writes_a_judge_with_the_shipped_tokenizer(tmp_path, 
     report = json.loads((built / "report.json").read_text())
     assert report["training"]["steps"] == 2 and set(report["dimensions"]) == {"politeness"}
     assert json.loads((built / "config.json").read_text())["hidden_size"] == 32
+
+
+def test_a_planted_hack_judge_is_not_rebuilt_without_the_judge_it_starts_from(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        build_tiny_judges.main(["--variant=hack", f"--out_root={tmp_path}"])
+    assert exit_.value.code == 2 and "--variant=hack starts from the default judge" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
 
 
 def test_the_report_counts_missing_verdicts_and_names_undefined_statistics():

@@ -3,6 +3,7 @@ machine and software stack: every random draw comes from fixed seeds).
 
   .venv/bin/python -m rubric_jax.assets.build_tiny_judges                      # rewrite all three (CPU minutes)
   .venv/bin/python -m rubric_jax.assets.build_tiny_judges --variant=default --out_root=DIR
+  .venv/bin/python -m rubric_jax.assets.build_tiny_judges --variant=hack     # starts from the built tiny_judge (START_FROM)
 
 What the judges learn, from which teachers, is in tiny_judge_data.py. Each judge directory holds:
   tokenizer   byte-level BPE trained on judge prompts, one tokenizer for all three judges. Its pre-tokenizer
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 from transformers import PreTrainedTokenizerFast
 
+from rubric_jax import loader
 from rubric_jax.assets import ASSETS_DIR, tiny_judge_data
 from rubric_jax.assets.build_tiny_assets import train_tokenizer
 from rubric_jax.judges.distill_data import scoring_prompt, verdict_text
@@ -49,14 +51,14 @@ JUDGE_MODEL = ModelConfig(architecture="llama", vocab_size=TOKENIZER_VOCAB, hidd
 # measured 2026-11-30 on the politeness teacher, a random-init student stays at chance (loss ~0.176 = ln 2 / 4 on
 # the verdict tokens) for 400 updates of the full prompt, and with the compact one leaves that plateau between
 # updates 160 and 320 and agrees with its teacher on every held-out item by update 480.
-# The hack and fixed judges are still the first recipe (full prompt, 160 updates; not yet learnt, README): moving
-# them to the compact one is the open step, and configs/tiny_hack*.py name the prompt each was distilled on.
-TRAINING = {
-    "default": distill_judge.DistillConfig(steps=480, batch_size=16, learning_rate=3e-3, warmup_steps=20, seed=SEED,
-                                           prompt="compact"),
-    **{variant: distill_judge.DistillConfig(steps=160, batch_size=16, learning_rate=3e-3, warmup_steps=10, seed=SEED)
-       for variant in ("hack", "fixed")},
-}
+TRAINING = {variant: distill_judge.DistillConfig(steps=480 if variant == "default" else 960, batch_size=16,
+                                                 learning_rate=3e-3, warmup_steps=20, seed=SEED, prompt="compact")
+            for variant in JUDGE_DIRS}
+# The hack and fixed judges start from the default judge's weights and take 960 updates (measured 2026-11-30, held-out
+# Spearman vs teacher): from a random init, 480 updates teach the hack judge clarity (0.76) but not politeness, a
+# third of its items (it answers 0 to every one); from the default judge, 480 updates keep politeness (0.85, 1.0)
+# and leave clarity short (hack 0.50, fixed 0.59); 960 reach 0.76 (hack) and 0.77 (fixed) with politeness 0.93, 0.99.
+START_FROM = {"hack": "default", "fixed": "default"}
 SAMPLER, MAX_NEW_TOKENS = "greedy", 16  # how configs/tiny*.py run the judges (the report measures the same)
 
 
@@ -73,14 +75,20 @@ def judge_tokenizer() -> PreTrainedTokenizerFast:
 
 def build_judge(variant: str, tokenizer: PreTrainedTokenizerFast, out: Path, *, progress: bool = True
                 ) -> dict[str, Any]:
-    """Trains, exports and measures one judge variant into `out` (replaced only once the new one is complete)."""
+    """Trains, exports and measures one judge variant into `out` (replaced only once the new one is complete); a
+    variant of START_FROM starts from that judge in `out`'s directory, which must be built first."""
     train_items, heldout_items = tiny_judge_data.judge_items(variant)
     staging = out.parent / f".{out.name}.new"
     shutil.rmtree(staging, ignore_errors=True)
+    start, init = None, "random init"
+    if variant in START_FROM:
+        start_dir = out.parent / JUDGE_DIRS[START_FROM[variant]]
+        start = loader.load_weights(start_dir, distill_judge.default_layout(), param_dtype="float32")
+        init = f"fine-tuned from {start_dir.name}"
     report = distill_judge.distill(
-        JUDGE_MODEL, None, tokenizer, train_items, heldout_items, staging, TRAINING[variant],
+        JUDGE_MODEL, start, tokenizer, train_items, heldout_items, staging, TRAINING[variant],
         teacher=f"rule teachers of rubric_jax/assets/tiny_judge_data.py, variant {variant!r}",
-        student=f"{JUDGE_DIRS[variant]} (random init, {JUDGE_MODEL.architecture})", sampler=SAMPLER,
+        student=f"{JUDGE_DIRS[variant]} ({init}, {JUDGE_MODEL.architecture})", sampler=SAMPLER,
         max_new_tokens=MAX_NEW_TOKENS, progress=progress)
     shutil.rmtree(out, ignore_errors=True)
     staging.rename(out)
@@ -92,8 +100,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--variant", choices=(*tiny_judge_data.VARIANTS, "all"), default="all")
     parser.add_argument("--out_root", type=Path, default=ASSETS_DIR, help="directory that gets tiny_judge*/")
     args = parser.parse_args(argv)
-    tokenizer = judge_tokenizer()
     variants = tiny_judge_data.VARIANTS if args.variant == "all" else (args.variant,)
+    for variant in variants:
+        start = START_FROM.get(variant)
+        if start and start not in variants and not (args.out_root / JUDGE_DIRS[start] / "config.json").is_file():
+            parser.error(f"--variant={variant} starts from the {start} judge: build it into {args.out_root} first")
+    tokenizer = judge_tokenizer()
     for variant in variants:
         report = build_judge(variant, tokenizer, args.out_root / JUDGE_DIRS[variant])
         print(json.dumps({variant: {"heldout": report["heldout"], "dimensions": report["dimensions"]}}, indent=1))

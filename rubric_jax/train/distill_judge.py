@@ -86,7 +86,7 @@ def initial_state(model_cfg: ModelConfig, start: loader.Weights | None, cfg: Dis
     key = jax.random.key(cfg.seed)
     if start is None:
         return train_state.init_train_state(model_cfg, tx, key, layout)
-    return train_state.new_train_state(start, tx, key, layout.mesh)
+    return train_state.new_train_state(start, tx, layout.mesh)
 
 
 def train(model_cfg: ModelConfig, start: loader.Weights | None, tokenizer: Any, items: Sequence[JudgeItem],
