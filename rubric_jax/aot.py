@@ -41,7 +41,7 @@ from rubric_jax.judges import reward_model
 from rubric_jax.judges.llm_judge import MAX_PROMPT_TOKENS
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.io import load_rubric
-from rubric_jax.train import loop, settings as run_settings, state as train_state, step as train_step
+from rubric_jax.train import loop, programs as run_programs, settings as run_settings, state as train_state, step as train_step
 
 CPU = "cpu"
 TARGETS = (CPU, *aot_targets.TARGETS)
@@ -264,7 +264,7 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
     judge_rows = judge_prompts_per_call(config) if judges and "grpo" in config.stages else 0  # fails before compiling
 
     policy = loader.abstract_weights(model_cfg, layout)
-    state, shardings = train_state.abstract_train_state(policy, loop.grpo_optimizer(rl), mesh)
+    state, shardings = train_state.abstract_train_state(policy, run_programs.grpo_optimizer(rl), mesh)
     resident = {"policy params": _per_device_bytes(state.params),
                 "AdamW moments": _per_device_bytes(state.opt_state)}
     train_arrays = ("policy params", "AdamW moments")
@@ -286,14 +286,14 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
 
     if "sft" in config.stages:
         # The SFT schedule's length comes from the data; it changes constants only, not memory or collectives.
-        sft_tx = loop.sft_optimizer(config.sft, config.sft.warmup_steps + 1)
+        sft_tx = run_programs.sft_optimizer(config.sft, config.sft.warmup_steps + 1)
         sft_state, sft_shardings = train_state.abstract_train_state(policy, sft_tx, mesh)
-        sft_step = loop.sft_program(sft_shardings, mesh)
+        sft_step = run_programs.sft_program(sft_shardings, mesh)
         sft_batch = _batch(train_step.SFT_BATCH_KEYS, config.sft.batch_size, sft_len, mesh)
         add("SFT step", f"{config.sft.batch_size} x {sft_len} tokens", lambda: sft_step.lower(sft_state, sft_batch),
             scorer_names)
     if "grpo" in config.stages:
-        grpo = loop.grpo_programs(rl, policy.graphdef, shardings, mesh, settings.grpo)
+        grpo = run_programs.grpo_programs(rl, policy.graphdef, shardings, mesh, settings.grpo)
         batch = _batch(train_step.grpo_batch_keys(grpo.cfg), rollouts, response_len, mesh, prompt_len)
         micro = (f"{rl.questions_per_step} x ({prompt_len} + {rl.group_size} x {response_len}) tokens, "
                  f"{rl.micro_batches} micro-batches")

@@ -14,7 +14,7 @@ from rubric_jax import data, grpo, loader, sampling
 from rubric_jax.judges.reward import RewardOutput
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.sampling import GenerationResult
-from rubric_jax.train import loop, rollout
+from rubric_jax.train import programs as run_programs, rollout
 from rubric_jax.train import state as train_state
 from rubric_jax.train import step as train_step
 from tests.random_model import random_model
@@ -121,7 +121,7 @@ def policy():
 @functools.lru_cache(maxsize=None)
 def _programs(graphdef, temperature, kl_coef=0.0):
     cfg = grpo.GRPOConfig(group_size=GROUP, kl_coef=kl_coef, temperature=temperature)
-    return loop.GRPOPrograms(cfg, train_step.jit_grpo_step(cfg),
+    return run_programs.GRPOPrograms(cfg, train_step.jit_grpo_step(cfg),
                              train_step.jit_rollout_logprobs(graphdef, group_size=GROUP, temperature=temperature))
 
 
@@ -165,20 +165,20 @@ def test_rollout_logprobs_add_reference_and_recomputed_behaviour_once(policy):
         calls.append(p)
         return programs.logprobs(p, *arrays)
 
-    counted = loop.GRPOPrograms(programs.cfg, programs.update, counting_logprobs)
+    counted = run_programs.GRPOPrograms(programs.cfg, programs.update, counting_logprobs)
     # β = 0, sampler's behaviour log-probs: no log-prob forward at all, the gap comes from the first update.
-    out, gap = loop.rollout_logprobs(counted, batch, params, None, recompute_old=False)
+    out, gap = run_programs.rollout_logprobs(counted, batch, params, None, recompute_old=False)
     assert calls == [] and gap is None and set(out) == set(train_step.GRPO_BATCH_KEYS)
     # Recomputed behaviour log-probs: one forward with the sampling params; the gap to the sampler's is ~0.
-    out, gap = loop.rollout_logprobs(counted, batch, params, None, recompute_old=True)
+    out, gap = run_programs.rollout_logprobs(counted, batch, params, None, recompute_old=True)
     assert calls == [params] and float(gap) < 1e-5
     np.testing.assert_allclose(np.asarray(out["old_logp"])[batch["loss_mask"]], batch["old_logp"][batch["loss_mask"]],
                                atol=2e-5)
     # β > 0: the reference's log-probs once, in the batch the step takes.
     ref = jax.tree.map(lambda x: 0.9 * x, params)
     kl = _programs(graphdef, 0.7, kl_coef=0.05)
-    out, _ = loop.rollout_logprobs(kl, batch, params, ref, recompute_old=False)
+    out, _ = run_programs.rollout_logprobs(kl, batch, params, ref, recompute_old=False)
     np.testing.assert_allclose(out["ref_logp"], kl.logprobs(ref, *train_step.logprob_inputs(batch)), atol=1e-6)
     assert set(out) == set(train_step.grpo_batch_keys(kl.cfg))
     with pytest.raises(ValueError, match="iff rl.beta > 0"):
-        loop.rollout_logprobs(kl, batch, params, None, recompute_old=False)
+        run_programs.rollout_logprobs(kl, batch, params, None, recompute_old=False)

@@ -45,10 +45,9 @@ from typing import Any
 import jax
 import ml_collections
 import numpy as np
-import optax
 from flax import nnx
 
-from rubric_jax import data, distributed, files, grpo, loader, metrics, plots, sampling, sharding
+from rubric_jax import data, distributed, files, loader, metrics, plots, sampling, sharding
 from rubric_jax.judges.base_model import same_base_warnings
 from rubric_jax.judges.llm_judge import JudgeConfig, load_judge
 from rubric_jax.judges.reward import RewardOutput, RubricReward, concat_outputs, gather_outputs
@@ -59,9 +58,9 @@ from rubric_jax.rubrics.correction import Correction, load_correction
 from rubric_jax.rubrics.dynamic_weights import DimensionWeights
 from rubric_jax.rubrics.io import dumps_rubric, load_rubric
 from rubric_jax.rubrics.schema import Rubric
-from rubric_jax.train import checkpointing, export, golden as golden_set, monitors, rollout, runs
-from rubric_jax.train import settings as run_settings, state as train_state, step as train_step, workdir as run_workdir
-from rubric_jax.train.settings import RolloutSpec, Settings, grpo_config
+from rubric_jax.train import checkpointing, export, golden as golden_set, monitors, programs as run_programs, rollout, runs
+from rubric_jax.train import settings as run_settings, state as train_state, workdir as run_workdir
+from rubric_jax.train.settings import RolloutSpec, Settings
 
 EXPORT_DIR = "export"  # <workdir>/export: the final policy as a HF directory (config.export.at_end)
 BEST_FILE = "best_checkpoint.json"  # the best-evaluated GRPO checkpoint, written when GRPO finishes
@@ -310,16 +309,6 @@ def load_reference(run_: Run, state: train_state.TrainState, iterator_state: dat
         return ref_ckpt.restore_params(run_.model_cfg, run_.layout, step=0)
 
 
-def sft_optimizer(sft: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:
-    """AdamW of the SFT stage, its schedule over `total_steps` updates."""
-    return train_state.make_optimizer(run_settings.optimizer_config(sft, total_steps, "sft"))
-
-
-def grpo_optimizer(rl: ml_collections.ConfigDict) -> optax.GradientTransformation:
-    """AdamW of the GRPO stage, its schedule over every update (`steps` x `updates_per_batch`)."""
-    return train_state.make_optimizer(run_settings.optimizer_config(rl, rl.steps * rl.updates_per_batch, "rl"))
-
-
 def _checkpointer(run_: Run, stage: str, keep_best: bool = False) -> checkpointing.Checkpointer:
     return checkpointing.Checkpointer(run_workdir.checkpoint_dir(run_.workdir, stage),
                                       max_to_keep=run_.config.checkpoint.keep, keep_best=keep_best)
@@ -445,8 +434,8 @@ def run_sft(run_: Run, init_params: dict[str, Any]) -> dict[str, Any]:
     data.check_sft_lengths(run_.tokenizer, examples, prompt_buckets, response_buckets,
                            run_.model_cfg.max_position_embeddings)
     total = cfg.sft.epochs * -(-len(examples) // cfg.sft.batch_size)
-    state, shardings = _state_and_shardings(run_, init_params, sft_optimizer(cfg.sft, total))
-    step_fn = sft_program(shardings, run_.mesh)
+    state, shardings = _state_and_shardings(run_, init_params, run_programs.sft_optimizer(cfg.sft, total))
+    step_fn = run_programs.sft_program(shardings, run_.mesh)
 
     def sft_step(state: train_state.TrainState, rows: list[data.SFTExample], step: int):
         batch = data.sft_batch(run_.tokenizer, rows, prompt_buckets, response_buckets, across_processes=True)
@@ -458,13 +447,6 @@ def run_sft(run_: Run, init_params: dict[str, Any]) -> dict[str, Any]:
     stage = Stage("sft", total, examples, cfg.sft.batch_size, state, shardings, sft_step,
                   progress_keys=("loss", "grad_norm"))
     return run_stage(run_, stage).params
-
-
-def sft_program(shardings: train_state.TrainState, mesh: jax.sharding.Mesh
-                ) -> Callable[[train_state.TrainState, dict[str, jax.Array]], tuple[train_state.TrainState, dict]]:
-    """The jitted SFT update `(state, batch) -> (state, metrics)` in the training `shardings` (what
-    `run_sft` runs and the dry run compiles)."""
-    return train_step.jit_sft_step(shardings=shardings, mesh=mesh)
 
 
 # -------------------------------------------------------------------------------------------- GRPO
@@ -482,18 +464,6 @@ class NanStreak:
             raise TrainingError(
                 f"{self.count} GRPO updates in a row had a non-finite loss or gradient (up to step {step}); "
                 f"stopping. The last good checkpoint is {last_checkpoint}. Lower rl.lr or check the rewards.")
-
-
-@dataclasses.dataclass(frozen=True)
-class GRPOPrograms:
-    """What every GRPO iteration runs, built once by `grpo_components`: the objective's settings, the
-    jitted update `(state, batch) -> (state, metrics)` and the jitted teacher-forced log-probs
-    `(params, *train_step.logprob_inputs(batch)) -> [N, R]` at the rollout temperature (each group's
-    prompt once), both in the run's shardings."""
-
-    cfg: grpo.GRPOConfig
-    update: Callable[[train_state.TrainState, dict[str, jax.Array]], tuple[train_state.TrainState, dict]]
-    logprobs: Callable[[Any, jax.Array, jax.Array], jax.Array]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -540,26 +510,7 @@ def rollout_and_score(run_: Run, params: Any, questions: list[data.Question], sp
                    np.concatenate([part[4] for part in parts]), rows)
 
 
-def rollout_logprobs(programs: GRPOPrograms, batch: dict[str, jax.Array], policy_params: Any,
-                     ref_params: Any | None, recompute_old: bool) -> tuple[dict[str, jax.Array], jax.Array | None]:
-    """The batch with its rollout log-probs, computed once per rollout and outside the gradient: the
-    reference's `ref_logp` exactly when β > 0 and, with `recompute_old`, `old_logp` recomputed
-    teacher-forced from the params that sampled. Returns it and, when recomputed, the mean
-    |recomputed − sampler| log-prob gap over the response tokens (else None)."""
-    if (ref_params is None) != (programs.cfg.kl_coef == 0):
-        raise ValueError(f"ref_params must be given iff rl.beta > 0 (beta={programs.cfg.kl_coef})")
-    batch = dict(batch)
-    if ref_params is not None:
-        batch[train_step.REF_LOGP] = programs.logprobs(ref_params, *train_step.logprob_inputs(batch))
-    gap = None
-    if recompute_old:
-        old_logp = programs.logprobs(policy_params, *train_step.logprob_inputs(batch))
-        gap = grpo.logprob_gap(old_logp, batch["old_logp"], batch["loss_mask"])
-        batch["old_logp"] = old_logp
-    return batch, gap
-
-
-def grpo_iteration(run_: Run, programs: GRPOPrograms, state: train_state.TrainState, ref_params: Any | None,
+def grpo_iteration(run_: Run, programs: run_programs.GRPOPrograms, state: train_state.TrainState, ref_params: Any | None,
                    questions: list[data.Question], key: jax.Array) -> tuple[train_state.TrainState, StepOutput]:
     """One GRPO step: rollouts -> rubric reward -> group advantages -> rollout log-probs (reference;
     behaviour if `rl.recompute_old_logprobs`, else the sampler's) -> `rl.updates_per_batch` updates,
@@ -577,7 +528,7 @@ def grpo_iteration(run_: Run, programs: GRPOPrograms, state: train_state.TrainSt
                                    advantages_N[out.rows], valid_N[out.rows], spec.response_buckets,
                                    across_processes=True)  # groups never straddle processes: rows are whole groups
     batch = distributed.global_batch(batch, sharding.batch_sharding(run_.mesh))
-    batch, recomputed_gap = rollout_logprobs(programs, batch, state.params, ref_params,
+    batch, recomputed_gap = run_programs.rollout_logprobs(programs, batch, state.params, ref_params,
                                              settings.recompute_old_logprobs)
     updates = []
     for _ in range(settings.updates_per_batch):
@@ -628,23 +579,11 @@ def _score_own_block(reward: RubricReward, questions: Sequence[str], responses: 
 
 
 def grpo_components(run_: Run, init_params: Any) -> tuple[train_state.TrainState, train_state.TrainState,
-                                                         GRPOPrograms]:
+                                                         run_programs.GRPOPrograms]:
     """Step-0 GRPO state around `init_params`, its shardings, and the programs `grpo_iteration` runs."""
     rl = run_.config.rl
-    state, shardings = _state_and_shardings(run_, init_params, grpo_optimizer(rl))
-    return state, shardings, grpo_programs(rl, run_.graphdef, shardings, run_.mesh, run_.settings.grpo)
-
-
-def grpo_programs(rl: ml_collections.ConfigDict, graphdef: nnx.GraphDef, shardings: train_state.TrainState,
-                  mesh: jax.sharding.Mesh, cfg: grpo.GRPOConfig | None = None) -> GRPOPrograms:
-    """The jitted GRPO programs of the rl block (`cfg`: its validated GRPOConfig) in the training `shardings`
-    (what `grpo_iteration` runs and the dry run compiles)."""
-    cfg = cfg or grpo_config(rl)
-    update = train_step.jit_grpo_step(cfg, micro_batches=rl.micro_batches, shardings=shardings, mesh=mesh)
-    logprobs = train_step.jit_rollout_logprobs(
-        graphdef, group_size=cfg.group_size, temperature=cfg.temperature, chunk_size=cfg.logprob_chunk_size,
-        micro_batches=rl.micro_batches, param_shardings=shardings.params, mesh=mesh)
-    return GRPOPrograms(cfg, update, logprobs)
+    state, shardings = _state_and_shardings(run_, init_params, run_programs.grpo_optimizer(rl))
+    return state, shardings, run_programs.grpo_programs(rl, run_.graphdef, shardings, run_.mesh, run_.settings.grpo)
 
 
 def run_grpo(run_: Run, init_params: Any) -> dict[str, Any]:
