@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from rubric_jax.train.loop import NanStreak, TrainingError
+from rubric_jax.train.settings import grpo_config
 from test_workdir import tensorboard_scalars
 from tiny_config import absolute_tiny_config
 from xla_flags import FAST_COMPILE
@@ -170,12 +171,10 @@ def test_nan_streak_stops_after_the_limit():
 
 
 def test_grpo_config_takes_the_rollout_temperature_and_eps():
-    from rubric_jax.train import loop
-
     rl = absolute_tiny_config().rl
     with rl.unlocked():
         rl.sampler, rl.advantage_eps = "temperature(0.7)", 0.5
-    cfg = loop.grpo_config(rl)
+    cfg = grpo_config(rl)
     assert (cfg.temperature, cfg.advantage_eps, cfg.kl_coef) == (0.7, 0.5, rl.beta)
 
 
@@ -186,13 +185,11 @@ def test_grpo_config_takes_the_rollout_temperature_and_eps():
     ("advantage_eps", 0.0, "advantage_eps"),
 ])
 def test_grpo_config_rejects_bad_rl_values(field, value, message):
-    from rubric_jax.train import loop
-
     rl = absolute_tiny_config().rl
     with rl.unlocked():
         rl[field] = value
     with pytest.raises(ValueError, match=re.escape(message)):
-        loop.grpo_config(rl)
+        grpo_config(rl)
 
 
 @pytest.mark.parametrize("flag, message", [
