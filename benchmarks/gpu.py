@@ -13,13 +13,15 @@ Per size, in this order (each measurement after a warm-up call that compiles it)
   * Decode at batch DECODE_BATCH: `sampling.generate` (greedy, bf16 weights in the decode layout) run to
     SHORT and to LONG new tokens with one compiled program (max_new_tokens is runtime data); the
     difference is LONG - SHORT decode steps without the prefill. tokens/s = batch / step time; MBU =
-    bytes a step reads (bf16 weights + the whole KV cache, which decode attends over) / time / peak
-    memory bandwidth.
+    bytes a step reads (bf16 weights + the KV cache window it attends over, `mean_decode_window`) / time /
+    peak memory bandwidth.
   * Judge: `llm_judge.judge_rows` end to end (prompt, chat template, tokenize, one batched generate,
     parse) on JUDGE_ITEMS items with the model as judge (the tiny tokenizer's ids are a subset of the
     vocabulary), items/s, and per-item calls on a few items for the ratio.
 Peaks are the device's datasheet numbers (H200 SXM: 989 TFLOP/s bf16 dense, 4.8 TB/s); on a device
-without an entry MFU and MBU print as n/a. A step that runs out of memory prints OOM and the table goes on.
+without an entry MFU and MBU print as n/a. A step that runs out of memory prints OOM, one that fails prints
+its error, and the table goes on (printed after every size); the exit status is 1 when any measurement
+failed other than by OOM.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import dataclasses
 import os
 import platform
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -58,6 +61,8 @@ QWEN25 = {
 }
 # device_kind substring -> (peak dense bf16 FLOP/s, peak memory bandwidth bytes/s), from the datasheets.
 PEAKS = {"H200": (989.4e12, 4.8e12), "H100": (989.4e12, 3.35e12), "A100": (312e12, 2.039e12)}
+GRPO_CELLS = ("GRPO update tokens/s", "GRPO update MFU", "GRPO compiled memory (GiB)", "GRPO measured peak (GiB)",
+              "GRPO compile (s)")
 RUBRIC = Path(__file__).resolve().parents[1] / "configs" / "rubrics" / "medical_qa.yaml"  # its LLM dimensions
 
 
@@ -98,6 +103,14 @@ def matmul_params(cfg: ModelConfig) -> int:
     return cfg.num_layers * (attention + 3 * d * f) + d * cfg.vocab_size
 
 
+def mean_decode_window(s: Settings) -> float:
+    """Cache slots a decode step between SHORT and LONG attends over, on average: the window of the
+    segment it runs in (`sampling.decode_windows`: the first whose slots hold the prompt and the tokens so far)."""
+    prompt_slots = sampling.bucket_size(s.decode_prompt)
+    windows = sampling.decode_windows(prompt_slots, sampling.bucket_size(s.long), sampling.DECODE_BLOCK)
+    return float(np.mean([min(w for w in windows if s.decode_prompt + t <= w) for t in range(s.short, s.long)]))
+
+
 def _timed(fn: Callable[[], object], repeats: int = 3) -> float:
     """The fastest of `repeats` runs of `fn` (results waited for), in seconds."""
     times = []
@@ -106,6 +119,19 @@ def _timed(fn: Callable[[], object], repeats: int = 3) -> float:
         jax.block_until_ready(fn())
         times.append(time.perf_counter() - start)
     return min(times)
+
+
+def measured_ceilings(n: int, copy_bytes: int) -> tuple[float, float]:
+    """What this device reaches on the simplest kernels, as the roofs next to the datasheet's: an n x n x n
+    bf16 matmul (FLOP/s) and a device-to-device copy of `copy_bytes` (bytes read + written per second)."""
+    a, b = (jax.random.normal(jax.random.key(i), (n, n), jnp.bfloat16) for i in (0, 1))
+    matmul = jax.jit(jnp.matmul)
+    jax.block_until_ready(matmul(a, b))
+    flops = 2 * n**3 / _timed(lambda: matmul(a, b), 10)
+    x = jax.random.normal(jax.random.key(2), (copy_bytes // 4,), jnp.float32)
+    copy = jax.jit(lambda v: v + 1)  # one read and one write of every element
+    jax.block_until_ready(copy(x))
+    return flops, 2 * x.nbytes / _timed(lambda: copy(x), 10)
 
 
 def _oom(e: Exception) -> bool:
@@ -129,9 +155,15 @@ def bench_grpo(cfg: ModelConfig, s: Settings, peak_flops: float | None) -> dict[
              "response_mask": np.ones((s.rows, s.response), bool), "loss_mask": np.ones((s.rows, s.response), bool),
              "old_logp": response, "ref_logp": response, "advantages": rng.standard_normal(s.rows).astype(np.float32)}
     batch = jax.device_put(batch, sharding.batch_sharding(layout.mesh))
+    compile_start = time.perf_counter()
     memory = step.lower(state, batch).compile().memory_analysis()
+    compile_s = time.perf_counter() - compile_start
     compiled = (memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
                 - memory.alias_size_in_bytes) if memory is not None else None
+    limit = (jax.devices()[0].memory_stats() or {}).get("bytes_limit")
+    if compiled is not None and limit is not None and compiled > limit:  # would only OOM after minutes of setup
+        return {"GRPO update tokens/s": f"does not fit ({limit / 2**30:.0f} GiB)",
+                "GRPO compiled memory (GiB)": f"{compiled / 2**30:.1f}", "GRPO compile (s)": f"{compile_s:.0f}"}
     current = [state]  # the step donates its state: each call takes the previous call's
 
     def update() -> dict[str, jax.Array]:
@@ -148,7 +180,8 @@ def bench_grpo(cfg: ModelConfig, s: Settings, peak_flops: float | None) -> dict[
     return {"GRPO update tokens/s": f"{tokens / seconds:,.0f}",
             "GRPO update MFU": "n/a" if peak_flops is None else f"{flops / seconds / peak_flops:.1%}",
             "GRPO compiled memory (GiB)": "n/a" if compiled is None else f"{compiled / 2**30:.1f}",
-            "GRPO measured peak (GiB)": f"{stats['peak_bytes_in_use'] / 2**30:.1f}" if stats else "n/a"}
+            "GRPO measured peak (GiB)": f"{stats['peak_bytes_in_use'] / 2**30:.1f}" if stats else "n/a",
+            "GRPO compile (s)": f"{compile_s:.0f}"}
 
 
 def bench_decode(cfg: ModelConfig, s: Settings, peak_bandwidth: float | None) -> tuple[dict[str, str], loader.Weights]:
@@ -168,8 +201,7 @@ def bench_decode(cfg: ModelConfig, s: Settings, peak_bandwidth: float | None) ->
     step_s = (long_s - short_s) / (s.long - s.short)
     itemsize = jnp.dtype(decode_cfg.param_dtype).itemsize
     weight_bytes = sum(x.size for x in jax.tree.leaves(weights.params)) * itemsize
-    cache_slots = sampling.bucket_size(s.decode_prompt) + sampling.bucket_size(s.long)
-    cache_bytes = 2 * cfg.num_layers * s.decode_batch * cache_slots * cfg.num_kv_heads * cfg.head_dim * itemsize
+    cache_bytes = 2 * cfg.num_layers * s.decode_batch * mean_decode_window(s) * cfg.num_kv_heads * cfg.head_dim * itemsize
     mbu = "n/a" if peak_bandwidth is None else f"{(weight_bytes + cache_bytes) / step_s / peak_bandwidth:.1%}"
     return {f"decode tokens/s (batch {s.decode_batch})": f"{s.decode_batch / step_s:,.0f}",
             "decode step (ms)": f"{step_s * 1e3:.2f}", "decode MBU": mbu}, weights
@@ -199,14 +231,25 @@ def bench_judge(weights: loader.Weights, s: Settings) -> dict[str, str]:
             "judge batched / per-item": f"{single_s * n / batched_s:.1f}x"}
 
 
-def _guarded(measure: Callable[[], dict[str, str]], names: tuple[str, ...]) -> dict[str, str]:
-    """A measurement, or OOM in each of its cells when the device runs out of memory."""
+def _guarded(measure: Callable[[], dict[str, str]], names: tuple[str, ...], errors: list[str]) -> dict[str, str]:
+    """A measurement, or OOM / its error in each of its cells: on a one-shot lease a failing measurement must
+    not lose the others. Errors other than OOM are printed and appended to `errors` (the exit status)."""
     try:
         return measure()
-    except jax.errors.JaxRuntimeError as e:
-        if not _oom(e):
-            raise
-        return dict.fromkeys(names, "OOM")
+    except Exception as e:  # noqa: BLE001 -- reported in the table and the exit status, not swallowed
+        if isinstance(e, jax.errors.JaxRuntimeError) and _oom(e):
+            return dict.fromkeys(names, "OOM")
+        traceback.print_exc()
+        errors.append(f"{names[0]}: {type(e).__name__}: {e}")
+        return dict.fromkeys(names, f"error ({type(e).__name__})")
+
+
+def _print_table(columns: dict[str, dict[str, str]]) -> None:
+    names = list(dict.fromkeys(name for row in columns.values() for name in row))
+    print("| metric | " + " | ".join(columns) + " |")
+    print("|---|" + "---|" * len(columns))
+    for name in names:
+        print(f"| {name} | " + " | ".join(columns[size].get(name, "-") for size in columns) + " |", flush=True)
 
 
 def main(argv: list[str]) -> None:
@@ -219,33 +262,39 @@ def main(argv: list[str]) -> None:
     if unknown:
         raise app.UsageError(f"--sizes: unknown {unknown}; expected some of {sorted(QWEN25)}")
     s = SMOKE if _SMOKE.value else Settings()
+    print(f"{device.device_kind} ({jax.default_backend()}), jax {jax.__version__}, {platform.node()}, "
+          f"load {os.getloadavg()[0]:.1f}, GRPO {s.rows}x({s.prompt}+{s.response}) in {s.micro} micro-batches, "
+          f"decode {s.decode_batch}x{s.decode_prompt} prompt, steps {s.short}->{s.long}", flush=True)
+    matmul_flops, copy_bandwidth = measured_ceilings(*((256, 2**22) if _SMOKE.value else (8192, 2**32)))
+    print(f"measured: bf16 matmul {matmul_flops / 1e12:.1f} TFLOP/s, copy {copy_bandwidth / 1e12:.2f} TB/s", flush=True)
     columns: dict[str, dict[str, str]] = {}
+    errors: list[str] = []
     for size in sizes:
         cfg = model_config(size)
-        row = _guarded(lambda: bench_grpo(cfg, s, peak_flops), ("GRPO update tokens/s", "GRPO update MFU",
-                                                                "GRPO compiled memory (GiB)", "GRPO measured peak (GiB)"))
-        try:
-            decode, weights = bench_decode(cfg, s, peak_bandwidth)
-            row |= decode | bench_judge(weights, s)
-            del weights
-        except jax.errors.JaxRuntimeError as e:
-            if not _oom(e):
-                raise
-            row["decode tokens/s"] = "OOM"
+        row = _guarded(lambda: bench_grpo(cfg, s, peak_flops), GRPO_CELLS, errors)
+        print(f"{size}: GRPO done at {time.perf_counter() - start:.0f} s", flush=True)
+        weights: list[loader.Weights] = []  # the decode weights, which the judge reuses
+
+        def decode() -> dict[str, str]:
+            cells, decode_weights = bench_decode(cfg, s, peak_bandwidth)
+            weights.append(decode_weights)
+            return cells
+
+        row |= _guarded(decode, (f"decode tokens/s (batch {s.decode_batch})", "decode step (ms)", "decode MBU"),
+                        errors)
+        print(f"{size}: decode done at {time.perf_counter() - start:.0f} s", flush=True)
+        if weights:
+            row |= _guarded(lambda: bench_judge(weights[0], s),
+                            (f"judge items/s (batched, {s.judge_items} items)", "judge batched / per-item"), errors)
+        weights.clear()
         row["N (matmul params)"] = f"{matmul_params(cfg) / 1e9:.2f}B"
         columns[size] = row
         print(f"{size}: done at {time.perf_counter() - start:.0f} s", flush=True)
-    names = list(dict.fromkeys(name for row in columns.values() for name in row))
-    print(f"\n{device.device_kind} ({jax.default_backend()}), jax {jax.__version__}, {platform.node()}, "
-          f"load {os.getloadavg()[0]:.1f}, GRPO {s.rows}x({s.prompt}+{s.response}) in {s.micro} micro-batches, "
-          f"decode {s.decode_batch}x{s.decode_prompt} prompt, steps {s.short}->{s.long}")
-    print("| metric | " + " | ".join(columns) + " |")
-    print("|---|" + "---|" * len(columns))
-    for name in names:
-        print(f"| {name} | " + " | ".join(columns[size].get(name, "-") for size in columns) + " |")
+        _print_table(columns)  # after every size: a lease that ends early still leaves the sizes done
     print(f"\nwall {time.perf_counter() - start:.0f} s, process CPU {time.process_time():.0f} s; "
           f"peaks: {'n/a' if peak_flops is None else f'{peak_flops / 1e12:.0f} TFLOP/s, {peak_bandwidth / 1e12:.2f} TB/s'}")
-
+    if errors:
+        raise SystemExit("measurements failed:\n" + "\n".join(errors))
 
 if __name__ == "__main__":
     app.run(main)
