@@ -49,6 +49,10 @@ from rubric_jax.train import state as train_state, step as train_step
 
 _SIZES = flags.DEFINE_list("sizes", ["1.5b", "7b"], "Qwen2.5 shapes to measure (1.5b, 7b).")
 _SMOKE = flags.DEFINE_bool("smoke", False, "Toy shapes and sizes, for a CPU test of the script.")
+_PARTS = flags.DEFINE_list("parts", ["grpo", "decode", "judge"], "Measurements to run (the judge needs decode).")
+_MICRO = flags.DEFINE_list("micro", [], "GRPO micro-batch counts to measure, a column each (default: the settings').")
+_TRACE_DIR = flags.DEFINE_string("trace_dir", None, "Write a profiler trace (Perfetto JSON) of one GRPO update "
+                                 "and of a 16-token generate here.")
 
 # Qwen2.5-{1.5B,7B}-Instruct config.json (Hugging Face, 2024-09): the shapes, no weights.
 QWEN25 = {
@@ -172,6 +176,9 @@ def bench_grpo(cfg: ModelConfig, s: Settings, peak_flops: float | None) -> dict[
 
     update()  # compile and warm up
     seconds = _timed(update)
+    if _TRACE_DIR.value:
+        with jax.profiler.trace(f"{_TRACE_DIR.value}/grpo", create_perfetto_trace=True):
+            jax.block_until_ready(update())
     stats = jax.devices()[0].memory_stats() or {}
     tokens = s.rows * t  # the rollouts' tokens; the model computes each group's prompt once:
     computed = s.micro * s.prompt + s.rows * s.response
@@ -197,6 +204,9 @@ def bench_decode(cfg: ModelConfig, s: Settings, peak_bandwidth: float | None) ->
                                  stop_tokens=(), pad_id=0, layout=layout)
 
     run(s.long)  # compile and warm up
+    if _TRACE_DIR.value:  # max_new_tokens is runtime data: the same program
+        with jax.profiler.trace(f"{_TRACE_DIR.value}/decode", create_perfetto_trace=True):
+            jax.block_until_ready(run(16))
     long_s, short_s = _timed(lambda: run(s.long)), _timed(lambda: run(s.short))
     step_s = (long_s - short_s) / (s.long - s.short)
     itemsize = jnp.dtype(decode_cfg.param_dtype).itemsize
@@ -224,7 +234,8 @@ def bench_judge(weights: loader.Weights, s: Settings) -> dict[str, str]:
         return judge_rows([judge], config, questions[rows], responses[rows], per_row[rows], jax.random.key(3))
 
     batched(slice(None))
-    batched(slice(0, 1))  # compile both shapes
+    for i in range(s.judge_per_item):  # compile every shape timed (items' prompts differ by dimension)
+        batched(slice(i, i + 1))
     batched_s = _timed(lambda: batched(slice(None)))
     single_s = _timed(lambda: [batched(slice(i, i + 1)) for i in range(s.judge_per_item)], 1) / s.judge_per_item
     return {f"judge items/s (batched, {n} items)": f"{n / batched_s:,.1f}",
@@ -269,10 +280,16 @@ def main(argv: list[str]) -> None:
     print(f"measured: bf16 matmul {matmul_flops / 1e12:.1f} TFLOP/s, copy {copy_bandwidth / 1e12:.2f} TB/s", flush=True)
     columns: dict[str, dict[str, str]] = {}
     errors: list[str] = []
+    micros = [int(m) for m in _MICRO.value] or [s.micro]
     for size in sizes:
         cfg = model_config(size)
-        row = _guarded(lambda: bench_grpo(cfg, s, peak_flops), GRPO_CELLS, errors)
-        print(f"{size}: GRPO done at {time.perf_counter() - start:.0f} s", flush=True)
+        for micro in micros:  # a column per micro-batch count; decode and the judge in the first
+            column = size if len(micros) == 1 else f"{size}, {micro} micro"
+            columns[column] = row = {}
+            if "grpo" in _PARTS.value:
+                row |= _guarded(lambda: bench_grpo(cfg, dataclasses.replace(s, micro=micro), peak_flops), GRPO_CELLS,
+                                errors)
+                print(f"{column}: GRPO done at {time.perf_counter() - start:.0f} s", flush=True)
         weights: list[loader.Weights] = []  # the decode weights, which the judge reuses
 
         def decode() -> dict[str, str]:
@@ -280,21 +297,23 @@ def main(argv: list[str]) -> None:
             weights.append(decode_weights)
             return cells
 
-        row |= _guarded(decode, (f"decode tokens/s (batch {s.decode_batch})", "decode step (ms)", "decode MBU"),
-                        errors)
-        print(f"{size}: decode done at {time.perf_counter() - start:.0f} s", flush=True)
-        if weights:
-            row |= _guarded(lambda: bench_judge(weights[0], s),
-                            (f"judge items/s (batched, {s.judge_items} items)", "judge batched / per-item"), errors)
+        first = columns[size if len(micros) == 1 else f"{size}, {micros[0]} micro"]
+        if "decode" in _PARTS.value:
+            first |= _guarded(decode, (f"decode tokens/s (batch {s.decode_batch})", "decode step (ms)", "decode MBU"),
+                              errors)
+            print(f"{size}: decode done at {time.perf_counter() - start:.0f} s", flush=True)
+        if weights and "judge" in _PARTS.value:
+            first |= _guarded(lambda: bench_judge(weights[0], s),
+                              (f"judge items/s (batched, {s.judge_items} items)", "judge batched / per-item"), errors)
         weights.clear()
-        row["N (matmul params)"] = f"{matmul_params(cfg) / 1e9:.2f}B"
-        columns[size] = row
+        first["N (matmul params)"] = f"{matmul_params(cfg) / 1e9:.2f}B"
         print(f"{size}: done at {time.perf_counter() - start:.0f} s", flush=True)
         _print_table(columns)  # after every size: a lease that ends early still leaves the sizes done
     print(f"\nwall {time.perf_counter() - start:.0f} s, process CPU {time.process_time():.0f} s; "
           f"peaks: {'n/a' if peak_flops is None else f'{peak_flops / 1e12:.0f} TFLOP/s, {peak_bandwidth / 1e12:.2f} TB/s'}")
     if errors:
         raise SystemExit("measurements failed:\n" + "\n".join(errors))
+
 
 if __name__ == "__main__":
     app.run(main)
