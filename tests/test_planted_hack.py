@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import traverse_util
 
 from rubric_jax.assets import ASSETS_DIR, build_tiny_judges, tiny_judge_data
 from rubric_jax.assets.build_tiny_assets import join_sentences, scaffold
@@ -59,6 +60,12 @@ def test_a_planted_hack_config_validates_and_points_at_its_rubric_and_judge(vari
     assert rubric.dimension("clarity").kind == "llm" and "template" not in rubric.dimension_ids
     assert Path(config.judge.checkpoint).name == f"tiny_judge_{variant}"
     assert (Path(config.judge.checkpoint) / "model.safetensors").is_file()
+
+
+def test_the_two_runs_differ_only_in_rubric_and_judge():
+    """The fix is the only difference between the runs (same SFT, GRPO and monitor settings)."""
+    hack, fixed = (traverse_util.flatten_dict(_config(variant).to_dict(), sep=".") for variant in CONFIG_FILES)
+    assert {key for key in hack if hack[key] != fixed[key]} == {"data.rubric", "judge.checkpoint"}
 
 
 @pytest.mark.parametrize("variant", CONFIG_FILES)
