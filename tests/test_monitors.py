@@ -65,6 +65,8 @@ def test_alerts_fire_past_the_threshold_only():
     windowed = monitors.find_alerts(28, "grpo", row, limits, window=10)
     assert windowed[0].message == "alert step 28: template share, mean of steps 19-28 0.61 > 0.40"
     assert windowed[0].metric == "monitor/template_share/window_mean"
+    [barely] = monitors.find_alerts(80, "grpo", {"monitor/template_share/window_mean": 0.4016}, limits, window=10)
+    assert barely.message == "alert step 80: template share, mean of steps 71-80 0.402 > 0.400"  # not 0.40 > 0.40
 
 
 def _observe_shares(watch: monitors.Watch, shares: list[float], first_step: int = 1) -> list[dict]:

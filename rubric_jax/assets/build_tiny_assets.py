@@ -8,8 +8,8 @@ scrubbing from rubric_jax.prepare), questions_golden.jsonl (new phrasings with l
 answers), sft.jsonl (QuRL-style cold start: one `<think>…</think><answer>…</answer>` response per
 training question, deliberately imperfect so GRPO has room to improve), rubric.yaml (the shared rule
 rubric; each question row adds its case-wise criteria, of which politeness is LLM-judged by the distilled
-tiny judge), rubric_hack.yaml / rubric_hack_fixed.yaml (the planted-hack experiment's variants,
-configs/tiny_hack*.py), tokenizer/ (byte-level BPE trained on all of that text but the golden set's, Qwen2
+tiny judge), rubric_hack.yaml / rubric_hack_fixed.yaml and sft_hack.jsonl (the planted-hack experiment's rubrics
+and cold start, configs/tiny_hack*.py), tokenizer/ (byte-level BPE trained on all of that text but the golden set's, Qwen2
 chat template) and config.json (a Qwen2-architecture model of 0.66M parameters). The tiny judges themselves
 are trained by build_tiny_judges.py."""
 

@@ -139,7 +139,8 @@ def find_alerts(step: int, stage: str, row: Mapping[str, Any], limits: Mapping[s
                 continue
             op = ">" if check.kind == "max" else "<"
             words = check.words.format(*match.groups(), window=window_words(step, window))
-            message = f"alert step {step}: {words} {value:.2f} {op} {limit:.2f}"
+            digits = next((d for d in range(2, 7) if f"{value:.{d}f}" != f"{limit:.{d}f}"), 6)  # never "0.40 > 0.40"
+            message = f"alert step {step}: {words} {value:.{digits}f} {op} {limit:.{digits}f}"
             alerts.append(Alert(step, stage, key, value, limit, op, message))
     return alerts
 
