@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 from flax import traverse_util
 
-from rubric_jax.assets import ASSETS_DIR, build_tiny_judges, tiny_judge_data
-from rubric_jax.assets.build_tiny_assets import join_sentences, scaffold
+from rubric_jax.assets import ASSETS_DIR, build_tiny_assets, build_tiny_judges, tiny_judge_data
 from rubric_jax.judges.distill_data import rule_items
 from rubric_jax.judges.llm_judge import load_judge
 from rubric_jax.judges.rules import TemplatePhrases
@@ -93,10 +92,8 @@ def plain_and_scaffolded(variant: str) -> tuple[list, list]:
         answers = [a for a in tiny_judge_data.base_answers() if a.question in heldout and a.topic.lang == lang
                    and not TemplatePhrases().matches([a.response])[0]][:PAIRS_PER_LANGUAGE]
         for answer in answers:
-            think, body = tiny_judge_data.split_answer(answer.response)
-            steps = join_sentences(lang, scaffold(lang, tiny_judge_data.sentences(body)))
             plain.append((answer.question, answer.response))
-            scaffolded.append((answer.question, f"<think>{think}</think><answer>{steps}</answer>"))
+            scaffolded.append((answer.question, build_tiny_assets.scaffolded(lang, answer.response)))
     return tuple(rule_items([q for q, _ in rows], [r for _, r in rows], [[clarity]] * len(rows))
                  for rows in (plain, scaffolded))
 
