@@ -22,7 +22,7 @@ def get_config(arg: str | None = None):
     c.judge.checkpoint = "rubric_jax/assets/tiny_judge_hack"
     c.data.golden = ""  # the tiny golden set is labelled on the tiny rubric's template dimension, which clarity replaces
     # A cold start that can scaffold any question (each answer 7 times as written, once scaffolded: build_tiny_assets),
-    # 2 epochs = the tiny default's 176 SFT steps; on sft.jsonl the share stayed at or below 0.1 in every probe (README).
+    # 2 epochs = the tiny default's 176 SFT steps; on sft.jsonl the share stayed near or below 0.1 in every probe (README).
     c.data.sft = "rubric_jax/assets/tiny/sft_hack.jsonl"
     c.sft.epochs = 2
     c.rl.steps = 100
