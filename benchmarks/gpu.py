@@ -281,6 +281,9 @@ def main(argv: list[str]) -> None:
     columns: dict[str, dict[str, str]] = {}
     errors: list[str] = []
     micros = [int(m) for m in _MICRO.value] or [s.micro]
+    if any(m < 1 or s.rows % m for m in micros) or not set(_PARTS.value) <= {"grpo", "decode", "judge"}:
+        raise app.UsageError(f"--micro={_MICRO.value} must divide the {s.rows} GRPO rows; --parts={_PARTS.value} "
+                             "must be some of grpo, decode, judge")
     for size in sizes:
         cfg = model_config(size)
         for micro in micros:  # a column per micro-batch count; decode and the judge in the first
