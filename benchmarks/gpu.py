@@ -273,6 +273,11 @@ def main(argv: list[str]) -> None:
     if unknown:
         raise app.UsageError(f"--sizes: unknown {unknown}; expected some of {sorted(QWEN25)}")
     s = SMOKE if _SMOKE.value else Settings()
+    micros = [int(m) for m in _MICRO.value if m.isdigit()]
+    if len(micros) < len(_MICRO.value) or any(m < 1 or s.rows % m for m in micros) or not set(_PARTS.value) <= {"grpo", "decode", "judge"}:
+        raise app.UsageError(f"--micro={_MICRO.value} must divide the {s.rows} GRPO rows; --parts={_PARTS.value} "
+                             "must be some of grpo, decode, judge")
+    micros = micros or [s.micro]
     print(f"{device.device_kind} ({jax.default_backend()}), jax {jax.__version__}, {platform.node()}, "
           f"load {os.getloadavg()[0]:.1f}, GRPO {s.rows}x({s.prompt}+{s.response}) in {s.micro} micro-batches, "
           f"decode {s.decode_batch}x{s.decode_prompt} prompt, steps {s.short}->{s.long}", flush=True)
@@ -280,7 +285,6 @@ def main(argv: list[str]) -> None:
     print(f"measured: bf16 matmul {matmul_flops / 1e12:.1f} TFLOP/s, copy {copy_bandwidth / 1e12:.2f} TB/s", flush=True)
     columns: dict[str, dict[str, str]] = {}
     errors: list[str] = []
-    micros = [int(m) for m in _MICRO.value] or [s.micro]
     for size in sizes:
         cfg = model_config(size)
         for micro in micros:  # a column per micro-batch count; decode and the judge in the first

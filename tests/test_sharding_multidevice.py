@@ -1,12 +1,14 @@
 """Sharded forward == single-device forward on 8 simulated CPU devices (fsdp-only, tensor-only, mixed)."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
-from rubric_jax import sharding
+from rubric_jax import hlo_stats, sharding
+from rubric_jax.models.checkpoint import abstract_model
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.models.transformer import causal_padding_mask, padding_to_positions
 from tests.random_model import random_model
@@ -60,3 +62,34 @@ def test_sharded_forward_matches_single_device(model, mesh_config, q_spec, embed
     fn = jax.jit(_forward, static_argnums=0, in_shardings=(param_sh, batch_sh, batch_sh), out_shardings=batch_sh)
     got = fn(graphdef, sharded_state, *sharding.shard_pytree((tokens, mask), batch_sh))
     np.testing.assert_allclose(np.asarray(got), np.asarray(expected), atol=2e-5, rtol=1e-5)
+
+
+def test_shared_prompt_gradient_gathers_each_fsdp_weight_once_per_layer(model):
+    """`prefix_continuation_states` runs each layer's weights twice (the prompts, then the responses on the
+    prompts' K/V). Under FSDP (fsdp 8, the training layout's residual constraint) its gradient must not
+    all-gather more weight bytes than the plain forward's gradient over the same rows at full length,
+    which uses each weight once per layer; gathering per use (what the 7B GPU compile showed before
+    `Transformer._unsplit`) moves about twice as much."""
+    graphdef, state = model
+    layout = sharding.Layout(sharding.make_mesh(sharding.MeshConfig(data=1, fsdp=8, tensor=1)))
+    graphdef = abstract_model(CFG, layout.shard_activation)[0]
+    params = sharding.shard_pytree(state, sharding.param_shardings(state, layout.mesh))
+    u, j, p, t = 2, 4, 8, 6
+    ones = jnp.ones
+
+    def shared_prompt(params):
+        h_prompt, h_response = nnx.merge(graphdef, params).prefix_continuation_states(
+            ones((u, p), jnp.int32), jnp.tile(jnp.arange(p), (u, 1)), jnp.tril(ones((u, p, p), bool)),
+            ones((u * j, t), jnp.int32), jnp.tile(jnp.arange(p, p + t), (u * j, 1)), jnp.tril(ones((u * j, t, t), bool)),
+            ones((u, p), bool))
+        return jnp.sum(h_prompt.astype(jnp.float32)) + jnp.sum(h_response.astype(jnp.float32))
+
+    def plain(params):
+        b, n = u * j, p + t
+        h, _ = nnx.merge(graphdef, params).hidden_states(ones((b, n), jnp.int32), jnp.tile(jnp.arange(n), (b, 1)),
+                                                         jnp.tril(ones((b, n, n), bool)))
+        return jnp.sum(h.astype(jnp.float32))
+
+    gathered = {fn.__name__: hlo_stats.summarize(hlo_stats.collectives(
+        jax.jit(jax.grad(fn)).lower(params).compile().as_text()))["all-gather"].bytes for fn in (shared_prompt, plain)}
+    assert 0 < gathered["shared_prompt"] <= gathered["plain"], gathered

@@ -238,6 +238,7 @@ class Transformer(nnx.Module):
 
         def layer(carry, params):
             x_UxPxD, x_BxTxD = carry
+            params = self._unsplit(params)
 
             def attend_prefix(attn: Params, h_UxPxD: jax.Array):
                 q, k_UxKxPxH, v_UxKxPxH = _qkv(cfg, attn, h_UxPxD, cos_UxPxH, sin_UxPxH)
@@ -267,6 +268,19 @@ class Transformer(nnx.Module):
     def _shard(self, x_BxTxD: jax.Array, axes: tuple[str, ...] = RESIDUAL_AXES) -> jax.Array:
         """The residual stream in the layout given at construction (unchanged without one)."""
         return x_BxTxD if self.shard_activation is None else self.shard_activation(x_BxTxD, axes)
+
+    def _unsplit(self, layer_params: Params) -> Params:
+        """One layer's weights constrained to their layout with `embed` unsplit (named `activation_embed`),
+        so a forward that runs them twice (prefixes, then continuations) all-gathers an FSDP-split weight
+        once, not once per use; tensor-parallel axes keep their split. Unchanged without a layout."""
+        if self.shard_activation is None:
+            return layer_params
+        logical = nnx.to_pure_dict(jax.tree.map(lambda v: nnx.get_partition_spec(v).get_value(),
+                                                nnx.state(self.layers, nnx.Param),
+                                                is_leaf=lambda x: isinstance(x, nnx.Variable)))
+        return jax.tree.map(lambda w, names: self.shard_activation(
+            w, tuple("activation_embed" if n == "embed" else n for n in names[1:])), layer_params, logical,
+            is_leaf=lambda x: isinstance(x, jax.Array))
 
     def _final_norm(self, x_BxTxD: jax.Array) -> jax.Array:
         return rms_norm(x_BxTxD, self.norm.scale[...], self.cfg.rms_norm_eps)
