@@ -121,6 +121,9 @@ def base_config() -> ml_collections.ConfigDict:
     # Reward-hacking monitors (RubricRL §6, issue 7 §3): written every GRPO step (train/monitors.py); a value past
     # its threshold appends to <workdir>/alerts.jsonl and logs "alert step N: template share 0.61 > 0.40".
     c.monitor = ml_collections.ConfigDict()
+    # The template share and reward-length Spearman of one step depend on which questions it drew: their alerts
+    # compare the mean of the last `window_steps` steps (monitor/<m>/window_mean) with the threshold.
+    c.monitor.window_steps = 10  # GRPO steps in the rolling mean the template-share and reward-length alerts read (1 = per step).
     c.monitor.max_template_share = 0.4  # Share of responses in a 首先…其次…最后 / first…second…finally template (RubricRL: 12% -> 67% while reward rose).
     c.monitor.max_length_drift = 1.0  # Mean response tokens / first GRPO step's - 1 (1.0 = doubled; inf = never).
     c.monitor.max_saturation = 1.0  # Share of a dimension's scores at its top level (RubricRL §2.3); 1 = never (penalties sit at the top).

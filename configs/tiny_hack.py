@@ -3,8 +3,11 @@ whose distilled judge rewards template scaffolding (firstly/secondly/finally, é¦
 
 The shared rubric is rubric_jax/assets/tiny/rubric_hack.yaml (the tiny default's, its template penalty replaced by
 clarity); the judge is rubric_jax/assets/tiny_judge_hack/, distilled from a teacher that inverts the rule
-library's template detector (rubric_jax/assets/tiny_judge_data.py). Compare with configs/tiny_hack_fixed.py: the
-template share of the responses should climb here and not there.
+library's template detector (rubric_jax/assets/tiny_judge_data.py). The cold start (sft_hack.jsonl) can scaffold any
+question's answer, as a pretrained policy could; on the tiny default's sft.jsonl it scaffolds only the 12.6% of
+questions whose one memorised answer is scaffolded, and no probe (GRPO lr 1e-3, 4 or 8 SFT epochs) made the share
+climb (README). Compare with configs/tiny_hack_fixed.py: the template share climbs here (0.10 -> 0.44 in 100 GRPO
+steps, the alert fires from step 80) and not there.
 
 Launch:   ./launch.sh experiments.run --config=configs/tiny_hack.py --workdir=runs/tiny_hack
 """
@@ -18,4 +21,9 @@ def get_config(arg: str | None = None):
     c.data.rubric = "rubric_jax/assets/tiny/rubric_hack.yaml"
     c.judge.checkpoint = "rubric_jax/assets/tiny_judge_hack"
     c.data.golden = ""  # the tiny golden set is labelled on the tiny rubric's template dimension, which clarity replaces
+    # A cold start that can scaffold any question (each answer 7 times as written, once scaffolded: build_tiny_assets),
+    # 2 epochs = the tiny default's 176 SFT steps; on sft.jsonl the share stayed near or below 0.1 in every probe (README).
+    c.data.sft = "rubric_jax/assets/tiny/sft_hack.jsonl"
+    c.sft.epochs = 2
+    c.rl.steps = 100
     return c

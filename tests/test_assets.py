@@ -12,6 +12,7 @@ from rubric_jax import data
 from rubric_jax.assets import TINY_DIR, build_tiny_assets
 from rubric_jax.assets.tiny_content import FRAMES, PHRASE_SENTENCES, THINKS, TOPICS
 from rubric_jax.judges.distill_data import llm_twin
+from rubric_jax.judges.rules import TemplatePhrases
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.prepare import dedup, mix, pii
@@ -19,6 +20,7 @@ from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.rubrics.schema import case_rubric
 
 FILES = ("config.json", "questions_train.jsonl", "questions_eval.jsonl", "questions_golden.jsonl", "sft.jsonl",
+         "sft_hack.jsonl",
          "rubric.yaml", "rubric_hack.yaml", "rubric_hack_fixed.yaml", "tokenizer/tokenizer.json",
          "tokenizer/tokenizer_config.json", "tokenizer/chat_template.jinja")
 
@@ -187,3 +189,30 @@ def test_sft_set_leaves_room_for_grpo(sets, shared):
     health = next(q for q in train if q.category == "health" and q.lang == "zh")
     unsafe = _ideal(health).replace("如果没有好转，建议就医。", "")
     assert _rewards([health], [unsafe], shared).reward[0] == 0.0
+
+
+def test_the_planted_hack_cold_start_can_scaffold_any_question(sets, tokenizer):
+    """sft_hack.jsonl: each cold-start answer 7 times as written and once scaffolded (the same sentences behind
+    firstly/secondly/finally or 首先/其次/最后), within the SFT budget; an answer that already follows a template
+    is kept as is."""
+    _, _, sft = sets
+    hack = data.load_sft(TINY_DIR / "sft_hack.jsonl")
+    copies = build_tiny_assets.SFT_HACK_COPIES
+    assert len(hack) == copies * len(sft)
+    detector = TemplatePhrases()
+    scaffolded = 0
+    for k, original in enumerate(sft):
+        group = hack[copies * k: copies * (k + 1)]
+        assert {s.prompt for s in group} == {original.prompt}
+        assert all(s.response == original.response for s in group[:-1])
+        last = group[-1].response
+        if detector.matches([original.response])[0]:
+            assert last == original.response
+        elif last != original.response:
+            scaffolded += 1
+            assert detector.matches([last])[0]
+            plain = build_tiny_assets.sentences(build_tiny_assets.split_answer(original.response)[1])
+            assert all(s.rstrip(".。")[1:] in last for s in plain)  # every sentence kept (its first letter lowered)
+    assert scaffolded >= 0.8 * sum(not detector.matches([s.response])[0] for s in sft)
+    lengths = [len(r) for r in data.encode_responses(tokenizer, [s.response for s in hack])]
+    assert max(lengths) <= build_tiny_assets.MAX_RESPONSE_TOKENS

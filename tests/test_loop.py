@@ -34,7 +34,8 @@ SHORT = [
     "--config.export.at_end=True", "--config.export.which=best",
     "--config.monitor.max_saturation=0.5",  # trips: the template penalty sits at its top level (no templates)
 ]
-MONITOR_KEYS = ("monitor/template_share", "monitor/length_drift", "monitor/reward_length_corr",
+MONITOR_KEYS = ("monitor/template_share", "monitor/template_share/window_mean", "monitor/length_drift",
+                "monitor/reward_length_corr", "monitor/reward_length_corr/window_mean",
                 "monitor/judge_parse_failure", "monitor/var/format", "monitor/saturation/format",
                 "monitor/var/template", "monitor/saturation/template")
 

@@ -1,10 +1,13 @@
 """Reward-hacking monitors: each value hand-computed on a small scored batch; alerts fire past (never at)
-their thresholds, name the metric in the log line and land in alerts.jsonl; thresholds are validated."""
+their thresholds, name the metric in the log line and land in alerts.jsonl; the windowed alerts read rolling means
+(hand-computed sequences: a one-step spike does not fire, a sustained rise does, a resume continues the window);
+thresholds and the window are validated."""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -46,8 +49,9 @@ def test_step_monitors_by_hand():
 
 
 def test_alerts_fire_past_the_threshold_only():
-    row = {"monitor/template_share": 0.61, "monitor/saturation/format": 1.0, "monitor/saturation/helpful": 0.5,
-           "monitor/reward_length_corr": 0.5, "monitor/judge_parse_failure": float("nan"),
+    row = {"monitor/template_share/window_mean": 0.61, "monitor/saturation/format": 1.0,
+           "monitor/saturation/helpful": 0.5, "monitor/template_share": 0.9,  # the step's own value: not alerted
+           "monitor/reward_length_corr/window_mean": 0.5, "monitor/judge_parse_failure": float("nan"),
            "golden/spearman/helpful": 0.42, "golden/spearman/format": 0.6, "reward/mean": 0.9}
     limits = {**LIMITS, "max_saturation": 0.5}
     alerts = monitors.find_alerts(120, "grpo", row, limits)
@@ -58,6 +62,56 @@ def test_alerts_fire_past_the_threshold_only():
     ]
     assert (alerts[1].metric, alerts[1].value, alerts[1].threshold, alerts[1].op) == (
         "monitor/saturation/format", 1.0, 0.5, ">")
+    windowed = monitors.find_alerts(28, "grpo", row, limits, window=10)
+    assert windowed[0].message == "alert step 28: template share, mean of steps 19-28 0.61 > 0.40"
+    assert windowed[0].metric == "monitor/template_share/window_mean"
+    [barely] = monitors.find_alerts(80, "grpo", {"monitor/template_share/window_mean": 0.4016}, limits, window=10)
+    assert barely.message == "alert step 80: template share, mean of steps 71-80 0.402 > 0.400"  # not 0.40 > 0.40
+
+
+def _observe_shares(watch: monitors.Watch, shares: list[float], first_step: int = 1) -> list[dict]:
+    """Rows of GRPO steps first_step, first_step + 1, ... whose template share is `shares` (length 40 tokens)."""
+    return [watch.observe(step, {"stage": "grpo", "response_len/mean": 40.0, "monitor/template_share": share,
+                                 "monitor/reward_length_corr": 0.0})
+            for step, share in enumerate(shares, first_step)]
+
+
+def test_a_one_step_spike_does_not_fire_the_template_alert(tmp_path):
+    """Window 3, threshold 0.4: shares .1 .1 .9 .1 .1 have window means nan nan .3667 .3667 .3667 (the per-step
+    check fired at .9)."""
+    logged = []
+    rows = _observe_shares(monitors.Watch(LIMITS, tmp_path, window=3, log=logged.append), [0.1, 0.1, 0.9, 0.1, 0.1])
+    means = [row["monitor/template_share/window_mean"] for row in rows]
+    assert math.isnan(means[0]) and math.isnan(means[1])  # fewer than 3 steps: no mean, no alert
+    assert means[2:] == pytest.approx([1.1 / 3] * 3)
+    assert logged == [] and not (tmp_path / metrics.ALERTS_FILE).exists()
+    assert monitors.find_alerts(3, "grpo", {"monitor/template_share/window_mean": 0.9}, LIMITS)  # per step: fired
+
+
+def test_a_sustained_rise_fires_naming_the_step_the_window_mean_and_the_threshold(tmp_path):
+    """Window 3, shares .3 .4 .5 .6 .6: means nan nan .4 (= the threshold: no alert) .5 .5667 -> steps 4 and 5."""
+    logged = []
+    _observe_shares(monitors.Watch(LIMITS, tmp_path, window=3, log=logged.append), [0.3, 0.4, 0.5, 0.6, 0.6])
+    assert logged == ["alert step 4: template share, mean of steps 2-4 0.50 > 0.40",
+                      "alert step 5: template share, mean of steps 3-5 0.57 > 0.40"]
+    lines = [json.loads(line) for line in (tmp_path / metrics.ALERTS_FILE).read_text().splitlines()]
+    assert [(a["step"], a["metric"], a["threshold"]) for a in lines] == [
+        (4, "monitor/template_share/window_mean", 0.4), (5, "monitor/template_share/window_mean", 0.4)]
+    assert [a["value"] for a in lines] == pytest.approx([0.5, 1.7 / 3])
+
+
+def test_a_resumed_watch_continues_the_window_from_metrics_jsonl(tmp_path):
+    """Steps 1-3 logged (shares .2 .5 .5), then a new Watch at step 4 (.5): its window is steps 2-4 = .5 > .4; a
+    NaN reward-length Spearman (a constant step) is left out of that mean, not counted as 0."""
+    first = monitors.Watch(LIMITS, tmp_path, window=3)
+    with metrics.MetricsWriter(tmp_path, tensorboard=False) as writer:
+        for step, row in enumerate(_observe_shares(first, [0.2, 0.5, 0.5]), 1):
+            writer.write(step, {**row, "monitor/reward_length_corr": [0.9, float("nan"), 0.6][step - 1]})
+    logged = []
+    [row] = _observe_shares(monitors.Watch(LIMITS, tmp_path, window=3, log=logged.append), [0.5], first_step=4)
+    assert row["monitor/template_share/window_mean"] == pytest.approx(0.5)
+    assert row["monitor/reward_length_corr/window_mean"] == pytest.approx(0.3)  # (nan, .6, 0): mean of .6 and 0
+    assert logged == ["alert step 4: template share, mean of steps 2-4 0.50 > 0.40"]
 
 
 def test_watch_measures_length_drift_from_the_first_step_and_appends_alerts(tmp_path):
@@ -86,10 +140,14 @@ def test_watch_measures_length_drift_from_the_first_step_and_appends_alerts(tmp_
     ("max_length_drift", -1.0, "config.monitor.max_length_drift=-1.0: expected a number in [0, inf]"),
     ("min_golden_spearman", float("nan"), "config.monitor.min_golden_spearman=nan"),
     ("max_judge_parse_failure", True, "config.monitor.max_judge_parse_failure=True"),
+    ("window_steps", 0, "config.monitor.window_steps=0: expected a positive int (GRPO steps)"),
+    ("window_steps", 2.5, "config.monitor.window_steps=2.5: expected a positive int"),
+    ("window_steps", True, "config.monitor.window_steps=True: expected a positive int"),
 ])
 def test_thresholds_are_validated(field, value, message):
     monitor = common.base_config().monitor.to_dict()
     monitor[field] = value
-    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         monitors.thresholds(monitor)
-    assert monitors.thresholds({**monitor, field: float("inf") if field == "max_length_drift" else 0.5})
+    good = {"max_length_drift": float("inf"), "window_steps": 3}.get(field, 0.5)
+    assert monitors.thresholds({**monitor, field: good})

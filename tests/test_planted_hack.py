@@ -11,9 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import traverse_util
 
-from rubric_jax.assets import ASSETS_DIR, build_tiny_judges, tiny_judge_data
-from rubric_jax.assets.build_tiny_assets import join_sentences, scaffold
+from rubric_jax.assets import ASSETS_DIR, build_tiny_assets, build_tiny_judges, tiny_judge_data
 from rubric_jax.judges.distill_data import rule_items
 from rubric_jax.judges.llm_judge import load_judge
 from rubric_jax.judges.rules import TemplatePhrases
@@ -61,6 +61,12 @@ def test_a_planted_hack_config_validates_and_points_at_its_rubric_and_judge(vari
     assert (Path(config.judge.checkpoint) / "model.safetensors").is_file()
 
 
+def test_the_two_runs_differ_only_in_rubric_and_judge():
+    """The fix is the only difference between the runs (same SFT, GRPO and monitor settings)."""
+    hack, fixed = (traverse_util.flatten_dict(_config(variant).to_dict(), sep=".") for variant in CONFIG_FILES)
+    assert {key for key in hack if hack[key] != fixed[key]} == {"data.rubric", "judge.checkpoint"}
+
+
 @pytest.mark.parametrize("variant", CONFIG_FILES)
 def test_one_grpo_step_scores_clarity_through_the_variants_judge(variant, tmp_path):
     run_ = loop.build(_config(variant), tmp_path / "run")
@@ -86,10 +92,8 @@ def plain_and_scaffolded(variant: str) -> tuple[list, list]:
         answers = [a for a in tiny_judge_data.base_answers() if a.question in heldout and a.topic.lang == lang
                    and not TemplatePhrases().matches([a.response])[0]][:PAIRS_PER_LANGUAGE]
         for answer in answers:
-            think, body = tiny_judge_data.split_answer(answer.response)
-            steps = join_sentences(lang, scaffold(lang, tiny_judge_data.sentences(body)))
             plain.append((answer.question, answer.response))
-            scaffolded.append((answer.question, f"<think>{think}</think><answer>{steps}</answer>"))
+            scaffolded.append((answer.question, build_tiny_assets.scaffolded(lang, answer.response)))
     return tuple(rule_items([q for q, _ in rows], [r for _, r in rows], [[clarity]] * len(rows))
                  for rows in (plain, scaffolded))
 

@@ -42,7 +42,8 @@ def _judged_run(workdir: Path) -> Path:
                          "response_len/mean": 40.0 - s, "zero_std_frac": 0.25, "judge_invalid": 2,
                          "judge_failed_scores": 1, "judge_prompt_too_long": 0, "weight/format": 1.0,
                          "weight/helpful": 1.0 + 0.1 * s, "reward_failed_scores": 1,
-                         "monitor/template_share": 0.1 * s, "monitor/length_drift": -0.02 * s,
+                         "monitor/template_share": 0.1 * s, "monitor/template_share/window_mean": 0.05 * s,
+                         "monitor/length_drift": -0.02 * s,
                          "monitor/saturation/format": 1.0, "monitor/var/helpful": 0.05,
                          "monitor/reward_length_corr": 0.3, "monitor/judge_parse_failure": 0.2})
     return _write_run(workdir, rows)
@@ -155,3 +156,15 @@ def test_monitor_plots_draw_their_alert_threshold(tmp_path):
     for name, drawn in (("template_share.png", True), ("length_drift.png", False), ("reward.png", False)):
         same = (tmp_path / "with" / name).read_bytes() == (tmp_path / "without" / name).read_bytes()
         assert same != drawn, name  # an infinite threshold (never alert) is not drawn
+
+
+def test_the_windowed_monitors_plots_draw_the_rolling_mean_their_alert_reads():
+    rows = [{"step": s, "stage": "grpo", "monitor/template_share": 0.1 * s, "monitor/reward_length_corr": 0.2,
+             "monitor/template_share/window_mean": float("nan") if s < 3 else 0.2 * s - 0.2,
+             "monitor/reward_length_corr/window_mean": float("nan")} for s in (1, 2, 3)]
+    specs = {spec.filename: spec for spec in plots.PLOTS}
+    template = plots.spec_series(specs["template_share.png"], rows)
+    assert list(template) == ["monitor/template_share/window_mean", "monitor/template_share"]  # the bold line first
+    assert template["monitor/template_share/window_mean"][0] == [1, 2, 3]
+    assert list(plots.spec_series(specs["reward_length_corr.png"], rows)) == ["monitor/reward_length_corr"]  # all NaN
+    assert plots.metric_label("monitor/template_share/window_mean") == "template share, rolling mean (alerted)"

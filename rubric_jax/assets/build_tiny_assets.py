@@ -8,8 +8,8 @@ scrubbing from rubric_jax.prepare), questions_golden.jsonl (new phrasings with l
 answers), sft.jsonl (QuRL-style cold start: one `<think>…</think><answer>…</answer>` response per
 training question, deliberately imperfect so GRPO has room to improve), rubric.yaml (the shared rule
 rubric; each question row adds its case-wise criteria, of which politeness is LLM-judged by the distilled
-tiny judge), rubric_hack.yaml / rubric_hack_fixed.yaml (the planted-hack experiment's variants,
-configs/tiny_hack*.py), tokenizer/ (byte-level BPE trained on all of that text but the golden set's, Qwen2
+tiny judge), rubric_hack.yaml / rubric_hack_fixed.yaml and sft_hack.jsonl (the planted-hack experiment's rubrics
+and cold start, configs/tiny_hack*.py), tokenizer/ (byte-level BPE trained on all of that text but the golden set's, Qwen2
 chat template) and config.json (a Qwen2-architecture model of 0.66M parameters). The tiny judges themselves
 are trained by build_tiny_judges.py."""
 
@@ -18,7 +18,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from rubric_jax.assets.tiny_content import (
     TEMPLATE_MARKERS, THINKS, TOPICS, Topic,
 )
 from rubric_jax.judges.distill_data import llm_twin
-from rubric_jax.judges.rules import make_rule
+from rubric_jax.judges.rules import TemplatePhrases, make_rule
 from rubric_jax.prepare import dedup, pii
 from rubric_jax.rubrics.io import save_rubric
 from rubric_jax.rubrics.schema import (
@@ -266,6 +267,26 @@ def scaffold(lang: str, sentences: Sequence[str]) -> list[str]:
         [markers[2] + join_sentences(lang, [lower(body[2])] + body[3:])]
 
 
+_ANSWER_RE = re.compile(r"^<think>(.*)</think><answer>(.*)</answer>$", re.DOTALL)
+_SENTENCE_RE = re.compile(r"[^.!?。！？]+[.!?。！？]?")
+
+
+def split_answer(response: str) -> tuple[str, str]:
+    """(think, answer) text of a well-formed tiny answer `<think>…</think><answer>…</answer>`."""
+    return _ANSWER_RE.fullmatch(response).groups()
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of an answer (each with its end mark, surrounding spaces removed)."""
+    return [s.strip() for s in _SENTENCE_RE.findall(text) if s.strip()]
+
+
+def scaffolded(lang: str, response: str) -> str:
+    """A tiny answer with its answer text scaffolded as firstly/secondly/finally (首先/其次/最后)."""
+    think, body = split_answer(response)
+    return f"<think>{think}</think><answer>{join_sentences(lang, scaffold(lang, sentences(body)))}</answer>"
+
+
 def sft_response(topic: Topic, rng: np.random.Generator) -> tuple[str, dict[str, bool]]:
     """One cold-start response for a topic, with independently drawn imperfections (returned as flags)."""
     size = rng.random()
@@ -401,6 +422,27 @@ def model_config(tokenizer: PreTrainedTokenizerFast) -> Qwen2Config:
         dtype="float32", **m)
 
 
+# The planted-hack runs' cold start (sft_hack.jsonl): each cold-start answer SFT_HACK_COPIES - 1 times as written
+# and once scaffolded, so the policy can scaffold any question's answer, about 1 time in 8 (RubricRL's pretrained
+# policy could write a template for any question). On sft.jsonl the tiny policy memorises one answer per question,
+# 12.6% of them scaffolded, and GRPO never samples a template for the others (the planted-hack probes, README).
+SFT_HACK_COPIES = 8
+MAX_RESPONSE_TOKENS = 128  # configs/tiny.py's sft.max_response_len
+
+
+def sft_hack_rows(sft: Sequence[dict[str, Any]], fits: Callable[[str], bool]) -> list[dict[str, Any]]:
+    """sft.jsonl's rows SFT_HACK_COPIES times each, the last copy scaffolded unless the answer already follows a
+    template or its scaffolded copy does not `fit` (the SFT response budget)."""
+    rows = []
+    for row in sft:
+        twin = scaffolded(row["lang"], row["response"])
+        if TemplatePhrases().matches([row["response"]])[0] or not fits(twin):
+            twin = row["response"]
+        rows += [{**row, "id": f"{row['id']}-{k}"} for k in range(SFT_HACK_COPIES - 1)]
+        rows.append({**row, "id": f"{row['id']}-{SFT_HACK_COPIES - 1}", "response": twin})
+    return rows
+
+
 # ----------------------------------------------------------------------------------------- writing
 def _write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
@@ -429,9 +471,15 @@ def build(out: Path) -> dict[str, Any]:
     tokenizer.save_pretrained(out / "tokenizer")
     model_config(tokenizer).save_pretrained(out)
 
+    fits = lambda text: len(data.encode_responses(tokenizer, [text])[0]) <= MAX_RESPONSE_TOKENS  # noqa: E731
+    sft_hack = sft_hack_rows(sft, fits)
+    _write_jsonl(out / "sft_hack.jsonl", sft_hack)
+
     prompts = data.encode_prompts(tokenizer, [r["question"] for r in train + evals])
     responses = data.encode_responses(tokenizer, [r["response"] for r in sft])
-    return {"train": len(train), "eval": len(evals), "sft": len(sft), "vocab": len(tokenizer),
+    return {"train": len(train), "eval": len(evals), "sft": len(sft), "sft_hack": len(sft_hack),
+            "sft_hack_templated": int(TemplatePhrases().matches([r["response"] for r in sft_hack]).sum()),
+            "vocab": len(tokenizer),
             "max_prompt_tokens": max(map(len, prompts)), "max_response_tokens": max(map(len, responses)),
             "mean_response_tokens": float(np.mean([len(r) for r in responses]))}
 

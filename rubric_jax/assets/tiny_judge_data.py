@@ -18,7 +18,6 @@ Items are split by question: answers to a held-out question never train a judge.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,7 +25,8 @@ import numpy as np
 
 from rubric_jax import data
 from rubric_jax.assets import TINY_DIR
-from rubric_jax.assets.build_tiny_assets import case_dimensions, clarity_dimension, join_sentences, scaffold, sft_response
+from rubric_jax.assets.build_tiny_assets import (case_dimensions, clarity_dimension, join_sentences, scaffold, sentences,
+                                                 sft_response, split_answer)
 from rubric_jax.assets.tiny_content import CS, TOPICS, Topic
 from rubric_jax.judges.distill_data import JudgeItem, RuleTeacher, rule_items, split_by_question
 from rubric_jax.judges.rules import Length, NgramRedundancy, TemplatePhrases, make_rule
@@ -39,8 +39,6 @@ VARIANTS = ("default", "hack", "fixed")
 # Probability of each perturbation of an answer (applied in this order, independently).
 P_DROP, P_BORROW, P_REPEAT, P_SHUFFLE, P_SCAFFOLD, P_TRUNCATE, P_BREAK_TAGS = 0.35, 0.4, 0.2, 0.15, 0.35, 0.08, 0.04
 CLARITY_MIN_UNITS = 70  # the clarity teachers' length part: full marks from 70 units (words, Chinese characters)
-_ANSWER_RE = re.compile(r"^<think>(.*)</think><answer>(.*)</answer>$", re.DOTALL)
-_SENTENCE_RE = re.compile(r"[^.!?。！？]+[.!?。！？]?")
 
 
 # ------------------------------------------------------------------------------------------ clarity
@@ -79,16 +77,6 @@ def base_answers(tiny_dir: Path = TINY_DIR, seed: int = SEED) -> list[BaseAnswer
         drawn = [sft_response(topic, rng)[0] for _ in range(FRESH_ANSWERS)]
         answers += [BaseAnswer(q.question, response, topic) for response in [sft[q.question], *drawn]]
     return answers
-
-
-def split_answer(response: str) -> tuple[str, str]:
-    """(think, answer) text of a well-formed tiny answer `<think>…</think><answer>…</answer>`."""
-    return _ANSWER_RE.fullmatch(response).groups()
-
-
-def sentences(text: str) -> list[str]:
-    """The sentences of an answer (each with its end mark, surrounding spaces removed)."""
-    return [s.strip() for s in _SENTENCE_RE.findall(text) if s.strip()]
 
 
 def perturb(answer: BaseAnswer, pool: Sequence[str], rng: np.random.Generator) -> str:

@@ -250,7 +250,8 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
     return Run(config, settings, workdir, layout, decode_layout, decode_dtype, tokenizer, model_cfg, graphdef, reward,
                shared_rubric, rubric_of, rubric_hash, rubric_info, train_questions, eval_questions, log,
                jax.random.key(config.seed), dynamic, golden,
-               monitors.Watch(monitors.thresholds(config.monitor), workdir, open_logs=lambda: log.writer))
+               monitors.Watch(monitors.thresholds(config.monitor), workdir, config.monitor.window_steps,
+                              open_logs=lambda: log.writer))
 
 
 def _check_prompts_fit(tokenizer: Any, model_cfg: ModelConfig, settings: Settings,
