@@ -58,8 +58,9 @@ from rubric_jax.models.transformer import KVCache, init_cache, padding_to_positi
 
 TRACES: collections.Counter[str] = collections.Counter()
 FINISH_STOP, FINISH_LENGTH = "stop", "length"
-# Largest prefill chunk (tokens): bounds the prefill attention scores to [B, N, PREFILL_CHUNK, S].
-PREFILL_CHUNK = 256
+# Largest prefill chunk (tokens): bounds the prefill attention scores to [B, N, PREFILL_CHUNK, S]. 128 rather
+# than 256: 1,024-token prompts prefill ~10% faster on CPU (the scores stay nearer the caches; RESULTS.md).
+PREFILL_CHUNK = 128
 # Smallest step between decode attention windows (slots); see `decode_windows`.
 DECODE_BLOCK = 128
 

@@ -314,8 +314,8 @@ def test_parse_sampler():
 def test_bucket_size_and_left_pad():
     assert [sampling.bucket_size(n) for n in (1, 2, 3, 4, 5, 6, 7, 9, 13, 17, 100)] == [
         1, 2, 3, 4, 6, 6, 8, 12, 16, 24, 128]
-    assert sampling.PREFILL_CHUNK == 256
-    assert [sampling.prefill_chunk_size(p) for p in (6, 32, 256, 384, 1024, 1536)] == [6, 32, 256, 128, 256, 256]
+    assert sampling.PREFILL_CHUNK == 128
+    assert [sampling.prefill_chunk_size(p) for p in (6, 32, 128, 192, 256, 1024, 1536)] == [6, 32, 128, 64, 128, 128, 128]
     tokens, mask = sampling.left_pad([[4, 5], [6], [7, 8, 9]], pad_id=0)
     np.testing.assert_array_equal(tokens, [[0, 4, 5], [0, 0, 6], [7, 8, 9]])
     np.testing.assert_array_equal(mask, tokens != 0)
