@@ -410,20 +410,21 @@ def _attend(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.Array, v_Bx
             mask_BxTxS: jax.Array) -> jax.Array:
     """Softmax attention [B, T, K, G, H] of the queries over the S slots `mask_BxTxS` allows.
 
-    A KV head's G·T queries form one matrix (M = G·T, row g·T + t), so both dots are plain batched GEMMs
+    A KV head's T·G queries form one matrix (M = T·G, row t·G + g), so both dots are plain batched GEMMs
     over (B, K), [M, H]·[S, H]ᵀ and [M, S]·[S, H], the probabilities in the layout the second dot reads.
     Written per (G, T) instead, XLA's CPU backend laid the scores out [B, K, S, G] and ran the second dot
-    with a transposed operand outside XNNPACK: 1.7x slower decode attention (benchmarks/RESULTS.md).
+    with a transposed operand outside XNNPACK: 1.7x slower decode attention (benchmarks/RESULTS.md). T is
+    the major part of M, so a length-sharded T (the training layout's prompts) stays a block split of M.
     """
     B, T, K, G, H = q_BxTxKxGxH.shape
-    q_BxKxMxH = q_BxTxKxGxH.transpose(0, 2, 3, 1, 4).reshape(B, K, G * T, H)
+    q_BxKxMxH = q_BxTxKxGxH.transpose(0, 2, 1, 3, 4).reshape(B, K, T * G, H)
     scores_BxKxMxS = jnp.einsum("BKMH,BKSH->BKMS", q_BxKxMxH, k_BxKxSxH,
                                 preferred_element_type=jnp.float32) / math.sqrt(cfg.head_dim)
-    mask_BxMxS = jnp.tile(mask_BxTxS, (1, G, 1))
+    mask_BxMxS = jnp.repeat(mask_BxTxS, G, axis=1)
     scores_BxKxMxS = jnp.where(mask_BxMxS[:, None], scores_BxKxMxS, jnp.finfo(jnp.float32).min)
     probs_BxKxMxS = jax.nn.softmax(scores_BxKxMxS, axis=-1).astype(q_BxTxKxGxH.dtype)
     out_BxKxMxH = jnp.einsum("BKMS,BKSH->BKMH", probs_BxKxMxS, v_BxKxSxH)
-    return out_BxKxMxH.reshape(B, K, G, T, H).transpose(0, 3, 1, 2, 4)
+    return out_BxKxMxH.reshape(B, K, T, G, H).transpose(0, 2, 1, 3, 4)
 
 
 def _attend_with_prefix(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxTxH: jax.Array, v_BxKxTxH: jax.Array,
