@@ -168,12 +168,16 @@ class Watch:
         rows = metrics.read_jsonl_metrics(self.metrics_path) if self.metrics_path.exists() else []
         return [r for r in rows if r.get("stage") == "grpo" and r["step"] < step]
 
-    def _window_means(self, row: Mapping[str, Any]) -> dict[str, float]:
-        """monitor/<m>/window_mean of each WINDOWED monitor: the mean of its finite values over this step and the
-        `window` - 1 before it (NaN before `window` steps exist, or when none of them is finite)."""
+    def _remember(self, row: Mapping[str, Any]) -> None:
+        """Appends a GRPO row's WINDOWED values to the window (NaN for a missing one)."""
         for key in WINDOWED:
             value = metrics.scalar_value(row.get(key))
             self.recent[key].append(math.nan if value is None else value)
+
+    def _window_means(self, row: Mapping[str, Any]) -> dict[str, float]:
+        """monitor/<m>/window_mean of each WINDOWED monitor: the mean of its finite values over this step and the
+        `window` - 1 before it (NaN before `window` steps exist, or when none of them is finite)."""
+        self._remember(row)
         means = {}
         for key, values in self.recent.items():
             finite = [v for v in values if math.isfinite(v)]
@@ -191,9 +195,7 @@ class Watch:
                 self.first_length = first[0] if first else None
                 self.recent = {key: collections.deque(maxlen=self.window) for key in WINDOWED}
                 for earlier in logged[-(self.window - 1):] if self.window > 1 else []:
-                    for key in WINDOWED:
-                        value = metrics.scalar_value(earlier.get(key))
-                        self.recent[key].append(math.nan if value is None else value)
+                    self._remember(earlier)
             length = float(row["response_len/mean"])
             if self.first_length is None:
                 self.first_length = length
