@@ -159,6 +159,12 @@ def process_block(rows: Sequence[T]) -> list[T]:
     return list(rows[start:stop])
 
 
+def rows_before(count: int) -> int:
+    """The global index of this process's first row when every process holds `count` rows of one batch in
+    process order (the sum of the earlier processes' counts); every process must call it. One process: 0."""
+    return sum(all_gather_objects(count)[:jax.process_index()])
+
+
 def all_gather_objects(value: Any) -> list[Any]:
     """Every process's `value` (any picklable host object: numpy arrays, lists, dicts), in process order;
     every process must call it. With one process: `[value]`, nothing serialised."""
