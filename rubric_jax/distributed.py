@@ -160,8 +160,9 @@ def process_block(rows: Sequence[T]) -> list[T]:
 
 
 def rows_before(count: int) -> int:
-    """The global index of this process's first row when every process holds `count` rows of one batch in
-    process order (the sum of the earlier processes' counts); every process must call it. One process: 0."""
+    """The global index of this process's first row, when each process holds a block of one batch in process
+    order and this one holds `count` rows: the sum of the earlier processes' counts. Every process must call
+    it; with one process, 0."""
     return sum(all_gather_objects(count)[:jax.process_index()])
 
 
