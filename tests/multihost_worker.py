@@ -158,8 +158,9 @@ def loop_config(out: Path):
               "anchors": {"0": "Far too short.", "1": "20-40 words."}, "rule": "length",
               "params": {"min": 20, "max": 40, "unit": "auto"}}  # 8-token answers score by their word count
     # The tiny judge's criterion on a 1-2 scale: distilled on 0/1, it answers "SCORE: 1" to a polite answer (a
-    # valid level) and "SCORE: 0" to any other (out of range: re-asked in every retry round, then missing), so
-    # each process retries as many prompts as it has impolite rows (golden: 1 on process 0, 2 on process 1).
+    # valid level) and "SCORE: 0" to most others (out of range: re-asked with a new nonce and anchor order, up
+    # to twice, then missing), so every step has retry rounds, and their prompt counts differ between the
+    # processes (the golden references: 1 polite answer of 2 on process 0, none of 2 on process 1).
     politeness = {"id": "politeness", "description": "The response thanks or apologises to the customer "
                   "(thank you / sorry).", "kind": "llm", "scale": {"kind": "integer", "lo": 1, "hi": 2},
                   "anchors": {"1": "No thanks or apology.", "2": "Thanks or apologises."}}
