@@ -25,11 +25,12 @@ def main(out: Path, process_id: int, num_processes: int, port: int) -> None:
     from rubric_jax import distributed
 
     assert distributed.maybe_initialize()
-    run(out)
+    run(out, stop_and_resume=True)
 
 
-def run(out: Path) -> None:
-    """Everything each process does (also the one-process reference, in the test's own process)."""
+def run(out: Path, stop_and_resume: bool = False) -> None:
+    """Everything each process does (also the one-process reference, in the test's own process); with
+    `stop_and_resume`, the trainer loop is stopped after its first GRPO step and run again."""
     import jax
     import numpy as np
     import optax
@@ -84,20 +85,53 @@ def run(out: Path) -> None:
         np.array_equal(distributed.host_array(restored_flat[k]), results[f"param/{k}"]) for k in flat))
     export_hf_checkpoint(cfg, state.params, out / "export")  # gathered across hosts, written by process 0
 
-    # The trainer loop (1 SFT step, 2 GRPO steps with evals, rule-only rubric) in one shared workdir: each
-    # process its own block of every batch, process 0 writing the logs and the export.
+    # The trainer loop in one shared workdir (see loop_config): each process its own block of every batch,
+    # process 0 writing the logs and the export. With `stop_and_resume`, the last process gets a SIGTERM
+    # during GRPO step 1 (the loop stops every process there, after a checkpoint) and the run is started
+    # again on the same workdir, as a restarted job would be.
     from rubric_jax.train import loop
 
-    loop.run(loop_config(out), out / "loop")
+    config = loop_config(out)
+    if stop_and_resume:
+        stopped = _stop_during_first_grpo_step(loop, last_process=process_id == num_processes - 1)
+        loop.run(config, out / "loop")
+        results["stopped_before_export"] = np.asarray(stopped() and not (out / "loop" / "export").exists())
+    loop.run(config, out / "loop")
     np.savez(out / f"{process_id}.npz", **results)
 
 
+def _stop_during_first_grpo_step(loop, last_process: bool):
+    """Wraps `loop.grpo_iteration` so that the first GRPO step raises SIGTERM in the last process only (the
+    loop must stop every process at that step, save and return) and later calls run unchanged; returns a
+    function telling whether the stop was requested."""
+    import signal
+
+    original, calls = loop.grpo_iteration, []
+
+    def grpo_iteration(*args, **kwargs):
+        calls.append(None)
+        if len(calls) == 1 and last_process:
+            signal.raise_signal(signal.SIGTERM)  # the loop's handler: finish this step, save, return
+        return original(*args, **kwargs)
+
+    loop.grpo_iteration = grpo_iteration
+
+    def stopped() -> bool:
+        loop.grpo_iteration = original
+        return len(calls) == 1
+
+    return stopped
+
+
 def loop_config(out: Path):
-    """The tiny default cut to seconds: its model, a one-rule rubric (a word-count length score, which varies
-    between 8-token samples, so advantages are not all zero), 8 SFT rows in one step, 4
-    questions x 2 samples a GRPO step, 4 eval questions (2 per process), export at the end. The decode
-    layout's tensor groups of 2 make every process's 2 questions a whole block of the sampler's batch, so
-    the rows sit where one process would put them."""
+    """The tiny default cut to seconds, with every multi-host path of the trainer on: its model, a rubric of a
+    length rule (a word count, which varies between 8-token samples, so advantages are not all zero) and an
+    LLM-judged politeness criterion (the shipped distilled tiny judge, greedy), a golden set of 4 questions
+    with labelled reference answers scored at every eval, a KL reference (rl.beta > 0), 8 SFT rows in one
+    step, 4 questions x 2 samples a GRPO step for 2 steps with a checkpoint after each, 4 eval questions,
+    export at the end. Every per-step count is 2 per process; the decode layout's tensor groups of 2 make
+    each process's rows a whole block of the sampler's batch, so the rows sit where one process would put
+    them."""
     import json
 
     from rubric_jax import distributed
@@ -105,6 +139,10 @@ def loop_config(out: Path):
 
     topics = ("a refund", "a late parcel", "a password reset", "a broken screen", "an invoice", "a discount",
               "a new address", "a cancelled order")
+    golden = (("Can a gift card pay for shipping?", "Thank you for asking. Yes, a gift card covers shipping.", 2),
+              ("Is there a phone line for complaints?", "Call the number on the contact page.", 1),
+              ("Where can I download a warranty form?", "The form is on the support page.", 1),
+              ("Why was my loyalty point balance reset?", "Points expire after a year without purchases.", 1))
     files = {
         "train.jsonl": [{"id": f"q{i}", "question": f"How do I ask about {t}?", "category": "customer_service",
                          "lang": "en"} for i, t in enumerate(topics)],
@@ -113,12 +151,21 @@ def loop_config(out: Path):
         "sft.jsonl": [{"id": f"s{i}", "prompt": f"Help with {t}.",
                        "response": f"<think>Steps.</think><answer>Sorry about {t}. Contact us.</answer>"}
                       for i, t in enumerate(topics)],
+        "golden.jsonl": [{"id": f"g{i}", "question": q, "category": "customer_service", "lang": "en", "reference": a,
+                          "labels": {"politeness": label}} for i, (q, a, label) in enumerate(golden)],
     }
     length = {"id": "length", "description": "20-40 words.", "kind": "rule", "scale": {"kind": "binary"},
               "anchors": {"0": "Far too short.", "1": "20-40 words."}, "rule": "length",
               "params": {"min": 20, "max": 40, "unit": "auto"}}  # 8-token answers score by their word count
-    rubric = {"name": "multihost", "version": "1.0.0", "dimensions": [length],
-              "changelog": [{"version": "1.0.0", "change": "a length score", "reason": "a test"}]}
+    # The tiny judge's criterion on a 1-2 scale: distilled on 0/1, it answers "SCORE: 1" to a polite answer (a
+    # valid level) and "SCORE: 0" to most others (out of range: re-asked with a new nonce and anchor order, up
+    # to twice, then missing), so every step has retry rounds, and their prompt counts differ between the
+    # processes (the golden references: 1 polite answer of 2 on process 0, none of 2 on process 1).
+    politeness = {"id": "politeness", "description": "The response thanks or apologises to the customer "
+                  "(thank you / sorry).", "kind": "llm", "scale": {"kind": "integer", "lo": 1, "hi": 2},
+                  "anchors": {"1": "No thanks or apology.", "2": "Thanks or apologises."}}
+    rubric = {"name": "multihost", "version": "1.0.0", "dimensions": [length, politeness],
+              "changelog": [{"version": "1.0.0", "change": "a length score and a judged one", "reason": "a test"}]}
     if distributed.is_writer():
         for name, rows in files.items():
             (out / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -126,16 +173,15 @@ def loop_config(out: Path):
     distributed.wait_for_everyone("loop data written")
     config = absolute_tiny_config()
     with config.unlocked():
-        config.data.train, config.data.eval, config.data.sft = (str(out / n) for n in files)
+        config.data.train, config.data.eval, config.data.sft, config.data.golden = (str(out / n) for n in files)
         config.data.rubric = str(out / "rubric.yaml")
-        config.data.golden, config.judge.checkpoint = "", ""
         config.data.max_prompt_len = 64
         config.mesh.rollout.tensor = 2
         config.sft.update(batch_size=8, epochs=1, warmup_steps=0, max_response_len=32)
         config.rl.update(steps=2, questions_per_step=4, group_size=2, micro_batches=1, max_new_tokens=8,
-                         warmup_steps=0, beta=0.0)  # no KL reference: one program fewer to compile
+                         warmup_steps=0, beta=0.02)
         config.eval.update(max_questions=4, max_new_tokens=8, every_steps=2)
-        config.checkpoint.every_steps = 2
+        config.checkpoint.every_steps = 1
         config.export.at_end = True
     return config
 

@@ -1,13 +1,17 @@
 """Multi-host on one machine: two CPU processes (4 devices each) joined by a local coordinator
 (`jax.distributed.initialize`, gloo collectives) run a generate in the decode layout and an SFT step in
 the training layout, each reading only its own rows, save and restore an orbax checkpoint from both
-processes and export the policy; then both run the trainer loop (1 SFT step, 2 GRPO steps, evals at
-steps 0 and 2, a rule-only rubric, export at the end) in one shared workdir, each process batching its
-own block of the questions. Everything equals one 8-device process's run of the same worker
-(tests/multihost_worker.py): the generated rows, the SFT step's metrics and parameters, the exported
-policies, and the loop's metrics.jsonl rows (written by process 0 alone) and final exported policy.
-The LLM judge's collective retry rounds are covered by tests/test_llm_judge.py (one process standing in
-for the other's prompt counts), not here."""
+processes and export the policy; then both run the whole trainer loop in one shared workdir, each process
+batching its own block of the questions: 1 SFT step, 2 GRPO steps with a KL reference (rl.beta > 0: the
+reference saved once and loaded through the sharded loader, its log-probs computed every rollout), the
+LLM judge (the shipped tiny judge batched through the sharded sampler in the decode layout, with
+collective retry rounds whose prompt counts differ between the processes), evals at steps 0 and 2 with the
+golden set (policy answers and reference answers judged), export at the end. The two-process loop is
+stopped by a SIGTERM that reaches one process during GRPO step 1 and restarted on the same workdir
+(orbax restore on every process, the data order, the reference, the log continuing). Everything equals
+one uninterrupted 8-device process's run of the same worker (tests/multihost_worker.py): the generated
+rows, the SFT step's metrics and parameters, the exported policies, and the loop's metrics.jsonl rows
+(written by process 0 alone), samples and final exported policy."""
 
 from __future__ import annotations
 
@@ -72,6 +76,7 @@ def test_two_processes_equal_one(tmp_path):
         for name, w in exported_one.items():
             np.testing.assert_allclose(exported_two[name], w, rtol=1e-5, atol=atol, err_msg=f"{export} {name}")
     # The loop's log: the same rows (every step's reward mean is over all 4 questions, not process 0's 2).
+    assert all(result["stopped_before_export"] for result in two)  # the first start stopped at GRPO step 1
     rows_one, rows_two = (_log_rows(tmp_path / run / "loop" / "metrics.jsonl") for run in ("one", "two"))
     assert [(r["stage"], r["step"]) for r in rows_two] == [(r["stage"], r["step"]) for r in rows_one] == [
         ("sft", 1), ("eval", 0), ("grpo", 1), ("grpo", 2), ("eval", 2)]
@@ -83,6 +88,13 @@ def test_two_processes_equal_one(tmp_path):
             else:
                 assert row_two[key] == value, key
     assert any(r["stage"] == "grpo" and 0 < r["zero_std_frac"] < 1 and r["grad_norm"] > 0 for r in rows_one)
+    # What the comparison covers actually ran: the KL term, judged scores and retry rounds, the golden set.
+    grpo = [r for r in rows_one if r["stage"] == "grpo"]
+    assert grpo[-1]["kl"] > 0
+    assert all(r["judge_retried"] > 0 for r in grpo)
+    assert any(r["judge_failed_scores"] < r["judge_scores"] for r in grpo)  # some verdicts parse
+    evals = [r for r in rows_one if r["stage"] == "eval"]
+    assert all(isinstance(r["golden/reference/reward/politeness"], float) and "golden/reward_mean" in r for r in evals)
     samples_one, samples_two = ([json.loads(line) for line in (tmp_path / run / "loop" / "samples.jsonl").open()]
                                 for run in ("one", "two"))
     assert [s["response"] for s in samples_two] == [s["response"] for s in samples_one]

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def absolute_tiny_config() -> ml_collections.ConfigDict:
-    """The tiny default with every data, rubric, model-config and tokenizer path absolute (still unlocked
+    """The tiny default with every data, rubric, model-config, tokenizer and judge path absolute (still unlocked
     for the caller's changes inside `config.unlocked()`)."""
     config = tiny.get_config()
     with config.unlocked():
@@ -21,4 +21,5 @@ def absolute_tiny_config() -> ml_collections.ConfigDict:
         for key in ("config_json", "tokenizer"):
             if config.model[key]:
                 config.model[key] = str(ROOT / config.model[key])
+        config.judge.checkpoint = ",".join(str(ROOT / path) for path in config.judge.checkpoint.split(",") if path)
     return config

@@ -13,7 +13,9 @@ Flow for a batch of rows (question, response, the row's LLM dimensions):
   processes: in a multi-process job each process judges its own rows, but every generate call is global:
             the number of rounds and each call's prompt count are the maximum over processes (a process
             with fewer prompts pads its call with one-token fillers and discards their verdicts), so
-            every process makes the same calls with the same shapes, also in retry rounds;
+            every process makes the same calls with the same shapes, also in retry rounds; a prompt's nonce
+            and anchor order depend on its global index only, so a greedy judge's verdicts are those of
+            one process judging all rows (a sampling judge's noise depends on where a row sits in a call);
   ensemble: judges (different params or base models, RubricRL 6.2 / 7) are combined per score by the
             mean of the valid ones, or weighted by agreement with the other judges.
 
@@ -147,10 +149,11 @@ class _Request:
     first_slot: int
 
 
-def host_rng(key: jax.Array) -> np.random.Generator:
-    """A numpy generator seeded from a JAX key (typed or raw), for nonces and anchor orders."""
+def host_rng(key: jax.Array, *indices: int) -> np.random.Generator:
+    """A numpy generator seeded from a JAX key (typed or raw) and optional `indices` (e.g. a prompt's global
+    request and sample), for nonces and anchor orders."""
     data = jax.random.key_data(key) if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) else key
-    return np.random.default_rng(np.asarray(data, dtype=np.uint32).ravel().tolist())
+    return np.random.default_rng([*np.asarray(data, dtype=np.uint32).ravel().tolist(), *indices])
 
 
 def special_tokens(tokenizer: Any) -> list[str]:
@@ -191,12 +194,15 @@ def _run_judge(
     scores_SxL = np.full((config.num_samples, num_slots), np.nan)
     reserved = special_tokens(judge.tokenizer)
     pending = [(r, s) for r in range(len(requests)) for s in range(config.num_samples)]
+    # A prompt's nonce and anchor order come from its global request index (this process's requests follow
+    # the earlier processes'), so they do not depend on how the rows are split over processes.
+    first_request = distributed.rows_before(len(requests))
     for round_index, round_key in enumerate(jax.random.split(key, config.max_retries + 1)):
         prompt_key, gen_key = jax.random.split(round_key)
-        rng = host_rng(prompt_key)
         prompts = [
-            _build_prompt(requests[r], questions[requests[r].row], responses[requests[r].row], config, rng, reserved)
-            for r, _ in pending
+            _build_prompt(requests[r], questions[requests[r].row], responses[requests[r].row], config,
+                          host_rng(prompt_key, first_request + r, s), reserved)
+            for r, s in pending
         ]
         ids = data.encode_chats(judge.tokenizer, [p.messages for p in prompts]) if prompts else []
         fits = [len(x) <= judge.max_prompt_tokens for x in ids]
