@@ -21,11 +21,12 @@ arguments (policy params and AdamW moments, reference, judges), summed from thei
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from jax._src.cudnn import fused_attention_stablehlo  # its cuDNN version check; see `cudnn_of_this_build`
+from jax._src.lib import cuda_versions
 from jax.experimental import topologies
 
 from rubric_jax import aot_targets, hlo_stats, loader, sampling, sharding
@@ -121,6 +124,34 @@ def target_devices(target: str, num_devices: int) -> list[jax.Device]:
 
 
 # ------------------------------------------------------------------------------------------ shapes
+@contextlib.contextmanager
+def cudnn_of_this_build() -> Iterator[None]:
+    """Lets cuDNN attention lower on a machine without the cuDNN library. jax asks the library its version
+    before it lowers `jax.nn.dot_product_attention(implementation="cudnn")` (jax 0.10.2,
+    jax/_src/cudnn/fused_attention_stablehlo.py: `check_cudnn_version` -> `cuda_versions.cudnn_get_version()`,
+    which raises "cuDNN not found."), although XLA's GPU compiler compiles the custom call without it. The
+    version only gates checks that do not apply to our shapes (fp8, MLA, compute capability 10.3), so
+    inside this block jax is answered with the version this jaxlib was built against
+    (`cudnn_build_version`, 9.8.0 for 0.10.2), the one a GPU install of it ships. A no-op where cuDNN loads."""
+    if cuda_versions is None or _cudnn_loads():  # no CUDA plugin (no GPU target either), or a real cuDNN
+        yield
+        return
+    check = fused_attention_stablehlo.check_cudnn_version
+    fused_attention_stablehlo.check_cudnn_version = cuda_versions.cudnn_build_version
+    try:
+        yield
+    finally:
+        fused_attention_stablehlo.check_cudnn_version = check
+
+
+def _cudnn_loads() -> bool:
+    try:
+        cuda_versions.cudnn_get_version()
+    except RuntimeError:
+        return False
+    return True
+
+
 def shapes_file(directory: str, key: str) -> Path:
     """The HF config.json of `directory`, or the bundled public config named like its last part when the
     directory does not exist here (weights are never needed for a dry run)."""
@@ -135,14 +166,15 @@ def shapes_file(directory: str, key: str) -> Path:
     return bundled
 
 
-def policy_config(config: ml_collections.ConfigDict) -> ModelConfig:
-    """The policy's ModelConfig as the run builds it (`settings.model_config`), reading the shapes from
-    `shapes_file` when the checkpoint directory is not on this machine."""
+def policy_config(config: ml_collections.ConfigDict, target: str = CPU) -> ModelConfig:
+    """The policy's ModelConfig as the run builds it on `target` (`settings.model_config`), reading the shapes
+    from `shapes_file` when the checkpoint directory is not on this machine."""
+    backend = "cpu" if target == CPU else "gpu"
     if not config.model.checkpoint:
-        return run_settings.model_config(config)
+        return run_settings.model_config(config, backend)
     shapes = ml_collections.ConfigDict(config.to_dict())  # an unlocked copy; the caller's config is untouched
     shapes.model.config_json, shapes.model.checkpoint = str(shapes_file(config.model.checkpoint, "model.checkpoint")), ""
-    return run_settings.model_config(shapes)
+    return run_settings.model_config(shapes, backend)
 
 
 def judge_configs(config: ml_collections.ConfigDict, target: str) -> list[tuple[str, ModelConfig]]:
@@ -251,7 +283,7 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
     module docstring. `progress` gets a line per program."""
     settings = run_settings.validate(config)  # every value checked as the run checks it, before compiling
     devices = target_devices(target, num_devices)
-    model_cfg = policy_config(config)
+    model_cfg = policy_config(config, target)
     judges = judge_configs(config, target)
     scorer = reward_model_shapes(config, settings.reward_model) if settings.reward_model is not None else None
     layout, decode_layout, decode_dtype = loop.layouts(config, model_cfg, devices)
@@ -282,7 +314,8 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
 
     def add(name: str, shapes: str, lower: Callable[[], jax.stages.Lowered], beside: Sequence[str],
             per_token: bool = False) -> None:
-        programs.append(_compile(name, shapes, lower, beside, per_token, options, progress))
+        with cudnn_of_this_build():
+            programs.append(_compile(name, shapes, lower, beside, per_token, options, progress))
 
     if "sft" in config.stages:
         # The SFT schedule's length comes from the data; it changes constants only, not memory or collectives.
