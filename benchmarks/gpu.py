@@ -84,7 +84,6 @@ QWEN25 = {
 PEAKS = {"H200": (989.4e12, 4.8e12), "H100": (989.4e12, 3.35e12), "A100": (312e12, 2.039e12)}
 GRPO_CELLS = ("GRPO update tokens/s", "GRPO update MFU", "GRPO compiled memory (GiB)", "GRPO measured peak (GiB)",
               "GRPO compile (s)")
-AOT_CELLS = ("GRPO compiled memory (GiB)", "GRPO compile (s)", "GRPO cuDNN attention calls (fwd / bwd)")
 # XLA's custom-call targets of cuDNN attention start so ("__cudnn$fmhaScaleBiasSoftmax" with our mask as a bias,
 # "__cudnn$fmhaSoftmax" without one); the backward's end in "Backward".
 _CUDNN_ATTENTION = "__cudnn$fmha"
@@ -195,7 +194,8 @@ def _compiled_bytes(memory: object) -> int | None:
 
 def compile_grpo(cfg: ModelConfig, s: Settings, devices: list[jax.Device]) -> dict[str, str]:
     """The GRPO update compiled (not run) for `devices[0]`, e.g. a GPU target's on this CPU machine: its
-    compiled memory and executions per update of cuDNN's attention forward and backward."""
+    compiled memory and executions per update of cuDNN's attention forward and backward and of cuBLAS GEMMs
+    (the einsum attention's two batched dots per layer and pass among them)."""
     layout = sharding.Layout(sharding.make_mesh(sharding.MeshConfig(1, 1, 1), devices[:1]))
     tx = train_state.make_optimizer(train_state.OptimizerConfig(learning_rate=1e-6))
     state, shardings = train_state.abstract_train_state(loader.abstract_weights(cfg, layout), tx, layout.mesh)
@@ -205,11 +205,13 @@ def compile_grpo(cfg: ModelConfig, s: Settings, devices: list[jax.Device]) -> di
     with aot.cudnn_of_this_build():
         compiled = _grpo_step(s, shardings, layout.mesh).lower(state, batch).compile()
     compile_s = time.perf_counter() - start
-    calls = {k: v for k, v in hlo_stats.custom_calls(compiled.as_text()).items() if k.startswith(_CUDNN_ATTENTION)}
+    all_calls = hlo_stats.custom_calls(compiled.as_text())
+    calls = {k: v for k, v in all_calls.items() if k.startswith(_CUDNN_ATTENTION)}
     backward = sum(v for k, v in calls.items() if k.endswith("Backward"))
     return {"GRPO compiled memory (GiB)": f"{_compiled_bytes(compiled.memory_analysis()) / 2**30:.1f}",
             "GRPO compile (s)": f"{compile_s:.0f}",
-            "GRPO cuDNN attention calls (fwd / bwd)": f"{sum(calls.values()) - backward} / {backward}"}
+            "GRPO cuDNN attention calls (fwd / bwd)": f"{sum(calls.values()) - backward} / {backward}",
+            "GRPO cuBLAS GEMM calls": str(sum(v for k, v in all_calls.items() if k.startswith("__cublas")))}
 
 
 def bench_grpo(cfg: ModelConfig, s: Settings, peak_flops: float | None) -> dict[str, str]:

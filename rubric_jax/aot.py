@@ -34,8 +34,6 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from jax._src.cudnn import fused_attention_stablehlo  # its cuDNN version check; see `cudnn_of_this_build`
-from jax._src.lib import cuda_versions
 from jax.experimental import topologies
 
 from rubric_jax import aot_targets, hlo_stats, loader, sampling, sharding
@@ -132,8 +130,15 @@ def cudnn_of_this_build() -> Iterator[None]:
     which raises "cuDNN not found."), although XLA's GPU compiler compiles the custom call without it. The
     version only gates checks that do not apply to our shapes (fp8, MLA, compute capability 10.3), so
     inside this block jax is answered with the version this jaxlib was built against
-    (`cudnn_build_version`, 9.8.0 for 0.10.2), the one a GPU install of it ships. A no-op where cuDNN loads."""
-    if cuda_versions is None or _cudnn_loads():  # no CUDA plugin (no GPU target either), or a real cuDNN
+    (`cudnn_build_version`, 9.8.0 for 0.10.2), the one a GPU install of it ships. A no-op where cuDNN loads,
+    and where these private modules are not where jax 0.10.2 keeps them (imported here, not at the top, so
+    that a GPU machine's other jax still imports this module)."""
+    try:
+        from jax._src.cudnn import fused_attention_stablehlo
+        from jax._src.lib import cuda_versions
+    except ImportError:
+        cuda_versions = None
+    if cuda_versions is None or _cudnn_loads(cuda_versions):  # no CUDA plugin (no GPU target), or a real cuDNN
         yield
         return
     check = fused_attention_stablehlo.check_cudnn_version
@@ -144,7 +149,7 @@ def cudnn_of_this_build() -> Iterator[None]:
         fused_attention_stablehlo.check_cudnn_version = check
 
 
-def _cudnn_loads() -> bool:
+def _cudnn_loads(cuda_versions: Any) -> bool:
     try:
         cuda_versions.cudnn_get_version()
     except RuntimeError:
