@@ -84,9 +84,6 @@ QWEN25 = {
 PEAKS = {"H200": (989.4e12, 4.8e12), "H100": (989.4e12, 3.35e12), "A100": (312e12, 2.039e12)}
 GRPO_CELLS = ("GRPO update tokens/s", "GRPO update MFU", "GRPO compiled memory (GiB)", "GRPO measured peak (GiB)",
               "GRPO compile (s)")
-# XLA's custom-call targets of cuDNN attention start so ("__cudnn$fmhaScaleBiasSoftmax" with our mask as a bias,
-# "__cudnn$fmhaSoftmax" without one); the backward's end in "Backward".
-_CUDNN_ATTENTION = "__cudnn$fmha"
 RUBRIC = Path(__file__).resolve().parents[1] / "configs" / "rubrics" / "medical_qa.yaml"  # its LLM dimensions
 
 
@@ -206,7 +203,7 @@ def compile_grpo(cfg: ModelConfig, s: Settings, devices: list[jax.Device]) -> di
         compiled = _grpo_step(s, shardings, layout.mesh).lower(state, batch).compile()
     compile_s = time.perf_counter() - start
     all_calls = hlo_stats.custom_calls(compiled.as_text())
-    calls = {k: v for k, v in all_calls.items() if k.startswith(_CUDNN_ATTENTION)}
+    calls = {k: v for k, v in all_calls.items() if k.startswith(hlo_stats.CUDNN_ATTENTION)}
     backward = sum(v for k, v in calls.items() if k.endswith("Backward"))
     return {"GRPO compiled memory (GiB)": f"{_compiled_bytes(compiled.memory_analysis()) / 2**30:.1f}",
             "GRPO compile (s)": f"{compile_s:.0f}",

@@ -231,11 +231,13 @@ def _compile(name: str, shapes: str, lower: Callable[[], jax.stages.Lowered], be
     memory = compiled.memory_analysis()
     peak = (memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
             - memory.alias_size_in_bytes)
-    progress(f"  {name}: peak {peak / GIB:.2f} GiB per device, compiled in {seconds:.1f} s")
+    text = compiled.as_text()
+    fused = sum(n for target, n in hlo_stats.custom_calls(text).items() if target.startswith(hlo_stats.CUDNN_ATTENTION))
+    progress(f"  {name}: peak {peak / GIB:.2f} GiB per device, compiled in {seconds:.1f} s"
+             + (f", {fused} cuDNN attention calls" if fused else ""))
     return ProgramReport(name, shapes, memory.argument_size_in_bytes, memory.output_size_in_bytes,
                          memory.temp_size_in_bytes, memory.alias_size_in_bytes, peak,
-                         hlo_stats.summarize(hlo_stats.collectives(compiled.as_text())), seconds, tuple(beside),
-                         per_token)
+                         hlo_stats.summarize(hlo_stats.collectives(text)), seconds, tuple(beside), per_token)
 
 
 def _batch(keys: Sequence[str], rows: int, length: int, mesh: jax.sharding.Mesh, prompt_len: int = 0

@@ -37,6 +37,9 @@ _BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
 _TRIP_COUNT = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"(\d+)"')
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 _CUSTOM_CALL_TARGET = re.compile(r'custom_call_target="([^"]*)"')
+# How XLA's custom-call targets of cuDNN attention start ("__cudnn$fmhaScaleBiasSoftmax" with a mask as bias,
+# "__cudnn$fmhaSoftmax" without); the backward's end in "Backward".
+CUDNN_ATTENTION = "__cudnn$fmha"
 
 
 @dataclasses.dataclass(frozen=True)
