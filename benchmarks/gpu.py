@@ -2,6 +2,10 @@
 
   PYTHONPATH=. python benchmarks/gpu.py [--sizes=1.5b,7b]       # one H200: the whole table in < 8 minutes
   PYTHONPATH=. python benchmarks/gpu.py --smoke                  # toy shapes on CPU (tests/test_gpu_benchmark.py)
+  PYTHONPATH=. python benchmarks/gpu.py --sizes=1.5b --attention=einsum,fused
+      # the GRPO update with our einsum attention and with cuDNN flash attention, a column each
+  PYTHONPATH=. .venv-aot/bin/python benchmarks/gpu.py --sizes=1.5b --attention=einsum,fused --aot_target=h200
+      # no GPU: the same GRPO update compiled for an H200 by XLA's GPU compiler on this machine
 
 Per size, in this order (each measurement after a warm-up call that compiles it):
   * GRPO update: one `jit_grpo_step` (AdamW, float32 params, bf16 compute, remat, scan) on ROWS x
@@ -22,6 +26,13 @@ Peaks are the device's datasheet numbers (H200 SXM: 989 TFLOP/s bf16 dense, 4.8 
 without an entry MFU and MBU print as n/a. A step that runs out of memory prints OOM, one that fails prints
 its error, and the table goes on (printed after every size); the exit status is 1 when any measurement
 failed other than by OOM.
+
+`--attention` measures the GRPO update once per attention implementation of the teacher-forced forward
+(`ModelConfig.attention`): einsum (ours), fused (cuDNN flash attention on an NVIDIA GPU; on CPU the XLA
+implementation of the same `jax.nn.dot_product_attention` call), or a ModelConfig value (xla, cudnn).
+`--aot_target` compiles the GRPO update for a GPU of rubric_jax.aot_targets instead of running anything
+(needs XLA's GPU compiler: requirements-aot.txt): compiled memory and the cuDNN attention custom calls of
+the program, the proof that "fused" replaced the einsums.
 """
 
 from __future__ import annotations
@@ -40,7 +51,7 @@ import numpy as np
 from absl import app, flags
 from transformers import AutoTokenizer
 
-from rubric_jax import grpo, loader, sampling, sharding
+from rubric_jax import aot, grpo, hlo_stats, loader, sampling, sharding
 from rubric_jax.assets import TINY_DIR
 from rubric_jax.judges.llm_judge import Judge, JudgeConfig, judge_rows
 from rubric_jax.models.config import ModelConfig
@@ -51,6 +62,12 @@ _SIZES = flags.DEFINE_list("sizes", ["1.5b", "7b"], "Qwen2.5 shapes to measure (
 _SMOKE = flags.DEFINE_bool("smoke", False, "Toy shapes and sizes, for a CPU test of the script.")
 _PARTS = flags.DEFINE_list("parts", ["grpo", "decode", "judge"], "Measurements to run (the judge needs decode).")
 _MICRO = flags.DEFINE_list("micro", [], "GRPO micro-batch counts to measure, a column each (default: the settings').")
+_ATTENTION = flags.DEFINE_list("attention", [], "Attentions of the GRPO update to measure, a column each: einsum, "
+                                "fused (cudnn on NVIDIA GPUs, xla elsewhere), xla, cudnn (default: auto, the "
+                                "config default for this platform).")
+_AOT_TARGET = flags.DEFINE_enum("aot_target", None, list(aot.TARGETS[1:]), "Only compile the GRPO update for this "
+                                "GPU (XLA's GPU compiler on this machine, no GPU needed) and print its memory and "
+                                "cuDNN attention calls.")
 _TRACE_DIR = flags.DEFINE_string("trace_dir", None, "Write a profiler trace (Perfetto JSON) of one GRPO update "
                                  "and of a 16-token generate here.")
 
@@ -91,12 +108,16 @@ SMOKE = Settings(rows=4, prompt=16, response=16, micro=2, decode_batch=4, decode
                  judge_items=4, judge_per_item=2, judge_new_tokens=4)
 
 
-def model_config(size: str) -> ModelConfig:
-    """The size's shapes as a ModelConfig in the accelerator dtypes (float32 compute on CPU)."""
-    compute = loader.resolve_dtype("auto", "compute_dtype")
+def model_config(size: str, attention: str = "auto", backend: str | None = None) -> ModelConfig:
+    """The size's shapes as a ModelConfig in the accelerator dtypes (float32 compute on CPU), for `backend`
+    (default: jax's); `attention` as `--attention` names it."""
+    compute = loader.resolve_dtype("auto", "compute_dtype", backend)
+    if attention == "fused":
+        attention = "cudnn" if loader.resolve_attention("auto", "bfloat16", "--attention", backend) == "cudnn" else "xla"
     return ModelConfig(architecture="qwen2", rope_theta=1_000_000.0, rms_norm_eps=1e-6, attention_bias=True,
                        rope_scaling=None, max_position_embeddings=32768, param_dtype="float32",
-                       compute_dtype=compute, remat=True, scan_layers=True, **QWEN25[size])
+                       compute_dtype=compute, remat=True, scan_layers=True,
+                       attention=loader.resolve_attention(attention, compute, "--attention", backend), **QWEN25[size])
 
 
 def matmul_params(cfg: ModelConfig) -> int:
@@ -142,28 +163,65 @@ def _oom(e: Exception) -> bool:
     return "RESOURCE_EXHAUSTED" in str(e) or "out of memory" in str(e).lower()
 
 
+def _grpo_step(s: Settings, shardings: train_state.TrainState, mesh: jax.sharding.Mesh) -> Callable:
+    """The jitted GRPO update of `s.rows` rows in `s.micro` micro-batches of one group each (its prompt runs once)."""
+    gcfg = grpo.GRPOConfig(group_size=s.rows // s.micro, kl_coef=0.04)
+    return train_step.jit_grpo_step(gcfg, micro_batches=s.micro, shardings=shardings, mesh=mesh)
+
+
+def grpo_batch(cfg: ModelConfig, s: Settings) -> dict[str, np.ndarray]:
+    """A GRPO batch of random tokens: `s.micro` prompts of `s.prompt` tokens, each repeated for its group."""
+    group = s.rows // s.micro
+    rng = np.random.default_rng(0)
+    prompts = np.repeat(rng.integers(0, cfg.vocab_size, (s.micro, s.prompt)), group, axis=0).astype(np.int32)
+    response = np.full((s.rows, s.response), -3.0, np.float32)
+    return {"prompt_tokens": prompts, "prompt_mask": np.ones((s.rows, s.prompt), bool),
+            "response_tokens": rng.integers(0, cfg.vocab_size, (s.rows, s.response)).astype(np.int32),
+            "response_mask": np.ones((s.rows, s.response), bool), "loss_mask": np.ones((s.rows, s.response), bool),
+            "old_logp": response, "ref_logp": response, "advantages": rng.standard_normal(s.rows).astype(np.float32)}
+
+
+def _compiled_bytes(memory: object) -> int | None:
+    """A compiled program's peak as XLA plans it: arguments + outputs + temporaries - aliased."""
+    if memory is None:
+        return None
+    return (memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
+            - memory.alias_size_in_bytes)
+
+
+def compile_grpo(cfg: ModelConfig, s: Settings, devices: list[jax.Device]) -> dict[str, str]:
+    """The GRPO update compiled (not run) for `devices[0]`, e.g. a GPU target's on this CPU machine: its
+    compiled memory and executions per update of cuDNN's attention forward and backward and of XLA dots
+    (every matmul, the einsum attention's batched dots among them)."""
+    layout = sharding.Layout(sharding.make_mesh(sharding.MeshConfig(1, 1, 1), devices[:1]))
+    tx = train_state.make_optimizer(train_state.OptimizerConfig(learning_rate=1e-6))
+    state, shardings = train_state.abstract_train_state(loader.abstract_weights(cfg, layout), tx, layout.mesh)
+    batch_sharding = sharding.batch_sharding(layout.mesh)
+    batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=batch_sharding) for k, v in grpo_batch(cfg, s).items()}
+    start = time.perf_counter()
+    with aot.cudnn_of_this_build():
+        compiled = _grpo_step(s, shardings, layout.mesh).lower(state, batch).compile()
+    compile_s = time.perf_counter() - start
+    text = compiled.as_text()
+    calls = {k: v for k, v in hlo_stats.custom_calls(text).items() if k.startswith(hlo_stats.CUDNN_ATTENTION)}
+    backward = sum(v for k, v in calls.items() if k.endswith("Backward"))
+    return {"GRPO compiled memory (GiB)": f"{_compiled_bytes(compiled.memory_analysis()) / 2**30:.1f}",
+            "GRPO compile (s)": f"{compile_s:.0f}",
+            "GRPO cuDNN attention calls (fwd / bwd)": f"{sum(calls.values()) - backward} / {backward}",
+            "GRPO dots executed": str(hlo_stats.summarize(hlo_stats.collectives(text, ("dot",)), ("dot",))["dot"].count)}
+
+
 def bench_grpo(cfg: ModelConfig, s: Settings, peak_flops: float | None) -> dict[str, str]:
     """One GRPO update: tokens/s, MFU, compiled vs measured memory."""
     layout = sharding.Layout(sharding.make_mesh(sharding.MeshConfig(1, 1, 1), jax.devices()[:1]))
     tx = train_state.make_optimizer(train_state.OptimizerConfig(learning_rate=1e-6))
     state, shardings = train_state.init_train_state(cfg, tx, jax.random.key(0), layout)
-    group = s.rows // s.micro  # one group per micro-batch: its prompt runs once
-    gcfg = grpo.GRPOConfig(group_size=group, kl_coef=0.04)
-    step = train_step.jit_grpo_step(gcfg, micro_batches=s.micro, shardings=shardings, mesh=layout.mesh)
+    step = _grpo_step(s, shardings, layout.mesh)
     t = s.prompt + s.response
-    rng = np.random.default_rng(0)
-    prompts = np.repeat(rng.integers(0, cfg.vocab_size, (s.micro, s.prompt)), group, axis=0).astype(np.int32)
-    response = np.full((s.rows, s.response), -3.0, np.float32)
-    batch = {"prompt_tokens": prompts, "prompt_mask": np.ones((s.rows, s.prompt), bool),
-             "response_tokens": rng.integers(0, cfg.vocab_size, (s.rows, s.response)).astype(np.int32),
-             "response_mask": np.ones((s.rows, s.response), bool), "loss_mask": np.ones((s.rows, s.response), bool),
-             "old_logp": response, "ref_logp": response, "advantages": rng.standard_normal(s.rows).astype(np.float32)}
-    batch = jax.device_put(batch, sharding.batch_sharding(layout.mesh))
+    batch = jax.device_put(grpo_batch(cfg, s), sharding.batch_sharding(layout.mesh))
     compile_start = time.perf_counter()
-    memory = step.lower(state, batch).compile().memory_analysis()
+    compiled = _compiled_bytes(step.lower(state, batch).compile().memory_analysis())
     compile_s = time.perf_counter() - compile_start
-    compiled = (memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
-                - memory.alias_size_in_bytes) if memory is not None else None
     limit = (jax.devices()[0].memory_stats() or {}).get("bytes_limit")
     if compiled is not None and limit is not None and compiled > limit:  # would only OOM after minutes of setup
         return {"GRPO update tokens/s": f"does not fit ({limit / 2**30:.0f} GiB)",
@@ -255,6 +313,40 @@ def _guarded(measure: Callable[[], dict[str, str]], names: tuple[str, ...], erro
         return dict.fromkeys(names, f"error ({type(e).__name__})")
 
 
+def _attentions() -> list[str]:
+    """--attention's values (one "auto" by default), each checked: a usage error names a bad one."""
+    attentions = _ATTENTION.value or ["auto"]
+    bad = sorted(set(attentions) - {"fused", *loader.ATTENTION_CHOICES})
+    if bad:
+        raise app.UsageError(f"--attention: unknown {bad}; expected some of fused, {', '.join(loader.ATTENTION_CHOICES)}")
+    return attentions
+
+
+def _grpo_variants(attentions: list[str], micros: list[int]) -> list[tuple[str, int]]:
+    return [(attention, micro) for attention in attentions for micro in micros]
+
+
+def _column(size: str, attention: str, micro: int, attentions: list[str], micros: list[int]) -> str:
+    """A table column's name: the size, then the micro-batch count and attention where several are measured."""
+    return ", ".join([size] + [f"{micro} micro"] * (len(micros) > 1) + [attention] * (len(attentions) > 1))
+
+
+def compile_only(target: str) -> None:
+    """--aot_target: the GRPO update of every size, micro-batch count and attention compiled for `target`."""
+    devices = aot.target_devices(target, 1)
+    s = SMOKE if _SMOKE.value else Settings()
+    micros = [int(m) for m in _MICRO.value] or [s.micro]
+    attentions = _attentions()
+    print(f"compiling for {devices[0].device_kind} with XLA's GPU compiler on {platform.node()}", flush=True)
+    columns: dict[str, dict[str, str]] = {}
+    for size in ["toy"] if _SMOKE.value else _SIZES.value:
+        for attention, micro in _grpo_variants(attentions, micros):
+            cfg = model_config(size, attention, backend="gpu")
+            columns[_column(size, attention, micro, attentions, micros)] = {
+                "attention": cfg.attention, **compile_grpo(cfg, dataclasses.replace(s, micro=micro), devices)}
+    _print_table(columns)
+
+
 def _print_table(columns: dict[str, dict[str, str]]) -> None:
     names = list(dict.fromkeys(name for row in columns.values() for name in row))
     print("| metric | " + " | ".join(columns) + " |")
@@ -266,6 +358,9 @@ def _print_table(columns: dict[str, dict[str, str]]) -> None:
 def main(argv: list[str]) -> None:
     del argv
     start = time.perf_counter()
+    if _AOT_TARGET.value:
+        compile_only(_AOT_TARGET.value)
+        return
     device = jax.devices()[0]
     peak_flops, peak_bandwidth = next((v for k, v in PEAKS.items() if k in device.device_kind), (None, None))
     sizes = ["toy"] if _SMOKE.value else _SIZES.value
@@ -278,6 +373,7 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"--micro={_MICRO.value} must divide the {s.rows} GRPO rows; --parts={_PARTS.value} "
                              "must be some of grpo, decode, judge")
     micros = micros or [s.micro]
+    attentions = _attentions()
     print(f"{device.device_kind} ({jax.default_backend()}), jax {jax.__version__}, {platform.node()}, "
           f"load {os.getloadavg()[0]:.1f}, GRPO {s.rows}x({s.prompt}+{s.response}) in {s.micro} micro-batches, "
           f"decode {s.decode_batch}x{s.decode_prompt} prompt, steps {s.short}->{s.long}", flush=True)
@@ -287,12 +383,12 @@ def main(argv: list[str]) -> None:
     errors: list[str] = []
     for size in sizes:
         cfg = model_config(size)
-        for micro in micros:  # a column per micro-batch count; decode and the judge in the first
-            column = size if len(micros) == 1 else f"{size}, {micro} micro"
+        for attention, micro in _grpo_variants(attentions, micros):  # a column each; decode and the judge in the first
+            column = _column(size, attention, micro, attentions, micros)
             columns[column] = row = {}
             if "grpo" in _PARTS.value:
-                row |= _guarded(lambda: bench_grpo(cfg, dataclasses.replace(s, micro=micro), peak_flops), GRPO_CELLS,
-                                errors)
+                row |= _guarded(lambda: bench_grpo(model_config(size, attention), dataclasses.replace(s, micro=micro),
+                                                   peak_flops), GRPO_CELLS, errors)
                 print(f"{column}: GRPO done at {time.perf_counter() - start:.0f} s", flush=True)
         weights: list[loader.Weights] = []  # the decode weights, which the judge reuses
 
@@ -301,7 +397,7 @@ def main(argv: list[str]) -> None:
             weights.append(decode_weights)
             return cells
 
-        first = columns[size if len(micros) == 1 else f"{size}, {micros[0]} micro"]
+        first = columns[_column(size, attentions[0], micros[0], attentions, micros)]
         if "decode" in _PARTS.value:
             first |= _guarded(decode, (f"decode tokens/s (batch {s.decode_batch})", "decode step (ms)", "decode MBU"),
                               errors)

@@ -23,6 +23,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.compute_dtype = "float32"  # Activation dtype ("bfloat16" on accelerators).
     c.model.remat = False  # Recompute layer activations in the backward pass (saves memory).
     c.model.scan_layers = True  # lax.scan over the stacked layers (flat compile time).
+    # Attention of the teacher-forced forwards (GRPO/SFT updates, log-probs; decoding always uses einsum):
+    # auto (cudnn on NVIDIA GPUs in bf16, einsum elsewhere), einsum (ours), xla or cudnn (jax.nn.dot_product_attention).
+    c.model.attention = "auto"
 
     c.judge = ml_collections.ConfigDict()
     c.judge.checkpoint = ""  # Local HF dir(s) of the LLM judge, comma-separated for an ensemble; empty = rules only.

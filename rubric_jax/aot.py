@@ -21,11 +21,12 @@ arguments (policy params and AdamW moments, reference, judges), summed from thei
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,41 @@ def target_devices(target: str, num_devices: int) -> list[jax.Device]:
 
 
 # ------------------------------------------------------------------------------------------ shapes
+@contextlib.contextmanager
+def cudnn_of_this_build() -> Iterator[None]:
+    """Lets cuDNN attention lower on a machine without the cuDNN library. jax asks the library its version
+    before it lowers `jax.nn.dot_product_attention(implementation="cudnn")` (jax 0.10.2,
+    jax/_src/cudnn/fused_attention_stablehlo.py: `check_cudnn_version` -> `cuda_versions.cudnn_get_version()`,
+    which raises "cuDNN not found."), although XLA's GPU compiler compiles the custom call without it. The
+    version only gates checks that do not apply to our shapes (fp8, MLA, compute capability 10.3), so
+    inside this block jax is answered with the version this jaxlib was built against
+    (`cudnn_build_version`, 9.8.0 for 0.10.2), the one a GPU install of it ships. A no-op where cuDNN loads,
+    and where these private modules are not where jax 0.10.2 keeps them (imported here, not at the top, so
+    that a GPU machine's other jax still imports this module)."""
+    try:
+        from jax._src.cudnn import fused_attention_stablehlo
+        from jax._src.lib import cuda_versions
+    except ImportError:
+        cuda_versions = None
+    if cuda_versions is None or _cudnn_loads(cuda_versions):  # no CUDA plugin (no GPU target), or a real cuDNN
+        yield
+        return
+    check = fused_attention_stablehlo.check_cudnn_version
+    fused_attention_stablehlo.check_cudnn_version = cuda_versions.cudnn_build_version
+    try:
+        yield
+    finally:
+        fused_attention_stablehlo.check_cudnn_version = check
+
+
+def _cudnn_loads(cuda_versions: Any) -> bool:
+    try:
+        cuda_versions.cudnn_get_version()
+    except RuntimeError:
+        return False
+    return True
+
+
 def shapes_file(directory: str, key: str) -> Path:
     """The HF config.json of `directory`, or the bundled public config named like its last part when the
     directory does not exist here (weights are never needed for a dry run)."""
@@ -135,14 +171,15 @@ def shapes_file(directory: str, key: str) -> Path:
     return bundled
 
 
-def policy_config(config: ml_collections.ConfigDict) -> ModelConfig:
-    """The policy's ModelConfig as the run builds it (`settings.model_config`), reading the shapes from
-    `shapes_file` when the checkpoint directory is not on this machine."""
+def policy_config(config: ml_collections.ConfigDict, target: str = CPU) -> ModelConfig:
+    """The policy's ModelConfig as the run builds it on `target` (`settings.model_config`), reading the shapes
+    from `shapes_file` when the checkpoint directory is not on this machine."""
+    backend = "cpu" if target == CPU else "gpu"
     if not config.model.checkpoint:
-        return run_settings.model_config(config)
+        return run_settings.model_config(config, backend)
     shapes = ml_collections.ConfigDict(config.to_dict())  # an unlocked copy; the caller's config is untouched
     shapes.model.config_json, shapes.model.checkpoint = str(shapes_file(config.model.checkpoint, "model.checkpoint")), ""
-    return run_settings.model_config(shapes)
+    return run_settings.model_config(shapes, backend)
 
 
 def judge_configs(config: ml_collections.ConfigDict, target: str) -> list[tuple[str, ModelConfig]]:
@@ -194,11 +231,13 @@ def _compile(name: str, shapes: str, lower: Callable[[], jax.stages.Lowered], be
     memory = compiled.memory_analysis()
     peak = (memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
             - memory.alias_size_in_bytes)
-    progress(f"  {name}: peak {peak / GIB:.2f} GiB per device, compiled in {seconds:.1f} s")
+    text = compiled.as_text()
+    fused = sum(n for target, n in hlo_stats.custom_calls(text).items() if target.startswith(hlo_stats.CUDNN_ATTENTION))
+    progress(f"  {name}: peak {peak / GIB:.2f} GiB per device, compiled in {seconds:.1f} s"
+             + (f", {fused} cuDNN attention calls" if fused else ""))
     return ProgramReport(name, shapes, memory.argument_size_in_bytes, memory.output_size_in_bytes,
                          memory.temp_size_in_bytes, memory.alias_size_in_bytes, peak,
-                         hlo_stats.summarize(hlo_stats.collectives(compiled.as_text())), seconds, tuple(beside),
-                         per_token)
+                         hlo_stats.summarize(hlo_stats.collectives(text)), seconds, tuple(beside), per_token)
 
 
 def _batch(keys: Sequence[str], rows: int, length: int, mesh: jax.sharding.Mesh, prompt_len: int = 0
@@ -251,7 +290,7 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
     module docstring. `progress` gets a line per program."""
     settings = run_settings.validate(config)  # every value checked as the run checks it, before compiling
     devices = target_devices(target, num_devices)
-    model_cfg = policy_config(config)
+    model_cfg = policy_config(config, target)
     judges = judge_configs(config, target)
     scorer = reward_model_shapes(config, settings.reward_model) if settings.reward_model is not None else None
     layout, decode_layout, decode_dtype = loop.layouts(config, model_cfg, devices)
@@ -282,7 +321,8 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
 
     def add(name: str, shapes: str, lower: Callable[[], jax.stages.Lowered], beside: Sequence[str],
             per_token: bool = False) -> None:
-        programs.append(_compile(name, shapes, lower, beside, per_token, options, progress))
+        with cudnn_of_this_build():
+            programs.append(_compile(name, shapes, lower, beside, per_token, options, progress))
 
     if "sft" in config.stages:
         # The SFT schedule's length comes from the data; it changes constants only, not memory or collectives.

@@ -36,6 +36,10 @@ _CALLEE = re.compile(r"\b(calls|to_apply|body|condition)=%?([\w.\-]+)")
 _BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
 _TRIP_COUNT = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"(\d+)"')
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
+_CUSTOM_CALL_TARGET = re.compile(r'custom_call_target="([^"]*)"')
+# How XLA's custom-call targets of cuDNN attention start ("__cudnn$fmhaScaleBiasSoftmax" with a mask as bias,
+# "__cudnn$fmhaSoftmax" without); the backward's end in "Backward".
+CUDNN_ATTENTION = "__cudnn$fmha"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +183,24 @@ def collectives(hlo_text: str, kinds: Sequence[str] = KINDS) -> list[Collective]
             found.append(Collective(kind, shape_bytes(shape), shape, name, runs.per_run, runs.per_iteration,
                                     runs.in_loop, op_name.group(1) if op_name else "", runs.loop))
     return found
+
+
+def custom_calls(hlo_text: str) -> dict[str, int]:
+    """Executions per run of each custom-call target of a compiled program (e.g. "__cudnn$fmhaSoftmax",
+    cuDNN flash attention's forward), known trip counts multiplied in; a call inside a loop of unknown
+    length counts its executions per iteration of that loop."""
+    computations, entry = _parse(hlo_text)
+    runs_of = _executions(computations, entry)
+    counts: dict[str, int] = collections.Counter()
+    for name, computation in computations.items():
+        runs = runs_of.get(name)
+        if runs is None:
+            continue
+        for _, _, op, rest in computation.instructions:
+            target = _CUSTOM_CALL_TARGET.search(rest) if op == "custom-call" else None
+            if target:
+                counts[target.group(1)] += runs.per_run if runs.per_run is not None else runs.per_iteration
+    return dict(counts)
 
 
 @dataclasses.dataclass(frozen=True)

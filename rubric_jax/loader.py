@@ -29,11 +29,12 @@ from flax import nnx
 
 from rubric_jax import sharding
 from rubric_jax.models.checkpoint import CheckpointError, abstract_model, read_hf_params
-from rubric_jax.models.config import ModelConfig
+from rubric_jax.models.config import ATTENTIONS, ModelConfig
 from rubric_jax.models.transformer import Transformer
 
 Params = dict[str, Any]
 DTYPE_CHOICES = ("auto", "float32", "bfloat16")  # what a user may ask a loaded model's dtypes to be
+ATTENTION_CHOICES = ("auto", *ATTENTIONS)  # what a user may ask a model's teacher-forced attention to be
 _ORBAX_MARKER = "_METADATA"  # present in every orbax PyTree item directory
 _PARAMS_KEY = "params"  # where our TrainState keeps the model parameters in an orbax checkpoint
 
@@ -60,6 +61,25 @@ def resolve_dtype(value: str, name: str, backend: str | None = None) -> str:
         raise ValueError(f"{name}={value!r}: expected one of {DTYPE_CHOICES}")
     if value == "auto":
         return "float32" if (backend or jax.default_backend()) == "cpu" else "bfloat16"
+    return value
+
+
+def resolve_attention(value: str, compute_dtype: str, name: str, backend: str | None = None) -> str:
+    """An attention setting named `name` (e.g. "model.attention") as a ModelConfig.attention: "auto" is
+    "cudnn" (flash attention) on NVIDIA GPUs in bfloat16/float16, "einsum" elsewhere (CPU: XLA's
+    implementation of jax.nn.dot_product_attention writes the same scores as ours, in a layout XNNPACK
+    runs slower; TPU: no fused kernel behind that call). `backend`: the platform the model will run on
+    (default: jax's; the dry run names the one it compiles for, "gpu" meaning NVIDIA)."""
+    if value not in ATTENTION_CHOICES:
+        raise ValueError(f"{name}={value!r}: expected one of {ATTENTION_CHOICES}")
+    if backend is None:
+        backend = jax.default_backend()
+        if backend == "gpu" and not jax.devices()[0].device_kind.startswith("NVIDIA"):
+            backend = "rocm"
+    if value == "cudnn" and backend != "gpu":
+        raise ValueError(f"{name}='cudnn': cuDNN attention needs an NVIDIA GPU; this run's backend is {backend}")
+    if value == "auto":
+        return "cudnn" if backend == "gpu" and compute_dtype in ("bfloat16", "float16") else "einsum"
     return value
 
 

@@ -5,6 +5,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -234,7 +235,9 @@ _NEEDS_GPU_COMPILER = pytest.mark.skipif(
 @_NEEDS_GPU_COMPILER
 def test_gpu_dry_run_in_the_gpu_compiler_environment():
     """The README's GPU command at the 0.5B size with short sequences, compiled by XLA's GPU compiler
-    for 8 A100s: every program compiles, and no decode loop all-gathers weights."""
+    for 8 A100s: every program compiles, no decode loop all-gathers weights, and the training programs run
+    cuDNN attention (model.attention=auto in bf16 on a GPU), each micro-batch's one prompt gathered from
+    the shards it was split over (cuDNN's partitioner refuses a split sequence), decoding none."""
     args = [str(AOT_PYTHON), "-m", "experiments.run", "--config=configs/qwen7b.py:size=0.5b", "--dry_run",
             "--dry_run_target=a100_80g", "--config.data.max_prompt_len=32", "--config.sft.max_response_len=16",
             "--config.rl.max_new_tokens=16", "--config.rl.questions_per_step=8", "--config.eval.max_questions=8",
@@ -244,6 +247,10 @@ def test_gpu_dry_run_in_the_gpu_compiler_environment():
     assert "8 x NVIDIA A100-SXM4-80GB, compiled by XLA's GPU compiler" in proc.stdout
     assert list(_table_rows(proc.stdout)) == PROGRAMS + ["judge Llama-3.1-8B-Instruct call"]
     assert "of 80.00 GiB per device" in proc.stdout
+    fused = {line.split(":")[0].strip(): line for line in proc.stdout.splitlines() if "compiled in" in line}
+    assert re.search(r", [1-9]\d* cuDNN attention calls$", fused["GRPO update"]), fused["GRPO update"]
+    assert "cuDNN" in fused["SFT step"] and "cuDNN" in fused["rollout log-probs"]
+    assert not any("cuDNN" in fused[name] for name in ("rollout", "eval rollout"))
     collectives = {line[:44].strip(): line[44:].split() for line in
                    proc.stdout.split("Collectives per device")[1].splitlines()[2:]}
     for row in ("rollout per token", "eval rollout per token", "judge Llama-3.1-8B-Instruct call per token"):

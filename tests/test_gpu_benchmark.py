@@ -12,6 +12,7 @@ import jax
 import numpy as np
 
 from rubric_jax import loader
+from tests.test_aot import _NEEDS_GPU_COMPILER, AOT_PYTHON
 from xla_flags import FAST_COMPILE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,19 +42,55 @@ def test_matmul_params_are_every_weight_but_the_embedding_lookup_and_norms():
     assert round(gpu.matmul_params(gpu.model_config("7b")) / 1e9, 2) == 7.07
 
 
+def _table(stdout: str) -> dict[str, dict[str, str]]:
+    """The printed table as {column: {metric: cell}}."""
+    lines = [line.split("|")[1:-1] for line in stdout.splitlines() if line.startswith("| ")]
+    header = [c.strip() for c in lines[0]]
+    assert header[0] == "metric", header
+    return {column: {row[0].strip(): row[i].strip() for row in lines[1:]} for i, column in enumerate(header) if i}
+
+
 def test_smoke_prints_the_table():
-    """The README command at toy size on one CPU device: every row of the table, a number in each cell
-    that has one on CPU (MFU, MBU and the measured peak need a GPU's datasheet and allocator)."""
+    """The README commands at toy size on one CPU device (`--attention=einsum,fused`: fused is the XLA
+    implementation of jax.nn.dot_product_attention on CPU): every row of the table, a number in each cell
+    that has one on CPU (MFU, MBU and the measured peak need a GPU's datasheet and allocator), a GRPO
+    column per attention, decode and the judge in the first."""
     env = {**os.environ, "XLA_FLAGS": FAST_COMPILE, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--attention=einsum,fused"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    cells = {line.split("|")[1].strip(): line.split("|")[2].strip()
-             for line in proc.stdout.splitlines() if line.startswith("| ") and not line.startswith("| metric")}
+    table = _table(proc.stdout)
+    assert list(table) == ["toy, einsum", "toy, fused"]
+    cells = table["toy, einsum"]
     assert list(cells) == ["GRPO update tokens/s", "GRPO update MFU", "GRPO compiled memory (GiB)",
                            "GRPO measured peak (GiB)", "GRPO compile (s)", "decode tokens/s (batch 4)", "decode step (ms)", "decode MBU",
                            "judge items/s (batched, 4 items)", "judge batched / per-item", "N (matmul params)"]
     assert {cells[k] for k in ("GRPO update MFU", "decode MBU", "GRPO measured peak (GiB)")} == {"n/a"}
-    assert float(cells["GRPO update tokens/s"].replace(",", "")) > 0
     assert float(cells["judge items/s (batched, 4 items)"]) > 0 and cells["judge batched / per-item"].endswith("x")
-    assert float(cells["GRPO compiled memory (GiB)"]) >= 0
+    for column in table.values():
+        assert float(column["GRPO update tokens/s"].replace(",", "")) > 0
+        assert float(column["GRPO compiled memory (GiB)"]) >= 0
+    assert table["toy, fused"]["decode step (ms)"] == "-"
+
+
+def test_bad_attention_is_a_usage_error():
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--attention=einsum,flash"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "--attention: unknown ['flash']" in proc.stderr, proc.stderr[-2000:]
+
+
+@_NEEDS_GPU_COMPILER
+def test_aot_target_compiles_cudnn_attention_in_place_of_the_einsums():
+    """The README's no-GPU command at toy size: XLA's GPU compiler (on this CPU machine) compiles the GRPO
+    update for an H200; "fused" lowers to cuDNN attention calls (2 layers x (prompt + responses) x 2
+    micro-batches = 8 forward, as many again recomputed by remat, 8 backward), einsum to none."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([str(AOT_PYTHON), str(SCRIPT), "--smoke", "--attention=einsum,fused", "--aot_target=h200"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "compiling for NVIDIA H200 with XLA's GPU compiler" in proc.stdout
+    table = _table(proc.stdout)
+    assert {c: table[c]["attention"] for c in table} == {"toy, einsum": "einsum", "toy, fused": "cudnn"}
+    assert table["toy, einsum"]["GRPO cuDNN attention calls (fwd / bwd)"] == "0 / 0"
+    assert table["toy, fused"]["GRPO cuDNN attention calls (fwd / bwd)"] == "16 / 8"

@@ -476,6 +476,38 @@ def test_shared_prompt_logprobs_equal_the_per_row_forward(padding, scan_layers):
     np.testing.assert_array_equal(np.asarray(got)[~np.asarray(targets)], 0.0)
 
 
+@pytest.mark.parametrize("padding", ["left", "right"])
+def test_fused_attention_log_probs_and_gradients_equal_the_einsum_attention(padding):
+    """`jax.nn.dot_product_attention` (its XLA implementation, the CPU stand-in for cuDNN: same call, same
+    mask) in both teacher-forced forwards (shared prompt: prompt self-attention + responses on [prompt ;
+    own]; per row: one causal padded forward) gives the einsum attention's log-probs and GRPO gradients.
+    Two KV heads of two queries each, so a query head reading the wrong KV head fails too."""
+    einsum = _tiny_model(num_heads=4, num_kv_heads=2)
+    graphdef, state = nnx.split(einsum)
+    fused_graphdef = nnx.split(nnx.merge(*random_model(einsum.cfg.replace(attention="xla"), std=0.3)))[0]
+    case, (tokens, mask) = _shared_prompt_case(padding)
+    targets = np.asarray(grpo.response_targets(jnp.repeat(case[1], 3, axis=0), case[3]))
+    advantages, _ = grpo.group_advantages(jnp.arange(9.0) % 4, 3)
+    cfg = grpo.GRPOConfig(group_size=3, kl_coef=0.05)
+    per_row = {name: _both_logprobs(g)[1] for name, g in (("einsum", graphdef), ("fused", fused_graphdef))}
+    old = per_row["einsum"](state, tokens, mask) + 0.1
+    results = {}
+    for name, g in (("einsum", graphdef), ("fused", fused_graphdef)):
+        shared = _both_logprobs(g)[0]
+
+        def loss(s, shared=shared):
+            logp = shared(s, case)
+            return grpo.grpo_loss(logp, old, old - 0.2, advantages, case[3], cfg)[0], logp
+
+        grads, logp = jax.jit(jax.grad(loss, has_aux=True))(state)
+        results[name] = (logp, per_row[name](state, tokens, mask), grads)
+    for got, want in zip(results["fused"], results["einsum"]):
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), got, want)
+    # The padding matters: the same rows with every slot attended give other log-probs by far.
+    unmasked = np.asarray(per_row["einsum"](state, tokens, np.ones_like(mask)))
+    assert np.abs(unmasked - np.asarray(results["einsum"][1]))[targets].max() > 0.05
+
+
 def test_shared_prompt_gradients_equal_the_per_row_forward():
     """The GRPO loss (clipping on both sides, k3 KL) through either forward: same value, same gradient
     w.r.t. every parameter (the prompt's share is the sum over its group's rows)."""

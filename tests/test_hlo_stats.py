@@ -48,6 +48,15 @@ ENTRY %main (p0: f32[2,3]) -> f32[] {
 """
 
 
+def test_custom_calls_count_executions_through_loops():
+    text = _HLO.replace("%c = bf16[16,8]{1,0} call(bf16[16,8]{1,0} %g), to_apply=%inner",
+                        '%c = bf16[16,8]{1,0} custom-call(bf16[16,8]{1,0} %g), custom_call_target="__cudnn$fmhaSoftmax"')
+    text = text.replace("%ag = f32[16,3]{1,0} all-gather(f32[2,3]{1,0} %p0), dimensions={0}",
+                        '%ag = f32[16,3]{1,0} custom-call(f32[2,3]{1,0} %p0), custom_call_target="__cublas$gemm"')
+    assert hlo_stats.custom_calls(text) == {"__cudnn$fmhaSoftmax": 4, "__cublas$gemm": 1}
+    assert hlo_stats.custom_calls(_HLO) == {}
+
+
 def test_hand_written_module():
     found = {c.kind: c for c in hlo_stats.collectives(_HLO)}
     assert set(found) == {"all-gather", "all-reduce", "reduce-scatter"}

@@ -342,6 +342,14 @@ def test_config_bad_values_are_named():
         ModelConfig.from_hf_dict(yarn)
     with pytest.raises(ModelConfigError, match="num_kv_heads"):
         ModelConfig.from_hf_dict(dict(_llama3_new(), num_key_value_heads=3))
+    with pytest.raises(ModelConfigError, match="'attention' must be one of .* got 'flash'"):
+        ModelConfig.from_hf_dict(_llama3_new(), attention="flash")
+    with pytest.raises(ModelConfigError, match="attention='cudnn' needs compute_dtype in .* got 'float32'"):
+        ModelConfig.from_hf_dict(_llama3_new(), attention="cudnn")
+    with pytest.raises(ModelConfigError, match="head_dim a multiple of 8 up to 256 .* got .* and 12"):
+        ModelConfig.from_hf_dict(_llama3_new(), attention="cudnn", compute_dtype="bfloat16")
+    assert ModelConfig.from_hf_dict(dict(_llama3_new(), head_dim=16), attention="cudnn",
+                                    compute_dtype="bfloat16").attention == "cudnn"
     with pytest.raises(ModelConfigError, match="'gelu'"):
         ModelConfig.from_hf_dict(dict(_llama3_new(), hidden_act="gelu"))
     with pytest.raises(ModelConfigError, match="mlp_bias"):

@@ -61,6 +61,8 @@ def test_shipped_configs_validate_and_eval_has_its_own_response_budget():
     ("rl__beta", -0.1, "config.rl.beta: GRPOConfig.kl_coef=-0.1: must be finite and >= 0"),
     ("rl__missing_scores", "dorp", "config.rl.missing_scores='dorp'"),
     ("rl__sampler", "nucleus(0.9)", "config.rl.sampler='nucleus(0.9)'"),
+    ("model__attention", "flash", "config.model.attention='flash': expected one of ('auto', 'einsum', 'xla', 'cudnn')"),
+    ("model__attention", "cudnn", "config.model.attention='cudnn': cuDNN flash attention runs in bfloat16"),
 ])
 def test_every_bad_value_is_one_line_naming_the_key(key, value, message):
     with pytest.raises(ValueError, match=re.escape(message)) as raised:
@@ -77,3 +79,25 @@ def test_the_compact_judge_prompt_needs_one_dimension_per_prompt():
 def test_grpo_settings_are_not_required_without_the_grpo_stage():
     checked = settings.validate(_with(stages=("sft",), rl__missing_scores="dorp"))
     assert checked.grpo is None
+
+
+@pytest.mark.parametrize("attention, compute_dtype, backend, want", [
+    ("auto", "bfloat16", "gpu", "cudnn"),  # NVIDIA GPUs in bf16: cuDNN flash attention
+    ("auto", "float32", "gpu", "einsum"),  # cuDNN attention has no float32 kernel
+    ("auto", "bfloat16", "tpu", "einsum"),
+    ("auto", "float32", "cpu", "einsum"),
+    ("xla", "float32", "cpu", "xla"),
+    ("einsum", "bfloat16", "gpu", "einsum"),
+    ("cudnn", "bfloat16", "gpu", "cudnn"),
+])
+def test_model_attention_resolves_per_platform(attention, compute_dtype, backend, want):
+    config = _with(model__attention=attention, model__compute_dtype=compute_dtype)
+    assert settings.model_overrides(config, backend)["attention"] == want
+
+
+def test_cudnn_attention_off_an_nvidia_gpu_is_one_line():
+    config = _with(model__attention="cudnn", model__compute_dtype="bfloat16")
+    settings.validate(config)  # a GPU dry run may compile it on this CPU machine
+    with pytest.raises(ValueError, match=re.escape("config.model.attention='cudnn': cuDNN attention needs an NVIDIA "
+                                                   "GPU; this run's backend is cpu")):
+        settings.model_config(config, "cpu")

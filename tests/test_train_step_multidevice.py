@@ -71,19 +71,23 @@ def _assert_sharding(x, want):
     assert x.sharding.is_equivalent_to(want, x.ndim), (x.sharding, want)
 
 
-@pytest.mark.parametrize("mesh_cfg, micro_batches", [
-    (sharding.MeshConfig(data=1, fsdp=8, tensor=1), 1),
-    (sharding.MeshConfig(data=2, fsdp=2, tensor=2), 2),
+@pytest.mark.parametrize("mesh_cfg, micro_batches, attention", [
+    (sharding.MeshConfig(data=1, fsdp=8, tensor=1), 1, "einsum"),
+    (sharding.MeshConfig(data=2, fsdp=2, tensor=2), 2, "einsum"),
+    # jax.nn.dot_product_attention (cuDNN's call, XLA's implementation) against the einsum reference, heads split
+    # over tensor and each micro-batch's 2 prompts' tokens over the batch shards they leave idle.
+    (sharding.MeshConfig(data=2, fsdp=2, tensor=2), 2, "xla"),
 ])
-def test_sharded_grpo_and_sft_steps_match_unsharded(unsharded, mesh_cfg, micro_batches):
+def test_sharded_grpo_and_sft_steps_match_unsharded(unsharded, mesh_cfg, micro_batches, attention):
     layout = sharding.Layout(sharding.make_mesh(mesh_cfg))
     mesh = layout.mesh
+    model = MODEL.replace(attention=attention)
     if micro_batches == 1:
-        state, shardings = train_state.init_train_state(MODEL, TX, jax.random.key(0), layout)
+        state, shardings = train_state.init_train_state(model, TX, jax.random.key(0), layout)
         _close(state.params, unsharded["state"].params)  # sharded init draws the same weights
     else:  # existing params, placed explicitly (the state builder never moves them itself)
-        placed = jax.device_put(unsharded["state"].params, loader.expected_shardings(MODEL, layout))
-        state, shardings = train_state.new_train_state(loader.as_weights(MODEL, placed, layout), TX, mesh)
+        placed = jax.device_put(unsharded["state"].params, loader.expected_shardings(model, layout))
+        state, shardings = train_state.new_train_state(loader.as_weights(model, placed, layout), TX, mesh)
     assert state.graphdef != unsharded["state"].graphdef  # the FSDP activation constraint is in the model
     _check_layout(state, shardings)
     embed = state.params["embed_tokens"]["embedding"]

@@ -25,6 +25,11 @@ _HF_DEFAULT_NUM_LABELS = 2  # transformers' PretrainedConfig default when config
 # HF model_type -> our architecture; Mistral is the Llama block without bias (no sliding window here).
 _MODEL_TYPES = {"qwen2": "qwen2", "llama": "llama", "mistral": "llama"}
 _DTYPES = ("float32", "bfloat16", "float16")
+# The attention of a forward without a KV cache (training, log-probs, reward models): "einsum" (ours, any
+# backend), or `jax.nn.dot_product_attention` with implementation "xla" (its reference; how CPU tests check
+# the fused path) or "cudnn" (cuDNN flash attention: NVIDIA GPUs, bfloat16/float16). Decoding is always "einsum".
+ATTENTIONS = ("einsum", "xla", "cudnn")
+_CUDNN_DTYPES = ("bfloat16", "float16")
 
 
 class ModelConfigError(ValueError):
@@ -65,6 +70,7 @@ class ModelConfig:
     compute_dtype: str = "float32"
     remat: bool = False
     scan_layers: bool = True
+    attention: str = "einsum"  # one of ATTENTIONS
 
     def __post_init__(self) -> None:
         if self.architecture not in ARCHITECTURES:
@@ -85,6 +91,13 @@ class ModelConfig:
         for name in ("param_dtype", "compute_dtype"):
             if getattr(self, name) not in _DTYPES:
                 raise ModelConfigError(f"field {name!r} must be one of {_DTYPES}, got {getattr(self, name)!r}")
+        if self.attention not in ATTENTIONS:
+            raise ModelConfigError(f"field 'attention' must be one of {ATTENTIONS}, got {self.attention!r}")
+        if self.attention == "cudnn" and (self.compute_dtype not in _CUDNN_DTYPES or self.head_dim % 8
+                                          or self.head_dim > 256):
+            raise ModelConfigError(
+                f"attention='cudnn' needs compute_dtype in {_CUDNN_DTYPES} and head_dim a multiple of 8 up to 256 "
+                f"(cuDNN flash attention), got {self.compute_dtype!r} and {self.head_dim}")
         if isinstance(self.num_labels, bool) or not isinstance(self.num_labels, int) or self.num_labels < 0:
             raise ModelConfigError(f"field 'num_labels' must be an integer >= 0, got {self.num_labels!r}")
         if self.num_labels and not (isinstance(self.pad_token_id, int) and 0 <= self.pad_token_id < self.vocab_size):

@@ -12,6 +12,9 @@ Besides the plain forward (optionally over a KV cache), a prefix + continuation 
 keys/values of prefix b // J ; its own causal prefix]: J rows that share a prefix pay for it once, and
 the prefix's hidden states receive the summed gradient of its J rows.
 
+`cfg.attention` picks the attention of a forward without a KV cache (training, log-probs): our einsums, or
+`jax.nn.dot_product_attention` ("xla", or "cudnn": flash attention that never writes the scores).
+
 The module only holds parameters (named after the HF submodules so checkpoint mapping is a short
 table); the maths lives in pure functions over plain arrays so that the layer stack runs under
 `lax.scan` (or a Python loop) over parameters stacked on a leading L axis.
@@ -40,6 +43,13 @@ RESIDUAL_AXES = ("batch", "length", "activation_embed")
 # The shared prefixes' residual stream [U, P, D]: U may be fewer than the batch shards, so the layout may
 # split the prefix length over the shards its U leaves unused (token-wise maths; attention gathers K/V).
 PREFIX_RESIDUAL_AXES = ("batch", "prefix_length", "activation_embed")
+# A fused attention kernel's operands: queries [B, T, N, H], keys/values [B, S, K, H], mask [B, T, S]. cuDNN's
+# partitioner refuses a split token axis, so prompts split over the batch shards they leave idle
+# ("prefix_length") are gathered for it, and wants queries and keys split alike: a tensor-parallel mesh axis
+# must divide the KV heads (then query head blocks match their KV heads').
+FUSED_QUERY_AXES = ("batch", "length", "heads", "head_dim")
+FUSED_KV_AXES = ("batch", "length", "kv_heads", "head_dim")
+FUSED_MASK_AXES = ("batch", "length", "length")
 # (activation, its logical axis names) -> the activation with a sharding constraint (or unchanged).
 ShardActivation = Callable[[jax.Array, tuple[str, ...]], jax.Array]
 
@@ -204,7 +214,8 @@ class Transformer(nnx.Module):
             params, index = xs
 
             def attend(attn: Params, h_BxTxD: jax.Array):
-                return attention(cfg, attn, h_BxTxD, cos_BxTxH, sin_BxTxH, mask_BxTxS, cache, index, cache_index)
+                return attention(cfg, attn, h_BxTxD, cos_BxTxH, sin_BxTxH, mask_BxTxS, cache, index, cache_index,
+                                 self._shard)
 
             x_BxTxD, cache = decoder_layer(cfg, params, self._shard(x_BxTxD), attend)
             return (x_BxTxD, cache), None
@@ -242,7 +253,7 @@ class Transformer(nnx.Module):
 
             def attend_prefix(attn: Params, h_UxPxD: jax.Array):
                 q, k_UxKxPxH, v_UxKxPxH = _qkv(cfg, attn, h_UxPxD, cos_UxPxH, sin_UxPxH)
-                out = _attend(cfg, q, k_UxKxPxH, v_UxKxPxH, prefix_mask_UxPxP)
+                out = _attend_without_cache(cfg, q, k_UxKxPxH, v_UxKxPxH, prefix_mask_UxPxP, self._shard)
                 return _output(cfg, attn, out), (k_UxKxPxH, v_UxKxPxH)
 
             x_UxPxD, (k_UxKxPxH, v_UxKxPxH) = decoder_layer(cfg, params, self._shard(x_UxPxD, PREFIX_RESIDUAL_AXES),
@@ -250,8 +261,8 @@ class Transformer(nnx.Module):
 
             def attend(attn: Params, h_BxTxD: jax.Array):
                 q, k_BxKxTxH, v_BxKxTxH = _qkv(cfg, attn, h_BxTxD, cos_BxTxH, sin_BxTxH)
-                out = _attend_with_prefix(cfg, q, k_BxKxTxH, v_BxKxTxH, mask_BxTxT, k_UxKxPxH, v_UxKxPxH,
-                                          prefix_slots_UxP)
+                out = _attend_continuations(cfg, q, k_BxKxTxH, v_BxKxTxH, mask_BxTxT, k_UxKxPxH, v_UxKxPxH,
+                                            prefix_slots_UxP, self._shard)
                 return _output(cfg, attn, out), None
 
             x_BxTxD, _ = decoder_layer(cfg, params, self._shard(x_BxTxD), attend)
@@ -439,12 +450,58 @@ def _attend_with_prefix(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxTxH: jax
     prefix_scores = jnp.einsum("UJTKGH,UKPH->UJKGTP", q_UxJxTxKxGxH, k_UxKxPxH,
                                preferred_element_type=jnp.float32).reshape(B, K, G, T, P) * scale
     own_scores = jnp.einsum("BTKGH,BKSH->BKGTS", q_BxTxKxGxH, k_BxKxTxH, preferred_element_type=jnp.float32) * scale
-    prefix_mask_BxTxP = jnp.broadcast_to(jnp.repeat(prefix_mask_UxP, B // U, axis=0)[:, None, :], (B, T, P))
+    prefix_mask_BxTxP = _continuation_prefix_mask(prefix_mask_UxP, B, T)
     scores = jnp.concatenate([_masked(prefix_scores, prefix_mask_BxTxP), _masked(own_scores, mask_BxTxT)], axis=-1)
     probs = jax.nn.softmax(scores, axis=-1).astype(q_BxTxKxGxH.dtype)
     prefix_probs_UxJxKxGxTxP = probs[..., :P].reshape(U, B // U, K, G, T, P)
     prefix_out = jnp.einsum("UJKGTP,UKPH->UJTKGH", prefix_probs_UxJxKxGxTxP, v_UxKxPxH).reshape(B, T, K, G, H)
     return prefix_out + jnp.einsum("BKGTS,BKSH->BTKGH", probs[..., P:], v_BxKxTxH)
+
+
+def _continuation_prefix_mask(prefix_mask_UxP: jax.Array, b: int, t: int) -> jax.Array:
+    """[B, T, P]: which prefix slots each continuation query attends (its prefix's real ones, row b of prefix b // J)."""
+    u, p = prefix_mask_UxP.shape
+    return jnp.broadcast_to(jnp.repeat(prefix_mask_UxP, b // u, axis=0)[:, None, :], (b, t, p))
+
+
+def _fused_attend(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.Array, v_BxKxSxH: jax.Array,
+                  mask_BxTxS: jax.Array, shard: ShardActivation) -> jax.Array:
+    """`_attend` by `jax.nn.dot_product_attention` (implementation `cfg.attention`: "xla" or "cudnn"), which
+    takes the grouped K/V heads as they are (query head k·G + g reads KV head k, our grouping) and the
+    boolean mask, so any padding pattern is exact; cuDNN turns the mask into an additive [B, 1, T, S] bias
+    and never writes the [B, N, T, S] scores (flash attention)."""
+    B, T, K, G, H = q_BxTxKxGxH.shape
+    out_BxTxNxH = jax.nn.dot_product_attention(
+        shard(q_BxTxKxGxH.reshape(B, T, K * G, H), FUSED_QUERY_AXES), shard(k_BxKxSxH.swapaxes(1, 2), FUSED_KV_AXES),
+        shard(v_BxKxSxH.swapaxes(1, 2), FUSED_KV_AXES), mask=shard(mask_BxTxS, FUSED_MASK_AXES)[:, None],
+        scale=1.0 / math.sqrt(cfg.head_dim), implementation=cfg.attention)
+    return out_BxTxNxH.reshape(B, T, K, G, H)
+
+
+def _attend_without_cache(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.Array, v_BxKxSxH: jax.Array,
+                          mask_BxTxS: jax.Array, shard: ShardActivation) -> jax.Array:
+    """The attention of a forward without a KV cache, in the implementation `cfg.attention` names; `shard`
+    lays out a fused kernel's operands (`Transformer._shard`)."""
+    if cfg.attention == "einsum":
+        return _attend(cfg, q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS)
+    return _fused_attend(cfg, q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS, shard)
+
+
+def _attend_continuations(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxTxH: jax.Array, v_BxKxTxH: jax.Array,
+                          mask_BxTxT: jax.Array, k_UxKxPxH: jax.Array, v_UxKxPxH: jax.Array,
+                          prefix_mask_UxP: jax.Array, shard: ShardActivation) -> jax.Array:
+    """`_attend_with_prefix` in the implementation `cfg.attention` names. A fused kernel reads one K/V
+    sequence per row, so it gets [prefix b // J ; own tokens] concatenated, S = P + T (the J rows of a prefix
+    copy its K/V: B·P·K·H per layer, small next to the [B, N, T, S] scores the einsum path writes)."""
+    if cfg.attention == "einsum":
+        return _attend_with_prefix(cfg, q_BxTxKxGxH, k_BxKxTxH, v_BxKxTxH, mask_BxTxT, k_UxKxPxH, v_UxKxPxH,
+                                   prefix_mask_UxP)
+    B, T = mask_BxTxT.shape[:2]
+    J = B // prefix_mask_UxP.shape[0]
+    k_BxKxSxH = jnp.concatenate([jnp.repeat(k_UxKxPxH, J, axis=0), k_BxKxTxH], axis=2)
+    v_BxKxSxH = jnp.concatenate([jnp.repeat(v_UxKxPxH, J, axis=0), v_BxKxTxH], axis=2)
+    mask_BxTxS = jnp.concatenate([_continuation_prefix_mask(prefix_mask_UxP, B, T), mask_BxTxT], axis=-1)
+    return _fused_attend(cfg, q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS, shard)
 
 
 def _output(cfg: ModelConfig, attn: Params, out_BxTxKxGxH: jax.Array) -> jax.Array:
@@ -458,8 +515,11 @@ def _output(cfg: ModelConfig, attn: Params, out_BxTxKxGxH: jax.Array) -> jax.Arr
 
 def attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Array, sin_BxTxH: jax.Array,
               mask_BxTxS: jax.Array, cache: KVCache | None, layer: jax.Array | int,
-              cache_index: jax.Array | None) -> tuple[jax.Array, KVCache | None]:
-    """Grouped-query self-attention; writes the new keys/values into layer `layer` of the cache."""
+              cache_index: jax.Array | None, shard: ShardActivation
+              ) -> tuple[jax.Array, KVCache | None]:
+    """Grouped-query self-attention; writes the new keys/values into layer `layer` of the cache. Without a
+    cache in the implementation `cfg.attention` names (`shard` lays out a fused kernel's operands); over a
+    cache (decoding) always `_attend`."""
     q_BxTxKxGxH, k_BxKxTxH, v_BxKxTxH = _qkv(cfg, attn, x_BxTxD, cos_BxTxH, sin_BxTxH)
     if cache is not None:
         window = mask_BxTxS.shape[-1]  # the cache's first S slots only
@@ -467,9 +527,8 @@ def attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax
         v_cache, v_BxKxSxH = _write_and_read(cache.v, v_BxKxTxH, layer, cache_index, window)
         cache = KVCache(k=k_cache, v=v_cache)
         k_BxKxSxH, v_BxKxSxH = k_BxKxSxH.astype(x_BxTxD.dtype), v_BxKxSxH.astype(x_BxTxD.dtype)
-    else:
-        k_BxKxSxH, v_BxKxSxH = k_BxKxTxH, v_BxKxTxH
-    return _output(cfg, attn, _attend(cfg, q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS)), cache
+        return _output(cfg, attn, _attend(cfg, q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS)), cache
+    return _output(cfg, attn, _attend_without_cache(cfg, q_BxTxKxGxH, k_BxKxTxH, v_BxKxTxH, mask_BxTxS, shard)), None
 
 
 def _write_and_read(cache: jax.Array | tuple[jax.Array, ...], new_BxKxTxH: jax.Array, layer: jax.Array | int,

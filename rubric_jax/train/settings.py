@@ -21,7 +21,7 @@ import ml_collections
 from rubric_jax import data, grpo, sampling
 from rubric_jax.judges.llm_judge import ENSEMBLES, PROMPTS as JUDGE_PROMPTS
 from rubric_jax.judges.reward_model import RewardModelConfig
-from rubric_jax.loader import DTYPE_CHOICES
+from rubric_jax.loader import ATTENTION_CHOICES, DTYPE_CHOICES, resolve_attention
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.train import rollout, state as train_state
 
@@ -129,15 +129,17 @@ def optimizer_config(stage_cfg: ml_collections.ConfigDict, total_steps: int | No
         raise ValueError(f"config.{block}: {e}") from None
 
 
-def model_overrides(config: ml_collections.ConfigDict) -> dict[str, Any]:
-    """The ModelConfig fields the experiment config sets on top of the HF config.json."""
-    return dict(param_dtype=config.model.param_dtype, compute_dtype=config.model.compute_dtype,
-                remat=config.model.remat, scan_layers=config.model.scan_layers)
+def model_overrides(config: ml_collections.ConfigDict, backend: str | None = None) -> dict[str, Any]:
+    """The ModelConfig fields the experiment config sets on top of the HF config.json, for a model that runs
+    on `backend` (default: jax's; see `loader.resolve_attention`)."""
+    m = config.model
+    return dict(param_dtype=m.param_dtype, compute_dtype=m.compute_dtype, remat=m.remat, scan_layers=m.scan_layers,
+                attention=resolve_attention(m.attention, m.compute_dtype, "config.model.attention", backend))
 
 
-def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
+def model_config(config: ml_collections.ConfigDict, backend: str | None = None) -> ModelConfig:
     """The policy's ModelConfig: the checkpoint's config.json (or `config_json` for a random init) plus overrides."""
-    overrides = model_overrides(config)
+    overrides = model_overrides(config, backend)
     if config.model.checkpoint:
         return ModelConfig.from_hf_dir(config.model.checkpoint, **overrides)
     if not config.model.config_json:
@@ -196,6 +198,8 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
     if config.export.which == "best" and "grpo" not in stages:
         _fail("export.which", "best", "the best checkpoint is the best-evaluated GRPO one; this run has no GRPO stage")
     _choice(config, "model.compute_dtype", COMPUTE_DTYPES)
+    if _choice(config, "model.attention", ATTENTION_CHOICES) == "cudnn" and config.model.compute_dtype == "float32":
+        _fail("model.attention", "cudnn", "cuDNN flash attention runs in bfloat16: set model.compute_dtype='bfloat16'")
     _choice(config, "mesh.rollout.param_dtype", ROLLOUT_DTYPES)
     _choice(config, "judge.param_dtype", DTYPE_CHOICES)
     _choice(config, "judge.compute_dtype", DTYPE_CHOICES)
