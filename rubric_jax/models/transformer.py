@@ -40,6 +40,10 @@ RESIDUAL_AXES = ("batch", "length", "activation_embed")
 # The shared prefixes' residual stream [U, P, D]: U may be fewer than the batch shards, so the layout may
 # split the prefix length over the shards its U leaves unused (token-wise maths; attention gathers K/V).
 PREFIX_RESIDUAL_AXES = ("batch", "prefix_length", "activation_embed")
+# The shared prefixes' keys/values [U, K, P, H] as every query reads them: whole along P. Gathered once per
+# layer from the length-split projection, for the prefixes' own attention and their continuations'; left to
+# the compiler, the continuations' reshard of a P split into a U split was a full rematerialisation.
+PREFIX_KV_AXES = ("batch", "kv_heads", "length", "head_dim")
 # (activation, its logical axis names) -> the activation with a sharding constraint (or unchanged).
 ShardActivation = Callable[[jax.Array, tuple[str, ...]], jax.Array]
 
@@ -242,6 +246,7 @@ class Transformer(nnx.Module):
 
             def attend_prefix(attn: Params, h_UxPxD: jax.Array):
                 q, k_UxKxPxH, v_UxKxPxH = _qkv(cfg, attn, h_UxPxD, cos_UxPxH, sin_UxPxH)
+                k_UxKxPxH, v_UxKxPxH = self._shard(k_UxKxPxH, PREFIX_KV_AXES), self._shard(v_UxKxPxH, PREFIX_KV_AXES)
                 out = _attend(cfg, q, k_UxKxPxH, v_UxKxPxH, prefix_mask_UxPxP)
                 return _output(cfg, attn, out), (k_UxKxPxH, v_UxKxPxH)
 
@@ -266,7 +271,7 @@ class Transformer(nnx.Module):
         return jnp.take(self.embed_tokens.embedding[...], tokens_BxT, axis=0).astype(dtype)
 
     def _shard(self, x_BxTxD: jax.Array, axes: tuple[str, ...] = RESIDUAL_AXES) -> jax.Array:
-        """The residual stream in the layout given at construction (unchanged without one)."""
+        """An activation (default: the residual stream) in the layout given at construction (else unchanged)."""
         return x_BxTxD if self.shard_activation is None else self.shard_activation(x_BxTxD, axes)
 
     def _unsplit(self, layer_params: Params) -> Params:
