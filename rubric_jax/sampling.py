@@ -13,8 +13,8 @@ compiled once), so a long cache bucket costs what its filled part costs. Prefill
 unrolled over per-layer weights (`unstack_layers`) and a per-layer cache (L arrays [B, K, W, H]), and a
 decode segment carries exactly its window of the cache: every per-token slice of a stacked weight or of the
 cache is a copy in XLA's compiled loop (see benchmarks/RESULTS.md). Memory: prefill writes a cache of the
-prompt bucket's P slots, which each later segment grows with empty slots to its window (so one cache is
-alive, never a full-size one beside a window's copy); weights in per-layer form (`loader.to_layout(...,
+prompt bucket's P slots; each segment's window takes its first slots (the rest wait beside the loop) or
+grows it with empty ones, so no slot is ever held twice (`_split_at`); weights in per-layer form (`loader.to_layout(...,
 per_layer=True)`, what a run's rollouts and judges use) are read in place, while stacked weights are sliced
 into per-layer copies once per call, a second copy of the layers (benchmarks/AOT_RESULTS.md).
 
@@ -340,6 +340,27 @@ def _prefill(model: nnx.Module, layers: Sequence[Params], prompt_BxP: jax.Array,
     return last_h_BxD, cache
 
 
+def _split_at(head: KVCache, rest: KVCache | None, window: int) -> tuple[KVCache, KVCache | None]:
+    """A per-layer cache split into its first `window` slots (what a decode segment carries) and the slots of
+    the prefilled prompt bucket past them (kept beside the loop; None once there are none). Slots move between
+    the two and none is held twice (a segment that does not run leaves the prompt whole); slots past both
+    are added empty (past the filled prefix, so never read unmasked)."""
+
+    def split(h_BxKxWxH: jax.Array, r_BxKxRxH: jax.Array | None) -> tuple[jax.Array, jax.Array | None]:
+        whole = h_BxKxWxH if r_BxKxRxH is None else jnp.concatenate([h_BxKxWxH, r_BxKxRxH], axis=2)
+        if window >= whole.shape[2]:
+            return jnp.pad(whole, ((0, 0), (0, 0), (0, window - whole.shape[2]), (0, 0))), None
+        return whole[:, :, :window], whole[:, :, window:]
+
+    parts = {name: [split(h, None if rest is None else r) for h, r in
+                    zip(getattr(head, name), (None,) * len(head.k) if rest is None else getattr(rest, name))]
+             for name in ("k", "v")}
+    new_head = KVCache(k=tuple(h for h, _ in parts["k"]), v=tuple(h for h, _ in parts["v"]))
+    if parts["k"][0][1] is None:
+        return new_head, None
+    return new_head, KVCache(k=tuple(r for _, r in parts["k"]), v=tuple(r for _, r in parts["v"]))
+
+
 def _cache_sharding(layout: sharding.Layout, cache: KVCache) -> Any:
     """A per-layer cache's k/v [B, K, S, H]: rows like the batch, KV heads over tensor (in the layout's rules)."""
     spec = layout.sharding(("batch", "kv_heads", "length", "head_dim"), cache.k[0].shape)
@@ -408,24 +429,13 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
             return _emit(s.replace(cache=cache), logits_Bx1xV[:, 0], sampler, stop_S, pad_id)
 
         # A segment carries exactly its window of the cache (a per-token slice of a larger cache would make XLA
-        # copy the whole cache, twice, to update it in place). The prefilled cache has the prompt bucket's slots:
-        # a window inside it carries a copy of its first slots, written back after; a window past it grows the
-        # cache with empty slots (past the filled prefix: never read unmasked), so no second cache is kept.
-        cache = state.cache
+        # copy the whole cache, twice, to update it in place); the slots past the window wait beside the loop.
+        rest = None
         for window in decode_windows(prompt_slots, response_slots, decode_block):
-            size = cache.k[0].shape[2]
-            if window < size:
-                segment = jax.tree.map(lambda c: c[:, :, :window], cache)
-            else:
-                segment = jax.tree.map(lambda c: jnp.pad(c, ((0, 0), (0, 0), (0, window - size), (0, 0))), cache)
+            head, rest = _split_at(state.cache, rest, window)
             state = jax.lax.while_loop(functools.partial(cond, window=window), functools.partial(body, window=window),
-                                       state.replace(cache=constrain(segment)))
-            if window < size:
-                cache = jax.tree.map(lambda c, part: jax.lax.dynamic_update_slice_in_dim(c, part, 0, 2), cache,
-                                     state.cache)
-            else:
-                cache = state.cache
-        return state.replace(cache=cache)
+                                       state.replace(cache=constrain(head)))
+        return state
 
     return jax.jit(run)
 

@@ -126,6 +126,21 @@ def test_generate_across_prefill_and_decode_windows_matches_full_recompute(model
     assert again.tokens[0].tolist() == _greedy_by_recompute(model, other[0], 11)
 
 
+def test_decode_windows_inside_the_prompt_bucket_match_full_recompute(model, monkeypatch):
+    """Prompt bucket 24 with decode windows 20, 24, 28, 32: a width-18 batch decodes in window 20 (the bucket's
+    slots past it wait beside the loop), a width-22 one skips it (its prompt slots 20 and 21 must come back
+    whole); both equal the no-cache greedy reference, from one compiled program."""
+    monkeypatch.setattr(sampling, "DECODE_BLOCK", 4)
+    assert sampling.decode_windows(24, 8, 4) == (20, 24, 28, 32)
+    traces = sampling.TRACES["generate"]
+    for width in (18, 22):
+        prompts = [list(range(2, 2 + width)), [7, 8, 9]]
+        result = sampling.generate(model, prompts, key=jax.random.key(0), max_new_tokens=8, stop_tokens=[], pad_id=PAD)
+        for b, prompt in enumerate(prompts):
+            assert result.tokens[b].tolist() == _greedy_by_recompute(model, prompt, 8)
+    assert sampling.TRACES["generate"] == traces + 1
+
+
 def _teacher_forced(weights, prompts, result, pad_id, temperature):
     """Teacher-forced log-probs (the trainer's function, each prompt once) of each response token at
     `temperature`, after the left-padded prompt."""
