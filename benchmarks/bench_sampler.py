@@ -5,7 +5,8 @@
   .venv/bin/python -m benchmarks.bench_sampler --hidden=256 --layers=2 --repeats=1
 
 A random Qwen2ForCausalLM is built in PyTorch, saved as a HF directory and loaded into our model with
-rubric_jax.loader.load_weights, so both sides run the same float32 weights. Both
+rubric_jax.loader.load_weights, so both sides run the same float32 weights (ours per layer, the decode form
+a run's rollouts and judges use: `loader.to_layout(..., per_layer=True)`). Both
 generate `--new_tokens` greedy tokens for a batch of random `--prompt_len`-token prompts (no stop
 token); tokens/s = batch * new_tokens / wall time including prefill, best of `--repeats` interleaved runs
 after one warm-up each (ours includes compilation, reported separately). Process CPU time is printed
@@ -21,8 +22,8 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from rubric_jax import sampling
-from rubric_jax.loader import load_weights
+from rubric_jax import sampling, sharding
+from rubric_jax.loader import load_weights, to_layout
 
 PRESETS = {
     "default": dict(hidden=512, layers=8, vocab=32000, heads=8, kv_heads=2, intermediate=1536),
@@ -79,7 +80,7 @@ def main(argv: list[str]) -> None:
     params = sum(p.numel() for p in hf_model.parameters())
     with tempfile.TemporaryDirectory() as tmp:
         hf_model.save_pretrained(tmp)
-        weights = load_weights(tmp)
+        weights = to_layout(load_weights(tmp), sharding.single_device_layout(), per_layer=True)
 
     prompts = np.random.default_rng(0).integers(3, shape["vocab"], (batch, prompt_len)).astype(np.int32)
     input_ids = torch.from_numpy(prompts.astype(np.int64))

@@ -64,6 +64,7 @@ def main(argv: list[str]) -> None:
         weights = loader.load_weights(checkpoint, layout,
                                       param_dtype=loader.resolve_dtype(_PARAM_DTYPE.value, "--param_dtype"),
                                       compute_dtype=loader.resolve_dtype(_COMPUTE_DTYPE.value, "--compute_dtype"))
+        weights = loader.to_layout(weights, layout, per_layer=True)  # the sampler's decode form (no per-call copy)
     except (OSError, ValueError) as e:
         _fail(f"--checkpoint={checkpoint}: {e}")
     if tokenizer.eos_token_id is None or tokenizer.pad_token_id is None:

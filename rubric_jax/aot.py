@@ -309,7 +309,8 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
     train_arrays = ("policy params", "AdamW moments")
     if rl.beta > 0:
         resident["reference params"] = resident["policy params"]  # the policy's layout and dtype (loop.load_reference)
-    judge_weights = {f"judge {name}": loader.abstract_weights(cfg, decode_layout) for name, cfg in judges}
+    judge_weights = {f"judge {name}": loader.abstract_weights(cfg, decode_layout, per_layer=True)  # as load_judge
+                     for name, cfg in judges}
     scorer_weights = dict(judge_weights)  # every model that scores rollouts: it lives beside every program
     if scorer is not None:
         scorer_weights[f"reward model {scorer[0]}"] = loader.abstract_weights(scorer[1], decode_layout)
@@ -342,7 +343,8 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
             add("rollout log-probs", micro,
                 lambda: grpo.logprobs.lower(state.params, *train_step.logprob_inputs(batch)),
                 train_arrays + scorer_names)
-        rollout_policy = loader.abstract_weights(model_cfg.replace(param_dtype=decode_dtype), decode_layout)
+        rollout_policy = loader.abstract_weights(model_cfg.replace(param_dtype=decode_dtype), decode_layout,
+                                                 per_layer=True)  # as loop.rollout_weights
         beside = train_arrays + reference + scorer_names
         for name, prompts, spec in (("rollout", rl.questions_per_step, settings.train_rollout),
                                     ("eval rollout", config.eval.max_questions, settings.eval_rollout)):

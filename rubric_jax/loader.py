@@ -30,7 +30,7 @@ from flax import nnx
 from rubric_jax import sharding
 from rubric_jax.models.checkpoint import CheckpointError, abstract_model, read_hf_params
 from rubric_jax.models.config import ATTENTIONS, ModelConfig
-from rubric_jax.models.transformer import Transformer
+from rubric_jax.models.transformer import Transformer, has_layer_stack, stack_layers, unstack_layers
 
 Params = dict[str, Any]
 DTYPE_CHOICES = ("auto", "float32", "bfloat16")  # what a user may ask a loaded model's dtypes to be
@@ -45,12 +45,21 @@ class PlacementError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Weights:
-    """One model's parameters: config, graphdef (static), a pure dict of arrays and their shardings."""
+    """One model's parameters: config, graphdef (static), a pure dict of arrays and their shardings.
+
+    The layers are stacked (`params["layers"]` leaves [L, ...], what training and the graphdef hold) or, in
+    the decode form, a tuple of per-layer trees (`to_layout(..., per_layer=True)`), which the sampler reads
+    in place instead of copying every layer out of the stack on each call."""
 
     cfg: ModelConfig
     graphdef: nnx.GraphDef
     params: Params
     shardings: Params
+
+    @property
+    def per_layer(self) -> bool:
+        """Whether the layers are per-layer arrays (the decode form) rather than one stack."""
+        return not has_layer_stack(self.params)
 
 
 def resolve_dtype(value: str, name: str, backend: str | None = None) -> str:
@@ -101,15 +110,29 @@ def _abstract(cfg: ModelConfig, layout: sharding.Layout) -> tuple[nnx.GraphDef, 
     return graphdef, nnx.to_pure_dict(state), nnx.to_pure_dict(layout.param_shardings(state))
 
 
-def expected_shardings(cfg: ModelConfig, layout: sharding.Layout) -> Params:
-    """The sharding of every parameter of `cfg` in `layout` (a pure dict mirroring the params)."""
-    return _abstract(cfg, layout)[2]
+def _layer_sharding(stacked: jax.sharding.Sharding) -> jax.sharding.Sharding:
+    """The sharding of one layer of a stacked parameter (its L axis is never split)."""
+    if not isinstance(stacked, jax.sharding.NamedSharding):  # one device
+        return stacked
+    if stacked.spec and stacked.spec[0] is not None:
+        raise ValueError(f"a layer stack split over its L axis ({stacked.spec}) has no per-layer form")
+    return jax.sharding.NamedSharding(stacked.mesh, jax.sharding.PartitionSpec(*stacked.spec[1:]))
 
 
-def abstract_weights(cfg: ModelConfig, layout: sharding.Layout | None = None) -> Weights:
+def expected_shardings(cfg: ModelConfig, layout: sharding.Layout, per_layer: bool = False) -> Params:
+    """The sharding of every parameter of `cfg` in `layout` (a pure dict mirroring the params; the layers
+    per layer with `per_layer`, see `Weights`)."""
+    shardings = _abstract(cfg, layout)[2]
+    return unstack_layers(shardings, cfg.num_layers, lambda s, _: _layer_sharding(s)) if per_layer else shardings
+
+
+def abstract_weights(cfg: ModelConfig, layout: sharding.Layout | None = None, *, per_layer: bool = False) -> Weights:
     """Weights of ShapeDtypeStructs (with shardings): for ahead-of-time lowering, allocating nothing."""
     layout = layout or sharding.single_device_layout()
-    graphdef, abstract, shardings = _abstract(cfg, layout)
+    graphdef, abstract, _ = _abstract(cfg, layout)
+    if per_layer:
+        abstract = unstack_layers(abstract, cfg.num_layers, lambda a, _: jax.ShapeDtypeStruct(a.shape[1:], a.dtype))
+    shardings = expected_shardings(cfg, layout, per_layer)
     params = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
     return Weights(cfg, graphdef, params, shardings)
 
@@ -202,28 +225,40 @@ def _load_orbax(path: Path, cfg: ModelConfig, layout: sharding.Layout) -> Weight
 
 
 @functools.lru_cache(maxsize=32)
-def _convert_fn(cfg: ModelConfig, layout: sharding.Layout):
-    """One jitted cast + reshard into (cfg.param_dtype, layout); the source arrays are left untouched."""
-    return jax.jit(lambda params: jax.tree.map(lambda x: x.astype(cfg.param_dtype), params),
-                   out_shardings=expected_shardings(cfg, layout))
+def _convert_fn(cfg: ModelConfig, layout: sharding.Layout, per_layer: bool):
+    """One jitted cast + reshard into (cfg.param_dtype, layout), the layers stacked or per layer; the source
+    arrays are left untouched."""
+    def convert(params: Params) -> Params:
+        params = jax.tree.map(lambda x: x.astype(cfg.param_dtype), params)
+        if per_layer and has_layer_stack(params):
+            return unstack_layers(params, cfg.num_layers)
+        if not per_layer and not has_layer_stack(params):
+            return stack_layers(params)
+        return params
+
+    return jax.jit(convert, out_shardings=expected_shardings(cfg, layout, per_layer))
 
 
-def to_layout(weights: Weights, layout: sharding.Layout, *, param_dtype: str | None = None) -> Weights:
-    """The same parameters in `layout` and `param_dtype` (default: unchanged): cast and resharded in one
-    jitted program (arrays already in place are reused, not copied). Used once per rollout for the
-    policy (training -> decode layout); nothing is ever resharded back.
+def to_layout(weights: Weights, layout: sharding.Layout, *, param_dtype: str | None = None,
+              per_layer: bool = False) -> Weights:
+    """The same parameters in `layout` and `param_dtype` (default: unchanged), the layers stacked or per
+    layer (`Weights`): cast and resharded in one jitted program (arrays already in place are reused, not
+    copied). Used once per rollout for the policy (training -> decode layout, per layer); nothing is ever
+    resharded back.
     """
     cfg = weights.cfg if param_dtype is None else weights.cfg.replace(param_dtype=param_dtype)
-    graphdef, _, shardings = _abstract(cfg, layout)
+    graphdef = _abstract(cfg, layout)[0]
+    shardings = expected_shardings(cfg, layout, per_layer)
     if _placed(weights.params, shardings, jnp.dtype(cfg.param_dtype)):  # e.g. one device: nothing to move
         return Weights(cfg, graphdef, weights.params, shardings)
-    return Weights(cfg, graphdef, _convert_fn(cfg, layout)(weights.params), shardings)
+    return Weights(cfg, graphdef, _convert_fn(cfg, layout, per_layer)(weights.params), shardings)
 
 
 def _placed(params: Params, shardings: Params, dtype: jnp.dtype) -> bool:
-    """Whether every array already has its sharding and `dtype`."""
-    return all(x.dtype == dtype and x.sharding.is_equivalent_to(s, x.ndim)
-               for x, s in zip(jax.tree.leaves(params), jax.tree.leaves(shardings)))
+    """Whether every array already has its sharding and `dtype` (and the layers their form)."""
+    return jax.tree.structure(params) == jax.tree.structure(shardings) and all(
+        x.dtype == dtype and x.sharding.is_equivalent_to(s, x.ndim)
+        for x, s in zip(jax.tree.leaves(params), jax.tree.leaves(shardings)))
 
 
 def check_shardings(params: Params, shardings: Params, *, what: str) -> None:
@@ -242,7 +277,7 @@ def check_shardings(params: Params, shardings: Params, *, what: str) -> None:
 def check_placement(weights: Weights, layout: sharding.Layout, *, what: str = "parameters") -> None:
     """Raises PlacementError naming the first parameter whose sharding or dtype is not what `layout`
     and `weights.cfg.param_dtype` say (arrays and ShapeDtypeStructs alike); never moves anything."""
-    check_shardings(weights.params, expected_shardings(weights.cfg, layout), what=what)
+    check_shardings(weights.params, expected_shardings(weights.cfg, layout, weights.per_layer), what=what)
     want_dtype = jnp.dtype(weights.cfg.param_dtype)
     for path, x in jax.tree_util.tree_flatten_with_path(weights.params)[0]:
         if x.dtype != want_dtype:

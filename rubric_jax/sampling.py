@@ -9,10 +9,14 @@ Cache layout: prompts are left-padded to the longest one (`width`, runtime data)
 reads only a window of the cache's first slots that holds the filled prefix: prefill chunk c a window of
 at most twice its causal need (`prefill_windows`), decode a window at most one block past the filled
 slots (`decode_windows`: the decode loop is a sequence of `while_loop` segments, one per window, each
-compiled once), so a long cache bucket costs what its filled part costs. Prefill scans the stacked layers
-over the stacked cache [L, B, K, S, H]; decode runs the layers unrolled over per-layer copies of the weights
-and cache made once per call, and a segment carries only its window of the cache: every per-token slice of
-a stacked weight or of the cache is a copy in XLA's compiled loop (see benchmarks/RESULTS.md).
+compiled once), so a long cache bucket costs what its filled part costs. Prefill and decode run the layers
+unrolled over per-layer weights (`unstack_layers`) and a per-layer cache (L arrays [B, K, W, H]), and a
+decode segment carries exactly its window of the cache: every per-token slice of a stacked weight or of the
+cache is a copy in XLA's compiled loop (see benchmarks/RESULTS.md). Memory: prefill writes a cache of the
+prompt bucket's P slots; each segment's window takes its first slots (the rest wait beside the loop) or
+grows it with empty ones, so no slot is ever held twice (`_split_at`); weights in per-layer form (`loader.to_layout(...,
+per_layer=True)`, what a run's rollouts and judges use) are read in place, while stacked weights are sliced
+into per-layer copies once per call, a second copy of the layers (benchmarks/AOT_RESULTS.md).
 
 Conventions (what the GRPO trainer relies on):
   * Log-probs are those of the tempered distribution softmax(logits / T) at the sampled token (T = 1
@@ -54,7 +58,8 @@ import numpy as np
 from flax import nnx, struct
 
 from rubric_jax import distributed, loader, sharding
-from rubric_jax.models.transformer import KVCache, init_cache, padding_to_positions, unstack_cache
+from rubric_jax.models.transformer import (KVCache, Params, has_layer_stack, init_cache, padding_to_positions,
+                                           stack_layers, unstack_layers)
 
 TRACES: collections.Counter[str] = collections.Counter()
 FINISH_STOP, FINISH_LENGTH = "stop", "length"
@@ -301,11 +306,11 @@ def decode_windows(prompt_slots: int, response_slots: int, min_block: int) -> tu
     return tuple(w for w in range(block, slots, block) if w > previous_bucket) + (slots,)
 
 
-def _prefill(model: nnx.Module, prompt_BxP: jax.Array, prompt_mask_BxP: jax.Array, width: jax.Array,
-             cache: KVCache, chunk: int) -> tuple[jax.Array, KVCache]:
+def _prefill(model: nnx.Module, layers: Sequence[Params], prompt_BxP: jax.Array, prompt_mask_BxP: jax.Array,
+             width: jax.Array, cache: KVCache, chunk: int) -> tuple[jax.Array, KVCache]:
     """Writes the prompt into the cache chunk by chunk (`lax.scan`s over [B, C] chunks, each attending
-    over its `prefill_windows` window W: scores [B, N, C, W]); returns the hidden state [B, D] of slot
-    width - 1, the prompts' last token."""
+    over its `prefill_windows` window W: scores [B, N, C, W]) through the per-layer weights `layers`; returns
+    the hidden state [B, D] of slot width - 1, the prompts' last token."""
     batch, prompt_slots = prompt_BxP.shape
     positions_BxP = padding_to_positions(prompt_mask_BxP)
     last_h_BxD = jnp.zeros((batch, model.cfg.hidden_size), jnp.dtype(model.cfg.compute_dtype))
@@ -320,7 +325,7 @@ def _prefill(model: nnx.Module, prompt_BxP: jax.Array, prompt_mask_BxP: jax.Arra
             query_slot_C = start + jnp.arange(chunk)
             causal_CxW = jnp.arange(window)[None, :] <= query_slot_C[:, None]
             mask_BxCxW = causal_CxW[None, :, :] & prompt_slot_BxW[:, None, :]
-            h_BxCxD, cache = model.hidden_states(tokens_BxC, positions_BxC, mask_BxCxW, cache, start)
+            h_BxCxD, cache = model.hidden_states(tokens_BxC, positions_BxC, mask_BxCxW, cache, start, layers)
             last = width - 1 - start  # the last prompt token's place in this chunk, if it is in it
             h_BxD = jax.lax.dynamic_index_in_dim(h_BxCxD, jnp.clip(last, 0, chunk - 1), axis=1, keepdims=False)
             return (cache, jnp.where((last >= 0) & (last < chunk), h_BxD, last_h_BxD)), None
@@ -335,14 +340,31 @@ def _prefill(model: nnx.Module, prompt_BxP: jax.Array, prompt_mask_BxP: jax.Arra
     return last_h_BxD, cache
 
 
+def _split_at(head: KVCache, rest: KVCache | None, window: int) -> tuple[KVCache, KVCache | None]:
+    """A per-layer cache split into its first `window` slots (what a decode segment carries) and the slots of
+    the prefilled prompt bucket past them (kept beside the loop; None once there are none). Slots move between
+    the two and none is held twice (a segment that does not run leaves the prompt whole); slots past both
+    are added empty (past the filled prefix, so never read unmasked)."""
+
+    def split(h_BxKxWxH: jax.Array, r_BxKxRxH: jax.Array | None) -> tuple[jax.Array, jax.Array | None]:
+        whole = h_BxKxWxH if r_BxKxRxH is None else jnp.concatenate([h_BxKxWxH, r_BxKxRxH], axis=2)
+        if window >= whole.shape[2]:
+            return jnp.pad(whole, ((0, 0), (0, 0), (0, window - whole.shape[2]), (0, 0))), None
+        return whole[:, :, :window], whole[:, :, window:]
+
+    parts = {name: [split(h, None if rest is None else r) for h, r in
+                    zip(getattr(head, name), (None,) * len(head.k) if rest is None else getattr(rest, name))]
+             for name in ("k", "v")}
+    new_head = KVCache(k=tuple(h for h, _ in parts["k"]), v=tuple(h for h, _ in parts["v"]))
+    if parts["k"][0][1] is None:
+        return new_head, None
+    return new_head, KVCache(k=tuple(r for _, r in parts["k"]), v=tuple(r for _, r in parts["v"]))
+
+
 def _cache_sharding(layout: sharding.Layout, cache: KVCache) -> Any:
-    """Cache k/v (stacked [L, B, K, S, H] or per layer [B, K, S, H]): rows like the batch, KV heads over tensor
-    (in the layout's rules)."""
-    if cache.per_layer:
-        spec = layout.sharding(("batch", "kv_heads", "length", "head_dim"), cache.k[0].shape)
-        return KVCache(k=(spec,) * len(cache.k), v=(spec,) * len(cache.v))
-    spec = layout.sharding(("layers", "batch", "kv_heads", "length", "head_dim"), cache.k.shape)
-    return KVCache(k=spec, v=spec)
+    """A per-layer cache's k/v [B, K, S, H]: rows like the batch, KV heads over tensor (in the layout's rules)."""
+    spec = layout.sharding(("batch", "kv_heads", "length", "head_dim"), cache.k[0].shape)
+    return KVCache(k=(spec,) * len(cache.k), v=(spec,) * len(cache.v))
 
 
 @functools.lru_cache(maxsize=64)
@@ -352,8 +374,8 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
     n, layout).
 
     Each distinct prompt is prefilled once; its cache and last hidden state are then repeated for its
-    n samples (row b * n + j), so n samples cost one prefill, not n. Decode uses per-layer copies of the
-    weights and cache (`Transformer.unstacked_layers`, `unstack_cache`; see the module docstring).
+    n samples (row b * n + j), so n samples cost one prefill, not n. Both run over per-layer weights and a
+    per-layer cache (see the module docstring); stacked weights are sliced per layer first (a copy).
     """
 
     def constrain(cache: KVCache) -> KVCache:
@@ -363,13 +385,16 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
             stop_S: jax.Array, pad_id: jax.Array, max_new_tokens: jax.Array, width: jax.Array,
             key: jax.Array) -> SamplingState:
         TRACES["generate"] += 1
-        model = nnx.merge(graphdef, params)
+        if has_layer_stack(params):
+            model = nnx.merge(graphdef, params)
+            layers = unstack_layers(params, model.cfg.num_layers)["layers"]
+        else:  # the stack the model holds is never read (every forward below passes `layers`): XLA drops it
+            model, layers = nnx.merge(graphdef, stack_layers(params)), params["layers"]
         prompts, prompt_slots = prompt_UxP.shape
-        slots = prompt_slots + response_slots
-        h_UxD, cache = _prefill(model, prompt_UxP, prompt_mask_UxP, width,
-                                constrain(init_cache(model.cfg, prompts, slots)), prefill_chunk)
-        cache = constrain(jax.tree.map(lambda c: jnp.repeat(c, n, axis=0), unstack_cache(cache)))
-        layers = model.unstacked_layers()
+        h_UxD, cache = _prefill(model, layers, prompt_UxP, prompt_mask_UxP, width,
+                                constrain(init_cache(model.cfg, prompts, prompt_slots, per_layer=True)), prefill_chunk)
+        if n > 1:
+            cache = constrain(jax.tree.map(lambda c: jnp.repeat(c, n, axis=0), cache))
         h_BxD = jnp.repeat(h_UxD, n, axis=0)
         prompt_mask_BxP = jnp.repeat(prompt_mask_UxP, n, axis=0)
         batch = prompts * n
@@ -403,14 +428,13 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
             logits_Bx1xV, cache = model(last_B, positions_Bx1, mask_Bx1xW, s.cache, index, layers)
             return _emit(s.replace(cache=cache), logits_Bx1xV[:, 0], sampler, stop_S, pad_id)
 
+        # A segment carries exactly its window of the cache (a per-token slice of a larger cache would make XLA
+        # copy the whole cache, twice, to update it in place); the slots past the window wait beside the loop.
+        rest = None
         for window in decode_windows(prompt_slots, response_slots, decode_block):
-            # A segment carries the cache's first `window` slots (copied out and back once per segment): a
-            # per-token slice of the cache would make XLA copy the whole cache, twice, to update it in place.
-            cache = state.cache
+            head, rest = _split_at(state.cache, rest, window)
             state = jax.lax.while_loop(functools.partial(cond, window=window), functools.partial(body, window=window),
-                                       state.replace(cache=jax.tree.map(lambda c: c[:, :, :window], cache)))
-            state = state.replace(cache=jax.tree.map(lambda c, part: jax.lax.dynamic_update_slice_in_dim(c, part, 0, 2),
-                                                     cache, state.cache))
+                                       state.replace(cache=constrain(head)))
         return state
 
     return jax.jit(run)

@@ -15,7 +15,8 @@ from flax import nnx
 from rubric_jax.loader import load_weights
 from rubric_jax.models.checkpoint import abstract_model
 from rubric_jax.models.config import Llama3RopeScaling, ModelConfig, ModelConfigError
-from rubric_jax.models.transformer import causal_padding_mask, init_cache, padding_to_positions, unstack_cache
+from rubric_jax.models.transformer import (causal_padding_mask, init_cache, padding_to_positions, stack_layers,
+                                           unstack_layers)
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "fixtures" / "golden"
 GOLDEN_NAMES = ("llama3_rope_scaling_tied", "llama_gqa4_headdim16", "qwen2_tied_gqa2", "qwen2_untied_mha_oldconfig")
@@ -156,9 +157,9 @@ def test_bf16_compute_is_close(name):
 
 @functools.partial(jax.jit, static_argnums=0)
 def forward_per_layer(graphdef, state, tokens_BxT, positions_BxT, mask_BxTxS, cache, cache_index):
-    """`forward` over per-layer copies of the weights (`unstacked_layers`) and a per-layer cache."""
-    model = nnx.merge(graphdef, state)
-    return model(tokens_BxT, positions_BxT, mask_BxTxS, cache, cache_index, model.unstacked_layers())
+    """`forward` over per-layer weights (`unstack_layers`) and a per-layer cache."""
+    model = nnx.merge(graphdef, stack_layers(state))
+    return model(tokens_BxT, positions_BxT, mask_BxTxS, cache, cache_index, state["layers"])
 
 
 # Prefill then one chunk (scan), or prefill, a one-token decode step and a chunk (unrolled layers, or the
@@ -180,10 +181,10 @@ def test_cached_forward_in_chunks_equals_full_forward(name, chunks, layers):
     B, T = tokens_BxT.shape
     assert sum(chunks) == T
     S = T + 3  # spare slots past the sequence stay masked
-    cache = init_cache(cfg, B, S)
+    cache = init_cache(cfg, B, S, per_layer=layers == "per_layer")
     step = forward
     if layers == "per_layer":
-        cache, step = unstack_cache(cache), forward_per_layer
+        state, step = unstack_layers(state, cfg.num_layers), forward_per_layer
     slot_mask_BxS = jnp.pad(input_mask_BxT, ((0, 0), (0, S - T)))
     pieces, start = [], 0
     for size in chunks:
@@ -207,11 +208,12 @@ def test_per_layer_cache_needs_per_layer_weights():
     model = nnx.merge(graphdef, state)
     tokens_BxT = jnp.asarray(e["tokens"])[:, :2]
     mask_BxTxS = jnp.ones((tokens_BxT.shape[0], 2, 4), bool)
-    cache = unstack_cache(init_cache(cfg, tokens_BxT.shape[0], 4))
+    cache = init_cache(cfg, tokens_BxT.shape[0], 4, per_layer=True)
     with pytest.raises(ValueError, match="per-layer KV cache"):
         model(tokens_BxT, jnp.zeros_like(tokens_BxT), mask_BxTxS, cache, jnp.int32(0))
     with pytest.raises(ValueError, match=f"layers: 1 given, the model has {cfg.num_layers}"):
-        model(tokens_BxT, jnp.zeros_like(tokens_BxT), mask_BxTxS, cache, jnp.int32(0), model.unstacked_layers()[:1])
+        model(tokens_BxT, jnp.zeros_like(tokens_BxT), mask_BxTxS, cache, jnp.int32(0),
+              unstack_layers(state, cfg.num_layers)["layers"][:1])
 
 
 # ---------------------------------------------------------------- live parity against transformers (torch)

@@ -4,6 +4,7 @@ import dataclasses
 import functools
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rubric_jax import hlo_stats, sampling
+from rubric_jax import hlo_stats, loader, sampling, sharding
 from rubric_jax.train import step as train_step
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.models.transformer import causal_padding_mask, padding_to_positions
@@ -125,6 +126,21 @@ def test_generate_across_prefill_and_decode_windows_matches_full_recompute(model
     assert again.tokens[0].tolist() == _greedy_by_recompute(model, other[0], 11)
 
 
+def test_decode_windows_inside_the_prompt_bucket_match_full_recompute(model, monkeypatch):
+    """Prompt bucket 24 with decode windows 20, 24, 28, 32: a width-18 batch decodes in window 20 (the bucket's
+    slots past it wait beside the loop), a width-22 one skips it (its prompt slots 20 and 21 must come back
+    whole); both equal the no-cache greedy reference, from one compiled program."""
+    monkeypatch.setattr(sampling, "DECODE_BLOCK", 4)
+    assert sampling.decode_windows(24, 8, 4) == (20, 24, 28, 32)
+    traces = sampling.TRACES["generate"]
+    for width in (18, 22):
+        prompts = [list(range(2, 2 + width)), [7, 8, 9]]
+        result = sampling.generate(model, prompts, key=jax.random.key(0), max_new_tokens=8, stop_tokens=[], pad_id=PAD)
+        for b, prompt in enumerate(prompts):
+            assert result.tokens[b].tolist() == _greedy_by_recompute(model, prompt, 8)
+    assert sampling.TRACES["generate"] == traces + 1
+
+
 def _teacher_forced(weights, prompts, result, pad_id, temperature):
     """Teacher-forced log-probs (the trainer's function, each prompt once) of each response token at
     `temperature`, after the left-padded prompt."""
@@ -179,6 +195,30 @@ def test_decode_loop_copies_no_layer_weight_per_token(model):
     assert per_token  # the loop's own token bookkeeping: the HLO was read
     weight_shapes = {f"[1,{','.join(map(str, x.shape[1:]))}]" for x in jax.tree.leaves(weights.params["layers"])}
     assert not [op.shape for op in per_token if any(shape in op.shape for shape in weight_shapes)]
+
+
+def test_per_layer_weights_leave_no_layer_stack_in_the_program():
+    """Weights in the decode form (`loader.to_layout(per_layer=True)`) are read in place and prefill writes a
+    per-layer cache: no array of the compiled program has a leading layer axis, where stacked weights are
+    arguments with one (and are sliced into per-layer copies every call) and a stacked cache was prefilled
+    then copied. Both forms sample the same tokens."""
+    cfg = _config(num_layers=3)  # a leading 3 is the layer axis: no other array of the program has one
+    stacked = _model(cfg)
+    per_layer = loader.to_layout(stacked, sharding.single_device_layout(), per_layer=True)
+    assert per_layer.per_layer and not stacked.per_layer
+
+    def layer_stack_shapes(weights):
+        hlo = sampling.lower_generate(weights, PROMPTS, n=2, max_new_tokens=8, stop_tokens=[STOP], pad_id=PAD
+                                      ).compile().as_text()
+        return set(re.findall(r"\[3,[\d,]*\]", hlo))
+
+    assert "[3,32,4,8]" in layer_stack_shapes(stacked)  # the q_proj stack: the HLO was read
+    assert layer_stack_shapes(per_layer) == set()
+    kwargs = dict(key=jax.random.key(3), n=2, max_new_tokens=8, sampler="temperature(1.2)", stop_tokens=[STOP],
+                  pad_id=PAD)
+    want, got = sampling.generate(stacked, PROMPTS, **kwargs), sampling.generate(per_layer, PROMPTS, **kwargs)
+    np.testing.assert_array_equal(got.tokens, want.tokens)
+    np.testing.assert_array_equal(got.logprobs, want.logprobs)
 
 
 def test_samples_per_prompt_are_distinct_streams(model):

@@ -28,19 +28,28 @@ def _decode(mesh_config, tensor):
 
 
 @pytest.mark.parametrize(
-    "mesh_config, tensor, sampler",
+    "mesh_config, tensor, sampler, per_layer",
     [
-        (sharding.MeshConfig(data=2, fsdp=2, tensor=2), 2, "greedy"),
-        (sharding.MeshConfig(data=1, fsdp=8, tensor=1), 4, "topk(8, 1.5)"),
+        (sharding.MeshConfig(data=2, fsdp=2, tensor=2), 2, "greedy", False),
+        (sharding.MeshConfig(data=1, fsdp=8, tensor=1), 4, "topk(8, 1.5)", True),
     ],
 )
-def test_sharded_generate_matches_unsharded(model, mesh_config, tensor, sampler):
+def test_sharded_generate_matches_unsharded(model, mesh_config, tensor, sampler, per_layer):
+    """Stacked weights, or per-layer ones (the decode form a run uses), placed in the decode layout."""
     kwargs = dict(key=jax.random.key(4), n=2, max_new_tokens=10, sampler=sampler, stop_tokens=[1, 2], pad_id=0)
     expected = sampling.generate(model, PROMPTS, **kwargs)
     layout = _decode(mesh_config, tensor)
-    placed = loader.to_layout(model, layout)
-    q = placed.params["layers"]["self_attn"]["q_proj"]["kernel"]
-    assert q.sharding.spec == jax.sharding.PartitionSpec(None, None, "tensor", None)  # heads split, no FSDP
+    placed = loader.to_layout(model, layout, per_layer=per_layer)
+    if per_layer:
+        q = placed.params["layers"][1]["self_attn"]["q_proj"]["kernel"]
+        assert q.sharding.spec == jax.sharding.PartitionSpec(None, "tensor", None)  # heads split, no FSDP
+        restacked = loader.to_layout(placed, layout)  # and back: the same arrays as placing the stack directly
+        for a, b in zip(jax.tree.leaves(restacked.params), jax.tree.leaves(loader.to_layout(model, layout).params)):
+            assert a.sharding == b.sharding
+            np.testing.assert_array_equal(a, b)
+    else:
+        q = placed.params["layers"]["self_attn"]["q_proj"]["kernel"]
+        assert q.sharding.spec == jax.sharding.PartitionSpec(None, None, "tensor", None)
     got = sampling.generate(placed, PROMPTS, layout=layout, **kwargs)
     np.testing.assert_array_equal(got.tokens, expected.tokens)
     np.testing.assert_allclose(got.logprobs, expected.logprobs, atol=1e-5)
@@ -94,19 +103,20 @@ def test_misplaced_parameters_are_an_error_not_a_copy(model):
     assert sampling.generate(bf16, PROMPTS, **kwargs).tokens.shape == (4, 2)
 
 
-def _per_token_all_gathers(layout, sampler):
+def _per_token_all_gathers(layout, sampler, per_layer=False):
     """All-gathers inside the decode while loop (unknown trip count) of the compiled sampler."""
-    weights = loader.abstract_weights(CFG, layout)
+    weights = loader.abstract_weights(CFG, layout, per_layer=per_layer)
     lowered = sampling.lower_generate(weights, PROMPTS * 2, n=2, max_new_tokens=8, sampler=sampler,
                                       stop_tokens=[1], pad_id=0, layout=layout)
     return hlo_stats.summarize(hlo_stats.collectives(lowered.compile().as_text()))["all-gather"].per_iteration_count
 
 
-@pytest.mark.parametrize("sampler", ["greedy", "temperature(0.7)"])
-def test_decode_loop_all_gathers_nothing_in_the_decode_layout(sampler):
+@pytest.mark.parametrize(("sampler", "per_layer"), [("greedy", False), ("temperature(0.7)", True)])
+def test_decode_loop_all_gathers_nothing_in_the_decode_layout(sampler, per_layer):
     """The compiled program is the proof: with FSDP-sharded (training layout) weights every generated
     token all-gathers some (the embedding or LM head; the layer weights are gathered with their once-per-call
-    per-layer copies); in the decode layout (tensor 4 x replicas 2) the loop body has none."""
+    per-layer copies); in the decode layout (tensor 4 x replicas 2) the loop body has none, with stacked or
+    per-layer weights."""
     train = sharding.Layout(sharding.make_mesh(sharding.MeshConfig(data=1, fsdp=8, tensor=1)))
     assert _per_token_all_gathers(train, sampler) >= 1
-    assert _per_token_all_gathers(sharding.decode_layout(train.mesh, 4), sampler) == 0
+    assert _per_token_all_gathers(sharding.decode_layout(train.mesh, 4), sampler, per_layer) == 0

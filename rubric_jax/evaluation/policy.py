@@ -68,6 +68,7 @@ def load_policy(*, checkpoint: Path | None, workdir: Path | None, which: str, me
         raise EvalInputError(f"{tokenizer_dir}: the policy's tokenizer needs an eos token, a pad token and a "
                              "chat template")
     stop_tokens = (int(tokenizer.eos_token_id),)
+    weights = loader.to_layout(weights, layout, per_layer=True)  # the sampler's decode form (no per-call copy)
 
     def generate(prompt_ids: Sequence[Sequence[int]], key: jax.Array) -> GenerationResult:
         return sampling.generate(weights, prompt_ids, key=key, n=1, max_new_tokens=max_new_tokens, sampler=sampler,

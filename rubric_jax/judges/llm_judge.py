@@ -87,7 +87,9 @@ def load_judge(
     dtypes = dict(param_dtype=loader.resolve_dtype(param_dtype, "judge.param_dtype"),
                   compute_dtype=loader.resolve_dtype(compute_dtype, "judge.compute_dtype"))
     tokenizer = load_tokenizer(checkpoint_dir)
-    weights = loader.load_weights(checkpoint_dir, layout, **dtypes)
+    # Per layer (the decode form the sampler reads in place); the stacked arrays read are dropped here.
+    layout = layout or sharding.single_device_layout()
+    weights = loader.to_layout(loader.load_weights(checkpoint_dir, layout, **dtypes), layout, per_layer=True)
     # A prompt that cannot fit the judge's context is counted as too long, never sent to generate.
     cfg = weights.cfg
     context_left = cfg.max_position_embeddings - max_new_tokens

@@ -50,6 +50,10 @@ PREFIX_RESIDUAL_AXES = ("batch", "prefix_length", "activation_embed")
 FUSED_QUERY_AXES = ("batch", "length", "heads", "head_dim")
 FUSED_KV_AXES = ("batch", "length", "kv_heads", "head_dim")
 FUSED_MASK_AXES = ("batch", "length", "length")
+# The shared prefixes' keys/values [U, K, P, H] as every query reads them: whole along P. Gathered once per
+# layer from the length-split projection, for the prefixes' own attention and their continuations'; left to
+# the compiler, the continuations' reshard of a P split into a U split was a full rematerialisation.
+PREFIX_KV_AXES = ("batch", "kv_heads", "length", "head_dim")
 # (activation, its logical axis names) -> the activation with a sharding constraint (or unchanged).
 ShardActivation = Callable[[jax.Array, tuple[str, ...]], jax.Array]
 
@@ -57,9 +61,9 @@ ShardActivation = Callable[[jax.Array, tuple[str, ...]], jax.Array]
 @struct.dataclass
 class KVCache:
     """Keys and values of every layer for S slots, stacked: k, v [L, B, K, S, H] (what a layer scan updates in
-    place), or per layer: k, v tuples of L arrays [B, K, S, H] (`unstack_cache`, for a forward over
-    `Transformer.unstacked_layers`). A layer's [B, K, S, H] is what the attention dots read, batch dims first:
-    no transpose of the cache per layer and token."""
+    place), or per layer: k, v tuples of L arrays [B, K, S, H] (`init_cache(per_layer=True)`, for a forward over
+    per-layer weights, `unstack_layers`). A layer's [B, K, S, H] is what the attention dots read, batch dims
+    first: no transpose of the cache per layer and token."""
 
     k: jax.Array | tuple[jax.Array, ...]
     v: jax.Array | tuple[jax.Array, ...]
@@ -70,16 +74,33 @@ class KVCache:
         return isinstance(self.k, tuple)
 
 
-def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype: Any = None) -> KVCache:
-    """An all-zero cache with `max_len` slots per sequence, in the compute dtype by default."""
-    shape = (cfg.num_layers, batch, cfg.num_kv_heads, max_len, cfg.head_dim)
+def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype: Any = None, *, per_layer: bool = False) -> KVCache:
+    """An all-zero cache with `max_len` slots per sequence, in the compute dtype by default: stacked, or per
+    layer (L arrays of their own, what a forward over `unstack_layers` weights writes in place)."""
+    shape = (batch, cfg.num_kv_heads, max_len, cfg.head_dim)
     dtype = dtype or jnp.dtype(cfg.compute_dtype)
-    return KVCache(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype))
+    if per_layer:
+        return KVCache(k=tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)),
+                       v=tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)))
+    return KVCache(k=jnp.zeros((cfg.num_layers, *shape), dtype), v=jnp.zeros((cfg.num_layers, *shape), dtype))
 
 
-def unstack_cache(cache: KVCache) -> KVCache:
-    """A stacked cache as per-layer arrays (a copy), for `hidden_states(..., layers=unstacked_layers())`."""
-    return KVCache(k=tuple(cache.k), v=tuple(cache.v))
+def unstack_layers(params: Params, num_layers: int, take: Callable[[Any, int], Any] = lambda a, i: a[i]) -> Params:
+    """A model's pure params with the layer stack (`params["layers"]`, leaves [L, ...]) as a tuple of L
+    per-layer trees: what a decode loop reads in place (see `Transformer.hidden_states`). `take(leaf, i)`
+    picks layer i of a leaf (default: a slice, i.e. a copy of arrays; loader passes one for shardings)."""
+    return {**params, "layers": tuple(jax.tree.map(lambda a, i=i: take(a, i), params["layers"])
+                                      for i in range(num_layers))}
+
+
+def stack_layers(params: Params) -> Params:
+    """The inverse of `unstack_layers` (arrays): the per-layer trees stacked on a leading L axis again."""
+    return {**params, "layers": jax.tree.map(lambda *layers: jnp.stack(layers), *params["layers"])}
+
+
+def has_layer_stack(params: Params) -> bool:
+    """Whether `params["layers"]` is the stacked tree (else a tuple of per-layer trees, `unstack_layers`)."""
+    return not isinstance(params["layers"], tuple)
 
 
 def padding_to_positions(input_mask_BxT: jax.Array) -> jax.Array:
@@ -161,8 +182,10 @@ class Transformer(nnx.Module):
 
     With a cache, the mask [B, T, W] may be narrower than the cache: the new tokens attend over the cache's
     first W slots only (a sampler whose filled slots are a prefix pays for those, not for the capacity).
-    `layers` (from `unstacked_layers`) runs the layers unrolled over per-layer arrays instead of scanning the
-    stacked parameters (see there; a decode loop's choice).
+    `layers` (per-layer parameter trees, `unstack_layers(params)["layers"]`) runs the layers unrolled over
+    arrays of their own instead of scanning the stacked parameters: XLA copies the slice of the stacked weights
+    that a layer scan reads (a loop fusion on CPU, a device memcpy on GPU, seen in the compiled HLO), so a
+    decode loop that scanned the stack would copy every weight once per generated token.
 
     `shard_activation` (static, part of the graphdef; must be hashable) lays out the residual stream
     of every layer, e.g. batch over (data, fsdp) for FSDP training; None leaves it to the compiler.
@@ -187,15 +210,6 @@ class Transformer(nnx.Module):
         h_BxTxD, cache = self.hidden_states(tokens_BxT, positions_BxT, mask_BxTxS, cache, cache_index, layers)
         return self.logits_from_hidden(h_BxTxD), cache
 
-    def unstacked_layers(self) -> tuple[Params, ...]:
-        """Each layer's parameters as arrays of their own (a copy of the layer stack), for
-        `hidden_states(..., layers=...)`. Why: XLA copies the slice of the stacked weights that a layer scan
-        reads (a loop fusion on CPU, a device memcpy on GPU, seen in the compiled HLO), so a decode loop that
-        scans the stack copies every weight once per generated token; one that slices the stack once per
-        call and unrolls the layers reads each weight in place."""
-        stacked = _arrays(self.layers)
-        return tuple(jax.tree.map(lambda a, i=i: a[i], stacked) for i in range(self.cfg.num_layers))
-
     def hidden_states(self, tokens_BxT: jax.Array, positions_BxT: jax.Array, mask_BxTxS: jax.Array,
                       cache: KVCache | None = None, cache_index: jax.Array | None = None,
                       layers: Sequence[Params] | None = None) -> tuple[jax.Array, KVCache | None]:
@@ -203,7 +217,7 @@ class Transformer(nnx.Module):
         if cache is not None and cache_index is None:
             raise ValueError("a KV cache needs cache_index (the slot where the new tokens go)")
         if cache is not None and cache.per_layer and layers is None:
-            raise ValueError("a per-layer KV cache (unstack_cache) needs layers=model.unstacked_layers()")
+            raise ValueError("a per-layer KV cache needs per-layer weights: layers=unstack_layers(params)['layers']")
         if layers is not None and len(layers) != self.cfg.num_layers:
             raise ValueError(f"layers: {len(layers)} given, the model has {self.cfg.num_layers}")
         cfg = self.cfg
@@ -253,6 +267,7 @@ class Transformer(nnx.Module):
 
             def attend_prefix(attn: Params, h_UxPxD: jax.Array):
                 q, k_UxKxPxH, v_UxKxPxH = _qkv(cfg, attn, h_UxPxD, cos_UxPxH, sin_UxPxH)
+                k_UxKxPxH, v_UxKxPxH = self._shard(k_UxKxPxH, PREFIX_KV_AXES), self._shard(v_UxKxPxH, PREFIX_KV_AXES)
                 out = _attend_without_cache(cfg, q, k_UxKxPxH, v_UxKxPxH, prefix_mask_UxPxP, self._shard)
                 return _output(cfg, attn, out), (k_UxKxPxH, v_UxKxPxH)
 
@@ -277,7 +292,7 @@ class Transformer(nnx.Module):
         return jnp.take(self.embed_tokens.embedding[...], tokens_BxT, axis=0).astype(dtype)
 
     def _shard(self, x_BxTxD: jax.Array, axes: tuple[str, ...] = RESIDUAL_AXES) -> jax.Array:
-        """The residual stream in the layout given at construction (unchanged without one)."""
+        """An activation (default: the residual stream) in the layout given at construction (else unchanged)."""
         return x_BxTxD if self.shard_activation is None else self.shard_activation(x_BxTxD, axes)
 
     def _unsplit(self, layer_params: Params) -> Params:

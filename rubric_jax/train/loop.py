@@ -120,9 +120,9 @@ class Run:
 
 
 def rollout_weights(run_: Run, params: dict[str, Any]) -> loader.Weights:
-    """The policy in the decode layout and dtype, resharded from the training layout once per rollout
-    (the sampler only reads it; nothing is resharded back)."""
-    return loader.to_layout(run_.policy(params), run_.decode_layout, param_dtype=run_.decode_dtype)
+    """The policy in the decode layout and dtype, its layers per layer (what the sampler reads in place),
+    resharded from the training layout once per rollout (nothing is resharded back)."""
+    return loader.to_layout(run_.policy(params), run_.decode_layout, param_dtype=run_.decode_dtype, per_layer=True)
 
 
 # ------------------------------------------------------------------------------------------- set-up
