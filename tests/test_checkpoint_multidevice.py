@@ -104,19 +104,25 @@ def test_judge_lives_in_the_decode_layout_in_the_dtype_asked(tmp_path):
     judge = load_judge(str(judge_dir), layout=decode, param_dtype="bfloat16", compute_dtype="bfloat16",
                        max_new_tokens=8)
     assert (judge.weights.cfg.param_dtype, judge.weights.cfg.compute_dtype) == ("bfloat16", "bfloat16")
-    specs = {
-        ("embed_tokens", "embedding"): P("tensor", None),  # vocab split, hidden whole
-        ("layers", "self_attn", "q_proj", "kernel"): P(None, None, "tensor", None),
-        ("layers", "self_attn", "q_proj", "bias"): P(None, "tensor", None),
-        ("layers", "self_attn", "k_proj", "kernel"): P(None, None, "tensor", None),
-        ("layers", "self_attn", "v_proj", "bias"): P(None, "tensor", None),
-        ("layers", "self_attn", "o_proj", "kernel"): P(None, "tensor", None, None),
-        ("layers", "mlp", "gate_proj", "kernel"): P(None, None, "tensor"),
-        ("layers", "mlp", "down_proj", "kernel"): P(None, "tensor", None),
-        ("layers", "input_layernorm", "scale"): P(None, None),
-        ("norm", "scale"): P(None),
+    # The decode form holds each layer's weights as arrays of their own (no leading L axis).
+    layer_specs = {
+        ("self_attn", "q_proj", "kernel"): P(None, "tensor", None),
+        ("self_attn", "q_proj", "bias"): P("tensor", None),
+        ("self_attn", "k_proj", "kernel"): P(None, "tensor", None),
+        ("self_attn", "v_proj", "bias"): P("tensor", None),
+        ("self_attn", "o_proj", "kernel"): P("tensor", None, None),
+        ("mlp", "gate_proj", "kernel"): P(None, "tensor"),
+        ("mlp", "down_proj", "kernel"): P("tensor", None),
+        ("input_layernorm", "scale"): P(None),
     }
-    flat = _flat(judge.weights.params)
+    params = judge.weights.params
+    assert judge.weights.per_layer and len(params["layers"]) == judge.weights.cfg.num_layers
+    specs = {("embed_tokens", "embedding"): P("tensor", None),  # vocab split, hidden whole
+             ("norm", "scale"): P(None)}
+    flat = _flat({k: v for k, v in params.items() if k != "layers"})
+    for i, layer in enumerate(params["layers"]):
+        flat.update({("layers", i, *path): array for path, array in _flat(layer).items()})
+        specs.update({("layers", i, *path): spec for path, spec in layer_specs.items()})
     assert set(specs) <= set(flat)
     for path, array in flat.items():
         assert array.dtype == jnp.bfloat16, path
