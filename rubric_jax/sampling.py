@@ -193,7 +193,7 @@ class SamplingState:
     done_B: jax.Array  # bool: row finished (stop token emitted, or a bucket-padding row)
     stopped_B: jax.Array  # bool: row emitted a stop token
     lengths_B: jax.Array  # int32: tokens emitted so far (including a stop token)
-    cache: KVCache  # the response cache, per layer [B, K, W, H] (response token t in slot t)
+    cache: KVCache | None  # the response cache, per layer [B, K, W, H] (response token t in slot t); None after
     key: jax.Array
 
 
@@ -417,7 +417,7 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
         for window in windows:
             state = jax.lax.while_loop(functools.partial(cond, window=window), functools.partial(body, window=window),
                                        state.replace(cache=constrain(_grow(state.cache, window))))
-        return state
+        return state.replace(cache=None)  # not an output: its buffers are freed with the loop's
 
     return jax.jit(run)
 
