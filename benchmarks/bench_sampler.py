@@ -120,7 +120,7 @@ def main(argv: list[str]) -> None:
     chunk = sampling.prefill_chunk_size(prompt_slots)
     print(f"compilations: generate traced {sampling.TRACES['generate']} time(s) over {1 + _REPEATS.value} calls; "
           f"inside it {len(sampling.prefill_windows(prompt_slots, chunk))} prefill window group(s) and decode "
-          f"segments with windows {sampling.decode_windows(prompt_slots, response_slots, sampling.DECODE_BLOCK)}")
+          f"segments with response-cache windows {sampling.decode_windows(response_slots, sampling.DECODE_BLOCK)}")
 
 
 if __name__ == "__main__":

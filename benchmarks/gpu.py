@@ -129,11 +129,12 @@ def matmul_params(cfg: ModelConfig) -> int:
 
 
 def mean_decode_window(s: Settings) -> float:
-    """Cache slots a decode step between SHORT and LONG attends over, on average: the window of the
-    segment it runs in (`sampling.decode_windows`: the first whose slots hold the prompt and the tokens so far)."""
-    prompt_slots = sampling.bucket_size(s.decode_prompt)
-    windows = sampling.decode_windows(prompt_slots, sampling.bucket_size(s.long), sampling.DECODE_BLOCK)
-    return float(np.mean([min(w for w in windows if s.decode_prompt + t <= w) for t in range(s.short, s.long)]))
+    """Cache slots a decode step between SHORT and LONG attends over, on average (n = 1): the prompt bucket
+    and the response-cache window of the segment it runs in (`sampling.decode_windows`: the first that holds
+    the tokens so far)."""
+    windows = sampling.decode_windows(sampling.bucket_size(s.long), sampling.DECODE_BLOCK)
+    return sampling.bucket_size(s.decode_prompt) + float(np.mean([min(w for w in windows if t <= w)
+                                                                   for t in range(s.short, s.long)]))
 
 
 def _timed(fn: Callable[[], object], repeats: int = 3) -> float:

@@ -1,22 +1,24 @@
 """Batched autoregressive sampling: one jitted prefill + `lax.while_loop` decode over an explicit KV cache.
 
-Shape legend: B batch rows (prompts x samples, padded to a bucket), P prompt slots (bucketed), R response
-slots (bucketed max_new_tokens), S = P + R cache slots, V vocab, C prefill chunk (P is written into the
-cache C slots at a time), W attention window (the cache's first W slots), D hidden.
+Shape legend: U distinct prompts (padded to a bucket), B = U·n rows (prompt u's samples are rows u·n + j),
+P prompt slots (bucketed), R response slots (bucketed max_new_tokens), V vocab, C prefill chunk (P is written
+into the cache C slots at a time), W attention window (the response cache's first W slots), D hidden.
 
-Cache layout: prompts are left-padded to the longest one (`width`, runtime data) and fill slots
-[0, width); response token t goes to slot width + t; bucket padding lies past the filled prefix. Attention
-reads only a window of the cache's first slots that holds the filled prefix: prefill chunk c a window of
-at most twice its causal need (`prefill_windows`), decode a window at most one block past the filled
-slots (`decode_windows`: the decode loop is a sequence of `while_loop` segments, one per window, each
-compiled once), so a long cache bucket costs what its filled part costs. Prefill and decode run the layers
-unrolled over per-layer weights (`unstack_layers`) and a per-layer cache (L arrays [B, K, W, H]), and a
-decode segment carries exactly its window of the cache: every per-token slice of a stacked weight or of the
-cache is a copy in XLA's compiled loop (see benchmarks/RESULTS.md). Memory: prefill writes a cache of the
-prompt bucket's P slots; each segment's window takes its first slots (the rest wait beside the loop) or
-grows it with empty ones, so no slot is ever held twice (`_split_at`); weights in per-layer form (`loader.to_layout(...,
-per_layer=True)`, what a run's rollouts and judges use) are read in place, while stacked weights are sliced
-into per-layer copies once per call, a second copy of the layers (benchmarks/AOT_RESULTS.md).
+Cache layout: each distinct prompt is prefilled once into a prompt cache [U, K, P, H] per layer, left-padded
+to the longest one (`width`, runtime data), and never repeated. Decode writes response token t of row b into
+slot t of a per-row response cache [B, K, W, H] per layer; each step's attention is one softmax over [the real
+slots of prompt b // n ; response slots 0..t of row b] (`models.transformer.SharedPrefix`), so the n samples
+of a prompt read its keys/values once per step, as one GEMM, and hold no copy of them. Prefill chunk c attends
+over a window of at most twice its causal need (`prefill_windows`); decode over a window of the response cache
+at most one block past its filled slots (`decode_windows`: the decode loop is a sequence of `while_loop`
+segments, one per window, each compiled once and each growing the response cache to its window), so a long
+response bucket costs what its filled part costs. Prefill and decode run the layers unrolled over per-layer
+weights (`unstack_layers`) and per-layer caches (L arrays), and a decode segment carries exactly its window
+of the response cache: every per-token slice of a stacked weight or of a cache is a copy in XLA's compiled
+loop (see benchmarks/RESULTS.md). Memory: U·P + B·R KV slots per layer (not B·(P + R)); weights in per-layer
+form (`loader.to_layout(..., per_layer=True)`, what a run's rollouts and judges use) are read in place, while
+stacked weights are sliced into per-layer copies once per call, a second copy of the layers
+(benchmarks/AOT_RESULTS.md).
 
 Conventions (what the GRPO trainer relies on):
   * Log-probs are those of the tempered distribution softmax(logits / T) at the sampled token (T = 1
@@ -35,8 +37,8 @@ Conventions (what the GRPO trainer relies on):
   * Placement is the caller's: `generate` is given `Weights` and the `sharding.Layout` they live in
     (usually the decode layout, `sharding.decode_layout`), checks every parameter's sharding and dtype
     against it and raises naming the first misplaced one; it never moves parameters. Rows are sharded
-    like the layout's batch (the batch bucket is rounded up to a multiple of data * fsdp), the KV cache
-    like the batch and over KV heads on `tensor`.
+    like the layout's batch (the prompt bucket U is rounded up to a multiple of data * fsdp), the prompt and
+    response caches like the batch and over KV heads on `tensor`.
   * Multi-process: every process passes its own prompts (equally many), which become its block of the
     global batch, and gets back its own rows (`distributed.global_batch` / `local_rows`); only the
     padded shapes are agreed on across hosts, no rows cross them.
@@ -58,15 +60,15 @@ import numpy as np
 from flax import nnx, struct
 
 from rubric_jax import distributed, loader, sharding
-from rubric_jax.models.transformer import (KVCache, Params, has_layer_stack, init_cache, padding_to_positions,
-                                           stack_layers, unstack_layers)
+from rubric_jax.models.transformer import (KVCache, Params, SharedPrefix, has_layer_stack, init_cache,
+                                           padding_to_positions, stack_layers, unstack_layers)
 
 TRACES: collections.Counter[str] = collections.Counter()
 FINISH_STOP, FINISH_LENGTH = "stop", "length"
 # Largest prefill chunk (tokens): bounds the prefill attention scores to [B, N, PREFILL_CHUNK, S]. 128 rather
 # than 256: 1,024-token prompts prefill ~10% faster on CPU (the scores stay nearer the caches; RESULTS.md).
 PREFILL_CHUNK = 128
-# Smallest step between decode attention windows (slots); see `decode_windows`.
+# Smallest step between decode attention windows (response slots); see `decode_windows`.
 DECODE_BLOCK = 128
 
 
@@ -191,7 +193,7 @@ class SamplingState:
     done_B: jax.Array  # bool: row finished (stop token emitted, or a bucket-padding row)
     stopped_B: jax.Array  # bool: row emitted a stop token
     lengths_B: jax.Array  # int32: tokens emitted so far (including a stop token)
-    cache: KVCache
+    cache: KVCache | None  # the response cache, per layer [B, K, W, H] (response token t in slot t); None after
     key: jax.Array
 
 
@@ -294,16 +296,12 @@ def _next_power_of_two(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
 
-def decode_windows(prompt_slots: int, response_slots: int, min_block: int) -> tuple[int, ...]:
-    """Attention windows of the decode loop's segments, ascending, the last the whole cache: a step
-    whose filled slots (prompt width + tokens so far) fit in a window runs in the first such segment,
-    so decode reads at most `min_block` slots (or 1/8 of the cache) past the filled prefix. Windows no
-    larger than the previous prompt bucket are never used (a wider prompt is in this bucket)."""
-    slots = prompt_slots + response_slots
-    block = max(min_block, -(-slots // 8))
-    previous_bucket = max((bucket_size(n) for n in range(1, prompt_slots) if bucket_size(n) < prompt_slots),
-                          default=0)
-    return tuple(w for w in range(block, slots, block) if w > previous_bucket) + (slots,)
+def decode_windows(response_slots: int, min_block: int) -> tuple[int, ...]:
+    """Response-cache windows of the decode loop's segments, ascending, the last the whole response bucket: a
+    step whose response tokens so far fit in a window runs in the first such segment, so decode reads at most
+    `min_block` response slots (or 1/8 of the bucket) past the filled ones."""
+    block = max(min_block, -(-response_slots // 8))
+    return tuple(range(block, response_slots, block)) + (response_slots,)
 
 
 def _prefill(model: nnx.Module, layers: Sequence[Params], prompt_BxP: jax.Array, prompt_mask_BxP: jax.Array,
@@ -340,29 +338,19 @@ def _prefill(model: nnx.Module, layers: Sequence[Params], prompt_BxP: jax.Array,
     return last_h_BxD, cache
 
 
-def _split_at(head: KVCache, rest: KVCache | None, window: int) -> tuple[KVCache, KVCache | None]:
-    """A per-layer cache split into its first `window` slots (what a decode segment carries) and the slots of
-    the prefilled prompt bucket past them (kept beside the loop; None once there are none). Slots move between
-    the two and none is held twice (a segment that does not run leaves the prompt whole); slots past both
-    are added empty (past the filled prefix, so never read unmasked)."""
+def _grow(cache: KVCache, window: int) -> KVCache:
+    """A per-layer response cache with empty slots added up to `window` (past the filled ones: never read
+    unmasked)."""
 
-    def split(h_BxKxWxH: jax.Array, r_BxKxRxH: jax.Array | None) -> tuple[jax.Array, jax.Array | None]:
-        whole = h_BxKxWxH if r_BxKxRxH is None else jnp.concatenate([h_BxKxWxH, r_BxKxRxH], axis=2)
-        if window >= whole.shape[2]:
-            return jnp.pad(whole, ((0, 0), (0, 0), (0, window - whole.shape[2]), (0, 0))), None
-        return whole[:, :, :window], whole[:, :, window:]
+    def grow(x_BxKxWxH: jax.Array) -> jax.Array:
+        return jnp.pad(x_BxKxWxH, ((0, 0), (0, 0), (0, window - x_BxKxWxH.shape[2]), (0, 0)))
 
-    parts = {name: [split(h, None if rest is None else r) for h, r in
-                    zip(getattr(head, name), (None,) * len(head.k) if rest is None else getattr(rest, name))]
-             for name in ("k", "v")}
-    new_head = KVCache(k=tuple(h for h, _ in parts["k"]), v=tuple(h for h, _ in parts["v"]))
-    if parts["k"][0][1] is None:
-        return new_head, None
-    return new_head, KVCache(k=tuple(r for _, r in parts["k"]), v=tuple(r for _, r in parts["v"]))
+    return KVCache(k=tuple(map(grow, cache.k)), v=tuple(map(grow, cache.v)))
 
 
 def _cache_sharding(layout: sharding.Layout, cache: KVCache) -> Any:
-    """A per-layer cache's k/v [B, K, S, H]: rows like the batch, KV heads over tensor (in the layout's rules)."""
+    """A per-layer cache's k/v [B, K, S, H] (or the prompts' [U, K, P, H]): rows like the batch, KV heads over
+    tensor (in the layout's rules)."""
     spec = layout.sharding(("batch", "kv_heads", "length", "head_dim"), cache.k[0].shape)
     return KVCache(k=(spec,) * len(cache.k), v=(spec,) * len(cache.v))
 
@@ -373,9 +361,9 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
     """The jitted prefill + decode program for one (model graph, sampler, R bucket, chunk, decode block,
     n, layout).
 
-    Each distinct prompt is prefilled once; its cache and last hidden state are then repeated for its
-    n samples (row b * n + j), so n samples cost one prefill, not n. Both run over per-layer weights and a
-    per-layer cache (see the module docstring); stacked weights are sliced per layer first (a copy).
+    Each distinct prompt is prefilled once into the prompt cache, which its n samples (rows u * n + j) then
+    decode over as a `SharedPrefix`, each row writing its own response cache. Both run over per-layer weights
+    and per-layer caches (see the module docstring); stacked weights are sliced per layer first (a copy).
     """
 
     def constrain(cache: KVCache) -> KVCache:
@@ -391,14 +379,14 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
         else:  # the stack the model holds is never read (every forward below passes `layers`): XLA drops it
             model, layers = nnx.merge(graphdef, stack_layers(params)), params["layers"]
         prompts, prompt_slots = prompt_UxP.shape
-        h_UxD, cache = _prefill(model, layers, prompt_UxP, prompt_mask_UxP, width,
-                                constrain(init_cache(model.cfg, prompts, prompt_slots, per_layer=True)), prefill_chunk)
-        if n > 1:
-            cache = constrain(jax.tree.map(lambda c: jnp.repeat(c, n, axis=0), cache))
-        h_BxD = jnp.repeat(h_UxD, n, axis=0)
-        prompt_mask_BxP = jnp.repeat(prompt_mask_UxP, n, axis=0)
+        h_UxD, prompt_cache = _prefill(model, layers, prompt_UxP, prompt_mask_UxP, width,
+                                       constrain(init_cache(model.cfg, prompts, prompt_slots, per_layer=True)),
+                                       prefill_chunk)
+        prefix = SharedPrefix(cache=constrain(prompt_cache), mask_UxP=prompt_mask_UxP)
         batch = prompts * n
+        h_BxD = jnp.repeat(h_UxD, n, axis=0)
         logits_BxV = model.logits_from_hidden(h_BxD[:, None])[:, 0]
+        windows = decode_windows(response_slots, decode_block)
         state = SamplingState(
             step=jnp.int32(0),
             tokens_BxR=jnp.full((batch, response_slots), pad_id, jnp.int32),
@@ -406,36 +394,30 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
             done_B=~live_B,
             stopped_B=jnp.zeros((batch,), bool),
             lengths_B=jnp.zeros((batch,), jnp.int32),
-            cache=cache,
+            cache=init_cache(model.cfg, batch, windows[0], per_layer=True),
             key=key,
         )
         state = _emit(state, logits_BxV, sampler, stop_S, pad_id)
+        position_B = jnp.repeat(jnp.sum(prompt_mask_UxP, axis=1, dtype=jnp.int32), n)  # of response token 0
 
-        prompt_len_B = jnp.sum(prompt_mask_BxP, axis=1, dtype=jnp.int32)
-        prompt_slot_BxS = jnp.pad(prompt_mask_BxP, ((0, 0), (0, response_slots)))
-
-        # Slot width + t holds response token t; a segment runs while the filled slots fit its window.
+        # Response slot t holds response token t; a segment runs while the tokens so far fit its window.
         def cond(s: SamplingState, window: int) -> jax.Array:
-            return (s.step < max_new_tokens) & ~jnp.all(s.done_B) & (width + s.step <= window)
+            return (s.step < max_new_tokens) & ~jnp.all(s.done_B) & (s.step <= window)
 
         def body(s: SamplingState, window: int) -> SamplingState:
-            last_B = jax.lax.dynamic_slice_in_dim(s.tokens_BxR, s.step - 1, 1, axis=1)
-            index = width + s.step - 1
-            slot_W = jnp.arange(window)
-            response_slot_W = (slot_W >= width) & (slot_W <= index)
-            mask_Bx1xW = (prompt_slot_BxS[:, :window] | response_slot_W[None, :])[:, None, :]
-            positions_Bx1 = (prompt_len_B + s.step - 1)[:, None]
-            logits_Bx1xV, cache = model(last_B, positions_Bx1, mask_Bx1xW, s.cache, index, layers)
+            index = s.step - 1  # the response slot of the token fed in
+            last_B = jax.lax.dynamic_slice_in_dim(s.tokens_BxR, index, 1, axis=1)
+            mask_Bx1xW = jnp.broadcast_to(jnp.arange(window) <= index, (batch, 1, window))
+            logits_Bx1xV, cache = model(last_B, (position_B + index)[:, None], mask_Bx1xW, s.cache, index, layers,
+                                        prefix)
             return _emit(s.replace(cache=cache), logits_Bx1xV[:, 0], sampler, stop_S, pad_id)
 
-        # A segment carries exactly its window of the cache (a per-token slice of a larger cache would make XLA
-        # copy the whole cache, twice, to update it in place); the slots past the window wait beside the loop.
-        rest = None
-        for window in decode_windows(prompt_slots, response_slots, decode_block):
-            head, rest = _split_at(state.cache, rest, window)
+        # A segment carries exactly its window of the response cache (a per-token slice of a larger cache would
+        # make XLA copy the whole cache, twice, to update it in place).
+        for window in windows:
             state = jax.lax.while_loop(functools.partial(cond, window=window), functools.partial(body, window=window),
-                                       state.replace(cache=constrain(head)))
-        return state
+                                       state.replace(cache=constrain(_grow(state.cache, window))))
+        return state.replace(cache=None)  # not an output: its buffers are freed with the loop's
 
     return jax.jit(run)
 

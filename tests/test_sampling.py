@@ -74,6 +74,21 @@ def test_cached_greedy_decode_matches_full_recompute(model):
     assert result.finish_reason.tolist() == ["length"] * 8 and result.num_steps == 9
 
 
+def test_each_sample_attends_its_own_prompt(model):
+    """Three samples each of prompts that differ only in their first token (and a shorter third): every
+    row's tokens and log-probs are those of its prompt generated alone. A row that read another group's
+    prompt cache (e.g. prompt b % U instead of b // n) would continue the other prompt."""
+    prompts = [[5, 6, 7, 8, 9, 10], [11, 6, 7, 8, 9, 10], [12, 13]]
+    kwargs = dict(key=jax.random.key(0), max_new_tokens=7, stop_tokens=[], pad_id=PAD)
+    alone = [sampling.generate(model, [prompt], **kwargs) for prompt in prompts]
+    assert alone[0].tokens.tolist() != alone[1].tokens.tolist()  # the early token matters
+    result = sampling.generate(model, prompts, n=3, **kwargs)
+    for b, expected in enumerate(alone):
+        for j in range(3):
+            assert result.tokens[3 * b + j].tolist() == expected.tokens[0].tolist()
+            np.testing.assert_allclose(result.logprobs[3 * b + j], expected.logprobs[0], atol=1e-5)
+
+
 def test_cached_greedy_decode_matches_recompute_for_llama_tied_unscanned():
     cfg = _config(architecture="llama", attention_bias=False, tie_word_embeddings=True, scan_layers=False,
                   num_kv_heads=4)
@@ -107,13 +122,13 @@ def test_chunked_prefill_matches_full_recompute(model, monkeypatch):
 
 
 def test_generate_across_prefill_and_decode_windows_matches_full_recompute(model, monkeypatch):
-    """Prefill chunks of 4 in windows 4, 8, 16 and decode segments with windows 4 slots apart: the filled
-    slots (14 to 25) cross windows 16, 20 and 24, and every token equals the no-cache greedy reference; a
+    """Prefill chunks of 4 in windows 4, 8, 16 and decode segments with response-cache windows 4 slots apart:
+    the 12 response tokens cross windows 4 and 8, and every token equals the no-cache greedy reference; a
     second call (other prompts and lengths, same buckets) does not retrace."""
     monkeypatch.setattr(sampling, "PREFILL_CHUNK", 4)
     monkeypatch.setattr(sampling, "DECODE_BLOCK", 4)
     assert sampling.prefill_windows(16, 4) == ((0, 1, 4), (1, 1, 8), (2, 2, 16))
-    assert sampling.decode_windows(16, 12, 4) == (16, 20, 24, 28)  # none below the bucket before 16 (12)
+    assert sampling.decode_windows(12, 4) == (4, 8, 12)
     prompts = [list(range(2, 15)), [7, 8, 9], list(range(20, 31))]  # width 13 -> bucket 16 = 4 chunks of 4
     result = sampling.generate(model, prompts, key=jax.random.key(0), max_new_tokens=12, stop_tokens=[],
                                pad_id=PAD)
@@ -126,12 +141,12 @@ def test_generate_across_prefill_and_decode_windows_matches_full_recompute(model
     assert again.tokens[0].tolist() == _greedy_by_recompute(model, other[0], 11)
 
 
-def test_decode_windows_inside_the_prompt_bucket_match_full_recompute(model, monkeypatch):
-    """Prompt bucket 24 with decode windows 20, 24, 28, 32: a width-18 batch decodes in window 20 (the bucket's
-    slots past it wait beside the loop), a width-22 one skips it (its prompt slots 20 and 21 must come back
-    whole); both equal the no-cache greedy reference, from one compiled program."""
+def test_prompts_of_any_width_in_a_bucket_decode_like_full_recompute(model, monkeypatch):
+    """Prompt bucket 24 filled to widths 18 and 22 (bucket padding past the filled slots, masked out of the
+    shared prompt cache), response windows 4 and 8: both equal the no-cache greedy reference, from one
+    compiled program."""
     monkeypatch.setattr(sampling, "DECODE_BLOCK", 4)
-    assert sampling.decode_windows(24, 8, 4) == (20, 24, 28, 32)
+    assert sampling.decode_windows(8, 4) == (4, 8)
     traces = sampling.TRACES["generate"]
     for width in (18, 22):
         prompts = [list(range(2, 2 + width)), [7, 8, 9]]

@@ -2,7 +2,8 @@
 
 Einsum legend: B batch, T new tokens, S attended (cache) slots, D hidden, V vocab, N query heads,
 K key/value heads, G query heads per KV head (N = K·G), H head dim, F MLP width, L layers,
-C classifier labels, U shared prefixes, J continuations per prefix (B = U·J), P prefix slots.
+C classifier labels, U shared prefixes, J continuations per prefix (B = U·J), P prefix slots, M query rows
+of one KV head in an attention dot (T·G per row; J·T·G per prefix).
 
 The head is an LM head (causal LM) or, when `cfg.num_labels > 0`, a bias-free `score` projection
 [D, C] read at one token per row (HF *ForSequenceClassification, e.g. a scalar reward model).
@@ -10,7 +11,8 @@ The head is an LM head (causal LM) or, when `cfg.num_labels > 0`, a bias-free `s
 Besides the plain forward (optionally over a KV cache), a prefix + continuation forward
 (`prefix_continuation_states`) runs U prefixes once and B = U·J continuations, row b attending [the
 keys/values of prefix b // J ; its own causal prefix]: J rows that share a prefix pay for it once, and
-the prefix's hidden states receive the summed gradient of its J rows.
+the prefix's hidden states receive the summed gradient of its J rows. A cached forward continues shared
+prefixes the same way (`SharedPrefix`: a sampler's prompts, each cached once for its J samples).
 
 `cfg.attention` picks the attention of a forward without a KV cache (training, log-probs): our einsums, or
 `jax.nn.dot_product_attention` ("xla", or "cudnn": flash attention that never writes the scores).
@@ -72,6 +74,16 @@ class KVCache:
     def per_layer(self) -> bool:
         """Whether k and v are tuples of per-layer arrays (else stacked on L)."""
         return isinstance(self.k, tuple)
+
+
+@struct.dataclass
+class SharedPrefix:
+    """The cached keys/values of U prefixes that a cached forward's B = U·J rows continue: row b attends
+    [the real slots of prefix b // J ; its own cache's slots] with one softmax, so J rows that share a
+    prefix (a prompt's samples) read it once and never hold a copy of it. Laid out like a `KVCache`."""
+
+    cache: KVCache  # k, v [U, K, P, H] per layer (or stacked on L)
+    mask_UxP: jax.Array  # bool: which prefix slots hold real tokens
 
 
 def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype: Any = None, *, per_layer: bool = False) -> KVCache:
@@ -182,6 +194,8 @@ class Transformer(nnx.Module):
 
     With a cache, the mask [B, T, W] may be narrower than the cache: the new tokens attend over the cache's
     first W slots only (a sampler whose filled slots are a prefix pays for those, not for the capacity).
+    A `SharedPrefix` extends a cached forward: row b also attends the prefix b // J it continues (the
+    sampler's prompts, each held once for its n samples).
     `layers` (per-layer parameter trees, `unstack_layers(params)["layers"]`) runs the layers unrolled over
     arrays of their own instead of scanning the stacked parameters: XLA copies the slice of the stacked weights
     that a layer scan reads (a loop fusion on CPU, a device memcpy on GPU, seen in the compiled HLO), so a
@@ -205,15 +219,23 @@ class Transformer(nnx.Module):
 
     def __call__(self, tokens_BxT: jax.Array, positions_BxT: jax.Array, mask_BxTxS: jax.Array,
                  cache: KVCache | None = None, cache_index: jax.Array | None = None,
-                 layers: Sequence[Params] | None = None) -> tuple[jax.Array, KVCache | None]:
+                 layers: Sequence[Params] | None = None, prefix: SharedPrefix | None = None
+                 ) -> tuple[jax.Array, KVCache | None]:
         """Float32 logits [B, T, V] for the new tokens, and the updated cache (None without one)."""
-        h_BxTxD, cache = self.hidden_states(tokens_BxT, positions_BxT, mask_BxTxS, cache, cache_index, layers)
+        h_BxTxD, cache = self.hidden_states(tokens_BxT, positions_BxT, mask_BxTxS, cache, cache_index, layers,
+                                            prefix)
         return self.logits_from_hidden(h_BxTxD), cache
 
     def hidden_states(self, tokens_BxT: jax.Array, positions_BxT: jax.Array, mask_BxTxS: jax.Array,
                       cache: KVCache | None = None, cache_index: jax.Array | None = None,
-                      layers: Sequence[Params] | None = None) -> tuple[jax.Array, KVCache | None]:
+                      layers: Sequence[Params] | None = None, prefix: SharedPrefix | None = None
+                      ) -> tuple[jax.Array, KVCache | None]:
         """Final-norm hidden states [B, T, D] in the compute dtype (the trainer's chunked log-probs use it)."""
+        if prefix is not None and cache is None:
+            raise ValueError("a shared prefix extends a KV cache: pass the cache its rows write to")
+        if prefix is not None and tokens_BxT.shape[0] % prefix.mask_UxP.shape[0]:
+            raise ValueError(f"{tokens_BxT.shape[0]} rows continue {prefix.mask_UxP.shape[0]} prefixes: must be a "
+                             "whole number per prefix")
         if cache is not None and cache_index is None:
             raise ValueError("a KV cache needs cache_index (the slot where the new tokens go)")
         if cache is not None and cache.per_layer and layers is None:
@@ -229,7 +251,7 @@ class Transformer(nnx.Module):
 
             def attend(attn: Params, h_BxTxD: jax.Array):
                 return attention(cfg, attn, h_BxTxD, cos_BxTxH, sin_BxTxH, mask_BxTxS, cache, index, cache_index,
-                                 self._shard)
+                                 self._shard, prefix)
 
             x_BxTxD, cache = decoder_layer(cfg, params, self._shard(x_BxTxD), attend)
             return (x_BxTxD, cache), None
@@ -428,10 +450,6 @@ def _qkv(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Arra
     return q_BxTxNxH.reshape(B, T, cfg.num_kv_heads, cfg.num_groups, cfg.head_dim), k_BxKxTxH, v_BxKxTxH
 
 
-def _masked(scores_BxKxGxTxS: jax.Array, mask_BxTxS: jax.Array) -> jax.Array:
-    return jnp.where(mask_BxTxS[:, None, None, :, :], scores_BxKxGxTxS, jnp.finfo(jnp.float32).min)
-
-
 def _attend(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.Array, v_BxKxSxH: jax.Array,
             mask_BxTxS: jax.Array) -> jax.Array:
     """Softmax attention [B, T, K, G, H] of the queries over the S slots `mask_BxTxS` allows.
@@ -453,24 +471,49 @@ def _attend(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.Array, v_Bx
     return out_BxKxMxH.reshape(B, K, T, G, H).transpose(0, 2, 1, 3, 4)
 
 
-def _attend_with_prefix(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxTxH: jax.Array, v_BxKxTxH: jax.Array,
-                        mask_BxTxT: jax.Array, k_UxKxPxH: jax.Array, v_UxKxPxH: jax.Array,
+def _attend_with_prefix(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.Array, v_BxKxSxH: jax.Array,
+                        mask_BxTxS: jax.Array, k_UxKxPxH: jax.Array, v_UxKxPxH: jax.Array,
                         prefix_mask_UxP: jax.Array) -> jax.Array:
-    """`_attend` over [prefix b // J ; own tokens] with one softmax; the J rows of a prefix read its keys
-    and values in place (no [B, K, P, H] copy)."""
+    """`_attend` over [prefix b // J ; own slots] with one softmax; the J rows of a prefix read its keys and
+    values in place (no [B, K, P, H] copy).
+
+    As in `_attend`, each dot is a plain batched GEMM: the own dot over (B, K) with a row's T·G queries
+    (M = T·G), the prefix dot over (U, K) with its J rows' queries (J·M, row j·M + m), so J rows that share a
+    prefix are one GEMM with J times the rows, not J GEMMs. The softmax spans both parts: their maxima and
+    sums meet in the small [B, K, M] layout.
+    """
     B, T, K, G, H = q_BxTxKxGxH.shape
     U, P = prefix_mask_UxP.shape
+    J, M = B // U, T * G
     scale = 1.0 / math.sqrt(cfg.head_dim)
-    q_UxJxTxKxGxH = q_BxTxKxGxH.reshape(U, B // U, T, K, G, H)
-    prefix_scores = jnp.einsum("UJTKGH,UKPH->UJKGTP", q_UxJxTxKxGxH, k_UxKxPxH,
-                               preferred_element_type=jnp.float32).reshape(B, K, G, T, P) * scale
-    own_scores = jnp.einsum("BTKGH,BKSH->BKGTS", q_BxTxKxGxH, k_BxKxTxH, preferred_element_type=jnp.float32) * scale
-    prefix_mask_BxTxP = _continuation_prefix_mask(prefix_mask_UxP, B, T)
-    scores = jnp.concatenate([_masked(prefix_scores, prefix_mask_BxTxP), _masked(own_scores, mask_BxTxT)], axis=-1)
-    probs = jax.nn.softmax(scores, axis=-1).astype(q_BxTxKxGxH.dtype)
-    prefix_probs_UxJxKxGxTxP = probs[..., :P].reshape(U, B // U, K, G, T, P)
-    prefix_out = jnp.einsum("UJKGTP,UKPH->UJTKGH", prefix_probs_UxJxKxGxTxP, v_UxKxPxH).reshape(B, T, K, G, H)
-    return prefix_out + jnp.einsum("BKGTS,BKSH->BTKGH", probs[..., P:], v_BxKxTxH)
+    neg = jnp.finfo(jnp.float32).min
+
+    def to_rows(x_UxKxJM: jax.Array) -> jax.Array:  # [U, K, J·M, ...] -> [B, K, M, ...]
+        x = x_UxKxJM.reshape(U, K, J, M, *x_UxKxJM.shape[3:])
+        return x.swapaxes(1, 2).reshape(B, K, M, *x_UxKxJM.shape[3:])
+
+    def to_prefixes(x_BxKxM: jax.Array) -> jax.Array:  # the inverse of `to_rows`
+        x = x_BxKxM.reshape(U, J, K, M, *x_BxKxM.shape[3:])
+        return x.swapaxes(1, 2).reshape(U, K, J * M, *x_BxKxM.shape[3:])
+
+    q_BxKxMxH = q_BxTxKxGxH.transpose(0, 2, 1, 3, 4).reshape(B, K, M, H)
+    own_BxKxMxS = jnp.einsum("BKMH,BKSH->BKMS", q_BxKxMxH, k_BxKxSxH, preferred_element_type=jnp.float32) * scale
+    own_BxKxMxS = jnp.where(jnp.repeat(mask_BxTxS, G, axis=1)[:, None], own_BxKxMxS, neg)
+    prefix_UxKxJMxP = jnp.einsum("UKMH,UKPH->UKMP", to_prefixes(q_BxKxMxH), k_UxKxPxH,
+                                 preferred_element_type=jnp.float32) * scale
+    prefix_UxKxJMxP = jnp.where(prefix_mask_UxP[:, None, None, :], prefix_UxKxJMxP, neg)
+    # softmax(s) = exp(s - m) / sum exp(s - m) for any m: the gradient does not flow through the max.
+    max_BxKxM = jax.lax.stop_gradient(jnp.maximum(jnp.max(own_BxKxMxS, axis=-1),
+                                                  to_rows(jnp.max(prefix_UxKxJMxP, axis=-1))))
+    own_BxKxMxS = jnp.exp(own_BxKxMxS - max_BxKxM[..., None])
+    prefix_UxKxJMxP = jnp.exp(prefix_UxKxJMxP - to_prefixes(max_BxKxM)[..., None])
+    total_BxKxM = jnp.sum(own_BxKxMxS, axis=-1) + to_rows(jnp.sum(prefix_UxKxJMxP, axis=-1))
+    dtype = q_BxTxKxGxH.dtype
+    own_probs_BxKxMxS = (own_BxKxMxS / total_BxKxM[..., None]).astype(dtype)
+    prefix_probs_UxKxJMxP = (prefix_UxKxJMxP / to_prefixes(total_BxKxM)[..., None]).astype(dtype)
+    out_BxKxMxH = (jnp.einsum("BKMS,BKSH->BKMH", own_probs_BxKxMxS, v_BxKxSxH)
+                   + to_rows(jnp.einsum("UKMP,UKPH->UKMH", prefix_probs_UxKxJMxP, v_UxKxPxH)))
+    return out_BxKxMxH.reshape(B, K, T, G, H).transpose(0, 2, 1, 3, 4)
 
 
 def _continuation_prefix_mask(prefix_mask_UxP: jax.Array, b: int, t: int) -> jax.Array:
@@ -530,11 +573,12 @@ def _output(cfg: ModelConfig, attn: Params, out_BxTxKxGxH: jax.Array) -> jax.Arr
 
 def attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Array, sin_BxTxH: jax.Array,
               mask_BxTxS: jax.Array, cache: KVCache | None, layer: jax.Array | int,
-              cache_index: jax.Array | None, shard: ShardActivation
+              cache_index: jax.Array | None, shard: ShardActivation, prefix: SharedPrefix | None = None
               ) -> tuple[jax.Array, KVCache | None]:
     """Grouped-query self-attention; writes the new keys/values into layer `layer` of the cache. Without a
     cache in the implementation `cfg.attention` names (`shard` lays out a fused kernel's operands); over a
-    cache (decoding) always `_attend`."""
+    cache (decoding) always `_attend`, or `_attend_with_prefix` over [that layer of the shared prefix ; the
+    cache's window]."""
     q_BxTxKxGxH, k_BxKxTxH, v_BxKxTxH = _qkv(cfg, attn, x_BxTxD, cos_BxTxH, sin_BxTxH)
     if cache is not None:
         window = mask_BxTxS.shape[-1]  # the cache's first S slots only
@@ -542,7 +586,12 @@ def attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax
         v_cache, v_BxKxSxH = _write_and_read(cache.v, v_BxKxTxH, layer, cache_index, window)
         cache = KVCache(k=k_cache, v=v_cache)
         k_BxKxSxH, v_BxKxSxH = k_BxKxSxH.astype(x_BxTxD.dtype), v_BxKxSxH.astype(x_BxTxD.dtype)
-        return _output(cfg, attn, _attend(cfg, q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS)), cache
+        if prefix is None:
+            return _output(cfg, attn, _attend(cfg, q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS)), cache
+        k_UxKxPxH, v_UxKxPxH = (x[layer].astype(x_BxTxD.dtype) for x in (prefix.cache.k, prefix.cache.v))
+        out = _attend_with_prefix(cfg, q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS, k_UxKxPxH, v_UxKxPxH,
+                                  prefix.mask_UxP)
+        return _output(cfg, attn, out), cache
     return _output(cfg, attn, _attend_without_cache(cfg, q_BxTxKxGxH, k_BxKxTxH, v_BxKxTxH, mask_BxTxS, shard)), None
 
 
