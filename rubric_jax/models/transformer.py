@@ -288,13 +288,13 @@ class Transformer(nnx.Module):
             params = self._unsplit(params)
 
             def attend_prefix(attn: Params, h_UxPxD: jax.Array):
-                q, k_UxKxPxH, v_UxKxPxH = _qkv(cfg, attn, h_UxPxD, cos_UxPxH, sin_UxPxH)
+                q, k_UxKxPxH, v_UxKxPxH = _qkv(cfg, attn, h_UxPxD, cos_UxPxH, sin_UxPxH, length_split=True)
                 k_UxKxPxH, v_UxKxPxH = self._shard(k_UxKxPxH, PREFIX_KV_AXES), self._shard(v_UxKxPxH, PREFIX_KV_AXES)
                 out = _attend_without_cache(cfg, q, k_UxKxPxH, v_UxKxPxH, prefix_mask_UxPxP, self._shard)
                 return _output(cfg, attn, out), (k_UxKxPxH, v_UxKxPxH)
 
             x_UxPxD, (k_UxKxPxH, v_UxKxPxH) = decoder_layer(cfg, params, self._shard(x_UxPxD, PREFIX_RESIDUAL_AXES),
-                                                            attend_prefix)
+                                                            attend_prefix, length_split=True)
 
             def attend(attn: Params, h_BxTxD: jax.Array):
                 q, k_BxKxTxH, v_BxKxTxH = _qkv(cfg, attn, h_BxTxD, cos_BxTxH, sin_BxTxH)
@@ -431,21 +431,37 @@ def apply_rope(x_BxTxNxH: jax.Array, cos_BxTxH: jax.Array, sin_BxTxH: jax.Array)
     return x_BxTxNxH * cos + rotated * sin
 
 
-def _project(x_BxTxD: jax.Array, proj: Params, spec: str) -> jax.Array:
-    y = jnp.einsum(spec, x_BxTxD, proj["kernel"].astype(x_BxTxD.dtype))
+def _token_matmul(x_BxTxI: jax.Array, w_IxO: jax.Array, length_split: bool) -> jax.Array:
+    """x [B, T, I] @ w [I, *out] -> [B, T, *out]: one 2-D GEMM over the B·T tokens, or, where the token axis
+    may be split over devices (`length_split`: the shared prefixes' [U, P] tokens), a 3-D contraction.
+
+    Why 2-D: its weight gradient contracts one token axis instead of (B, T), which XLA CPU runs without
+    transposing copies of the activations' gradients (the MLP's silu gradients were the update's largest
+    copies; benchmarks/RESULTS.md). Why not for split tokens: merging [U, P] with P split into U·P rows is a
+    tiling no sharding can express, and the 7B update then all-reduced 110 GiB more (the same file)."""
+    w_IxO = w_IxO.astype(x_BxTxI.dtype)
+    if length_split:
+        return jnp.tensordot(x_BxTxI, w_IxO, axes=1)
+    b, t, i = x_BxTxI.shape
+    return jnp.tensordot(x_BxTxI.reshape(b * t, i), w_IxO, axes=1).reshape(b, t, *w_IxO.shape[1:])
+
+
+def _project(x_BxTxD: jax.Array, proj: Params, length_split: bool) -> jax.Array:
+    """x [B, T, D] through a kernel [D, *out] plus its bias [*out], if any: [B, T, *out]."""
+    y = _token_matmul(x_BxTxD, proj["kernel"], length_split)
     if "bias" in proj:
         y = y + proj["bias"].astype(y.dtype)[None, None]
     return y
 
 
-def _qkv(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Array, sin_BxTxH: jax.Array
-         ) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _qkv(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Array, sin_BxTxH: jax.Array,
+         length_split: bool = False) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Rotated queries [B, T, K, G, H] (grouped by KV head), rotated keys and values [B, K, T, H] (the cache's
-    layout)."""
+    layout); `length_split` as in `_token_matmul`."""
     B, T, _ = x_BxTxD.shape
-    q_BxTxNxH = apply_rope(_project(x_BxTxD, attn["q_proj"], "BTD,DNH->BTNH"), cos_BxTxH, sin_BxTxH)
-    k_BxTxKxH = apply_rope(_project(x_BxTxD, attn["k_proj"], "BTD,DKH->BTKH"), cos_BxTxH, sin_BxTxH)
-    v_BxTxKxH = _project(x_BxTxD, attn["v_proj"], "BTD,DKH->BTKH")
+    q_BxTxNxH = apply_rope(_project(x_BxTxD, attn["q_proj"], length_split), cos_BxTxH, sin_BxTxH)
+    k_BxTxKxH = apply_rope(_project(x_BxTxD, attn["k_proj"], length_split), cos_BxTxH, sin_BxTxH)
+    v_BxTxKxH = _project(x_BxTxD, attn["v_proj"], length_split)
     k_BxKxTxH, v_BxKxTxH = k_BxTxKxH.swapaxes(1, 2), v_BxTxKxH.swapaxes(1, 2)
     return q_BxTxNxH.reshape(B, T, cfg.num_kv_heads, cfg.num_groups, cfg.head_dim), k_BxKxTxH, v_BxKxTxH
 
@@ -608,20 +624,21 @@ def _write_and_read(cache: jax.Array | tuple[jax.Array, ...], new_BxKxTxH: jax.A
     return written, jax.lax.dynamic_slice(written, (layer, 0, 0, 0, 0), (1, B, K, window, H))[0]
 
 
-def mlp(mlp_params: Params, x_BxTxD: jax.Array) -> jax.Array:
-    """SwiGLU: down(silu(gate(x)) * up(x))."""
-    gate_BxTxF = _project(x_BxTxD, mlp_params["gate_proj"], "BTD,DF->BTF")
-    up_BxTxF = _project(x_BxTxD, mlp_params["up_proj"], "BTD,DF->BTF")
-    return _project(jax.nn.silu(gate_BxTxF) * up_BxTxF, mlp_params["down_proj"], "BTF,FD->BTD")
+def mlp(mlp_params: Params, x_BxTxD: jax.Array, length_split: bool = False) -> jax.Array:
+    """SwiGLU: down(silu(gate(x)) * up(x)); `length_split` as in `_token_matmul`."""
+    gate_BxTxF = _project(x_BxTxD, mlp_params["gate_proj"], length_split)
+    up_BxTxF = _project(x_BxTxD, mlp_params["up_proj"], length_split)
+    return _project(jax.nn.silu(gate_BxTxF) * up_BxTxF, mlp_params["down_proj"], length_split)
 
 
 def decoder_layer(cfg: ModelConfig, params: Params, x_BxTxD: jax.Array,
-                  attend: Callable[[Params, jax.Array], tuple[jax.Array, Any]]) -> tuple[jax.Array, Any]:
+                  attend: Callable[[Params, jax.Array], tuple[jax.Array, Any]], length_split: bool = False
+                  ) -> tuple[jax.Array, Any]:
     """One pre-norm block: x + attn(norm(x)), then + mlp(norm(x)). `attend(attn_params, h)` is the
     attention of this forward (over a cache, a prefix, ...) and returns its output and what it hands
-    out (the updated cache, this layer's keys/values, or None)."""
+    out (the updated cache, this layer's keys/values, or None); `length_split` (the MLP's) as in `_token_matmul`."""
     h = rms_norm(x_BxTxD, params["input_layernorm"]["scale"], cfg.rms_norm_eps)
     attn_out, out = attend(params["self_attn"], h)
     x_BxTxD = x_BxTxD + attn_out
     h = rms_norm(x_BxTxD, params["post_attention_layernorm"]["scale"], cfg.rms_norm_eps)
-    return x_BxTxD + mlp(params["mlp"], h), out
+    return x_BxTxD + mlp(params["mlp"], h, length_split), out
