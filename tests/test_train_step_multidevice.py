@@ -138,10 +138,25 @@ def _activation_all_reduces(compiled_text, batch, length):
     return found
 
 
+def _gathered_prefix_activations(compiled_text, rows, prompt_len, model):
+    """All-gathers of the shared prompts' hidden states [U, P, D] or queries [U, P, N, H]: split along P in
+    the training layout, they must stay split (only the prompts' keys/values are gathered, PREFIX_KV_AXES)."""
+    activation_dims = ((model.hidden_size,), (model.num_heads, model.head_dim))
+    found = []
+    for c in hlo_stats.collectives(compiled_text):
+        dims = [tuple(int(d) for d in m.split(",") if d) for m in re.findall(r"\[([0-9,]*)\]", c.shape)]
+        if c.kind == "all-gather" and any(s[:1] <= (rows,) and s[1:2] == (prompt_len,) and s[2:] in activation_dims
+                                          for s in dims if len(s) >= 3):
+            found.append(c)
+    return found
+
+
 def test_compiled_steps_run_as_fsdp_without_activation_all_reduces():
     """GRPO and SFT steps of a small model on data 2 x fsdp 4: with the model's per-layer residual
     constraint (the training layout's), no all-reduce of [rows, T, ...] activations is left; the same
-    model without it all-reduces activations inside the layer loop (what the 7B compile showed)."""
+    model without it all-reduces activations inside the layer loop (what the 7B compile showed). The
+    shared prompts' tokens, split over fsdp, are never gathered: their projections stay 3-D contractions
+    (`_token_matmul(length_split=True)`; merged into U·P rows, the hidden states and queries were gathered)."""
     b, t = 16, 128
     layout = sharding.Layout(sharding.make_mesh(sharding.MeshConfig(data=2, fsdp=4, tensor=1)))
     model = MODEL.replace(hidden_size=32, intermediate_size=64, num_heads=4, num_kv_heads=2, head_dim=8,
@@ -166,5 +181,7 @@ def test_compiled_steps_run_as_fsdp_without_activation_all_reduces():
         sft_hlo = sft_step.lower(s, sft_batch).compile().as_text()
         grpo_found = _activation_all_reduces(grpo_hlo, b, p) + _activation_all_reduces(grpo_hlo, b, r)
         counts[name] = (len(grpo_found), len(_activation_all_reduces(sft_hlo, b, t)))
+        if name == "fsdp":
+            assert _gathered_prefix_activations(grpo_hlo, b, p, model) == []
     assert counts["unconstrained"][0] > 0 and counts["unconstrained"][1] > 0, counts
     assert counts["fsdp"] == (0, 0), counts
