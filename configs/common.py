@@ -34,6 +34,17 @@ def judge_block() -> ml_collections.ConfigDict:
     return j
 
 
+def benchmark_judge_block() -> ml_collections.ConfigDict:
+    """The judge of a public benchmark in experiments.evaluate (configs/judges/<benchmark>.py): the benchmark's own
+    prompt, one verdict per item as its grader gives, and a budget for its graders' written justifications."""
+    j = judge_block()
+    j.mode = "benchmark"  # HelloBench, LongBench-Write: all criteria in one prompt; HealthBench, BiGGen: one per criterion.
+    j.samples = 1  # The benchmarks report one grader verdict per item.
+    j.max_retries = 3  # Re-prompt rounds for an unparseable verdict (LongBench-Write retries its grader too).
+    j.max_new_tokens = 512  # Room for a justification per criterion before the verdict lines.
+    return j
+
+
 def base_config() -> ml_collections.ConfigDict:
     """The full set of keys; experiment files change values, never add keys (the config is locked)."""
     c = ml_collections.ConfigDict()

@@ -5,7 +5,8 @@
       --out=runs/qurl_tiny [--config.qurl.num_candidates=4 ...]
 
 The construction model is `config.model`, the judge `config.judge` (no checkpoint: the construction model
-judges), settings `config.qurl`, mesh `config.mesh`, seed `config.seed`. Writes OUT/questions.jsonl (rows
+judges; `--judge=configs/judges/X.py` replaces it and `--judge.FIELD=...` overrides one field, as in
+experiments.run), settings `config.qurl`, mesh `config.mesh`, seed `config.seed`. Writes OUT/questions.jsonl (rows
 with {"rubric": {"replace": R*(q)}}, for `--config.data.train`), OUT/report.json and OUT/work/ (the
 checkpoints: the same command resumes an interrupted build). Only parses flags; the build lives in
 rubric_jax.qurl.pipeline. A user error (bad input line, missing file, bad setting) exits 2 with one line.
@@ -18,7 +19,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from experiments import cli
+from experiments import cli, judge_config
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (model, judge, mesh, qurl).",
                                           lock_config=True)
@@ -36,7 +37,8 @@ def main(argv: list[str]) -> None:
     from rubric_jax.qurl import pipeline
 
     try:
-        result = pipeline.run_build(_CONFIG.value, _QUESTIONS.value, _CORPUS.value, _OUT.value)
+        config = judge_config.merged(_CONFIG.value)
+        result = pipeline.run_build(config, _QUESTIONS.value, _CORPUS.value, _OUT.value)
     except (ValueError, OSError) as e:
         _fail(str(e))
     except KeyboardInterrupt:

@@ -1,5 +1,9 @@
 """Runs an experiment: `python -m experiments.run --config=configs/tiny.py --workdir=DIR [--config.rl.lr=...]`.
 
+The judge is `config.judge`; `--judge=configs/judges/X.py` replaces that block and `--judge.FIELD=...` overrides
+one field. Given several ways, the later wins: the --config file's block, the --judge file,
+--config.judge.FIELD, --judge.FIELD (experiments/judge_config.py).
+
 Only parses flags; the pipeline (sft -> grpo with evals) lives in rubric_jax.train.loop so it can be
 imported and tested. Restarting with the same workdir resumes from its latest checkpoint. A user
 error (an unknown config key, a bad config value, bad data or rubric file, unusable checkpoint or
@@ -18,7 +22,7 @@ from absl import app, flags
 
 from ml_collections import config_flags
 
-from experiments import cli
+from experiments import cli, judge_config
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, samples and plots.")
@@ -59,7 +63,7 @@ def main(argv: list[str]) -> None:
     from rubric_jax.train import checkpointing, loop
 
     try:
-        loop.run(_CONFIG.value, _WORKDIR.value)
+        loop.run(judge_config.merged(_CONFIG.value), _WORKDIR.value)
     except (ValueError, FileNotFoundError, checkpointing.CheckpointError) as e:
         _fail(str(e))
     except loop.TrainingError as e:  # the run itself went wrong (not its input): exit 1, as a crash would
@@ -76,7 +80,7 @@ def dry_run() -> None:
     from rubric_jax import aot
 
     try:
-        report = aot.dry_run(_CONFIG.value, _DRY_RUN_TARGET.value, _DRY_RUN_DEVICES.value)
+        report = aot.dry_run(judge_config.merged(_CONFIG.value), _DRY_RUN_TARGET.value, _DRY_RUN_DEVICES.value)
     except ValueError as e:
         cli.fail("experiments.run --dry_run", str(e))
     print(aot.format_report(report, config_flags.get_config_filename(flags.FLAGS["config"])))

@@ -66,10 +66,10 @@ def _run_build(tmp_path, *, questions=f"{ASSETS}/questions.jsonl", corpus=f"{ASS
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"judge__mode": "bogus"}, "judge.mode='bogus': expected one of ['all_criteria', 'per_dimension']"),
+    ({"judge__mode": "bogus"}, "config.judge.mode='bogus': expected one of ('per_dimension', 'all_criteria')"),
     ({"qurl__num_candidates": 0}, "qurl.num_candidates=0: expected an integer >= 1"),
     ({"qurl__sampler": "beam(4)"}, "qurl.sampler='beam(4)'"),
-    ({"judge__samples": 0}, "judge config: num_samples must be an integer >= 1"),
+    ({"judge__samples": 0}, "config.judge.samples=0: expected an integer >= 1"),
     ({"mesh__data": 3}, "MeshConfig(data=3, fsdp=-1, tensor=1): the fixed axes (product 3) do not divide"),
 ])
 def test_bad_config_values_fail_before_any_work(tmp_path, overrides, message):

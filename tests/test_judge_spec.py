@@ -49,7 +49,7 @@ def test_defaults_are_the_config_blocks():
     ("samples", True, "--judge.samples=True: expected an integer >= 1"),
     ("mode", "single", "--judge.mode='single': expected one of ('per_dimension', 'all_criteria')"),
     ("mode", "benchmark", "--judge.mode='benchmark': the benchmark's own prompt exists only in experiments.evaluate"),
-    ("sampler", "beam(4)", "--judge.sampler='beam(4)': sampler 'beam(4)'"),
+    ("sampler", "beam(4)", "--judge.sampler='beam(4)': expected \"greedy\""),
     ("param_dtype", "fp16", "--judge.param_dtype='fp16': expected one of"),
     ("tensor", 0, "--judge.tensor=0: expected an integer >= 1"),
     ("require_calibration", True, "--judge.require_calibration=True: needs judge.calibration=PATH"),

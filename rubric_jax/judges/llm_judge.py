@@ -1,8 +1,8 @@
 """LLM judge: every judge prompt of a step in one batched `generate` call per judge, parsed, retried, combined.
 
 Flow for a batch of rows (question, response, the row's LLM dimensions):
-  requests: one per (row, dimension) in "single" mode, one per row in "multi" mode (QuRL);
-  samples:  each request is prompted `num_samples` times (fresh nonce, optionally shuffled anchors)
+  requests: one per (row, dimension) in "per_dimension" mode, one per row in "all_criteria" mode (QuRL);
+  samples:  each request is prompted `samples` times (fresh nonce, optionally shuffled anchors)
             and the median of its valid verdicts is kept (RubricRL 3.3);
   rounds:   round 0 sends all prompts in ONE generate call (or calls of at most `batch_size` prompts,
             which bounds the judge's KV cache); each retry round re-prompts only the invalid samples
@@ -36,12 +36,10 @@ import numpy as np
 from rubric_jax import data, distributed, loader, sampling, sharding
 from rubric_jax.judges.parser import parse_verdict
 from rubric_jax.judges.prompts import JudgePrompt, compact_single_prompt, multi_prompt, single_prompt
+from rubric_jax.judges.spec import MODES, JudgeSpec
 from rubric_jax.models.checkpoint import load_tokenizer
 from rubric_jax.rubrics.schema import Dimension
 
-MODES = ("single", "multi")
-PROMPTS = ("full", "compact")  # JudgeConfig.prompt: prompts.single_prompt / multi_prompt, or compact_single_prompt
-ENSEMBLES = ("mean", "agreement")
 # Why a judge score is missing: the prompt does not fit the judge's context (never sent), the reply hit
 # max_new_tokens, or the reply had no parseable verdict.
 FAILURE_CAUSES = ("judge_prompt_too_long", "judge_truncated", "judge_invalid_verdict")
@@ -102,39 +100,6 @@ def load_judge(
 
 
 @dataclasses.dataclass(frozen=True)
-class JudgeConfig:
-    """How LLM dimensions are judged: prompt mode, samples per item, retries, ensemble rule."""
-
-    mode: str = "single"  # "single": one prompt per (response, dim); "multi": one per response (QuRL)
-    num_samples: int = 3  # prompts per item, median of the valid verdicts (RubricRL 3.3)
-    shuffle_anchors: bool = True  # a fresh anchor order per sample (RubricRL 3.3 "交换顺序多次评分")
-    reverse_order: bool = False  # unshuffled: anchors (and "multi" criteria) reversed, for calibration's position probe
-    max_retries: int = 2  # re-prompt rounds for invalid verdicts (Prometheus/LongBench-Write retry too)
-    ensemble: str = "mean"  # "mean" | "agreement" across judges (RubricRL 6.2, 7)
-    prompt: str = "full"  # "compact": a distilled judge's short single prompt (prompts.compact_single_prompt)
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"judge config: mode must be one of {MODES}, got {self.mode!r}")
-        if self.prompt not in PROMPTS:
-            raise ValueError(f"judge config: prompt must be one of {PROMPTS}, got {self.prompt!r}")
-        if self.prompt == "compact" and self.mode != "single":
-            raise ValueError("judge config: the compact prompt scores one dimension at a time (mode 'single')")
-        if self.ensemble not in ENSEMBLES:
-            raise ValueError(f"judge config: ensemble must be one of {ENSEMBLES}, got {self.ensemble!r}")
-        for field, minimum in (("num_samples", 1), ("max_retries", 0)):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"judge config: {field} must be an integer >= {minimum}, got {value!r}")
-        for field in ("shuffle_anchors", "reverse_order"):
-            if not isinstance(getattr(self, field), bool):
-                raise ValueError(f"judge config: {field} must be true/false, got {getattr(self, field)!r}")
-        if self.reverse_order and self.shuffle_anchors:
-            raise ValueError("judge config: reverse_order needs shuffle_anchors=False (a shuffled order has no "
-                             "reverse)")
-
-
-@dataclasses.dataclass(frozen=True)
 class JudgeOutput:
     """Raw-scale scores per row (aligned with that row's LLM dimensions; NaN = failed), metrics, and per
     row the cause of each failed score (one of FAILURE_CAUSES; "" where the score is valid)."""
@@ -165,24 +130,24 @@ def special_tokens(tokenizer: Any) -> list[str]:
 
 
 def _build_prompt(
-    req: _Request, question: str, response: str, config: JudgeConfig, rng: np.random.Generator,
+    req: _Request, question: str, response: str, config: JudgeSpec, rng: np.random.Generator,
     reserved: Sequence[str],
 ) -> JudgePrompt:
-    """The request's prompt; with `reverse_order`, a "multi" prompt lists (and expects) its criteria reversed."""
+    """The request's prompt; with `reverse_order`, an all_criteria prompt lists (and expects) its criteria reversed."""
     nonce = rng.bytes(8).hex()
     dims = req.dims[::-1] if config.reverse_order else req.dims
     orders = [rng.permutation(len(d.anchors)).tolist() if config.shuffle_anchors else
               (list(range(len(d.anchors)))[::-1] if config.reverse_order else None) for d in dims]
     if config.prompt == "compact":
         return compact_single_prompt(response, dims[0], nonce=nonce, anchor_order=orders[0], reserved=reserved)
-    if config.mode == "single":
+    if config.mode == "per_dimension":
         return single_prompt(question, response, dims[0], nonce=nonce, anchor_order=orders[0], reserved=reserved)
     return multi_prompt(question, response, dims, nonce=nonce, anchor_orders=orders, reserved=reserved)
 
 
 def _run_judge(
     judge: Judge,
-    config: JudgeConfig,
+    config: JudgeSpec,
     requests: Sequence[_Request],
     questions: Sequence[str],
     responses: Sequence[str],
@@ -193,9 +158,9 @@ def _run_judge(
 ) -> np.ndarray:
     """Scores [S, L] for one judge: NaN where a sample never produced a valid verdict, whose cause
     (FAILURE_CAUSES) is written into `causes_SxL`."""
-    scores_SxL = np.full((config.num_samples, num_slots), np.nan)
+    scores_SxL = np.full((config.samples, num_slots), np.nan)
     reserved = special_tokens(judge.tokenizer)
-    pending = [(r, s) for r in range(len(requests)) for s in range(config.num_samples)]
+    pending = [(r, s) for r in range(len(requests)) for s in range(config.samples)]
     # A prompt's nonce and anchor order come from its global request index (this process's requests follow
     # the earlier processes'), so they do not depend on how the rows are split over processes.
     first_request = distributed.rows_before(len(requests))
@@ -277,7 +242,7 @@ def combine_judges(scores_JxL: np.ndarray, ranges_Lx2: np.ndarray, ensemble: str
 
 def judge_rows(
     judges: Sequence[Judge],
-    config: JudgeConfig,
+    config: JudgeSpec,
     questions: Sequence[str],
     responses: Sequence[str],
     dims_per_row: Sequence[Sequence[Dimension]],
@@ -286,6 +251,8 @@ def judge_rows(
     """LLM scores (raw scale) for each row's dimensions: one batched generate per judge per round."""
     if not judges:
         raise ValueError("judge_rows: no judge configured")
+    if config.mode not in MODES:
+        raise ValueError(f"judge_rows: judge mode {config.mode!r} is not one of {MODES} (resolve 'benchmark' first)")
     if not len(questions) == len(responses) == len(dims_per_row):
         raise ValueError(
             f"judge_rows: {len(questions)} questions, {len(responses)} responses, {len(dims_per_row)} dimension lists"
@@ -293,7 +260,7 @@ def judge_rows(
     requests: list[_Request] = []
     slot_rows: list[int] = []
     for row, dims in enumerate(dims_per_row):
-        groups = [(d,) for d in dims] if config.mode == "single" else ([tuple(dims)] if dims else [])
+        groups = [(d,) for d in dims] if config.mode == "per_dimension" else ([tuple(dims)] if dims else [])
         for group in groups:
             requests.append(_Request(row, group, len(slot_rows)))
             slot_rows.extend([row] * len(group))
@@ -304,7 +271,7 @@ def judge_rows(
         "judge_prompt_too_long": 0, "judge_invalid_examples": [],
     }
     per_judge = []
-    causes_JxSxL = np.full((len(judges), config.num_samples, num_slots), "", dtype=object)
+    causes_JxSxL = np.full((len(judges), config.samples, num_slots), "", dtype=object)
     for j, (judge, judge_key) in enumerate(zip(judges, jax.random.split(key, len(judges)))):
         scores_SxL = _run_judge(judge, config, requests, questions, responses, num_slots, judge_key, stats,
                                 causes_JxSxL[j])

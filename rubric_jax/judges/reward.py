@@ -34,8 +34,9 @@ import numpy as np
 
 from rubric_jax import distributed
 from rubric_jax.judges.features import FEATURES, response_features
-from rubric_jax.judges.llm_judge import Judge, JudgeConfig, judge_rows
+from rubric_jax.judges.llm_judge import Judge, judge_rows
 from rubric_jax.judges.rules import Rule, RuleError, make_rule, rule_scores
+from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.rubrics.aggregation import aggregate_rubric
 from rubric_jax.rubrics.correction import Correction
 from rubric_jax.rubrics.schema import WEIGHT_RANGE, Rubric, RubricError, normalize_scores, short_repr
@@ -62,9 +63,9 @@ class RubricReward:
     """Callable reward: `(questions, responses, rubrics, *, key=None, weights=None) -> RewardOutput`."""
 
     def __init__(self, rubrics: Sequence[Rubric] = (), judges: Sequence[Judge] = (),
-                 judge_config: JudgeConfig = JudgeConfig(), correction: Correction | None = None):
+                 judge_spec: JudgeSpec = JudgeSpec(), correction: Correction | None = None):
         self.judges = tuple(judges)
-        self.judge_config = judge_config
+        self.judge_spec = judge_spec
         self.correction = correction
         unknown = sorted(set(correction.features) - set(FEATURES)) if correction is not None else []
         if unknown:
@@ -145,7 +146,7 @@ class RubricReward:
         if any(llm_dims) or judged_anywhere:  # another process's judge call is collective: join it
             if key is None:
                 raise ValueError("reward: rubrics with LLM dimensions need an explicit PRNG `key` for the judge")
-            judged = judge_rows(self.judges, self.judge_config, questions, responses, llm_dims, key)
+            judged = judge_rows(self.judges, self.judge_spec, questions, responses, llm_dims, key)
             for i, (dims, scores, causes) in enumerate(zip(llm_dims, judged.scores, judged.causes)):
                 raw_NxD[i, [column[d.id] for d in dims]] = scores
                 cause_NxD[i, [column[d.id] for d in dims]] = causes

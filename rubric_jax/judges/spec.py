@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # jax loads only when judges are loaded
 
     from rubric_jax import sharding
     from rubric_jax.judges.llm_judge import Judge
+    from rubric_jax.models.config import ModelConfig
 
 MODES = ("per_dimension", "all_criteria")  # one prompt per (response, LLM dimension) | one per response (QuRL)
 BENCHMARK_MODE = "benchmark"  # experiments.evaluate only: the benchmark's own prescribed mode
@@ -145,7 +146,7 @@ def _problems(spec: JudgeSpec):
         try:
             parse_sampler(spec.sampler)
         except ValueError as e:
-            yield "sampler", spec.sampler, str(e)
+            yield "sampler", spec.sampler, str(e).removeprefix(f"sampler {spec.sampler!r}: ")
     if not isinstance(spec.calibration, str):
         yield "calibration", spec.calibration, "expected the path of a calibration report.json, or ''"
     if spec.require_calibration is True and not spec.calibration:
@@ -161,13 +162,11 @@ def weights_identity(checkpoint_dir: str | Path) -> str:
     """sha256 hex identifying a HF judge directory's weights and tokenizer without reading the weights:
     config.json, then per *.safetensors file its name, size, JSON header and the first and last
     TENSOR_EDGE_BYTES of every tensor (a retrained judge of the same shapes has the same header: the three
-    shipped tiny judges do), then the tokenizer and chat-template files. Missing directory: OSError."""
+    shipped tiny judges do), then the tokenizer and chat-template files (check_checkpoints first)."""
     root = Path(checkpoint_dir)
     digest = hashlib.sha256()
     digest.update(b"config.json\0" + (root / "config.json").read_bytes())
     shards = sorted(root.glob("*.safetensors"))
-    if not shards:
-        raise OSError(f"{root}: no *.safetensors weights")
     for shard in shards:
         digest.update(f"\0{shard.name}\0{shard.stat().st_size}\0".encode())
         with shard.open("rb") as f:
@@ -177,7 +176,7 @@ def weights_identity(checkpoint_dir: str | Path) -> str:
             try:
                 header = json.loads(header_bytes)
             except ValueError as e:
-                raise OSError(f"{shard}: not a safetensors file ({e})") from None
+                raise ValueError(f"{shard}: not a safetensors file ({e})") from None
             for name in sorted(k for k in header if k != "__metadata__"):
                 begin, end = header[name]["data_offsets"]
                 for start in sorted({begin, max(begin, end - TENSOR_EDGE_BYTES)}):
@@ -211,6 +210,27 @@ def describe(spec: JudgeSpec) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ loading
+def check_checkpoints(spec: JudgeSpec, where: str = "judge") -> None:
+    """Every checkpoint is a HF directory with config.json and safetensors weights (what weights_identity and
+    load_judges read); else a ValueError naming `<where>.checkpoint`. Reads no weights."""
+    for path in spec.checkpoints:
+        root = Path(path)
+        if not root.is_dir():
+            raise ValueError(f"{where}.checkpoint={path}: directory does not exist")
+        if not (root / "config.json").is_file() or not any(root.glob("*.safetensors")):
+            raise ValueError(f"{where}.checkpoint={path}: not a Hugging Face model directory (needs config.json "
+                             "and *.safetensors)")
+
+
+def check_tensor_divides(tensor: int, cfg: ModelConfig, where: str = "judge") -> None:
+    """A judge's tensor-parallel group must divide its query and KV heads, or those weights would sit whole on
+    every device; a ValueError naming `<where>.tensor` otherwise."""
+    for field, heads in (("num_heads", cfg.num_heads), ("num_kv_heads", cfg.num_kv_heads)):
+        if heads % tensor:
+            raise ValueError(f"{where}.tensor={tensor} does not divide the judge's {field} ({heads}): those weights "
+                             "would sit whole on every device; pick a divisor")
+
+
 def load_judges(spec: JudgeSpec, layout_or_mesh: sharding.Layout | jax.sharding.Mesh | None = None, *,
                 where: str = "judge", max_prompt_tokens: int | None = None) -> tuple[Judge, ...]:
     """Every checkpoint of `spec` loaded into the decode layout over the devices of `layout_or_mesh`
@@ -229,17 +249,11 @@ def load_judges(spec: JudgeSpec, layout_or_mesh: sharding.Layout | jax.sharding.
         layout = sharding.decode_layout(mesh, spec.tensor)
     except ValueError as e:
         raise ValueError(f"{where}.tensor={spec.tensor}: {e}") from None
+    check_checkpoints(spec, where)
     judges = []
     for path in spec.checkpoints:
-        if not (Path(path) / "config.json").is_file():
-            missing = "directory does not exist" if not Path(path).is_dir() else "no config.json (not a HF model)"
-            raise ValueError(f"{where}.checkpoint={path}: {missing}")
         try:
-            cfg = ModelConfig.from_hf_dir(path)
-            for field, heads in (("num_heads", cfg.num_heads), ("num_kv_heads", cfg.num_kv_heads)):
-                if heads % spec.tensor:
-                    raise ValueError(f"{where}.tensor={spec.tensor} does not divide its {field} ({heads}): those "
-                                     "weights would sit whole on every device; pick a divisor")
+            check_tensor_divides(spec.tensor, ModelConfig.from_hf_dir(path), where)
             judges.append(llm_judge.load_judge(
                 path, layout=layout, param_dtype=spec.param_dtype, compute_dtype=spec.compute_dtype,
                 sampler=spec.sampler, max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size,

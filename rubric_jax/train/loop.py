@@ -48,10 +48,11 @@ import numpy as np
 from flax import nnx
 
 from rubric_jax import data, distributed, files, loader, metrics, plots, sampling, sharding
+from rubric_jax.calibration.pinning import check_calibration
 from rubric_jax.judges.base_model import same_base_warnings
-from rubric_jax.judges.llm_judge import JudgeConfig, load_judge
 from rubric_jax.judges.reward import RewardOutput, RubricReward, concat_outputs, gather_outputs
 from rubric_jax.judges.reward_model import RewardModelReward, load_reward_model
+from rubric_jax.judges.spec import describe as describe_judge, load_judges
 from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.correction import Correction, load_correction
@@ -194,9 +195,7 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
         raise ValueError("config.model.tokenizer (or config.model.checkpoint) must name a tokenizer directory")
     tokenizer_key = "model.tokenizer" if config.model.tokenizer else "model.checkpoint"
     tokenizer_dir = _existing_dir(config.model.tokenizer or model_dir, tokenizer_key, "tokenizer")
-    judge_dirs = [_existing_dir(path.strip(), "judge.checkpoint", "judge")
-                  for path in config.judge.checkpoint.split(",") if path.strip()]
-    judge_dtypes = dict(param_dtype=config.judge.param_dtype, compute_dtype=config.judge.compute_dtype)
+    judge_dirs = [_existing_dir(path, "judge.checkpoint", "judge") for path in settings.judge.checkpoints]
     model_cfg = run_settings.model_config(config)
     layout, decode_layout, decode_dtype = layouts(config, model_cfg)
     try:
@@ -213,29 +212,27 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
         distributed.check_divides(config.rl.questions_per_step, "rl.questions_per_step")
         distributed.check_divides(len(eval_questions), "eval.max_questions (the eval questions used)")
         _check_prompts_fit(tokenizer, model_cfg, settings, train_questions + eval_questions)
-    judges = tuple(load_judge(path, layout=decode_layout, **judge_dtypes, sampler=config.judge.sampler,
-                              max_new_tokens=config.judge.max_new_tokens, batch_size=config.judge.batch_size)
-                   for path in judge_dirs)
-    for warning in same_base_warnings(model_dir or config.model.config_json, judge_dirs):
-        print(warning, file=sys.stderr)  # RubricRL 6.2: a judge of the policy's base model can collude with it
     golden = golden_set.load_golden(config.data.golden, config.data.tfds_dir, shared_rubric, train_questions,
                                     eval_questions, config.data.golden_max_jaccard) if config.data.golden else None
     if golden is not None:
         distributed.check_divides(len(golden.questions), "data.golden (its questions)")
+    rubric_of = {q.id: data.question_rubric(shared_rubric, q) for q in train_questions + eval_questions}
+    rubric_of.update({q.id: r for q, r in zip(golden.questions, golden.rubrics)} if golden else {})
+    rubrics = list(rubric_of.values())
+    calibration = check_calibration(settings.judge, rubrics, "config.judge")  # before the judges load
+    for line in calibration.lines() if calibration is not None else []:
+        print(line, file=sys.stderr)
+    judges = load_judges(settings.judge, layout, where="config.judge")
+    for warning in same_base_warnings(model_dir or config.model.config_json, judge_dirs):
+        print(warning, file=sys.stderr)  # RubricRL 6.2: a judge of the policy's base model can collude with it
     if "sft" in settings.stages:
         distributed.check_divides(config.sft.batch_size, "sft.batch_size")
     if settings.reward_model is not None and jax.process_count() > 1:
         raise ValueError(f"config.reward.source='reward_model': the reward model scores on one process only; "
                          f"this job has {jax.process_count()} (use the rubric reward, or run on one host)")
-    rubric_of = {q.id: data.question_rubric(shared_rubric, q) for q in train_questions + eval_questions}
-    rubric_of.update({q.id: r for q, r in zip(golden.questions, golden.rubrics)} if golden else {})
-    rubrics = list(rubric_of.values())
     correction = load_correction(config.data.rubric_correction) if config.data.rubric_correction else None
     if settings.reward_model is None:
-        reward = RubricReward(rubrics, judges, JudgeConfig(
-            mode=run_settings.JUDGE_MODES[config.judge.mode], num_samples=config.judge.samples,
-            max_retries=config.judge.max_retries, ensemble=config.judge.ensemble,
-            shuffle_anchors=config.judge.shuffle_anchors, prompt=config.judge.prompt), correction=correction)
+        reward = RubricReward(rubrics, judges, settings.judge, correction=correction)
     else:
         dtype = config.reward.model_dtype
         reward = RewardModelReward(load_reward_model(config.reward.model_checkpoint, layout=decode_layout,
@@ -243,7 +240,9 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
     rubric_hash = _rubric_set_hash(shared_rubric, rubrics, correction)
     rubric_info = {"name": shared_rubric.name, "version": shared_rubric.version,
                    "content_hash": shared_rubric.content_hash, "rubric_set_hash": rubric_hash,
-                   "correction_hash": correction.content_hash if correction is not None else None}
+                   "correction_hash": correction.content_hash if correction is not None else None,
+                   "judge": describe_judge(settings.judge) if judges else None,
+                   "calibration": calibration.record() if calibration is not None else None}
     dynamic = (DimensionWeights.for_rubrics(rubrics, config.rl.dynamic_weights_window)
                if config.rl.dynamic_weights else None)
     log = run_workdir.RunLog(workdir, run_info={"rubric": rubric_info, "config": config.to_dict()})
