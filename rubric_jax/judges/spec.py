@@ -37,7 +37,6 @@ MODES = ("per_dimension", "all_criteria")  # one prompt per (response, LLM dimen
 BENCHMARK_MODE = "benchmark"  # experiments.evaluate only: the benchmark's own prescribed mode
 PROMPTS = ("full", "compact")  # prompts.single_prompt / multi_prompt, or a distilled judge's compact_single_prompt
 ENSEMBLES = ("mean", "agreement")  # llm_judge.combine_judges
-DTYPES = ("auto", "float32", "bfloat16")  # loader.DTYPE_CHOICES (kept here so validation needs no jax)
 # Fields that change no verdict: how many prompts share a generate call, how the weights are split over
 # devices, and which calibration report is checked. Every other field enters judge_hash.
 NOT_HASHED = ("checkpoints", "batch_size", "tensor", "calibration", "require_calibration")
@@ -94,23 +93,19 @@ class JudgeSpec:
         names = {_BLOCK_NAMES.get(f.name, f.name) for f in dataclasses.fields(cls) if f.name != "reverse_order"}
         unknown, missing = sorted(set(values) - names), sorted(names - set(values))
         if unknown or missing:
-            raise ValueError(f"{where}: " + "; ".join(
-                ([f"unknown field(s) {unknown}"] if unknown else []) + ([f"missing field(s) {missing}"] if missing else [])))
+            problems = [f"unknown field(s) {unknown}"] * bool(unknown) + [f"missing field(s) {missing}"] * bool(missing)
+            raise ValueError(f"{where}: " + "; ".join(problems))
         checkpoint = values.pop("checkpoint")
         if not isinstance(checkpoint, str):
             raise JudgeSpecError("checkpoint", checkpoint, "expected comma-separated directories, or '' for none",
                                  where)
-        mode = values["mode"]
-        if mode == BENCHMARK_MODE and not allow_benchmark:
-            raise JudgeSpecError("mode", mode, f"the benchmark's own prompt exists only in experiments.evaluate; "
-                                 f"expected one of {MODES}", where)
-        if mode == BENCHMARK_MODE:
-            values["mode"] = MODES[0]  # validated as per_dimension, restored below
+        if values["mode"] == BENCHMARK_MODE and not allow_benchmark:
+            raise JudgeSpecError("mode", BENCHMARK_MODE, "the benchmark's own prompt exists only in "
+                                 f"experiments.evaluate; expected one of {MODES}", where)
         try:
-            spec = cls(checkpoints=tuple(p.strip() for p in checkpoint.split(",") if p.strip()), **values)
+            return cls(checkpoints=tuple(p.strip() for p in checkpoint.split(",") if p.strip()), **values)
         except JudgeSpecError as e:
             raise JudgeSpecError(e.field, e.value, e.why, where) from None
-        return dataclasses.replace(spec, mode=mode) if mode == BENCHMARK_MODE else spec
 
     def for_benchmark(self, benchmark_mode: str) -> JudgeSpec:
         """`mode=benchmark` replaced by the benchmark's prescribed mode; any other mode is kept."""
@@ -125,15 +120,16 @@ class JudgeSpec:
 
 def _problems(spec: JudgeSpec):
     """(block field, value, why) of every invalid field, in field order."""
-    from rubric_jax.sampling import parse_sampler  # imported here: validation must not wait for jax elsewhere
+    from rubric_jax.loader import DTYPE_CHOICES  # imported here (jax): importing this module stays cheap
+    from rubric_jax.sampling import parse_sampler
 
     for field, minimum in (("samples", 1), ("max_retries", 0), ("max_new_tokens", 1), ("batch_size", 0),
                            ("tensor", 1)):
         value = getattr(spec, field)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             yield field, value, f"expected an integer >= {minimum}"
-    choices = (("ensemble", ENSEMBLES), ("mode", MODES if spec.mode != BENCHMARK_MODE else (BENCHMARK_MODE,)),
-               ("prompt", PROMPTS), ("param_dtype", DTYPES), ("compute_dtype", DTYPES))
+    choices = (("ensemble", ENSEMBLES), ("mode", (*MODES, BENCHMARK_MODE) if spec.mode == BENCHMARK_MODE else MODES),
+               ("prompt", PROMPTS), ("param_dtype", DTYPE_CHOICES), ("compute_dtype", DTYPE_CHOICES))
     for field, allowed in choices:
         if getattr(spec, field) not in allowed:
             yield field, getattr(spec, field), f"expected one of {allowed}"
@@ -150,7 +146,7 @@ def _problems(spec: JudgeSpec):
     if not isinstance(spec.calibration, str):
         yield "calibration", spec.calibration, "expected the path of a calibration report.json, or ''"
     if spec.require_calibration is True and not spec.calibration:
-        yield "require_calibration", True, "needs judge.calibration=PATH (a calibration report.json)"
+        yield "require_calibration", True, "needs a report to check: set calibration=PATH (a report.json) too"
     if spec.prompt == "compact" and spec.mode == "all_criteria":
         yield "prompt", spec.prompt, "the compact prompt scores one dimension at a time: mode must be per_dimension"
     if spec.reverse_order and spec.shuffle_anchors:
