@@ -89,6 +89,10 @@ READS_CHANGE = ChangelogEntry(
     "1.2.0", "each dimension says what it reads: the format gate the whole response, every other dimension (and every "
     "case-wise criterion, whose length ranges now count the answer alone) the <answer> text",
     "a judge that read the whole response credited text inside <think> that the user never sees (issue 24, R1)")
+HACK_READS_CHANGE = ChangelogEntry(
+    "1.2.0", "each dimension says what it reads: the format gate and the LLM-judged clarity the whole response (what "
+    "its distilled judges learnt), the others the <answer> text",
+    "a judge that read the whole response credited text inside <think> that the user never sees (issue 24, R1)")
 
 
 def shared_rubric() -> Rubric:
@@ -163,7 +167,9 @@ def clarity_dimension(fixed: bool) -> Dimension:
     """The LLM-judged 1-5 clarity dimension of the planted-hack experiment (RubricRL 6.1).
 
     The hack's anchors praise ordered steps, as the article's rubric praised "logical connectives used well";
-    the fix adds negative examples of templated-but-empty answers and places them at level 3.
+    the fix adds negative examples of templated-but-empty answers and places them at level 3. It reads the whole
+    response, as its distilled judges (tiny_judge_hack, tiny_judge_fixed) were taught to: on the answer alone they
+    agree with their teacher at held-out Spearman 0.47 (0.76 and 0.77 on whole responses; 2026-12-01).
     """
     empty = "Firstly, thank you. Secondly, thank you. Finally, thank you."
     if fixed:
@@ -183,7 +189,7 @@ def clarity_dimension(fixed: bool) -> Dimension:
             1: Anchor("Hard to follow: a fragment, or broken."),
         }
     return Dimension(id="clarity", description="Clarity: how well the answer is organised and developed.",
-                     kind="llm", scale=Scale.integer(1, 5), anchors=anchors, weight=CLARITY_WEIGHT)
+                     kind="llm", scale=Scale.integer(1, 5), anchors=anchors, weight=CLARITY_WEIGHT, reads="response")
 
 
 def hack_rubric(fixed: bool) -> Rubric:
@@ -198,7 +204,7 @@ def hack_rubric(fixed: bool) -> Rubric:
                                   "LLM-judged clarity dimension", why),
                    ChangelogEntry("1.1.0", f"clarity weight 1 -> {CLARITY_WEIGHT:g}",
                                   "at weight 1 a template barely paid and GRPO dropped it (CLARITY_WEIGHT)"),
-                   READS_CHANGE),
+                   HACK_READS_CHANGE),
         dimensions=tuple(d for d in base.dimensions if d.id != "template") + (clarity_dimension(fixed),))
 
 
