@@ -1,9 +1,9 @@
 """Rubrics as data: frozen dataclasses, strict validation, dict round-trip, content hash, score scales.
 
 A `Rubric` is a versioned document: named `Dimension`s, each reading one part of a response (`reads`), with a
-`Scale`, an `Anchor` for every score level (RubricRL 2.2: what a 3 looks like, plus positive and "looks good but is not" negative examples,
-RubricRL 6.1), a weight, an optional gate (veto, RubricRL 5.2 "safety first") and an optional group for
-hierarchical aggregation. `content_hash` is a sha256 over the canonical JSON of everything that changes
+`Scale`, an `Anchor` for every score level (RubricRL 2.2: what a 3 looks like, plus positive and "looks good but
+is not" negative examples, RubricRL 6.1), a weight, an optional gate (veto, RubricRL 5.2 "safety first") and an
+optional group for hierarchical aggregation. `content_hash` is a sha256 over the canonical JSON of everything that changes
 behaviour (name, dimensions, aggregation), not over `version`/`changelog`, so a checkpoint that records
 the hash can be traced to the exact rubric text (RubricRL 7, "version your rubrics").
 
