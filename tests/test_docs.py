@@ -353,7 +353,7 @@ def _config(spec: str):
 
 
 def unknown_flags_and_keys(text: str, flags_of: dict[str, list[str]]) -> list[str]:
-    """Flags of a documented `./launch.sh experiments.X` command that X does not define, and `--config.<key>`
+    """Flags of a documented `experiments.X` command (through ./launch.sh or python -m) that X does not define, and `--config.<key>`
     overrides whose key its config file does not have."""
     program, words = program_and_args(manual.Command("", 0, text).argv)
     defined = set(flags_of[program.removeprefix("experiments.")])
@@ -371,8 +371,8 @@ def unknown_flags_and_keys(text: str, flags_of: dict[str, list[str]]) -> list[st
     return unknown
 
 
-@pytest.mark.parametrize("text", sorted(t for t in RUN_BY if t.startswith("./launch.sh") and
-                                         program_and_args(manual.Command("", 0, t).argv)[0].startswith("experiments.")))
+@pytest.mark.parametrize("text", sorted(t for t in RUN_BY
+                                         if program_and_args(manual.Command("", 0, t).argv)[0].startswith("experiments.")))
 def test_every_flag_and_config_key_of_a_command_exists(text, reference):
     assert unknown_flags_and_keys(text, reference["flags"]) == []
 
