@@ -307,3 +307,17 @@ def test_overlong_shaping_and_truncation_masking():
 def test_shaping_refuses_bad_values(kw, match):
     with pytest.raises(ValueError, match=match):
         rollout.Shaping(**kw)
+
+
+def test_the_recipe_sweep_validates_every_variant():
+    """configs/tiny_recipe.py: the baseline and each option alone, 3 seeds each; every variant resolves and
+    validates as experiments.run would (unknown keys and bad values fail here, not mid-sweep)."""
+    from pathlib import Path
+
+    from rubric_jax import sweeps
+
+    sweep = sweeps.load_sweep(str(Path(__file__).resolve().parents[1] / "configs" / "tiny_recipe.py"))
+    names = [v.name for v in sweep.variants]
+    assert len(names) == 21 == len(set(names))
+    assert {"seed=0", "advantage=per_dimension,seed=2", "behaviour_correction_cap=2.0,recompute_old_logprobs=True,"
+            "seed=1"} <= set(names)
