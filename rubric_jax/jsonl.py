@@ -8,17 +8,28 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from rubric_jax.files import PathError, open_input
+
+MAX_LINE_BYTES = 64 << 20  # a longer line is refused rather than read into memory (a file of one endless line)
+
 
 def read_jsonl(path: str | Path, error: type[Exception] = ValueError) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yields (line number, object) for each non-blank line; raises `error` naming the file and line.
 
     A line that is not UTF-8, not JSON (also: nested too deeply, an integer over Python's 4300 digits),
     not an object, or that holds a lone surrogate (`"\\ud800"` parses, but UTF-8 cannot write it back)
-    is an error, so nothing downstream (tokenizers, writers) meets it mid-run.
+    is an error, so nothing downstream (tokenizers, writers) meets it mid-run. Only a regular file is read
+    (files.open_input: a FIFO or /dev/zero is refused at once), each line at most MAX_LINE_BYTES long.
     """
     path = Path(path)
-    with path.open("rb") as f:
-        for lineno, raw in enumerate(f, start=1):
+    try:
+        f = open_input(path, "jsonl")
+    except PathError as e:
+        raise error(str(e)) from None
+    with f:
+        for lineno, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), start=1):
+            if len(raw) > MAX_LINE_BYTES:
+                raise error(f"{path}:{lineno}: line longer than {MAX_LINE_BYTES} bytes")
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:

@@ -24,7 +24,7 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from rubric_jax.files import write_atomic
+from rubric_jax.files import read_text, write_atomic
 from rubric_jax.metrics import METRICS_FILE, read_jsonl_metrics, scalar_value
 
 PLOTS_DIR = "plots"
@@ -213,7 +213,7 @@ def plot_run(workdir: str | Path, out_dir: str | Path | None = None) -> list[Pat
     and writes the plots into `out_dir` (default `workdir/plots`)."""
     workdir = Path(workdir)
     config = workdir / "config.json"
-    thresholds = json.loads(config.read_text()).get("monitor") if config.exists() else None
+    thresholds = json.loads(read_text(config, "run config")).get("monitor") if config.exists() else None
     return plot_metrics(read_jsonl_metrics(workdir / METRICS_FILE), out_dir or workdir / PLOTS_DIR, thresholds)
 
 

@@ -23,6 +23,7 @@ from rubric_jax.judges.rules import make_rule
 from rubric_jax.rubrics.aggregation import aggregate_rubric
 from rubric_jax.rubrics.importers import hellobench_rubrics, import_longbench_write
 from rubric_jax.rubrics.schema import normalize_scores, rubric_to_dict
+from bounded import run_bounded
 from tests.shared_data import real
 from xla_flags import FAST_COMPILE
 
@@ -414,3 +415,27 @@ def test_readme_benchmark_command_converts_every_shared_benchmark(tmp_path):
     assert len({r["category"] for r in by_source["longbench_write"]}) == 7
     questions = data.questions_from_rows(((r["id"], r) for r in rows[:: max(1, len(rows) // 50)]), "sample")
     assert all(q.replace_rubric is not None for q in questions)  # each benchmark row has its own rubric
+
+
+def test_an_input_or_scores_file_that_is_a_fifo_or_dev_zero_is_refused_without_hanging(tmp_path):
+    fifo = tmp_path / "q.fifo"
+    os.mkfifo(fifo)
+    cases = [{"inputs": (f"questions:{fifo}",)}, {"inputs": ("questions:/dev/zero",)},
+             {"inputs": (f"biggen:{fifo}",)}, {"scores": str(fifo)}, {"scores": "/dev/zero"}]
+    # One child with 2 GiB and a time limit: before the fix a FIFO blocked forever, /dev/zero grew until killed.
+    done = run_bounded(
+        "import dataclasses, pathlib\nfrom rubric_jax.prepare.pipeline import PrepareConfig, prepare\n"
+        f"base = PrepareConfig(inputs=('questions:{QUESTIONS}',), out=pathlib.Path({str(tmp_path / 'out')!r}), "
+        "name='qs')\n"
+        f"for changes in {cases!r}:\n"
+        "    changes = {k: pathlib.Path(v) if k == 'scores' else v for k, v in changes.items()}\n"
+        "    try:\n        prepare(dataclasses.replace(base, **changes), log=lambda m: None)\n"
+        "    except ValueError as e:\n        print(e)\n", timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == [
+        f"--input=questions:{fifo}: {fifo}: expected a regular questions file, got a FIFO",
+        "--input=questions:/dev/zero: /dev/zero: expected a regular questions file, got a character device",
+        f"--input=biggen:{fifo}: {fifo}: expected a regular biggen file, got a FIFO",
+        f"--scores={fifo}: {fifo}: expected a regular scores file, got a FIFO",
+        "--scores=/dev/zero: /dev/zero: expected a regular scores file, got a character device"]
+    assert not (tmp_path / "out").exists()

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rubric_jax import data
+from rubric_jax.files import PathError, check_input_file
 from rubric_jax.jsonl import read_jsonl
 from rubric_jax.rubrics.importers import (
     HELLOBENCH_TASKS,
@@ -76,8 +77,14 @@ def parse_input_spec(spec: str) -> tuple[str, Path]:
         raise InputError(f"--input={spec}: unknown input kind {kind!r}; expected one of {', '.join(INPUT_KINDS)}")
     if not Path(path).exists():
         raise InputError(f"--input={spec}: {path} does not exist")
-    if (kind == "hellobench") != Path(path).is_dir():
-        raise InputError(f"--input={spec}: expected a {'directory' if kind == 'hellobench' else 'file'}")
+    if kind == "hellobench":
+        if not Path(path).is_dir():
+            raise InputError(f"--input={spec}: expected a directory")
+    else:  # a FIFO would block the read forever, /dev/zero fill memory
+        try:
+            check_input_file(path, kind)
+        except PathError as e:
+            raise InputError(f"--input={spec}: {e}") from None
     return kind, Path(path)
 
 
@@ -207,8 +214,10 @@ def read_mean_rewards(path: Path) -> tuple[dict[str, float], dict[str, int]]:
 
     Rows whose reward_ok is false carry no reward and are skipped (counted in the returned stats).
     """
-    if not path.is_file():
-        raise InputError(f"--scores={path}: file does not exist")
+    try:
+        check_input_file(path, "scores")
+    except PathError as e:
+        raise InputError(f"--scores={path}: {e}") from None
     sums: dict[str, list[float]] = {}
     stats = {"rows": 0, "skipped_not_ok": 0}
     for lineno, row in read_jsonl(path, InputError):

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rubric_jax.files import write_atomic
+from rubric_jax.files import PathError, check_input_file, write_atomic
 from rubric_jax.prepare import convert, dedup, mix, pii, report as report_md, tfds_dataset
 from rubric_jax.prepare.convert import SourceRow
 
@@ -67,8 +67,11 @@ def _check_settings(config: PrepareConfig) -> tuple[list[tuple[str, Path]], dict
         raise PrepareError(f"--dedup_threshold={config.dedup_threshold}: expected a number in (0, 1]")
     if config.ngram < 1 or config.num_perm < 1:
         raise PrepareError(f"--ngram={config.ngram} and --num_perm={config.num_perm} must be >= 1")
-    if config.scores is not None and not config.scores.is_file():
-        raise PrepareError(f"--scores={config.scores}: file does not exist")
+    if config.scores is not None:
+        try:
+            check_input_file(config.scores, "scores")
+        except PathError as e:
+            raise PrepareError(f"--scores={config.scores}: {e}") from None
     if config.out.exists() and not config.out.is_dir():
         raise PrepareError(f"--out={config.out}: exists and is not a directory")
     dest = (config.out / config.name).resolve()
