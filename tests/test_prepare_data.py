@@ -439,3 +439,70 @@ def test_an_input_or_scores_file_that_is_a_fifo_or_dev_zero_is_refused_without_h
         f"--scores={fifo}: {fifo}: expected a regular scores file, got a FIFO",
         "--scores=/dev/zero: /dev/zero: expected a regular scores file, got a character device"]
     assert not (tmp_path / "out").exists()
+
+
+_KILL_BETWEEN_RENAMES = """
+import os, pathlib, sys
+from rubric_jax.prepare import pipeline
+out, name = pathlib.Path(sys.argv[1]), "qs"
+real_replace = os.replace
+def replace(src, dst):
+    if pathlib.Path(dst) == out / name and ".tmp-" in str(src):  # the second rename: the new dataset in place
+        os._exit(9)  # killed between the renames
+    real_replace(src, dst)
+os.replace = replace
+pipeline.prepare(pipeline.PrepareConfig(inputs=("questions:" + sys.argv[2],), out=out, name=name, eval_size=2,
+                                        overwrite=True), log=lambda m: None)
+"""
+
+
+def test_a_kill_between_the_overwrite_renames_is_restored_by_the_next_run(prepared, tmp_path):
+    config = _config(tmp_path)
+    prepare(config, log=_quiet)
+    killed = subprocess.run([sys.executable, "-c", _KILL_BETWEEN_RENAMES, str(config.out), str(QUESTIONS)],
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert killed.returncode == 9
+    left = sorted(p.name.split("-")[0] for p in config.out.iterdir())
+    assert left == [".qs.old", ".qs.tmp"]  # OUT/NAME is gone: the data lies in the two leftovers
+    lines = []
+    with pytest.raises(PrepareError, match="already exists; pass --overwrite"):
+        prepare(config, log=lines.append)
+    assert len(lines) == 2 and lines[0].startswith(f"restored {config.out / 'qs'} from .qs.old-")
+    assert lines[1].startswith(f"removed {config.out}/.qs.tmp-")
+    assert sorted(p.name for p in config.out.iterdir()) == ["qs"]
+    assert _splits(config.out, config.name) == prepared[2]  # the old dataset, whole
+
+
+def test_a_kill_after_the_renames_leaves_an_old_copy_the_next_run_deletes(prepared, tmp_path, monkeypatch):
+    config = _config(tmp_path)
+    prepare(config, log=_quiet)
+    real_rmtree = shutil.rmtree
+    monkeypatch.setattr(pipeline.shutil, "rmtree", lambda path, ignore_errors=False: None if ".old-" in str(path)
+                        else real_rmtree(path, ignore_errors=ignore_errors))  # killed before deleting the old copy
+    prepare(dataclasses.replace(config, overwrite=True), log=_quiet)
+    monkeypatch.undo()
+    assert len(list(config.out.glob(".qs.old-*"))) == 1
+    dead = config.out / ".qs.old-4194305"  # above any pid_max: no such process
+    next(config.out.glob(".qs.old-*")).rename(dead)
+    lines = []
+    prepare(dataclasses.replace(config, overwrite=True), log=lines.append)
+    assert f"removed {dead}, left by a killed prepare_data run" in lines
+    assert sorted(p.name for p in config.out.iterdir()) == ["qs"]
+
+
+def test_a_failed_second_rename_puts_the_old_dataset_back(prepared, tmp_path, monkeypatch):
+    config = _config(tmp_path)
+    prepare(config, log=_quiet)
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if Path(dst) == config.out / "qs" and ".tmp-" in str(src):
+            raise OSError(28, "No space left on device")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(pipeline.os, "replace", replace)
+    with pytest.raises(OSError, match="No space left"):
+        prepare(dataclasses.replace(config, overwrite=True, eval_size=2), log=_quiet)
+    monkeypatch.undo()
+    assert sorted(p.name for p in config.out.iterdir()) == ["qs"]
+    assert _splits(config.out, config.name) == prepared[2]

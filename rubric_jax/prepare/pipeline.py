@@ -6,7 +6,8 @@ The golden and eval splits are drawn per category in proportion (seeded); then a
 exact n-gram Jaccard with a held-out row reaches the dedup threshold is dropped (and any eval row near
 a golden one), so no held-out question has a near duplicate in training even where LSH missed a pair.
 The difficulty mix then samples the training split. The dataset and its report are built in a
-temporary directory next to the destination and moved into place, so a failed run leaves nothing.
+temporary directory next to the destination and moved into place, so a failed run leaves nothing; what a
+run killed while replacing OUT/NAME left (the old dataset renamed aside) the next run restores (`recover`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import collections
 import dataclasses
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -52,8 +54,10 @@ class PrepareConfig:
     overwrite: bool = False  # replace an existing OUT/NAME
 
 
-def _check_settings(config: PrepareConfig) -> tuple[list[tuple[str, Path]], dict[str, float] | None]:
-    """Parsed inputs and ratio; every value and path checked before any work."""
+def _check_settings(config: PrepareConfig, log: Callable[[str], None]
+                    ) -> tuple[list[tuple[str, Path]], dict[str, float] | None]:
+    """Parsed inputs and ratio; every value and path checked before any work (what a killed run left in
+    OUT is healed first, see `recover`)."""
     if not config.inputs:
         raise PrepareError("no --input given (KIND:PATH, KIND one of " + ", ".join(convert.INPUT_KINDS) + ")")
     inputs = [convert.parse_input_spec(spec) for spec in config.inputs]
@@ -80,6 +84,7 @@ def _check_settings(config: PrepareConfig) -> tuple[list[tuple[str, Path]], dict
         if src == dest or dest in src.parents or src in dest.parents:
             raise PrepareError(f"--out={config.out} with --name={config.name}: the output {dest} would overlap "
                                f"the input {path}")
+    recover(config.out, config.name, log)
     if dest.exists() and not config.overwrite:
         raise PrepareError(f"{dest} already exists; pass --overwrite to replace it")
     return inputs, ratio
@@ -212,22 +217,67 @@ def _coverage(splits: dict[str, list[SourceRow]], all_rows: list[SourceRow]) -> 
     return out
 
 
+def _pid_alive(pid: int) -> bool:
+    """True when a process `pid` exists (one of another user counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _leftovers(out: Path, name: str) -> tuple[list[Path], list[Path]]:
+    """The `.NAME.old-PID` and `.NAME.tmp-PID-*` directories in `out` whose process is gone (a killed run)."""
+    found: tuple[list[Path], list[Path]] = ([], [])
+    if not out.is_dir():
+        return found
+    for path in sorted(out.iterdir()):
+        match = re.fullmatch(rf"\.{re.escape(name)}\.(old|tmp)-(\d+)(?:-.*)?", path.name)
+        if match and path.is_dir() and not _pid_alive(int(match.group(2))):
+            found[match.group(1) == "tmp"].append(path)
+    return found
+
+
+def recover(out: Path, name: str, log: Callable[[str], None]) -> None:
+    """Heals what a run killed inside `_publish` left: OUT/NAME missing beside its `.NAME.old-PID` (killed between
+    the two renames) is renamed back; an old copy beside a present OUT/NAME (killed before deleting it) and
+    unfinished `.NAME.tmp-*` builds are deleted. Each action is one line through `log`."""
+    old, tmp = _leftovers(out, name)
+    dest = out / name
+    if old and not dest.exists():
+        restored = max(old, key=lambda p: p.stat().st_mtime_ns)  # the most recently replaced one
+        old.remove(restored)
+        os.replace(restored, dest)
+        log(f"restored {dest} from {restored.name}, left by a prepare_data --overwrite killed while replacing it")
+    for path in old + tmp:
+        shutil.rmtree(path)
+        log(f"removed {path}, left by a killed prepare_data run")
+
+
 def _publish(built: Path, dest: Path, overwrite: bool) -> None:
-    """Moves the finished OUT/.tmp/NAME into OUT/NAME (the old one, with --overwrite, is removed after)."""
+    """Moves the finished OUT/.tmp/NAME into OUT/NAME. With --overwrite the old one is renamed to
+    `.NAME.old-PID` first and deleted after; a kill in between leaves it for `recover` to restore."""
     old = None
     if dest.exists():
         if not overwrite:
             raise PrepareError(f"{dest} already exists; pass --overwrite to replace it")
         old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
         os.replace(dest, old)
-    os.replace(built, dest)
+    try:
+        os.replace(built, dest)
+    except BaseException:
+        if old is not None:
+            os.replace(old, dest)
+        raise
     if old is not None:
         shutil.rmtree(old)
 
 
 def prepare(config: PrepareConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Runs every step and writes OUT/NAME (tfds dataset, report.json, report.md); returns the report."""
-    inputs, ratio = _check_settings(config)
+    inputs, ratio = _check_settings(config, log)
     rows, input_notes = _read(inputs, log)
     steps = [{"step": "read", "in": len(rows), "out": len(rows)}]
 
@@ -269,7 +319,7 @@ def prepare(config: PrepareConfig, log: Callable[[str], None] = print) -> dict[s
               "splits": {name: len(splits[name]) for name in SPLITS},
               "coverage": _coverage(splits, rows)}
     config.out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{config.name}.tmp-", dir=config.out))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{config.name}.tmp-{os.getpid()}-", dir=config.out))
     try:
         records = {name: [tfds_dataset.to_record(i, r.row, r.where) for i, r in enumerate(splits[name])]
                    for name in SPLITS}
