@@ -4,6 +4,7 @@ always reads `FILE:LINE: not valid JSON (...)` or `FILE:LINE: expected a JSON ob
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,27 @@ def read_jsonl(path: str | Path, error: type[Exception] = ValueError) -> Iterato
                 raise error(f"{path}:{lineno}: contains a lone surrogate escape (e.g. \\ud800) that UTF-8 cannot "
                             "encode")
             yield lineno, row
+
+
+def finite_float(value: Any) -> float | None:
+    """`value` as a float if it is a finite JSON number (an int or float, not a bool), else None. JSON
+    integers have no size limit, and float(10**400) or math.isfinite(10**400) raise OverflowError: every
+    reader of a number from a data, labels, scores or correction file checks it here."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def shown(value: Any) -> str:
+    """`value` for an error message: its repr, a huge integer as its digit count, at most 80 characters."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**20:
+        return f"an integer of {len(str(abs(value)))} digits"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _encodable(row: dict[str, Any]) -> bool:

@@ -19,7 +19,6 @@ Ids are '<kind>/<benchmark id>' (with the file name when the benchmark numbers i
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 import warnings
 from collections.abc import Mapping, Sequence
@@ -28,7 +27,7 @@ from typing import Any
 
 from rubric_jax import data
 from rubric_jax.files import PathError, check_input_file
-from rubric_jax.jsonl import read_jsonl
+from rubric_jax.jsonl import finite_float, read_jsonl, shown
 from rubric_jax.rubrics.importers import (
     HELLOBENCH_TASKS,
     RubricCase,
@@ -230,9 +229,10 @@ def read_mean_rewards(path: Path) -> tuple[dict[str, float], dict[str, int]]:
             stats["skipped_not_ok"] += 1
             continue
         reward = row.get("reward")
-        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
-            raise InputError(f"{where}: field 'reward': expected a finite number, got {reward!r}")
-        sums.setdefault(row["id"], []).append(float(reward))
+        number = finite_float(reward)
+        if number is None:
+            raise InputError(f"{where}: field 'reward': expected a finite number, got {shown(reward)}")
+        sums.setdefault(row["id"], []).append(number)
     if not sums:
         raise InputError(f"--scores={path}: no usable rewards")
     return {qid: sum(v) / len(v) for qid, v in sums.items()}, stats
