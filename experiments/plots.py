@@ -40,7 +40,7 @@ def main(argv: list[str]) -> None:
     try:
         written = plots.write_overlays(runs, out)
     except OSError as e:  # a full disk: the old directory is kept whole
-        _fail(f"writing the plots into {out} failed ({e.strerror or e}); {out} is as it was", status=1)
+        cli.fail_write("experiments.plots", out, e)
     for path in written:
         print(f"wrote {path}")
 

@@ -183,6 +183,19 @@ def atomic_directory(path: str | Path, *, replace: bool = False) -> Iterator[Pat
         shutil.rmtree(old)
 
 
+def give_new_file_modes(directory: Path) -> None:
+    """Sets every regular file directly in `directory` to the mode a new file gets there (0o666 less the umask,
+    found by creating one): safetensors' save_file writes 0600 files and copies keep their source's mode, so an
+    exported directory would otherwise mix 0600 and 0644 files."""
+    probe = directory / f".{uuid.uuid4().hex}.mode"
+    probe.open("x").close()
+    mode = stat.S_IMODE(probe.stat().st_mode)
+    probe.unlink()
+    for path in directory.iterdir():
+        if path.is_file() and not path.is_symlink():
+            os.chmod(path, mode)
+
+
 def check_output_dir(out: Path, inputs: Sequence[Path], input_dirs: Sequence[Path], *, flag: str = "--out") -> None:
     """An output directory `out` must not be, contain, or lie inside an input (`input_dirs` may not hold
     it either; a run's workdir, given in `inputs`, may hold `out` below it). PathError names `flag`."""

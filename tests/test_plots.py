@@ -225,8 +225,7 @@ def test_plots_cli_full_disk_is_one_line(tmp_path):
             f"sys.argv = ['plots', '--workdir={a}', '--out={tmp_path / 'out'}']\napp.run(cli.main)\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
-        f"experiments.plots: error: writing the plots into {tmp_path / 'out'} failed (No space left on device); "
-        f"{tmp_path / 'out'} is as it was"]
+        f"experiments.plots: error: writing {tmp_path / 'out'} failed (No space left on device); nothing was written"]
     assert not (tmp_path / "out").exists()
 
 

@@ -506,3 +506,37 @@ def test_a_failed_second_rename_puts_the_old_dataset_back(prepared, tmp_path, mo
     monkeypatch.undo()
     assert sorted(p.name for p in config.out.iterdir()) == ["qs"]
     assert _splits(config.out, config.name) == prepared[2]
+
+
+_FULL_DISK = """
+import errno, sys
+from absl import app
+from experiments import prepare_data
+from rubric_jax.prepare import pipeline, tfds_dataset
+def tfds_full(self, *args, **kwargs):  # what array_record's writer raised on a real full tmpfs
+    raise RuntimeError('Failed to finalize writing of split "train": write() failed: No space left on device;\\n'
+                       'writing /x/qs-train.array_record-00000-of-00001; at byte 28672')
+def report_full(path, data):
+    raise OSError(errno.ENOSPC, "No space left on device")
+if sys.argv[1] == "tfds":
+    tfds_dataset.QuestionDataset.download_and_prepare = tfds_full
+else:
+    pipeline.write_atomic = report_full
+sys.argv = ["prepare_data", *sys.argv[2:]]
+app.run(prepare_data.main)
+"""
+
+
+@pytest.mark.parametrize("where", ["tfds", "report"])
+def test_cli_full_disk_is_one_line_and_keeps_the_old_dataset(prepared, tmp_path, where):
+    config = _config(tmp_path)
+    prepare(config, log=_quiet)
+    proc = subprocess.run([sys.executable, "-c", _FULL_DISK, where, f"--input=questions:{QUESTIONS}",
+                           f"--out={config.out}", "--name=qs", "--overwrite", "--eval_size=2"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    (last,) = proc.stderr.strip().splitlines()
+    assert last.startswith(f"experiments.prepare_data: error: writing {config.out / 'qs'} failed (")
+    assert "No space left on device" in last and last.endswith("; nothing was written")
+    assert sorted(p.name for p in config.out.iterdir()) == ["qs"]
+    assert _splits(config.out, config.name) == prepared[2]
