@@ -197,7 +197,12 @@ def _bad_inputs(tmp_path: Path) -> dict[str, Path]:
     ({"inputs": ("questions:/nonexistent/q.jsonl",)}, "/nonexistent/q.jsonl does not exist"),
     ({"inputs": (f"foobench:{QUESTIONS}",)}, "unknown input kind 'foobench'"),
     ({"inputs": (f"hellobench:{QUESTIONS}",)}, "expected a directory"),
-    ({"difficulty_ratio": "3:5"}, "difficulty ratio '3:5': expected easy:medium:hard"),
+    ({"difficulty_ratio": "3:5"}, "--difficulty_ratio: expected easy:medium:hard as three non-negative numbers"),
+    ({"difficulty_ratio": "1e308:1e308:1e308"}, "--difficulty_ratio: expected easy:medium:hard as three non-negative "
+                                                "numbers (not all zero, with a finite sum), e.g. 3:5:2; got "
+                                                "'1e308:1e308:1e308'"),  # was "cannot convert float NaN to integer"
+    ({"seed": -1}, "--seed=-1: expected a non-negative integer"),
+    ({"num_perm": 1_000_000_000}, "--num_perm=1000000000: at most 1024"),  # grew to 7 GB before the cap
     ({"name": "Bad-Name"}, "--name=Bad-Name: expected lower-case"),
     ({"out": QUESTIONS.parents[1], "name": "prepare"}, "would overlap the input"),
     ({"inputs": ("questions:{malformed}",)}, "bad.jsonl:2: not valid JSON"),
@@ -342,7 +347,7 @@ def _cli(*args: str) -> subprocess.Popen:
 def test_cli_bad_input_exits_2_with_one_line(tmp_path):
     bad = _write_jsonl(tmp_path / "bad.jsonl", ['{"id": "b",\n'])
     cases = {
-        "ratio": ([f"--input=questions:{QUESTIONS}", "--difficulty_ratio=3:x:2"], "difficulty ratio '3:x:2'"),
+        "ratio": ([f"--input=questions:{QUESTIONS}", "--difficulty_ratio=3:x:2"], "--difficulty_ratio: expected"),
         "line": ([f"--input=questions:{bad}"], f"{bad}:1: not valid JSON"),
         "kind": ([f"--input=foobench:{QUESTIONS}"], "unknown input kind 'foobench'"),
         "missing": (["--input=longbench_write:/nonexistent.jsonl"], "/nonexistent.jsonl does not exist"),

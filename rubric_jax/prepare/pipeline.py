@@ -28,6 +28,7 @@ from rubric_jax.prepare import convert, dedup, mix, pii, report as report_md, tf
 from rubric_jax.prepare.convert import SourceRow
 
 SPLITS = ("train", "eval", "golden")
+MAX_NUM_PERM = 1024  # --num_perm: LSH gains nothing past a few hundred hash functions; 1e9 grew to 7 GB
 _SCRUBBED_FIELDS = ("question", "reference")
 
 
@@ -61,7 +62,10 @@ def _check_settings(config: PrepareConfig, log: Callable[[str], None]
     if not config.inputs:
         raise PrepareError("no --input given (KIND:PATH, KIND one of " + ", ".join(convert.INPUT_KINDS) + ")")
     inputs = [convert.parse_input_spec(spec) for spec in config.inputs]
-    ratio = None if config.difficulty_ratio == "none" else mix.parse_ratio(config.difficulty_ratio)
+    try:
+        ratio = None if config.difficulty_ratio == "none" else mix.parse_ratio(config.difficulty_ratio)
+    except mix.MixError as e:
+        raise PrepareError(f"--difficulty_ratio: {e}") from None
     if not tfds_dataset.NAME_RE.fullmatch(config.name):
         raise PrepareError(f"--name={config.name}: expected lower-case letters, digits and '_', starting with a letter")
     for flag in ("eval_size", "golden_size", "train_size"):
@@ -71,6 +75,11 @@ def _check_settings(config: PrepareConfig, log: Callable[[str], None]
         raise PrepareError(f"--dedup_threshold={config.dedup_threshold}: expected a number in (0, 1]")
     if config.ngram < 1 or config.num_perm < 1:
         raise PrepareError(f"--ngram={config.ngram} and --num_perm={config.num_perm} must be >= 1")
+    if config.num_perm > MAX_NUM_PERM:  # the signatures take num_perm x 8 bytes per question
+        raise PrepareError(f"--num_perm={config.num_perm}: at most {MAX_NUM_PERM} (MinHash signatures of "
+                           f"{config.num_perm} x 8 bytes per question); 128 is the default")
+    if config.seed < 0:
+        raise PrepareError(f"--seed={config.seed}: expected a non-negative integer")
     if config.scores is not None:
         try:
             check_input_file(config.scores, "scores")
