@@ -545,3 +545,45 @@ def test_cli_full_disk_is_one_line_and_keeps_the_old_dataset(prepared, tmp_path,
     assert "No space left on device" in last and last.endswith("; nothing was written")
     assert sorted(p.name for p in config.out.iterdir()) == ["qs"]
     assert _splits(config.out, config.name) == prepared[2]
+
+
+def test_one_difficulty_is_refused_with_the_reason_instead_of_keeping_1_of_8(tmp_path):
+    path = _write_jsonl(tmp_path / "medium.jsonl", [
+        {"id": f"q{i}", "question": f"Question number {i} about topic {chr(97 + i) * 5}?", "category": "c",
+         "lang": "en", "difficulty": "medium"} for i in range(8)])
+    config = _config(tmp_path, inputs=(f"questions:{path}",), eval_size=0, golden_size=0)
+    with pytest.raises(PrepareError) as e:
+        prepare(config, log=_quiet)  # before: "splits: train 1" and no reason
+    assert str(e.value) == (
+        "--difficulty_ratio=3:5:2: the training split has no easy or hard rows ({'medium': 8}), so the mix would "
+        "keep 1 of 8; label the difficulties, pass --scores=FILE, or --difficulty_ratio=none to keep every row")
+    assert not config.out.exists()
+    lines = []
+    report = prepare(dataclasses.replace(config, difficulty_ratio="0:1:0"), log=lines.append)
+    assert report["splits"]["train"] == 8
+    assert "difficulty mix 0:1:0: kept 8 of 8 training rows (easy 0/0, medium 8/8, hard 0/0), dropped 0" in lines
+
+
+def test_the_mix_says_what_it_dropped(tmp_path):
+    lines = []
+    report = prepare(_config(tmp_path), log=lines.append)
+    assert report["mix"]["dropped"] == 7
+    [line] = [line for line in lines if line.startswith("difficulty mix")]
+    pool = report["mix"]["pool"]
+    assert line == (f"difficulty mix 3:5:2: kept 11 of 18 training rows (easy 3/{pool['easy']}, medium 6/"
+                    f"{pool['medium']}, hard 2/{pool['hard']}), dropped 7 to meet the ratio")
+
+
+def test_a_questions_row_without_lang_gets_it_guessed_and_the_log_says_so(tmp_path):
+    path = _write_jsonl(tmp_path / "nolang.jsonl", [
+        {"id": "en", "question": "How do I ask for a refund of my order?", "category": "c", "difficulty": "easy"},
+        {"id": "zh", "question": "我想退货，怎么申请退款？", "category": "c", "difficulty": "easy"},
+        {"id": "given", "question": "Wie beantrage ich eine Rückerstattung?", "category": "c", "lang": "de",
+         "difficulty": "easy"}])
+    lines = []
+    prepare(_config(tmp_path, inputs=(f"questions:{path}",), eval_size=0, golden_size=0, difficulty_ratio="none"),
+            log=lines.append)
+    assert f"questions:{path}: 2 rows have no 'lang'; guessed from the script of their question: " \
+           "{'en': 1, 'zh': 1}" in lines
+    assert {r["id"]: r["lang"] for r in _splits(tmp_path / "out", "qs")["train"]} == {"en": "en", "zh": "zh",
+                                                                                      "given": "de"}

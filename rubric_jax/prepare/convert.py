@@ -1,6 +1,7 @@
 """Inputs of prepare_data -> question rows (the jsonl schema of rubric_jax.data), each with where it came from.
 
-An input is KIND:PATH. `questions` is the project's own question jsonl, kept as written. The public
+An input is KIND:PATH. `questions` is the project's own question jsonl, kept as written (a row without
+"lang" gets the language guessed from its question's script, as the benchmarks do; the log says so). The public
 benchmarks go through rubrics/importers.py and become rows with their per-question rubric as
 {"replace": rubric}, a category, a language guessed from the script (the benchmarks do not label it)
 and the reference answer where the benchmark has one:
@@ -18,6 +19,7 @@ Ids are '<kind>/<benchmark id>' (with the file name when the benchmark numbers i
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import re
 import warnings
@@ -191,9 +193,15 @@ def _file_rows(kind: str, path: Path, notes: dict[str, Any]) -> list[SourceRow]:
             case = dataclasses.replace(case, rubric=longbench_write_rubric(case))
             rows.append(SourceRow(case_row(f"longbench_write/{case.case_id}", case.prompt, case,
                                            str(case.meta["type"])), f"{path}: record {i}", kind))
-    else:  # questions: the project's own rows, as written
+    else:  # questions: the project's own rows, as written (a missing "lang" guessed from the question's script)
+        guessed: collections.Counter[str] = collections.Counter()
         for lineno, row in read_jsonl(path, InputError):
+            if "lang" not in row and isinstance(row.get("question"), str):
+                row = {**row, "lang": guess_lang(row["question"])}
+                guessed[row["lang"]] += 1
             rows.append(SourceRow(row, f"{path}:{lineno}", kind))
+        if guessed:
+            notes["lang_guessed"] = dict(sorted(guessed.items()))
     return rows
 
 

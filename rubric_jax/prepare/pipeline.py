@@ -112,6 +112,9 @@ def _read(inputs: Sequence[tuple[str, Path]], log: Callable[[str], None]) -> tup
         rows.extend(read)
         notes.append({"input": f"{kind}:{path}", "rows": len(read), **note})
         log(f"read {len(read)} rows from {kind}:{path}")
+        if note.get("lang_guessed"):
+            log(f"{kind}:{path}: {sum(note['lang_guessed'].values())} rows have no 'lang'; guessed from the script of "
+                f"their question: {note['lang_guessed']}")
     return rows, notes
 
 
@@ -183,9 +186,14 @@ def _held_out(rows: list[SourceRow], config: PrepareConfig) -> tuple[dict[str, l
     return splits, leaks
 
 
-def _mix(train: list[SourceRow], ratio: dict[str, float] | None, config: PrepareConfig
+def _mix(train: list[SourceRow], ratio: dict[str, float] | None, config: PrepareConfig, log: Callable[[str], None]
          ) -> tuple[list[SourceRow], dict[str, Any]]:
-    """The training rows kept by the difficulty mix (or a category-stratified sample without a ratio)."""
+    """The training rows kept by the difficulty mix (or a category-stratified sample without a ratio).
+
+    A level the ratio asks for with no training rows at all is refused (one difficulty among the questions
+    kept 1 of 8 at 3:5:2, silently): the ratio cannot be met, and filling from other levels would not be
+    that ratio. What the mix keeps and drops per level is logged in one line.
+    """
     if ratio is None:
         if not config.train_size:
             return train, {"ratio": None}
@@ -201,6 +209,12 @@ def _mix(train: list[SourceRow], ratio: dict[str, float] | None, config: Prepare
                            f"{r.row['id']!r}, difficulty {d!r}); label them, pass --scores=FILE, or "
                            f"--difficulty_ratio=none")
     pools = collections.Counter(labels)
+    absent = [d for d, weight in ratio.items() if weight > 0 and not pools[d]]
+    if absent:
+        raise PrepareError(f"--difficulty_ratio={config.difficulty_ratio}: the training split has no {' or '.join(absent)} "
+                           f"rows ({dict(pools)}), so the mix would keep {mix.max_mix_size(pools, ratio)} of "
+                           f"{len(train)}; label the difficulties, pass --scores=FILE, or --difficulty_ratio=none "
+                           f"to keep every row")
     fit = mix.max_mix_size(pools, ratio)
     size = config.train_size or fit
     if size > fit:
@@ -208,8 +222,12 @@ def _mix(train: list[SourceRow], ratio: dict[str, float] | None, config: Prepare
                            f"{dict(pools)} supplies at most {fit} rows")
     keep = sorted(mix.difficulty_mix(labels, size, config.seed + 2, ratio))
     kept = [train[i] for i in keep]
+    achieved = collections.Counter(r.row["difficulty"] for r in kept)
+    log(f"difficulty mix {config.difficulty_ratio}: kept {len(kept)} of {len(train)} training rows ("
+        + ", ".join(f"{d} {achieved[d]}/{pools[d]}" for d in ratio) + f"), dropped {len(train) - len(kept)}"
+        + (" to meet the ratio" if len(kept) < len(train) else ""))
     return kept, {"ratio": ratio, "pool": dict(pools), "target": mix.largest_remainder(size, ratio),
-                  "achieved": dict(collections.Counter(r.row["difficulty"] for r in kept))}
+                  "achieved": dict(achieved), "dropped": len(train) - len(kept)}
 
 
 def _coverage(splits: dict[str, list[SourceRow]], all_rows: list[SourceRow]) -> dict[str, Any]:
@@ -314,7 +332,7 @@ def prepare(config: PrepareConfig, log: Callable[[str], None] = print) -> dict[s
     steps.append({"step": "held-out splits", "in": len(rows), "out": sum(len(s) for s in splits.values()),
                   "golden": len(splits["golden"]), "eval": len(splits["eval"]), "leaks_removed": len(leaks)})
     train_in = len(splits["train"])
-    splits["train"], mix_info = _mix(splits["train"], ratio, config)
+    splits["train"], mix_info = _mix(splits["train"], ratio, config, log)
     steps.append({"step": "difficulty mix (train)", "in": train_in, "out": len(splits["train"])})
     log(f"splits: train {len(splits['train'])}, eval {len(splits['eval'])}, golden {len(splits['golden'])}")
     if not splits["train"]:
