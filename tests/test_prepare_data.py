@@ -587,3 +587,26 @@ def test_a_questions_row_without_lang_gets_it_guessed_and_the_log_says_so(tmp_pa
            "{'en': 1, 'zh': 1}" in lines
     assert {r["id"]: r["lang"] for r in _splits(tmp_path / "out", "qs")["train"]} == {"en": "en", "zh": "zh",
                                                                                       "given": "de"}
+
+
+def test_question_ids_are_scrubbed_and_scores_still_find_them(tmp_path):
+    rows = [{"id": "call-13812345678", "question": "Why was my parcel returned to the sender?", "category": "c",
+             "lang": "en"},
+            {"id": "mail:lily.chen@example.com", "question": "How long does a refund take to arrive?", "category": "c",
+             "lang": "en"},
+            {"id": "plain-3", "question": "Can I change the delivery address after paying?", "category": "c",
+             "lang": "en"}]
+    path = _write_jsonl(tmp_path / "q.jsonl", rows)
+    scores = _write_jsonl(tmp_path / "scores.jsonl", [
+        *({"id": r["id"], "reward": float(i)} for i, r in enumerate(rows)),
+        {"id": "ghost-13900001111", "reward": 0.5}])  # no such question: listed in the report, scrubbed
+    config = _config(tmp_path, inputs=(f"questions:{path}",), scores=scores, eval_size=0, golden_size=0,
+                     difficulty_ratio="none")
+    report = prepare(config, log=_quiet)
+    train = {r["id"]: r["difficulty"] for r in _splits(config.out, config.name)["train"]}
+    assert train == {"call-[PHONE]~0": "hard", "mail:[EMAIL]~1": "medium", "plain-3": "easy"}
+    assert report["pii"]["by_field"]["id"] == {"email": 1, "phone_cn_mobile": 1}
+    assert report["difficulty"]["score_ids_not_in_input_first"] == ["ghost-[PHONE]"]
+    written = "".join(p.read_text(encoding="utf-8", errors="replace") for p in (config.out / "qs").rglob("*")
+                      if p.is_file()) + json.dumps(_splits(config.out, config.name))
+    assert "13812345678" not in written and "lily.chen" not in written and "13900001111" not in written

@@ -1,6 +1,6 @@
 """prepare_data's steps in order: read -> scrub PII -> dedup -> difficulty -> held-out splits -> mix -> write.
 
-Every setting is checked before the first file is read. Scrubbing runs on each row's question and
+Every setting is checked before the first file is read. Scrubbing runs on each row's id, question and
 reference before anything else sees them, so nothing unscrubbed reaches the dataset or the report.
 The golden and eval splits are drawn per category in proportion (seeded); then any training row whose
 exact n-gram Jaccard with a held-out row reaches the dedup threshold is dropped (and any eval row near
@@ -29,7 +29,7 @@ from rubric_jax.prepare.convert import SourceRow
 
 SPLITS = ("train", "eval", "golden")
 MAX_NUM_PERM = 1024  # --num_perm: LSH gains nothing past a few hundred hash functions; 1e9 grew to 7 GB
-_SCRUBBED_FIELDS = ("question", "reference")
+_SCRUBBED_FIELDS = ("id", "question", "reference")
 
 
 class PrepareError(ValueError):
@@ -118,12 +118,14 @@ def _read(inputs: Sequence[tuple[str, Path]], log: Callable[[str], None]) -> tup
     return rows, notes
 
 
-def _scrub(rows: Sequence[SourceRow]) -> tuple[list[SourceRow], dict[str, Any]]:
-    """Rows with PII replaced in their question and reference, and the counts per kind and field."""
+def _scrub(rows: Sequence[SourceRow]) -> tuple[list[SourceRow], dict[str, Any], dict[str, str]]:
+    """Rows with PII replaced in their id, question and reference, the counts per kind and field, and the
+    ids that changed ({old: new}; a scrubbed id gets '~<row number>' so two ids cannot become one)."""
     by_field = {field: collections.Counter() for field in _SCRUBBED_FIELDS}
     changed = 0
     out = []
-    for r in rows:
+    renamed = {}
+    for number, r in enumerate(rows):
         row = dict(r.row)
         for field in _SCRUBBED_FIELDS:
             if field in row:
@@ -132,33 +134,37 @@ def _scrub(rows: Sequence[SourceRow]) -> tuple[list[SourceRow], dict[str, Any]]:
                 except pii.PiiError as e:
                     raise PrepareError(f"{r.where}: field {field!r}: {e}") from None
                 by_field[field].update(counts)
+        if row["id"] != r.row["id"]:
+            row["id"] = renamed[r.row["id"]] = f"{row['id']}~{number}"
         changed += row != r.row
         out.append(SourceRow(row, r.where, r.kind))
     total = sum(by_field.values(), collections.Counter())
     return out, {"rows_changed": changed, "by_kind": {k: total.get(k, 0) for k in pii.PII_KINDS},
-                 "by_field": {f: dict(sorted(c.items())) for f, c in by_field.items()}}
+                 "by_field": {f: dict(sorted(c.items())) for f, c in by_field.items()}}, renamed
 
 
-def _label(rows: list[SourceRow], scores: Path | None, input_ids: set[str]
+def _label(rows: list[SourceRow], scores: Path | None, input_ids: set[str], renamed: dict[str, str]
            ) -> tuple[list[SourceRow], dict[str, Any]]:
     """Rows with difficulty labels from the scores file where it has them (given labels otherwise).
 
     Terciles are taken over the rows left after dedup; scores of removed duplicates are ignored and
-    scores of ids that no input has are counted.
+    scores of ids that no input has are counted (and listed scrubbed). The scores name the ids as read;
+    `renamed` maps the ones PII scrubbing changed.
     """
     info: dict[str, Any] = {"source": "labels"}
     if scores is not None:
         means, stats = convert.read_mean_rewards(scores)
+        unknown = sorted(set(means) - input_ids)
+        means = {renamed.get(qid, qid): m for qid, m in means.items()}
         ids = {r.row["id"] for r in rows}
         labels = mix.difficulty_from_rewards({qid: m for qid, m in means.items() if qid in ids})
         relabelled = sum(1 for r in rows if r.row["id"] in labels and r.row.get("difficulty") not in
                          (None, labels[r.row["id"]]))
         rows = [SourceRow({**r.row, "difficulty": labels[r.row["id"]]}, r.where, r.kind) if r.row["id"] in labels else r
                 for r in rows]
-        unknown = sorted(set(means) - input_ids)
         info = {"source": f"scores ({scores}), terciles of mean reward", **stats, "scored_questions": len(labels),
                 "unscored_questions": len(ids) - len(labels), "given_labels_replaced": relabelled,
-                "score_ids_not_in_input": len(unknown), "score_ids_not_in_input_first": unknown[:5]}
+                "score_ids_not_in_input": len(unknown), "score_ids_not_in_input_first": [pii.scrub_pii(qid)[0] for qid in unknown[:5]]}
     info["counts"] = dict(collections.Counter(r.row.get("difficulty") or "unlabelled" for r in rows))
     return rows, info
 
@@ -309,7 +315,7 @@ def prepare(config: PrepareConfig, log: Callable[[str], None] = print) -> dict[s
     steps = [{"step": "read", "in": len(rows), "out": len(rows)}]
 
     input_ids = {r.row["id"] for r in rows}
-    rows, pii_info = _scrub(rows)
+    rows, pii_info, renamed = _scrub(rows)
     steps.append({"step": "scrub PII", "in": len(rows), "out": len(rows), "rows_changed": pii_info["rows_changed"]})
     log(f"PII: {pii_info['rows_changed']} rows changed, {sum(pii_info['by_kind'].values())} replacements")
 
@@ -327,7 +333,7 @@ def prepare(config: PrepareConfig, log: Callable[[str], None] = print) -> dict[s
     rows = [rows[i] for i in kept]
     log(f"dedup: {len(pairs)} duplicates removed ({dedup_info['exact_removed']} exact), {len(rows)} rows left")
 
-    rows, difficulty_info = _label(rows, config.scores, input_ids)
+    rows, difficulty_info = _label(rows, config.scores, input_ids, renamed)
     splits, leaks = _held_out(rows, config)
     steps.append({"step": "held-out splits", "in": len(rows), "out": sum(len(s) for s in splits.values()),
                   "golden": len(splits["golden"]), "eval": len(splits["eval"]), "leaks_removed": len(leaks)})
