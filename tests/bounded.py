@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -30,15 +29,13 @@ def deadline(seconds: int) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def _limit_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+_LIMIT = "import resource\nresource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"  # in the child: no fork hook
 
 
 def run_bounded(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """`python -c code` from the repository root with 2 GiB of address space; a hang fails the test."""
     try:
-        return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                              timeout=timeout, preexec_fn=_limit_memory,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+        return subprocess.run([sys.executable, "-c", _LIMIT + code], cwd=ROOT, capture_output=True, text=True,
+                              timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
     except subprocess.TimeoutExpired:
         raise AssertionError(f"still running after {timeout} s: {code}") from None
