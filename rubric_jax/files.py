@@ -9,7 +9,8 @@ the temporary file is removed and the target is untouched.
 Output directories: `atomic_directory` (the whole directory appears at once, by a rename) and
 `check_output_dir` (not an input, not containing one, not inside an input directory).
 Every user-named input is opened by `open_input` (or `read_text`, its text form): a regular file under a size
-cap only, never a directory, a FIFO (would block) or a device (/dev/zero never ends). These checks raise `PathError`, whose message names the path, for a one-line CLI error.
+cap only, never a directory, a FIFO (would block) or a device (/dev/zero never ends). These checks raise
+`PathError`, whose message names the path, for a one-line CLI error.
 """
 
 from __future__ import annotations

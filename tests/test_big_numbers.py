@@ -59,7 +59,8 @@ def test_prepare_data_scores(tmp_path):
 
 def test_qurl_corpus_quality(tmp_path):
     path = _lines(tmp_path / "corpus.jsonl", {"doc_id": "d", "title": "t", "text": "x", "quality": HUGE})
-    with pytest.raises(CorpusError, match=f"corpus.jsonl:1: field 'quality' must be a finite number .* got {HUGE_TEXT}"):
+    with pytest.raises(CorpusError, match=f"corpus.jsonl:1: field 'quality' must be a finite number .* "
+                                          f"got {HUGE_TEXT}"):
         load_corpus(path)
 
 

@@ -164,7 +164,8 @@ def _label(rows: list[SourceRow], scores: Path | None, input_ids: set[str], rena
                 for r in rows]
         info = {"source": f"scores ({scores}), terciles of mean reward", **stats, "scored_questions": len(labels),
                 "unscored_questions": len(ids) - len(labels), "given_labels_replaced": relabelled,
-                "score_ids_not_in_input": len(unknown), "score_ids_not_in_input_first": [pii.scrub_pii(qid)[0] for qid in unknown[:5]]}
+                "score_ids_not_in_input": len(unknown),
+                "score_ids_not_in_input_first": [pii.scrub_pii(qid)[0] for qid in unknown[:5]]}
     info["counts"] = dict(collections.Counter(r.row.get("difficulty") or "unlabelled" for r in rows))
     return rows, info
 
@@ -215,13 +216,12 @@ def _mix(train: list[SourceRow], ratio: dict[str, float] | None, config: Prepare
                            f"{r.row['id']!r}, difficulty {d!r}); label them, pass --scores=FILE, or "
                            f"--difficulty_ratio=none")
     pools = collections.Counter(labels)
+    fit = mix.max_mix_size(pools, ratio)
     absent = [d for d, weight in ratio.items() if weight > 0 and not pools[d]]
     if absent:
-        raise PrepareError(f"--difficulty_ratio={config.difficulty_ratio}: the training split has no {' or '.join(absent)} "
-                           f"rows ({dict(pools)}), so the mix would keep {mix.max_mix_size(pools, ratio)} of "
-                           f"{len(train)}; label the difficulties, pass --scores=FILE, or --difficulty_ratio=none "
-                           f"to keep every row")
-    fit = mix.max_mix_size(pools, ratio)
+        raise PrepareError(f"--difficulty_ratio={config.difficulty_ratio}: the training split has no "
+                           f"{' or '.join(absent)} rows ({dict(pools)}), so the mix would keep {fit} of {len(train)}; "
+                           "label the difficulties, pass --scores=FILE, or --difficulty_ratio=none to keep every row")
     size = config.train_size or fit
     if size > fit:
         raise PrepareError(f"--train_size={size}: at {config.difficulty_ratio} the training pool "
