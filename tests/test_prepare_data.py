@@ -202,7 +202,6 @@ def _bad_inputs(tmp_path: Path) -> dict[str, Path]:
                                                 "numbers (not all zero, with a finite sum), e.g. 3:5:2; got "
                                                 "'1e308:1e308:1e308'"),  # was "cannot convert float NaN to integer"
     ({"seed": -1}, "--seed=-1: expected a non-negative integer"),
-    ({"num_perm": 1_000_000_000}, "--num_perm=1000000000: at most 1024"),  # grew to 7 GB before the cap
     ({"name": "Bad-Name"}, "--name=Bad-Name: expected lower-case"),
     ({"out": QUESTIONS.parents[1], "name": "prepare"}, "would overlap the input"),
     ({"inputs": ("questions:{malformed}",)}, "bad.jsonl:2: not valid JSON"),
@@ -610,3 +609,13 @@ def test_question_ids_are_scrubbed_and_scores_still_find_them(tmp_path):
     written = "".join(p.read_text(encoding="utf-8", errors="replace") for p in (config.out / "qs").rglob("*")
                       if p.is_file()) + json.dumps(_splits(config.out, config.name))
     assert "13812345678" not in written and "lily.chen" not in written and "13900001111" not in written
+
+
+def test_num_perm_is_capped_before_any_work(tmp_path, monkeypatch):
+    def dedup_ran(*args, **kwargs):  # with --num_perm=1e9 it grew past 7 GB: fail fast if the cap is gone
+        raise AssertionError("dedup ran with an uncapped --num_perm")
+
+    monkeypatch.setattr(pipeline.dedup, "MinHasher", dedup_ran)
+    with pytest.raises(PrepareError, match=r"^--num_perm=1000000000: at most 1024 \(MinHash signatures"):
+        prepare(_config(tmp_path, num_perm=1_000_000_000), log=_quiet)
+    assert not (tmp_path / "out").exists()
