@@ -602,6 +602,8 @@ def dynamic_rollout(run_: Run, params: Any, questions: list[data.Question], spec
                                                 spec.prompt_buckets, across_processes=True)
     scored = concat_outputs([select_rows(local.scored, [i for rr, i in rows if rr == r])
                              for r, local in enumerate(rounds) if any(rr == r for rr, _ in rows)])
+    if "judge_generate_calls" in scored.details:  # each round made its own calls (concat_outputs takes the max)
+        scored.details["judge_generate_calls"] = sum(local.scored.details["judge_generate_calls"] for local in rounds)
     selected = LocalRollout(chosen_questions, prompt_ids, prompt_mask, result, scored,
                             [rounds[r].responses[i] for r, i in rows])
     counts = (sum(int((s > rule.min_spread).sum()) for s in spreads),
