@@ -44,8 +44,8 @@ def flaky_reply(text, call):
     return "no idea" if nonce and call == 0 and int(nonce.group(1), 16) % 2 else content_reply(text, call)
 
 
-def judge_with(tok, store, dims=(ACC, SAFE), responses=RESPONSES, reply=flaky_reply, key=0, **config):
-    judge, stub = make_judge(tok, reply)
+def judge_with(tok, store, dims=(ACC, SAFE), responses=RESPONSES, reply=flaky_reply, key=0, name="stub", **config):
+    judge, stub = make_judge(tok, reply, name=name)
     out = lj.judge_rows([judge], lj.JudgeConfig(**{"num_samples": 2, **config}), ["q"] * len(responses), responses,
                         [list(dims)] * len(responses), jax.random.key(key), store)
     return out, stub
@@ -83,11 +83,14 @@ def test_a_new_row_and_a_changed_dimension_judge_only_themselves(tok, tmp_path):
     assert "accuracy" not in " ".join(prompts) and out.details["judge_store_hits"] == len(RESPONSES) * 2
 
 
-def test_another_judge_hash_or_key_reads_nothing(tok, tmp_path):
+def test_another_judge_hash_judge_or_key_reads_nothing(tok, tmp_path):
+    """Another judge specification, another judge of one ensemble (calibration's judge-vs-judge passes use
+    one key), or another key."""
     path = tmp_path / "v.db"
     judge_with(tok, VerdictStore(path, "judge-a"), reply=content_reply)
-    for store, key in ((VerdictStore(path, "judge-b"), 0), (VerdictStore(path, "judge-a"), 1)):
-        out, stub = judge_with(tok, store, reply=content_reply, key=key)
+    for store, key, name in ((VerdictStore(path, "judge-b"), 0, "stub"), (VerdictStore(path, "judge-a"), 0, "other"),
+                             (VerdictStore(path, "judge-a"), 1, "stub")):
+        out, stub = judge_with(tok, store, reply=content_reply, key=key, name=name)
         assert out.details["judge_store_hits"] == 0 and len(sent_prompts(stub)) == len(RESPONSES) * 2 * 2
 
 
@@ -107,8 +110,8 @@ def test_the_store_keeps_the_generate_calls_global_across_processes(tok, tmp_pat
 def _write_answers(path, worker, count):
     store = VerdictStore(path, "judge-a")
     for i in range(count):  # one transaction each, interleaved with the other process's
-        store.put([((f"p{i}", worker, "k"), StoredAnswer(f"w{worker} {i}", "stop", True, (float(i),), ""))])
-        store.put([((f"shared{i}", 0, "k"), StoredAnswer("same", "stop", True, (1.0,), ""))])
+        store.put([(("j", f"p{i}", worker, "k"), StoredAnswer(f"w{worker} {i}", "stop", True, (float(i),), ""))])
+        store.put([(("j", f"shared{i}", 0, "k"), StoredAnswer("same", "stop", True, (1.0,), ""))])
 
 
 def test_two_processes_writing_one_store_lose_nothing(tmp_path):
@@ -123,8 +126,8 @@ def test_two_processes_writing_one_store_lose_nothing(tmp_path):
     assert [w.exitcode for w in workers] == [0, 0]
     store = VerdictStore(path, "judge-a")
     assert store.count() == 3 * count
-    found = store.get([(f"p{i}", w, "k") for w in range(2) for i in range(count)])
-    assert len(found) == 2 * count and found[("p7", 1, "k")].text == "w1 7"
+    found = store.get([("j", f"p{i}", w, "k") for w in range(2) for i in range(count)])
+    assert len(found) == 2 * count and found[("j", "p7", 1, "k")].text == "w1 7"
 
 
 @pytest.mark.parametrize("content", [b"\x00garbage\xff" * 700, b"hello, this is not a database\n" * 10])

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # jax, the sampler and the judges load in seconds: only `run`
 
     from rubric_jax.evaluation.policy import Policy
     from rubric_jax.judges.reward import RubricReward
+    from rubric_jax.judges.store import VerdictStore
 
 BENCHMARKS = ("hellobench", "longbench_write", "healthbench", "biggen", "rubric_set")
 PROMPT_FORMATS = ("plain", "think_answer")
@@ -36,7 +37,7 @@ UNBOUNDED_JUDGE_PROMPT = 1 << 30  # load_judge caps it at the judge's context mi
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 # RubricReward's judge counters summed over the judge passes into summary.json (llm_judge.judge_rows).
 JUDGE_COUNTERS = ("judge_prompts", "judge_generate_calls", "judge_invalid", "judge_retried", "judge_prompt_too_long",
-                  "judge_scores", "judge_failed_samples", "judge_failed_scores")
+                  "judge_scores", "judge_failed_samples", "judge_failed_scores", "judge_store_hits")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,12 +163,11 @@ def generate_answers(policy: Policy, cases: Sequence[RubricCase], settings: Gene
 
 
 def judge_answers(reward: RubricReward, cases: Sequence[RubricCase], generated: Sequence[Generated],
-                  prompt_format: str, show_reference: bool, batch_size: int, key: jax.Array
-                  ) -> tuple[list[Answer], dict[str, int]]:
+                  prompt_format: str, show_reference: bool, batch_size: int, key: jax.Array,
+                  store: VerdictStore | None = None) -> tuple[list[Answer], dict[str, int]]:
     """Answers with the judge's raw scores and the rubric reward, scoring `batch_size` answers per reward
-    call (each one batched judge pass); cases without a rubric or an answer are not judged."""
-    import jax  # imported here: see generate_answers
-
+    call (each one batched judge pass, every one with `key`: a judge prompt depends on its own content only,
+    so `store` finds it in any batch); cases without a rubric or an answer are not judged."""
     parts = [(None, None) if g.response is None else answer_part(g.response, prompt_format) for g in generated]
     todo = [i for i, c in enumerate(cases) if c.rubric is not None and generated[i].response is not None]
     raw: dict[int, np.ndarray] = {}
@@ -177,7 +177,7 @@ def judge_answers(reward: RubricReward, cases: Sequence[RubricCase], generated: 
     progress = metrics.Progress(len(batches), desc="judge", keys=())
     for b, batch in enumerate(batches):
         result = reward([judge_question(cases[i], show_reference) for i in batch], [parts[i][0] for i in batch],
-                        [cases[i].rubric for i in batch], key=jax.random.fold_in(key, b))
+                        [cases[i].rubric for i in batch], key=key, store=store)
         column = {dim_id: c for c, dim_id in enumerate(result.dimension_ids)}
         for row, i in enumerate(batch):
             raw[i] = result.details["raw_scores"][row, [column[d] for d in cases[i].rubric.dimension_ids]]

@@ -18,8 +18,8 @@ Flow for a batch of rows (question, response, the row's LLM dimensions):
             dimensions, sample, round), so a prompt depends only on its own content: a greedy judge's
             verdicts do not depend on the other rows or how rows split over processes (a sampling
             judge's noise depends on where a row sits in a call), and a verdict store can find it;
-  store:    with a VerdictStore (judges/store.py), a prompt whose answer is stored (same judge hash,
-            token ids, sample and key) is not generated: only misses are sent, in the same calls per
+  store:    with a VerdictStore (judges/store.py), a prompt whose answer is stored (same judge hash and
+            judge name, token ids, sample and key) is not generated: only misses are sent, in the same calls per
             round (a process with fewer misses pads), and each call's answers are stored right after it;
   ensemble: judges (different params or base models, RubricRL 6.2 / 7) are combined per score by the
             mean of the valid ones, or weighted by agreement with the other judges.
@@ -252,7 +252,7 @@ def _run_judge(
                 first = requests[r].first_slot
                 causes_SxL[s, first : first + len(requests[r].dims)] = "judge_prompt_too_long"
         sent = [i for i, ok in enumerate(fits) if ok]
-        entry = {i: (prompt_digest(ids[i]), pending[i][1], seed_hex) for i in sent}
+        entry = {i: (judge.name, prompt_digest(ids[i]), pending[i][1], seed_hex) for i in sent}
         found = store.get(entry.values()) if store is not None else {}
         answers = {i: found[entry[i]] for i in sent if entry[i] in found}
         misses = [i for i in sent if i not in answers]
@@ -262,7 +262,7 @@ def _run_judge(
         # The round's generate calls are global: every process makes as many, each with as many prompts, and
         # draws the same sampling key (the salt is agreed on); a process with fewer misses pads its calls.
         most_sent, most_pending, salt = distributed.max_over_processes(
-            len(misses), len(pending), _call_salt([entry[i][0] for i in misses]))
+            len(misses), len(pending), _call_salt([entry[i][1] for i in misses]))
         if not most_pending:
             break
         chunk = judge.batch_size or max(most_sent, 1)

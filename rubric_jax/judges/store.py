@@ -2,7 +2,8 @@
 
 One record is one judge answer to one rendered prompt, keyed by
   judge_hash   the judge specification's hash (weights' identity, settings, prompt template version): a
-               store shared by several judges never hands one judge's answer to another;
+               store shared by several judge specifications never hands one's answer to another;
+  judge        the judge's name within the specification (its checkpoint), for ensembles;
   prompt       sha256 of the exact token ids sent (the chat-templated prompt, nonce and anchor order included);
   sample       the sample index of the item (samples of one item are independent draws);
   seed         the judge key's data (hex), the seed material that chose the nonce and anchor order;
@@ -34,13 +35,14 @@ FORMAT_VERSION = 1
 BUSY_TIMEOUT_S = 60.0  # how long a write waits for another process's write before it is an error
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS verdicts (judge_hash TEXT NOT NULL, prompt TEXT NOT NULL, sample INTEGER NOT NULL, "
-    "seed TEXT NOT NULL, answer TEXT NOT NULL, finish_reason TEXT NOT NULL, valid INTEGER NOT NULL, "
-    "scores TEXT NOT NULL, reason TEXT NOT NULL, PRIMARY KEY (judge_hash, prompt, sample, seed)) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS verdicts (judge_hash TEXT NOT NULL, judge TEXT NOT NULL, prompt TEXT NOT NULL, "
+    "sample INTEGER NOT NULL, seed TEXT NOT NULL, answer TEXT NOT NULL, finish_reason TEXT NOT NULL, "
+    "valid INTEGER NOT NULL, scores TEXT NOT NULL, reason TEXT NOT NULL, "
+    "PRIMARY KEY (judge_hash, judge, prompt, sample, seed)) WITHOUT ROWID",
 )
 _SELECT = ("SELECT answer, finish_reason, valid, scores, reason FROM verdicts "
-           "WHERE judge_hash = ? AND prompt = ? AND sample = ? AND seed = ?")
-_INSERT = "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+           "WHERE judge_hash = ? AND judge = ? AND prompt = ? AND sample = ? AND seed = ?")
+_INSERT = "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 
 class StoreError(ValueError):
@@ -58,8 +60,8 @@ class StoredAnswer:
     reason: str
 
 
-# (prompt digest, sample index, seed): what identifies an answer under one judge hash.
-EntryKey = tuple[str, int, str]
+# (judge name, prompt digest, sample index, seed): what identifies an answer under one judge hash.
+EntryKey = tuple[str, str, int, str]
 
 
 def prompt_digest(token_ids: Sequence[int]) -> str:
@@ -77,8 +79,9 @@ class VerdictStore:
         if self.path.is_dir():
             raise StoreError(f"verdict store {self.path}: is a directory")
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None)
-        except sqlite3.Error as e:
+        except (OSError, sqlite3.Error) as e:
             raise StoreError(f"verdict store {self.path}: cannot open: {e}") from None
         with self._errors("cannot open"):
             self._db.execute("PRAGMA journal_mode=WAL")
