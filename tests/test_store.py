@@ -164,3 +164,36 @@ def test_gates_first_keeps_every_reward_and_sends_fewer_prompts(tok):
     assert on.details["failures"]["accuracy"] == 0 and on.details["failure_causes"] == {}
     assert on.details["judge_prompts"] == off.details["judge_prompts"] - 6
 
+
+
+def test_an_interrupted_evaluation_judge_pass_resumes_with_only_the_missing_answers(tok, tmp_path):
+    """evaluate's judge pass (harness.judge_answers, 2 answers per reward call) dies in its third judge call;
+    the re-run judges only the answers of that call and the ones after it, with the scores of an
+    uninterrupted pass."""
+    from rubric_jax.evaluation import harness
+    from rubric_jax.rubrics.importers import RubricCase
+
+    acc_rubric = rubric([FORMAT, ACCURACY])
+    cases = [RubricCase(f"c{i}", f"question {i}", acc_rubric) for i in range(7)]
+    generated = [harness.Generated(f"answer worth {1 + i % 5}", "stop", 3) for i in range(7)]
+
+    def judge_pass(store, die_at=None):
+        def reply(text, call):
+            if call + 1 == die_at:
+                raise KeyboardInterrupt("killed")
+            return content_reply(text, call)
+
+        judge, stub = make_judge(tok, reply)
+        reward = RubricReward([acc_rubric], [judge], lj.JudgeConfig(num_samples=2))
+        return harness.judge_answers(reward, cases, generated, "plain", False, 2, jax.random.key(0), store), stub
+
+    store = VerdictStore(tmp_path / "v.db", "judge-a")
+    with pytest.raises(KeyboardInterrupt):
+        judge_pass(store, die_at=3)
+    assert store.count() == 2 * 2 * 2  # two calls of 2 answers x 2 samples
+    (answers, counters), stub = judge_pass(store)
+    assert counters["judge_store_hits"] == 8 and counters["judge_prompts"] == (7 - 4) * 2
+    assert len(stub.calls) == 2  # the last two reward calls only
+    (fresh, _), _ = judge_pass(None)
+    assert [a.raw_scores.tolist() for a in answers] == [a.raw_scores.tolist() for a in fresh]
+    assert [a.raw_scores[1] for a in answers] == [1 + i % 5 for i in range(7)]

@@ -263,8 +263,10 @@ def _check_rules(cases: Sequence[RubricCase]) -> None:
 
 
 def run(evaluation: Evaluation, *, checkpoint: Path | None, workdir: Path | None, which: str,
-        mesh_axes: tuple[int, int, int], generation: GenerationSettings, judge: JudgeSettings) -> dict[str, Any]:
-    """Answers, judges and scores every case, writes the report into `evaluation.out`; returns summary.json."""
+        mesh_axes: tuple[int, int, int], generation: GenerationSettings, judge: JudgeSettings,
+        store: VerdictStore | None = None) -> dict[str, Any]:
+    """Answers, judges and scores every case, writes the report into `evaluation.out`; returns summary.json.
+    The judge reads and writes `store` (judges/store.py): a re-run judges only answers it has not seen."""
     import jax  # imported here: bad input is rejected (prepare) before jax, flax and transformers load
 
     from rubric_jax import sampling, sharding
@@ -302,7 +304,7 @@ def run(evaluation: Evaluation, *, checkpoint: Path | None, workdir: Path | None
             raise EvalInputError(f"--judge_checkpoint={path}: {e}") from None
     reward = RubricReward(judges=judges, judge_config=judge_config)
     answers, judge_counters = judge_answers(reward, cases, generated, generation.prompt_format,
-                                            benchmark.judge_sees_reference, judge.batch_size, judge_key)
+                                            benchmark.judge_sees_reference, judge.batch_size, judge_key, store)
     result = benchmark.score(cases, answers)
     summary = {"benchmark": benchmark.name, "policy": policy_name, "policy_source": policy_source,
                "judge": [str(p) for p in judge.checkpoints], "judge_mode": judge_config.mode,

@@ -235,7 +235,8 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
         reward = RubricReward(rubrics, judges, JudgeConfig(
             mode=run_settings.JUDGE_MODES[config.judge.mode], num_samples=config.judge.samples,
             max_retries=config.judge.max_retries, ensemble=config.judge.ensemble,
-            shuffle_anchors=config.judge.shuffle_anchors, prompt=config.judge.prompt), correction=correction)
+            shuffle_anchors=config.judge.shuffle_anchors, prompt=config.judge.prompt), correction=correction,
+            gates_first=config.reward.gates_first)
     else:
         dtype = config.reward.model_dtype
         reward = RewardModelReward(load_reward_model(config.reward.model_checkpoint, layout=decode_layout,
