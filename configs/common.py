@@ -40,6 +40,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.judge.param_dtype = "auto"  # Judge weights dtype: auto (bfloat16 on accelerators, float32 on CPU), float32, bfloat16.
     c.judge.compute_dtype = "auto"  # Judge activation dtype, same choices.
     c.judge.batch_size = 0  # Most judge prompts per generate call (bounds its KV cache; 0 = a whole round at once).
+    c.judge.store = ""  # Verdict store (SQLite file on a local disk, docs/judges.md) of judge answers; "" = none.
+    c.judge.store_rollouts = False  # Policy responses read/write the store too (off: they never repeat; golden references always do).
 
     # What scores rollouts: rubrics (rule and LLM judges, above) or a scalar reward model (rubric_jax/judges/
     # reward_model.py; QuRL's "w/ RLHF reward model" ablation, which uses internlm2-7b-reward).

@@ -197,3 +197,35 @@ def test_an_interrupted_evaluation_judge_pass_resumes_with_only_the_missing_answ
     (fresh, _), _ = judge_pass(None)
     assert [a.raw_scores.tolist() for a in answers] == [a.raw_scores.tolist() for a in fresh]
     assert [a.raw_scores[1] for a in answers] == [1 + i % 5 for i in range(7)]
+
+
+def test_golden_references_are_judged_once_with_a_store(tok, tmp_path):
+    """The golden set's reference answers: judged with the same key at every eval, so from the second eval
+    on the store answers them and the judge is not asked."""
+    from rubric_jax import data
+    from rubric_jax.train.golden import GoldenSet
+
+    acc_rubric = rubric([FORMAT, ACCURACY])
+    questions = [data.question_from_row({"id": f"g{i}", "question": f"q{i}", "category": "c", "lang": "en",
+                                         "reference": f"answer worth {i + 1}"}, f"g{i}") for i in range(3)]
+    golden_set = GoldenSet(questions, [acc_rubric] * 3)
+    store = VerdictStore(tmp_path / "v.db", "judge-a")
+    judge, stub = make_judge(tok, content_reply)
+    reward = RubricReward([acc_rubric], [judge], lj.JudgeConfig(num_samples=1))
+    policy = reward(["q"] * 3, ["worth 2"] * 3, [acc_rubric] * 3, key=jax.random.key(5))
+    calls = len(stub.calls)
+    evals = [golden_set.metrics(policy, reward, key=jax.random.key(1), store=store) for _ in range(2)]
+    assert len(stub.calls) == calls + 1 and store.count() == 3  # the second eval asked nothing
+    assert evals[0] == evals[1] and evals[0]["golden/reference/reward/accuracy"] == pytest.approx(0.25)  # (0 + .25 + .5) / 3
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"judge__store_rollouts": True}, "config.judge.store_rollouts=True: there is no verdict store"),
+    ({"judge__store": "v.db", "judge__checkpoint": ""}, "config.judge.store='v.db': there is no LLM judge"),
+])
+def test_store_settings_are_checked_at_start_up(values, message):
+    from rubric_jax.train import settings
+    from test_settings import _with
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        settings.validate(_with(**values))
