@@ -7,9 +7,8 @@ import sys
 
 import pytest
 
-from test_llm_judge import scripted_model, tiny_tokenizer
 from test_reward import ACCURACY, FORMAT
-from test_score_cli import REPO, rubric_dict, score_in_process, write_jsonl
+from test_score_cli import REPO, rubric_dict, score_in_process, scripted_judge_dir, write_jsonl
 
 # experiments.score whose judge process kills itself (kill -9) as its `KILL_AT`-th generate call starts:
 # the calls before it have returned and been stored, the rest never happen.
@@ -32,13 +31,8 @@ ROWS = 6  # one LLM dimension, one sample: one judge prompt per row; 2 rows per 
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
-    from rubric_jax.models.checkpoint import export_hf_checkpoint
-
     tmp = tmp_path_factory.mktemp("store_cli")
-    tokenizer = tiny_tokenizer()
-    weights = scripted_model(tokenizer, "SCORE: 4")
-    judge_dir = export_hf_checkpoint(weights.cfg, weights.params, tmp / "judge")
-    tokenizer.save_pretrained(judge_dir)
+    judge_dir = scripted_judge_dir(tmp / "judge", "SCORE: 4")
     rubric = tmp / "rubric.json"
     rubric.write_text(json.dumps(rubric_dict([FORMAT, ACCURACY])))
     responses = write_jsonl(tmp / "in.jsonl", [{"question": f"q{i}", "response": f"answer {i}"} for i in range(ROWS)])
