@@ -540,32 +540,41 @@ def grpo_iteration(run_: Run, programs: run_programs.GRPOPrograms, state: train_
     spec, cfg, settings = run_.settings.train_rollout, programs.cfg, run_.settings
     out = rollout_and_score(run_, state.params, questions, spec, key)
     scored = out.scored
-    advantages_N, valid_N, zero_std = rollout.rollout_advantages(scored, cfg, settings.missing_scores)
+    signal = rollout.rollout_advantages(scored, cfg, settings.missing_scores, settings.shaping,
+                                        rubrics=_row_rubrics(run_, scored), weights=run_.weights,
+                                        lengths_N=out.lengths_N, truncated_N=out.truncated_N)
     batch = rollout.training_batch(out.prompt_ids_BxP, out.prompt_mask_BxP, out.result, cfg.group_size,
-                                   advantages_N[out.rows], valid_N[out.rows], spec.response_buckets,
+                                   signal.advantages_N[out.rows], signal.trainable_N[out.rows], spec.response_buckets,
                                    across_processes=True)  # groups never straddle processes: rows are whole groups
     batch = distributed.global_batch(batch, sharding.batch_sharding(run_.mesh))
-    batch, recomputed_gap = run_programs.rollout_logprobs(programs, batch, state.params, ref_params,
-                                             settings.recompute_old_logprobs)
+    batch, logprob_stats = run_programs.rollout_logprobs(programs, batch, state.params, ref_params,
+                                                         settings.recompute_old_logprobs)
     updates = []
     for _ in range(settings.updates_per_batch):
         state, update_metrics = programs.update(state, batch)
         updates.append(update_metrics)
     summary = rollout.summarize_rewards(scored)
     host_row = {"reward/mean": summary.reward_mean, **rollout.reward_metrics(summary, ""),
-                "zero_std_frac": zero_std, "response_len/mean": float(out.lengths_N.mean()),
-                "truncated_frac": float(out.truncated_N.mean())}
+                "zero_std_frac": signal.zero_std_frac, "response_len/mean": float(out.lengths_N.mean()),
+                "truncated_frac": float(out.truncated_N.mean()), **signal.metrics}
     host_row.update(monitors.step_monitors([s["response"] for s in out.samples], out.lengths_N, scored))
     if run_.dynamic_weights is not None:
         host_row.update(run_.dynamic_weights.update(scored.dimension_ids, scored.scores, scored.valid))
 
     def row() -> dict[str, Any]:
-        device_rows, gap = distributed.host_tree((updates, recomputed_gap))
+        device_rows, stats = distributed.host_tree((updates, logprob_stats))
         out = {k: float(np.mean([u[k] for u in device_rows])) for k in device_rows[0]}
-        out["logprob_gap/mean"] = float(device_rows[0]["abs_log_ratio"] if gap is None else gap)
+        out["logprob_gap/mean"] = float(device_rows[0]["abs_log_ratio"])  # the first update's, unless recomputed
+        out.update({k: float(v) for k, v in stats.items()})
         return {**out, **host_row}
 
     return state, StepOutput(row, out.samples[: settings.samples_per_step])
+
+
+def _row_rubrics(run_: Run, scored: RewardOutput) -> list[Rubric]:
+    """Each scored row's rubric (every process's rows, from the hashes the reward recorded)."""
+    by_hash = {rubric.content_hash: rubric for rubric in run_.rubric_of.values()}
+    return [by_hash[h] for h in scored.details["rubric_hashes"]]
 
 
 def evaluate(run_: Run, state: train_state.TrainState, step: int) -> dict[str, float]:
