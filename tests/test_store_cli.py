@@ -76,3 +76,21 @@ def test_a_corrupt_or_misplaced_store_is_one_line(tmp_path, inputs):
         assert status == 2 and len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr, stderr
         assert str(store) in stderr and fragment in stderr, stderr
         assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_the_documented_store_example_judges_nothing_the_second_time(tmp_path):
+    """docs/judges.md's command as written (its --out and --judge_store in a temporary directory), run twice."""
+    from tests import manual
+
+    command = manual.command("experiments.score", "--judge_store")
+    replaced = {"--out": tmp_path / "scored.jsonl", "--judge_store": tmp_path / "verdicts.db"}
+    args = [next((f"{flag}={value}" for flag, value in replaced.items() if a.startswith(f"{flag}=")), a)
+            for a in command.argv[2:]]
+    outputs = []
+    for _ in range(2):
+        status, stdout, stderr = score_in_process(*args)
+        assert status == 0, stderr
+        outputs.append((summary_of(stdout), (tmp_path / "scored.jsonl").read_text()))
+    (first, first_rows), (second, second_rows) = outputs
+    assert first["judge_prompts"] == first["rows"] == 8 and first["judge_store_hits"] == 0
+    assert second["judge_prompts"] == 0 and second["judge_store_hits"] == 8 and second_rows == first_rows
