@@ -127,6 +127,13 @@ def base_config() -> ml_collections.ConfigDict:
     # Truncated importance sampling between trainer and sampler log-probs, weight min(pi_old/pi_sampler, C) (TRL
     # vllm_importance_sampling_cap, verl tis_imp_ratio_cap); needs recompute_old_logprobs; 0 = off.
     c.rl.behaviour_correction_cap = 0.0
+    # RubricRL §4.3: lower the learning rate (1e-6 -> 5e-7) when the reward oscillates (train/oscillation.py).
+    c.rl.lr_on_oscillation = False  # Multiply the lr by lr_drop_factor when the windowed reward oscillates; off by default.
+    c.rl.oscillation_window = 20  # GRPO steps of reward/mean in the oscillation test (and between two drops).
+    c.rl.oscillation_ratio = 4.0  # Oscillating: path length / displacement of the window's rewards at least this.
+    c.rl.oscillation_min_swing = 0.02  # ... and a mean step-to-step change of at least this (a quiet reward never drops).
+    c.rl.lr_drop_factor = 0.5  # Each drop multiplies the lr by this (RubricRL: 1e-6 -> 5e-7).
+    c.rl.min_lr_factor = 0.25  # No drop below this fraction of the configured lr.
     c.rl.dynamic_weights = False  # Move weight from saturated to discriminating dimensions (RubricRL §2.3).
     c.rl.dynamic_weights_window = 20  # Steps of score statistics behind the saturation test.
 

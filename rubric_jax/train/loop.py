@@ -59,8 +59,8 @@ from rubric_jax.rubrics.correction import Correction, load_correction
 from rubric_jax.rubrics.dynamic_weights import DimensionWeights
 from rubric_jax.rubrics.io import dumps_rubric, load_rubric
 from rubric_jax.rubrics.schema import Rubric
-from rubric_jax.train import checkpointing, export, golden as golden_set, monitors, programs as run_programs, rollout, runs
-from rubric_jax.train import settings as run_settings, state as train_state, workdir as run_workdir
+from rubric_jax.train import checkpointing, export, golden as golden_set, monitors, oscillation, programs as run_programs
+from rubric_jax.train import rollout, runs, settings as run_settings, state as train_state, workdir as run_workdir
 from rubric_jax.train.settings import RolloutSpec, Settings
 
 EXPORT_DIR = "export"  # <workdir>/export: the final policy as a HF directory (config.export.at_end)
@@ -620,6 +620,7 @@ def run_grpo(run_: Run, init_params: Any) -> dict[str, Any]:
     rl, settings = run_.config.rl, run_.settings
     state, shardings, programs = grpo_components(run_, init_params)
     nan_streak = NanStreak(rl.max_nan_streak)
+    lr_drop = oscillation.LearningRateDrop(settings.oscillation) if settings.oscillation is not None else None
     ref_params = None
     baseline = None
 
@@ -630,6 +631,8 @@ def run_grpo(run_: Run, init_params: Any) -> dict[str, Any]:
         iterator_state = data.IteratorState.from_dict(restored.data_state) if restored else data.IteratorState(
             seed=run_.config.seed)
         ref_params = load_reference(run_, state, iterator_state).params if rl.beta > 0 else None
+        if lr_drop is not None:
+            lr_drop.restore(run_.log.rows(), float(train_state.lr_factor(state.opt_state)))
         if start == 0:
             row = evaluate(run_, state, 0)
             baseline = row["eval/reward_mean"]
@@ -649,12 +652,18 @@ def run_grpo(run_: Run, init_params: Any) -> dict[str, Any]:
         weights = {} if run_.dynamic_weights is None else {"dynamic_weights": run_.dynamic_weights.to_json()}
         return {"updates_per_batch": settings.updates_per_batch, **weights}
 
+    def grpo_step(state, questions, step):
+        if lr_drop is not None:  # rl.lr_on_oscillation: the factor the logged rewards decide for this update
+            state = state.replace(opt_state=lr_drop.before_step(state.opt_state, step))
+        return grpo_iteration(run_, programs, state, ref_params, questions, jax.random.fold_in(run_.key, 1000 + step))
+
+    def observe(step, row):
+        return run_.watch.observe(step, row if lr_drop is None else lr_drop.observe(step, row))
+
     stage = Stage(
-        "grpo", rl.steps, run_.train_questions, rl.questions_per_step, state, shardings,
-        lambda state, questions, step: grpo_iteration(run_, programs, state, ref_params, questions,
-                                                      jax.random.fold_in(run_.key, 1000 + step)),
+        "grpo", rl.steps, run_.train_questions, rl.questions_per_step, state, shardings, grpo_step,
         updates_per_step=settings.updates_per_batch, checkpoint_extra=checkpoint_extra, on_start=on_start,
-        observe=run_.watch.observe, after_row=stop_on_nan_streak,
+        observe=observe, after_row=stop_on_nan_streak,
         eval_due=lambda step: step % settings.eval_every == 0 or step == rl.steps, evaluate=eval_and_report,
         keep_best=run_.config.checkpoint.keep_best)
     return run_stage(run_, stage).params

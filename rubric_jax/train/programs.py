@@ -25,8 +25,10 @@ def sft_optimizer(sft: ml_collections.ConfigDict, total_steps: int) -> optax.Gra
 
 
 def grpo_optimizer(rl: ml_collections.ConfigDict) -> optax.GradientTransformation:
-    """AdamW of the GRPO stage, its schedule over every update (`steps` x `updates_per_batch`)."""
-    return train_state.make_optimizer(run_settings.optimizer_config(rl, rl.steps * rl.updates_per_batch, "rl"))
+    """AdamW of the GRPO stage, its schedule over every update (`steps` x `updates_per_batch`); with
+    `lr_on_oscillation`, a learning-rate factor in its state (train/oscillation.py)."""
+    return train_state.make_optimizer(run_settings.optimizer_config(rl, rl.steps * rl.updates_per_batch, "rl"),
+                                      adjustable_lr=rl.lr_on_oscillation)
 
 
 def sft_program(shardings: train_state.TrainState, mesh: jax.sharding.Mesh

@@ -24,6 +24,7 @@ from rubric_jax.judges.reward_model import RewardModelConfig
 from rubric_jax.loader import ATTENTION_CHOICES, DTYPE_CHOICES, resolve_attention
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.train import rollout, state as train_state
+from rubric_jax.train.oscillation import OscillationRule
 
 STAGES = ("sft", "grpo")
 REWARD_SOURCES = ("rubric", "reward_model")  # config.reward.source
@@ -68,6 +69,7 @@ class Settings:
     sft_response_buckets: tuple[int, ...]
     missing_scores: str  # rl.missing_scores
     shaping: rollout.Shaping  # rl.advantage, rl.overlong_*, rl.mask_truncated
+    oscillation: OscillationRule | None  # rl.lr_on_oscillation and its rule, None when off
     recompute_old_logprobs: bool  # rl.recompute_old_logprobs
     updates_per_batch: int  # rl.updates_per_batch
     samples_per_step: int  # log.samples_per_step
@@ -135,6 +137,21 @@ def shaping(rl: ml_collections.ConfigDict) -> rollout.Shaping:
     except ValueError as e:
         field = str(e).split("=", 1)[0]
         raise ValueError(f"config.rl.{e}" if field in fields else f"config.rl: {e}") from None
+
+
+def oscillation_rule(rl: ml_collections.ConfigDict) -> OscillationRule | None:
+    """The learning-rate drop's rule (rl.oscillation_*), or None when rl.lr_on_oscillation is off."""
+    if not isinstance(rl.lr_on_oscillation, bool):
+        _fail("rl.lr_on_oscillation", rl.lr_on_oscillation, "expected True or False")
+    if not rl.lr_on_oscillation:
+        return None
+    fields = {"window": "oscillation_window", "ratio": "oscillation_ratio", "min_swing": "oscillation_min_swing",
+              "factor": "lr_drop_factor", "min_factor": "min_lr_factor"}
+    try:
+        return OscillationRule(**{field: rl[key] for field, key in fields.items()})
+    except ValueError as e:
+        field = str(e).split("=", 1)[0]
+        raise ValueError(f"config.rl.{fields[field]}{str(e)[len(field):]}") from None
 
 
 def optimizer_config(stage_cfg: ml_collections.ConfigDict, total_steps: int | None, block: str
@@ -252,6 +269,6 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
         _fail("rl.behaviour_correction_cap", config.rl.behaviour_correction_cap, "the correction weighs the trainer's "
               "recomputed log-probs against the sampler's: set rl.recompute_old_logprobs=True")
     return Settings(stages, grpo_cfg, train, evaluation, buckets(config.sft.max_response_len),
-                    config.rl.missing_scores, shaping(config.rl), config.rl.recompute_old_logprobs,
+                    config.rl.missing_scores, shaping(config.rl), oscillation_rule(config.rl), config.rl.recompute_old_logprobs,
                     config.rl.updates_per_batch,
                     config.log.samples_per_step, config.eval.every_steps, reward_model_config(config))
