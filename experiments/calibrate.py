@@ -92,6 +92,9 @@ def main(argv: list[str]) -> None:
     try:
         store = None
         if STORE.value:
+            if not judge_dirs:
+                raise ValueError(f"--judge_store={STORE.value}: there is no LLM judge (--judge_checkpoint) whose "
+                                 "verdicts to store")
             check_output_path(STORE.value, [_LABELS.value, _RUBRIC.value, _CORRECTION.value, *judge_dirs, out])
             store = open_judge_store(judge_dirs)
         judges = load_judges(judge_dirs)

@@ -98,6 +98,9 @@ def _open_store(judge: harness.JudgeSettings, inputs: list[Path]) -> VerdictStor
     it must not be one of the inputs or --out."""
     if not _JUDGE_STORE.value:
         return None
+    if not judge.checkpoints:
+        raise EvalInputError(f"--judge_store={_JUDGE_STORE.value}: there is no LLM judge (--judge_checkpoint) whose "
+                             "verdicts to store")
     check_output_path(_JUDGE_STORE.value, inputs)
     fields = {**dataclasses.asdict(judge), "checkpoints": [str(p.resolve()) for p in judge.checkpoints]}
     return VerdictStore(_JUDGE_STORE.value, hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest())

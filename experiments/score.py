@@ -143,6 +143,9 @@ def main(argv: list[str]) -> None:
     try:
         out = check_output_path(_OUT.value, [_RESPONSES.value, _RUBRIC.value, _JUDGE.value, _STORE.value or None])
         if _STORE.value:
+            if _JUDGE.value is None:
+                raise PathError(f"--judge_store={_STORE.value}: there is no LLM judge (--judge_checkpoint) whose "
+                                "verdicts to store")
             check_output_path(_STORE.value, [_RESPONSES.value, _RUBRIC.value, _JUDGE.value, _OUT.value])
         shared = None if _RUBRIC.value is None else load_rubric(_RUBRIC.value)
         rows, rubrics, sources = read_rows(Path(_RESPONSES.value), shared, str(_RUBRIC.value))

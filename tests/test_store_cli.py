@@ -67,12 +67,15 @@ def test_a_killed_score_rerun_judges_only_what_is_missing(tmp_path, inputs):
     assert status == 0 and again["judge_store_hits"] == ROWS and again["judge_generate_calls"] == 0
 
 
-def test_a_corrupt_or_misplaced_store_is_one_line(tmp_path, inputs):
+def test_a_corrupt_misplaced_or_useless_store_is_one_line(tmp_path, inputs):
     garbage = tmp_path / "garbage.db"
     garbage.write_bytes(b"\x13\x37 not sqlite \xff" * 500)
     responses = inputs[1].split("=", 1)[1]
-    for store, fragment in ((garbage, "file is not a database"), (responses, "same file as the input")):
-        status, stdout, stderr = score_in_process(*inputs, f"--out={tmp_path / 'out.jsonl'}", f"--judge_store={store}")
+    no_judge = [a for a in inputs if not a.startswith("--judge_checkpoint=")]
+    for store, fragment, args in ((garbage, "file is not a database", inputs),
+                                  (responses, "same file as the input", inputs),
+                                  (tmp_path / "v.db", "there is no LLM judge", no_judge)):
+        status, stdout, stderr = score_in_process(*args, f"--out={tmp_path / 'out.jsonl'}", f"--judge_store={store}")
         assert status == 2 and len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr, stderr
         assert str(store) in stderr and fragment in stderr, stderr
         assert not (tmp_path / "out.jsonl").exists()
