@@ -58,7 +58,8 @@ def _check_inputs(judge_dirs: list[str]) -> None:
 
 def _check_outputs(outputs: list[Path]) -> None:
     """No output path is one of the input files."""
-    inputs = {"--labels": _LABELS.value, "--rubric": _RUBRIC.value, "--correction": _CORRECTION.value}
+    inputs = {"--labels": _LABELS.value, "--rubric": _RUBRIC.value, "--correction": _CORRECTION.value,
+              "--judge_store": STORE.value or None}
     taken = {Path(v).resolve(): flag for flag, v in inputs.items() if v is not None}
     for path in outputs:
         if path.resolve() in taken:

@@ -133,12 +133,13 @@ def main(argv: list[str]) -> None:
             if not Path(_RUBRIC.value).is_file():
                 raise EvalInputError(f"--rubric={_RUBRIC.value}: file does not exist")
             shared = load_rubric(_RUBRIC.value)
-        inputs = [path for path in (data_dir / _DATA_FILE.value if _DATA_FILE.value else None,
-                                    Path(_RUBRIC.value) if _RUBRIC.value else None, workdir) if path is not None]
+        sources = [path for path in (data_dir / _DATA_FILE.value if _DATA_FILE.value else None,
+                                     Path(_RUBRIC.value) if _RUBRIC.value else None, workdir) if path is not None]
+        inputs = [*sources, *([Path(_JUDGE_STORE.value)] if _JUDGE_STORE.value else [])]  # --out may not hold them
         input_dirs = [data_dir, *judge.checkpoints, *([checkpoint] if checkpoint else [])]
         evaluation = harness.prepare(_BENCHMARK.value, data_dir, _DATA_FILE.value, _LIMIT.value or None, out, judge,
                                      inputs, input_dirs, shared)
-        store = _open_store(judge, [*inputs, *input_dirs, out])
+        store = _open_store(judge, [*sources, *input_dirs, out])
         summary = harness.run(evaluation, checkpoint=checkpoint, workdir=workdir, which=_WHICH.value, mesh_axes=mesh,
                               generation=generation, judge=judge, store=store)
     except (EvalInputError, RubricError, DataError, UnicodeDecodeError, StoreError, PathError) as e:
