@@ -153,7 +153,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.monitor.max_length_drift = 1.0  # Mean response tokens / first GRPO step's - 1 (1.0 = doubled; inf = never).
     c.monitor.max_saturation = 1.0  # Share of a dimension's scores at its top level (RubricRL §2.3); 1 = never (penalties sit at the top).
     c.monitor.max_reward_length_corr = 0.5  # Spearman of reward vs response length within a step (length bias, RubricRL §3.3).
-    c.monitor.max_judge_parse_failure = 0.1  # Share of LLM-judge answers the strict parser rejected.
+    c.monitor.max_judge_parse_failure = 0.1  # Share of LLM-judge prompts without a parseable verdict (rejected, cut, too long).
+    c.monitor.max_missing_share = 0.2  # Share of a dimension's scores missing at a step (its judge failed; the reward drops them).
     c.monitor.min_golden_spearman = 0.6  # Judge vs labels on golden reference answers, per dimension (RubricRL: below 0.6 is unusable).
 
     c.checkpoint = ml_collections.ConfigDict()
