@@ -261,7 +261,7 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
     if config.model.param_dtype != "float32":
         _fail("model.param_dtype", config.model.param_dtype,
               "training keeps float32 master weights; set model.compute_dtype='bfloat16' for bf16 compute")
-    for key in ("checkpoint.keep_best", "export.at_end"):
+    for key in ("checkpoint.keep_best", "export.at_end", "reward.gates_first", "judge.store_rollouts"):
         if not isinstance(_get(config, key), bool):
             _fail(key, _get(config, key), "expected True or False")
     _choice(config, "export.which", EXPORT_WHICH)
@@ -280,6 +280,10 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
         _fail("judge.prompt", config.judge.prompt, "the compact prompt scores one dimension at a time: judge.mode "
               "must be 'per_dimension'")
     _sampler(config, "judge.sampler")
+    if config.judge.store and not config.judge.checkpoint:
+        _fail("judge.store", config.judge.store, "there is no LLM judge (judge.checkpoint) whose verdicts to store")
+    if config.judge.store_rollouts and not config.judge.store:
+        _fail("judge.store_rollouts", True, "there is no verdict store: set judge.store=PATH")
     _sampler(config, "eval.sampler")
     for block in ("sft", "rl"):  # the schedule total is known later (cosine needs it): any valid length here
         optimizer_config(config[block], _get(config, f"{block}.warmup_steps") + 1, block)
