@@ -31,6 +31,8 @@ def judge_block() -> ml_collections.ConfigDict:
     j.tensor = 1  # Consecutive devices splitting each judge weight (its decode tensor-parallel group); the rest hold replicas.
     j.calibration = ""  # A calibration report.json (experiments.calibrate) checked against this (rubric, judge) at start-up; "" = none.
     j.require_calibration = False  # True: an uncalibrated (rubric, judge) pair or a flagged dimension stops the command (exit 2).
+    j.store = ""  # Verdict store (SQLite file on a local disk, docs/judges.md) of judge answers, keyed by the judge hash; "" = none.
+    j.store_rollouts = False  # Policy responses read/write the store too (off: they never repeat; golden references always do).
     return j
 
 
@@ -69,6 +71,8 @@ def base_config() -> ml_collections.ConfigDict:
     # reward_model.py; QuRL's "w/ RLHF reward model" ablation, which uses internlm2-7b-reward).
     c.reward = ml_collections.ConfigDict()
     c.reward.source = "rubric"  # "rubric" (the rows' rubrics) or "reward_model" (reward.model_checkpoint).
+    # A row whose rule gate failed (reward 0 whatever else it scores) sends no LLM dimension to the judge (docs/judges.md).
+    c.reward.gates_first = True
     c.reward.model_checkpoint = ""  # Local HF Qwen2/Llama *ForSequenceClassification directory with one label.
     c.reward.model_dtype = "float32"  # Reward-model weights and activations: float32 or bfloat16.
     c.reward.model_max_len = 4096  # Longest chat (question + response, RM tokens) scored; longer rows get no reward (counted).

@@ -3,7 +3,7 @@
   python -m experiments.calibrate --rubric=RUBRIC.yaml --labels=LABELS.jsonl --out=DIR
       [--against=labels|judge] [--judge=configs/judges/X.py] [--judge.checkpoint=DIR[,DIR...]] [--judge.FIELD=...]
       [--threshold=0.6] [--bootstrap=1000]
-      [--correction=FILE] [--correction_out=FILE] [--position_probe=true] [--seed=0]
+      [--correction=FILE] [--correction_out=FILE] [--position_probe=true] [--seed=0] [--judge.store=VERDICTS.db]
   python -m experiments.calibrate --labels=../shared/data/prometheus/vicuna_eval.json --against=judge --out=DIR
 
 Writes DIR/report.json, DIR/report.md, DIR/plots/<dimension>.png and, against labels, a fitted score
@@ -23,6 +23,8 @@ from pathlib import Path
 from absl import app, flags
 
 from experiments import cli, judge_config
+from rubric_jax.files import check_output_path
+from rubric_jax.judges.store import StoreError
 from rubric_jax.calibration.labels import LabelsError, read_items
 from rubric_jax.rubrics.correction import load_correction
 from rubric_jax.rubrics.io import load_rubric
@@ -53,9 +55,10 @@ def _check_inputs() -> None:
             _fail(f"{flag}={value}: file does not exist")
 
 
-def _check_outputs(outputs: list[Path]) -> None:
-    """No output path is one of the input files."""
-    inputs = {"--labels": _LABELS.value, "--rubric": _RUBRIC.value, "--correction": _CORRECTION.value}
+def _check_outputs(outputs: list[Path], store: str) -> None:
+    """No output path is one of the input files (or the verdict store)."""
+    inputs = {"--labels": _LABELS.value, "--rubric": _RUBRIC.value, "--correction": _CORRECTION.value,
+              "--judge.store": store or None}
     taken = {Path(v).resolve(): flag for flag, v in inputs.items() if v is not None}
     for path in outputs:
         if path.resolve() in taken:
@@ -75,25 +78,33 @@ def main(argv: list[str]) -> None:
     from rubric_jax.calibration.pinning import PIN_FIELD
     from rubric_jax.calibration.report import CORRECTION_FILE, REPORT_JSON, REPORT_MD, write_calibration
     from rubric_jax.calibration.run import CalibrationError, Settings, calibrate
-    from rubric_jax.judges.spec import check_checkpoints, load_judges
+    from rubric_jax.judges.spec import check_checkpoints, load_judges, open_verdict_store
 
     out = Path(_OUT.value)
-    _check_outputs([out / REPORT_JSON, out / REPORT_MD, Path(_CORRECTION_OUT.value or out / CORRECTION_FILE)])
+    try:
+        judge_spec = judge_config.spec()
+    except ValueError as e:
+        _fail(str(e))
+    _check_outputs([out / REPORT_JSON, out / REPORT_MD, Path(_CORRECTION_OUT.value or out / CORRECTION_FILE)],
+                   judge_spec.store)
     try:
         settings = Settings(_AGAINST.value, _THRESHOLD.value, _BOOTSTRAP.value, _SEED.value, _BATCH.value,
                             _PROBE.value, _WORST.value)
-        judge_spec = judge_config.spec()
         check_checkpoints(judge_spec, "--judge")
+        if judge_spec.store:
+            check_output_path(judge_spec.store, [_LABELS.value, _RUBRIC.value, _CORRECTION.value,
+                                                 *judge_spec.checkpoints, out])
+        store = open_verdict_store(judge_spec)
         judges = load_judges(judge_spec, where="--judge")
-    except (CalibrationError, ValueError) as e:
+    except (CalibrationError, ValueError) as e:  # PathError and StoreError too
         _fail(str(e))
     inputs = {"labels": _LABELS.value, "rubric": _RUBRIC.value,
               "rubric_hash": shared.content_hash if shared is not None else None}
     try:
         result = calibrate(items, settings, judges=judges, judge_spec=judge_spec, correction=correction,
-                           inputs=inputs)
+                           inputs=inputs, store=store)
         written = write_calibration(result, out, _CORRECTION_OUT.value, _SEED.value)
-    except (RubricError, CalibrationError) as e:
+    except (RubricError, CalibrationError, StoreError) as e:
         _fail(str(e))
     print(json.dumps({"items": result.report["items"], "flagged": result.report["flagged"],
                       "judge_hash": result.report[PIN_FIELD]["judge"]["hash"], "written": [str(p) for p in written]},

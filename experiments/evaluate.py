@@ -2,8 +2,8 @@
 
   python -m experiments.evaluate --benchmark=hellobench|longbench_write|healthbench|biggen|rubric_set \
       --data_dir=DIR [--data_file=NAME] --out=DIR (--checkpoint=HF_DIR | --workdir=RUN_DIR [--which=latest|best]) \
-      [--judge.checkpoint=DIR[,DIR]] [--judge=configs/judges/X.py] [--judge.FIELD=...] [--limit=N]
-      [--prompt_format=plain|think_answer] [--max_new_tokens=2048]
+      [--judge.checkpoint=DIR[,DIR]] [--judge=configs/judges/X.py] [--judge.FIELD=...] [--judge.store=VERDICTS.db]
+      [--limit=N] [--prompt_format=plain|think_answer] [--max_new_tokens=2048]
   python -m experiments.evaluate --benchmark=hellobench --data_dir=DIR --judgements=FILE.csv --out=DIR [--models=a,b]
 
 Writes records.jsonl, summary.json, table.md and plot.png into --out (rubric_jax/evaluation/report.py).
@@ -29,7 +29,9 @@ from rubric_jax.calibration.pinning import check_calibration
 from rubric_jax.data import DataError
 from rubric_jax.evaluation import harness
 from rubric_jax.evaluation.results import EvalInputError
-from rubric_jax.judges.spec import JudgeSpec, check_checkpoints
+from rubric_jax.files import PathError, check_output_path
+from rubric_jax.judges.spec import JudgeSpec, check_checkpoints, open_verdict_store
+from rubric_jax.judges.store import StoreError, VerdictStore
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.rubrics.schema import RubricError
 
@@ -101,6 +103,13 @@ def _settings() -> tuple[harness.GenerationSettings, JudgeSpec, tuple[int, int, 
     return generation, _judge(), mesh
 
 
+def _open_store(judge: JudgeSpec, inputs: list[Path]) -> VerdictStore | None:
+    """--judge.store under the judge hash (None without it); it must not be one of the inputs or --out."""
+    if judge.store:
+        check_output_path(judge.store, inputs)
+    return open_verdict_store(judge)
+
+
 def main(argv: list[str]) -> None:
     cli.start("experiments.evaluate", argv)
     try:
@@ -128,17 +137,18 @@ def main(argv: list[str]) -> None:
             if not Path(_RUBRIC.value).is_file():
                 raise EvalInputError(f"--rubric={_RUBRIC.value}: file does not exist")
             shared = load_rubric(_RUBRIC.value)
-        inputs = [path for path in (data_dir / _DATA_FILE.value if _DATA_FILE.value else None,
-                                    Path(_RUBRIC.value) if _RUBRIC.value else None, workdir) if path is not None]
+        sources = [path for path in (data_dir / _DATA_FILE.value if _DATA_FILE.value else None,
+                                     Path(_RUBRIC.value) if _RUBRIC.value else None, workdir) if path is not None]
+        inputs = [*sources, *(Path(p) for p in (judge.calibration, judge.store) if p)]  # --out may not hold them
         input_dirs = [data_dir, *(Path(p) for p in judge.checkpoints), *([checkpoint] if checkpoint else [])]
         evaluation = harness.prepare(_BENCHMARK.value, data_dir, _DATA_FILE.value, _LIMIT.value or None, out, judge,
-                                     [*inputs, *([Path(judge.calibration)] if judge.calibration else [])], input_dirs,
-                                     shared)
+                                     inputs, input_dirs, shared)
         judge = judge.for_benchmark(evaluation.benchmark.judge_mode)
         calibration = _calibration(judge, evaluation)
+        store = _open_store(judge, [*sources, *input_dirs, out])
         summary = harness.run(evaluation, checkpoint=checkpoint, workdir=workdir, which=_WHICH.value, mesh_axes=mesh,
-                              generation=generation, judge=judge, calibration=calibration)
-    except (EvalInputError, RubricError, DataError, UnicodeDecodeError) as e:
+                              generation=generation, judge=judge, calibration=calibration, store=store)
+    except (EvalInputError, RubricError, DataError, UnicodeDecodeError, StoreError, PathError) as e:
         _fail(str(e))
     print(json.dumps({"benchmark": summary["benchmark"], "policy": summary["policy"], "scores": summary["scores"],
                       "out": str(out)}, ensure_ascii=False))

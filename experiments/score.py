@@ -15,7 +15,10 @@ The judge is the --judge block (docs/judges.md; default configs/judges/default.p
 into the decode layout over every local device (`--judge.tensor` consecutive devices split each weight, the
 rest hold replicas), in bfloat16 on accelerators by default. With --judge.calibration=REPORT, each LLM
 dimension's calibration status goes to stderr before any scoring (--judge.require_calibration=true: exit 2
-unless every one is calibrated and unflagged).
+unless every one is calibrated and unflagged). With --judge.store=VERDICTS.db, judge answers are read from
+that SQLite verdict store (under the judge hash) before judging and every generate call's answers are written
+to it (rubric_jax/judges/store.py): a killed or repeated run judges only what is missing (the summary's
+judge_store_hits counts the answers read, judge_prompts those generated).
 A one-line JSON summary goes to stdout: rows, mean reward, not-ok rows, failed scores per dimension
 (`failures`) and per dimension and cause (`failure_causes`, e.g. "judge_prompt_too_long",
 "judge_invalid_verdict", "regex_timeout"), the judge's counters and its hash (`judge_hash`).
@@ -44,8 +47,9 @@ from experiments import cli, judge_config
 from rubric_jax.calibration.pinning import check_calibration
 from rubric_jax.files import PathError, atomic_writer, check_output_path
 from rubric_jax.judges.reward import RubricReward
-from rubric_jax.judges.spec import check_checkpoints, judge_hash, load_judges
+from rubric_jax.judges.spec import check_checkpoints, judge_hash, load_judges, open_verdict_store
 from rubric_jax.judges.rules import REGEX_TIMEOUT_S
+from rubric_jax.judges.store import StoreError, VerdictStore
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.rubrics.responses import InputError, read_rows
 from rubric_jax.rubrics.schema import Rubric, RubricError
@@ -73,15 +77,19 @@ def _number(x: float) -> float | None:
 
 
 def score_file(rows: list[dict[str, Any]], rubrics: list[Rubric], reward: RubricReward, batch_size: int,
-               key: jax.Array, judge: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Output rows and a summary, scoring `batch_size` rows per reward call; `judge` is the judge hash."""
+               key: jax.Array, judge: str, store: VerdictStore | None = None
+               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Output rows and a summary, scoring `batch_size` rows per reward call, every call with `key` (a judge
+    prompt depends on its own content and the key only, so the store finds it whatever batch it lands in);
+    `judge` is the judge hash."""
     out_rows: list[dict[str, Any]] = []
     summary: dict[str, Any] = {"rows": len(rows), "failures": {}, "failure_causes": {}, "rows_with_dimension": {},
                                "judge_generate_calls": 0, "judge_failed_scores": 0, "judge_hash": judge}
     rewards = []
-    for start, batch_key in zip(range(0, len(rows), batch_size), jax.random.split(key, -(-len(rows) // batch_size))):
+    for start in range(0, len(rows), batch_size):
         chunk, chunk_rubrics = rows[start : start + batch_size], rubrics[start : start + batch_size]
-        result = reward([r["question"] for r in chunk], [r["response"] for r in chunk], chunk_rubrics, key=batch_key)
+        result = reward([r["question"] for r in chunk], [r["response"] for r in chunk], chunk_rubrics, key=key,
+                        store=store)
         raw = result.details["raw_scores"]
         column = {dim_id: c for c, dim_id in enumerate(result.dimension_ids)}
         for i, (row, rubric) in enumerate(zip(chunk, chunk_rubrics)):
@@ -136,16 +144,19 @@ def main(argv: list[str]) -> None:
         _fail(f"--batch_size must be >= 1, got {_BATCH.value}")
     try:
         spec = judge_config.spec()
-        out = check_output_path(_OUT.value, [_RESPONSES.value, _RUBRIC.value, *spec.checkpoints,
-                                             spec.calibration or None])
+        inputs = [_RESPONSES.value, _RUBRIC.value, *spec.checkpoints, spec.calibration or None]
+        out = check_output_path(_OUT.value, [*inputs, spec.store or None])
+        if spec.store:
+            check_output_path(spec.store, [*inputs, _OUT.value])
         check_checkpoints(spec, "--judge")
         shared = None if _RUBRIC.value is None else load_rubric(_RUBRIC.value)
         rows, rubrics, sources = read_rows(Path(_RESPONSES.value), shared, str(_RUBRIC.value))
         for line in check_calibration(spec, rubrics, "--judge").lines() if spec.calibration else []:
             print(line, file=sys.stderr)
+        store = open_verdict_store(spec)
         judges = load_judges(spec, where="--judge")
         judge = judge_hash(spec)
-    except (RubricError, InputError, PathError, ValueError) as e:
+    except (RubricError, InputError, PathError, ValueError) as e:  # StoreError too
         _fail(str(e))
     reward = RubricReward(judges=judges, judge_spec=spec)
     for rubric, source in zip(rubrics, sources):
@@ -154,7 +165,10 @@ def main(argv: list[str]) -> None:
         except RubricError as e:
             origin = _RUBRIC.value if shared is not None and rubric is shared else source
             _fail(f"{origin}: {e}")
-    out_rows, summary = score_file(rows, rubrics, reward, _BATCH.value, jax.random.key(_SEED.value), judge)
+    try:
+        out_rows, summary = score_file(rows, rubrics, reward, _BATCH.value, jax.random.key(_SEED.value), judge, store)
+    except StoreError as e:  # the store went bad mid-run: what was judged before is in it
+        _fail(str(e))
     print(json.dumps(summary, ensure_ascii=False))
     unscored = unscored_dimensions(summary)
     if unscored:

@@ -223,13 +223,19 @@ def test_hostile_paths_and_lines_are_one_line_errors_and_touch_nothing(tmp_path,
     assert {p: p.read_bytes() for p in before} == before  # no input was touched
 
 
-def test_llm_dimension_with_a_judge_checkpoint_directory(tmp_path):
+def scripted_judge_dir(path, reply):
+    """A HF judge directory at `path` (tiny tokenizer with chat template) whose greedy answer is always `reply`."""
     from rubric_jax.models.checkpoint import export_hf_checkpoint
 
     tokenizer = tiny_tokenizer()
-    weights = scripted_model(tokenizer, "SCORE: 4")
-    judge_dir = export_hf_checkpoint(weights.cfg, weights.params, tmp_path / "judge")
+    weights = scripted_model(tokenizer, reply)
+    judge_dir = export_hf_checkpoint(weights.cfg, weights.params, path)
     tokenizer.save_pretrained(judge_dir)
+    return judge_dir
+
+
+def test_llm_dimension_with_a_judge_checkpoint_directory(tmp_path):
+    judge_dir = scripted_judge_dir(tmp_path / "judge", "SCORE: 4")
     rubric = tmp_path / "rubric.json"
     rubric.write_text(json.dumps(rubric_dict([FORMAT, ACCURACY])))
     responses = write_jsonl(tmp_path / "in.jsonl", [

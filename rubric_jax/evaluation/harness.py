@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # jax, the sampler and the judges load in seconds: only `run`
     from rubric_jax.evaluation.policy import Policy
     from rubric_jax.judges.reward import RubricReward
     from rubric_jax.judges.spec import JudgeSpec
+    from rubric_jax.judges.store import VerdictStore
 
 BENCHMARKS = ("hellobench", "longbench_write", "healthbench", "biggen", "rubric_set")
 PROMPT_FORMATS = ("plain", "think_answer")
@@ -36,7 +37,7 @@ UNBOUNDED_JUDGE_PROMPT = 1 << 30  # load_judge caps it at the judge's context mi
 JUDGE_ANSWERS_PER_PASS = 64  # answers per reward call (one batched judge pass; judge.batch_size bounds its calls)
 # RubricReward's judge counters summed over the judge passes into summary.json (llm_judge.judge_rows).
 JUDGE_COUNTERS = ("judge_prompts", "judge_generate_calls", "judge_invalid", "judge_retried", "judge_prompt_too_long",
-                  "judge_scores", "judge_failed_samples", "judge_failed_scores")
+                  "judge_scores", "judge_failed_samples", "judge_failed_scores", "judge_store_hits")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,13 +147,12 @@ def generate_answers(policy: Policy, cases: Sequence[RubricCase], settings: Gene
 
 
 def judge_answers(reward: RubricReward, cases: Sequence[RubricCase], generated: Sequence[Generated],
-                  prompt_format: str, show_reference: bool, batch_size: int, key: jax.Array
-                  ) -> tuple[list[Answer], dict[str, int]]:
+                  prompt_format: str, show_reference: bool, batch_size: int, key: jax.Array,
+                  store: VerdictStore | None = None) -> tuple[list[Answer], dict[str, int]]:
     """Answers with the judge's raw scores and the rubric reward, scoring `batch_size` answers per reward
-    call (each one batched judge pass); cases without a rubric or an answer are not judged. The reward gets
+    call (each one batched judge pass, every one with `key`: a judge prompt depends on its own content only,
+    so `store` finds it in any batch); cases without a rubric or an answer are not judged. The reward gets
     the whole response: each dimension reads its part of it (RubricReward)."""
-    import jax  # imported here: see generate_answers
-
     parts = [(None, None) if g.response is None else answer_part(g.response, prompt_format) for g in generated]
     todo = [i for i, c in enumerate(cases) if c.rubric is not None and generated[i].response is not None]
     raw: dict[int, np.ndarray] = {}
@@ -163,7 +163,7 @@ def judge_answers(reward: RubricReward, cases: Sequence[RubricCase], generated: 
     for b, batch in enumerate(batches):
         result = reward([judge_question(cases[i], show_reference) for i in batch],
                         [generated[i].response for i in batch],
-                        [cases[i].rubric for i in batch], key=jax.random.fold_in(key, b))
+                        [cases[i].rubric for i in batch], key=key, store=store)
         column = {dim_id: c for c, dim_id in enumerate(result.dimension_ids)}
         for row, i in enumerate(batch):
             raw[i] = result.details["raw_scores"][row, [column[d] for d in cases[i].rubric.dimension_ids]]
@@ -250,10 +250,11 @@ def _check_rules(cases: Sequence[RubricCase]) -> None:
 
 def run(evaluation: Evaluation, *, checkpoint: Path | None, workdir: Path | None, which: str,
         mesh_axes: tuple[int, int, int], generation: GenerationSettings, judge: JudgeSpec,
-        calibration: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        calibration: Mapping[str, Any] | None = None, store: VerdictStore | None = None) -> dict[str, Any]:
     """Answers, judges (`judge`: its mode resolved for the benchmark) and scores every case, writes the report
     into `evaluation.out`; returns summary.json, which records the judge (hash, fields, weights) and the
-    start-up `calibration` check, if any."""
+    start-up `calibration` check, if any. The judge reads and writes `store` (judges/store.py): a re-run judges
+    only answers it has not seen."""
     import jax  # imported here: bad input is rejected (prepare) before jax, flax and transformers load
 
     from rubric_jax import sampling, sharding
@@ -285,7 +286,7 @@ def run(evaluation: Evaluation, *, checkpoint: Path | None, workdir: Path | None
         raise EvalInputError(str(e)) from None
     reward = RubricReward(judges=judges, judge_spec=judge)
     answers, judge_counters = judge_answers(reward, cases, generated, generation.prompt_format,
-                                            benchmark.judge_sees_reference, JUDGE_ANSWERS_PER_PASS, judge_key)
+                                            benchmark.judge_sees_reference, JUDGE_ANSWERS_PER_PASS, judge_key, store)
     result = benchmark.score(cases, answers)
     summary = {"benchmark": benchmark.name, "policy": policy_name, "policy_source": policy_source,
                "judge": describe(judge), "judge_mode": judge.mode, "calibration": calibration,

@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # jax loads only when judges are loaded
 
     from rubric_jax import sharding
     from rubric_jax.judges.llm_judge import Judge
+    from rubric_jax.judges.store import VerdictStore
     from rubric_jax.models.config import ModelConfig
 
 MODES = ("per_dimension", "all_criteria")  # one prompt per (response, LLM dimension) | one per response (QuRL)
@@ -38,8 +39,8 @@ BENCHMARK_MODE = "benchmark"  # experiments.evaluate only: the benchmark's own p
 PROMPTS = ("full", "compact")  # prompts.single_prompt / multi_prompt, or a distilled judge's compact_single_prompt
 ENSEMBLES = ("mean", "agreement")  # llm_judge.combine_judges
 # Fields that change no verdict: how many prompts share a generate call, how the weights are split over
-# devices, and which calibration report is checked. Every other field enters judge_hash.
-NOT_HASHED = ("checkpoints", "batch_size", "tensor", "calibration", "require_calibration")
+# devices, which calibration report is checked and where verdicts are stored. Every other field enters judge_hash.
+NOT_HASHED = ("checkpoints", "batch_size", "tensor", "calibration", "require_calibration", "store", "store_rollouts")
 # Tokenizer and chat-template files whose content changes the prompts a judge reads.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
                    "special_tokens_map.json", "added_tokens.json", "tokenizer.model", "vocab.json", "merges.txt")
@@ -75,6 +76,8 @@ class JudgeSpec:
     tensor: int = 1
     calibration: str = ""
     require_calibration: bool = False
+    store: str = ""
+    store_rollouts: bool = False
     # Not a config field: calibration's position probe lists anchors (and all_criteria criteria) reversed.
     reverse_order: bool = False
 
@@ -133,7 +136,7 @@ def _problems(spec: JudgeSpec):
     for field, allowed in choices:
         if getattr(spec, field) not in allowed:
             yield field, getattr(spec, field), f"expected one of {allowed}"
-    for field in ("shuffle_anchors", "require_calibration", "reverse_order"):
+    for field in ("shuffle_anchors", "require_calibration", "store_rollouts", "reverse_order"):
         if not isinstance(getattr(spec, field), bool):
             yield field, getattr(spec, field), "expected True or False"
     if not isinstance(spec.sampler, str):
@@ -145,6 +148,12 @@ def _problems(spec: JudgeSpec):
             yield "sampler", spec.sampler, str(e).removeprefix(f"sampler {spec.sampler!r}: ")
     if not isinstance(spec.calibration, str):
         yield "calibration", spec.calibration, "expected the path of a calibration report.json, or ''"
+    if not isinstance(spec.store, str):
+        yield "store", spec.store, "expected the path of a verdict store (SQLite file), or ''"
+    if spec.store and not spec.checkpoints:
+        yield "store", spec.store, "there is no LLM judge (checkpoint) whose verdicts to store"
+    if spec.store_rollouts is True and not spec.store:
+        yield "store_rollouts", True, "there is no verdict store: set store=PATH"
     if spec.require_calibration is True and not spec.calibration:
         yield "require_calibration", True, "needs a report to check: set calibration=PATH (a report.json) too"
     if spec.prompt == "compact" and spec.mode == "all_criteria":
@@ -206,6 +215,14 @@ def describe(spec: JudgeSpec) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ loading
+def open_verdict_store(spec: JudgeSpec) -> VerdictStore | None:
+    """`spec.store` opened under `judge_hash(spec)`, so stored answers are reused only by the judge that gave
+    them (None without a store); a bad store file is a StoreError naming it."""
+    from rubric_jax.judges.store import open_store
+
+    return open_store(spec.store, judge_hash(spec)) if spec.store else None
+
+
 def check_checkpoints(spec: JudgeSpec, where: str = "judge") -> None:
     """Every checkpoint is a HF directory with config.json and safetensors weights (what weights_identity and
     load_judges read); else a ValueError naming `<where>.checkpoint`. Reads no weights."""

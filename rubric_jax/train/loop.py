@@ -54,7 +54,8 @@ from rubric_jax.judges.llm_judge import Judge, shortest_prompt_tokens
 from rubric_jax.judges.reward import (RewardOutput, RubricReward, concat_outputs, gather_outputs, select_rows,
                                       split_by_reads)
 from rubric_jax.judges.reward_model import RewardModelReward, load_reward_model
-from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge, load_judges
+from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge, load_judges, open_verdict_store
+from rubric_jax.judges.store import VerdictStore
 from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.correction import Correction, load_correction
@@ -71,6 +72,7 @@ BEST_FILE = "best_checkpoint.json"  # the best-evaluated GRPO checkpoint, writte
 
 EVAL_SAMPLES = 4  # eval responses written to samples.jsonl per eval
 _EVAL_KEY = 2**31 - 1  # fold_in data of the eval sampling key (GRPO step keys are 1000 + step)
+_GOLDEN_REFERENCE_KEY = 1  # fold_in data (into the eval key) of the golden references' judge key, the same every eval
 
 
 class TrainingError(RuntimeError):
@@ -103,6 +105,11 @@ class Run:
     golden: golden_set.GoldenSet | None  # config.data.golden, scored at every eval
     watch: monitors.Watch  # reward-hacking monitors' thresholds and alerts.jsonl
     stop_requested: bool = False
+    judge_store: VerdictStore | None = None  # config.judge.store: the golden references' verdicts (and rollouts')
+
+    def rollout_store(self) -> dict[str, VerdictStore]:
+        """The store keyword of a policy-response reward call: the store with judge.store_rollouts, else none."""
+        return {"store": self.judge_store} if self.config.judge.store_rollouts else {}
 
     @property
     def weights(self) -> dict[str, float] | None:
@@ -235,13 +242,15 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
                          f"this job has {jax.process_count()} (use the rubric reward, or run on one host)")
     correction = load_correction(config.data.rubric_correction) if config.data.rubric_correction else None
     if settings.reward_model is None:
-        reward = RubricReward(rubrics, judges, settings.judge, correction=correction)
+        reward = RubricReward(rubrics, judges, settings.judge, correction=correction,
+                              gates_first=config.reward.gates_first)
         _check_judge_prompts_fit(config, judges, settings.judge, rubric_of,
                                  train_questions + eval_questions + (golden.questions if golden else []))
     else:
         dtype = config.reward.model_dtype
         reward = RewardModelReward(load_reward_model(config.reward.model_checkpoint, layout=decode_layout,
                                                      param_dtype=dtype, compute_dtype=dtype), settings.reward_model)
+    judge_store = open_verdict_store(settings.judge) if judges else None
     rubric_hash = _rubric_set_hash(shared_rubric, rubrics, correction)
     rubric_info = {"name": shared_rubric.name, "version": shared_rubric.version,
                    "content_hash": shared_rubric.content_hash, "rubric_set_hash": rubric_hash,
@@ -255,7 +264,7 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
                shared_rubric, rubric_of, rubric_hash, rubric_info, train_questions, eval_questions, log,
                jax.random.key(config.seed), dynamic, golden,
                monitors.Watch(monitors.thresholds(config.monitor), workdir, config.monitor.window_steps,
-                              open_logs=lambda: log.writer))
+                              open_logs=lambda: log.writer), judge_store=judge_store)
 
 
 def _check_prompts_fit(tokenizer: Any, model_cfg: ModelConfig, settings: Settings,
@@ -546,7 +555,7 @@ def sample_and_score(run_: Run, params: Any, questions: list[data.Question], spe
     responses = data.decode_responses(run_.tokenizer, result, run_.stop_tokens)
     expanded = [q.question for q in questions for _ in range(spec.n)]
     scored = run_.reward(expanded, responses, [run_.rubric_of[q.id] for q in questions for _ in range(spec.n)],
-                         key=judge_key, weights=run_.weights)
+                         key=judge_key, weights=run_.weights, **run_.rollout_store())
     return LocalRollout(list(questions), prompt_ids, prompt_mask, result, scored, responses)
 
 
@@ -684,7 +693,8 @@ def evaluate(run_: Run, state: train_state.TrainState, step: int) -> dict[str, f
         golden_scored = rollout_and_score(run_, state.params, distributed.process_block(run_.golden.questions),
                                           run_.settings.eval_rollout, key).scored
         row.update(run_.golden.metrics(golden_scored, functools.partial(_score_own_block, run_.reward),
-                                       key=jax.random.fold_in(key, step), weights=run_.weights))
+                                       key=jax.random.fold_in(key, _GOLDEN_REFERENCE_KEY), weights=run_.weights,
+                                       store=run_.judge_store))
     row = run_.watch.observe(step, row)
     run_.log.write(step, row)
     run_.log.write_samples(step, [{"stage": "eval", **s} for s in out.samples[:EVAL_SAMPLES]])

@@ -261,7 +261,7 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
     if config.model.param_dtype != "float32":
         _fail("model.param_dtype", config.model.param_dtype,
               "training keeps float32 master weights; set model.compute_dtype='bfloat16' for bf16 compute")
-    for key in ("checkpoint.keep_best", "export.at_end"):
+    for key in ("checkpoint.keep_best", "export.at_end", "reward.gates_first"):
         if not isinstance(_get(config, key), bool):
             _fail(key, _get(config, key), "expected True or False")
     _choice(config, "export.which", EXPORT_WHICH)
