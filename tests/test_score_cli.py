@@ -195,7 +195,8 @@ def score_in_process(*args: str) -> tuple[int, str, str]:
 
     # ml_collections defines the --judge.FIELD flags while it parses --judge, reading them from sys.argv: name
     # the (default) judge file explicitly so that this in-process parse defines them afresh.
-    argv = ["score", f"--judge={judge_config.JUDGES_DIR / 'default.py'}", *args]
+    named = any(a.startswith("--judge=") for a in args)
+    argv = ["score", *([] if named else [f"--judge={judge_config.JUDGES_DIR / 'default.py'}"]), *args]
     flags.FLAGS.unparse_flags()
     for name in [n for n in flags.FLAGS if n.startswith("judge.")]:  # defined by the previous parse
         delattr(flags.FLAGS, name)
