@@ -279,13 +279,14 @@ def run_sweep(sweep: Sweep, workdir: str | Path, entry_module: str, log: Callabl
 
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# Looked up here, not in the forked child (a dlopen after fork can deadlock on a lock another thread held).
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
 
 
 def _die_with(parent: int) -> None:
     """In a forked child before exec: SIGTERM this process when `parent` dies (Linux prctl PDEATHSIG), and now
     if it already has (the child was re-parented before the call)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+    if _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
         os._exit(125)  # a child that would outlive its sweep is not started
     if os.getppid() != parent:
         os.kill(os.getpid(), signal.SIGTERM)
@@ -293,10 +294,10 @@ def _die_with(parent: int) -> None:
 
 def spawn_child(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen:
     """`argv` in its own process group (a terminal's Ctrl-C reaches only the sweep, which asks the run to
-    save), sent SIGTERM (save and exit) when the sweep dies, even by `kill -9`: no run outlives its sweep to
-    write beside the run a re-started sweep starts."""
-    return subprocess.Popen(list(argv), env=dict(env), process_group=0,
-                            preexec_fn=functools.partial(_die_with, os.getpid()))
+    save), sent SIGTERM (save and exit) when the sweep dies, even by `kill -9` (on Linux): no run outlives its
+    sweep to write beside the run a re-started sweep starts (the workdir lock refuses such a second writer)."""
+    die_with_sweep = functools.partial(_die_with, os.getpid()) if _PRCTL is not None else None
+    return subprocess.Popen(list(argv), env=dict(env), process_group=0, preexec_fn=die_with_sweep)
 
 
 # ----------------------------------------------------------------------------------------- summary
