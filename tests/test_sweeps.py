@@ -176,8 +176,9 @@ def test_run_sweep_skips_finished_reruns_the_rest_and_reports_failures(tmp_path,
     assert [v["status"] for v in sweeps.summarize(sweep, workdir)["variants"]] == ["finished", "unfinished"]
 
 
-def test_sigterm_to_the_sweep_reaches_the_running_variant_and_stops_the_sweep(tmp_path):
-    sweep_file = _config_file(tmp_path, "add(seed=2)\nadd(seed=0)\n")
+def _sweep_running_seed_2(tmp_path: Path, body: str) -> subprocess.Popen:
+    """A sweep of the fake run in its own process (stdout: the outcomes as JSON), once variant seed=2 has started."""
+    sweep_file = _config_file(tmp_path, body)
     (tmp_path / "fake_run.py").write_text(_FAKE_RUN)
     driver = (f"from rubric_jax import sweeps; import json; s = sweeps.load_sweep({sweep_file!r}); "
               f"print(json.dumps(sweeps.run_sweep(s, {str(tmp_path / 'sweep')!r}, 'fake_run')))")
@@ -187,6 +188,11 @@ def test_sigterm_to_the_sweep_reaches_the_running_variant_and_stops_the_sweep(tm
     while not (tmp_path / "sweep" / "seed=2" / "started").exists():
         assert proc.poll() is None and time.time() < deadline
         time.sleep(0.05)
+    return proc
+
+
+def test_sigterm_to_the_sweep_reaches_the_running_variant_and_stops_the_sweep(tmp_path):
+    proc = _sweep_running_seed_2(tmp_path, "add(seed=2)\nadd(seed=0)\n")
     proc.send_signal(signal.SIGTERM)  # to the sweep only: the variant runs in its own process group
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0
@@ -197,19 +203,10 @@ def test_sigterm_to_the_sweep_reaches_the_running_variant_and_stops_the_sweep(tm
 
 def test_a_variant_is_told_to_stop_when_its_sweep_is_killed_with_sigkill(tmp_path):
     """kill -9 of the sweep leaves no run writing on: the variant gets SIGTERM (save and exit) from the kernel."""
-    sweep_file = _config_file(tmp_path, "add(seed=2)\n")
-    (tmp_path / "fake_run.py").write_text(_FAKE_RUN)
-    driver = (f"from rubric_jax import sweeps; s = sweeps.load_sweep({sweep_file!r}); "
-              f"sweeps.run_sweep(s, {str(tmp_path / 'sweep')!r}, 'fake_run')")
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
-    proc = subprocess.Popen([sys.executable, "-c", driver], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
-    variant = tmp_path / "sweep" / "seed=2"
-    deadline = time.time() + 120
-    while not (variant / "started").exists():
-        assert proc.poll() is None and time.time() < deadline
-        time.sleep(0.05)
+    proc = _sweep_running_seed_2(tmp_path, "add(seed=2)\n")
     proc.kill()
-    proc.wait()
+    proc.communicate()
+    variant = tmp_path / "sweep" / "seed=2"
     deadline = time.time() + 30  # the fake run sleeps 60 s unless told to stop
     while not (variant / "sigterm").exists():
         assert time.time() < deadline, "the variant outlived its sweep"
