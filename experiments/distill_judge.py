@@ -18,9 +18,9 @@ question and every response to it are held out together (--heldout of the questi
 The student is a random init from a HF config.json with a tokenizer directory (it needs a chat template), or an
 existing HF directory. DIR receives the distilled judge (config.json, model.safetensors, tokenizer) with
 report.json and report.md: per dimension, the parse-failure rate and the agreement with the teacher (Spearman,
-Kendall tau-b, quadratic kappa, bootstrap intervals). DIR appears only when complete and must not exist yet, nor be or lie inside an input (the tokenizer or student
-directory). Bad input, --student_max_new_tokens included, exits with status 2 and one line naming the file,
-line or flag, before training starts.
+Kendall tau-b, quadratic kappa, bootstrap intervals). DIR appears only when complete and must not exist yet,
+nor be or lie inside an input (the tokenizer or student directory). Bad input, --student_max_new_tokens
+included, exits with status 2 and one line naming the file, line or flag, before training starts.
 """
 
 from __future__ import annotations

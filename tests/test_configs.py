@@ -59,7 +59,8 @@ def test_a_user_error_is_one_line_and_exit_status_2(tmp_path, flag, message):
     ("--config.sft.max_response_len=4096", "config.sft.max_response_len=4096: responses pad to 4096 tokens after "
      "prompts of up to 128 (config.data.max_prompt_len's bucket): 4224 positions, more than the model's "
      "max_position_embeddings (512)"),
-    ("--config.eval.max_new_tokens=500", "config.eval.max_new_tokens=500: responses pad to 512 tokens"),  # not a question
+    # Named by its key, not by the first question of questions_train.jsonl:
+    ("--config.eval.max_new_tokens=500", "config.eval.max_new_tokens=500: responses pad to 512 tokens"),
     ("--config.rl.sampler=beam(2)", "config.rl.sampler: "),
 ])
 def test_a_response_budget_past_the_models_positions_or_a_bad_sampler_names_its_key(tmp_path, flag, message):

@@ -242,7 +242,8 @@ def test_keyword_lists_are_capped_and_patterns_compile_once_per_rule(monkeypatch
     compiled = []
     real = R.phrase_pattern
     monkeypatch.setattr(R, "phrase_pattern", lambda *a: compiled.append(a) or real(*a))
-    rules = [R.make_rule("keywords", {"words": ["thank you", "please"], "mode": mode}) for mode in ("any", "all", "none")]
+    rules = [R.make_rule("keywords", {"words": ["thank you", "please"], "mode": mode})
+             for mode in ("any", "all", "none")]
     rules += [R.make_rule("disclaimer", {}), R.make_rule("template_phrases", {})]
     responses = ["thank you, please", "nothing", "firstly a, secondly b, finally c"]
     first = [list(rule(responses)) for rule in rules]
