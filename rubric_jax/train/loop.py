@@ -132,14 +132,15 @@ def run(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
     settings = run_settings.validate(config)
     monitors.thresholds(config.monitor)  # the alert thresholds fail here too, before anything is written
     workdir = run_workdir.check_usable(workdir)
+    experiment = build(config, workdir, settings)  # reads only
     # One writer per workdir: process 0 holds its lock until the run ends (the OS drops it on any death).
     with run_workdir.exclusive(workdir) if distributed.is_writer() else contextlib.nullcontext():
-        _run(config, workdir, settings)
+        _run(experiment)
 
 
-def _run(config: ml_collections.ConfigDict, workdir: Path, settings: Settings) -> None:
-    """`run` once the config and the workdir check out and this process may write the workdir."""
-    experiment = build(config, workdir, settings)
+def _run(experiment: Run) -> None:
+    """`run` once the config, the workdir and the data check out and this process may write the workdir."""
+    config, workdir, settings = experiment.config, experiment.workdir, experiment.settings
     run_workdir.check_resume(workdir, rubric_hash=experiment.rubric_hash,
                              updates_per_batch=config.rl.updates_per_batch, keep=config.checkpoint.keep)
     if distributed.is_writer():
