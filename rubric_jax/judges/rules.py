@@ -5,7 +5,10 @@ params)`; calling it on a batch of N responses returns a quality q_N in [0, 1] (
 rule), or NaN where the rule could not decide (the rule's `failure_cause` says why; the reward counts it
 as a failed score). `rule_scores` maps q_N onto a dimension's scale [low, high] linearly. Rules see only
 the response text, so nothing a response says about its own score can change them except the text
-features the rule measures.
+features the rule measures. Rules receive the part of the response their dimension reads, with invisible
+characters removed (judges/reward.py, rubric_jax/text.py); the phrase rules (keywords, disclaimer, template
+markers) match on `text.fold` forms of both the response and the phrases (NFKC, ASCII for Latin lookalikes,
+case folded), so `Fіrstly` with a Cyrillic і or fullwidth `Ｆｉｒｓｔｌｙ` is `firstly`.
 
 User regexes are bounded: the `regex` engine (Python `re` syntax and Unicode classes) searches with a
 timeout of REGEX_TIMEOUT_S per response, and a rule's searches in one call share a budget of
@@ -36,6 +39,7 @@ from typing import Any, ClassVar, NoReturn
 import numpy as np
 import regex
 
+from rubric_jax import text as text_forms
 from rubric_jax.rubrics.schema import short_repr
 
 # CJK unified ideographs (+ extension A, compatibility), kana and hangul: one unit per character.
@@ -60,8 +64,8 @@ def _fail(rule: str, param: str, message: str) -> NoReturn:
 
 
 def _check_str(rule: str, param: str, value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        _fail(rule, param, f"expected a non-empty string, got {short_repr(value)}")
+    if not isinstance(value, str) or not text_forms.visible(value):
+        _fail(rule, param, f"expected a string with visible text, got {short_repr(value)}")
     return value
 
 
@@ -106,16 +110,23 @@ def phrase_pattern(phrase: str, ignore_case: bool = True) -> re.Pattern[str]:
     return re.compile(left + body + right, re.IGNORECASE if ignore_case else 0)
 
 
+def folded_pattern(phrase: str, ignore_case: bool = True) -> re.Pattern[str]:
+    """`phrase_pattern` of the phrase's `text.fold` form (without case folding when not `ignore_case`)."""
+    return phrase_pattern(text_forms.fold(phrase, ignore_case), ignore_case)
+
+
 def any_phrase_pattern(phrases: Sequence[str], ignore_case: bool = True) -> re.Pattern[str]:
-    """One regex that matches where any of `phrases` does (`phrase_pattern` each): one search per response."""
-    return re.compile("|".join(f"(?:{phrase_pattern(p, ignore_case).pattern})" for p in phrases),
+    """One regex that matches where any of `phrases` does (`folded_pattern` each): one search per response."""
+    return re.compile("|".join(f"(?:{folded_pattern(p, ignore_case).pattern})" for p in phrases),
                       re.IGNORECASE if ignore_case else 0)
 
 
-def pattern_hits(responses: Sequence[str], patterns: Sequence[re.Pattern[str]]) -> np.ndarray:
-    """[N, K] bool: response n matches pattern k somewhere."""
+def pattern_hits(responses: Sequence[str], patterns: Sequence[re.Pattern[str]], ignore_case: bool = True
+                 ) -> np.ndarray:
+    """[N, K] bool: the `text.fold` form of response n (without case folding when not `ignore_case`) matches
+    pattern k somewhere."""
     hits_NxK = np.zeros((len(responses), len(patterns)), dtype=bool)
-    for n, text in enumerate(responses):
+    for n, text in enumerate(text_forms.fold(r, ignore_case) for r in responses):
         for k, pattern in enumerate(patterns):
             hits_NxK[n, k] = pattern.search(text) is not None
     return hits_NxK
@@ -283,11 +294,11 @@ class Keywords(Rule):
     def patterns(self) -> tuple[re.Pattern[str], ...]:
         """Compiled once: one pattern per keyword for "all", one alternation of them all for "any"/"none"."""
         if self.mode == "all":
-            return tuple(phrase_pattern(w, self.ignore_case) for w in self.words)
+            return tuple(folded_pattern(w, self.ignore_case) for w in self.words)
         return (any_phrase_pattern(self.words, self.ignore_case),)
 
     def __call__(self, responses: Sequence[str]) -> np.ndarray:
-        hits_NxK = pattern_hits(responses, self.patterns)
+        hits_NxK = pattern_hits(responses, self.patterns, self.ignore_case)
         if self.mode == "none":
             return (~hits_NxK[:, 0]).astype(np.float64)
         return hits_NxK.all(axis=1).astype(np.float64)  # "all": every keyword; "any": the one alternation
@@ -433,12 +444,13 @@ class TemplatePhrases(Rule):
 
     @functools.cached_property
     def patterns(self) -> tuple[tuple[re.Pattern[str], ...], ...]:
-        """Each template's markers, compiled once."""
-        return tuple(tuple(phrase_pattern(m) for m in t) for t in self.templates)
+        """Each template's markers (their `text.fold` form), compiled once."""
+        return tuple(tuple(folded_pattern(m) for m in t) for t in self.templates)
 
     def matches(self, responses: Sequence[str]) -> np.ndarray:
-        """[N] bool: the response contains some template's markers in order."""
-        return np.array([any(_in_order(r, ps) for ps in self.patterns) for r in responses], dtype=bool)
+        """[N] bool: the response contains some template's markers in order (both in their `text.fold` form)."""
+        return np.array([any(_in_order(text_forms.fold(r), ps) for ps in self.patterns) for r in responses],
+                        dtype=bool)
 
     def __call__(self, responses: Sequence[str]) -> np.ndarray:
         return (~self.matches(responses)).astype(np.float64)
@@ -450,7 +462,7 @@ class TemplatePhrases(Rule):
 @_register("format")
 @dataclasses.dataclass(frozen=True)
 class Format(Rule):
-    """1 iff the response is `<think>…</think><answer>…</answer>`: each tag once, in order, answer non-empty."""
+    """1 iff the response is `<think>…</think><answer>…</answer>`: each tag once, in order, the answer visible."""
 
     think_tag: str = "think"
     answer_tag: str = "answer"
@@ -469,5 +481,5 @@ class Format(Rule):
         for r in responses:
             # Counting first keeps the backtracking regex linear: with each tag once, `.*` has one place to stop.
             m = shape.fullmatch(r) if all(r.count(tag) == 1 for tag in tags) else None
-            ok.append(m is not None and bool(m.group(1).strip()))
+            ok.append(m is not None and text_forms.visible(m.group(1)))
         return np.array(ok, dtype=np.float64)
