@@ -9,7 +9,9 @@
 Writes records.jsonl, summary.json, table.md and plot.png into --out (rubric_jax/evaluation/report.py).
 Bad input (unknown benchmark, missing file, malformed line, incomplete judgements of a named model, an
 LLM-judged benchmark without a judge, --out naming an input) exits with status 2 and one line naming
-the file and line; nothing is written.
+the file and line; nothing is written. So does a --max_new_tokens that leaves no case room in the policy's
+context (before generating). An evaluation whose judged answers all lack every score (e.g. every judge prompt
+too long) writes its report and exits with status 1 saying why.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from absl import app, flags
 from experiments import cli
 from rubric_jax.data import DataError
 from rubric_jax.evaluation import harness
-from rubric_jax.evaluation.results import EvalInputError
+from rubric_jax.evaluation.results import EvalFailed, EvalInputError
 from rubric_jax.files import PathError, check_output_path
 from rubric_jax.judges.store import StoreError, VerdictStore
 from rubric_jax.rubrics.io import load_rubric
@@ -144,6 +146,8 @@ def main(argv: list[str]) -> None:
                               generation=generation, judge=judge, store=store)
     except (EvalInputError, RubricError, DataError, UnicodeDecodeError, StoreError, PathError) as e:
         _fail(str(e))
+    except EvalFailed as e:  # it ran, but nothing could be scored: exit 1, as a failed run
+        _fail(str(e), status=1)
     print(json.dumps({"benchmark": summary["benchmark"], "policy": summary["policy"], "scores": summary["scores"],
                       "out": str(out)}, ensure_ascii=False))
 
