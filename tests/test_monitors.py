@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -216,3 +217,39 @@ def test_redundancy_over_the_window_skips_constant_pairs_and_survives_a_checkpoi
     assert restored.redundancy(ids, second, valid) == out
     [alert] = monitors.find_alerts(2, "grpo", out, LIMITS, window=2)
     assert alert.message == "alert step 2: redundancy: Spearman of clarity and quality, mean of steps 1-2 1.00 >= 0.90"
+
+
+TINY_DEFAULT = Path(__file__).parent / "fixtures" / "monitors" / "tiny_default_grpo.jsonl"
+
+
+def test_the_defaults_stay_silent_on_the_tiny_default_and_fire_on_a_collapsed_reward(tmp_path):
+    """The 60 GRPO rows of a tiny-default run (./launch.sh, 2026-12-01; the monitors that step_monitors writes) replayed
+    through a Watch with every default: no alert. The same run's first 10 steps, then 30 steps where every response
+    gets one score (saturation 1.0 everywhere, zero_std_frac 1.0): the zero-std window mean passes 0.9 at the 9th
+    collapsed step (.9 = 9 of 10) and fires at the 10th (step 20); politeness, 0.401 at the top over steps 1-10, rises
+    past 0.5 at step 19; topic_keyword (.57) and disclaimer (.52) can rise .43 and .48 only, under the threshold;
+    the format gate and the template penalty (0.93 at the top from the start) never fire."""
+    config = common.base_config().monitor
+    rows = [json.loads(line) for line in TINY_DEFAULT.read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 61))
+    silent = []
+    (tmp_path / "tiny").mkdir()
+    watch = monitors.Watch(LIMITS, tmp_path / "tiny", config.window_steps, log=silent.append)
+    replayed = [watch.observe(r["step"], r) for r in rows]
+    assert silent == []
+    assert max(r["zero_std_frac/window_mean"] for r in replayed[9:]) == pytest.approx(0.1)
+    assert max(r["monitor/saturation/disclaimer/rise"] for r in replayed[9:]) < 0.4  # the largest climb
+
+    collapsed = rows[:10]
+    dims = [k for k in rows[0] if k.startswith("monitor/saturation/")]
+    collapsed += [{"step": s, "stage": "grpo", "response_len/mean": 60.0, "zero_std_frac": 1.0,
+                   "monitor/template_share": 0.0, "monitor/reward_length_corr": float("nan"), **dict.fromkeys(dims, 1.0)}
+                  for s in range(11, 41)]
+    (tmp_path / "collapsed").mkdir()
+    watch = monitors.Watch(LIMITS, tmp_path / "collapsed", config.window_steps, log=lambda _: None)
+    for r in collapsed:
+        watch.observe(r["step"], r)
+    first: dict[str, int] = {}
+    for alert in (json.loads(line) for line in (tmp_path / "collapsed" / metrics.ALERTS_FILE).read_text().splitlines()):
+        first.setdefault(alert["metric"], alert["step"])
+    assert first == {"zero_std_frac/window_mean": 20, "monitor/saturation/politeness/rise": 19}
