@@ -42,7 +42,8 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed of the MinHash functions and the s
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an existing OUT/NAME.")
 _SEMANTIC_WORDS = flags.DEFINE_float("semantic_words", 0.7, "Content-word Jaccard at which questions are "
                                      "paraphrases (docs/data.md, Semantic deduplication); 0 = off.")
-_SEMANTIC_MODEL = flags.DEFINE_string("semantic_model", "", "HF model directory: embedding cosine marks paraphrases too.")
+_SEMANTIC_MODEL = flags.DEFINE_string("semantic_model", "",
+                                      "HF model directory: embedding cosine marks paraphrases too.")
 _SEMANTIC_TOKENIZER = flags.DEFINE_string("semantic_tokenizer", "", "Tokenizer of --semantic_model (default: its dir).")
 _SEMANTIC_COSINE = flags.DEFINE_float("semantic_cosine", 0.95, "Embedding cosine at which questions are paraphrases.")
 flags.mark_flags_as_required(["input", "out", "name"])

@@ -204,7 +204,8 @@ def test_cli_refuses_bad_outputs_and_names_the_bootstrap_flag_before_scoring(tmp
              "bootstrap_zero": ([f"--out={tmp_path / 'b'}", "--bootstrap=0"],
                                 "--bootstrap: expected an integer >= 1, got 0"),
              "compare_without_rubric": ([f"--labels={CAL / 'labels.jsonl'}", f"--out={tmp_path / 'c'}",
-                                         f"--compare={CAL / 'rubric_b.yaml'}", "--against=judge"], "--compare=RUBRIC_B")}
+                                         f"--compare={CAL / 'rubric_b.yaml'}", "--against=judge"],
+                                        "--compare=RUBRIC_B")}
     for case, (flags_, fragment) in cases.items():
         proc = _run("experiments.calibrate", *common, *flags_)
         assert proc.returncode == 2, (case, proc.stderr)

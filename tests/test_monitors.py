@@ -243,8 +243,8 @@ def test_the_defaults_stay_silent_on_the_tiny_default_and_fire_on_a_collapsed_re
     collapsed = rows[:10]
     dims = [k for k in rows[0] if k.startswith("monitor/saturation/")]
     collapsed += [{"step": s, "stage": "grpo", "response_len/mean": 60.0, "zero_std_frac": 1.0,
-                   "monitor/template_share": 0.0, "monitor/reward_length_corr": float("nan"), **dict.fromkeys(dims, 1.0)}
-                  for s in range(11, 41)]
+                   "monitor/template_share": 0.0, "monitor/reward_length_corr": float("nan"),
+                   **dict.fromkeys(dims, 1.0)} for s in range(11, 41)]
     (tmp_path / "collapsed").mkdir()
     watch = monitors.Watch(LIMITS, tmp_path / "collapsed", config.window_steps, log=lambda _: None)
     for r in collapsed:

@@ -31,7 +31,8 @@ def test_the_password_paraphrase_is_caught_and_the_router_question_kept():
     texts = [PASSWORD[0], "How do I reset my router?", PASSWORD[1], "如何重置我的密码？", "怎么重置我的密码？"]
     kept, pairs = dedup.semantic_duplicates(texts, 0.7)
     assert kept == [0, 1, 3]
-    assert [(p.kept, p.removed, p.signal, p.word_jaccard) for p in pairs] == [(0, 2, "words", 1.0), (3, 4, "words", 1.0)]
+    assert [(p.kept, p.removed, p.signal, p.word_jaccard) for p in pairs] == [(0, 2, "words", 1.0),
+                                                                               (3, 4, "words", 1.0)]
     assert dedup.content_words(PASSWORD[1]) == {"reset", "password"}
     assert dedup.content_words("如何重置我的密码？") == {"重置", "密码"}
     assert dedup.semantic_duplicates(texts, 0.0)[0] == [0, 1, 2, 3, 4]  # 0 = off

@@ -55,9 +55,9 @@ def compare_dimension(a_N: np.ndarray, b_N: np.ndarray, label_N: np.ndarray, lev
     """One dimension: agreement of A and of B with the labels over the items all three score, and B − A."""
     rows = np.flatnonzero(np.isfinite(a_N) & np.isfinite(b_N) & np.isfinite(label_N))
     cols = [a_N[rows], b_N[rows], label_N[rows]]
-    entry: dict[str, Any] = {"n": int(rows.size),
-                             "a": agreement([cols[0], cols[2]], levels, num_resamples=num_resamples, seed=seed).to_json(),
-                             "b": agreement([cols[1], cols[2]], levels, num_resamples=num_resamples, seed=seed).to_json()}
+    entry: dict[str, Any] = {"n": int(rows.size)}
+    for side, col in (("a", cols[0]), ("b", cols[1])):
+        entry[side] = agreement([col, cols[2]], levels, num_resamples=num_resamples, seed=seed).to_json()
     for name, statistic in pair_statistics(levels).items():
         diff = difference(statistic)
         value = diff(*cols) if rows.size else Statistic(None, "no item scored by both versions and labelled")
@@ -78,7 +78,8 @@ class Versions:
 
 
 def compare_rubrics(versions: Versions, settings: Settings, *, judges: Sequence[Judge] = (),
-                    judge_config: JudgeConfig = JudgeConfig(), inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                    judge_config: JudgeConfig = JudgeConfig(), inputs: Mapping[str, Any] | None = None
+                    ) -> dict[str, Any]:
     """The comparison report: each labelled dimension of both versions, A and B side by side, and B − A."""
     if len(versions.items_a) != len(versions.items_b):
         raise ValueError("compare_rubrics: the two versions must read the same items")
@@ -94,7 +95,8 @@ def compare_rubrics(versions: Versions, settings: Settings, *, judges: Sequence[
     scores = {}
     for side, items in (("a", versions.items_a), ("b", versions.items_b)):
         reward = RubricReward(_rubrics(items), judges, judge_config)  # the same key: only the rubric differs
-        scores[side] = score_items(reward, items, settings.batch_size, key, f"calibrate --compare: rubric {side.upper()}")
+        scores[side] = score_items(reward, items, settings.batch_size, key,
+                                   f"calibrate --compare: rubric {side.upper()}")
     labels = {d: np.array([item.labels.get(d, np.nan) for item in versions.items_a]) for d in shared}
     dims = {d: {"kind": info_a[d].kind, "scale": list(info_a[d].scale),
                 **compare_dimension(scores["a"][d], scores["b"][d], labels[d], info_a[d].levels,

@@ -295,7 +295,8 @@ def precision_recall(scores_P: np.ndarray, paraphrase_P: np.ndarray, threshold: 
     """Precision and recall of "duplicate when score >= threshold" on labelled pairs (a threshold's report)."""
     predicted_P = np.asarray(scores_P) >= threshold
     truth_P = np.asarray(paraphrase_P, bool)
-    tp, fp, fn = int((predicted_P & truth_P).sum()), int((predicted_P & ~truth_P).sum()), int((~predicted_P & truth_P).sum())
+    tp, fp = int((predicted_P & truth_P).sum()), int((predicted_P & ~truth_P).sum())
+    fn = int((~predicted_P & truth_P).sum())
     return {"threshold": threshold, "precision": tp / (tp + fp) if tp + fp else float("nan"),
             "recall": tp / (tp + fn) if tp + fn else float("nan"), "true_positives": tp, "false_positives": fp,
             "pairs": int(truth_P.size)}

@@ -55,9 +55,8 @@ def render(report: Mapping[str, Any]) -> str:
                 f"{len(semantic['pairs'])}.", ""]
         if semantic["pairs"]:
             shown = semantic["pairs"][:MAX_PAIRS_SHOWN]
-            out += [_table(["kept", "removed", "signal", "content-word Jaccard", "cosine"],
-                           [[p["kept_id"], p["removed_id"], p["signal"], p["word_jaccard"], p["cosine"]] for p in shown]),
-                    ""]
+            cells = [[p["kept_id"], p["removed_id"], p["signal"], p["word_jaccard"], p["cosine"]] for p in shown]
+            out += [_table(["kept", "removed", "signal", "content-word Jaccard", "cosine"], cells), ""]
     out += ["## Difficulty", "", f"Labels from {difficulty['source']}: " +
             ", ".join(f"{k} {v}" for k, v in sorted(difficulty["counts"].items())) + ".", ""]
     if mix["ratio"] is not None:
