@@ -300,3 +300,31 @@ def test_a_grpo_step_with_an_llm_judged_dimension_goes_through_the_judge(tmp_pat
     assert row["monitor/judge_parse_failure"] == 1.0  # every answer of the random judge was rejected
     assert 0.0 <= row["reward/mean"] <= 1.0 and row["skipped"] == 0.0
 
+
+
+def test_a_grpo_step_with_every_recipe_option_on_reads_them_all(tmp_path):
+    """GDPO advantages (the rubric's gates and weights), DAPO overlong shaping and truncation masking, GSPO ratios,
+    dual clip, the KL cap and truncated importance sampling in one GRPO iteration of the tiny default: each logs
+    what it did and the update stays finite."""
+    import jax
+    import jax.numpy as jnp
+
+    from rubric_jax.train import loop
+
+    config = absolute_tiny_config()
+    with config.unlocked():
+        config.rl.questions_per_step, config.rl.group_size, config.rl.max_new_tokens, config.rl.micro_batches = 2, 4, 8, 1
+        config.rl.advantage, config.rl.overlong_buffer, config.rl.mask_truncated = "per_dimension", 4, True
+        config.rl.importance_level, config.rl.clip_ratio_c, config.rl.kl_cap = "sequence", 3.0, 10.0
+        config.rl.behaviour_correction_cap, config.rl.recompute_old_logprobs = 2.0, True
+    run_ = loop.build(config, tmp_path / "run")
+    state, _, programs = loop.grpo_components(run_, loop.initial_params(run_))
+    reference = jax.tree.map(jnp.copy, state.params)
+    _, out = loop.grpo_iteration(run_, programs, state, reference, run_.train_questions[:2], jax.random.key(0))
+    row = out.row()
+    rubric_dims = {d.id for q in run_.train_questions[:2] for d in run_.rubric_of[q.id].dimensions if not d.gate}
+    assert {f"advantage/{d}" for d in rubric_dims} | {"advantage/overlong"} <= set(row)
+    assert row["overlong_penalty/mean"] < 0  # 8-token budget, 4-token buffer: most responses are penalised
+    assert row["truncated_masked"] == row["truncated_frac"] * 8
+    assert 0 < row["behaviour_weight/mean"] <= row["behaviour_weight/max"] <= 2.0
+    assert all(np.isfinite(row[k]) for k in ("loss", "kl", "grad_norm")) and row["skipped"] == 0.0
