@@ -144,7 +144,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.monitor = ml_collections.ConfigDict()
     # The template share and reward-length Spearman of one step depend on which questions it drew: their alerts
     # compare the mean of the last `window_steps` steps (monitor/<m>/window_mean) with the threshold.
-    c.monitor.window_steps = 10  # GRPO steps in the rolling mean the template-share and reward-length alerts read (1 = per step).
+    c.monitor.window_steps = 10  # GRPO steps behind the windowed alerts (template share, reward-length, zero-std, saturation rise, redundancy; 1 = per step).
     c.monitor.max_template_share = 0.4  # Share of responses in a 首先…其次…最后 / first…second…finally template (RubricRL: 12% -> 67% while reward rose).
     c.monitor.max_length_drift = 1.0  # Mean response tokens / first GRPO step's - 1 (1.0 = doubled; inf = never).
     # Saturation (RubricRL §2.3 刷满, §6.3 collapse): penalty and gate dimensions sit at their top level from step 1 by design,
