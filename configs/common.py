@@ -153,7 +153,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.monitor.max_zero_std_frac = 0.9  # Window mean share of groups whose rewards are all equal: no GRPO signal (RubricRL §4.3, §6.3).
     c.monitor.max_redundancy = 0.9  # Spearman of two dimensions over the window's rollouts, alert at or above (RubricRL §2.1 MECE).
     c.monitor.max_reward_length_corr = 0.5  # Spearman of reward vs response length within a step (length bias, RubricRL §3.3).
-    c.monitor.max_judge_parse_failure = 0.1  # Share of LLM-judge answers the strict parser rejected.
+    c.monitor.max_judge_parse_failure = 0.1  # Share of LLM-judge prompts without a parseable verdict (rejected, cut, too long).
+    c.monitor.max_missing_share = 0.2  # Share of a dimension's scores missing at a step (its judge failed; the reward drops them).
     c.monitor.min_golden_spearman = 0.6  # Judge vs labels on golden reference answers, per dimension (RubricRL: below 0.6 is unusable).
 
     c.checkpoint = ml_collections.ConfigDict()

@@ -230,7 +230,8 @@ def test_prompts_answers_and_judge_questions():
     assert harness.judge_question(case, False) == "Plan a trip."
     assert harness.answer_part("<think>a</think><answer> 42 </answer>", "think_answer") == ("42", True)
     assert harness.answer_part("just 42", "think_answer") == ("just 42", False)
-    assert harness.answer_part("<answer>1</answer>", "plain") == ("<answer>1</answer>", None)
+    assert harness.answer_part("<answer>1</answer>", "plain") == ("1", None)  # one answer definition: text.parts
+    assert harness.answer_part("<think>consult a doctor</think>no tags", "think_answer") == ("no tags", False)
 
 
 def test_out_may_not_be_or_hold_an_input(tmp_path):

@@ -222,6 +222,23 @@ def test_a_question_longer_than_max_prompt_len_fails_at_load_time_naming_file_an
     assert not (tmp_path / "run").exists()
 
 
+def test_a_judge_whose_prompts_never_fit_is_refused_at_start_up(tmp_path):
+    """Issue 24, R3: with judge.max_new_tokens=500 the tiny judge's 512-token context leaves 12 tokens, shorter
+    than any politeness prompt; the run trained without the dimension (reward/politeness NaN, exit 0). Now build
+    refuses, naming the key, the judge's context and the dimension, before anything is written."""
+    from rubric_jax.train import loop
+
+    config = absolute_tiny_config()
+    with config.unlocked():
+        config.judge.max_new_tokens = 500
+    with pytest.raises(ValueError, match=r"config\.judge\.max_new_tokens=500 leaves judge .*tiny_judge 12 of its 512 "
+                                         r"context tokens for a prompt, but the shortest prompt for LLM dimension\(s\) "
+                                         r"\['politeness'\] of .*questions_train\.jsonl:1 \(an empty response\) is "
+                                         r"\d+ tokens"):
+        loop.build(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
 def test_pretrained_checkpoint_starts_training_with_the_config_numerics(tmp_path):
     """A local HF directory is the starting policy, with the experiment's dtype/remat overrides applied."""
     import jax

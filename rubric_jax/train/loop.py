@@ -49,8 +49,8 @@ from flax import nnx
 
 from rubric_jax import data, distributed, files, loader, metrics, plots, sampling, sharding
 from rubric_jax.judges.base_model import same_base_warnings
-from rubric_jax.judges.llm_judge import JudgeConfig, load_judge
-from rubric_jax.judges.reward import RewardOutput, RubricReward, concat_outputs, gather_outputs
+from rubric_jax.judges.llm_judge import Judge, JudgeConfig, load_judge, shortest_prompt_tokens
+from rubric_jax.judges.reward import RewardOutput, RubricReward, concat_outputs, gather_outputs, split_by_reads
 from rubric_jax.judges.reward_model import RewardModelReward, load_reward_model
 from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
 from rubric_jax.models.config import ModelConfig
@@ -236,6 +236,8 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
             mode=run_settings.JUDGE_MODES[config.judge.mode], num_samples=config.judge.samples,
             max_retries=config.judge.max_retries, ensemble=config.judge.ensemble,
             shuffle_anchors=config.judge.shuffle_anchors, prompt=config.judge.prompt), correction=correction)
+        _check_judge_prompts_fit(config, judges, reward.judge_config, rubric_of,
+                                 train_questions + eval_questions + (golden.questions if golden else []))
     else:
         dtype = config.reward.model_dtype
         reward = RewardModelReward(load_reward_model(config.reward.model_checkpoint, layout=decode_layout,
@@ -268,6 +270,32 @@ def _check_prompts_fit(tokenizer: Any, model_cfg: ModelConfig, settings: Setting
             raise data.DataError(
                 f"{question.source}: question {question.id!r} ({len(ids)} prompt tokens) + max_new_tokens "
                 f"({new_tokens}) exceeds the model's max_position_embeddings ({model_cfg.max_position_embeddings})")
+
+
+def _check_judge_prompts_fit(config: ml_collections.ConfigDict, judges: Sequence[Judge], judge_config: JudgeConfig,
+                             rubric_of: dict[str, Rubric], questions: Sequence[data.Question]) -> None:
+    """Every LLM dimension can be judged: its shortest judge prompt (for an empty response) fits each judge's context
+    less config.judge.max_new_tokens. Checked at start-up: a dimension whose prompts never fit would drop out of every
+    reward (scores missing), and the run would train without it."""
+    seen = set()
+    for q in questions:
+        dims = [d for d in rubric_of[q.id].dimensions if d.kind == "llm"]
+        groups = [[d] for d in dims] if judge_config.mode == "single" else split_by_reads([dims])[1]
+        for group in groups:
+            key = ("" if judge_config.prompt == "compact" else q.question, tuple(group))  # compact: no question
+            if key in seen:
+                continue
+            seen.add(key)
+            for judge in judges:
+                tokens = shortest_prompt_tokens(judge, judge_config, q.question, group)
+                if tokens > judge.max_prompt_tokens:
+                    context = judge.weights.cfg.max_position_embeddings if judge.weights is not None else "?"
+                    raise ValueError(
+                        f"config.judge.max_new_tokens={config.judge.max_new_tokens} leaves judge {judge.name} "
+                        f"{judge.max_prompt_tokens} of its {context} context tokens for a prompt, but the shortest "
+                        f"prompt for LLM dimension(s) {[d.id for d in group]} of {q.source} (an empty response) is "
+                        f"{tokens} tokens: nothing would ever be judged on it; lower config.judge.max_new_tokens or "
+                        "use a judge with a longer context")
 
 
 def _check_rollouts_divide(rl: ml_collections.ConfigDict, mesh: jax.sharding.Mesh) -> None:
