@@ -204,8 +204,8 @@ def cross_duplicates(queries: Sequence[str], corpus: Sequence[str], threshold: f
 # ------------------------------------------------------------------------------------------ semantic
 # Near-duplicate questions that share meaning but few characters ("How do I reset my password?" / "How can I reset
 # my password?": character 3-gram Jaccard 0.62, under the 0.7 threshold). Two signals, either one marks a pair:
-#   words      Jaccard of the content words: case-folded NFKC words minus function words (EN_FUNCTION_WORDS), a
-#              plural -s stripped; Chinese text minus its function words (ZH_FUNCTION_WORDS), then character bigrams
+#   words      Jaccard of the content words: folded words (rubric_jax/text.fold) minus function words
+#              (EN_FUNCTION_WORDS), a plural -s stripped; Chinese text minus its function words (ZH_FUNCTION_WORDS), then character bigrams
 #              of each remaining run (a one-character run counts as itself). Paraphrases that swap function words
 #              keep their content words; questions that differ in one content word (password / router) do not.
 #   embedding  cosine of sentence embeddings (rubric_jax/prepare/embedding.py) from a model the caller loads.
@@ -234,7 +234,7 @@ _WORD = re.compile(r"[^\W_]+")
 
 def content_words(text: str) -> frozenset[str]:
     """The content words of `text` (see the comment above): what two phrasings of one question still share."""
-    folded = _ZH_FUNCTION_RE.sub(" ", unicodedata.normalize("NFKC", text).casefold())
+    folded = _ZH_FUNCTION_RE.sub(" ", text_forms.fold(text))
     words: set[str] = set()
     for token in _WORD.findall(folded):
         for run in _CJK_RUN.findall(token):
