@@ -205,9 +205,9 @@ def cross_duplicates(queries: Sequence[str], corpus: Sequence[str], threshold: f
 # Near-duplicate questions that share meaning but few characters ("How do I reset my password?" / "How can I reset
 # my password?": character 3-gram Jaccard 0.62, under the 0.7 threshold). Two signals, either one marks a pair:
 #   words      Jaccard of the content words: folded words (rubric_jax/text.fold) minus function words
-#              (EN_FUNCTION_WORDS), a plural -s stripped; Chinese text minus its function words (ZH_FUNCTION_WORDS), then character bigrams
-#              of each remaining run (a one-character run counts as itself). Paraphrases that swap function words
-#              keep their content words; questions that differ in one content word (password / router) do not.
+#              (EN_FUNCTION_WORDS), a plural -s stripped; Chinese text minus its function words (ZH_FUNCTION_WORDS),
+#              then character bigrams of each remaining run (a one-character run counts as itself). Paraphrases that
+#              swap function words keep their content words; questions that differ in one content word do not.
 #   embedding  cosine of sentence embeddings (rubric_jax/prepare/embedding.py) from a model the caller loads.
 # Measured on tests/fixtures/dedup/paraphrase_pairs.jsonl (24 paraphrase and 24 near-topic non-paraphrase pairs, EN
 # and ZH; docs/data.md "Semantic deduplication"): words at 0.7 have precision 1.0 and recall 0.25; the shipped tiny
