@@ -251,8 +251,9 @@ TINY_DEFAULT = Path(__file__).parent / "fixtures" / "monitors" / "tiny_default_g
 
 def test_the_defaults_stay_silent_on_the_tiny_default_and_fire_on_a_collapsed_reward(tmp_path):
     """The 60 GRPO rows of a tiny-default run (./launch.sh, 2026-12-01, commit 78323f5; the monitors step_monitors
-    writes) replayed through a Watch with every default: no alert. The same run's first 10 steps, then 30 steps where every response
-    gets one score (saturation 1.0 everywhere, zero_std_frac 1.0): the zero-std window mean passes 0.9 at the 9th
+    writes) replayed through a Watch with every default: no alert. The same run's first 10 steps, then 30 steps
+    where every response gets one score (saturation 1.0 everywhere, zero_std_frac 1.0): the zero-std window mean
+    passes 0.9 at the 9th
     collapsed step (.9 = 9 of 10) and fires at the 10th (step 20); politeness, 0.401 at the top over steps 1-10, rises
     past 0.5 at step 19; topic_keyword (.57) and disclaimer (.52) can rise .43 and .48 only, under the threshold;
     the format gate and the template penalty (0.93 at the top from the start) never fire."""
