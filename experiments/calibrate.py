@@ -2,7 +2,8 @@
 
   python -m experiments.calibrate --rubric=RUBRIC.yaml --labels=LABELS.jsonl --out=DIR
       [--against=labels|judge] [--judge_checkpoint=DIR[,DIR...]] [--threshold=0.6] [--bootstrap=1000]
-      [--correction=FILE] [--correction_out=FILE] [--position_probe=true] [--seed=0] [--redundancy_threshold=0.9]
+      [--correction=FILE] [--correction_out=FILE] [--position_probe=true] [--seed=0] [--judge_store=VERDICTS.db]
+      [--redundancy_threshold=0.9]
   python -m experiments.calibrate --rubric=RUBRIC_A.yaml --compare=RUBRIC_B.yaml --labels=LABELS.jsonl --out=DIR
   python -m experiments.calibrate --labels=../shared/data/prometheus/vicuna_eval.json --against=judge --out=DIR
 
@@ -25,8 +26,9 @@ from pathlib import Path
 from absl import app, flags
 
 from experiments import cli
+from experiments.judge_flags import JUDGE, MODE, PROMPT, RETRIES, SAMPLES, STORE, load_judges, open_judge_store
 from rubric_jax import files
-from experiments.judge_flags import JUDGE, MODE, PROMPT, RETRIES, SAMPLES, load_judges
+from rubric_jax.judges.store import StoreError
 from rubric_jax.calibration.labels import LabelsError, read_items
 from rubric_jax.rubrics.correction import load_correction
 from rubric_jax.rubrics.io import load_rubric
@@ -64,7 +66,7 @@ def _settings_error(message: str) -> str:
 
 def _inputs() -> dict[str, str | None]:
     return {"--labels": _LABELS.value, "--rubric": _RUBRIC.value, "--correction": _CORRECTION.value,
-            "--compare": _COMPARE.value}
+            "--compare": _COMPARE.value, "--judge_store": STORE.value or None}
 
 
 def _check_inputs(judge_dirs: list[str]) -> None:
@@ -153,8 +155,15 @@ def main(argv: list[str]) -> None:
     except (CalibrationError, ValueError) as e:
         _fail(str(e))
     try:
+        store = None
+        if STORE.value:
+            if not judge_dirs:
+                raise ValueError(f"--judge_store={STORE.value}: there is no LLM judge (--judge_checkpoint) whose "
+                                 "verdicts to store")
+            files.check_output_path(STORE.value, [_LABELS.value, _RUBRIC.value, _CORRECTION.value, *judge_dirs, out])
+            store = open_judge_store(judge_dirs)
         judges = load_judges(judge_dirs)
-    except ValueError as e:
+    except ValueError as e:  # PathError and StoreError too
         _fail(str(e))
     inputs = {"labels": _LABELS.value, "rubric": _RUBRIC.value,
               "rubric_hash": shared.content_hash if shared is not None else None}
@@ -164,9 +173,9 @@ def main(argv: list[str]) -> None:
         return
     try:
         result = calibrate(items, settings, judges=judges, judge_config=judge_config, correction=correction,
-                           inputs=inputs)
+                           inputs=inputs, store=store)
         written = write_calibration(result, out, _CORRECTION_OUT.value, _SEED.value, protected)
-    except (RubricError, CalibrationError) as e:
+    except (RubricError, CalibrationError, StoreError) as e:
         _fail(str(e))
     print(json.dumps({"items": result.report["items"], "flagged": result.report["flagged"],
                       "written": [str(p) for p in written]}, ensure_ascii=False))
