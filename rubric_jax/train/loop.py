@@ -671,6 +671,7 @@ def grpo_iteration(run_: Run, programs: run_programs.GRPOPrograms, state: train_
                 "zero_std_frac": signal.zero_std_frac, "response_len/mean": float(out.lengths_N.mean()),
                 "truncated_frac": float(out.truncated_N.mean()), **signal.metrics, **dynamic_row}
     host_row.update(monitors.step_monitors([s["response"] for s in out.samples], out.lengths_N, scored))
+    host_row.update(run_.watch.redundancy(scored.dimension_ids, scored.scores, scored.valid))
     if run_.dynamic_weights is not None:
         host_row.update(run_.dynamic_weights.update(scored.dimension_ids, scored.scores, scored.valid))
 
@@ -741,6 +742,8 @@ def run_grpo(run_: Run, init_params: Any) -> dict[str, Any]:
         nonlocal ref_params, baseline
         if restored is not None and run_.dynamic_weights is not None:
             run_.dynamic_weights.load_json(restored.extra["dynamic_weights"])
+        if restored is not None:
+            run_.watch.load_scores_json(restored.extra.get("redundancy_window", []))
         iterator_state = data.IteratorState.from_dict(restored.data_state) if restored else data.IteratorState(
             seed=run_.config.seed)
         ref_params = load_reference(run_, state, iterator_state).params if rl.beta > 0 else None
@@ -763,7 +766,8 @@ def run_grpo(run_: Run, init_params: Any) -> dict[str, Any]:
 
     def checkpoint_extra() -> dict[str, Any]:
         weights = {} if run_.dynamic_weights is None else {"dynamic_weights": run_.dynamic_weights.to_json()}
-        return {"updates_per_batch": settings.updates_per_batch, **weights}
+        return {"updates_per_batch": settings.updates_per_batch, **weights,
+                "redundancy_window": run_.watch.scores_to_json()}
 
     def grpo_step(state, questions, step, draw):
         if lr_drop is not None:  # rl.lr_on_oscillation: the factor the logged rewards decide for this update
