@@ -135,14 +135,15 @@ def _gathered_names(names: tuple[str | None, ...]) -> tuple[str | None, ...]:
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3))
 def for_compute(w: jax.Array, names: tuple[str | None, ...], dtype: Any, shard: ShardActivation) -> jax.Array:
-    """A weight with logical axis `names` made ready for its dots: cast to the compute `dtype`, then laid out
-    whole along `embed` by `shard` (tensor-parallel splits kept); its gradient goes back the other way, to the
+    """A weight with logical axis `names` made ready for its dots: cast to the compute `dtype` in its own layout,
+    then laid out whole along `embed` by `shard` (tensor-parallel splits kept); its gradient goes back to the
     weight's own layout, then its dtype.
 
-    Why: under FSDP this pins the weight's all-gather after the cast (bf16, in the forward and in a
-    rematerialised backward alike; left to XLA, the backward gathered the float32 master weights) and its
-    gradient to one reduce-scatter in the weight's dtype (a plain sharding constraint's transpose would
-    all-reduce it). benchmarks/AOT_RESULTS.md has the 7B figures."""
+    Why: under FSDP this pins the weight's all-gather after the cast, in the forward and in a rematerialised
+    backward alike (with the cast left to XLA, the 7B update's backward gathered the float32 master weights,
+    184 GiB per update), and the gradient's way back to one reduce-scatter (the transpose of a plain sharding
+    constraint all-reduces it). XLA reduces the gradient in the dtype the dot made it in: bf16 for the layers'
+    bf16 dots, float32 for the vocabulary projection's float32-accumulating one. benchmarks/AOT_RESULTS.md."""
     return shard(shard(w.astype(dtype), names), _gathered_names(names))
 
 
