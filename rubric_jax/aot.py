@@ -356,8 +356,8 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
         sft_state, sft_shardings = train_state.abstract_train_state(policy, sft_tx, mesh)
         sft_step = run_programs.sft_program(sft_shardings, mesh)
         sft_batch = _batch(train_step.SFT_BATCH_KEYS, config.sft.batch_size, sft_len, mesh)
-        add("sft", "SFT step", f"{config.sft.batch_size} x {sft_len} tokens", lambda: sft_step.lower(sft_state, sft_batch),
-            scorer_names)
+        add("sft", "SFT step", f"{config.sft.batch_size} x {sft_len} tokens",
+            lambda: sft_step.lower(sft_state, sft_batch), scorer_names)
     if "grpo" in config.stages:
         grpo = run_programs.grpo_programs(rl, policy.graphdef, shardings, mesh, settings.grpo)
         batch = _batch(train_step.grpo_batch_keys(grpo.cfg), rollouts, response_len, mesh, prompt_len)

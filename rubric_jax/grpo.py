@@ -3,8 +3,8 @@ and the teacher-forced log-probs (over vocabulary slices: never [B, T, V] float3
 (`sequence_logprobs`, SFT) or with each group's shared prompt run once (`shared_prompt_logprobs`, GRPO).
 
 Shapes: B sequences (rows b*G + j is sample j of question b, the sampler's order), G group size,
-T token positions, D hidden, V vocab, C the log-prob chunk size (B·C·V logits at a time), U prompts (B = U·G), P prompt
-slots, R response slots.
+T token positions, D hidden, V vocab, C the log-prob chunk size (B·C·V logits at a time), U prompts
+(B = U·G), P prompt slots, R response slots.
 
 Token alignment: every per-token array [B, T] is aligned with `tokens_BxT`; entry t refers to the
 prediction of token t from tokens < t (so entry 0 is never a target). `mask_BxT` is True on the

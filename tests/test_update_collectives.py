@@ -49,8 +49,8 @@ def programs():
 
 def _head_elements(hlo_text, kinds, in_loop=False):
     """Elements per run of the `kinds` collectives of [D, V]- or [D, V / 4]-shaped arrays, in either order: the
-    vocabulary projection or one of its 4 slices (elements, not bytes: the CPU backend widens bf16 collectives to f32); with
-    `in_loop`, only those inside the micro-batch loop."""
+    vocabulary projection or one of its 4 slices (elements, not bytes: the CPU backend widens bf16 collectives
+    to f32); with `in_loop`, only those inside the micro-batch loop."""
     shapes = {tuple(sorted((D, V // n))) for n in (1, SLICES)}
     return sum(c.executions * math.prod(dims) for c in hlo_stats.collectives(hlo_text, kinds)
                for dims in hlo_stats.array_dims(c.shape) if tuple(sorted(dims)) in shapes and c.in_loop >= in_loop)

@@ -354,9 +354,9 @@ class Transformer(nnx.Module):
 
     def _compute_weights(self, layer_params: Params) -> Params:
         """One layer's weights as its dots read them (`for_compute`: in the compute dtype, whole along `embed`),
-        so an FSDP-split weight is all-gathered once per layer in bf16, also when a forward runs it twice
-        (prefixes, then continuations), and its gradient reduce-scattered once in the weight's dtype.
-        Without a layout only the cast."""
+        so an FSDP-split weight is all-gathered once per layer in the compute dtype, also when a forward runs it
+        twice (prefixes, then continuations), and its gradient reduce-scattered once. Without a layout only the
+        cast."""
         dtype = jnp.dtype(self.cfg.compute_dtype)
         if self.shard_activation is None:
             return jax.tree.map(lambda w: w.astype(dtype), layer_params)
