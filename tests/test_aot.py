@@ -169,6 +169,19 @@ def test_cpu_dry_run_with_a_judge_holds_the_bytes_worked_out_by_hand(tmp_path):
     assert all(f"\n{name} " in text for name in by_name)
 
 
+def test_dry_run_programs_compiles_the_named_programs_only():
+    """`--dry_run_programs` (what one iterates on: the 7B decode programs take minutes each)."""
+    assert aot.parse_programs("all") == aot.parse_programs("") == frozenset(aot.PROGRAMS)
+    assert aot.parse_programs(" grpo_update,logprobs ") == {"grpo_update", "logprobs"}
+    with pytest.raises(ValueError, match=r"--dry_run_programs='update,rollout': unknown \['update'\]; expected "
+                                         r"comma-separated keys of \['sft', 'grpo_update'"):
+        aot.parse_programs("update,rollout")
+    config = tiny.get_config()
+    config.stages, config.judge.checkpoint = ["grpo"], ""
+    report = aot.dry_run(config, "cpu", 8, progress=lambda line: None, programs=frozenset({"logprobs"}))
+    assert [p.name for p in report.programs] == ["rollout log-probs"]
+
+
 def _table_rows(stdout: str) -> dict[str, list[str]]:
     """Program name -> the cells of its row in the per-program memory table."""
     table = stdout.split("Per-program memory")[1].split("largest:")[0].splitlines()[2:]
