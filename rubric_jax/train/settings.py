@@ -12,18 +12,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
-from pathlib import Path
 from typing import Any
 
 import ml_collections
 
-from rubric_jax import data, grpo, sampling
+from rubric_jax import data, files, grpo, sampling
 from rubric_jax.judges.llm_judge import ENSEMBLES, PROMPTS as JUDGE_PROMPTS
 from rubric_jax.judges.reward_model import RewardModelConfig
 from rubric_jax.loader import ATTENTION_CHOICES, DTYPE_CHOICES, resolve_attention
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.train import rollout, state as train_state
+from rubric_jax.train.dynamic import DynamicSampling
 from rubric_jax.train.oscillation import OscillationRule
 
 STAGES = ("sft", "grpo")
@@ -42,6 +43,9 @@ _AT_LEAST = {
     "judge.samples": 1, "judge.max_retries": 0, "judge.max_new_tokens": 1, "log.samples_per_step": 0,
     "mesh.data": 1, "mesh.tensor": 1, "mesh.rollout.tensor": 1,
 }
+# Input files a run reads (a tfds:NAME data set is a directory of its own, checked where it is read).
+INPUT_FILES = ("data.train", "data.eval", "data.sft", "data.rubric", "data.golden", "data.rubric_correction",
+               "model.config_json")
 _GRPO_KEYS = {"kl_coef": "beta", "loss_norm_length": "max_new_tokens", "temperature": "sampler"}  # GRPOConfig -> rl
 
 
@@ -70,6 +74,7 @@ class Settings:
     missing_scores: str  # rl.missing_scores
     shaping: rollout.Shaping  # rl.advantage, rl.overlong_*, rl.mask_truncated
     oscillation: OscillationRule | None  # rl.lr_on_oscillation and its rule, None when off
+    dynamic_sampling: DynamicSampling | None  # rl.dynamic_sampling and its settings, None when off
     recompute_old_logprobs: bool  # rl.recompute_old_logprobs
     updates_per_batch: int  # rl.updates_per_batch
     samples_per_step: int  # log.samples_per_step
@@ -139,6 +144,18 @@ def shaping(rl: ml_collections.ConfigDict) -> rollout.Shaping:
         raise ValueError(f"config.rl.{e}" if field in fields else f"config.rl: {e}") from None
 
 
+def dynamic_sampling(rl: ml_collections.ConfigDict) -> DynamicSampling | None:
+    """DAPO's dynamic sampling settings (rl.dynamic_sampling_*), or None when rl.dynamic_sampling is off."""
+    if not isinstance(rl.dynamic_sampling, bool):
+        _fail("rl.dynamic_sampling", rl.dynamic_sampling, "expected True or False")
+    if not rl.dynamic_sampling:
+        return None
+    try:
+        return DynamicSampling(rl.dynamic_sampling_min_spread, rl.dynamic_sampling_max_rounds)
+    except ValueError as e:
+        raise ValueError(f"config.rl.dynamic_sampling_{e}") from None
+
+
 def oscillation_rule(rl: ml_collections.ConfigDict) -> OscillationRule | None:
     """The learning-rate drop's rule (rl.oscillation_*), or None when rl.lr_on_oscillation is off."""
     if not isinstance(rl.lr_on_oscillation, bool):
@@ -181,7 +198,7 @@ def model_config(config: ml_collections.ConfigDict, backend: str | None = None) 
         return ModelConfig.from_hf_dir(config.model.checkpoint, **overrides)
     if not config.model.config_json:
         raise ValueError("config.model: give `checkpoint` (a HF directory) or `config_json` (for a random init)")
-    return ModelConfig.from_hf_dict(json.loads(Path(config.model.config_json).read_text()), **overrides)
+    return ModelConfig.from_hf_dict(json.loads(files.read_text(config.model.config_json, "model config")), **overrides)
 
 
 def reward_model_config(config: ml_collections.ConfigDict) -> RewardModelConfig | None:
@@ -214,8 +231,21 @@ def reward_model_config(config: ml_collections.ConfigDict) -> RewardModelConfig 
                              scale=r.model_scale)
 
 
+def _check_input_files(config: ml_collections.ConfigDict) -> None:
+    """Every input file of INPUT_FILES that exists must be a regular file (a FIFO would block the run forever,
+    /dev/zero fill memory); a missing one is the loader's error."""
+    for key in INPUT_FILES:
+        value = _get(config, key)
+        if value and not str(value).startswith(data.TFDS_PREFIX) and os.path.lexists(value):
+            try:
+                files.check_input_file(value, key.split(".")[-1])
+            except files.PathError as e:
+                raise ValueError(f"config.{key}={value!r}: {e}") from None
+
+
 def validate(config: ml_collections.ConfigDict) -> Settings:
     """Checks every value a run reads; raises ValueError naming `config.<key>` and the bad value."""
+    _check_input_files(config)
     stages = tuple(config.stages)
     if not stages or sorted(set(stages), key=stages.index) != list(stages) or not set(stages) <= set(STAGES):
         _fail("stages", stages, f"expected a non-empty subset of {STAGES} without repeats")
@@ -265,6 +295,7 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
         _fail("rl.behaviour_correction_cap", config.rl.behaviour_correction_cap, "the correction weighs the trainer's "
               "recomputed log-probs against the sampler's: set rl.recompute_old_logprobs=True")
     return Settings(stages, grpo_cfg, train, evaluation, buckets(config.sft.max_response_len),
-                    config.rl.missing_scores, shaping(config.rl), oscillation_rule(config.rl), config.rl.recompute_old_logprobs,
+                    config.rl.missing_scores, shaping(config.rl), oscillation_rule(config.rl), dynamic_sampling(config.rl),
+                    config.rl.recompute_old_logprobs,
                     config.rl.updates_per_batch,
                     config.log.samples_per_step, config.eval.every_steps, reward_model_config(config))
