@@ -40,11 +40,15 @@ def base_config() -> ml_collections.ConfigDict:
     c.judge.param_dtype = "auto"  # Judge weights dtype: auto (bfloat16 on accelerators, float32 on CPU), float32, bfloat16.
     c.judge.compute_dtype = "auto"  # Judge activation dtype, same choices.
     c.judge.batch_size = 0  # Most judge prompts per generate call (bounds its KV cache; 0 = a whole round at once).
+    c.judge.store = ""  # Verdict store (SQLite file on a local disk, docs/judges.md) of judge answers; "" = none.
+    c.judge.store_rollouts = False  # Policy responses read/write the store too (off: they never repeat; golden references always do).
 
     # What scores rollouts: rubrics (rule and LLM judges, above) or a scalar reward model (rubric_jax/judges/
     # reward_model.py; QuRL's "w/ RLHF reward model" ablation, which uses internlm2-7b-reward).
     c.reward = ml_collections.ConfigDict()
     c.reward.source = "rubric"  # "rubric" (the rows' rubrics) or "reward_model" (reward.model_checkpoint).
+    # A row whose rule gate failed (reward 0 whatever else it scores) sends no LLM dimension to the judge (docs/judges.md).
+    c.reward.gates_first = True
     c.reward.model_checkpoint = ""  # Local HF Qwen2/Llama *ForSequenceClassification directory with one label.
     c.reward.model_dtype = "float32"  # Reward-model weights and activations: float32 or bfloat16.
     c.reward.model_max_len = 4096  # Longest chat (question + response, RM tokens) scored; longer rows get no reward (counted).

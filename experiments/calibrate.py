@@ -2,7 +2,7 @@
 
   python -m experiments.calibrate --rubric=RUBRIC.yaml --labels=LABELS.jsonl --out=DIR
       [--against=labels|judge] [--judge_checkpoint=DIR[,DIR...]] [--threshold=0.6] [--bootstrap=1000]
-      [--correction=FILE] [--correction_out=FILE] [--position_probe=true] [--seed=0]
+      [--correction=FILE] [--correction_out=FILE] [--position_probe=true] [--seed=0] [--judge_store=VERDICTS.db]
   python -m experiments.calibrate --labels=../shared/data/prometheus/vicuna_eval.json --against=judge --out=DIR
 
 Writes DIR/report.json, DIR/report.md, DIR/plots/<dimension>.png and, against labels, a fitted score
@@ -20,7 +20,9 @@ from pathlib import Path
 from absl import app, flags
 
 from experiments import cli
-from experiments.judge_flags import JUDGE, MODE, PROMPT, RETRIES, SAMPLES, load_judges
+from experiments.judge_flags import JUDGE, MODE, PROMPT, RETRIES, SAMPLES, STORE, load_judges, open_judge_store
+from rubric_jax.files import check_output_path
+from rubric_jax.judges.store import StoreError
 from rubric_jax.calibration.labels import LabelsError, read_items
 from rubric_jax.rubrics.correction import load_correction
 from rubric_jax.rubrics.io import load_rubric
@@ -56,7 +58,8 @@ def _check_inputs(judge_dirs: list[str]) -> None:
 
 def _check_outputs(outputs: list[Path]) -> None:
     """No output path is one of the input files."""
-    inputs = {"--labels": _LABELS.value, "--rubric": _RUBRIC.value, "--correction": _CORRECTION.value}
+    inputs = {"--labels": _LABELS.value, "--rubric": _RUBRIC.value, "--correction": _CORRECTION.value,
+              "--judge_store": STORE.value or None}
     taken = {Path(v).resolve(): flag for flag, v in inputs.items() if v is not None}
     for path in outputs:
         if path.resolve() in taken:
@@ -88,16 +91,23 @@ def main(argv: list[str]) -> None:
     except (CalibrationError, ValueError) as e:
         _fail(str(e))
     try:
+        store = None
+        if STORE.value:
+            if not judge_dirs:
+                raise ValueError(f"--judge_store={STORE.value}: there is no LLM judge (--judge_checkpoint) whose "
+                                 "verdicts to store")
+            check_output_path(STORE.value, [_LABELS.value, _RUBRIC.value, _CORRECTION.value, *judge_dirs, out])
+            store = open_judge_store(judge_dirs)
         judges = load_judges(judge_dirs)
-    except ValueError as e:
+    except ValueError as e:  # PathError and StoreError too
         _fail(str(e))
     inputs = {"labels": _LABELS.value, "rubric": _RUBRIC.value,
               "rubric_hash": shared.content_hash if shared is not None else None}
     try:
         result = calibrate(items, settings, judges=judges, judge_config=judge_config, correction=correction,
-                           inputs=inputs)
+                           inputs=inputs, store=store)
         written = write_calibration(result, out, _CORRECTION_OUT.value, _SEED.value)
-    except (RubricError, CalibrationError) as e:
+    except (RubricError, CalibrationError, StoreError) as e:
         _fail(str(e))
     print(json.dumps({"items": result.report["items"], "flagged": result.report["flagged"],
                       "written": [str(p) for p in written]}, ensure_ascii=False))

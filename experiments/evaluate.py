@@ -2,18 +2,23 @@
 
   python -m experiments.evaluate --benchmark=hellobench|longbench_write|healthbench|biggen|rubric_set \
       --data_dir=DIR [--data_file=NAME] --out=DIR (--checkpoint=HF_DIR | --workdir=RUN_DIR [--which=latest|best]) \
-      [--judge_checkpoint=DIR[,DIR]] [--limit=N] [--prompt_format=plain|think_answer] [--max_new_tokens=2048]
+      [--judge_checkpoint=DIR[,DIR]] [--judge_store=VERDICTS.db] [--limit=N] [--prompt_format=plain|think_answer] \
+      [--max_new_tokens=2048]
   python -m experiments.evaluate --benchmark=hellobench --data_dir=DIR --judgements=FILE.csv --out=DIR [--models=a,b]
 
 Writes records.jsonl, summary.json, table.md and plot.png into --out (rubric_jax/evaluation/report.py).
 Bad input (unknown benchmark, missing file, malformed line, incomplete judgements of a named model, an
 LLM-judged benchmark without a judge, --out naming an input) exits with status 2 and one line naming
-the file and line; nothing is written.
+the file and line; nothing is written. So does a --max_new_tokens that leaves no case room in the policy's
+context (before generating). An evaluation whose judged answers all lack every score (e.g. every judge prompt
+too long) writes its report and exits with status 1 saying why.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
 import json
 from pathlib import Path
 
@@ -22,7 +27,9 @@ from absl import app, flags
 from experiments import cli
 from rubric_jax.data import DataError
 from rubric_jax.evaluation import harness
-from rubric_jax.evaluation.results import EvalInputError
+from rubric_jax.evaluation.results import EvalFailed, EvalInputError
+from rubric_jax.files import PathError, check_output_path
+from rubric_jax.judges.store import StoreError, VerdictStore
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.rubrics.schema import RubricError
 
@@ -51,6 +58,8 @@ _JUDGE_RETRIES = flags.DEFINE_integer("judge_retries", 3, "Re-prompt rounds for 
 _JUDGE_SAMPLER = flags.DEFINE_string("judge_sampler", "temperature(0.7)", "Judge sampler.")
 _JUDGE_MAX_NEW = flags.DEFINE_integer("judge_max_new_tokens", 512, "Judge answer budget in tokens.")
 _JUDGE_BATCH = flags.DEFINE_integer("judge_batch_size", 64, "Answers per judge pass.")
+_JUDGE_STORE = flags.DEFINE_string("judge_store", "", "Verdict store (SQLite, rubric_jax/judges/store.py) read before "
+                                   "judging and written after each judge call; empty = none.")
 
 
 _fail = functools.partial(cli.fail, "experiments.evaluate")  # one line on stderr, exit status 2
@@ -86,6 +95,19 @@ def _settings() -> tuple[harness.GenerationSettings, harness.JudgeSettings, tupl
     return generation, judge, mesh
 
 
+def _open_store(judge: harness.JudgeSettings, inputs: list[Path]) -> VerdictStore | None:
+    """--judge_store under a hash of the judge settings and checkpoints' resolved paths (None without it);
+    it must not be one of the inputs or --out."""
+    if not _JUDGE_STORE.value:
+        return None
+    if not judge.checkpoints:
+        raise EvalInputError(f"--judge_store={_JUDGE_STORE.value}: there is no LLM judge (--judge_checkpoint) whose "
+                             "verdicts to store")
+    check_output_path(_JUDGE_STORE.value, inputs)
+    fields = {**dataclasses.asdict(judge), "checkpoints": [str(p.resolve()) for p in judge.checkpoints]}
+    return VerdictStore(_JUDGE_STORE.value, hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest())
+
+
 def main(argv: list[str]) -> None:
     cli.start("experiments.evaluate", argv)
     try:
@@ -113,15 +135,19 @@ def main(argv: list[str]) -> None:
             if not Path(_RUBRIC.value).is_file():
                 raise EvalInputError(f"--rubric={_RUBRIC.value}: file does not exist")
             shared = load_rubric(_RUBRIC.value)
-        inputs = [path for path in (data_dir / _DATA_FILE.value if _DATA_FILE.value else None,
-                                    Path(_RUBRIC.value) if _RUBRIC.value else None, workdir) if path is not None]
+        sources = [path for path in (data_dir / _DATA_FILE.value if _DATA_FILE.value else None,
+                                     Path(_RUBRIC.value) if _RUBRIC.value else None, workdir) if path is not None]
+        inputs = [*sources, *([Path(_JUDGE_STORE.value)] if _JUDGE_STORE.value else [])]  # --out may not hold them
         input_dirs = [data_dir, *judge.checkpoints, *([checkpoint] if checkpoint else [])]
         evaluation = harness.prepare(_BENCHMARK.value, data_dir, _DATA_FILE.value, _LIMIT.value or None, out, judge,
                                      inputs, input_dirs, shared)
+        store = _open_store(judge, [*sources, *input_dirs, out])
         summary = harness.run(evaluation, checkpoint=checkpoint, workdir=workdir, which=_WHICH.value, mesh_axes=mesh,
-                              generation=generation, judge=judge)
-    except (EvalInputError, RubricError, DataError, UnicodeDecodeError) as e:
+                              generation=generation, judge=judge, store=store)
+    except (EvalInputError, RubricError, DataError, UnicodeDecodeError, StoreError, PathError) as e:
         _fail(str(e))
+    except EvalFailed as e:  # it ran, but nothing could be scored: exit 1, as a failed run
+        _fail(str(e), status=1)
     print(json.dumps({"benchmark": summary["benchmark"], "policy": summary["policy"], "scores": summary["scores"],
                       "out": str(out)}, ensure_ascii=False))
 

@@ -6,6 +6,8 @@ them through these handles (`JUDGE.value`, ...).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,6 +16,7 @@ from absl import flags
 
 if TYPE_CHECKING:
     from rubric_jax.judges.llm_judge import Judge
+    from rubric_jax.judges.store import VerdictStore
 
 JUDGE = flags.DEFINE_string("judge_checkpoint", None, "HF judge directory; needed only for LLM dimensions "
                             "(calibrate: several comma-separated directories).")
@@ -28,8 +31,22 @@ MAX_NEW = flags.DEFINE_integer("judge_max_new_tokens", 256, "Judge generation bu
 PARAM_DTYPE = flags.DEFINE_string("judge_param_dtype", "auto", "Judge weights dtype: auto (bfloat16 on "
                                   "accelerators, float32 on CPU), float32 or bfloat16.")
 COMPUTE_DTYPE = flags.DEFINE_string("judge_compute_dtype", "auto", "Judge activation dtype; as --judge_param_dtype.")
+STORE = flags.DEFINE_string("judge_store", "", "Verdict store (SQLite file, rubric_jax/judges/store.py): judge "
+                            "answers are read from it before judging and written to it; empty = none.")
 TENSOR = flags.DEFINE_integer("judge_tensor", 1, "Consecutive devices that split each judge weight (tensor "
                               "parallel); the other devices hold replicas that split the prompts.")
+
+
+def open_judge_store(checkpoint_dirs: Sequence[str]) -> VerdictStore | None:
+    """The --judge_store of these judges, under a hash of the judge flags that change a verdict and the
+    checkpoints' resolved paths; None without --judge_store. StoreError names the file."""
+    from rubric_jax.judges.store import open_store
+
+    fields = {flag.name: flag.value for flag in (MODE, PROMPT, SAMPLES, RETRIES, SAMPLER, MAX_NEW, PARAM_DTYPE,
+                                                 COMPUTE_DTYPE)}
+    fields["checkpoints"] = [str(Path(d).resolve()) for d in checkpoint_dirs]
+    judge_hash = hashlib.sha256(json.dumps(fields, sort_keys=True).encode("utf-8")).hexdigest()
+    return open_store(STORE.value, judge_hash)
 
 
 def load_judges(checkpoint_dirs: Sequence[str]) -> list[Judge]:

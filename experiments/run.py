@@ -47,7 +47,16 @@ def _parse_flags(argv: list[str]) -> list[str]:
         key, hint = re.search(r"'(\w+)'", text), re.search(r"Did you mean [^?]*\?", text)
         _fail(f"unknown config key {key.group(1) if key else text!r}" + (f" ({hint.group(0)})" if hint else ""))
     except (flags.Error, TypeError, ValueError) as e:
-        _fail(" ".join(str(e).split()))
+        _fail(_without_traceback(str(e)))
+
+
+def _without_traceback(message: str) -> str:
+    """A flag error on one line; a config file's get_config error (ml_collections quotes the whole
+    traceback) as the text before the traceback plus its last line, the exception itself."""
+    head, found, trace = message.partition("Traceback (most recent call last):")
+    if found:
+        message = head.strip() + " " + trace.strip().splitlines()[-1]
+    return " ".join(message.split())
 
 
 def main(argv: list[str]) -> None:

@@ -3,7 +3,7 @@
   python -m experiments.score --rubric=RUBRIC.(json|yaml) --responses=IN.jsonl --out=OUT.jsonl
       [--judge_checkpoint=DIR] [--judge_mode=single|multi] [--judge_samples=3] [--judge_retries=2]
       [--judge_sampler="temperature(0.7)"] [--judge_max_new_tokens=256] [--batch_size=64] [--seed=0]
-      [--judge_param_dtype=auto] [--judge_compute_dtype=auto] [--judge_tensor=1]
+      [--judge_param_dtype=auto] [--judge_compute_dtype=auto] [--judge_tensor=1] [--judge_store=VERDICTS.db]
 
 Each input line is {"question": str, "response": str, optional "rubric": {"extra": [dimension, ...]}
 or {"replace": rubric} (rubric_jax.rubrics.schema.parse_row_rubric), any other fields}; each output line is the input plus
@@ -13,6 +13,9 @@ or {"replace": rubric} (rubric_jax.rubrics.schema.parse_row_rubric), any other f
   reward            float in [0, 1] (0 and meaningless when reward_ok is false)
   reward_ok         bool (false: a gate dimension or every scored dimension is missing)
   rubric_name, rubric_version, rubric_hash
+With --judge_store, judge answers are read from that SQLite verdict store before judging and every generate
+call's answers are written to it (rubric_jax/judges/store.py): a killed or repeated run judges only what is
+missing (the summary's judge_store_hits counts the answers read, judge_prompts those generated).
 The judge is loaded straight into the decode layout over every local device (`--judge_tensor` consecutive
 devices split each weight, the rest hold replicas), in bfloat16 on accelerators by default.
 A one-line JSON summary goes to stdout: rows, mean reward, not-ok rows, failed scores per dimension
@@ -40,11 +43,12 @@ from absl import app, flags
 
 from experiments import cli
 from experiments.judge_flags import JUDGE as _JUDGE, MAX_NEW as _MAX_NEW, MODE as _MODE, PROMPT as _PROMPT, RETRIES as _RETRIES
-from experiments.judge_flags import SAMPLES as _SAMPLES, load_judges
+from experiments.judge_flags import SAMPLES as _SAMPLES, STORE as _STORE, load_judges, open_judge_store
 from rubric_jax.files import PathError, atomic_writer, check_output_path
 from rubric_jax.judges.llm_judge import JudgeConfig
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.judges.rules import REGEX_TIMEOUT_S
+from rubric_jax.judges.store import StoreError, VerdictStore
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.rubrics.responses import InputError, read_rows
 from rubric_jax.rubrics.schema import Rubric, RubricError
@@ -72,15 +76,17 @@ def _number(x: float) -> float | None:
 
 
 def score_file(rows: list[dict[str, Any]], rubrics: list[Rubric], reward: RubricReward, batch_size: int,
-               key: jax.Array) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Output rows and a summary, scoring `batch_size` rows per reward call."""
+               key: jax.Array, store: VerdictStore | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Output rows and a summary, scoring `batch_size` rows per reward call, every call with `key` (a judge
+    prompt depends on its own content and the key only, so the store finds it whatever batch it lands in)."""
     out_rows: list[dict[str, Any]] = []
     summary: dict[str, Any] = {"rows": len(rows), "failures": {}, "failure_causes": {}, "rows_with_dimension": {},
                                "judge_generate_calls": 0, "judge_failed_scores": 0}
     rewards = []
-    for start, batch_key in zip(range(0, len(rows), batch_size), jax.random.split(key, -(-len(rows) // batch_size))):
+    for start in range(0, len(rows), batch_size):
         chunk, chunk_rubrics = rows[start : start + batch_size], rubrics[start : start + batch_size]
-        result = reward([r["question"] for r in chunk], [r["response"] for r in chunk], chunk_rubrics, key=batch_key)
+        result = reward([r["question"] for r in chunk], [r["response"] for r in chunk], chunk_rubrics, key=key,
+                        store=store)
         raw = result.details["raw_scores"]
         column = {dim_id: c for c, dim_id in enumerate(result.dimension_ids)}
         for i, (row, rubric) in enumerate(zip(chunk, chunk_rubrics)):
@@ -135,16 +141,22 @@ def main(argv: list[str]) -> None:
         if value < minimum:
             _fail(f"--{flag} must be >= {minimum}, got {value}")
     try:
-        out = check_output_path(_OUT.value, [_RESPONSES.value, _RUBRIC.value, _JUDGE.value])
+        out = check_output_path(_OUT.value, [_RESPONSES.value, _RUBRIC.value, _JUDGE.value, _STORE.value or None])
+        if _STORE.value:
+            if _JUDGE.value is None:
+                raise PathError(f"--judge_store={_STORE.value}: there is no LLM judge (--judge_checkpoint) whose "
+                                "verdicts to store")
+            check_output_path(_STORE.value, [_RESPONSES.value, _RUBRIC.value, _JUDGE.value, _OUT.value])
         shared = None if _RUBRIC.value is None else load_rubric(_RUBRIC.value)
         rows, rubrics, sources = read_rows(Path(_RESPONSES.value), shared, str(_RUBRIC.value))
     except (RubricError, InputError, PathError) as e:
         _fail(str(e))
-    judges = []
+    judges, store = [], None
     if _JUDGE.value is not None:
         try:
+            store = open_judge_store([_JUDGE.value])
             judges = load_judges([_JUDGE.value])
-        except ValueError as e:
+        except ValueError as e:  # StoreError too
             _fail(str(e))
     try:
         config = JudgeConfig(mode=_MODE.value, num_samples=_SAMPLES.value, max_retries=_RETRIES.value,
@@ -158,7 +170,10 @@ def main(argv: list[str]) -> None:
         except RubricError as e:
             origin = _RUBRIC.value if shared is not None and rubric is shared else source
             _fail(f"{origin}: {e}")
-    out_rows, summary = score_file(rows, rubrics, reward, _BATCH.value, jax.random.key(_SEED.value))
+    try:
+        out_rows, summary = score_file(rows, rubrics, reward, _BATCH.value, jax.random.key(_SEED.value), store)
+    except StoreError as e:  # the store went bad mid-run: what was judged before is in it
+        _fail(str(e))
     print(json.dumps(summary, ensure_ascii=False))
     unscored = unscored_dimensions(summary)
     if unscored:

@@ -159,13 +159,6 @@ def process_block(rows: Sequence[T]) -> list[T]:
     return list(rows[start:stop])
 
 
-def rows_before(count: int) -> int:
-    """The global index of this process's first row, when each process holds a block of one batch in process
-    order and this one holds `count` rows: the sum of the earlier processes' counts. Every process must call
-    it; with one process, 0."""
-    return sum(all_gather_objects(count)[:jax.process_index()])
-
-
 def all_gather_objects(value: Any) -> list[Any]:
     """Every process's `value` (any picklable host object: numpy arrays, lists, dicts), in process order;
     every process must call it. With one process: `[value]`, nothing serialised."""

@@ -43,11 +43,3 @@ def test_process_blocks_are_disjoint_equal_and_cover_the_batch(monkeypatch):
     monkeypatch.setattr(jax, "process_index", lambda: 2)
     assert distributed.block_bounds(7) == (4, 7)  # uneven host-side blocks (golden references): 2, 2, 3 rows
 
-
-def test_rows_before_counts_the_earlier_processes_rows(monkeypatch):
-    """Process 2 of 3 holding blocks of 4, 1 and 2 rows (the other processes' counts stood in for by
-    `all_gather_objects`): its first row is global row 5."""
-    assert distributed.rows_before(7) == 0  # one process
-    monkeypatch.setattr(distributed, "all_gather_objects", lambda count: [4, 1, count])
-    monkeypatch.setattr(jax, "process_index", lambda: 2)
-    assert distributed.rows_before(2) == 5

@@ -154,6 +154,11 @@ RUN_BY: dict[str, RunBy] = {
     "./launch.sh experiments.score --rubric=tests/fixtures/calibration/rubric.yaml "
     "--responses=tests/fixtures/calibration/labels.jsonl --out=runs/scored.jsonl":
         RunBy(("tests/test_docs.py::test_the_scoring_example_scores_every_row",), replaced=("--out",)),
+    # docs/judges.md
+    "./launch.sh experiments.score --rubric=rubric_jax/assets/tiny/rubric.yaml --responses=tests/fixtures/store/rows.jsonl "
+    "--out=runs/scored_store.jsonl --judge_checkpoint=rubric_jax/assets/tiny_judge --judge_prompt=compact "
+    "--judge_sampler=greedy --judge_samples=1 --judge_max_new_tokens=16 --judge_store=runs/verdicts.db":
+        RunBy(("tests/test_store_cli.py::test_the_documented_store_example_judges_nothing_the_second_time",)),
     # docs/sweeps.md
     "./launch.sh experiments.sweep --config=configs/tiny.py --workdir=runs/tiny_sweep":
         RunBy(("tests/test_sweeps.py::test_sweep_summary_matches_each_variants_metrics",),
@@ -269,6 +274,7 @@ READS_THE_PAGE = (
     "tests/test_build_rubrics_cli.py::test_the_readme_command_runs_end_to_end_with_the_tiny_model",
     "tests/test_qurl_ablation.py::test_every_tiny_row_trains_one_grpo_step_on_cpu",
     "tests/test_docs.py::test_the_scoring_example_scores_every_row",
+    "tests/test_store_cli.py::test_the_documented_store_example_judges_nothing_the_second_time",
     "tests/test_docs.py::test_the_cli_reference_is_what_the_code_defines",
 )
 
@@ -384,7 +390,7 @@ def test_the_flag_check_catches_an_unknown_flag_and_key(reference):
 
 def test_the_scoring_example_scores_every_row(tmp_path):
     """docs/rubrics.md's experiments.score command as written, its --out in a temporary directory."""
-    command = manual.command("experiments.score")
+    command = manual.command("experiments.score", "tests/fixtures/calibration")
     args = [a if not a.startswith("--out=") else f"--out={tmp_path / 'scored.jsonl'}" for a in command.argv[2:]]
     proc = subprocess.run([sys.executable, "-m", "experiments.score", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -413,7 +413,8 @@ def test_rounds_and_call_sizes_are_agreed_across_processes(tok, monkeypatch):
     for batch_size, expected_calls in ((0, [5, 3, 1]), (2, [2, 2, 1, 2, 1, 1])):
         for responses, dims in ((["worth 4", "worth 2"], [[ACC], [ACC]]), ([], [])):
             others = iter([5, 3, 1])
-            monkeypatch.setattr(lj.distributed, "max_over_processes", lambda n: (max(n, next(others)),))
+            monkeypatch.setattr(lj.distributed, "max_over_processes",  # (misses, pending, salt) of this one
+                                lambda n, pending, salt: (max(n, next(others)), max(pending, 1), salt))
             judge, stub = make_judge(tok, lambda text, call: digit_reply(text, call) if "<response-" in text else "",
                                      batch_size=batch_size)  # a filler prompt has no fenced response
             out = lj.judge_rows([judge], lj.JudgeConfig(num_samples=1, max_retries=2), ["q"] * len(responses),
@@ -425,25 +426,24 @@ def test_rounds_and_call_sizes_are_agreed_across_processes(tok, monkeypatch):
             assert next(others, None) is None  # one agreement per round, every round run
 
 
-def test_a_block_of_rows_is_judged_as_in_one_call_of_all_rows(tok, monkeypatch):
-    """Multi-process: a process judging the last 3 of 6 rows (3 rows before it, stood in for by
-    `rows_before`) builds the prompts one process judging all 6 would, nonces and anchor orders included,
-    also in retry rounds. The stub answers the level it sees listed first, or nothing (a retry) when the
-    nonce starts with 0-7, so its scores follow the prompts' randomness."""
+def test_a_block_of_rows_is_judged_as_in_one_call_of_all_rows(tok):
+    """Multi-process: a process judging the last 3 of 6 rows builds the prompts one process judging all 6
+    would, nonces and anchor orders included, also in retry rounds (a prompt depends on its own content
+    only). The stub answers the level it sees listed first, or nothing (a retry) when the nonce starts
+    with 0-7, so its scores follow the prompts' randomness."""
     def reply(text, call):
         nonce = re.search(r"<response-([0-9a-f]+)>", text).group(1)
         first_level = re.search(r"Level (\d)", text).group(1)
         return "no idea" if nonce[0] in "01234567" else f"SCORE: {first_level}"
 
-    def judge(responses, rows_before):
-        monkeypatch.setattr(lj.distributed, "rows_before", lambda count: rows_before)
+    def judge(responses):
         judge, _ = make_judge(tok, reply)
         return lj.judge_rows([judge], lj.JudgeConfig(num_samples=3, max_retries=2), ["q"] * len(responses),
                              responses, [[ACC]] * len(responses), jax.random.key(0))
 
     responses = [f"answer {i}" for i in range(6)]
-    whole = judge(responses, 0)
-    blocks = [judge(responses[:3], 0), judge(responses[3:], 3)]
+    whole = judge(responses)
+    blocks = [judge(responses[:3]), judge(responses[3:])]
     assert [s.tolist() for b in blocks for s in b.scores] == [s.tolist() for s in whole.scores]
     assert sum(b.details["judge_retried"] for b in blocks) == whole.details["judge_retried"] > 0
     assert len({s.item() for s in whole.scores}) > 1  # the scores do follow the prompts

@@ -293,6 +293,7 @@ def test_a_grpo_step_with_an_llm_judged_dimension_goes_through_the_judge(tmp_pat
         config.data.rubric = str(tmp_path / "rubric.yaml")
         config.judge.checkpoint = f"{judge_dir},{judge_dir}"  # an ensemble of two
         config.judge.samples, config.judge.max_retries, config.judge.max_new_tokens = 1, 1, 8
+        config.reward.gates_first = False  # the random policy fails the format gate: judge every response anyway
         config.rl.questions_per_step, config.rl.group_size, config.rl.max_new_tokens = 2, 4, 8
         config.rl.micro_batches = 1
         config.rl.recompute_old_logprobs = True

@@ -214,13 +214,19 @@ def test_hostile_paths_and_lines_are_one_line_errors_and_touch_nothing(tmp_path,
     assert {p: p.read_bytes() for p in before} == before  # no input was touched
 
 
-def test_llm_dimension_with_a_judge_checkpoint_directory(tmp_path):
+def scripted_judge_dir(path, reply):
+    """A HF judge directory at `path` (tiny tokenizer with chat template) whose greedy answer is always `reply`."""
     from rubric_jax.models.checkpoint import export_hf_checkpoint
 
     tokenizer = tiny_tokenizer()
-    weights = scripted_model(tokenizer, "SCORE: 4")
-    judge_dir = export_hf_checkpoint(weights.cfg, weights.params, tmp_path / "judge")
+    weights = scripted_model(tokenizer, reply)
+    judge_dir = export_hf_checkpoint(weights.cfg, weights.params, path)
     tokenizer.save_pretrained(judge_dir)
+    return judge_dir
+
+
+def test_llm_dimension_with_a_judge_checkpoint_directory(tmp_path):
+    judge_dir = scripted_judge_dir(tmp_path / "judge", "SCORE: 4")
     rubric = tmp_path / "rubric.json"
     rubric.write_text(json.dumps(rubric_dict([FORMAT, ACCURACY])))
     responses = write_jsonl(tmp_path / "in.jsonl", [
@@ -259,7 +265,7 @@ def test_failures_are_reported_with_causes_and_a_dimension_without_any_score_is_
     rows = [{"question": "q", "response": BACKTRACKS},
             {"question": "q", "response": "<think>t</think><answer>4</answer>"}]
     cases = {
-        "partial": (regex_rubric, rows, []),
+        "partial": (regex_rubric, rows[::-1], []),  # a regex's timeout ends its searches in the call: last row
         "all_regex": (regex_rubric, rows[:1], []),
         "judge_too_long": (medical_qa, rows[1:], [f"--judge_checkpoint={short_judge}"]),
         "surrogate": (regex_rubric, [rows[1], '{"question": "q", "response": "lone \\ud800 surrogate"}'], []),
@@ -278,8 +284,8 @@ def test_failures_are_reported_with_causes_and_a_dimension_without_any_score_is_
     assert summary["failures"] == {"format": 0, "no_trailing_a": 1}
     assert summary["failure_causes"] == {"no_trailing_a": {"regex_timeout": 1}}
     out = [json.loads(line) for line in (tmp_path / "partial.out").read_text().splitlines()]
-    assert out[0]["failed"] == ["no_trailing_a"] and out[0]["scores"] == {"format": 0.0, "no_trailing_a": None}
-    assert out[0]["reward_ok"] and out[1]["reward"] == 1.0
+    assert out[1]["failed"] == ["no_trailing_a"] and out[1]["scores"] == {"format": 0.0, "no_trailing_a": None}
+    assert out[1]["reward_ok"] and out[0]["reward"] == 1.0
 
     for case, dim_id, cause in (("all_regex", "no_trailing_a", "regex_timeout"),
                                 ("judge_too_long", "factual_accuracy", "judge_prompt_too_long"),

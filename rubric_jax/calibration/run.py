@@ -33,6 +33,7 @@ from rubric_jax.calibration.labels import DimensionInfo, LabelledItem, dimension
 from rubric_jax.judges.features import response_features
 from rubric_jax.judges.llm_judge import Judge, JudgeConfig
 from rubric_jax.judges.reward import RubricReward
+from rubric_jax.judges.store import VerdictStore
 from rubric_jax.rubrics.correction import Correction, FORMAT as CORRECTION_FORMAT
 from rubric_jax.rubrics.schema import Rubric
 
@@ -91,16 +92,16 @@ class Calibration:
 
 
 def score_items(reward: RubricReward, items: Sequence[LabelledItem], batch_size: int, key: jax.Array,
-                desc: str) -> dict[str, np.ndarray]:
-    """Raw scores per dimension id [N] (NaN where the row's rubric lacks it or its judge failed), in batches."""
+                desc: str, store: VerdictStore | None = None) -> dict[str, np.ndarray]:
+    """Raw scores per dimension id [N] (NaN where the row's rubric lacks it or its judge failed), in batches
+    judged with one `key` (a judge prompt depends on its own content and the key, so `store` finds it)."""
     n = len(items)
     columns: dict[str, np.ndarray] = {}
-    starts = range(0, n, batch_size)
     with tqdm.tqdm(total=n, desc=desc, unit="item", file=sys.stderr, mininterval=1.0) as bar:
-        for start, batch_key in zip(starts, jax.random.split(key, len(starts))):
+        for start in range(0, n, batch_size):
             chunk = items[start : start + batch_size]
             out = reward([i.question for i in chunk], [i.response for i in chunk], [i.rubric for i in chunk],
-                         key=batch_key)
+                         key=key, store=store)
             raw_NxD = out.details["raw_scores"]
             for c, dim_id in enumerate(out.dimension_ids):
                 column = columns.setdefault(dim_id, np.full((n,), np.nan))
@@ -145,9 +146,10 @@ def _rubrics(items: Sequence[LabelledItem]) -> list[Rubric]:
 
 def _against_labels(items: Sequence[LabelledItem], info: Mapping[str, DimensionInfo], settings: Settings,
                     reward: RubricReward, key: jax.Array, features: Mapping[str, np.ndarray],
-                    standardize: Mapping[str, tuple[float, float]]) -> tuple[dict, dict, dict, dict]:
+                    standardize: Mapping[str, tuple[float, float]], store: VerdictStore | None
+                    ) -> tuple[dict, dict, dict, dict]:
     """Per labelled dimension: report entry and plot data; plus the judge and label columns."""
-    judge = score_items(reward, items, settings.batch_size, key, "calibrate: scoring")
+    judge = score_items(reward, items, settings.batch_size, key, "calibrate: scoring", store)
     labels = {d: np.array([item.labels.get(d, np.nan) for item in items]) for d in info
               if any(d in item.labels for item in items)}
     if not labels:
@@ -170,7 +172,7 @@ def _against_labels(items: Sequence[LabelledItem], info: Mapping[str, DimensionI
 
 def _rater_columns(
     items: Sequence[LabelledItem], settings: Settings, judges: Sequence[Judge], judge_config: JudgeConfig,
-    key: jax.Array,
+    key: jax.Array, store: VerdictStore | None,
 ) -> tuple[dict[str, np.ndarray], dict[str, DimensionInfo], str]:
     """Rater scores [R, N] per dimension (NaN: not rated), their dimensions, and where the raters come from:
     the recorded ratings, else each judge's scoring pass (or two independent passes of a single judge)."""
@@ -194,15 +196,17 @@ def _rater_columns(
         reward = RubricReward(rubrics, judges, judge_config)
         passes = [(reward, k, f"pass {i + 1}") for i, k in enumerate(jax.random.split(key, 2))]
         source = f"two independent scoring passes of {judges[0].name}"
-    scored = [score_items(reward, items, settings.batch_size, k, f"calibrate: {name}") for reward, k, name in passes]
+    scored = [score_items(reward, items, settings.batch_size, k, f"calibrate: {name}", store)
+              for reward, k, name in passes]
     return {d: np.stack([s[d] for s in scored]) for d in info}, info, source
 
 
 def _against_judge(items: Sequence[LabelledItem], settings: Settings, judges: Sequence[Judge],
                    judge_config: JudgeConfig, key: jax.Array, features: Mapping[str, np.ndarray],
-                   standardize: Mapping[str, tuple[float, float]]) -> tuple[dict, dict, str]:
+                   standardize: Mapping[str, tuple[float, float]], store: VerdictStore | None
+                   ) -> tuple[dict, dict, str]:
     """Per dimension: rater agreement (mean over rater pairs), report entry and plot data; the raters' source."""
-    columns, info, source = _rater_columns(items, settings, judges, judge_config, key)
+    columns, info, source = _rater_columns(items, settings, judges, judge_config, key, store)
     entries, plots = {}, {}
     for dim_id, scores_RxN in columns.items():
         rows = np.flatnonzero(~np.isnan(scores_RxN).any(axis=0))
@@ -222,7 +226,8 @@ def _against_judge(items: Sequence[LabelledItem], settings: Settings, judges: Se
 
 
 def _position_probe(items: Sequence[LabelledItem], settings: Settings, judges: Sequence[Judge],
-                    judge_config: JudgeConfig, key: jax.Array) -> dict[str, dict[str, Any]]:
+                    judge_config: JudgeConfig, key: jax.Array, store: VerdictStore | None
+                    ) -> dict[str, dict[str, Any]]:
     """Per LLM dimension: the score shift when its anchors (and criteria, in multi mode) are reversed."""
     info = dimension_info(items, llm_only=True)
     rubrics = _rubrics(items)
@@ -230,17 +235,18 @@ def _position_probe(items: Sequence[LabelledItem], settings: Settings, judges: S
     for name, reverse in (("as written", False), ("reversed", True)):
         config = dataclasses.replace(judge_config, shuffle_anchors=False, reverse_order=reverse)
         passes[name] = score_items(RubricReward(rubrics, judges, config), items, settings.batch_size, key,
-                                   f"calibrate: anchors {name}")
+                                   f"calibrate: anchors {name}", store)
     return {d: position_shift(passes["as written"][d], passes["reversed"][d], num_resamples=settings.num_resamples,
                               seed=dimension_seed(settings.seed, d)) for d in info}
 
 
 def calibrate(items: Sequence[LabelledItem], settings: Settings, *, judges: Sequence[Judge] = (),
               judge_config: JudgeConfig = JudgeConfig(), correction: Correction | None = None,
-              inputs: Mapping[str, Any] | None = None) -> Calibration:
+              inputs: Mapping[str, Any] | None = None, store: VerdictStore | None = None) -> Calibration:
     """Scores, compares and probes `items` as `settings` say; the report, a fitted correction and plot data.
 
     `correction` (an existing one) is applied when scoring, so a correction can be checked on new labels.
+    The judges read and write `store` (judges/store.py): a re-run asks them only what changed.
     """
     key = jax.random.key(settings.seed)
     features = response_features([item.response for item in items])
@@ -250,7 +256,7 @@ def calibrate(items: Sequence[LabelledItem], settings: Settings, *, judges: Sequ
         reward = RubricReward(_rubrics(items), judges, judge_config, correction=correction)
         info = dimension_info(items)
         entries, plots, judge_cols, label_cols = _against_labels(
-            items, info, settings, reward, jax.random.fold_in(key, 0), features, standardize)
+            items, info, settings, reward, jax.random.fold_in(key, 0), features, standardize, store)
         provenance = {"labels": (inputs or {}).get("labels"), "judges": [j.name for j in judges],
                       "items": {d: entries[d]["n"] for d in entries}}
         fitted, fit_reports = fit_correction(judge_cols, label_cols, info, features, standardize,
@@ -260,10 +266,10 @@ def calibrate(items: Sequence[LabelledItem], settings: Settings, *, judges: Sequ
         source = "labels"
     else:
         entries, plots, source = _against_judge(items, settings, judges, judge_config, jax.random.fold_in(key, 0),
-                                                features, standardize)
+                                                features, standardize, store)
     probe = None
     if settings.position_probe and judges and dimension_info(items, llm_only=True):
-        probe = _position_probe(items, settings, judges, judge_config, jax.random.fold_in(key, 1))
+        probe = _position_probe(items, settings, judges, judge_config, jax.random.fold_in(key, 1), store)
     report = {
         "format": REPORT_FORMAT, "format_version": 1, "against": settings.against, "compared_with": source,
         "items": len(items), "threshold": settings.threshold,

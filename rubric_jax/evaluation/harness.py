@@ -18,7 +18,7 @@ import numpy as np
 
 from rubric_jax import data, files, metrics, text
 from rubric_jax.evaluation import biggen, healthbench, hellobench, longbench_write, report, rubric_set
-from rubric_jax.evaluation.results import FINISH_PROMPT_TOO_LONG, Answer, Benchmark, EvalInputError
+from rubric_jax.evaluation.results import FINISH_PROMPT_TOO_LONG, Answer, Benchmark, EvalFailed, EvalInputError
 from rubric_jax.rubrics.importers import RubricCase
 from rubric_jax.rubrics.schema import Rubric
 
@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # jax, the sampler and the judges load in seconds: only `run`
 
     from rubric_jax.evaluation.policy import Policy
     from rubric_jax.judges.reward import RubricReward
+    from rubric_jax.judges.store import VerdictStore
 
 BENCHMARKS = ("hellobench", "longbench_write", "healthbench", "biggen", "rubric_set")
 PROMPT_FORMATS = ("plain", "think_answer")
@@ -34,7 +35,7 @@ WHICH = ("latest", "best")  # --workdir checkpoints: the newest, or the highest 
 UNBOUNDED_JUDGE_PROMPT = 1 << 30  # load_judge caps it at the judge's context minus its answer budget
 # RubricReward's judge counters summed over the judge passes into summary.json (llm_judge.judge_rows).
 JUDGE_COUNTERS = ("judge_prompts", "judge_generate_calls", "judge_invalid", "judge_retried", "judge_prompt_too_long",
-                  "judge_scores", "judge_failed_samples", "judge_failed_scores")
+                  "judge_scores", "judge_failed_samples", "judge_failed_scores", "judge_store_hits")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,9 +133,9 @@ def generate_answers(policy: Policy, cases: Sequence[RubricCase], settings: Gene
                      key: jax.Array) -> list[Generated]:
     """Answers every case with `policy.generate`, `batch_size` prompts per call, longest prompts first
     (each batch pads to one length bucket); a prompt that cannot fit the context with max_new_tokens is
-    not generated and is marked FINISH_PROMPT_TOO_LONG."""
+    not generated and is marked FINISH_PROMPT_TOO_LONG. When no prompt fits, nothing is generated: an
+    EvalInputError names --max_new_tokens and the policy's context."""
     import jax  # imported here: jax takes seconds, and bad input must fail before it
-
 
     prompt_ids = data.encode_chats(policy.tokenizer, [policy_messages(c, settings.prompt_format) for c in cases])
     out: list[Generated | None] = [None] * len(cases)
@@ -144,6 +145,11 @@ def generate_answers(policy: Policy, cases: Sequence[RubricCase], settings: Gene
             out[i] = Generated(None, FINISH_PROMPT_TOO_LONG, 0)
         else:
             fits.append(i)
+    if not fits:
+        raise EvalInputError(
+            f"--max_new_tokens={settings.max_new_tokens}: no case fits the policy's {policy.context_length}-token "
+            f"context with that many new tokens (the shortest prompt is {min(map(len, prompt_ids))} tokens); "
+            "lower --max_new_tokens")
     order = sorted(fits, key=lambda i: -len(prompt_ids[i]))
     batches = [order[k:k + settings.batch_size] for k in range(0, len(order), settings.batch_size)]
     progress = metrics.Progress(len(batches), desc="generate", keys=())
@@ -158,13 +164,12 @@ def generate_answers(policy: Policy, cases: Sequence[RubricCase], settings: Gene
 
 
 def judge_answers(reward: RubricReward, cases: Sequence[RubricCase], generated: Sequence[Generated],
-                  prompt_format: str, show_reference: bool, batch_size: int, key: jax.Array
-                  ) -> tuple[list[Answer], dict[str, int]]:
+                  prompt_format: str, show_reference: bool, batch_size: int, key: jax.Array,
+                  store: VerdictStore | None = None) -> tuple[list[Answer], dict[str, int]]:
     """Answers with the judge's raw scores and the rubric reward, scoring `batch_size` answers per reward
-    call (each one batched judge pass); cases without a rubric or an answer are not judged. The reward gets
+    call (each one batched judge pass, every one with `key`: a judge prompt depends on its own content only,
+    so `store` finds it in any batch); cases without a rubric or an answer are not judged. The reward gets
     the whole response: each dimension reads its part of it (RubricReward)."""
-    import jax  # imported here: see generate_answers
-
     parts = [(None, None) if g.response is None else answer_part(g.response, prompt_format) for g in generated]
     todo = [i for i, c in enumerate(cases) if c.rubric is not None and generated[i].response is not None]
     raw: dict[int, np.ndarray] = {}
@@ -175,7 +180,7 @@ def judge_answers(reward: RubricReward, cases: Sequence[RubricCase], generated: 
     for b, batch in enumerate(batches):
         result = reward([judge_question(cases[i], show_reference) for i in batch],
                         [generated[i].response for i in batch],
-                        [cases[i].rubric for i in batch], key=jax.random.fold_in(key, b))
+                        [cases[i].rubric for i in batch], key=key, store=store)
         column = {dim_id: c for c, dim_id in enumerate(result.dimension_ids)}
         for row, i in enumerate(batch):
             raw[i] = result.details["raw_scores"][row, [column[d] for d in cases[i].rubric.dimension_ids]]
@@ -234,6 +239,18 @@ def _counts(answers: Sequence[Answer]) -> dict[str, int]:
     return counts
 
 
+def check_scored(cases: Sequence[RubricCase], answers: Sequence[Answer], counters: Mapping[str, int],
+                 out: Path) -> None:
+    """Raises EvalFailed when cases were to be judged but no judged answer has a single score (every judge
+    prompt too long, every verdict unparseable, every rule failed): its benchmark scores would be made up."""
+    judged = [a for c, a in zip(cases, answers) if c.rubric is not None and a.judged]
+    if judged and all(np.isnan(a.raw_scores).all() for a in judged):
+        causes = ", ".join(f"{name} {counters[name]}" for name in ("judge_prompts", "judge_prompt_too_long",
+                                                                   "judge_invalid") if counters.get(name))
+        raise EvalFailed(f"none of the {len(judged)} judged answers got a score ({causes or 'every rule failed'}); "
+                         f"the report in {out} keeps the answers, its scores mean nothing")
+
+
 def _record(case: RubricCase, answer: Answer, fields: Mapping[str, Any]) -> dict[str, Any]:
     prompt = case.prompt if isinstance(case.prompt, str) else [dict(t) for t in case.prompt]
     record = {"id": case.case_id, **fields, "prompt": prompt, "response": answer.response,
@@ -261,8 +278,10 @@ def _check_rules(cases: Sequence[RubricCase]) -> None:
 
 
 def run(evaluation: Evaluation, *, checkpoint: Path | None, workdir: Path | None, which: str,
-        mesh_axes: tuple[int, int, int], generation: GenerationSettings, judge: JudgeSettings) -> dict[str, Any]:
-    """Answers, judges and scores every case, writes the report into `evaluation.out`; returns summary.json."""
+        mesh_axes: tuple[int, int, int], generation: GenerationSettings, judge: JudgeSettings,
+        store: VerdictStore | None = None) -> dict[str, Any]:
+    """Answers, judges and scores every case, writes the report into `evaluation.out`; returns summary.json.
+    The judge reads and writes `store` (judges/store.py): a re-run judges only answers it has not seen."""
     import jax  # imported here: bad input is rejected (prepare) before jax, flax and transformers load
 
     from rubric_jax import sampling, sharding
@@ -300,7 +319,7 @@ def run(evaluation: Evaluation, *, checkpoint: Path | None, workdir: Path | None
             raise EvalInputError(f"--judge_checkpoint={path}: {e}") from None
     reward = RubricReward(judges=judges, judge_config=judge_config)
     answers, judge_counters = judge_answers(reward, cases, generated, generation.prompt_format,
-                                            benchmark.judge_sees_reference, judge.batch_size, judge_key)
+                                            benchmark.judge_sees_reference, judge.batch_size, judge_key, store)
     result = benchmark.score(cases, answers)
     summary = {"benchmark": benchmark.name, "policy": policy_name, "policy_source": policy_source,
                "judge": [str(p) for p in judge.checkpoints], "judge_mode": judge_config.mode,
@@ -308,6 +327,7 @@ def run(evaluation: Evaluation, *, checkpoint: Path | None, workdir: Path | None
                "counts": _counts(answers), "judge_counters": judge_counters, "scores": result.scores}
     records = [_record(c, a, r) for c, a, r in zip(cases, answers, result.records)]
     report.write_report(evaluation.out, f"{benchmark.name}: {policy_name}", result, summary, records)
+    check_scored(cases, answers, judge_counters, evaluation.out)
     return summary
 
 

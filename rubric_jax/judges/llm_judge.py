@@ -13,9 +13,14 @@ Flow for a batch of rows (question, response, the row's LLM dimensions):
   processes: in a multi-process job each process judges its own rows, but every generate call is global:
             the number of rounds and each call's prompt count are the maximum over processes (a process
             with fewer prompts pads its call with one-token fillers and discards their verdicts), so
-            every process makes the same calls with the same shapes, also in retry rounds; a prompt's nonce
-            and anchor order depend on its global index only, so a greedy judge's verdicts are those of
-            one process judging all rows (a sampling judge's noise depends on where a row sits in a call);
+            every process makes the same calls with the same shapes, also in retry rounds;
+  content:  a prompt's nonce and anchor order come from (key, a hash of its question, response and
+            dimensions, sample, round), so a prompt depends only on its own content: a greedy judge's
+            verdicts do not depend on the other rows or how rows split over processes (a sampling
+            judge's noise depends on where a row sits in a call), and a verdict store can find it;
+  store:    with a VerdictStore (judges/store.py), a prompt whose answer is stored (same judge hash and
+            judge name, token ids, sample and key) is not generated: only misses are sent, in the same calls per
+            round (a process with fewer misses pads), and each call's answers are stored right after it;
   ensemble: judges (different params or base models, RubricRL 6.2 / 7) are combined per score by the
             mean of the valid ones, or weighted by agreement with the other judges.
 
@@ -27,6 +32,7 @@ the explicit `key`, so judging is a pure function of its inputs.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,8 +42,9 @@ import numpy as np
 from rubric_jax import data, distributed, loader, sampling, sharding
 from rubric_jax.judges.parser import parse_verdict
 from rubric_jax.judges.prompts import JudgePrompt, compact_single_prompt, multi_prompt, single_prompt
+from rubric_jax.judges.store import StoredAnswer, VerdictStore, prompt_digest
 from rubric_jax.models.checkpoint import load_tokenizer
-from rubric_jax.rubrics.schema import Dimension
+from rubric_jax.rubrics.schema import Dimension, canonical_json, dimension_to_dict
 
 MODES = ("single", "multi")
 PROMPTS = ("full", "compact")  # JudgeConfig.prompt: prompts.single_prompt / multi_prompt, or compact_single_prompt
@@ -151,11 +158,16 @@ class _Request:
     first_slot: int
 
 
-def host_rng(key: jax.Array, *indices: int) -> np.random.Generator:
-    """A numpy generator seeded from a JAX key (typed or raw) and optional `indices` (e.g. a prompt's global
-    request and sample), for nonces and anchor orders."""
+def key_words(key: jax.Array) -> np.ndarray:
+    """A JAX key's (typed or raw) data as uint32 words."""
     data = jax.random.key_data(key) if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) else key
-    return np.random.default_rng([*np.asarray(data, dtype=np.uint32).ravel().tolist(), *indices])
+    return np.asarray(data, dtype=np.uint32).ravel()
+
+
+def host_rng(key: jax.Array, *indices: int) -> np.random.Generator:
+    """A numpy generator seeded from a JAX key and optional non-negative `indices` (e.g. a prompt's content
+    seed and sample), for nonces and anchor orders."""
+    return np.random.default_rng([*key_words(key).tolist(), *indices])
 
 
 def special_tokens(tokenizer: Any) -> list[str]:
@@ -180,6 +192,31 @@ def _build_prompt(
     return multi_prompt(question, response, dims, nonce=nonce, anchor_orders=orders, reserved=reserved)
 
 
+def _request_seed(question: str, response: str, dims: Sequence[Dimension]) -> int:
+    """A request's content as an integer (sha256 of question, response and its dimensions' canonical JSON):
+    with the key, sample and round it seeds the prompt's nonce and anchor order, so a prompt depends on its
+    own content only (not on the other rows, their order, or how rows split over processes)."""
+    content = canonical_json([question, response, [dimension_to_dict(d) for d in dims]])
+    return int(hashlib.sha256(content.encode("utf-8")).hexdigest()[:32], 16)
+
+
+def _call_salt(digests: Sequence[str]) -> int:
+    """A 31-bit number from a call's prompt digests, folded into its sampling key: calls with different
+    prompts draw different noise, also when every batch of a file is judged with one key."""
+    return int(hashlib.sha256("".join(digests).encode("ascii")).hexdigest()[:8], 16) & 0x7FFFFFFF
+
+
+def _generate(judge: Judge, ids: Sequence[Sequence[int]], count: int, key: jax.Array) -> tuple[list[str], list[str]]:
+    """Answer texts and finish reasons of `ids` in one generate call of `count` prompts (fillers pad it)."""
+    filler = [[judge.tokenizer.eos_token_id]] * (count - len(ids))  # read by no one
+    result = judge.generate_fn(
+        judge.weights, [*ids, *filler], key=key, n=1, max_new_tokens=judge.max_new_tokens, sampler=judge.sampler,
+        stop_tokens=[judge.tokenizer.eos_token_id], pad_id=judge.tokenizer.pad_token_id, layout=judge.layout,
+    )
+    texts = data.decode_responses(judge.tokenizer, result, keep_special_tokens=False)[:len(ids)]
+    return texts, [str(r) for r in np.asarray(result.finish_reason)[:len(ids)]]
+
+
 def _run_judge(
     judge: Judge,
     config: JudgeConfig,
@@ -190,20 +227,21 @@ def _run_judge(
     key: jax.Array,
     stats: dict[str, Any],
     causes_SxL: np.ndarray,
+    store: VerdictStore | None,
 ) -> np.ndarray:
     """Scores [S, L] for one judge: NaN where a sample never produced a valid verdict, whose cause
-    (FAILURE_CAUSES) is written into `causes_SxL`."""
+    (FAILURE_CAUSES) is written into `causes_SxL`. Answers found in `store` are not generated again; every
+    generated answer is written to it right after its call."""
     scores_SxL = np.full((config.num_samples, num_slots), np.nan)
     reserved = special_tokens(judge.tokenizer)
+    seeds = [_request_seed(questions[req.row], responses[req.row], req.dims) for req in requests]
+    seed_hex = key_words(key).tobytes().hex()
     pending = [(r, s) for r in range(len(requests)) for s in range(config.num_samples)]
-    # A prompt's nonce and anchor order come from its global request index (this process's requests follow
-    # the earlier processes'), so they do not depend on how the rows are split over processes.
-    first_request = distributed.rows_before(len(requests))
     for round_index, round_key in enumerate(jax.random.split(key, config.max_retries + 1)):
         prompt_key, gen_key = jax.random.split(round_key)
         prompts = [
             _build_prompt(requests[r], questions[requests[r].row], responses[requests[r].row], config,
-                          host_rng(prompt_key, first_request + r, s), reserved)
+                          host_rng(prompt_key, seeds[r], s), reserved)
             for r, s in pending
         ]
         ids = data.encode_chats(judge.tokenizer, [p.messages for p in prompts]) if prompts else []
@@ -214,43 +252,48 @@ def _run_judge(
                 first = requests[r].first_slot
                 causes_SxL[s, first : first + len(requests[r].dims)] = "judge_prompt_too_long"
         sent = [i for i, ok in enumerate(fits) if ok]
+        entry = {i: (judge.name, prompt_digest(ids[i]), pending[i][1], seed_hex) for i in sent}
+        found = store.get(entry.values()) if store is not None else {}
+        answers = {i: found[entry[i]] for i in sent if entry[i] in found}
+        misses = [i for i in sent if i not in answers]
+        stats["judge_store_hits"] += len(answers)
         if round_index > 0:
-            stats["judge_retried"] += len(sent)
-        # The round's generate calls are global: every process makes as many, each with as many prompts.
-        (most_sent,) = distributed.max_over_processes(len(sent))
-        if not most_sent:
+            stats["judge_retried"] += len(misses)
+        # The round's generate calls are global: every process makes as many, each with as many prompts, and
+        # draws the same sampling key (the salt is agreed on); a process with fewer misses pads its calls.
+        most_sent, most_pending, salt = distributed.max_over_processes(
+            len(misses), len(pending), _call_salt([entry[i][1] for i in misses]))
+        if not most_pending:
             break
-        chunk = judge.batch_size or most_sent
-        texts, truncated = [], []
+        chunk = judge.batch_size or max(most_sent, 1)
         for c, start in enumerate(range(0, most_sent, chunk)):
-            mine = [ids[i] for i in sent[start:start + chunk]]
-            filler = [[judge.tokenizer.eos_token_id]] * (min(chunk, most_sent - start) - len(mine))  # read by no one
-            result = judge.generate_fn(
-                judge.weights, mine + filler,
-                key=gen_key if c == 0 else jax.random.fold_in(gen_key, c), n=1,
-                max_new_tokens=judge.max_new_tokens, sampler=judge.sampler,
-                stop_tokens=[judge.tokenizer.eos_token_id], pad_id=judge.tokenizer.pad_token_id, layout=judge.layout,
-            )
+            mine = misses[start:start + chunk]
+            texts, finishes = _generate(judge, [ids[i] for i in mine], min(chunk, most_sent - start),
+                                        jax.random.fold_in(jax.random.fold_in(gen_key, salt), c))
             stats["judge_generate_calls"] += 1
-            texts += data.decode_responses(judge.tokenizer, result, keep_special_tokens=False)[:len(mine)]
-            truncated += list(np.asarray(result.finish_reason) == sampling.FINISH_LENGTH)[:len(mine)]
-        stats["judge_prompts"] += len(sent)
+            generated = {}
+            for i, text, finish in zip(mine, texts, finishes):
+                verdict = parse_verdict(text, prompts[i].keys, prompts[i].ranges)
+                generated[i] = StoredAnswer(text, finish, verdict.valid, tuple(verdict.scores.tolist()), verdict.reason)
+            if store is not None:
+                store.put((entry[i], answer) for i, answer in generated.items())
+            answers.update(generated)
+        stats["judge_prompts"] += len(misses)
         still_invalid = []
-        for i, text, cut in zip(sent, texts, truncated):
+        for i in sent:
             r, s = pending[i]
-            verdict = parse_verdict(text, prompts[i].keys, prompts[i].ranges)
-            if verdict.valid and not cut:
-                first = requests[r].first_slot
-                scores_SxL[s, first : first + len(requests[r].dims)] = (
-                    verdict.scores[::-1] if config.reverse_order else verdict.scores)
+            answer, first = answers[i], requests[r].first_slot
+            cut = answer.finish_reason == sampling.FINISH_LENGTH
+            if answer.valid and not cut:
+                scores = np.asarray(answer.scores)
+                scores_SxL[s, first : first + len(requests[r].dims)] = scores[::-1] if config.reverse_order else scores
                 continue
-            reason = "truncated at max_new_tokens" if cut else verdict.reason
-            first = requests[r].first_slot
-            cause = "judge_truncated" if cut else "judge_invalid_verdict"
-            causes_SxL[s, first : first + len(requests[r].dims)] = cause
-            stats["judge_invalid"] += 1
-            if len(stats["judge_invalid_examples"]) < 5:
-                stats["judge_invalid_examples"].append(f"{judge.name}: {reason}")
+            causes_SxL[s, first : first + len(requests[r].dims)] = "judge_truncated" if cut else "judge_invalid_verdict"
+            if i in misses:  # the counters count this call's judge work; stored failures are retried all the same
+                stats["judge_invalid"] += 1
+                if len(stats["judge_invalid_examples"]) < 5:
+                    reason = "truncated at max_new_tokens" if cut else answer.reason
+                    stats["judge_invalid_examples"].append(f"{judge.name}: {reason}")
             still_invalid.append((r, s))
         pending = still_invalid
     return scores_SxL
@@ -282,8 +325,10 @@ def judge_rows(
     responses: Sequence[str],
     dims_per_row: Sequence[Sequence[Dimension]],
     key: jax.Array,
+    store: VerdictStore | None = None,
 ) -> JudgeOutput:
-    """LLM scores (raw scale) for each row's dimensions: one batched generate per judge per round."""
+    """LLM scores (raw scale) for each row's dimensions: one batched generate per judge per round; with a
+    `store`, only prompts without a stored answer are generated, and every answer is stored."""
     if not judges:
         raise ValueError("judge_rows: no judge configured")
     if not len(questions) == len(responses) == len(dims_per_row):
@@ -301,13 +346,13 @@ def judge_rows(
     ranges_Lx2 = np.asarray([d.scale.raw_range for req in requests for d in req.dims], dtype=np.float64).reshape(-1, 2)
     stats: dict[str, Any] = {
         "judge_prompts": 0, "judge_generate_calls": 0, "judge_invalid": 0, "judge_retried": 0,
-        "judge_prompt_too_long": 0, "judge_invalid_examples": [],
+        "judge_prompt_too_long": 0, "judge_store_hits": 0, "judge_invalid_examples": [],
     }
     per_judge = []
     causes_JxSxL = np.full((len(judges), config.num_samples, num_slots), "", dtype=object)
     for j, (judge, judge_key) in enumerate(zip(judges, jax.random.split(key, len(judges)))):
         scores_SxL = _run_judge(judge, config, requests, questions, responses, num_slots, judge_key, stats,
-                                causes_JxSxL[j])
+                                causes_JxSxL[j], store)
         per_judge.append(scores_SxL)
     scores_JxSxL = np.stack(per_judge)
     valid_JxSxL = ~np.isnan(scores_JxSxL)

@@ -19,6 +19,13 @@ The call is a pure function of its inputs plus `key` (used only for LLM judge sa
 checked when the reward is built (unknown rule, bad rule params, an LLM dimension with no judge) and
 again, once each, for any new rubric met at call time.
 
+Gates first (`gates_first=True`; training's config.reward.gates_first): a row whose rule gate dimension
+failed (normalised score 0, e.g. the format gate) has reward 0 whatever else it scores, so its LLM
+dimensions are not sent to the judge: their scores are missing with cause GATED ("gated"), not counted as
+failures (details["gated_scores"]), the row is ok with reward 0 exactly as aggregation gives it, and
+details["judge_prompts_gated"] counts the first-round judge prompts saved. Off (the default here) for
+score, evaluate and calibrate, which report every dimension's score.
+
 With a score `correction` (rubrics/correction.py, fitted by calibration), the raw scores of the dimensions
 it names are de-biased before normalisation; details["uncorrected_raw_scores"] keeps the judges' own.
 
@@ -39,10 +46,14 @@ import numpy as np
 from rubric_jax import distributed, text
 from rubric_jax.judges.features import FEATURES, response_features
 from rubric_jax.judges.llm_judge import Judge, JudgeConfig, judge_rows
-from rubric_jax.judges.rules import Rule, RuleError, make_rule, rule_scores
+from rubric_jax.judges.rules import MAX_RUBRIC_PHRASES, Rule, RuleError, make_rule, rule_scores
+from rubric_jax.judges.store import VerdictStore
 from rubric_jax.rubrics.aggregation import aggregate_rubric
 from rubric_jax.rubrics.correction import Correction
 from rubric_jax.rubrics.schema import WEIGHT_RANGE, Dimension, Rubric, RubricError, normalize_scores, short_repr
+
+# The cause of an LLM score not asked for (gates first): a rule gate of the row already failed.
+GATED = "gated"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,8 +77,10 @@ class RubricReward:
     """Callable reward: `(questions, responses, rubrics, *, key=None, weights=None) -> RewardOutput`."""
 
     def __init__(self, rubrics: Sequence[Rubric] = (), judges: Sequence[Judge] = (),
-                 judge_config: JudgeConfig = JudgeConfig(), correction: Correction | None = None):
+                 judge_config: JudgeConfig = JudgeConfig(), correction: Correction | None = None,
+                 gates_first: bool = False):
         self.judges = tuple(judges)
+        self.gates_first = gates_first
         self.judge_config = judge_config
         self.correction = correction
         unknown = sorted(set(correction.features) - set(FEATURES)) if correction is not None else []
@@ -98,8 +111,34 @@ class RubricReward:
                     f"rubric {rubric.name!r}: dimension {dim.id!r} is an LLM dimension but no judge is "
                     "configured (give a judge checkpoint, or make it a rule dimension)"
                 )
+        if sum(rule.phrase_count() for rule in built.values()) > MAX_RUBRIC_PHRASES:
+            j = max(built, key=lambda k: built[k].phrase_count())
+            raise RubricError(f"rubric {rubric.name!r}: its rule dimensions search for more than {MAX_RUBRIC_PHRASES} "
+                              f"phrases in all (dimension {rubric.dimensions[j].id!r} alone has "
+                              f"{built[j].phrase_count()}); each is a search of every response")
         self._rules[rubric.content_hash] = built
         return built
+
+    def _failed_rule_gates(self, groups: Mapping[str, list[int]], by_hash: Mapping[str, Rubric], raw_NxD: np.ndarray,
+                           column: Mapping[str, int]) -> np.ndarray:
+        """[N] True where a rule gate dimension is scored and failed (normalised score 0: aggregation then
+        sets the reward to 0 whatever the other dimensions score). Gates a score correction names are
+        left out: their final score is known only after correction."""
+        failed_N = np.zeros(raw_NxD.shape[0], dtype=bool)
+        corrected = set(self.correction.dimensions) if self.correction is not None else set()
+        for h, rows in groups.items():
+            gates = [d for j, d in enumerate(by_hash[h].dimensions)
+                     if d.gate and j in self._rules[h] and d.id not in corrected]
+            if gates:
+                scores = normalize_scores(gates, raw_NxD[np.ix_(rows, [column[d.id] for d in gates])])
+                failed_N[rows] = (scores <= 0).any(axis=1)  # NaN (missing) is not a failure
+        return failed_N
+
+    def _prompts(self, llm_dims: Sequence[Sequence[Dimension]], rows_N: np.ndarray) -> int:
+        """First-round judge prompts of the rows `rows_N` (every judge, every sample; retries not counted)."""
+        _, groups = split_by_reads([dims if row else [] for dims, row in zip(llm_dims, rows_N)])
+        requests = sum(map(len, groups)) if self.judge_config.mode == "single" else len(groups)
+        return requests * self.judge_config.num_samples * len(self.judges)
 
     def __call__(
         self,
@@ -109,8 +148,10 @@ class RubricReward:
         *,
         key: jax.Array | None = None,
         weights: Mapping[str, float] | None = None,
+        store: VerdictStore | None = None,
     ) -> RewardOutput:
-        """Scores, validity and reward for N rows; `weights` (dimension id -> weight) overrides rubric weights."""
+        """Scores, validity and reward for N rows; `weights` (dimension id -> weight) overrides rubric weights;
+        the LLM judge reads and writes `store` (judges/store.py) when one is given."""
         n = len(responses)
         if not len(questions) == n == len(rubrics):
             raise ValueError(f"reward: {len(questions)} questions, {n} responses, {len(rubrics)} rubrics")
@@ -146,13 +187,21 @@ class RubricReward:
 
         details: dict[str, Any] = {}
         llm_dims = [[d for d in r.dimensions if d.kind == "llm"] for r in rubrics]
+        gated_NxD = np.zeros((n, len(ids)), dtype=bool)  # LLM scores not asked for: a rule gate already failed
+        if self.gates_first:
+            gated_N = self._failed_rule_gates(groups, by_hash, raw_NxD, column)
+            for i in np.flatnonzero(gated_N):
+                gated_NxD[i, [column[d.id] for d in llm_dims[i]]] = True
+                cause_NxD[i, [column[d.id] for d in llm_dims[i]]] = GATED
+            details["judge_prompts_gated"] = self._prompts(llm_dims, gated_N)
+            llm_dims = [[] if gated else dims for dims, gated in zip(llm_dims, gated_N)]
         judged_anywhere = bool(self.judges) and distributed.max_over_processes(int(any(llm_dims)))[0] > 0
         if any(llm_dims) or judged_anywhere:  # another process's judge call is collective: join it
             if key is None:
                 raise ValueError("reward: rubrics with LLM dimensions need an explicit PRNG `key` for the judge")
             rows, judged_dims = split_by_reads(llm_dims)
             judged = judge_rows(self.judges, self.judge_config, [questions[i] for i, _ in rows],
-                                [views[reads][i] for i, reads in rows], judged_dims, key)
+                                [views[reads][i] for i, reads in rows], judged_dims, key, store)
             for (i, _), dims, scores, causes in zip(rows, judged_dims, judged.scores, judged.causes):
                 raw_NxD[i, [column[d.id] for d in dims]] = scores
                 cause_NxD[i, [column[d.id] for d in dims]] = causes
@@ -176,8 +225,9 @@ class RubricReward:
                 weights_D = np.asarray([weights.get(d.id, d.weight) for d in rubric.dimensions], np.float32)
                 used_weights.update(zip(rubric.dimension_ids, weights_D.tolist()))
             reward_N[rows], ok_N[rows] = aggregate_rubric(rubric, sub_scores, valid_NxD[np.ix_(rows, cols)], weights_D)
+        ok_N |= gated_NxD.any(axis=1)  # decided by a failed gate: reward 0, as aggregation gives it
 
-        missing_NxD = has_NxD & ~valid_NxD
+        missing_NxD = has_NxD & ~valid_NxD & ~gated_NxD  # a gated score is not asked for, not failed
         missing_D = missing_NxD.sum(axis=0)
         causes: dict[str, dict[str, int]] = {}
         for i, c in zip(*np.nonzero(missing_NxD)):
@@ -191,6 +241,7 @@ class RubricReward:
             "failure_causes": causes,
             "num_failed_scores": int(missing_D.sum()),
             "num_not_ok": int((~ok_N).sum()),
+            "gated_scores": int(gated_NxD.sum()),
         })
         if weights is not None:
             details["dynamic_weights"] = used_weights
@@ -213,8 +264,8 @@ def split_by_reads(llm_dims: Sequence[Sequence[Dimension]]) -> tuple[list[tuple[
 # Judge counters that add up over the rows' blocks; "judge_generate_calls" counts the global (collective)
 # calls every process joined, so the blocks share it.
 _SUMMED_COUNTS = ("judge_prompts", "judge_invalid", "judge_retried", "judge_prompt_too_long", "judge_scores",
-                  "judge_failed_samples", "judge_failed_scores", "sample_spread_count", "num_failed_scores",
-                  "num_not_ok")
+                  "judge_failed_samples", "judge_failed_scores", "judge_store_hits", "judge_prompts_gated",
+                  "sample_spread_count", "num_failed_scores", "num_not_ok", "gated_scores")
 _SAMPLE_EXAMPLES = 5  # judge_invalid_examples kept (llm_judge keeps as many)
 
 

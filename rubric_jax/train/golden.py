@@ -10,7 +10,9 @@ GRPO, every `eval.every_steps`, at the end) adds to its row:
   golden/reference/reward_mean, .../reward/<d>    the rubric reward of the reference answers (rows with one)
   golden/spearman/<d>, golden/kendall/<d>         the judge's raw scores of the reference answers vs their
                                                   labels (calibration/stats; NaN where undefined)
-Scored through the same RubricReward as training, so an LLM judge is asked anew at every eval.
+Scored through the same RubricReward as training. The reference answers are judged with one key at every
+eval (fixed answers, fixed judge: their scores do not wander from eval to eval); with config.judge.store
+the verdict store answers them after the first eval, and keeps them across resumed and repeated runs.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from rubric_jax import data
 from rubric_jax.calibration.labels import LabelsError, check_label
 from rubric_jax.calibration.stats import kendall_tau_b, spearman
 from rubric_jax.judges.reward import RewardOutput, RubricReward
+from rubric_jax.judges.store import VerdictStore
 from rubric_jax.prepare.dedup import cross_duplicates, normalize_text
 from rubric_jax.rubrics.schema import Rubric
 from rubric_jax.train.rollout import reward_metrics, summarize_rewards
@@ -45,16 +48,18 @@ class GoldenSet:
     rubrics: list[Rubric]
 
     def metrics(self, policy: RewardOutput, reward: RubricReward, *, key: jax.Array,
-                weights: Mapping[str, float] | None = None) -> dict[str, float]:
+                weights: Mapping[str, float] | None = None, store: VerdictStore | None = None) -> dict[str, float]:
         """The golden keys of an eval row from the policy's scored golden responses (one per question, in
-        order); the reference answers are scored here with `reward` (judge key `key`)."""
+        order); the reference answers are scored here with `reward` (judge key `key`, verdicts read from and
+        written to `store` when given)."""
         summary = summarize_rewards(policy)
         out = {"golden/reward_mean": summary.reward_mean, **reward_metrics(summary, "golden/")}
         rows = [i for i, q in enumerate(self.questions) if q.reference is not None]
         if not rows:
             return out
+        store_kwargs = {} if store is None else {"store": store}  # a reward model takes no store
         scored = reward([self.questions[i].question for i in rows], [self.questions[i].reference for i in rows],
-                        [self.rubrics[i] for i in rows], key=key, weights=weights)
+                        [self.rubrics[i] for i in rows], key=key, weights=weights, **store_kwargs)
         summary = summarize_rewards(scored)
         out["golden/reference/reward_mean"] = summary.reward_mean
         out.update({f"golden/reference/reward/{d}": v for d, v in summary.dimension_means.items()})

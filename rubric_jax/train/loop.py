@@ -53,6 +53,7 @@ from rubric_jax.judges.llm_judge import Judge, JudgeConfig, load_judge, shortest
 from rubric_jax.judges.reward import (RewardOutput, RubricReward, concat_outputs, gather_outputs, select_rows,
                                       split_by_reads)
 from rubric_jax.judges.reward_model import RewardModelReward, load_reward_model
+from rubric_jax.judges.store import VerdictStore, open_store
 from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.correction import Correction, load_correction
@@ -69,6 +70,7 @@ BEST_FILE = "best_checkpoint.json"  # the best-evaluated GRPO checkpoint, writte
 
 EVAL_SAMPLES = 4  # eval responses written to samples.jsonl per eval
 _EVAL_KEY = 2**31 - 1  # fold_in data of the eval sampling key (GRPO step keys are 1000 + step)
+_GOLDEN_REFERENCE_KEY = 1  # fold_in data (into the eval key) of the golden references' judge key, the same every eval
 
 
 class TrainingError(RuntimeError):
@@ -101,6 +103,11 @@ class Run:
     golden: golden_set.GoldenSet | None  # config.data.golden, scored at every eval
     watch: monitors.Watch  # reward-hacking monitors' thresholds and alerts.jsonl
     stop_requested: bool = False
+    judge_store: VerdictStore | None = None  # config.judge.store: the golden references' verdicts (and rollouts')
+
+    def rollout_store(self) -> dict[str, VerdictStore]:
+        """The store keyword of a policy-response reward call: the store with judge.store_rollouts, else none."""
+        return {"store": self.judge_store} if self.config.judge.store_rollouts else {}
 
     @property
     def weights(self) -> dict[str, float] | None:
@@ -134,7 +141,15 @@ def run(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
     settings = run_settings.validate(config)
     monitors.thresholds(config.monitor)  # the alert thresholds fail here too, before anything is written
     workdir = run_workdir.check_usable(workdir)
-    experiment = build(config, workdir, settings)
+    experiment = build(config, workdir, settings)  # reads only
+    # One writer per workdir: process 0 holds its lock until the run ends (the OS drops it on any death).
+    with run_workdir.exclusive(workdir) if distributed.is_writer() else contextlib.nullcontext():
+        _run(experiment)
+
+
+def _run(experiment: Run) -> None:
+    """`run` once the config, the workdir and the data check out and this process may write the workdir."""
+    config, workdir, settings = experiment.config, experiment.workdir, experiment.settings
     run_workdir.check_resume(workdir, rubric_hash=experiment.rubric_hash,
                              updates_per_batch=config.rl.updates_per_batch, keep=config.checkpoint.keep)
     if distributed.is_writer():
@@ -200,6 +215,7 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
                   for path in config.judge.checkpoint.split(",") if path.strip()]
     judge_dtypes = dict(param_dtype=config.judge.param_dtype, compute_dtype=config.judge.compute_dtype)
     model_cfg = run_settings.model_config(config)
+    run_settings.check_positions(config, settings, model_cfg.max_position_embeddings)
     layout, decode_layout, decode_dtype = layouts(config, model_cfg)
     try:
         tokenizer = load_tokenizer(tokenizer_dir)
@@ -214,7 +230,7 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
         _check_rollouts_divide(config.rl, layout.mesh)
         distributed.check_divides(config.rl.questions_per_step, "rl.questions_per_step")
         distributed.check_divides(len(eval_questions), "eval.max_questions (the eval questions used)")
-        _check_prompts_fit(tokenizer, model_cfg, settings, train_questions + eval_questions)
+        _check_prompts_fit(tokenizer, settings, train_questions + eval_questions)
     judges = tuple(load_judge(path, layout=decode_layout, **judge_dtypes, sampler=config.judge.sampler,
                               max_new_tokens=config.judge.max_new_tokens, batch_size=config.judge.batch_size)
                    for path in judge_dirs)
@@ -237,13 +253,15 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
         reward = RubricReward(rubrics, judges, JudgeConfig(
             mode=run_settings.JUDGE_MODES[config.judge.mode], num_samples=config.judge.samples,
             max_retries=config.judge.max_retries, ensemble=config.judge.ensemble,
-            shuffle_anchors=config.judge.shuffle_anchors, prompt=config.judge.prompt), correction=correction)
+            shuffle_anchors=config.judge.shuffle_anchors, prompt=config.judge.prompt), correction=correction,
+            gates_first=config.reward.gates_first)
         _check_judge_prompts_fit(config, judges, reward.judge_config, rubric_of,
                                  train_questions + eval_questions + (golden.questions if golden else []))
     else:
         dtype = config.reward.model_dtype
         reward = RewardModelReward(load_reward_model(config.reward.model_checkpoint, layout=decode_layout,
                                                      param_dtype=dtype, compute_dtype=dtype), settings.reward_model)
+    judge_store = open_store(config.judge.store, _judge_hash(config, judge_dirs)) if judges else None
     rubric_hash = _rubric_set_hash(shared_rubric, rubrics, correction)
     rubric_info = {"name": shared_rubric.name, "version": shared_rubric.version,
                    "content_hash": shared_rubric.content_hash, "rubric_set_hash": rubric_hash,
@@ -255,23 +273,17 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
                shared_rubric, rubric_of, rubric_hash, rubric_info, train_questions, eval_questions, log,
                jax.random.key(config.seed), dynamic, golden,
                monitors.Watch(monitors.thresholds(config.monitor), workdir, config.monitor.window_steps,
-                              open_logs=lambda: log.writer))
+                              open_logs=lambda: log.writer), judge_store=judge_store)
 
 
-def _check_prompts_fit(tokenizer: Any, model_cfg: ModelConfig, settings: Settings,
-                       questions: Sequence[data.Question]) -> None:
-    """Every question's chat prompt fits config.data.max_prompt_len and, with the longest response,
-    the model's positions: checked at load time, naming the file and line, not mid-GRPO."""
+def _check_prompts_fit(tokenizer: Any, settings: Settings, questions: Sequence[data.Question]) -> None:
+    """Every question's chat prompt fits config.data.max_prompt_len: checked at load time, naming the file and
+    line, not mid-GRPO (with the longest response it then fits the model's positions: settings.check_positions)."""
     limit = max(settings.train_rollout.prompt_buckets)
-    new_tokens = max(settings.train_rollout.max_new_tokens, settings.eval_rollout.max_new_tokens)
     for question, ids in zip(questions, data.encode_prompts(tokenizer, [q.question for q in questions])):
         if len(ids) > limit:
             raise data.DataError(f"{question.source}: question {question.id!r} is {len(ids)} tokens as a chat "
                                  f"prompt; config.data.max_prompt_len allows {limit}")
-        if len(ids) + new_tokens > model_cfg.max_position_embeddings:
-            raise data.DataError(
-                f"{question.source}: question {question.id!r} ({len(ids)} prompt tokens) + max_new_tokens "
-                f"({new_tokens}) exceeds the model's max_position_embeddings ({model_cfg.max_position_embeddings})")
 
 
 def _check_judge_prompts_fit(config: ml_collections.ConfigDict, judges: Sequence[Judge], judge_config: JudgeConfig,
@@ -311,6 +323,13 @@ def _check_rollouts_divide(rl: ml_collections.ConfigDict, mesh: jax.sharding.Mes
         raise ValueError(
             f"config.rl: questions_per_step * group_size = {rl.questions_per_step * rl.group_size} rollouts must "
             f"divide into micro_batches ({rl.micro_batches}) x mesh data*fsdp ({shards // rl.micro_batches})")
+
+
+def _judge_hash(config: ml_collections.ConfigDict, judge_dirs: Sequence[str]) -> str:
+    """The verdict store's judge hash: the judge block's verdict fields and the checkpoints' resolved paths."""
+    fields = {k: v for k, v in config.judge.to_dict().items() if k not in ("store", "store_rollouts", "batch_size")}
+    fields["checkpoint"] = [str(Path(d).resolve()) for d in judge_dirs]
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode("utf-8")).hexdigest()
 
 
 def _rubric_set_hash(shared: Rubric, rubrics: list[Rubric], correction: Correction | None = None) -> str:
@@ -546,7 +565,7 @@ def sample_and_score(run_: Run, params: Any, questions: list[data.Question], spe
     responses = data.decode_responses(run_.tokenizer, result, run_.stop_tokens)
     expanded = [q.question for q in questions for _ in range(spec.n)]
     scored = run_.reward(expanded, responses, [run_.rubric_of[q.id] for q in questions for _ in range(spec.n)],
-                         key=judge_key, weights=run_.weights)
+                         key=judge_key, weights=run_.weights, **run_.rollout_store())
     return LocalRollout(list(questions), prompt_ids, prompt_mask, result, scored, responses)
 
 
@@ -684,7 +703,8 @@ def evaluate(run_: Run, state: train_state.TrainState, step: int) -> dict[str, f
         golden_scored = rollout_and_score(run_, state.params, distributed.process_block(run_.golden.questions),
                                           run_.settings.eval_rollout, key).scored
         row.update(run_.golden.metrics(golden_scored, functools.partial(_score_own_block, run_.reward),
-                                       key=jax.random.fold_in(key, step), weights=run_.weights))
+                                       key=jax.random.fold_in(key, _GOLDEN_REFERENCE_KEY), weights=run_.weights,
+                                       store=run_.judge_store))
     row = run_.watch.observe(step, row)
     run_.log.write(step, row)
     run_.log.write_samples(step, [{"stage": "eval", **s} for s in out.samples[:EVAL_SAMPLES]])
