@@ -177,10 +177,14 @@ def base_config() -> ml_collections.ConfigDict:
     c.monitor = ml_collections.ConfigDict()
     # The template share and reward-length Spearman of one step depend on which questions it drew: their alerts
     # compare the mean of the last `window_steps` steps (monitor/<m>/window_mean) with the threshold.
-    c.monitor.window_steps = 10  # GRPO steps in the rolling mean the template-share and reward-length alerts read (1 = per step).
+    c.monitor.window_steps = 10  # GRPO steps behind the windowed alerts (template share, reward-length, zero-std, saturation rise, redundancy; 1 = per step).
     c.monitor.max_template_share = 0.4  # Share of responses in a 首先…其次…最后 / first…second…finally template (RubricRL: 12% -> 67% while reward rose).
     c.monitor.max_length_drift = 1.0  # Mean response tokens / first GRPO step's - 1 (1.0 = doubled; inf = never).
-    c.monitor.max_saturation = 1.0  # Share of a dimension's scores at its top level (RubricRL §2.3); 1 = never (penalties sit at the top).
+    # Saturation (RubricRL §2.3 刷满, §6.3 collapse): penalty and gate dimensions sit at their top level from step 1 by design,
+    # so the alert reads the rise of a dimension's window-mean share of top scores over the run's first window.
+    c.monitor.max_saturation_rise = 0.5  # Rise of a dimension's top-level share since steps 1-window_steps (window means).
+    c.monitor.max_zero_std_frac = 0.9  # Window mean share of groups whose rewards are all equal: no GRPO signal (RubricRL §4.3, §6.3).
+    c.monitor.max_redundancy = 0.9  # Spearman of two dimensions over the window's rollouts, alert at or above (RubricRL §2.1 MECE).
     c.monitor.max_reward_length_corr = 0.5  # Spearman of reward vs response length within a step (length bias, RubricRL §3.3).
     c.monitor.max_judge_parse_failure = 0.1  # Share of LLM-judge prompts without a parseable verdict (rejected, cut, too long).
     c.monitor.max_missing_share = 0.2  # Share of a dimension's scores missing at a step (its judge failed; the reward drops them).

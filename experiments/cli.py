@@ -45,6 +45,15 @@ def flags_parser(command: str) -> Callable[[list[str]], list[str]]:
             name = key.group(1) if key else text
             fail(command, f"unknown config key {name!r}" + (f" ({hint.group(0)})" if hint else ""))
         except (flags.Error, OSError, TypeError, ValueError) as e:
-            fail(command, " ".join(str(e).split()))
+            fail(command, _without_traceback(str(e)))
 
     return parse
+
+
+def _without_traceback(message: str) -> str:
+    """A flag error on one line; a config file's get_config error (ml_collections quotes the whole
+    traceback) as the text before the traceback plus its last line, the exception itself."""
+    head, found, trace = message.partition("Traceback (most recent call last):")
+    if found:
+        message = head.strip() + " " + trace.strip().splitlines()[-1]
+    return " ".join(message.split())

@@ -19,14 +19,16 @@ question and every response to it are held out together (--heldout of the questi
 The student is a random init from a HF config.json with a tokenizer directory (it needs a chat template), or an
 existing HF directory. DIR receives the distilled judge (config.json, model.safetensors, tokenizer) with
 report.json and report.md: per dimension, the parse-failure rate and the agreement with the teacher (Spearman,
-Kendall tau-b, quadratic kappa, bootstrap intervals). DIR appears only when complete and must not exist yet.
-Bad input exits with status 2 and one line naming the file, line or flag.
+Kendall tau-b, quadratic kappa, bootstrap intervals). DIR appears only when complete and must not exist yet,
+nor be or lie inside an input (the tokenizer or student directory). Bad input, --student_max_new_tokens
+included, exits with status 2 and one line naming the file, line or flag, before training starts.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -34,7 +36,7 @@ import jax
 from absl import app, flags
 
 from experiments import cli, judge_config
-from rubric_jax import loader, sampling
+from rubric_jax import files, loader, sampling
 from rubric_jax.assets import tiny_judge_data
 from rubric_jax.calibration.labels import LabelsError, read_items
 from rubric_jax.data import DataError
@@ -90,12 +92,49 @@ def _student():
     path = Path(_STUDENT_CONFIG.value)
     if not path.is_file():
         raise FileNotFoundError(f"--student_config={path}: file does not exist")
-    cfg = ModelConfig.from_hf_dict(json.loads(path.read_text()))
+    cfg = _student_config(path)
     tokenizer = load_tokenizer(_TOKENIZER.value)
     if len(tokenizer) > cfg.vocab_size:
         raise ValueError(f"--tokenizer={_TOKENIZER.value} has {len(tokenizer)} tokens, more than the "
                          f"{cfg.vocab_size} of --student_config={path}")
     return cfg, None, tokenizer, f"random init of {path}"
+
+
+def _student_config(path: Path) -> ModelConfig:
+    """The --student_config file as a ModelConfig; any problem is one line naming the file."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(raw, dict):
+            raise ValueError(f"expected a HF config.json object, got {type(raw).__name__}")
+        return ModelConfig.from_hf_dict(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError, ModelConfigError) as e:
+        raise ValueError(f"--student_config={path}: {' '.join(str(e).split())[:300]}") from None
+
+
+# DistillConfig field -> the flag that sets it (its errors name the flag).
+_CONFIG_FLAGS = {"steps": "--steps", "batch_size": "--batch_size", "learning_rate": "--lr",
+                 "warmup_steps": "--warmup_steps", "seed": "--seed", "prompt": "--student_prompt"}
+
+
+def _distill_config() -> distill_judge.DistillConfig:
+    """The training flags as a DistillConfig; a bad value names its flag."""
+    try:
+        return distill_judge.DistillConfig(steps=_STEPS.value, batch_size=_BATCH.value, learning_rate=_LR.value,
+                                           warmup_steps=_WARMUP.value, seed=_SEED.value, prompt=_PROMPT.value)
+    except ValueError as e:
+        message = str(e).removeprefix("distill config: ")
+        for field, flag in _CONFIG_FLAGS.items():
+            message = re.sub(rf"\b{field}\b", flag, message)
+        raise ValueError(message) from None
+
+
+def _check_out(out: Path) -> None:
+    """--out is new and is not, does not hold, and does not lie inside an input (file or directory)."""
+    if out.exists():
+        raise FileExistsError(f"--out={out}: already exists; distil into a new directory")
+    inputs = [Path(v) for v in (_RUBRIC.value, _LABELS.value, _RESPONSES.value, _STUDENT_CONFIG.value) if v]
+    input_dirs = [Path(v) for v in (_TOKENIZER.value, _STUDENT.value) if v]
+    files.check_output_dir(out, inputs, input_dirs)
 
 
 def _items(shared) -> tuple[list[distill_data.JudgeItem], str]:
@@ -139,11 +178,12 @@ def main(argv: list[str]) -> None:
     cli.start("experiments.distill_judge", argv)
     try:
         out = Path(_OUT.value)
-        if out.exists():
-            raise FileExistsError(f"--out={out}: already exists; distil into a new directory")
-        sampling.parse_sampler(_SAMPLER.value)
-        config = distill_judge.DistillConfig(steps=_STEPS.value, batch_size=_BATCH.value, learning_rate=_LR.value,
-                                             warmup_steps=_WARMUP.value, seed=_SEED.value, prompt=_PROMPT.value)
+        _check_out(out)
+        try:
+            sampling.parse_sampler(_SAMPLER.value)
+        except ValueError as e:
+            raise ValueError(f"--student_sampler: {e}") from None
+        config = _distill_config()
         shared = None
         if _RUBRIC.value is not None:
             if not Path(_RUBRIC.value).is_file():
@@ -155,6 +195,7 @@ def main(argv: list[str]) -> None:
             raise ValueError(f"{len(items)} items split into {len(train_items)} training and {len(heldout_items)} "
                              "held-out ones; both must be non-empty (more questions, or another --heldout)")
         model_cfg, start, tokenizer, student = _student()
+        distill_judge.check_measurement(model_cfg, _MAX_NEW.value, "--student_max_new_tokens")  # before training
     except ERRORS as e:
         _fail(str(e))
     try:

@@ -12,7 +12,9 @@ configs/judges/default.py) unless --judge names another file; summary.json recor
 --judge.calibration=REPORT each LLM dimension's calibration status is printed before the policy loads.
 Bad input (unknown benchmark, missing file, malformed line, incomplete judgements of a named model, an
 LLM-judged benchmark without a judge, --out naming an input) exits with status 2 and one line naming
-the file and line; nothing is written.
+the file and line; nothing is written. So does a --max_new_tokens that leaves no case room in the policy's
+context (before generating). An evaluation whose judged answers all lack every score (e.g. every judge prompt
+too long) writes its report and exits with status 1 saying why.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from experiments import cli, judge_config
 from rubric_jax.calibration.pinning import check_calibration
 from rubric_jax.data import DataError
 from rubric_jax.evaluation import harness
-from rubric_jax.evaluation.results import EvalInputError
+from rubric_jax.evaluation.results import EvalFailed, EvalInputError
 from rubric_jax.files import PathError, check_output_path
 from rubric_jax.judges.spec import JudgeSpec, check_checkpoints, open_verdict_store
 from rubric_jax.judges.store import StoreError, VerdictStore
@@ -150,6 +152,8 @@ def main(argv: list[str]) -> None:
                               generation=generation, judge=judge, calibration=calibration, store=store)
     except (EvalInputError, RubricError, DataError, UnicodeDecodeError, StoreError, PathError) as e:
         _fail(str(e))
+    except EvalFailed as e:  # it ran, but nothing could be scored: exit 1, as a failed run
+        _fail(str(e), status=1)
     print(json.dumps({"benchmark": summary["benchmark"], "policy": summary["policy"], "scores": summary["scores"],
                       "out": str(out)}, ensure_ascii=False))
 

@@ -3,6 +3,7 @@
   python -m experiments.prepare_data --input=KIND:PATH [--input=...] --out=DIR --name=NAME
       [--eval_size=0] [--golden_size=0] [--train_size=0] [--difficulty_ratio=3:5:2|none]
       [--scores=SCORES.jsonl] [--dedup_threshold=0.7] [--ngram=3] [--num_perm=128] [--seed=0] [--overwrite]
+      [--semantic_words=0.7] [--semantic_model=DIR [--semantic_tokenizer=DIR] [--semantic_cosine=0.95]]
 
 KIND is questions (the project's question jsonl), hellobench (the folder), biggen, healthbench or
 longbench_write (their jsonl files). Steps: PII scrubbing, exact and MinHash near-duplicate removal,
@@ -40,6 +41,12 @@ _NGRAM = flags.DEFINE_integer("ngram", 3, "Character n-gram size for dedup.")
 _NUM_PERM = flags.DEFINE_integer("num_perm", 128, "MinHash signature length.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the MinHash functions and the split and mix sampling.")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an existing OUT/NAME.")
+_SEMANTIC_WORDS = flags.DEFINE_float("semantic_words", 0.7, "Content-word Jaccard at which questions are "
+                                     "paraphrases (docs/data.md, Semantic deduplication); 0 = off.")
+_SEMANTIC_MODEL = flags.DEFINE_string("semantic_model", "",
+                                      "HF model directory: embedding cosine marks paraphrases too.")
+_SEMANTIC_TOKENIZER = flags.DEFINE_string("semantic_tokenizer", "", "Tokenizer of --semantic_model (default: its dir).")
+_SEMANTIC_COSINE = flags.DEFINE_float("semantic_cosine", 0.95, "Embedding cosine at which questions are paraphrases.")
 flags.mark_flags_as_required(["input", "out", "name"])
 
 
@@ -53,7 +60,9 @@ def main(argv: list[str]) -> None:
         inputs=tuple(_INPUT.value), out=Path(_OUT.value), name=_NAME.value, eval_size=_EVAL.value,
         golden_size=_GOLDEN.value, train_size=_TRAIN.value, difficulty_ratio=_RATIO.value,
         scores=Path(_SCORES.value) if _SCORES.value else None, dedup_threshold=_THRESHOLD.value,
-        ngram=_NGRAM.value, num_perm=_NUM_PERM.value, seed=_SEED.value, overwrite=_OVERWRITE.value)
+        ngram=_NGRAM.value, num_perm=_NUM_PERM.value, seed=_SEED.value, overwrite=_OVERWRITE.value,
+        semantic_words=_SEMANTIC_WORDS.value, semantic_model=_SEMANTIC_MODEL.value,
+        semantic_tokenizer=_SEMANTIC_TOKENIZER.value, semantic_cosine=_SEMANTIC_COSINE.value)
     try:
         prepare(config)
     except ValueError as e:  # the library's errors are ValueErrors naming the file, line or flag

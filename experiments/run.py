@@ -11,7 +11,8 @@ workdir) exits with status 2 and a one-line message.
 
 `--dry_run` compiles every program of the config with abstract inputs and prints per-device memory and
 collectives instead of running (rubric_jax/aot.py); `--dry_run_target=a100_80g|h100_80g|h200` compiles
-with XLA's GPU compiler on this machine (it needs requirements-aot.txt: ./launch.sh sets that up).
+with XLA's GPU compiler on this machine (it needs requirements-aot.txt: ./launch.sh sets that up);
+`--dry_run_programs=grpo_update,logprobs` compiles only those programs (aot.PROGRAMS names them all).
 """
 
 import functools
@@ -30,6 +31,9 @@ _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Compile every program of the con
 _DRY_RUN_TARGET = flags.DEFINE_string("dry_run_target", "cpu", "Compile for: cpu (the local CPU devices: a smoke "
                                       "check) or a GPU: a100_80g, h100_80g, h200 (XLA's GPU compiler).")
 _DRY_RUN_DEVICES = flags.DEFINE_integer("dry_run_devices", 8, "Devices of the machine the dry run compiles for.")
+_DRY_RUN_PROGRAMS = flags.DEFINE_string("dry_run_programs", "all", "Comma-separated programs the dry run compiles "
+                                        "(default all): sft, grpo_update, logprobs, rollout, eval_rollout, judge, "
+                                        "reward_model.")
 flags.mark_flag_as_required("config")
 
 
@@ -66,7 +70,8 @@ def dry_run() -> None:
     from rubric_jax import aot
 
     try:
-        report = aot.dry_run(judge_config.merged(_CONFIG.value), _DRY_RUN_TARGET.value, _DRY_RUN_DEVICES.value)
+        report = aot.dry_run(judge_config.merged(_CONFIG.value), _DRY_RUN_TARGET.value, _DRY_RUN_DEVICES.value,
+                             programs=aot.parse_programs(_DRY_RUN_PROGRAMS.value))
     except ValueError as e:
         cli.fail("experiments.run --dry_run", str(e))
     print(aot.format_report(report, config_flags.get_config_filename(flags.FLAGS["config"])))

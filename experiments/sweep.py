@@ -4,7 +4,9 @@ Each variant of `sweep(add, arg)` runs as `experiments.run` in DIR/<variant name
 a re-run skips finished variants and resumes the others. Then DIR/summary.json, DIR/summary.md and
 overlay plots in DIR/plots/ are written. `--print_commands` prints one `./launch.sh experiments.run ...`
 line per variant for a cluster scheduler instead; `--summary_only` rewrites the summary and plots from
-what the variants' workdirs hold. Extra `--config.<key>=<value>` flags apply to every variant. Only
+what the variants' workdirs hold. A second sweep of the same DIR, or a run of a variant directory
+a live run holds, exits with status 2 naming the holder's pid; killing the sweep (even `kill -9`) sends its
+running variant SIGTERM (save and exit). Extra `--config.<key>=<value>` flags apply to every variant. Only
 parses flags; the logic is rubric_jax.sweeps.
 """
 
@@ -17,7 +19,7 @@ from absl import app, flags
 
 from experiments import cli
 from rubric_jax import sweeps
-from rubric_jax.train.workdir import check_usable
+from rubric_jax.train.workdir import WorkdirBusy, check_usable, exclusive
 
 _CONFIG = flags.DEFINE_string("config", None, "Config file defining get_config(arg) and sweep(add, arg), "
                               "optionally with :arg (e.g. configs/qwen7b.py:size=1.5b).")
@@ -56,7 +58,14 @@ def main(argv: list[str]) -> None:
         check_usable(workdir)
     except ValueError as e:
         _fail(str(e))
-    outcomes = {} if _SUMMARY_ONLY.value else sweeps.run_sweep(sweep, workdir, _RUN_MODULE)
+    if _SUMMARY_ONLY.value:
+        outcomes = {}
+    else:
+        try:
+            with exclusive(workdir):  # one sweep per directory; its runs lock their own variant directories
+                outcomes = sweeps.run_sweep(sweep, workdir, _RUN_MODULE)
+        except WorkdirBusy as e:
+            _fail(str(e))
     summary = sweeps.summarize(sweep, workdir, outcomes)
     for path in sweeps.write_summary(sweep, workdir, summary)[:2]:
         print(f"wrote {path}")

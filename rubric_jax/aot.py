@@ -14,6 +14,9 @@ upcasts bfloat16 dots to float32 and does not bound memory as the GPU compiler d
 rubric_jax.aot_targets compiles with XLA's GPU compiler on this CPU machine (jax[cuda12-local], see
 requirements-aot.txt) for a topology of that GPU: that is the proof.
 
+`programs` (`--dry_run_programs`) compiles a subset, named by PROGRAMS' keys (e.g. "grpo_update,logprobs" while
+working on the training step: the 7B decode programs take minutes of CPU each).
+
 Per-device memory of a phase = the program's peak (arguments + outputs + temporaries - aliased
 buffers, as the compiler reports it) + the long-lived arrays that live beside it and are not among its
 arguments (policy params and AdamW moments, reference, judges), summed from their shard shapes.
@@ -53,6 +56,10 @@ MIB = 1 << 20
 _BATCH_DTYPES = {"tokens": jnp.int32, "input_mask": jnp.bool_, "loss_mask": jnp.bool_, "old_logp": jnp.float32,
                  "advantages": jnp.float32, train_step.REF_LOGP: jnp.float32, "prompt_tokens": jnp.int32,
                  "prompt_mask": jnp.bool_, "response_tokens": jnp.int32, "response_mask": jnp.bool_}
+# The programs a dry run can compile, by the key `--dry_run_programs` names them with (the judge and reward-model
+# keys stand for every LLM judge's call and the reward model's forward).
+PROGRAMS = {"sft": "SFT step", "grpo_update": "GRPO update", "logprobs": "rollout log-probs", "rollout": "rollout",
+            "eval_rollout": "eval rollout", "judge": "judge calls", "reward_model": "reward-model forward"}
 _PAD_ID = 0  # any id: the programs take the pad id as data
 # The cpu target only reads what the compiler planned and never runs the programs: skip LLVM's
 # optimisation of the machine code (buffer assignment and collectives are decided before it).
@@ -74,6 +81,7 @@ class ProgramReport:
     compile_seconds: float
     beside: tuple[str, ...]  # long-lived arrays (keys of DryRunReport.resident) alive beside it
     per_token: bool  # a decode loop: its per-iteration collectives are per generated token
+    ops: tuple[hlo_stats.Collective, ...] = ()  # every collective op, for questions by shape or dtype
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,12 +256,13 @@ def _compile(name: str, shapes: str, lower: Callable[[], jax.stages.Lowered], be
     peak = (memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
             - memory.alias_size_in_bytes)
     text = compiled.as_text()
+    found = hlo_stats.collectives(text)
     fused = sum(n for target, n in hlo_stats.custom_calls(text).items() if target.startswith(hlo_stats.CUDNN_ATTENTION))
     progress(f"  {name}: peak {peak / GIB:.2f} GiB per device, compiled in {seconds:.1f} s"
              + (f", {fused} cuDNN attention calls" if fused else ""))
     return ProgramReport(name, shapes, memory.argument_size_in_bytes, memory.output_size_in_bytes,
                          memory.temp_size_in_bytes, memory.alias_size_in_bytes, peak,
-                         hlo_stats.summarize(hlo_stats.collectives(text)), seconds, tuple(beside), per_token)
+                         hlo_stats.summarize(found), seconds, tuple(beside), per_token, tuple(found))
 
 
 def _batch(keys: Sequence[str], rows: int, length: int, mesh: jax.sharding.Mesh, prompt_len: int = 0
@@ -300,10 +309,25 @@ def judge_prompts_per_call(config: ml_collections.ConfigDict) -> int:
     return min(prompts, cap) if cap else prompts
 
 
+def parse_programs(text: str) -> frozenset[str]:
+    """The PROGRAMS keys of a comma-separated `--dry_run_programs` value ("" or "all": every program)."""
+    keys = frozenset(k.strip() for k in text.split(",") if k.strip())
+    if not keys or keys == {"all"}:
+        return frozenset(PROGRAMS)
+    unknown = sorted(keys - set(PROGRAMS))
+    if unknown:
+        raise ValueError(f"--dry_run_programs={text!r}: unknown {unknown}; expected comma-separated keys of "
+                         f"{list(PROGRAMS)} (or all)")
+    return keys
+
+
 def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: int = 8,
-            progress: Callable[[str], None] = print) -> DryRunReport:
-    """Compiles every program a run of `config` compiles, for `num_devices` devices of `target`; see the
-    module docstring. `progress` gets a line per program."""
+            progress: Callable[[str], None] = print, programs: frozenset[str] = frozenset(PROGRAMS)
+            ) -> DryRunReport:
+    """Compiles the `programs` (PROGRAMS keys; default all) that a run of `config` compiles, for `num_devices`
+    devices of `target`; see the module docstring. `progress` gets a line per program."""
+    if not programs or not programs <= set(PROGRAMS):
+        raise ValueError(f"programs={sorted(programs)}: expected a non-empty subset of {list(PROGRAMS)}")
     settings = run_settings.validate(config)  # every value checked as the run checks it, before compiling
     devices = target_devices(target, num_devices)
     model_cfg = policy_config(config, target)
@@ -334,13 +358,14 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
     resident.update({name: _per_device_bytes(w.params) for name, w in scorer_weights.items()})
     scorer_names, reference = tuple(scorer_weights), tuple(k for k in resident if k == "reference params")
 
-    programs: list[ProgramReport] = []
+    reports: list[ProgramReport] = []
     options = _CPU_COMPILER_OPTIONS if target == CPU else {}
 
-    def add(name: str, shapes: str, lower: Callable[[], jax.stages.Lowered], beside: Sequence[str],
+    def add(key: str, name: str, shapes: str, lower: Callable[[], jax.stages.Lowered], beside: Sequence[str],
             per_token: bool = False) -> None:
-        with cudnn_of_this_build():
-            programs.append(_compile(name, shapes, lower, beside, per_token, options, progress))
+        if key in programs:
+            with cudnn_of_this_build():
+                reports.append(_compile(name, shapes, lower, beside, per_token, options, progress))
 
     if "sft" in config.stages:
         # The SFT schedule's length comes from the data; it changes constants only, not memory or collectives.
@@ -348,24 +373,24 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
         sft_state, sft_shardings = train_state.abstract_train_state(policy, sft_tx, mesh)
         sft_step = run_programs.sft_program(sft_shardings, mesh)
         sft_batch = _batch(train_step.SFT_BATCH_KEYS, config.sft.batch_size, sft_len, mesh)
-        add("SFT step", f"{config.sft.batch_size} x {sft_len} tokens", lambda: sft_step.lower(sft_state, sft_batch),
-            scorer_names)
+        add("sft", "SFT step", f"{config.sft.batch_size} x {sft_len} tokens",
+            lambda: sft_step.lower(sft_state, sft_batch), scorer_names)
     if "grpo" in config.stages:
         grpo = run_programs.grpo_programs(rl, policy.graphdef, shardings, mesh, settings.grpo)
         batch = _batch(train_step.grpo_batch_keys(grpo.cfg), rollouts, response_len, mesh, prompt_len)
         micro = (f"{rl.questions_per_step} x ({prompt_len} + {rl.group_size} x {response_len}) tokens, "
                  f"{rl.micro_batches} micro-batches")
-        add("GRPO update", micro, lambda: grpo.update.lower(state, batch), reference + scorer_names)
+        add("grpo_update", "GRPO update", micro, lambda: grpo.update.lower(state, batch), reference + scorer_names)
         if rl.beta > 0 or rl.recompute_old_logprobs:
-            add("rollout log-probs", micro,
+            add("logprobs", "rollout log-probs", micro,
                 lambda: grpo.logprobs.lower(state.params, *train_step.logprob_inputs(batch)),
                 train_arrays + scorer_names)
         rollout_policy = loader.abstract_weights(model_cfg.replace(param_dtype=decode_dtype), decode_layout,
                                                  per_layer=True)  # as loop.rollout_weights
         beside = train_arrays + reference + scorer_names
-        for name, prompts, spec in (("rollout", rl.questions_per_step, settings.train_rollout),
-                                    ("eval rollout", config.eval.max_questions, settings.eval_rollout)):
-            add(name, f"{prompts} x {spec.n} x ({prompt_len} + {spec.max_new_tokens}) tokens",
+        for key, prompts, spec in (("rollout", rl.questions_per_step, settings.train_rollout),
+                                   ("eval_rollout", config.eval.max_questions, settings.eval_rollout)):
+            add(key, PROGRAMS[key], f"{prompts} x {spec.n} x ({prompt_len} + {spec.max_new_tokens}) tokens",
                 lambda prompts=prompts, spec=spec: _lower_generate(
                     rollout_policy, decode_layout, prompts=prompts, prompt_len=prompt_len, n=spec.n,
                     max_new_tokens=spec.max_new_tokens, sampler=spec.sampler),
@@ -374,7 +399,7 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
             others = train_arrays + reference + tuple(n for n in scorer_names if n != name)
             # The longest prompt load_judge lets through (the sampler pads it to its bucket).
             judge_len = min(MAX_PROMPT_TOKENS, weights.cfg.max_position_embeddings - config.judge.max_new_tokens)
-            add(f"{name} call", f"{judge_rows} x ({judge_len} + {config.judge.max_new_tokens}) tokens",
+            add("judge", f"{name} call", f"{judge_rows} x ({judge_len} + {config.judge.max_new_tokens}) tokens",
                 lambda w=weights, p=judge_len: _lower_generate(
                     w, judge_layout, prompts=judge_rows, prompt_len=p, n=1, max_new_tokens=config.judge.max_new_tokens,
                     sampler=config.judge.sampler),
@@ -384,14 +409,14 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
             rows = reward_model.rows_per_call(settings.reward_model, max(rollouts, config.eval.max_questions),
                                               decode_layout.mesh)
             length = reward_model.longest_bucket(settings.reward_model)
-            add(f"{name} forward", f"{rows} x {length} tokens",
+            add("reward_model", f"{name} forward", f"{rows} x {length} tokens",
                 lambda: _lower_reward_model(scorer_weights[name], decode_layout, rows, length),
                 train_arrays + reference)
     kind = devices[0].device_kind
     device_memory = None if target == CPU else aot_targets.get_target(target).memory_bytes
     meshes = (f"training mesh {_mesh_words(mesh)}; decode mesh {_mesh_words(decode_layout.mesh)} "
               f"(policy decode copy in {decode_dtype})")
-    return DryRunReport(target, kind, device_memory, len(devices), meshes, resident, programs)
+    return DryRunReport(target, kind, device_memory, len(devices), meshes, resident, reports)
 
 
 def _mesh_words(mesh: jax.sharding.Mesh) -> str:

@@ -1,10 +1,10 @@
 """GRPO maths as pure functions: group advantages, clipped surrogate, KL estimators, loss aggregation,
-and the teacher-forced log-probs (chunked: never [B, T, V] float32 logits at once), per row
+and the teacher-forced log-probs (over vocabulary slices: never [B, T, V] float32 logits at once), per row
 (`sequence_logprobs`, SFT) or with each group's shared prompt run once (`shared_prompt_logprobs`, GRPO).
 
 Shapes: B sequences (rows b*G + j is sample j of question b, the sampler's order), G group size,
-T token positions, D hidden, V vocab, C positions per log-prob chunk, U prompts (B = U·G), P prompt
-slots, R response slots.
+T token positions, D hidden, V vocab, C the log-prob chunk size (B·C·V logits at a time), U prompts
+(B = U·G), P prompt slots, R response slots.
 
 Token alignment: every per-token array [B, T] is aligned with `tokens_BxT`; entry t refers to the
 prediction of token t from tokens < t (so entry 0 is never a target). `mask_BxT` is True on the
@@ -63,7 +63,8 @@ class GRPOConfig:
     loss_norm_length: int | None = None
     """Constant divisor of "seq_mean_token_sum_norm" (Dr. GRPO: the max response length); else None."""
     logprob_chunk_size: int = 256
-    """Token positions per chunk of the chunked log-softmax (bounds logits memory to B·C·V floats)."""
+    """C: bounds the chunked log-softmax's logits to B·C·V floats (it runs over vocabulary slices of at most
+    V·C/T ids, `chunked_token_logprobs`)."""
     temperature: float = 1.0
     """Rollout sampling temperature T: log-probs are those of softmax(logits / T) (TRL, verl)."""
     importance_level: str = "token"
@@ -385,43 +386,59 @@ def grpo_loss(
 # Teacher-forced log-probs (the one function: train step, reference and behaviour log-probs, tests)
 
 
+def vocab_slices(vocab_size: int, length: int, chunk_size: int) -> int:
+    """How many vocabulary slices `chunked_token_logprobs` runs: the fewest that divide V and keep a slice's
+    logits [B, T, V / n] within B·C·V floats (n >= T / C; V itself when no smaller divisor does)."""
+    least = -(-length // chunk_size)
+    return next(n for n in range(min(least, vocab_size), vocab_size + 1) if vocab_size % n == 0)
+
+
 def chunked_token_logprobs(
     h_BxTxD: jax.Array,
     targets_BxT: jax.Array,
-    logits_fn: Callable[[jax.Array], jax.Array],
+    vocab_slice: Callable[[jax.Array, int], jax.Array],
+    vocab_size: int,
     chunk_size: int,
     temperature: float,
 ) -> tuple[jax.Array, jax.Array]:
     """log p_T(targets[b, t] | h[b, t]) and the entropy of p_T = softmax(logits / T), float32 [B, T].
 
-    Runs `logits_fn` ([B, C, D] -> [B, C, V]) on C positions at a time under `lax.map`, with the chunk
-    rematerialised in the backward pass, so at most one [B, C, V] float32 block is live.
+    The log-softmax runs over n vocabulary slices (`vocab_slices`: [B, T, V / n] logits at a time, at most
+    B·C·V floats for C = `chunk_size`) under `lax.scan` with a running max, sum, Σ e·z and target logit
+    (online softmax), each slice rematerialised in the backward pass. `vocab_slice(i, n)` -> [D, V / n] is
+    the projection of vocabulary ids i, i + n, i + 2n, ... (`Transformer.vocab_slice`).
+
+    Why slices of the vocabulary, not of the tokens: each slice of the projection weight is used, and its
+    gradient completed, in one iteration over all the tokens. Under FSDP the weight is then all-gathered once
+    per pass over the rows and its gradient reduce-scattered once, where token chunks all-gathered the whole
+    [D, V] weight in every chunk, forward and backward (195 GiB per 7B update, benchmarks/AOT_RESULTS.md).
+    The hidden states enter in float32 so that their gradient sums over the slices in float32.
     """
-    b, t, d = h_BxTxD.shape
-    c = min(chunk_size, t)
-    num_chunks = -(-t // c)
-    pad = num_chunks * c - t
-    h_BxTxD = jnp.pad(h_BxTxD, ((0, 0), (0, pad), (0, 0)))
-    targets_BxT = jnp.pad(targets_BxT, ((0, 0), (0, pad)))
-    h_NxBxCxD = h_BxTxD.reshape(b, num_chunks, c, d).transpose(1, 0, 2, 3)
-    tg_NxBxC = targets_BxT.reshape(b, num_chunks, c).transpose(1, 0, 2)
+    b, t, _ = h_BxTxD.shape
+    n = vocab_slices(vocab_size, t, chunk_size)
+    dtype = h_BxTxD.dtype
+    h32_BxTxD = h_BxTxD.astype(jnp.float32)
 
     @jax.checkpoint
-    def one_chunk(xs: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
-        h_BxCxD, tg_BxC = xs
-        logits_BxCxV = logits_fn(h_BxCxD).astype(jnp.float32) / temperature
-        lse_BxC = jax.nn.logsumexp(logits_BxCxV, axis=-1)
-        tgt_BxC = jnp.take_along_axis(logits_BxCxV, tg_BxC[:, :, None], axis=-1)[:, :, 0]
-        probs_BxCxV = jnp.exp(logits_BxCxV - lse_BxC[:, :, None])
-        entropy_BxC = lse_BxC - jnp.sum(probs_BxCxV * logits_BxCxV, axis=-1)
-        return tgt_BxC - lse_BxC, entropy_BxC
+    def one_slice(carry: tuple[jax.Array, ...], i: jax.Array) -> tuple[tuple[jax.Array, ...], None]:
+        max_BxT, sum_BxT, weighted_BxT, target_BxT = carry
+        logits_BxTxS = jnp.einsum("BTD,DS->BTS", h32_BxTxD.astype(dtype), vocab_slice(i, n),
+                                  preferred_element_type=jnp.float32) / temperature
+        # softmax(z) = exp(z - m) / sum exp(z - m) for any m: the gradient does not flow through the max.
+        new_max_BxT = jax.lax.stop_gradient(jnp.maximum(max_BxT, jnp.max(logits_BxTxS, axis=-1)))
+        rescale_BxT = jnp.exp(max_BxT - new_max_BxT)
+        exp_BxTxS = jnp.exp(logits_BxTxS - new_max_BxT[..., None])
+        sum_BxT = sum_BxT * rescale_BxT + jnp.sum(exp_BxTxS, axis=-1)
+        weighted_BxT = weighted_BxT * rescale_BxT + jnp.sum(exp_BxTxS * logits_BxTxS, axis=-1)
+        picked_BxT = jnp.take_along_axis(logits_BxTxS, (targets_BxT // n)[..., None], axis=-1)[..., 0]
+        target_BxT = jnp.where(targets_BxT % n == i, picked_BxT, target_BxT)
+        return (new_max_BxT, sum_BxT, weighted_BxT, target_BxT), None
 
-    logp_NxBxC, ent_NxBxC = jax.lax.map(one_chunk, (h_NxBxCxD, tg_NxBxC))
-
-    def unchunk(x_NxBxC: jax.Array) -> jax.Array:
-        return x_NxBxC.transpose(1, 0, 2).reshape(b, num_chunks * c)[:, :t]
-
-    return unchunk(logp_NxBxC), unchunk(ent_NxBxC)
+    zeros_BxT = jnp.zeros((b, t), jnp.float32)
+    start = (jnp.full((b, t), -jnp.inf, jnp.float32), zeros_BxT, zeros_BxT, zeros_BxT)
+    (max_BxT, sum_BxT, weighted_BxT, target_BxT), _ = jax.lax.scan(one_slice, start, jnp.arange(n))
+    lse_BxT = max_BxT + jnp.log(sum_BxT)
+    return target_BxT - lse_BxT, lse_BxT - weighted_BxT / sum_BxT  # entropy = lse - E_p[logits]
 
 
 def sequence_logprobs(
@@ -430,14 +447,14 @@ def sequence_logprobs(
     """Teacher-forced log p_T(tokens[t] | tokens[<t]) and entropy of p_T = softmax(logits / T), float32
     [B, T]; entry 0 and padding positions are 0.
 
-    `model` follows the model contract (`hidden_states`, `logits_from_hidden`); padding may be left
+    `model` follows the model contract (`hidden_states`, `vocab_slice`, `cfg.vocab_size`); padding may be left
     or right (positions come from the mask). T = 1 for SFT; GRPO passes its rollout temperature.
     """
     positions_BxT = padding_to_positions(input_mask_BxT)
     h_BxTxD, _ = model.hidden_states(tokens_BxT, positions_BxT, causal_padding_mask(input_mask_BxT))
     next_BxT = jnp.pad(tokens_BxT[:, 1:], ((0, 0), (0, 1)))
-    logp_next_BxT, ent_next_BxT = chunked_token_logprobs(h_BxTxD, next_BxT, model.logits_from_hidden, chunk_size,
-                                                         temperature)
+    logp_next_BxT, ent_next_BxT = chunked_token_logprobs(h_BxTxD, next_BxT, model.vocab_slice, model.cfg.vocab_size,
+                                                         chunk_size, temperature)
     # Entry t predicts token t from tokens < t: defined where both t and t - 1 are real tokens.
     valid_BxT = input_mask_BxT & jnp.pad(input_mask_BxT[:, :-1], ((0, 0), (1, 0)))
 
@@ -477,7 +494,7 @@ def shared_prompt_logprobs(
     h_last_UxD = jnp.take_along_axis(h_UxPxD, last_U[:, None, None], axis=1)[:, 0]
     # Entry r is predicted from the state before response token r: the prompt's last token for r = 0.
     h_pred_BxRxD = jnp.concatenate([jnp.repeat(h_last_UxD, group, axis=0)[:, None], h_BxRxD[:, :-1]], axis=1)
-    logp_BxR, ent_BxR = chunked_token_logprobs(h_pred_BxRxD, response_BxR, model.logits_from_hidden, chunk_size,
-                                               temperature)
+    logp_BxR, ent_BxR = chunked_token_logprobs(h_pred_BxRxD, response_BxR, model.vocab_slice, model.cfg.vocab_size,
+                                               chunk_size, temperature)
     valid_BxR = response_targets(jnp.repeat(prompt_mask_UxP, group, axis=0), response_mask_BxR)
     return jnp.where(valid_BxR, logp_BxR, 0.0), jnp.where(valid_BxR, ent_BxR, 0.0)

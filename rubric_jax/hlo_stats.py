@@ -9,7 +9,9 @@ run of the program executes it:
     caller, or an unknown number of times (a `lax.while_loop` with a data-dependent exit, such as the
     sampler's decode loop): then `executions` is None, `in_loop` is True and `per_iteration` counts
     its executions per iteration of that loop (times the trip counts of known loops nested inside it,
-    e.g. a scan over layers inside the decode loop); `summarize` reports the busiest such loop;
+    e.g. a scan over layers inside the decode loop); a loop's condition counts with its body (once per
+    iteration: a decode loop's stop test, an all-reduce of `all(done)` over the replicas, is a per-token
+    collective); `summarize` reports the busiest such loop;
   * asynchronous collectives are counted once, at their `-done` op (whose result is the data moved),
     never at `-start`.
 Bytes are the result of the op on one device (all-gather: the gathered array; reduce-scatter: the
@@ -22,7 +24,10 @@ import collections
 import dataclasses
 import math
 import re
+import tempfile
 from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
 
 KINDS = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
 _BITS = {"pred": 8, "s4": 4, "u4": 4, "s8": 8, "u8": 8, "s16": 16, "u16": 16, "f16": 16, "bf16": 16,
@@ -54,7 +59,7 @@ class Collective:
     per_iteration: int  # executions per iteration of the innermost loop of unknown trip count (0: none)
     in_loop: bool  # inside a while body (at any depth)
     op_name: str  # the JAX source op (metadata op_name), "" when absent
-    loop: str = ""  # body (or condition) computation of that innermost loop of unknown trip count
+    loop: str = ""  # body computation of that innermost loop of unknown trip count (also for its condition)
 
     @property
     def total_bytes(self) -> int | None:
@@ -62,14 +67,23 @@ class Collective:
         return None if self.executions is None else self.bytes * self.executions
 
 
+def arrays(shape: str) -> list[tuple[str, tuple[int, ...]]]:
+    """(element type, dims) of each array of an HLO type string: an array `bf16[32,128]{1,0}` or a tuple."""
+    return [(dtype, tuple(int(d) for d in dims.split(",") if d)) for dtype, dims in _ARRAY.findall(shape)]
+
+
+def array_dims(shape: str) -> list[tuple[int, ...]]:
+    """The dims of each array of an HLO type string (`arrays` without the element types)."""
+    return [dims for _, dims in arrays(shape)]
+
+
 def shape_bytes(shape: str) -> int:
     """Bytes of an HLO type string: an array `bf16[32,128]{1,0}` or a tuple of them."""
     total = 0
-    for dtype, dims in _ARRAY.findall(shape):
+    for dtype, dims in arrays(shape):
         if dtype not in _BITS:
             raise ValueError(f"unknown HLO element type {dtype!r} in {shape!r}")
-        count = math.prod(int(d) for d in dims.split(",") if d) if dims else 1
-        total += count * _BITS[dtype] // 8
+        total += math.prod(dims) * _BITS[dtype] // 8
     return total
 
 
@@ -101,19 +115,21 @@ def _parse(hlo_text: str) -> tuple[dict[str, _Computation], str]:
     return computations, entry
 
 
-def _call_edges(computations: dict[str, _Computation]) -> dict[str, list[tuple[str, int | None, bool]]]:
-    """callee -> [(caller, executions per caller execution (None: unknown), is a while loop edge)]."""
-    edges: dict[str, list[tuple[str, int | None, bool]]] = collections.defaultdict(list)
+def _call_edges(computations: dict[str, _Computation]) -> dict[str, list[tuple[str, int | None, bool, str]]]:
+    """callee -> [(caller, executions per caller execution (None: unknown), is a while loop edge, the loop's
+    body: the same name for the body and the condition of one while, so that they count as one loop)]."""
+    edges: dict[str, list[tuple[str, int | None, bool, str]]] = collections.defaultdict(list)
     for caller, computation in computations.items():
         for _, _, op, rest in computation.instructions:
             callees = [(kind, name) for kind, name in _CALLEE.findall(rest)]
             for branches in _BRANCHES.findall(rest):
                 callees += [("branch", b.strip().lstrip("%")) for b in branches.split(",") if b.strip()]
             trip = _TRIP_COUNT.search(rest)
+            body = next((name for kind, name in callees if kind == "body"), "")
             for kind, name in callees:
                 looped = op == "while" and kind in ("body", "condition")
                 factor = (int(trip.group(1)) if trip else None) if looped else 1
-                edges[name].append((caller, factor, looped))
+                edges[name].append((caller, factor, looped, body if looped else ""))
     return edges
 
 
@@ -141,7 +157,7 @@ def _executions(computations: dict[str, _Computation], entry: str) -> dict[str, 
             return found[name]
         per_run: int | None = 0
         per_iteration, inside, reached, loop = 0, False, False, ""
-        for caller, factor, is_loop in edges.get(name, []):
+        for caller, factor, is_loop, body in edges.get(name, []):
             if caller in stack:
                 continue
             runs = visit(caller, stack | {name})
@@ -150,7 +166,7 @@ def _executions(computations: dict[str, _Computation], entry: str) -> dict[str, 
             reached = True
             inside |= is_loop or runs.in_loop
             if factor is None:  # this computation is the body (or condition) of a loop of unknown length
-                per_run, per_iteration, loop = None, per_iteration + 1, name
+                per_run, per_iteration, loop = None, per_iteration + 1, body
             else:
                 per_run = None if per_run is None or runs.per_run is None else per_run + runs.per_run * factor
                 per_iteration += runs.per_iteration * factor
@@ -183,6 +199,19 @@ def collectives(hlo_text: str, kinds: Sequence[str] = KINDS) -> list[Collective]
             found.append(Collective(kind, shape_bytes(shape), shape, name, runs.per_run, runs.per_iteration,
                                     runs.in_loop, op_name.group(1) if op_name else "", runs.loop))
     return found
+
+
+def compile_partitioned(lowered: Any) -> tuple[Any, str]:
+    """Compiles a `jax.stages.Lowered` and returns it with the HLO text right after XLA's SPMD partitioner
+    (dumped to a temporary directory): the collectives as the partitioner placed them, in their element
+    types. Why: a backend may rewrite them later (the CPU backend widens every bf16 collective to f32), so
+    only this text shows a CPU test which dtype a gather of a GPU program would move."""
+    with tempfile.TemporaryDirectory() as tmp:
+        compiled = lowered.compile(compiler_options={"xla_dump_to": tmp, "xla_dump_hlo_pass_re": "spmd-partitioning"})
+        dumped = sorted(Path(tmp).glob("*after_spmd-partitioning*.txt"))
+        if not dumped:
+            raise ValueError("XLA dumped no SPMD-partitioned HLO (a compilation cache hit, or no partitioning)")
+        return compiled, dumped[0].read_text()
 
 
 def custom_calls(hlo_text: str) -> dict[str, int]:

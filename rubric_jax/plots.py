@@ -62,7 +62,7 @@ PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec("response_length.png", "Response length", "tokens per response", r"response_len(gth)?/",
              stages=("grpo", "eval")),
     PlotSpec("zero_std.png", "Groups with zero reward variance (no GRPO signal)", "fraction of groups",
-             r"^zero_std_frac$"),
+             r"^zero_std_frac(/window_mean)?$", threshold="max_zero_std_frac"),
     PlotSpec("judge_failures.png", "LLM-judge failures", "count per step",
              r"^(eval/)?judge_(invalid|failed_scores|prompt_too_long)$", stages=("grpo", "eval")),
     PlotSpec("weights.png", "Dimension weights (dynamic weighting)", "weight in the aggregate", r"^weight/"),
@@ -71,7 +71,11 @@ PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec("length_drift.png", "Response-length drift from the first GRPO step", "mean tokens / step 1's - 1",
              r"^monitor/length_drift$", threshold="max_length_drift"),
     PlotSpec("saturation.png", "Dimension saturation: scores at the top level", "fraction of valid scores",
-             r"^monitor/saturation/", threshold="max_saturation"),
+             r"^monitor/saturation/[^/]+$"),
+    PlotSpec("saturation_rise.png", "Saturation rise: window mean minus the first window's", "change in fraction",
+             r"^monitor/saturation/[^/]+/rise$", threshold="max_saturation_rise"),
+    PlotSpec("redundancy.png", "Dimension pairs: Spearman over the window's rollouts", "Spearman rho",
+             r"^monitor/redundancy/", threshold="max_redundancy"),
     PlotSpec("score_variance.png", "Per-dimension score variance", "variance of normalised scores", r"^monitor/var/"),
     PlotSpec("reward_length_corr.png", "Reward vs response length within a step", "Spearman rho",
              r"^monitor/reward_length_corr(/window_mean)?$", threshold="max_reward_length_corr"),
@@ -115,7 +119,8 @@ def metric_label(key: str) -> str:
     scores and weights, "(eval)" for held-out counters, else the metric name itself."""
     if key in _LABELS:
         return _LABELS[key]
-    dimension = re.match(r"^(?:eval/|monitor/|golden/)?(?:reward|weight|var|saturation|missing|spearman)/(.+)$", key)
+    dimension = re.match(r"^(?:eval/|monitor/|golden/)?(?:reward|weight|var|saturation|missing|spearman|redundancy)/(.+)$",
+                         key)
     if dimension:
         return f"golden: {dimension.group(1)}" if key.startswith("golden/") else dimension.group(1)
     if key.startswith("eval/") and key[5:] in _LABELS:

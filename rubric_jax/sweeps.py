@@ -18,8 +18,10 @@ files are loaded by path, never imported from `configs/`.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import difflib
+import functools
 import hashlib
 import importlib.util
 import inspect
@@ -30,6 +32,7 @@ import re
 import signal
 import subprocess
 import sys
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -102,7 +105,10 @@ def load_sweep(config_file: str, extra_flags: Sequence[str] = ()) -> Sweep:
     def add(**overrides: Any) -> None:
         added.append(overrides)
 
-    sweep_fn(add, arg or None)
+    try:
+        sweep_fn(add, arg or None)
+    except Exception as e:  # the config file's own code: any error is the file's, named with its line
+        raise SweepError(f"{_line_in(path, e)}: sweep(add, arg) raised {_one_line(e)}") from None
     if not added:
         raise SweepError(f"{path}: sweep(add, arg) added no variant")
     flags_of = []
@@ -138,7 +144,12 @@ def _sweep_function(path: str) -> Any:
     module_name = "sweep_config_" + hashlib.sha1(str(Path(path).resolve()).encode()).hexdigest()[:12]
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:
+        raise SweepError(f"{path}:{e.lineno}: syntax error ({e.msg})") from None
+    except Exception as e:  # the config file's own code: any error is the file's, named with its line
+        raise SweepError(f"{_line_in(path, e)}: loading it raised {_one_line(e)}") from None
     sweep_fn = getattr(module, "sweep", None)
     if not callable(sweep_fn):
         raise SweepError(f"{path}: defines no sweep(add, arg) function beside get_config")
@@ -147,6 +158,20 @@ def _sweep_function(path: str) -> Any:
     except TypeError:
         raise SweepError(f"{path}: sweep must take two arguments, (add, arg)") from None
     return sweep_fn
+
+
+def _line_in(path: str, error: BaseException) -> str:
+    """`path:line` of the last traceback frame of `error` inside the file at `path` (`path` if none is)."""
+    target, line = Path(path).resolve(), None
+    for frame, lineno in traceback.walk_tb(error.__traceback__):
+        if Path(frame.f_code.co_filename).resolve() == target:
+            line = lineno
+    return path if line is None else f"{path}:{line}"
+
+
+def _one_line(error: BaseException) -> str:
+    """`Type: message` on one line, cut to 300 characters."""
+    return f"{type(error).__name__}: {' '.join(str(error).split())}"[:300]
 
 
 def _extra_keys(config_file: str, extra_flags: Sequence[str]) -> set[str]:
@@ -238,9 +263,7 @@ def run_sweep(sweep: Sweep, workdir: str | Path, entry_module: str, log: Callabl
             if stop:
                 break
             log(f"{head}: running in {workdir / variant.name}")
-            # Its own process group: a terminal's Ctrl-C reaches only the sweep, which asks the run to save.
-            proc = subprocess.Popen([sys.executable, "-m", entry_module, *sweep.run_flags(variant, workdir)],
-                                    env=env, process_group=0)
+            proc = spawn_child([sys.executable, "-m", entry_module, *sweep.run_flags(variant, workdir)], env)
             current.append(proc)
             if stop:  # a signal that came while the process was starting
                 proc.send_signal(signal.SIGTERM)
@@ -253,6 +276,28 @@ def run_sweep(sweep: Sweep, workdir: str | Path, entry_module: str, log: Callabl
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     return outcomes
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# Looked up here, not in the forked child (a dlopen after fork can deadlock on a lock another thread held).
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
+
+
+def _die_with(parent: int) -> None:
+    """In a forked child before exec: SIGTERM this process when `parent` dies (Linux prctl PDEATHSIG), and now
+    if it already has (the child was re-parented before the call)."""
+    if _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        os._exit(125)  # a child that would outlive its sweep is not started
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def spawn_child(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen:
+    """`argv` in its own process group (a terminal's Ctrl-C reaches only the sweep, which asks the run to
+    save), sent SIGTERM (save and exit) when the sweep dies, even by `kill -9` (on Linux): no run outlives its
+    sweep to write beside the run a re-started sweep starts (the workdir lock refuses such a second writer)."""
+    die_with_sweep = functools.partial(_die_with, os.getpid()) if _PRCTL is not None else None
+    return subprocess.Popen(list(argv), env=dict(env), process_group=0, preexec_fn=die_with_sweep)
 
 
 # ----------------------------------------------------------------------------------------- summary

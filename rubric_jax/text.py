@@ -13,7 +13,7 @@ A rubric dimension says which part its judge reads (`Dimension.reads`, one of RE
 so text inside `<think>` earns nothing unless a dimension asks for it.
 
 Normalisation for matching (`fold`): invisible characters removed (Unicode default-ignorable code points,
-format and control characters, lone surrogates; tab, newline and carriage return kept), NFKC (fullwidth
+format and control characters, lone surrogates; whitespace controls such as tab, newlines and form feed kept), NFKC (fullwidth
 and mathematical letters, ligatures, compatibility ideographs), Latin lookalikes mapped to ASCII (CONFUSABLES),
 case folded. Chinese, Japanese and Korean text keeps its characters (NFKC only unifies compatibility
 ideographs and makes fullwidth punctuation ASCII), so 首先…其次…最后 matches as before.
@@ -36,7 +36,8 @@ import regex
 READS = ("answer", "think", "response")  # Dimension.reads: which part of a response its judge sees
 THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE = "<think>", "</think>", "<answer>", "</answer>"
 
-_INVISIBLE_RE = regex.compile(r"(?![\t\n\r])[\p{Default_Ignorable_Code_Point}\p{Cc}\p{Cf}\p{Cs}]+")
+# Whitespace controls (tab, line/form feed, vertical tab, separators, next line) stay: they separate words.
+_INVISIBLE_RE = regex.compile(r"(?![\t\n\r\x0b\x0c\x1c-\x1f\x85])[\p{Default_Ignorable_Code_Point}\p{Cc}\p{Cf}\p{Cs}]+")
 _THINK_BLOCK_RE = regex.compile(r"<think>(.*?)(?:</think>|\Z)", regex.DOTALL)
 
 # ASCII prototype -> its lookalikes (see the module docstring for the source and what is not covered).
@@ -56,7 +57,8 @@ CONFUSABLES = {ord(c): ascii_ for ascii_, lookalikes in _LOOKALIKES.items() for 
 
 def strip_invisible(text: str) -> str:
     """`text` without default-ignorable, format and control characters (zero-width spaces and joiners,
-    soft hyphens, bidi controls, tag characters, variation selectors, Hangul fillers); tab and newlines kept."""
+    soft hyphens, bidi controls, tag characters, variation selectors, Hangul fillers); whitespace controls (tab,
+    newlines, form feed, ...) kept, since they separate words."""
     return _INVISIBLE_RE.sub("", text)
 
 

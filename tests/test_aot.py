@@ -169,6 +169,19 @@ def test_cpu_dry_run_with_a_judge_holds_the_bytes_worked_out_by_hand(tmp_path):
     assert all(f"\n{name} " in text for name in by_name)
 
 
+def test_dry_run_programs_compiles_the_named_programs_only():
+    """`--dry_run_programs` (what one iterates on: the 7B decode programs take minutes each)."""
+    assert aot.parse_programs("all") == aot.parse_programs("") == frozenset(aot.PROGRAMS)
+    assert aot.parse_programs(" grpo_update,logprobs ") == {"grpo_update", "logprobs"}
+    with pytest.raises(ValueError, match=r"--dry_run_programs='update,rollout': unknown \['update'\]; expected "
+                                         r"comma-separated keys of \['sft', 'grpo_update'"):
+        aot.parse_programs("update,rollout")
+    config = tiny.get_config()
+    config.stages, config.judge.checkpoint = ["grpo"], ""
+    report = aot.dry_run(config, "cpu", 8, progress=lambda line: None, programs=frozenset({"logprobs"}))
+    assert [p.name for p in report.programs] == ["rollout log-probs"]
+
+
 def _table_rows(stdout: str) -> dict[str, list[str]]:
     """Program name -> the cells of its row in the per-program memory table."""
     table = stdout.split("Per-program memory")[1].split("largest:")[0].splitlines()[2:]
@@ -280,3 +293,41 @@ def test_per_iteration_collectives_feed_the_per_token_row():
     assert aot._collective_cell(summary, per_token=False) == "3 / 3"
     assert aot._collective_cell(summary, per_token=True) == "56 / 0.5"
     assert aot._collective_cell(hlo_stats.KindSummary(0, 0, 0, 0), per_token=True) == "-"
+
+
+@_NEEDS_GPU_COMPILER
+def test_7b_grpo_update_communication_on_the_gpu_compiler():
+    """The 7B GRPO update and rollout log-probs for 8 A100s (`--dry_run_programs=grpo_update,logprobs`, as
+    benchmarks/AOT_RESULTS.md measured them): issue 25's targets. The vocabulary projection is gathered in
+    slices once per pass (not per log-prob chunk), the backward gathers bf16 weights (not the float32 master
+    copies), the weight gradients are reduce-scattered (almost no all-reduce), and the peak is no higher than
+    before (23.68 GiB). Each shared prompt's queries and keys/values are gathered whole along its 1,024 tokens
+    for cuDNN attention, which refuses a split token axis: 672 query gathers (224 forward, 448 in the
+    rematerialised backward) and 448 of key/value pairs per update (tests/test_train_step_multidevice.py
+    compiles the einsum attention, which keeps them split)."""
+    script = """
+import json
+from configs import qwen7b
+from rubric_jax import aot
+report = aot.dry_run(qwen7b.get_config(), "a100_80g", 8, progress=lambda line: None,
+                     programs=frozenset({"grpo_update", "logprobs"}))
+out = {}
+for p in report.programs:
+    gib = {k: s.bytes / 2**30 for k, s in p.collectives.items()}
+    prompt_gathers = sum(c.executions for c in p.ops if c.kind == "all-gather"
+                         and any(len(d) == 4 and d[1] == 1024 for d in aot.hlo_stats.array_dims(c.shape)))
+    float32_gathers = sum(c.executions for c in p.ops if c.kind == "all-gather"  # of weights: a dim of 3584 (hidden)
+                          and any(t == "f32" and 3584 in d for t, d in aot.hlo_stats.arrays(c.shape)))
+    out[p.name] = dict(gib=gib, peak=p.peak / 2**30, prompt_gathers=prompt_gathers, float32_gathers=float32_gathers)
+print(json.dumps(out))
+"""
+    proc = subprocess.run([str(AOT_PYTHON), "-c", script], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    update, logprobs = found["GRPO update"], found["rollout log-probs"]
+    assert update["gib"]["all-gather"] <= 260 and update["gib"]["reduce-scatter"] <= 28, update  # from 511 / 40.6
+    assert update["gib"]["all-reduce"] < 1 and update["float32_gathers"] == 0, update
+    assert update["peak"] <= 23.68, update
+    assert update["prompt_gathers"] == 672 + 448, update
+    assert logprobs["gib"]["all-gather"] <= 120 and logprobs["float32_gathers"] == 0, logprobs  # from 170

@@ -54,6 +54,29 @@ def test_a_user_error_is_one_line_and_exit_status_2(tmp_path, flag, message):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("flag, message", [
+    # Padded past the model's 512 positions: was RESOURCE_EXHAUSTED after a minute of start-up.
+    ("--config.sft.max_response_len=4096", "config.sft.max_response_len=4096: responses pad to 4096 tokens after "
+     "prompts of up to 128 (config.data.max_prompt_len's bucket): 4224 positions, more than the model's "
+     "max_position_embeddings (512)"),
+    # Named by its key, not by the first question of questions_train.jsonl:
+    ("--config.eval.max_new_tokens=500", "config.eval.max_new_tokens=500: responses pad to 512 tokens"),
+    ("--config.rl.sampler=beam(2)", "config.rl.sampler: "),
+])
+def test_a_response_budget_past_the_models_positions_or_a_bad_sampler_names_its_key(tmp_path, flag, message):
+    proc = _run("--config=configs/tiny.py", f"--workdir={tmp_path}", flag)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and message in proc.stderr, proc.stderr
+
+
+def test_a_config_files_own_error_is_one_line_without_its_traceback(tmp_path):
+    proc = _run("--config=configs/qwen7b.py:size=13b", f"--workdir={tmp_path}")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "experiments.run: error: flag --config=configs/qwen7b.py:size=13b: Error whilst parsing config file: "
+        "ValueError: configs/qwen7b.py: size='13b' is not one of ['0.5b', '1.5b', '7b']"]
+
+
 def test_a_missing_data_file_is_one_line_naming_the_file(tmp_path):
     proc = _run("--config=configs/tiny.py", f"--workdir={tmp_path}", f"--config.data.train={tmp_path}/nope.jsonl")
     assert proc.returncode != 0

@@ -3,6 +3,7 @@ tiny judges measured against their teachers on held-out items (real models, gree
 
 import dataclasses
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,9 @@ README = manual.text()  # README.md and docs/*.md
 HELDOUT_PER_DIMENSION = 24
 # RubricRL 3.2: a judge that agrees with its reference below Spearman 0.6 is not to be used.
 SPEARMAN_FLOOR = 0.6
+
+
+_SHORT = ["--steps=2", "--batch_size=4", "--warmup_steps=1"]  # a few seconds of training
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
@@ -102,20 +106,37 @@ def test_the_readme_command_writes_a_loadable_judge_and_its_report(tmp_path):
     (["--dimensions=format,nope"], "no row's rubric has the dimension(s) ['nope']"),
     (["--teacher=labels", "--labels={labels}"], "labels.jsonl:2: labels.format: 7 is outside the scale [0, 1]"),
     (["--dimensions=format", "--student_config=nope.json"], "--student_config=nope.json"),
+    # Refused before training (it failed after training, losing it); a short run where it would train.
+    (["--dimensions=format", "--student_max_new_tokens=0", *_SHORT], "--student_max_new_tokens=0: expected an integer "
+     "in [1, 511] (the student's 512-token context holds the judge prompt and the verdict)"),
+    (["--dimensions=format", "--student_max_new_tokens=100000", *_SHORT], "--student_max_new_tokens=100000: expected"),
+    (["--dimensions=format", "--lr=nan"], "error: --lr must be positive, got nan"),
+    (["--dimensions=format", "--warmup_steps=5", "--steps=5"], "error: --warmup_steps (5) must be below --steps (5)"),
+    (["--dimensions=format", "--student_config={listed}"], "listed.json: expected a HF config.json object, got list"),
+    (["--dimensions=format", "--student_config={broken}"], "broken.json: Expecting value: line 1 column 1"),
+    (["--dimensions=format", "--tokenizer={tok}", "--out={tok}/inside", *_SHORT], "/tok/inside: lies inside the "
+     "input directory"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, extra, message):
     labels = tmp_path / "labels.jsonl"
     labels.write_text('{"question": "q", "response": "r", "labels": {"format": 1}}\n'
                       '{"question": "q", "response": "r", "labels": {"format": 7}}\n')
     student = [f"--student_config={TINY_JUDGE_DIR / 'config.json'}", f"--tokenizer={TINY_JUDGE_DIR}"]
-    flags = [f.format(labels=labels) for f in extra]
+    (tmp_path / "listed.json").write_text("[1, 2]")
+    (tmp_path / "broken.json").write_text("")
+    shutil.copytree(TINY_JUDGE_DIR, tmp_path / "tok")  # an input directory of this test's own
+    flags = [f.format(labels=labels, listed=tmp_path / "listed.json", broken=tmp_path / "broken.json",
+                      tok=tmp_path / "tok") for f in extra]
     if any(f.startswith("--student_config") for f in flags):
         student = [f"--tokenizer={TINY_JUDGE_DIR}"]
-    proc = run(f"--out={tmp_path / 'judge'}", "--rubric=rubric_jax/assets/tiny/rubric.yaml", *student, *flags)
+    if any(f.startswith("--tokenizer") for f in flags):
+        student = [f"--student_config={TINY_JUDGE_DIR / 'config.json'}"]
+    out = [] if any(f.startswith("--out=") for f in flags) else [f"--out={tmp_path / 'judge'}"]
+    proc = run(*out, "--rubric=rubric_jax/assets/tiny/rubric.yaml", *student, *flags)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
     assert line.startswith("experiments.distill_judge: error:") and message in line, line
-    assert not (tmp_path / "judge").exists()
+    assert not (tmp_path / "judge").exists() and not (tmp_path / "tok" / "inside").exists()
 
 
 @pytest.mark.parametrize("variant", tiny_judge_data.VARIANTS)

@@ -90,6 +90,10 @@ RUN_BY: dict[str, RunBy] = {
     f"./launch.sh experiments.calibrate --labels={_SHARED}/prometheus/vicuna_eval.json --against=judge "
     "--out=runs/vicuna_ceiling":
         RunBy(("tests/test_calibration_cli.py::test_readme_prometheus_inter_rater_ceiling",)),
+    "./launch.sh experiments.calibrate --rubric=tests/fixtures/calibration/rubric.yaml "
+    "--compare=tests/fixtures/calibration/rubric_b.yaml --labels=tests/fixtures/calibration/labels.jsonl "
+    "--out=runs/compare":
+        RunBy(("tests/test_labelling_rounds.py::test_compare_cli_writes_both_versions_side_by_side",)),
     "./launch.sh experiments.distill_judge --out=runs/judge_template --rubric=rubric_jax/assets/tiny/rubric.yaml "
     "--dimensions=template --teacher=rules --student_config=rubric_jax/assets/tiny_judge/config.json "
     "--tokenizer=rubric_jax/assets/tiny_judge --student_prompt=compact":
@@ -269,6 +273,7 @@ def test_each_named_test_exists(node):
 READS_THE_PAGE = (
     "tests/test_calibration_cli.py::test_readme_rule_rubric_flags_the_weak_dimension_and_matches_scipy",
     "tests/test_calibration_cli.py::test_readme_prometheus_inter_rater_ceiling",
+    "tests/test_labelling_rounds.py::test_compare_cli_writes_both_versions_side_by_side",
     "tests/test_distill_judge.py::test_the_readme_command_writes_a_loadable_judge_and_its_report",
     "tests/test_planted_hack.py::test_one_grpo_step_scores_clarity_through_the_variants_judge",
     "tests/test_build_rubrics_cli.py::test_the_readme_command_runs_end_to_end_with_the_tiny_model",

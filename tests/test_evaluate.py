@@ -23,6 +23,7 @@ from test_reward import FORMAT, LENGTH, rubric
 
 from rubric_jax import sharding
 from rubric_jax.assets import TINY_DIR
+from rubric_jax.data import encode_chats
 from rubric_jax.evaluation import biggen, harness, healthbench, hellobench, longbench_write, policy, rubric_set
 from rubric_jax.evaluation.results import FINISH_PROMPT_TOO_LONG, Answer, EvalInputError
 from rubric_jax.judges.llm_judge import Judge
@@ -264,6 +265,35 @@ def test_generate_answers_batches_and_skips_prompts_that_do_not_fit():
     ok_tokens = len(tok("ok", add_special_tokens=False)["input_ids"]) + 1  # the stop token counts
     assert out[0].response == "ok" and out[0].tokens == ok_tokens and out[3].response is None
     assert len(calls) == 2 and calls[0][0] >= calls[0][1] >= calls[1][0]  # longest prompts first, 2 per call
+
+
+def test_a_budget_that_leaves_no_case_room_is_refused_before_generating():
+    """`--max_new_tokens=100000` generated nothing and reported S_l = 0.0 with exit 0."""
+    tok = tiny_tokenizer()
+    calls = []
+    pol = policy.Policy("p", tok, 300, (tok.eos_token_id,), lambda ids, key: calls.append(ids), {})
+    cases = [RubricCase("0", "a", None), RubricCase("1", "a longer question", None)]
+    shortest = min(len(ids) for ids in encode_chats(tok, [harness.policy_messages(c, "plain") for c in cases]))
+    with pytest.raises(EvalInputError, match=re.escape(
+            f"--max_new_tokens=100000: no case fits the policy's 300-token context with that many new tokens "
+            f"(the shortest prompt is {shortest} tokens); lower --max_new_tokens")):
+        harness.generate_answers(pol, cases, harness.GenerationSettings(max_new_tokens=100000), jax.random.key(0))
+    assert calls == []
+
+
+def test_an_evaluation_whose_judged_answers_all_lack_scores_fails():
+    shared = rubric([FORMAT, LENGTH])
+    cases = [RubricCase("0", "q", shared), RubricCase("1", "q", shared), RubricCase("2", "q", None)]
+    missing = Answer("r", "stop", 3, "r", None, np.full(2, np.nan), None)
+    scored = Answer("r", "stop", 3, "r", None, np.asarray([np.nan, 1.0]), 0.5)
+    unjudged = Answer(None, FINISH_PROMPT_TOO_LONG, 0, None, None, None, None)
+    counters = {"judge_prompts": 4, "judge_prompt_too_long": 4, "judge_invalid": 0}
+    with pytest.raises(harness.EvalFailed, match=re.escape(
+            "none of the 2 judged answers got a score (judge_prompts 4, judge_prompt_too_long 4); the report in "
+            "OUT keeps the answers, its scores mean nothing")):
+        harness.check_scored(cases, [missing, missing, unjudged], counters, Path("OUT"))
+    harness.check_scored(cases, [missing, scored, unjudged], counters, Path("OUT"))  # one score is enough
+    harness.check_scored(cases[2:], [unjudged], {}, Path("OUT"))  # nothing to judge (no rubric): not a failure
 
 
 def tiny_run(root, rewards, updates_per_batch=2):

@@ -148,6 +148,9 @@ def _bad_input(tmp_path, case, models):
     if case == "checkpoint_and_workdir":
         return [*lb, *model, f"--data_dir={EVAL_FIXTURES}", "--data_file=longbench_write_mini.jsonl",
                 f"--checkpoint={data}"]
+    if case == "max_new_tokens_past_context":
+        return [*lb, *model, f"--data_dir={EVAL_FIXTURES}", "--data_file=longbench_write_mini.jsonl",
+                "--max_new_tokens=100000"]
     raise AssertionError(case)
 
 
@@ -165,6 +168,7 @@ BAD_INPUT = {
     "bad_judge_field": ["--judge.max_retries=-1: expected an integer >= 0"],
     "missing_checkpoint": ["--checkpoint=", "nope: directory does not exist"],
     "checkpoint_and_workdir": ["give exactly one of --checkpoint"],
+    "max_new_tokens_past_context": ["--max_new_tokens=100000: no case fits the policy's 256-token context"],
 }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -233,3 +234,64 @@ def test_export_command_on_a_full_disk_is_one_line_and_leaves_nothing(trained, t
     assert proc.stderr.strip().splitlines()[-1] == (
         f"experiments.export: error: writing {tmp_path / 'hf'} failed (No space left on device); nothing was written")
     assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------ a run directory that is not what it says
+def _tiny_run_dir(tmp_path: Path) -> Path:
+    """A workdir holding the config.json experiments.run writes for configs/tiny.py (relative asset paths)."""
+    from configs import tiny
+
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    (workdir / "config.json").write_text(tiny.get_config().to_json_best_effort(indent=2, sort_keys=True))
+    return workdir
+
+
+@pytest.mark.parametrize("content, message", [
+    ("[1, 2]", "expected the JSON object experiments.run writes, got list"),
+    ("{}", "has no model.checkpoint (not a config experiments.run wrote)"),
+    ('{"model": {"checkpoint": 3}}', "model.checkpoint=3: expected str"),
+    ("{", "not valid JSON"),
+])
+def test_a_config_json_that_is_not_a_runs_config_is_one_line_naming_it(tmp_path, content, message):
+    from rubric_jax.train import runs
+
+    (tmp_path / "config.json").write_text(content)
+    with pytest.raises(runs.RunError, match=re.escape(f"{tmp_path / 'config.json'}: {message}")):
+        runs.export_run(tmp_path, "latest", tmp_path / "out")
+
+
+def test_a_garbage_metrics_line_is_one_line_naming_file_and_line(tmp_path):
+    from rubric_jax.train import runs
+
+    workdir = _tiny_run_dir(tmp_path)
+    (workdir / "metrics.jsonl").write_text('{"stage": "eval", "step": 1, "eval/reward_mean": 0.5}\n\x00garbage\n')
+    with pytest.raises(runs.RunError, match=re.escape(f"{workdir / 'metrics.jsonl'}:2: not valid JSON")):
+        runs.export_run(workdir, "best", tmp_path / "out")
+    (workdir / "metrics.jsonl").write_text('{"stage": "eval", "step": "one", "eval/reward_mean": 0.5}\n')
+    with pytest.raises(runs.RunError, match=r"an eval row with step='one', eval/reward_mean=0\.5: expected an integer"):
+        runs.export_run(workdir, "best", tmp_path / "out")
+    (workdir / "config.json").write_text("[1, 2]")
+    proc = _run("experiments.export", f"--workdir={workdir}", f"--out={tmp_path / 'out'}")
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"experiments.export: error: {workdir / 'config.json'}: expected the "
+                                                "JSON object experiments.run writes, got list"]
+
+
+def test_relative_asset_paths_of_a_run_resolve_from_any_directory(tmp_path, monkeypatch):
+    """A run started in the repository root stores rubric_jax/assets/...: export and evaluate elsewhere find them."""
+    from rubric_jax.train import runs
+
+    workdir = _tiny_run_dir(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    config = runs.run_config(workdir)
+    assert config.model.tokenizer == str(ROOT / "rubric_jax/assets/tiny/tokenizer")
+    assert config.model.config_json == str(ROOT / "rubric_jax/assets/tiny/config.json")
+    assert config.model.checkpoint == ""
+    stored = json.loads((workdir / "config.json").read_text())
+    stored["model"]["tokenizer"] = "elsewhere/tokenizer"
+    (workdir / "config.json").write_text(json.dumps(stored))
+    with pytest.raises(runs.RunError, match=re.escape(
+            f"{workdir / 'config.json'}: model.tokenizer='elsewhere/tokenizer' is relative to the directory the run "
+            f"started in and exists neither here ({tmp_path}) nor under the repository root ({ROOT})")):
+        runs.run_config(workdir)

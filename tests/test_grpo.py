@@ -353,15 +353,21 @@ def test_microbatch_sums_equal_full_batch():
 # --------------------------------------------------------------------------------- chunked log-probs
 
 
-@pytest.mark.parametrize("chunk, temperature", [(1, 1.0), (3, 0.7), (7, 1.0), (100, 1.3)])
-def test_chunked_logprobs_match_full_log_softmax(chunk, temperature):
+@pytest.mark.parametrize("vocab, chunk, temperature, slices", [
+    (11, 1, 1.0, 11), (11, 3, 0.7, 11), (11, 7, 1.0, 1), (11, 100, 1.3, 1), (12, 3, 1.0, 3), (12, 2, 0.7, 4)])
+def test_chunked_logprobs_match_full_log_softmax(vocab, chunk, temperature, slices):
+    """Log-probs, entropies and both their gradients over vocabulary slices (7 positions, at most `chunk` x V
+    logits per row at a time: V = 11 has no divisor between 1 and 11) equal the full log-softmax's."""
     k1, k2, k3 = jax.random.split(jax.random.key(7), 3)
     h = jax.random.normal(k1, (2, 7, 5))
-    w = jax.random.normal(k2, (5, 11))
-    targets = jax.random.randint(k3, (2, 7), 0, 11)
+    w = jax.random.normal(k2, (5, vocab))
+    targets = jax.random.randint(k3, (2, 7), 0, vocab)
+    assert grpo.vocab_slices(vocab, 7, chunk) == slices
 
     def chunked(h, w):
-        return grpo.chunked_token_logprobs(h, targets, lambda x: x @ w, chunk, temperature)
+        def vocab_slice(i, n):  # ids i, i + n, ... (Transformer.vocab_slice)
+            return jax.lax.dynamic_index_in_dim(w.reshape(5, vocab // n, n), i, axis=2, keepdims=False)
+        return grpo.chunked_token_logprobs(h, targets, vocab_slice, vocab, chunk, temperature)
 
     def full(h, w):
         logp_all = jax.nn.log_softmax(h @ w / temperature, axis=-1)
@@ -371,10 +377,15 @@ def test_chunked_logprobs_match_full_log_softmax(chunk, temperature):
     (lp_c, ent_c), (lp_f, ent_f) = chunked(h, w), full(h, w)
     np.testing.assert_allclose(lp_c, lp_f, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(ent_c, ent_f, rtol=1e-5, atol=1e-5)  # H = lse - E[logits]: cancellation
-    g_c = jax.grad(lambda h, w: chunked(h, w)[0].sum(), argnums=(0, 1))(h, w)
-    g_f = jax.grad(lambda h, w: full(h, w)[0].sum(), argnums=(0, 1))(h, w)
+    mix = jax.random.normal(jax.random.key(8), (2, 2, 7))  # a cotangent for each output
+
+    def loss(fn):
+        return lambda h, w: jnp.sum(mix[0] * fn(h, w)[0]) + jnp.sum(mix[1] * fn(h, w)[1])
+
+    g_c = jax.grad(loss(chunked), argnums=(0, 1))(h, w)
+    g_f = jax.grad(loss(full), argnums=(0, 1))(h, w)
     for a, b in zip(g_c, g_f):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
 def _jit_logprobs(model, chunk_size, temperature=1.0):

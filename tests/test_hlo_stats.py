@@ -71,6 +71,20 @@ def test_hand_written_module():
     assert "all-gather" in hlo_stats.format_table(summary)
 
 
+def test_a_loop_condition_counts_with_its_body():
+    """The sampler's decode loop tests `~all(done)` across the data replicas in its condition: an all-reduce
+    per generated token beside the body's own (filed as a separate loop and dropped, the 7B rollout read 61
+    collectives per token where it runs 62)."""
+    text = _HLO.replace("  ROOT %lt = pred[] compare(s32[] %i, s32[] %n), direction=LT\n}\n\nENTRY",
+                        "  ROOT %any = pred[] all-reduce(pred[] %live), to_apply=%add\n}\n\nENTRY").replace(
+        "  ROOT %r = (s32[], f32[8,4]) tuple(%i, %x)",
+        "  %ar = f32[8,4]{1,0} all-reduce(f32[8,4]{1,0} %x), to_apply=%add\n  ROOT %r = (s32[], f32[8,4]) tuple(%i, %ar)")
+    found = {c.computation: c for c in hlo_stats.collectives(text) if c.executions is None and c.kind == "all-reduce"}
+    assert found["condn"].loop == found["bodyn"].loop == "bodyn" and found["condn"].per_iteration == 1
+    summary = hlo_stats.summarize(hlo_stats.collectives(text))
+    assert summary["all-reduce"] == hlo_stats.KindSummary(4, 4 * 256, 2, 8 * 4 * 4 + 1)
+
+
 # A decode-like module: a loop of unknown length whose body all-gathers once and runs a 28-step layer
 # loop that all-gathers twice per step: 1 + 2 * 28 = 57 all-gathers per iteration of the outer loop.
 _NESTED_HLO = """HloModule m, entry_computation_layout={()->f32[]}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -75,23 +76,26 @@ def test_missing_scores_and_judges_that_never_answer_are_alerted():
 
 
 def test_alerts_fire_past_the_threshold_only():
-    row = {"monitor/template_share/window_mean": 0.61, "monitor/saturation/format": 1.0,
-           "monitor/saturation/helpful": 0.5, "monitor/template_share": 0.9,  # the step's own value: not alerted
+    row = {"monitor/template_share/window_mean": 0.61, "monitor/saturation/format/rise": 0.75,
+           "monitor/saturation/format": 1.0,  # the step's own saturation: not alerted, its rise is
+           "monitor/saturation/helpful/rise": 0.5, "monitor/template_share": 0.9,  # the step's own value: not alerted
            "monitor/reward_length_corr/window_mean": 0.5, "monitor/judge_parse_failure": float("nan"),
+           "monitor/redundancy/clarity__quality": 0.9, "monitor/redundancy/clarity__safety": 0.89,
            "golden/spearman/helpful": 0.42, "golden/spearman/format": 0.6, "reward/mean": 0.9}
-    limits = {**LIMITS, "max_saturation": 0.5}
-    alerts = monitors.find_alerts(120, "grpo", row, limits)
+    alerts = monitors.find_alerts(120, "grpo", row, LIMITS)
     assert [a.message for a in alerts] == [
         "alert step 120: template share 0.61 > 0.40",
-        "alert step 120: saturation of format 1.00 > 0.50",  # helpful sits exactly at 0.5: no alert
+        "alert step 120: saturation rise of format over step 1 0.75 > 0.50",  # helpful rose exactly 0.5: no alert
+        "alert step 120: redundancy: Spearman of clarity and quality 0.90 >= 0.90",  # at the threshold: fires
         "alert step 120: golden Spearman of helpful 0.42 < 0.60",  # reward-length 0.5 = its threshold: none
     ]
     assert (alerts[1].metric, alerts[1].value, alerts[1].threshold, alerts[1].op) == (
-        "monitor/saturation/format", 1.0, 0.5, ">")
-    windowed = monitors.find_alerts(28, "grpo", row, limits, window=10)
+        "monitor/saturation/format/rise", 0.75, 0.5, ">")
+    assert alerts[2].op == ">="
+    windowed = monitors.find_alerts(28, "grpo", row, LIMITS, window=10)
     assert windowed[0].message == "alert step 28: template share, mean of steps 19-28 0.61 > 0.40"
     assert windowed[0].metric == "monitor/template_share/window_mean"
-    [barely] = monitors.find_alerts(80, "grpo", {"monitor/template_share/window_mean": 0.4016}, limits, window=10)
+    [barely] = monitors.find_alerts(80, "grpo", {"monitor/template_share/window_mean": 0.4016}, LIMITS, window=10)
     assert barely.message == "alert step 80: template share, mean of steps 71-80 0.402 > 0.400"  # not 0.40 > 0.40
 
 
@@ -178,3 +182,102 @@ def test_thresholds_are_validated(field, value, message):
         monitors.thresholds(monitor)
     good = {"max_length_drift": float("inf"), "window_steps": 3}.get(field, 0.5)
     assert monitors.thresholds({**monitor, field: good})
+
+
+def _observe(watch: monitors.Watch, rows: list[dict], first_step: int = 1) -> list[dict]:
+    """GRPO rows at steps first_step, first_step + 1, ... (length 40 tokens)."""
+    return [watch.observe(step, {"stage": "grpo", "response_len/mean": 40.0, **row})
+            for step, row in enumerate(rows, first_step)]
+
+
+def test_saturation_alerts_on_a_rise_so_penalties_at_the_top_from_step_1_stay_silent(tmp_path):
+    """Window 2. `penalty` sits at 1.0 from step 1 (as the template penalty does): rise 0, never an alert. `helpful`
+    climbs .2 .2 .4 .9 1.0: first window mean .2; window means .2 .3 .65 .95 -> rises 0 .1 .45 .75 (> .5 at step 5).
+    A resumed Watch reads the first window back from metrics.jsonl."""
+    logged = []
+    sat = [{"monitor/saturation/penalty": 1.0, "monitor/saturation/helpful": h} for h in (0.2, 0.2, 0.4, 0.9, 1.0)]
+    rows = _observe(monitors.Watch(LIMITS, tmp_path, window=2, log=logged.append), sat)
+    assert math.isnan(rows[0]["monitor/saturation/helpful/rise"])  # one step: no window mean yet
+    assert [r["monitor/saturation/helpful/rise"] for r in rows[1:]] == pytest.approx([0.0, 0.1, 0.45, 0.75])
+    assert all(r["monitor/saturation/penalty/rise"] == 0.0 for r in rows[1:])
+    assert logged == ["alert step 5: saturation rise of helpful, mean of steps 4-5 over steps 1-2 0.75 > 0.50"]
+    with metrics.MetricsWriter(tmp_path / "resumed", tensorboard=False) as writer:
+        for step, row in enumerate(rows[:4], 1):
+            writer.write(step, row)
+    [again] = _observe(monitors.Watch(LIMITS, tmp_path / "resumed", window=2), sat[4:], first_step=5)
+    assert again["monitor/saturation/helpful/rise"] == pytest.approx(0.75)
+
+
+def test_zero_std_share_alerts_on_its_window_mean(tmp_path):
+    logged = []
+    rows = _observe(monitors.Watch(LIMITS, tmp_path, window=3, log=logged.append),
+                    [{"zero_std_frac": z} for z in (1.0, 0.5, 0.9, 1.0, 1.0)])
+    assert [r["zero_std_frac/window_mean"] for r in rows[2:]] == pytest.approx([0.8, 0.8, 2.9 / 3])
+    assert logged == ["alert step 5: zero-std group share, mean of steps 3-5 0.97 > 0.90"]
+
+
+def test_redundancy_over_the_window_skips_constant_pairs_and_survives_a_checkpoint(tmp_path):
+    """Window 2, 12 rollouts a step: `clarity` and `quality` rank the rollouts alike (Spearman 1 over both steps),
+    `length` does not, `format` is constant (skipped, not NaN); nothing before the window is full; the window saved
+    in a checkpoint's metadata gives a restored Watch the same values."""
+    rng = np.random.default_rng(0)
+
+    def step_scores(offset):
+        clarity = rng.permutation(12) / 12 + offset
+        return np.stack([clarity, clarity ** 2, rng.uniform(size=12), np.ones(12)], axis=1)
+
+    ids = ["clarity", "quality", "length", "format"]
+    watch = monitors.Watch(LIMITS, tmp_path, window=2)
+    first = step_scores(0.0)
+    assert watch.redundancy(ids, first, np.ones_like(first, bool)) == {}
+    restored = monitors.Watch(LIMITS, tmp_path, window=2)
+    restored.load_scores_json(json.loads(json.dumps(watch.scores_to_json())))
+    second = step_scores(1.0)
+    valid = np.ones_like(second, bool)
+    valid[0, 2] = False  # a missing length score: left out of its pairs
+    out = watch.redundancy(ids, second, valid)
+
+    assert set(out) == {"monitor/redundancy/clarity__quality", "monitor/redundancy/clarity__length",
+                        "monitor/redundancy/quality__length"}
+    assert out["monitor/redundancy/clarity__quality"] == pytest.approx(1.0)
+    assert abs(out["monitor/redundancy/clarity__length"]) < 0.9
+    assert restored.redundancy(ids, second, valid) == out
+    [alert] = monitors.find_alerts(2, "grpo", out, LIMITS, window=2)
+    assert alert.message == "alert step 2: redundancy: Spearman of clarity and quality, mean of steps 1-2 1.00 >= 0.90"
+
+
+TINY_DEFAULT = Path(__file__).parent / "fixtures" / "monitors" / "tiny_default_grpo.jsonl"
+
+
+def test_the_defaults_stay_silent_on_the_tiny_default_and_fire_on_a_collapsed_reward(tmp_path):
+    """The 60 GRPO rows of a tiny-default run (./launch.sh, 2026-12-01, commit 78323f5; the monitors step_monitors
+    writes) replayed through a Watch with every default: no alert. The same run's first 10 steps, then 30 steps
+    where every response gets one score (saturation 1.0 everywhere, zero_std_frac 1.0): the zero-std window mean
+    passes 0.9 at the 9th
+    collapsed step (.9 = 9 of 10) and fires at the 10th (step 20); politeness, 0.401 at the top over steps 1-10, rises
+    past 0.5 at step 19; topic_keyword (.57) and disclaimer (.52) can rise .43 and .48 only, under the threshold;
+    the format gate and the template penalty (0.93 at the top from the start) never fire."""
+    config = common.base_config().monitor
+    rows = [json.loads(line) for line in TINY_DEFAULT.read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 61))
+    silent = []
+    (tmp_path / "tiny").mkdir()
+    watch = monitors.Watch(LIMITS, tmp_path / "tiny", config.window_steps, log=silent.append)
+    replayed = [watch.observe(r["step"], r) for r in rows]
+    assert silent == []
+    assert max(r["zero_std_frac/window_mean"] for r in replayed[9:]) == pytest.approx(0.1)
+    assert max(r["monitor/saturation/disclaimer/rise"] for r in replayed[9:]) < 0.4  # the largest climb
+
+    collapsed = rows[:10]
+    dims = [k for k in rows[0] if k.startswith("monitor/saturation/")]
+    collapsed += [{"step": s, "stage": "grpo", "response_len/mean": 60.0, "zero_std_frac": 1.0,
+                   "monitor/template_share": 0.0, "monitor/reward_length_corr": float("nan"),
+                   **dict.fromkeys(dims, 1.0)} for s in range(11, 41)]
+    (tmp_path / "collapsed").mkdir()
+    watch = monitors.Watch(LIMITS, tmp_path / "collapsed", config.window_steps, log=lambda _: None)
+    for r in collapsed:
+        watch.observe(r["step"], r)
+    first: dict[str, int] = {}
+    for alert in (json.loads(line) for line in (tmp_path / "collapsed" / metrics.ALERTS_FILE).read_text().splitlines()):
+        first.setdefault(alert["metric"], alert["step"])
+    assert first == {"zero_std_frac/window_mean": 20, "monitor/saturation/politeness/rise": 19}

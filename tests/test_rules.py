@@ -223,11 +223,76 @@ def test_a_catastrophic_regex_fails_one_score_instead_of_hanging(monkeypatch):
     # The issue's pattern: Python's `re` backtracks about 2**40 times here; the regex engine answers at once.
     np.testing.assert_array_equal(q("regex", {"pattern": r"(a+)+$"}, [text, "aaa"]), [0, 1])
     monkeypatch.setattr(R, "REGEX_TIMEOUT_S", 0.05)
-    # A pattern the engine backtracks on too: that search stops at the timeout and its score is NaN (failed).
+    # A pattern the engine backtracks on too: that search stops at the timeout and its score is NaN (failed),
+    # and so are the later rows of the call, which are not searched.
     rule = R.make_rule("regex", {"pattern": r"(a|aa)+$", "mode": "must_not"})
-    np.testing.assert_array_equal(rule([text, "aaa", "bbb"]), [np.nan, 0, 1])
-    np.testing.assert_array_equal(R.rule_scores(rule, [text, "bbb"], 1, 5), [np.nan, 5])
+    np.testing.assert_array_equal(rule(["aaa", "bbb", text, "aaa"]), [0, 1, np.nan, np.nan])
+    np.testing.assert_array_equal(R.rule_scores(rule, ["bbb", text], 1, 5), [5, np.nan])
+    np.testing.assert_array_equal(rule(["bbb"]), [1])  # the next call searches again
     assert rule.failure_cause == "regex_timeout" and R.Length.failure_cause == "rule_failed"
+
+
+class _CountingPattern:
+    """Stands in for a compiled regex: records each search's timeout; times out from search `timeout_at` on."""
+
+    def __init__(self, timeout_at: int | None = None):
+        self.timeouts: list[float] = []
+        self.timeout_at = timeout_at
+
+    def search(self, text: str, timeout: float):
+        self.timeouts.append(timeout)
+        if self.timeout_at is not None and len(self.timeouts) >= self.timeout_at:
+            raise TimeoutError("regex timed out")
+        return None
+
+
+def test_a_regex_is_not_searched_again_in_a_call_after_its_first_timeout():
+    """20 catastrophic regexes x 10 rows took 199 s: one timeout per rule and call now, counted by searches."""
+    rule = R.make_rule("regex", {"pattern": "x", "mode": "must_not"})
+    rule.__dict__["compiled"] = pattern = _CountingPattern(timeout_at=2)
+    np.testing.assert_array_equal(rule(["r"] * 10), [1] + [np.nan] * 9)
+    assert len(pattern.timeouts) == 2  # not 10
+    assert pattern.timeouts == [R.REGEX_TIMEOUT_S] * 2
+
+
+def test_a_regex_rules_searches_share_one_budget_per_call(monkeypatch):
+    """Searches that each stay under the timeout but add up: the call's budget ends them (a fake clock)."""
+    now = [0.0]
+    monkeypatch.setattr(R, "_clock", lambda: now[0])
+    rule = R.make_rule("regex", {"pattern": "x"})
+
+    class Slow(_CountingPattern):
+        def search(self, text, timeout):
+            now[0] += 0.4  # each search takes 0.4 s of the budget
+            return super().search(text, timeout)
+
+    rule.__dict__["compiled"] = pattern = Slow()
+    out = rule(["r"] * 100)
+    searched = len(pattern.timeouts)
+    assert searched == 13  # 12 x 0.4 s = 4.8 s of the 5 s budget; the 13th is given the 0.2 s left
+    assert pattern.timeouts[-1] == pytest.approx(R.REGEX_CALL_BUDGET_S - 12 * 0.4)
+    np.testing.assert_array_equal(out, [0] * searched + [np.nan] * (100 - searched))
+
+
+def test_keyword_lists_are_capped_and_patterns_compile_once_per_rule(monkeypatch):
+    """A 300k-keyword rubric did not score 7 rows in 300 s (patterns recompiled on every call)."""
+    compiled = []
+    real = R.phrase_pattern
+    monkeypatch.setattr(R, "phrase_pattern", lambda *a: compiled.append(a) or real(*a))
+    rules = [R.make_rule("keywords", {"words": ["thank you", "please"], "mode": mode})
+             for mode in ("any", "all", "none")]
+    rules += [R.make_rule("disclaimer", {}), R.make_rule("template_phrases", {})]
+    responses = ["thank you, please", "nothing", "firstly a, secondly b, finally c"]
+    first = [list(rule(responses)) for rule in rules]
+    built = len(compiled)
+    assert built == 2 + 2 + 2 + len(R.DEFAULT_DISCLAIMERS) + sum(map(len, R.DEFAULT_TEMPLATES))
+    assert [list(rule(responses)) for rule in rules] == first == [
+        [1, 0, 0], [1, 0, 0], [0, 1, 1], [0, 0, 0], [1, 1, 0]]
+    assert len(compiled) == built  # the second call compiled nothing
+    with pytest.raises(R.RuleError, match=rf"rule 'keywords', param 'words': {R.MAX_PHRASES + 1} entries; at most"):
+        R.make_rule("keywords", {"words": [f"w{i}" for i in range(R.MAX_PHRASES + 1)]})
+    with pytest.raises(R.RuleError, match="rule 'template_phrases', param 'templates': 1002 markers in all"):
+        R.make_rule("template_phrases", {"templates": [["a", "b"]] * 501})
 
 
 def test_regex_keeps_python_syntax_and_unicode_classes():

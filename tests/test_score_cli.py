@@ -275,7 +275,7 @@ def test_failures_are_reported_with_causes_and_a_dimension_without_any_score_is_
     rows = [{"question": "q", "response": BACKTRACKS},
             {"question": "q", "response": "<think>t</think><answer>4</answer>"}]
     cases = {
-        "partial": (regex_rubric, rows, []),
+        "partial": (regex_rubric, rows[::-1], []),  # a regex's timeout ends its searches in the call: last row
         "all_regex": (regex_rubric, rows[:1], []),
         "judge_too_long": (medical_qa, rows[1:], [f"--judge.checkpoint={short_judge}"]),
         "surrogate": (regex_rubric, [rows[1], '{"question": "q", "response": "lone \\ud800 surrogate"}'], []),
@@ -294,8 +294,8 @@ def test_failures_are_reported_with_causes_and_a_dimension_without_any_score_is_
     assert summary["failures"] == {"format": 0, "no_trailing_a": 1}
     assert summary["failure_causes"] == {"no_trailing_a": {"regex_timeout": 1}}
     out = [json.loads(line) for line in (tmp_path / "partial.out").read_text().splitlines()]
-    assert out[0]["failed"] == ["no_trailing_a"] and out[0]["scores"] == {"format": 0.0, "no_trailing_a": None}
-    assert out[0]["reward_ok"] and out[1]["reward"] == 1.0
+    assert out[1]["failed"] == ["no_trailing_a"] and out[1]["scores"] == {"format": 0.0, "no_trailing_a": None}
+    assert out[1]["reward_ok"] and out[0]["reward"] == 1.0
 
     for case, dim_id, cause in (("all_regex", "no_trailing_a", "regex_timeout"),
                                 ("judge_too_long", "factual_accuracy", "judge_prompt_too_long"),

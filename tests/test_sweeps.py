@@ -102,6 +102,22 @@ def test_a_config_file_without_a_usable_sweep_is_refused(tmp_path):
         sweeps.load_sweep(str(tmp_path / "one_arg.py"))
 
 
+def test_a_config_file_that_does_not_load_or_whose_sweep_raises_is_one_line_naming_file_and_line(tmp_path):
+    broken = tmp_path / "broken.py"
+    broken.write_text("from configs import tiny\nget_config = tiny.get_config\ndef sweep(add, arg)\n    add(seed=1)\n")
+    with pytest.raises(sweeps.SweepError, match=r"broken\.py:3: syntax error \(expected ':'\)$"):
+        sweeps.load_sweep(str(broken))
+    broken.write_text("from configs import tiny\nget_config = tiny.get_config\nLIMIT = 1 / 0\n")
+    with pytest.raises(sweeps.SweepError, match=r"broken\.py:3: loading it raised ZeroDivisionError: division by "):
+        sweeps.load_sweep(str(broken))
+    with pytest.raises(sweeps.SweepError, match=r"swept\.py:10: sweep\(add, arg\) raised KeyError: 'lr'$"):
+        sweeps.load_sweep(_config_file(tmp_path, "add(seed=1)\nadd(seed={}['lr'])\n"))
+    proc = _sweep_cli(f"--config={broken}", f"--workdir={tmp_path / 'sweep'}")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"experiments.sweep: error: {broken}:3: loading it raised "
+                                                "ZeroDivisionError: division by zero"]
+
+
 # ----------------------------------------------------------------------------------------- summary
 def test_run_summary_from_a_hand_written_log(tmp_path):
     """Two starts (a resume): wall time sums each start's span; final/best eval and final KL by hand."""
@@ -160,8 +176,9 @@ def test_run_sweep_skips_finished_reruns_the_rest_and_reports_failures(tmp_path,
     assert [v["status"] for v in sweeps.summarize(sweep, workdir)["variants"]] == ["finished", "unfinished"]
 
 
-def test_sigterm_to_the_sweep_reaches_the_running_variant_and_stops_the_sweep(tmp_path):
-    sweep_file = _config_file(tmp_path, "add(seed=2)\nadd(seed=0)\n")
+def _sweep_running_seed_2(tmp_path: Path, body: str) -> subprocess.Popen:
+    """A sweep of the fake run in its own process (stdout: the outcomes as JSON), once variant seed=2 has started."""
+    sweep_file = _config_file(tmp_path, body)
     (tmp_path / "fake_run.py").write_text(_FAKE_RUN)
     driver = (f"from rubric_jax import sweeps; import json; s = sweeps.load_sweep({sweep_file!r}); "
               f"print(json.dumps(sweeps.run_sweep(s, {str(tmp_path / 'sweep')!r}, 'fake_run')))")
@@ -171,12 +188,29 @@ def test_sigterm_to_the_sweep_reaches_the_running_variant_and_stops_the_sweep(tm
     while not (tmp_path / "sweep" / "seed=2" / "started").exists():
         assert proc.poll() is None and time.time() < deadline
         time.sleep(0.05)
+    return proc
+
+
+def test_sigterm_to_the_sweep_reaches_the_running_variant_and_stops_the_sweep(tmp_path):
+    proc = _sweep_running_seed_2(tmp_path, "add(seed=2)\nadd(seed=0)\n")
     proc.send_signal(signal.SIGTERM)  # to the sweep only: the variant runs in its own process group
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0
     assert json.loads(out.splitlines()[-1]) == {"seed=2": "stopped"}
     assert (tmp_path / "sweep" / "seed=2" / "sigterm").exists()  # the variant was asked to save and exit
     assert not (tmp_path / "sweep" / "seed=0").exists()  # the next variant never started
+
+
+def test_a_variant_is_told_to_stop_when_its_sweep_is_killed_with_sigkill(tmp_path):
+    """kill -9 of the sweep leaves no run writing on: the variant gets SIGTERM (save and exit) from the kernel."""
+    proc = _sweep_running_seed_2(tmp_path, "add(seed=2)\n")
+    proc.kill()
+    proc.communicate()
+    variant = tmp_path / "sweep" / "seed=2"
+    deadline = time.time() + 30  # the fake run sleeps 60 s unless told to stop
+    while not (variant / "sigterm").exists():
+        assert time.time() < deadline, "the variant outlived its sweep"
+        time.sleep(0.05)
 
 
 # ----------------------------------------------------------------------- end to end (experiments.sweep)

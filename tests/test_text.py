@@ -40,8 +40,8 @@ def test_read_refuses_an_unknown_part():
 
 
 def test_invisible_characters_go_and_layout_stays():
-    invisible = "\u200b\u200c\u200d\u2060\ufeff\u00ad\u202e\u3164\ufe0f\U000e0041\x00\x0b"
-    assert text.strip_invisible(f"a{invisible}b\tc\nd\re") == "ab\tc\nd\re"
+    invisible = "\u200b\u200c\u200d\u2060\ufeff\u00ad\u202e\u3164\ufe0f\U000e0041\x00\x07"
+    assert text.strip_invisible(f"a{invisible}b\tc\nd\re\x0bf\x0cg") == "ab\tc\nd\re\x0bf\x0cg"  # whitespace stays
     assert not text.visible(invisible + " \u3000\n") and text.visible(invisible + ".")
 
 

@@ -155,8 +155,12 @@ def test_compiled_steps_run_as_fsdp_without_activation_all_reduces():
     """GRPO and SFT steps of a small model on data 2 x fsdp 4: with the model's per-layer residual
     constraint (the training layout's), no all-reduce of [rows, T, ...] activations is left; the same
     model without it all-reduces activations inside the layer loop (what the 7B compile showed). The
-    shared prompts' tokens, split over fsdp, are never gathered: their projections stay 3-D contractions
-    (`_token_matmul(length_split=True)`; merged into U·P rows, the hidden states and queries were gathered)."""
+    shared prompts' tokens, split over fsdp, are never gathered with the einsum attention this test compiles
+    (the CPU's): their projections stay 3-D contractions (`_token_matmul(length_split=True)`; merged into U·P
+    rows, the hidden states and queries were gathered). A fused kernel is another matter: cuDNN's partitioner
+    refuses a split token axis, so on the GPU (`attention=auto` -> cudnn) each prompt's queries and keys /
+    values are gathered whole along its length for the kernel (`FUSED_QUERY_AXES`): 672 query and 448 key/value
+    gathers, 21.9 GiB per 7B update, asserted by tests/test_aot.py's GPU-compiler test."""
     b, t = 16, 128
     layout = sharding.Layout(sharding.make_mesh(sharding.MeshConfig(data=2, fsdp=4, tensor=1)))
     model = MODEL.replace(hidden_size=32, intermediate_size=64, num_heads=4, num_kv_heads=2, head_dim=8,

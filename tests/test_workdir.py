@@ -4,6 +4,9 @@ runner that reads a step's metrics after dispatching the next one. Tiny states, 
 
 import json
 import math
+import os
+import subprocess
+import sys
 import types
 from pathlib import Path
 
@@ -29,6 +32,43 @@ def _rows(path: Path) -> list[tuple[str, int]]:
 
 
 # ------------------------------------------------------------------------------------------ workdir
+_HOLD_LOCK = """
+import sys, time
+from pathlib import Path
+from rubric_jax.train.workdir import exclusive
+with exclusive(Path(sys.argv[1])):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_workdir_has_one_writer_a_second_run_exits_2_naming_its_pid_and_kill_9_frees_it(tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "JAX_PLATFORMS": "cpu"}
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(tmp_path)], cwd=root, env=env,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(workdir.WorkdirBusy, match=rf"^--workdir={tmp_path}: in use by another process "
+                                                      rf"\(pid {holder.pid}\)"):
+            with workdir.exclusive(tmp_path):
+                pass
+        proc = subprocess.run([sys.executable, "-m", "experiments.run", "--config=configs/tiny.py",
+                               f"--workdir={tmp_path}"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        assert [line for line in proc.stderr.splitlines() if line.startswith("experiments.run")] == [
+            f"experiments.run: error: --workdir={tmp_path}: in use by another process (pid {holder.pid}); wait for "
+            "it to end or stop it, or use another directory"]
+        assert [p.name for p in tmp_path.iterdir()] == [workdir.LOCK_FILE]  # the refused run wrote nothing
+    finally:
+        holder.kill()  # SIGKILL: the holder cannot release anything itself
+        holder.wait()
+    with workdir.exclusive(tmp_path):  # the OS released the dead holder's lock
+        assert (tmp_path / workdir.LOCK_FILE).read_text() == f"{os.getpid()}\n"
+        with pytest.raises(workdir.WorkdirBusy, match=rf"pid {os.getpid()}\)"):  # one holder, even in-process
+            with workdir.exclusive(tmp_path):
+                pass
+
 def test_a_workdir_that_is_a_file_or_cannot_be_written_is_one_line(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(ValueError, match=r"--workdir=.*file: is a file, not a directory"):

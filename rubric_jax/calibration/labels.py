@@ -2,7 +2,8 @@
 
 A labels file (.jsonl) has one object per line:
   {"question": str, "response": str,
-   "labels":  {"<dimension id>": number, ...},           scores by people, on the dimension's raw scale
+   "labels":  {"<dimension id>": number, ...},           scores by people, on the dimension's raw scale (null: not
+                                                          labelled yet, refused; experiments.sample_for_labels)
    "ratings": {"<dimension id>": [number, number, ...]},  recorded scores of several judges (or samples)
    "rubric":  {"extra": [dimension, ...]} | {"replace": rubric}}   optional, rubrics.schema.parse_row_rubric
 `labels` or `ratings` (or both) must be present; other fields are ignored. A Prometheus eval file (.json,
@@ -54,11 +55,13 @@ class DimensionInfo:
 
 
 def _score(value: Any, dim: Dimension, where: str) -> float:
-    """A label on `dim`'s raw scale, or LabelsError naming where and why."""
+    """A label on `dim`'s raw scale, or LabelsError naming where and why (null: not labelled yet)."""
+    lo, hi = dim.scale.raw_range
+    if value is None:
+        raise LabelsError(f"{where}: not labelled yet (null): fill in a score in [{lo}, {hi}] or remove the key")
     number = finite_float(value)
     if number is None:
         raise LabelsError(f"{where}: expected a number, got {shown(value)}")
-    lo, hi = dim.scale.raw_range
     if not lo <= number <= hi:
         raise LabelsError(f"{where}: {value!r} is outside the scale [{lo}, {hi}] of dimension {dim.id!r}")
     return number

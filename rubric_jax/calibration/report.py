@@ -2,7 +2,10 @@
 DIR/plots/<dimension>.png (confusion matrix and scatter), and the fitted correction file.
 
 Every file is written whole or not at all (rubric_jax/files.write_atomic); report.json is written last, so its
-presence means the rest is there. A correction written over an existing correction file gets the next
+presence means the rest is there. Writing into a directory that holds an earlier calibration first removes its
+report.json, then writes the new files, removes the earlier outputs this one does not replace (a correction.json
+when none was fitted, plots of dimensions no longer reported), and writes report.json last: the directory never
+shows a new report beside an old correction. A correction written over an existing correction file gets the next
 major version (the rubric-set hash of runs that apply it changes with its content anyway).
 """
 
@@ -11,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -167,7 +170,47 @@ def markdown(report: Mapping[str, Any]) -> str:
                  "`--config.data.rubric_correction=FILE`." if written
                  else "No dimension could be corrected; no file written.")
         lines += ["", "## Correction (fitted and measured on the same items)", "", where, "", *_correction_table(dims)]
+    if report.get("redundancy"):
+        lines += ["", *redundancy_section(report["redundancy"])]
     lines += ["", "## Worst disagreements", *_worst_tables(dims)]
+    return "\n".join(lines) + "\n"
+
+
+def redundancy_section(redundancy: Mapping[str, Any]) -> list[str]:
+    """Pairwise Spearman of the dimensions, per score source (labels, judge), flagged pairs first."""
+    lines = ["## Redundancy (pairwise Spearman of dimensions, RubricRL 2.1 MECE)", ""]
+    for source, entry in redundancy.items():
+        flagged = ", ".join(f"{a} and {b}" for a, b in entry["flagged"]) or "none"
+        lines += [f"Scores of the {source}: flagged at Spearman ≥ {entry['threshold']}: {flagged}.", "",
+                  "| a | b | n | Spearman | flagged |", "|---|---|---|---|---|"]
+        for pair in entry["pairs"]:
+            value = f"{pair['spearman']:.3f}" if pair["spearman"] is not None else f"undefined: {pair['undefined']}"
+            cells = [pair["a"], pair["b"], pair["n"], value, "**yes**" if pair["flagged"] else "no"]
+            lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        lines.append("")
+    return lines[:-1]
+
+
+def compare_markdown(report: Mapping[str, Any]) -> str:
+    """A rubric comparison (calibration/compare.py) as Markdown: A and B side by side, then B − A per statistic."""
+    boot = report["bootstrap"]
+    lines = ["# Rubric comparison", "",
+             f"A = `{report['rubrics']['a']}`, B = `{report['rubrics']['b']}` · {report['items']} labelled items · "
+             f"95% intervals from {boot['resamples']} bootstrap resamples (seed {boot['seed']}); the difference "
+             "B − A resamples the same items for both.", ""]
+    for side in ("a", "b"):
+        if report["only_in"][side]:
+            lines += [f"Only in {side.upper()} (not compared): {', '.join(report['only_in'][side])}.", ""]
+    lines += ["| dimension | n | statistic | A [95% CI] | B [95% CI] | B − A [95% CI] | verdict |",
+              "|---|---|---|---|---|---|---|"]
+    for dim_id, e in report["dimensions"].items():
+        for name in report["statistics"]:
+            diff = e[f"{name}_difference"]
+            cells = [dim_id, e["n"], _TITLES[name], with_ci(e["a"][name]), with_ci(e["b"][name]), with_ci(diff),
+                     diff["verdict"]]
+            lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    lines += ["", *redundancy_section({f"rubric {side.upper()}'s judge": report["redundancy"][side]
+                                       for side in ("a", "b")})]
     return "\n".join(lines) + "\n"
 
 
@@ -219,10 +262,42 @@ def versioned(correction: Correction, path: Path) -> Correction:
     return dataclasses.replace(correction, version=f"{parse_version(old.version)[0] + 1}.0.0")
 
 
+def _is_correction(path: Path) -> bool:
+    try:
+        load_correction(path)
+    except (RubricError, OSError, ValueError):
+        return False
+    return True
+
+
+def write_outputs(out_dir: Path, files: Mapping[Path, str | bytes], protected: Collection[Path] = ()) -> list[Path]:
+    """Writes `files` (DIR/report.json last, DIR/report.json removed first) and removes the earlier outputs in
+    `out_dir` they do not replace: DIR/correction.json (when it is a correction file) and DIR/plots/*.png. Paths in
+    `protected` (the command's inputs) are never removed. Returns the paths written."""
+    report_json = out_dir / REPORT_JSON
+    keep = {p.resolve() for p in [*files, *protected]}
+    stale = [p for p in sorted((out_dir / PLOTS_DIR).glob("*.png")) if p.resolve() not in keep]
+    if (out_dir / CORRECTION_FILE).resolve() not in keep and _is_correction(out_dir / CORRECTION_FILE):
+        stale.append(out_dir / CORRECTION_FILE)
+    report_json.unlink(missing_ok=True)
+    written = [write_atomic(path, content) for path, content in files.items() if path != report_json]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return [*written, write_atomic(report_json, files[report_json])]
+
+
+def write_comparison(report: Mapping[str, Any], out_dir: str | Path, protected: Collection[Path] = ()) -> list[Path]:
+    """DIR/report.md and DIR/report.json of a rubric comparison, replacing an earlier calibration's outputs."""
+    out_dir = Path(out_dir)
+    files = {out_dir / REPORT_MD: compare_markdown(report),
+             out_dir / REPORT_JSON: json.dumps(report, ensure_ascii=False, indent=2, allow_nan=False) + "\n"}
+    return write_outputs(out_dir, files, protected)
+
+
 def write_calibration(calibration: Calibration, out_dir: str | Path, correction_path: str | Path | None = None,
-                      seed: int = 0) -> list[Path]:
-    """Plots, the correction (default DIR/correction.json), report.md and last report.json; the paths written.
-    Every file is rendered before the first is written, so a failure leaves the previous files as they were."""
+                      seed: int = 0, protected: Collection[Path] = ()) -> list[Path]:
+    """Plots, the correction (default DIR/correction.json), report.md and last report.json (write_outputs); the
+    paths written. Every file is rendered before the first is written, so a bad input leaves the previous files."""
     out_dir = Path(out_dir)
     files: dict[Path, str | bytes] = {out_dir / PLOTS_DIR / f"{dim_id}.png": plot_dimension(dim_id, data, seed)
                                       for dim_id, data in calibration.plots.items()}
@@ -234,4 +309,4 @@ def write_calibration(calibration: Calibration, out_dir: str | Path, correction_
         report["correction"] = {**report["correction"], "path": str(path), "version": correction.version}
     files[out_dir / REPORT_MD] = markdown(report)
     files[out_dir / REPORT_JSON] = json.dumps(report, ensure_ascii=False, indent=2, allow_nan=False) + "\n"
-    return [write_atomic(path, content) for path, content in files.items()]
+    return write_outputs(out_dir, files, protected)

@@ -31,6 +31,7 @@ from rubric_jax.calibration.bias import bias_regression, position_shift, standar
 from rubric_jax.calibration.correction import fit_correction
 from rubric_jax.calibration.labels import DimensionInfo, LabelledItem, dimension_info
 from rubric_jax.calibration.pinning import PIN_FIELD, pair_record
+from rubric_jax.calibration.redundancy import redundancy_report
 from rubric_jax.judges.features import response_features
 from rubric_jax.judges.llm_judge import Judge
 from rubric_jax.judges.reward import RubricReward
@@ -60,12 +61,14 @@ class Settings:
     batch_size: int = 64  # rows per reward call (one batched judge call each)
     position_probe: bool = True  # score LLM dimensions again with anchors as written and reversed
     worst: int = 5  # disagreements listed per dimension
+    redundancy_threshold: float = 0.9  # two dimensions whose Spearman reaches this are flagged (RubricRL 2.1, MECE)
 
     def __post_init__(self) -> None:
         if self.against not in AGAINST:
             raise CalibrationError(f"against: expected one of {AGAINST}, got {self.against!r}")
-        if not -1.0 <= self.threshold <= 1.0:
-            raise CalibrationError(f"threshold: expected a Spearman value in [-1, 1], got {self.threshold!r}")
+        for field in ("threshold", "redundancy_threshold"):
+            if not -1.0 <= getattr(self, field) <= 1.0:
+                raise CalibrationError(f"{field}: expected a Spearman value in [-1, 1], got {getattr(self, field)!r}")
         for field, minimum in (("num_resamples", 1), ("batch_size", 1), ("worst", 0)):
             if getattr(self, field) < minimum:
                 raise CalibrationError(f"{field}: expected an integer >= {minimum}, got {getattr(self, field)!r}")
@@ -169,7 +172,7 @@ def _against_labels(items: Sequence[LabelledItem], info: Mapping[str, DimensionI
             worst=_worst(items, rows, gap_n, {"judge": judge_N[rows], "label": label_N[rows]}, settings.worst),
             bias=bias_regression(judge_N[rows] - label_N[rows], features, standardize, rows, "judge - label"))
         plots[dim_id] = PlotData("label", "judge", label_N[rows], judge_N[rows], info[dim_id].levels)
-    return entries, plots, {d: judge[d] for d in labels}, labels
+    return entries, plots, judge, labels
 
 
 def _rater_columns(
@@ -207,8 +210,9 @@ def _rater_columns(
 def _against_judge(items: Sequence[LabelledItem], settings: Settings, judges: Sequence[Judge],
                    judge_spec: JudgeSpec, key: jax.Array, features: Mapping[str, np.ndarray],
                    standardize: Mapping[str, tuple[float, float]], store: VerdictStore | None
-                   ) -> tuple[dict, dict, str]:
-    """Per dimension: rater agreement (mean over rater pairs), report entry and plot data; the raters' source."""
+                   ) -> tuple[dict, dict, str, dict]:
+    """Per dimension: rater agreement (mean over rater pairs), report entry and plot data; the raters' source;
+    each dimension's mean rating per item (NaN where a rater lacks it)."""
     columns, info, source = _rater_columns(items, settings, judges, judge_spec, key, store)
     entries, plots = {}, {}
     for dim_id, scores_RxN in columns.items():
@@ -225,7 +229,7 @@ def _against_judge(items: Sequence[LabelledItem], settings: Settings, judges: Se
         pairs = [(i, j) for i in range(rated_RxN.shape[0]) for j in range(i + 1, rated_RxN.shape[0])]
         plots[dim_id] = PlotData("rater i", "rater j", np.concatenate([rated_RxN[i] for i, _ in pairs]),
                                  np.concatenate([rated_RxN[j] for _, j in pairs]), info[dim_id].levels)
-    return entries, plots, source
+    return entries, plots, source, {d: scores_RxN.mean(axis=0) for d, scores_RxN in columns.items()}
 
 
 def _position_probe(items: Sequence[LabelledItem], settings: Settings, judges: Sequence[Judge],
@@ -267,9 +271,12 @@ def calibrate(items: Sequence[LabelledItem], settings: Settings, *, judges: Sequ
         for dim_id, fit in fit_reports.items():
             entries[dim_id]["correction"] = fit
         source = "labels"
+        redundancy = {"labels": redundancy_report(label_cols, settings.redundancy_threshold),
+                      "judge": redundancy_report(judge_cols, settings.redundancy_threshold)}
     else:
-        entries, plots, source = _against_judge(items, settings, judges, judge_spec, jax.random.fold_in(key, 0),
-                                                features, standardize, store)
+        entries, plots, source, ratings = _against_judge(items, settings, judges, judge_spec,
+                                                         jax.random.fold_in(key, 0), features, standardize, store)
+        redundancy = {"mean rating": redundancy_report(ratings, settings.redundancy_threshold)}
     probe = None
     if settings.position_probe and judges and dimension_info(items, llm_only=True):
         probe = _position_probe(items, settings, judges, judge_spec, jax.random.fold_in(key, 1), store)
@@ -286,6 +293,7 @@ def calibrate(items: Sequence[LabelledItem], settings: Settings, *, judges: Sequ
         "flagged": sorted(d for d, e in entries.items() if e.get("flagged")),
         "dimensions": entries,
         "position_probe": probe,
+        "redundancy": redundancy,
     }
     if fitted is not None:
         report["correction"] = {"format": CORRECTION_FORMAT, "content_hash": fitted.content_hash,

@@ -18,7 +18,7 @@ import numpy as np
 
 from rubric_jax import data, files, metrics, text
 from rubric_jax.evaluation import biggen, healthbench, hellobench, longbench_write, report, rubric_set
-from rubric_jax.evaluation.results import FINISH_PROMPT_TOO_LONG, Answer, Benchmark, EvalInputError
+from rubric_jax.evaluation.results import FINISH_PROMPT_TOO_LONG, Answer, Benchmark, EvalFailed, EvalInputError
 from rubric_jax.rubrics.importers import RubricCase
 from rubric_jax.rubrics.schema import Rubric
 
@@ -121,9 +121,9 @@ def generate_answers(policy: Policy, cases: Sequence[RubricCase], settings: Gene
                      key: jax.Array) -> list[Generated]:
     """Answers every case with `policy.generate`, `batch_size` prompts per call, longest prompts first
     (each batch pads to one length bucket); a prompt that cannot fit the context with max_new_tokens is
-    not generated and is marked FINISH_PROMPT_TOO_LONG."""
+    not generated and is marked FINISH_PROMPT_TOO_LONG. When no prompt fits, nothing is generated: an
+    EvalInputError names --max_new_tokens and the policy's context."""
     import jax  # imported here: jax takes seconds, and bad input must fail before it
-
 
     prompt_ids = data.encode_chats(policy.tokenizer, [policy_messages(c, settings.prompt_format) for c in cases])
     out: list[Generated | None] = [None] * len(cases)
@@ -133,6 +133,11 @@ def generate_answers(policy: Policy, cases: Sequence[RubricCase], settings: Gene
             out[i] = Generated(None, FINISH_PROMPT_TOO_LONG, 0)
         else:
             fits.append(i)
+    if not fits:
+        raise EvalInputError(
+            f"--max_new_tokens={settings.max_new_tokens}: no case fits the policy's {policy.context_length}-token "
+            f"context with that many new tokens (the shortest prompt is {min(map(len, prompt_ids))} tokens); "
+            "lower --max_new_tokens")
     order = sorted(fits, key=lambda i: -len(prompt_ids[i]))
     batches = [order[k:k + settings.batch_size] for k in range(0, len(order), settings.batch_size)]
     progress = metrics.Progress(len(batches), desc="generate", keys=())
@@ -222,6 +227,18 @@ def _counts(answers: Sequence[Answer]) -> dict[str, int]:
     return counts
 
 
+def check_scored(cases: Sequence[RubricCase], answers: Sequence[Answer], counters: Mapping[str, int],
+                 out: Path) -> None:
+    """Raises EvalFailed when cases were to be judged but no judged answer has a single score (every judge
+    prompt too long, every verdict unparseable, every rule failed): its benchmark scores would be made up."""
+    judged = [a for c, a in zip(cases, answers) if c.rubric is not None and a.judged]
+    if judged and all(np.isnan(a.raw_scores).all() for a in judged):
+        causes = ", ".join(f"{name} {counters[name]}" for name in ("judge_prompts", "judge_prompt_too_long",
+                                                                   "judge_invalid") if counters.get(name))
+        raise EvalFailed(f"none of the {len(judged)} judged answers got a score ({causes or 'every rule failed'}); "
+                         f"the report in {out} keeps the answers, its scores mean nothing")
+
+
 def _record(case: RubricCase, answer: Answer, fields: Mapping[str, Any]) -> dict[str, Any]:
     prompt = case.prompt if isinstance(case.prompt, str) else [dict(t) for t in case.prompt]
     record = {"id": case.case_id, **fields, "prompt": prompt, "response": answer.response,
@@ -294,6 +311,7 @@ def run(evaluation: Evaluation, *, checkpoint: Path | None, workdir: Path | None
                "counts": _counts(answers), "judge_counters": judge_counters, "scores": result.scores}
     records = [_record(c, a, r) for c, a, r in zip(cases, answers, result.records)]
     report.write_report(evaluation.out, f"{benchmark.name}: {policy_name}", result, summary, records)
+    check_scored(cases, answers, judge_counters, evaluation.out)
     return summary
 
 

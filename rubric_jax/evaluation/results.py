@@ -26,6 +26,10 @@ class EvalInputError(ValueError):
     """Input an evaluation cannot use; the message names the file (and line, field, value where there is one)."""
 
 
+class EvalFailed(RuntimeError):
+    """An evaluation that ran but scored nothing (every judged answer lacks every score); the message says why."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Answer:
     """The policy's answer to one case and the judge's verdicts on it."""

@@ -46,7 +46,7 @@ import numpy as np
 from rubric_jax import distributed, text
 from rubric_jax.judges.features import FEATURES, response_features
 from rubric_jax.judges.llm_judge import Judge, judge_rows
-from rubric_jax.judges.rules import Rule, RuleError, make_rule, rule_scores
+from rubric_jax.judges.rules import MAX_RUBRIC_PHRASES, Rule, RuleError, make_rule, rule_scores
 from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.judges.store import VerdictStore
 from rubric_jax.rubrics.aggregation import aggregate_rubric
@@ -112,6 +112,11 @@ class RubricReward:
                     f"rubric {rubric.name!r}: dimension {dim.id!r} is an LLM dimension but no judge is "
                     "configured (give a judge checkpoint, or make it a rule dimension)"
                 )
+        if sum(rule.phrase_count() for rule in built.values()) > MAX_RUBRIC_PHRASES:
+            j = max(built, key=lambda k: built[k].phrase_count())
+            raise RubricError(f"rubric {rubric.name!r}: its rule dimensions search for more than {MAX_RUBRIC_PHRASES} "
+                              f"phrases in all (dimension {rubric.dimensions[j].id!r} alone has "
+                              f"{built[j].phrase_count()}); each is a search of every response")
         self._rules[rubric.content_hash] = built
         return built
 

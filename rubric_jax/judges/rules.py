@@ -11,9 +11,15 @@ markers) match on `text.fold` forms of both the response and the phrases (NFKC, 
 case folded), so `Fіrstly` with a Cyrillic і or fullwidth `Ｆｉｒｓｔｌｙ` is `firstly`.
 
 User regexes are bounded: the `regex` engine (Python `re` syntax and Unicode classes) searches with a
-timeout of REGEX_TIMEOUT_S per response, so a catastrophic pattern such as `(a+)+$` fails one score
-instead of hanging training; and counted repeats that the engine would expand at compile time
-(`a{1000000000}`) are refused when the rule is built.
+timeout of REGEX_TIMEOUT_S per response, and a rule's searches in one call share a budget of
+REGEX_CALL_BUDGET_S; the first search that runs out ends the rule's searches for that call, so a
+catastrophic pattern such as `(a+)+$` costs at most one timeout per call however many rows there are (its
+scores on the rows left are NaN with cause "regex_timeout", counted) instead of hanging training. Counted
+repeats that the engine would expand at compile time (`a{1000000000}`) are refused when the rule is built.
+
+Patterns are compiled once per rule (on first use, then kept on the instance), and phrase lists are capped
+(MAX_PHRASES per rule; reward.py caps a rubric's total at MAX_RUBRIC_PHRASES), so a rubric's size bounds
+its cost per row.
 
 Text units (`text_units`): every CJK character is one unit and every run of non-CJK letters is one
 word, so lengths count words for English and characters for Chinese (the LongBench-Write convention,
@@ -26,6 +32,7 @@ import abc
 import dataclasses
 import functools
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, NoReturn
 
@@ -41,6 +48,9 @@ _UNIT_RE = re.compile(rf"[{_CJK}]|(?:(?![{_CJK}])[^\W\d_])+(?:['’](?:(?![{_CJK
 _LATIN_EDGE_RE = re.compile(r"[A-Za-z0-9_]")
 MAX_INT_PARAM = 10**9  # integer rule parameters (lengths, n-gram sizes): larger ones overflow float64 maths
 REGEX_TIMEOUT_S = 0.5  # per search; a linear pattern needs well under a millisecond on a 16k-character response
+REGEX_CALL_BUDGET_S = 5.0  # all of one regex rule's searches in one call (each still at most REGEX_TIMEOUT_S)
+MAX_PHRASES = 1000  # keywords, disclaimer phrases or template markers of one rule: each is one search per row
+MAX_RUBRIC_PHRASES = 5000  # the same over all rule dimensions of one rubric (about 0.2 s per 3k-character row)
 MAX_REGEX_EXPANSION = 100_000  # pattern items after expanding counted repeats (about 0.2 s of compile time)
 _COUNT_RE = re.compile(r"\{(\d+)(?:,(\d*))?\}")
 
@@ -62,6 +72,8 @@ def _check_str(rule: str, param: str, value: Any) -> str:
 def _check_str_list(rule: str, param: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, (list, tuple)) or not value:
         _fail(rule, param, f"expected a non-empty list of strings, got {short_repr(value)}")
+    if len(value) > MAX_PHRASES:
+        _fail(rule, param, f"{len(value)} entries; at most {MAX_PHRASES} (each one is a search of every response)")
     for item in value:
         _check_str(rule, param, item)
     return tuple(value)
@@ -98,10 +110,21 @@ def phrase_pattern(phrase: str, ignore_case: bool = True) -> re.Pattern[str]:
     return re.compile(left + body + right, re.IGNORECASE if ignore_case else 0)
 
 
-def phrase_hits(responses: Sequence[str], phrases: Sequence[str], ignore_case: bool = True) -> np.ndarray:
-    """[N, K] bool: response n contains phrase k (see `phrase_pattern`), both in their `text.fold` form (without
-    case folding when not `ignore_case`)."""
-    patterns = [phrase_pattern(text_forms.fold(p, ignore_case), ignore_case) for p in phrases]
+def folded_pattern(phrase: str, ignore_case: bool = True) -> re.Pattern[str]:
+    """`phrase_pattern` of the phrase's `text.fold` form (without case folding when not `ignore_case`)."""
+    return phrase_pattern(text_forms.fold(phrase, ignore_case), ignore_case)
+
+
+def any_phrase_pattern(phrases: Sequence[str], ignore_case: bool = True) -> re.Pattern[str]:
+    """One regex that matches where any of `phrases` does (`folded_pattern` each): one search per response."""
+    return re.compile("|".join(f"(?:{folded_pattern(p, ignore_case).pattern})" for p in phrases),
+                      re.IGNORECASE if ignore_case else 0)
+
+
+def pattern_hits(responses: Sequence[str], patterns: Sequence[re.Pattern[str]], ignore_case: bool = True
+                 ) -> np.ndarray:
+    """[N, K] bool: the `text.fold` form of response n (without case folding when not `ignore_case`) matches
+    pattern k somewhere."""
     hits_NxK = np.zeros((len(responses), len(patterns)), dtype=bool)
     for n, text in enumerate(text_forms.fold(r, ignore_case) for r in responses):
         for k, pattern in enumerate(patterns):
@@ -154,6 +177,10 @@ class Rule(abc.ABC):
     def __call__(self, responses: Sequence[str]) -> np.ndarray:
         """Quality in [0, 1] per response (1 = the rule is fully satisfied), NaN = could not decide."""
 
+    def phrase_count(self) -> int:
+        """Phrases (keywords, markers) the rule searches each response for; counted against MAX_RUBRIC_PHRASES."""
+        return 0
+
 
 def rule_scores(rule: Rule, responses: Sequence[str], low: float, high: float) -> np.ndarray:
     """The rule's quality per response mapped linearly onto the scale [low, high] (float64 [N])."""
@@ -200,13 +227,17 @@ def regex_expansion(pattern: str) -> int:
     return sum(totals)
 
 
+_clock = time.monotonic  # the regex budget's clock (tests replace it)
+
+
 @_register("regex")
 @dataclasses.dataclass(frozen=True)
 class Regex(Rule):
     """1 if the pattern is found ("must") / not found ("must_not") anywhere in the response, else 0.
 
-    A search that runs past REGEX_TIMEOUT_S (catastrophic backtracking) gives NaN: a failed score with
-    cause "regex_timeout", never a hang and never a guessed 0 or 1.
+    A search that runs past REGEX_TIMEOUT_S (catastrophic backtracking), or past what is left of the call's
+    REGEX_CALL_BUDGET_S, gives NaN for that response and every later one of the call (not searched): failed
+    scores with cause "regex_timeout", never a hang and never a guessed 0 or 1.
     """
 
     pattern: str
@@ -231,14 +262,17 @@ class Regex(Rule):
         """The pattern compiled once (cached on the instance)."""
         return regex.compile(self.pattern, regex.VERSION0 | (regex.IGNORECASE if self.ignore_case else 0))
 
-    def _found(self, text: str) -> float:
-        try:
-            return float(self.compiled.search(text, timeout=REGEX_TIMEOUT_S) is not None)
-        except TimeoutError:
-            return np.nan
-
     def __call__(self, responses: Sequence[str]) -> np.ndarray:
-        found_N = np.array([self._found(r) for r in responses], dtype=np.float64)
+        found_N = np.full((len(responses),), np.nan)
+        deadline = _clock() + REGEX_CALL_BUDGET_S
+        for n, text in enumerate(responses):
+            timeout = min(REGEX_TIMEOUT_S, deadline - _clock())
+            if timeout <= 0:
+                break
+            try:
+                found_N[n] = self.compiled.search(text, timeout=timeout) is not None
+            except TimeoutError:
+                break  # it backtracks catastrophically, or the budget is spent: no more searches this call
         return found_N if self.mode == "must" else 1.0 - found_N
 
 
@@ -256,15 +290,21 @@ class Keywords(Rule):
         _check_choice(self.name, "mode", self.mode, ("any", "all", "none"))
         _check_bool(self.name, "ignore_case", self.ignore_case)
 
+    @functools.cached_property
+    def patterns(self) -> tuple[re.Pattern[str], ...]:
+        """Compiled once: one pattern per keyword for "all", one alternation of them all for "any"/"none"."""
+        if self.mode == "all":
+            return tuple(folded_pattern(w, self.ignore_case) for w in self.words)
+        return (any_phrase_pattern(self.words, self.ignore_case),)
+
     def __call__(self, responses: Sequence[str]) -> np.ndarray:
-        hits_NxK = phrase_hits(responses, self.words, self.ignore_case)
-        if self.mode == "any":
-            ok_N = hits_NxK.any(axis=1)
-        elif self.mode == "all":
-            ok_N = hits_NxK.all(axis=1)
-        else:
-            ok_N = ~hits_NxK.any(axis=1)
-        return ok_N.astype(np.float64)
+        hits_NxK = pattern_hits(responses, self.patterns, self.ignore_case)
+        if self.mode == "none":
+            return (~hits_NxK[:, 0]).astype(np.float64)
+        return hits_NxK.all(axis=1).astype(np.float64)  # "all": every keyword; "any": the one alternation
+
+    def phrase_count(self) -> int:
+        return len(self.words)
 
 
 DEFAULT_DISCLAIMERS = (
@@ -293,8 +333,16 @@ class Disclaimer(Rule):
     def __post_init__(self) -> None:
         object.__setattr__(self, "phrases", _check_str_list(self.name, "phrases", self.phrases))
 
+    @functools.cached_property
+    def pattern(self) -> re.Pattern[str]:
+        """All phrases as one alternation, compiled once."""
+        return any_phrase_pattern(self.phrases)
+
     def __call__(self, responses: Sequence[str]) -> np.ndarray:
-        return phrase_hits(responses, self.phrases).any(axis=1).astype(np.float64)
+        return pattern_hits(responses, [self.pattern])[:, 0].astype(np.float64)
+
+    def phrase_count(self) -> int:
+        return len(self.phrases)
 
 
 def count_length(text: str, unit: str) -> int:
@@ -389,15 +437,26 @@ class TemplatePhrases(Rule):
         if isinstance(self.templates, str) or not isinstance(self.templates, (list, tuple)) or not self.templates:
             _fail(self.name, "templates", f"expected a non-empty list of marker lists, got {self.templates!r}")
         checked = tuple(_check_str_list(self.name, "templates", t) for t in self.templates)
+        markers = sum(map(len, checked))
+        if markers > MAX_PHRASES:
+            _fail(self.name, "templates", f"{markers} markers in all; at most {MAX_PHRASES}")
         object.__setattr__(self, "templates", checked)
+
+    @functools.cached_property
+    def patterns(self) -> tuple[tuple[re.Pattern[str], ...], ...]:
+        """Each template's markers (their `text.fold` form), compiled once."""
+        return tuple(tuple(folded_pattern(m) for m in t) for t in self.templates)
 
     def matches(self, responses: Sequence[str]) -> np.ndarray:
         """[N] bool: the response contains some template's markers in order (both in their `text.fold` form)."""
-        compiled = [[phrase_pattern(text_forms.fold(m)) for m in t] for t in self.templates]
-        return np.array([any(_in_order(text_forms.fold(r), ps) for ps in compiled) for r in responses], dtype=bool)
+        return np.array([any(_in_order(text_forms.fold(r), ps) for ps in self.patterns) for r in responses],
+                        dtype=bool)
 
     def __call__(self, responses: Sequence[str]) -> np.ndarray:
         return (~self.matches(responses)).astype(np.float64)
+
+    def phrase_count(self) -> int:
+        return sum(map(len, self.templates))
 
 
 @_register("format")

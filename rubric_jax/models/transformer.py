@@ -28,6 +28,7 @@ the names to a mesh (rubric_jax.sharding.Layout); this module knows no mesh.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -125,6 +126,38 @@ def causal_padding_mask(input_mask_BxT: jax.Array) -> jax.Array:
     t = input_mask_BxT.shape[-1]
     causal_TxT = jnp.tril(jnp.ones((t, t), dtype=bool))
     return causal_TxT[None, :, :] & input_mask_BxT.astype(bool)[:, None, :]
+
+
+def _gathered_names(names: tuple[str | None, ...]) -> tuple[str | None, ...]:
+    """A weight's logical names with `embed` (FSDP's split) unsplit: the layout a dot reads it in."""
+    return tuple("activation_embed" if n == "embed" else n for n in names)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3))
+def for_compute(w: jax.Array, names: tuple[str | None, ...], dtype: Any, shard: ShardActivation) -> jax.Array:
+    """A weight with logical axis `names` made ready for its dots: cast to the compute `dtype` in its own layout,
+    then laid out whole along `embed` by `shard` (tensor-parallel splits kept); its gradient goes back to the
+    weight's own layout, then its dtype.
+
+    Why: under FSDP this pins the weight's all-gather after the cast, in the forward and in a rematerialised
+    backward alike (with the cast left to XLA, the 7B update's backward gathered the float32 master weights,
+    184 GiB per update), and the gradient's way back to one reduce-scatter (the transpose of a plain sharding
+    constraint all-reduces it). XLA reduces the gradient in the dtype the dot made it in: bf16 for the layers'
+    bf16 dots, float32 for the vocabulary projection's float32-accumulating one. benchmarks/AOT_RESULTS.md."""
+    return shard(shard(w.astype(dtype), names), _gathered_names(names))
+
+
+def _for_compute_fwd(w: jax.Array, names: tuple[str | None, ...], dtype: Any, shard: ShardActivation
+                     ) -> tuple[jax.Array, jax.Array]:
+    return for_compute(w, names, dtype, shard), jnp.zeros((), w.dtype)  # the residual only carries the dtype
+
+
+def _for_compute_bwd(names: tuple[str | None, ...], dtype: Any, shard: ShardActivation, like: jax.Array,
+                     g: jax.Array) -> tuple[jax.Array]:
+    return (shard(g.astype(like.dtype), names),)
+
+
+for_compute.defvjp(_for_compute_fwd, _for_compute_bwd)
 
 
 def _param(rngs: nnx.Rngs | None, shape: tuple[int, ...], dtype: Any, names: tuple[str | None, ...],
@@ -248,6 +281,8 @@ class Transformer(nnx.Module):
         def layer(carry, xs):
             x_BxTxD, cache = carry
             params, index = xs
+            if cache is None:  # a teacher-forced forward over the stacked (under FSDP: split) weights
+                params = self._compute_weights(params)
 
             def attend(attn: Params, h_BxTxD: jax.Array):
                 return attention(cfg, attn, h_BxTxD, cos_BxTxH, sin_BxTxH, mask_BxTxS, cache, index, cache_index,
@@ -285,7 +320,7 @@ class Transformer(nnx.Module):
 
         def layer(carry, params):
             x_UxPxD, x_BxTxD = carry
-            params = self._unsplit(params)
+            params = self._compute_weights(params)
 
             def attend_prefix(attn: Params, h_UxPxD: jax.Array):
                 q, k_UxKxPxH, v_UxKxPxH = _qkv(cfg, attn, h_UxPxD, cos_UxPxH, sin_UxPxH, length_split=True)
@@ -317,18 +352,19 @@ class Transformer(nnx.Module):
         """An activation (default: the residual stream) in the layout given at construction (else unchanged)."""
         return x_BxTxD if self.shard_activation is None else self.shard_activation(x_BxTxD, axes)
 
-    def _unsplit(self, layer_params: Params) -> Params:
-        """One layer's weights constrained to their layout with `embed` unsplit (named `activation_embed`),
-        so a forward that runs them twice (prefixes, then continuations) all-gathers an FSDP-split weight
-        once, not once per use; tensor-parallel axes keep their split. Unchanged without a layout."""
+    def _compute_weights(self, layer_params: Params) -> Params:
+        """One layer's weights as its dots read them (`for_compute`: in the compute dtype, whole along `embed`),
+        so an FSDP-split weight is all-gathered once per layer in the compute dtype, also when a forward runs it
+        twice (prefixes, then continuations), and its gradient reduce-scattered once. Without a layout only the
+        cast."""
+        dtype = jnp.dtype(self.cfg.compute_dtype)
         if self.shard_activation is None:
-            return layer_params
+            return jax.tree.map(lambda w: w.astype(dtype), layer_params)
         logical = nnx.to_pure_dict(jax.tree.map(lambda v: nnx.get_partition_spec(v).get_value(),
                                                 nnx.state(self.layers, nnx.Param),
                                                 is_leaf=lambda x: isinstance(x, nnx.Variable)))
-        return jax.tree.map(lambda w, names: self.shard_activation(
-            w, tuple("activation_embed" if n == "embed" else n for n in names[1:])), layer_params, logical,
-            is_leaf=lambda x: isinstance(x, jax.Array))
+        return jax.tree.map(lambda w, names: for_compute(w, tuple(names[1:]), dtype, self.shard_activation),
+                            layer_params, logical, is_leaf=lambda x: isinstance(x, jax.Array))
 
     def _final_norm(self, x_BxTxD: jax.Array) -> jax.Array:
         return rms_norm(x_BxTxD, self.norm.scale[...], self.cfg.rms_norm_eps)
@@ -339,14 +375,23 @@ class Transformer(nnx.Module):
 
     def logits_from_hidden(self, h_BxTxD: jax.Array) -> jax.Array:
         """Float32 logits from hidden states through the LM head (or the tied embedding)."""
+        return jnp.einsum("BTD,DV->BTV", h_BxTxD, self.vocab_slice(0, 1), preferred_element_type=jnp.float32)
+
+    def vocab_slice(self, i: jax.Array | int, n: int) -> jax.Array:
+        """The LM head's (or tied embedding's) projection of vocabulary ids i, i + n, i + 2n, ...: [D, V / n] in
+        the compute dtype, as a dot reads it (`for_compute`); n must divide V. Strided, so that a vocabulary split
+        over `tensor` stays split alike in every slice (`grpo.chunked_token_logprobs` runs the slices in turn)."""
         if self.cfg.is_classifier:
             raise ValueError("this model is a sequence classifier (a score head, no LM head): use sequence_logits")
-        if self.cfg.tie_word_embeddings:
-            w_DxV = self.embed_tokens.embedding[...].T
-        else:
-            w_DxV = self.lm_head.kernel[...]
-        return jnp.einsum("BTD,DV->BTV", h_BxTxD, w_DxV.astype(h_BxTxD.dtype),
-                          preferred_element_type=jnp.float32)
+        if self.cfg.vocab_size % n:
+            raise ValueError(f"vocab_slice(i, n={n}): n must divide the vocabulary size {self.cfg.vocab_size}")
+        w_DxV = self.embed_tokens.embedding[...].T if self.cfg.tie_word_embeddings else self.lm_head.kernel[...]
+        d, v = w_DxV.shape
+        w_DxS = jax.lax.dynamic_index_in_dim(w_DxV.reshape(d, v // n, n), i, axis=2, keepdims=False)
+        dtype = jnp.dtype(self.cfg.compute_dtype)
+        if self.shard_activation is None:
+            return w_DxS.astype(dtype)
+        return for_compute(w_DxS, ("embed", "vocab"), dtype, self.shard_activation)
 
     def sequence_logits(self, tokens_BxT: jax.Array, positions_BxT: jax.Array, mask_BxTxS: jax.Array) -> jax.Array:
         """Float32 classifier logits [B, C]: the score head on the final-norm hidden state of each row's

@@ -199,3 +199,107 @@ def cross_duplicates(queries: Sequence[str], corpus: Sequence[str], threshold: f
         jaccard_C = inter_C / (len(values_K) + sizes_C - inter_C)
         hits.extend((q, int(c), float(jaccard_C[c])) for c in np.nonzero(jaccard_C >= threshold)[0])
     return hits
+
+
+# ------------------------------------------------------------------------------------------ semantic
+# Near-duplicate questions that share meaning but few characters ("How do I reset my password?" / "How can I reset
+# my password?": character 3-gram Jaccard 0.62, under the 0.7 threshold). Two signals, either one marks a pair:
+#   words      Jaccard of the content words: folded words (rubric_jax/text.fold) minus function words
+#              (EN_FUNCTION_WORDS), a plural -s stripped; Chinese text minus its function words (ZH_FUNCTION_WORDS),
+#              then character bigrams of each remaining run (a one-character run counts as itself). Paraphrases that
+#              swap function words keep their content words; questions that differ in one content word do not.
+#   embedding  cosine of sentence embeddings (rubric_jax/prepare/embedding.py) from a model the caller loads.
+# Measured on tests/fixtures/dedup/paraphrase_pairs.jsonl (24 paraphrase and 24 near-topic non-paraphrase pairs, EN
+# and ZH; docs/data.md "Semantic deduplication"): words at 0.7 have precision 1.0 and recall 0.25; the shipped tiny
+# models' embeddings rank non-paraphrases above paraphrases (AUC < 0.5), so no embedding model is a default.
+EN_FUNCTION_WORDS = frozenset("""
+a an the i me my mine we us our ours you your yours he him his she her hers it its they them their theirs this that
+these those am is are was were be been being do does did doing done have has had having can could will would shall
+should may might must how what when where why which who whom whose whether if then than so and or but not no nor of
+to in on at by for with from about into onto over under as up down out off again there here any some all each every
+both either neither too very just also only own same such get got please ok okay s t don doesn didn isn aren wasn
+weren hasn haven hadn can't won wouldn shouldn couldn
+""".split())
+ZH_FUNCTION_WORDS = (
+    "为什么", "怎么样", "怎么办", "能不能", "可不可以", "什么", "怎么", "怎样", "如何", "哪里", "哪儿", "可以", "应该", "需要",
+    "一般", "通常", "我们", "你们", "他们", "时候", "的话", "还是", "或者", "已经", "现在", "一下", "这个", "那个",
+    "我", "你", "他", "她", "它", "的", "了", "吗", "呢", "吧", "啊", "呀", "么", "是", "在", "有", "和", "与", "就", "都", "也",
+    "很", "还", "要", "会", "能", "该", "把", "被", "给", "让", "到", "这", "那", "个", "些", "得", "着", "过", "又", "再", "才",
+    "对", "从", "向", "以", "之", "其", "或", "及", "而", "且", "但", "若",
+)
+_ZH_FUNCTION_RE = re.compile("|".join(map(re.escape, sorted(ZH_FUNCTION_WORDS, key=len, reverse=True))))
+_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_WORD = re.compile(r"[^\W_]+")
+
+
+def content_words(text: str) -> frozenset[str]:
+    """The content words of `text` (see the comment above): what two phrasings of one question still share."""
+    folded = _ZH_FUNCTION_RE.sub(" ", text_forms.fold(text))
+    words: set[str] = set()
+    for token in _WORD.findall(folded):
+        for run in _CJK_RUN.findall(token):
+            words.update(run[i:i + 2] for i in range(max(1, len(run) - 1)))
+        for latin in _CJK_RUN.split(token):
+            if latin and latin not in EN_FUNCTION_WORDS:
+                words.add(latin[:-1] if len(latin) > 3 and latin.endswith("s") and not latin.endswith("ss") else latin)
+    return frozenset(words)
+
+
+@dataclasses.dataclass(frozen=True)
+class SemanticPair:
+    """`removed` means what the earlier, kept `kept` means: its content-word Jaccard and embedding cosine (None
+    without embeddings); `signal` names what reached its threshold ("words" or "embedding")."""
+
+    kept: int
+    removed: int
+    signal: str
+    word_jaccard: float
+    cosine: float | None
+
+
+def semantic_duplicates(texts: Sequence[str], word_threshold: float, embeddings_NxD: np.ndarray | None = None,
+                        embedding_threshold: float = 1.0) -> tuple[list[int], list[SemanticPair]]:
+    """(indices kept, pairs removed): each text is dropped when an earlier kept one reaches `word_threshold` in
+    content-word Jaccard (0 = the signal is off) or, with unit-length `embeddings_NxD`, `embedding_threshold` in
+    cosine; the kept text with the highest Jaccard (then cosine) is named."""
+    if not 0.0 <= word_threshold <= 1.0 or not -1.0 <= embedding_threshold <= 1.0:
+        raise DedupError(f"semantic thresholds: words in [0, 1], embedding cosine in [-1, 1]; got {word_threshold}, "
+                         f"{embedding_threshold}")
+    if embeddings_NxD is not None and len(embeddings_NxD) != len(texts):
+        raise DedupError(f"{len(embeddings_NxD)} embeddings for {len(texts)} texts")
+    postings: dict[str, list[int]] = {}
+    words = [content_words(t) for t in texts]
+    kept: list[int] = []
+    pairs: list[SemanticPair] = []
+    for i, words_i in enumerate(words):
+        shared: dict[int, int] = {}
+        for word in words_i:
+            for k in postings.get(word, ()):
+                shared[k] = shared.get(k, 0) + 1
+        jaccard_K = np.array([shared.get(k, 0) / max(len(words_i) + len(words[k]) - shared.get(k, 0), 1)
+                              for k in kept])
+        cosine_K = (embeddings_NxD[kept] @ embeddings_NxD[i] if embeddings_NxD is not None and kept
+                    else np.full(len(kept), np.nan))
+        by_words = word_threshold > 0 and jaccard_K.size and jaccard_K.max() >= word_threshold
+        by_embedding = embeddings_NxD is not None and cosine_K.size and cosine_K.max() >= embedding_threshold
+        if by_words or by_embedding:
+            best = int(np.argmax(jaccard_K if by_words else cosine_K))
+            cosine = None if embeddings_NxD is None else float(cosine_K[best])
+            pairs.append(SemanticPair(kept[best], i, "words" if by_words else "embedding", float(jaccard_K[best]),
+                                      cosine))
+            continue
+        kept.append(i)
+        for word in words_i:
+            postings.setdefault(word, []).append(i)
+    return kept, pairs
+
+
+def precision_recall(scores_P: np.ndarray, paraphrase_P: np.ndarray, threshold: float) -> dict[str, float | int]:
+    """Precision and recall of "duplicate when score >= threshold" on labelled pairs (a threshold's report)."""
+    predicted_P = np.asarray(scores_P) >= threshold
+    truth_P = np.asarray(paraphrase_P, bool)
+    tp, fp = int((predicted_P & truth_P).sum()), int((predicted_P & ~truth_P).sum())
+    fn = int((~predicted_P & truth_P).sum())
+    return {"threshold": threshold, "precision": tp / (tp + fp) if tp + fp else float("nan"),
+            "recall": tp / (tp + fn) if tp + fn else float("nan"), "true_positives": tp, "false_positives": fp,
+            "pairs": int(truth_P.size)}

@@ -51,6 +51,10 @@ class PrepareConfig:
     dedup_threshold: float = 0.7  # n-gram Jaccard at which two questions are duplicates
     ngram: int = 3  # character n-gram size
     num_perm: int = 128  # MinHash signature length
+    semantic_words: float = 0.7  # content-word Jaccard at which two questions mean the same (dedup.py; 0 = off)
+    semantic_model: str = ""  # HF model directory whose mean-pooled embeddings also mark duplicates ("" = none)
+    semantic_tokenizer: str = ""  # its tokenizer directory ("" = the model directory)
+    semantic_cosine: float = 0.95  # embedding cosine at which two questions mean the same (with semantic_model)
     seed: int = 0  # MinHash functions, split and mix sampling
     overwrite: bool = False  # replace an existing OUT/NAME
 
@@ -73,6 +77,13 @@ def _check_settings(config: PrepareConfig, log: Callable[[str], None]
             raise PrepareError(f"--{flag}={getattr(config, flag)}: expected a non-negative integer")
     if not 0.0 < config.dedup_threshold <= 1.0:
         raise PrepareError(f"--dedup_threshold={config.dedup_threshold}: expected a number in (0, 1]")
+    if not 0.0 <= config.semantic_words <= 1.0:
+        raise PrepareError(f"--semantic_words={config.semantic_words}: expected a number in [0, 1] (0 = off)")
+    if not -1.0 <= config.semantic_cosine <= 1.0:
+        raise PrepareError(f"--semantic_cosine={config.semantic_cosine}: expected a cosine in [-1, 1]")
+    for flag in ("semantic_model", "semantic_tokenizer"):
+        if getattr(config, flag) and not Path(getattr(config, flag)).is_dir():
+            raise PrepareError(f"--{flag}={getattr(config, flag)}: directory does not exist")
     if config.ngram < 1 or config.num_perm < 1:
         raise PrepareError(f"--ngram={config.ngram} and --num_perm={config.num_perm} must be >= 1")
     if config.num_perm > MAX_NUM_PERM:  # the signatures take num_perm x 8 bytes per question
@@ -168,6 +179,28 @@ def _label(rows: list[SourceRow], scores: Path | None, input_ids: set[str], rena
                 "score_ids_not_in_input_first": [pii.scrub_pii(qid)[0] for qid in unknown[:5]]}
     info["counts"] = dict(collections.Counter(r.row.get("difficulty") or "unlabelled" for r in rows))
     return rows, info
+
+
+def _semantic_dedup(rows: list[SourceRow], config: PrepareConfig, log: Callable[[str], None]
+                    ) -> tuple[list[SourceRow], dict[str, Any]]:
+    """Rows left after the semantic step (dedup.semantic_duplicates: content words, and embeddings of
+    `semantic_model` when given), and its report entry."""
+    questions = [r.row["question"] for r in rows]
+    embeddings = None
+    if config.semantic_model:
+        from rubric_jax.prepare.embedding import embed, load_embedder  # JAX loads only when a model is given
+
+        embedder = load_embedder(config.semantic_model, config.semantic_tokenizer or None, seed=config.seed)
+        embeddings = embed(embedder, questions)
+    kept, pairs = dedup.semantic_duplicates(questions, config.semantic_words, embeddings, config.semantic_cosine)
+    log(f"semantic dedup: {len(pairs)} removed ({sum(p.signal == 'words' for p in pairs)} by content words), "
+        f"{len(kept)} rows left")
+    info = {"in": len(rows), "words_threshold": config.semantic_words, "model": config.semantic_model or None,
+            "cosine_threshold": config.semantic_cosine if config.semantic_model else None,
+            "pairs": [{"kept_id": rows[p.kept].row["id"], "removed_id": rows[p.removed].row["id"], "signal": p.signal,
+                       "word_jaccard": round(p.word_jaccard, 4),
+                       "cosine": None if p.cosine is None else round(p.cosine, 4)} for p in pairs]}
+    return [rows[i] for i in kept], info
 
 
 def _held_out(rows: list[SourceRow], config: PrepareConfig) -> tuple[dict[str, list[SourceRow]], list[dict]]:
@@ -332,6 +365,10 @@ def prepare(config: PrepareConfig, log: Callable[[str], None] = print) -> dict[s
     steps.append({"step": "dedup", "in": len(rows), "out": len(kept)})
     rows = [rows[i] for i in kept]
     log(f"dedup: {len(pairs)} duplicates removed ({dedup_info['exact_removed']} exact), {len(rows)} rows left")
+
+    rows, semantic_info = _semantic_dedup(rows, config, log)
+    steps.append({"step": "semantic dedup", "in": semantic_info["in"], "out": len(rows)})
+    dedup_info["semantic"] = semantic_info
 
     rows, difficulty_info = _label(rows, config.scores, input_ids, renamed)
     splits, leaks = _held_out(rows, config)

@@ -47,6 +47,16 @@ def render(report: Mapping[str, Any]) -> str:
                 ""]
         if len(dedup["pairs"]) > len(shown):
             out += [f"({len(dedup['pairs']) - len(shown)} more in report.json)", ""]
+    semantic = dedup.get("semantic")
+    if semantic is not None:
+        model = (f"; embedding cosine >= {semantic['cosine_threshold']} of {semantic['model']}" if semantic["model"]
+                 else "")
+        out += [f"Semantic: content-word Jaccard >= {semantic['words_threshold']}{model}: removed "
+                f"{len(semantic['pairs'])}.", ""]
+        if semantic["pairs"]:
+            shown = semantic["pairs"][:MAX_PAIRS_SHOWN]
+            cells = [[p["kept_id"], p["removed_id"], p["signal"], p["word_jaccard"], p["cosine"]] for p in shown]
+            out += [_table(["kept", "removed", "signal", "content-word Jaccard", "cosine"], cells), ""]
     out += ["## Difficulty", "", f"Labels from {difficulty['source']}: " +
             ", ".join(f"{k} {v}" for k, v in sorted(difficulty["counts"].items())) + ".", ""]
     if mix["ratio"] is not None:

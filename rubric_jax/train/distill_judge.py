@@ -68,6 +68,15 @@ class DistillConfig:
             raise ValueError(f"distill config: warmup_steps ({self.warmup_steps}) must be below steps ({self.steps})")
 
 
+def check_measurement(model_cfg: ModelConfig, max_new_tokens: int, flag: str = "max_new_tokens") -> None:
+    """The held-out measurement's verdict budget leaves the judge room for a prompt (llm_judge.load_judge's
+    rule); checked before training, which a failure after it would waste. The message names `flag`."""
+    context = model_cfg.max_position_embeddings
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or not 1 <= max_new_tokens < context:
+        raise ValueError(f"{flag}={max_new_tokens!r}: expected an integer in [1, {context - 1}] (the student's "
+                         f"{context}-token context holds the judge prompt and the verdict)")
+
+
 def prompt_buckets(model_cfg: ModelConfig) -> tuple[int, ...]:
     """Prompt widths in steps of PROMPT_BUCKET_STEP that leave room for the longest verdict in the model's context
     (a batch pads to the smallest that holds its longest prompt; each width compiles the step once)."""
@@ -224,6 +233,7 @@ def distill(model_cfg: ModelConfig, start: loader.Weights | None, tokenizer: Any
         raise FileExistsError(f"{out}: already exists; distil into a new directory")
     if not heldout_items:
         raise ValueError("distill: no held-out items to measure the student on")
+    check_measurement(model_cfg, max_new_tokens)
     layout = default_layout()
     trained, losses = train(model_cfg, start, tokenizer, train_items, cfg, layout, progress=progress)
     out.parent.mkdir(parents=True, exist_ok=True)

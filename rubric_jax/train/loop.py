@@ -143,7 +143,15 @@ def run(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
     settings = run_settings.validate(config)
     monitors.thresholds(config.monitor)  # the alert thresholds fail here too, before anything is written
     workdir = run_workdir.check_usable(workdir)
-    experiment = build(config, workdir, settings)
+    experiment = build(config, workdir, settings)  # reads only
+    # One writer per workdir: process 0 holds its lock until the run ends (the OS drops it on any death).
+    with run_workdir.exclusive(workdir) if distributed.is_writer() else contextlib.nullcontext():
+        _run(experiment)
+
+
+def _run(experiment: Run) -> None:
+    """`run` once the config, the workdir and the data check out and this process may write the workdir."""
+    config, workdir, settings = experiment.config, experiment.workdir, experiment.settings
     run_workdir.check_resume(workdir, rubric_hash=experiment.rubric_hash,
                              updates_per_batch=config.rl.updates_per_batch, keep=config.checkpoint.keep)
     if distributed.is_writer():
@@ -207,6 +215,7 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
     tokenizer_dir = _existing_dir(config.model.tokenizer or model_dir, tokenizer_key, "tokenizer")
     judge_dirs = [_existing_dir(path, "judge.checkpoint", "judge") for path in settings.judge.checkpoints]
     model_cfg = run_settings.model_config(config)
+    run_settings.check_positions(config, settings, model_cfg.max_position_embeddings)
     layout, decode_layout, decode_dtype = layouts(config, model_cfg)
     try:
         tokenizer = load_tokenizer(tokenizer_dir)
@@ -221,7 +230,7 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
         _check_rollouts_divide(config.rl, layout.mesh)
         distributed.check_divides(config.rl.questions_per_step, "rl.questions_per_step")
         distributed.check_divides(len(eval_questions), "eval.max_questions (the eval questions used)")
-        _check_prompts_fit(tokenizer, model_cfg, settings, train_questions + eval_questions)
+        _check_prompts_fit(tokenizer, settings, train_questions + eval_questions)
     golden = golden_set.load_golden(config.data.golden, config.data.tfds_dir, shared_rubric, train_questions,
                                     eval_questions, config.data.golden_max_jaccard) if config.data.golden else None
     if golden is not None:
@@ -267,20 +276,14 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
                               open_logs=lambda: log.writer), judge_store=judge_store)
 
 
-def _check_prompts_fit(tokenizer: Any, model_cfg: ModelConfig, settings: Settings,
-                       questions: Sequence[data.Question]) -> None:
-    """Every question's chat prompt fits config.data.max_prompt_len and, with the longest response,
-    the model's positions: checked at load time, naming the file and line, not mid-GRPO."""
+def _check_prompts_fit(tokenizer: Any, settings: Settings, questions: Sequence[data.Question]) -> None:
+    """Every question's chat prompt fits config.data.max_prompt_len: checked at load time, naming the file and
+    line, not mid-GRPO (with the longest response it then fits the model's positions: settings.check_positions)."""
     limit = max(settings.train_rollout.prompt_buckets)
-    new_tokens = max(settings.train_rollout.max_new_tokens, settings.eval_rollout.max_new_tokens)
     for question, ids in zip(questions, data.encode_prompts(tokenizer, [q.question for q in questions])):
         if len(ids) > limit:
             raise data.DataError(f"{question.source}: question {question.id!r} is {len(ids)} tokens as a chat "
                                  f"prompt; config.data.max_prompt_len allows {limit}")
-        if len(ids) + new_tokens > model_cfg.max_position_embeddings:
-            raise data.DataError(
-                f"{question.source}: question {question.id!r} ({len(ids)} prompt tokens) + max_new_tokens "
-                f"({new_tokens}) exceeds the model's max_position_embeddings ({model_cfg.max_position_embeddings})")
 
 
 def _check_judge_prompts_fit(config: ml_collections.ConfigDict, judges: Sequence[Judge], judge_spec: JudgeSpec,
@@ -661,6 +664,7 @@ def grpo_iteration(run_: Run, programs: run_programs.GRPOPrograms, state: train_
                 "zero_std_frac": signal.zero_std_frac, "response_len/mean": float(out.lengths_N.mean()),
                 "truncated_frac": float(out.truncated_N.mean()), **signal.metrics, **dynamic_row}
     host_row.update(monitors.step_monitors([s["response"] for s in out.samples], out.lengths_N, scored))
+    host_row.update(run_.watch.redundancy(scored.dimension_ids, scored.scores, scored.valid))
     if run_.dynamic_weights is not None:
         host_row.update(run_.dynamic_weights.update(scored.dimension_ids, scored.scores, scored.valid))
 
@@ -731,6 +735,8 @@ def run_grpo(run_: Run, init_params: Any) -> dict[str, Any]:
         nonlocal ref_params, baseline
         if restored is not None and run_.dynamic_weights is not None:
             run_.dynamic_weights.load_json(restored.extra["dynamic_weights"])
+        if restored is not None:
+            run_.watch.load_scores_json(restored.extra.get("redundancy_window", []))
         iterator_state = data.IteratorState.from_dict(restored.data_state) if restored else data.IteratorState(
             seed=run_.config.seed)
         ref_params = load_reference(run_, state, iterator_state).params if rl.beta > 0 else None
@@ -753,7 +759,8 @@ def run_grpo(run_: Run, init_params: Any) -> dict[str, Any]:
 
     def checkpoint_extra() -> dict[str, Any]:
         weights = {} if run_.dynamic_weights is None else {"dynamic_weights": run_.dynamic_weights.to_json()}
-        return {"updates_per_batch": settings.updates_per_batch, **weights}
+        return {"updates_per_batch": settings.updates_per_batch, **weights,
+                "redundancy_window": run_.watch.scores_to_json()}
 
     def grpo_step(state, questions, step, draw):
         if lr_drop is not None:  # rl.lr_on_oscillation: the factor the logged rewards decide for this update

@@ -15,6 +15,12 @@ Every GRPO metrics row gets these keys, whatever the rubric's dimensions (shape 
                                   / (judge_prompts + judge_prompt_too_long); 1 when every one failed)
   monitor/<m>/window_mean          for the windowed monitors (WINDOWED): the mean of <m> over the last
                                   `config.monitor.window_steps` GRPO steps (NaN until that many exist)
+  monitor/saturation/<d>/rise     the saturation's mean over the last window minus its mean over the run's first
+                                  window (steps 1-W; NaN before step W): penalty and gate dimensions sit at their top
+                                  level from step 1 by design, so the alert reads how far a dimension climbed there
+  monitor/redundancy/<a>__<b>     Spearman of dimensions a and b over the rollouts of the last window (RubricRL §2.1
+                                  MECE: near 1 = one thing measured twice; Watch.redundancy, calibration/redundancy.py);
+                                  a pair constant in the window, or sharing too few rows, is not written
 A value that does not exist (no judge answers, a constant column, no valid score) is NaN ("nan" in
 metrics.jsonl), never 0. A value past its `config.monitor` threshold (CHECKS) is an alert: one line in
 <workdir>/alerts.jsonl {"step", "stage", "metric", "value", "threshold", "op", "message", "time"} and
@@ -43,6 +49,7 @@ import numpy as np
 import tqdm
 
 from rubric_jax import distributed, metrics, text
+from rubric_jax.calibration.redundancy import PAIR_SEPARATOR, pairwise_spearman
 from rubric_jax.calibration.stats import spearman
 from rubric_jax.judges.reward import RewardOutput
 from rubric_jax.judges.rules import TemplatePhrases
@@ -57,18 +64,27 @@ class Check:
 
     field: str
     pattern: str
-    words: str  # the metric in the log line; "{}" is replaced by the dimension id, "{window}" by window_words
-    kind: str
+    words: str  # the metric in the log line; "{}" is replaced by a dimension id, "{window}" by window_words,
+    # "{first}" by the run's first window ("steps 1-10")
+    kind: str  # "max" (fires above), "min" (below) or "at_least" (at or above)
     bounds: tuple[float, float]
 
 
-WINDOWED = ("monitor/template_share", "monitor/reward_length_corr")  # alerts on their rolling means
+WINDOWED = ("monitor/template_share", "monitor/reward_length_corr", "zero_std_frac")  # alerts on their rolling means
 WINDOW_FIELD = "window_steps"  # config.monitor's window of WINDOWED (a positive int)
+_SATURATION = re.compile(r"^monitor/saturation/[^/]+$")  # a dimension's per-step saturation (its rise is alerted)
+REDUNDANCY_PREFIX = "monitor/redundancy/"
+MIN_REDUNDANCY_ROWS = 16  # fewer rollouts scoring both dimensions in the window: no Spearman is written
+_OPS = {"max": ">", "min": "<", "at_least": ">="}
 CHECKS = (
     Check("max_template_share", r"^monitor/template_share/window_mean$", "template share{window}", "max", (0.0, 1.0)),
     Check("max_length_drift", r"^monitor/length_drift$", "length drift", "max", (0.0, math.inf)),
-    Check("max_saturation", r"^monitor/saturation/(.+)$", "saturation of {}", "max", (0.0, 1.0)),
+    Check("max_saturation_rise", r"^monitor/saturation/(.+)/rise$", "saturation rise of {}{window} over {first}",
+          "max", (0.0, 1.0)),
     Check("max_missing_share", r"^monitor/missing/(.+)$", "missing scores of {}", "max", (0.0, 1.0)),
+    Check("max_zero_std_frac", r"^zero_std_frac/window_mean$", "zero-std group share{window}", "max", (0.0, 1.0)),
+    Check("max_redundancy", rf"^{REDUNDANCY_PREFIX}(.+?){PAIR_SEPARATOR}(.+)$",
+          "redundancy: Spearman of {} and {}{window}", "at_least", (-1.0, 1.0)),
     Check("max_reward_length_corr", r"^monitor/reward_length_corr/window_mean$",
           "reward-length correlation{window}", "max", (-1.0, 1.0)),
     Check("max_judge_parse_failure", r"^monitor/judge_parse_failure$", "judge parse failures", "max", (0.0, 1.0)),
@@ -135,30 +151,43 @@ def window_words(step: int, window: int) -> str:
     return "" if window == 1 else f", mean of steps {step - window + 1}-{step}"
 
 
+def _fires(kind: str, value: float, limit: float) -> bool:
+    return {"max": value > limit, "min": value < limit, "at_least": value >= limit}[kind]
+
+
 def find_alerts(step: int, stage: str, row: Mapping[str, Any], limits: Mapping[str, float],
                 window: int = 1) -> list[Alert]:
     """Every metric of `row` past its threshold, in CHECKS order then by metric name (NaN never fires); `window` is
     the steps behind the row's window means (named in their alert lines)."""
     alerts = []
+    first = "step 1" if window == 1 else f"steps 1-{window}"
     for check in CHECKS:
         limit = limits[check.field]
         for key in sorted(row):
             match = re.match(check.pattern, key)
             value = metrics.scalar_value(row[key]) if match else None
-            if value is None or math.isnan(value) or not (value > limit if check.kind == "max" else value < limit):
+            if value is None or math.isnan(value) or not _fires(check.kind, value, limit):
                 continue
-            op = ">" if check.kind == "max" else "<"
-            words = check.words.format(*match.groups(), window=window_words(step, window))
-            digits = next((d for d in range(2, 7) if f"{value:.{d}f}" != f"{limit:.{d}f}"), 6)  # never "0.40 > 0.40"
+            op = _OPS[check.kind]
+            words = check.words.format(*match.groups(), window=window_words(step, window), first=first)
+            digits = next((d for d in range(2, 7) if f"{value:.{d}f}" != f"{limit:.{d}f}"),
+                          6 if value != limit else 2)  # never "0.40 > 0.40"
             message = f"alert step {step}: {words} {value:.{digits}f} {op} {limit:.{digits}f}"
             alerts.append(Alert(step, stage, key, value, limit, op, message))
     return alerts
 
 
+def _finite_mean(values: Sequence[float]) -> float:
+    """The mean of the finite values (NaN when there is none)."""
+    finite = [v for v in values if math.isfinite(v)]
+    return math.fsum(finite) / len(finite) if finite else math.nan
+
+
 class Watch:
-    """The run's monitors over steps: the first GRPO step's length and the last `window` steps' values of the
-    WINDOWED monitors (read back from metrics.jsonl on resume, which the trainer trims to its checkpoint first),
-    the alert checks, alerts.jsonl and the log lines."""
+    """The run's monitors over steps: the first GRPO step's length, the last `window` steps' values of the
+    WINDOWED monitors and of each dimension's saturation, the saturation over the run's first window (all read back
+    from metrics.jsonl on resume, which the trainer trims to its checkpoint first), the last `window` steps' scores
+    (redundancy), the alert checks, alerts.jsonl and the log lines."""
 
     def __init__(self, limits: Mapping[str, float], workdir: str | Path, window: int = 1,
                  log: Callable[[str], None] = tqdm.tqdm.write, open_logs: Callable[[], Any] = lambda: None):
@@ -169,7 +198,9 @@ class Watch:
         self.open_logs = open_logs  # the trainer's RunLog cuts the logs back to its checkpoint when opened
         self.metrics_path = Path(workdir) / metrics.METRICS_FILE
         self.first_length: float | None = None
-        self.recent: dict[str, collections.deque[float]] | None = None  # WINDOWED key -> its last `window` values
+        self.recent: dict[str, collections.deque[float]] | None = None  # windowed key -> its last `window` values
+        self.first_window: dict[str, list[float]] = {}  # saturation key -> its values at steps 1..window
+        self.scores: collections.deque[tuple[list[str], np.ndarray]] = collections.deque(maxlen=window)
 
     def _logged_grpo_rows(self, step: int) -> list[dict[str, Any]]:
         """The GRPO rows before `step` in metrics.jsonl: read at the first GRPO row this process observes, after a
@@ -178,39 +209,74 @@ class Watch:
         rows = metrics.read_jsonl_metrics(self.metrics_path) if self.metrics_path.exists() else []
         return [r for r in rows if r.get("stage") == "grpo" and r["step"] < step]
 
-    def _remember(self, row: Mapping[str, Any]) -> None:
-        """Appends a GRPO row's WINDOWED values to the window (NaN for a missing one)."""
-        for key in WINDOWED:
+    def _remember(self, step: int, row: Mapping[str, Any]) -> None:
+        """Appends a GRPO row's WINDOWED values (NaN for a missing one) and saturations to the window, and to the
+        first window while `step` is in it."""
+        for key in (*WINDOWED, *(k for k in row if _SATURATION.match(k))):
             value = metrics.scalar_value(row.get(key))
-            self.recent[key].append(math.nan if value is None else value)
+            value = math.nan if value is None else value
+            self.recent.setdefault(key, collections.deque(maxlen=self.window)).append(value)
+            if _SATURATION.match(key) and step <= self.window:
+                self.first_window.setdefault(key, []).append(value)
 
-    def _window_means(self, row: Mapping[str, Any]) -> dict[str, float]:
+    def _window_means(self, step: int, row: Mapping[str, Any]) -> dict[str, float]:
         """monitor/<m>/window_mean of each WINDOWED monitor: the mean of its finite values over this step and the
-        `window` - 1 before it (NaN before `window` steps exist, or when none of them is finite)."""
-        self._remember(row)
+        `window` - 1 before it (NaN before `window` steps exist, or when none of them is finite); and each
+        saturation's rise: its window mean minus its mean over steps 1..window."""
+        self._remember(step, row)
         means = {}
         for key, values in self.recent.items():
-            finite = [v for v in values if math.isfinite(v)]
-            full = len(values) == self.window
-            means[f"{key}/window_mean"] = math.fsum(finite) / len(finite) if full and finite else math.nan
+            mean = _finite_mean(values) if len(values) == self.window else math.nan
+            if key in WINDOWED:
+                means[f"{key}/window_mean"] = mean
+            elif key in row:  # a saturation of this step's dimensions
+                means[f"{key}/rise"] = mean - _finite_mean(self.first_window.get(key, []))
         return means
 
+    def redundancy(self, dimension_ids: Sequence[str], scores_NxD: np.ndarray, valid_NxD: np.ndarray
+                   ) -> dict[str, float]:
+        """monitor/redundancy/<a>__<b>: Spearman of two dimensions' scores over the rollouts of this step and the
+        `window` - 1 before it (nothing before `window` steps: the window is held in memory, so a resumed run
+        refills it); a pair constant over the window, or scored together on fewer than MIN_REDUNDANCY_ROWS
+        rollouts, is left out."""
+        self.scores.append((list(dimension_ids), np.where(valid_NxD, scores_NxD, np.nan)))
+        if len(self.scores) < self.window:
+            return {}
+        ids = list(dict.fromkeys(d for step_ids, _ in self.scores for d in step_ids))
+        columns = {d: np.concatenate([s_NxD[:, step_ids.index(d)] if d in step_ids else np.full(len(s_NxD), np.nan)
+                                      for step_ids, s_NxD in self.scores]) for d in ids}
+        return {f"{REDUNDANCY_PREFIX}{p.a}{PAIR_SEPARATOR}{p.b}": p.value for p in pairwise_spearman(columns)
+                if p.value is not None and p.n >= MIN_REDUNDANCY_ROWS}
+
+    def scores_to_json(self) -> list[dict[str, Any]]:
+        """The redundancy window's scores (NaN as null), saved in a checkpoint's metadata so a resumed run computes
+        the same monitor/redundancy values as an uninterrupted one."""
+        return [{"ids": ids, "scores": [[None if math.isnan(v) else v for v in row] for row in s_NxD.tolist()]}
+                for ids, s_NxD in self.scores]
+
+    def load_scores_json(self, saved: Sequence[Mapping[str, Any]]) -> None:
+        """Restores `scores_to_json`'s output."""
+        self.scores.clear()
+        for entry in saved:
+            s_NxD = np.array(entry["scores"], dtype=np.float64).reshape(-1, len(entry["ids"]))
+            self.scores.append((list(entry["ids"]), s_NxD))
+
     def observe(self, step: int, row: dict[str, Any]) -> dict[str, Any]:
-        """`row` (with its "stage"), plus monitor/length_drift and the window means on GRPO rows; its alerts are
-        appended to alerts.jsonl and logged. Call before writing the row."""
+        """`row` (with its "stage"), plus monitor/length_drift, the window means and saturation rises on GRPO
+        rows; its alerts are appended to alerts.jsonl and logged. Call before writing the row."""
         if row["stage"] == "grpo":
             if self.recent is None:  # the first GRPO row this process sees: a resume reads the steps before it
                 logged = self._logged_grpo_rows(step) if step > 1 else []
                 first = [r["response_len/mean"] for r in logged if r["step"] == 1]
                 self.first_length = first[0] if first else None
-                self.recent = {key: collections.deque(maxlen=self.window) for key in WINDOWED}
-                for earlier in logged[-(self.window - 1):] if self.window > 1 else []:
-                    self._remember(earlier)
+                self.recent = {}
+                for earlier in logged:
+                    self._remember(earlier["step"], earlier)
             length = float(row["response_len/mean"])
             if self.first_length is None:
                 self.first_length = length
             row = {**row, "monitor/length_drift": length / self.first_length - 1.0 if self.first_length else math.nan,
-                   **self._window_means(row)}
+                   **self._window_means(step, row)}
         found = find_alerts(step, row["stage"], row, self.limits, self.window)
         if found:
             self.open_logs()

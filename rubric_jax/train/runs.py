@@ -11,10 +11,18 @@ from pathlib import Path
 import ml_collections
 
 from rubric_jax import files, loader, metrics, sharding
+from rubric_jax.rubrics.checks import short_repr
 from rubric_jax.train import checkpointing, export, settings as run_settings
 
+REPO_ROOT = Path(__file__).resolve().parents[2]  # what the shipped configs' relative asset paths are relative to
 BEST_BY = "eval/reward_mean"  # the held-out reward the trainer logs at each eval (train/loop.py)
 WHICH = run_settings.EXPORT_WHICH
+# What export and evaluation read of a run's config.json: (key, type, smallest value for an integer).
+_READ_KEYS = (("model.checkpoint", str, None), ("model.config_json", str, None), ("model.tokenizer", str, None),
+              ("model.param_dtype", str, None), ("model.compute_dtype", str, None), ("model.remat", bool, None),
+              ("model.scan_layers", bool, None), ("model.attention", str, None), ("checkpoint.keep", int, 1),
+              ("rl.updates_per_batch", int, 1))
+_PATH_KEYS = ("model.checkpoint", "model.config_json", "model.tokenizer")
 
 
 class RunError(ValueError):
@@ -31,21 +39,61 @@ class RunCheckpoint:
 
 
 def run_config(workdir: Path) -> ml_collections.ConfigDict:
-    """The resolved config a training run wrote (workdir/config.json)."""
+    """The resolved config a training run wrote (workdir/config.json), its keys that export and evaluation read
+    checked, and its relative paths resolved (`_resolve_path`)."""
     path = workdir / "config.json"
     if not path.is_file():
         raise RunError(f"{path}: not a training run directory (no config.json)")
     try:
-        return ml_collections.ConfigDict(json.loads(path.read_text(encoding="utf-8")))
-    except json.JSONDecodeError as e:
-        raise RunError(f"{path}: not valid JSON ({e.msg})") from None
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise RunError(f"{path}: not valid JSON ({getattr(e, 'msg', str(e)[:200])})") from None
+    if not isinstance(raw, dict):
+        raise RunError(f"{path}: expected the JSON object experiments.run writes, got {type(raw).__name__}")
+    for key, kind, minimum in _READ_KEYS:
+        node: object = raw
+        for part in key.split("."):
+            node = node.get(part, KeyError) if isinstance(node, dict) else KeyError
+        if node is KeyError:
+            raise RunError(f"{path}: has no {key} (not a config experiments.run wrote)")
+        if not isinstance(node, kind) or (kind is int and (isinstance(node, bool) or node < minimum)):
+            expected = "an integer >= 1" if kind is int else kind.__name__
+            raise RunError(f"{path}: {key}={short_repr(node)}: expected {expected}")
+    config = ml_collections.ConfigDict(raw)
+    for key in _PATH_KEYS:
+        block, field = key.split(".")
+        config[block][field] = _resolve_path(path, key, config[block][field])
+    return config
+
+
+def _resolve_path(config_path: Path, key: str, value: str) -> str:
+    """A path stored in a run's config.json, usable from here: as stored when absolute, empty or present
+    relative to the current directory, else relative to the repository root (the shipped configs' paths are);
+    else one line saying which path and why."""
+    if not value or Path(value).is_absolute() or Path(value).exists():
+        return value
+    if (REPO_ROOT / value).exists():
+        return str(REPO_ROOT / value)
+    raise RunError(f"{config_path}: {key}={value!r} is relative to the directory the run started in and exists "
+                   f"neither here ({Path.cwd()}) nor under the repository root ({REPO_ROOT}); run from that directory")
 
 
 def run_checkpoints(workdir: Path, config: ml_collections.ConfigDict) -> list[RunCheckpoint]:
     """Every kept checkpoint of the run's stages (sft, grpo), with the eval reward logged at its step."""
     metrics_path = workdir / metrics.METRICS_FILE
-    rows = metrics.read_jsonl_metrics(metrics_path) if metrics_path.is_file() else []
-    evals = {row["step"]: row[BEST_BY] for row in rows if row.get("stage") == "eval" and BEST_BY in row}
+    try:
+        rows = metrics.read_jsonl_metrics(metrics_path) if metrics_path.is_file() else []
+    except ValueError as e:  # names the file and line
+        raise RunError(str(e)) from None
+    evals = {}
+    for row in rows:
+        if row.get("stage") == "eval" and BEST_BY in row:
+            step, value = row["step"], row[BEST_BY]
+            number = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+            if isinstance(step, bool) or not isinstance(step, int) or not number:
+                raise RunError(f"{metrics_path}: an eval row with step={short_repr(step)}, {BEST_BY}="
+                               f"{short_repr(value)}: expected an integer step and a number")
+            evals[step] = value
     found = []
     for stage in run_settings.STAGES:
         directory = workdir / "checkpoints" / stage

@@ -275,8 +275,8 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
     _sampler(config, "eval.sampler")
     for block in ("sft", "rl"):  # the schedule total is known later (cosine needs it): any valid length here
         optimizer_config(config[block], _get(config, f"{block}.warmup_steps") + 1, block)
+    _sampler(config, "rl.sampler")  # before the GRPO objective, which reads its temperature
     grpo_cfg = grpo_config(config.rl) if "grpo" in stages else None
-    _sampler(config, "rl.sampler")
     buckets = lambda max_len: data.length_buckets(max_len, config.data.length_buckets)  # noqa: E731
     prompts = buckets(config.data.max_prompt_len)
     train = RolloutSpec(config.rl.sampler, config.rl.group_size, config.rl.max_new_tokens, prompts,
@@ -291,3 +291,19 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
                     config.rl.recompute_old_logprobs,
                     config.rl.updates_per_batch,
                     config.log.samples_per_step, config.eval.every_steps, reward_model_config(config), judge)
+
+
+def check_positions(config: ml_collections.ConfigDict, settings: Settings, max_positions: int) -> None:
+    """Every padded batch a stage builds (the largest prompt bucket plus the largest response bucket) fits
+    the model's `max_positions`; else one line naming the response key that overflows (a batch padded past
+    the positions fails mid-run, or exhausts device memory, after minutes of start-up)."""
+    prompt = max(settings.train_rollout.prompt_buckets)
+    budgets = [("sft.max_response_len", settings.sft_response_buckets)] if "sft" in settings.stages else []
+    if "grpo" in settings.stages:
+        budgets += [("rl.max_new_tokens", settings.train_rollout.response_buckets),
+                    ("eval.max_new_tokens", settings.eval_rollout.response_buckets)]
+    for key, buckets in budgets:
+        if prompt + max(buckets) > max_positions:
+            _fail(key, _get(config, key), f"responses pad to {max(buckets)} tokens after prompts of up to {prompt} "
+                  f"(config.data.max_prompt_len's bucket): {prompt + max(buckets)} positions, more than the model's "
+                  f"max_position_embeddings ({max_positions})")

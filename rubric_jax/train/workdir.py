@@ -9,13 +9,19 @@ dropping the rows a killed run wrote past the checkpoint the stages resumed from
 what a kill mid-write leaves), and the TensorBoard scalars past it, so a resumed run writes exactly what
 an uninterrupted one writes. In a multi-process job only process 0 writes the run files and logs (the
 others' `RunLog.write` does nothing); every process reads them once process 0 has cut them back.
+
+One process at a time: `exclusive(workdir)` holds an flock on <workdir>/.lock for the run's life (process 0
+of a job), so a second run or resume of the same workdir exits with one line naming the holder's pid instead
+of writing beside it; the OS releases the lock when the holder dies, `kill -9` included.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +32,7 @@ from rubric_jax.train import checkpointing
 
 STAGE_ORDER = {"sft": 0, "grpo": 1, "eval": 1}  # log rows sort by (stage order, step); eval rows are GRPO's
 CONFIG_FILE, RUBRIC_YAML, RUBRIC_JSON = "config.json", "rubric.yaml", "rubric.json"
+LOCK_FILE = ".lock"  # flock'ed by the process writing the workdir; holds its pid
 LOG_FILES = (metrics.METRICS_FILE, metrics.SAMPLES_FILE, metrics.ALERTS_FILE)  # step-keyed jsonl logs cut back on resume
 
 
@@ -43,6 +50,30 @@ def check_usable(workdir: str | Path) -> Path:
     except OSError as e:
         raise ValueError(f"--workdir={workdir}: cannot write there ({e.strerror}: {e.filename})") from None
     return workdir
+
+
+class WorkdirBusy(ValueError):
+    """Another live process holds the workdir's lock."""
+
+
+@contextlib.contextmanager
+def exclusive(workdir: Path, flag: str = "--workdir") -> Iterator[None]:
+    """Holds an exclusive lock on `workdir` (flock on <workdir>/.lock, which records this pid) for the block;
+    raises WorkdirBusy naming the holder's pid when another process holds it. The descriptor is not
+    inherited by child processes, and the OS drops the lock when this process dies in any way."""
+    fd = os.open(workdir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            raise WorkdirBusy(f"{flag}={workdir}: in use by another process (pid {holder}); wait for it to end or "
+                              "stop it, or use another directory") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def checkpoint_dir(workdir: Path, stage: str) -> Path:
