@@ -18,6 +18,10 @@ Flow for a batch of rows (question, response, the row's LLM dimensions):
             one process judging all rows (a sampling judge's noise depends on where a row sits in a call);
   ensemble: judges (different params or base models, RubricRL 6.2 / 7) are combined per score by the
             mean of the valid ones, or weighted by agreement with the other judges.
+  backend:  a judge's answers come from sampling.generate in this process, or from an OpenAI-compatible
+            endpoint (`Judge.http`, judges/http_backend.py: its requests are this process's own, no call is
+            global); everything above is the same for both, and an endpoint that gives no answer after its
+            HTTP retries fails the sample with cause "judge_http_error" (never re-prompted).
 
 A slot is one (row, dimension) score; a request covers a contiguous range of slots. Arrays below are
 indexed [J judges, S samples, L slots]. Randomness (nonces, anchor orders, sampling) comes only from
@@ -34,6 +38,7 @@ import jax
 import numpy as np
 
 from rubric_jax import data, distributed, loader, sampling, sharding
+from rubric_jax.judges.http_backend import COMMON_SPECIAL_TOKENS, Answer, summarize
 from rubric_jax.judges.parser import parse_verdict
 from rubric_jax.judges.prompts import JudgePrompt, compact_single_prompt, multi_prompt, single_prompt
 from rubric_jax.judges.spec import MODES, JudgeSpec
@@ -42,7 +47,8 @@ from rubric_jax.rubrics.schema import Dimension
 
 # Why a judge score is missing: the prompt does not fit the judge's context (never sent), the reply hit
 # max_new_tokens, or the reply had no parseable verdict.
-FAILURE_CAUSES = ("judge_prompt_too_long", "judge_truncated", "judge_invalid_verdict")
+# An HTTP judge's endpoint that gave no answer after its retries: judge_http_error.
+FAILURE_CAUSES = ("judge_prompt_too_long", "judge_truncated", "judge_invalid_verdict", "judge_http_error")
 GenerateFn = Callable[..., Any]  # sampling.generate's signature (see the sampler contract)
 MAX_PROMPT_TOKENS = 4096  # longest judge prompt sent (capped by the judge's context); longer ones are counted
 
@@ -50,17 +56,19 @@ MAX_PROMPT_TOKENS = 4096  # longest judge prompt sent (capped by the judge's con
 @dataclasses.dataclass(frozen=True)
 class Judge:
     """One judge model: its Weights in `layout` (default: one device), its tokenizer (with chat
-    template) and generation settings."""
+    template) and generation settings; or, with `http`, an endpoint that answers its prompts (weights None,
+    tokenizer optional: the served model's, for prompt lengths and the special tokens fenced out)."""
 
     name: str
     weights: loader.Weights | None
     tokenizer: Any
-    generate_fn: GenerateFn
+    generate_fn: GenerateFn | None
     sampler: str = "temperature(0.7)"
     max_new_tokens: int = 256
     max_prompt_tokens: int = MAX_PROMPT_TOKENS
     layout: sharding.Layout | None = None
     batch_size: int = 0  # most prompts per generate call (0: all of a round in one call)
+    http: Any = None  # http_backend.HttpJudgeClient: answers prompts instead of generate_fn
 
     def __post_init__(self) -> None:
         sampling.parse_sampler(self.sampler)
@@ -68,6 +76,8 @@ class Judge:
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise ValueError(f"judge {self.name!r}: {field} must be an integer >= {minimum}, got {value!r}")
+        if self.http is not None and self.tokenizer is None:
+            return
         if self.tokenizer.pad_token_id is None or self.tokenizer.eos_token_id is None:
             raise ValueError(f"judge {self.name!r}: tokenizer needs pad and eos tokens")
         if not self.tokenizer.chat_template:
@@ -159,11 +169,12 @@ def _run_judge(
     """Scores [S, L] for one judge: NaN where a sample never produced a valid verdict, whose cause
     (FAILURE_CAUSES) is written into `causes_SxL`."""
     scores_SxL = np.full((config.samples, num_slots), np.nan)
-    reserved = special_tokens(judge.tokenizer)
+    reserved = special_tokens(judge.tokenizer) if judge.tokenizer is not None else list(COMMON_SPECIAL_TOKENS)
     pending = [(r, s) for r in range(len(requests)) for s in range(config.samples)]
     # A prompt's nonce and anchor order come from its global request index (this process's requests follow
     # the earlier processes'), so they do not depend on how the rows are split over processes.
     first_request = distributed.rows_before(len(requests))
+    answer_fn = _answer_over_http if judge.http is not None else _answer_in_process
     for round_index, round_key in enumerate(jax.random.split(key, config.max_retries + 1)):
         prompt_key, gen_key = jax.random.split(round_key)
         prompts = [
@@ -171,46 +182,27 @@ def _run_judge(
                           host_rng(prompt_key, first_request + r, s), reserved)
             for r, s in pending
         ]
-        ids = data.encode_chats(judge.tokenizer, [p.messages for p in prompts]) if prompts else []
-        fits = [len(x) <= judge.max_prompt_tokens for x in ids]
-        stats["judge_prompt_too_long"] += fits.count(False)
-        for (r, s), ok in zip(pending, fits):
-            if not ok:
-                first = requests[r].first_slot
-                causes_SxL[s, first : first + len(requests[r].dims)] = "judge_prompt_too_long"
-        sent = [i for i, ok in enumerate(fits) if ok]
+        answers = answer_fn(judge, prompts, gen_key, stats)
+        sent = [a for a in answers if a.cause != "judge_prompt_too_long"]
+        stats["judge_prompt_too_long"] += len(answers) - len(sent)
         if round_index > 0:
             stats["judge_retried"] += len(sent)
-        # The round's generate calls are global: every process makes as many, each with as many prompts.
-        (most_sent,) = distributed.max_over_processes(len(sent))
-        if not most_sent:
-            break
-        chunk = judge.batch_size or most_sent
-        texts, truncated = [], []
-        for c, start in enumerate(range(0, most_sent, chunk)):
-            mine = [ids[i] for i in sent[start:start + chunk]]
-            filler = [[judge.tokenizer.eos_token_id]] * (min(chunk, most_sent - start) - len(mine))  # read by no one
-            result = judge.generate_fn(
-                judge.weights, mine + filler,
-                key=gen_key if c == 0 else jax.random.fold_in(gen_key, c), n=1,
-                max_new_tokens=judge.max_new_tokens, sampler=judge.sampler,
-                stop_tokens=[judge.tokenizer.eos_token_id], pad_id=judge.tokenizer.pad_token_id, layout=judge.layout,
-            )
-            stats["judge_generate_calls"] += 1
-            texts += data.decode_responses(judge.tokenizer, result, keep_special_tokens=False)[:len(mine)]
-            truncated += list(np.asarray(result.finish_reason) == sampling.FINISH_LENGTH)[:len(mine)]
         stats["judge_prompts"] += len(sent)
         still_invalid = []
-        for i, text, cut in zip(sent, texts, truncated):
-            r, s = pending[i]
-            verdict = parse_verdict(text, prompts[i].keys, prompts[i].ranges)
+        for (r, s), prompt, answer in zip(pending, prompts, answers):
+            first = requests[r].first_slot
+            if answer.cause:  # never answered: not re-prompted
+                causes_SxL[s, first : first + len(requests[r].dims)] = answer.cause
+                if answer.error and len(stats.setdefault("judge_http_error_examples", [])) < 5:
+                    stats["judge_http_error_examples"].append(f"{judge.name}: {answer.error}")
+                continue
+            cut = answer.finish == sampling.FINISH_LENGTH
+            verdict = parse_verdict(answer.text, prompt.keys, prompt.ranges)
             if verdict.valid and not cut:
-                first = requests[r].first_slot
                 scores_SxL[s, first : first + len(requests[r].dims)] = (
                     verdict.scores[::-1] if config.reverse_order else verdict.scores)
                 continue
             reason = "truncated at max_new_tokens" if cut else verdict.reason
-            first = requests[r].first_slot
             cause = "judge_truncated" if cut else "judge_invalid_verdict"
             causes_SxL[s, first : first + len(requests[r].dims)] = cause
             stats["judge_invalid"] += 1
@@ -219,6 +211,55 @@ def _run_judge(
             still_invalid.append((r, s))
         pending = still_invalid
     return scores_SxL
+
+
+def _fitting(judge: Judge, prompts: Sequence[JudgePrompt]) -> tuple[list[list[int]], list[bool]]:
+    """Each prompt's token ids with the judge's chat template, and whether it fits max_prompt_tokens."""
+    ids = data.encode_chats(judge.tokenizer, [p.messages for p in prompts]) if prompts else []
+    return ids, [len(x) <= judge.max_prompt_tokens for x in ids]
+
+
+def _answer_in_process(judge: Judge, prompts: Sequence[JudgePrompt], gen_key: jax.Array,
+                       stats: dict[str, Any]) -> list[Answer]:
+    """The answers of one round from `judge.generate_fn`, in generate calls that every process joins (see the
+    module docstring); a prompt over max_prompt_tokens is not sent."""
+    ids, fits = _fitting(judge, prompts)
+    sent = [i for i, ok in enumerate(fits) if ok]
+    # The round's generate calls are global: every process makes as many, each with as many prompts.
+    (most_sent,) = distributed.max_over_processes(len(sent))
+    chunk = judge.batch_size or most_sent
+    texts, finishes = [], []
+    for c, start in enumerate(range(0, most_sent, chunk or 1)):
+        mine = [ids[i] for i in sent[start:start + chunk]]
+        filler = [[judge.tokenizer.eos_token_id]] * (min(chunk, most_sent - start) - len(mine))  # read by no one
+        result = judge.generate_fn(
+            judge.weights, mine + filler,
+            key=gen_key if c == 0 else jax.random.fold_in(gen_key, c), n=1,
+            max_new_tokens=judge.max_new_tokens, sampler=judge.sampler,
+            stop_tokens=[judge.tokenizer.eos_token_id], pad_id=judge.tokenizer.pad_token_id, layout=judge.layout,
+        )
+        stats["judge_generate_calls"] += 1
+        texts += data.decode_responses(judge.tokenizer, result, keep_special_tokens=False)[:len(mine)]
+        finishes += [str(f) for f in np.asarray(result.finish_reason)][:len(mine)]
+    answers = [Answer(cause="judge_prompt_too_long")] * len(prompts)
+    for i, text, finish in zip(sent, texts, finishes):
+        answers[i] = Answer(text, finish)
+    return answers
+
+
+def _answer_over_http(judge: Judge, prompts: Sequence[JudgePrompt], gen_key: jax.Array,
+                      stats: dict[str, Any]) -> list[Answer]:
+    """The answers of one round from the judge's endpoint (this process's prompts only; `gen_key` is unused:
+    the endpoint samples); with a local tokenizer, a prompt over max_prompt_tokens is not sent."""
+    del gen_key
+    fits = _fitting(judge, prompts)[1] if judge.tokenizer is not None else [True] * len(prompts)
+    sent = [i for i, ok in enumerate(fits) if ok]
+    answers = [Answer(cause="judge_prompt_too_long")] * len(prompts)
+    replies = judge.http.answer([prompts[i].messages for i in sent], sampler=judge.sampler,
+                                max_tokens=judge.max_new_tokens, stats=stats)
+    for i, reply in zip(sent, replies):
+        answers[i] = reply
+    return answers
 
 
 def combine_judges(scores_JxL: np.ndarray, ranges_Lx2: np.ndarray, ensemble: str) -> np.ndarray:
@@ -276,6 +317,7 @@ def judge_rows(
         scores_SxL = _run_judge(judge, config, requests, questions, responses, num_slots, judge_key, stats,
                                 causes_JxSxL[j])
         per_judge.append(scores_SxL)
+    summarize(stats)  # an HTTP judge's latencies -> percentiles
     scores_JxSxL = np.stack(per_judge)
     valid_JxSxL = ~np.isnan(scores_JxSxL)
     any_valid_JxL = valid_JxSxL.any(axis=1)
