@@ -204,7 +204,7 @@ def prepare(benchmark_name: str, data_dir: Path, data_file: str | None, limit: i
     if not cases:
         raise EvalInputError(f"--data_dir={data_dir}: no {benchmark.name} cases to evaluate")
     needs_judge = [(c.rubric, d) for c in cases for d in c.rubric.dimensions if d.kind == "llm"]
-    if needs_judge and not judge.checkpoints:
+    if needs_judge and not judge.has_judge:
         if not benchmark.judge_optional:
             rubric, dim = needs_judge[0]
             raise EvalInputError(f"--judge.checkpoint: {benchmark.name} is scored by an LLM judge (rubric "

@@ -130,6 +130,11 @@ class JudgeSpec:
             raise JudgeSpecError(e.field, e.value, e.why, where) from None
         return dataclasses.replace(spec, mode=mode) if mode == BENCHMARK_MODE else spec
 
+    @property
+    def has_judge(self) -> bool:
+        """Whether this spec judges LLM dimensions at all: a checkpoint in process, or an endpoint."""
+        return bool(self.checkpoints) or self.backend == "openai"
+
     def for_benchmark(self, benchmark_mode: str) -> JudgeSpec:
         """`mode=benchmark` replaced by the benchmark's prescribed mode; any other mode is kept."""
         return dataclasses.replace(self, mode=benchmark_mode) if self.mode == BENCHMARK_MODE else self
