@@ -86,7 +86,8 @@ class Batcher:
         with self.lock:
             sizes = list(self.batch_sizes)
         return {"generate_calls": len(sizes), "prompts": int(sum(sizes)),
-                "mean_batch": float(np.mean(sizes)) if sizes else 0.0, "max_batch": max(sizes, default=0)}
+                "mean_batch": float(np.mean(sizes)) if sizes else 0.0, "max_batch": max(sizes, default=0),
+                "traces": sum(sampling.TRACES.values())}  # a new batch or length bucket compiles (seconds)
 
     def _collect(self) -> list[tuple[Job, Future]]:
         batch = [self.jobs.get()]
@@ -108,6 +109,7 @@ class Batcher:
                 groups.setdefault((job.sampler, job.n), []).append((job, future))
             for (sampler, n), group in groups.items():
                 calls += 1
+                start = time.perf_counter()
                 try:
                     choices = self._generate([job for job, _ in group], sampler, n, jax.random.fold_in(self.key, calls))
                 except Exception as e:  # the worker must outlive one failed call; the requests get a 500
@@ -117,7 +119,8 @@ class Batcher:
                     continue
                 with self.lock:
                     self.batch_sizes.append(len(group))
-                log.info("generate call %d: batch %d (n=%d, %s)", calls, len(group), n, sampler)
+                log.info("generate call %d: batch %d (n=%d, %s) in %.3f s, %d traces so far", calls, len(group), n,
+                         sampler, time.perf_counter() - start, sum(sampling.TRACES.values()))
                 for (_, future), mine in zip(group, choices):
                     future.set_result(mine)
 
