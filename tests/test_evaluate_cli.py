@@ -15,6 +15,7 @@ from test_importers import FIXTURES, _real
 from test_llm_judge import scripted_model, tiny_tokenizer
 
 from rubric_jax.evaluation import longbench_write
+from rubric_jax.judges.spec import JudgeSpec, judge_hash
 from rubric_jax.models.checkpoint import export_hf_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,8 +54,8 @@ def test_longbench_write_end_to_end(tmp_path, models):
     out = run / "eval" / "longbench_write"  # a report may live inside the run directory
     proc = finish(start("--benchmark=longbench_write", f"--data_dir={EVAL_FIXTURES}",
                         "--data_file=longbench_write_mini.jsonl", "--limit=2", f"--workdir={run}", "--which=best",
-                        "--prompt_format=think_answer", "--max_new_tokens=12", f"--judge_checkpoint={judge}",
-                        "--judge_mode=single", "--judge_sampler=greedy", "--judge_max_new_tokens=6", f"--out={out}",
+                        "--prompt_format=think_answer", "--max_new_tokens=12", f"--judge.checkpoint={judge}",
+                        "--judge.mode=per_dimension", "--judge.sampler=greedy", "--judge.max_new_tokens=6", f"--out={out}",
                         "--mesh=1,1,1"))
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUTS)  # no temporary files left behind
@@ -75,6 +76,11 @@ def test_longbench_write_end_to_end(tmp_path, models):
     assert scores["S"] == pytest.approx((scores["S_l"] + scores["S_q"]) / 2)
     assert summary["counts"]["generated"] == 2 and summary["counts"]["format_ok"] == 0
     assert summary["judge_counters"]["judge_prompts"] == 12 and summary["judge_counters"]["judge_generate_calls"] == 1
+    # The judge is configs/judges/longbench_write.py (the benchmark's: 1 sample, 3 retries) with the flags on top.
+    recorded = summary["judge"]["spec"]
+    assert (recorded["mode"], recorded["samples"], recorded["max_retries"], recorded["max_new_tokens"]) == (
+        "per_dimension", 1, 3, 6)
+    assert summary["judge"]["hash"] == judge_hash(JudgeSpec.from_config(recorded)) and summary["calibration"] is None
     assert "| S_q (quality) | 75.00 |" in (out / "table.md").read_text()
     assert (out / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads(proc.stdout.strip().splitlines()[-1])["scores"]["S_q"] == pytest.approx(75.0)
@@ -127,6 +133,9 @@ def _bad_input(tmp_path, case, models):
                 "--data_file=longbench_write_mini.jsonl", f"--out={EVAL_FIXTURES}"]
     if case == "llm_benchmark_without_judge":
         return ["--benchmark=biggen", f"--data_dir={FIXTURES}", "--data_file=biggen_mini.jsonl", f"--out={out}", *model]
+    if case == "bad_judge_field":
+        return [*lb, *model, f"--data_dir={EVAL_FIXTURES}", "--data_file=longbench_write_mini.jsonl",
+                "--judge.max_retries=-1"]
     if case == "missing_checkpoint":
         return [*lb, f"--data_dir={EVAL_FIXTURES}", "--data_file=longbench_write_mini.jsonl",
                 f"--checkpoint={tmp_path / 'nope'}"]
@@ -146,7 +155,8 @@ BAD_INPUT = {
     "judgements_malformed_row": ["judgements.csv:5: field 'checklist_scores'", "[1.0, 2.0]"],
     "missing_judgements": ["none.csv: file does not exist"],
     "out_is_input": ["fixtures/evaluate: is also an input"],
-    "llm_benchmark_without_judge": ["--judge_checkpoint: biggen is scored by an LLM judge", "dimension 'criteria'"],
+    "llm_benchmark_without_judge": ["--judge.checkpoint: biggen is scored by an LLM judge", "dimension 'criteria'"],
+    "bad_judge_field": ["--judge.max_retries=-1: expected an integer >= 0"],
     "missing_checkpoint": ["--checkpoint=", "nope: directory does not exist"],
     "checkpoint_and_workdir": ["give exactly one of --checkpoint"],
 }

@@ -112,11 +112,11 @@ class CalibrationCheck:
             f"calibration: no LLM-judged dimension in use; {self.report} covers nothing here"]
 
     def record(self) -> dict[str, Any]:
-        """What a run records of it (rubric.json): the report, its sha256 and each dimension's status."""
+        """What a run records of it (rubric.json): the report, its sha256 and the status of each LLM dimension
+        (one entry per distinct text of a dimension id: the tiny default words politeness in two languages)."""
         return {"report": self.report, "report_sha256": self.report_sha256, "judge_hash": self.judge_hash,
-                "covered": self.ok, "dimensions": {d.dimension: {
-                    "calibrated": d.calibrated, "flagged": d.flagged, "spearman": d.spearman,
-                    "differences": list(d.differences)} for d in self.dimensions}}
+                "covered": self.ok, "dimensions": [{**dataclasses.asdict(d), "differences": list(d.differences)}
+                                                   for d in self.dimensions]}
 
 
 def _read_report(path: str, where: str) -> tuple[dict[str, Any], bytes]:
