@@ -20,6 +20,7 @@ import numpy as np
 from rubric_jax import data, files, metrics
 from rubric_jax.evaluation import biggen, healthbench, hellobench, longbench_write, report, rubric_set
 from rubric_jax.evaluation.results import FINISH_PROMPT_TOO_LONG, Answer, Benchmark, EvalInputError
+from rubric_jax.judges.http_backend import HTTP_COUNTERS
 from rubric_jax.rubrics.importers import RubricCase
 from rubric_jax.rubrics.schema import Rubric
 
@@ -38,7 +39,7 @@ JUDGE_ANSWERS_PER_PASS = 64  # answers per reward call (one batched judge pass; 
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 # RubricReward's judge counters summed over the judge passes into summary.json (llm_judge.judge_rows).
 JUDGE_COUNTERS = ("judge_prompts", "judge_generate_calls", "judge_invalid", "judge_retried", "judge_prompt_too_long",
-                  "judge_scores", "judge_failed_samples", "judge_failed_scores")
+                  "judge_scores", "judge_failed_samples", "judge_failed_scores", *HTTP_COUNTERS)
 
 
 @dataclasses.dataclass(frozen=True)
