@@ -239,3 +239,15 @@ def test_token_buckets_hold_requests_and_tokens_to_their_per_minute_rates():
     assert http_backend.request_options("greedy", 5)["temperature"] == 0.0
     assert http_backend.request_options("nucleus(0.9, 0.5)", 5) == {
         "max_tokens": 5, "n": 1, "temperature": 0.5, "top_p": 0.9}
+
+
+def test_a_served_judge_holds_no_weights_in_the_runs_memory_plan():
+    """The dry run's memory plan counts an in-process judge's weights and none for an endpoint (whose local
+    checkpoint is only its tokenizer)."""
+    from configs import tiny
+    from rubric_jax import aot
+
+    config = tiny.get_config()
+    assert [name for name, _ in aot.judge_configs(config, aot.CPU)] == ["tiny_judge"]
+    config.judge.backend, config.judge.base_url, config.judge.model = "openai", "http://127.0.0.1:1/v1", "tiny_judge"
+    assert aot.judge_configs(config, aot.CPU) == []
