@@ -92,7 +92,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.mesh.data = 1  # Data-parallel axis size.
     c.mesh.fsdp = -1  # Fully-sharded axis size (-1: all devices left).
     c.mesh.tensor = 1  # Tensor-parallel axis size.
-    # Decode layout of rollouts over the same devices (judges have their own: judge.tensor) (verl's 3D-HybridEngine idea): the
+    # Decode layout of rollouts over the same devices (verl's 3D-HybridEngine idea; judges have their own, judge.tensor): the
     # policy is resharded to it once per rollout, so no decode step all-gathers an FSDP weight.
     c.mesh.rollout = ml_collections.ConfigDict()
     c.mesh.rollout.tensor = 1  # Tensor-parallel group (consecutive devices of one host); the rest replicate. Must divide the heads and KV heads.

@@ -11,9 +11,9 @@
 
 Teachers (rubric_jax/judges/distill_data.py): `rules` scores each listed rule dimension with its rule judge and
 the student learns its LLM twin; `judge` lets LLM judges (the --judge spec of experiments.score, an
-ensemble when it names several checkpoints) score the listed dimensions through the training scoring path; `labels` takes the scores of
-a labels file ({"question", "response", "labels": {dimension: score}, optional "rubric"}: the calibration
-format). --responses lines are {"question", "response", optional "rubric"} (the experiments.score format). A
+ensemble when it names several checkpoints) score the listed dimensions through the training scoring path;
+`labels` takes the scores of a labels file ({"question", "response", "labels": {dimension: score}, optional
+"rubric"}: the calibration format). --responses lines are {"question", "response", optional "rubric"} (the experiments.score format). A
 question and every response to it are held out together (--heldout of the questions).
 
 The student is a random init from a HF config.json with a tokenizer directory (it needs a chat template), or an

@@ -52,7 +52,7 @@ def test_defaults_are_the_config_blocks():
     ("sampler", "beam(4)", "--judge.sampler='beam(4)': expected \"greedy\""),
     ("param_dtype", "fp16", "--judge.param_dtype='fp16': expected one of"),
     ("tensor", 0, "--judge.tensor=0: expected an integer >= 1"),
-    ("require_calibration", True, "--judge.require_calibration=True: needs judge.calibration=PATH"),
+    ("require_calibration", True, "--judge.require_calibration=True: needs a report to check: set calibration="),
     ("checkpoint", 3, "--judge.checkpoint=3: expected comma-separated directories"),
 ])
 def test_a_bad_field_is_named_as_typed(field, value, message):

@@ -181,7 +181,8 @@ def _rater_columns(
             columns[d] = np.array([item.ratings.get(d, (np.nan,) * raters) for item in items]).T
         return columns, info, "recorded ratings"
     if not judges:
-        raise CalibrationError("against=judge: the rows have no 'ratings' and no judge checkpoint was given (--judge.checkpoint)")
+        raise CalibrationError("against=judge: the rows have no 'ratings' and no judge checkpoint was given "
+                               "(--judge.checkpoint)")
     info = dimension_info(items, llm_only=True)
     if not info:
         raise CalibrationError("against=judge: the rubrics have no LLM dimension for judges to disagree on")

@@ -43,7 +43,6 @@ ENDPOINTS = ("chat", "completions")  # /v1/chat/completions (messages) | /v1/com
 # The endpoint fields: read only with backend=openai, and hashed only then (a jax judge's hash is unchanged by them).
 HTTP_FIELDS = ("base_url", "model", "api_key_env", "endpoint", "max_concurrency", "timeout_s", "max_retries_http",
                "requests_per_minute", "tokens_per_minute")
-DTYPES = ("auto", "float32", "bfloat16")  # loader.DTYPE_CHOICES (kept here so validation needs no jax)
 # Fields that change no verdict: how many prompts share a generate call, how the weights are split over
 # devices, and which calibration report is checked. Every other field enters judge_hash.
 # The API key's variable name, concurrency, timeouts and rate limits change no verdict either.
@@ -112,23 +111,19 @@ class JudgeSpec:
         names = {_BLOCK_NAMES.get(f.name, f.name) for f in dataclasses.fields(cls) if f.name != "reverse_order"}
         unknown, missing = sorted(set(values) - names), sorted(names - set(values))
         if unknown or missing:
-            raise ValueError(f"{where}: " + "; ".join(
-                ([f"unknown field(s) {unknown}"] if unknown else []) + ([f"missing field(s) {missing}"] if missing else [])))
+            problems = [f"unknown field(s) {unknown}"] * bool(unknown) + [f"missing field(s) {missing}"] * bool(missing)
+            raise ValueError(f"{where}: " + "; ".join(problems))
         checkpoint = values.pop("checkpoint")
         if not isinstance(checkpoint, str):
             raise JudgeSpecError("checkpoint", checkpoint, "expected comma-separated directories, or '' for none",
                                  where)
-        mode = values["mode"]
-        if mode == BENCHMARK_MODE and not allow_benchmark:
-            raise JudgeSpecError("mode", mode, f"the benchmark's own prompt exists only in experiments.evaluate; "
-                                 f"expected one of {MODES}", where)
-        if mode == BENCHMARK_MODE:
-            values["mode"] = MODES[0]  # validated as per_dimension, restored below
+        if values["mode"] == BENCHMARK_MODE and not allow_benchmark:
+            raise JudgeSpecError("mode", BENCHMARK_MODE, "the benchmark's own prompt exists only in "
+                                 f"experiments.evaluate; expected one of {MODES}", where)
         try:
-            spec = cls(checkpoints=tuple(p.strip() for p in checkpoint.split(",") if p.strip()), **values)
+            return cls(checkpoints=tuple(p.strip() for p in checkpoint.split(",") if p.strip()), **values)
         except JudgeSpecError as e:
             raise JudgeSpecError(e.field, e.value, e.why, where) from None
-        return dataclasses.replace(spec, mode=mode) if mode == BENCHMARK_MODE else spec
 
     @property
     def has_judge(self) -> bool:
@@ -148,7 +143,8 @@ class JudgeSpec:
 
 def _problems(spec: JudgeSpec):
     """(block field, value, why) of every invalid field, in field order."""
-    from rubric_jax.sampling import parse_sampler  # imported here: validation must not wait for jax elsewhere
+    from rubric_jax.loader import DTYPE_CHOICES  # imported here (jax): importing this module stays cheap
+    from rubric_jax.sampling import parse_sampler
 
     for field, minimum in (("samples", 1), ("max_retries", 0), ("max_new_tokens", 1), ("batch_size", 0),
                            ("tensor", 1), ("max_concurrency", 1), ("max_retries_http", 0),
@@ -156,9 +152,9 @@ def _problems(spec: JudgeSpec):
         value = getattr(spec, field)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             yield field, value, f"expected an integer >= {minimum}"
-    choices = (("ensemble", ENSEMBLES), ("mode", MODES if spec.mode != BENCHMARK_MODE else (BENCHMARK_MODE,)),
-               ("prompt", PROMPTS), ("param_dtype", DTYPES), ("compute_dtype", DTYPES), ("backend", BACKENDS),
-               ("endpoint", ENDPOINTS))
+    choices = (("ensemble", ENSEMBLES), ("mode", (*MODES, BENCHMARK_MODE) if spec.mode == BENCHMARK_MODE else MODES),
+               ("prompt", PROMPTS), ("param_dtype", DTYPE_CHOICES), ("compute_dtype", DTYPE_CHOICES),
+               ("backend", BACKENDS), ("endpoint", ENDPOINTS))
     for field, allowed in choices:
         if getattr(spec, field) not in allowed:
             yield field, getattr(spec, field), f"expected one of {allowed}"
@@ -175,7 +171,7 @@ def _problems(spec: JudgeSpec):
     if not isinstance(spec.calibration, str):
         yield "calibration", spec.calibration, "expected the path of a calibration report.json, or ''"
     if spec.require_calibration is True and not spec.calibration:
-        yield "require_calibration", True, "needs judge.calibration=PATH (a calibration report.json)"
+        yield "require_calibration", True, "needs a report to check: set calibration=PATH (a report.json) too"
     if spec.prompt == "compact" and spec.mode == "all_criteria":
         yield "prompt", spec.prompt, "the compact prompt scores one dimension at a time: mode must be per_dimension"
     if spec.reverse_order and spec.shuffle_anchors:
