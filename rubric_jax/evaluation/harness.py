@@ -275,17 +275,23 @@ def run(evaluation: Evaluation, *, checkpoint: Path | None, workdir: Path | None
         raise EvalInputError(str(e)) from None
     _check_rules(cases)
     generation_key, judge_key = jax.random.split(jax.random.key(generation.seed))
+    judge = judge.for_benchmark(benchmark.judge_mode)
+
+    def judges_of() -> tuple:
+        try:
+            # Prompts as long as the judge's context allows (benchmark prompts can be long articles).
+            return load_judges(judge, mesh, where="--judge", max_prompt_tokens=UNBOUNDED_JUDGE_PROMPT)
+        except ValueError as e:
+            raise EvalInputError(str(e)) from None
+
+    # An endpoint holds no memory here: it is checked before any answer is generated.
+    judges = judges_of() if judge.backend == "openai" else None
     policy = load_policy(checkpoint=checkpoint, workdir=workdir, which=which, mesh=mesh, sampler=generation.sampler,
                          max_new_tokens=generation.max_new_tokens)
     policy_name, policy_source = policy.name, policy.source
     generated = generate_answers(policy, cases, generation, generation_key)
     del policy  # free the policy's parameters before the judges load
-    judge = judge.for_benchmark(benchmark.judge_mode)
-    try:
-        # Prompts as long as the judge's context allows (benchmark prompts can be long articles).
-        judges = load_judges(judge, mesh, where="--judge", max_prompt_tokens=UNBOUNDED_JUDGE_PROMPT)
-    except ValueError as e:
-        raise EvalInputError(str(e)) from None
+    judges = judges if judges is not None else judges_of()
     reward = RubricReward(judges=judges, judge_spec=judge)
     answers, judge_counters = judge_answers(reward, cases, generated, generation.prompt_format,
                                             benchmark.judge_sees_reference, JUDGE_ANSWERS_PER_PASS, judge_key)
