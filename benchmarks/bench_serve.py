@@ -27,7 +27,8 @@ from absl import app, flags
 
 REPO = Path(__file__).resolve().parents[1]
 _REQUESTS = flags.DEFINE_integer("requests", 200, "Concurrent-phase requests, split over --clients processes.")
-_CLIENTS = flags.DEFINE_integer("clients", 4, "Client processes of the concurrent phase (each sends its share at once).")
+_CLIENTS = flags.DEFINE_integer("clients", 4, "Client processes of the concurrent phase (each sends its share "
+                                "at once).")
 _SEQUENTIAL = flags.DEFINE_integer("sequential", 40, "Requests of the one-at-a-time phase.")
 _PROMPTS = flags.DEFINE_integer("prompts", 40, "Distinct prompts (request i asks prompt i mod prompts).")
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Timed concurrent rounds (each reported; the ratio uses the fastest "

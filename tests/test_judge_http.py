@@ -133,6 +133,9 @@ def test_bad_requests_are_4xx_with_a_message_and_the_key_is_required(server):
     status, body = post(chat, ok)
     assert status == 200 and body["choices"][0]["finish_reason"] in ("stop", "length")
     assert body["usage"]["completion_tokens"] <= 4
+    status, two = post(chat, {**ok, "n": 2})  # greedy: two equal choices of the same prompt
+    assert status == 200 and [c["index"] for c in two["choices"]] == [0, 1]
+    assert {c["message"]["content"] for c in two["choices"]} == {body["choices"][0]["message"]["content"]}
     models = urllib.request.Request(f"{server}/v1/models", headers={"Authorization": f"Bearer {KEY}"})
     assert json.loads(urllib.request.urlopen(models, timeout=30).read())["data"][0]["id"] == "tiny_judge"
 
