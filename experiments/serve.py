@@ -29,6 +29,8 @@ _KEY_ENV = flags.DEFINE_string("api_key_env", "", "Environment variable holding 
 _WINDOW = flags.DEFINE_float("batch_window_ms", 20.0, "Requests arriving this long after the first waiting one "
                              "share its generate call.")
 _MAX_BATCH = flags.DEFINE_integer("max_batch", 64, "Most prompts per generate call (judge.batch_size wins if set).")
+_WARMUP = flags.DEFINE_integer("warmup_prompt_tokens", 0, "Before serving, compile every batch bucket up to the "
+                               "largest batch for prompts of this many tokens (0: compile on first use).")
 _SEED = flags.DEFINE_integer("seed", 0, "PRNG seed of sampled (temperature > 0) answers.")
 flags.mark_flag_as_required("checkpoint")
 _fail = functools.partial(cli.fail, "experiments.serve")
@@ -38,8 +40,9 @@ def main(argv: list[str]) -> None:
     cli.start("experiments.serve", argv)
     if not 1 <= _PORT.value <= 65535:
         _fail(f"--port={_PORT.value}: expected 1..65535")
-    if _WINDOW.value < 0 or _MAX_BATCH.value < 1:
-        _fail(f"--batch_window_ms={_WINDOW.value} must be >= 0 and --max_batch={_MAX_BATCH.value} >= 1")
+    if _WINDOW.value < 0 or _MAX_BATCH.value < 1 or _WARMUP.value < 0:
+        _fail(f"--batch_window_ms={_WINDOW.value} must be >= 0, --max_batch={_MAX_BATCH.value} >= 1 and "
+              f"--warmup_prompt_tokens={_WARMUP.value} >= 0")
     api_key = os.environ.get(_KEY_ENV.value, "") if _KEY_ENV.value else ""
     if _KEY_ENV.value and not api_key:
         _fail(f"--api_key_env={_KEY_ENV.value}: the environment variable is not set")
@@ -54,11 +57,15 @@ def main(argv: list[str]) -> None:
     except ValueError as e:
         _fail(str(e))
     name = _NAME.value or Path(_CHECKPOINT.value).resolve().name
-    server_app = make_app(judge, name, api_key=api_key, window_s=_WINDOW.value / 1000,
-                          max_batch=spec.batch_size or _MAX_BATCH.value, default_max_tokens=spec.max_new_tokens,
-                          seed=_SEED.value)
+    context = judge.weights.cfg.max_position_embeddings
+    if _WARMUP.value + spec.max_new_tokens > context:
+        _fail(f"--warmup_prompt_tokens={_WARMUP.value} + judge.max_new_tokens={spec.max_new_tokens} exceed the "
+              f"model's context of {context} tokens")
     logging.getLogger("rubric_jax.serve").setLevel(logging.INFO)
     logging.basicConfig(stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
+    server_app = make_app(judge, name, api_key=api_key, window_s=_WINDOW.value / 1000,
+                          max_batch=spec.batch_size or _MAX_BATCH.value, default_max_tokens=spec.max_new_tokens,
+                          seed=_SEED.value, warmup_prompt_tokens=_WARMUP.value)
     print(f"experiments.serve: serving {name!r} at http://{_HOST.value}:{_PORT.value}/v1", file=sys.stderr, flush=True)
     import uvicorn
 

@@ -254,3 +254,34 @@ def test_a_served_judge_holds_no_weights_in_the_runs_memory_plan():
     assert [name for name, _ in aot.judge_configs(config, aot.CPU)] == ["tiny_judge"]
     config.judge.backend, config.judge.base_url, config.judge.model = "openai", "http://127.0.0.1:1/v1", "tiny_judge"
     assert aot.judge_configs(config, aot.CPU) == []
+
+
+def test_the_batcher_cuts_each_row_to_its_own_max_tokens_and_warms_every_batch_bucket():
+    """A stub generate answers every row with tokens 5, 6, 7, 8 then eos: a job asking 2 tokens gets 2 and finish
+    "length", one asking 8 gets the 4 and eos ("stop", eos not in the text); the warm-up runs every batch bucket."""
+    from rubric_jax import sampling
+    from rubric_jax.judges.server import Batcher, Job
+    from rubric_jax.models.checkpoint import load_tokenizer
+
+    tokenizer = load_tokenizer(TINY_JUDGE)
+    eos, calls = tokenizer.eos_token_id, []
+
+    def generate(weights, prompts, *, n, max_new_tokens, **kwargs):
+        calls.append((len(prompts), max_new_tokens))
+        rows = len(prompts) * n
+        tokens = np.full((rows, max_new_tokens), tokenizer.pad_token_id)
+        answer = [5, 6, 7, 8, eos][:max_new_tokens]
+        tokens[:, :len(answer)] = answer
+        stopped = len(answer) == 5
+        return sampling.GenerationResult(tokens, np.zeros(tokens.shape), np.full(rows, len(answer)),
+                                         np.full(rows, "stop" if stopped else "length"), len(answer))
+
+    judge = Judge("stub", None, tokenizer, generate, sampler="greedy")
+    batcher = Batcher(judge, max_batch=6)
+    short, long = batcher._generate([Job([1, 2], 2, "greedy", 1), Job([3], 8, "greedy", 1)], "greedy", 1,
+                                    jax.random.key(0))
+    assert calls == [(2, 8)]
+    assert short[0].finish == "length" and short[0].tokens == 2 and short[0].text == tokenizer.decode([5, 6])
+    assert long[0].finish == "stop" and long[0].tokens == 5 and long[0].text == tokenizer.decode([5, 6, 7, 8])
+    calls.clear()
+    assert batcher.warm_up(3, 4) == [1, 2, 3, 4, 6] and calls == [(b, 4) for b in (1, 2, 3, 4, 6)]

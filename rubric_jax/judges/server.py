@@ -77,6 +77,17 @@ class Batcher:
         self.lock = threading.Lock()
         threading.Thread(target=self._loop, name="serve-batcher", daemon=True).start()
 
+    def warm_up(self, prompt_tokens: int, max_tokens: int) -> list[int]:
+        """Compiles the greedy generate of every batch bucket up to max_batch (sampling.bucket_size) for prompts of
+        `prompt_tokens` tokens, so the first batches of that size do not stall on a compile; the buckets."""
+        sizes = sorted({sampling.bucket_size(b) for b in range(1, self.max_batch + 1)})
+        eos = self.judge.tokenizer.eos_token_id
+        for size in sizes:
+            start = time.perf_counter()
+            self._generate([Job([eos] * prompt_tokens, max_tokens, "greedy", 1)] * size, "greedy", 1, self.key)
+            log.info("warm-up: batch bucket %d compiled in %.1f s", size, time.perf_counter() - start)
+        return sizes
+
     def submit(self, job: Job) -> Future:
         future: Future = Future()
         self.jobs.put((job, future))
@@ -231,14 +242,17 @@ def parse_request(raw: bytes, kind: str, judge: Judge, model_name: str, default_
 
 # ------------------------------------------------------------------------------------------ the ASGI app
 def make_app(judge: Judge, model_name: str, *, api_key: str = "", window_s: float = 0.02, max_batch: int = 64,
-             default_max_tokens: int = 256, seed: int = 0):
-    """The starlette app serving `judge` as `model_name` (the batcher's worker thread starts here)."""
+             default_max_tokens: int = 256, seed: int = 0, warmup_prompt_tokens: int = 0):
+    """The starlette app serving `judge` as `model_name` (the batcher's worker thread starts here, after a
+    warm-up of every batch bucket for `warmup_prompt_tokens`-token prompts when that is > 0)."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
     batcher = Batcher(judge, window_s=window_s, max_batch=max_batch, seed=seed)
+    if warmup_prompt_tokens:
+        batcher.warm_up(warmup_prompt_tokens, default_max_tokens)
     counts = {"requests": 0, "refused": 0}
 
     def error(e: RequestError) -> JSONResponse:
