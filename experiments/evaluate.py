@@ -161,4 +161,4 @@ def nothing_judged(summary: dict) -> str | None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=cli.flags_parser("experiments.evaluate"))

@@ -16,7 +16,6 @@ with XLA's GPU compiler on this machine (it needs requirements-aot.txt: ./launch
 
 import functools
 import os
-import re
 
 from absl import app, flags
 
@@ -35,19 +34,6 @@ flags.mark_flag_as_required("config")
 
 
 _fail = functools.partial(cli.fail, "experiments.run")  # one line on stderr, exit status 2
-
-
-def _parse_flags(argv: list[str]) -> list[str]:
-    """absl's parse, with a config override naming an unknown key (ml_collections raises AttributeError
-    or KeyError from inside the parser) or a bad value as one line instead of a traceback."""
-    try:
-        return flags.FLAGS(argv)
-    except (AttributeError, KeyError) as e:  # ml_collections' "no such field", with its did-you-mean hint
-        text = str(e).replace("\\n", " ").replace("\\'", "'")
-        key, hint = re.search(r"'(\w+)'", text), re.search(r"Did you mean [^?]*\?", text)
-        _fail(f"unknown config key {key.group(1) if key else text!r}" + (f" ({hint.group(0)})" if hint else ""))
-    except (flags.Error, TypeError, ValueError) as e:
-        _fail(" ".join(str(e).split()))
 
 
 def main(argv: list[str]) -> None:
@@ -87,4 +73,4 @@ def dry_run() -> None:
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=_parse_flags)
+    app.run(main, flags_parser=cli.flags_parser("experiments.run"))

@@ -52,7 +52,9 @@ def test_longbench_write_end_to_end(tmp_path, models):
     mode), and the files hold the formula's numbers."""
     run, judge = models
     out = run / "eval" / "longbench_write"  # a report may live inside the run directory
-    proc = finish(start("--benchmark=longbench_write", f"--data_dir={EVAL_FIXTURES}",
+    report = tmp_path / "report.json"  # a calibration report that measured no judge: nothing is covered
+    report.write_text(json.dumps({"dimensions": {}}))
+    proc = finish(start(f"--judge.calibration={report}", "--benchmark=longbench_write", f"--data_dir={EVAL_FIXTURES}",
                         "--data_file=longbench_write_mini.jsonl", "--limit=2", f"--workdir={run}", "--which=best",
                         "--prompt_format=think_answer", "--max_new_tokens=12", f"--judge.checkpoint={judge}",
                         "--judge.mode=per_dimension", "--judge.sampler=greedy", "--judge.max_new_tokens=6", f"--out={out}",
@@ -80,7 +82,11 @@ def test_longbench_write_end_to_end(tmp_path, models):
     recorded = summary["judge"]["spec"]
     assert (recorded["mode"], recorded["samples"], recorded["max_retries"], recorded["max_new_tokens"]) == (
         "per_dimension", 1, 3, 6)
-    assert summary["judge"]["hash"] == judge_hash(JudgeSpec.from_config(recorded)) and summary["calibration"] is None
+    assert summary["judge"]["hash"] == judge_hash(JudgeSpec.from_config(recorded))
+    checked = [line for line in proc.stderr.splitlines() if line.startswith("calibration: ")]
+    assert len(checked) == 6 and all("NOT the calibrated (rubric, judge) pair: report.json records no judge" in line
+                                     for line in checked)
+    assert summary["calibration"]["report"] == str(report) and not summary["calibration"]["covered"]
     assert "| S_q (quality) | 75.00 |" in (out / "table.md").read_text()
     assert (out / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads(proc.stdout.strip().splitlines()[-1])["scores"]["S_q"] == pytest.approx(75.0)

@@ -91,3 +91,19 @@ def test_run_precedence_experiment_file_judge_file_config_override_judge_overrid
     assert proc.returncode == 0, proc.stderr
     judge = json.loads(proc.stdout.strip().splitlines()[-1])
     assert {k: judge[k] for k in expected} == expected
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--judge.bogus=1"], "--judge.bogus: not a judge field; expected one of ['batch_size', 'calibration',"),
+    (["--judge=configs/judges/nope.py"], "--judge=configs/judges/nope.py: cannot load this judge config file "
+                                         "([Errno 2] No such file or directory"),
+    (["--judge=configs/judges/tiny.py", "--judge.bogus=1"], "unknown config key 'bogus'"),
+    (["--judge.samples=abc"], "flag --judge.samples=abc: invalid literal for int()"),
+    (["--judge.mode=single"], "--judge.mode='single': expected one of ('per_dimension', 'all_criteria')"),
+])
+def test_a_bad_judge_flag_is_one_line_and_exit_2(args, message, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "experiments.score", *args, f"--responses={tmp_path / 'in.jsonl'}",
+                           f"--out={tmp_path / 'out.jsonl'}"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"experiments.score: error: {message}"), proc.stderr
