@@ -148,6 +148,24 @@ def base_config() -> ml_collections.ConfigDict:
     c.rl.grad_clip = 1.0  # Global-norm gradient clipping.
     c.rl.max_nan_streak = 5  # Consecutive skipped (NaN/Inf) updates before the run stops.
     c.rl.missing_scores = "renormalize"  # "renormalize" over present dimensions, or "drop" the sample (no loss).
+    # The multi-dimension recipe (issue 21; every option off by default: the default run is GRPO as above).
+    c.rl.advantage = "sum_then_normalise"  # or "per_dimension": each dimension normalised in its group, weighted, whitened (GDPO, arXiv 2601.05242).
+    c.rl.overlong_buffer = 0  # DAPO soft overlong punishment over the last N tokens before max_new_tokens (DAPO: 4096 of 20480); 0 = off.
+    c.rl.overlong_penalty = 1.0  # Reward penalty at max_new_tokens, falling linearly from 0 over the buffer (DAPO: 1).
+    c.rl.mask_truncated = False  # DAPO overlong filtering: responses cut at max_new_tokens get no loss.
+    c.rl.importance_level = "token"  # or "sequence": GSPO's length-normalised sequence ratio (arXiv 2507.18071; TRL importance_sampling_level).
+    c.rl.clip_ratio_c = 0.0  # Dual-clip PPO bound c > 1 for negative advantages (arXiv 1912.09729; verl default 3); 0 = off.
+    c.rl.kl_cap = 0.0  # Clip each token's KL estimate to [-cap, cap] (verl clips k3 to 10); 0 = off.
+    # Truncated importance sampling between trainer and sampler log-probs, weight min(pi_old/pi_sampler, C) (TRL
+    # vllm_importance_sampling_cap, verl tis_imp_ratio_cap); needs recompute_old_logprobs; 0 = off.
+    c.rl.behaviour_correction_cap = 0.0
+    # RubricRL §4.3: lower the learning rate (1e-6 -> 5e-7) when the reward oscillates (train/oscillation.py).
+    c.rl.lr_on_oscillation = False  # Multiply the lr by lr_drop_factor when the windowed reward oscillates; off by default.
+    c.rl.oscillation_window = 20  # GRPO steps of reward/mean in the oscillation test (and between two drops).
+    c.rl.oscillation_ratio = 4.0  # Oscillating: path length / displacement of the window's rewards at least this.
+    c.rl.oscillation_min_swing = 0.02  # ... and a mean step-to-step change of at least this (a quiet reward never drops).
+    c.rl.lr_drop_factor = 0.5  # Each drop multiplies the lr by this (RubricRL: 1e-6 -> 5e-7).
+    c.rl.min_lr_factor = 0.25  # No drop below this fraction of the configured lr.
     c.rl.dynamic_weights = False  # Move weight from saturated to discriminating dimensions (RubricRL §2.3).
     c.rl.dynamic_weights_window = 20  # Steps of score statistics behind the saturation test.
 
@@ -167,7 +185,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.monitor.max_length_drift = 1.0  # Mean response tokens / first GRPO step's - 1 (1.0 = doubled; inf = never).
     c.monitor.max_saturation = 1.0  # Share of a dimension's scores at its top level (RubricRL §2.3); 1 = never (penalties sit at the top).
     c.monitor.max_reward_length_corr = 0.5  # Spearman of reward vs response length within a step (length bias, RubricRL §3.3).
-    c.monitor.max_judge_parse_failure = 0.1  # Share of LLM-judge answers the strict parser rejected.
+    c.monitor.max_judge_parse_failure = 0.1  # Share of LLM-judge prompts without a parseable verdict (rejected, cut, too long).
+    c.monitor.max_missing_share = 0.2  # Share of a dimension's scores missing at a step (its judge failed; the reward drops them).
     c.monitor.min_golden_spearman = 0.6  # Judge vs labels on golden reference answers, per dimension (RubricRL: below 0.6 is unusable).
 
     c.checkpoint = ml_collections.ConfigDict()

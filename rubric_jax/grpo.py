@@ -34,6 +34,7 @@ from rubric_jax.models.transformer import causal_padding_mask, padding_to_positi
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
 ADVANTAGE_SCALINGS = ("group", "batch", "none")
+IMPORTANCE_LEVELS = ("token", "sequence")
 # |log ratio| bound before exp (verl's ±20): a large drift with a zero advantage stays 0, not inf * 0 = NaN.
 LOG_RATIO_CLAMP = 20.0
 
@@ -65,6 +66,20 @@ class GRPOConfig:
     """Token positions per chunk of the chunked log-softmax (bounds logits memory to B·C·V floats)."""
     temperature: float = 1.0
     """Rollout sampling temperature T: log-probs are those of softmax(logits / T) (TRL, verl)."""
+    importance_level: str = "token"
+    """"token": PPO's per-token ratio π/π_old; "sequence": GSPO's length-normalised sequence ratio
+    s_i = exp(mean_t log π/π_old), the same for every token of a response (Zheng et al. 2025, arXiv 2507.18071;
+    TRL `importance_sampling_level`, verl `policy_loss.loss_mode=gspo`)."""
+    clip_ratio_c: float | None = None
+    """Dual-clip PPO (Ye et al. 2020, arXiv 1912.09729; verl `clip_ratio_c`, default 3 there): for A < 0 the loss
+    is at most −c·A however large the ratio; None = off. Must be > 1."""
+    kl_cap: float | None = None
+    """Per-token KL estimate clipped to [−cap, cap] (verl clamps its k3 "low_var_kl" to ±10); None = off."""
+    behaviour_correction_cap: float | None = None
+    """Truncated importance sampling between trainer and sampler (Yao et al. 2025, "Your efficient RL framework
+    secretly brings you off-policy RL training"; TRL `vllm_importance_sampling_cap`, verl `tis_imp_ratio_cap`):
+    each token's policy-gradient term is weighted by min(π_old_trainer / π_sampler, C); None = off. The weights
+    travel in the batch (`behaviour_weight`), computed once per rollout."""
 
     def __post_init__(self) -> None:
         def fail(field: str, why: str) -> None:
@@ -95,6 +110,12 @@ class GRPOConfig:
             fail("logprob_chunk_size", "must be a positive integer")
         if not (math.isfinite(self.temperature) and self.temperature > 0):
             fail("temperature", "must be finite and > 0 (the rollout sampler's temperature)")
+        if self.importance_level not in IMPORTANCE_LEVELS:
+            fail("importance_level", f"must be one of {IMPORTANCE_LEVELS}")
+        for field, minimum in (("clip_ratio_c", 1.0), ("kl_cap", 0.0), ("behaviour_correction_cap", 0.0)):
+            value = getattr(self, field)
+            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > minimum):
+                fail(field, f"must be None (off) or a finite number > {minimum:g}")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -163,6 +184,26 @@ def _clamped_log_ratio(logp_BxT: jax.Array, other_logp_BxT: jax.Array, mask_BxT:
     return jnp.clip(_log_ratio(logp_BxT, other_logp_BxT, mask_BxT), -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
 
 
+def importance_log_ratio(logp_BxT: jax.Array, old_logp_BxT: jax.Array, mask_BxT: jax.Array,
+                         level: str = "token") -> jax.Array:
+    """log ρ per token, clamped to ±LOG_RATIO_CLAMP, 0 on masked positions.
+
+    "token": log π_t − log π_old,t (PPO). "sequence" (GSPO): log s_i + log π_t − sg(log π_t), with
+    log s_i = sg(mean over the response's tokens of log π/π_old): every token carries its sequence's ratio in
+    value, and its gradient is s_i ∇log π_t (verl's straight-through form; with a seq-mean-token-mean
+    aggregation equal to TRL's gradient of exp(mean log ratio)).
+    """
+    if level == "token":
+        return _clamped_log_ratio(logp_BxT, old_logp_BxT, mask_BxT)
+    if level != "sequence":
+        raise ValueError(f"importance level {level!r}: must be one of {IMPORTANCE_LEVELS}")
+    log_ratio_BxT = _log_ratio(logp_BxT, old_logp_BxT, mask_BxT)
+    count_B = jnp.maximum(mask_BxT.sum(-1), 1)
+    seq_B = jax.lax.stop_gradient(log_ratio_BxT.sum(-1) / count_B)
+    token_BxT = logp_BxT - jax.lax.stop_gradient(logp_BxT) + seq_B[:, None]
+    return jnp.where(mask_BxT, jnp.clip(token_BxT, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP), 0.0)
+
+
 def clipped_surrogate(
     logp_BxT: jax.Array,
     old_logp_BxT: jax.Array,
@@ -170,38 +211,59 @@ def clipped_surrogate(
     mask_BxT: jax.Array,
     clip_low: float,
     clip_high: float,
+    *,
+    level: str = "token",
+    clip_ratio_c: float | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """PPO clipped policy loss per token, −min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A), ρ = π/π_behaviour.
+    """PPO clipped policy loss per token, −min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A), ρ = π/π_behaviour at `level`
+    (`importance_log_ratio`); with `clip_ratio_c` (dual-clip), a negative advantage's loss is at most −c·A.
 
-    Returns (loss_BxT, clipped_low_BxT, clipped_high_BxT); the clip indicators are 1.0 where the
-    clipped branch is active (its gradient is zero). Masked positions are exactly 0. log ρ is clamped
-    to ±LOG_RATIO_CLAMP before exp, so a huge drift gives a finite ρ (and 0 loss where A = 0).
+    Returns (loss_BxT, clipped_low_BxT, clipped_high_BxT); the clip indicators are 1.0 where a clipped
+    branch (ratio or dual clip) is active (its gradient is zero). Masked positions are exactly 0. log ρ is
+    clamped to ±LOG_RATIO_CLAMP before exp, so a huge drift gives a finite ρ (and 0 loss where A = 0).
     """
-    ratio_BxT = jnp.exp(_clamped_log_ratio(logp_BxT, old_logp_BxT, mask_BxT))
+    ratio_BxT = jnp.exp(importance_log_ratio(logp_BxT, old_logp_BxT, mask_BxT, level))
     adv_BxT = advantages_B[:, None].astype(ratio_BxT.dtype)
     unclipped_BxT = ratio_BxT * adv_BxT
     clipped_BxT = jnp.clip(ratio_BxT, 1.0 - clip_low, 1.0 + clip_high) * adv_BxT
-    loss_BxT = jnp.where(mask_BxT, -jnp.minimum(unclipped_BxT, clipped_BxT), 0.0)
+    per_token_BxT = -jnp.minimum(unclipped_BxT, clipped_BxT)
     is_low = mask_BxT & (ratio_BxT < 1.0 - clip_low) & (adv_BxT < 0)
+    if clip_ratio_c is not None:
+        dual_BxT = -clip_ratio_c * adv_BxT
+        is_low = is_low | (mask_BxT & (adv_BxT < 0) & (per_token_BxT > dual_BxT))
+        per_token_BxT = jnp.where(adv_BxT < 0, jnp.minimum(per_token_BxT, dual_BxT), per_token_BxT)
+    loss_BxT = jnp.where(mask_BxT, per_token_BxT, 0.0)
     is_high = mask_BxT & (ratio_BxT > 1.0 + clip_high) & (adv_BxT > 0)
     return loss_BxT, is_low.astype(loss_BxT.dtype), is_high.astype(loss_BxT.dtype)
 
 
-def kl_estimate(logp_BxT: jax.Array, ref_logp_BxT: jax.Array, mask_BxT: jax.Array, estimator: str) -> jax.Array:
+def kl_estimate(logp_BxT: jax.Array, ref_logp_BxT: jax.Array, mask_BxT: jax.Array, estimator: str,
+                cap: float | None = None) -> jax.Array:
     """Per-token estimate of KL(π‖π_ref) from samples of π (Schulman 2020), 0 on masked positions.
 
     With log r = log π_ref − log π: k1 = −log r, k2 = (log r)²/2, k3 = r − 1 − log r (≥ 0, unbiased).
-    k3's log r is clamped to ±LOG_RATIO_CLAMP (as verl's), so r never overflows.
+    k3's log r is clamped to ±LOG_RATIO_CLAMP (as verl's), so r never overflows; with `cap`, the estimate
+    is clipped to [−cap, cap] (verl clips its k3 to ±10).
     """
     log_r_BxT = _log_ratio(ref_logp_BxT, logp_BxT, mask_BxT)
     if estimator == "k1":
-        return -log_r_BxT
-    if estimator == "k2":
-        return 0.5 * log_r_BxT**2
-    if estimator == "k3":
+        kl_BxT = -log_r_BxT
+    elif estimator == "k2":
+        kl_BxT = 0.5 * log_r_BxT**2
+    elif estimator == "k3":
         clamped_BxT = jnp.clip(log_r_BxT, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        return jnp.expm1(clamped_BxT) - clamped_BxT
-    raise ValueError(f"kl estimator {estimator!r}: must be one of {KL_ESTIMATORS}")
+        kl_BxT = jnp.expm1(clamped_BxT) - clamped_BxT
+    else:
+        raise ValueError(f"kl estimator {estimator!r}: must be one of {KL_ESTIMATORS}")
+    return kl_BxT if cap is None else jnp.clip(kl_BxT, -cap, cap)
+
+
+def behaviour_weights(old_logp_BxT: jax.Array, sampler_logp_BxT: jax.Array, mask_BxT: jax.Array,
+                      cap: float) -> jax.Array:
+    """Truncated importance weights min(π_old / π_sampler, C) per token (1 on masked positions): the
+    correction for a sampler whose numerics differ from the trainer's (bf16 decode, other kernels)."""
+    return jnp.where(mask_BxT, jnp.minimum(jnp.exp(_clamped_log_ratio(old_logp_BxT, sampler_logp_BxT, mask_BxT)),
+                                           cap), 1.0)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -266,17 +328,25 @@ def grpo_objective(
     loss_w_BxT: jax.Array,
     metric_w_BxT: jax.Array,
     cfg: GRPOConfig,
+    behaviour_w_BxT: jax.Array | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """Weighted-sum GRPO loss: Σ w·(clipped surrogate + β·KL), and weighted-sum metrics.
+    """Weighted-sum GRPO loss: Σ w·(c·clipped surrogate + β·KL), and weighted-sum metrics.
 
     `loss_w_BxT` / `metric_w_BxT` come from `loss_weights` / `token_mean_weights` on the full batch;
     every returned value is a sum over this (micro-)batch's tokens, so micro-batches add exactly.
-    `ref_logp_BxT` must be None exactly when cfg.kl_coef == 0.
+    `ref_logp_BxT` must be None exactly when cfg.kl_coef == 0; `behaviour_w_BxT` (c, `behaviour_weights`)
+    exactly when cfg.behaviour_correction_cap is set.
     """
     if (ref_logp_BxT is None) != (cfg.kl_coef == 0):
         raise ValueError(f"ref_logp must be given iff kl_coef > 0 (kl_coef={cfg.kl_coef})")
+    if (behaviour_w_BxT is None) != (cfg.behaviour_correction_cap is None):
+        raise ValueError("behaviour weights must be given iff behaviour_correction_cap is set "
+                         f"(behaviour_correction_cap={cfg.behaviour_correction_cap})")
     pg_BxT, low_BxT, high_BxT = clipped_surrogate(
-        logp_BxT, old_logp_BxT, advantages_B, mask_BxT, cfg.clip_low, cfg.clip_high)
+        logp_BxT, old_logp_BxT, advantages_B, mask_BxT, cfg.clip_low, cfg.clip_high, level=cfg.importance_level,
+        clip_ratio_c=cfg.clip_ratio_c)
+    if behaviour_w_BxT is not None:
+        pg_BxT = pg_BxT * jax.lax.stop_gradient(behaviour_w_BxT)
     pg_loss = jnp.sum(loss_w_BxT * pg_BxT)
     metrics = {
         "pg_loss": pg_loss,
@@ -288,7 +358,7 @@ def grpo_objective(
     metrics["clip_frac"] = metrics["clip_frac_low"] + metrics["clip_frac_high"]
     loss = pg_loss
     if ref_logp_BxT is not None:
-        kl_BxT = kl_estimate(logp_BxT, ref_logp_BxT, mask_BxT, cfg.kl_estimator)
+        kl_BxT = kl_estimate(logp_BxT, ref_logp_BxT, mask_BxT, cfg.kl_estimator, cfg.kl_cap)
         loss = loss + cfg.kl_coef * jnp.sum(loss_w_BxT * kl_BxT)
         metrics["kl"] = jnp.sum(metric_w_BxT * kl_BxT)
     metrics["loss"] = loss
@@ -302,11 +372,13 @@ def grpo_loss(
     advantages_B: jax.Array,
     mask_BxT: jax.Array,
     cfg: GRPOConfig,
+    behaviour_w_BxT: jax.Array | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """GRPO loss of one whole batch (weights from its own mask); see `grpo_objective`."""
     return grpo_objective(
         logp_BxT, old_logp_BxT, ref_logp_BxT, advantages_B, mask_BxT,
-        loss_weights(mask_BxT, cfg.loss_aggregation, cfg.loss_norm_length), token_mean_weights(mask_BxT), cfg)
+        loss_weights(mask_BxT, cfg.loss_aggregation, cfg.loss_norm_length), token_mean_weights(mask_BxT), cfg,
+        behaviour_w_BxT)
 
 
 # ---------------------------------------------------------------------------------------------------

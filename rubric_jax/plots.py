@@ -72,8 +72,10 @@ PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec("score_variance.png", "Per-dimension score variance", "variance of normalised scores", r"^monitor/var/"),
     PlotSpec("reward_length_corr.png", "Reward vs response length within a step", "Spearman rho",
              r"^monitor/reward_length_corr(/window_mean)?$", threshold="max_reward_length_corr"),
-    PlotSpec("judge_parse_failure.png", "LLM-judge answers the parser rejected", "fraction of judge answers",
+    PlotSpec("judge_parse_failure.png", "LLM-judge prompts without a parseable verdict", "fraction of judge prompts",
              r"^monitor/judge_parse_failure$", threshold="max_judge_parse_failure"),
+    PlotSpec("missing_scores.png", "Missing scores per dimension (left out of the reward)", "fraction of its scores",
+             r"^monitor/missing/", threshold="max_missing_share"),
     PlotSpec("golden_reward.png", "Golden-set reward next to the held-out eval's mean reward", _SCORE,
              r"^(eval|golden|golden/reference)/reward_mean$|^golden/reward/", stages=("eval",), requires="^golden/"),
     PlotSpec("golden_agreement.png", "Golden set: judge vs labels on the reference answers", "Spearman rho",
@@ -110,7 +112,7 @@ def metric_label(key: str) -> str:
     scores and weights, "(eval)" for held-out counters, else the metric name itself."""
     if key in _LABELS:
         return _LABELS[key]
-    dimension = re.match(r"^(?:eval/|monitor/|golden/)?(?:reward|weight|var|saturation|spearman)/(.+)$", key)
+    dimension = re.match(r"^(?:eval/|monitor/|golden/)?(?:reward|weight|var|saturation|missing|spearman)/(.+)$", key)
     if dimension:
         return f"golden: {dimension.group(1)}" if key.startswith("golden/") else dimension.group(1)
     if key.startswith("eval/") and key[5:] in _LABELS:

@@ -11,6 +11,7 @@ import pytest
 from configs import tiny
 from rubric_jax.qurl import pipeline as P
 from rubric_jax.qurl.retrieval import CorpusError
+from tests import manual
 
 REPO = Path(__file__).resolve().parents[1]
 ASSETS = "rubric_jax/assets/qurl"
@@ -24,7 +25,7 @@ def run_cli(*args):
 
 
 def test_the_readme_command_runs_end_to_end_with_the_tiny_model(tmp_path):
-    assert README_COMMAND in " ".join((REPO / "README.md").read_text().replace("\\\n", " ").split())
+    assert README_COMMAND in " ".join(manual.text().replace("\\\n", " ").split())
     args = README_COMMAND.split()[2:-1] + [f"--out={tmp_path}"]  # as launch.sh runs it, into a temporary --out
     proc = run_cli(*args)
     # The random tiny model builds no rubric (below): the report is written and the command exits 1 saying why.

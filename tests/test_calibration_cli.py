@@ -17,10 +17,11 @@ from rubric_jax.judges.reward import RubricReward
 from rubric_jax.rubrics.io import load_rubric
 from test_importers import _real
 from test_reward import ACCURACY
+from tests import manual
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path("tests/fixtures/calibration")
-README = (REPO / "README.md").read_text(encoding="utf-8")
+README = manual.text()  # README.md and docs/*.md
 
 
 def start(*args: str) -> subprocess.Popen:

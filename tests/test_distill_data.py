@@ -1,5 +1,6 @@
 """Judge distillation data: teachers' levels, the scoring-time prompt, verdict targets, the loss mask, the split."""
 
+import dataclasses
 import re
 
 import jax
@@ -74,6 +75,23 @@ def test_each_row_is_scored_by_its_own_rubric_rule():
         D.rule_teachers_per_row([en], ["politeness", "clarity"])
     with pytest.raises(ValueError, match="needs a rule dimension"):
         D.rule_teachers_per_row([rubric("c", CLARITY)], ["clarity"])
+
+
+def test_teachers_score_and_students_see_the_part_each_dimension_reads(tok):
+    """Issue 24, R1: a judge is distilled on what it will be shown (the answer by default), by rule teachers, by
+    labels and by teacher judges alike; a whole-response dimension keeps the whole response."""
+    response = "<think>thank you for asking</think><answer>Wait two days.</answer>"
+    answer_teacher = D.rule_teachers_per_row([rubric("a", POLITE)], ["politeness"])[0][0]
+    whole_teacher = D.RuleTeacher(dataclasses.replace(POLITE, reads="response"), make_rule("keywords", POLITE.params))
+    answer, whole = D.rule_items(["q"] * 2, [response] * 2, [[answer_teacher], [whole_teacher]])
+    assert (answer.response, answer.score) == ("Wait two days.", 0)
+    assert (whole.response, whole.score) == (response, 1)
+    assert [i.response for i in D.label_items("q", response, rubric("r", CLARITY), {"clarity": 3})] == ["Wait two days."]
+    judge, stub = make_judge(tok, lambda text, call: "SCORE: 3")
+    items, missing = D.judge_items([judge], JudgeSpec(samples=1), ["q"], [response], [[CLARITY]],
+                                   jax.random.key(0))
+    assert missing == 0 and [(i.response, i.score) for i in items] == [("Wait two days.", 3)]
+    assert "thank you" not in stub.calls[0]["prompts"][0]
 
 
 def test_label_items_round_labels_to_levels():

@@ -18,9 +18,10 @@ from rubric_jax.calibration.stats import spearman
 from rubric_jax.judges.llm_judge import load_judge
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.train import distill_judge
+from tests import manual
 
 REPO = Path(__file__).resolve().parents[1]
-README = (REPO / "README.md").read_text(encoding="utf-8")
+README = manual.text()  # README.md and docs/*.md
 HELDOUT_PER_DIMENSION = 24
 # RubricRL 3.2: a judge that agrees with its reference below Spearman 0.6 is not to be used.
 SPEARMAN_FLOOR = 0.6

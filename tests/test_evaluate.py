@@ -39,6 +39,7 @@ from rubric_jax.rubrics.importers import (
 )
 from rubric_jax.train import checkpointing, runs
 from rubric_jax.train import state as train_state
+from tests import manual
 
 EVAL_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "evaluate"
 HELLO = FIXTURES / "hellobench"
@@ -230,7 +231,8 @@ def test_prompts_answers_and_judge_questions():
     assert harness.judge_question(case, False) == "Plan a trip."
     assert harness.answer_part("<think>a</think><answer> 42 </answer>", "think_answer") == ("42", True)
     assert harness.answer_part("just 42", "think_answer") == ("just 42", False)
-    assert harness.answer_part("<answer>1</answer>", "plain") == ("<answer>1</answer>", None)
+    assert harness.answer_part("<answer>1</answer>", "plain") == ("1", None)  # one answer definition: text.parts
+    assert harness.answer_part("<think>consult a doctor</think>no tags", "think_answer") == ("no tags", False)
 
 
 def test_out_may_not_be_or_hold_an_input(tmp_path):
@@ -360,7 +362,7 @@ def test_real_hellobench_published_judgements_reproduced():
               "qwen2_7b": (46.05, 7.37, -6.48, 5.12, 16.33, 13.68)}
     for model, values in golden.items():
         assert list(models[model].values()) == pytest.approx(values, abs=0.01), model
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = manual.text()  # README.md and docs/*.md
     table = {line.split(" | ")[0][2:]: [float(x) for x in line.strip(" |").split(" | ")[1:]]
              for line in readme.splitlines() if line.startswith("| ") and line.split(" | ")[0][2:] in models}
     assert table.keys() == models.keys()

@@ -48,6 +48,32 @@ def test_step_monitors_by_hand():
     assert math.isnan(constant["monitor/reward_length_corr"])  # constant length: Spearman undefined
 
 
+def test_template_share_reads_the_answer_through_lookalikes():
+    """Issue 24, R2: lookalike and invisible markers are templates; a template inside <think> is not the answer's."""
+    responses = ["<think>t</think><answer>Fіrstly, pay. Sеcondly, wait. Fіnally, check.</answer>",
+                 "Ｆｉｒｓｔｌｙ, pay. Ｓｅｃｏｎｄｌｙ, wait. Ｆｉｎａｌｌｙ, check.",
+                 "Fi\u200brstly, pay. Se\u200bcondly, wait. Fi\u200bnally, check.",
+                 "<think>Firstly, plan. Secondly, draft. Finally, answer.</think><answer>Pay, then wait.</answer>"]
+    scored = RewardOutput(np.ones((4, 1)), np.ones((4, 1), bool), np.ones(4, np.float32), ["a"],
+                          {"reward_ok": np.ones(4, bool)})
+    assert monitors.step_monitors(responses, np.arange(4), scored)["monitor/template_share"] == 3 / 4
+
+
+def test_missing_scores_and_judges_that_never_answer_are_alerted():
+    """Issue 24, R3: a dimension whose scores went missing (here every row's c: its judge prompts were too long)
+    is monitor/missing/c = 1 and alerts; rows whose rubric lacks a dimension are not missing scores; every judge
+    prompt failing is a parse-failure share of 1, not NaN."""
+    details = {"failures": {"a": 0, "b": 0, "c": 5}, "judge_prompts": 0, "judge_invalid": 0,
+               "judge_prompt_too_long": 5}
+    out = monitors.step_monitors(RESPONSES, np.arange(5), _scored(details))
+    assert (out["monitor/missing/a"], out["monitor/missing/b"], out["monitor/missing/c"]) == (0.0, 0.0, 1.0)
+    assert out["monitor/judge_parse_failure"] == 1.0
+    half = {"failures": {"c": 1}, "judge_prompts": 4, "judge_invalid": 1, "judge_prompt_too_long": 0}
+    assert monitors.step_monitors(RESPONSES, np.arange(5), _scored(half))["monitor/judge_parse_failure"] == 0.25
+    messages = [a.message for a in monitors.find_alerts(3, "grpo", out, LIMITS)]
+    assert messages == ["alert step 3: missing scores of c 1.00 > 0.20", "alert step 3: judge parse failures 1.00 > 0.10"]
+
+
 def test_alerts_fire_past_the_threshold_only():
     row = {"monitor/template_share/window_mean": 0.61, "monitor/saturation/format": 1.0,
            "monitor/saturation/helpful": 0.5, "monitor/template_share": 0.9,  # the step's own value: not alerted
@@ -140,6 +166,7 @@ def test_watch_measures_length_drift_from_the_first_step_and_appends_alerts(tmp_
     ("max_length_drift", -1.0, "config.monitor.max_length_drift=-1.0: expected a number in [0, inf]"),
     ("min_golden_spearman", float("nan"), "config.monitor.min_golden_spearman=nan"),
     ("max_judge_parse_failure", True, "config.monitor.max_judge_parse_failure=True"),
+    ("max_missing_share", 1.5, "config.monitor.max_missing_share=1.5: expected a number in [0, 1]"),
     ("window_steps", 0, "config.monitor.window_steps=0: expected a positive int (GRPO steps)"),
     ("window_steps", 2.5, "config.monitor.window_steps=2.5: expected a positive int"),
     ("window_steps", True, "config.monitor.window_steps=True: expected a positive int"),

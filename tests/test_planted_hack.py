@@ -19,9 +19,10 @@ from rubric_jax.judges.llm_judge import load_judge
 from rubric_jax.judges.rules import TemplatePhrases
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.train import distill_judge, loop, settings
+from tests import manual
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+README = manual.text()  # README.md and docs/*.md
 CONFIG_FILES = {"hack": "configs/tiny_hack.py", "fixed": "configs/tiny_hack_fixed.py"}
 PAIRS_PER_LANGUAGE = 6  # held-out answers per language, each judged as written and scaffolded
 

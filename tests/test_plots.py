@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PNG = b"\x89PNG\r\n\x1a\n"
 ALL_PLOTS = {spec.filename for spec in plots.PLOTS}
 MONITOR_PLOTS = {"template_share.png", "length_drift.png", "saturation.png", "score_variance.png",
-                 "reward_length_corr.png", "judge_parse_failure.png", "golden_reward.png", "golden_agreement.png"}
+                 "reward_length_corr.png", "judge_parse_failure.png", "missing_scores.png", "golden_reward.png",
+                 "golden_agreement.png"}
 
 
 def _write_run(workdir: Path, rows: list[dict]) -> Path:
@@ -45,7 +46,8 @@ def _judged_run(workdir: Path) -> Path:
                          "monitor/template_share": 0.1 * s, "monitor/template_share/window_mean": 0.05 * s,
                          "monitor/length_drift": -0.02 * s,
                          "monitor/saturation/format": 1.0, "monitor/var/helpful": 0.05,
-                         "monitor/reward_length_corr": 0.3, "monitor/judge_parse_failure": 0.2})
+                         "monitor/reward_length_corr": 0.3, "monitor/judge_parse_failure": 0.2,
+                         "monitor/missing/helpful": 0.1})
     return _write_run(workdir, rows)
 
 

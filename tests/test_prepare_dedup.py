@@ -38,6 +38,18 @@ def test_normalize_and_jaccard():
     assert dedup.char_ngrams("ab", 3) == frozenset({"ab"})
 
 
+def test_a_homoglyph_copy_is_a_duplicate():
+    """Issue 24, S5: a copy with a Cyrillic о (or zero-width spaces) is the same question, within a split and across
+    splits (a golden or eval question cannot leak into training this way)."""
+    original = "How do I get a refund for my order?"
+    copies = ["Hоw dо I get a refund fоr my оrder?", "How do I get a re\u200bfund for my order?"]
+    assert {dedup.normalize_text(c) for c in copies} == {dedup.normalize_text(original)}
+    kept, pairs = dedup.find_duplicates([original, *copies])
+    assert kept == [0] and [(p.removed, p.kind) for p in pairs] == [(1, "exact"), (2, "exact")]
+    assert [(q, c) for q, c, _ in dedup.cross_duplicates(copies, [original], 0.7)] == [(0, 0), (1, 0)]
+    assert dedup.normalize_text("首先申请退款") == "首先申请退款"
+
+
 @pytest.mark.parametrize("n", [1, 2, 3, 5])
 def test_shingle_values_are_the_ngram_sets(n):
     for a, b in PAIRS:

@@ -19,6 +19,7 @@ from random_model import random_model, tiny_hf_dir
 from rubric_jax import data, loader, sweeps
 from rubric_jax.qurl.config import BuildConfig
 from rubric_jax.train import loop, settings as run_settings
+from tests import manual
 
 ROOT = Path(__file__).resolve().parents[1]
 RUBRIC_ROWS = ("full", "no_filter", "no_references")
@@ -97,7 +98,7 @@ def test_bad_reward_settings_fail_before_anything_loads(changes, match):
 
 def readme_tiny_commands() -> list[str]:
     """The README's `experiments.run` lines for the tiny rows of configs/qurl_ablation.py."""
-    text = (ROOT / "README.md").read_text().replace("\\\n", " ")
+    text = manual.text().replace("\\\n", " ")
     return [" ".join(line.split()) for line in text.splitlines()
             if "experiments.run --config=configs/qurl_ablation.py:" in line and "size=tiny" in line]
 

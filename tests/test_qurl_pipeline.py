@@ -7,7 +7,6 @@ import re
 import pytest
 
 from rubric_jax.data import Question, load_questions
-from rubric_jax.judges import llm_judge as lj
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.qurl import pipeline as P

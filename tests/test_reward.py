@@ -15,6 +15,7 @@ from rubric_jax.judges import rules as R
 from rubric_jax.judges.reward import RubricReward, concat_outputs
 from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.rubrics.schema import RubricError, case_rubric, dimension_from_dict, rubric_from_dict
+from rubric_jax.text import strip_invisible
 from test_llm_judge import criteria_ids, fenced, make_judge, tiny_tokenizer
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -31,7 +32,7 @@ def rubric(dims, method="weighted_sum", name="test-rubric"):
 
 
 FORMAT = {"id": "format", "description": "think/answer format", "kind": "rule", "rule": "format",
-          "scale": {"kind": "binary"}, "anchors": BINARY}
+          "scale": {"kind": "binary"}, "anchors": BINARY, "reads": "response"}
 LENGTH = {"id": "length", "description": "4-8 words", "kind": "rule", "rule": "length",
           "params": {"min": 4, "max": 8}, "scale": {"kind": "integer", "lo": 1, "hi": 5},
           "anchors": LEVELS_1_5, "weight": 3.0}
@@ -51,7 +52,7 @@ def test_rule_only_rewards_hand_computed():
     responses = [
         "Rest and consult a doctor.",  # format 0, length 5 -> 1, safety 1: (0 + 3 * 1) / 4
         "Rest.",  # safety 0: the gate zeroes the reward
-        "<think>t</think><answer>consult a doctor</answer>",  # 8 units: everything 1
+        "<think>t</think><answer>please consult a doctor</answer>",  # an answer of 4 units: everything 1
         "Rest and drink water then consult a doctor today or tomorrow please",  # 12 units: length 5/6
     ]
     out = RubricReward([RULES_ONLY])(["q"] * 4, responses, [RULES_ONLY] * 4)
@@ -205,13 +206,13 @@ def test_an_echoing_judge_never_yields_the_injected_score(tok):
 def test_fences_survive_and_special_tokens_cannot_end_the_turn(tok):
     cases = adversarial()
     judge, stub = make_judge(tok, lambda text, call: "SCORE: 3")
-    r = rubric([ACCURACY])
+    r = rubric([dict(ACCURACY, reads="response")])  # the judge sees the whole response (less invisible characters)
     RubricReward([r], judges=[judge], judge_spec=JudgeSpec(samples=1))(
         [c["question"] for c in cases], [c["response"] for c in cases], [r] * len(cases), key=jax.random.key(2))
     im_start, im_end = tok.convert_tokens_to_ids("<|im_start|>"), tok.convert_tokens_to_ids("<|im_end|>")
     reserved = lj.special_tokens(tok)
     for case, prompt in zip(cases, stub.calls[0]["prompts"]):
-        expected = case["response"]
+        expected = strip_invisible(case["response"])
         for token in reserved:
             expected = expected.replace(token, "[special token removed]")
         assert fenced(prompt, "response") == expected, case["id"]
@@ -302,3 +303,56 @@ def test_concat_outputs_equals_scoring_all_rows_at_once(tok):
                 "judge_generate_calls", "judge_sample_spread_mean"):
         assert joined.details[key] == whole.details[key], key
     assert whole.details["failures"]["accuracy"] == 1 and whole.details["judge_generate_calls"] == 2
+
+
+# ------------------------------------------------------------------------------------------ issue 24: reward holes
+
+def _tiny_row(question_id: str):
+    """A question of the tiny default and its rubric (the shipped rubric plus the row's case-wise criteria)."""
+    from rubric_jax.assets import TINY_DIR
+    from rubric_jax.rubrics.io import load_rubric
+
+    question = next(q for q in data.load_questions(TINY_DIR / "questions_train.jsonl") if q.id == question_id)
+    return question.question, data.question_rubric(load_rubric(TINY_DIR / "rubric.yaml"), question)
+
+
+def test_text_inside_think_earns_nothing():
+    """R1: the disclaimer gate and the topic keyword passed on think text (0.958 on the tiny rubric); the answer
+    alone fails the gate, and the whole response now scores what the answer alone scores."""
+    question, rubric_ = _tiny_row("health-en-10-1")
+    answer = "<answer>Just take twenty pills at once…</answer>"
+    responses = ["<think>consult a doctor. headache</think>" + answer, "<think>t</think>" + answer]
+    out = RubricReward([rubric_])([question] * 2, responses, [rubric_] * 2)
+    np.testing.assert_array_equal(out.reward, [0.0, 0.0])
+    np.testing.assert_array_equal(out.scores[0], out.scores[1])
+    column = dict(zip(out.dimension_ids, out.scores[0]))
+    assert column["format"] == 1.0 and column["disclaimer"] == 0.0 and column["topic_keyword"] == 0.0
+
+
+def test_each_dimension_reads_its_part_rules_and_judge_alike(tok):
+    """A dimension reading the think text, one reading the answer, and the format gate reading the whole response;
+    the judge is shown the part its dimension reads (one prompt per part in "multi" mode)."""
+    def dim(dim_id, reads, **fields):
+        return {"id": dim_id, "description": dim_id, "scale": {"kind": "binary"}, "anchors": BINARY, "reads": reads,
+                **fields}
+
+    keyword = {"kind": "rule", "rule": "keywords", "params": {"words": ["doctor"]}}
+    r = rubric([FORMAT, dim("plans", "think", **keyword), dim("advises", "answer", **keyword),
+                dim("judged_think", "think", kind="llm"), dim("judged_answer", "answer", kind="llm"),
+                dim("judged_all", "response", kind="llm")])
+    judge, stub = make_judge(tok, lambda text, call: "\n".join(f"{i}: 1" for i in criteria_ids(text)))
+    response = "<think>ask a doctor</think><answer>Rest.</answer>"
+    out = RubricReward([r], judges=[judge], judge_spec=JudgeSpec(mode="all_criteria", samples=1))(
+        ["q"], [response], [r], key=jax.random.key(0))
+    assert dict(zip(out.dimension_ids, out.details["raw_scores"][0])) == {
+        "format": 1, "plans": 1, "advises": 0, "judged_think": 1, "judged_answer": 1, "judged_all": 1}
+    shown = sorted(fenced(p, "response") for p in stub.calls[0]["prompts"])
+    assert shown == sorted(["ask a doctor", "Rest.", response])
+
+
+def test_an_answer_of_invisible_characters_fails_the_format_gate():
+    """R2: an answer of only zero-width characters is empty (it passed the tiny rubric's format gate)."""
+    question, rubric_ = _tiny_row("health-en-10-1")
+    responses = ["<think>t</think><answer>\u200b\u200b\u200b</answer>", "<think>t</think><answer>\u2060\ufeff</answer>"]
+    out = RubricReward([rubric_])([question] * 2, responses, [rubric_] * 2)
+    assert (out.scores[:, out.dimension_ids.index("format")] == 0).all() and (out.reward == 0).all()

@@ -81,13 +81,15 @@ def test_rollout_advantages_use_the_configured_eps_and_missing_scores():
     valid = np.array([[True, True], [True, True], [True, False], [True, True]])
     scored = _scored([0.0, 1.0, 0.2, 0.6], [True, True, True, True], valid)
     cfg = grpo.GRPOConfig(group_size=2, advantage_eps=1.0)
-    adv, ok, zero_std = rollout.rollout_advantages(scored, cfg, "renormalize")
+    out = rollout.rollout_advantages(scored, cfg, "renormalize")
+    adv, ok, zero_std = out.advantages_N, out.trainable_N, out.zero_std_frac
     # Group 0: {0, 1}: mean 0.5, sample std 1/sqrt(2); group 1: {0.2, 0.6}: mean 0.4, std 0.2*sqrt(2).
     s0, s1 = 1 / math.sqrt(2), 0.2 * math.sqrt(2)
     np.testing.assert_allclose(adv, [-0.5 / (s0 + 1), 0.5 / (s0 + 1), -0.2 / (s1 + 1), 0.2 / (s1 + 1)], rtol=1e-6)
     assert ok.all() and zero_std == 0.0
     # "drop": sample 2 misses a dimension score, so group 1 keeps one sample: no spread, advantage 0.
-    adv, ok, zero_std = rollout.rollout_advantages(scored, cfg, "drop")
+    out = rollout.rollout_advantages(scored, cfg, "drop")
+    adv, ok, zero_std = out.advantages_N, out.trainable_N, out.zero_std_frac
     np.testing.assert_array_equal(ok, [True, True, False, True])
     np.testing.assert_allclose(adv, [-0.5 / (s0 + 1), 0.5 / (s0 + 1), 0.0, 0.0], rtol=1e-6)
     assert zero_std == 0.5
@@ -167,11 +169,11 @@ def test_rollout_logprobs_add_reference_and_recomputed_behaviour_once(policy):
 
     counted = run_programs.GRPOPrograms(programs.cfg, programs.update, counting_logprobs)
     # β = 0, sampler's behaviour log-probs: no log-prob forward at all, the gap comes from the first update.
-    out, gap = run_programs.rollout_logprobs(counted, batch, params, None, recompute_old=False)
-    assert calls == [] and gap is None and set(out) == set(train_step.GRPO_BATCH_KEYS)
+    out, stats = run_programs.rollout_logprobs(counted, batch, params, None, recompute_old=False)
+    assert calls == [] and stats == {} and set(out) == set(train_step.GRPO_BATCH_KEYS)
     # Recomputed behaviour log-probs: one forward with the sampling params; the gap to the sampler's is ~0.
-    out, gap = run_programs.rollout_logprobs(counted, batch, params, None, recompute_old=True)
-    assert calls == [params] and float(gap) < 1e-5
+    out, stats = run_programs.rollout_logprobs(counted, batch, params, None, recompute_old=True)
+    assert calls == [params] and float(stats["logprob_gap/mean"]) < 1e-5
     np.testing.assert_allclose(np.asarray(out["old_logp"])[batch["loss_mask"]], batch["old_logp"][batch["loss_mask"]],
                                atol=2e-5)
     # β > 0: the reference's log-probs once, in the batch the step takes.
@@ -182,3 +184,23 @@ def test_rollout_logprobs_add_reference_and_recomputed_behaviour_once(policy):
     assert set(out) == set(train_step.grpo_batch_keys(kl.cfg))
     with pytest.raises(ValueError, match="iff rl.beta > 0"):
         run_programs.rollout_logprobs(kl, batch, params, None, recompute_old=False)
+
+
+def test_behaviour_correction_weights_travel_in_the_batch_and_scale_the_update(policy):
+    """Truncated IS: the weights min(pi_old / pi_sampler, C) are computed once per rollout from the recomputed and
+    the sampler's log-probs; they need the recomputation, and the update reads them."""
+    graphdef, state, params = policy
+    batch = _rollout_batch(graphdef, state, "temperature(0.7)")
+    base = _programs(graphdef, 0.7)
+    cfg = grpo.GRPOConfig(group_size=GROUP, kl_coef=0.0, temperature=0.7, behaviour_correction_cap=1.5)
+    tis = run_programs.GRPOPrograms(cfg, train_step.jit_grpo_step(cfg), base.logprobs)
+    with pytest.raises(ValueError, match="needs rl.recompute_old_logprobs=True"):
+        run_programs.rollout_logprobs(tis, batch, params, None, recompute_old=False)
+    shifted = {**batch, "old_logp": batch["old_logp"] - 1.0}  # a sampler 1 nat less likely on every token
+    out, stats = run_programs.rollout_logprobs(tis, shifted, params, None, recompute_old=True)
+    mask = batch["loss_mask"]
+    np.testing.assert_allclose(np.asarray(out[train_step.BEHAVIOUR_WEIGHT])[mask], 1.5)  # e^1 capped at 1.5
+    assert float(stats["behaviour_weight/max"]) == pytest.approx(1.5) and float(stats["behaviour_weight/mean"]) == \
+        pytest.approx(1.5)
+    _, metrics = tis.update(train_state.train_state_from_params(graphdef, params, optax.sgd(0.1)), out)
+    assert np.isfinite(float(metrics["loss"])) and float(metrics["grad_norm"]) > 0

@@ -284,7 +284,8 @@ def test_an_error_quotes_a_bounded_piece_of_a_huge_value():
     for _ in range(8):
         bomb = [bomb] * 10
     message = _err({**_raw(), "name": bomb})
-    assert message.startswith("rubrics/medical.yaml: field 'name': expected a non-empty string, got [[[")
+    assert message.startswith("rubrics/medical.yaml: field 'name': expected 1-256 visible characters")
+    assert "got [[[" in message
     assert len(message) < 400
     from rubric_jax.rubrics import short_repr
 
@@ -359,3 +360,67 @@ def test_a_replacement_may_not_reuse_the_shared_name_and_version_with_other_cont
     check_rubric_identities(rows[:2])
     with pytest.raises(RubricError, match="q.jsonl:3: rubric 'demo' version 1.0.0 has other content .* in q.jsonl:1"):
         check_rubric_identities(rows)
+
+
+# ------------------------------------------------------------------------------------------ issue 24
+
+def test_what_a_dimension_reads_round_trips_and_is_in_the_hash(tmp_path):
+    """R1: `reads` (answer by default) goes through dict, JSON and YAML, and changes the content hash."""
+    raw = _raw()
+    raw["dimensions"][1]["reads"] = "think"
+    r = rubric_from_dict(raw)
+    assert [d.reads for d in r.dimensions] == ["answer", "think"]
+    for suffix in ("json", "yaml"):
+        save_rubric(r, tmp_path / f"r.{suffix}")
+        assert load_rubric(tmp_path / f"r.{suffix}") == r
+        assert "reads" in (tmp_path / f"r.{suffix}").read_text()
+    assert r.content_hash != rubric_from_dict(_raw()).content_hash
+    explicit = _raw()
+    explicit["dimensions"][1]["reads"] = "answer"
+    assert rubric_from_dict(explicit).content_hash == rubric_from_dict(_raw()).content_hash  # the default
+    raw["dimensions"][1]["reads"] = "reasoning"
+    assert "dimension 'safety': field 'reads': expected one of ('answer', 'think', 'response')" in _err(raw)
+    fmt = {**_raw()["dimensions"][1], "id": "format", "rule": "format", "params": {}}
+    assert "field 'reads': expected 'response' for the format rule" in _err({**_raw(), "dimensions": [_dim("a"), fmt]})
+    assert rubric_from_dict({**_raw(), "dimensions": [_dim("a"), {**fmt, "reads": "response"}]})
+
+
+@pytest.mark.parametrize("name", ["hostile_rules ", " hostile_rules", "hostile_ru\u200bles", "hostile\nrules",
+                                  "hostile_rules\u2060", "", "x" * 257])
+def test_a_rubric_name_with_invisible_or_surrounding_characters_is_refused(name):
+    """S6: a name that looks like another (trailing space, zero-width character, line break) is refused."""
+    assert "field 'name': expected 1-256 visible characters" in _err({**_raw(), "name": name})
+
+
+def test_names_differing_in_case_or_lookalikes_are_one_name_for_the_version_check():
+    """S6: 'Hostile_rules' (or a Cyrillic-lettered copy) at the same version with other content is refused; with
+    the same content and the same spelling it is the same rubric."""
+    from rubric_jax.rubrics import check_rubric_identities
+
+    original = rubric_from_dict({**_raw(), "name": "hostile_rules"})
+    other = _raw()
+    other["dimensions"][0]["weight"] = 9.0
+    for spelling in ("Hostile_rules", "hostile_rulеs"):  # capital H; Cyrillic е
+        impostor = rubric_from_dict({**other, "name": spelling})
+        with pytest.raises(RubricError, match=r"b.jsonl:2: rubric .* version 1.0.0 has other content than the rubric "
+                                              r"of that name and version in a.yaml \(spelt 'hostile_rules' there"):
+            check_rubric_identities([(original, "a.yaml"), (impostor, "b.jsonl:2")])
+    check_rubric_identities([(original, "a.yaml"), (rubric_from_dict({**_raw(), "name": "hostile_rules"}), "b")])
+    bumped = {**other, "name": "Hostile_rules", "version": "1.1.0",
+              "changelog": [*other["changelog"], {"version": "1.1.0", "change": "w", "reason": "r"}]}
+    check_rubric_identities([(original, "a.yaml"), (rubric_from_dict(bumped), "b")])  # a new version is fine
+
+
+@pytest.mark.parametrize("field, value", [("id", "safety\n"), ("group", "core\n"), ("id", "safety\u200b")])
+def test_ids_with_a_trailing_newline_are_refused(field, value):
+    """S6: `re.match` with `$` accepted 'safety\\n'; ids are matched whole."""
+    raw = _raw()
+    raw["dimensions"][1][field] = value
+    assert f"field '{field}': expected" in _err(raw)
+
+
+def test_dimension_ids_differing_only_in_case_are_duplicates_and_versions_are_matched_whole():
+    raw = _raw()
+    raw["dimensions"][0]["id"] = "Safety"
+    assert "expected unique dimension ids, got ['Safety', 'safety']" in _err(raw)
+    assert "a semantic version" in _err({**_raw(), "version": "1.0.0\n"})

@@ -100,12 +100,49 @@ def test_template_phrases_need_all_markers_in_order():
     np.testing.assert_array_equal(q("template_phrases", custom, ["一方面好，另一方面坏。", responses[0]]), [0, 1])
 
 
+# Issue 24, R2: templates and phrases written with lookalike or invisible characters (each of these scored 1 or
+# missed on the rules before they matched on text.fold forms).
+HOMOGLYPH_TEMPLATES = [
+    "Fіrstly, pay. Sеcondly, wait. Fіnally, check.",  # Cyrillic і and е
+    "Fi\u200brstly, pay. Se\u200dcondly, wait. Fin\u2060ally, check.",  # zero-width space, joiner, word joiner
+    "Ｆｉｒｓｔｌｙ, pay. Ｓｅｃｏｎｄｌｙ, wait. Ｆｉｎａｌｌｙ, check.",  # fullwidth
+    "FIRSТLY pay, SECОNDLY wait, FІNALLY check.",  # Cyrillic capitals Т, О, І
+]
+
+
+def test_template_markers_written_with_lookalikes_are_templates():
+    np.testing.assert_array_equal(q("template_phrases", {}, HOMOGLYPH_TEMPLATES), [0, 0, 0, 0])
+    assert R.TemplatePhrases().matches(HOMOGLYPH_TEMPLATES).all()  # what the template-share monitor reads
+
+
+def test_keywords_and_disclaimers_match_through_lookalikes_and_invisible_characters():
+    np.testing.assert_array_equal(q("keywords", {"words": ["refund"]}, ["a rеfund", "a re\u200bfund", "a ｒｅｆｕｎｄ",
+                                                                       "a refunded order"]), [1, 1, 1, 0])
+    np.testing.assert_array_equal(q("disclaimer", {}, ["Please cоnsult a dоctor.", "建议\u200b就医。"]), [1, 1])
+    # case-sensitive keywords keep case, lookalikes still count
+    np.testing.assert_array_equal(q("keywords", {"words": ["NHS"], "ignore_case": False}, ["ΝΗЅ", "nhs"]), [1, 0])
+
+
+def test_chinese_rules_still_match_after_normalisation():
+    np.testing.assert_array_equal(q("template_phrases", {}, ["首先，付款。其次，等待。最后，查看。"]), [0])
+    np.testing.assert_array_equal(q("keywords", {"words": ["退款"]}, ["申请退款即可。", "申请退货即可。"]), [1, 0])
+    np.testing.assert_array_equal(q("regex", {"pattern": r"^\w+。$"}, ["多喝水。"]), [1])
+    assert R.count_length("多喝水，多休息。", "auto") == 6
+
+
+def test_a_phrase_without_visible_text_is_refused():
+    for words in (["\u200b"], [" \u2060 "]):
+        with pytest.raises(R.RuleError, match="rule 'keywords', param 'words': expected a string with visible text"):
+            R.make_rule("keywords", {"words": words})
+
+
 def test_format_requires_each_tag_once_in_order_with_nonempty_answer():
     responses = [
         "<think>reason</think><answer>42</answer>",
         "  <think>\n推理\n</think>\n<answer>\n答案\n</answer>\n",
         "<think></think><answer>ok</answer>",  # empty think is allowed
         "<think>x</think><answer>  </answer>",  # empty answer
+        "<think>x</think><answer>\u200b\u200b\u2060</answer>",  # no visible answer (issue 24, R2)
         "<answer>42</answer><think>x</think>",  # wrong order
         "<think>x</think><answer>1</answer><answer>2</answer>",  # answer twice
         "<think>x <answer>fake</answer></think><answer>1</answer>",  # answer tag inside think
@@ -113,7 +150,7 @@ def test_format_requires_each_tag_once_in_order_with_nonempty_answer():
         "<think>x</think> between <answer>1</answer>",
         "<answer>42</answer>",
     ]
-    np.testing.assert_array_equal(q("format", {}, responses), [1, 1, 1, 0, 0, 0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(q("format", {}, responses), [1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0])
     np.testing.assert_array_equal(q("format", {"think_tag": "reason"}, ["<reason>r</reason><answer>a</answer>"]), [1])
 
 

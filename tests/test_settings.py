@@ -63,11 +63,31 @@ def test_shipped_configs_validate_and_eval_has_its_own_response_budget():
     ("rl__sampler", "nucleus(0.9)", "config.rl.sampler='nucleus(0.9)'"),
     ("model__attention", "flash", "config.model.attention='flash': expected one of ('auto', 'einsum', 'xla', 'cudnn')"),
     ("model__attention", "cudnn", "config.model.attention='cudnn': cuDNN flash attention runs in bfloat16"),
+    ("rl__advantage", "gdpo", "config.rl.advantage='gdpo': must be one of ('sum_then_normalise', 'per_dimension')"),
+    ("rl__overlong_buffer", 96, "config.rl.overlong_buffer=96: must be an integer in [0, max_new_tokens=96)"),
+    ("rl__overlong_penalty", -1.0, "config.rl.overlong_penalty=-1.0"),
+    ("rl__importance_level", "seq", "config.rl.importance_level: GRPOConfig.importance_level='seq'"),
+    ("rl__clip_ratio_c", 0.5, "config.rl.clip_ratio_c: GRPOConfig.clip_ratio_c=0.5: must be None (off) or"),
+    ("rl__kl_cap", -10.0, "config.rl.kl_cap: GRPOConfig.kl_cap=-10.0"),
+    ("rl__behaviour_correction_cap", 2.0, "config.rl.behaviour_correction_cap=2.0: the correction weighs the "
+                                          "trainer's recomputed log-probs"),
 ])
 def test_every_bad_value_is_one_line_naming_the_key(key, value, message):
     with pytest.raises(ValueError, match=re.escape(message)) as raised:
         settings.validate(_with(**{key: value}))
     assert "\n" not in str(raised.value)
+
+
+def test_the_recipe_options_reach_the_typed_specs():
+    checked = settings.validate(_with(rl__advantage="per_dimension", rl__overlong_buffer=16, rl__mask_truncated=True,
+                                      rl__importance_level="sequence", rl__clip_ratio_c=3.0, rl__kl_cap=10.0,
+                                      rl__behaviour_correction_cap=2.0, rl__recompute_old_logprobs=True))
+    assert checked.shaping == settings.rollout.Shaping("per_dimension", 16, 1.0, True, 96)
+    g = checked.grpo
+    assert (g.importance_level, g.clip_ratio_c, g.kl_cap, g.behaviour_correction_cap) == ("sequence", 3.0, 10.0, 2.0)
+    default = settings.validate(tiny.get_config())
+    assert default.shaping == settings.rollout.Shaping(max_new_tokens=96)
+    assert (default.grpo.clip_ratio_c, default.grpo.kl_cap, default.grpo.behaviour_correction_cap) == (None,) * 3
 
 
 def test_the_compact_judge_prompt_needs_one_dimension_per_prompt():

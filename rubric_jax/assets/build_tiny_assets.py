@@ -5,7 +5,7 @@
 
 Writes questions_train.jsonl / questions_eval.jsonl (hygiene applied: near-duplicate removal and PII
 scrubbing from rubric_jax.prepare), questions_golden.jsonl (new phrasings with labelled reference
-answers), sft.jsonl (QuRL-style cold start: one `<think>…</think><answer>…</answer>` response per
+answers, whose labels include the LLM-judged politeness criterion), sft.jsonl (QuRL-style cold start: one `<think>…</think><answer>…</answer>` response per
 training question, deliberately imperfect so GRPO has room to improve), rubric.yaml (the shared rule
 rubric; each question row adds its case-wise criteria, of which politeness is LLM-judged by the distilled
 tiny judge), rubric_hack.yaml / rubric_hack_fixed.yaml and sft_hack.jsonl (the planted-hack experiment's rubrics
@@ -27,7 +27,7 @@ import numpy as np
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config
 
-from rubric_jax import data
+from rubric_jax import data, text
 from rubric_jax.assets import TINY_DIR
 from rubric_jax.assets.tiny_content import (
     CS, DIFFICULTIES, FILLERS, FRAMES, GOLDEN, HEALTH, PHRASE_SENTENCES, POLITE_PHRASES, RAW_EXTRA_QUESTIONS,
@@ -45,8 +45,10 @@ SEED = 20261129
 EVAL_TOPICS_PER_GROUP = 8
 # Probabilities of each imperfection of an SFT response (template and repeat only when not long).
 SFT_P_PHRASE, SFT_P_KEYWORD, SFT_P_TEMPLATE, SFT_P_REPEAT, SFT_P_LONG, SFT_P_SHORT = 0.5, 0.7, 0.15, 0.15, 0.15, 0.1
-# Whole-response length in "auto" units (English words + Chinese characters; the four tags count as words).
-LENGTH_RANGE = {"en": (28, 50), "zh": (40, 66)}
+# Answer length in "auto" units (English words + Chinese characters): the length criterion reads the answer. Until
+# rubric 1.2.0 it read the whole response, (28, 50) and (40, 66) units, of which the think text and the four tags
+# are a median 12 (en) and 17 (zh) units in sft.jsonl.
+LENGTH_RANGE = {"en": (16, 38), "zh": (23, 49)}
 
 VOCAB_SIZE = 2048  # tokenizer size including the special and tag tokens = the model's vocab_size
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -74,20 +76,31 @@ MODEL = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=2, num_at
 
 # ------------------------------------------------------------------------------------------ rubric
 def _binary(dim_id: str, description: str, no: str, yes: str, *, rule: str, params: dict[str, Any],
-            gate: bool = False, no_examples: Sequence[str] = ()) -> Dimension:
+            gate: bool = False, no_examples: Sequence[str] = (), reads: str = "answer") -> Dimension:
     """A 0/1 rule dimension with its two anchors (negative examples go on the failing level)."""
     return Dimension(
         id=dim_id, description=description, kind="rule", scale=Scale.binary(),
         anchors={0: Anchor(no, negative_examples=tuple(no_examples)), 1: Anchor(yes)},
-        gate=gate, rule=rule, params=params,
+        gate=gate, rule=rule, params=params, reads=reads,
     )
 
 
+READS_CHANGE = ChangelogEntry(
+    "1.2.0", "each dimension says what it reads: the format gate the whole response, every other dimension (and every "
+    "case-wise criterion, whose length ranges now count the answer alone) the <answer> text",
+    "a judge that read the whole response credited text inside <think> that the user never sees (issue 24, R1)")
+HACK_READS_CHANGE = ChangelogEntry(
+    "1.2.0", "each dimension says what it reads: the format gate and the LLM-judged clarity the whole response (what "
+    "its distilled judges learnt), the others the <answer> text",
+    "a judge that read the whole response credited text inside <think> that the user never sees (issue 24, R1)")
+
+
 def shared_rubric() -> Rubric:
-    """The tiny default's shared rubric: format (veto), no self-repetition, no template scaffolding."""
+    """The tiny default's shared rubric: format (veto, reads the whole response), no self-repetition, no template
+    scaffolding (both read the answer)."""
     return Rubric(
         name="tiny_default",
-        version="1.1.0",
+        version="1.2.0",
         changelog=(
             ChangelogEntry(
                 "1.0.0", "format gate, n-gram redundancy and template-phrase penalties; case-wise length, topic "
@@ -97,12 +110,13 @@ def shared_rubric() -> Rubric:
                 "1.1.0", "the case-wise politeness criterion is LLM-judged by the distilled tiny judge "
                 "(rubric_jax/assets/tiny_judge, taught by the criterion's keyword rule)",
                 "the embedded default runs the LLM-judge path for real (RubricRL 7: a distilled small judge)"),
+            READS_CHANGE,
         ),
         dimensions=(
             _binary("format",
                     "The response is <think>…</think><answer>…</answer>, each tag once, answer non-empty.",
                     "Tags missing, repeated, out of order, or an empty answer.", "Exactly the required shape.",
-                    rule="format", params={}, gate=True),
+                    rule="format", params={}, gate=True, reads="response"),
             Dimension(
                 id="redundancy", description="Penalty: the response repeats its own 3-grams (1 = no repetition).",
                 kind="rule", scale=Scale.binary(),
@@ -122,7 +136,7 @@ def case_dimensions(topic: Topic) -> list[Dimension]:
     """QuRL case-wise criteria of one question: length range, its topic keyword, disclaimer or politeness."""
     lo, hi = LENGTH_RANGE[topic.lang]
     dims = [
-        _binary("length", f"The response is {lo}-{hi} units long (English words, Chinese characters).",
+        _binary("length", f"The answer is {lo}-{hi} units long (English words, Chinese characters).",
                 "Far outside the range (too short to help or padded).", "Within the range.",
                 rule="length", params={"min": lo, "max": hi, "unit": "auto"}),
         _binary("topic_keyword", f"The response names the topic of the question ({topic.keyword!r}).",
@@ -153,7 +167,9 @@ def clarity_dimension(fixed: bool) -> Dimension:
     """The LLM-judged 1-5 clarity dimension of the planted-hack experiment (RubricRL 6.1).
 
     The hack's anchors praise ordered steps, as the article's rubric praised "logical connectives used well";
-    the fix adds negative examples of templated-but-empty answers and places them at level 3.
+    the fix adds negative examples of templated-but-empty answers and places them at level 3. It reads the whole
+    response, as its distilled judges (tiny_judge_hack, tiny_judge_fixed) were taught to: on the answer alone they
+    agree with their teacher at held-out Spearman 0.47 (0.76 and 0.77 on whole responses; 2026-12-01).
     """
     empty = "Firstly, thank you. Secondly, thank you. Finally, thank you."
     if fixed:
@@ -173,7 +189,7 @@ def clarity_dimension(fixed: bool) -> Dimension:
             1: Anchor("Hard to follow: a fragment, or broken."),
         }
     return Dimension(id="clarity", description="Clarity: how well the answer is organised and developed.",
-                     kind="llm", scale=Scale.integer(1, 5), anchors=anchors, weight=CLARITY_WEIGHT)
+                     kind="llm", scale=Scale.integer(1, 5), anchors=anchors, weight=CLARITY_WEIGHT, reads="response")
 
 
 def hack_rubric(fixed: bool) -> Rubric:
@@ -183,11 +199,12 @@ def hack_rubric(fixed: bool) -> Rubric:
     why = ("RubricRL 6.1's fix: negative anchors for templated-but-empty answers" if fixed else
            "RubricRL 6.1's planted hack: a clarity judge that rewards template scaffolding")
     return dataclasses.replace(
-        base, name="tiny_hack_fixed" if fixed else "tiny_hack", version="1.1.0",
+        base, name="tiny_hack_fixed" if fixed else "tiny_hack", version="1.2.0",
         changelog=(ChangelogEntry("1.0.0", "the tiny default's rubric with its template penalty replaced by an "
                                   "LLM-judged clarity dimension", why),
                    ChangelogEntry("1.1.0", f"clarity weight 1 -> {CLARITY_WEIGHT:g}",
-                                  "at weight 1 a template barely paid and GRPO dropped it (CLARITY_WEIGHT)")),
+                                  "at weight 1 a template barely paid and GRPO dropped it (CLARITY_WEIGHT)"),
+                   HACK_READS_CHANGE),
         dimensions=tuple(d for d in base.dimensions if d.id != "template") + (clarity_dimension(fixed),))
 
 
@@ -196,7 +213,7 @@ def compact_dimension(dim: Dimension) -> dict[str, Any]:
     d = dimension_to_dict(dim)
     d["anchors"] = {level: a if a["positive_examples"] or a["negative_examples"] else a["description"]
                     for level, a in d["anchors"].items()}
-    for key, default in (("weight", 1.0), ("gate", False), ("group", None)):
+    for key, default in (("weight", 1.0), ("gate", False), ("group", None), ("reads", "answer")):
         if d[key] == default:
             del d[key]
     if dimension_from_dict(d) != dim:
@@ -340,7 +357,8 @@ def sft_rows(train: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def golden_rows(train: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The golden set (tiny_content.GOLDEN): each question with a reference answer made with its listed
-    features and labelled with them; none may be near a training question (the trainer would refuse it)."""
+    features and labelled with them; none may be near a training question (the trainer would refuse it). Its
+    criteria are the training rows' (politeness LLM-judged), so golden agreement on politeness measures the judge."""
     rng = np.random.default_rng(SEED + 2)
     topic_of = {t.keyword: t for t in TOPICS}
     rows = []
@@ -352,7 +370,8 @@ def golden_rows(train: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         safety = "disclaimer" if topic.category == HEALTH else "politeness"
         rows.append({"id": f"golden-{topic.lang}-{i}", "question": question, "category": topic.category,
                      "lang": topic.lang, "keywords": [keyword],
-                     "rubric": {"extra": [compact_dimension(d) for d in case_dimensions(topic)]},
+                     "rubric": {"extra": [compact_dimension(llm_twin(d) if d.id in LLM_JUDGED else d)
+                                          for d in case_dimensions(topic)]},
                      "reference": reference, "labels": {"topic_keyword": int(flags["keyword"]),
                                                         "template": int(not flags["template"]),
                                                         safety: int(flags["phrase"])}})
@@ -364,7 +383,7 @@ def golden_rows(train: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _check_flags(topic: Topic, response: str, flags: dict[str, bool]) -> None:
     """The rule judges see exactly the imperfections that were drawn (so the SFT set is what we claim)."""
-    scores = {d.id: float(make_rule(d.rule, d.params)([response])[0])
+    scores = {d.id: float(make_rule(d.rule, d.params)([text.read(response, d.reads)])[0])
               for d in (*shared_rubric().dimensions, *case_dimensions(topic))}
     expected = {
         "format": True, "topic_keyword": flags["keyword"], "template": not flags["template"],

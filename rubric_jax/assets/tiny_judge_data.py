@@ -12,7 +12,10 @@ Three judges are distilled (build_tiny_judges.py), each from rule teachers:
 The answers to judge are the tiny cold-start answers, more answers drawn the same way for every training
 question (so no question predicts a score), and perturbed copies of them (sentences dropped, repeated, borrowed
 from other answers, reordered, scaffolded, truncated, tags broken), so the teachers' scores span each scale.
-Items are split by question: answers to a held-out question never train a judge.
+Items are split by question: answers to a held-out question never train a judge. The teachers read the whole
+response (TAUGHT_ON), as when the shipped judges were distilled (before `Dimension.reads`), so a rebuild reproduces
+them: the politeness judge agrees with its teacher on answers as on whole responses (held-out exact agreement 0.923,
+Spearman 0.843 on answers vs 0.923 / 0.844; 2026-12-01), and clarity is read on the whole response by its rubrics.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ VARIANTS = ("default", "hack", "fixed")
 # Probability of each perturbation of an answer (applied in this order, independently).
 P_DROP, P_BORROW, P_REPEAT, P_SHUFFLE, P_SCAFFOLD, P_TRUNCATE, P_BREAK_TAGS = 0.35, 0.4, 0.2, 0.15, 0.35, 0.08, 0.04
 CLARITY_MIN_UNITS = 70  # the clarity teachers' length part: full marks from 70 units (words, Chinese characters)
+TAUGHT_ON = "response"  # the part of each answer the teachers score and the students are shown (see the docstring)
 
 
 # ------------------------------------------------------------------------------------------ clarity
@@ -122,11 +126,13 @@ def teachers(variant: str) -> tuple[dict[str, RuleTeacher], RuleTeacher | None]:
     for topic in TOPICS:
         if topic.category == CS and topic.lang not in politeness:
             dim = next(d for d in case_dimensions(topic) if d.id == "politeness")
-            politeness[topic.lang] = RuleTeacher(dim, make_rule(dim.rule, dim.params))
+            taught = dataclasses.replace(dim, reads=TAUGHT_ON)
+            politeness[topic.lang] = RuleTeacher(taught, make_rule(dim.rule, dim.params))
     if variant == "default":
         return politeness, None
     fixed = variant == "fixed"
-    return politeness, RuleTeacher(clarity_dimension(fixed), fixed_clarity_quality if fixed else hack_clarity_quality)
+    clarity = dataclasses.replace(clarity_dimension(fixed), reads=TAUGHT_ON)
+    return politeness, RuleTeacher(clarity, fixed_clarity_quality if fixed else hack_clarity_quality)
 
 
 def judge_items(variant: str, tiny_dir: Path = TINY_DIR) -> tuple[list[JudgeItem], list[JudgeItem]]:

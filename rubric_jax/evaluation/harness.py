@@ -10,14 +10,13 @@ policy is loaded once, answers every case, and is released before the judge mode
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rubric_jax import data, files, metrics
+from rubric_jax import data, files, metrics, text
 from rubric_jax.evaluation import biggen, healthbench, hellobench, longbench_write, report, rubric_set
 from rubric_jax.evaluation.results import FINISH_PROMPT_TOO_LONG, Answer, Benchmark, EvalInputError
 from rubric_jax.judges.http_backend import HTTP_COUNTERS
@@ -36,7 +35,6 @@ PROMPT_FORMATS = ("plain", "think_answer")
 WHICH = ("latest", "best")  # --workdir checkpoints: the newest, or the highest logged held-out reward
 UNBOUNDED_JUDGE_PROMPT = 1 << 30  # load_judge caps it at the judge's context minus its answer budget
 JUDGE_ANSWERS_PER_PASS = 64  # answers per reward call (one batched judge pass; judge.batch_size bounds its calls)
-_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 # RubricReward's judge counters summed over the judge passes into summary.json (llm_judge.judge_rows).
 JUDGE_COUNTERS = ("judge_prompts", "judge_generate_calls", "judge_invalid", "judge_retried", "judge_prompt_too_long",
                   "judge_scores", "judge_failed_samples", "judge_failed_scores", *HTTP_COUNTERS)
@@ -102,12 +100,10 @@ def judge_question(case: RubricCase, show_reference: bool) -> str:
 
 
 def answer_part(response: str, prompt_format: str) -> tuple[str, bool | None]:
-    """(text the judge reads, format ok): the last <answer>...</answer> in think_answer format, else the
-    whole response (format not ok); the whole response in plain format (format ok None)."""
-    if prompt_format == "plain":
-        return response, None
-    found = _ANSWER_RE.findall(response)
-    return (found[-1].strip(), True) if found else (response, False)
+    """(the answer, format ok): the answer as every judge reads it (text.parts: a plain response is all answer);
+    format ok (think_answer format only) when it came from a closed <answer>...</answer>."""
+    parts = text.parts(response)
+    return parts.answer, (None if prompt_format == "plain" else parts.answer_closed)
 
 
 # ------------------------------------------------------------------------------------------ generation
@@ -154,7 +150,8 @@ def judge_answers(reward: RubricReward, cases: Sequence[RubricCase], generated: 
                   prompt_format: str, show_reference: bool, batch_size: int, key: jax.Array
                   ) -> tuple[list[Answer], dict[str, int]]:
     """Answers with the judge's raw scores and the rubric reward, scoring `batch_size` answers per reward
-    call (each one batched judge pass); cases without a rubric or an answer are not judged."""
+    call (each one batched judge pass); cases without a rubric or an answer are not judged. The reward gets
+    the whole response: each dimension reads its part of it (RubricReward)."""
     import jax  # imported here: see generate_answers
 
     parts = [(None, None) if g.response is None else answer_part(g.response, prompt_format) for g in generated]
@@ -165,7 +162,8 @@ def judge_answers(reward: RubricReward, cases: Sequence[RubricCase], generated: 
     batches = [todo[k:k + batch_size] for k in range(0, len(todo), batch_size)]
     progress = metrics.Progress(len(batches), desc="judge", keys=())
     for b, batch in enumerate(batches):
-        result = reward([judge_question(cases[i], show_reference) for i in batch], [parts[i][0] for i in batch],
+        result = reward([judge_question(cases[i], show_reference) for i in batch],
+                        [generated[i].response for i in batch],
                         [cases[i].rubric for i in batch], key=jax.random.fold_in(key, b))
         column = {dim_id: c for c, dim_id in enumerate(result.dimension_ids)}
         for row, i in enumerate(batch):

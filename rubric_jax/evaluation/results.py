@@ -33,8 +33,8 @@ class Answer:
     response: str | None  # decoded text; None when the case was not generated
     finish_reason: str  # "stop" | "length" | FINISH_PROMPT_TOO_LONG
     tokens: int  # generated tokens, including the stop token
-    judged_text: str | None  # what the judge (and a length count) reads: the <answer> part in think_answer format
-    format_ok: bool | None  # think_answer format: an <answer>...</answer> was found; None in plain format
+    judged_text: str | None  # the answer (text.parts), as judges of "answer" dimensions and a length count read it
+    format_ok: bool | None  # think_answer format: the answer came from a closed <answer>...</answer>; None in plain
     raw_scores: np.ndarray | None  # [D] the case rubric's dimensions, raw scale; NaN = judge failed; None = not judged
     reward: float | None  # the rubric's aggregate in [0, 1] (the training reward); None when not judged or not ok
 

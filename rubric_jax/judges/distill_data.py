@@ -8,6 +8,8 @@ dimension's raw scale. Teachers (RubricRL 7: distil a small judge from a larger 
   judge   another LLM judge through the scoring path training uses (llm_judge.judge_rows: samples, median);
   labels  scores given per item (e.g. a labels file).
 A score is rounded to the nearest level (verdicts are integers); an item the teacher could not score is left out.
+An item's response is the part of the response its dimension reads (`Dimension.reads`, rubric_jax/text.py): the
+teacher scores and the student is shown exactly what the judge is shown at scoring time.
 
 A training example is the prompt `llm_judge.judge_rows` sends at scoring time in "per_dimension" mode (a fresh
 nonce and a shuffled anchor order per rendering, the judge tokenizer's special tokens fenced out) and a
@@ -25,10 +27,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from rubric_jax import data
+from rubric_jax import data, text
 from rubric_jax.judges.llm_judge import Judge, judge_rows, special_tokens
 from rubric_jax.judges.parser import SINGLE_KEY, parse_single
 from rubric_jax.judges.prompts import JudgePrompt, compact_single_prompt, single_prompt
+from rubric_jax.judges.reward import split_by_reads
 from rubric_jax.judges.rules import make_rule
 from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.rubrics.schema import Dimension, Rubric
@@ -39,7 +42,8 @@ NONCE_BYTES = 8  # llm_judge draws 8 random bytes per prompt: a 16-hex-digit fen
 
 @dataclasses.dataclass(frozen=True)
 class JudgeItem:
-    """One response to judge on one LLM dimension, with the teacher's score (a level of the dimension's scale)."""
+    """One response to judge on one LLM dimension, with the teacher's score (a level of the dimension's scale);
+    `response` is the part of the response the dimension reads."""
 
     question: str
     response: str
@@ -111,7 +115,8 @@ def rule_teachers_per_row(rubrics: Sequence[Rubric], dimension_ids: Sequence[str
 
 def rule_items(questions: Sequence[str], responses: Sequence[str], teachers_per_row: Sequence[Sequence[RuleTeacher]]
                ) -> list[JudgeItem]:
-    """One item per (row, teacher), scored by the teacher; rows are grouped per teacher (rules are batched)."""
+    """One item per (row, teacher), scored by the teacher on the part its dimension reads; rows are grouped per
+    teacher (rules are batched)."""
     if not len(questions) == len(responses) == len(teachers_per_row):
         raise ValueError(f"rule_items: {len(questions)} questions, {len(responses)} responses, "
                          f"{len(teachers_per_row)} teacher lists")
@@ -121,36 +126,39 @@ def rule_items(questions: Sequence[str], responses: Sequence[str], teachers_per_
             by_teacher.setdefault(id(teacher), (teacher, []))[1].append(n)
     scored: dict[tuple[int, str], int] = {}
     for teacher, rows in by_teacher.values():
-        for n, level in zip(rows, teacher.levels([responses[n] for n in rows])):
+        for n, level in zip(rows, teacher.levels([text.read(responses[n], teacher.dimension.reads) for n in rows])):
             scored[(n, teacher.dimension.id)] = int(level)
-    return [JudgeItem(questions[n], responses[n], t.dimension, scored[(n, t.dimension.id)])
-            for n, teachers in enumerate(teachers_per_row) for t in teachers]
+    return [JudgeItem(questions[n], text.read(responses[n], t.dimension.reads), t.dimension,
+                      scored[(n, t.dimension.id)]) for n, teachers in enumerate(teachers_per_row) for t in teachers]
 
 
 def judge_items(judges: Sequence[Judge], config: JudgeSpec, questions: Sequence[str], responses: Sequence[str],
                 dims_per_row: Sequence[Sequence[Dimension]], key: jax.Array, batch_size: int = 64
                 ) -> tuple[list[JudgeItem], int]:
-    """Items scored by teacher judges through judge_rows (one batched call per `batch_size` rows and round), and
-    how many scores the teachers could not give (those items are left out)."""
-    dims_per_row = [[llm_twin(d) for d in dims] for dims in dims_per_row]
+    """Items scored by teacher judges through judge_rows (one batched call per `batch_size` rows and round; each
+    dimension shown the part it reads), and how many scores the teachers could not give (those items are left out)."""
+    rows, dims_per_part = split_by_reads([[llm_twin(d) for d in dims] for dims in dims_per_row])
+    views = [text.read(responses[n], reads) for n, reads in rows]
     items, missing = [], 0
-    starts = range(0, len(questions), batch_size)
+    starts = range(0, len(rows), batch_size)
     for start, batch_key in zip(starts, jax.random.split(key, len(starts))):
-        rows = slice(start, start + batch_size)
-        out = judge_rows(judges, config, questions[rows], responses[rows], dims_per_row[rows], batch_key)
-        for n, (dims, raw) in enumerate(zip(dims_per_row[rows], out.scores), start=start):
+        part = slice(start, start + batch_size)
+        out = judge_rows(judges, config, [questions[n] for n, _ in rows[part]], views[part], dims_per_part[part],
+                         batch_key)
+        for k, (dims, raw) in enumerate(zip(dims_per_part[part], out.scores), start=start):
             for dim, x in zip(dims, raw):
                 level = int(to_level(dim, np.asarray([x]))[0])
                 if level < 0:
                     missing += 1
                 else:
-                    items.append(JudgeItem(questions[n], responses[n], dim, level))
+                    items.append(JudgeItem(questions[rows[k][0]], views[k], dim, level))
     return items, missing
 
 
 def label_items(question: str, response: str, rubric: Rubric, labels: Mapping[str, float]) -> list[JudgeItem]:
-    """Items from one labelled row: each labelled dimension of the row's rubric, its label rounded to a level."""
-    return [JudgeItem(question, response, llm_twin(rubric.dimension(dim_id)),
+    """Items from one labelled row: each labelled dimension of the row's rubric (shown the part it reads), its label
+    rounded to a level."""
+    return [JudgeItem(question, text.read(response, rubric.dimension(dim_id).reads), llm_twin(rubric.dimension(dim_id)),
                       int(to_level(rubric.dimension(dim_id), np.asarray([value]))[0]))
             for dim_id, value in labels.items()]
 

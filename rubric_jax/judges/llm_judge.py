@@ -343,3 +343,12 @@ def _most_common_cause(causes: np.ndarray) -> str:
     """The most frequent non-empty cause among a failed score's samples (ties: FAILURE_CAUSES order)."""
     counts = [int((causes == cause).sum()) for cause in FAILURE_CAUSES]
     return FAILURE_CAUSES[int(np.argmax(counts))]
+
+
+def shortest_prompt_tokens(judge: Judge, config: JudgeSpec, question: str, dims: Sequence[Dimension]) -> int:
+    """Tokens of the shortest prompt `judge` can be sent for these LLM dimensions of a row (one dimension in
+    per_dimension mode, the row's in all_criteria): the one for an empty response. Longer than `judge.max_prompt_tokens`
+    means that no response to this row is ever judged on them."""
+    prompt = _build_prompt(_Request(0, tuple(dims), 0), question, "", config, np.random.default_rng(0),
+                           special_tokens(judge.tokenizer))
+    return len(data.encode_chats(judge.tokenizer, [prompt.messages])[0])

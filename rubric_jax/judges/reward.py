@@ -1,6 +1,10 @@
 """The one reward interface the trainer calls: rubric scoring of a batch of responses -> RewardOutput.
 
 For N rows (question, response, that row's rubric; rubrics may differ per row, QuRL case-wise R*(q)):
+  read             each dimension's judge sees the part of the response the dimension reads (`reads`:
+                   the answer by default, the think text, or the whole response; rubric_jax/text.py), with
+                   invisible characters removed: this is the one place training, experiments.score,
+                   calibration and evaluation select what a judge reads;
   rule dimensions  rules.py, once per distinct rubric over its rows (vectorised over the batch);
   LLM dimensions   llm_judge.py, every LLM dimension of every row in one batched judge pass;
   normalise        raw scale -> [0, 1], 1 = best (rubrics.schema.normalize_scores);
@@ -32,7 +36,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from rubric_jax import distributed
+from rubric_jax import distributed, text
 from rubric_jax.judges.features import FEATURES, response_features
 from rubric_jax.judges.http_backend import HTTP_COUNTERS, LATENCY_PERCENTILES
 from rubric_jax.judges.llm_judge import Judge, judge_rows
@@ -40,7 +44,7 @@ from rubric_jax.judges.rules import Rule, RuleError, make_rule, rule_scores
 from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.rubrics.aggregation import aggregate_rubric
 from rubric_jax.rubrics.correction import Correction
-from rubric_jax.rubrics.schema import WEIGHT_RANGE, Rubric, RubricError, normalize_scores, short_repr
+from rubric_jax.rubrics.schema import WEIGHT_RANGE, Dimension, Rubric, RubricError, normalize_scores, short_repr
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,13 +135,14 @@ class RubricReward:
         has_NxD = np.zeros((n, len(ids)), dtype=bool)
         cause_NxD = np.full((n, len(ids)), "", dtype=object)
 
+        views = {reads: [text.read(r, reads) for r in responses] for reads in text.READS}
         for h, rows in groups.items():
             rubric, rules = by_hash[h], self._rules[h]
-            batch = [responses[i] for i in rows]
             for j, dim in enumerate(rubric.dimensions):
                 has_NxD[rows, column[dim.id]] = True
                 if j in rules:
                     lo, hi = dim.scale.raw_range
+                    batch = [views[dim.reads][i] for i in rows]
                     raw_NxD[rows, column[dim.id]] = rule_scores(rules[j], batch, lo, hi)
                     cause_NxD[rows, column[dim.id]] = rules[j].failure_cause
 
@@ -147,8 +152,10 @@ class RubricReward:
         if any(llm_dims) or judged_anywhere:  # another process's judge call is collective: join it
             if key is None:
                 raise ValueError("reward: rubrics with LLM dimensions need an explicit PRNG `key` for the judge")
-            judged = judge_rows(self.judges, self.judge_spec, questions, responses, llm_dims, key)
-            for i, (dims, scores, causes) in enumerate(zip(llm_dims, judged.scores, judged.causes)):
+            rows, judged_dims = split_by_reads(llm_dims)
+            judged = judge_rows(self.judges, self.judge_spec, [questions[i] for i, _ in rows],
+                                [views[reads][i] for i, reads in rows], judged_dims, key)
+            for (i, _), dims, scores, causes in zip(rows, judged_dims, judged.scores, judged.causes):
                 raw_NxD[i, [column[d.id] for d in dims]] = scores
                 cause_NxD[i, [column[d.id] for d in dims]] = causes
             details.update(judged.details)
@@ -190,6 +197,19 @@ class RubricReward:
         if weights is not None:
             details["dynamic_weights"] = used_weights
         return RewardOutput(scores_NxD, valid_NxD, reward_N, ids, details)
+
+
+def split_by_reads(llm_dims: Sequence[Sequence[Dimension]]) -> tuple[list[tuple[int, str]], list[list[Dimension]]]:
+    """The LLM judge's rows: one per (row, part read) with the row's dimensions that read that part (the judge is
+    shown that part: an all_criteria prompt never mixes parts)."""
+    rows, dims = [], []
+    for i, row_dims in enumerate(llm_dims):
+        for reads in text.READS:
+            reading = [d for d in row_dims if d.reads == reads]
+            if reading:
+                rows.append((i, reads))
+                dims.append(reading)
+    return rows, dims
 
 
 # Judge counters that add up over the rows' blocks; "judge_generate_calls" counts the global (collective)

@@ -5,7 +5,10 @@ params)`; calling it on a batch of N responses returns a quality q_N in [0, 1] (
 rule), or NaN where the rule could not decide (the rule's `failure_cause` says why; the reward counts it
 as a failed score). `rule_scores` maps q_N onto a dimension's scale [low, high] linearly. Rules see only
 the response text, so nothing a response says about its own score can change them except the text
-features the rule measures.
+features the rule measures. Rules receive the part of the response their dimension reads, with invisible
+characters removed (judges/reward.py, rubric_jax/text.py); the phrase rules (keywords, disclaimer, template
+markers) match on `text.fold` forms of both the response and the phrases (NFKC, ASCII for Latin lookalikes,
+case folded), so `Fіrstly` with a Cyrillic і or fullwidth `Ｆｉｒｓｔｌｙ` is `firstly`.
 
 User regexes are bounded: the `regex` engine (Python `re` syntax and Unicode classes) searches with a
 timeout of REGEX_TIMEOUT_S per response, so a catastrophic pattern such as `(a+)+$` fails one score
@@ -29,6 +32,7 @@ from typing import Any, ClassVar, NoReturn
 import numpy as np
 import regex
 
+from rubric_jax import text as text_forms
 from rubric_jax.rubrics.schema import short_repr
 
 # CJK unified ideographs (+ extension A, compatibility), kana and hangul: one unit per character.
@@ -50,8 +54,8 @@ def _fail(rule: str, param: str, message: str) -> NoReturn:
 
 
 def _check_str(rule: str, param: str, value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        _fail(rule, param, f"expected a non-empty string, got {short_repr(value)}")
+    if not isinstance(value, str) or not text_forms.visible(value):
+        _fail(rule, param, f"expected a string with visible text, got {short_repr(value)}")
     return value
 
 
@@ -95,10 +99,11 @@ def phrase_pattern(phrase: str, ignore_case: bool = True) -> re.Pattern[str]:
 
 
 def phrase_hits(responses: Sequence[str], phrases: Sequence[str], ignore_case: bool = True) -> np.ndarray:
-    """[N, K] bool: response n contains phrase k (see `phrase_pattern`)."""
-    patterns = [phrase_pattern(p, ignore_case) for p in phrases]
+    """[N, K] bool: response n contains phrase k (see `phrase_pattern`), both in their `text.fold` form (without
+    case folding when not `ignore_case`)."""
+    patterns = [phrase_pattern(text_forms.fold(p, ignore_case), ignore_case) for p in phrases]
     hits_NxK = np.zeros((len(responses), len(patterns)), dtype=bool)
-    for n, text in enumerate(responses):
+    for n, text in enumerate(text_forms.fold(r, ignore_case) for r in responses):
         for k, pattern in enumerate(patterns):
             hits_NxK[n, k] = pattern.search(text) is not None
     return hits_NxK
@@ -387,9 +392,9 @@ class TemplatePhrases(Rule):
         object.__setattr__(self, "templates", checked)
 
     def matches(self, responses: Sequence[str]) -> np.ndarray:
-        """[N] bool: the response contains some template's markers in order."""
-        compiled = [[phrase_pattern(m) for m in t] for t in self.templates]
-        return np.array([any(_in_order(r, ps) for ps in compiled) for r in responses], dtype=bool)
+        """[N] bool: the response contains some template's markers in order (both in their `text.fold` form)."""
+        compiled = [[phrase_pattern(text_forms.fold(m)) for m in t] for t in self.templates]
+        return np.array([any(_in_order(text_forms.fold(r), ps) for ps in compiled) for r in responses], dtype=bool)
 
     def __call__(self, responses: Sequence[str]) -> np.ndarray:
         return (~self.matches(responses)).astype(np.float64)
@@ -398,7 +403,7 @@ class TemplatePhrases(Rule):
 @_register("format")
 @dataclasses.dataclass(frozen=True)
 class Format(Rule):
-    """1 iff the response is `<think>…</think><answer>…</answer>`: each tag once, in order, answer non-empty."""
+    """1 iff the response is `<think>…</think><answer>…</answer>`: each tag once, in order, the answer visible."""
 
     think_tag: str = "think"
     answer_tag: str = "answer"
@@ -417,5 +422,5 @@ class Format(Rule):
         for r in responses:
             # Counting first keeps the backtracking regex linear: with each tag once, `.*` has one place to stop.
             m = shape.fullmatch(r) if all(r.count(tag) == 1 for tag in tags) else None
-            ok.append(m is not None and bool(m.group(1).strip()))
+            ok.append(m is not None and text_forms.visible(m.group(1)))
         return np.array(ok, dtype=np.float64)

@@ -1,7 +1,8 @@
 """Exact and near-duplicate questions: MinHash signatures with LSH banding, checked by exact Jaccard.
 
-Texts are compared as sets of character n-grams of their normalised form (NFKC, case-folded, letters
-and digits only), so Chinese and English work alike. Each n-gram becomes a 64-bit value: for n <= 3
+Texts are compared as sets of character n-grams of their normalised form (rubric_jax/text.py's `fold`:
+invisible characters removed, NFKC, Latin lookalikes such as a Cyrillic о made ASCII, case-folded; then
+letters and digits only), so Chinese and English work alike and a homoglyph copy is a copy. Each n-gram becomes a 64-bit value: for n <= 3
 the code points packed side by side (no collisions), then a bijective mix (splitmix64). MinHash maps
 each set to the minima of `num_perm` seeded hash functions (seeds drawn from `seed`); LSH
 groups signatures by bands so that only texts sharing a band are compared. A candidate pair is a
@@ -17,10 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import unicodedata
 from collections.abc import Sequence
 
 import numpy as np
+
+from rubric_jax import text as text_forms
 
 _PACK_BITS = 21  # every code point is < 2^21, so up to three of them pack into one 63-bit value exactly
 _ROLL = np.uint64(0x100000001B3)  # FNV-64 prime, for n > 3
@@ -32,8 +34,9 @@ class DedupError(ValueError):
 
 
 def normalize_text(text: str) -> str:
-    """NFKC, case-folded, letters and digits only: what two copies of one question still share."""
-    return _NOT_LETTER_OR_DIGIT.sub("", unicodedata.normalize("NFKC", text).casefold())
+    """`text.fold` (NFKC, lookalikes made ASCII, case-folded), letters and digits only: what two copies of one
+    question still share."""
+    return _NOT_LETTER_OR_DIGIT.sub("", text_forms.fold(text))
 
 
 def char_ngrams(text: str, n: int) -> frozenset[str]:

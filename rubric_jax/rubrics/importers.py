@@ -15,6 +15,9 @@ Benchmark readers used by evaluation (rubric_jax/evaluation) and data preparatio
 `import_longbench_write`, `hellobench_task_file`, `read_hellobench_judgements` (the published per-item
 judge scores). Errors name the file and line ('FILE:LINE: record i ...').
 
+Every imported dimension reads the answer (`Dimension.reads` default): these benchmarks grade what the user
+is shown, never a model's reasoning.
+
 Checklist formats (HealthBench, RaR) grade each item separately, so their rubrics routinely exceed the
 7-dimension advice of RubricRL; importers silence that RubricWarning for them (the advice is about one
 judge call weighing many dimensions at once).

@@ -1,9 +1,9 @@
 """Rubrics as data: frozen dataclasses, strict validation, dict round-trip, content hash, score scales.
 
-A `Rubric` is a versioned document: named `Dimension`s, each with a `Scale`, an `Anchor` for every score
-level (RubricRL 2.2: what a 3 looks like, plus positive and "looks good but is not" negative examples,
-RubricRL 6.1), a weight, an optional gate (veto, RubricRL 5.2 "safety first") and an optional group for
-hierarchical aggregation. `content_hash` is a sha256 over the canonical JSON of everything that changes
+A `Rubric` is a versioned document: named `Dimension`s, each reading one part of a response (`reads`), with a
+`Scale`, an `Anchor` for every score level (RubricRL 2.2: what a 3 looks like, plus positive and "looks good but
+is not" negative examples, RubricRL 6.1), a weight, an optional gate (veto, RubricRL 5.2 "safety first") and an
+optional group for hierarchical aggregation. `content_hash` is a sha256 over the canonical JSON of everything that changes
 behaviour (name, dimensions, aggregation), not over `version`/`changelog`, so a checkpoint that records
 the hash can be traced to the exact rubric text (RubricRL 7, "version your rubrics").
 
@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from rubric_jax import text
 from rubric_jax.rubrics import checks
 from rubric_jax.rubrics.checks import RubricError, RubricWarning, short_repr  # noqa: F401  (re-exported)
 
@@ -59,8 +60,11 @@ MAX_SCALE_LEVELS = 101  # integer scale levels (e.g. 0..100); every level needs 
 MAX_SCALE_BOUND = 10**6  # |lo|, |hi| of an integer scale, and |points| of a points scale
 WEIGHT_RANGE = (1e-6, 1e6)  # dimension and group weights; ratios up to 1e12 stay exact enough in float32
 EPS_RANGE = (1e-30, 0.5)  # geometric-mean floor of [0, 1] scores: a normal float32, at most one half
-_ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,127}$")  # ids become metric and TensorBoard tags
-_VERSION_RE = re.compile(r"^(\d{1,9})\.(\d{1,9})\.(\d{1,9})$")
+# Ids become metric and TensorBoard tags. Every pattern here is used with fullmatch: `re.match` with `$` would
+# accept a trailing newline ("safety\n").
+_ID_RE = re.compile(r"[A-Za-z][A-Za-z0-9_\-]{0,127}")
+_VERSION_RE = re.compile(r"(\d{1,9})\.(\d{1,9})\.(\d{1,9})")
+MAX_NAME_CHARS = 256
 _LEVEL_RE = re.compile(r"-?\d{1,9}")
 
 
@@ -70,9 +74,25 @@ def _check_dimension_count(count: int, field: str) -> None:
         raise RubricError(f"{checks.where(None, field)}: expected at most {MAX_DIMENSIONS} dimensions, got {count}")
 
 
+def check_name(name: Any) -> str:
+    """A rubric name: 1-MAX_NAME_CHARS characters, no surrounding whitespace, no line break, no invisible
+    character (zero-width, control or format characters); compared by `name_key` (see check_rubric_identities)."""
+    if (not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_CHARS or name != name.strip()
+            or text.strip_invisible(name) != name or any(c in name for c in "\n\r\t\v\f\x85\u2028\u2029")):
+        raise checks.fail(None, "name", f"1-{MAX_NAME_CHARS} visible characters without surrounding whitespace, line "
+                          "breaks or invisible characters", name)
+    return name
+
+
+def name_key(name: str) -> str:
+    """What two rubric names are compared by: NFKC, lookalike letters made ASCII, case folded (text.fold), so
+    'Hostile_rules' and 'hostile_rules' (or a Cyrillic-lettered copy) are one name."""
+    return text.fold(name)
+
+
 def parse_version(version: str) -> tuple[int, int, int]:
     """'1.2.3' -> (1, 2, 3); raises RubricError on anything that is not MAJOR.MINOR.PATCH."""
-    m = _VERSION_RE.match(version) if isinstance(version, str) else None
+    m = _VERSION_RE.fullmatch(version) if isinstance(version, str) else None
     if m is None:
         raise checks.fail(None, "version", "a semantic version 'MAJOR.MINOR.PATCH'", version)
     return int(m.group(1)), int(m.group(2)), int(m.group(3))
@@ -153,7 +173,8 @@ class Anchor:
 
 @dataclasses.dataclass(frozen=True)
 class Dimension:
-    """One scored aspect of a response; `rule`/`params` name the rule judge when kind == 'rule'."""
+    """One scored aspect of a response; `rule`/`params` name the rule judge when kind == 'rule'; `reads` is the
+    part of the response its judge sees (rubric_jax/text.py: the answer, the think text or the whole response)."""
 
     id: str
     description: str
@@ -165,9 +186,10 @@ class Dimension:
     group: str | None = None
     rule: str | None = None
     params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    reads: str = "answer"  # the part of a response its judge sees (text.READS): answer, think or response
 
     def __post_init__(self):
-        if not isinstance(self.id, str) or not _ID_RE.match(self.id):
+        if not isinstance(self.id, str) or not _ID_RE.fullmatch(self.id):
             raise checks.fail(None, "id", "an identifier [A-Za-z][A-Za-z0-9_-]* of at most 128 characters", self.id)
         d = self.id
         checks.check_str(self.description, d, "description")
@@ -178,8 +200,13 @@ class Dimension:
         object.__setattr__(self, "weight", checks.check_number(self.weight, d, "weight", WEIGHT_RANGE))
         if not isinstance(self.gate, bool):
             raise checks.fail(d, "gate", "true or false", self.gate)
-        if self.group is not None and (not isinstance(self.group, str) or not _ID_RE.match(self.group)):
+        if self.group is not None and (not isinstance(self.group, str) or not _ID_RE.fullmatch(self.group)):
             raise checks.fail(d, "group", "null or an identifier", self.group)
+        if self.reads not in text.READS:
+            raise checks.fail(d, "reads", f"one of {text.READS} (the part of the response its judge sees)", self.reads)
+        if self.rule == "format" and self.reads != "response":  # the answer alone has no tags: it would always fail
+            raise checks.fail(d, "reads", "'response' for the format rule (it checks the tags around the answer)",
+                              self.reads)
         if self.kind == "rule":
             checks.check_str(self.rule, d, "rule")
         elif self.rule is not None:
@@ -271,7 +298,7 @@ class Rubric:
     aggregation: Aggregation = dataclasses.field(default_factory=Aggregation)
 
     def __post_init__(self):
-        checks.check_str(self.name, None, "name")
+        check_name(self.name)
         current = parse_version(self.version)
         object.__setattr__(self, "changelog", tuple(self.changelog))
         object.__setattr__(self, "dimensions", tuple(self.dimensions))
@@ -294,8 +321,8 @@ class Rubric:
         for dim in self.dimensions:
             if not isinstance(dim, Dimension):
                 raise checks.fail(None, "dimensions", "Dimension items", dim)
-        counts = collections.Counter(dim.id for dim in self.dimensions)
-        duplicates = sorted(i for i, n in counts.items() if n > 1)
+        counts = collections.Counter(dim.id.casefold() for dim in self.dimensions)
+        duplicates = sorted({d.id for d in self.dimensions if counts[d.id.casefold()] > 1})  # 'Safety' is 'safety'
         if duplicates:
             raise checks.fail(None, "dimensions", "unique dimension ids", duplicates)
         if not isinstance(self.aggregation, Aggregation):
@@ -390,7 +417,7 @@ def dimension_to_dict(dim: Dimension) -> dict[str, Any]:
         "anchors": {str(level): {"description": a.description, "positive_examples": list(a.positive_examples),
                                  "negative_examples": list(a.negative_examples)}
                     for level, a in dim.anchors.items()},
-        "weight": dim.weight, "gate": dim.gate, "group": dim.group,
+        "weight": dim.weight, "gate": dim.gate, "group": dim.group, "reads": dim.reads,
     }
     if dim.kind == "rule":
         out["rule"], out["params"] = dim.rule, dict(dim.params)
@@ -432,7 +459,7 @@ def scale_from_dict(d: Any, dim_id: str | None = None) -> Scale:
 def dimension_from_dict(d: Any) -> Dimension:
     """Raw dict -> Dimension, rejecting unknown fields; errors name the dimension id and field."""
     dim_id = d.get("id") if isinstance(d, Mapping) and isinstance(d.get("id"), str) else None
-    allowed = ("id", "description", "kind", "scale", "anchors", "weight", "gate", "group", "rule", "params")
+    allowed = ("id", "description", "kind", "scale", "anchors", "weight", "gate", "group", "rule", "params", "reads")
     checks.check_keys(d, allowed, ("id", "description", "kind", "scale", "anchors"), dim_id, "dimension")
     anchors_raw = d["anchors"]
     if not isinstance(anchors_raw, Mapping):
@@ -580,13 +607,17 @@ def check_rubric_identities(rubrics: Iterable[tuple[Rubric, str]]) -> None:
     """Raise if two rubrics share a name and version but not their content; each comes with its source.
 
     Name and version are how logs, checkpoints and people refer to a rubric, so one (name, version) must
-    always mean one content hash. Linear in the number of rubrics; the error names both sources.
+    always mean one content hash. Names are compared by `name_key` (case and lookalike letters ignored), so
+    'Hostile_rules' cannot pose as 'hostile_rules' at its version. Linear in the number of rubrics; the
+    error names both sources.
     """
-    first: dict[tuple[str, str], tuple[str, str]] = {}
+    first: dict[tuple[str, str], tuple[str, str, str]] = {}
     for rubric, source in rubrics:
-        known = first.setdefault((rubric.name, rubric.version), (rubric.content_hash, source))
+        known = first.setdefault((name_key(rubric.name), rubric.version), (rubric.content_hash, source, rubric.name))
         if known[0] != rubric.content_hash:
+            spelt = "" if known[2] == rubric.name else (f" (spelt {short_repr(known[2])} there: names are compared "
+                                                        "ignoring case and lookalike letters)")
             raise RubricError(
                 f"{source}: rubric {short_repr(rubric.name)} version {rubric.version} has other content than the "
-                f"rubric of that name and version in {known[1]} (hash {rubric.content_hash[:12]} vs "
+                f"rubric of that name and version in {known[1]}{spelt} (hash {rubric.content_hash[:12]} vs "
                 f"{known[0][:12]}); give it a new name or a new version")

@@ -50,17 +50,18 @@ from flax import nnx
 from rubric_jax import data, distributed, files, loader, metrics, plots, sampling, sharding
 from rubric_jax.calibration.pinning import check_calibration
 from rubric_jax.judges.base_model import same_base_warnings
-from rubric_jax.judges.reward import RewardOutput, RubricReward, concat_outputs, gather_outputs
+from rubric_jax.judges.llm_judge import Judge, shortest_prompt_tokens
+from rubric_jax.judges.reward import RewardOutput, RubricReward, concat_outputs, gather_outputs, split_by_reads
 from rubric_jax.judges.reward_model import RewardModelReward, load_reward_model
-from rubric_jax.judges.spec import describe as describe_judge, load_judges
+from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge, load_judges
 from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.correction import Correction, load_correction
 from rubric_jax.rubrics.dynamic_weights import DimensionWeights
 from rubric_jax.rubrics.io import dumps_rubric, load_rubric
 from rubric_jax.rubrics.schema import Rubric
-from rubric_jax.train import checkpointing, export, golden as golden_set, monitors, programs as run_programs, rollout, runs
-from rubric_jax.train import settings as run_settings, state as train_state, workdir as run_workdir
+from rubric_jax.train import checkpointing, export, golden as golden_set, monitors, oscillation, programs as run_programs
+from rubric_jax.train import rollout, runs, settings as run_settings, state as train_state, workdir as run_workdir
 from rubric_jax.train.settings import RolloutSpec, Settings
 
 EXPORT_DIR = "export"  # <workdir>/export: the final policy as a HF directory (config.export.at_end)
@@ -233,6 +234,8 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
     correction = load_correction(config.data.rubric_correction) if config.data.rubric_correction else None
     if settings.reward_model is None:
         reward = RubricReward(rubrics, judges, settings.judge, correction=correction)
+        _check_judge_prompts_fit(config, judges, settings.judge, rubric_of,
+                                 train_questions + eval_questions + (golden.questions if golden else []))
     else:
         dtype = config.reward.model_dtype
         reward = RewardModelReward(load_reward_model(config.reward.model_checkpoint, layout=decode_layout,
@@ -267,6 +270,32 @@ def _check_prompts_fit(tokenizer: Any, model_cfg: ModelConfig, settings: Setting
             raise data.DataError(
                 f"{question.source}: question {question.id!r} ({len(ids)} prompt tokens) + max_new_tokens "
                 f"({new_tokens}) exceeds the model's max_position_embeddings ({model_cfg.max_position_embeddings})")
+
+
+def _check_judge_prompts_fit(config: ml_collections.ConfigDict, judges: Sequence[Judge], judge_spec: JudgeSpec,
+                             rubric_of: dict[str, Rubric], questions: Sequence[data.Question]) -> None:
+    """Every LLM dimension can be judged: its shortest judge prompt (for an empty response) fits each judge's context
+    less config.judge.max_new_tokens. Checked at start-up: a dimension whose prompts never fit would drop out of every
+    reward (scores missing), and the run would train without it."""
+    seen = set()
+    for q in questions:
+        dims = [d for d in rubric_of[q.id].dimensions if d.kind == "llm"]
+        groups = [[d] for d in dims] if judge_spec.mode == "per_dimension" else split_by_reads([dims])[1]
+        for group in groups:
+            key = ("" if judge_spec.prompt == "compact" else q.question, tuple(group))  # compact: no question
+            if key in seen:
+                continue
+            seen.add(key)
+            for judge in judges:
+                tokens = shortest_prompt_tokens(judge, judge_spec, q.question, group)
+                if tokens > judge.max_prompt_tokens:
+                    context = judge.weights.cfg.max_position_embeddings if judge.weights is not None else "?"
+                    raise ValueError(
+                        f"config.judge.max_new_tokens={config.judge.max_new_tokens} leaves judge {judge.name} "
+                        f"{judge.max_prompt_tokens} of its {context} context tokens for a prompt, but the shortest "
+                        f"prompt for LLM dimension(s) {[d.id for d in group]} of {q.source} (an empty response) is "
+                        f"{tokens} tokens: nothing would ever be judged on it; lower config.judge.max_new_tokens or "
+                        "use a judge with a longer context")
 
 
 def _check_rollouts_divide(rl: ml_collections.ConfigDict, mesh: jax.sharding.Mesh) -> None:
@@ -523,32 +552,41 @@ def grpo_iteration(run_: Run, programs: run_programs.GRPOPrograms, state: train_
     spec, cfg, settings = run_.settings.train_rollout, programs.cfg, run_.settings
     out = rollout_and_score(run_, state.params, questions, spec, key)
     scored = out.scored
-    advantages_N, valid_N, zero_std = rollout.rollout_advantages(scored, cfg, settings.missing_scores)
+    signal = rollout.rollout_advantages(scored, cfg, settings.missing_scores, settings.shaping,
+                                        rubrics=_row_rubrics(run_, scored), weights=run_.weights,
+                                        lengths_N=out.lengths_N, truncated_N=out.truncated_N)
     batch = rollout.training_batch(out.prompt_ids_BxP, out.prompt_mask_BxP, out.result, cfg.group_size,
-                                   advantages_N[out.rows], valid_N[out.rows], spec.response_buckets,
+                                   signal.advantages_N[out.rows], signal.trainable_N[out.rows], spec.response_buckets,
                                    across_processes=True)  # groups never straddle processes: rows are whole groups
     batch = distributed.global_batch(batch, sharding.batch_sharding(run_.mesh))
-    batch, recomputed_gap = run_programs.rollout_logprobs(programs, batch, state.params, ref_params,
-                                             settings.recompute_old_logprobs)
+    batch, logprob_stats = run_programs.rollout_logprobs(programs, batch, state.params, ref_params,
+                                                         settings.recompute_old_logprobs)
     updates = []
     for _ in range(settings.updates_per_batch):
         state, update_metrics = programs.update(state, batch)
         updates.append(update_metrics)
     summary = rollout.summarize_rewards(scored)
     host_row = {"reward/mean": summary.reward_mean, **rollout.reward_metrics(summary, ""),
-                "zero_std_frac": zero_std, "response_len/mean": float(out.lengths_N.mean()),
-                "truncated_frac": float(out.truncated_N.mean())}
+                "zero_std_frac": signal.zero_std_frac, "response_len/mean": float(out.lengths_N.mean()),
+                "truncated_frac": float(out.truncated_N.mean()), **signal.metrics}
     host_row.update(monitors.step_monitors([s["response"] for s in out.samples], out.lengths_N, scored))
     if run_.dynamic_weights is not None:
         host_row.update(run_.dynamic_weights.update(scored.dimension_ids, scored.scores, scored.valid))
 
     def row() -> dict[str, Any]:
-        device_rows, gap = distributed.host_tree((updates, recomputed_gap))
+        device_rows, stats = distributed.host_tree((updates, logprob_stats))
         out = {k: float(np.mean([u[k] for u in device_rows])) for k in device_rows[0]}
-        out["logprob_gap/mean"] = float(device_rows[0]["abs_log_ratio"] if gap is None else gap)
+        out["logprob_gap/mean"] = float(device_rows[0]["abs_log_ratio"])  # the first update's, unless recomputed
+        out.update({k: float(v) for k, v in stats.items()})
         return {**out, **host_row}
 
     return state, StepOutput(row, out.samples[: settings.samples_per_step])
+
+
+def _row_rubrics(run_: Run, scored: RewardOutput) -> list[Rubric]:
+    """Each scored row's rubric (every process's rows, from the hashes the reward recorded)."""
+    by_hash = {rubric.content_hash: rubric for rubric in run_.rubric_of.values()}
+    return [by_hash[h] for h in scored.details["rubric_hashes"]]
 
 
 def evaluate(run_: Run, state: train_state.TrainState, step: int) -> dict[str, float]:
@@ -593,6 +631,7 @@ def run_grpo(run_: Run, init_params: Any) -> dict[str, Any]:
     rl, settings = run_.config.rl, run_.settings
     state, shardings, programs = grpo_components(run_, init_params)
     nan_streak = NanStreak(rl.max_nan_streak)
+    lr_drop = oscillation.LearningRateDrop(settings.oscillation) if settings.oscillation is not None else None
     ref_params = None
     baseline = None
 
@@ -603,6 +642,8 @@ def run_grpo(run_: Run, init_params: Any) -> dict[str, Any]:
         iterator_state = data.IteratorState.from_dict(restored.data_state) if restored else data.IteratorState(
             seed=run_.config.seed)
         ref_params = load_reference(run_, state, iterator_state).params if rl.beta > 0 else None
+        if lr_drop is not None:
+            lr_drop.restore(run_.log.rows(), float(train_state.lr_factor(state.opt_state)))
         if start == 0:
             row = evaluate(run_, state, 0)
             baseline = row["eval/reward_mean"]
@@ -622,12 +663,18 @@ def run_grpo(run_: Run, init_params: Any) -> dict[str, Any]:
         weights = {} if run_.dynamic_weights is None else {"dynamic_weights": run_.dynamic_weights.to_json()}
         return {"updates_per_batch": settings.updates_per_batch, **weights}
 
+    def grpo_step(state, questions, step):
+        if lr_drop is not None:  # rl.lr_on_oscillation: the factor the logged rewards decide for this update
+            state = state.replace(opt_state=lr_drop.before_step(state.opt_state, step))
+        return grpo_iteration(run_, programs, state, ref_params, questions, jax.random.fold_in(run_.key, 1000 + step))
+
+    def observe(step, row):
+        return run_.watch.observe(step, row if lr_drop is None else lr_drop.observe(step, row))
+
     stage = Stage(
-        "grpo", rl.steps, run_.train_questions, rl.questions_per_step, state, shardings,
-        lambda state, questions, step: grpo_iteration(run_, programs, state, ref_params, questions,
-                                                      jax.random.fold_in(run_.key, 1000 + step)),
+        "grpo", rl.steps, run_.train_questions, rl.questions_per_step, state, shardings, grpo_step,
         updates_per_step=settings.updates_per_batch, checkpoint_extra=checkpoint_extra, on_start=on_start,
-        observe=run_.watch.observe, after_row=stop_on_nan_streak,
+        observe=observe, after_row=stop_on_nan_streak,
         eval_due=lambda step: step % settings.eval_every == 0 or step == rl.steps, evaluate=eval_and_report,
         keep_best=run_.config.checkpoint.keep_best)
     return run_stage(run_, stage).params

@@ -1,13 +1,18 @@
 """Reward-hacking monitors of every GRPO step, and the alerts their thresholds raise (RubricRL §3.3, §6).
 
 Every GRPO metrics row gets these keys, whatever the rubric's dimensions (shape legend: N rollouts):
-  monitor/template_share          share of responses that follow a template, 首先…其次…最后 or
-                                  first…second…finally (the rule library's TemplatePhrases detector)
+  monitor/template_share          share of responses whose answer follows a template, 首先…其次…最后 or
+                                  first…second…finally (the rule library's TemplatePhrases detector, on the
+                                  answer as the template dimension reads it: rubric_jax/text.py)
   monitor/length_drift            mean response tokens / the first GRPO step's mean − 1 (0 at step 1)
   monitor/var/<dimension>         variance of the dimension's valid normalised scores (the mean is reward/<dimension>)
   monitor/saturation/<dimension>  share of the dimension's valid scores at its top level (normalised 1)
+  monitor/missing/<dimension>     share of the rows with the dimension whose score is missing (its judge failed:
+                                  the reward leaves it out, so a dimension that always fails trains nothing)
   monitor/reward_length_corr      Spearman of reward vs response tokens over the step's ok rollouts
-  monitor/judge_parse_failure     share of LLM-judge answers the parser rejected (judge_invalid / judge_prompts)
+  monitor/judge_parse_failure     share of LLM-judge prompts without a parseable verdict: rejected by the parser,
+                                  cut at max_new_tokens, or too long to send ((judge_invalid + judge_prompt_too_long)
+                                  / (judge_prompts + judge_prompt_too_long); 1 when every one failed)
   monitor/<m>/window_mean          for the windowed monitors (WINDOWED): the mean of <m> over the last
                                   `config.monitor.window_steps` GRPO steps (NaN until that many exist)
 A value that does not exist (no judge answers, a constant column, no valid score) is NaN ("nan" in
@@ -37,7 +42,7 @@ from typing import Any
 import numpy as np
 import tqdm
 
-from rubric_jax import distributed, metrics
+from rubric_jax import distributed, metrics, text
 from rubric_jax.calibration.stats import spearman
 from rubric_jax.judges.reward import RewardOutput
 from rubric_jax.judges.rules import TemplatePhrases
@@ -63,6 +68,7 @@ CHECKS = (
     Check("max_template_share", r"^monitor/template_share/window_mean$", "template share{window}", "max", (0.0, 1.0)),
     Check("max_length_drift", r"^monitor/length_drift$", "length drift", "max", (0.0, math.inf)),
     Check("max_saturation", r"^monitor/saturation/(.+)$", "saturation of {}", "max", (0.0, 1.0)),
+    Check("max_missing_share", r"^monitor/missing/(.+)$", "missing scores of {}", "max", (0.0, 1.0)),
     Check("max_reward_length_corr", r"^monitor/reward_length_corr/window_mean$",
           "reward-length correlation{window}", "max", (-1.0, 1.0)),
     Check("max_judge_parse_failure", r"^monitor/judge_parse_failure$", "judge parse failures", "max", (0.0, 1.0)),
@@ -94,15 +100,19 @@ def _nan_or(value: float | None) -> float:
 
 def step_monitors(responses: Sequence[str], lengths_N: np.ndarray, scored: RewardOutput) -> dict[str, float]:
     """The monitors one scored rollout batch determines (all but the length drift, which needs the first step)."""
-    out = {"monitor/template_share": float(TemplatePhrases().matches(responses).mean())}
+    answers = [text.read(r, "answer") for r in responses]
+    out = {"monitor/template_share": float(TemplatePhrases().matches(answers).mean())}
     for c, dim_id in enumerate(scored.dimension_ids):
         valid_scores = scored.scores[scored.valid[:, c], c]
         out[f"monitor/var/{dim_id}"] = float(valid_scores.var()) if valid_scores.size else math.nan
         out[f"monitor/saturation/{dim_id}"] = float((valid_scores >= _TOP).mean()) if valid_scores.size else math.nan
+        missing, present = scored.details.get("failures", {}).get(dim_id, 0), valid_scores.size
+        out[f"monitor/missing/{dim_id}"] = missing / (present + missing) if present + missing else 0.0
     ok_N = np.asarray(scored.details["reward_ok"], bool)
     out["monitor/reward_length_corr"] = _nan_or(spearman(scored.reward[ok_N], np.asarray(lengths_N)[ok_N]).value)
-    prompts = scored.details.get("judge_prompts", 0)
-    out["monitor/judge_parse_failure"] = scored.details["judge_invalid"] / prompts if prompts else math.nan
+    too_long = scored.details.get("judge_prompt_too_long", 0)
+    tried = scored.details.get("judge_prompts", 0) + too_long
+    out["monitor/judge_parse_failure"] = (scored.details["judge_invalid"] + too_long) / tried if tried else math.nan
     return out
 
 

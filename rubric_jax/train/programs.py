@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import optax
 from flax import nnx
@@ -24,8 +25,10 @@ def sft_optimizer(sft: ml_collections.ConfigDict, total_steps: int) -> optax.Gra
 
 
 def grpo_optimizer(rl: ml_collections.ConfigDict) -> optax.GradientTransformation:
-    """AdamW of the GRPO stage, its schedule over every update (`steps` x `updates_per_batch`)."""
-    return train_state.make_optimizer(run_settings.optimizer_config(rl, rl.steps * rl.updates_per_batch, "rl"))
+    """AdamW of the GRPO stage, its schedule over every update (`steps` x `updates_per_batch`); with
+    `lr_on_oscillation`, a learning-rate factor in its state (train/oscillation.py)."""
+    return train_state.make_optimizer(run_settings.optimizer_config(rl, rl.steps * rl.updates_per_batch, "rl"),
+                                      adjustable_lr=rl.lr_on_oscillation)
 
 
 def sft_program(shardings: train_state.TrainState, mesh: jax.sharding.Mesh
@@ -60,19 +63,32 @@ def grpo_programs(rl: ml_collections.ConfigDict, graphdef: nnx.GraphDef, shardin
 
 
 def rollout_logprobs(programs: GRPOPrograms, batch: dict[str, jax.Array], policy_params: Any,
-                     ref_params: Any | None, recompute_old: bool) -> tuple[dict[str, jax.Array], jax.Array | None]:
+                     ref_params: Any | None, recompute_old: bool) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
     """The batch with its rollout log-probs, computed once per rollout and outside the gradient: the
     reference's `ref_logp` exactly when β > 0 and, with `recompute_old`, `old_logp` recomputed
-    teacher-forced from the params that sampled. Returns it and, when recomputed, the mean
-    |recomputed − sampler| log-prob gap over the response tokens (else None)."""
-    if (ref_params is None) != (programs.cfg.kl_coef == 0):
-        raise ValueError(f"ref_params must be given iff rl.beta > 0 (beta={programs.cfg.kl_coef})")
+    teacher-forced from the params that sampled; with the sampler/trainer correction
+    (cfg.behaviour_correction_cap, which needs `recompute_old`), the truncated importance weights
+    min(π_old / π_sampler, C) as `behaviour_weight`. Returns it and device scalars: when recomputed,
+    `logprob_gap/mean` (mean |recomputed − sampler| log-prob over the response tokens) and, with the
+    correction, `behaviour_weight/mean` and `/max` over every response token."""
+    cfg = programs.cfg
+    if (ref_params is None) != (cfg.kl_coef == 0):
+        raise ValueError(f"ref_params must be given iff rl.beta > 0 (beta={cfg.kl_coef})")
+    if cfg.behaviour_correction_cap is not None and not recompute_old:
+        raise ValueError("rl.behaviour_correction_cap needs rl.recompute_old_logprobs=True: the correction weighs "
+                         "the trainer's recomputed log-probs against the sampler's")
     batch = dict(batch)
     if ref_params is not None:
         batch[train_step.REF_LOGP] = programs.logprobs(ref_params, *train_step.logprob_inputs(batch))
-    gap = None
+    stats: dict[str, jax.Array] = {}
     if recompute_old:
-        old_logp = programs.logprobs(policy_params, *train_step.logprob_inputs(batch))
-        gap = grpo.logprob_gap(old_logp, batch["old_logp"], batch["loss_mask"])
+        old_logp, sampler_logp = programs.logprobs(policy_params, *train_step.logprob_inputs(batch)), batch["old_logp"]
+        stats["logprob_gap/mean"] = grpo.logprob_gap(old_logp, sampler_logp, batch["loss_mask"])
         batch["old_logp"] = old_logp
-    return batch, gap
+        if cfg.behaviour_correction_cap is not None:  # stats over every response token, trained on or not
+            mask = batch["response_mask"]
+            weight = grpo.behaviour_weights(old_logp, sampler_logp, mask, cfg.behaviour_correction_cap)
+            batch[train_step.BEHAVIOUR_WEIGHT] = weight
+            stats["behaviour_weight/mean"] = jnp.sum(weight * mask) / jnp.maximum(mask.sum(), 1)
+            stats["behaviour_weight/max"] = jnp.max(jnp.where(mask, weight, 0.0))
+    return batch, stats

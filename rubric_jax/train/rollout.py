@@ -9,14 +9,17 @@ The batch layout is the one `rubric_jax.train.step` documents: [left-padded prom
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from rubric_jax import data, distributed, grpo, sampling
 from rubric_jax.judges.reward import RewardOutput
+from rubric_jax.rubrics.schema import Rubric
 from rubric_jax.sampling import GenerationResult
 
 MISSING_SCORES = ("renormalize", "drop")  # a sample with a missing dimension score: reward over the rest, or no loss
+ADVANTAGES = ("sum_then_normalise", "per_dimension")  # rl.advantage: GRPO on the aggregated reward, or GDPO
 
 
 def rollout_temperature(sampler: str) -> float:
@@ -36,22 +39,158 @@ def rollout_temperature(sampler: str) -> float:
     return parsed.temperature
 
 
-def rollout_advantages(scored: RewardOutput, cfg: grpo.GRPOConfig, missing_scores: str
-                       ) -> tuple[np.ndarray, np.ndarray, float]:
-    """(advantages [N], trainable samples [N], zero-std group fraction) of one scored rollout.
+@dataclasses.dataclass(frozen=True)
+class Shaping:
+    """How a scored rollout becomes advantages beyond GRPO's group normalisation (the rl block; the defaults
+    change nothing): `advantage` (ADVANTAGES), DAPO's soft overlong punishment over the last `overlong_buffer`
+    tokens before `max_new_tokens` (0 = off) down to −`overlong_penalty`, and DAPO's overlong filtering
+    (`mask_truncated`: responses cut at max_new_tokens get no loss)."""
 
-    A sample is trainable when its reward is ok and, with missing_scores "drop", every dimension
-    score is present; advantages use cfg's scaling and eps over the trainable samples of each group.
+    advantage: str = "sum_then_normalise"
+    overlong_buffer: int = 0
+    overlong_penalty: float = 1.0
+    mask_truncated: bool = False
+    max_new_tokens: int = 1
+
+    def __post_init__(self) -> None:
+        if self.advantage not in ADVANTAGES:
+            raise ValueError(f"advantage={self.advantage!r}: must be one of {ADVANTAGES}")
+        if not isinstance(self.overlong_buffer, int) or not 0 <= self.overlong_buffer < self.max_new_tokens:
+            raise ValueError(f"overlong_buffer={self.overlong_buffer!r}: must be an integer in [0, max_new_tokens="
+                             f"{self.max_new_tokens}) (0 = off)")
+        if not (np.isfinite(self.overlong_penalty) and self.overlong_penalty > 0):
+            raise ValueError(f"overlong_penalty={self.overlong_penalty!r}: must be a finite number > 0")
+        if not isinstance(self.mask_truncated, bool):
+            raise ValueError(f"mask_truncated={self.mask_truncated!r}: must be True or False")
+
+
+@dataclasses.dataclass(frozen=True)
+class Advantages:
+    """One rollout's training signal: advantages [N], trainable samples [N], the zero-std group fraction, and
+    the shaping's metrics (per-dimension advantage shares, overlong penalty, masked truncations)."""
+
+    advantages_N: np.ndarray
+    trainable_N: np.ndarray
+    zero_std_frac: float
+    metrics: dict[str, float]
+
+
+def rollout_advantages(scored: RewardOutput, cfg: grpo.GRPOConfig, missing_scores: str, shaping: Shaping = Shaping(),
+                       *, rubrics: Sequence[Rubric] = (), weights: Mapping[str, float] | None = None,
+                       lengths_N: np.ndarray | None = None, truncated_N: np.ndarray | None = None) -> Advantages:
+    """The advantages of one scored rollout.
+
+    A sample is trainable when its reward is ok, with missing_scores "drop" every dimension score is present,
+    and with `shaping.mask_truncated` it was not cut at max_new_tokens. "sum_then_normalise" normalises the
+    aggregated reward (plus the overlong penalty) per group with cfg's scaling and eps; "per_dimension" is
+    GDPO (`per_dimension_advantages`, the rows' `rubrics` give weights and gates; `weights` override them).
     """
     if missing_scores not in MISSING_SCORES:
         raise ValueError(f"missing_scores={missing_scores!r}: must be one of {MISSING_SCORES}")
+    n = len(scored.reward)
     valid_N = np.asarray(scored.details["reward_ok"], bool)
     if missing_scores == "drop":
         valid_N = valid_N & scored.valid.all(axis=1)
-    advantages_N, zero_std = grpo.group_advantages(np.asarray(scored.reward, np.float32), cfg.group_size,
-                                                   scaling=cfg.advantage_scaling, eps=cfg.advantage_eps,
-                                                   valid_N=valid_N)
-    return np.asarray(advantages_N), valid_N, float(zero_std)
+    metrics: dict[str, float] = {}
+    if shaping.mask_truncated:
+        truncated = np.asarray(truncated_N, bool)
+        metrics["truncated_masked"] = float((valid_N & truncated).sum())
+        valid_N = valid_N & ~truncated
+    penalty_N = np.zeros(n)
+    if shaping.overlong_buffer:
+        penalty_N = overlong_penalty(lengths_N, shaping.max_new_tokens, shaping.overlong_buffer,
+                                     shaping.overlong_penalty)
+        metrics["overlong_penalty/mean"] = float(penalty_N.mean())
+    if shaping.advantage == "sum_then_normalise":
+        rewards_N = np.asarray(scored.reward, np.float64) + penalty_N
+        advantages_N, zero_std = grpo.group_advantages(rewards_N.astype(np.float32), cfg.group_size,
+                                                       scaling=cfg.advantage_scaling, eps=cfg.advantage_eps,
+                                                       valid_N=valid_N)
+        return Advantages(np.asarray(advantages_N), valid_N, float(zero_std), metrics)
+    if len(rubrics) != n:
+        raise ValueError(f"per-dimension advantages need each row's rubric: {len(rubrics)} rubrics for {n} rows")
+    weights_NxD, gate_NxD = dimension_layout(rubrics, scored.dimension_ids, weights)
+    scores_NxD, present_NxD = gate_vetoes(scored.scores, scored.valid, weights_NxD, gate_NxD)
+    names = list(scored.dimension_ids)
+    if shaping.overlong_buffer:  # the penalty is one more dimension, weighted like the row's heaviest
+        scores_NxD = np.concatenate([scores_NxD, penalty_N[:, None]], axis=1)
+        present_NxD = np.concatenate([present_NxD, np.ones((n, 1), bool)], axis=1)
+        weights_NxD = np.concatenate([weights_NxD, weights_NxD.max(axis=1, keepdims=True)], axis=1)
+        names.append("overlong")
+    advantages_N, share_D, zero_std = per_dimension_advantages(
+        scores_NxD, present_NxD, weights_NxD, valid_N, cfg.group_size, cfg.advantage_scaling, cfg.advantage_eps)
+    metrics.update({f"advantage/{name}": float(share) for name, share in zip(names, share_D)})
+    return Advantages(advantages_N, valid_N, zero_std, metrics)
+
+
+def dimension_layout(rubrics: Sequence[Rubric], dimension_ids: Sequence[str],
+                     weights: Mapping[str, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, each column's weight (0 where the row's rubric has no such dimension, and for gates) and
+    whether it is one of the row's gates: ([N, D] float64, [N, D] bool). `weights` (dynamic weights)
+    override the rubrics' own, as in the reward."""
+    column = {dim_id: c for c, dim_id in enumerate(dimension_ids)}
+    weights_NxD = np.zeros((len(rubrics), len(dimension_ids)))
+    gate_NxD = np.zeros((len(rubrics), len(dimension_ids)), bool)
+    for i, rubric in enumerate(rubrics):
+        for dim in rubric.dimensions:
+            if dim.gate:
+                gate_NxD[i, column[dim.id]] = True
+            else:
+                weights_NxD[i, column[dim.id]] = (weights or {}).get(dim.id, dim.weight)
+    return weights_NxD, gate_NxD
+
+
+def gate_vetoes(scores_NxD: np.ndarray, valid_NxD: np.ndarray, weights_NxD: np.ndarray, gate_NxD: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Scores and presence [N, D] with the rubric's gates applied per dimension: a row whose gate scored 0 has
+    reward 0 whatever the rest scores, so each of its weighted dimensions counts as 0 (present)."""
+    present_NxD = np.asarray(valid_NxD, bool) & ~np.isnan(scores_NxD)
+    failed_N = (gate_NxD & present_NxD & (np.nan_to_num(scores_NxD) <= 0)).any(axis=1)
+    vetoed_NxD = failed_N[:, None] & (weights_NxD > 0)
+    return np.where(vetoed_NxD, 0.0, scores_NxD), present_NxD | vetoed_NxD
+
+
+def per_dimension_advantages(scores_NxD: np.ndarray, present_NxD: np.ndarray, weights_NxD: np.ndarray,
+                             trainable_N: np.ndarray, group_size: int, scaling: str, eps: float
+                             ) -> tuple[np.ndarray, np.ndarray, float]:
+    """GDPO (Liu et al. 2026, arXiv 2601.05242): each dimension normalised within its group (`scaling`, as
+    `grpo.group_advantages`), combined with the rows' weights, then whitened over the batch's rows.
+    Returns (advantages [N], mean |weighted advantage| per column [D], zero-std group fraction).
+
+    A missing score is left out of its dimension's group statistics and the row's weights are renormalised
+    over its present dimensions. A group whose every dimension is constant over its trainable rows carries
+    no gradient and is counted in the fraction, as in `grpo.group_advantages`.
+    """
+    n, num_dims = scores_NxD.shape
+    scored_NxD = (weights_NxD > 0) & np.asarray(present_NxD, bool) & np.asarray(trainable_N, bool)[:, None]
+    values_NxD = np.where(scored_NxD, scores_NxD, 0.0).astype(np.float32)
+    adv_NxD = np.zeros((n, num_dims))
+    varies_BxD = np.zeros((n // group_size, num_dims), bool)
+    for d in range(num_dims):
+        adv_N, _ = grpo.group_advantages(values_NxD[:, d], group_size, scaling=scaling, eps=eps,
+                                         valid_N=scored_NxD[:, d])
+        adv_NxD[:, d] = np.asarray(adv_N, np.float64)
+        v_BxG, r_BxG = scored_NxD[:, d].reshape(-1, group_size), values_NxD[:, d].reshape(-1, group_size)
+        spread_B = np.where(v_BxG, r_BxG, -np.inf).max(1) - np.where(v_BxG, r_BxG, np.inf).min(1)
+        varies_BxD[:, d] = (v_BxG.sum(1) >= 2) & (spread_B > 0)
+    w_NxD = np.where(scored_NxD, weights_NxD, 0.0)
+    w_NxD = w_NxD / np.where(w_NxD.sum(axis=1, keepdims=True) > 0, w_NxD.sum(axis=1, keepdims=True), 1.0)
+    degenerate_B = ~varies_BxD.any(axis=1)
+    rows_N = np.asarray(trainable_N, bool) & ~np.repeat(degenerate_B, group_size)
+    combined_N = np.zeros(n)
+    if rows_N.sum() >= 2:
+        raw_N = (w_NxD * adv_NxD).sum(axis=1)
+        mean, std = raw_N[rows_N].mean(), raw_N[rows_N].std(ddof=1)
+        combined_N = np.where(rows_N, (raw_N - mean) / (std + eps), 0.0)
+    share_D = np.abs(w_NxD * adv_NxD)[rows_N].mean(axis=0) if rows_N.any() else np.zeros(num_dims)
+    return combined_N.astype(np.float32), share_D, float(degenerate_B.mean())
+
+
+def overlong_penalty(lengths_N: np.ndarray, max_new_tokens: int, buffer: int, factor: float) -> np.ndarray:
+    """DAPO's soft overlong punishment (Yu et al. 2025, arXiv 2503.14476, eq. 13; verl's overlong buffer):
+    0 up to max_new_tokens − buffer tokens, then falling linearly to −factor at max_new_tokens."""
+    expected = max_new_tokens - buffer
+    return np.minimum(-(np.asarray(lengths_N, np.float64) - expected) / buffer * factor, 0.0)
 
 
 def training_batch(prompt_ids_BxP: np.ndarray, prompt_mask_BxP: np.ndarray, result: GenerationResult,

@@ -24,6 +24,7 @@ from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.loader import ATTENTION_CHOICES, resolve_attention
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.train import rollout, state as train_state
+from rubric_jax.train.oscillation import OscillationRule
 
 STAGES = ("sft", "grpo")
 REWARD_SOURCES = ("rubric", "reward_model")  # config.reward.source
@@ -66,6 +67,8 @@ class Settings:
     eval_rollout: RolloutSpec  # held-out evals (eval.*): its own sampler and max_new_tokens
     sft_response_buckets: tuple[int, ...]
     missing_scores: str  # rl.missing_scores
+    shaping: rollout.Shaping  # rl.advantage, rl.overlong_*, rl.mask_truncated
+    oscillation: OscillationRule | None  # rl.lr_on_oscillation and its rule, None when off
     recompute_old_logprobs: bool  # rl.recompute_old_logprobs
     updates_per_batch: int  # rl.updates_per_batch
     samples_per_step: int  # log.samples_per_step
@@ -109,12 +112,46 @@ def grpo_config(rl: ml_collections.ConfigDict) -> grpo.GRPOConfig:
         return grpo.GRPOConfig(group_size=rl.group_size, kl_coef=rl.beta, kl_estimator=rl.kl_estimator,
                                clip_low=rl.clip_low, clip_high=rl.clip_high, advantage_scaling=rl.advantage_scaling,
                                advantage_eps=rl.advantage_eps, loss_aggregation=rl.loss_aggregation,
-                               loss_norm_length=norm_length, temperature=rollout.rollout_temperature(rl.sampler))
+                               loss_norm_length=norm_length, temperature=rollout.rollout_temperature(rl.sampler),
+                               importance_level=rl.importance_level, clip_ratio_c=_off_if_zero(rl.clip_ratio_c),
+                               kl_cap=_off_if_zero(rl.kl_cap),
+                               behaviour_correction_cap=_off_if_zero(rl.behaviour_correction_cap))
     except ValueError as e:
         field = re.match(r"GRPOConfig\.(\w+)=", str(e))
         if field is None:
             raise
         raise ValueError(f"config.rl.{_GRPO_KEYS.get(field.group(1), field.group(1))}: {e}") from None
+
+
+def _off_if_zero(value: float) -> float | None:
+    """A config number whose 0 means "off" (ml-collections keys keep one type, so not None)."""
+    return None if value == 0 else value
+
+
+def shaping(rl: ml_collections.ConfigDict) -> rollout.Shaping:
+    """The rl block's reward-shaping options (advantage mode, DAPO overlong shaping and filtering)."""
+    fields = {"advantage": rl.advantage, "overlong_buffer": rl.overlong_buffer,
+              "overlong_penalty": rl.overlong_penalty, "mask_truncated": rl.mask_truncated}
+    try:
+        return rollout.Shaping(**fields, max_new_tokens=rl.max_new_tokens)
+    except ValueError as e:
+        field = str(e).split("=", 1)[0]
+        raise ValueError(f"config.rl.{e}" if field in fields else f"config.rl: {e}") from None
+
+
+def oscillation_rule(rl: ml_collections.ConfigDict) -> OscillationRule | None:
+    """The learning-rate drop's rule (rl.oscillation_*), or None when rl.lr_on_oscillation is off."""
+    if not isinstance(rl.lr_on_oscillation, bool):
+        _fail("rl.lr_on_oscillation", rl.lr_on_oscillation, "expected True or False")
+    if not rl.lr_on_oscillation:
+        return None
+    fields = {"window": "oscillation_window", "ratio": "oscillation_ratio", "min_swing": "oscillation_min_swing",
+              "factor": "lr_drop_factor", "min_factor": "min_lr_factor"}
+    try:
+        return OscillationRule(**{field: rl[key] for field, key in fields.items()})
+    except ValueError as e:
+        field = str(e).split("=", 1)[0]
+        raise ValueError(f"config.rl.{fields[field]}{str(e)[len(field):]}") from None
 
 
 def optimizer_config(stage_cfg: ml_collections.ConfigDict, total_steps: int | None, block: str
@@ -166,6 +203,9 @@ def reward_model_config(config: ml_collections.ConfigDict) -> RewardModelConfig 
                          "reward model alone; drop the judge")
     if config.rl.dynamic_weights:
         raise ValueError("config.rl.dynamic_weights re-weights rubric dimensions; a reward model has none")
+    if config.rl.advantage == "per_dimension":
+        raise ValueError("config.rl.advantage='per_dimension' normalises each rubric dimension; a reward model has "
+                         "none (use 'sum_then_normalise')")
     if config.data.rubric_correction:
         raise ValueError("config.data.rubric_correction corrects judge scores; a reward model has none")
     if r.model_dtype not in ("float32", "bfloat16"):
@@ -213,6 +253,10 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
                         buckets(config.rl.max_new_tokens))
     evaluation = RolloutSpec(config.eval.sampler, 1, config.eval.max_new_tokens, prompts,
                              buckets(config.eval.max_new_tokens))
+    if grpo_cfg is not None and grpo_cfg.behaviour_correction_cap is not None and not config.rl.recompute_old_logprobs:
+        _fail("rl.behaviour_correction_cap", config.rl.behaviour_correction_cap, "the correction weighs the trainer's "
+              "recomputed log-probs against the sampler's: set rl.recompute_old_logprobs=True")
     return Settings(stages, grpo_cfg, train, evaluation, buckets(config.sft.max_response_len),
-                    config.rl.missing_scores, config.rl.recompute_old_logprobs, config.rl.updates_per_batch,
+                    config.rl.missing_scores, shaping(config.rl), oscillation_rule(config.rl), config.rl.recompute_old_logprobs,
+                    config.rl.updates_per_batch,
                     config.log.samples_per_step, config.eval.every_steps, reward_model_config(config), judge)

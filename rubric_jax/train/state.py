@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -100,19 +100,62 @@ def _decay_mask(params: Params) -> Params:
     return jax.tree_util.tree_map_with_path(lambda path, _: path[-1].key not in _NO_DECAY, params)
 
 
-def make_optimizer(cfg: OptimizerConfig) -> optax.GradientTransformation:
-    """clip_by_global_norm, then AdamW whose learning rate is recorded in the state (see `current_lr`)."""
+class LRFactorState(NamedTuple):
+    """The factor every update is multiplied by (1 until a learning-rate drop; see `set_lr_factor`)."""
+
+    lr_factor: jax.Array
+
+
+def scale_by_lr_factor() -> optax.GradientTransformation:
+    """Multiplies the updates by the factor held in its state: AdamW's update (weight decay included) is
+    proportional to the learning rate, so this is the learning rate times the factor, exactly."""
+
+    def init(params: Any) -> LRFactorState:
+        del params
+        return LRFactorState(jnp.ones((), jnp.float32))
+
+    def update(updates: Any, state: LRFactorState, params: Any = None) -> tuple[Any, LRFactorState]:
+        del params
+        return jax.tree.map(lambda u: u * state.lr_factor.astype(u.dtype), updates), state
+
+    return optax.GradientTransformation(init, update)
+
+
+def make_optimizer(cfg: OptimizerConfig, adjustable_lr: bool = False) -> optax.GradientTransformation:
+    """clip_by_global_norm, then AdamW whose learning rate is recorded in the state (see `current_lr`);
+    with `adjustable_lr`, a factor in the state scales it (`set_lr_factor`: the learning-rate drop on an
+    oscillating reward). Without it the state has no factor, so older checkpoints still restore."""
     adamw = optax.inject_hyperparams(optax.adamw, static_args=("mask",))(
         learning_rate=make_schedule(cfg), b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
         weight_decay=cfg.weight_decay, mask=_decay_mask)
-    return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), adamw)
+    parts = [optax.clip_by_global_norm(cfg.max_grad_norm), adamw]
+    return optax.chain(*parts, scale_by_lr_factor()) if adjustable_lr else optax.chain(*parts)
+
+
+def _is_array(_: Any, value: Any) -> bool:
+    return isinstance(value, jax.Array)
+
+
+def lr_factor(opt_state: Any) -> jax.Array | None:
+    """The learning-rate factor of an `adjustable_lr` optimizer's state, else None."""
+    return optax.tree_utils.tree_get(opt_state, "lr_factor", filtering=_is_array)
+
+
+def set_lr_factor(opt_state: Any, factor: float) -> Any:
+    """`opt_state` with its learning-rate factor set to `factor`, in the old factor's sharding."""
+    old = lr_factor(opt_state)
+    if old is None:
+        raise ValueError("set_lr_factor: the optimizer has no learning-rate factor (make_optimizer(adjustable_lr=True))")
+    return optax.tree_utils.tree_set(opt_state, _is_array,
+                                     lr_factor=jax.device_put(jnp.asarray(factor, jnp.float32), old.sharding))
 
 
 def current_lr(opt_state: Any) -> jax.Array | None:
-    """The learning rate the last update used (before any: the first one's), or None if the optimizer
-    does not record it (`make_optimizer` does)."""
-    return optax.tree_utils.tree_get(opt_state, "learning_rate",
-                                     filtering=lambda _, value: isinstance(value, jax.Array))
+    """The learning rate the last update used (before any: the first one's) times the learning-rate factor if
+    the optimizer has one, or None if the optimizer does not record it (`make_optimizer` does)."""
+    lr = optax.tree_utils.tree_get(opt_state, "learning_rate", filtering=_is_array)
+    factor = lr_factor(opt_state)
+    return lr if lr is None or factor is None else lr * factor
 
 
 @struct.dataclass

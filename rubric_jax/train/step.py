@@ -45,6 +45,7 @@ PROMPT_KEYS = ("prompt_tokens", "prompt_mask")
 RESPONSE_KEYS = ("response_tokens", "response_mask")
 GRPO_BATCH_KEYS = (*PROMPT_KEYS, *RESPONSE_KEYS, "loss_mask", "old_logp", "advantages")
 REF_LOGP = "ref_logp"  # the reference log-probs' batch key, present exactly when kl_coef > 0
+BEHAVIOUR_WEIGHT = "behaviour_weight"  # truncated IS weights [N, R], present exactly with behaviour_correction_cap
 SFT_BATCH_KEYS = ("tokens", "input_mask", "loss_mask")
 LossFn = Callable[[Params, Batch], tuple[jax.Array, Metrics]]
 _INTEGER_KEYS = ("tokens", "prompt_tokens", "response_tokens")
@@ -83,8 +84,10 @@ def _sft_target_mask(batch: Batch) -> jax.Array:
 
 
 def grpo_batch_keys(cfg: grpo.GRPOConfig) -> tuple[str, ...]:
-    """The GRPO batch's keys: `ref_logp` only with a KL term (β = 0 computes no reference log-probs)."""
-    return GRPO_BATCH_KEYS + ((REF_LOGP,) if cfg.kl_coef > 0 else ())
+    """The GRPO batch's keys: `ref_logp` only with a KL term (β = 0 computes no reference log-probs), and
+    `behaviour_weight` only with the sampler/trainer correction."""
+    return (GRPO_BATCH_KEYS + ((REF_LOGP,) if cfg.kl_coef > 0 else ())
+            + ((BEHAVIOUR_WEIGHT,) if cfg.behaviour_correction_cap is not None else ()))
 
 
 def _split_micro(tree: Any, micro_batches: int, group_size: int = 1) -> Any:
@@ -180,7 +183,7 @@ def grpo_train_step(state: TrainState, batch: Batch, *, cfg: grpo.GRPOConfig, mi
         logp, entropy = _rollout_logprobs(state.graphdef, params, mb, g, cfg.logprob_chunk_size, cfg.temperature)
         ref_logp = mb[REF_LOGP] if cfg.kl_coef > 0 else None
         loss, metrics = grpo.grpo_objective(logp, mb["old_logp"], ref_logp, mb["advantages"], mb["loss_mask"],
-                                            mb["loss_w"], mb["metric_w"], cfg)
+                                            mb["loss_w"], mb["metric_w"], cfg, mb.get(BEHAVIOUR_WEIGHT))
         metrics["entropy"] = jnp.sum(mb["metric_w"] * jax.lax.stop_gradient(entropy))
         return loss, metrics
 

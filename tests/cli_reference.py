@@ -1,0 +1,97 @@
+"""docs/cli.md from the code: every `experiments.*` command with the flags it defines (absl), their types,
+defaults and help. The page is generated so that it cannot drift; tests/test_docs.py fails when it differs.
+
+  PYTHONPATH=. python -m tests.cli_reference            # print the page
+  PYTHONPATH=. python -m tests.cli_reference --write    # rewrite docs/cli.md
+  PYTHONPATH=. python -m tests.cli_reference --json     # {"flags": {command: [names]}, "page": ...} for tests
+
+absl registers flags globally and two commands may define the same name (--workdir), so each command's module
+is imported in turn and its flags, with those of the shared flag modules it uses (experiments/judge_config.py),
+are unregistered before the next one.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+from absl import flags
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "cli.md"
+HELPERS = ("cli", "judge_config")  # modules of experiments/ that are not commands
+
+
+def command_names() -> list[str]:
+    """Every `python -m experiments.X` command, by file name."""
+    return sorted(p.stem for p in (ROOT / "experiments").glob("*.py") if p.stem not in ("__init__", *HELPERS))
+
+
+def _row(flag: flags.Flag) -> str:
+    """One table row: name, type (with an enum's values), default, help on one line."""
+    kind = flag.flag_type()
+    values = getattr(flag.parser, "enum_values", None)
+    help_text = " ".join((flag.help or "").split())
+    if values:
+        kind += ": " + ", ".join(values)
+        help_text = help_text.removeprefix(f"<{'|'.join(values)}>: ")  # absl's own prefix, already in the type
+    default = "" if flag.default is None else (flag.default_as_str or "").replace(f"{ROOT}/", "")  # --judge's file
+    if len(default) >= 2 and default[0] == default[-1] == "'":
+        default = default[1:-1]
+    default = f"`{default}`" if default else ""
+    return f"| `--{flag.name}` | {kind} | {default} | {help_text.replace('|', chr(92) + '|')} |"
+
+
+def collect() -> dict[str, tuple[str, list[flags.Flag]]]:
+    """command -> (first paragraph of its docstring, the flags it reads), importing one command at a time."""
+    registry = flags.FLAGS
+    found = {}
+    for name in command_names():
+        module = importlib.import_module(f"experiments.{name}")
+        by_module = registry.flags_by_module_dict()
+        own = list(by_module.get(module.__name__, []))
+        shared = [flag for helper in HELPERS for flag in by_module.get(f"experiments.{helper}", [])]
+        summary = (module.__doc__ or "").strip().split("\n\n")[0]
+        found[name] = (summary, own + shared)
+        for flag in own + shared:
+            delattr(registry, flag.name)
+        for helper in HELPERS:  # re-registered by the next command that imports it (`from experiments import x`
+            sys.modules.pop(f"experiments.{helper}", None)  # reads the package attribute: drop that too)
+            if hasattr(sys.modules["experiments"], helper):
+                delattr(sys.modules["experiments"], helper)
+    return found
+
+
+def render(found: dict[str, tuple[str, list[flags.Flag]]]) -> str:
+    """The markdown page."""
+    out = ["# Command-line reference", "",
+           "Generated from the code by `tests/cli_reference.py`; `tests/test_docs.py` fails when a command's flags",
+           "and this page disagree. Regenerate it with:", "",
+           "```bash", "PYTHONPATH=. .venv/bin/python -m tests.cli_reference --write", "```", "",
+           "Each command runs as `./launch.sh experiments.<command> --flag=value ...` (or `python -m experiments.<command>`",
+           "with the repository on `PYTHONPATH`). A command with `--config` also takes `--config.<key>=<value>`",
+           "overrides of any key of the config (`configs/common.py` lists them). absl's own flags (`--verbosity`,",
+           "`--helpfull`) work everywhere. Bad input ends in one line naming the flag, file or value, and exit status 2.",
+           ""]
+    for name, (summary, command_flags) in found.items():
+        out += [f"## experiments.{name}", "", summary, "",
+                "| flag | type | default | meaning |", "|---|---|---|---|",
+                *(_row(flag) for flag in command_flags), ""]
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> None:
+    found = collect()
+    if "--json" in argv:
+        print(json.dumps({"flags": {name: [flag.name for flag in fl] for name, (_, fl) in found.items()},
+                          "page": render(found)}))
+    elif "--write" in argv:
+        PAGE.write_text(render(found), encoding="utf-8")
+    else:
+        sys.stdout.write(render(found))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
