@@ -159,6 +159,11 @@ def base_config() -> ml_collections.ConfigDict:
     # Truncated importance sampling between trainer and sampler log-probs, weight min(pi_old/pi_sampler, C) (TRL
     # vllm_importance_sampling_cap, verl tis_imp_ratio_cap); needs recompute_old_logprobs; 0 = off.
     c.rl.behaviour_correction_cap = 0.0
+    # DAPO dynamic sampling (arXiv 2503.14476 §3.2; train/dynamic.py): more rounds of questions until every group of
+    # the batch has a reward spread above the threshold; shapes stay those of one round (off by default).
+    c.rl.dynamic_sampling = False  # Keep only groups whose rewards vary; refill from the next questions.
+    c.rl.dynamic_sampling_min_spread = 0.0  # A group is kept when max - min of its rewards exceeds this (rubric rewards are continuous).
+    c.rl.dynamic_sampling_max_rounds = 2  # Most extra sampling rounds per step; then the least-flat dropped groups fill the batch.
     # RubricRL §4.3: lower the learning rate (1e-6 -> 5e-7) when the reward oscillates (train/oscillation.py).
     c.rl.lr_on_oscillation = False  # Multiply the lr by lr_drop_factor when the windowed reward oscillates; off by default.
     c.rl.oscillation_window = 20  # GRPO steps of reward/mean in the oscillation test (and between two drops).

@@ -1,5 +1,5 @@
 """The multi-dimension RL recipe compared on the tiny default (issue 21): the baseline and each option alone,
-3 seeds each, through `experiments.sweep` (21 runs of the tiny default: about 2.5 CPU-hours on 2 cores).
+3 seeds each, through `experiments.sweep` (27 runs of the tiny default: about 3 CPU-hours on 2 cores).
 
 Variants (`--config=configs/tiny_recipe.py:option=NAME` runs one; the sweep runs all of them):
   baseline        the tiny default, unchanged
@@ -9,6 +9,8 @@ Variants (`--config=configs/tiny_recipe.py:option=NAME` runs one; the sweep runs
   sequence        rl.importance_level=sequence (GSPO; its clip range 3e-4 / 4e-4 as in the GSPO paper)
   dual_clip       rl.clip_ratio_c=3 (verl's default)
   behaviour       rl.behaviour_correction_cap=2 with recomputed behaviour log-probs (truncated IS)
+  dynamic         rl.dynamic_sampling with a 0.05 reward spread (DAPO dynamic sampling)
+  lr_on_oscillation  rl.lr_on_oscillation (RubricRL §4.3's learning-rate drop)
 
 Sweep:  ./launch.sh experiments.sweep --config=configs/tiny_recipe.py --workdir=runs/tiny_recipe
 """
@@ -26,6 +28,8 @@ OPTIONS = {
     "sequence": {"rl.importance_level": "sequence", "rl.clip_low": 3e-4, "rl.clip_high": 4e-4},
     "dual_clip": {"rl.clip_ratio_c": 3.0},
     "behaviour": {"rl.behaviour_correction_cap": 2.0, "rl.recompute_old_logprobs": True},
+    "dynamic": {"rl.dynamic_sampling": True, "rl.dynamic_sampling_min_spread": 0.05},
+    "lr_on_oscillation": {"rl.lr_on_oscillation": True},
 }
 
 

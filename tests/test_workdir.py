@@ -117,7 +117,7 @@ def _fake_run(tmp_path: Path) -> types.SimpleNamespace:
 
 
 def _counting_stage(events: list[str], total: int) -> loop.Stage:
-    def train_step(state, rows, step):
+    def train_step(state, rows, step, draw):
         events.append(f"dispatch {step}")
         return state.replace(step=state.step + 1), loop.StepOutput(
             lambda: events.append(f"read {step}") or {"loss": float(step), "rows": rows}, [{"row": rows[0]}])
@@ -162,7 +162,7 @@ def test_keep_best_saves_at_every_eval_and_keeps_the_best_evaluated_step_past_ke
     run_ = _fake_run(tmp_path)
     run_.config.checkpoint.keep = 1
 
-    def train_step(state, rows, step):
+    def train_step(state, rows, step, draw):
         return state.replace(step=state.step + 1), loop.StepOutput(lambda: {"loss": 0.0}, [])
 
     stage = loop.Stage("grpo", 7, list(range(14)), 2, _state(), None, train_step, eval_due=rewards.__contains__,
@@ -198,3 +198,26 @@ def test_a_resume_cuts_the_tensorboard_scalars_past_its_position_and_a_torn_reco
     log.close()
     assert tensorboard_scalars(tmp_path / "tb") == {
         "sft/loss": [(1, 1.0), (2, 2.0)], "grpo/loss": [(1, 1.0), (2, 2.0), (3, 30.0)], "eval/loss": [(2, 2.0)]}
+
+
+def test_a_step_that_draws_more_rows_resumes_where_the_uninterrupted_run_drew(tmp_path):
+    """rl.dynamic_sampling draws extra batches inside a step (the runner's `draw`): the iterator position saved
+    with a checkpoint includes them, so a run stopped at step 4 and continued to 6 sees the rows of a run to 6."""
+    def drawing_stage(total: int, seen: list) -> loop.Stage:
+        def train_step(state, rows, step, draw):
+            rows = rows + (draw() if step % 2 else [])  # odd steps take a second batch
+            seen.append((step, rows))
+            return state.replace(step=state.step + 1), loop.StepOutput(lambda: {"loss": float(step)}, [])
+
+        return loop.Stage("sft", total, list(range(9)), 2, _state(), None, train_step)
+
+    whole: list = []
+    run_ = _fake_run(tmp_path / "whole")
+    loop.run_stage(run_, drawing_stage(6, whole))
+    run_.log.close()
+    parts: list = []
+    for total in (4, 6):
+        run_ = _fake_run(tmp_path / "parts")
+        loop.run_stage(run_, drawing_stage(total, parts))
+        run_.log.close()
+    assert parts == whole and len({x for _, rows in whole for x in rows}) == 9  # an epoch, then the next

@@ -282,3 +282,20 @@ def gather_outputs(local: RewardOutput) -> RewardOutput:
     """Every process's RewardOutput of its own rows, joined in process order (every process must call it);
     with one process, `local`."""
     return concat_outputs(distributed.all_gather_objects(local))
+
+
+_PER_ROW = ("reward_ok", "raw_scores", "uncorrected_raw_scores")  # details arrays indexed by row
+
+
+def select_rows(out: RewardOutput, rows: Sequence[int]) -> RewardOutput:
+    """`out` restricted to `rows` (in that order): scores, validity, rewards, the per-row details and rubric
+    hashes. The counters (judge prompts, failures, ...) stay those of the whole call, so joining the selections
+    of several calls with `concat_outputs` counts each call's judge work once."""
+    rows = list(rows)
+    details = dict(out.details)
+    for key in _PER_ROW:
+        if key in details:
+            details[key] = np.asarray(details[key])[rows]
+    if "rubric_hashes" in details:
+        details["rubric_hashes"] = [details["rubric_hashes"][i] for i in rows]
+    return RewardOutput(out.scores[rows], out.valid[rows], out.reward[rows], list(out.dimension_ids), details)

@@ -51,7 +51,8 @@ from rubric_jax import data, distributed, files, loader, metrics, plots, samplin
 from rubric_jax.calibration.pinning import check_calibration
 from rubric_jax.judges.base_model import same_base_warnings
 from rubric_jax.judges.llm_judge import Judge, shortest_prompt_tokens
-from rubric_jax.judges.reward import RewardOutput, RubricReward, concat_outputs, gather_outputs, split_by_reads
+from rubric_jax.judges.reward import (RewardOutput, RubricReward, concat_outputs, gather_outputs, select_rows,
+                                      split_by_reads)
 from rubric_jax.judges.reward_model import RewardModelReward, load_reward_model
 from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge, load_judges
 from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
@@ -60,7 +61,8 @@ from rubric_jax.rubrics.correction import Correction, load_correction
 from rubric_jax.rubrics.dynamic_weights import DimensionWeights
 from rubric_jax.rubrics.io import dumps_rubric, load_rubric
 from rubric_jax.rubrics.schema import Rubric
-from rubric_jax.train import checkpointing, export, golden as golden_set, monitors, oscillation, programs as run_programs
+from rubric_jax.train import checkpointing, dynamic, export, golden as golden_set, monitors, oscillation
+from rubric_jax.train import programs as run_programs
 from rubric_jax.train import rollout, runs, settings as run_settings, state as train_state, workdir as run_workdir
 from rubric_jax.train.settings import RolloutSpec, Settings
 
@@ -377,7 +379,10 @@ class Stage:
     batch_size: int
     state: train_state.TrainState  # step-0 state, in its shardings
     shardings: train_state.TrainState
-    train_step: Callable[[train_state.TrainState, list[Any], int], tuple[train_state.TrainState, StepOutput]]
+    # (state, this process's rows, stage step, a function giving the next batch's rows) -> (state, output); the
+    # last lets a GRPO step with rl.dynamic_sampling draw more questions (the iterator's position is checkpointed)
+    train_step: Callable[[train_state.TrainState, list[Any], int, Callable[[], list[Any]]],
+                         tuple[train_state.TrainState, StepOutput]]
     updates_per_step: int = 1  # TrainState.step counts optimizer updates: this many per stage step
     progress_keys: tuple[str, ...] = metrics.PROGRESS_KEYS
     checkpoint_extra: Callable[[], dict[str, Any]] = dict  # JSON saved with each checkpoint
@@ -424,7 +429,8 @@ def run_stage(run_: Run, stage: Stage) -> train_state.TrainState:
         try:
             stage.on_start(restored, state, start, progress)
             for step in range(start + 1, stage.total + 1):
-                state, out = stage.train_step(state, distributed.process_block(next(batches)), step)
+                state, out = stage.train_step(state, distributed.process_block(next(batches)), step,
+                                              lambda: distributed.process_block(next(batches)))
                 flush()  # the previous step's row, read while this step runs
                 pending = (step, out)
                 # A SIGTERM may reach one process only: every process stops at the same step, or none does.
@@ -466,7 +472,8 @@ def run_sft(run_: Run, init_params: dict[str, Any]) -> dict[str, Any]:
     state, shardings = _state_and_shardings(run_, init_params, run_programs.sft_optimizer(cfg.sft, total))
     step_fn = run_programs.sft_program(shardings, run_.mesh)
 
-    def sft_step(state: train_state.TrainState, rows: list[data.SFTExample], step: int):
+    def sft_step(state: train_state.TrainState, rows: list[data.SFTExample], step: int, draw: Callable) -> Any:
+        del draw
         batch = data.sft_batch(run_.tokenizer, rows, prompt_buckets, response_buckets, across_processes=True)
         state, step_metrics = step_fn(state, distributed.global_batch(
             {"tokens": batch.tokens_BxT, "input_mask": batch.input_mask_BxT, "loss_mask": batch.loss_mask_BxT},
@@ -512,10 +519,23 @@ class Rollout:
     rows: slice  # this process's rows among the N
 
 
-def rollout_and_score(run_: Run, params: Any, questions: list[data.Question], spec: RolloutSpec,
-                      key: jax.Array) -> Rollout:
-    """Samples `spec.n` responses per question (this process's questions) with the policy, scores them
-    with their rubrics and gathers every process's scored rows."""
+@dataclasses.dataclass(frozen=True)
+class LocalRollout:
+    """This process's sampled and scored rows of a rollout, before they are gathered (legend: B this
+    process's questions, n samples each)."""
+
+    questions: list[data.Question]
+    prompt_ids_BxP: np.ndarray
+    prompt_mask_BxP: np.ndarray
+    result: sampling.GenerationResult
+    scored: RewardOutput
+    responses: list[str]
+
+
+def sample_and_score(run_: Run, params: Any, questions: list[data.Question], spec: RolloutSpec, key: jax.Array
+                     ) -> LocalRollout:
+    """Samples `spec.n` responses per question (this process's questions) with the policy and scores them with
+    their rubrics (the sampler and the LLM judge are global computations: every process must call it)."""
     sample_key, judge_key = jax.random.split(key)
     prompt_ids, prompt_mask = data.prompt_batch(run_.tokenizer, [q.question for q in questions], spec.prompt_buckets,
                                                 across_processes=True)
@@ -525,23 +545,80 @@ def rollout_and_score(run_: Run, params: Any, questions: list[data.Question], sp
                                layout=run_.decode_layout)
     responses = data.decode_responses(run_.tokenizer, result, run_.stop_tokens)
     expanded = [q.question for q in questions for _ in range(spec.n)]
-    local = run_.reward(expanded, responses, [run_.rubric_of[q.id] for q in questions for _ in range(spec.n)],
-                        key=judge_key, weights=run_.weights)
-    parts = distributed.all_gather_objects((local, expanded, responses, result.lengths,
-                                            result.finish_reason == sampling.FINISH_LENGTH))
+    scored = run_.reward(expanded, responses, [run_.rubric_of[q.id] for q in questions for _ in range(spec.n)],
+                         key=judge_key, weights=run_.weights)
+    return LocalRollout(list(questions), prompt_ids, prompt_mask, result, scored, responses)
+
+
+def gather_rollout(local: LocalRollout, n: int, extra: Any = None) -> tuple[Rollout, list[Any]]:
+    """Every process's rows of `local` (process order) as one Rollout, and every process's `extra`."""
+    expanded = [q.question for q in local.questions for _ in range(n)]
+    finished = local.result.finish_reason == sampling.FINISH_LENGTH
+    parts = distributed.all_gather_objects((local.scored, expanded, local.responses, local.result.lengths, finished,
+                                            extra))
     scored = concat_outputs([part[0] for part in parts])
     expanded, responses = [x for part in parts for x in part[1]], [x for part in parts for x in part[2]]
     samples = [{"question": expanded[i], "response": responses[i], "reward": float(scored.reward[i]),
                 "scores": {d: _json_float(scored.scores[i, c]) for c, d in enumerate(scored.dimension_ids)}}
                for i in range(len(responses))]
     rows = slice(*distributed.block_bounds(len(responses)))
-    return Rollout(prompt_ids, prompt_mask, result, scored, samples, np.concatenate([part[3] for part in parts]),
-                   np.concatenate([part[4] for part in parts]), rows)
+    return Rollout(local.prompt_ids_BxP, local.prompt_mask_BxP, local.result, scored, samples,
+                   np.concatenate([part[3] for part in parts]), np.concatenate([part[4] for part in parts]),
+                   rows), [part[5] for part in parts]
+
+
+def rollout_and_score(run_: Run, params: Any, questions: list[data.Question], spec: RolloutSpec,
+                      key: jax.Array) -> Rollout:
+    """Samples `spec.n` responses per question (this process's questions) with the policy, scores them
+    with their rubrics and gathers every process's scored rows."""
+    return gather_rollout(sample_and_score(run_, params, questions, spec, key), spec.n)[0]
+
+
+def dynamic_rollout(run_: Run, params: Any, questions: list[data.Question], spec: RolloutSpec, key: jax.Array,
+                    draw: Callable[[], list[data.Question]], rule: dynamic.DynamicSampling
+                    ) -> tuple[Rollout, dict[str, float]]:
+    """A rollout of len(questions) groups by DAPO's dynamic sampling (train/dynamic.py): rounds of as many
+    questions (`draw` gives the next batch) until this process's block holds that many groups with a reward
+    spread above `rule.min_spread`, at most `rule.max_rounds` extra rounds; logs kept, dropped and rounds."""
+    rounds: list[LocalRollout] = []
+    spreads: list[np.ndarray] = []
+    for r in range(rule.max_rounds + 1):
+        round_questions = questions if r == 0 else draw()
+        local = sample_and_score(run_, params, round_questions, spec, jax.random.fold_in(key, r))
+        rounds.append(local)
+        spreads.append(dynamic.group_spreads(local.scored.reward, local.scored.details["reward_ok"], spec.n))
+        kept = sum(int((s > rule.min_spread).sum()) for s in spreads)
+        if not distributed.max_over_processes(int(kept < len(questions)))[0]:
+            break
+    chosen = sorted(dynamic.select_groups(spreads, len(questions), rule.min_spread))  # grouped by round
+    rows = [(r, g * spec.n + j) for r, g in chosen for j in range(spec.n)]
+    results = [local.result for local in rounds]
+    result = sampling.GenerationResult(
+        np.stack([results[r].tokens[i] for r, i in rows]), np.stack([results[r].logprobs[i] for r, i in rows]),
+        np.asarray([results[r].lengths[i] for r, i in rows], np.int32),
+        np.asarray([results[r].finish_reason[i] for r, i in rows]), max(res.num_steps for res in results))
+    chosen_questions = [rounds[r].questions[g] for r, g in chosen]
+    prompt_ids, prompt_mask = data.prompt_batch(run_.tokenizer, [q.question for q in chosen_questions],
+                                                spec.prompt_buckets, across_processes=True)
+    scored = concat_outputs([select_rows(local.scored, [i for rr, i in rows if rr == r])
+                             for r, local in enumerate(rounds) if any(rr == r for rr, _ in rows)])
+    if "judge_generate_calls" in scored.details:  # each round made its own calls (concat_outputs takes the max)
+        scored.details["judge_generate_calls"] = sum(local.scored.details["judge_generate_calls"] for local in rounds)
+    selected = LocalRollout(chosen_questions, prompt_ids, prompt_mask, result, scored,
+                            [rounds[r].responses[i] for r, i in rows])
+    counts = (sum(int((s > rule.min_spread).sum()) for s in spreads),
+              sum(int((s <= rule.min_spread).sum()) for s in spreads), len(rounds))
+    gathered, every = gather_rollout(selected, spec.n, counts)
+    return gathered, {"dynamic/kept_groups": float(sum(c[0] for c in every)),
+                      "dynamic/dropped_groups": float(sum(c[1] for c in every)),
+                      "dynamic/rounds": float(max(c[2] for c in every))}
 
 
 def grpo_iteration(run_: Run, programs: run_programs.GRPOPrograms, state: train_state.TrainState, ref_params: Any | None,
-                   questions: list[data.Question], key: jax.Array) -> tuple[train_state.TrainState, StepOutput]:
-    """One GRPO step: rollouts -> rubric reward -> group advantages -> rollout log-probs (reference;
+                   questions: list[data.Question], key: jax.Array,
+                   draw: Callable[[], list[data.Question]] | None = None) -> tuple[train_state.TrainState, StepOutput]:
+    """One GRPO step: rollouts (with `rl.dynamic_sampling`, more rounds of questions from `draw` until enough
+    groups vary) -> rubric reward -> group advantages -> rollout log-probs (reference;
     behaviour if `rl.recompute_old_logprobs`, else the sampler's) -> `rl.updates_per_batch` updates,
     dispatched; the returned StepOutput reads the updates' metrics when asked.
 
@@ -550,7 +627,12 @@ def grpo_iteration(run_: Run, programs: run_programs.GRPOPrograms, state: train_
     decode drift to watch on accelerators in bf16.
     """
     spec, cfg, settings = run_.settings.train_rollout, programs.cfg, run_.settings
-    out = rollout_and_score(run_, state.params, questions, spec, key)
+    if settings.dynamic_sampling is None:
+        out, dynamic_row = rollout_and_score(run_, state.params, questions, spec, key), {}
+    else:
+        if draw is None:
+            raise ValueError("grpo_iteration: rl.dynamic_sampling needs `draw` (more questions from the iterator)")
+        out, dynamic_row = dynamic_rollout(run_, state.params, questions, spec, key, draw, settings.dynamic_sampling)
     scored = out.scored
     signal = rollout.rollout_advantages(scored, cfg, settings.missing_scores, settings.shaping,
                                         rubrics=_row_rubrics(run_, scored), weights=run_.weights,
@@ -568,7 +650,7 @@ def grpo_iteration(run_: Run, programs: run_programs.GRPOPrograms, state: train_
     summary = rollout.summarize_rewards(scored)
     host_row = {"reward/mean": summary.reward_mean, **rollout.reward_metrics(summary, ""),
                 "zero_std_frac": signal.zero_std_frac, "response_len/mean": float(out.lengths_N.mean()),
-                "truncated_frac": float(out.truncated_N.mean()), **signal.metrics}
+                "truncated_frac": float(out.truncated_N.mean()), **signal.metrics, **dynamic_row}
     host_row.update(monitors.step_monitors([s["response"] for s in out.samples], out.lengths_N, scored))
     if run_.dynamic_weights is not None:
         host_row.update(run_.dynamic_weights.update(scored.dimension_ids, scored.scores, scored.valid))
@@ -663,10 +745,11 @@ def run_grpo(run_: Run, init_params: Any) -> dict[str, Any]:
         weights = {} if run_.dynamic_weights is None else {"dynamic_weights": run_.dynamic_weights.to_json()}
         return {"updates_per_batch": settings.updates_per_batch, **weights}
 
-    def grpo_step(state, questions, step):
+    def grpo_step(state, questions, step, draw):
         if lr_drop is not None:  # rl.lr_on_oscillation: the factor the logged rewards decide for this update
             state = state.replace(opt_state=lr_drop.before_step(state.opt_state, step))
-        return grpo_iteration(run_, programs, state, ref_params, questions, jax.random.fold_in(run_.key, 1000 + step))
+        return grpo_iteration(run_, programs, state, ref_params, questions, jax.random.fold_in(run_.key, 1000 + step),
+                              draw)
 
     def observe(step, row):
         return run_.watch.observe(step, row if lr_drop is None else lr_drop.observe(step, row))

@@ -24,6 +24,7 @@ from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.loader import ATTENTION_CHOICES, resolve_attention
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.train import rollout, state as train_state
+from rubric_jax.train.dynamic import DynamicSampling
 from rubric_jax.train.oscillation import OscillationRule
 
 STAGES = ("sft", "grpo")
@@ -69,6 +70,7 @@ class Settings:
     missing_scores: str  # rl.missing_scores
     shaping: rollout.Shaping  # rl.advantage, rl.overlong_*, rl.mask_truncated
     oscillation: OscillationRule | None  # rl.lr_on_oscillation and its rule, None when off
+    dynamic_sampling: DynamicSampling | None  # rl.dynamic_sampling and its settings, None when off
     recompute_old_logprobs: bool  # rl.recompute_old_logprobs
     updates_per_batch: int  # rl.updates_per_batch
     samples_per_step: int  # log.samples_per_step
@@ -137,6 +139,18 @@ def shaping(rl: ml_collections.ConfigDict) -> rollout.Shaping:
     except ValueError as e:
         field = str(e).split("=", 1)[0]
         raise ValueError(f"config.rl.{e}" if field in fields else f"config.rl: {e}") from None
+
+
+def dynamic_sampling(rl: ml_collections.ConfigDict) -> DynamicSampling | None:
+    """DAPO's dynamic sampling settings (rl.dynamic_sampling_*), or None when rl.dynamic_sampling is off."""
+    if not isinstance(rl.dynamic_sampling, bool):
+        _fail("rl.dynamic_sampling", rl.dynamic_sampling, "expected True or False")
+    if not rl.dynamic_sampling:
+        return None
+    try:
+        return DynamicSampling(rl.dynamic_sampling_min_spread, rl.dynamic_sampling_max_rounds)
+    except ValueError as e:
+        raise ValueError(f"config.rl.dynamic_sampling_{e}") from None
 
 
 def oscillation_rule(rl: ml_collections.ConfigDict) -> OscillationRule | None:
@@ -257,6 +271,7 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
         _fail("rl.behaviour_correction_cap", config.rl.behaviour_correction_cap, "the correction weighs the trainer's "
               "recomputed log-probs against the sampler's: set rl.recompute_old_logprobs=True")
     return Settings(stages, grpo_cfg, train, evaluation, buckets(config.sft.max_response_len),
-                    config.rl.missing_scores, shaping(config.rl), oscillation_rule(config.rl), config.rl.recompute_old_logprobs,
+                    config.rl.missing_scores, shaping(config.rl), oscillation_rule(config.rl), dynamic_sampling(config.rl),
+                    config.rl.recompute_old_logprobs,
                     config.rl.updates_per_batch,
                     config.log.samples_per_step, config.eval.every_steps, reward_model_config(config), judge)
