@@ -17,6 +17,12 @@ def fail(command: str, message: str, status: int = 2) -> NoReturn:
     sys.exit(status)
 
 
+def fail_write(command: str, out: object, error: OSError) -> NoReturn:
+    """A failed write (a full disk) as one line, exit status 1; the outputs are atomic, so nothing was written."""
+    reason = error.strerror or " ".join(str(error).split())
+    fail(command, f"writing {out} failed ({reason}); nothing was written", status=1)
+
+
 def start(command: str, argv: list[str]) -> None:
     """The start of every main(): no positional arguments, and WARNING logging unless --verbosity is given
     (orbax and jax INFO lines would bury the progress lines)."""

@@ -157,9 +157,12 @@ def main(argv: list[str]) -> None:
         model_cfg, start, tokenizer, student = _student()
     except ERRORS as e:
         _fail(str(e))
-    payload = distill_judge.distill(model_cfg, start, tokenizer, train_items, heldout_items, out, config,
-                                    teacher=teacher, student=student, sampler=_SAMPLER.value,
-                                    max_new_tokens=_MAX_NEW.value)
+    try:
+        payload = distill_judge.distill(model_cfg, start, tokenizer, train_items, heldout_items, out, config,
+                                        teacher=teacher, student=student, sampler=_SAMPLER.value,
+                                        max_new_tokens=_MAX_NEW.value)
+    except OSError as e:  # a full disk after training: `out` appears only once complete
+        cli.fail_write("experiments.distill_judge", out, e)
     print(json.dumps({"out": str(out), "heldout": payload["heldout"]["items"],
                       "parse_failure_rate": payload["heldout"]["parse_failure_rate"],
                       "spearman": {d: v["spearman"]["value"] for d, v in payload["dimensions"].items()}}))

@@ -42,6 +42,8 @@ def main(argv: list[str]) -> None:
         chosen, out = runs.export_run(workdir, _WHICH.value, Path(_OUT.value))
     except (runs.RunError, FileExistsError) as e:
         _fail(str(e))
+    except OSError as e:  # a full disk: the directory appears whole or not at all
+        cli.fail_write("experiments.export", _OUT.value, e)
     if distributed.is_writer():
         print(json.dumps({"workdir": str(workdir), "stage": chosen.stage, "step": chosen.step,
                           runs.BEST_BY: chosen.eval_reward, "out": str(out)}))

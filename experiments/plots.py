@@ -3,7 +3,8 @@
 Writes one PNG per plot (reward and each dimension, held-out reward, KL, clip fraction, entropy, grad
 norm, learning rate, response length, zero-std fraction, judge failures, dimension weights, SFT loss)
 into DIR, one line per run, named by the shortest distinct ending of its workdir path. A metric no run
-logged is skipped. Only parses flags; the plotting is rubric_jax.plots.
+logged is skipped. DIR must be new, empty or written by this command before (never a run's plots/); it
+is replaced whole, so a failure leaves it as it was. Only parses flags; the plotting is rubric_jax.plots.
 """
 
 import functools
@@ -26,23 +27,21 @@ _fail = functools.partial(cli.fail, "experiments.plots")  # one line on stderr, 
 def main(argv: list[str]) -> None:
     workdirs = [Path(p) for p in [*_WORKDIRS.value, *argv[1:]]]
     out = Path(_OUT.value)
-    if out.exists() and not out.is_dir():
-        _fail(f"--out={out} is a file, not a directory")
     try:
+        plots.check_overlay_dir(out, workdirs)
         names = plots.run_names(workdirs)
-    except ValueError as e:
-        _fail(str(e))
-    for workdir in workdirs:
-        if out.resolve() in (workdir.resolve(), (workdir / plots.PLOTS_DIR).resolve()):
-            _fail(f"--out={out} is the run {workdir} (or its plots/): write the overlays elsewhere")
-        if not (workdir / metrics.METRICS_FILE).is_file():
-            _fail(f"{workdir}: no {metrics.METRICS_FILE} (not a run's workdir)")
-    try:
+        for workdir in workdirs:
+            if not (workdir / metrics.METRICS_FILE).is_file():
+                raise ValueError(f"{workdir}: no {metrics.METRICS_FILE} (not a run's workdir)")
         runs = {name: metrics.read_jsonl_metrics(workdir / metrics.METRICS_FILE)
                 for name, workdir in zip(names, workdirs)}
     except ValueError as e:
         _fail(str(e))
-    for path in plots.plot_runs(runs, out):
+    try:
+        written = plots.write_overlays(runs, out)
+    except OSError as e:  # a full disk: the old directory is kept whole
+        cli.fail_write("experiments.plots", out, e)
+    for path in written:
         print(f"wrote {path}")
 
 

@@ -11,7 +11,8 @@ splits per category with no near duplicate in training, the easy:medium:hard mix
 Writes DIR/NAME/1.0.0 (array_record) with report.json and report.md beside it; train with
 `--config.data.tfds_dir=DIR --config.data.train=tfds:NAME --config.data.eval=tfds:NAME`.
 Bad input (a missing file, a malformed line, an unknown kind, a ratio that does not parse, an output that
-overlaps an input) exits with status 2 and one line naming it; nothing is written then.
+overlaps an input) exits with status 2 and one line naming it; nothing is written then. A failed write (a
+full disk) exits with status 1 and one line; an existing dataset is kept.
 """
 
 from __future__ import annotations
@@ -55,8 +56,10 @@ def main(argv: list[str]) -> None:
         ngram=_NGRAM.value, num_perm=_NUM_PERM.value, seed=_SEED.value, overwrite=_OVERWRITE.value)
     try:
         prepare(config)
-    except (ValueError, OSError) as e:  # the library's errors are ValueErrors naming the file, line or flag
+    except ValueError as e:  # the library's errors are ValueErrors naming the file, line or flag
         _fail(str(e))
+    except OSError as e:  # writing failed (a full disk): nothing was published, an existing dataset is kept
+        cli.fail_write("experiments.prepare_data", config.out / config.name, e)
 
 
 if __name__ == "__main__":

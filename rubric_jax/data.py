@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from rubric_jax import distributed, jsonl
+from rubric_jax.jsonl import shown
 
 from rubric_jax.rubrics.schema import Dimension, Rubric, RubricError, RubricWarning, case_rubric, parse_row_rubric
 
@@ -113,9 +114,11 @@ def question_from_row(row: dict[str, Any], where: str) -> Question:
     if reference is not None and (not isinstance(reference, str) or not reference.strip()):
         raise DataError(f"{where}: field 'reference' must be a non-empty string, got {reference!r}")
     labels = row.get("labels", {})
-    if not isinstance(labels, dict) or not all(
-            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in labels.items()):
-        raise DataError(f"{where}: field 'labels' must map dimension ids to numbers, got {labels!r}")
+    if not isinstance(labels, dict):
+        raise DataError(f"{where}: field 'labels' must map dimension ids to finite numbers, got {shown(labels)}")
+    for k, v in labels.items():  # JSON keys are strings; a value may be an integer no float holds (10**400)
+        if jsonl.finite_float(v) is None:
+            raise DataError(f"{where}: field 'labels' must map dimension ids to finite numbers, got {k!r}: {shown(v)}")
     if labels and reference is None:
         raise DataError(f"{where}: field 'labels' scores the reference answer; the row has no 'reference'")
     try:

@@ -8,8 +8,9 @@ the temporary file is removed and the target is untouched.
 (also through a symlink or a hard link) or inside an input directory, before any work is done.
 Output directories: `atomic_directory` (the whole directory appears at once, by a rename) and
 `check_output_dir` (not an input, not containing one, not inside an input directory).
-`read_text` refuses directories, FIFOs (would block) and devices (/dev/zero never ends) and files over a
-size cap. These checks raise `PathError`, whose message names the path, for a one-line CLI error.
+Every user-named input is opened by `open_input` (or `read_text`, its text form): a regular file under a size
+cap only, never a directory, a FIFO (would block) or a device (/dev/zero never ends). These checks raise
+`PathError`, whose message names the path, for a one-line CLI error.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ import stat
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, BinaryIO
+
+
+MAX_INPUT_BYTES = 16 << 30  # the largest input file any command reads (a data set, a scores file): 16 GiB
 
 
 class PathError(ValueError):
@@ -71,27 +75,43 @@ def _kind(mode: int) -> str:
 
 def check_input_file(path: str | Path, what: str = "input") -> Path:
     """`path` if it names an existing regular file, else PathError ('PATH: <what> file does not exist', ...)."""
+    open_input(path, what, max_bytes=None).close()
+    return Path(path)
+
+
+def open_input(path: str | Path, what: str = "input", max_bytes: int | None = MAX_INPUT_BYTES) -> BinaryIO:
+    """`path` opened for binary reading if it is a regular file of at most `max_bytes` (None: any size);
+    PathError naming the path and `what` otherwise (missing, a directory, a FIFO, a device, too large).
+
+    Opened non-blocking and then checked with fstat, so a FIFO without a writer is refused at once (a
+    blocking open would wait forever) and nothing can swap the file between the check and the read.
+    """
     path = Path(path)
     try:
-        mode = path.stat().st_mode
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise PathError(f"{path}: {what} file does not exist") from None
     except OSError as e:
         raise PathError(f"{path}: cannot read {what} file: {e.strerror}") from None
-    if not stat.S_ISREG(mode):
-        raise PathError(f"{path}: expected a regular {what} file, got {_kind(mode)}")
-    return path
+    info = os.fstat(fd)
+    problem = (f"expected a regular {what} file, got {_kind(info.st_mode)}" if not stat.S_ISREG(info.st_mode)
+               else f"{what} file is larger than {max_bytes} bytes"
+               if max_bytes is not None and info.st_size > max_bytes else None)
+    if problem is not None:
+        os.close(fd)
+        raise PathError(f"{path}: {problem}")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 def read_text(path: str | Path, what: str = "input", max_bytes: int = 64 << 20) -> str:
     """UTF-8 text of a regular file of at most `max_bytes`; PathError naming the file (and line) otherwise."""
-    path = check_input_file(path, what)
-    try:
-        with path.open("rb") as f:
+    with open_input(path, what, max_bytes) as f:
+        try:
             data = f.read(max_bytes + 1)
-    except OSError as e:
-        raise PathError(f"{path}: cannot read {what} file: {e.strerror}") from None
-    if len(data) > max_bytes:
+        except OSError as e:
+            raise PathError(f"{path}: cannot read {what} file: {e.strerror}") from None
+    if len(data) > max_bytes:  # grew after the size check
         raise PathError(f"{path}: {what} file is larger than {max_bytes} bytes")
     try:
         return data.decode("utf-8")
@@ -162,6 +182,19 @@ def atomic_directory(path: str | Path, *, replace: bool = False) -> Iterator[Pat
         raise
     if old is not None:
         shutil.rmtree(old)
+
+
+def give_new_file_modes(directory: Path) -> None:
+    """Sets every regular file directly in `directory` to the mode a new file gets there (0o666 less the umask,
+    found by creating one): safetensors' save_file writes 0600 files and copies keep their source's mode, so an
+    exported directory would otherwise mix 0600 and 0644 files."""
+    probe = directory / f".{uuid.uuid4().hex}.mode"
+    probe.open("x").close()
+    mode = stat.S_IMODE(probe.stat().st_mode)
+    probe.unlink()
+    for path in directory.iterdir():
+        if path.is_file() and not path.is_symlink():
+            os.chmod(path, mode)
 
 
 def check_output_dir(out: Path, inputs: Sequence[Path], input_dirs: Sequence[Path], *, flag: str = "--out") -> None:

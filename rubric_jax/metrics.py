@@ -85,7 +85,10 @@ def scalar_value(value: Any) -> float | None:
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer beyond any float (JSON allows 10**400)
+            return math.inf if value > 0 else -math.inf
     if hasattr(value, "__array__"):
         arr = np.asarray(value)
         if arr.ndim == 0 and np.issubdtype(arr.dtype, np.number):

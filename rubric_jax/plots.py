@@ -24,10 +24,13 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from rubric_jax.files import write_atomic
+from rubric_jax.files import atomic_directory, read_text, write_atomic
 from rubric_jax.metrics import METRICS_FILE, read_jsonl_metrics, scalar_value
 
 PLOTS_DIR = "plots"
+OVERLAY_MANIFEST = ".experiments_plots.json"  # marks a directory experiments.plots wrote (it may rewrite it)
+# Matplotlib cannot lay out an axis spanning -1e308..1e308 (the tick range overflows): values are clipped here.
+PLOT_LIMIT = 1e100
 _SCORE = "score (0 = worst, 1 = best)"
 
 
@@ -121,14 +124,20 @@ def metric_label(key: str) -> str:
 
 
 def series(rows: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:
-    """(steps, values) of one metric over the rows that carry it as a number (NaN kept: it breaks the line)."""
+    """(steps, values) of one metric over the rows that carry it as a number (NaN kept: it breaks the line);
+    values beyond ±PLOT_LIMIT (±inf, ±1e308) are clipped to it, so the axis range stays finite."""
     steps, values = [], []
     for row in rows:
         value = scalar_value(row.get(key))
         if value is not None:
             steps.append(int(row["step"]))
-            values.append(value)
+            values.append(value if math.isnan(value) else max(-PLOT_LIMIT, min(PLOT_LIMIT, value)))
     return steps, values
+
+
+def clipped_note(values: Sequence[float]) -> str:
+    """' (clipped at ±LIMIT)' for a legend or title when some value was clipped by `series`, else ''."""
+    return f" (clipped at ±{PLOT_LIMIT:g})" if any(abs(v) == PLOT_LIMIT for v in values) else ""
 
 
 def spec_series(spec: PlotSpec, rows: Sequence[Mapping[str, Any]]) -> dict[str, tuple[list[int], list[float]]]:
@@ -194,7 +203,7 @@ def plot_metrics(rows: Sequence[Mapping[str, Any]], out_dir: str | Path,
             continue
         threshold = (thresholds or {}).get(spec.threshold)
         threshold = threshold if threshold is not None and math.isfinite(threshold) else None
-        labels = [metric_label(key) for key in lines]
+        labels = [metric_label(key) + clipped_note(values) for key, (_, values) in lines.items()]
         labels += [f"alert threshold {threshold:g}"] if threshold is not None else []
         fig, axes = _figure(1, 1, (7.5, 4.2), labels)
         ax = axes[0, 0]
@@ -215,7 +224,7 @@ def plot_run(workdir: str | Path, out_dir: str | Path | None = None) -> list[Pat
     and writes the plots into `out_dir` (default `workdir/plots`)."""
     workdir = Path(workdir)
     config = workdir / "config.json"
-    thresholds = json.loads(config.read_text()).get("monitor") if config.exists() else None
+    thresholds = json.loads(read_text(config, "run config")).get("monitor") if config.exists() else None
     return plot_metrics(read_jsonl_metrics(workdir / METRICS_FILE), out_dir or workdir / PLOTS_DIR, thresholds)
 
 
@@ -248,7 +257,8 @@ def plot_runs(runs: Mapping[str, Sequence[Mapping[str, Any]]], out_dir: str | Pa
                     (handles[name],) = ax.plot(steps, values, color=f"C{index % 10}",
                                                linestyle=("-", "--", ":", "-.")[index // 10 % 4], linewidth=1.5,
                                                **_line_style(len(steps)))
-            title = metric_label(key) if len(keys) > 1 else spec.title
+            clipped = clipped_note([v for lines in per_run.values() for v in lines.get(key, ((), ()))[1]])
+            title = (metric_label(key) if len(keys) > 1 else spec.title) + clipped
             _label_axes(ax, title, spec.xlabel, spec.ylabel if ax.get_subplotspec().is_first_col() else "")
         for ax in axes.flat[len(keys):]:
             ax.set_axis_off()
@@ -258,3 +268,29 @@ def plot_runs(runs: Mapping[str, Sequence[Mapping[str, Any]]], out_dir: str | Pa
         _legend(fig, [handles[name] for name in names], names)
         written.append(_save(fig, Path(out_dir) / spec.filename))
     return written
+
+
+def check_overlay_dir(out: Path, workdirs: Sequence[Path]) -> None:
+    """ValueError unless `out` may receive overlays: new, empty, or written by `write_overlays` before (it holds
+    OVERLAY_MANIFEST). Never a run's workdir or any run's plots/ (another run's curves would be overwritten)."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out={out} is a file, not a directory")
+    for workdir in workdirs:
+        if out.resolve() in (workdir.resolve(), (workdir / PLOTS_DIR).resolve()):
+            raise ValueError(f"--out={out} is the run {workdir} (or its plots/): write the overlays elsewhere")
+    if out.resolve().name == PLOTS_DIR and (out.resolve().parent / METRICS_FILE).exists():
+        raise ValueError(f"--out={out} is the plots/ of the run {out.resolve().parent}: its own plots would be "
+                         "overwritten; write the overlays elsewhere")
+    if out.is_dir() and any(out.iterdir()) and not (out / OVERLAY_MANIFEST).is_file():
+        raise ValueError(f"--out={out} is a non-empty directory that experiments.plots did not write; give a new or "
+                         "empty directory")
+
+
+def write_overlays(runs: Mapping[str, Sequence[Mapping[str, Any]]], out: Path) -> list[Path]:
+    """`plot_runs` into `out` as a whole: built in a sibling directory with OVERLAY_MANIFEST and swapped in, so
+    a failure (a full disk) leaves the previous `out` as it was and no partial set of PNGs. Returns the paths."""
+    with atomic_directory(out, replace=True) as tmp:
+        written = plot_runs(runs, tmp)
+        manifest = {"written_by": "experiments.plots", "runs": list(runs), "files": [p.name for p in written]}
+        write_atomic(tmp / OVERLAY_MANIFEST, json.dumps(manifest, indent=1) + "\n")
+    return [out / p.name for p in written]

@@ -15,6 +15,7 @@ from rubric_jax.calibration import bias
 from rubric_jax.calibration.correction import fit_correction
 from rubric_jax.calibration.labels import DimensionInfo, LabelledItem, LabelsError, read_items
 from rubric_jax.calibration.report import markdown, write_calibration
+from rubric_jax.calibration import run
 from rubric_jax.calibration.run import CalibrationError, Settings, calibrate
 from rubric_jax.judges import llm_judge as lj
 from rubric_jax.judges.features import response_features
@@ -274,3 +275,9 @@ def test_markdown_names_undefined_statistics_instead_of_numbers():
     assert length["spearman"] == {"value": None, "undefined": "x is constant (every value 5)", "ci95": None}
     assert length["flagged"] and length["flag_reason"] == "spearman undefined: x is constant (every value 5)"
     assert "undefined: x is constant (every value 5)" in markdown(report)
+
+
+def test_the_bootstrap_size_is_capped_naming_the_flag():
+    Settings(num_resamples=run.MAX_RESAMPLES)
+    with pytest.raises(CalibrationError, match=r"^--bootstrap=1000000000: at most 100000 resamples per interval$"):
+        Settings(num_resamples=1_000_000_000)  # would draw 1e9 resamples per interval, growing without end

@@ -191,3 +191,20 @@ def test_the_report_counts_missing_verdicts_and_names_undefined_statistics():
     flat = distill_judge.report(constant, teacher="t", student="s", train_items=3, config=config, losses=[1.0],
                                 judge_settings={})
     assert flat["dimensions"]["clarity"]["flagged"] and "undefined: " in distill_judge.report_markdown(flat)
+
+
+def test_a_full_disk_after_training_is_one_line_and_leaves_nothing(tmp_path):
+    code = ("import errno, sys\nfrom absl import app\nfrom rubric_jax.models import checkpoint\n"
+            "def full(*args, **kwargs):\n    raise OSError(errno.ENOSPC, 'No space left on device')\n"
+            "checkpoint.save_file = full\nfrom experiments import distill_judge\n"
+            "sys.argv = ['distill_judge', *sys.argv[1:]]\napp.run(distill_judge.main)\n")
+    out = tmp_path / "judge"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, f"--out={out}", "--rubric=rubric_jax/assets/tiny/rubric.yaml",
+         f"--student_config={TINY_JUDGE_DIR / 'config.json'}", f"--tokenizer={TINY_JUDGE_DIR}", "--dimensions=format",
+         "--steps=2", "--batch_size=8", "--warmup_steps=1", "--heldout=0.03", "--student_max_new_tokens=8"],
+        cwd=REPO, capture_output=True, text=True, timeout=600, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"experiments.distill_judge: error: writing {out} failed (No space left on device); nothing was written")
+    assert list(tmp_path.iterdir()) == []

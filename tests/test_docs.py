@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from configs.common import judge_block
 from tests import manual
 
 ROOT = manual.ROOT
@@ -358,7 +359,9 @@ def unknown_flags_and_keys(text: str, flags_of: dict[str, list[str]]) -> list[st
     program, words = program_and_args(manual.Command("", 0, text).argv)
     defined = set(flags_of[program.removeprefix("experiments.")])
     names = [w.removeprefix("--").split("=", 1)[0] for w in words if w.startswith("--")]
-    unknown = [f"--{n}" for n in names if n not in defined and not n.startswith("config.")]
+    unknown = [f"--{n}" for n in names if n not in defined and not n.startswith(("config.", "judge."))]
+    unknown += [f"--{n}" for n in names if n.startswith("judge.")  # a field of the --judge block
+                and ("judge" not in defined or n.removeprefix("judge.") not in judge_block())]
     spec = next((w.split("=", 1)[1] for w in words if w.startswith("--config=")), None)
     config = _config(spec) if spec else None
     for key in (n.removeprefix("config.") for n in names if n.startswith("config.")):
@@ -380,6 +383,8 @@ def test_every_flag_and_config_key_of_a_command_exists(text, reference):
 def test_the_flag_check_catches_an_unknown_flag_and_key(reference):
     text = "./launch.sh experiments.run --config=configs/tiny.py --workdir=w --dryrun --config.rl.lrr=1 --config.rl.lr=1"
     assert unknown_flags_and_keys(text, reference["flags"]) == ["--dryrun", "--config.rl.lrr"]
+    judged = "./launch.sh experiments.score --judge.checkpoint=d --judge.samplez=1 --judge_samples=1"
+    assert unknown_flags_and_keys(judged, reference["flags"]) == ["--judge_samples", "--judge.samplez"]
 
 
 def test_the_scoring_example_scores_every_row(tmp_path):

@@ -201,3 +201,35 @@ def test_export_command_refuses_inputs_and_used_directories(trained, tmp_path):
     proc = _run("experiments.export", f"--workdir={trained}", f"--out={trained / 'checkpoints' / 'x'}")
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().count("\n") == 0 and "lies inside the input directory" in proc.stderr
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_every_exported_file_gets_the_umasks_mode(tmp_path, umask):
+    """save_file wrote model.safetensors 0600 beside 0644 files; a copied tokenizer file kept its source's mode."""
+    source = tmp_path / "tokenizer"
+    source.mkdir()
+    for name in COPIED:
+        (source / name).write_bytes((FIXTURE / name).read_bytes())
+    os.chmod(source / "tokenizer.json", 0o600)
+    weights = load_weights(GOLDEN / "qwen2_tied_gqa2")
+    previous = os.umask(umask)
+    try:
+        export_hf_checkpoint(weights.cfg, weights.params, tmp_path / "out", source_dir=source)
+    finally:
+        os.umask(previous)
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in (tmp_path / "out").iterdir()}
+    assert "model.safetensors" in modes and "tokenizer.json" in modes
+    assert modes == dict.fromkeys(modes, oct(0o666 & ~umask))
+
+
+def test_export_command_on_a_full_disk_is_one_line_and_leaves_nothing(trained, tmp_path):
+    code = ("import errno, sys\nfrom absl import app\nfrom rubric_jax.models import checkpoint\n"
+            "def full(*args, **kwargs):\n    raise OSError(errno.ENOSPC, 'No space left on device')\n"
+            "checkpoint.save_file = full\nfrom experiments import export\n"
+            f"sys.argv = ['export', '--workdir={trained}', '--out={tmp_path / 'hf'}']\napp.run(export.main)\n")
+    env = {**os.environ, "XLA_FLAGS": FAST_COMPILE, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"experiments.export: error: writing {tmp_path / 'hf'} failed (No space left on device); nothing was written")
+    assert list(tmp_path.iterdir()) == []

@@ -6,7 +6,10 @@ import stat
 
 import pytest
 
-from rubric_jax.files import PathError, atomic_writer, check_input_file, check_output_path, read_text, write_atomic
+from bounded import deadline, run_bounded
+from rubric_jax import jsonl
+from rubric_jax.files import (PathError, atomic_writer, check_input_file, check_output_path, open_input, read_text,
+                              write_atomic)
 
 
 def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, monkeypatch):
@@ -115,3 +118,41 @@ def test_reads_refuse_directories_fifos_devices_big_and_non_utf8_files(tmp_path)
             read_text(path, "rubric", max_bytes=100)
     assert read_text(big, max_bytes=101) == "x" * 101
     assert check_input_file(big) == big
+
+
+def test_open_input_refuses_a_fifo_at_once_and_devices_and_big_files(tmp_path):
+    fifo = tmp_path / "train.jsonl"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(b"{}\n" * 10)
+    with deadline(10):  # a blocking open of a FIFO without a writer would wait here forever
+        with pytest.raises(PathError, match="train.jsonl: expected a regular data file, got a FIFO"):
+            open_input(fifo, "data")
+    with pytest.raises(PathError, match="expected a regular data file, got a character device"):
+        open_input("/dev/zero", "data")
+    with pytest.raises(PathError, match="data file is larger than 29 bytes"):
+        open_input(big, "data", max_bytes=29)
+    with open_input(big, "data", max_bytes=30) as f:
+        assert f.read() == b"{}\n" * 10
+
+
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
+def test_every_jsonl_reader_refuses_fifos_and_dev_zero_without_hanging(tmp_path, special):
+    path = tmp_path / "q.jsonl"
+    if special == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(special)
+    # In a child with 2 GiB and 60 s: before the fix a FIFO blocked forever and /dev/zero grew until killed.
+    done = run_bounded(f"from rubric_jax import jsonl\ntry:\n    list(jsonl.read_jsonl({str(path)!r}))\n"
+                       f"except ValueError as e:\n    print(e)")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"{path}: expected a regular jsonl file, got a" in done.stdout
+
+
+def test_jsonl_refuses_an_endless_line(tmp_path, monkeypatch):
+    path = tmp_path / "one_line.jsonl"
+    path.write_bytes(b'{"a": 1}\n' + b"x" * 100)
+    monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", 50)
+    with pytest.raises(ValueError, match="one_line.jsonl:2: line longer than 50 bytes"):
+        list(jsonl.read_jsonl(path))

@@ -1,6 +1,7 @@
 """rubric_jax.plots and `experiments.plots`: per-run and overlay PNGs from hand-written metrics.jsonl files;
 metrics a run lacks are skipped, SFT and GRPO curves never share a line, bad flags are one line (exit 2)."""
 
+import errno
 import json
 import math
 import subprocess
@@ -75,7 +76,7 @@ def test_plots_cli_overlays_two_runs_and_refuses_to_write_into_one(tmp_path):
     b = _rule_only_run(tmp_path / "sweep" / "lr=0.0002", kl=False)
     proc = _plots_cli(f"--workdir={a}", str(b), f"--out={tmp_path / 'compare'}")  # README: the plots command
     assert proc.returncode == 0, proc.stderr
-    written = {p.name for p in (tmp_path / "compare").iterdir()}
+    written = {p.name for p in (tmp_path / "compare").glob("*.png")}
     assert written == ALL_PLOTS  # run a carries every metric; b's missing KL and judge counters are skipped
     assert all((tmp_path / "compare" / name).read_bytes()[:8] == PNG for name in written)
 
@@ -170,3 +171,71 @@ def test_the_windowed_monitors_plots_draw_the_rolling_mean_their_alert_reads():
     assert template["monitor/template_share/window_mean"][0] == [1, 2, 3]
     assert list(plots.spec_series(specs["reward_length_corr.png"], rows)) == ["monitor/reward_length_corr"]  # all NaN
     assert plots.metric_label("monitor/template_share/window_mean") == "template share, rolling mean (alerted)"
+
+
+def test_plots_out_may_not_be_another_runs_plots_or_a_foreign_directory(tmp_path):
+    a = _judged_run(tmp_path / "a")
+    other = _rule_only_run(tmp_path / "other", kl=True)
+    plots.plot_run(other)
+    before = {p.name: p.read_bytes() for p in (other / plots.PLOTS_DIR).iterdir()}
+    foreign = tmp_path / "notes"
+    foreign.mkdir()
+    (foreign / "todo.txt").write_text("keep me")
+    for out, message in ((other / plots.PLOTS_DIR, f"is the plots/ of the run {other}: its own plots would be "
+                                                   "overwritten"),
+                         (foreign, "is a non-empty directory that experiments.plots did not write")):
+        proc = _plots_cli(f"--workdir={a}", f"--out={out}")
+        assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+            f"experiments.plots: error: --out={out} {message}; " + (
+                "write the overlays elsewhere" if out != foreign else "give a new or empty directory")]
+    assert {p.name: p.read_bytes() for p in (other / plots.PLOTS_DIR).iterdir()} == before
+    assert [p.name for p in foreign.iterdir()] == ["todo.txt"]
+    compare = tmp_path / "compare"
+    for _ in range(2):  # a directory this command wrote may be written again; stale PNGs go with it
+        proc = _plots_cli(f"--workdir={a}", f"--out={compare}")
+        assert proc.returncode == 0, proc.stderr
+        assert {p.name for p in compare.iterdir()} == ALL_PLOTS | {plots.OVERLAY_MANIFEST}
+
+
+def test_a_full_disk_leaves_the_overlay_directory_as_it_was(tmp_path, monkeypatch):
+    runs = {"a": metrics.read_jsonl_metrics(_judged_run(tmp_path / "a") / metrics.METRICS_FILE)}
+    out = tmp_path / "compare"
+    plots.write_overlays({"b": metrics.read_jsonl_metrics(_rule_only_run(tmp_path / "b", kl=False)
+                                                          / metrics.METRICS_FILE)}, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    calls = []
+    real_write = plots.write_atomic
+
+    def full_after_three(path, data):
+        calls.append(path)
+        if len(calls) > 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(path, data)
+
+    monkeypatch.setattr(plots, "write_atomic", full_after_three)
+    with pytest.raises(OSError, match="No space left"):
+        plots.write_overlays(runs, out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # not 3 new PNGs beside old ones
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "compare"]  # no temporary directory
+
+
+def test_plots_cli_full_disk_is_one_line(tmp_path):
+    a = _judged_run(tmp_path / "a")
+    code = ("import errno, sys\nfrom rubric_jax import plots\n"
+            "def full(path, data):\n    raise OSError(errno.ENOSPC, 'No space left on device')\n"
+            "plots.write_atomic = full\nfrom experiments import plots as cli\nfrom absl import app\n"
+            f"sys.argv = ['plots', '--workdir={a}', '--out={tmp_path / 'out'}']\napp.run(cli.main)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
+        f"experiments.plots: error: writing {tmp_path / 'out'} failed (No space left on device); nothing was written"]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("huge", [1e308, -1e308, float("inf"), 10**400])
+def test_metrics_of_any_size_plot_with_a_clipped_axis(tmp_path, huge):
+    rows = [{"step": s, "stage": "grpo", "reward/mean": v, "kl": 0.1} for s, v in ((1, huge), (2, -huge), (3, 0.5))]
+    written = plots.plot_metrics(rows, tmp_path / "one")
+    assert {p.name for p in written} == {"reward.png", "kl.png"}
+    sign = 1 if huge > 0 else -1
+    assert plots.series(rows, "reward/mean")[1] == [sign * plots.PLOT_LIMIT, -sign * plots.PLOT_LIMIT, 0.5]
+    assert {p.name for p in plots.plot_runs({"a": rows, "b": rows}, tmp_path / "two")} == {"reward.png", "kl.png"}

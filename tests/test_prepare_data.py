@@ -23,6 +23,7 @@ from rubric_jax.judges.rules import make_rule
 from rubric_jax.rubrics.aggregation import aggregate_rubric
 from rubric_jax.rubrics.importers import hellobench_rubrics, import_longbench_write
 from rubric_jax.rubrics.schema import normalize_scores, rubric_to_dict
+from bounded import run_bounded
 from tests.shared_data import real
 from xla_flags import FAST_COMPILE
 
@@ -196,7 +197,11 @@ def _bad_inputs(tmp_path: Path) -> dict[str, Path]:
     ({"inputs": ("questions:/nonexistent/q.jsonl",)}, "/nonexistent/q.jsonl does not exist"),
     ({"inputs": (f"foobench:{QUESTIONS}",)}, "unknown input kind 'foobench'"),
     ({"inputs": (f"hellobench:{QUESTIONS}",)}, "expected a directory"),
-    ({"difficulty_ratio": "3:5"}, "difficulty ratio '3:5': expected easy:medium:hard"),
+    ({"difficulty_ratio": "3:5"}, "--difficulty_ratio: expected easy:medium:hard as three non-negative numbers"),
+    ({"difficulty_ratio": "1e308:1e308:1e308"}, "--difficulty_ratio: expected easy:medium:hard as three non-negative "
+                                                "numbers (not all zero, with a finite sum), e.g. 3:5:2; got "
+                                                "'1e308:1e308:1e308'"),  # was "cannot convert float NaN to integer"
+    ({"seed": -1}, "--seed=-1: expected a non-negative integer"),
     ({"name": "Bad-Name"}, "--name=Bad-Name: expected lower-case"),
     ({"out": QUESTIONS.parents[1], "name": "prepare"}, "would overlap the input"),
     ({"inputs": ("questions:{malformed}",)}, "bad.jsonl:2: not valid JSON"),
@@ -341,7 +346,7 @@ def _cli(*args: str) -> subprocess.Popen:
 def test_cli_bad_input_exits_2_with_one_line(tmp_path):
     bad = _write_jsonl(tmp_path / "bad.jsonl", ['{"id": "b",\n'])
     cases = {
-        "ratio": ([f"--input=questions:{QUESTIONS}", "--difficulty_ratio=3:x:2"], "difficulty ratio '3:x:2'"),
+        "ratio": ([f"--input=questions:{QUESTIONS}", "--difficulty_ratio=3:x:2"], "--difficulty_ratio: expected"),
         "line": ([f"--input=questions:{bad}"], f"{bad}:1: not valid JSON"),
         "kind": ([f"--input=foobench:{QUESTIONS}"], "unknown input kind 'foobench'"),
         "missing": (["--input=longbench_write:/nonexistent.jsonl"], "/nonexistent.jsonl does not exist"),
@@ -414,3 +419,203 @@ def test_readme_benchmark_command_converts_every_shared_benchmark(tmp_path):
     assert len({r["category"] for r in by_source["longbench_write"]}) == 7
     questions = data.questions_from_rows(((r["id"], r) for r in rows[:: max(1, len(rows) // 50)]), "sample")
     assert all(q.replace_rubric is not None for q in questions)  # each benchmark row has its own rubric
+
+
+def test_an_input_or_scores_file_that_is_a_fifo_or_dev_zero_is_refused_without_hanging(tmp_path):
+    fifo = tmp_path / "q.fifo"
+    os.mkfifo(fifo)
+    cases = [{"inputs": (f"questions:{fifo}",)}, {"inputs": ("questions:/dev/zero",)},
+             {"inputs": (f"biggen:{fifo}",)}, {"scores": str(fifo)}, {"scores": "/dev/zero"}]
+    # One child with 2 GiB and a time limit: before the fix a FIFO blocked forever, /dev/zero grew until killed.
+    done = run_bounded(
+        "import dataclasses, pathlib\nfrom rubric_jax.prepare.pipeline import PrepareConfig, prepare\n"
+        f"base = PrepareConfig(inputs=('questions:{QUESTIONS}',), out=pathlib.Path({str(tmp_path / 'out')!r}), "
+        "name='qs')\n"
+        f"for changes in {cases!r}:\n"
+        "    changes = {k: pathlib.Path(v) if k == 'scores' else v for k, v in changes.items()}\n"
+        "    try:\n        prepare(dataclasses.replace(base, **changes), log=lambda m: None)\n"
+        "    except ValueError as e:\n        print(e)\n", timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == [
+        f"--input=questions:{fifo}: {fifo}: expected a regular questions file, got a FIFO",
+        "--input=questions:/dev/zero: /dev/zero: expected a regular questions file, got a character device",
+        f"--input=biggen:{fifo}: {fifo}: expected a regular biggen file, got a FIFO",
+        f"--scores={fifo}: {fifo}: expected a regular scores file, got a FIFO",
+        "--scores=/dev/zero: /dev/zero: expected a regular scores file, got a character device"]
+    assert not (tmp_path / "out").exists()
+
+
+_KILL_BETWEEN_RENAMES = """
+import os, pathlib, sys
+from rubric_jax.prepare import pipeline
+out, name = pathlib.Path(sys.argv[1]), "qs"
+real_replace = os.replace
+def replace(src, dst):
+    if pathlib.Path(dst) == out / name and ".tmp-" in str(src):  # the second rename: the new dataset in place
+        os._exit(9)  # killed between the renames
+    real_replace(src, dst)
+os.replace = replace
+pipeline.prepare(pipeline.PrepareConfig(inputs=("questions:" + sys.argv[2],), out=out, name=name, eval_size=2,
+                                        overwrite=True), log=lambda m: None)
+"""
+
+
+def test_a_kill_between_the_overwrite_renames_is_restored_by_the_next_run(prepared, tmp_path):
+    config = _config(tmp_path)
+    prepare(config, log=_quiet)
+    killed = subprocess.run([sys.executable, "-c", _KILL_BETWEEN_RENAMES, str(config.out), str(QUESTIONS)],
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert killed.returncode == 9
+    left = sorted(p.name.split("-")[0] for p in config.out.iterdir())
+    assert left == [".qs.old", ".qs.tmp"]  # OUT/NAME is gone: the data lies in the two leftovers
+    lines = []
+    with pytest.raises(PrepareError, match="already exists; pass --overwrite"):
+        prepare(config, log=lines.append)
+    assert len(lines) == 2 and lines[0].startswith(f"restored {config.out / 'qs'} from .qs.old-")
+    assert lines[1].startswith(f"removed {config.out}/.qs.tmp-")
+    assert sorted(p.name for p in config.out.iterdir()) == ["qs"]
+    assert _splits(config.out, config.name) == prepared[2]  # the old dataset, whole
+
+
+def test_a_kill_after_the_renames_leaves_an_old_copy_the_next_run_deletes(prepared, tmp_path, monkeypatch):
+    config = _config(tmp_path)
+    prepare(config, log=_quiet)
+    real_rmtree = shutil.rmtree
+    monkeypatch.setattr(pipeline.shutil, "rmtree", lambda path, ignore_errors=False: None if ".old-" in str(path)
+                        else real_rmtree(path, ignore_errors=ignore_errors))  # killed before deleting the old copy
+    prepare(dataclasses.replace(config, overwrite=True), log=_quiet)
+    monkeypatch.undo()
+    assert len(list(config.out.glob(".qs.old-*"))) == 1
+    dead = config.out / ".qs.old-4194305"  # above any pid_max: no such process
+    next(config.out.glob(".qs.old-*")).rename(dead)
+    lines = []
+    prepare(dataclasses.replace(config, overwrite=True), log=lines.append)
+    assert f"removed {dead}, left by a killed prepare_data run" in lines
+    assert sorted(p.name for p in config.out.iterdir()) == ["qs"]
+
+
+def test_a_failed_second_rename_puts_the_old_dataset_back(prepared, tmp_path, monkeypatch):
+    config = _config(tmp_path)
+    prepare(config, log=_quiet)
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if Path(dst) == config.out / "qs" and ".tmp-" in str(src):
+            raise OSError(28, "No space left on device")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(pipeline.os, "replace", replace)
+    with pytest.raises(OSError, match="No space left"):
+        prepare(dataclasses.replace(config, overwrite=True, eval_size=2), log=_quiet)
+    monkeypatch.undo()
+    assert sorted(p.name for p in config.out.iterdir()) == ["qs"]
+    assert _splits(config.out, config.name) == prepared[2]
+
+
+_FULL_DISK = """
+import errno, sys
+from absl import app
+from experiments import prepare_data
+from rubric_jax.prepare import pipeline, tfds_dataset
+def tfds_full(self, *args, **kwargs):  # what array_record's writer raised on a real full tmpfs
+    raise RuntimeError('Failed to finalize writing of split "train": write() failed: No space left on device;\\n'
+                       'writing /x/qs-train.array_record-00000-of-00001; at byte 28672')
+def report_full(path, data):
+    raise OSError(errno.ENOSPC, "No space left on device")
+if sys.argv[1] == "tfds":
+    tfds_dataset.QuestionDataset.download_and_prepare = tfds_full
+else:
+    pipeline.write_atomic = report_full
+sys.argv = ["prepare_data", *sys.argv[2:]]
+app.run(prepare_data.main)
+"""
+
+
+@pytest.mark.parametrize("where", ["tfds", "report"])
+def test_cli_full_disk_is_one_line_and_keeps_the_old_dataset(prepared, tmp_path, where):
+    config = _config(tmp_path)
+    prepare(config, log=_quiet)
+    proc = subprocess.run([sys.executable, "-c", _FULL_DISK, where, f"--input=questions:{QUESTIONS}",
+                           f"--out={config.out}", "--name=qs", "--overwrite", "--eval_size=2"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    (last,) = proc.stderr.strip().splitlines()
+    assert last.startswith(f"experiments.prepare_data: error: writing {config.out / 'qs'} failed (")
+    assert "No space left on device" in last and last.endswith("; nothing was written")
+    assert sorted(p.name for p in config.out.iterdir()) == ["qs"]
+    assert _splits(config.out, config.name) == prepared[2]
+
+
+def test_one_difficulty_is_refused_with_the_reason_instead_of_keeping_1_of_8(tmp_path):
+    path = _write_jsonl(tmp_path / "medium.jsonl", [
+        {"id": f"q{i}", "question": f"Question number {i} about topic {chr(97 + i) * 5}?", "category": "c",
+         "lang": "en", "difficulty": "medium"} for i in range(8)])
+    config = _config(tmp_path, inputs=(f"questions:{path}",), eval_size=0, golden_size=0)
+    with pytest.raises(PrepareError) as e:
+        prepare(config, log=_quiet)  # before: "splits: train 1" and no reason
+    assert str(e.value) == (
+        "--difficulty_ratio=3:5:2: the training split has no easy or hard rows ({'medium': 8}), so the mix would "
+        "keep 1 of 8; label the difficulties, pass --scores=FILE, or --difficulty_ratio=none to keep every row")
+    assert not config.out.exists()
+    lines = []
+    report = prepare(dataclasses.replace(config, difficulty_ratio="0:1:0"), log=lines.append)
+    assert report["splits"]["train"] == 8
+    assert "difficulty mix 0:1:0: kept 8 of 8 training rows (easy 0/0, medium 8/8, hard 0/0), dropped 0" in lines
+
+
+def test_the_mix_says_what_it_dropped(tmp_path):
+    lines = []
+    report = prepare(_config(tmp_path), log=lines.append)
+    assert report["mix"]["dropped"] == 7
+    [line] = [line for line in lines if line.startswith("difficulty mix")]
+    pool = report["mix"]["pool"]
+    assert line == (f"difficulty mix 3:5:2: kept 11 of 18 training rows (easy 3/{pool['easy']}, medium 6/"
+                    f"{pool['medium']}, hard 2/{pool['hard']}), dropped 7 to meet the ratio")
+
+
+def test_a_questions_row_without_lang_gets_it_guessed_and_the_log_says_so(tmp_path):
+    path = _write_jsonl(tmp_path / "nolang.jsonl", [
+        {"id": "en", "question": "How do I ask for a refund of my order?", "category": "c", "difficulty": "easy"},
+        {"id": "zh", "question": "我想退货，怎么申请退款？", "category": "c", "difficulty": "easy"},
+        {"id": "given", "question": "Wie beantrage ich eine Rückerstattung?", "category": "c", "lang": "de",
+         "difficulty": "easy"}])
+    lines = []
+    prepare(_config(tmp_path, inputs=(f"questions:{path}",), eval_size=0, golden_size=0, difficulty_ratio="none"),
+            log=lines.append)
+    assert f"questions:{path}: 2 rows have no 'lang'; guessed from the script of their question: " \
+           "{'en': 1, 'zh': 1}" in lines
+    assert {r["id"]: r["lang"] for r in _splits(tmp_path / "out", "qs")["train"]} == {"en": "en", "zh": "zh",
+                                                                                      "given": "de"}
+
+
+def test_question_ids_are_scrubbed_and_scores_still_find_them(tmp_path):
+    rows = [{"id": "call-13812345678", "question": "Why was my parcel returned to the sender?", "category": "c",
+             "lang": "en"},
+            {"id": "mail:lily.chen@example.com", "question": "How long does a refund take to arrive?", "category": "c",
+             "lang": "en"},
+            {"id": "plain-3", "question": "Can I change the delivery address after paying?", "category": "c",
+             "lang": "en"}]
+    path = _write_jsonl(tmp_path / "q.jsonl", rows)
+    scores = _write_jsonl(tmp_path / "scores.jsonl", [
+        *({"id": r["id"], "reward": float(i)} for i, r in enumerate(rows)),
+        {"id": "ghost-13900001111", "reward": 0.5}])  # no such question: listed in the report, scrubbed
+    config = _config(tmp_path, inputs=(f"questions:{path}",), scores=scores, eval_size=0, golden_size=0,
+                     difficulty_ratio="none")
+    report = prepare(config, log=_quiet)
+    train = {r["id"]: r["difficulty"] for r in _splits(config.out, config.name)["train"]}
+    assert train == {"call-[PHONE]~0": "hard", "mail:[EMAIL]~1": "medium", "plain-3": "easy"}
+    assert report["pii"]["by_field"]["id"] == {"email": 1, "phone_cn_mobile": 1}
+    assert report["difficulty"]["score_ids_not_in_input_first"] == ["ghost-[PHONE]"]
+    written = "".join(p.read_text(encoding="utf-8", errors="replace") for p in (config.out / "qs").rglob("*")
+                      if p.is_file()) + json.dumps(_splits(config.out, config.name))
+    assert "13812345678" not in written and "lily.chen" not in written and "13900001111" not in written
+
+
+def test_num_perm_is_capped_before_any_work(tmp_path, monkeypatch):
+    def dedup_ran(*args, **kwargs):  # with --num_perm=1e9 it grew past 7 GB: fail fast if the cap is gone
+        raise AssertionError("dedup ran with an uncapped --num_perm")
+
+    monkeypatch.setattr(pipeline.dedup, "MinHasher", dedup_ran)
+    with pytest.raises(PrepareError, match=r"^--num_perm=1000000000: at most 1024 \(MinHash signatures"):
+        prepare(_config(tmp_path, num_perm=1_000_000_000), log=_quiet)
+    assert not (tmp_path / "out").exists()

@@ -11,7 +11,8 @@ def test_parse_ratio():
     assert mix.parse_ratio("3:5:2") == {"easy": 3.0, "medium": 5.0, "hard": 2.0}
     assert mix.parse_ratio("0.3:0.5:0.2") == {"easy": 0.3, "medium": 0.5, "hard": 0.2}
     assert mix.parse_ratio("1:1:0") == {"easy": 1.0, "medium": 1.0, "hard": 0.0}
-    for bad in ("3:5", "3:5:2:1", "a:b:c", "3:-1:2", "0:0:0", "3:nan:2", "3;5;2", ""):
+    for bad in ("3:5", "3:5:2:1", "a:b:c", "3:-1:2", "0:0:0", "3:nan:2", "3;5;2", "",
+                "1e308:1e308:1e308", "inf:1:1"):  # the sum overflowed: "cannot convert float NaN to integer"
         with pytest.raises(mix.MixError, match="expected easy:medium:hard"):
             mix.parse_ratio(bad)
 

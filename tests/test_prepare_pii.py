@@ -37,6 +37,23 @@ POSITIVES = [
     ("phone_intl", "Berlin: +49 30 12345678.", "Berlin: [PHONE].", {"phone_intl": 1}),
     ("long_number", "card 6222020200112233445 was charged twice", "card [NUMBER] was charged twice",
      {"long_number": 1}),
+    # Issue 24 S4: the documented kinds as people also write them (each missed before).
+    ("phone_cn_landline", "座机 010 62345678 转 8", "座机 [PHONE] 转 8", {"phone_cn_landline": 1}),
+    ("phone_cn_landline", "深圳 0755 86345678", "深圳 [PHONE]", {"phone_cn_landline": 1}),
+    ("phone_cn_landline", "call 010-6234-5678", "call [PHONE]", {"phone_cn_landline": 1}),
+    ("id_card", "身份证 110105 19491231 002X 丢了", "身份证 [ID] 丢了", {"id_card": 1}),
+    ("id_card", "ID 110105-19491231-002X.", "ID [ID].", {"id_card": 1}),
+    ("account", "卡号 6222 0212 3456 7890 被冻结", "卡号 [ACCOUNT] 被冻结", {"account": 1}),
+    ("account", "account number: 1234 5678 9012.", "account number: [ACCOUNT].", {"account": 1}),
+    ("email", "邮箱 zhangsan＠example.com 收不到", "邮箱 [EMAIL] 收不到", {"email": 1}),
+    ("email", "write to info@bücher-münchen.de", "write to [EMAIL]", {"email": 1}),
+    ("email", "почта ivan@пример.рф", "почта [EMAIL]", {"email": 1}),
+    ("email", "发到 li@例子.中国谢谢", "发到 [EMAIL]谢谢", {"email": 1}),
+    ("phone_cn_mobile", "手机 138.1234.5678", "手机 [PHONE]", {"phone_cn_mobile": 1}),
+    ("phone_national", "ring 07700 900123 today", "ring [PHONE] today", {"phone_national": 1}),
+    ("phone_national", "Büro (030) 12345678", "Büro [PHONE]", {"phone_national": 1}),
+    ("phone_national", "Tel. 089/1234567", "Tel. [PHONE]", {"phone_national": 1}),
+    ("phone_national", "Leeds 01632 960123", "Leeds [PHONE]", {"phone_national": 1}),
 ]
 NEAR_MISSES = [
     ("email", "user@localhost has no domain"),  # no top-level domain
@@ -59,6 +76,18 @@ NEAR_MISSES = [
     ("phone_intl", "+5 points, +1 2 3"),  # too few digits
     ("phone_intl", "version 1.2.3, 38.5 degrees"),
     ("long_number", "12345678 and 1,000,000,000 and 3.14159265358979"),  # 8 digits, grouped, decimals
+    ("phone_national", "Room 0101 2nd floor, 01 2023, 0 500 yen"),  # too few digits, no area code
+]
+# Ordinary numbers no pattern may touch (the looser shapes above must not over-scrub): years, prices,
+# quantities, dates, versions, standards, grouped thousands.
+ORDINARY = [
+    "In 2023 we sold 1500 units at ¥1999 each, up from 980 in 2022.",
+    "The population is 1 400 000 000 and the budget 50 000 000 yuan.",
+    "Between 2023-11-29 and 2024-01-01 prices were 0.99, 1.99 and 10 000.",
+    "ISO 9001 2015 and GB/T 19001-2016 apply; version 1.2.3; pi 3.1415 9265.",
+    "scores 100 200 300 400; order 2 items; account 2023 budget rose 12.5%.",
+    "共 3 500 件，单价 129.00 元，2024 年 3 月 15 日发货。",
+    "Temperatures 38.5 39.1 40.2; flight CA 1234 at 10:30; page 0012.",
 ]
 
 
@@ -74,6 +103,11 @@ def test_near_misses_are_not_that_kind(kind, text):
     assert kind not in counts
     if kind != "id_card":  # an invalid ID card number is still a long number
         assert (scrubbed, counts) == (text, {})
+
+
+@pytest.mark.parametrize("text", ORDINARY)
+def test_ordinary_numbers_are_left_alone(text):
+    assert pii.scrub_pii(text) == (text, {})
 
 
 def test_every_kind_has_a_positive_and_a_near_miss():

@@ -1,6 +1,7 @@
 """train/settings.validate: every value a run reads is checked up front, one line naming config.<key>; the
 typed rollout specs give eval its own response budget."""
 
+import os
 import re
 
 import pytest
@@ -121,3 +122,19 @@ def test_cudnn_attention_off_an_nvidia_gpu_is_one_line():
     with pytest.raises(ValueError, match=re.escape("config.model.attention='cudnn': cuDNN attention needs an NVIDIA "
                                                    "GPU; this run's backend is cpu")):
         settings.model_config(config, "cpu")
+
+
+@pytest.mark.parametrize("key", [k.replace(".", "__") for k in settings.INPUT_FILES])
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero", "directory"])
+def test_an_input_file_that_is_a_fifo_a_device_or_a_directory_is_refused_naming_the_key(key, special, tmp_path):
+    path = tmp_path / "special"
+    if special == "fifo":
+        os.mkfifo(path)  # before the fix the run blocked forever reading it
+    elif special == "directory":
+        path.mkdir()
+    else:
+        path.symlink_to(special)  # before the fix /dev/zero grew the process to 19 GB
+    kind = {"fifo": "a FIFO", "/dev/zero": "a character device", "directory": "a directory"}[special]
+    config_key = key.replace("__", ".")
+    with pytest.raises(ValueError, match=re.escape(f"config.{config_key}={str(path)!r}: ") + f".*got {kind}"):
+        settings.validate(_with(**{key: str(path)}))

@@ -16,12 +16,11 @@ not a number or lies outside the dimension's scale, rows whose rater counts disa
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rubric_jax.jsonl import read_jsonl
+from rubric_jax.jsonl import finite_float, read_jsonl, shown
 from rubric_jax.rubrics.importers import import_vicuna_eval
 from rubric_jax.rubrics.schema import Dimension, Rubric, RubricError, case_rubric_from_row
 
@@ -56,12 +55,13 @@ class DimensionInfo:
 
 def _score(value: Any, dim: Dimension, where: str) -> float:
     """A label on `dim`'s raw scale, or LabelsError naming where and why."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise LabelsError(f"{where}: expected a number, got {value!r}")
+    number = finite_float(value)
+    if number is None:
+        raise LabelsError(f"{where}: expected a number, got {shown(value)}")
     lo, hi = dim.scale.raw_range
-    if not lo <= value <= hi:
+    if not lo <= number <= hi:
         raise LabelsError(f"{where}: {value!r} is outside the scale [{lo}, {hi}] of dimension {dim.id!r}")
-    return float(value)
+    return number
 
 
 def _dimension(rubric: Rubric, dim_id: Any, where: str) -> Dimension:

@@ -41,6 +41,7 @@ from rubric_jax.rubrics.schema import Rubric
 AGAINST = ("labels", "judge")
 REPORT_FORMAT = "rubric_jax.calibration_report"
 EXCERPT_CHARS = 240
+MAX_RESAMPLES = 100_000  # --bootstrap: percentile intervals settle long before; 1e9 would never finish
 
 
 class CalibrationError(ValueError):
@@ -67,6 +68,8 @@ class Settings:
         for field, minimum in (("num_resamples", 1), ("batch_size", 1), ("worst", 0)):
             if getattr(self, field) < minimum:
                 raise CalibrationError(f"{field}: expected an integer >= {minimum}, got {getattr(self, field)!r}")
+        if self.num_resamples > MAX_RESAMPLES:
+            raise CalibrationError(f"--bootstrap={self.num_resamples}: at most {MAX_RESAMPLES} resamples per interval")
 
 
 @dataclasses.dataclass(frozen=True)

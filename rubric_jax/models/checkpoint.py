@@ -359,5 +359,6 @@ def export_hf_checkpoint(cfg: ModelConfig, state: nnx.State | Mapping[str, Any],
                 from transformers import AutoConfig, GenerationConfig  # what save_pretrained writes for it
 
                 GenerationConfig.from_model_config(AutoConfig.from_pretrained(out)).save_pretrained(out)
+            files.give_new_file_modes(out)
     distributed.wait_for_everyone(f"export {path}")
     return path

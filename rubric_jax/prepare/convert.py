@@ -1,6 +1,7 @@
 """Inputs of prepare_data -> question rows (the jsonl schema of rubric_jax.data), each with where it came from.
 
-An input is KIND:PATH. `questions` is the project's own question jsonl, kept as written. The public
+An input is KIND:PATH. `questions` is the project's own question jsonl, kept as written (a row without
+"lang" gets the language guessed from its question's script, as the benchmarks do; the log says so). The public
 benchmarks go through rubrics/importers.py and become rows with their per-question rubric as
 {"replace": rubric}, a category, a language guessed from the script (the benchmarks do not label it)
 and the reference answer where the benchmark has one:
@@ -18,8 +19,8 @@ Ids are '<kind>/<benchmark id>' (with the file name when the benchmark numbers i
 
 from __future__ import annotations
 
+import collections
 import dataclasses
-import math
 import re
 import warnings
 from collections.abc import Mapping, Sequence
@@ -27,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from rubric_jax import data
-from rubric_jax.jsonl import read_jsonl
+from rubric_jax.files import PathError, check_input_file
+from rubric_jax.jsonl import finite_float, read_jsonl, shown
 from rubric_jax.rubrics.importers import (
     HELLOBENCH_TASKS,
     RubricCase,
@@ -76,8 +78,14 @@ def parse_input_spec(spec: str) -> tuple[str, Path]:
         raise InputError(f"--input={spec}: unknown input kind {kind!r}; expected one of {', '.join(INPUT_KINDS)}")
     if not Path(path).exists():
         raise InputError(f"--input={spec}: {path} does not exist")
-    if (kind == "hellobench") != Path(path).is_dir():
-        raise InputError(f"--input={spec}: expected a {'directory' if kind == 'hellobench' else 'file'}")
+    if kind == "hellobench":
+        if not Path(path).is_dir():
+            raise InputError(f"--input={spec}: expected a directory")
+    else:  # a FIFO would block the read forever, /dev/zero fill memory
+        try:
+            check_input_file(path, kind)
+        except PathError as e:
+            raise InputError(f"--input={spec}: {e}") from None
     return kind, Path(path)
 
 
@@ -185,9 +193,15 @@ def _file_rows(kind: str, path: Path, notes: dict[str, Any]) -> list[SourceRow]:
             case = dataclasses.replace(case, rubric=longbench_write_rubric(case))
             rows.append(SourceRow(case_row(f"longbench_write/{case.case_id}", case.prompt, case,
                                            str(case.meta["type"])), f"{path}: record {i}", kind))
-    else:  # questions: the project's own rows, as written
+    else:  # questions: the project's own rows, as written (a missing "lang" guessed from the question's script)
+        guessed: collections.Counter[str] = collections.Counter()
         for lineno, row in read_jsonl(path, InputError):
+            if "lang" not in row and isinstance(row.get("question"), str):
+                row = {**row, "lang": guess_lang(row["question"])}
+                guessed[row["lang"]] += 1
             rows.append(SourceRow(row, f"{path}:{lineno}", kind))
+        if guessed:
+            notes["lang_guessed"] = dict(sorted(guessed.items()))
     return rows
 
 
@@ -207,8 +221,10 @@ def read_mean_rewards(path: Path) -> tuple[dict[str, float], dict[str, int]]:
 
     Rows whose reward_ok is false carry no reward and are skipped (counted in the returned stats).
     """
-    if not path.is_file():
-        raise InputError(f"--scores={path}: file does not exist")
+    try:
+        check_input_file(path, "scores")
+    except PathError as e:
+        raise InputError(f"--scores={path}: {e}") from None
     sums: dict[str, list[float]] = {}
     stats = {"rows": 0, "skipped_not_ok": 0}
     for lineno, row in read_jsonl(path, InputError):
@@ -221,9 +237,10 @@ def read_mean_rewards(path: Path) -> tuple[dict[str, float], dict[str, int]]:
             stats["skipped_not_ok"] += 1
             continue
         reward = row.get("reward")
-        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
-            raise InputError(f"{where}: field 'reward': expected a finite number, got {reward!r}")
-        sums.setdefault(row["id"], []).append(float(reward))
+        number = finite_float(reward)
+        if number is None:
+            raise InputError(f"{where}: field 'reward': expected a finite number, got {shown(reward)}")
+        sums.setdefault(row["id"], []).append(number)
     if not sums:
         raise InputError(f"--scores={path}: no usable rewards")
     return {qid: sum(v) / len(v) for qid, v in sums.items()}, stats

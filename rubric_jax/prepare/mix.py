@@ -28,9 +28,9 @@ def parse_ratio(text: str) -> dict[str, float]:
         values = [float(p) for p in parts]
     except ValueError:
         values = []
-    if len(values) != 3 or any(not np.isfinite(v) or v < 0 for v in values) or sum(values) == 0:
-        raise MixError(f"difficulty ratio {text!r}: expected easy:medium:hard as three non-negative numbers "
-                       f"(not all zero), e.g. 3:5:2")
+    if len(values) != 3 or any(v < 0 for v in values) or not 0 < sum(values) < np.inf:
+        raise MixError(f"expected easy:medium:hard as three non-negative numbers (not all zero, with a finite "
+                       f"sum), e.g. 3:5:2; got {text!r}")
     return dict(zip(DIFFICULTIES, values))
 
 

@@ -1,12 +1,13 @@
 """prepare_data's steps in order: read -> scrub PII -> dedup -> difficulty -> held-out splits -> mix -> write.
 
-Every setting is checked before the first file is read. Scrubbing runs on each row's question and
+Every setting is checked before the first file is read. Scrubbing runs on each row's id, question and
 reference before anything else sees them, so nothing unscrubbed reaches the dataset or the report.
 The golden and eval splits are drawn per category in proportion (seeded); then any training row whose
 exact n-gram Jaccard with a held-out row reaches the dedup threshold is dropped (and any eval row near
 a golden one), so no held-out question has a near duplicate in training even where LSH missed a pair.
 The difficulty mix then samples the training split. The dataset and its report are built in a
-temporary directory next to the destination and moved into place, so a failed run leaves nothing.
+temporary directory next to the destination and moved into place, so a failed run leaves nothing; what a
+run killed while replacing OUT/NAME left (the old dataset renamed aside) the next run restores (`recover`).
 """
 
 from __future__ import annotations
@@ -15,18 +16,20 @@ import collections
 import dataclasses
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rubric_jax.files import write_atomic
+from rubric_jax.files import PathError, check_input_file, write_atomic
 from rubric_jax.prepare import convert, dedup, mix, pii, report as report_md, tfds_dataset
 from rubric_jax.prepare.convert import SourceRow
 
 SPLITS = ("train", "eval", "golden")
-_SCRUBBED_FIELDS = ("question", "reference")
+MAX_NUM_PERM = 1024  # --num_perm: LSH gains nothing past a few hundred hash functions; 1e9 grew to 7 GB
+_SCRUBBED_FIELDS = ("id", "question", "reference")
 
 
 class PrepareError(ValueError):
@@ -52,12 +55,17 @@ class PrepareConfig:
     overwrite: bool = False  # replace an existing OUT/NAME
 
 
-def _check_settings(config: PrepareConfig) -> tuple[list[tuple[str, Path]], dict[str, float] | None]:
-    """Parsed inputs and ratio; every value and path checked before any work."""
+def _check_settings(config: PrepareConfig, log: Callable[[str], None]
+                    ) -> tuple[list[tuple[str, Path]], dict[str, float] | None]:
+    """Parsed inputs and ratio; every value and path checked before any work (what a killed run left in
+    OUT is healed first, see `recover`)."""
     if not config.inputs:
         raise PrepareError("no --input given (KIND:PATH, KIND one of " + ", ".join(convert.INPUT_KINDS) + ")")
     inputs = [convert.parse_input_spec(spec) for spec in config.inputs]
-    ratio = None if config.difficulty_ratio == "none" else mix.parse_ratio(config.difficulty_ratio)
+    try:
+        ratio = None if config.difficulty_ratio == "none" else mix.parse_ratio(config.difficulty_ratio)
+    except mix.MixError as e:
+        raise PrepareError(f"--difficulty_ratio: {e}") from None
     if not tfds_dataset.NAME_RE.fullmatch(config.name):
         raise PrepareError(f"--name={config.name}: expected lower-case letters, digits and '_', starting with a letter")
     for flag in ("eval_size", "golden_size", "train_size"):
@@ -67,8 +75,16 @@ def _check_settings(config: PrepareConfig) -> tuple[list[tuple[str, Path]], dict
         raise PrepareError(f"--dedup_threshold={config.dedup_threshold}: expected a number in (0, 1]")
     if config.ngram < 1 or config.num_perm < 1:
         raise PrepareError(f"--ngram={config.ngram} and --num_perm={config.num_perm} must be >= 1")
-    if config.scores is not None and not config.scores.is_file():
-        raise PrepareError(f"--scores={config.scores}: file does not exist")
+    if config.num_perm > MAX_NUM_PERM:  # the signatures take num_perm x 8 bytes per question
+        raise PrepareError(f"--num_perm={config.num_perm}: at most {MAX_NUM_PERM} (MinHash signatures of "
+                           f"{config.num_perm} x 8 bytes per question); 128 is the default")
+    if config.seed < 0:
+        raise PrepareError(f"--seed={config.seed}: expected a non-negative integer")
+    if config.scores is not None:
+        try:
+            check_input_file(config.scores, "scores")
+        except PathError as e:
+            raise PrepareError(f"--scores={config.scores}: {e}") from None
     if config.out.exists() and not config.out.is_dir():
         raise PrepareError(f"--out={config.out}: exists and is not a directory")
     dest = (config.out / config.name).resolve()
@@ -77,6 +93,7 @@ def _check_settings(config: PrepareConfig) -> tuple[list[tuple[str, Path]], dict
         if src == dest or dest in src.parents or src in dest.parents:
             raise PrepareError(f"--out={config.out} with --name={config.name}: the output {dest} would overlap "
                                f"the input {path}")
+    recover(config.out, config.name, log)
     if dest.exists() and not config.overwrite:
         raise PrepareError(f"{dest} already exists; pass --overwrite to replace it")
     return inputs, ratio
@@ -95,15 +112,20 @@ def _read(inputs: Sequence[tuple[str, Path]], log: Callable[[str], None]) -> tup
         rows.extend(read)
         notes.append({"input": f"{kind}:{path}", "rows": len(read), **note})
         log(f"read {len(read)} rows from {kind}:{path}")
+        if note.get("lang_guessed"):
+            log(f"{kind}:{path}: {sum(note['lang_guessed'].values())} rows have no 'lang'; guessed from the script of "
+                f"their question: {note['lang_guessed']}")
     return rows, notes
 
 
-def _scrub(rows: Sequence[SourceRow]) -> tuple[list[SourceRow], dict[str, Any]]:
-    """Rows with PII replaced in their question and reference, and the counts per kind and field."""
+def _scrub(rows: Sequence[SourceRow]) -> tuple[list[SourceRow], dict[str, Any], dict[str, str]]:
+    """Rows with PII replaced in their id, question and reference, the counts per kind and field, and the
+    ids that changed ({old: new}; a scrubbed id gets '~<row number>' so two ids cannot become one)."""
     by_field = {field: collections.Counter() for field in _SCRUBBED_FIELDS}
     changed = 0
     out = []
-    for r in rows:
+    renamed = {}
+    for number, r in enumerate(rows):
         row = dict(r.row)
         for field in _SCRUBBED_FIELDS:
             if field in row:
@@ -112,33 +134,38 @@ def _scrub(rows: Sequence[SourceRow]) -> tuple[list[SourceRow], dict[str, Any]]:
                 except pii.PiiError as e:
                     raise PrepareError(f"{r.where}: field {field!r}: {e}") from None
                 by_field[field].update(counts)
+        if row["id"] != r.row["id"]:
+            row["id"] = renamed[r.row["id"]] = f"{row['id']}~{number}"
         changed += row != r.row
         out.append(SourceRow(row, r.where, r.kind))
     total = sum(by_field.values(), collections.Counter())
     return out, {"rows_changed": changed, "by_kind": {k: total.get(k, 0) for k in pii.PII_KINDS},
-                 "by_field": {f: dict(sorted(c.items())) for f, c in by_field.items()}}
+                 "by_field": {f: dict(sorted(c.items())) for f, c in by_field.items()}}, renamed
 
 
-def _label(rows: list[SourceRow], scores: Path | None, input_ids: set[str]
+def _label(rows: list[SourceRow], scores: Path | None, input_ids: set[str], renamed: dict[str, str]
            ) -> tuple[list[SourceRow], dict[str, Any]]:
     """Rows with difficulty labels from the scores file where it has them (given labels otherwise).
 
     Terciles are taken over the rows left after dedup; scores of removed duplicates are ignored and
-    scores of ids that no input has are counted.
+    scores of ids that no input has are counted (and listed scrubbed). The scores name the ids as read;
+    `renamed` maps the ones PII scrubbing changed.
     """
     info: dict[str, Any] = {"source": "labels"}
     if scores is not None:
         means, stats = convert.read_mean_rewards(scores)
+        unknown = sorted(set(means) - input_ids)
+        means = {renamed.get(qid, qid): m for qid, m in means.items()}
         ids = {r.row["id"] for r in rows}
         labels = mix.difficulty_from_rewards({qid: m for qid, m in means.items() if qid in ids})
         relabelled = sum(1 for r in rows if r.row["id"] in labels and r.row.get("difficulty") not in
                          (None, labels[r.row["id"]]))
         rows = [SourceRow({**r.row, "difficulty": labels[r.row["id"]]}, r.where, r.kind) if r.row["id"] in labels else r
                 for r in rows]
-        unknown = sorted(set(means) - input_ids)
         info = {"source": f"scores ({scores}), terciles of mean reward", **stats, "scored_questions": len(labels),
                 "unscored_questions": len(ids) - len(labels), "given_labels_replaced": relabelled,
-                "score_ids_not_in_input": len(unknown), "score_ids_not_in_input_first": unknown[:5]}
+                "score_ids_not_in_input": len(unknown),
+                "score_ids_not_in_input_first": [pii.scrub_pii(qid)[0] for qid in unknown[:5]]}
     info["counts"] = dict(collections.Counter(r.row.get("difficulty") or "unlabelled" for r in rows))
     return rows, info
 
@@ -166,9 +193,14 @@ def _held_out(rows: list[SourceRow], config: PrepareConfig) -> tuple[dict[str, l
     return splits, leaks
 
 
-def _mix(train: list[SourceRow], ratio: dict[str, float] | None, config: PrepareConfig
+def _mix(train: list[SourceRow], ratio: dict[str, float] | None, config: PrepareConfig, log: Callable[[str], None]
          ) -> tuple[list[SourceRow], dict[str, Any]]:
-    """The training rows kept by the difficulty mix (or a category-stratified sample without a ratio)."""
+    """The training rows kept by the difficulty mix (or a category-stratified sample without a ratio).
+
+    A level the ratio asks for with no training rows at all is refused (one difficulty among the questions
+    kept 1 of 8 at 3:5:2, silently): the ratio cannot be met, and filling from other levels would not be
+    that ratio. What the mix keeps and drops per level is logged in one line.
+    """
     if ratio is None:
         if not config.train_size:
             return train, {"ratio": None}
@@ -185,14 +217,23 @@ def _mix(train: list[SourceRow], ratio: dict[str, float] | None, config: Prepare
                            f"--difficulty_ratio=none")
     pools = collections.Counter(labels)
     fit = mix.max_mix_size(pools, ratio)
+    absent = [d for d, weight in ratio.items() if weight > 0 and not pools[d]]
+    if absent:
+        raise PrepareError(f"--difficulty_ratio={config.difficulty_ratio}: the training split has no "
+                           f"{' or '.join(absent)} rows ({dict(pools)}), so the mix would keep {fit} of {len(train)}; "
+                           "label the difficulties, pass --scores=FILE, or --difficulty_ratio=none to keep every row")
     size = config.train_size or fit
     if size > fit:
         raise PrepareError(f"--train_size={size}: at {config.difficulty_ratio} the training pool "
                            f"{dict(pools)} supplies at most {fit} rows")
     keep = sorted(mix.difficulty_mix(labels, size, config.seed + 2, ratio))
     kept = [train[i] for i in keep]
+    achieved = collections.Counter(r.row["difficulty"] for r in kept)
+    log(f"difficulty mix {config.difficulty_ratio}: kept {len(kept)} of {len(train)} training rows ("
+        + ", ".join(f"{d} {achieved[d]}/{pools[d]}" for d in ratio) + f"), dropped {len(train) - len(kept)}"
+        + (" to meet the ratio" if len(kept) < len(train) else ""))
     return kept, {"ratio": ratio, "pool": dict(pools), "target": mix.largest_remainder(size, ratio),
-                  "achieved": dict(collections.Counter(r.row["difficulty"] for r in kept))}
+                  "achieved": dict(achieved), "dropped": len(train) - len(kept)}
 
 
 def _coverage(splits: dict[str, list[SourceRow]], all_rows: list[SourceRow]) -> dict[str, Any]:
@@ -209,27 +250,72 @@ def _coverage(splits: dict[str, list[SourceRow]], all_rows: list[SourceRow]) -> 
     return out
 
 
+def _pid_alive(pid: int) -> bool:
+    """True when a process `pid` exists (one of another user counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _leftovers(out: Path, name: str) -> tuple[list[Path], list[Path]]:
+    """The `.NAME.old-PID` and `.NAME.tmp-PID-*` directories in `out` whose process is gone (a killed run)."""
+    found: tuple[list[Path], list[Path]] = ([], [])
+    if not out.is_dir():
+        return found
+    for path in sorted(out.iterdir()):
+        match = re.fullmatch(rf"\.{re.escape(name)}\.(old|tmp)-(\d+)(?:-.*)?", path.name)
+        if match and path.is_dir() and not _pid_alive(int(match.group(2))):
+            found[match.group(1) == "tmp"].append(path)
+    return found
+
+
+def recover(out: Path, name: str, log: Callable[[str], None]) -> None:
+    """Heals what a run killed inside `_publish` left: OUT/NAME missing beside its `.NAME.old-PID` (killed between
+    the two renames) is renamed back; an old copy beside a present OUT/NAME (killed before deleting it) and
+    unfinished `.NAME.tmp-*` builds are deleted. Each action is one line through `log`."""
+    old, tmp = _leftovers(out, name)
+    dest = out / name
+    if old and not dest.exists():
+        restored = max(old, key=lambda p: p.stat().st_mtime_ns)  # the most recently replaced one
+        old.remove(restored)
+        os.replace(restored, dest)
+        log(f"restored {dest} from {restored.name}, left by a prepare_data --overwrite killed while replacing it")
+    for path in old + tmp:
+        shutil.rmtree(path)
+        log(f"removed {path}, left by a killed prepare_data run")
+
+
 def _publish(built: Path, dest: Path, overwrite: bool) -> None:
-    """Moves the finished OUT/.tmp/NAME into OUT/NAME (the old one, with --overwrite, is removed after)."""
+    """Moves the finished OUT/.tmp/NAME into OUT/NAME. With --overwrite the old one is renamed to
+    `.NAME.old-PID` first and deleted after; a kill in between leaves it for `recover` to restore."""
     old = None
     if dest.exists():
         if not overwrite:
             raise PrepareError(f"{dest} already exists; pass --overwrite to replace it")
         old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
         os.replace(dest, old)
-    os.replace(built, dest)
+    try:
+        os.replace(built, dest)
+    except BaseException:
+        if old is not None:
+            os.replace(old, dest)
+        raise
     if old is not None:
         shutil.rmtree(old)
 
 
 def prepare(config: PrepareConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Runs every step and writes OUT/NAME (tfds dataset, report.json, report.md); returns the report."""
-    inputs, ratio = _check_settings(config)
+    inputs, ratio = _check_settings(config, log)
     rows, input_notes = _read(inputs, log)
     steps = [{"step": "read", "in": len(rows), "out": len(rows)}]
 
     input_ids = {r.row["id"] for r in rows}
-    rows, pii_info = _scrub(rows)
+    rows, pii_info, renamed = _scrub(rows)
     steps.append({"step": "scrub PII", "in": len(rows), "out": len(rows), "rows_changed": pii_info["rows_changed"]})
     log(f"PII: {pii_info['rows_changed']} rows changed, {sum(pii_info['by_kind'].values())} replacements")
 
@@ -247,12 +333,12 @@ def prepare(config: PrepareConfig, log: Callable[[str], None] = print) -> dict[s
     rows = [rows[i] for i in kept]
     log(f"dedup: {len(pairs)} duplicates removed ({dedup_info['exact_removed']} exact), {len(rows)} rows left")
 
-    rows, difficulty_info = _label(rows, config.scores, input_ids)
+    rows, difficulty_info = _label(rows, config.scores, input_ids, renamed)
     splits, leaks = _held_out(rows, config)
     steps.append({"step": "held-out splits", "in": len(rows), "out": sum(len(s) for s in splits.values()),
                   "golden": len(splits["golden"]), "eval": len(splits["eval"]), "leaks_removed": len(leaks)})
     train_in = len(splits["train"])
-    splits["train"], mix_info = _mix(splits["train"], ratio, config)
+    splits["train"], mix_info = _mix(splits["train"], ratio, config, log)
     steps.append({"step": "difficulty mix (train)", "in": train_in, "out": len(splits["train"])})
     log(f"splits: train {len(splits['train'])}, eval {len(splits['eval'])}, golden {len(splits['golden'])}")
     if not splits["train"]:
@@ -266,7 +352,7 @@ def prepare(config: PrepareConfig, log: Callable[[str], None] = print) -> dict[s
               "splits": {name: len(splits[name]) for name in SPLITS},
               "coverage": _coverage(splits, rows)}
     config.out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{config.name}.tmp-", dir=config.out))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{config.name}.tmp-{os.getpid()}-", dir=config.out))
     try:
         records = {name: [tfds_dataset.to_record(i, r.row, r.where) for i, r in enumerate(splits[name])]
                    for name in SPLITS}

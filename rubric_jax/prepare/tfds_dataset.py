@@ -96,7 +96,10 @@ def write_dataset(data_dir: Path, name: str, splits: Mapping[str, Sequence[Mappi
         raise DatasetError(f"dataset name {name!r}: expected lower-case letters, digits and '_', starting with a letter")
     builder = QuestionDataset(name=name, splits={s: r for s, r in splits.items() if r}, data_dir=str(data_dir),
                               file_format="array_record")
-    builder.download_and_prepare()
+    try:
+        builder.download_and_prepare()
+    except RuntimeError as e:  # array_record's writer reports a failed write (a full disk) as a RuntimeError
+        raise OSError(" ".join(str(e).split())) from None
     return Path(builder.data_dir)
 
 

@@ -25,7 +25,7 @@ import jax
 
 from rubric_jax import sharding
 from rubric_jax.data import Question, load_questions
-from rubric_jax.files import write_atomic
+from rubric_jax.files import open_input, write_atomic
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.judges.spec import JudgeSpec, load_judges
 from rubric_jax.qurl import construction, report
@@ -45,8 +45,9 @@ def load_templates() -> dict[str, PromptTemplate]:
 
 
 def file_sha256(path: str | Path) -> str:
-    """sha256 of a file's bytes (input fingerprints in the settings)."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    """sha256 of a file's bytes (input fingerprints in the settings); a regular file only, read in chunks."""
+    with open_input(path, "input") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def output_paths(out_dir: str | Path) -> dict[str, Path]:

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from rubric_jax import jsonl
+from rubric_jax.jsonl import finite_float, shown
 
 _HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _TOKEN_RE = re.compile(rf"[{_HAN}]+|[^\W_{_HAN}]+")
@@ -78,9 +79,9 @@ def _document(row: dict, where: str) -> Document:
         if not isinstance(row[name], kind) or not row[name].strip():
             raise CorpusError(f"{where}: field {name!r} must be a non-empty string, got {row[name]!r}")
     quality = row.get("quality")
-    if isinstance(quality, bool) or not isinstance(quality, (int, float)) or not math.isfinite(quality):
+    if finite_float(quality) is None:
         raise CorpusError(f"{where}: field 'quality' must be a finite number (a quality prior such as a "
-                          f"click-through rate), got {quality!r}")
+                          f"click-through rate), got {shown(quality)}")
     for name, kind in _OPTIONAL.items():
         if name in row and not isinstance(row[name], kind):
             raise CorpusError(f"{where}: field {name!r} must be a {kind.__name__}, got {row[name]!r}")

@@ -6,10 +6,11 @@ file (a YAML alias bomb, a 5000-digit integer, a lone surrogate) gives a one-lin
 """
 from __future__ import annotations
 
-import math
 import reprlib
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from rubric_jax.jsonl import finite_float
 
 MAX_PARAM_DEPTH = 16  # nesting of a rule's params (lists and mappings)
 
@@ -90,13 +91,8 @@ def check_int(value: Any, dim_id: str | None, field: str, bound: int | None = No
 
 def check_number(value: Any, dim_id: str | None, field: str, bounds: tuple[float, float] | None = None) -> float:
     """Return `value` as a finite float (ints accepted, bools not), inside `bounds` when given, else raise."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise fail(dim_id, field, "a finite number", value)
-    try:
-        number = float(value)
-    except OverflowError:
-        number = math.inf
-    if not math.isfinite(number):
+    number = finite_float(value)
+    if number is None:
         raise fail(dim_id, field, "a finite number", value)
     if bounds is not None and not bounds[0] <= number <= bounds[1]:
         raise fail(dim_id, field, f"a number in [{bounds[0]:g}, {bounds[1]:g}] (rewards are computed in float32)",

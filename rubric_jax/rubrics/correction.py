@@ -19,7 +19,6 @@ import dataclasses
 import functools
 import hashlib
 import json
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from rubric_jax.jsonl import finite_float, shown
 from rubric_jax.rubrics.io import load_document
 from rubric_jax.rubrics.schema import RubricError, canonical_json, parse_version
 
@@ -36,9 +36,10 @@ MAX_FILE_BYTES = 1 << 20  # a correction is a few numbers per dimension; refuse 
 
 
 def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise RubricError(f"{where}: expected a finite number, got {value!r}")
-    return float(value)
+    number = finite_float(value)
+    if number is None:
+        raise RubricError(f"{where}: expected a finite number, got {shown(value)}")
+    return number
 
 
 @dataclasses.dataclass(frozen=True)

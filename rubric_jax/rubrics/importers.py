@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import re
 import warnings
@@ -33,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rubric_jax.files import MAX_INPUT_BYTES, PathError, open_input, read_text
 from rubric_jax.jsonl import read_jsonl
 from rubric_jax.rubrics.schema import (
     Aggregation,
@@ -89,10 +91,10 @@ def _read_jsonl(path: Path) -> list[tuple[str, dict[str, Any]]]:
 
 def _read_json(path: Path) -> Any:
     """The JSON value of a file; a missing or malformed file raises naming it."""
-    if not path.is_file():
-        raise RubricError(f"{path}: file does not exist")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_text(path, "JSON", MAX_INPUT_BYTES))
+    except PathError as e:
+        raise RubricError(str(e)) from None
     except json.JSONDecodeError as e:
         raise RubricError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
 
@@ -356,7 +358,11 @@ def read_hellobench_judgements(path: str | Path) -> list[HelloBenchJudgement]:
     """The judgements CSV (model, task, id, category, checklist_scores as a JSON list of numbers in [0, 1]);
     a malformed row raises naming the file, line, field and value."""
     path = Path(path)
-    with path.open(encoding="utf-8", newline="") as f:
+    try:
+        f = io.TextIOWrapper(open_input(path, "judgements CSV"), encoding="utf-8", newline="")
+    except PathError as e:
+        raise RubricError(str(e)) from None
+    with f:
         reader = csv.DictReader(f)
         if reader.fieldnames is None or not set(_JUDGEMENT_FIELDS) <= set(reader.fieldnames):
             raise RubricError(f"{path}:1: expected the columns {list(_JUDGEMENT_FIELDS)}, got {reader.fieldnames}")

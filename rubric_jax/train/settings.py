@@ -12,13 +12,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
-from pathlib import Path
 from typing import Any
 
 import ml_collections
 
-from rubric_jax import data, grpo, sampling
+from rubric_jax import data, files, grpo, sampling
 from rubric_jax.judges.reward_model import RewardModelConfig
 from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.loader import ATTENTION_CHOICES, resolve_attention
@@ -42,6 +42,9 @@ _AT_LEAST = {
     "log.samples_per_step": 0,
     "mesh.data": 1, "mesh.tensor": 1, "mesh.rollout.tensor": 1,
 }
+# Input files a run reads (a tfds:NAME data set is a directory of its own, checked where it is read).
+INPUT_FILES = ("data.train", "data.eval", "data.sft", "data.rubric", "data.golden", "data.rubric_correction",
+               "model.config_json")
 _GRPO_KEYS = {"kl_coef": "beta", "loss_norm_length": "max_new_tokens", "temperature": "sampler"}  # GRPOConfig -> rl
 
 
@@ -195,7 +198,7 @@ def model_config(config: ml_collections.ConfigDict, backend: str | None = None) 
         return ModelConfig.from_hf_dir(config.model.checkpoint, **overrides)
     if not config.model.config_json:
         raise ValueError("config.model: give `checkpoint` (a HF directory) or `config_json` (for a random init)")
-    return ModelConfig.from_hf_dict(json.loads(Path(config.model.config_json).read_text()), **overrides)
+    return ModelConfig.from_hf_dict(json.loads(files.read_text(config.model.config_json, "model config")), **overrides)
 
 
 def reward_model_config(config: ml_collections.ConfigDict) -> RewardModelConfig | None:
@@ -228,8 +231,21 @@ def reward_model_config(config: ml_collections.ConfigDict) -> RewardModelConfig 
                              scale=r.model_scale)
 
 
+def _check_input_files(config: ml_collections.ConfigDict) -> None:
+    """Every input file of INPUT_FILES that exists must be a regular file (a FIFO would block the run forever,
+    /dev/zero fill memory); a missing one is the loader's error."""
+    for key in INPUT_FILES:
+        value = _get(config, key)
+        if value and not str(value).startswith(data.TFDS_PREFIX) and os.path.lexists(value):
+            try:
+                files.check_input_file(value, key.split(".")[-1])
+            except files.PathError as e:
+                raise ValueError(f"config.{key}={value!r}: {e}") from None
+
+
 def validate(config: ml_collections.ConfigDict) -> Settings:
     """Checks every value a run reads; raises ValueError naming `config.<key>` and the bad value."""
+    _check_input_files(config)
     stages = tuple(config.stages)
     if not stages or sorted(set(stages), key=stages.index) != list(stages) or not set(stages) <= set(STAGES):
         _fail("stages", stages, f"expected a non-empty subset of {STAGES} without repeats")
