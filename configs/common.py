@@ -33,6 +33,18 @@ def judge_block() -> ml_collections.ConfigDict:
     j.require_calibration = False  # True: an uncalibrated (rubric, judge) pair or a flagged dimension stops the command (exit 2).
     j.store = ""  # Verdict store (SQLite file on a local disk, docs/judges.md) of judge answers, keyed by the judge hash; "" = none.
     j.store_rollouts = False  # Policy responses read/write the store too (off: they never repeat; golden references always do).
+    # Where verdicts come from (docs/judges.md, "Judges anywhere"): jax = the checkpoint in this process; openai = an
+    # OpenAI-compatible endpoint (an API, vLLM/SGLang, or experiments.serve), checkpoint then optional (its tokenizer).
+    j.backend = "jax"  # [hash, openai only] jax | openai.
+    j.base_url = ""  # [hash] The endpoint's URL up to /v1, e.g. http://127.0.0.1:8000/v1 (backend=openai only).
+    j.model = ""  # [hash] The served model's name, as GET <base_url>/models lists it (backend=openai only).
+    j.api_key_env = ""  # NAME of the environment variable holding the API key ("" = no key); the key is never stored.
+    j.endpoint = "chat"  # [hash] chat: /v1/chat/completions; completions: /v1/completions with the checkpoint's chat template.
+    j.max_concurrency = 8  # Judge requests in flight at once.
+    j.timeout_s = 60.0  # Seconds one request may take before it is retried.
+    j.max_retries_http = 5  # HTTP retries per request (exponential backoff with jitter, honouring Retry-After).
+    j.requests_per_minute = 0  # Request rate limit (0 = unlimited).
+    j.tokens_per_minute = 0  # Token rate limit: prompt + completion tokens, estimated before the answer (0 = unlimited).
     return j
 
 

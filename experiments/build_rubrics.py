@@ -9,7 +9,8 @@ judges; `--judge=configs/judges/X.py` replaces it and `--judge.FIELD=...` overri
 experiments.run), settings `config.qurl`, mesh `config.mesh`, seed `config.seed`. Writes OUT/questions.jsonl (rows
 with {"rubric": {"replace": R*(q)}}, for `--config.data.train`), OUT/report.json and OUT/work/ (the
 checkpoints: the same command resumes an interrupted build). Only parses flags; the build lives in
-rubric_jax.qurl.pipeline. A user error (bad input line, missing file, bad setting) exits 2 with one line.
+rubric_jax.qurl.pipeline. A user error (bad input line, missing file, bad setting) exits 2 with one line; a build
+that keeps no rubric writes its report and exits 1 naming each stage that dropped questions and why.
 """
 
 import functools
@@ -47,6 +48,20 @@ def main(argv: list[str]) -> None:
         sys.exit(130)
     summary = result.report["summary"]
     print(json.dumps({k: summary[k] for k in ("questions", "kept", "dropped", "dropped_at")}, ensure_ascii=False))
+    if summary["questions"] and not summary["kept"]:
+        _fail(no_rubric_built(result.report, _OUT.value), status=1)
+
+
+def no_rubric_built(report: dict, out: str) -> str:
+    """Why no rubric was built: every stage that dropped questions, with its count and its first reason."""
+    reasons: dict[str, str] = {}
+    for question in report["questions"]:
+        stage, _, why = (question.get("reason") or "").partition(":")
+        reasons.setdefault(stage, why.strip())
+    dropped_at = report["summary"]["dropped_at"]
+    stages = "; ".join(f"{count} at {stage} ({reasons.get(stage, '')})" for stage, count in dropped_at.items())
+    return f"no rubric built: all {report['summary']['questions']} question(s) dropped: {stages}; {out}/report.json " \
+           "has each question's reason"
 
 
 if __name__ == "__main__":

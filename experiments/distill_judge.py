@@ -165,7 +165,7 @@ def _items(shared) -> tuple[list[distill_data.JudgeItem], str]:
         teachers = distill_data.rule_teachers_per_row(rubrics, wanted)
         return distill_data.rule_items(questions, responses, teachers), f"rule judges of {', '.join(wanted)}"
     spec = judge_config.spec()
-    if not spec.checkpoints:
+    if not spec.has_judge:
         raise ValueError("--teacher=judge: give --judge.checkpoint=DIR[,DIR] (or a --judge file that names one)")
     judges = load_judges(spec, where="--judge")
     dims = [[d for d in rubric.dimensions if d.id in wanted] for rubric in rubrics]

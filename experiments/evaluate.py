@@ -156,6 +156,22 @@ def main(argv: list[str]) -> None:
         _fail(str(e), status=1)
     print(json.dumps({"benchmark": summary["benchmark"], "policy": summary["policy"], "scores": summary["scores"],
                       "out": str(out)}, ensure_ascii=False))
+    failure = nothing_judged(summary)
+    if failure:
+        _fail(f"{failure}; {out / 'summary.json'} has the counts", status=1)
+
+
+def nothing_judged(summary: dict) -> str | None:
+    """The stage and cause when an evaluation that needed its judge got no score from it (exit 1), else None."""
+    counts, judge = summary["counts"], summary["judge_counters"]
+    if counts["cases"] and not counts["generated"]:
+        return (f"generate: no answer was generated for any of the {counts['cases']} cases "
+                f"({counts['prompt_too_long']} prompts longer than the policy's context)")
+    if judge["judge_scores"] and judge["judge_failed_scores"] == judge["judge_scores"]:
+        return (f"judge: no answer could be judged: all {judge['judge_scores']} judge scores failed "
+                f"({judge['judge_prompt_too_long']} prompts too long for the judge, {judge['judge_invalid']} answers "
+                f"invalid or cut at --judge.max_new_tokens, {judge.get('judge_http_failures', 0)} endpoint failures)")
+    return None
 
 
 if __name__ == "__main__":

@@ -68,6 +68,8 @@ CAUSE_HINTS = {
                              "--judge.max_new_tokens, or shorter anchors",
     "judge_truncated": "every verdict was cut at --judge.max_new_tokens; raise it",
     "judge_invalid_verdict": "the judge never wrote a parseable verdict (judge_invalid_examples in the summary)",
+    "judge_http_error": "the judge endpoint gave no answer after its retries (judge_http_error_examples in the "
+                        "summary); check --judge.base_url and the server",
     "regex_timeout": f"the rule's regex ran past {REGEX_TIMEOUT_S} s (catastrophic backtracking); simplify it",
 }
 
@@ -116,8 +118,9 @@ def score_file(rows: list[dict[str, Any]], rubrics: list[Rubric], reward: Rubric
         for field, value in result.details.items():
             if field.startswith("judge_") and isinstance(value, int):
                 summary[field] = summary.get(field, 0) + value
-        examples = summary.setdefault("judge_invalid_examples", [])
-        examples.extend(result.details.get("judge_invalid_examples", [])[: 5 - len(examples)])
+        for name in ("judge_invalid_examples", "judge_http_error_examples"):
+            examples = summary.setdefault(name, [])
+            examples.extend(result.details.get(name, [])[: 5 - len(examples)])
     summary["mean_reward"] = float(np.mean(rewards))
     summary["not_ok"] = sum(not r["reward_ok"] for r in out_rows)
     return out_rows, summary

@@ -192,7 +192,10 @@ def policy_config(config: ml_collections.ConfigDict, target: str = CPU) -> Model
 
 
 def judge_configs(config: ml_collections.ConfigDict, target: str) -> list[tuple[str, ModelConfig]]:
-    """(name, ModelConfig) of every LLM judge, in the dtypes it is loaded in on `target`."""
+    """(name, ModelConfig) of every LLM judge loaded into the run's devices, in the dtypes it is loaded in on
+    `target` (none with judge.backend=openai: the endpoint judges, its checkpoint is only a tokenizer)."""
+    if config.judge.backend == "openai":
+        return []
     backend = "cpu" if target == CPU else "gpu"
     dtypes = {field: loader.resolve_dtype(config.judge[field], f"config.judge.{field}", backend=backend)
               for field in ("param_dtype", "compute_dtype")}

@@ -187,3 +187,39 @@ def test_bad_input_exits_2_with_one_line_naming_the_file_and_writes_nothing(tmp_
         for fragment in BAD_INPUT[case]:
             assert fragment in lines[0], (case, fragment, lines[0])
         assert not (tmp_path / case / "out").exists(), case
+
+
+def test_an_evaluation_whose_judge_scores_nothing_exits_1_naming_the_stage_and_cause(tmp_path, models):
+    """Every judge answer cut at --judge.max_new_tokens=1: the report is written, but the command exits 1 with
+    the judge stage and the counts of why (not 0 with empty scores)."""
+    run, judge = models
+    out = tmp_path / "eval"
+    proc = finish(start("--benchmark=longbench_write", f"--data_dir={EVAL_FIXTURES}",
+                        "--data_file=longbench_write_mini.jsonl", "--limit=2", f"--workdir={run}", "--which=best",
+                        "--prompt_format=think_answer", "--max_new_tokens=12", f"--judge.checkpoint={judge}",
+                        "--judge.mode=per_dimension", "--judge.sampler=greedy", "--judge.max_new_tokens=1",
+                        "--judge.max_retries=0", f"--out={out}", "--mesh=1,1,1"))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "experiments.evaluate: error: judge: no answer could be judged: all 12 judge scores failed (0 prompts too "
+        f"long for the judge, 12 answers invalid or cut at --judge.max_new_tokens, 0 endpoint failures); "
+        f"{out / 'summary.json'} has the counts")
+    assert json.loads((out / "summary.json").read_text())["judge_counters"]["judge_failed_scores"] == 12
+
+
+def test_an_evaluation_judged_by_an_endpoint_that_does_not_answer_stops_before_generating(tmp_path, models):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there
+    run, _ = models
+    out = tmp_path / "eval"
+    proc = finish(start("--benchmark=longbench_write", f"--data_dir={EVAL_FIXTURES}",
+                        "--data_file=longbench_write_mini.jsonl", "--limit=2", f"--workdir={run}", "--which=best",
+                        "--judge.backend=openai", f"--judge.base_url=http://127.0.0.1:{port}/v1", "--judge.model=m",
+                        "--judge.timeout_s=5", f"--out={out}", "--mesh=1,1,1"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"experiments.evaluate: error: judge endpoint http://127.0.0.1:{port}/v1 does not answer")
+    assert "generate" not in proc.stderr and not out.exists()

@@ -94,7 +94,7 @@ def test_run_precedence_experiment_file_judge_file_config_override_judge_overrid
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--judge.bogus=1"], "--judge.bogus: not a judge field; expected one of ['batch_size', 'calibration',"),
+    (["--judge.bogus=1"], "--judge.bogus: not a judge field; expected one of ['api_key_env', 'backend', "),
     (["--judge=configs/judges/nope.py"], "--judge=configs/judges/nope.py: cannot load this judge config file "
                                          "([Errno 2] No such file or directory"),
     (["--judge=configs/judges/tiny.py", "--judge.bogus=1"], "unknown config key 'bogus'"),

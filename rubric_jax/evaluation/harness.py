@@ -19,6 +19,7 @@ import numpy as np
 from rubric_jax import data, files, metrics, text
 from rubric_jax.evaluation import biggen, healthbench, hellobench, longbench_write, report, rubric_set
 from rubric_jax.evaluation.results import FINISH_PROMPT_TOO_LONG, Answer, Benchmark, EvalFailed, EvalInputError
+from rubric_jax.judges.http_backend import HTTP_COUNTERS
 from rubric_jax.rubrics.importers import RubricCase
 from rubric_jax.rubrics.schema import Rubric
 
@@ -37,7 +38,7 @@ UNBOUNDED_JUDGE_PROMPT = 1 << 30  # load_judge caps it at the judge's context mi
 JUDGE_ANSWERS_PER_PASS = 64  # answers per reward call (one batched judge pass; judge.batch_size bounds its calls)
 # RubricReward's judge counters summed over the judge passes into summary.json (llm_judge.judge_rows).
 JUDGE_COUNTERS = ("judge_prompts", "judge_generate_calls", "judge_invalid", "judge_retried", "judge_prompt_too_long",
-                  "judge_scores", "judge_failed_samples", "judge_failed_scores", "judge_store_hits")
+                  "judge_scores", "judge_failed_samples", "judge_failed_scores", "judge_store_hits", *HTTP_COUNTERS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,7 +208,7 @@ def prepare(benchmark_name: str, data_dir: Path, data_file: str | None, limit: i
     if not cases:
         raise EvalInputError(f"--data_dir={data_dir}: no {benchmark.name} cases to evaluate")
     needs_judge = [(c.rubric, d) for c in cases for d in c.rubric.dimensions if d.kind == "llm"]
-    if needs_judge and not judge.checkpoints:
+    if needs_judge and not judge.has_judge:
         if not benchmark.judge_optional:
             rubric, dim = needs_judge[0]
             raise EvalInputError(f"--judge.checkpoint: {benchmark.name} is scored by an LLM judge (rubric "
@@ -290,17 +291,23 @@ def run(evaluation: Evaluation, *, checkpoint: Path | None, workdir: Path | None
         raise EvalInputError(str(e)) from None
     _check_rules(cases)
     generation_key, judge_key = jax.random.split(jax.random.key(generation.seed))
+    judge = judge.for_benchmark(benchmark.judge_mode)
+
+    def judges_of() -> tuple:
+        try:
+            # Prompts as long as the judge's context allows (benchmark prompts can be long articles).
+            return load_judges(judge, mesh, where="--judge", max_prompt_tokens=UNBOUNDED_JUDGE_PROMPT)
+        except ValueError as e:
+            raise EvalInputError(str(e)) from None
+
+    # An endpoint holds no memory here: it is checked before any answer is generated.
+    judges = judges_of() if judge.backend == "openai" else None
     policy = load_policy(checkpoint=checkpoint, workdir=workdir, which=which, mesh=mesh, sampler=generation.sampler,
                          max_new_tokens=generation.max_new_tokens)
     policy_name, policy_source = policy.name, policy.source
     generated = generate_answers(policy, cases, generation, generation_key)
     del policy  # free the policy's parameters before the judges load
-    judge = judge.for_benchmark(benchmark.judge_mode)
-    try:
-        # Prompts as long as the judge's context allows (benchmark prompts can be long articles).
-        judges = load_judges(judge, mesh, where="--judge", max_prompt_tokens=UNBOUNDED_JUDGE_PROMPT)
-    except ValueError as e:
-        raise EvalInputError(str(e)) from None
+    judges = judges if judges is not None else judges_of()
     reward = RubricReward(judges=judges, judge_spec=judge)
     answers, judge_counters = judge_answers(reward, cases, generated, generation.prompt_format,
                                             benchmark.judge_sees_reference, JUDGE_ANSWERS_PER_PASS, judge_key, store)

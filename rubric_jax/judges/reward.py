@@ -45,6 +45,7 @@ import numpy as np
 
 from rubric_jax import distributed, text
 from rubric_jax.judges.features import FEATURES, response_features
+from rubric_jax.judges.http_backend import HTTP_COUNTERS, LATENCY_PERCENTILES
 from rubric_jax.judges.llm_judge import Judge, judge_rows
 from rubric_jax.judges.rules import MAX_RUBRIC_PHRASES, Rule, RuleError, make_rule, rule_scores
 from rubric_jax.judges.spec import JudgeSpec
@@ -266,7 +267,9 @@ def split_by_reads(llm_dims: Sequence[Sequence[Dimension]]) -> tuple[list[tuple[
 # calls every process joined, so the blocks share it.
 _SUMMED_COUNTS = ("judge_prompts", "judge_invalid", "judge_retried", "judge_prompt_too_long", "judge_scores",
                   "judge_failed_samples", "judge_failed_scores", "judge_store_hits", "judge_prompts_gated",
-                  "sample_spread_count", "num_failed_scores", "num_not_ok", "gated_scores")
+                  "sample_spread_count", "num_failed_scores", "num_not_ok", "gated_scores", *HTTP_COUNTERS)
+# An HTTP judge's latency percentiles: the blocks' slowest (a percentile of the union is not kept).
+_LATENCIES = tuple(f"judge_http_latency_p{q}_s" for q in LATENCY_PERCENTILES)
 _SAMPLE_EXAMPLES = 5  # judge_invalid_examples kept (llm_judge keeps as many)
 
 
@@ -301,6 +304,9 @@ def concat_outputs(parts: Sequence[RewardOutput]) -> RewardOutput:
     details.update({k: sum(p.details.get(k, 0) for p in parts) for k in _SUMMED_COUNTS if k in keys})
     if "judge_generate_calls" in keys:
         details["judge_generate_calls"] = max(p.details.get("judge_generate_calls", 0) for p in parts)
+    for k in (k for k in _LATENCIES if k in keys):
+        measured = [p.details[k] for p in parts if k in p.details and not np.isnan(p.details[k])]
+        details[k] = max(measured, default=float("nan"))
     if "judge_invalid_examples" in keys:
         examples = [e for p in parts for e in p.details.get("judge_invalid_examples", [])]
         details["judge_invalid_examples"] = examples[:_SAMPLE_EXAMPLES]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import struct
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,9 +39,17 @@ MODES = ("per_dimension", "all_criteria")  # one prompt per (response, LLM dimen
 BENCHMARK_MODE = "benchmark"  # experiments.evaluate only: the benchmark's own prescribed mode
 PROMPTS = ("full", "compact")  # prompts.single_prompt / multi_prompt, or a distilled judge's compact_single_prompt
 ENSEMBLES = ("mean", "agreement")  # llm_judge.combine_judges
+BACKENDS = ("jax", "openai")  # in-process sampling.generate | an OpenAI-compatible HTTP endpoint (judges/http_backend.py)
+ENDPOINTS = ("chat", "completions")  # /v1/chat/completions (messages) | /v1/completions (a locally rendered prompt)
+# The endpoint fields: read only with backend=openai, and hashed only then (a jax judge's hash is unchanged by them).
+HTTP_FIELDS = ("base_url", "model", "api_key_env", "endpoint", "max_concurrency", "timeout_s", "max_retries_http",
+               "requests_per_minute", "tokens_per_minute")
 # Fields that change no verdict: how many prompts share a generate call, how the weights are split over
 # devices, which calibration report is checked and where verdicts are stored. Every other field enters judge_hash.
-NOT_HASHED = ("checkpoints", "batch_size", "tensor", "calibration", "require_calibration", "store", "store_rollouts")
+# The API key's variable name, concurrency, timeouts and rate limits change no verdict either.
+NOT_HASHED = ("checkpoints", "batch_size", "tensor", "calibration", "require_calibration", "store", "store_rollouts",
+              "api_key_env", "max_concurrency", "timeout_s", "max_retries_http", "requests_per_minute",
+              "tokens_per_minute")
 # Tokenizer and chat-template files whose content changes the prompts a judge reads.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
                    "special_tokens_map.json", "added_tokens.json", "tokenizer.model", "vocab.json", "merges.txt")
@@ -78,6 +87,16 @@ class JudgeSpec:
     require_calibration: bool = False
     store: str = ""
     store_rollouts: bool = False
+    backend: str = "jax"
+    base_url: str = ""
+    model: str = ""
+    api_key_env: str = ""
+    endpoint: str = "chat"
+    max_concurrency: int = 8
+    timeout_s: float = 60.0
+    max_retries_http: int = 5
+    requests_per_minute: int = 0
+    tokens_per_minute: int = 0
     # Not a config field: calibration's position probe lists anchors (and all_criteria criteria) reversed.
     reverse_order: bool = False
 
@@ -110,6 +129,11 @@ class JudgeSpec:
         except JudgeSpecError as e:
             raise JudgeSpecError(e.field, e.value, e.why, where) from None
 
+    @property
+    def has_judge(self) -> bool:
+        """Whether this spec judges LLM dimensions at all: a checkpoint in process, or an endpoint."""
+        return bool(self.checkpoints) or self.backend == "openai"
+
     def for_benchmark(self, benchmark_mode: str) -> JudgeSpec:
         """`mode=benchmark` replaced by the benchmark's prescribed mode; any other mode is kept."""
         return dataclasses.replace(self, mode=benchmark_mode) if self.mode == BENCHMARK_MODE else self
@@ -127,12 +151,14 @@ def _problems(spec: JudgeSpec):
     from rubric_jax.sampling import parse_sampler
 
     for field, minimum in (("samples", 1), ("max_retries", 0), ("max_new_tokens", 1), ("batch_size", 0),
-                           ("tensor", 1)):
+                           ("tensor", 1), ("max_concurrency", 1), ("max_retries_http", 0),
+                           ("requests_per_minute", 0), ("tokens_per_minute", 0)):
         value = getattr(spec, field)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             yield field, value, f"expected an integer >= {minimum}"
     choices = (("ensemble", ENSEMBLES), ("mode", (*MODES, BENCHMARK_MODE) if spec.mode == BENCHMARK_MODE else MODES),
-               ("prompt", PROMPTS), ("param_dtype", DTYPE_CHOICES), ("compute_dtype", DTYPE_CHOICES))
+               ("prompt", PROMPTS), ("param_dtype", DTYPE_CHOICES), ("compute_dtype", DTYPE_CHOICES),
+               ("backend", BACKENDS), ("endpoint", ENDPOINTS))
     for field, allowed in choices:
         if getattr(spec, field) not in allowed:
             yield field, getattr(spec, field), f"expected one of {allowed}"
@@ -160,6 +186,35 @@ def _problems(spec: JudgeSpec):
         yield "prompt", spec.prompt, "the compact prompt scores one dimension at a time: mode must be per_dimension"
     if spec.reverse_order and spec.shuffle_anchors:
         yield "reverse_order", True, "needs shuffle_anchors=False (a shuffled order has no reverse)"
+    yield from _endpoint_problems(spec)
+
+
+def _endpoint_problems(spec: JudgeSpec):
+    """(block field, value, why) of every invalid endpoint field (HTTP_FIELDS and the checkpoint they allow)."""
+    timeout = spec.timeout_s
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+        yield "timeout_s", timeout, "expected a number of seconds > 0"
+    for field in ("base_url", "model", "api_key_env"):
+        if not isinstance(getattr(spec, field), str):
+            yield field, getattr(spec, field), "expected a string"
+    if spec.backend != "openai":
+        for field in ("base_url", "model", "api_key_env"):
+            if getattr(spec, field):
+                yield field, getattr(spec, field), "is read only with backend=openai"
+        return
+    if not isinstance(spec.base_url, str) or not re.match(r"^https?://[^/\s]+", spec.base_url):
+        yield "base_url", spec.base_url, "expected the endpoint's http(s) URL, e.g. http://127.0.0.1:8000/v1"
+    if not spec.model:
+        yield "model", spec.model, "expected the served model's name (GET <base_url>/models lists them)"
+    if isinstance(spec.api_key_env, str) and spec.api_key_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*",
+                                                                               spec.api_key_env):
+        yield "api_key_env", spec.api_key_env, "expected the NAME of an environment variable holding the key"
+    if len(spec.checkpoints) > 1:
+        yield "checkpoint", ",".join(spec.checkpoints), ("backend=openai judges with one endpoint: at most one "
+                                                         "local directory (the served model's tokenizer)")
+    if spec.endpoint == "completions" and not spec.checkpoints:
+        yield "checkpoint", "", ("endpoint=completions sends raw prompts rendered by the served model's chat "
+                                 "template: name its local HF directory")
 
 
 # ------------------------------------------------------------------------------------------ identity and hash
@@ -194,8 +249,10 @@ def weights_identity(checkpoint_dir: str | Path) -> str:
 
 
 def verdict_fields(spec: JudgeSpec) -> dict[str, Any]:
-    """The fields that change a verdict (every field but NOT_HASHED), with the prompt templates' version."""
-    fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name not in NOT_HASHED}
+    """The fields that change a verdict (every field but NOT_HASHED; the endpoint's only with backend=openai),
+    with the prompt templates' version."""
+    skipped = NOT_HASHED + (() if spec.backend == "openai" else ("backend", *HTTP_FIELDS))
+    fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name not in skipped}
     return {**fields, "prompt_version": PROMPT_VERSION}
 
 
@@ -249,11 +306,14 @@ def load_judges(spec: JudgeSpec, layout_or_mesh: sharding.Layout | jax.sharding.
     """Every checkpoint of `spec` loaded into the decode layout over the devices of `layout_or_mesh`
     (default: every local device) with groups of `spec.tensor` devices splitting each weight, in the spec's
     dtypes, sampler, answer budget and batch size. `max_prompt_tokens` (default llm_judge.MAX_PROMPT_TOKENS)
-    is capped by each judge's context. A bad directory or tensor size is a ValueError naming `where`."""
+    is capped by each judge's context. A bad directory or tensor size is a ValueError naming `where`.
+    With backend=openai: one judge answered by the endpoint, checked to answer now (else a ValueError naming it)."""
     from rubric_jax import sharding
     from rubric_jax.judges import llm_judge
     from rubric_jax.models.config import ModelConfig
 
+    if spec.backend == "openai":
+        return (_endpoint_judge(spec, where, max_prompt_tokens),)
     if layout_or_mesh is None:
         mesh = sharding.make_mesh(sharding.MeshConfig())
     else:
@@ -274,3 +334,24 @@ def load_judges(spec: JudgeSpec, layout_or_mesh: sharding.Layout | jax.sharding.
         except (OSError, ValueError) as e:
             raise ValueError(f"{where}.checkpoint={path}: {e}") from None
     return tuple(judges)
+
+
+def _endpoint_judge(spec: JudgeSpec, where: str, max_prompt_tokens: int | None) -> Judge:
+    """The backend=openai judge: its endpoint must answer GET /models now; the checkpoint (if any) gives the
+    served model's tokenizer (raw prompts, local prompt lengths, the special tokens fenced out) and context."""
+    from rubric_jax.judges import http_backend, llm_judge
+    from rubric_jax.models.checkpoint import load_tokenizer
+    from rubric_jax.models.config import ModelConfig
+
+    check_checkpoints(spec, where)
+    tokenizer, limit = None, max_prompt_tokens or llm_judge.MAX_PROMPT_TOKENS
+    for path in spec.checkpoints:
+        tokenizer = load_tokenizer(path)
+        limit = min(limit, ModelConfig.from_hf_dir(path).max_position_embeddings - spec.max_new_tokens)
+    try:
+        client = http_backend.HttpJudgeClient(spec, tokenizer)
+        client.check()
+    except http_backend.EndpointError as e:
+        raise ValueError(str(e).replace("judge.", f"{where}.")) from None
+    return llm_judge.Judge(client.name, None, tokenizer, None, sampler=spec.sampler,
+                           max_new_tokens=spec.max_new_tokens, max_prompt_tokens=max(limit, 1), http=client)
