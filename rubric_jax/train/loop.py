@@ -647,7 +647,8 @@ def grpo_iteration(run_: Run, programs: run_programs.GRPOPrograms, state: train_
         out, dynamic_row = dynamic_rollout(run_, state.params, questions, spec, key, draw, settings.dynamic_sampling)
     scored = out.scored
     signal = rollout.rollout_advantages(scored, cfg, settings.missing_scores, settings.shaping,
-                                        rubrics=_row_rubrics(run_, scored), weights=run_.weights,
+                                        rubrics=_row_rubrics(run_, scored) if settings.shaping.advantage ==
+                                        "per_dimension" else (), weights=run_.weights,
                                         lengths_N=out.lengths_N, truncated_N=out.truncated_N)
     batch = rollout.training_batch(out.prompt_ids_BxP, out.prompt_mask_BxP, out.result, cfg.group_size,
                                    signal.advantages_N[out.rows], signal.trainable_N[out.rows], spec.response_buckets,
