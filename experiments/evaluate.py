@@ -162,15 +162,12 @@ def main(argv: list[str]) -> None:
 
 
 def nothing_judged(summary: dict) -> str | None:
-    """The stage and cause when an evaluation that needed its judge got no score from it (exit 1), else None."""
-    counts, judge = summary["counts"], summary["judge_counters"]
+    """The stage and cause when an evaluation generated no answer at all (exit 1), else None. An evaluation
+    whose judged answers got no score is stopped by the harness itself (`harness.check_scored`, EvalFailed)."""
+    counts = summary["counts"]
     if counts["cases"] and not counts["generated"]:
         return (f"generate: no answer was generated for any of the {counts['cases']} cases "
                 f"({counts['prompt_too_long']} prompts longer than the policy's context)")
-    if judge["judge_scores"] and judge["judge_failed_scores"] == judge["judge_scores"]:
-        return (f"judge: no answer could be judged: all {judge['judge_scores']} judge scores failed "
-                f"({judge['judge_prompt_too_long']} prompts too long for the judge, {judge['judge_invalid']} answers "
-                f"invalid or cut at --judge.max_new_tokens, {judge.get('judge_http_failures', 0)} endpoint failures)")
     return None
 
 

@@ -201,9 +201,8 @@ def test_an_evaluation_whose_judge_scores_nothing_exits_1_naming_the_stage_and_c
                         "--judge.max_retries=0", f"--out={out}", "--mesh=1,1,1"))
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
-        "experiments.evaluate: error: judge: no answer could be judged: all 12 judge scores failed (0 prompts too "
-        f"long for the judge, 12 answers invalid or cut at --judge.max_new_tokens, 0 endpoint failures); "
-        f"{out / 'summary.json'} has the counts")
+        "experiments.evaluate: error: none of the 2 judged answers got a score (judge_prompts 12, judge_invalid 12); "
+        f"the report in {out} keeps the answers, its scores mean nothing")
     assert json.loads((out / "summary.json").read_text())["judge_counters"]["judge_failed_scores"] == 12
 
 

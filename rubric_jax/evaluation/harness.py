@@ -235,7 +235,8 @@ def check_scored(cases: Sequence[RubricCase], answers: Sequence[Answer], counter
     judged = [a for c, a in zip(cases, answers) if c.rubric is not None and a.judged]
     if judged and all(np.isnan(a.raw_scores).all() for a in judged):
         causes = ", ".join(f"{name} {counters[name]}" for name in ("judge_prompts", "judge_prompt_too_long",
-                                                                   "judge_invalid") if counters.get(name))
+                                                                   "judge_invalid", "judge_http_failures")
+                           if counters.get(name))
         raise EvalFailed(f"none of the {len(judged)} judged answers got a score ({causes or 'every rule failed'}); "
                          f"the report in {out} keeps the answers, its scores mean nothing")
 
