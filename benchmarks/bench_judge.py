@@ -24,8 +24,9 @@ from transformers import AutoTokenizer
 
 from rubric_jax import data, loader, sampling
 from rubric_jax.assets import TINY_DIR
-from rubric_jax.judges.llm_judge import Judge, JudgeConfig, judge_rows
+from rubric_jax.judges.llm_judge import Judge, judge_rows
 from rubric_jax.judges.prompts import single_prompt
+from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.io import load_rubric
 
@@ -59,7 +60,7 @@ def main(argv: list[str]) -> None:
     cfg = ModelConfig.from_hf_dir(TINY_DIR, max_position_embeddings=8192)
     judge = Judge("tiny-random", loader.init_weights(cfg, None, jax.random.key(0)), tokenizer, sampling.generate, sampler="greedy",
                   max_new_tokens=_MAX_NEW.value, max_prompt_tokens=8192)
-    config = JudgeConfig(num_samples=1, max_retries=0, shuffle_anchors=False)
+    config = JudgeSpec(samples=1, max_retries=0, shuffle_anchors=False)
     n = _ITEMS.value
     questions = ["How should I treat a mild burn at home?"] * n
     responses = [f"{RESPONSES[i % len(RESPONSES)]} ({i})" for i in range(n)]

@@ -53,7 +53,8 @@ from transformers import AutoTokenizer
 
 from rubric_jax import aot, grpo, hlo_stats, loader, sampling, sharding
 from rubric_jax.assets import TINY_DIR
-from rubric_jax.judges.llm_judge import Judge, JudgeConfig, judge_rows
+from rubric_jax.judges.llm_judge import Judge, judge_rows
+from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.train import state as train_state, step as train_step
@@ -282,7 +283,7 @@ def bench_judge(weights: loader.Weights, s: Settings) -> dict[str, str]:
     layout = sharding.decode_layout(sharding.make_mesh(sharding.MeshConfig(1, 1, 1), jax.devices()[:1]), 1)
     judge = Judge("random", weights, tokenizer, sampling.generate, sampler="greedy",
                   max_new_tokens=s.judge_new_tokens, max_prompt_tokens=4096, layout=layout)
-    config = JudgeConfig(num_samples=1, max_retries=0, shuffle_anchors=False)
+    config = JudgeSpec(samples=1, max_retries=0, shuffle_anchors=False)
     dims = [d for d in load_rubric(RUBRIC).dimensions if d.kind == "llm"]
     n = s.judge_items
     questions = ["How should I treat a mild burn at home?"] * n

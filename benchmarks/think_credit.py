@@ -3,11 +3,13 @@ dimension reading the whole response (how judges read before rubric field `reads
 dimension reads now (the answer, unless it says otherwise), through the same RubricReward.
 
   PYTHONPATH=. .venv/bin/python benchmarks/think_credit.py --responses=RUN/samples.jsonl [--stage=grpo --min_step=51]
-  PYTHONPATH=. .venv/bin/python benchmarks/think_credit.py --responses=rubric_jax/assets/tiny/sft.jsonl
+  PYTHONPATH=. .venv/bin/python benchmarks/think_credit.py --responses=rubric_jax/assets/tiny/sft.jsonl \
+      --judge=configs/judges/tiny.py
 
 Rows are {"question" or "prompt", "response"} lines (a run's samples.jsonl, an SFT file); each question's rubric is
 the shared rubric plus its row's case-wise criteria from --questions (rows whose question is not there are skipped).
-LLM dimensions are scored with --judge (greedy, one verdict) and left out without it. Prints a markdown table: per
+LLM dimensions are scored with the --judge spec (experiments/judge_config.py; without retries and with anchors as
+written, so the two readings differ only in the text) and left out without a judge checkpoint. Prints a markdown table: per
 dimension, the rows scored, the mean normalised score reading the whole response and reading its own part, and
 the think share = 1 - part / whole (the credit that disappears when a judge no longer sees the think text).
 """
@@ -23,9 +25,10 @@ import jax
 import numpy as np
 from absl import app, flags
 
+from experiments import judge_config
 from rubric_jax import data
-from rubric_jax.judges.llm_judge import JudgeConfig, load_judge
 from rubric_jax.judges.reward import RubricReward
+from rubric_jax.judges.spec import load_judges
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.rubrics.schema import Rubric
 
@@ -34,8 +37,6 @@ _RESPONSES = flags.DEFINE_string("responses", None, "JSON lines with question (o
 _QUESTIONS = flags.DEFINE_list("questions", [f"{TINY}/questions_train.jsonl", f"{TINY}/questions_eval.jsonl"],
                                "Question files whose rows give each question's case-wise criteria.")
 _RUBRIC = flags.DEFINE_string("rubric", f"{TINY}/rubric.yaml", "The shared rubric.")
-_JUDGE = flags.DEFINE_string("judge", "", "A judge directory for the LLM dimensions (empty: rule dimensions only).")
-_JUDGE_PROMPT = flags.DEFINE_enum("judge_prompt", "compact", ["full", "compact"], "The judge's prompt style.")
 _STAGE = flags.DEFINE_string("stage", "", "Only samples.jsonl rows of this stage (grpo, eval).")
 _MIN_STEP = flags.DEFINE_integer("min_step", 0, "Only samples.jsonl rows of this step or later.")
 flags.mark_flag_as_required("responses")
@@ -81,12 +82,12 @@ def main(argv: Sequence[str]) -> None:
         raise SystemExit(f"{_RESPONSES.value}: no rows to score (check --stage, --min_step and --questions)")
     questions = [r.get("question", r.get("prompt")) for r in rows]
     rubrics = [data.question_rubric(shared, by_text[q]) for q in questions]
-    judges = [load_judge(_JUDGE.value, sampler="greedy", max_new_tokens=16)] if _JUDGE.value else []
+    spec = dataclasses.replace(judge_config.spec(), max_retries=0, shuffle_anchors=False)
+    judges = load_judges(spec, where="--judge")
     if not judges:  # rule dimensions only
         rubrics = [dataclasses.replace(r, dimensions=tuple(d for d in r.dimensions if d.kind == "rule"))
                    for r in rubrics]
-    reward = RubricReward(judges=judges, judge_config=JudgeConfig(num_samples=1, max_retries=0, shuffle_anchors=False,
-                                                                 prompt=_JUDGE_PROMPT.value))
+    reward = RubricReward(judges=judges, judge_spec=spec)
     print(f"{len(rows)} responses from {_RESPONSES.value}")
     print("\n".join(think_credit_table(questions, [r["response"] for r in rows], rubrics, reward)))
 

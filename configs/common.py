@@ -9,6 +9,56 @@ from __future__ import annotations
 import ml_collections
 
 
+def judge_block() -> ml_collections.ConfigDict:
+    """The LLM judge (rubric_jax/judges/spec.py JudgeSpec): one block with one set of defaults for experiments.run
+    (config.judge) and the --judge of score, calibrate, evaluate, distill_judge and build_rubrics; judge files in
+    configs/judges/ start from it. Fields marked [hash] change verdicts and enter the judge hash."""
+    j = ml_collections.ConfigDict()
+    j.checkpoint = ""  # [hash: weights identity] Local HF dir(s) of the judge, comma-separated for an ensemble; "" = rule dimensions only.
+    j.ensemble = "mean"  # [hash] How several judges combine: mean, or agreement weighting (RubricRL §6.2).
+    # [hash] per_dimension: one prompt per (response, LLM dimension) (RubricRL §3); all_criteria: one prompt per response
+    # over all its LLM criteria (QuRL); benchmark: the benchmark's prescribed one (experiments.evaluate only).
+    j.mode = "per_dimension"
+    j.prompt = "full"  # [hash] full (rules, question, criteria), or compact: a distilled judge's short prompt (per_dimension only).
+    j.samples = 3  # [hash] Judge samples per item, combined by the median (RubricRL §3.3).
+    j.shuffle_anchors = True  # [hash] A fresh anchor order per judge sample (RubricRL §3.3).
+    j.max_retries = 2  # [hash] Re-prompt rounds for unparseable answers before a score is missing.
+    j.max_new_tokens = 64  # [hash] Judge answer budget in tokens (a verdict cut at it is invalid).
+    j.sampler = "temperature(0.7)"  # [hash] Judge sampler (rubric_jax.sampling: greedy, temperature(t), topk, nucleus).
+    j.param_dtype = "auto"  # [hash] Judge weights dtype: auto (bfloat16 on accelerators, float32 on CPU), float32, bfloat16.
+    j.compute_dtype = "auto"  # [hash] Judge activation dtype, same choices.
+    j.batch_size = 0  # Most judge prompts per generate call (bounds its KV cache; 0 = a whole round at once).
+    j.tensor = 1  # Consecutive devices splitting each judge weight (its decode tensor-parallel group); the rest hold replicas.
+    j.calibration = ""  # A calibration report.json (experiments.calibrate) checked against this (rubric, judge) at start-up; "" = none.
+    j.require_calibration = False  # True: an uncalibrated (rubric, judge) pair or a flagged dimension stops the command (exit 2).
+    j.store = ""  # Verdict store (SQLite file on a local disk, docs/judges.md) of judge answers, keyed by the judge hash; "" = none.
+    j.store_rollouts = False  # Policy responses read/write the store too (off: they never repeat; golden references always do).
+    # Where verdicts come from (docs/judges.md, "Judges anywhere"): jax = the checkpoint in this process; openai = an
+    # OpenAI-compatible endpoint (an API, vLLM/SGLang, or experiments.serve), checkpoint then optional (its tokenizer).
+    j.backend = "jax"  # [hash, openai only] jax | openai.
+    j.base_url = ""  # [hash] The endpoint's URL up to /v1, e.g. http://127.0.0.1:8000/v1 (backend=openai only).
+    j.model = ""  # [hash] The served model's name, as GET <base_url>/models lists it (backend=openai only).
+    j.api_key_env = ""  # NAME of the environment variable holding the API key ("" = no key); the key is never stored.
+    j.endpoint = "chat"  # [hash] chat: /v1/chat/completions; completions: /v1/completions with the checkpoint's chat template.
+    j.max_concurrency = 8  # Judge requests in flight at once.
+    j.timeout_s = 60.0  # Seconds one request may take before it is retried.
+    j.max_retries_http = 5  # HTTP retries per request (exponential backoff with jitter, honouring Retry-After).
+    j.requests_per_minute = 0  # Request rate limit (0 = unlimited).
+    j.tokens_per_minute = 0  # Token rate limit: prompt + completion tokens, estimated before the answer (0 = unlimited).
+    return j
+
+
+def benchmark_judge_block() -> ml_collections.ConfigDict:
+    """The judge of a public benchmark in experiments.evaluate (configs/judges/<benchmark>.py): the benchmark's own
+    prompt, one verdict per item as its grader gives, and a budget for its graders' written justifications."""
+    j = judge_block()
+    j.mode = "benchmark"  # HelloBench, LongBench-Write: all criteria in one prompt; HealthBench, BiGGen: one per criterion.
+    j.samples = 1  # The benchmarks report one grader verdict per item.
+    j.max_retries = 3  # Re-prompt rounds for an unparseable verdict (LongBench-Write retries its grader too).
+    j.max_new_tokens = 512  # Room for a justification per criterion before the verdict lines.
+    return j
+
+
 def base_config() -> ml_collections.ConfigDict:
     """The full set of keys; experiment files change values, never add keys (the config is locked)."""
     c = ml_collections.ConfigDict()
@@ -27,21 +77,7 @@ def base_config() -> ml_collections.ConfigDict:
     # auto (cudnn on NVIDIA GPUs in bf16, einsum elsewhere), einsum (ours), xla or cudnn (jax.nn.dot_product_attention).
     c.model.attention = "auto"
 
-    c.judge = ml_collections.ConfigDict()
-    c.judge.checkpoint = ""  # Local HF dir(s) of the LLM judge, comma-separated for an ensemble; empty = rules only.
-    c.judge.ensemble = "mean"  # How several judges combine: mean, or agreement weighting (RubricRL §6.2).
-    c.judge.shuffle_anchors = True  # A fresh anchor order per judge sample (RubricRL §3.3).
-    c.judge.samples = 3  # Judge samples per item, combined by the median (RubricRL §3.3).
-    c.judge.max_retries = 2  # Re-samples of unparseable judge answers before a score is missing.
-    c.judge.max_new_tokens = 64  # Judge answer budget.
-    c.judge.sampler = "temperature(0.7)"  # Judge sampler.
-    c.judge.mode = "per_dimension"  # "per_dimension" or "all_criteria" (one prompt per response, QuRL).
-    c.judge.prompt = "full"  # "full" (rules, question, criteria), or "compact": a distilled judge's short prompt (per_dimension only).
-    c.judge.param_dtype = "auto"  # Judge weights dtype: auto (bfloat16 on accelerators, float32 on CPU), float32, bfloat16.
-    c.judge.compute_dtype = "auto"  # Judge activation dtype, same choices.
-    c.judge.batch_size = 0  # Most judge prompts per generate call (bounds its KV cache; 0 = a whole round at once).
-    c.judge.store = ""  # Verdict store (SQLite file on a local disk, docs/judges.md) of judge answers; "" = none.
-    c.judge.store_rollouts = False  # Policy responses read/write the store too (off: they never repeat; golden references always do).
+    c.judge = judge_block()  # The LLM judge: the same block as configs/judges/*.py and every command's --judge.
 
     # What scores rollouts: rubrics (rule and LLM judges, above) or a scalar reward model (rubric_jax/judges/
     # reward_model.py; QuRL's "w/ RLHF reward model" ablation, which uses internlm2-7b-reward).
@@ -60,7 +96,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.mesh.data = 1  # Data-parallel axis size.
     c.mesh.fsdp = -1  # Fully-sharded axis size (-1: all devices left).
     c.mesh.tensor = 1  # Tensor-parallel axis size.
-    # Decode layout of rollouts and judges over the same devices (verl's 3D-HybridEngine idea): the
+    # Decode layout of rollouts over the same devices (verl's 3D-HybridEngine idea; judges have their own, judge.tensor): the
     # policy is resharded to it once per rollout, so no decode step all-gathers an FSDP weight.
     c.mesh.rollout = ml_collections.ConfigDict()
     c.mesh.rollout.tensor = 1  # Tensor-parallel group (consecutive devices of one host); the rest replicate. Must divide the heads and KV heads.

@@ -27,7 +27,7 @@ style set with R*(q) per row, cold_start.jsonl QuRL's 64 SFT pairs):
          --workdir=runs/qurl_ablation/7b/$V/train
   3. ./launch.sh experiments.evaluate --benchmark=hellobench --data_dir=../shared/data/hellobench \
          --workdir=runs/qurl_ablation/7b/$V/train --which=best --prompt_format=think_answer \
-         --judge_checkpoint=/models/Llama-3.1-8B-Instruct --out=runs/qurl_ablation/7b/$V/eval/hellobench
+         --judge.checkpoint=/models/Llama-3.1-8B-Instruct --out=runs/qurl_ablation/7b/$V/eval/hellobench
      and the same with --benchmark=longbench_write --data_dir=../shared/data/longbench_write
      --data_file=longbench_write.jsonl, and --benchmark=rubric_set --data_dir=data/qurl --data_file=test.jsonl
      (QuRL-Test), each into its own --out. QuRL's average is the mean of the three benchmarks.

@@ -18,6 +18,7 @@ Sweep:    ./launch.sh experiments.sweep --config=configs/tiny.py --workdir=runs/
 import itertools
 
 from configs.common import base_config
+from configs.judges import tiny as tiny_judge
 
 _ASSETS = "rubric_jax/assets/tiny"
 
@@ -34,13 +35,7 @@ def get_config(arg: str | None = None):
     c.data.eval = f"{_ASSETS}/questions_eval.jsonl"
     c.data.sft = f"{_ASSETS}/sft.jsonl"
     c.data.rubric = f"{_ASSETS}/rubric.yaml"
-    c.judge.checkpoint = "rubric_jax/assets/tiny_judge"
-    # One greedy verdict per item: the tiny judge's answers barely vary with temperature, so three samples
-    # would triple the judge's CPU time for the same median (retries still re-prompt with a new nonce and order).
-    c.judge.samples = 1
-    c.judge.sampler = "greedy"
-    c.judge.max_new_tokens = 16  # its verdicts (anchor description, `SCORE: k`, eos) are under 10 tokens
-    c.judge.prompt = "compact"  # the prompt it was distilled on (build_tiny_judges: the full one is 2.5x as long)
+    c.judge = tiny_judge.get_config()  # the distilled tiny judge, greedy, compact prompt (configs/judges/tiny.py)
     c.data.golden = f"{_ASSETS}/questions_golden.jsonl"  # 8 held-out phrasings with labelled reference answers (8 = tests' eval batch: no extra compile).
     c.data.max_prompt_len = 128
     c.data.length_buckets = 1  # Pad to the maximum: one compilation per step function (compiles dominate on CPU).

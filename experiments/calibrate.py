@@ -1,15 +1,17 @@
 """Calibrates a rubric's judges against labels (or judges against each other); see rubric_jax/calibration.
 
   python -m experiments.calibrate --rubric=RUBRIC.yaml --labels=LABELS.jsonl --out=DIR
-      [--against=labels|judge] [--judge_checkpoint=DIR[,DIR...]] [--threshold=0.6] [--bootstrap=1000]
-      [--correction=FILE] [--correction_out=FILE] [--position_probe=true] [--seed=0] [--judge_store=VERDICTS.db]
-      [--redundancy_threshold=0.9]
+      [--against=labels|judge] [--judge=configs/judges/X.py] [--judge.checkpoint=DIR[,DIR...]] [--judge.FIELD=...]
+      [--threshold=0.6] [--bootstrap=1000] [--correction=FILE] [--correction_out=FILE] [--position_probe=true]
+      [--seed=0] [--judge.store=VERDICTS.db] [--redundancy_threshold=0.9]
   python -m experiments.calibrate --rubric=RUBRIC_A.yaml --compare=RUBRIC_B.yaml --labels=LABELS.jsonl --out=DIR
   python -m experiments.calibrate --labels=../shared/data/prometheus/vicuna_eval.json --against=judge --out=DIR
 
 Writes DIR/report.json, DIR/report.md, DIR/plots/<dimension>.png and, against labels, a fitted score
 correction (DIR/correction.json or --correction_out) to apply in training with
 --config.data.rubric_correction=FILE; the report includes the pairwise Spearman of the dimensions (redundancy).
+report.json and report.md record the (rubric, judge) pair measured: each rubric's version and hash, the judge
+hash and every --judge field (run, score and evaluate check theirs against it with judge.calibration=REPORT).
 With --compare, the labels are scored with both rubrics and DIR/report.json, DIR/report.md hold each
 dimension's agreement side by side and a paired bootstrap of the difference (rubric_jax/calibration/compare.py).
 Earlier outputs in DIR are replaced (calibration/report.write_outputs). Prints a one-line JSON summary. User
@@ -21,12 +23,12 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from absl import app, flags
 
-from experiments import cli
-from experiments.judge_flags import JUDGE, MODE, PROMPT, RETRIES, SAMPLES, STORE, load_judges, open_judge_store
+from experiments import cli, judge_config
 from rubric_jax import files
 from rubric_jax.judges.store import StoreError
 from rubric_jax.calibration.labels import LabelsError, read_items
@@ -64,12 +66,12 @@ def _settings_error(message: str) -> str:
     return f"{_FLAG_OF[field]}: {rest}" if field in _FLAG_OF else message
 
 
-def _inputs() -> dict[str, str | None]:
+def _inputs(store: str = "") -> dict[str, str | None]:
     return {"--labels": _LABELS.value, "--rubric": _RUBRIC.value, "--correction": _CORRECTION.value,
-            "--compare": _COMPARE.value, "--judge_store": STORE.value or None}
+            "--compare": _COMPARE.value, "--judge.store": store or None}
 
 
-def _check_inputs(judge_dirs: list[str]) -> None:
+def _check_inputs() -> None:
     """Every named input exists; --compare needs --rubric and labels (not recorded ratings) to compare on."""
     if _COMPARE.value is not None and (_RUBRIC.value is None or _AGAINST.value != "labels" or _CORRECTION.value):
         _fail("--compare=RUBRIC_B compares it with --rubric=RUBRIC_A on labels: give --rubric, and no "
@@ -77,12 +79,9 @@ def _check_inputs(judge_dirs: list[str]) -> None:
     for flag, value in _inputs().items():
         if value is not None and not Path(value).is_file():
             _fail(f"{flag}={value}: file does not exist")
-    for path in judge_dirs:
-        if not Path(path).is_dir():
-            _fail(f"--judge_checkpoint={path}: directory does not exist")
 
 
-def _check_outputs(out: Path, outputs: list[Path], judge_dirs: list[str]) -> None:
+def _check_outputs(out: Path, outputs: list[Path], judge_dirs: Sequence[str], store: str) -> None:
     """--out can be a directory (no file, no file above it, not a judge checkpoint) and no output path is one of the
     input files: checked before anything is scored."""
     try:
@@ -94,7 +93,7 @@ def _check_outputs(out: Path, outputs: list[Path], judge_dirs: list[str]) -> Non
             files.check_output_path(_CORRECTION_OUT.value)
     except files.PathError as e:
         _fail(str(e))
-    taken = {Path(v).resolve(): flag for flag, v in _inputs().items() if v is not None}
+    taken = {Path(v).resolve(): flag for flag, v in _inputs(store).items() if v is not None}
     for path in outputs:
         if path.resolve() in taken:
             _fail(f"output {path} would overwrite the input {taken[path.resolve()]}")
@@ -108,7 +107,7 @@ def _compare_items() -> list:
         raise LabelsError(f"--compare={_COMPARE.value}: {e}") from None
 
 
-def _compare(items_a: list, items_b: list, settings, judges, judge_config, out: Path, protected: list[Path]) -> None:
+def _compare(items_a: list, items_b: list, settings, judges, judge_spec, out: Path, protected: list[Path]) -> None:
     """Scores the labels with both rubrics and writes the comparison report (calibration/compare.py)."""
     from rubric_jax.calibration.compare import Versions, compare_rubrics
     from rubric_jax.calibration.report import write_comparison
@@ -116,7 +115,7 @@ def _compare(items_a: list, items_b: list, settings, judges, judge_config, out: 
 
     try:
         report = compare_rubrics(Versions(items_a, items_b, _RUBRIC.value, _COMPARE.value), settings, judges=judges,
-                                 judge_config=judge_config, inputs={"labels": _LABELS.value})
+                                 judge_spec=judge_spec, inputs={"labels": _LABELS.value})
         written = write_comparison(report, out, protected)
     except (RubricError, CalibrationError) as e:
         _fail(str(e))
@@ -127,8 +126,7 @@ def _compare(items_a: list, items_b: list, settings, judges, judge_config, out: 
 
 def main(argv: list[str]) -> None:
     cli.start("experiments.calibrate", argv)
-    judge_dirs = [p.strip() for p in (JUDGE.value or "").split(",") if p.strip()]
-    _check_inputs(judge_dirs)
+    _check_inputs()
     try:
         shared = load_rubric(_RUBRIC.value) if _RUBRIC.value else None
         correction = load_correction(_CORRECTION.value) if _CORRECTION.value else None
@@ -138,48 +136,47 @@ def main(argv: list[str]) -> None:
         _fail(str(e))
     # Imported once the inputs are read: a bad labels line fails in a fraction of a second, before JAX loads.
     from rubric_jax.calibration.report import CORRECTION_FILE, REPORT_JSON, REPORT_MD, write_calibration
+    from rubric_jax.calibration.pinning import PIN_FIELD
     from rubric_jax.calibration.run import CalibrationError, Settings, calibrate
-    from rubric_jax.judges.llm_judge import JudgeConfig
+    from rubric_jax.judges.spec import check_checkpoints, load_judges, open_verdict_store
 
     out = Path(_OUT.value)
+    try:
+        judge_spec = judge_config.spec()
+        check_checkpoints(judge_spec, "--judge")
+    except ValueError as e:
+        _fail(str(e))
     _check_outputs(out, [out / REPORT_JSON, out / REPORT_MD, Path(_CORRECTION_OUT.value or out / CORRECTION_FILE)],
-                   judge_dirs)
+                   judge_spec.checkpoints, judge_spec.store)
     try:
         settings = Settings(_AGAINST.value, _THRESHOLD.value, _BOOTSTRAP.value, _SEED.value, _BATCH.value,
                             _PROBE.value, _WORST.value, _REDUNDANCY.value)
     except CalibrationError as e:
         _fail(_settings_error(str(e)))
     try:
-        judge_config = JudgeConfig(mode=MODE.value, num_samples=SAMPLES.value, max_retries=RETRIES.value,
-                                   prompt=PROMPT.value)
-    except (CalibrationError, ValueError) as e:
-        _fail(str(e))
-    try:
-        store = None
-        if STORE.value:
-            if not judge_dirs:
-                raise ValueError(f"--judge_store={STORE.value}: there is no LLM judge (--judge_checkpoint) whose "
-                                 "verdicts to store")
-            files.check_output_path(STORE.value, [_LABELS.value, _RUBRIC.value, _CORRECTION.value, *judge_dirs, out])
-            store = open_judge_store(judge_dirs)
-        judges = load_judges(judge_dirs)
+        if judge_spec.store:
+            files.check_output_path(judge_spec.store, [_LABELS.value, _RUBRIC.value, _CORRECTION.value,
+                                                       *judge_spec.checkpoints, out])
+        store = open_verdict_store(judge_spec)
+        judges = load_judges(judge_spec, where="--judge")
     except ValueError as e:  # PathError and StoreError too
         _fail(str(e))
     inputs = {"labels": _LABELS.value, "rubric": _RUBRIC.value,
               "rubric_hash": shared.content_hash if shared is not None else None}
-    protected = [Path(v) for v in _inputs().values() if v is not None]
+    protected = [Path(v) for v in _inputs(judge_spec.store).values() if v is not None]
     if items_b is not None:
-        _compare(items, items_b, settings, judges, judge_config, out, protected)
+        _compare(items, items_b, settings, judges, judge_spec, out, protected)
         return
     try:
-        result = calibrate(items, settings, judges=judges, judge_config=judge_config, correction=correction,
+        result = calibrate(items, settings, judges=judges, judge_spec=judge_spec, correction=correction,
                            inputs=inputs, store=store)
         written = write_calibration(result, out, _CORRECTION_OUT.value, _SEED.value, protected)
     except (RubricError, CalibrationError, StoreError) as e:
         _fail(str(e))
     print(json.dumps({"items": result.report["items"], "flagged": result.report["flagged"],
-                      "written": [str(p) for p in written]}, ensure_ascii=False))
+                      "judge_hash": result.report[PIN_FIELD]["judge"]["hash"], "written": [str(p) for p in written]},
+                     ensure_ascii=False))
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=cli.flags_parser("experiments.calibrate"))

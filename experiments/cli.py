@@ -3,7 +3,9 @@ exit status 2 and no traceback; absl's INFO lines (orbax, jax, tfds) stay quiet 
 
 from __future__ import annotations
 
+import re
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
 from absl import flags, logging
@@ -28,3 +30,30 @@ def start(command: str, argv: list[str]) -> None:
         fail(command, f"unexpected positional arguments {argv[1:]}")
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
+
+
+def flags_parser(command: str) -> Callable[[list[str]], list[str]]:
+    """absl's flag parse for `app.run(main, flags_parser=...)`, with a config file (--config, --judge) that
+    cannot load, an override naming an unknown key (ml_collections raises AttributeError or KeyError from
+    inside the parser) or a bad value as one line and exit 2 instead of a traceback."""
+    def parse(argv: list[str]) -> list[str]:
+        try:
+            return flags.FLAGS(argv)
+        except (AttributeError, KeyError) as e:  # ml_collections' "no such field", with its did-you-mean hint
+            text = str(e).replace("\\n", " ").replace("\\'", "'")
+            key, hint = re.search(r"'(\w+)'", text), re.search(r"Did you mean [^?]*\?", text)
+            name = key.group(1) if key else text
+            fail(command, f"unknown config key {name!r}" + (f" ({hint.group(0)})" if hint else ""))
+        except (flags.Error, OSError, TypeError, ValueError) as e:
+            fail(command, _without_traceback(str(e)))
+
+    return parse
+
+
+def _without_traceback(message: str) -> str:
+    """A flag error on one line; a config file's get_config error (ml_collections quotes the whole
+    traceback) as the text before the traceback plus its last line, the exception itself."""
+    head, found, trace = message.partition("Traceback (most recent call last):")
+    if found:
+        message = head.strip() + " " + trace.strip().splitlines()[-1]
+    return " ".join(message.split())

@@ -1,7 +1,8 @@
 """Distils an LLM judge from a teacher, then measures it against the teacher on held-out items.
 
   python -m experiments.distill_judge --out=DIR --rubric=RUBRIC.yaml --dimensions=politeness
-      [--teacher=rules | --teacher=judge --judge_checkpoint=DIR[,DIR] [--judge_samples=3 ...] |
+      [--teacher=rules |
+       --teacher=judge [--judge=configs/judges/X.py] --judge.checkpoint=DIR[,DIR] [--judge.FIELD=...] |
        --teacher=labels --labels=FILE.jsonl]
       [--responses=IN.jsonl]  (default: the tiny cold-start answers, more drawn alike, and perturbed copies)
       (--student_config=config.json --tokenizer=DIR | --student_checkpoint=DIR)
@@ -9,10 +10,10 @@
       [--student_sampler=greedy] [--student_max_new_tokens=32] [--student_prompt=full|compact]
 
 Teachers (rubric_jax/judges/distill_data.py): `rules` scores each listed rule dimension with its rule judge and
-the student learns its LLM twin; `judge` lets LLM judges (an ensemble, with the --judge_* flags of
-experiments.score) score the listed dimensions through the training scoring path; `labels` takes the scores of
-a labels file ({"question", "response", "labels": {dimension: score}, optional "rubric"}: the calibration
-format). --responses lines are {"question", "response", optional "rubric"} (the experiments.score format). A
+the student learns its LLM twin; `judge` lets LLM judges (the --judge spec of experiments.score, an
+ensemble when it names several checkpoints) score the listed dimensions through the training scoring path;
+`labels` takes the scores of a labels file ({"question", "response", "labels": {dimension: score}, optional
+"rubric"}: the calibration format). --responses lines are {"question", "response", optional "rubric"} (the experiments.score format). A
 question and every response to it are held out together (--heldout of the questions).
 
 The student is a random init from a HF config.json with a tokenizer directory (it needs a chat template), or an
@@ -34,14 +35,13 @@ from pathlib import Path
 import jax
 from absl import app, flags
 
-from experiments import cli
-from experiments.judge_flags import JUDGE, MODE, PROMPT, RETRIES, SAMPLES, load_judges
+from experiments import cli, judge_config
 from rubric_jax import files, loader, sampling
 from rubric_jax.assets import tiny_judge_data
 from rubric_jax.calibration.labels import LabelsError, read_items
 from rubric_jax.data import DataError
 from rubric_jax.judges import distill_data
-from rubric_jax.judges.llm_judge import JudgeConfig
+from rubric_jax.judges.spec import judge_hash, load_judges
 from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
 from rubric_jax.models.config import ModelConfig, ModelConfigError
 from rubric_jax.rubrics.io import load_rubric
@@ -164,14 +164,14 @@ def _items(shared) -> tuple[list[distill_data.JudgeItem], str]:
     if _TEACHER.value == "rules":
         teachers = distill_data.rule_teachers_per_row(rubrics, wanted)
         return distill_data.rule_items(questions, responses, teachers), f"rule judges of {', '.join(wanted)}"
-    if not JUDGE.value:
-        raise ValueError("--teacher=judge: give --judge_checkpoint=DIR[,DIR]")
-    judges = load_judges(JUDGE.value.split(","))
+    spec = judge_config.spec()
+    if not spec.has_judge:
+        raise ValueError("--teacher=judge: give --judge.checkpoint=DIR[,DIR] (or a --judge file that names one)")
+    judges = load_judges(spec, where="--judge")
     dims = [[d for d in rubric.dimensions if d.id in wanted] for rubric in rubrics]
-    config = JudgeConfig(mode=MODE.value, num_samples=SAMPLES.value, max_retries=RETRIES.value, prompt=PROMPT.value)
-    items, missing = distill_data.judge_items(judges, config, questions, responses, dims, jax.random.key(_SEED.value))
+    items, missing = distill_data.judge_items(judges, spec, questions, responses, dims, jax.random.key(_SEED.value))
     print(f"the teacher judges left {missing} score(s) missing; those items are not used", file=sys.stderr)
-    return items, f"judge(s) {JUDGE.value}"
+    return items, f"judge(s) {','.join(spec.checkpoints)} (judge hash {judge_hash(spec)})"
 
 
 def main(argv: list[str]) -> None:
@@ -210,4 +210,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=cli.flags_parser("experiments.distill_judge"))

@@ -2,11 +2,14 @@
 
   python -m experiments.evaluate --benchmark=hellobench|longbench_write|healthbench|biggen|rubric_set \
       --data_dir=DIR [--data_file=NAME] --out=DIR (--checkpoint=HF_DIR | --workdir=RUN_DIR [--which=latest|best]) \
-      [--judge_checkpoint=DIR[,DIR]] [--judge_store=VERDICTS.db] [--limit=N] [--prompt_format=plain|think_answer] \
-      [--max_new_tokens=2048]
+      [--judge.checkpoint=DIR[,DIR]] [--judge=configs/judges/X.py] [--judge.FIELD=...] [--judge.store=VERDICTS.db]
+      [--limit=N] [--prompt_format=plain|think_answer] [--max_new_tokens=2048]
   python -m experiments.evaluate --benchmark=hellobench --data_dir=DIR --judgements=FILE.csv --out=DIR [--models=a,b]
 
 Writes records.jsonl, summary.json, table.md and plot.png into --out (rubric_jax/evaluation/report.py).
+The judge is configs/judges/<benchmark>.py (the benchmark's prescribed prompt and settings; rubric_set:
+configs/judges/default.py) unless --judge names another file; summary.json records its hash and fields. With
+--judge.calibration=REPORT each LLM dimension's calibration status is printed before the policy loads.
 Bad input (unknown benchmark, missing file, malformed line, incomplete judgements of a named model, an
 LLM-judged benchmark without a judge, --out naming an input) exits with status 2 and one line naming
 the file and line; nothing is written. So does a --max_new_tokens that leaves no case room in the policy's
@@ -16,19 +19,20 @@ too long) writes its report and exits with status 1 saying why.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import hashlib
 import json
+import sys
 from pathlib import Path
 
 from absl import app, flags
 
-from experiments import cli
+from experiments import cli, judge_config
+from rubric_jax.calibration.pinning import check_calibration
 from rubric_jax.data import DataError
 from rubric_jax.evaluation import harness
 from rubric_jax.evaluation.results import EvalFailed, EvalInputError
 from rubric_jax.files import PathError, check_output_path
+from rubric_jax.judges.spec import JudgeSpec, check_checkpoints, open_verdict_store
 from rubric_jax.judges.store import StoreError, VerdictStore
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.rubrics.schema import RubricError
@@ -51,32 +55,44 @@ _BATCH = flags.DEFINE_integer("batch_size", 16, "Prompts per sampler call.")
 _FORMAT = flags.DEFINE_string("prompt_format", "plain", "plain, or think_answer (rubric_jax's training format).")
 _SEED = flags.DEFINE_integer("seed", 0, "PRNG seed of policy and judge sampling.")
 _MESH = flags.DEFINE_list("mesh", ["1", "-1", "1"], "Mesh axis sizes data,fsdp,tensor (-1: the remaining devices).")
-_JUDGE = flags.DEFINE_list("judge_checkpoint", [], "Judge HF directory; several make a mean ensemble.")
-_JUDGE_MODE = flags.DEFINE_string("judge_mode", "benchmark", "benchmark (its own), single or multi.")
-_JUDGE_SAMPLES = flags.DEFINE_integer("judge_samples", 1, "Judge samples per item (median of the valid ones).")
-_JUDGE_RETRIES = flags.DEFINE_integer("judge_retries", 3, "Re-prompt rounds for unparseable verdicts.")
-_JUDGE_SAMPLER = flags.DEFINE_string("judge_sampler", "temperature(0.7)", "Judge sampler.")
-_JUDGE_MAX_NEW = flags.DEFINE_integer("judge_max_new_tokens", 512, "Judge answer budget in tokens.")
-_JUDGE_BATCH = flags.DEFINE_integer("judge_batch_size", 64, "Answers per judge pass.")
-_JUDGE_STORE = flags.DEFINE_string("judge_store", "", "Verdict store (SQLite, rubric_jax/judges/store.py) read before "
-                                   "judging and written after each judge call; empty = none.")
 
 
 _fail = functools.partial(cli.fail, "experiments.evaluate")  # one line on stderr, exit status 2
 
 
-def _settings() -> tuple[harness.GenerationSettings, harness.JudgeSettings, tuple[int, int, int]]:
+def _judge() -> JudgeSpec:
+    """The --judge spec; without --judge, the benchmark's judge file (rubric_set: the default block)."""
+    benchmark_file = judge_config.JUDGES_DIR / f"{_BENCHMARK.value}.py"
+    try:
+        spec = judge_config.spec(benchmark_file if benchmark_file.is_file() else None, allow_benchmark=True)
+        check_checkpoints(spec, "--judge")
+    except ValueError as e:
+        raise EvalInputError(str(e)) from None
+    return spec
+
+
+def _calibration(judge: JudgeSpec, evaluation: harness.Evaluation) -> dict | None:
+    """With --judge.calibration, each LLM dimension's status printed (stderr) and returned for summary.json;
+    --judge.require_calibration makes a dimension that is not covered an EvalInputError."""
+    try:
+        check = check_calibration(judge, [c.rubric for c in evaluation.cases if c.rubric is not None], "--judge")
+    except ValueError as e:
+        raise EvalInputError(str(e)) from None
+    if check is None:
+        return None
+    for line in check.lines():
+        print(line, file=sys.stderr)
+    return check.record()
+
+
+def _settings() -> tuple[harness.GenerationSettings, JudgeSpec, tuple[int, int, int]]:
     """Validated flag values (EvalInputError names the flag)."""
     for flag, value, minimum in (("limit", _LIMIT.value, 0), ("max_new_tokens", _MAX_NEW.value, 1),
-                                 ("batch_size", _BATCH.value, 1), ("judge_samples", _JUDGE_SAMPLES.value, 1),
-                                 ("judge_retries", _JUDGE_RETRIES.value, 0),
-                                 ("judge_batch_size", _JUDGE_BATCH.value, 1),
-                                 ("judge_max_new_tokens", _JUDGE_MAX_NEW.value, 1)):
+                                 ("batch_size", _BATCH.value, 1)):
         if value < minimum:
             raise EvalInputError(f"--{flag} must be >= {minimum}, got {value}")
     for flag, value, allowed in (("which", _WHICH.value, harness.WHICH),
-                                 ("prompt_format", _FORMAT.value, harness.PROMPT_FORMATS),
-                                 ("judge_mode", _JUDGE_MODE.value, ("benchmark", "single", "multi"))):
+                                 ("prompt_format", _FORMAT.value, harness.PROMPT_FORMATS)):
         if value not in allowed:
             raise EvalInputError(f"--{flag}={value}: expected one of {list(allowed)}")
     try:
@@ -85,27 +101,15 @@ def _settings() -> tuple[harness.GenerationSettings, harness.JudgeSettings, tupl
         raise EvalInputError(f"--mesh={','.join(_MESH.value)}: expected three integers data,fsdp,tensor") from None
     if len(mesh) != 3:
         raise EvalInputError(f"--mesh={','.join(_MESH.value)}: expected three integers data,fsdp,tensor")
-    for path in _JUDGE.value:
-        if not (Path(path) / "config.json").is_file():
-            raise EvalInputError(f"--judge_checkpoint={path}: not a Hugging Face model directory (no config.json)")
     generation = harness.GenerationSettings(_SAMPLER.value, _MAX_NEW.value, _BATCH.value, _FORMAT.value, _SEED.value)
-    judge = harness.JudgeSettings(tuple(Path(p) for p in _JUDGE.value),
-                                  None if _JUDGE_MODE.value == "benchmark" else _JUDGE_MODE.value, _JUDGE_SAMPLES.value,
-                                  _JUDGE_RETRIES.value, _JUDGE_SAMPLER.value, _JUDGE_MAX_NEW.value, _JUDGE_BATCH.value)
-    return generation, judge, mesh
+    return generation, _judge(), mesh
 
 
-def _open_store(judge: harness.JudgeSettings, inputs: list[Path]) -> VerdictStore | None:
-    """--judge_store under a hash of the judge settings and checkpoints' resolved paths (None without it);
-    it must not be one of the inputs or --out."""
-    if not _JUDGE_STORE.value:
-        return None
-    if not judge.checkpoints:
-        raise EvalInputError(f"--judge_store={_JUDGE_STORE.value}: there is no LLM judge (--judge_checkpoint) whose "
-                             "verdicts to store")
-    check_output_path(_JUDGE_STORE.value, inputs)
-    fields = {**dataclasses.asdict(judge), "checkpoints": [str(p.resolve()) for p in judge.checkpoints]}
-    return VerdictStore(_JUDGE_STORE.value, hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest())
+def _open_store(judge: JudgeSpec, inputs: list[Path]) -> VerdictStore | None:
+    """--judge.store under the judge hash (None without it); it must not be one of the inputs or --out."""
+    if judge.store:
+        check_output_path(judge.store, inputs)
+    return open_verdict_store(judge)
 
 
 def main(argv: list[str]) -> None:
@@ -137,20 +141,35 @@ def main(argv: list[str]) -> None:
             shared = load_rubric(_RUBRIC.value)
         sources = [path for path in (data_dir / _DATA_FILE.value if _DATA_FILE.value else None,
                                      Path(_RUBRIC.value) if _RUBRIC.value else None, workdir) if path is not None]
-        inputs = [*sources, *([Path(_JUDGE_STORE.value)] if _JUDGE_STORE.value else [])]  # --out may not hold them
-        input_dirs = [data_dir, *judge.checkpoints, *([checkpoint] if checkpoint else [])]
+        inputs = [*sources, *(Path(p) for p in (judge.calibration, judge.store) if p)]  # --out may not hold them
+        input_dirs = [data_dir, *(Path(p) for p in judge.checkpoints), *([checkpoint] if checkpoint else [])]
         evaluation = harness.prepare(_BENCHMARK.value, data_dir, _DATA_FILE.value, _LIMIT.value or None, out, judge,
                                      inputs, input_dirs, shared)
+        judge = judge.for_benchmark(evaluation.benchmark.judge_mode)
+        calibration = _calibration(judge, evaluation)
         store = _open_store(judge, [*sources, *input_dirs, out])
         summary = harness.run(evaluation, checkpoint=checkpoint, workdir=workdir, which=_WHICH.value, mesh_axes=mesh,
-                              generation=generation, judge=judge, store=store)
+                              generation=generation, judge=judge, calibration=calibration, store=store)
     except (EvalInputError, RubricError, DataError, UnicodeDecodeError, StoreError, PathError) as e:
         _fail(str(e))
     except EvalFailed as e:  # it ran, but nothing could be scored: exit 1, as a failed run
         _fail(str(e), status=1)
     print(json.dumps({"benchmark": summary["benchmark"], "policy": summary["policy"], "scores": summary["scores"],
                       "out": str(out)}, ensure_ascii=False))
+    failure = nothing_judged(summary)
+    if failure:
+        _fail(f"{failure}; {out / 'summary.json'} has the counts", status=1)
+
+
+def nothing_judged(summary: dict) -> str | None:
+    """The stage and cause when an evaluation generated no answer at all (exit 1), else None. An evaluation
+    whose judged answers got no score is stopped by the harness itself (`harness.check_scored`, EvalFailed)."""
+    counts = summary["counts"]
+    if counts["cases"] and not counts["generated"]:
+        return (f"generate: no answer was generated for any of the {counts['cases']} cases "
+                f"({counts['prompt_too_long']} prompts longer than the policy's context)")
+    return None
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=cli.flags_parser("experiments.evaluate"))

@@ -1,5 +1,9 @@
 """Runs an experiment: `python -m experiments.run --config=configs/tiny.py --workdir=DIR [--config.rl.lr=...]`.
 
+The judge is `config.judge`; `--judge=configs/judges/X.py` replaces that block and `--judge.FIELD=...` overrides
+one field. Given several ways, the later wins: the --config file's block, the --judge file,
+--config.judge.FIELD, --judge.FIELD (experiments/judge_config.py).
+
 Only parses flags; the pipeline (sft -> grpo with evals) lives in rubric_jax.train.loop so it can be
 imported and tested. Restarting with the same workdir resumes from its latest checkpoint. A user
 error (an unknown config key, a bad config value, bad data or rubric file, unusable checkpoint or
@@ -13,13 +17,12 @@ with XLA's GPU compiler on this machine (it needs requirements-aot.txt: ./launch
 
 import functools
 import os
-import re
 
 from absl import app, flags
 
 from ml_collections import config_flags
 
-from experiments import cli
+from experiments import cli, judge_config
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, samples and plots.")
@@ -37,28 +40,6 @@ flags.mark_flag_as_required("config")
 _fail = functools.partial(cli.fail, "experiments.run")  # one line on stderr, exit status 2
 
 
-def _parse_flags(argv: list[str]) -> list[str]:
-    """absl's parse, with a config override naming an unknown key (ml_collections raises AttributeError
-    or KeyError from inside the parser) or a bad value as one line instead of a traceback."""
-    try:
-        return flags.FLAGS(argv)
-    except (AttributeError, KeyError) as e:  # ml_collections' "no such field", with its did-you-mean hint
-        text = str(e).replace("\\n", " ").replace("\\'", "'")
-        key, hint = re.search(r"'(\w+)'", text), re.search(r"Did you mean [^?]*\?", text)
-        _fail(f"unknown config key {key.group(1) if key else text!r}" + (f" ({hint.group(0)})" if hint else ""))
-    except (flags.Error, TypeError, ValueError) as e:
-        _fail(_without_traceback(str(e)))
-
-
-def _without_traceback(message: str) -> str:
-    """A flag error on one line; a config file's get_config error (ml_collections quotes the whole
-    traceback) as the text before the traceback plus its last line, the exception itself."""
-    head, found, trace = message.partition("Traceback (most recent call last):")
-    if found:
-        message = head.strip() + " " + trace.strip().splitlines()[-1]
-    return " ".join(message.split())
-
-
 def main(argv: list[str]) -> None:
     cli.start("experiments.run", argv)
     if _DRY_RUN.value:
@@ -72,7 +53,7 @@ def main(argv: list[str]) -> None:
     from rubric_jax.train import checkpointing, loop
 
     try:
-        loop.run(_CONFIG.value, _WORKDIR.value)
+        loop.run(judge_config.merged(_CONFIG.value), _WORKDIR.value)
     except (ValueError, FileNotFoundError, checkpointing.CheckpointError) as e:
         _fail(str(e))
     except loop.TrainingError as e:  # the run itself went wrong (not its input): exit 1, as a crash would
@@ -89,7 +70,7 @@ def dry_run() -> None:
     from rubric_jax import aot
 
     try:
-        report = aot.dry_run(_CONFIG.value, _DRY_RUN_TARGET.value, _DRY_RUN_DEVICES.value,
+        report = aot.dry_run(judge_config.merged(_CONFIG.value), _DRY_RUN_TARGET.value, _DRY_RUN_DEVICES.value,
                              programs=aot.parse_programs(_DRY_RUN_PROGRAMS.value))
     except ValueError as e:
         cli.fail("experiments.run --dry_run", str(e))
@@ -97,4 +78,4 @@ def dry_run() -> None:
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=_parse_flags)
+    app.run(main, flags_parser=cli.flags_parser("experiments.run"))

@@ -1,9 +1,7 @@
 """Scores responses with a rubric (rule dimensions, and LLM dimensions when a judge is given).
 
   python -m experiments.score --rubric=RUBRIC.(json|yaml) --responses=IN.jsonl --out=OUT.jsonl
-      [--judge_checkpoint=DIR] [--judge_mode=single|multi] [--judge_samples=3] [--judge_retries=2]
-      [--judge_sampler="temperature(0.7)"] [--judge_max_new_tokens=256] [--batch_size=64] [--seed=0]
-      [--judge_param_dtype=auto] [--judge_compute_dtype=auto] [--judge_tensor=1] [--judge_store=VERDICTS.db]
+      [--judge=configs/judges/X.py] [--judge.FIELD=VALUE ...] [--batch_size=64] [--seed=0]
 
 Each input line is {"question": str, "response": str, optional "rubric": {"extra": [dimension, ...]}
 or {"replace": rubric} (rubric_jax.rubrics.schema.parse_row_rubric), any other fields}; each output line is the input plus
@@ -12,20 +10,23 @@ or {"replace": rubric} (rubric_jax.rubrics.schema.parse_row_rubric), any other f
   failed            [dimension ids without a score]
   reward            float in [0, 1] (0 and meaningless when reward_ok is false)
   reward_ok         bool (false: a gate dimension or every scored dimension is missing)
-  rubric_name, rubric_version, rubric_hash
-With --judge_store, judge answers are read from that SQLite verdict store before judging and every generate
-call's answers are written to it (rubric_jax/judges/store.py): a killed or repeated run judges only what is
-missing (the summary's judge_store_hits counts the answers read, judge_prompts those generated).
-The judge is loaded straight into the decode layout over every local device (`--judge_tensor` consecutive
-devices split each weight, the rest hold replicas), in bfloat16 on accelerators by default.
+  rubric_name, rubric_version, rubric_hash, judge_hash
+The judge is the --judge block (docs/judges.md; default configs/judges/default.py: rules only), loaded straight
+into the decode layout over every local device (`--judge.tensor` consecutive devices split each weight, the
+rest hold replicas), in bfloat16 on accelerators by default. With --judge.calibration=REPORT, each LLM
+dimension's calibration status goes to stderr before any scoring (--judge.require_calibration=true: exit 2
+unless every one is calibrated and unflagged). With --judge.store=VERDICTS.db, judge answers are read from
+that SQLite verdict store (under the judge hash) before judging and every generate call's answers are written
+to it (rubric_jax/judges/store.py): a killed or repeated run judges only what is missing (the summary's
+judge_store_hits counts the answers read, judge_prompts those generated).
 A one-line JSON summary goes to stdout: rows, mean reward, not-ok rows, failed scores per dimension
 (`failures`) and per dimension and cause (`failure_causes`, e.g. "judge_prompt_too_long",
-"judge_invalid_verdict", "regex_timeout"), and the judge's counters.
+"judge_invalid_verdict", "regex_timeout"), the judge's counters and its hash (`judge_hash`).
 
 Exit status: 0 when every dimension got at least one valid score (partial failures are in the summary);
 1 when some dimension got no valid score at all (the message names it and the cause; --out is not
 written); 2 for user errors (a missing or malformed rubric, a bad input line, an LLM dimension without
---judge_checkpoint, an output path that is a directory or one of the inputs), with a message naming the
+--judge.checkpoint, an output path that is a directory or one of the inputs), with a message naming the
 file and line. --out is written atomically: it is either the old file or the complete new one.
 """
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +43,11 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from experiments import cli
-from experiments.judge_flags import JUDGE as _JUDGE, MAX_NEW as _MAX_NEW, MODE as _MODE, PROMPT as _PROMPT, RETRIES as _RETRIES
-from experiments.judge_flags import SAMPLES as _SAMPLES, STORE as _STORE, load_judges, open_judge_store
+from experiments import cli, judge_config
+from rubric_jax.calibration.pinning import check_calibration
 from rubric_jax.files import PathError, atomic_writer, check_output_path
-from rubric_jax.judges.llm_judge import JudgeConfig
 from rubric_jax.judges.reward import RubricReward
+from rubric_jax.judges.spec import check_checkpoints, judge_hash, load_judges, open_verdict_store
 from rubric_jax.judges.rules import REGEX_TIMEOUT_S
 from rubric_jax.judges.store import StoreError, VerdictStore
 from rubric_jax.rubrics.io import load_rubric
@@ -63,10 +64,12 @@ flags.mark_flags_as_required(["responses", "out"])
 # What to do about a dimension none of whose scores is valid, by failure cause.
 CAUSE_HINTS = {
     "judge_prompt_too_long": "the judge prompts do not fit the judge's context (max_position_embeddings minus "
-                             "--judge_max_new_tokens); use a judge with a longer context, a smaller "
-                             "--judge_max_new_tokens, or shorter anchors",
-    "judge_truncated": "every verdict was cut at --judge_max_new_tokens; raise it",
+                             "--judge.max_new_tokens); use a judge with a longer context, a smaller "
+                             "--judge.max_new_tokens, or shorter anchors",
+    "judge_truncated": "every verdict was cut at --judge.max_new_tokens; raise it",
     "judge_invalid_verdict": "the judge never wrote a parseable verdict (judge_invalid_examples in the summary)",
+    "judge_http_error": "the judge endpoint gave no answer after its retries (judge_http_error_examples in the "
+                        "summary); check --judge.base_url and the server",
     "regex_timeout": f"the rule's regex ran past {REGEX_TIMEOUT_S} s (catastrophic backtracking); simplify it",
 }
 
@@ -76,12 +79,14 @@ def _number(x: float) -> float | None:
 
 
 def score_file(rows: list[dict[str, Any]], rubrics: list[Rubric], reward: RubricReward, batch_size: int,
-               key: jax.Array, store: VerdictStore | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+               key: jax.Array, judge: str, store: VerdictStore | None = None
+               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Output rows and a summary, scoring `batch_size` rows per reward call, every call with `key` (a judge
-    prompt depends on its own content and the key only, so the store finds it whatever batch it lands in)."""
+    prompt depends on its own content and the key only, so the store finds it whatever batch it lands in);
+    `judge` is the judge hash."""
     out_rows: list[dict[str, Any]] = []
     summary: dict[str, Any] = {"rows": len(rows), "failures": {}, "failure_causes": {}, "rows_with_dimension": {},
-                               "judge_generate_calls": 0, "judge_failed_scores": 0}
+                               "judge_generate_calls": 0, "judge_failed_scores": 0, "judge_hash": judge}
     rewards = []
     for start in range(0, len(rows), batch_size):
         chunk, chunk_rubrics = rows[start : start + batch_size], rubrics[start : start + batch_size]
@@ -99,6 +104,7 @@ def score_file(rows: list[dict[str, Any]], rubrics: list[Rubric], reward: Rubric
                 "reward": float(result.reward[i]),
                 "reward_ok": bool(result.details["reward_ok"][i]),
                 "rubric_name": rubric.name, "rubric_version": rubric.version, "rubric_hash": rubric.content_hash,
+                "judge_hash": judge,
             })
             rewards.append(float(result.reward[i]))
             for dim_id in rubric.dimension_ids:
@@ -112,8 +118,9 @@ def score_file(rows: list[dict[str, Any]], rubrics: list[Rubric], reward: Rubric
         for field, value in result.details.items():
             if field.startswith("judge_") and isinstance(value, int):
                 summary[field] = summary.get(field, 0) + value
-        examples = summary.setdefault("judge_invalid_examples", [])
-        examples.extend(result.details.get("judge_invalid_examples", [])[: 5 - len(examples)])
+        for name in ("judge_invalid_examples", "judge_http_error_examples"):
+            examples = summary.setdefault(name, [])
+            examples.extend(result.details.get(name, [])[: 5 - len(examples)])
     summary["mean_reward"] = float(np.mean(rewards))
     summary["not_ok"] = sum(not r["reward_ok"] for r in out_rows)
     return out_rows, summary
@@ -136,34 +143,25 @@ _fail = functools.partial(cli.fail, "experiments.score")  # one line on stderr, 
 
 def main(argv: list[str]) -> None:
     cli.start("experiments.score", argv)
-    for flag, value, minimum in (("judge_samples", _SAMPLES.value, 1), ("judge_retries", _RETRIES.value, 0),
-                                 ("judge_max_new_tokens", _MAX_NEW.value, 1), ("batch_size", _BATCH.value, 1)):
-        if value < minimum:
-            _fail(f"--{flag} must be >= {minimum}, got {value}")
+    if _BATCH.value < 1:
+        _fail(f"--batch_size must be >= 1, got {_BATCH.value}")
     try:
-        out = check_output_path(_OUT.value, [_RESPONSES.value, _RUBRIC.value, _JUDGE.value, _STORE.value or None])
-        if _STORE.value:
-            if _JUDGE.value is None:
-                raise PathError(f"--judge_store={_STORE.value}: there is no LLM judge (--judge_checkpoint) whose "
-                                "verdicts to store")
-            check_output_path(_STORE.value, [_RESPONSES.value, _RUBRIC.value, _JUDGE.value, _OUT.value])
+        spec = judge_config.spec()
+        inputs = [_RESPONSES.value, _RUBRIC.value, *spec.checkpoints, spec.calibration or None]
+        out = check_output_path(_OUT.value, [*inputs, spec.store or None])
+        if spec.store:
+            check_output_path(spec.store, [*inputs, _OUT.value])
+        check_checkpoints(spec, "--judge")
         shared = None if _RUBRIC.value is None else load_rubric(_RUBRIC.value)
         rows, rubrics, sources = read_rows(Path(_RESPONSES.value), shared, str(_RUBRIC.value))
-    except (RubricError, InputError, PathError) as e:
+        for line in check_calibration(spec, rubrics, "--judge").lines() if spec.calibration else []:
+            print(line, file=sys.stderr)
+        store = open_verdict_store(spec)
+        judges = load_judges(spec, where="--judge")
+        judge = judge_hash(spec)
+    except (RubricError, InputError, PathError, ValueError) as e:  # StoreError too
         _fail(str(e))
-    judges, store = [], None
-    if _JUDGE.value is not None:
-        try:
-            store = open_judge_store([_JUDGE.value])
-            judges = load_judges([_JUDGE.value])
-        except ValueError as e:  # StoreError too
-            _fail(str(e))
-    try:
-        config = JudgeConfig(mode=_MODE.value, num_samples=_SAMPLES.value, max_retries=_RETRIES.value,
-                             prompt=_PROMPT.value)
-    except ValueError as e:
-        _fail(f"--judge_prompt/--judge_mode: {e}")
-    reward = RubricReward(judges=judges, judge_config=config)
+    reward = RubricReward(judges=judges, judge_spec=spec)
     for rubric, source in zip(rubrics, sources):
         try:
             reward.rules_of(rubric)
@@ -171,7 +169,7 @@ def main(argv: list[str]) -> None:
             origin = _RUBRIC.value if shared is not None and rubric is shared else source
             _fail(f"{origin}: {e}")
     try:
-        out_rows, summary = score_file(rows, rubrics, reward, _BATCH.value, jax.random.key(_SEED.value), store)
+        out_rows, summary = score_file(rows, rubrics, reward, _BATCH.value, jax.random.key(_SEED.value), judge, store)
     except StoreError as e:  # the store went bad mid-run: what was judged before is in it
         _fail(str(e))
     print(json.dumps(summary, ensure_ascii=False))
@@ -187,4 +185,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=cli.flags_parser("experiments.score"))

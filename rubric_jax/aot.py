@@ -43,6 +43,7 @@ from rubric_jax import aot_targets, hlo_stats, loader, sampling, sharding
 from rubric_jax.assets import MODEL_SHAPES_DIR
 from rubric_jax.judges import reward_model
 from rubric_jax.judges.llm_judge import MAX_PROMPT_TOKENS
+from rubric_jax.judges.spec import check_tensor_divides
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.train import loop, programs as run_programs, settings as run_settings, state as train_state, step as train_step
@@ -191,7 +192,10 @@ def policy_config(config: ml_collections.ConfigDict, target: str = CPU) -> Model
 
 
 def judge_configs(config: ml_collections.ConfigDict, target: str) -> list[tuple[str, ModelConfig]]:
-    """(name, ModelConfig) of every LLM judge, in the dtypes it is loaded in on `target`."""
+    """(name, ModelConfig) of every LLM judge loaded into the run's devices, in the dtypes it is loaded in on
+    `target` (none with judge.backend=openai: the endpoint judges, its checkpoint is only a tokenizer)."""
+    if config.judge.backend == "openai":
+        return []
     backend = "cpu" if target == CPU else "gpu"
     dtypes = {field: loader.resolve_dtype(config.judge[field], f"config.judge.{field}", backend=backend)
               for field in ("param_dtype", "compute_dtype")}
@@ -200,6 +204,21 @@ def judge_configs(config: ml_collections.ConfigDict, target: str) -> list[tuple[
         hf = json.loads(shapes_file(directory, "judge.checkpoint").read_text())
         judges.append((Path(directory).name, ModelConfig.from_hf_dict(hf, **dtypes)))
     return judges
+
+
+def _judge_layout(mesh: jax.sharding.Mesh, tensor: int, judges: Sequence[tuple[str, ModelConfig]]
+                  ) -> sharding.Layout:
+    """The judges' decode layout (config.judge.tensor), checked as judges/spec.load_judges checks it."""
+    try:
+        layout = sharding.decode_layout(mesh, tensor)
+    except ValueError as e:
+        raise ValueError(f"config.judge.tensor={tensor}: {e}") from None
+    for name, cfg in judges:
+        try:
+            check_tensor_divides(tensor, cfg, "config.judge")
+        except ValueError as e:
+            raise ValueError(f"judge {name}: {e}") from None
+    return layout
 
 
 def reward_model_shapes(config: ml_collections.ConfigDict, settings: reward_model.RewardModelConfig
@@ -333,7 +352,8 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
     train_arrays = ("policy params", "AdamW moments")
     if rl.beta > 0:
         resident["reference params"] = resident["policy params"]  # the policy's layout and dtype (loop.load_reference)
-    judge_weights = {f"judge {name}": loader.abstract_weights(cfg, decode_layout, per_layer=True)  # as load_judge
+    judge_layout = _judge_layout(mesh, settings.judge.tensor, judges)
+    judge_weights = {f"judge {name}": loader.abstract_weights(cfg, judge_layout, per_layer=True)  # as load_judges
                      for name, cfg in judges}
     scorer_weights = dict(judge_weights)  # every model that scores rollouts: it lives beside every program
     if scorer is not None:
@@ -384,7 +404,7 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
             judge_len = min(MAX_PROMPT_TOKENS, weights.cfg.max_position_embeddings - config.judge.max_new_tokens)
             add("judge", f"{name} call", f"{judge_rows} x ({judge_len} + {config.judge.max_new_tokens}) tokens",
                 lambda w=weights, p=judge_len: _lower_generate(
-                    w, decode_layout, prompts=judge_rows, prompt_len=p, n=1, max_new_tokens=config.judge.max_new_tokens,
+                    w, judge_layout, prompts=judge_rows, prompt_len=p, n=1, max_new_tokens=config.judge.max_new_tokens,
                     sampler=config.judge.sampler),
                 others, per_token=True)
         if scorer is not None:  # the reward model's largest call: the most rows at the longest bucket

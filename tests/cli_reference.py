@@ -6,7 +6,7 @@ defaults and help. The page is generated so that it cannot drift; tests/test_doc
   PYTHONPATH=. python -m tests.cli_reference --json     # {"flags": {command: [names]}, "page": ...} for tests
 
 absl registers flags globally and two commands may define the same name (--workdir), so each command's module
-is imported in turn and its flags, with those of the shared flag modules it uses (experiments/judge_flags.py),
+is imported in turn and its flags, with those of the shared flag modules it uses (experiments/judge_config.py),
 are unregistered before the next one.
 """
 
@@ -21,7 +21,7 @@ from absl import flags
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "cli.md"
-HELPERS = ("cli", "judge_flags")  # modules of experiments/ that are not commands
+HELPERS = ("cli", "judge_config")  # modules of experiments/ that are not commands
 
 
 def command_names() -> list[str]:
@@ -37,7 +37,7 @@ def _row(flag: flags.Flag) -> str:
     if values:
         kind += ": " + ", ".join(values)
         help_text = help_text.removeprefix(f"<{'|'.join(values)}>: ")  # absl's own prefix, already in the type
-    default = "" if flag.default is None else (flag.default_as_str or "")
+    default = "" if flag.default is None else (flag.default_as_str or "").replace(f"{ROOT}/", "")  # --judge's file
     if len(default) >= 2 and default[0] == default[-1] == "'":
         default = default[1:-1]
     default = f"`{default}`" if default else ""
@@ -57,8 +57,10 @@ def collect() -> dict[str, tuple[str, list[flags.Flag]]]:
         found[name] = (summary, own + shared)
         for flag in own + shared:
             delattr(registry, flag.name)
-        for helper in HELPERS:  # re-registered by the next command that imports it
-            sys.modules.pop(f"experiments.{helper}", None)
+        for helper in HELPERS:  # re-registered by the next command that imports it (`from experiments import x`
+            sys.modules.pop(f"experiments.{helper}", None)  # reads the package attribute: drop that too)
+            if hasattr(sys.modules["experiments"], helper):
+                delattr(sys.modules["experiments"], helper)
     return found
 
 

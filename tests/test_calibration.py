@@ -20,6 +20,7 @@ from rubric_jax.calibration.run import CalibrationError, Settings, calibrate
 from rubric_jax.judges import llm_judge as lj
 from rubric_jax.judges.features import response_features
 from rubric_jax.judges.reward import RubricReward
+from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.rubrics.correction import Correction, DimensionCorrection, correction_from_dict, load_correction
 from rubric_jax.rubrics.schema import RubricError
 from rubric_jax.train.loop import _rubric_set_hash
@@ -66,7 +67,7 @@ def test_llm_dimensions_scored_by_a_scripted_judge_match_scipy_and_flag_the_weak
     tone = rng.integers(1, 6, 16)  # people see something the judge does not read at all
     items = items_for(LLM_RUBRIC, responses, [{"accuracy": int(a), "tone": int(t)} for a, t in zip(accuracy, tone)])
     judge, stub = digit_judge(tok)
-    result = calibrate(items, FAST, judges=[judge], judge_config=lj.JudgeConfig(num_samples=1))
+    result = calibrate(items, FAST, judges=[judge], judge_spec=JudgeSpec(samples=1))
     dims = result.report["dimensions"]
     for dim_id, labels in (("accuracy", accuracy), ("tone", tone)):
         expected = scipy_stats(digits, labels, range(1, 6))
@@ -91,7 +92,7 @@ def test_position_probe_reverses_anchors_and_measures_the_shift(tok):
 
     judge, stub = make_judge(tok, reply)
     items = items_for(LLM_RUBRIC, ["a", "b", "c", "d"], [{"accuracy": 3}] * 4)
-    probe = calibrate(items, FAST, judges=[judge], judge_config=lj.JudgeConfig(num_samples=1)).report["position_probe"]
+    probe = calibrate(items, FAST, judges=[judge], judge_spec=JudgeSpec(samples=1)).report["position_probe"]
     assert probe["accuracy"] == {"n": 4, "unscored": 0, "mean_shift": 4.0, "mean_shift_ci95": [4.0, 4.0],
                                  "mean_abs_shift": 4.0, "changed_share": 1.0}
     assert probe["tone"]["mean_shift"] == 0.0 and probe["tone"]["changed_share"] == 0.0
@@ -99,17 +100,17 @@ def test_position_probe_reverses_anchors_and_measures_the_shift(tok):
     assert set(orders) == {("5", "4", "3", "2", "1")}
 
 
-def test_reverse_order_in_multi_mode_reverses_criteria_and_maps_scores_back(tok):
+def test_reverse_order_in_all_criteria_mode_reverses_criteria_and_maps_scores_back(tok):
     def reply(text, call):
         return "\n".join(f"{i}: {4 if i == 'accuracy' else 2}" for i in criteria_ids(text))
 
     judge, stub = make_judge(tok, reply)
-    config = lj.JudgeConfig(mode="multi", num_samples=1, shuffle_anchors=False, reverse_order=True)
+    config = JudgeSpec(mode="all_criteria", samples=1, shuffle_anchors=False, reverse_order=True)
     out = lj.judge_rows([judge], config, ["q"], ["r"], [list(LLM_RUBRIC.dimensions)], jax.random.key(0))
     assert criteria_ids(stub.calls[0]["prompts"][0]) == ["tone", "accuracy"]
     assert out.scores[0].tolist() == [4.0, 2.0]  # in the rubric's order again
-    with pytest.raises(ValueError, match="reverse_order needs shuffle_anchors=False"):
-        lj.JudgeConfig(reverse_order=True)
+    with pytest.raises(ValueError, match="reverse_order=True: needs shuffle_anchors=False"):
+        JudgeSpec(reverse_order=True)
 
 
 def test_judge_against_judge_compares_each_judge_pass(tok):
@@ -119,7 +120,7 @@ def test_judge_against_judge_compares_each_judge_pass(tok):
     digits = [1, 2, 3, 4, 5, 5, 2, 3]
     items = items_for(LLM_RUBRIC, [f"worth {d}" for d in digits], [{}] * len(digits))
     report = calibrate(items, Settings(against="judge", num_resamples=50, position_probe=False),
-                       judges=[first, second], judge_config=lj.JudgeConfig(num_samples=1)).report
+                       judges=[first, second], judge_spec=JudgeSpec(samples=1)).report
     assert report["compared_with"] == "one scoring pass per judge: first, second"
     second_scores = [5 if d == 5 else 2 for d in digits]
     expected = scipy_stats(digits, second_scores, range(1, 6))

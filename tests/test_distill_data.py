@@ -12,6 +12,7 @@ from rubric_jax.judges import distill_data as D
 from rubric_jax.judges import llm_judge as lj
 from rubric_jax.judges.parser import parse_single
 from rubric_jax.judges.rules import Length, make_rule
+from rubric_jax.judges.spec import PROMPTS, JudgeSpec
 from rubric_jax.rubrics.schema import Anchor, ChangelogEntry, Dimension, Rubric, Scale
 from test_llm_judge import make_judge, tiny_tokenizer
 
@@ -87,7 +88,7 @@ def test_teachers_score_and_students_see_the_part_each_dimension_reads(tok):
     assert (whole.response, whole.score) == (response, 1)
     assert [i.response for i in D.label_items("q", response, rubric("r", CLARITY), {"clarity": 3})] == ["Wait two days."]
     judge, stub = make_judge(tok, lambda text, call: "SCORE: 3")
-    items, missing = D.judge_items([judge], lj.JudgeConfig(num_samples=1), ["q"], [response], [[CLARITY]],
+    items, missing = D.judge_items([judge], JudgeSpec(samples=1), ["q"], [response], [[CLARITY]],
                                    jax.random.key(0))
     assert missing == 0 and [(i.response, i.score) for i in items] == [("Wait two days.", 3)]
     assert "thank you" not in stub.calls[0]["prompts"][0]
@@ -116,12 +117,12 @@ def _canonical_lines(prompt_text: str) -> list[str]:
     return sorted(re.sub(r"[0-9a-f]{16}", "NONCE", prompt_text).splitlines())
 
 
-@pytest.mark.parametrize("prompt", lj.PROMPTS)
+@pytest.mark.parametrize("prompt", PROMPTS)
 def test_training_prompts_are_the_prompts_judge_rows_sends(tok, prompt):
     item = D.JudgeItem("How do I get a refund <|im_end|>?", "<think>x</think><answer>Thank you <|im_end|>!</answer>",
                        D.llm_twin(POLITE), 1)
     judge, stub = make_judge(tok, lambda text, call: "SCORE: 1")
-    lj.judge_rows([judge], lj.JudgeConfig(num_samples=1, prompt=prompt), [item.question], [item.response],
+    lj.judge_rows([judge], JudgeSpec(samples=1, prompt=prompt), [item.question], [item.response],
                   [[item.dimension]], jax.random.key(0))
     sent = stub.calls[0]["prompts"][0]
     prompt_ids, target_ids = D.encode_examples(tok, [item], np.random.default_rng(0), prompt)
@@ -149,7 +150,7 @@ def test_the_compact_prompt_is_criterion_fenced_response_and_score_line(tok):
     compact_ids, full_ids = data.encode_chats(tok, [compact.messages, full.messages])
     assert len(compact_ids) < len(full_ids) / 2
     with pytest.raises(ValueError, match="one dimension at a time"):
-        lj.JudgeConfig(mode="multi", prompt="compact")
+        JudgeSpec(mode="all_criteria", prompt="compact")
 
 
 def test_the_loss_falls_on_the_verdict_and_eos_only(tok):

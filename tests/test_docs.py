@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from configs.common import judge_block
 from tests import manual
 
 ROOT = manual.ROOT
@@ -74,10 +75,10 @@ RUN_BY: dict[str, RunBy] = {
               replaced=("--input", "--out")),
     # docs/evaluation.md
     f"./launch.sh experiments.evaluate --benchmark=longbench_write --data_dir={_SHARED}/longbench_write "
-    "--workdir=runs/qwen7b --which=best --prompt_format=think_answer --judge_checkpoint=/models/Llama-3.1-8B-Instruct "
+    "--workdir=runs/qwen7b --which=best --prompt_format=think_answer --judge.checkpoint=/models/Llama-3.1-8B-Instruct "
     "--out=runs/qwen7b/eval/longbench_write":
         RunBy(("tests/test_evaluate_cli.py::test_longbench_write_end_to_end",),
-              replaced=("--data_dir", "--workdir", "--judge_checkpoint", "--out"), as_written=True),
+              replaced=("--data_dir", "--workdir", "--judge.checkpoint", "--out"), as_written=True),
     f"./launch.sh experiments.evaluate --benchmark=hellobench --data_dir={_SHARED}/hellobench "
     f"--judgements={_SHARED}/hellobench/judgements_main_exp_scores.csv --out=runs/eval/hellobench_published":
         RunBy(("tests/test_evaluate_cli.py::test_hellobench_published_judgements_cli_on_the_shared_data",),
@@ -145,9 +146,9 @@ RUN_BY: dict[str, RunBy] = {
               replaced=("--config", "--workdir"), as_written=True),
     f"./launch.sh experiments.evaluate --benchmark=hellobench --data_dir={_SHARED}/hellobench "
     "--workdir=runs/qurl_ablation/7b/full/train --which=best --prompt_format=think_answer "
-    "--judge_checkpoint=/models/Llama-3.1-8B-Instruct --out=runs/qurl_ablation/7b/full/eval/hellobench":
+    "--judge.checkpoint=/models/Llama-3.1-8B-Instruct --out=runs/qurl_ablation/7b/full/eval/hellobench":
         RunBy(("tests/test_evaluate_cli.py::test_longbench_write_end_to_end",),
-              replaced=("--benchmark", "--data_dir", "--workdir", "--judge_checkpoint", "--out"), as_written=True),
+              replaced=("--benchmark", "--data_dir", "--workdir", "--judge.checkpoint", "--out"), as_written=True),
     **{_TINY_ABLATION.format(variant): RunBy(("tests/test_qurl_ablation.py::test_every_tiny_row_trains_one_grpo_step_on_cpu",))
        for variant in ("full", "no_filter", "no_references")},
     _TINY_ABLATION.format("checklist") + " --config.judge.checkpoint=JUDGE_DIR":
@@ -160,8 +161,7 @@ RUN_BY: dict[str, RunBy] = {
         RunBy(("tests/test_docs.py::test_the_scoring_example_scores_every_row",), replaced=("--out",)),
     # docs/judges.md
     "./launch.sh experiments.score --rubric=rubric_jax/assets/tiny/rubric.yaml --responses=tests/fixtures/store/rows.jsonl "
-    "--out=runs/scored_store.jsonl --judge_checkpoint=rubric_jax/assets/tiny_judge --judge_prompt=compact "
-    "--judge_sampler=greedy --judge_samples=1 --judge_max_new_tokens=16 --judge_store=runs/verdicts.db":
+    "--out=runs/scored_store.jsonl --judge=configs/judges/tiny.py --judge.store=runs/verdicts.db":
         RunBy(("tests/test_store_cli.py::test_the_documented_store_example_judges_nothing_the_second_time",)),
     # docs/sweeps.md
     "./launch.sh experiments.sweep --config=configs/tiny.py --workdir=runs/tiny_sweep":
@@ -351,7 +351,7 @@ def test_the_cli_reference_is_what_the_code_defines(reference):
     page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
     assert page == reference["page"], "docs/cli.md is stale: PYTHONPATH=. .venv/bin/python -m tests.cli_reference --write"
     assert sorted(reference["flags"]) == sorted(p.stem for p in (ROOT / "experiments").glob("*.py")
-                                                if p.stem not in ("__init__", "cli", "judge_flags"))
+                                                if p.stem not in ("__init__", "cli", "judge_config"))
 
 
 def _config(spec: str):
@@ -369,7 +369,9 @@ def unknown_flags_and_keys(text: str, flags_of: dict[str, list[str]]) -> list[st
     program, words = program_and_args(manual.Command("", 0, text).argv)
     defined = set(flags_of[program.removeprefix("experiments.")])
     names = [w.removeprefix("--").split("=", 1)[0] for w in words if w.startswith("--")]
-    unknown = [f"--{n}" for n in names if n not in defined and not n.startswith("config.")]
+    unknown = [f"--{n}" for n in names if n not in defined and not n.startswith(("config.", "judge."))]
+    unknown += [f"--{n}" for n in names if n.startswith("judge.")  # a field of the --judge block
+                and ("judge" not in defined or n.removeprefix("judge.") not in judge_block())]
     spec = next((w.split("=", 1)[1] for w in words if w.startswith("--config=")), None)
     config = _config(spec) if spec else None
     for key in (n.removeprefix("config.") for n in names if n.startswith("config.")):
@@ -391,6 +393,8 @@ def test_every_flag_and_config_key_of_a_command_exists(text, reference):
 def test_the_flag_check_catches_an_unknown_flag_and_key(reference):
     text = "./launch.sh experiments.run --config=configs/tiny.py --workdir=w --dryrun --config.rl.lrr=1 --config.rl.lr=1"
     assert unknown_flags_and_keys(text, reference["flags"]) == ["--dryrun", "--config.rl.lrr"]
+    judged = "./launch.sh experiments.score --judge.checkpoint=d --judge.samplez=1 --judge_samples=1"
+    assert unknown_flags_and_keys(judged, reference["flags"]) == ["--judge_samples", "--judge.samplez"]
 
 
 def test_the_scoring_example_scores_every_row(tmp_path):

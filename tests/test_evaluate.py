@@ -26,8 +26,9 @@ from rubric_jax.assets import TINY_DIR
 from rubric_jax.data import encode_chats
 from rubric_jax.evaluation import biggen, harness, healthbench, hellobench, longbench_write, policy, rubric_set
 from rubric_jax.evaluation.results import FINISH_PROMPT_TOO_LONG, Answer, EvalInputError
-from rubric_jax.judges.llm_judge import Judge, JudgeConfig
+from rubric_jax.judges.llm_judge import Judge
 from rubric_jax.judges.reward import RubricReward
+from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.models.checkpoint import export_hf_checkpoint
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.importers import (
@@ -452,7 +453,7 @@ def test_real_biggen_all_765_items_scored_and_one_per_task_judged():
     firsts = list({c.meta["task"]: i for i, c in reversed(list(enumerate(cases)))}.values())
     assert len(firsts) == 77
     reward = RubricReward(judges=[verdict_judge(AutoTokenizer.from_pretrained(TINY_DIR / "tokenizer"), verdict)],
-                          judge_config=JudgeConfig(num_samples=1))
+                          judge_spec=JudgeSpec(samples=1))
     subset = [cases[i] for i in firsts]
     answers, counters = harness.judge_answers(reward, subset, [harness.Generated("an answer", "stop", 2)] * 77,
                                               "plain", True, 128, jax.random.key(0))

@@ -15,6 +15,7 @@ from test_importers import FIXTURES, _real
 from test_llm_judge import scripted_model, tiny_tokenizer
 
 from rubric_jax.evaluation import longbench_write
+from rubric_jax.judges.spec import JudgeSpec, judge_hash
 from rubric_jax.models.checkpoint import export_hf_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,10 +52,12 @@ def test_longbench_write_end_to_end(tmp_path, models):
     mode), and the files hold the formula's numbers."""
     run, judge = models
     out = run / "eval" / "longbench_write"  # a report may live inside the run directory
-    proc = finish(start("--benchmark=longbench_write", f"--data_dir={EVAL_FIXTURES}",
+    report = tmp_path / "report.json"  # a calibration report that measured no judge: nothing is covered
+    report.write_text(json.dumps({"dimensions": {}}))
+    proc = finish(start(f"--judge.calibration={report}", "--benchmark=longbench_write", f"--data_dir={EVAL_FIXTURES}",
                         "--data_file=longbench_write_mini.jsonl", "--limit=2", f"--workdir={run}", "--which=best",
-                        "--prompt_format=think_answer", "--max_new_tokens=12", f"--judge_checkpoint={judge}",
-                        "--judge_mode=single", "--judge_sampler=greedy", "--judge_max_new_tokens=6", f"--out={out}",
+                        "--prompt_format=think_answer", "--max_new_tokens=12", f"--judge.checkpoint={judge}",
+                        "--judge.mode=per_dimension", "--judge.sampler=greedy", "--judge.max_new_tokens=6", f"--out={out}",
                         "--mesh=1,1,1"))
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUTS)  # no temporary files left behind
@@ -75,6 +78,15 @@ def test_longbench_write_end_to_end(tmp_path, models):
     assert scores["S"] == pytest.approx((scores["S_l"] + scores["S_q"]) / 2)
     assert summary["counts"]["generated"] == 2 and summary["counts"]["format_ok"] == 0
     assert summary["judge_counters"]["judge_prompts"] == 12 and summary["judge_counters"]["judge_generate_calls"] == 1
+    # The judge is configs/judges/longbench_write.py (the benchmark's: 1 sample, 3 retries) with the flags on top.
+    recorded = summary["judge"]["spec"]
+    assert (recorded["mode"], recorded["samples"], recorded["max_retries"], recorded["max_new_tokens"]) == (
+        "per_dimension", 1, 3, 6)
+    assert summary["judge"]["hash"] == judge_hash(JudgeSpec.from_config(recorded))
+    checked = [line for line in proc.stderr.splitlines() if line.startswith("calibration: ")]
+    assert len(checked) == 6 and all("NOT the calibrated (rubric, judge) pair: report.json records no judge" in line
+                                     for line in checked)
+    assert summary["calibration"]["report"] == str(report) and not summary["calibration"]["covered"]
     assert "| S_q (quality) | 75.00 |" in (out / "table.md").read_text()
     assert (out / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads(proc.stdout.strip().splitlines()[-1])["scores"]["S_q"] == pytest.approx(75.0)
@@ -127,6 +139,9 @@ def _bad_input(tmp_path, case, models):
                 "--data_file=longbench_write_mini.jsonl", f"--out={EVAL_FIXTURES}"]
     if case == "llm_benchmark_without_judge":
         return ["--benchmark=biggen", f"--data_dir={FIXTURES}", "--data_file=biggen_mini.jsonl", f"--out={out}", *model]
+    if case == "bad_judge_field":
+        return [*lb, *model, f"--data_dir={EVAL_FIXTURES}", "--data_file=longbench_write_mini.jsonl",
+                "--judge.max_retries=-1"]
     if case == "missing_checkpoint":
         return [*lb, f"--data_dir={EVAL_FIXTURES}", "--data_file=longbench_write_mini.jsonl",
                 f"--checkpoint={tmp_path / 'nope'}"]
@@ -149,7 +164,8 @@ BAD_INPUT = {
     "judgements_malformed_row": ["judgements.csv:5: field 'checklist_scores'", "[1.0, 2.0]"],
     "missing_judgements": ["none.csv: file does not exist"],
     "out_is_input": ["fixtures/evaluate: is also an input"],
-    "llm_benchmark_without_judge": ["--judge_checkpoint: biggen is scored by an LLM judge", "dimension 'criteria'"],
+    "llm_benchmark_without_judge": ["--judge.checkpoint: biggen is scored by an LLM judge", "dimension 'criteria'"],
+    "bad_judge_field": ["--judge.max_retries=-1: expected an integer >= 0"],
     "missing_checkpoint": ["--checkpoint=", "nope: directory does not exist"],
     "checkpoint_and_workdir": ["give exactly one of --checkpoint"],
     "max_new_tokens_past_context": ["--max_new_tokens=100000: no case fits the policy's 256-token context"],
@@ -171,3 +187,38 @@ def test_bad_input_exits_2_with_one_line_naming_the_file_and_writes_nothing(tmp_
         for fragment in BAD_INPUT[case]:
             assert fragment in lines[0], (case, fragment, lines[0])
         assert not (tmp_path / case / "out").exists(), case
+
+
+def test_an_evaluation_whose_judge_scores_nothing_exits_1_naming_the_stage_and_cause(tmp_path, models):
+    """Every judge answer cut at --judge.max_new_tokens=1: the report is written, but the command exits 1 with
+    the judge stage and the counts of why (not 0 with empty scores)."""
+    run, judge = models
+    out = tmp_path / "eval"
+    proc = finish(start("--benchmark=longbench_write", f"--data_dir={EVAL_FIXTURES}",
+                        "--data_file=longbench_write_mini.jsonl", "--limit=2", f"--workdir={run}", "--which=best",
+                        "--prompt_format=think_answer", "--max_new_tokens=12", f"--judge.checkpoint={judge}",
+                        "--judge.mode=per_dimension", "--judge.sampler=greedy", "--judge.max_new_tokens=1",
+                        "--judge.max_retries=0", f"--out={out}", "--mesh=1,1,1"))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "experiments.evaluate: error: none of the 2 judged answers got a score (judge_prompts 12, judge_invalid 12); "
+        f"the report in {out} keeps the answers, its scores mean nothing")
+    assert json.loads((out / "summary.json").read_text())["judge_counters"]["judge_failed_scores"] == 12
+
+
+def test_an_evaluation_judged_by_an_endpoint_that_does_not_answer_stops_before_generating(tmp_path, models):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there
+    run, _ = models
+    out = tmp_path / "eval"
+    proc = finish(start("--benchmark=longbench_write", f"--data_dir={EVAL_FIXTURES}",
+                        "--data_file=longbench_write_mini.jsonl", "--limit=2", f"--workdir={run}", "--which=best",
+                        "--judge.backend=openai", f"--judge.base_url=http://127.0.0.1:{port}/v1", "--judge.model=m",
+                        "--judge.timeout_s=5", f"--out={out}", "--mesh=1,1,1"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"experiments.evaluate: error: judge endpoint http://127.0.0.1:{port}/v1 does not answer")
+    assert "generate" not in proc.stderr and not out.exists()

@@ -16,6 +16,7 @@ from transformers import PreTrainedTokenizerFast
 from rubric_jax import data
 from rubric_jax.judges import llm_judge as lj
 from rubric_jax.judges import prompts as P
+from rubric_jax.judges.spec import ENSEMBLES, JudgeSpec
 from rubric_jax.rubrics.schema import Anchor, Dimension, Scale
 
 CHAT_TEMPLATE = (
@@ -117,7 +118,7 @@ def digit_reply(text, call):
 
 def test_single_mode_one_batched_call_and_parsed_scores(tok):
     judge, stub = make_judge(tok, digit_reply)
-    cfg = lj.JudgeConfig(num_samples=3)
+    cfg = JudgeSpec(samples=3)
     out = lj.judge_rows([judge], cfg, ["q1", "q2", "q3"], ["worth 4", "worth 2", "worth 5"],
                         [[ACC], [ACC], [ACC]], jax.random.key(0))
     assert len(stub.calls) == 1 and stub.calls[0]["batch"] == 9 and stub.calls[0]["n"] == 1
@@ -128,7 +129,7 @@ def test_single_mode_one_batched_call_and_parsed_scores(tok):
 
 def test_batch_size_splits_a_round_into_calls_with_the_same_scores(tok):
     judge, stub = make_judge(tok, digit_reply, batch_size=4)
-    out = lj.judge_rows([judge], lj.JudgeConfig(num_samples=3), ["q1", "q2", "q3"], ["worth 4", "worth 2", "worth 5"],
+    out = lj.judge_rows([judge], JudgeSpec(samples=3), ["q1", "q2", "q3"], ["worth 4", "worth 2", "worth 5"],
                         [[ACC], [ACC], [ACC]], jax.random.key(0))
     assert [c["batch"] for c in stub.calls] == [4, 4, 1]
     assert len({c["key"].tobytes() for c in stub.calls}) == 3  # a fresh sampling key per call
@@ -141,7 +142,7 @@ def test_rows_with_different_dimensions_and_rows_without_llm_dims(tok):
         return f"SCORE: {1 if criteria_ids(text) == ['safety'] else 3}"
 
     judge, stub = make_judge(tok, reply)
-    out = lj.judge_rows([judge], lj.JudgeConfig(num_samples=1), ["a", "b", "c"], ["x", "y", "z"],
+    out = lj.judge_rows([judge], JudgeSpec(samples=1), ["a", "b", "c"], ["x", "y", "z"],
                         [[ACC, SAFE], [], [SAFE]], jax.random.key(1))
     assert [s.tolist() for s in out.scores] == [[3.0, 1.0], [], [1.0]]
     assert stub.calls[0]["batch"] == 3
@@ -157,7 +158,7 @@ def test_invalid_verdicts_are_retried_in_one_batch_with_fresh_keys(tok):
         return "SCORE: 3"
 
     judge, stub = make_judge(tok, reply)
-    cfg = lj.JudgeConfig(num_samples=2, max_retries=2)
+    cfg = JudgeSpec(samples=2, max_retries=2)
     out = lj.judge_rows([judge], cfg, ["q"] * 3, ["good", "bad", "never"], [[ACC]] * 3, jax.random.key(2))
     assert [c["batch"] for c in stub.calls] == [6, 4, 2]  # round 0: all; then only the invalid samples
     assert not np.array_equal(stub.calls[0]["key"], stub.calls[1]["key"])
@@ -171,13 +172,13 @@ def test_invalid_verdicts_are_retried_in_one_batch_with_fresh_keys(tok):
 
 def test_no_retries_means_invalid_stays_nan(tok):
     judge, stub = make_judge(tok, lambda text, call: "SCORE: five")
-    out = lj.judge_rows([judge], lj.JudgeConfig(num_samples=1, max_retries=0), ["q"], ["r"], [[ACC]], jax.random.key(0))
+    out = lj.judge_rows([judge], JudgeSpec(samples=1, max_retries=0), ["q"], ["r"], [[ACC]], jax.random.key(0))
     assert len(stub.calls) == 1 and np.isnan(out.scores[0][0]) and out.details["judge_failed_scores"] == 1
 
 
 def test_truncated_generation_is_invalid_even_if_it_parses(tok):
     judge, _ = make_judge(tok, lambda text, call: StubGenerate.TRUNCATE + "SCORE: 1")
-    out = lj.judge_rows([judge], lj.JudgeConfig(num_samples=1, max_retries=1), ["q"], ["r"], [[ACC]], jax.random.key(0))
+    out = lj.judge_rows([judge], JudgeSpec(samples=1, max_retries=1), ["q"], ["r"], [[ACC]], jax.random.key(0))
     assert np.isnan(out.scores[0][0])
     assert any("truncated" in e for e in out.details["judge_invalid_examples"])
 
@@ -185,7 +186,7 @@ def test_truncated_generation_is_invalid_even_if_it_parses(tok):
 def test_median_over_samples_ignores_failed_samples(tok):
     replies = iter(["SCORE: 1", "SCORE: 5", "SCORE: 4", "SCORE: 2", "oops", "SCORE: 5"])
     judge, _ = make_judge(tok, lambda text, call: next(replies))
-    cfg = lj.JudgeConfig(num_samples=3, max_retries=0)
+    cfg = JudgeSpec(samples=3, max_retries=0)
     out = lj.judge_rows([judge], cfg, ["q", "q"], ["a", "b"], [[ACC], [ACC]], jax.random.key(0))
     assert out.scores[0][0] == 4.0  # median(1, 5, 4)
     assert out.scores[1][0] == 3.5  # median of the two valid samples (2, 5)
@@ -198,11 +199,11 @@ def test_anchor_shuffling_changes_order_per_sample_and_can_be_disabled(tok):
         return tuple(int(x) for x in re.findall(r"  Level (\d+):", text))
 
     judge, stub = make_judge(tok, lambda text, call: "SCORE: 3")
-    lj.judge_rows([judge], lj.JudgeConfig(num_samples=8), ["q"], ["r"], [[ACC]], jax.random.key(3))
+    lj.judge_rows([judge], JudgeSpec(samples=8), ["q"], ["r"], [[ACC]], jax.random.key(3))
     orders = {levels(p) for p in stub.calls[0]["prompts"]}
     assert len(orders) > 1 and all(sorted(o) == [1, 2, 3, 4, 5] for o in orders)
     judge, stub = make_judge(tok, lambda text, call: "SCORE: 3")
-    lj.judge_rows([judge], lj.JudgeConfig(num_samples=4, shuffle_anchors=False), ["q"], ["r"], [[ACC]], jax.random.key(3))
+    lj.judge_rows([judge], JudgeSpec(samples=4, shuffle_anchors=False), ["q"], ["r"], [[ACC]], jax.random.key(3))
     assert {levels(p) for p in stub.calls[0]["prompts"]} == {(1, 2, 3, 4, 5)}
 
 
@@ -214,7 +215,7 @@ def test_multi_mode_one_prompt_per_response_with_a_verdict_block(tok):
 
     depth = dim("depth")
     judge, stub = make_judge(tok, reply)
-    cfg = lj.JudgeConfig(mode="multi", num_samples=2)
+    cfg = JudgeSpec(mode="all_criteria", samples=2)
     out = lj.judge_rows([judge], cfg, ["q1", "q2"], ["r1", "r2"], [[ACC, SAFE], [depth]], jax.random.key(4))
     assert len(stub.calls) == 1 and stub.calls[0]["batch"] == 4  # 2 rows x 2 samples, not rows x dims
     assert [s.tolist() for s in out.scores] == [[4.0, 1.0], [2.0]]
@@ -225,14 +226,14 @@ def test_multi_mode_wrong_block_order_is_invalid(tok):
         return "safety: 1\naccuracy: 4"  # prompt asks accuracy first
 
     judge, _ = make_judge(tok, reply)
-    out = lj.judge_rows([judge], lj.JudgeConfig(mode="multi", num_samples=1, max_retries=1), ["q"], ["r"],
+    out = lj.judge_rows([judge], JudgeSpec(mode="all_criteria", samples=1, max_retries=1), ["q"], ["r"],
                         [[ACC, SAFE]], jax.random.key(0))
     assert np.isnan(out.scores[0]).all() and out.details["judge_failed_scores"] == 2
 
 
 def test_ensemble_mean_and_agreement_weighting(tok):
     judges = [make_judge(tok, lambda t, c, v=v: f"SCORE: {v}", name=f"j{v}")[0] for v in (4, 4, 1)]
-    cfg = lj.JudgeConfig(num_samples=1, ensemble="mean")
+    cfg = JudgeSpec(samples=1, ensemble="mean")
     out = lj.judge_rows(judges, cfg, ["q"], ["r"], [[ACC]], jax.random.key(0))
     assert out.scores[0][0] == pytest.approx(3.0)
     out = lj.judge_rows(judges, dataclasses.replace(cfg, ensemble="agreement"), ["q"], ["r"], [[ACC]], jax.random.key(0))
@@ -245,7 +246,7 @@ def test_ensemble_mean_and_agreement_weighting(tok):
 def test_ensemble_skips_failed_judges_and_combine_is_nan_only_when_all_fail():
     scores_JxL = np.array([[4.0, np.nan, np.nan], [2.0, 3.0, np.nan]])
     ranges_Lx2 = np.array([[1, 5]] * 3)
-    for mode in lj.ENSEMBLES:
+    for mode in ENSEMBLES:
         combined = lj.combine_judges(scores_JxL, ranges_Lx2, mode)
         assert combined[0] == pytest.approx(3.0) and combined[1] == 3.0 and np.isnan(combined[2])
 
@@ -253,7 +254,7 @@ def test_ensemble_skips_failed_judges_and_combine_is_nan_only_when_all_fail():
 def test_prompt_too_long_is_counted_and_not_generated(tok):
     short_len = len(data.encode_chats(tok, [P.single_prompt("q", "short", ACC, nonce="0" * 16).messages])[0])
     judge, stub = make_judge(tok, lambda t, c: "SCORE: 2", max_prompt_tokens=short_len + 50)
-    out = lj.judge_rows([judge], lj.JudgeConfig(num_samples=1), ["q", "q"], ["short", "long " * 500],
+    out = lj.judge_rows([judge], JudgeSpec(samples=1), ["q", "q"], ["short", "long " * 500],
                         [[ACC], [ACC]], jax.random.key(0))
     assert stub.calls[0]["batch"] == 1 and out.scores[0][0] == 2 and np.isnan(out.scores[1][0])
     assert out.details["judge_prompt_too_long"] == 1
@@ -262,7 +263,7 @@ def test_prompt_too_long_is_counted_and_not_generated(tok):
 def test_same_key_same_prompts_different_key_different_nonces(tok):
     def run(seed):
         judge, stub = make_judge(tok, lambda t, c: "SCORE: 2")
-        lj.judge_rows([judge], lj.JudgeConfig(num_samples=2), ["q"], ["r"], [[ACC]], jax.random.key(seed))
+        lj.judge_rows([judge], JudgeSpec(samples=2), ["q"], ["r"], [[ACC]], jax.random.key(seed))
         return stub.calls[0]["prompts"]
 
     assert run(7) == run(7)
@@ -274,7 +275,7 @@ def test_same_key_same_prompts_different_key_different_nonces(tok):
 
 def test_prompt_contains_description_all_anchors_examples_and_instructions(tok):
     judge, stub = make_judge(tok, lambda t, c: "SCORE: 2")
-    lj.judge_rows([judge], lj.JudgeConfig(num_samples=1), ["What is 2+2?"], ["It is 4."], [[ACC]], jax.random.key(0))
+    lj.judge_rows([judge], JudgeSpec(samples=1), ["What is 2+2?"], ["It is 4."], [[ACC]], jax.random.key(0))
     text = stub.calls[0]["prompts"][0]
     assert ACC.description in text
     for level, anchor in ACC.anchors.items():
@@ -300,15 +301,15 @@ def test_fence_removes_the_nonce_from_untrusted_text():
 
 def test_judge_and_config_validation(tok):
     with pytest.raises(ValueError, match="mode"):
-        lj.JudgeConfig(mode="pairwise")
-    with pytest.raises(ValueError, match="num_samples"):
-        lj.JudgeConfig(num_samples=0)
+        JudgeSpec(mode="pairwise")
+    with pytest.raises(ValueError, match="samples"):
+        JudgeSpec(samples=0)
     with pytest.raises(ValueError, match="ensemble"):
-        lj.JudgeConfig(ensemble="vote")
+        JudgeSpec(ensemble="vote")
     with pytest.raises(ValueError, match="max_new_tokens"):
         make_judge(tok, digit_reply, max_new_tokens=0)
     with pytest.raises(ValueError, match="no judge configured"):
-        lj.judge_rows([], lj.JudgeConfig(), ["q"], ["r"], [[ACC]], jax.random.key(0))
+        lj.judge_rows([], JudgeSpec(), ["q"], ["r"], [[ACC]], jax.random.key(0))
 
 
 # ------------------------------------------------------------------------------ the real path (sampling.generate)
@@ -366,7 +367,7 @@ def test_real_generate_scripted_judge_scores_every_item_in_one_call(tok):
         return sampling.generate(*args, **kwargs)
 
     judge = lj.Judge("scripted", scripted_model(tok, "SCORE: 4"), tok, spy, sampler="greedy", max_new_tokens=24)
-    out = lj.judge_rows([judge], lj.JudgeConfig(num_samples=2), ["q1", "q2", "q3"], ["a", "b", "c"],
+    out = lj.judge_rows([judge], JudgeSpec(samples=2), ["q1", "q2", "q3"], ["a", "b", "c"],
                         [[ACC], [ACC, SAFE], []], jax.random.key(0))
     assert calls == [6, 2, 2]  # (1 + 2) requests x 2 samples in one call; then only the 2 invalid samples
     np.testing.assert_array_equal(out.scores[0], [4.0])
@@ -379,7 +380,7 @@ def test_real_generate_random_judge_fails_visibly(tok):
 
     judge = lj.Judge("random", random_model(tok, seed=1), tok, sampling.generate, sampler="temperature(1.0)",
                      max_new_tokens=8)
-    out = lj.judge_rows([judge], lj.JudgeConfig(num_samples=2, max_retries=1), ["q"] * 2, ["a", "b"], [[ACC]] * 2,
+    out = lj.judge_rows([judge], JudgeSpec(samples=2, max_retries=1), ["q"] * 2, ["a", "b"], [[ACC]] * 2,
                         jax.random.key(0))
     assert np.isnan(np.concatenate(out.scores)).all()
     d = out.details
@@ -389,19 +390,19 @@ def test_real_generate_random_judge_fails_visibly(tok):
 def test_each_failed_score_carries_its_cause(tok):
     short_len = len(data.encode_chats(tok, [P.single_prompt("q", "truncate me", ACC, nonce="0" * 16).messages])[0])
     responses = ["fine", "truncate me", "garbled", "long " * 500]
-    for mode in ("single", "multi"):
+    for mode in ("per_dimension", "all_criteria"):
         def reply(text, call, mode=mode):
             response = fenced(text, "response")
             if "truncate" in response:
                 return StubGenerate.TRUNCATE + "SCORE: 1"
-            good = "SCORE: 2" if mode == "single" else "\n".join(f"{i}: 2" for i in criteria_ids(text))
+            good = "SCORE: 2" if mode == "per_dimension" else "\n".join(f"{i}: 2" for i in criteria_ids(text))
             return "SCORE: five" if "garbled" in response else good
 
         judge, _ = make_judge(tok, reply, max_prompt_tokens=short_len + 50)
-        out = lj.judge_rows([judge], lj.JudgeConfig(mode=mode, num_samples=2, max_retries=1), ["q"] * 4, responses,
+        out = lj.judge_rows([judge], JudgeSpec(mode=mode, samples=2, max_retries=1), ["q"] * 4, responses,
                             [[ACC]] * 4, jax.random.key(0))
         assert out.causes == [[""], ["judge_truncated"], ["judge_invalid_verdict"], ["judge_prompt_too_long"]], mode
-    out = lj.judge_rows([judge], lj.JudgeConfig(mode="multi", num_samples=1), ["q"] * 2, ["fine", "long " * 500],
+    out = lj.judge_rows([judge], JudgeSpec(mode="all_criteria", samples=1), ["q"] * 2, ["fine", "long " * 500],
                         [[], [ACC, SAFE]], jax.random.key(0))
     assert out.causes == [[], ["judge_prompt_too_long"] * 2]
 
@@ -417,7 +418,7 @@ def test_rounds_and_call_sizes_are_agreed_across_processes(tok, monkeypatch):
                                 lambda n, pending, salt: (max(n, next(others)), max(pending, 1), salt))
             judge, stub = make_judge(tok, lambda text, call: digit_reply(text, call) if "<response-" in text else "",
                                      batch_size=batch_size)  # a filler prompt has no fenced response
-            out = lj.judge_rows([judge], lj.JudgeConfig(num_samples=1, max_retries=2), ["q"] * len(responses),
+            out = lj.judge_rows([judge], JudgeSpec(samples=1, max_retries=2), ["q"] * len(responses),
                                 responses, dims, jax.random.key(0))
             assert [c["batch"] for c in stub.calls] == expected_calls
             assert [s.tolist() for s in out.scores] == [[4.0], [2.0]][:len(responses)]
@@ -438,7 +439,7 @@ def test_a_block_of_rows_is_judged_as_in_one_call_of_all_rows(tok):
 
     def judge(responses):
         judge, _ = make_judge(tok, reply)
-        return lj.judge_rows([judge], lj.JudgeConfig(num_samples=3, max_retries=2), ["q"] * len(responses),
+        return lj.judge_rows([judge], JudgeSpec(samples=3, max_retries=2), ["q"] * len(responses),
                              responses, [[ACC]] * len(responses), jax.random.key(0))
 
     responses = [f"answer {i}" for i in range(6)]

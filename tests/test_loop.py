@@ -17,6 +17,7 @@ import jax
 import numpy as np
 import pytest
 
+from rubric_jax.judges.spec import JudgeSpec, judge_hash
 from rubric_jax.train.loop import NanStreak, TrainingError
 from rubric_jax.train.settings import grpo_config
 from test_workdir import tensorboard_scalars
@@ -117,6 +118,11 @@ def test_workdir_holds_everything_a_researcher_needs(uninterrupted):
     assert all(r["eval/response_len/mean"] <= 16 for r in evals) and max(r["response_len/mean"] for r in grpo) > 16
     rubric = json.loads((uninterrupted / "rubric.json").read_text())
     assert len(rubric["rubric_set_hash"]) == 64
+    # The judge is recorded like the rubric: in rubric.json and in metrics.jsonl's run_info line.
+    judge = JudgeSpec.from_config(config["judge"], "config.judge")
+    assert rubric["judge"]["hash"] == judge_hash(judge) and rubric["calibration"] is None
+    run_info = json.loads((uninterrupted / "metrics.jsonl").read_text().splitlines()[0])["run_info"]
+    assert run_info["rubric"]["judge"] == rubric["judge"]
     assert list((uninterrupted / "plots").glob("*.png"))
     samples = _rows(uninterrupted, "samples.jsonl")
     assert {"question", "response", "scores", "reward"} <= set(samples[0])

@@ -7,8 +7,8 @@ import re
 import pytest
 
 from rubric_jax.data import Question, load_questions
-from rubric_jax.judges import llm_judge as lj
 from rubric_jax.judges.reward import RubricReward
+from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.qurl import pipeline as P
 from rubric_jax.qurl.config import BuildConfig, BuildError
 from rubric_jax.qurl.retrieval import Document
@@ -82,7 +82,7 @@ def tok():
 
 def build(tmp_path, tok, generator=None, config=CONFIG, settings=None):
     judge, stub = make_judge(tok, judge_reply)
-    reward = RubricReward(judges=[judge], judge_config=lj.JudgeConfig(mode="multi", num_samples=1, max_retries=0))
+    reward = RubricReward(judges=[judge], judge_spec=JudgeSpec(mode="all_criteria", samples=1, max_retries=0))
     generator = generator or ScriptedGenerator(script())
     templates = P.load_templates()
     result = P.build_rubrics(QUESTIONS, DOCUMENTS, config, templates, generator, reward, tmp_path / "work",

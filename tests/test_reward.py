@@ -13,6 +13,7 @@ from rubric_jax import data
 from rubric_jax.judges import llm_judge as lj
 from rubric_jax.judges import rules as R
 from rubric_jax.judges.reward import RubricReward, concat_outputs
+from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.rubrics.schema import RubricError, case_rubric, dimension_from_dict, rubric_from_dict
 from rubric_jax.text import strip_invisible
 from test_llm_judge import criteria_ids, fenced, make_judge, tiny_tokenizer
@@ -100,7 +101,7 @@ def test_llm_dimensions_go_through_the_judge_and_failures_are_masked(tok):
 
     judge, stub = make_judge(tok, reply)
     mixed = rubric([FORMAT, ACCURACY])
-    reward = RubricReward([mixed], judges=[judge], judge_config=lj.JudgeConfig(num_samples=3, max_retries=1))
+    reward = RubricReward([mixed], judges=[judge], judge_spec=JudgeSpec(samples=3, max_retries=1))
     responses = ["<think>t</think><answer>5</answer>", "it is 3", "no digits at all"]
     out = reward(["q"] * 3, responses, [mixed] * 3, key=jax.random.key(0))
     assert [c["batch"] for c in stub.calls] == [9, 3]  # one batched call, then one retry call for row 2's samples
@@ -118,7 +119,7 @@ def test_a_failed_gate_judge_makes_the_row_not_ok(tok):
     gate = dict(ACCURACY, id="safe", scale={"kind": "binary"}, anchors=BINARY, gate=True)
     gated = rubric([FORMAT, gate])
     judge, _ = make_judge(tok, lambda text, call: "unparseable")
-    out = RubricReward([gated], judges=[judge], judge_config=lj.JudgeConfig(num_samples=1, max_retries=0))(
+    out = RubricReward([gated], judges=[judge], judge_spec=JudgeSpec(samples=1, max_retries=0))(
         ["q"], ["<think>a</think><answer>b</answer>"], [gated], key=jax.random.key(0))
     assert not out.details["reward_ok"][0] and out.reward[0] == 0.0 and out.details["num_not_ok"] == 1
 
@@ -131,7 +132,7 @@ def test_multi_mode_scores_all_criteria_of_a_response_in_one_prompt(tok):
         return "\n".join(f"{i}: {5 if i == 'accuracy' else 1}" for i in criteria_ids(text))
 
     judge, stub = make_judge(tok, reply)
-    reward = RubricReward([two], judges=[judge], judge_config=lj.JudgeConfig(mode="multi", num_samples=1))
+    reward = RubricReward([two], judges=[judge], judge_spec=JudgeSpec(mode="all_criteria", samples=1))
     out = reward(["q", "q"], ["a", "b"], [two, two], key=jax.random.key(0))
     assert stub.calls[0]["batch"] == 2
     np.testing.assert_allclose(out.scores, [[1.0, 0.0], [1.0, 0.0]])
@@ -185,7 +186,7 @@ def test_parser_only_sees_the_judge_output(tok):
     cases = adversarial()
     judge, _ = make_judge(tok, lambda text, call: "The response is mediocre.\nSCORE: 2")
     r = rubric([ACCURACY])
-    out = RubricReward([r], judges=[judge], judge_config=lj.JudgeConfig(num_samples=1))(
+    out = RubricReward([r], judges=[judge], judge_spec=JudgeSpec(samples=1))(
         [c["question"] for c in cases], [c["response"] for c in cases], [r] * len(cases), key=jax.random.key(0))
     np.testing.assert_array_equal(out.details["raw_scores"][:, 0], 2.0)
 
@@ -195,7 +196,7 @@ def test_an_echoing_judge_never_yields_the_injected_score(tok):
     cases = adversarial()
     judge, _ = make_judge(tok, lambda text, call: fenced(text, "response") + "\nSCORE: 2")
     r = rubric([ACCURACY])
-    out = RubricReward([r], judges=[judge], judge_config=lj.JudgeConfig(num_samples=1, max_retries=1))(
+    out = RubricReward([r], judges=[judge], judge_spec=JudgeSpec(samples=1, max_retries=1))(
         [c["question"] for c in cases], [c["response"] for c in cases], [r] * len(cases), key=jax.random.key(1))
     raw = out.details["raw_scores"][:, 0]
     assert set(raw[~np.isnan(raw)]) == {2.0}
@@ -206,7 +207,7 @@ def test_fences_survive_and_special_tokens_cannot_end_the_turn(tok):
     cases = adversarial()
     judge, stub = make_judge(tok, lambda text, call: "SCORE: 3")
     r = rubric([dict(ACCURACY, reads="response")])  # the judge sees the whole response (less invisible characters)
-    RubricReward([r], judges=[judge], judge_config=lj.JudgeConfig(num_samples=1))(
+    RubricReward([r], judges=[judge], judge_spec=JudgeSpec(samples=1))(
         [c["question"] for c in cases], [c["response"] for c in cases], [r] * len(cases), key=jax.random.key(2))
     im_start, im_end = tok.convert_tokens_to_ids("<|im_start|>"), tok.convert_tokens_to_ids("<|im_end|>")
     reserved = lj.special_tokens(tok)
@@ -229,10 +230,10 @@ def test_adversarial_responses_through_real_generate(tok):
     cases = adversarial()
     mixed = rubric([FORMAT, ACCURACY])
     questions, responses = [c["question"] for c in cases], [c["response"] for c in cases]
-    config = lj.JudgeConfig(num_samples=1, max_retries=0)
+    config = JudgeSpec(samples=1, max_retries=0)
     scripted = lj.Judge("scripted", scripted_model(tok, "SCORE: 3"), tok, sampling.generate, sampler="greedy",
                         max_new_tokens=6)
-    out = RubricReward([mixed], judges=[scripted], judge_config=config)(questions, responses, [mixed] * len(cases),
+    out = RubricReward([mixed], judges=[scripted], judge_spec=config)(questions, responses, [mixed] * len(cases),
                                                                        key=jax.random.key(0))
     np.testing.assert_array_equal(out.details["raw_scores"][:, 1], 3.0)
     np.testing.assert_array_equal(out.details["raw_scores"][:, 0], [c["expect"]["format"] for c in cases])
@@ -240,7 +241,7 @@ def test_adversarial_responses_through_real_generate(tok):
 
     random_judge = lj.Judge("random", random_model(tok, seed=3), tok, sampling.generate,
                             sampler="temperature(1.0)", max_new_tokens=6)
-    out = RubricReward([mixed], judges=[random_judge], judge_config=config)(
+    out = RubricReward([mixed], judges=[random_judge], judge_spec=config)(
         questions, responses, [mixed] * len(cases), key=jax.random.key(0))
     assert np.isnan(out.details["raw_scores"][:, 1]).all() and not out.valid[:, 1].any()
     assert out.details["failures"]["accuracy"] == len(cases) == out.details["judge_failed_scores"]
@@ -256,7 +257,7 @@ def test_failed_scores_are_counted_per_dimension_and_cause(tok, monkeypatch):
     short_len = max(len(ids) for ids in data.encode_chats(tok, [
         lj.single_prompt("q", "a" * 40 + "b", mixed.dimension("accuracy"), nonce="0" * 16).messages]))
     judge, _ = make_judge(tok, lambda text, call: "SCORE: 4", max_prompt_tokens=short_len + 50)
-    reward = RubricReward([mixed], judges=[judge], judge_config=lj.JudgeConfig(num_samples=1))
+    reward = RubricReward([mixed], judges=[judge], judge_spec=JudgeSpec(samples=1))
     out = reward(["q"] * 3, ["fine", "long " * 500, "a" * 40 + "b"], [mixed] * 3, key=jax.random.key(0))
     np.testing.assert_array_equal(out.valid, [[True, True, True], [True, True, False], [True, False, True]])
     np.testing.assert_allclose(out.reward, [(0 + 1 + 0.75) / 3, (0 + 1) / 2, (0 + 0.75) / 2])
@@ -298,7 +299,7 @@ def test_concat_outputs_equals_scoring_all_rows_at_once(tok):
     rows = (["q1", "q2", "q2", "q1"], ["<think>t</think><answer>5</answer>", "water 3", "no digits", "it is 2"],
             [mixed, case, case, mixed])
     judge, _ = make_judge(tok, reply)
-    reward = RubricReward([mixed, case], judges=[judge], judge_config=lj.JudgeConfig(num_samples=2, max_retries=1))
+    reward = RubricReward([mixed, case], judges=[judge], judge_spec=JudgeSpec(samples=2, max_retries=1))
     whole = reward(*rows, key=jax.random.key(0))
     parts = [reward(*(x[a:b] for x in rows), key=jax.random.key(0)) for a, b in ((0, 1), (1, 4))]
     assert parts[0].dimension_ids == ["format", "accuracy"]  # the first block has no water column
@@ -352,7 +353,7 @@ def test_each_dimension_reads_its_part_rules_and_judge_alike(tok):
                 dim("judged_all", "response", kind="llm")])
     judge, stub = make_judge(tok, lambda text, call: "\n".join(f"{i}: 1" for i in criteria_ids(text)))
     response = "<think>ask a doctor</think><answer>Rest.</answer>"
-    out = RubricReward([r], judges=[judge], judge_config=lj.JudgeConfig(mode="multi", num_samples=1))(
+    out = RubricReward([r], judges=[judge], judge_spec=JudgeSpec(mode="all_criteria", samples=1))(
         ["q"], [response], [r], key=jax.random.key(0))
     assert dict(zip(out.dimension_ids, out.details["raw_scores"][0])) == {
         "format": 1, "plans": 1, "advises": 0, "judged_think": 1, "judged_answer": 1, "judged_all": 1}

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -97,7 +98,7 @@ def _error_case(tmp_path, case):
     elif case == "missing_responses":
         rows = None
     elif case == "missing_judge_dir":
-        extra = [f"--judge_checkpoint={tmp_path / 'nojudge'}"]
+        extra = [f"--judge.checkpoint={tmp_path / 'nojudge'}"]
     elif case == "out_is_responses":
         out = responses
     elif case == "out_is_rubric":
@@ -110,7 +111,7 @@ def _error_case(tmp_path, case):
         os.link(rubric, out)
     elif case == "out_in_judge_dir":
         (tmp_path / "judge").mkdir()
-        extra, out = [f"--judge_checkpoint={tmp_path / 'judge'}"], tmp_path / "judge" / "config.json"
+        extra, out = [f"--judge.checkpoint={tmp_path / 'judge'}"], tmp_path / "judge" / "config.json"
     elif case == "out_is_directory":
         out = tmp_path
     elif case == "rubric_is_directory":
@@ -146,7 +147,7 @@ ERROR_CASES = {
     "line_not_object": ["in.jsonl:1: expected a JSON object"],
     "line_bad_row_rubric": ["in.jsonl:2: field 'rubric.extra'"],
     "missing_responses": ["in.jsonl: responses file does not exist"],
-    "missing_judge_dir": ["--judge_checkpoint=", "nojudge: directory does not exist"],
+    "missing_judge_dir": ["--judge.checkpoint=", "nojudge: directory does not exist"],
 }
 # Hostile paths and lines; run in this process (experiments.score.main with parsed flags) to save start-ups.
 HOSTILE_CASES = {
@@ -190,8 +191,17 @@ def score_in_process(*args: str) -> tuple[int, str, str]:
 
     from experiments import score
 
+    from experiments import judge_config
+
+    # ml_collections defines the --judge.FIELD flags while it parses --judge, reading them from sys.argv: name
+    # the (default) judge file explicitly so that this in-process parse defines them afresh.
+    named = any(a.startswith("--judge=") for a in args)
+    argv = ["score", *([] if named else [f"--judge={judge_config.JUDGES_DIR / 'default.py'}"]), *args]
     flags.FLAGS.unparse_flags()
-    flags.FLAGS(["score", *args])
+    for name in [n for n in flags.FLAGS if n.startswith("judge.")]:  # defined by the previous parse
+        delattr(flags.FLAGS, name)
+    with mock.patch.object(sys, "argv", argv):
+        flags.FLAGS(argv)
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         try:
@@ -234,8 +244,8 @@ def test_llm_dimension_with_a_judge_checkpoint_directory(tmp_path):
         {"question": "2+2?", "response": "5\nSCORE: 1"},
     ])
     out = tmp_path / "out.jsonl"
-    proc = run_score(f"--rubric={rubric}", f"--responses={responses}", f"--out={out}", f"--judge_checkpoint={judge_dir}",
-                     "--judge_sampler=greedy", "--judge_samples=1", "--judge_max_new_tokens=8")
+    proc = run_score(f"--rubric={rubric}", f"--responses={responses}", f"--out={out}", f"--judge.checkpoint={judge_dir}",
+                     "--judge.sampler=greedy", "--judge.samples=1", "--judge.max_new_tokens=8")
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["scores"]["accuracy"] for r in rows] == [4.0, 4.0]
@@ -267,7 +277,7 @@ def test_failures_are_reported_with_causes_and_a_dimension_without_any_score_is_
     cases = {
         "partial": (regex_rubric, rows[::-1], []),  # a regex's timeout ends its searches in the call: last row
         "all_regex": (regex_rubric, rows[:1], []),
-        "judge_too_long": (medical_qa, rows[1:], [f"--judge_checkpoint={short_judge}"]),
+        "judge_too_long": (medical_qa, rows[1:], [f"--judge.checkpoint={short_judge}"]),
         "surrogate": (regex_rubric, [rows[1], '{"question": "q", "response": "lone \\ud800 surrogate"}'], []),
     }
     results = {}

@@ -52,7 +52,7 @@ def test_shipped_configs_validate_and_eval_has_its_own_response_budget():
     ("judge__ensemble", "vote", "config.judge.ensemble='vote'"),
     ("judge__prompt", "short", "config.judge.prompt='short': expected one of ('full', 'compact')"),
     ("judge__param_dtype", "fp16", "config.judge.param_dtype='fp16'"),
-    ("judge__sampler", "beam(4)", "config.judge.sampler: sampler 'beam(4)'"),
+    ("judge__sampler", "beam(4)", "config.judge.sampler='beam(4)': expected \"greedy\""),
     ("eval__sampler", "temperature(nan)", "config.eval.sampler: sampler 'temperature(nan)': arguments must be finite"),
     ("sft__schedule", "linear", "config.sft: OptimizerConfig.schedule='linear'"),
     ("rl__schedule", "cosine ", "config.rl: OptimizerConfig.schedule='cosine '"),

@@ -15,6 +15,7 @@ import pytest
 
 from rubric_jax.judges import llm_judge as lj
 from rubric_jax.judges.reward import RubricReward
+from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.judges.store import StoreError, StoredAnswer, VerdictStore
 from test_llm_judge import ACC, SAFE, criteria_ids, digit_reply, fenced, make_judge, tiny_tokenizer
 from test_reward import ACCURACY, FORMAT, LENGTH, SAFETY, rubric
@@ -46,7 +47,7 @@ def flaky_reply(text, call):
 
 def judge_with(tok, store, dims=(ACC, SAFE), responses=RESPONSES, reply=flaky_reply, key=0, name="stub", **config):
     judge, stub = make_judge(tok, reply, name=name)
-    out = lj.judge_rows([judge], lj.JudgeConfig(**{"num_samples": 2, **config}), ["q"] * len(responses), responses,
+    out = lj.judge_rows([judge], JudgeSpec(**{"samples": 2, **config}), ["q"] * len(responses), responses,
                         [list(dims)] * len(responses), jax.random.key(key), store)
     return out, stub
 
@@ -99,10 +100,10 @@ def test_the_store_keeps_the_generate_calls_global_across_processes(tok, tmp_pat
     sends 3 prompts per round: this one still makes the call, padded with fillers, and keeps its stored
     verdicts."""
     store = VerdictStore(tmp_path / "v.db", "judge-a")
-    first, _ = judge_with(tok, store, reply=content_reply, num_samples=1, max_retries=1)
+    first, _ = judge_with(tok, store, reply=content_reply, samples=1, max_retries=1)
     monkeypatch.setattr(lj.distributed, "max_over_processes",
                         lambda n, pending, salt: (max(n, 3), max(pending, 3), salt))
-    out, stub = judge_with(tok, store, reply=content_reply, num_samples=1, max_retries=1)
+    out, stub = judge_with(tok, store, reply=content_reply, samples=1, max_retries=1)
     assert [c["batch"] for c in stub.calls] == [3, 3] and sent_prompts(stub) == []
     assert [s.tolist() for s in out.scores] == [s.tolist() for s in first.scores]
 
@@ -151,7 +152,7 @@ def test_gates_first_keeps_every_reward_and_sends_fewer_prompts(tok):
     outs = {}
     for gates_first in (False, True):
         judge, stub = make_judge(tok, digit_reply)
-        reward = RubricReward([gated_rubric], [judge], lj.JudgeConfig(num_samples=3), gates_first=gates_first)
+        reward = RubricReward([gated_rubric], [judge], JudgeSpec(samples=3), gates_first=gates_first)
         outs[gates_first] = reward(["q"] * 4, responses, [gated_rubric] * 4, key=jax.random.key(0))
         assert len(sent_prompts(stub)) == (4 if not gates_first else 2) * 3
     off, on = outs[False], outs[True]
@@ -184,7 +185,7 @@ def test_an_interrupted_evaluation_judge_pass_resumes_with_only_the_missing_answ
             return content_reply(text, call)
 
         judge, stub = make_judge(tok, reply)
-        reward = RubricReward([acc_rubric], [judge], lj.JudgeConfig(num_samples=2))
+        reward = RubricReward([acc_rubric], [judge], JudgeSpec(samples=2))
         return harness.judge_answers(reward, cases, generated, "plain", False, 2, jax.random.key(0), store), stub
 
     store = VerdictStore(tmp_path / "v.db", "judge-a")
@@ -211,7 +212,7 @@ def test_golden_references_are_judged_once_with_a_store(tok, tmp_path):
     golden_set = GoldenSet(questions, [acc_rubric] * 3)
     store = VerdictStore(tmp_path / "v.db", "judge-a")
     judge, stub = make_judge(tok, content_reply)
-    reward = RubricReward([acc_rubric], [judge], lj.JudgeConfig(num_samples=1))
+    reward = RubricReward([acc_rubric], [judge], JudgeSpec(samples=1))
     policy = reward(["q"] * 3, ["worth 2"] * 3, [acc_rubric] * 3, key=jax.random.key(5))
     calls = len(stub.calls)
     evals = [golden_set.metrics(policy, reward, key=jax.random.key(1), store=store) for _ in range(2)]

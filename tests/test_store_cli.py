@@ -36,8 +36,8 @@ def inputs(tmp_path_factory):
     rubric = tmp / "rubric.json"
     rubric.write_text(json.dumps(rubric_dict([FORMAT, ACCURACY])))
     responses = write_jsonl(tmp / "in.jsonl", [{"question": f"q{i}", "response": f"answer {i}"} for i in range(ROWS)])
-    return [f"--rubric={rubric}", f"--responses={responses}", f"--judge_checkpoint={judge_dir}",
-            "--judge_sampler=greedy", "--judge_samples=1", "--judge_max_new_tokens=8", "--batch_size=2"]
+    return [f"--rubric={rubric}", f"--responses={responses}", f"--judge.checkpoint={judge_dir}",
+            "--judge.sampler=greedy", "--judge.samples=1", "--judge.max_new_tokens=8", "--batch_size=2"]
 
 
 def summary_of(stdout):
@@ -47,12 +47,12 @@ def summary_of(stdout):
 def test_a_killed_score_rerun_judges_only_what_is_missing(tmp_path, inputs):
     store = tmp_path / "verdicts.db"
     killed = subprocess.run([sys.executable, "-c", KILLED_SCORE, *inputs, f"--out={tmp_path / 'killed.jsonl'}",
-                             f"--judge_store={store}"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                             f"--judge.store={store}"], cwd=REPO, capture_output=True, text=True, timeout=300,
                             env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "KILL_AT": "3"})
     assert killed.returncode == -9, killed.stderr  # killed in the middle: two of three calls stored
     assert not (tmp_path / "killed.jsonl").exists()
 
-    status, stdout, stderr = score_in_process(*inputs, f"--out={tmp_path / 'resumed.jsonl'}", f"--judge_store={store}")
+    status, stdout, stderr = score_in_process(*inputs, f"--out={tmp_path / 'resumed.jsonl'}", f"--judge.store={store}")
     assert status == 0, stderr
     resumed = summary_of(stdout)
     assert resumed["judge_store_hits"] == 4 and resumed["judge_prompts"] == 2 and resumed["judge_generate_calls"] == 1
@@ -62,7 +62,7 @@ def test_a_killed_score_rerun_judges_only_what_is_missing(tmp_path, inputs):
     assert summary_of(stdout)["judge_prompts"] == ROWS and summary_of(stdout)["judge_store_hits"] == 0
     assert (tmp_path / "resumed.jsonl").read_text() == (tmp_path / "fresh.jsonl").read_text()
 
-    status, stdout, stderr = score_in_process(*inputs, f"--out={tmp_path / 'again.jsonl'}", f"--judge_store={store}")
+    status, stdout, stderr = score_in_process(*inputs, f"--out={tmp_path / 'again.jsonl'}", f"--judge.store={store}")
     again = summary_of(stdout)
     assert status == 0 and again["judge_store_hits"] == ROWS and again["judge_generate_calls"] == 0
 
@@ -71,22 +71,22 @@ def test_a_corrupt_misplaced_or_useless_store_is_one_line(tmp_path, inputs):
     garbage = tmp_path / "garbage.db"
     garbage.write_bytes(b"\x13\x37 not sqlite \xff" * 500)
     responses = inputs[1].split("=", 1)[1]
-    no_judge = [a for a in inputs if not a.startswith("--judge_checkpoint=")]
+    no_judge = [a for a in inputs if not a.startswith("--judge.checkpoint=")]
     for store, fragment, args in ((garbage, "file is not a database", inputs),
                                   (responses, "same file as the input", inputs),
                                   (tmp_path / "v.db", "there is no LLM judge", no_judge)):
-        status, stdout, stderr = score_in_process(*args, f"--out={tmp_path / 'out.jsonl'}", f"--judge_store={store}")
+        status, stdout, stderr = score_in_process(*args, f"--out={tmp_path / 'out.jsonl'}", f"--judge.store={store}")
         assert status == 2 and len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr, stderr
         assert str(store) in stderr and fragment in stderr, stderr
         assert not (tmp_path / "out.jsonl").exists()
 
 
 def test_the_documented_store_example_judges_nothing_the_second_time(tmp_path):
-    """docs/judges.md's command as written (its --out and --judge_store in a temporary directory), run twice."""
+    """docs/judges.md's command as written (its --out and --judge.store in a temporary directory), run twice."""
     from tests import manual
 
-    command = manual.command("experiments.score", "--judge_store")
-    replaced = {"--out": tmp_path / "scored.jsonl", "--judge_store": tmp_path / "verdicts.db"}
+    command = manual.command("experiments.score", "--judge.store")
+    replaced = {"--out": tmp_path / "scored.jsonl", "--judge.store": tmp_path / "verdicts.db"}
     args = [next((f"{flag}={value}" for flag, value in replaced.items() if a.startswith(f"{flag}=")), a)
             for a in command.argv[2:]]
     outputs = []

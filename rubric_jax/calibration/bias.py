@@ -9,7 +9,7 @@ named. Each coefficient has an OLS standard error and a t interval; an interval 
 bias in score points on the dimension's raw scale.
 
 Position probe (RubricRL 3.3 "位置偏差"): the LLM dimensions are scored twice with a fixed anchor order,
-as written and reversed (criteria reversed too in "multi" mode), same nonces and sampling keys; the
+as written and reversed (criteria reversed too in all_criteria mode), same nonces and sampling keys; the
 shift is reversed - forward per item, reported as its mean (with a bootstrap interval), mean absolute
 value and the share of items whose score changed.
 """

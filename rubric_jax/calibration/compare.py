@@ -22,8 +22,9 @@ from rubric_jax.calibration.labels import LabelledItem, dimension_info
 from rubric_jax.calibration.redundancy import redundancy_report
 from rubric_jax.calibration.run import CalibrationError, Settings, score_items
 from rubric_jax.calibration.stats import Statistic, bootstrap_ci
-from rubric_jax.judges.llm_judge import Judge, JudgeConfig
+from rubric_jax.judges.llm_judge import Judge
 from rubric_jax.judges.reward import RubricReward
+from rubric_jax.judges.spec import JudgeSpec, describe
 
 COMPARE_FORMAT = "rubric_jax.rubric_comparison"
 
@@ -78,7 +79,7 @@ class Versions:
 
 
 def compare_rubrics(versions: Versions, settings: Settings, *, judges: Sequence[Judge] = (),
-                    judge_config: JudgeConfig = JudgeConfig(), inputs: Mapping[str, Any] | None = None
+                    judge_spec: JudgeSpec = JudgeSpec(), inputs: Mapping[str, Any] | None = None
                     ) -> dict[str, Any]:
     """The comparison report: each labelled dimension of both versions, A and B side by side, and B − A."""
     if len(versions.items_a) != len(versions.items_b):
@@ -94,7 +95,7 @@ def compare_rubrics(versions: Versions, settings: Settings, *, judges: Sequence[
     key = jax.random.key(settings.seed)
     scores = {}
     for side, items in (("a", versions.items_a), ("b", versions.items_b)):
-        reward = RubricReward(_rubrics(items), judges, judge_config)  # the same key: only the rubric differs
+        reward = RubricReward(_rubrics(items), judges, judge_spec)  # the same key: only the rubric differs
         scores[side] = score_items(reward, items, settings.batch_size, key,
                                    f"calibrate --compare: rubric {side.upper()}")
     labels = {d: np.array([item.labels.get(d, np.nan) for item in versions.items_a]) for d in shared}
@@ -111,7 +112,7 @@ def compare_rubrics(versions: Versions, settings: Settings, *, judges: Sequence[
         "bootstrap": {"resamples": settings.num_resamples, "confidence": CONFIDENCE, "seed": settings.seed,
                       "method": "percentile; the difference resamples the same items for both versions"},
         "inputs": {**(inputs or {}), "judges": [j.name for j in judges],
-                   "judge_config": dataclasses.asdict(judge_config)},
+                   "judge": describe(judge_spec)},
         "statistics": list(STATISTICS),
         "dimensions": dims,
         "redundancy": {side: redundancy_report(scores[side], settings.redundancy_threshold) for side in ("a", "b")},

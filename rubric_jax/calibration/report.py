@@ -22,6 +22,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from rubric_jax.calibration.agreement import STATISTICS
+from rubric_jax.calibration.pinning import PIN_FIELD
 from rubric_jax.calibration.run import Calibration, PlotData
 from rubric_jax.files import write_atomic
 from rubric_jax.judges.features import FEATURES
@@ -127,6 +128,21 @@ def _worst_tables(dims: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _pinned_section(pinned: Mapping[str, Any]) -> list[str]:
+    """The (rubric, judge) pair the report measured: judge hash, spec fields, weights, rubrics."""
+    judge = pinned["judge"]
+    lines = ["## Judge and rubrics measured", "",
+             f"Judge hash `{judge['hash']}` (prompt templates version {judge['prompt_version']}). A run, score or "
+             "evaluation given `judge.calibration=` this report.json checks its own (rubric, judge) pair against "
+             "these at start-up.", "", "| judge field | value |", "|---|---|"]
+    lines += [f"| {_cell(k)} | {_cell(repr(v))} |" for k, v in judge["spec"].items()]
+    lines += [f"| weights of {_cell(path)} | `{identity}` |" for path, identity in judge["weights"].items()]
+    lines += ["", "| rubric | version | content hash | LLM dimensions |", "|---|---|---|---|"]
+    lines += [f"| {_cell(r['name'])} | {r['version']} | `{r['content_hash']}` | {_cell(', '.join(r['dimensions']))} |"
+              for r in pinned["rubrics"]]
+    return lines
+
+
 def markdown(report: Mapping[str, Any]) -> str:
     """The report as Markdown tables: agreement, bias probes, position probe, correction, worst disagreements."""
     dims = report["dimensions"]
@@ -137,7 +153,8 @@ def markdown(report: Mapping[str, Any]) -> str:
         f"Compared with: {report['compared_with']} · {report['items']} items · flag: Spearman below "
         f"{report['threshold']} or undefined · 95% intervals from {boot['resamples']} bootstrap resamples "
         f"(seed {boot['seed']}).",
-        "", f"Flagged dimensions: {', '.join(report['flagged']) or 'none'}.", "", "## Agreement", "",
+        "", f"Flagged dimensions: {', '.join(report['flagged']) or 'none'}.", "",
+        *([*_pinned_section(report[PIN_FIELD]), ""] if report.get(PIN_FIELD) else []), "## Agreement", "",
         *_agreement_table(dims), "", "## Bias probes", "",
         "OLS coefficients in score points of the dimension's raw scale, with 95% t intervals; * marks an "
         "interval that excludes 0. `length_z` is per SD of length"

@@ -11,7 +11,7 @@ probe biases, fit a correction (RubricRL 3.2-3.3: Spearman/kappa per dimension, 
   position probe    with a judge, every LLM dimension is scored again with the anchor order as written and
                     reversed (bias.py).
 
-Judges arrive loaded (experiments/judge_flags.load_judges, in the decode layout); this package never
+Judges arrive loaded (judges/spec.load_judges, in the decode layout); this package never
 touches checkpoints.
 """
 
@@ -30,10 +30,12 @@ from rubric_jax.calibration.agreement import Agreement, agreement, dimension_see
 from rubric_jax.calibration.bias import bias_regression, position_shift, standardization
 from rubric_jax.calibration.correction import fit_correction
 from rubric_jax.calibration.labels import DimensionInfo, LabelledItem, dimension_info
+from rubric_jax.calibration.pinning import PIN_FIELD, pair_record
 from rubric_jax.calibration.redundancy import redundancy_report
 from rubric_jax.judges.features import response_features
-from rubric_jax.judges.llm_judge import Judge, JudgeConfig
+from rubric_jax.judges.llm_judge import Judge
 from rubric_jax.judges.reward import RubricReward
+from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.judges.store import VerdictStore
 from rubric_jax.rubrics.correction import Correction, FORMAT as CORRECTION_FORMAT
 from rubric_jax.rubrics.schema import Rubric
@@ -174,7 +176,7 @@ def _against_labels(items: Sequence[LabelledItem], info: Mapping[str, DimensionI
 
 
 def _rater_columns(
-    items: Sequence[LabelledItem], settings: Settings, judges: Sequence[Judge], judge_config: JudgeConfig,
+    items: Sequence[LabelledItem], settings: Settings, judges: Sequence[Judge], judge_spec: JudgeSpec,
     key: jax.Array, store: VerdictStore | None,
 ) -> tuple[dict[str, np.ndarray], dict[str, DimensionInfo], str]:
     """Rater scores [R, N] per dimension (NaN: not rated), their dimensions, and where the raters come from:
@@ -187,16 +189,17 @@ def _rater_columns(
             columns[d] = np.array([item.ratings.get(d, (np.nan,) * raters) for item in items]).T
         return columns, info, "recorded ratings"
     if not judges:
-        raise CalibrationError("against=judge: the rows have no 'ratings' and no --judge_checkpoint was given")
+        raise CalibrationError("against=judge: the rows have no 'ratings' and no judge checkpoint was given "
+                               "(--judge.checkpoint)")
     info = dimension_info(items, llm_only=True)
     if not info:
         raise CalibrationError("against=judge: the rubrics have no LLM dimension for judges to disagree on")
     rubrics = _rubrics(items)
     if len(judges) >= 2:
-        passes = [(RubricReward(rubrics, [j], judge_config), key, j.name) for j in judges]
+        passes = [(RubricReward(rubrics, [j], judge_spec), key, j.name) for j in judges]
         source = "one scoring pass per judge: " + ", ".join(j.name for j in judges)
     else:
-        reward = RubricReward(rubrics, judges, judge_config)
+        reward = RubricReward(rubrics, judges, judge_spec)
         passes = [(reward, k, f"pass {i + 1}") for i, k in enumerate(jax.random.split(key, 2))]
         source = f"two independent scoring passes of {judges[0].name}"
     scored = [score_items(reward, items, settings.batch_size, k, f"calibrate: {name}", store)
@@ -205,12 +208,12 @@ def _rater_columns(
 
 
 def _against_judge(items: Sequence[LabelledItem], settings: Settings, judges: Sequence[Judge],
-                   judge_config: JudgeConfig, key: jax.Array, features: Mapping[str, np.ndarray],
+                   judge_spec: JudgeSpec, key: jax.Array, features: Mapping[str, np.ndarray],
                    standardize: Mapping[str, tuple[float, float]], store: VerdictStore | None
                    ) -> tuple[dict, dict, str, dict]:
     """Per dimension: rater agreement (mean over rater pairs), report entry and plot data; the raters' source;
     each dimension's mean rating per item (NaN where a rater lacks it)."""
-    columns, info, source = _rater_columns(items, settings, judges, judge_config, key, store)
+    columns, info, source = _rater_columns(items, settings, judges, judge_spec, key, store)
     entries, plots = {}, {}
     for dim_id, scores_RxN in columns.items():
         rows = np.flatnonzero(~np.isnan(scores_RxN).any(axis=0))
@@ -230,14 +233,14 @@ def _against_judge(items: Sequence[LabelledItem], settings: Settings, judges: Se
 
 
 def _position_probe(items: Sequence[LabelledItem], settings: Settings, judges: Sequence[Judge],
-                    judge_config: JudgeConfig, key: jax.Array, store: VerdictStore | None
+                    judge_spec: JudgeSpec, key: jax.Array, store: VerdictStore | None
                     ) -> dict[str, dict[str, Any]]:
     """Per LLM dimension: the score shift when its anchors (and criteria, in multi mode) are reversed."""
     info = dimension_info(items, llm_only=True)
     rubrics = _rubrics(items)
     passes = {}
     for name, reverse in (("as written", False), ("reversed", True)):
-        config = dataclasses.replace(judge_config, shuffle_anchors=False, reverse_order=reverse)
+        config = dataclasses.replace(judge_spec, shuffle_anchors=False, reverse_order=reverse)
         passes[name] = score_items(RubricReward(rubrics, judges, config), items, settings.batch_size, key,
                                    f"calibrate: anchors {name}", store)
     return {d: position_shift(passes["as written"][d], passes["reversed"][d], num_resamples=settings.num_resamples,
@@ -245,7 +248,7 @@ def _position_probe(items: Sequence[LabelledItem], settings: Settings, judges: S
 
 
 def calibrate(items: Sequence[LabelledItem], settings: Settings, *, judges: Sequence[Judge] = (),
-              judge_config: JudgeConfig = JudgeConfig(), correction: Correction | None = None,
+              judge_spec: JudgeSpec = JudgeSpec(), correction: Correction | None = None,
               inputs: Mapping[str, Any] | None = None, store: VerdictStore | None = None) -> Calibration:
     """Scores, compares and probes `items` as `settings` say; the report, a fitted correction and plot data.
 
@@ -257,7 +260,7 @@ def calibrate(items: Sequence[LabelledItem], settings: Settings, *, judges: Sequ
     standardize = standardization(features)
     fitted, fit_reports = None, {}
     if settings.against == "labels":
-        reward = RubricReward(_rubrics(items), judges, judge_config, correction=correction)
+        reward = RubricReward(_rubrics(items), judges, judge_spec, correction=correction)
         info = dimension_info(items)
         entries, plots, judge_cols, label_cols = _against_labels(
             items, info, settings, reward, jax.random.fold_in(key, 0), features, standardize, store)
@@ -271,20 +274,20 @@ def calibrate(items: Sequence[LabelledItem], settings: Settings, *, judges: Sequ
         redundancy = {"labels": redundancy_report(label_cols, settings.redundancy_threshold),
                       "judge": redundancy_report(judge_cols, settings.redundancy_threshold)}
     else:
-        entries, plots, source, ratings = _against_judge(items, settings, judges, judge_config,
+        entries, plots, source, ratings = _against_judge(items, settings, judges, judge_spec,
                                                          jax.random.fold_in(key, 0), features, standardize, store)
         redundancy = {"mean rating": redundancy_report(ratings, settings.redundancy_threshold)}
     probe = None
     if settings.position_probe and judges and dimension_info(items, llm_only=True):
-        probe = _position_probe(items, settings, judges, judge_config, jax.random.fold_in(key, 1), store)
+        probe = _position_probe(items, settings, judges, judge_spec, jax.random.fold_in(key, 1), store)
     report = {
-        "format": REPORT_FORMAT, "format_version": 1, "against": settings.against, "compared_with": source,
+        "format": REPORT_FORMAT, "format_version": 2, "against": settings.against, "compared_with": source,
         "items": len(items), "threshold": settings.threshold,
         "bootstrap": {"resamples": settings.num_resamples, "confidence": 0.95, "seed": settings.seed,
                       "method": "percentile, paired resamples of items"},
         "inputs": {**(inputs or {}), "judges": [j.name for j in judges],
-                   "judge_config": dataclasses.asdict(judge_config),
                    "correction_applied": correction.content_hash if correction is not None else None},
+        PIN_FIELD: pair_record(judge_spec, _rubrics(items)),
         "features": {"length": {"mean": standardize["length"][0], "sd": standardize["length"][1]}
                      if "length" in standardize else "constant"},
         "flagged": sorted(d for d, e in entries.items() if e.get("flagged")),

@@ -66,4 +66,4 @@ def score(cases: Sequence[RubricCase], answers: Sequence[Answer]) -> BenchmarkRe
     return BenchmarkResult(summary, records, ("capability", "instances scored", "score (1-5)"), rows, chart, notes)
 
 
-BENCHMARK = Benchmark("biggen", load_cases, score, judge_mode="single", judge_sees_reference=True)
+BENCHMARK = Benchmark("biggen", load_cases, score, judge_mode="per_dimension", judge_sees_reference=True)

@@ -19,6 +19,7 @@ import numpy as np
 from rubric_jax import data, files, metrics, text
 from rubric_jax.evaluation import biggen, healthbench, hellobench, longbench_write, report, rubric_set
 from rubric_jax.evaluation.results import FINISH_PROMPT_TOO_LONG, Answer, Benchmark, EvalFailed, EvalInputError
+from rubric_jax.judges.http_backend import HTTP_COUNTERS
 from rubric_jax.rubrics.importers import RubricCase
 from rubric_jax.rubrics.schema import Rubric
 
@@ -27,15 +28,17 @@ if TYPE_CHECKING:  # jax, the sampler and the judges load in seconds: only `run`
 
     from rubric_jax.evaluation.policy import Policy
     from rubric_jax.judges.reward import RubricReward
+    from rubric_jax.judges.spec import JudgeSpec
     from rubric_jax.judges.store import VerdictStore
 
 BENCHMARKS = ("hellobench", "longbench_write", "healthbench", "biggen", "rubric_set")
 PROMPT_FORMATS = ("plain", "think_answer")
 WHICH = ("latest", "best")  # --workdir checkpoints: the newest, or the highest logged held-out reward
 UNBOUNDED_JUDGE_PROMPT = 1 << 30  # load_judge caps it at the judge's context minus its answer budget
+JUDGE_ANSWERS_PER_PASS = 64  # answers per reward call (one batched judge pass; judge.batch_size bounds its calls)
 # RubricReward's judge counters summed over the judge passes into summary.json (llm_judge.judge_rows).
 JUDGE_COUNTERS = ("judge_prompts", "judge_generate_calls", "judge_invalid", "judge_retried", "judge_prompt_too_long",
-                  "judge_scores", "judge_failed_samples", "judge_failed_scores", "judge_store_hits")
+                  "judge_scores", "judge_failed_samples", "judge_failed_scores", "judge_store_hits", *HTTP_COUNTERS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,20 +50,6 @@ class GenerationSettings:
     batch_size: int = 16
     prompt_format: str = "plain"  # "plain": the benchmark's prompt; "think_answer": rubric_jax's training format
     seed: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
-class JudgeSettings:
-    """The judge: HF directories (several = a mean ensemble), prompt mode (None: the benchmark's), samples,
-    retries, sampler, answer budget, and answers per judge pass."""
-
-    checkpoints: tuple[Path, ...] = ()
-    mode: str | None = None
-    samples: int = 1
-    retries: int = 3
-    sampler: str = "temperature(0.7)"
-    max_new_tokens: int = 512
-    batch_size: int = 64
 
 
 def benchmark_named(name: str, shared_rubric: Rubric | None = None) -> Benchmark:
@@ -208,7 +197,7 @@ class Evaluation:
 
 
 def prepare(benchmark_name: str, data_dir: Path, data_file: str | None, limit: int | None, out: Path,
-            judge: JudgeSettings, inputs: Sequence[Path], input_dirs: Sequence[Path],
+            judge: JudgeSpec, inputs: Sequence[Path], input_dirs: Sequence[Path],
             shared_rubric: Rubric | None = None) -> Evaluation:
     """Reads and checks the benchmark's cases, the judge need and `out` (no model is touched)."""
     benchmark = benchmark_named(benchmark_name, shared_rubric)
@@ -219,11 +208,11 @@ def prepare(benchmark_name: str, data_dir: Path, data_file: str | None, limit: i
     if not cases:
         raise EvalInputError(f"--data_dir={data_dir}: no {benchmark.name} cases to evaluate")
     needs_judge = [(c.rubric, d) for c in cases for d in c.rubric.dimensions if d.kind == "llm"]
-    if needs_judge and not judge.checkpoints:
+    if needs_judge and not judge.has_judge:
         if not benchmark.judge_optional:
             rubric, dim = needs_judge[0]
-            raise EvalInputError(f"--judge_checkpoint: {benchmark.name} is scored by an LLM judge (rubric "
-                                 f"{rubric.name!r}, dimension {dim.id!r}); give --judge_checkpoint=DIR")
+            raise EvalInputError(f"--judge.checkpoint: {benchmark.name} is scored by an LLM judge (rubric "
+                                 f"{rubric.name!r}, dimension {dim.id!r}); give --judge.checkpoint=DIR")
         cases = [dataclasses.replace(c, rubric=None) for c in cases]
     return Evaluation(benchmark, cases, {"data_dir": str(data_dir), "data_file": data_file, "limit": limit}, out)
 
@@ -246,7 +235,8 @@ def check_scored(cases: Sequence[RubricCase], answers: Sequence[Answer], counter
     judged = [a for c, a in zip(cases, answers) if c.rubric is not None and a.judged]
     if judged and all(np.isnan(a.raw_scores).all() for a in judged):
         causes = ", ".join(f"{name} {counters[name]}" for name in ("judge_prompts", "judge_prompt_too_long",
-                                                                   "judge_invalid") if counters.get(name))
+                                                                   "judge_invalid", "judge_http_failures")
+                           if counters.get(name))
         raise EvalFailed(f"none of the {len(judged)} judged answers got a score ({causes or 'every rule failed'}); "
                          f"the report in {out} keeps the answers, its scores mean nothing")
 
@@ -278,51 +268,53 @@ def _check_rules(cases: Sequence[RubricCase]) -> None:
 
 
 def run(evaluation: Evaluation, *, checkpoint: Path | None, workdir: Path | None, which: str,
-        mesh_axes: tuple[int, int, int], generation: GenerationSettings, judge: JudgeSettings,
-        store: VerdictStore | None = None) -> dict[str, Any]:
-    """Answers, judges and scores every case, writes the report into `evaluation.out`; returns summary.json.
-    The judge reads and writes `store` (judges/store.py): a re-run judges only answers it has not seen."""
+        mesh_axes: tuple[int, int, int], generation: GenerationSettings, judge: JudgeSpec,
+        calibration: Mapping[str, Any] | None = None, store: VerdictStore | None = None) -> dict[str, Any]:
+    """Answers, judges (`judge`: its mode resolved for the benchmark) and scores every case, writes the report
+    into `evaluation.out`; returns summary.json, which records the judge (hash, fields, weights) and the
+    start-up `calibration` check, if any. The judge reads and writes `store` (judges/store.py): a re-run judges
+    only answers it has not seen."""
     import jax  # imported here: bad input is rejected (prepare) before jax, flax and transformers load
 
     from rubric_jax import sampling, sharding
     from rubric_jax.evaluation.policy import load_policy
-    from rubric_jax.judges.llm_judge import JudgeConfig, load_judge
     from rubric_jax.judges.reward import RubricReward
+    from rubric_jax.judges.spec import describe, load_judges
 
     benchmark, cases = evaluation.benchmark, evaluation.cases
     try:
         mesh = sharding.make_mesh(sharding.MeshConfig(*mesh_axes))
-        judge_config = JudgeConfig(mode=judge.mode or benchmark.judge_mode, num_samples=judge.samples,
-                                   max_retries=judge.retries)
-        for flag, spec in (("--sampler", generation.sampler), ("--judge_sampler", judge.sampler)):
-            try:
-                sampling.parse_sampler(spec)
-            except ValueError as e:
-                raise ValueError(f"{flag}: {e}") from None
+        try:
+            sampling.parse_sampler(generation.sampler)
+        except ValueError as e:
+            raise ValueError(f"--sampler: {e}") from None
     except ValueError as e:
         raise EvalInputError(str(e)) from None
     _check_rules(cases)
     generation_key, judge_key = jax.random.split(jax.random.key(generation.seed))
+    judge = judge.for_benchmark(benchmark.judge_mode)
+
+    def judges_of() -> tuple:
+        try:
+            # Prompts as long as the judge's context allows (benchmark prompts can be long articles).
+            return load_judges(judge, mesh, where="--judge", max_prompt_tokens=UNBOUNDED_JUDGE_PROMPT)
+        except ValueError as e:
+            raise EvalInputError(str(e)) from None
+
+    # An endpoint holds no memory here: it is checked before any answer is generated.
+    judges = judges_of() if judge.backend == "openai" else None
     policy = load_policy(checkpoint=checkpoint, workdir=workdir, which=which, mesh=mesh, sampler=generation.sampler,
                          max_new_tokens=generation.max_new_tokens)
     policy_name, policy_source = policy.name, policy.source
     generated = generate_answers(policy, cases, generation, generation_key)
     del policy  # free the policy's parameters before the judges load
-    judges = []
-    for path in judge.checkpoints:
-        try:
-            # Prompts as long as the judge's context allows (benchmark prompts can be long articles).
-            judges.append(load_judge(str(path), layout=sharding.Layout(mesh, sharding.DECODE_RULES),
-                                     sampler=judge.sampler, max_new_tokens=judge.max_new_tokens,
-                                     max_prompt_tokens=UNBOUNDED_JUDGE_PROMPT))
-        except (OSError, ValueError) as e:
-            raise EvalInputError(f"--judge_checkpoint={path}: {e}") from None
-    reward = RubricReward(judges=judges, judge_config=judge_config)
+    judges = judges if judges is not None else judges_of()
+    reward = RubricReward(judges=judges, judge_spec=judge)
     answers, judge_counters = judge_answers(reward, cases, generated, generation.prompt_format,
-                                            benchmark.judge_sees_reference, judge.batch_size, judge_key, store)
+                                            benchmark.judge_sees_reference, JUDGE_ANSWERS_PER_PASS, judge_key, store)
     result = benchmark.score(cases, answers)
     summary = {"benchmark": benchmark.name, "policy": policy_name, "policy_source": policy_source,
-               "judge": [str(p) for p in judge.checkpoints], "judge_mode": judge_config.mode,
+               "judge": describe(judge), "judge_mode": judge.mode, "calibration": calibration,
                "data": evaluation.data, "generation": dataclasses.asdict(generation),
                "counts": _counts(answers), "judge_counters": judge_counters, "scores": result.scores}
     records = [_record(c, a, r) for c, a, r in zip(cases, answers, result.records)]

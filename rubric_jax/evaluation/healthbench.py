@@ -115,4 +115,4 @@ def score(cases: Sequence[RubricCase], answers: Sequence[Answer]) -> BenchmarkRe
     return BenchmarkResult(summary, records, ("metric", "examples", "score", "bootstrap std"), rows, chart, notes)
 
 
-BENCHMARK = Benchmark("healthbench", load_cases, score, judge_mode="single")
+BENCHMARK = Benchmark("healthbench", load_cases, score, judge_mode="per_dimension")

@@ -102,7 +102,7 @@ def score(cases: Sequence[RubricCase], answers: Sequence[Answer]) -> BenchmarkRe
     return BenchmarkResult(summary, records, ("task", "questions scored", "score"), _table(scores, counts), chart)
 
 
-BENCHMARK = Benchmark("hellobench", load_cases, score, judge_mode="multi")
+BENCHMARK = Benchmark("hellobench", load_cases, score, judge_mode="all_criteria")
 
 
 # ------------------------------------------------------------------------------------------ published judgements

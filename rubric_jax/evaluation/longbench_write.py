@@ -108,4 +108,4 @@ def score(cases: Sequence[RubricCase], answers: Sequence[Answer]) -> BenchmarkRe
                            [(name, finite_or_none(value)) for name, value in rows], chart, notes)
 
 
-BENCHMARK = Benchmark("longbench_write", load_cases, score, judge_mode="multi", judge_optional=True)
+BENCHMARK = Benchmark("longbench_write", load_cases, score, judge_mode="all_criteria", judge_optional=True)

@@ -88,7 +88,7 @@ class Benchmark:
     name: str
     load_cases: Callable[[Path, str | None, int | None], list[RubricCase]]  # (data_dir, data_file, limit)
     score: Callable[[Sequence[RubricCase], Sequence[Answer]], BenchmarkResult]
-    judge_mode: str  # "single" (one judge call per criterion) | "multi" (one per answer), as the benchmark judges
+    judge_mode: str  # per_dimension (one judge call per criterion) | all_criteria (one per answer): the benchmark's way
     judge_optional: bool = False  # True: scores that need no judge are still reported without one
     judge_sees_reference: bool = False  # the judge prompt shows the case's reference answer (Prometheus)
 

@@ -49,7 +49,7 @@ def make_benchmark(shared: Rubric | None) -> Benchmark:
     def load_cases(data_dir: Path, name: str | None, limit: int | None) -> list[RubricCase]:
         return limited(rubric_set_cases(data_file(data_dir, name, None, "rubric_set"), shared), limit)
 
-    return Benchmark("rubric_set", load_cases, score, judge_mode="single")
+    return Benchmark("rubric_set", load_cases, score, judge_mode="per_dimension")
 
 
 def score(cases: Sequence[RubricCase], answers: Sequence[Answer]) -> BenchmarkResult:

@@ -11,7 +11,7 @@ A score is rounded to the nearest level (verdicts are integers); an item the tea
 An item's response is the part of the response its dimension reads (`Dimension.reads`, rubric_jax/text.py): the
 teacher scores and the student is shown exactly what the judge is shown at scoring time.
 
-A training example is the prompt `llm_judge.judge_rows` sends at scoring time in "single" mode (a fresh
+A training example is the prompt `llm_judge.judge_rows` sends at scoring time in "per_dimension" mode (a fresh
 nonce and a shuffled anchor order per rendering, the judge tokenizer's special tokens fenced out) and a
 verdict the strict parser accepts: the chosen level's anchor description, then `SCORE: <level>`. So the
 student learns the exact format it is parsed with, and to find the level whatever order the anchors come in.
@@ -28,11 +28,12 @@ import jax
 import numpy as np
 
 from rubric_jax import data, text
-from rubric_jax.judges.llm_judge import Judge, JudgeConfig, judge_rows, special_tokens
+from rubric_jax.judges.llm_judge import Judge, judge_rows, special_tokens
 from rubric_jax.judges.parser import SINGLE_KEY, parse_single
 from rubric_jax.judges.prompts import JudgePrompt, compact_single_prompt, single_prompt
 from rubric_jax.judges.reward import split_by_reads
 from rubric_jax.judges.rules import make_rule
+from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.rubrics.schema import Dimension, Rubric
 
 QualityFn = Callable[[Sequence[str]], np.ndarray]  # responses -> q_N in [0, 1] (a rules.Rule is one)
@@ -131,7 +132,7 @@ def rule_items(questions: Sequence[str], responses: Sequence[str], teachers_per_
                       scored[(n, t.dimension.id)]) for n, teachers in enumerate(teachers_per_row) for t in teachers]
 
 
-def judge_items(judges: Sequence[Judge], config: JudgeConfig, questions: Sequence[str], responses: Sequence[str],
+def judge_items(judges: Sequence[Judge], config: JudgeSpec, questions: Sequence[str], responses: Sequence[str],
                 dims_per_row: Sequence[Sequence[Dimension]], key: jax.Array, batch_size: int = 64
                 ) -> tuple[list[JudgeItem], int]:
     """Items scored by teacher judges through judge_rows (one batched call per `batch_size` rows and round; each
@@ -188,7 +189,7 @@ def verdict_text(dim: Dimension, level: int) -> str:
 
 def scoring_prompt(item: JudgeItem, rng: np.random.Generator, reserved: Sequence[str], prompt: str = "full"
                    ) -> JudgePrompt:
-    """The prompt judge_rows sends for this item in "single" mode with JudgeConfig.prompt = `prompt`: a fresh nonce
+    """The prompt judge_rows sends for this item in "per_dimension" mode with JudgeSpec.prompt = `prompt`: a fresh nonce
     and a shuffled anchor order."""
     nonce = rng.bytes(NONCE_BYTES).hex()
     order = rng.permutation(len(item.dimension.anchors)).tolist()
@@ -200,7 +201,7 @@ def scoring_prompt(item: JudgeItem, rng: np.random.Generator, reserved: Sequence
 
 def encode_examples(tokenizer: Any, items: Sequence[JudgeItem], rng: np.random.Generator, prompt: str = "full"
                     ) -> tuple[list[list[int]], list[list[int]]]:
-    """(prompt ids, verdict ids + eos) per item, each prompt (JudgeConfig.prompt style) freshly rendered from `rng`."""
+    """(prompt ids, verdict ids + eos) per item, each prompt (JudgeSpec.prompt style) freshly rendered from `rng`."""
     reserved = special_tokens(tokenizer)
     prompt_ids = data.encode_chats(tokenizer, [scoring_prompt(item, rng, reserved, prompt).messages for item in items])
     target_ids = data.encode_responses(tokenizer, [verdict_text(item.dimension, item.score) for item in items])

@@ -1,8 +1,8 @@
 """LLM judge: every judge prompt of a step in one batched `generate` call per judge, parsed, retried, combined.
 
 Flow for a batch of rows (question, response, the row's LLM dimensions):
-  requests: one per (row, dimension) in "single" mode, one per row in "multi" mode (QuRL);
-  samples:  each request is prompted `num_samples` times (fresh nonce, optionally shuffled anchors)
+  requests: one per (row, dimension) in "per_dimension" mode, one per row in "all_criteria" mode (QuRL);
+  samples:  each request is prompted `samples` times (fresh nonce, optionally shuffled anchors)
             and the median of its valid verdicts is kept (RubricRL 3.3);
   rounds:   round 0 sends all prompts in ONE generate call (or calls of at most `batch_size` prompts,
             which bounds the judge's KV cache); each retry round re-prompts only the invalid samples
@@ -23,6 +23,10 @@ Flow for a batch of rows (question, response, the row's LLM dimensions):
             round (a process with fewer misses pads), and each call's answers are stored right after it;
   ensemble: judges (different params or base models, RubricRL 6.2 / 7) are combined per score by the
             mean of the valid ones, or weighted by agreement with the other judges.
+  backend:  a judge's answers come from sampling.generate in this process, or from an OpenAI-compatible
+            endpoint (`Judge.http`, judges/http_backend.py: its requests are this process's own, no call is
+            global); everything above is the same for both, and an endpoint that gives no answer after its
+            HTTP retries fails the sample with cause "judge_http_error" (never re-prompted).
 
 A slot is one (row, dimension) score; a request covers a contiguous range of slots. Arrays below are
 indexed [J judges, S samples, L slots]. Randomness (nonces, anchor orders, sampling) comes only from
@@ -40,18 +44,18 @@ import jax
 import numpy as np
 
 from rubric_jax import data, distributed, loader, sampling, sharding
+from rubric_jax.judges.http_backend import COMMON_SPECIAL_TOKENS, summarize
 from rubric_jax.judges.parser import parse_verdict
 from rubric_jax.judges.prompts import JudgePrompt, compact_single_prompt, multi_prompt, single_prompt
-from rubric_jax.judges.store import StoredAnswer, VerdictStore, prompt_digest
+from rubric_jax.judges.spec import MODES, JudgeSpec
+from rubric_jax.judges.store import StoredAnswer, VerdictStore, messages_digest, prompt_digest
 from rubric_jax.models.checkpoint import load_tokenizer
 from rubric_jax.rubrics.schema import Dimension, canonical_json, dimension_to_dict
 
-MODES = ("single", "multi")
-PROMPTS = ("full", "compact")  # JudgeConfig.prompt: prompts.single_prompt / multi_prompt, or compact_single_prompt
-ENSEMBLES = ("mean", "agreement")
 # Why a judge score is missing: the prompt does not fit the judge's context (never sent), the reply hit
 # max_new_tokens, or the reply had no parseable verdict.
-FAILURE_CAUSES = ("judge_prompt_too_long", "judge_truncated", "judge_invalid_verdict")
+# An HTTP judge's endpoint that gave no answer after its retries: judge_http_error.
+FAILURE_CAUSES = ("judge_prompt_too_long", "judge_truncated", "judge_invalid_verdict", "judge_http_error")
 GenerateFn = Callable[..., Any]  # sampling.generate's signature (see the sampler contract)
 MAX_PROMPT_TOKENS = 4096  # longest judge prompt sent (capped by the judge's context); longer ones are counted
 
@@ -59,17 +63,19 @@ MAX_PROMPT_TOKENS = 4096  # longest judge prompt sent (capped by the judge's con
 @dataclasses.dataclass(frozen=True)
 class Judge:
     """One judge model: its Weights in `layout` (default: one device), its tokenizer (with chat
-    template) and generation settings."""
+    template) and generation settings; or, with `http`, an endpoint that answers its prompts (weights None,
+    tokenizer optional: the served model's, for prompt lengths and the special tokens fenced out)."""
 
     name: str
     weights: loader.Weights | None
     tokenizer: Any
-    generate_fn: GenerateFn
+    generate_fn: GenerateFn | None
     sampler: str = "temperature(0.7)"
     max_new_tokens: int = 256
     max_prompt_tokens: int = MAX_PROMPT_TOKENS
     layout: sharding.Layout | None = None
     batch_size: int = 0  # most prompts per generate call (0: all of a round in one call)
+    http: Any = None  # http_backend.HttpJudgeClient: answers prompts instead of generate_fn
 
     def __post_init__(self) -> None:
         sampling.parse_sampler(self.sampler)
@@ -77,6 +83,8 @@ class Judge:
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise ValueError(f"judge {self.name!r}: {field} must be an integer >= {minimum}, got {value!r}")
+        if self.http is not None and self.tokenizer is None:
+            return
         if self.tokenizer.pad_token_id is None or self.tokenizer.eos_token_id is None:
             raise ValueError(f"judge {self.name!r}: tokenizer needs pad and eos tokens")
         if not self.tokenizer.chat_template:
@@ -106,39 +114,6 @@ def load_judge(
     return Judge(name or str(checkpoint_dir), weights, tokenizer, sampling.generate, sampler=sampler,
                  max_new_tokens=max_new_tokens, max_prompt_tokens=min(max_prompt_tokens, context_left), layout=layout,
                  batch_size=batch_size)
-
-
-@dataclasses.dataclass(frozen=True)
-class JudgeConfig:
-    """How LLM dimensions are judged: prompt mode, samples per item, retries, ensemble rule."""
-
-    mode: str = "single"  # "single": one prompt per (response, dim); "multi": one per response (QuRL)
-    num_samples: int = 3  # prompts per item, median of the valid verdicts (RubricRL 3.3)
-    shuffle_anchors: bool = True  # a fresh anchor order per sample (RubricRL 3.3 "交换顺序多次评分")
-    reverse_order: bool = False  # unshuffled: anchors (and "multi" criteria) reversed, for calibration's position probe
-    max_retries: int = 2  # re-prompt rounds for invalid verdicts (Prometheus/LongBench-Write retry too)
-    ensemble: str = "mean"  # "mean" | "agreement" across judges (RubricRL 6.2, 7)
-    prompt: str = "full"  # "compact": a distilled judge's short single prompt (prompts.compact_single_prompt)
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"judge config: mode must be one of {MODES}, got {self.mode!r}")
-        if self.prompt not in PROMPTS:
-            raise ValueError(f"judge config: prompt must be one of {PROMPTS}, got {self.prompt!r}")
-        if self.prompt == "compact" and self.mode != "single":
-            raise ValueError("judge config: the compact prompt scores one dimension at a time (mode 'single')")
-        if self.ensemble not in ENSEMBLES:
-            raise ValueError(f"judge config: ensemble must be one of {ENSEMBLES}, got {self.ensemble!r}")
-        for field, minimum in (("num_samples", 1), ("max_retries", 0)):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"judge config: {field} must be an integer >= {minimum}, got {value!r}")
-        for field in ("shuffle_anchors", "reverse_order"):
-            if not isinstance(getattr(self, field), bool):
-                raise ValueError(f"judge config: {field} must be true/false, got {getattr(self, field)!r}")
-        if self.reverse_order and self.shuffle_anchors:
-            raise ValueError("judge config: reverse_order needs shuffle_anchors=False (a shuffled order has no "
-                             "reverse)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,17 +152,17 @@ def special_tokens(tokenizer: Any) -> list[str]:
 
 
 def _build_prompt(
-    req: _Request, question: str, response: str, config: JudgeConfig, rng: np.random.Generator,
+    req: _Request, question: str, response: str, config: JudgeSpec, rng: np.random.Generator,
     reserved: Sequence[str],
 ) -> JudgePrompt:
-    """The request's prompt; with `reverse_order`, a "multi" prompt lists (and expects) its criteria reversed."""
+    """The request's prompt; with `reverse_order`, an all_criteria prompt lists (and expects) its criteria reversed."""
     nonce = rng.bytes(8).hex()
     dims = req.dims[::-1] if config.reverse_order else req.dims
     orders = [rng.permutation(len(d.anchors)).tolist() if config.shuffle_anchors else
               (list(range(len(d.anchors)))[::-1] if config.reverse_order else None) for d in dims]
     if config.prompt == "compact":
         return compact_single_prompt(response, dims[0], nonce=nonce, anchor_order=orders[0], reserved=reserved)
-    if config.mode == "single":
+    if config.mode == "per_dimension":
         return single_prompt(question, response, dims[0], nonce=nonce, anchor_order=orders[0], reserved=reserved)
     return multi_prompt(question, response, dims, nonce=nonce, anchor_orders=orders, reserved=reserved)
 
@@ -219,7 +194,7 @@ def _generate(judge: Judge, ids: Sequence[Sequence[int]], count: int, key: jax.A
 
 def _run_judge(
     judge: Judge,
-    config: JudgeConfig,
+    config: JudgeSpec,
     requests: Sequence[_Request],
     questions: Sequence[str],
     responses: Sequence[str],
@@ -232,11 +207,11 @@ def _run_judge(
     """Scores [S, L] for one judge: NaN where a sample never produced a valid verdict, whose cause
     (FAILURE_CAUSES) is written into `causes_SxL`. Answers found in `store` are not generated again; every
     generated answer is written to it right after its call."""
-    scores_SxL = np.full((config.num_samples, num_slots), np.nan)
-    reserved = special_tokens(judge.tokenizer)
+    scores_SxL = np.full((config.samples, num_slots), np.nan)
+    reserved = special_tokens(judge.tokenizer) if judge.tokenizer is not None else list(COMMON_SPECIAL_TOKENS)
     seeds = [_request_seed(questions[req.row], responses[req.row], req.dims) for req in requests]
     seed_hex = key_words(key).tobytes().hex()
-    pending = [(r, s) for r in range(len(requests)) for s in range(config.num_samples)]
+    pending = [(r, s) for r in range(len(requests)) for s in range(config.samples)]
     for round_index, round_key in enumerate(jax.random.split(key, config.max_retries + 1)):
         prompt_key, gen_key = jax.random.split(round_key)
         prompts = [
@@ -244,15 +219,19 @@ def _run_judge(
                           host_rng(prompt_key, seeds[r], s), reserved)
             for r, s in pending
         ]
-        ids = data.encode_chats(judge.tokenizer, [p.messages for p in prompts]) if prompts else []
-        fits = [len(x) <= judge.max_prompt_tokens for x in ids]
+        if judge.tokenizer is not None:
+            ids, fits = _fitting(judge, prompts)
+            digests = [prompt_digest(x) for x in ids]
+        else:  # a served judge without a local tokenizer: its prompts are keyed by their chat messages
+            ids, fits = [], [True] * len(prompts)
+            digests = [messages_digest(p.messages) for p in prompts]
         stats["judge_prompt_too_long"] += fits.count(False)
         for (r, s), ok in zip(pending, fits):
             if not ok:
                 first = requests[r].first_slot
                 causes_SxL[s, first : first + len(requests[r].dims)] = "judge_prompt_too_long"
         sent = [i for i, ok in enumerate(fits) if ok]
-        entry = {i: (judge.name, prompt_digest(ids[i]), pending[i][1], seed_hex) for i in sent}
+        entry = {i: (judge.name, digests[i], pending[i][1], seed_hex) for i in sent}
         found = store.get(entry.values()) if store is not None else {}
         answers = {i: found[entry[i]] for i in sent if entry[i] in found}
         misses = [i for i in sent if i not in answers]
@@ -265,22 +244,30 @@ def _run_judge(
             len(misses), len(pending), _call_salt([entry[i][1] for i in misses]))
         if not most_pending:
             break
-        chunk = judge.batch_size or max(most_sent, 1)
-        for c, start in enumerate(range(0, most_sent, chunk)):
-            mine = misses[start:start + chunk]
-            texts, finishes = _generate(judge, [ids[i] for i in mine], min(chunk, most_sent - start),
-                                        jax.random.fold_in(jax.random.fold_in(gen_key, salt), c))
-            stats["judge_generate_calls"] += 1
+        if judge.http is not None:
+            generated = _answer_over_http(judge, prompts, misses, requests, pending, causes_SxL, stats)
+        else:
             generated = {}
-            for i, text, finish in zip(mine, texts, finishes):
-                verdict = parse_verdict(text, prompts[i].keys, prompts[i].ranges)
-                generated[i] = StoredAnswer(text, finish, verdict.valid, tuple(verdict.scores.tolist()), verdict.reason)
-            if store is not None:
-                store.put((entry[i], answer) for i, answer in generated.items())
-            answers.update(generated)
-        stats["judge_prompts"] += len(misses)
+            chunk = judge.batch_size or max(most_sent, 1)
+            for c, start in enumerate(range(0, most_sent, chunk)):
+                mine = misses[start:start + chunk]
+                texts, finishes = _generate(judge, [ids[i] for i in mine], min(chunk, most_sent - start),
+                                            jax.random.fold_in(jax.random.fold_in(gen_key, salt), c))
+                stats["judge_generate_calls"] += 1
+                for i, text, finish in zip(mine, texts, finishes):
+                    verdict = parse_verdict(text, prompts[i].keys, prompts[i].ranges)
+                    generated[i] = StoredAnswer(text, finish, verdict.valid, tuple(verdict.scores.tolist()),
+                                                verdict.reason)
+                if store is not None:
+                    store.put((entry[i], generated[i]) for i in mine)
+        if judge.http is not None and store is not None:
+            store.put((entry[i], answer) for i, answer in generated.items())
+        answers.update(generated)
+        stats["judge_prompts"] += len(generated)
         still_invalid = []
         for i in sent:
+            if i not in answers:  # a served judge that never answered: its cause is set, it is not re-prompted
+                continue
             r, s = pending[i]
             answer, first = answers[i], requests[r].first_slot
             cut = answer.finish_reason == sampling.FINISH_LENGTH
@@ -297,6 +284,35 @@ def _run_judge(
             still_invalid.append((r, s))
         pending = still_invalid
     return scores_SxL
+
+
+def _fitting(judge: Judge, prompts: Sequence[JudgePrompt]) -> tuple[list[list[int]], list[bool]]:
+    """Each prompt's token ids with the judge's chat template, and whether it fits max_prompt_tokens."""
+    ids = data.encode_chats(judge.tokenizer, [p.messages for p in prompts]) if prompts else []
+    return ids, [len(x) <= judge.max_prompt_tokens for x in ids]
+
+
+def _answer_over_http(judge: Judge, prompts: Sequence[JudgePrompt], misses: Sequence[int],
+                      requests: Sequence[_Request], pending: Sequence[tuple[int, int]], causes_SxL: np.ndarray,
+                      stats: dict[str, Any]) -> dict[int, StoredAnswer]:
+    """The parsed answers of the prompts `misses` from the judge's endpoint (this process's prompts only: the
+    endpoint samples, no collective call). A prompt that never got an answer (refused for its context, or no
+    answer after the HTTP retries) gets its cause in `causes_SxL` and no answer: it is not stored or re-prompted."""
+    replies = judge.http.answer([prompts[i].messages for i in misses], sampler=judge.sampler,
+                                max_tokens=judge.max_new_tokens, stats=stats)
+    answers = {}
+    for i, reply in zip(misses, replies):
+        if reply.cause:
+            r, s = pending[i]
+            first = requests[r].first_slot
+            causes_SxL[s, first : first + len(requests[r].dims)] = reply.cause
+            stats["judge_prompt_too_long"] += reply.cause == "judge_prompt_too_long"
+            if reply.error and len(stats.setdefault("judge_http_error_examples", [])) < 5:
+                stats["judge_http_error_examples"].append(f"{judge.name}: {reply.error}")
+            continue
+        verdict = parse_verdict(reply.text, prompts[i].keys, prompts[i].ranges)
+        answers[i] = StoredAnswer(reply.text, reply.finish, verdict.valid, tuple(verdict.scores.tolist()), verdict.reason)
+    return answers
 
 
 def combine_judges(scores_JxL: np.ndarray, ranges_Lx2: np.ndarray, ensemble: str) -> np.ndarray:
@@ -320,7 +336,7 @@ def combine_judges(scores_JxL: np.ndarray, ranges_Lx2: np.ndarray, ensemble: str
 
 def judge_rows(
     judges: Sequence[Judge],
-    config: JudgeConfig,
+    config: JudgeSpec,
     questions: Sequence[str],
     responses: Sequence[str],
     dims_per_row: Sequence[Sequence[Dimension]],
@@ -331,6 +347,8 @@ def judge_rows(
     `store`, only prompts without a stored answer are generated, and every answer is stored."""
     if not judges:
         raise ValueError("judge_rows: no judge configured")
+    if config.mode not in MODES:
+        raise ValueError(f"judge_rows: judge mode {config.mode!r} is not one of {MODES} (resolve 'benchmark' first)")
     if not len(questions) == len(responses) == len(dims_per_row):
         raise ValueError(
             f"judge_rows: {len(questions)} questions, {len(responses)} responses, {len(dims_per_row)} dimension lists"
@@ -338,7 +356,7 @@ def judge_rows(
     requests: list[_Request] = []
     slot_rows: list[int] = []
     for row, dims in enumerate(dims_per_row):
-        groups = [(d,) for d in dims] if config.mode == "single" else ([tuple(dims)] if dims else [])
+        groups = [(d,) for d in dims] if config.mode == "per_dimension" else ([tuple(dims)] if dims else [])
         for group in groups:
             requests.append(_Request(row, group, len(slot_rows)))
             slot_rows.extend([row] * len(group))
@@ -349,11 +367,12 @@ def judge_rows(
         "judge_prompt_too_long": 0, "judge_store_hits": 0, "judge_invalid_examples": [],
     }
     per_judge = []
-    causes_JxSxL = np.full((len(judges), config.num_samples, num_slots), "", dtype=object)
+    causes_JxSxL = np.full((len(judges), config.samples, num_slots), "", dtype=object)
     for j, (judge, judge_key) in enumerate(zip(judges, jax.random.split(key, len(judges)))):
         scores_SxL = _run_judge(judge, config, requests, questions, responses, num_slots, judge_key, stats,
                                 causes_JxSxL[j], store)
         per_judge.append(scores_SxL)
+    summarize(stats)  # an HTTP judge's latencies -> percentiles
     scores_JxSxL = np.stack(per_judge)
     valid_JxSxL = ~np.isnan(scores_JxSxL)
     any_valid_JxL = valid_JxSxL.any(axis=1)
@@ -381,9 +400,9 @@ def _most_common_cause(causes: np.ndarray) -> str:
     return FAILURE_CAUSES[int(np.argmax(counts))]
 
 
-def shortest_prompt_tokens(judge: Judge, config: JudgeConfig, question: str, dims: Sequence[Dimension]) -> int:
+def shortest_prompt_tokens(judge: Judge, config: JudgeSpec, question: str, dims: Sequence[Dimension]) -> int:
     """Tokens of the shortest prompt `judge` can be sent for these LLM dimensions of a row (one dimension in
-    "single" mode, the row's in "multi"): the one for an empty response. Longer than `judge.max_prompt_tokens`
+    per_dimension mode, the row's in all_criteria): the one for an empty response. Longer than `judge.max_prompt_tokens`
     means that no response to this row is ever judged on them."""
     prompt = _build_prompt(_Request(0, tuple(dims), 0), question, "", config, np.random.default_rng(0),
                            special_tokens(judge.tokenizer))

@@ -45,8 +45,10 @@ import numpy as np
 
 from rubric_jax import distributed, text
 from rubric_jax.judges.features import FEATURES, response_features
-from rubric_jax.judges.llm_judge import Judge, JudgeConfig, judge_rows
+from rubric_jax.judges.http_backend import HTTP_COUNTERS, LATENCY_PERCENTILES
+from rubric_jax.judges.llm_judge import Judge, judge_rows
 from rubric_jax.judges.rules import MAX_RUBRIC_PHRASES, Rule, RuleError, make_rule, rule_scores
+from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.judges.store import VerdictStore
 from rubric_jax.rubrics.aggregation import aggregate_rubric
 from rubric_jax.rubrics.correction import Correction
@@ -77,11 +79,11 @@ class RubricReward:
     """Callable reward: `(questions, responses, rubrics, *, key=None, weights=None) -> RewardOutput`."""
 
     def __init__(self, rubrics: Sequence[Rubric] = (), judges: Sequence[Judge] = (),
-                 judge_config: JudgeConfig = JudgeConfig(), correction: Correction | None = None,
+                 judge_spec: JudgeSpec = JudgeSpec(), correction: Correction | None = None,
                  gates_first: bool = False):
         self.judges = tuple(judges)
         self.gates_first = gates_first
-        self.judge_config = judge_config
+        self.judge_spec = judge_spec
         self.correction = correction
         unknown = sorted(set(correction.features) - set(FEATURES)) if correction is not None else []
         if unknown:
@@ -137,8 +139,8 @@ class RubricReward:
     def _prompts(self, llm_dims: Sequence[Sequence[Dimension]], rows_N: np.ndarray) -> int:
         """First-round judge prompts of the rows `rows_N` (every judge, every sample; retries not counted)."""
         _, groups = split_by_reads([dims if row else [] for dims, row in zip(llm_dims, rows_N)])
-        requests = sum(map(len, groups)) if self.judge_config.mode == "single" else len(groups)
-        return requests * self.judge_config.num_samples * len(self.judges)
+        requests = sum(map(len, groups)) if self.judge_spec.mode == "per_dimension" else len(groups)
+        return requests * self.judge_spec.samples * len(self.judges)
 
     def __call__(
         self,
@@ -200,7 +202,7 @@ class RubricReward:
             if key is None:
                 raise ValueError("reward: rubrics with LLM dimensions need an explicit PRNG `key` for the judge")
             rows, judged_dims = split_by_reads(llm_dims)
-            judged = judge_rows(self.judges, self.judge_config, [questions[i] for i, _ in rows],
+            judged = judge_rows(self.judges, self.judge_spec, [questions[i] for i, _ in rows],
                                 [views[reads][i] for i, reads in rows], judged_dims, key, store)
             for (i, _), dims, scores, causes in zip(rows, judged_dims, judged.scores, judged.causes):
                 raw_NxD[i, [column[d.id] for d in dims]] = scores
@@ -250,7 +252,7 @@ class RubricReward:
 
 def split_by_reads(llm_dims: Sequence[Sequence[Dimension]]) -> tuple[list[tuple[int, str]], list[list[Dimension]]]:
     """The LLM judge's rows: one per (row, part read) with the row's dimensions that read that part (the judge is
-    shown that part: a "multi" prompt never mixes parts)."""
+    shown that part: an all_criteria prompt never mixes parts)."""
     rows, dims = [], []
     for i, row_dims in enumerate(llm_dims):
         for reads in text.READS:
@@ -265,7 +267,9 @@ def split_by_reads(llm_dims: Sequence[Sequence[Dimension]]) -> tuple[list[tuple[
 # calls every process joined, so the blocks share it.
 _SUMMED_COUNTS = ("judge_prompts", "judge_invalid", "judge_retried", "judge_prompt_too_long", "judge_scores",
                   "judge_failed_samples", "judge_failed_scores", "judge_store_hits", "judge_prompts_gated",
-                  "sample_spread_count", "num_failed_scores", "num_not_ok", "gated_scores")
+                  "sample_spread_count", "num_failed_scores", "num_not_ok", "gated_scores", *HTTP_COUNTERS)
+# An HTTP judge's latency percentiles: the blocks' slowest (a percentile of the union is not kept).
+_LATENCIES = tuple(f"judge_http_latency_p{q}_s" for q in LATENCY_PERCENTILES)
 _SAMPLE_EXAMPLES = 5  # judge_invalid_examples kept (llm_judge keeps as many)
 
 
@@ -300,6 +304,9 @@ def concat_outputs(parts: Sequence[RewardOutput]) -> RewardOutput:
     details.update({k: sum(p.details.get(k, 0) for p in parts) for k in _SUMMED_COUNTS if k in keys})
     if "judge_generate_calls" in keys:
         details["judge_generate_calls"] = max(p.details.get("judge_generate_calls", 0) for p in parts)
+    for k in (k for k in _LATENCIES if k in keys):
+        measured = [p.details[k] for p in parts if k in p.details and not np.isnan(p.details[k])]
+        details[k] = max(measured, default=float("nan"))
     if "judge_invalid_examples" in keys:
         examples = [e for p in parts for e in p.details.get("judge_invalid_examples", [])]
         details["judge_invalid_examples"] = examples[:_SAMPLE_EXAMPLES]

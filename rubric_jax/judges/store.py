@@ -25,7 +25,7 @@ import hashlib
 import json
 import math
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +67,12 @@ EntryKey = tuple[str, str, int, str]
 def prompt_digest(token_ids: Sequence[int]) -> str:
     """sha256 of the exact token ids sent to the judge (the store's `prompt` field)."""
     return hashlib.sha256(np.asarray(token_ids, dtype=np.int64).tobytes()).hexdigest()
+
+
+def messages_digest(messages: Sequence[Mapping[str, str]]) -> str:
+    """sha256 of a prompt's chat messages (the store's `prompt` field for a served judge without a local
+    tokenizer, whose token ids are never seen here)."""
+    return hashlib.sha256(json.dumps(list(messages), sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
 class VerdictStore:

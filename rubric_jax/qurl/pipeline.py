@@ -23,11 +23,11 @@ from typing import Any
 
 import jax
 
-from rubric_jax import sampling, sharding
+from rubric_jax import sharding
 from rubric_jax.data import Question, load_questions
 from rubric_jax.files import open_input, write_atomic
-from rubric_jax.judges.llm_judge import JudgeConfig, load_judge
 from rubric_jax.judges.reward import RubricReward
+from rubric_jax.judges.spec import JudgeSpec, load_judges
 from rubric_jax.qurl import construction, report
 from rubric_jax.qurl.config import BuildConfig, BuildError
 from rubric_jax.qurl.report import BuildResult
@@ -265,13 +265,7 @@ def run_build(config: Any, questions_path: str, corpus_path: str, out_dir: str,
     every setting and input, loads the model once, builds (or resumes), writes OUT/questions.jsonl and
     OUT/report.json. The construction model also judges unless `judge.checkpoint` names judge(s)."""
     build_config = BuildConfig(**config.qurl.to_dict(), seed=config.seed)
-    modes = {"per_dimension": "single", "all_criteria": "multi"}
-    if config.judge.mode not in modes:
-        raise BuildError(f"judge.mode={config.judge.mode!r}: expected one of {sorted(modes)}")
-    judge_config = JudgeConfig(mode=modes[config.judge.mode], num_samples=config.judge.samples,
-                               max_retries=config.judge.max_retries, ensemble=config.judge.ensemble,
-                               shuffle_anchors=config.judge.shuffle_anchors)
-    sampling.parse_sampler(config.judge.sampler)
+    judge_spec = JudgeSpec.from_config(config.judge, "config.judge")
     mesh_config = sharding.MeshConfig(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     mesh_config.axis_sizes(len(jax.devices()))
     for name, path in (("questions", questions_path), ("corpus", corpus_path)):
@@ -293,13 +287,9 @@ def run_build(config: Any, questions_path: str, corpus_path: str, out_dir: str,
         checkpoint=config.model.checkpoint, config_json=config.model.config_json, tokenizer_dir=config.model.tokenizer,
         layout=layout, seed=config.seed, param_dtype=config.model.param_dtype, compute_dtype=config.model.compute_dtype,
         remat=config.model.remat, scan_layers=config.model.scan_layers)
-    judge_dirs = [p.strip() for p in config.judge.checkpoint.split(",") if p.strip()]
-    judges = [load_judge(p, layout=layout, param_dtype=config.judge.param_dtype,
-                         compute_dtype=config.judge.compute_dtype, sampler=config.judge.sampler,
-                         max_new_tokens=config.judge.max_new_tokens)
-              for p in judge_dirs] or [judge_from_model(model, sampler=config.judge.sampler,
-                                                        max_new_tokens=config.judge.max_new_tokens)]
-    reward = RubricReward(judges=judges, judge_config=judge_config)
+    judges = load_judges(judge_spec, layout, where="config.judge") or (
+        judge_from_model(model, sampler=judge_spec.sampler, max_new_tokens=judge_spec.max_new_tokens),)
+    reward = RubricReward(judges=judges, judge_spec=judge_spec)
     generator = ModelTextGenerator(model, build_config.sampler)
     log(f"building rubrics for {len(questions)} question(s) from {len(documents)} document(s) with {model.name}")
     result = build_rubrics(questions, documents, build_config, templates, generator, reward, work, settings, log)

@@ -3,7 +3,7 @@
   train    cold-start-style SFT (train/step.sft_train_step) with the loss on the verdict tokens only; each
            draw of an item renders its prompt afresh (new nonce, new anchor order), as scoring will;
   export   a Hugging Face directory (config.json, model.safetensors, tokenizer with its chat template);
-  measure  the exported directory is loaded the way training loads a judge (llm_judge.load_judge) and scores
+  measure  the exported directory is loaded the way training loads a judge (judges/spec.load_judges) and scores
            held-out items through judge_rows (one batched call, one sample, no retries): the parse-failure
            rate, and agreement with the teacher per dimension (RubricRL 3.2: Spearman; flag below 0.6).
 
@@ -29,7 +29,8 @@ from rubric_jax.calibration.agreement import agreement, dimension_seed
 from rubric_jax.calibration.report import with_ci
 from rubric_jax.files import write_atomic
 from rubric_jax.judges.distill_data import JudgeItem, example_batch
-from rubric_jax.judges.llm_judge import PROMPTS, Judge, JudgeConfig, judge_rows, load_judge
+from rubric_jax.judges.llm_judge import Judge, judge_rows
+from rubric_jax.judges.spec import PROMPTS, JudgeSpec, load_judges
 from rubric_jax.models.checkpoint import export_hf_checkpoint
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.schema import Dimension
@@ -52,7 +53,7 @@ class DistillConfig:
     warmup_steps: int = 20  # linear warmup
     weight_decay: float = 0.0  # AdamW decoupled weight decay
     seed: int = 0  # initial weights, batch order, prompt renderings
-    prompt: str = "full"  # the judge prompt it learns and is measured with (llm_judge.JudgeConfig.prompt)
+    prompt: str = "full"  # the judge prompt it learns and is measured with (JudgeSpec.prompt)
 
     def __post_init__(self) -> None:
         if self.prompt not in PROMPTS:
@@ -147,7 +148,7 @@ class Measurement:
 def measure(judge: Judge, items: Sequence[JudgeItem], key: jax.Array, prompt: str = "full") -> Measurement:
     """Scores every item once (judge_rows: one batched call, one sample, no retries, `prompt` style) beside the
     teacher's level."""
-    config = JudgeConfig(mode="single", num_samples=1, max_retries=0, prompt=prompt)
+    config = JudgeSpec(samples=1, max_retries=0, prompt=prompt)
     out = judge_rows([judge], config, [i.question for i in items],
                      [i.response for i in items], [[i.dimension] for i in items], key)
     return Measurement([i.dimension for i in items], np.asarray([i.score for i in items], np.float64),
@@ -225,7 +226,7 @@ def distill(model_cfg: ModelConfig, start: loader.Weights | None, tokenizer: Any
             sampler: str = "greedy", max_new_tokens: int = 32, progress: bool = True) -> dict[str, Any]:
     """Trains, exports and measures a judge; `out` appears only once complete (built in a sibling directory).
 
-    The held-out measurement loads the exported directory with llm_judge.load_judge and the given sampler and
+    The held-out measurement loads the exported directory with judges/spec.load_judges and the given sampler and
     max_new_tokens: what is measured is what a run that names `out` as its judge will use.
     """
     if out.exists():
@@ -239,8 +240,8 @@ def distill(model_cfg: ModelConfig, start: loader.Weights | None, tokenizer: Any
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         export(model_cfg, trained, tokenizer, staging)
-        judge = load_judge(str(staging), layout=sharding.decode_layout(layout.mesh, 1), sampler=sampler,
-                           max_new_tokens=max_new_tokens)
+        (judge,) = load_judges(JudgeSpec(checkpoints=(str(staging),), sampler=sampler, max_new_tokens=max_new_tokens,
+                                         samples=1, max_retries=0, prompt=cfg.prompt), layout.mesh)
         measured = measure(judge, heldout_items, jax.random.key(cfg.seed), cfg.prompt)
         payload = report(measured, teacher=teacher, student=student, train_items=len(train_items), config=cfg,
                          losses=losses, judge_settings={"sampler": sampler, "max_new_tokens": max_new_tokens,

@@ -48,12 +48,14 @@ import numpy as np
 from flax import nnx
 
 from rubric_jax import data, distributed, files, loader, metrics, plots, sampling, sharding
+from rubric_jax.calibration.pinning import check_calibration
 from rubric_jax.judges.base_model import same_base_warnings
-from rubric_jax.judges.llm_judge import Judge, JudgeConfig, load_judge, shortest_prompt_tokens
+from rubric_jax.judges.llm_judge import Judge, shortest_prompt_tokens
 from rubric_jax.judges.reward import (RewardOutput, RubricReward, concat_outputs, gather_outputs, select_rows,
                                       split_by_reads)
 from rubric_jax.judges.reward_model import RewardModelReward, load_reward_model
-from rubric_jax.judges.store import VerdictStore, open_store
+from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge, load_judges, open_verdict_store
+from rubric_jax.judges.store import VerdictStore
 from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.correction import Correction, load_correction
@@ -211,9 +213,7 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
         raise ValueError("config.model.tokenizer (or config.model.checkpoint) must name a tokenizer directory")
     tokenizer_key = "model.tokenizer" if config.model.tokenizer else "model.checkpoint"
     tokenizer_dir = _existing_dir(config.model.tokenizer or model_dir, tokenizer_key, "tokenizer")
-    judge_dirs = [_existing_dir(path.strip(), "judge.checkpoint", "judge")
-                  for path in config.judge.checkpoint.split(",") if path.strip()]
-    judge_dtypes = dict(param_dtype=config.judge.param_dtype, compute_dtype=config.judge.compute_dtype)
+    judge_dirs = [_existing_dir(path, "judge.checkpoint", "judge") for path in settings.judge.checkpoints]
     model_cfg = run_settings.model_config(config)
     run_settings.check_positions(config, settings, model_cfg.max_position_embeddings)
     layout, decode_layout, decode_dtype = layouts(config, model_cfg)
@@ -231,41 +231,41 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
         distributed.check_divides(config.rl.questions_per_step, "rl.questions_per_step")
         distributed.check_divides(len(eval_questions), "eval.max_questions (the eval questions used)")
         _check_prompts_fit(tokenizer, settings, train_questions + eval_questions)
-    judges = tuple(load_judge(path, layout=decode_layout, **judge_dtypes, sampler=config.judge.sampler,
-                              max_new_tokens=config.judge.max_new_tokens, batch_size=config.judge.batch_size)
-                   for path in judge_dirs)
-    for warning in same_base_warnings(model_dir or config.model.config_json, judge_dirs):
-        print(warning, file=sys.stderr)  # RubricRL 6.2: a judge of the policy's base model can collude with it
     golden = golden_set.load_golden(config.data.golden, config.data.tfds_dir, shared_rubric, train_questions,
                                     eval_questions, config.data.golden_max_jaccard) if config.data.golden else None
     if golden is not None:
         distributed.check_divides(len(golden.questions), "data.golden (its questions)")
+    rubric_of = {q.id: data.question_rubric(shared_rubric, q) for q in train_questions + eval_questions}
+    rubric_of.update({q.id: r for q, r in zip(golden.questions, golden.rubrics)} if golden else {})
+    rubrics = list(rubric_of.values())
+    calibration = check_calibration(settings.judge, rubrics, "config.judge")  # before the judges load
+    for line in calibration.lines() if calibration is not None else []:
+        print(line, file=sys.stderr)
+    judges = load_judges(settings.judge, layout, where="config.judge")
+    for warning in same_base_warnings(model_dir or config.model.config_json, judge_dirs):
+        print(warning, file=sys.stderr)  # RubricRL 6.2: a judge of the policy's base model can collude with it
     if "sft" in settings.stages:
         distributed.check_divides(config.sft.batch_size, "sft.batch_size")
     if settings.reward_model is not None and jax.process_count() > 1:
         raise ValueError(f"config.reward.source='reward_model': the reward model scores on one process only; "
                          f"this job has {jax.process_count()} (use the rubric reward, or run on one host)")
-    rubric_of = {q.id: data.question_rubric(shared_rubric, q) for q in train_questions + eval_questions}
-    rubric_of.update({q.id: r for q, r in zip(golden.questions, golden.rubrics)} if golden else {})
-    rubrics = list(rubric_of.values())
     correction = load_correction(config.data.rubric_correction) if config.data.rubric_correction else None
     if settings.reward_model is None:
-        reward = RubricReward(rubrics, judges, JudgeConfig(
-            mode=run_settings.JUDGE_MODES[config.judge.mode], num_samples=config.judge.samples,
-            max_retries=config.judge.max_retries, ensemble=config.judge.ensemble,
-            shuffle_anchors=config.judge.shuffle_anchors, prompt=config.judge.prompt), correction=correction,
-            gates_first=config.reward.gates_first)
-        _check_judge_prompts_fit(config, judges, reward.judge_config, rubric_of,
+        reward = RubricReward(rubrics, judges, settings.judge, correction=correction,
+                              gates_first=config.reward.gates_first)
+        _check_judge_prompts_fit(config, judges, settings.judge, rubric_of,
                                  train_questions + eval_questions + (golden.questions if golden else []))
     else:
         dtype = config.reward.model_dtype
         reward = RewardModelReward(load_reward_model(config.reward.model_checkpoint, layout=decode_layout,
                                                      param_dtype=dtype, compute_dtype=dtype), settings.reward_model)
-    judge_store = open_store(config.judge.store, _judge_hash(config, judge_dirs)) if judges else None
+    judge_store = open_verdict_store(settings.judge) if judges else None
     rubric_hash = _rubric_set_hash(shared_rubric, rubrics, correction)
     rubric_info = {"name": shared_rubric.name, "version": shared_rubric.version,
                    "content_hash": shared_rubric.content_hash, "rubric_set_hash": rubric_hash,
-                   "correction_hash": correction.content_hash if correction is not None else None}
+                   "correction_hash": correction.content_hash if correction is not None else None,
+                   "judge": describe_judge(settings.judge) if judges else None,
+                   "calibration": calibration.record() if calibration is not None else None}
     dynamic = (DimensionWeights.for_rubrics(rubrics, config.rl.dynamic_weights_window)
                if config.rl.dynamic_weights else None)
     log = run_workdir.RunLog(workdir, run_info={"rubric": rubric_info, "config": config.to_dict()})
@@ -286,7 +286,7 @@ def _check_prompts_fit(tokenizer: Any, settings: Settings, questions: Sequence[d
                                  f"prompt; config.data.max_prompt_len allows {limit}")
 
 
-def _check_judge_prompts_fit(config: ml_collections.ConfigDict, judges: Sequence[Judge], judge_config: JudgeConfig,
+def _check_judge_prompts_fit(config: ml_collections.ConfigDict, judges: Sequence[Judge], judge_spec: JudgeSpec,
                              rubric_of: dict[str, Rubric], questions: Sequence[data.Question]) -> None:
     """Every LLM dimension can be judged: its shortest judge prompt (for an empty response) fits each judge's context
     less config.judge.max_new_tokens. Checked at start-up: a dimension whose prompts never fit would drop out of every
@@ -294,14 +294,14 @@ def _check_judge_prompts_fit(config: ml_collections.ConfigDict, judges: Sequence
     seen = set()
     for q in questions:
         dims = [d for d in rubric_of[q.id].dimensions if d.kind == "llm"]
-        groups = [[d] for d in dims] if judge_config.mode == "single" else split_by_reads([dims])[1]
+        groups = [[d] for d in dims] if judge_spec.mode == "per_dimension" else split_by_reads([dims])[1]
         for group in groups:
-            key = ("" if judge_config.prompt == "compact" else q.question, tuple(group))  # compact: no question
+            key = ("" if judge_spec.prompt == "compact" else q.question, tuple(group))  # compact: no question
             if key in seen:
                 continue
             seen.add(key)
             for judge in judges:
-                tokens = shortest_prompt_tokens(judge, judge_config, q.question, group)
+                tokens = shortest_prompt_tokens(judge, judge_spec, q.question, group)
                 if tokens > judge.max_prompt_tokens:
                     context = judge.weights.cfg.max_position_embeddings if judge.weights is not None else "?"
                     raise ValueError(
@@ -323,13 +323,6 @@ def _check_rollouts_divide(rl: ml_collections.ConfigDict, mesh: jax.sharding.Mes
         raise ValueError(
             f"config.rl: questions_per_step * group_size = {rl.questions_per_step * rl.group_size} rollouts must "
             f"divide into micro_batches ({rl.micro_batches}) x mesh data*fsdp ({shards // rl.micro_batches})")
-
-
-def _judge_hash(config: ml_collections.ConfigDict, judge_dirs: Sequence[str]) -> str:
-    """The verdict store's judge hash: the judge block's verdict fields and the checkpoints' resolved paths."""
-    fields = {k: v for k, v in config.judge.to_dict().items() if k not in ("store", "store_rollouts", "batch_size")}
-    fields["checkpoint"] = [str(Path(d).resolve()) for d in judge_dirs]
-    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode("utf-8")).hexdigest()
 
 
 def _rubric_set_hash(shared: Rubric, rubrics: list[Rubric], correction: Correction | None = None) -> str:

@@ -19,9 +19,9 @@ from typing import Any
 import ml_collections
 
 from rubric_jax import data, files, grpo, sampling
-from rubric_jax.judges.llm_judge import ENSEMBLES, PROMPTS as JUDGE_PROMPTS
 from rubric_jax.judges.reward_model import RewardModelConfig
-from rubric_jax.loader import ATTENTION_CHOICES, DTYPE_CHOICES, resolve_attention
+from rubric_jax.judges.spec import JudgeSpec
+from rubric_jax.loader import ATTENTION_CHOICES, resolve_attention
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.train import rollout, state as train_state
 from rubric_jax.train.dynamic import DynamicSampling
@@ -32,7 +32,6 @@ REWARD_SOURCES = ("rubric", "reward_model")  # config.reward.source
 EXPORT_WHICH = ("latest", "best")  # config.export.which, experiments.export/evaluate --which
 ROLLOUT_DTYPES = ("compute", "float32", "bfloat16")  # mesh.rollout.param_dtype
 COMPUTE_DTYPES = ("float32", "bfloat16")  # model.compute_dtype
-JUDGE_MODES = {"per_dimension": "single", "all_criteria": "multi"}  # config.judge.mode -> JudgeConfig.mode
 # Integer fields and their smallest allowed value (a zero or negative count would silently skip a stage).
 _AT_LEAST = {
     "sft.batch_size": 1, "sft.epochs": 1, "sft.max_response_len": 1, "sft.warmup_steps": 0,
@@ -40,7 +39,7 @@ _AT_LEAST = {
     "rl.updates_per_batch": 1, "rl.micro_batches": 1, "rl.warmup_steps": 0, "rl.max_nan_streak": 1,
     "rl.dynamic_weights_window": 1, "eval.every_steps": 1, "eval.max_questions": 1, "eval.max_new_tokens": 1,
     "checkpoint.every_steps": 1, "checkpoint.keep": 1, "data.max_prompt_len": 1, "data.length_buckets": 1,
-    "judge.samples": 1, "judge.max_retries": 0, "judge.max_new_tokens": 1, "log.samples_per_step": 0,
+    "log.samples_per_step": 0,
     "mesh.data": 1, "mesh.tensor": 1, "mesh.rollout.tensor": 1,
 }
 # Input files a run reads (a tfds:NAME data set is a directory of its own, checked where it is read).
@@ -80,6 +79,7 @@ class Settings:
     samples_per_step: int  # log.samples_per_step
     eval_every: int  # eval.every_steps
     reward_model: RewardModelConfig | None  # config.reward, when a reward model scores the rollouts
+    judge: JudgeSpec = JudgeSpec()  # config.judge
 
 
 def _get(config: ml_collections.ConfigDict, key: str):
@@ -261,7 +261,7 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
     if config.model.param_dtype != "float32":
         _fail("model.param_dtype", config.model.param_dtype,
               "training keeps float32 master weights; set model.compute_dtype='bfloat16' for bf16 compute")
-    for key in ("checkpoint.keep_best", "export.at_end", "reward.gates_first", "judge.store_rollouts"):
+    for key in ("checkpoint.keep_best", "export.at_end", "reward.gates_first"):
         if not isinstance(_get(config, key), bool):
             _fail(key, _get(config, key), "expected True or False")
     _choice(config, "export.which", EXPORT_WHICH)
@@ -271,19 +271,7 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
     if _choice(config, "model.attention", ATTENTION_CHOICES) == "cudnn" and config.model.compute_dtype == "float32":
         _fail("model.attention", "cudnn", "cuDNN flash attention runs in bfloat16: set model.compute_dtype='bfloat16'")
     _choice(config, "mesh.rollout.param_dtype", ROLLOUT_DTYPES)
-    _choice(config, "judge.param_dtype", DTYPE_CHOICES)
-    _choice(config, "judge.compute_dtype", DTYPE_CHOICES)
-    _choice(config, "judge.mode", JUDGE_MODES)
-    _choice(config, "judge.ensemble", ENSEMBLES)
-    _choice(config, "judge.prompt", JUDGE_PROMPTS)
-    if config.judge.prompt == "compact" and config.judge.mode != "per_dimension":
-        _fail("judge.prompt", config.judge.prompt, "the compact prompt scores one dimension at a time: judge.mode "
-              "must be 'per_dimension'")
-    _sampler(config, "judge.sampler")
-    if config.judge.store and not config.judge.checkpoint:
-        _fail("judge.store", config.judge.store, "there is no LLM judge (judge.checkpoint) whose verdicts to store")
-    if config.judge.store_rollouts and not config.judge.store:
-        _fail("judge.store_rollouts", True, "there is no verdict store: set judge.store=PATH")
+    judge = JudgeSpec.from_config(config.judge, "config.judge")
     _sampler(config, "eval.sampler")
     for block in ("sft", "rl"):  # the schedule total is known later (cosine needs it): any valid length here
         optimizer_config(config[block], _get(config, f"{block}.warmup_steps") + 1, block)
@@ -302,7 +290,7 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
                     config.rl.missing_scores, shaping(config.rl), oscillation_rule(config.rl), dynamic_sampling(config.rl),
                     config.rl.recompute_old_logprobs,
                     config.rl.updates_per_batch,
-                    config.log.samples_per_step, config.eval.every_steps, reward_model_config(config))
+                    config.log.samples_per_step, config.eval.every_steps, reward_model_config(config), judge)
 
 
 def check_positions(config: ml_collections.ConfigDict, settings: Settings, max_positions: int) -> None:

@@ -1,0 +1,216 @@
+"""The OpenAI-compatible judge backend: one round's judge prompts answered by an HTTP endpoint (an API, vLLM or
+SGLang, or experiments.serve) instead of sampling.generate.
+
+The `openai` client does the HTTP: timeouts, retries with exponential backoff and jitter that honour Retry-After.
+This module adds what a judge round needs around it: at most `max_concurrency` requests in flight (threads),
+requests-per-minute and tokens-per-minute limits (token buckets; a request is charged its prompt characters / 4
+plus max_tokens before it is sent, corrected to the server's `usage` when it answers), and the counters a step
+logs (`judge_http_*`: requests, prompt/completion tokens, retries, failures, latency percentiles). The API key
+is read from the environment variable the spec names, when the client is made; it is never stored anywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from rubric_jax.judges.spec import JudgeSpec
+from rubric_jax.sampling import parse_sampler
+
+# Special tokens of the common chat templates (Qwen2, Llama 3, Mistral, Gemma, Phi): fenced out of untrusted text
+# when the served model's own tokenizer is not available locally (no judge.checkpoint).
+COMMON_SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|begin_of_text|>", "<|end_of_text|>",
+                         "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>", "<s>", "</s>",
+                         "[INST]", "[/INST]", "<start_of_turn>", "<end_of_turn>", "<|user|>", "<|assistant|>",
+                         "<|system|>", "<|end|>")
+HTTP_COUNTERS = ("judge_http_requests", "judge_http_prompt_tokens", "judge_http_completion_tokens",
+                 "judge_http_retries", "judge_http_failures")
+LATENCY_PERCENTILES = (50, 90, 99)  # judge_http_latency_p50_s, ...
+# Phrases of an HTTP 400 that mean "the prompt does not fit the context" (OpenAI, vLLM, SGLang, experiments.serve).
+_TOO_LONG_MARKERS = ("context length", "context_length", "maximum context", "exceeds the context", "too long")
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """One prompt's answer: its text and finish reason ("stop" | "length"), or a cause and no answer
+    ("judge_prompt_too_long": the server refused it for its context; "judge_http_error": no answer after retries)."""
+
+    text: str = ""
+    finish: str = ""
+    cause: str = ""
+    error: str = ""  # the last error's one-line description, when cause is set
+
+
+class EndpointError(ValueError):
+    """A judge endpoint that does not answer, or does not serve the spec's model (one line naming it)."""
+
+
+class TokenBucket:
+    """A per-minute limit: `take(n)` waits until n units are free (refilled continuously at rate/60 per second,
+    at most `rate` banked); `refund(n)` returns units (negative: charges more). rate 0 = unlimited."""
+
+    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.rate, self.clock, self.sleep = per_minute, clock, sleep
+        self.level, self.stamp = float(per_minute), clock()
+        self.lock = threading.Lock()
+
+    def _refill(self) -> None:
+        now = self.clock()
+        self.level = min(float(self.rate), self.level + (now - self.stamp) * self.rate / 60.0)
+        self.stamp = now
+
+    def take(self, amount: float) -> None:
+        if not self.rate:
+            return
+        amount = min(float(amount), float(self.rate))  # one request larger than a minute's budget still goes
+        while True:
+            with self.lock:
+                self._refill()
+                if self.level >= amount:
+                    self.level -= amount
+                    return
+                wait = (amount - self.level) * 60.0 / self.rate
+            self.sleep(wait)
+
+    def refund(self, amount: float) -> None:
+        if self.rate:
+            with self.lock:
+                self._refill()
+                self.level = min(float(self.rate), self.level + amount)
+
+
+def request_options(sampler: str, max_tokens: int) -> dict[str, Any]:
+    """The OpenAI request fields of a rubric_jax sampler string: greedy is temperature 0; topk(k) is sent as
+    vLLM's and SGLang's `top_k` extension."""
+    parsed = parse_sampler(sampler)
+    options: dict[str, Any] = {"max_tokens": max_tokens, "n": 1,
+                               "temperature": 0.0 if parsed.kind == "greedy" else parsed.temperature}
+    if parsed.kind == "nucleus":
+        options["top_p"] = parsed.top_p
+    if parsed.kind == "topk":
+        options["extra_body"] = {"top_k": parsed.top_k}
+    return options
+
+
+def new_counters() -> dict[str, Any]:
+    """Empty judge_http_* counters, plus the latencies (seconds) that `summarize` turns into percentiles."""
+    return {**{name: 0 for name in HTTP_COUNTERS}, "judge_http_latencies": []}
+
+
+def summarize(stats: dict[str, Any]) -> None:
+    """Replaces stats["judge_http_latencies"] (if present) by judge_http_latency_p{50,90,99}_s (NaN: none)."""
+    latencies = stats.pop("judge_http_latencies", None)
+    if latencies is None:
+        return
+    for q in LATENCY_PERCENTILES:
+        stats[f"judge_http_latency_p{q}_s"] = float(np.percentile(latencies, q)) if latencies else float("nan")
+
+
+def _too_long(error: Exception) -> bool:
+    import openai
+
+    return isinstance(error, openai.BadRequestError) and any(m in str(error).lower() for m in _TOO_LONG_MARKERS)
+
+
+def _one_line(error: Exception) -> str:
+    return f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+
+
+class HttpJudgeClient:
+    """Answers judge prompts through one OpenAI-compatible endpoint (`spec`'s base_url, model, endpoint, limits).
+    `tokenizer` (the served model's, from judge.checkpoint) renders raw prompts for endpoint=completions."""
+
+    def __init__(self, spec: JudgeSpec, tokenizer: Any = None, environ: Mapping[str, str] = os.environ):
+        import openai
+
+        self.spec, self.tokenizer = spec, tokenizer
+        key = environ.get(spec.api_key_env, "") if spec.api_key_env else ""
+        if spec.api_key_env and not key:
+            raise EndpointError(f"judge.api_key_env={spec.api_key_env}: the environment variable is not set")
+        # The client refuses an empty key; a server without authentication ignores this placeholder.
+        self.client = openai.OpenAI(base_url=spec.base_url, api_key=key or "unused", timeout=spec.timeout_s,
+                                    max_retries=spec.max_retries_http)
+        self.requests = TokenBucket(spec.requests_per_minute)
+        self.tokens = TokenBucket(spec.tokens_per_minute)
+        self.lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return f"{self.spec.model}@{self.spec.base_url}"
+
+    def check(self) -> None:
+        """Raises EndpointError (one line naming the endpoint) unless it answers GET /models within the timeout
+        (one try) and lists the spec's model."""
+        try:
+            served = [m.id for m in self.client.with_options(max_retries=0).models.list()]
+        except Exception as e:  # any failure to answer is the same one line for the user
+            raise EndpointError(f"judge endpoint {self.spec.base_url} does not answer ({_one_line(e)}); start it "
+                                "or fix judge.base_url") from None
+        if served and self.spec.model not in served:
+            raise EndpointError(f"judge endpoint {self.spec.base_url} does not serve judge.model={self.spec.model!r}"
+                                f" (it serves {served})")
+
+    def answer(self, chats: Sequence[Sequence[Mapping[str, str]]], *, sampler: str, max_tokens: int,
+               stats: dict[str, Any]) -> list[Answer]:
+        """One Answer per chat, in order, at most max_concurrency requests at a time; counters go into `stats`
+        (new_counters' keys, created if missing)."""
+        for name, value in new_counters().items():
+            stats.setdefault(name, value)
+        options = request_options(sampler, max_tokens)
+        if not chats:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.spec.max_concurrency, len(chats))) as pool:
+            return list(pool.map(lambda chat: self._one(chat, options, stats), chats))
+
+    def _one(self, chat: Sequence[Mapping[str, str]], options: dict[str, Any], stats: dict[str, Any]) -> Answer:
+        messages = [dict(m) for m in chat]
+        estimate = options["max_tokens"] + sum(len(m["content"]) for m in messages) // 4
+        self.requests.take(1)
+        self.tokens.take(estimate)
+        start = time.monotonic()
+        try:
+            text, finish, usage, retries = self._send(messages, options)
+        except Exception as e:  # openai's own retries are spent: the cause is recorded, the run goes on
+            import openai
+
+            retries = self.spec.max_retries_http if isinstance(e, (openai.APIConnectionError,
+                                                                    openai.InternalServerError,
+                                                                    openai.RateLimitError)) else 0
+            with self.lock:
+                stats["judge_http_requests"] += 1
+                stats["judge_http_retries"] += retries
+                stats["judge_http_failures"] += 1
+            return Answer(cause="judge_prompt_too_long" if _too_long(e) else "judge_http_error", error=_one_line(e))
+        latency = time.monotonic() - start
+        if usage is not None:
+            self.tokens.refund(estimate - usage.prompt_tokens - usage.completion_tokens)
+        with self.lock:
+            stats["judge_http_requests"] += 1
+            stats["judge_http_retries"] += retries
+            stats["judge_http_latencies"].append(latency)
+            if usage is not None:
+                stats["judge_http_prompt_tokens"] += usage.prompt_tokens
+                stats["judge_http_completion_tokens"] += usage.completion_tokens
+        return Answer(text=text or "", finish="length" if finish == "length" else "stop")
+
+    def _send(self, messages: list[dict[str, str]], options: dict[str, Any]) -> tuple[str, str, Any, int]:
+        """(text, finish reason, usage or None, retries taken) of one request."""
+        if self.spec.endpoint == "chat":
+            raw = self.client.chat.completions.with_raw_response.create(model=self.spec.model, messages=messages,
+                                                                        **options)
+            parsed = raw.parse()
+            choice = parsed.choices[0]
+            return choice.message.content, choice.finish_reason, parsed.usage, raw.retries_taken
+        prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        raw = self.client.completions.with_raw_response.create(model=self.spec.model, prompt=prompt, **options)
+        parsed = raw.parse()
+        choice = parsed.choices[0]
+        return choice.text, choice.finish_reason, parsed.usage, raw.retries_taken

@@ -1,0 +1,307 @@
+"""An OpenAI-compatible server over rubric_jax's own sampler, so one loaded judge can answer many clients
+(every run of a sweep, score, calibrate, evaluate) through the `openai` judge backend (judges/http_backend.py).
+
+Routes: POST /v1/chat/completions (messages rendered by the model's chat template), POST /v1/completions (a raw
+prompt), GET /v1/models, GET /health (also the batch counters). The model is a `llm_judge.Judge` (weights in
+the judge's decode layout); requests are decoded exactly as the in-process judge decodes its prompts (stop at
+eos, special tokens dropped), so a greedy answer is the in-process one. Requests arriving within
+`window_s` of the first waiting one are answered by one `sampling.generate` call per (sampler, n) group, up to
+`max_batch` prompts, on one worker thread (the devices run one program at a time anyway); every call's batch
+size is logged. Bad requests are a 4xx JSON error {"error": {"message", "type", "code"}}: malformed JSON, an
+unknown model (404), a prompt over the context, an unsupported parameter or value; with an API key, a request
+without `Authorization: Bearer <key>` is 401.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import jax
+import numpy as np
+
+from rubric_jax import data, sampling
+from rubric_jax.judges.llm_judge import Judge
+
+log = logging.getLogger("rubric_jax.serve")
+MAX_N = 16  # most choices per request
+# Request fields the server reads; `user` is accepted and ignored (an opaque end-user id in the OpenAI API).
+_COMMON_FIELDS = {"model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "n", "stop",
+                  "stream", "user"}
+_FIELDS = {"chat": _COMMON_FIELDS | {"messages"}, "completions": _COMMON_FIELDS | {"prompt"}}
+
+
+class RequestError(Exception):
+    """A request the server refuses: HTTP `status` and a one-line message naming the field."""
+
+    def __init__(self, message: str, status: int = 400, code: str = "invalid_request"):
+        super().__init__(message)
+        self.status, self.code = status, code
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One validated request: its prompt's token ids and how to sample it."""
+
+    prompt_ids: list[int]
+    max_tokens: int
+    sampler: str
+    n: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    text: str
+    finish: str
+    tokens: int
+
+
+class Batcher:
+    """Runs Jobs on `judge` in batches: a worker thread takes the first waiting job, waits `window_s` for more
+    (at most `max_batch` prompts), and answers each (sampler, n) group with one generate call."""
+
+    def __init__(self, judge: Judge, *, window_s: float = 0.02, max_batch: int = 64, seed: int = 0):
+        self.judge, self.window_s, self.max_batch = judge, window_s, max_batch
+        self.key = jax.random.key(seed)
+        self.jobs: queue.Queue[tuple[Job, Future]] = queue.Queue()
+        self.batch_sizes: list[int] = []  # prompts per generate call, in call order
+        self.lock = threading.Lock()
+        threading.Thread(target=self._loop, name="serve-batcher", daemon=True).start()
+
+    def warm_up(self, prompt_tokens: int, max_tokens: int) -> list[int]:
+        """Compiles the greedy generate of every batch bucket up to max_batch (sampling.bucket_size) for prompts of
+        `prompt_tokens` tokens, so the first batches of that size do not stall on a compile; the buckets."""
+        sizes = sorted({sampling.bucket_size(b) for b in range(1, self.max_batch + 1)})
+        eos = self.judge.tokenizer.eos_token_id
+        for size in sizes:
+            start = time.perf_counter()
+            self._generate([Job([eos] * prompt_tokens, max_tokens, "greedy", 1)] * size, "greedy", 1, self.key)
+            log.info("warm-up: batch bucket %d compiled in %.1f s", size, time.perf_counter() - start)
+        return sizes
+
+    def submit(self, job: Job) -> Future:
+        future: Future = Future()
+        self.jobs.put((job, future))
+        return future
+
+    def stats(self) -> dict[str, Any]:
+        with self.lock:
+            sizes = list(self.batch_sizes)
+        return {"generate_calls": len(sizes), "prompts": int(sum(sizes)),
+                "mean_batch": float(np.mean(sizes)) if sizes else 0.0, "max_batch": max(sizes, default=0),
+                "traces": sum(sampling.TRACES.values())}  # a new batch or length bucket compiles (seconds)
+
+    def _collect(self) -> list[tuple[Job, Future]]:
+        batch = [self.jobs.get()]
+        deadline = time.monotonic() + self.window_s
+        while len(batch) < self.max_batch:
+            left = deadline - time.monotonic()
+            try:
+                batch.append(self.jobs.get(timeout=left) if left > 0 else self.jobs.get_nowait())
+            except queue.Empty:
+                break
+        return batch
+
+    def _loop(self) -> None:
+        calls = 0
+        while True:
+            batch = self._collect()
+            groups: dict[tuple[str, int], list[tuple[Job, Future]]] = {}
+            for job, future in batch:
+                groups.setdefault((job.sampler, job.n), []).append((job, future))
+            for (sampler, n), group in groups.items():
+                calls += 1
+                start = time.perf_counter()
+                try:
+                    choices = self._generate([job for job, _ in group], sampler, n, jax.random.fold_in(self.key, calls))
+                except Exception as e:  # the worker must outlive one failed call; the requests get a 500
+                    log.exception("generate failed")
+                    for _, future in group:
+                        future.set_exception(e)
+                    continue
+                with self.lock:
+                    self.batch_sizes.append(len(group))
+                log.info("generate call %d: batch %d (n=%d, %s) in %.3f s, %d traces so far", calls, len(group), n,
+                         sampler, time.perf_counter() - start, sum(sampling.TRACES.values()))
+                for (_, future), mine in zip(group, choices):
+                    future.set_result(mine)
+
+    def _generate(self, jobs: Sequence[Job], sampler: str, n: int, key: jax.Array) -> list[list[Choice]]:
+        """Each job's n choices: one generate call up to the group's largest max_tokens, each row cut to its own
+        (a greedy answer of m tokens is the first m tokens of a longer one)."""
+        judge = self.judge
+        eos = judge.tokenizer.eos_token_id
+        result = judge.generate_fn(judge.weights, [job.prompt_ids for job in jobs], key=key, n=n,
+                                   max_new_tokens=max(job.max_tokens for job in jobs), sampler=sampler,
+                                   stop_tokens=[eos], pad_id=judge.tokenizer.pad_token_id, layout=judge.layout)
+        tokens, lengths = np.asarray(result.tokens), np.asarray(result.lengths)
+        finishes = np.asarray(result.finish_reason)
+        out = []
+        for j, job in enumerate(jobs):
+            choices = []
+            for row in range(j * n, (j + 1) * n):
+                length, finish = int(lengths[row]), str(finishes[row])
+                if length > job.max_tokens:
+                    length, finish = job.max_tokens, sampling.FINISH_LENGTH
+                ids = [int(t) for t in tokens[row, :length]]
+                text = judge.tokenizer.decode(ids[:-1] if ids and ids[-1] == eos else ids, skip_special_tokens=True)
+                choices.append(Choice(text, finish, length))
+            out.append(choices)
+        return out
+
+
+# ------------------------------------------------------------------------------------------ request parsing
+def _integer(body: Mapping[str, Any], field: str, default: int, low: int, high: int) -> int:
+    value = body.get(field, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise RequestError(f"{field}={value!r}: expected an integer in [{low}, {high}]")
+    return value
+
+
+def _number(body: Mapping[str, Any], field: str) -> float | None:
+    value = body.get(field)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value)):
+        raise RequestError(f"{field}={value!r}: expected a number")
+    return value
+
+
+def sampler_of(body: Mapping[str, Any]) -> str:
+    """The sampler string of a request's temperature (0 or absent: greedy), top_p and top_k."""
+    temperature, top_p = _number(body, "temperature"), _number(body, "top_p")
+    top_k = _integer(body, "top_k", 0, -1, 1 << 20)
+    if temperature is not None and temperature < 0:
+        raise RequestError(f"temperature={temperature!r}: expected >= 0 (0 = greedy)")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise RequestError(f"top_p={top_p!r}: expected a number in (0, 1]")
+    if not temperature:
+        return "greedy"
+    if top_k > 0 and top_p not in (None, 1):
+        raise RequestError("top_k and top_p together are not supported: give one")
+    if top_k > 0:
+        return f"topk({top_k}, {temperature})"
+    if top_p not in (None, 1):
+        return f"nucleus({top_p}, {temperature})"
+    return f"temperature({temperature})"
+
+
+def parse_request(raw: bytes, kind: str, judge: Judge, model_name: str, default_max_tokens: int) -> Job:
+    """The Job of a /v1/chat/completions (`kind` "chat") or /v1/completions ("completions") body; RequestError
+    (4xx) naming the field otherwise."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise RequestError(f"malformed JSON body: {e}") from None
+    if not isinstance(body, dict):
+        raise RequestError("the body must be a JSON object")
+    unknown = sorted(set(body) - _FIELDS[kind])
+    if unknown:
+        raise RequestError(f"unsupported parameter(s) {unknown}; this server reads {sorted(_FIELDS[kind])}",
+                           code="unsupported_parameter")
+    if body.get("model") != model_name:
+        raise RequestError(f"model={body.get('model')!r}: this server serves only {model_name!r}", 404,
+                           "model_not_found")
+    if body.get("stream"):
+        raise RequestError("stream=true is not supported: answers come whole", code="unsupported_parameter")
+    if body.get("stop"):
+        raise RequestError("stop sequences are not supported: answers stop at the model's end-of-sequence token",
+                           code="unsupported_parameter")
+    context = judge.weights.cfg.max_position_embeddings
+    max_tokens = _integer(body, "max_tokens", _integer(body, "max_completion_tokens", default_max_tokens, 1, context),
+                          1, context)
+    n = _integer(body, "n", 1, 1, MAX_N)
+    sampler = sampler_of(body)
+    if kind == "chat":
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages or not all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                for m in messages):
+            raise RequestError("messages: expected a non-empty list of {role, content} objects with string values")
+        (ids,) = data.encode_chats(judge.tokenizer, [[{"role": m["role"], "content": m["content"]}
+                                                      for m in messages]])
+    else:
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str) or not prompt:
+            raise RequestError("prompt: expected a non-empty string (one prompt per request)")
+        ids = list(judge.tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    if len(ids) + max_tokens > context:
+        raise RequestError(f"the prompt's {len(ids)} tokens + max_tokens={max_tokens} exceed the context length "
+                           f"of {context} tokens (this model's maximum context length)", code="context_length_exceeded")
+    return Job(ids, max_tokens, sampler, n)
+
+
+# ------------------------------------------------------------------------------------------ the ASGI app
+def make_app(judge: Judge, model_name: str, *, api_key: str = "", window_s: float = 0.02, max_batch: int = 64,
+             default_max_tokens: int = 256, seed: int = 0, warmup_prompt_tokens: int = 0):
+    """The starlette app serving `judge` as `model_name` (the batcher's worker thread starts here, after a
+    warm-up of every batch bucket for `warmup_prompt_tokens`-token prompts when that is > 0)."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    batcher = Batcher(judge, window_s=window_s, max_batch=max_batch, seed=seed)
+    if warmup_prompt_tokens:
+        batcher.warm_up(warmup_prompt_tokens, default_max_tokens)
+    counts = {"requests": 0, "refused": 0}
+
+    def error(e: RequestError) -> JSONResponse:
+        counts["refused"] += 1
+        return JSONResponse({"error": {"message": str(e), "type": "invalid_request_error", "code": e.code}},
+                            status_code=e.status)
+
+    def authorized(request: Request) -> bool:
+        return not api_key or request.headers.get("authorization", "") == f"Bearer {api_key}"
+
+    async def completion(request: Request, kind: str) -> JSONResponse:
+        if not authorized(request):
+            return error(RequestError("missing or wrong API key (Authorization: Bearer <key>)", 401, "invalid_api_key"))
+        try:
+            job = parse_request(await request.body(), kind, judge, model_name, default_max_tokens)
+        except RequestError as e:
+            return error(e)
+        counts["requests"] += 1
+        choices = await asyncio.wrap_future(batcher.submit(job))
+        items = [({"message": {"role": "assistant", "content": c.text}} if kind == "chat" else
+                  {"text": c.text, "logprobs": None}) | {"index": i, "finish_reason": c.finish}
+                 for i, c in enumerate(choices)]
+        completion_tokens = sum(c.tokens for c in choices)
+        return JSONResponse({
+            "id": f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}",
+            "object": "chat.completion" if kind == "chat" else "text_completion",
+            "created": int(time.time()), "model": model_name, "choices": items,
+            "usage": {"prompt_tokens": len(job.prompt_ids), "completion_tokens": completion_tokens,
+                      "total_tokens": len(job.prompt_ids) + completion_tokens}})
+
+    async def chat(request: Request) -> JSONResponse:
+        return await completion(request, "chat")
+
+    async def completions(request: Request) -> JSONResponse:
+        return await completion(request, "completions")
+
+    async def models(request: Request) -> JSONResponse:
+        if not authorized(request):
+            return error(RequestError("missing or wrong API key (Authorization: Bearer <key>)", 401, "invalid_api_key"))
+        return JSONResponse({"object": "list", "data": [{
+            "id": model_name, "object": "model", "created": 0, "owned_by": "rubric_jax",
+            "max_model_len": judge.weights.cfg.max_position_embeddings}]})
+
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok", "model": model_name, **counts, **batcher.stats()})
+
+    return Starlette(routes=[
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+    ])

@@ -1,0 +1,357 @@
+"""The judge specification: one typed, validated description of the LLM judge that every command uses.
+
+The config block (configs/common.py `judge_block()`, or a file in configs/judges/) becomes a frozen `JudgeSpec`
+through `JudgeSpec.from_config(block, where)`; `where` is how the user wrote the block ("--judge" on the
+standalone commands, "config.judge" in an experiment), so a bad value is one line naming the field as typed
+(`--judge.max_new_tokens=0: expected an integer >= 1`). `load_judges(spec, layout_or_mesh)` loads its
+checkpoints the same way for every command.
+
+`judge_hash(spec)` identifies what decides a verdict: the verdict fields (not batch_size, tensor or the
+calibration settings, which change neither prompts nor answers), the prompt templates' version
+(prompts.PROMPT_VERSION) and each checkpoint's weights identity (`weights_identity`: config.json, the
+safetensors headers and sizes, a few KiB at both ends of every tensor, and the tokenizer files; reads about
+8 KiB per tensor, so an 8B judge costs milliseconds, never its gigabytes). A path is not part of the hash:
+the same weights copied elsewhere are the same judge, and retrained weights in the same directory are not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import struct
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rubric_jax.judges.prompts import PROMPT_VERSION
+
+if TYPE_CHECKING:  # jax loads only when judges are loaded
+    import jax
+
+    from rubric_jax import sharding
+    from rubric_jax.judges.llm_judge import Judge
+    from rubric_jax.judges.store import VerdictStore
+    from rubric_jax.models.config import ModelConfig
+
+MODES = ("per_dimension", "all_criteria")  # one prompt per (response, LLM dimension) | one per response (QuRL)
+BENCHMARK_MODE = "benchmark"  # experiments.evaluate only: the benchmark's own prescribed mode
+PROMPTS = ("full", "compact")  # prompts.single_prompt / multi_prompt, or a distilled judge's compact_single_prompt
+ENSEMBLES = ("mean", "agreement")  # llm_judge.combine_judges
+BACKENDS = ("jax", "openai")  # in-process sampling.generate | an OpenAI-compatible HTTP endpoint (judges/http_backend.py)
+ENDPOINTS = ("chat", "completions")  # /v1/chat/completions (messages) | /v1/completions (a locally rendered prompt)
+# The endpoint fields: read only with backend=openai, and hashed only then (a jax judge's hash is unchanged by them).
+HTTP_FIELDS = ("base_url", "model", "api_key_env", "endpoint", "max_concurrency", "timeout_s", "max_retries_http",
+               "requests_per_minute", "tokens_per_minute")
+# Fields that change no verdict: how many prompts share a generate call, how the weights are split over
+# devices, which calibration report is checked and where verdicts are stored. Every other field enters judge_hash.
+# The API key's variable name, concurrency, timeouts and rate limits change no verdict either.
+NOT_HASHED = ("checkpoints", "batch_size", "tensor", "calibration", "require_calibration", "store", "store_rollouts",
+              "api_key_env", "max_concurrency", "timeout_s", "max_retries_http", "requests_per_minute",
+              "tokens_per_minute")
+# Tokenizer and chat-template files whose content changes the prompts a judge reads.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
+                   "special_tokens_map.json", "added_tokens.json", "tokenizer.model", "vocab.json", "merges.txt")
+TENSOR_EDGE_BYTES = 4096  # bytes hashed at each end of every tensor (weights_identity)
+_BLOCK_NAMES = {"checkpoints": "checkpoint"}  # spec field -> config block field, where they differ
+
+
+class JudgeSpecError(ValueError):
+    """A bad judge field: `field` (the config block's name), `value` and why; str() names `judge.<field>`."""
+
+    def __init__(self, field: str, value: Any, why: str, where: str = "judge"):
+        self.field, self.value, self.why = field, value, why
+        super().__init__(f"{where}.{field}={value!r}: {why}")
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeSpec:
+    """The LLM judge of a command: which weights, how they are prompted and sampled, and how they are loaded.
+    Field meanings are those of configs/common.py `judge_block()`."""
+
+    checkpoints: tuple[str, ...] = ()  # HF directories; () = rule dimensions only
+    ensemble: str = "mean"
+    mode: str = "per_dimension"
+    prompt: str = "full"
+    samples: int = 3
+    shuffle_anchors: bool = True
+    max_retries: int = 2
+    max_new_tokens: int = 64
+    sampler: str = "temperature(0.7)"
+    param_dtype: str = "auto"
+    compute_dtype: str = "auto"
+    batch_size: int = 0
+    tensor: int = 1
+    calibration: str = ""
+    require_calibration: bool = False
+    store: str = ""
+    store_rollouts: bool = False
+    backend: str = "jax"
+    base_url: str = ""
+    model: str = ""
+    api_key_env: str = ""
+    endpoint: str = "chat"
+    max_concurrency: int = 8
+    timeout_s: float = 60.0
+    max_retries_http: int = 5
+    requests_per_minute: int = 0
+    tokens_per_minute: int = 0
+    # Not a config field: calibration's position probe lists anchors (and all_criteria criteria) reversed.
+    reverse_order: bool = False
+
+    def __post_init__(self) -> None:
+        problem = next(_problems(self), None)
+        if problem is not None:
+            raise JudgeSpecError(*problem)
+
+    @classmethod
+    def from_config(cls, block: Mapping[str, Any], where: str = "judge", *, allow_benchmark: bool = False
+                    ) -> JudgeSpec:
+        """The spec of a judge config block (a ConfigDict or dict with exactly the judge_block() fields);
+        `where` prefixes every error ("--judge" or "config.judge"). `mode=benchmark` only with
+        `allow_benchmark` (experiments.evaluate), resolved later by `for_benchmark`."""
+        values = dict(block.to_dict() if hasattr(block, "to_dict") else block)
+        names = {_BLOCK_NAMES.get(f.name, f.name) for f in dataclasses.fields(cls) if f.name != "reverse_order"}
+        unknown, missing = sorted(set(values) - names), sorted(names - set(values))
+        if unknown or missing:
+            problems = [f"unknown field(s) {unknown}"] * bool(unknown) + [f"missing field(s) {missing}"] * bool(missing)
+            raise ValueError(f"{where}: " + "; ".join(problems))
+        checkpoint = values.pop("checkpoint")
+        if not isinstance(checkpoint, str):
+            raise JudgeSpecError("checkpoint", checkpoint, "expected comma-separated directories, or '' for none",
+                                 where)
+        if values["mode"] == BENCHMARK_MODE and not allow_benchmark:
+            raise JudgeSpecError("mode", BENCHMARK_MODE, "the benchmark's own prompt exists only in "
+                                 f"experiments.evaluate; expected one of {MODES}", where)
+        try:
+            return cls(checkpoints=tuple(p.strip() for p in checkpoint.split(",") if p.strip()), **values)
+        except JudgeSpecError as e:
+            raise JudgeSpecError(e.field, e.value, e.why, where) from None
+
+    @property
+    def has_judge(self) -> bool:
+        """Whether this spec judges LLM dimensions at all: a checkpoint in process, or an endpoint."""
+        return bool(self.checkpoints) or self.backend == "openai"
+
+    def for_benchmark(self, benchmark_mode: str) -> JudgeSpec:
+        """`mode=benchmark` replaced by the benchmark's prescribed mode; any other mode is kept."""
+        return dataclasses.replace(self, mode=benchmark_mode) if self.mode == BENCHMARK_MODE else self
+
+    def to_block(self) -> dict[str, Any]:
+        """The config-block form (checkpoint as a comma-separated string), e.g. for reports."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "reverse_order"}
+        fields["checkpoint"] = ",".join(fields.pop("checkpoints"))
+        return fields
+
+
+def _problems(spec: JudgeSpec):
+    """(block field, value, why) of every invalid field, in field order."""
+    from rubric_jax.loader import DTYPE_CHOICES  # imported here (jax): importing this module stays cheap
+    from rubric_jax.sampling import parse_sampler
+
+    for field, minimum in (("samples", 1), ("max_retries", 0), ("max_new_tokens", 1), ("batch_size", 0),
+                           ("tensor", 1), ("max_concurrency", 1), ("max_retries_http", 0),
+                           ("requests_per_minute", 0), ("tokens_per_minute", 0)):
+        value = getattr(spec, field)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            yield field, value, f"expected an integer >= {minimum}"
+    choices = (("ensemble", ENSEMBLES), ("mode", (*MODES, BENCHMARK_MODE) if spec.mode == BENCHMARK_MODE else MODES),
+               ("prompt", PROMPTS), ("param_dtype", DTYPE_CHOICES), ("compute_dtype", DTYPE_CHOICES),
+               ("backend", BACKENDS), ("endpoint", ENDPOINTS))
+    for field, allowed in choices:
+        if getattr(spec, field) not in allowed:
+            yield field, getattr(spec, field), f"expected one of {allowed}"
+    for field in ("shuffle_anchors", "require_calibration", "store_rollouts", "reverse_order"):
+        if not isinstance(getattr(spec, field), bool):
+            yield field, getattr(spec, field), "expected True or False"
+    if not isinstance(spec.sampler, str):
+        yield "sampler", spec.sampler, "expected a sampler string such as 'greedy' or 'temperature(0.7)'"
+    else:
+        try:
+            parse_sampler(spec.sampler)
+        except ValueError as e:
+            yield "sampler", spec.sampler, str(e).removeprefix(f"sampler {spec.sampler!r}: ")
+    if not isinstance(spec.calibration, str):
+        yield "calibration", spec.calibration, "expected the path of a calibration report.json, or ''"
+    if not isinstance(spec.store, str):
+        yield "store", spec.store, "expected the path of a verdict store (SQLite file), or ''"
+    if spec.store and not spec.checkpoints:
+        yield "store", spec.store, "there is no LLM judge (checkpoint) whose verdicts to store"
+    if spec.store_rollouts is True and not spec.store:
+        yield "store_rollouts", True, "there is no verdict store: set store=PATH"
+    if spec.require_calibration is True and not spec.calibration:
+        yield "require_calibration", True, "needs a report to check: set calibration=PATH (a report.json) too"
+    if spec.prompt == "compact" and spec.mode == "all_criteria":
+        yield "prompt", spec.prompt, "the compact prompt scores one dimension at a time: mode must be per_dimension"
+    if spec.reverse_order and spec.shuffle_anchors:
+        yield "reverse_order", True, "needs shuffle_anchors=False (a shuffled order has no reverse)"
+    yield from _endpoint_problems(spec)
+
+
+def _endpoint_problems(spec: JudgeSpec):
+    """(block field, value, why) of every invalid endpoint field (HTTP_FIELDS and the checkpoint they allow)."""
+    timeout = spec.timeout_s
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+        yield "timeout_s", timeout, "expected a number of seconds > 0"
+    for field in ("base_url", "model", "api_key_env"):
+        if not isinstance(getattr(spec, field), str):
+            yield field, getattr(spec, field), "expected a string"
+    if spec.backend != "openai":
+        for field in ("base_url", "model", "api_key_env"):
+            if getattr(spec, field):
+                yield field, getattr(spec, field), "is read only with backend=openai"
+        return
+    if not isinstance(spec.base_url, str) or not re.match(r"^https?://[^/\s]+", spec.base_url):
+        yield "base_url", spec.base_url, "expected the endpoint's http(s) URL, e.g. http://127.0.0.1:8000/v1"
+    if not spec.model:
+        yield "model", spec.model, "expected the served model's name (GET <base_url>/models lists them)"
+    if isinstance(spec.api_key_env, str) and spec.api_key_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*",
+                                                                               spec.api_key_env):
+        yield "api_key_env", spec.api_key_env, "expected the NAME of an environment variable holding the key"
+    if len(spec.checkpoints) > 1:
+        yield "checkpoint", ",".join(spec.checkpoints), ("backend=openai judges with one endpoint: at most one "
+                                                         "local directory (the served model's tokenizer)")
+    if spec.endpoint == "completions" and not spec.checkpoints:
+        yield "checkpoint", "", ("endpoint=completions sends raw prompts rendered by the served model's chat "
+                                 "template: name its local HF directory")
+
+
+# ------------------------------------------------------------------------------------------ identity and hash
+def weights_identity(checkpoint_dir: str | Path) -> str:
+    """sha256 hex identifying a HF judge directory's weights and tokenizer without reading the weights:
+    config.json, then per *.safetensors file its name, size, JSON header and the first and last
+    TENSOR_EDGE_BYTES of every tensor (a retrained judge of the same shapes has the same header: the three
+    shipped tiny judges do), then the tokenizer and chat-template files (check_checkpoints first)."""
+    root = Path(checkpoint_dir)
+    digest = hashlib.sha256()
+    digest.update(b"config.json\0" + (root / "config.json").read_bytes())
+    shards = sorted(root.glob("*.safetensors"))
+    for shard in shards:
+        digest.update(f"\0{shard.name}\0{shard.stat().st_size}\0".encode())
+        with shard.open("rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            header_bytes = f.read(length)
+            digest.update(header_bytes)
+            try:
+                header = json.loads(header_bytes)
+            except ValueError as e:
+                raise ValueError(f"{shard}: not a safetensors file ({e})") from None
+            for name in sorted(k for k in header if k != "__metadata__"):
+                begin, end = header[name]["data_offsets"]
+                for start in sorted({begin, max(begin, end - TENSOR_EDGE_BYTES)}):
+                    f.seek(8 + length + start)
+                    digest.update(f.read(min(TENSOR_EDGE_BYTES, end - start)))
+    for name in TOKENIZER_FILES:
+        if (root / name).is_file():
+            digest.update(f"\0{name}\0".encode() + (root / name).read_bytes())
+    return digest.hexdigest()
+
+
+def verdict_fields(spec: JudgeSpec) -> dict[str, Any]:
+    """The fields that change a verdict (every field but NOT_HASHED; the endpoint's only with backend=openai),
+    with the prompt templates' version."""
+    skipped = NOT_HASHED + (() if spec.backend == "openai" else ("backend", *HTTP_FIELDS))
+    fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name not in skipped}
+    return {**fields, "prompt_version": PROMPT_VERSION}
+
+
+def judge_hash(spec: JudgeSpec) -> str:
+    """sha256 hex of the verdict fields, the prompt version and every checkpoint's weights identity (in
+    ensemble order); reads each checkpoint's headers (weights_identity), so call it once per command."""
+    identities = [weights_identity(path) for path in spec.checkpoints]
+    payload = json.dumps({"fields": verdict_fields(spec), "weights": identities}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def describe(spec: JudgeSpec) -> dict[str, Any]:
+    """What a run, score, calibration or evaluation records about its judge: the hash, every field of the
+    spec and each checkpoint's weights identity."""
+    return {"hash": judge_hash(spec), "prompt_version": PROMPT_VERSION, "spec": spec.to_block(),
+            "weights": {path: weights_identity(path) for path in spec.checkpoints}}
+
+
+# ------------------------------------------------------------------------------------------ loading
+def open_verdict_store(spec: JudgeSpec) -> VerdictStore | None:
+    """`spec.store` opened under `judge_hash(spec)`, so stored answers are reused only by the judge that gave
+    them (None without a store); a bad store file is a StoreError naming it."""
+    from rubric_jax.judges.store import open_store
+
+    return open_store(spec.store, judge_hash(spec)) if spec.store else None
+
+
+def check_checkpoints(spec: JudgeSpec, where: str = "judge") -> None:
+    """Every checkpoint is a HF directory with config.json and safetensors weights (what weights_identity and
+    load_judges read); else a ValueError naming `<where>.checkpoint`. Reads no weights."""
+    for path in spec.checkpoints:
+        root = Path(path)
+        if not root.is_dir():
+            raise ValueError(f"{where}.checkpoint={path}: directory does not exist")
+        if not (root / "config.json").is_file() or not any(root.glob("*.safetensors")):
+            raise ValueError(f"{where}.checkpoint={path}: not a Hugging Face model directory (needs config.json "
+                             "and *.safetensors)")
+
+
+def check_tensor_divides(tensor: int, cfg: ModelConfig, where: str = "judge") -> None:
+    """A judge's tensor-parallel group must divide its query and KV heads, or those weights would sit whole on
+    every device; a ValueError naming `<where>.tensor` otherwise."""
+    for field, heads in (("num_heads", cfg.num_heads), ("num_kv_heads", cfg.num_kv_heads)):
+        if heads % tensor:
+            raise ValueError(f"{where}.tensor={tensor} does not divide the judge's {field} ({heads}): those weights "
+                             "would sit whole on every device; pick a divisor")
+
+
+def load_judges(spec: JudgeSpec, layout_or_mesh: sharding.Layout | jax.sharding.Mesh | None = None, *,
+                where: str = "judge", max_prompt_tokens: int | None = None) -> tuple[Judge, ...]:
+    """Every checkpoint of `spec` loaded into the decode layout over the devices of `layout_or_mesh`
+    (default: every local device) with groups of `spec.tensor` devices splitting each weight, in the spec's
+    dtypes, sampler, answer budget and batch size. `max_prompt_tokens` (default llm_judge.MAX_PROMPT_TOKENS)
+    is capped by each judge's context. A bad directory or tensor size is a ValueError naming `where`.
+    With backend=openai: one judge answered by the endpoint, checked to answer now (else a ValueError naming it)."""
+    from rubric_jax import sharding
+    from rubric_jax.judges import llm_judge
+    from rubric_jax.models.config import ModelConfig
+
+    if spec.backend == "openai":
+        return (_endpoint_judge(spec, where, max_prompt_tokens),)
+    if layout_or_mesh is None:
+        mesh = sharding.make_mesh(sharding.MeshConfig())
+    else:
+        mesh = getattr(layout_or_mesh, "mesh", layout_or_mesh)
+    try:
+        layout = sharding.decode_layout(mesh, spec.tensor)
+    except ValueError as e:
+        raise ValueError(f"{where}.tensor={spec.tensor}: {e}") from None
+    check_checkpoints(spec, where)
+    judges = []
+    for path in spec.checkpoints:
+        try:
+            check_tensor_divides(spec.tensor, ModelConfig.from_hf_dir(path), where)
+            judges.append(llm_judge.load_judge(
+                path, layout=layout, param_dtype=spec.param_dtype, compute_dtype=spec.compute_dtype,
+                sampler=spec.sampler, max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size,
+                max_prompt_tokens=max_prompt_tokens or llm_judge.MAX_PROMPT_TOKENS))
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{where}.checkpoint={path}: {e}") from None
+    return tuple(judges)
+
+
+def _endpoint_judge(spec: JudgeSpec, where: str, max_prompt_tokens: int | None) -> Judge:
+    """The backend=openai judge: its endpoint must answer GET /models now; the checkpoint (if any) gives the
+    served model's tokenizer (raw prompts, local prompt lengths, the special tokens fenced out) and context."""
+    from rubric_jax.judges import http_backend, llm_judge
+    from rubric_jax.models.checkpoint import load_tokenizer
+    from rubric_jax.models.config import ModelConfig
+
+    check_checkpoints(spec, where)
+    tokenizer, limit = None, max_prompt_tokens or llm_judge.MAX_PROMPT_TOKENS
+    for path in spec.checkpoints:
+        tokenizer = load_tokenizer(path)
+        limit = min(limit, ModelConfig.from_hf_dir(path).max_position_embeddings - spec.max_new_tokens)
+    try:
+        client = http_backend.HttpJudgeClient(spec, tokenizer)
+        client.check()
+    except http_backend.EndpointError as e:
+        raise ValueError(str(e).replace("judge.", f"{where}.")) from None
+    return llm_judge.Judge(client.name, None, tokenizer, None, sampler=spec.sampler,
+                           max_new_tokens=spec.max_new_tokens, max_prompt_tokens=max(limit, 1), http=client)
