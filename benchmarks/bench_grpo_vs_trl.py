@@ -1,4 +1,4 @@
-"""Seconds per GRPO step: rubric_jax (train.loop.grpo_iteration) vs TRL 1.16 GRPOTrainer (PyTorch CPU), one run.
+"""Seconds per GRPO step: rubric_jax (train.grpo_stage.grpo_iteration) vs TRL 1.16 GRPOTrainer (PyTorch CPU), one run.
 
 Install (a venv of its own: trl pulls accelerate/datasets, keep them out of the test venv .venv):
   python3 -m venv /tmp/venv-bench
@@ -20,7 +20,7 @@ advantages, AdamW at a constant learning rate, global-norm clip 1, one update pe
 checkpointing. The reward is literally the same: TRL's reward function decodes the completion ids like our
 loop and calls the same rubric_jax RubricReward (a rule-only rubric: a length range and a keyword rule).
 
-Ours: a Run from `train.loop.build(config)` (configs/tiny.py with overrides) and, per step,
+Ours: an Experiment from `train.loop.build(config)` (configs/tiny.py with overrides) and, per step,
 `grpo_iteration` (sampling.generate -> decode -> RubricReward -> group advantages -> reference log-probs once
 per rollout -> jitted update). TRL: `trainer.train()` with max_steps = warm-up + timed steps; a callback records
 the wall time between consecutive step ends. With --schedule=interleaved (default) one of our steps runs
@@ -59,7 +59,7 @@ from rubric_jax.assets import TINY_DIR
 from rubric_jax.assets import build_tiny_assets
 from rubric_jax.rubrics.io import save_rubric
 from rubric_jax.rubrics.schema import Aggregation, Anchor, ChangelogEntry, Dimension, Rubric, Scale
-from rubric_jax.train import loop
+from rubric_jax.train import grpo_stage, loop
 
 MODEL = dict(hidden_size=96, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
              intermediate_size=256, max_position_embeddings=512, rms_norm_eps=1e-6)
@@ -197,22 +197,24 @@ def our_config(fixture: dict[str, Any], lr: float, seed: int, micro_batches: int
 
 
 class OurSide:
-    """The pieces `loop.run_grpo` builds (without evals/checkpoints), stepped one GRPO iteration at a time."""
+    """The pieces the GRPO stage (train/grpo_stage.py) runs (without evals/checkpoints), stepped one GRPO iteration
+    at a time."""
 
     def __init__(self, fixture: dict[str, Any], workdir: Path, lr: float, seed: int, micro_batches: int,
                  timer: Timer):
         cfg = our_config(fixture, lr, seed, micro_batches)
-        self.run = loop.build(cfg, workdir)
+        run_ = loop.build(cfg, workdir)
         self.timer = timer
         rl = cfg.rl
-        # What loop.run_grpo starts from, without its evals and checkpoints.
-        self.state, _, programs = loop.grpo_components(self.run, loop.initial_params(self.run))
+        # What the GRPO stage starts from, without its evals and checkpoints.
+        programs = run_.programs.grpo
+        self.state = run_.programs.start_state(programs, run_.initial_params())
         self.ref_params = jax.tree.map(lambda x: x.copy(), self.state.params)  # the update donates the state
         self.programs = dataclasses.replace(programs, update=timer.wrap("update", programs.update, block=True),
                                             logprobs=timer.wrap("ref_logp", programs.logprobs, block=True))
-        self.batches = data.BatchIterator(self.run.train_questions, rl.questions_per_step,
+        self.batches = data.BatchIterator(run_.train_questions, rl.questions_per_step,
                                           data.IteratorState(seed=cfg.seed))
-        self.run.reward = _TimedReward(self.run.reward, timer)
+        self.run = dataclasses.replace(run_, reward=_TimedReward(run_.reward, timer))
         self.step_count = 0
         self.rows: list[dict[str, float]] = []
 
@@ -233,9 +235,9 @@ class OurSide:
         key = jax.random.fold_in(self.run.key, 1000 + self.step_count)
         with self._instrumented():
             start, cpu = time.perf_counter(), time.process_time()
-            self.state, out = loop.grpo_iteration(self.run, self.programs, self.state, self.ref_params,
-                                                  next(self.batches), key)
-            row = out.row()
+            self.state, out = grpo_stage.grpo_iteration(self.run, self.programs, self.state, self.ref_params,
+                                                        next(self.batches), key)
+            row = grpo_stage.grpo_row(out)
             total, cpu = time.perf_counter() - start, time.process_time() - cpu
         self.rows.append(row)
         parts = self.timer.take()

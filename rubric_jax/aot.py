@@ -46,7 +46,7 @@ from rubric_jax.judges.llm_judge import MAX_PROMPT_TOKENS
 from rubric_jax.judges.spec import check_tensor_divides
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.io import load_rubric
-from rubric_jax.train import loop, programs as run_programs, settings as run_settings, state as train_state, step as train_step
+from rubric_jax.train import programs as run_programs, settings as run_settings, step as train_step
 
 CPU = "cpu"
 TARGETS = (CPU, *aot_targets.TARGETS)
@@ -336,8 +336,12 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
     model_cfg = policy_config(config, target)
     judges = judge_configs(config, target)
     scorer = reward_model_shapes(config, settings.reward_model) if settings.reward_model is not None else None
-    layout, decode_layout, decode_dtype = loop.layouts(config, model_cfg, devices)
-    mesh = layout.mesh
+    # The run's own layouts and programs (train/programs.py, as `experiment.build` makes them); the SFT schedule's
+    # length comes from the data and changes constants only, not memory or collectives.
+    built = run_programs.build(settings, run_programs.layouts(settings.mesh, model_cfg, devices),
+                               sft_steps=config.sft.warmup_steps + 1)
+    lay = built.layouts
+    mesh, decode_layout = lay.mesh, lay.decode
     rl = config.rl
     prompt_len = max(settings.train_rollout.prompt_buckets)
     response_len = max(settings.train_rollout.response_buckets)
@@ -345,13 +349,12 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
     rollouts = rl.questions_per_step * rl.group_size
     judge_rows = judge_prompts_per_call(config) if judges and "grpo" in config.stages else 0  # fails before compiling
 
-    policy = loader.abstract_weights(model_cfg, layout)
-    state, shardings = train_state.abstract_train_state(policy, run_programs.grpo_optimizer(rl), mesh)
+    state = (built.grpo or built.sft).abstract_state
     resident = {"policy params": _per_device_bytes(state.params),
                 "AdamW moments": _per_device_bytes(state.opt_state)}
     train_arrays = ("policy params", "AdamW moments")
     if rl.beta > 0:
-        resident["reference params"] = resident["policy params"]  # the policy's layout and dtype (loop.load_reference)
+        resident["reference params"] = resident["policy params"]  # the policy's layout and dtype (grpo_stage.load_reference)
     judge_layout = _judge_layout(mesh, settings.judge.tensor, judges)
     judge_weights = {f"judge {name}": loader.abstract_weights(cfg, judge_layout, per_layer=True)  # as load_judges
                      for name, cfg in judges}
@@ -370,26 +373,23 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
             with cudnn_of_this_build():
                 reports.append(_compile(name, shapes, lower, beside, per_token, options, progress))
 
-    if "sft" in config.stages:
-        # The SFT schedule's length comes from the data; it changes constants only, not memory or collectives.
-        sft_tx = run_programs.sft_optimizer(config.sft, config.sft.warmup_steps + 1)
-        sft_state, sft_shardings = train_state.abstract_train_state(policy, sft_tx, mesh)
-        sft_step = run_programs.sft_program(sft_shardings, mesh)
+    if built.sft is not None:
+        sft = built.sft
         sft_batch = _batch(train_step.SFT_BATCH_KEYS, config.sft.batch_size, sft_len, mesh)
         add("sft", "SFT step", f"{config.sft.batch_size} x {sft_len} tokens",
-            lambda: sft_step.lower(sft_state, sft_batch), scorer_names)
-    if "grpo" in config.stages:
-        grpo = run_programs.grpo_programs(rl, policy.graphdef, shardings, mesh, settings.grpo)
+            lambda: sft.step.lower(sft.abstract_state, sft_batch), scorer_names)
+    if built.grpo is not None:
+        grpo = built.grpo
         batch = _batch(train_step.grpo_batch_keys(grpo.cfg), rollouts, response_len, mesh, prompt_len)
         micro = (f"{rl.questions_per_step} x ({prompt_len} + {rl.group_size} x {response_len}) tokens, "
                  f"{rl.micro_batches} micro-batches")
-        add("grpo_update", "GRPO update", micro, lambda: grpo.update.lower(state, batch), reference + scorer_names)
+        add("grpo_update", "GRPO update", micro, lambda: grpo.update.lower(grpo.abstract_state, batch),
+            reference + scorer_names)
         if rl.beta > 0 or rl.recompute_old_logprobs:
             add("logprobs", "rollout log-probs", micro,
-                lambda: grpo.logprobs.lower(state.params, *train_step.logprob_inputs(batch)),
+                lambda: grpo.logprobs.lower(grpo.abstract_state.params, *train_step.logprob_inputs(batch)),
                 train_arrays + scorer_names)
-        rollout_policy = loader.abstract_weights(model_cfg.replace(param_dtype=decode_dtype), decode_layout,
-                                                 per_layer=True)  # as loop.rollout_weights
+        rollout_policy = lay.abstract_rollout_weights()  # what the stages sample with (Layouts.rollout_weights)
         beside = train_arrays + reference + scorer_names
         for key, prompts, spec in (("rollout", rl.questions_per_step, settings.train_rollout),
                                    ("eval_rollout", config.eval.max_questions, settings.eval_rollout)):
@@ -418,7 +418,7 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
     kind = devices[0].device_kind
     device_memory = None if target == CPU else aot_targets.get_target(target).memory_bytes
     meshes = (f"training mesh {_mesh_words(mesh)}; decode mesh {_mesh_words(decode_layout.mesh)} "
-              f"(policy decode copy in {decode_dtype})")
+              f"(policy decode copy in {lay.decode_dtype})")
     return DryRunReport(target, kind, device_memory, len(devices), meshes, resident, reports)
 
 

@@ -322,9 +322,10 @@ def config_fingerprint(config: Any) -> str:
     return hashlib.sha256(config.to_json_best_effort(sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def mark_done(workdir: str | Path, config: Any) -> None:
-    """Records that the run in `workdir` reached the end of its last stage with `config` (done.json)."""
-    record = {"config_sha256": config_fingerprint(config), "time": time.time()}
+def mark_done(workdir: str | Path, config_sha256: str) -> None:
+    """Records that the run in `workdir` reached the end of its last stage with the config whose
+    `config_fingerprint` is `config_sha256` (done.json)."""
+    record = {"config_sha256": config_sha256, "time": time.time()}
     write_atomic(Path(workdir) / DONE_FILE, json.dumps(record) + "\n")
 
 

@@ -89,24 +89,24 @@ def run(out: Path, stop_and_resume: bool = False) -> None:
     # process 0 writing the logs and the export. With `stop_and_resume`, the last process gets a SIGTERM
     # during GRPO step 1 (the loop stops every process there, after a checkpoint) and the run is started
     # again on the same workdir, as a restarted job would be.
-    from rubric_jax.train import loop
+    from rubric_jax.train import grpo_stage, loop
 
     config = loop_config(out)
     if stop_and_resume:
-        stopped = _stop_during_first_grpo_step(loop, last_process=process_id == num_processes - 1)
+        stopped = _stop_during_first_grpo_step(grpo_stage, last_process=process_id == num_processes - 1)
         loop.run(config, out / "loop")
         results["stopped_before_export"] = np.asarray(stopped() and not (out / "loop" / "export").exists())
     loop.run(config, out / "loop")
     np.savez(out / f"{process_id}.npz", **results)
 
 
-def _stop_during_first_grpo_step(loop, last_process: bool):
-    """Wraps `loop.grpo_iteration` so that the first GRPO step raises SIGTERM in the last process only (the
+def _stop_during_first_grpo_step(grpo_stage, last_process: bool):
+    """Wraps `grpo_stage.grpo_iteration` so that the first GRPO step raises SIGTERM in the last process only (the
     loop must stop every process at that step, save and return) and later calls run unchanged; returns a
     function telling whether the stop was requested."""
     import signal
 
-    original, calls = loop.grpo_iteration, []
+    original, calls = grpo_stage.grpo_iteration, []
 
     def grpo_iteration(*args, **kwargs):
         calls.append(None)
@@ -114,10 +114,10 @@ def _stop_during_first_grpo_step(loop, last_process: bool):
             signal.raise_signal(signal.SIGTERM)  # the loop's handler: finish this step, save, return
         return original(*args, **kwargs)
 
-    loop.grpo_iteration = grpo_iteration
+    grpo_stage.grpo_iteration = grpo_iteration
 
     def stopped() -> bool:
-        loop.grpo_iteration = original
+        grpo_stage.grpo_iteration = original
         return len(calls) == 1
 
     return stopped

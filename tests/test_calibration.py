@@ -23,7 +23,7 @@ from rubric_jax.judges.reward import RubricReward
 from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.rubrics.correction import Correction, DimensionCorrection, correction_from_dict, load_correction
 from rubric_jax.rubrics.schema import RubricError
-from rubric_jax.train.loop import _rubric_set_hash
+from rubric_jax.train.experiment import rubric_set_hash
 from test_llm_judge import criteria_ids, fenced, make_judge, tiny_tokenizer
 from test_reward import ACCURACY, LENGTH, LEVELS_1_5, SAFETY, rubric
 
@@ -205,7 +205,7 @@ def test_reward_applies_a_correction_exactly_as_its_coefficients_say_and_only_wh
     np.testing.assert_array_equal(fixed.details["raw_scores"][:, 1], plain.details["raw_scores"][:, 1])  # not corrected
     np.testing.assert_allclose(fixed.scores[:, 0], (expected - 1) / 4)
     assert "uncorrected_raw_scores" not in plain.details
-    assert _rubric_set_hash(RULE_RUBRIC, [RULE_RUBRIC]) != _rubric_set_hash(RULE_RUBRIC, [RULE_RUBRIC], correction)
+    assert rubric_set_hash(RULE_RUBRIC, [RULE_RUBRIC]) != rubric_set_hash(RULE_RUBRIC, [RULE_RUBRIC], correction)
     other = Correction("2.0.0", correction.standardize, correction.dimensions, {"fitted": "elsewhere"})
     assert other.content_hash == correction.content_hash  # version and provenance do not change scores
     with pytest.raises(RubricError, match="dimension 'length' has scale \\[1, 5\\] but the correction was fitted on \\[0, 1\\]"):

@@ -139,15 +139,15 @@ def test_reference_and_rollout_policy_placement_in_a_run(tmp_path):
     is read back from its orbax checkpoint into the training layout (float32, FSDP over `embed`), equal
     to the policy GRPO starts from; the rollout copy is in the decode layout, resharded explicitly."""
     from rubric_jax import data
-    from rubric_jax.train import loop
+    from rubric_jax.train import grpo_stage, loop
 
     config = absolute_tiny_config()
     with config.unlocked():
         config.mesh.rollout.tensor, config.mesh.rollout.param_dtype = 2, "bfloat16"
     run_ = loop.build(config, tmp_path / "run")
-    state, _, _ = loop.grpo_components(run_, loop.initial_params(run_))
-    reference = loop.load_reference(run_, state, data.IteratorState(seed=0))
-    expected = _flat(loader.expected_shardings(run_.model_cfg, run_.layout))
+    state = run_.programs.start_state(run_.programs.grpo, run_.initial_params())
+    reference = grpo_stage.load_reference(run_, state, data.IteratorState(seed=0))
+    expected = _flat(loader.expected_shardings(run_.layouts.model, run_.layouts.training))
     policy = _flat(state.params)
     for path, array in _flat(reference.params).items():
         assert array.dtype == jnp.float32, path
@@ -156,8 +156,8 @@ def test_reference_and_rollout_policy_placement_in_a_run(tmp_path):
     embedding = reference.params["embed_tokens"]["embedding"]
     assert embedding.sharding.spec == P(None, "fsdp") and len(embedding.addressable_shards) == 8
 
-    rollout = loop.rollout_weights(run_, state.params)
-    loader.check_placement(rollout, run_.decode_layout)
+    rollout = run_.layouts.rollout_weights(state.params)
+    loader.check_placement(rollout, run_.layouts.decode)
     assert rollout.params["embed_tokens"]["embedding"].sharding.spec == P("tensor", None)
     assert {x.dtype for x in jax.tree.leaves(rollout.params)} == {jnp.dtype(jnp.bfloat16)}
     assert state.params["embed_tokens"]["embedding"].dtype == jnp.float32  # the training copy is untouched

@@ -40,7 +40,7 @@ def test_settings_are_checked_and_off_by_default():
 def test_a_grpo_iteration_samples_extra_rounds_and_keeps_the_batch_shape(tmp_path):
     """A spread no group can exceed (rewards lie in [0, 1]): every extra round runs, each drawing a batch of
     questions, and the batch still holds questions_per_step groups (the widest-spread dropped ones)."""
-    from rubric_jax.train import loop
+    from rubric_jax.train import grpo_stage, loop
 
     config = absolute_tiny_config()
     with config.unlocked():
@@ -48,7 +48,8 @@ def test_a_grpo_iteration_samples_extra_rounds_and_keeps_the_batch_shape(tmp_pat
         config.rl.dynamic_sampling, config.rl.dynamic_sampling_min_spread, config.rl.dynamic_sampling_max_rounds = (
             True, 1.0, 2)
     run_ = loop.build(config, tmp_path / "run")
-    state, _, programs = loop.grpo_components(run_, loop.initial_params(run_))
+    programs = run_.programs.grpo
+    state = run_.programs.start_state(programs, run_.initial_params())
     extra = iter([run_.train_questions[2:4], run_.train_questions[4:6]])
     drawn = []
 
@@ -57,10 +58,11 @@ def test_a_grpo_iteration_samples_extra_rounds_and_keeps_the_batch_shape(tmp_pat
         return drawn[-1]
 
     reference = jax.tree.map(jnp.copy, state.params)
-    _, out = loop.grpo_iteration(run_, programs, state, reference, run_.train_questions[:2], jax.random.key(0), draw)
-    row = out.row()
+    _, out = grpo_stage.grpo_iteration(run_, programs, state, reference, run_.train_questions[:2], jax.random.key(0),
+                                       draw)
+    row = grpo_stage.grpo_row(out)
     assert len(drawn) == 2 and row["dynamic/rounds"] == 3.0
     assert row["dynamic/kept_groups"] == 0.0 and row["dynamic/dropped_groups"] == 6.0
     assert np.isfinite(row["loss"]) and row["skipped"] == 0.0
     with pytest.raises(ValueError, match="needs `draw`"):
-        loop.grpo_iteration(run_, programs, state, reference, run_.train_questions[:2], jax.random.key(0))
+        grpo_stage.grpo_iteration(run_, programs, state, reference, run_.train_questions[:2], jax.random.key(0))

@@ -329,20 +329,21 @@ def tiny_run(root, rewards, updates_per_batch=2):
 
 def test_workdir_policy_latest_and_best(tmp_path):
     config, saved = tiny_run(tmp_path, {10: 0.2, 20: 0.7, 30: 0.5, 40: 0.6})  # keep=3: step 10 is gone
-    kept = runs.run_checkpoints(tmp_path, config)
+    record = runs.run_record(tmp_path)
+    kept = runs.run_checkpoints(tmp_path, record)
     assert [(c.step, c.eval_reward) for c in kept] == [(40, 0.7), (60, 0.5), (80, 0.6)]  # 2 updates per step
-    assert runs.select_checkpoint(tmp_path, config, "latest").step == 80
-    assert runs.select_checkpoint(tmp_path, config, "best").step == 40
+    assert runs.select_checkpoint(tmp_path, record, "latest").step == 80
+    assert runs.select_checkpoint(tmp_path, record, "best").step == 40
     mesh = sharding.make_mesh(sharding.MeshConfig(1, 1, 1), jax.devices()[:1])
     best = policy.load_policy(checkpoint=None, workdir=tmp_path, which="best", mesh=mesh, sampler="greedy",
                               max_new_tokens=4)
     assert best.name == f"{tmp_path.name}@grpo/40" and best.source["eval/reward_mean"] == 0.7
     assert best.context_length == 256 and best.stop_tokens == (best.tokenizer.eos_token_id,)
-    weights = runs.restore_run_params(tmp_path, config, runs.RunCheckpoint("grpo", 40, 0.7), sharding.Layout(mesh))
+    weights = runs.restore_run_params(tmp_path, record, runs.RunCheckpoint("grpo", 40, 0.7), sharding.Layout(mesh))
     jax.tree.map(np.testing.assert_array_equal, weights.params, saved[40])
     (tmp_path / "metrics.jsonl").write_text("")
     with pytest.raises(runs.RunError, match="no kept checkpoint has a logged eval/reward_mean"):
-        runs.select_checkpoint(tmp_path, config, "best")
+        runs.select_checkpoint(tmp_path, record, "best")
     with pytest.raises(EvalInputError, match="no kept checkpoint has a logged eval/reward_mean"):
         policy.load_policy(checkpoint=None, workdir=tmp_path, which="best", mesh=mesh, sampler="greedy",
                            max_new_tokens=4)

@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 
 from rubric_jax.judges.spec import JudgeSpec, judge_hash
-from rubric_jax.train.loop import NanStreak, TrainingError
+from rubric_jax.train import grpo_stage
+from rubric_jax.train.grpo_stage import NanStreak
+from rubric_jax.train.runner import TrainingError
 from rubric_jax.train.settings import grpo_config
 from test_workdir import tensorboard_scalars
 from tiny_config import absolute_tiny_config
@@ -142,9 +144,9 @@ def test_the_best_evaluated_checkpoint_is_kept_reported_and_exported(uninterrupt
                       "baseline_eval_reward": evals[0]}
     kept = sorted(int(p.name) for p in (uninterrupted / "checkpoints" / "grpo").iterdir() if p.name.isdigit())
     assert kept == sorted({best_step, 5})
-    config = runs.run_config(uninterrupted)
-    best = runs.select_checkpoint(uninterrupted, config, "best")
-    restored = runs.restore_run_params(uninterrupted, config, best, sharding.single_device_layout())
+    record = runs.run_record(uninterrupted)
+    best = runs.select_checkpoint(uninterrupted, record, "best")
+    restored = runs.restore_run_params(uninterrupted, record, best, sharding.single_device_layout())
     exported = loader.load_weights(uninterrupted / "export", None)
     for (path, a), (_, b) in zip(jax.tree_util.tree_leaves_with_path(restored.params),
                                  jax.tree_util.tree_leaves_with_path(exported.params)):
@@ -264,7 +266,7 @@ def test_pretrained_checkpoint_starts_training_with_the_config_numerics(tmp_path
         config.model.checkpoint, config.model.config_json = str(tmp_path / "hf"), ""
         config.model.compute_dtype, config.model.remat = "bfloat16", True
     run_ = loop.build(config, tmp_path / "run")
-    state, _, _ = loop.grpo_components(run_, loop.initial_params(run_))  # the state training steps with
+    state = run_.programs.start_state(run_.programs.grpo, run_.initial_params())  # the state training steps with
     model_cfg = nnx.merge(state.graphdef, state.params).cfg
     assert (model_cfg.compute_dtype, model_cfg.remat) == ("bfloat16", True)
     jax.tree.map(np.testing.assert_array_equal, jax.device_get(state.params), params)
@@ -307,11 +309,12 @@ def test_a_grpo_step_with_an_llm_judged_dimension_goes_through_the_judge(tmp_pat
         config.rl.recompute_old_logprobs = True
     run_ = loop.build(config, tmp_path / "run")
     assert len(run_.reward.judges) == 2
-    state, _, programs = loop.grpo_components(run_, loop.initial_params(run_))
+    programs = run_.programs.grpo
+    state = run_.programs.start_state(programs, run_.initial_params())
     questions = run_.train_questions[:2]
     reference = jax.tree.map(jnp.copy, state.params)  # the update donates the state's buffers
-    _, out = loop.grpo_iteration(run_, programs, state, reference, questions, jax.random.key(0))
-    row, samples = out.row(), out.samples
+    _, out = grpo_stage.grpo_iteration(run_, programs, state, reference, questions, jax.random.key(0))
+    row, samples = grpo_stage.grpo_row(out), out.samples
     assert row["logprob_gap/mean"] < 1e-4  # recomputed behaviour log-probs vs the sampler's
     assert row["judge_generate_calls"] == 2 * 2  # two judges x (first round + one retry round)
     # Every (response, LLM dimension) of the step: helpful, and the LLM dimensions of each question's case-wise rubric.
@@ -342,10 +345,11 @@ def test_a_grpo_step_with_every_recipe_option_on_reads_them_all(tmp_path):
         config.rl.importance_level, config.rl.clip_ratio_c, config.rl.kl_cap = "sequence", 3.0, 10.0
         config.rl.behaviour_correction_cap, config.rl.recompute_old_logprobs = 2.0, True
     run_ = loop.build(config, tmp_path / "run")
-    state, _, programs = loop.grpo_components(run_, loop.initial_params(run_))
+    programs = run_.programs.grpo
+    state = run_.programs.start_state(programs, run_.initial_params())
     reference = jax.tree.map(jnp.copy, state.params)
-    _, out = loop.grpo_iteration(run_, programs, state, reference, run_.train_questions[:2], jax.random.key(0))
-    row = out.row()
+    _, out = grpo_stage.grpo_iteration(run_, programs, state, reference, run_.train_questions[:2], jax.random.key(0))
+    row = grpo_stage.grpo_row(out)
     rubric_dims = {d.id for q in run_.train_questions[:2] for d in run_.rubric_of[q.id].dimensions if not d.gate}
     assert {f"advantage/{d}" for d in rubric_dims} | {"advantage/overlong"} <= set(row)
     assert row["overlong_penalty/mean"] < 0  # 8-token budget, 4-token buffer: most responses are penalised

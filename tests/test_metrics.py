@@ -149,7 +149,7 @@ def test_each_stage_has_its_own_tensorboard_tags(tmp_path):
 def test_done_marker_names_the_config_it_finished_with(tmp_path):
     config = ml_collections.ConfigDict({"rl": {"lr": 1e-4, "steps": 2}, "stages": ("grpo",)})
     assert not metrics.is_done(tmp_path, config)
-    metrics.mark_done(tmp_path, config)
+    metrics.mark_done(tmp_path, metrics.config_fingerprint(config))
     assert metrics.is_done(tmp_path, config)
     longer = ml_collections.ConfigDict({"rl": {"lr": 1e-4, "steps": 3}, "stages": ("grpo",)})
     assert not metrics.is_done(tmp_path, longer)  # more steps: not finished, resume it

@@ -18,7 +18,7 @@ from configs import qurl_ablation
 from random_model import random_model, tiny_hf_dir
 from rubric_jax import data, loader, sweeps
 from rubric_jax.qurl.config import BuildConfig
-from rubric_jax.train import loop, settings as run_settings
+from rubric_jax.train import grpo_stage, loop, settings as run_settings
 from tests import manual
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,13 +132,14 @@ def test_every_tiny_row_trains_one_grpo_step_on_cpu(tmp_path):
         experiment = loop.build(config, tmp_path / variant)
         with contextlib.closing(experiment.log):
             if update is None:  # host-drawn random policy (no init program to compile), placed explicitly
-                _, random_state = random_model(experiment.model_cfg, std=0.02)
-                params = jax.device_put(nnx.to_pure_dict(random_state),
-                                        loader.expected_shardings(experiment.model_cfg, experiment.layout))
-                state, _, update = loop.grpo_components(experiment, params)
+                lay = experiment.layouts
+                _, random_state = random_model(lay.model, std=0.02)
+                params = jax.device_put(nnx.to_pure_dict(random_state), loader.expected_shardings(lay.model, lay.training))
+                update = experiment.programs.grpo
+                state = experiment.programs.start_state(update, params)
             questions = experiment.train_questions[:4]
-            state, out = loop.grpo_iteration(experiment, update, state, None, questions, jax.random.key(step))
-            row = out.row()
+            state, out = grpo_stage.grpo_iteration(experiment, update, state, None, questions, jax.random.key(step))
+            row = grpo_stage.grpo_row(out)
         assert int(state.step) == step and np.isfinite(row["loss"]), variant
         dims = {k.removeprefix("reward/") for k in row if k.startswith("reward/") and k != "reward/mean"}
         if variant in RUBRIC_ROWS:

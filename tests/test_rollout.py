@@ -128,7 +128,7 @@ def _programs(graphdef, temperature, kl_coef=0.0):
 
 
 def _rollout_batch(graphdef, state, sampler):
-    """What `loop.grpo_iteration` trains on: the sampler's responses laid out by `rollout.training_batch`."""
+    """What `grpo_stage.grpo_iteration` trains on: the sampler's responses laid out by `rollout.training_batch`."""
     result = sampling.generate(loader.as_weights(MODEL, nnx.to_pure_dict(state)), PROMPTS, key=jax.random.key(4),
                                n=GROUP, max_new_tokens=10, sampler=sampler, stop_tokens=[STOP], pad_id=PAD)
     prompt_ids, prompt_mask = sampling.left_pad(PROMPTS, PAD)

@@ -168,7 +168,7 @@ def test_run_sweep_skips_finished_reruns_the_rest_and_reports_failures(tmp_path,
     assert outcomes == {"seed=0": "exit 0", "seed=1": "exit 3"}
     statuses = [v["status"] for v in sweeps.summarize(sweep, workdir, outcomes)["variants"]]
     assert statuses == ["unfinished", "failed (exit 3)"]  # exit 0 without done.json: e.g. stopped by SIGTERM
-    metrics.mark_done(workdir / "seed=0", sweep.variants[0].config)
+    metrics.mark_done(workdir / "seed=0", metrics.config_fingerprint(sweep.variants[0].config))
     lines = []
     assert sweeps.run_sweep(sweep, workdir, "fake_run", log=lines.append) == {"seed=1": "exit 3"}
     assert lines[0] == "[1/2] seed=0: finished earlier, skipped"

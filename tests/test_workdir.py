@@ -2,20 +2,19 @@
 (torn last line), the checkpoint fallback past a corrupt one, refusals before any write, and the stage
 runner that reads a step's metrics after dispatching the next one. Tiny states, no model."""
 
+import contextlib
 import json
 import math
 import os
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import jax.numpy as jnp
-import ml_collections
 import pytest
 
 from rubric_jax.models.checkpoint import CheckpointError
-from rubric_jax.train import checkpointing, loop, workdir
+from rubric_jax.train import checkpointing, loop, runner, workdir
 from rubric_jax.train.state import TrainState
 from tiny_config import absolute_tiny_config
 
@@ -150,28 +149,51 @@ def test_a_corrupt_newest_checkpoint_falls_back_to_the_newest_that_restores(tmp_
 
 
 # ------------------------------------------------------------------------------------ stage runner
-def _fake_run(tmp_path: Path) -> types.SimpleNamespace:
-    config = ml_collections.ConfigDict({"seed": 0, "checkpoint": {"every_steps": 2, "keep": 3}})
-    return types.SimpleNamespace(config=config, workdir=tmp_path, rubric_hash="h", stop_requested=False,
-                                 log=workdir.RunLog(tmp_path, run_info={}))
+def _run_stage(tmp_path: Path, stage: runner.Stage, keep: int = 3) -> TrainState:
+    """Runs `stage` in `tmp_path` as the loop does (saves every 2 steps), closing the log after."""
+    log = workdir.RunLog(tmp_path, run_info={})
+    with contextlib.closing(log), checkpointing.Checkpointer(
+            workdir.checkpoint_dir(tmp_path, stage.name), max_to_keep=keep, keep_best=stage.keep_best) as ckpt:
+        return runner.Runner(stage, ckpt, log, every_steps=2, seed=0, rubric_hash="h",
+                             stop=runner.StopRequest()).run()
 
 
-def _counting_stage(events: list[str], total: int) -> loop.Stage:
-    def train_step(state, rows, step, draw):
-        events.append(f"dispatch {step}")
-        return state.replace(step=state.step + 1), loop.StepOutput(
-            lambda: events.append(f"read {step}") or {"loss": float(step), "rows": rows}, [{"row": rows[0]}])
+class _Stage(runner.Stage):
+    """A stage over `rows` whose step only counts (its hooks are the tests' to override)."""
 
-    return loop.Stage("sft", total, list(range(10)), 2, _state(), None, train_step,
-                      eval_due=lambda step: step == 3,
-                      evaluate=lambda step, state, progress: events.append(f"eval {step}"))
+    def __init__(self, name: str, total: int, rows: list[int]):
+        self.name, self.total, self.rows, self.batch_size = name, total, rows, 2
+        self.state, self.shardings = _state(), None
+
+    def step(self, state, rows, step, draw):
+        return state.replace(step=state.step + 1), runner.StepOutput({}, {"loss": float(step)})
+
+
+class _CountingStage(_Stage):
+    """Records when each step is dispatched, its metrics read and the eval (at step 3) run."""
+
+    def __init__(self, events: list[str], total: int):
+        super().__init__("sft", total, list(range(10)))
+        self.events = events
+
+    def step(self, state, rows, step, draw):
+        self.events.append(f"dispatch {step}")
+        return state.replace(step=state.step + 1), runner.StepOutput(step, {"rows": rows}, [{"row": rows[0]}])
+
+    def read_row(self, out):
+        self.events.append(f"read {out.device}")
+        return {"loss": float(out.device), **out.host}
+
+    def eval_due(self, step):
+        return step == 3
+
+    def evaluate(self, step, state, progress):
+        self.events.append(f"eval {step}")
 
 
 def test_the_runner_reads_a_steps_metrics_after_dispatching_the_next_and_resumes_past_a_corrupt_checkpoint(tmp_path):
     events: list[str] = []
-    run_ = _fake_run(tmp_path)
-    loop.run_stage(run_, _counting_stage(events, total=5))
-    run_.log.close()
+    _run_stage(tmp_path, _CountingStage(events, total=5))
     # Row N is read once step N+1 is dispatched; before an eval or a save (steps 2, 3, 4, 5) it is read first.
     assert events == ["dispatch 1", "dispatch 2", "read 1", "read 2", "dispatch 3", "read 3", "eval 3",
                       "dispatch 4", "read 4", "dispatch 5", "read 5"]
@@ -186,9 +208,7 @@ def test_the_runner_reads_a_steps_metrics_after_dispatching_the_next_and_resumes
         if file.is_file() and file.stat().st_size > 8:
             file.write_bytes(file.read_bytes()[:8])
     events.clear()
-    run_ = _fake_run(tmp_path)
-    state = loop.run_stage(run_, _counting_stage(events, total=5))
-    run_.log.close()
+    state = _run_stage(tmp_path, _CountingStage(events, total=5))
     assert int(state.step) == 5 and events == ["dispatch 5", "read 5"]
     strip = lambda text: [{k: v for k, v in json.loads(line).items() if k != "time"}  # noqa: E731
                           for line in text.splitlines() if "run_info" not in line]
@@ -199,16 +219,17 @@ def test_keep_best_saves_at_every_eval_and_keeps_the_best_evaluated_step_past_ke
     """Evals at steps 1, 3, 5, 7 (rewards 0.2, 0.9, 0.5, 0.1), saves every 2 steps, keep=1: each eval step
     saves with its reward, and the best-evaluated checkpoint (3) outlives the rotation beside the latest."""
     rewards = {1: 0.2, 3: 0.9, 5: 0.5, 7: 0.1}
-    run_ = _fake_run(tmp_path)
-    run_.config.checkpoint.keep = 1
 
-    def train_step(state, rows, step, draw):
-        return state.replace(step=state.step + 1), loop.StepOutput(lambda: {"loss": 0.0}, [])
+    class Evaluated(_Stage):
+        keep_best = True
 
-    stage = loop.Stage("grpo", 7, list(range(14)), 2, _state(), None, train_step, eval_due=rewards.__contains__,
-                       evaluate=lambda step, state, progress: rewards[step], keep_best=True)
-    loop.run_stage(run_, stage)
-    run_.log.close()
+        def eval_due(self, step):
+            return step in rewards
+
+        def evaluate(self, step, state, progress):
+            return rewards[step]
+
+    _run_stage(tmp_path, Evaluated("grpo", 7, list(range(14))), keep=1)
     with checkpointing.Checkpointer(tmp_path / "checkpoints" / "grpo", max_to_keep=1, keep_best=True) as ckpt:
         assert ckpt.all_steps() == [3, 7] and ckpt.best_step() == 3
         assert ckpt.read_meta(3)["best_value"] == 0.9 and ckpt.read_meta(7)["best_value"] == 0.1
@@ -243,21 +264,19 @@ def test_a_resume_cuts_the_tensorboard_scalars_past_its_position_and_a_torn_reco
 def test_a_step_that_draws_more_rows_resumes_where_the_uninterrupted_run_drew(tmp_path):
     """rl.dynamic_sampling draws extra batches inside a step (the runner's `draw`): the iterator position saved
     with a checkpoint includes them, so a run stopped at step 4 and continued to 6 sees the rows of a run to 6."""
-    def drawing_stage(total: int, seen: list) -> loop.Stage:
-        def train_step(state, rows, step, draw):
-            rows = rows + (draw() if step % 2 else [])  # odd steps take a second batch
-            seen.append((step, rows))
-            return state.replace(step=state.step + 1), loop.StepOutput(lambda: {"loss": float(step)}, [])
+    class Drawing(_Stage):
+        def __init__(self, total: int, seen: list):
+            super().__init__("sft", total, list(range(9)))
+            self.seen = seen
 
-        return loop.Stage("sft", total, list(range(9)), 2, _state(), None, train_step)
+        def step(self, state, rows, step, draw):
+            rows = rows + (draw.next_rows() if step % 2 else [])  # odd steps take a second batch
+            self.seen.append((step, rows))
+            return super().step(state, rows, step, draw)
 
     whole: list = []
-    run_ = _fake_run(tmp_path / "whole")
-    loop.run_stage(run_, drawing_stage(6, whole))
-    run_.log.close()
+    _run_stage(tmp_path / "whole", Drawing(6, whole))
     parts: list = []
     for total in (4, 6):
-        run_ = _fake_run(tmp_path / "parts")
-        loop.run_stage(run_, drawing_stage(total, parts))
-        run_.log.close()
+        _run_stage(tmp_path / "parts", Drawing(total, parts))
     assert parts == whole and len({x for _, rows in whole for x in rows}) == 9  # an epoch, then the next

@@ -48,15 +48,15 @@ def load_policy(*, checkpoint: Path | None, workdir: Path | None, which: str, me
             raise EvalInputError(f"--checkpoint={checkpoint}: {e}") from None
         tokenizer_dir, name, source = checkpoint, checkpoint.name, {"checkpoint": str(checkpoint)}
     else:
-        from rubric_jax.train import export, runs  # imported here: orbax takes seconds; only --workdir needs it
+        from rubric_jax.train import runs  # imported here: orbax takes seconds; only --workdir needs it
 
         try:
-            config = runs.run_config(workdir)
-            chosen = runs.select_checkpoint(workdir, config, which)
-            weights = runs.restore_run_params(workdir, config, chosen, layout)
+            record = runs.run_record(workdir)
+            chosen = runs.select_checkpoint(workdir, record, which)
+            weights = runs.restore_run_params(workdir, record, chosen, layout)
         except runs.RunError as e:
             raise EvalInputError(str(e)) from None
-        tokenizer_dir = export.tokenizer_dir(config)
+        tokenizer_dir = record.tokenizer_dir
         name = f"{workdir.name}@{chosen.stage}/{chosen.step}"
         source = {"workdir": str(workdir), "which": which, "stage": chosen.stage, "step": chosen.step,
                   runs.BEST_BY: chosen.eval_reward}

@@ -1,65 +1,133 @@
-"""The optimizers and jitted programs of a run, built from the config and the training shardings: what
-the trainer loop (train/loop.py) runs and the dry run (rubric_jax/aot.py) compiles, so both compile the same
-programs. Also the rollout log-probs (reference, recomputed behaviour) computed once per rollout."""
+"""The layouts and jitted programs of a run, built once from its validated settings and the model's shape:
+what the stages run (through `experiment.Experiment.programs`) and what the dry run (rubric_jax/aot.py)
+compiles, so both compile the same programs. Also the rollout log-probs (reference, recomputed behaviour)
+computed once per rollout."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import optax
-from flax import nnx
 
-from rubric_jax import grpo
-from rubric_jax.train import settings as run_settings, state as train_state, step as train_step
-from rubric_jax.train.settings import grpo_config
+from rubric_jax import grpo, loader, sharding
+from rubric_jax.models.config import ModelConfig
+from rubric_jax.train import state as train_state, step as train_step
+from rubric_jax.train.settings import MeshSpec, Settings
+
+@dataclasses.dataclass(frozen=True)
+class Layouts:
+    """Where the policy lives: the training layout (FSDP/TP: policy, reference, optimizer state, batches) and the
+    decode layout of rollouts and judges (mesh.rollout) over the same devices, with the decode dtype."""
+
+    model: ModelConfig
+    training: sharding.Layout
+    decode: sharding.Layout
+    decode_dtype: str  # the policy's parameter dtype while decoding (mesh.rollout.param_dtype resolved)
+
+    @property
+    def mesh(self) -> jax.sharding.Mesh:
+        """The training mesh."""
+        return self.training.mesh
+
+    def policy(self, params: dict[str, Any]) -> loader.Weights:
+        """Train-state params (no copy) as the policy's Weights in the training layout."""
+        return loader.as_weights(self.model, params, self.training)
+
+    def rollout_weights(self, params: dict[str, Any]) -> loader.Weights:
+        """The policy in the decode layout and dtype, its layers per layer (what the sampler reads in place),
+        resharded from the training layout once per rollout (nothing is resharded back)."""
+        return loader.to_layout(self.policy(params), self.decode, param_dtype=self.decode_dtype, per_layer=True)
+
+    def abstract_rollout_weights(self) -> loader.Weights:
+        """What `rollout_weights` returns, as ShapeDtypeStructs (for ahead-of-time lowering)."""
+        return loader.abstract_weights(self.model.replace(param_dtype=self.decode_dtype), self.decode, per_layer=True)
 
 
-def sft_optimizer(sft: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:
-    """AdamW of the SFT stage, its schedule over `total_steps` updates."""
-    return train_state.make_optimizer(run_settings.optimizer_config(sft, total_steps, "sft"))
+def layouts(mesh: MeshSpec, model_cfg: ModelConfig, devices: Sequence[jax.Device] | None = None) -> Layouts:
+    """The training layout over `devices` (default: all) and the decode layout over the same devices."""
+    layout = sharding.Layout(sharding.make_mesh(mesh.training, devices))
+    try:
+        decode = sharding.decode_layout(layout.mesh, mesh.rollout_tensor)
+    except ValueError as e:
+        raise ValueError(f"config.mesh.rollout.tensor={mesh.rollout_tensor!r}: {e}") from None
+    for field, heads in (("num_heads", model_cfg.num_heads), ("num_kv_heads", model_cfg.num_kv_heads)):
+        if heads % mesh.rollout_tensor:
+            raise ValueError(f"config.mesh.rollout.tensor={mesh.rollout_tensor} does not divide the model's {field} "
+                             f"({heads}): those weights would be replicated on every device; pick a divisor")
+    dtype = model_cfg.compute_dtype if mesh.rollout_param_dtype == "compute" else mesh.rollout_param_dtype
+    return Layouts(model_cfg, layout, decode, dtype)
 
 
-def grpo_optimizer(rl: ml_collections.ConfigDict) -> optax.GradientTransformation:
-    """AdamW of the GRPO stage, its schedule over every update (`steps` x `updates_per_batch`); with
-    `lr_on_oscillation`, a learning-rate factor in its state (train/oscillation.py)."""
-    return train_state.make_optimizer(run_settings.optimizer_config(rl, rl.steps * rl.updates_per_batch, "rl"),
-                                      adjustable_lr=rl.lr_on_oscillation)
+@dataclasses.dataclass(frozen=True)
+class SFTPrograms:
+    """The SFT stage's optimizer, its step-0 state as ShapeDtypeStructs and shardings, and the jitted update
+    `(state, batch) -> (state, metrics)`."""
 
-
-def sft_program(shardings: train_state.TrainState, mesh: jax.sharding.Mesh
-                ) -> Callable[[train_state.TrainState, dict[str, jax.Array]], tuple[train_state.TrainState, dict]]:
-    """The jitted SFT update `(state, batch) -> (state, metrics)` in the training `shardings` (what
-    `loop.run_sft` runs and the dry run compiles)."""
-    return train_step.jit_sft_step(shardings=shardings, mesh=mesh)
+    tx: optax.GradientTransformation
+    abstract_state: train_state.TrainState
+    shardings: train_state.TrainState
+    step: Callable[[train_state.TrainState, dict[str, jax.Array]], tuple[train_state.TrainState, dict]]
 
 
 @dataclasses.dataclass(frozen=True)
 class GRPOPrograms:
-    """What every GRPO iteration runs, built once by `loop.grpo_components`: the objective's settings, the
-    jitted update `(state, batch) -> (state, metrics)` and the jitted teacher-forced log-probs
-    `(params, *train_step.logprob_inputs(batch)) -> [N, R]` at the rollout temperature (each group's
-    prompt once), both in the run's shardings."""
+    """What every GRPO iteration runs: the objective's settings, the optimizer, the step-0 state's shapes and
+    shardings, the jitted update `(state, batch) -> (state, metrics)` and the jitted teacher-forced log-probs
+    `(params, *train_step.logprob_inputs(batch)) -> [N, R]` at the rollout temperature (each group's prompt
+    once), both in the run's shardings."""
 
     cfg: grpo.GRPOConfig
+    tx: optax.GradientTransformation
+    abstract_state: train_state.TrainState
+    shardings: train_state.TrainState
     update: Callable[[train_state.TrainState, dict[str, jax.Array]], tuple[train_state.TrainState, dict]]
     logprobs: Callable[[Any, jax.Array, jax.Array], jax.Array]
 
 
-def grpo_programs(rl: ml_collections.ConfigDict, graphdef: nnx.GraphDef, shardings: train_state.TrainState,
-                  mesh: jax.sharding.Mesh, cfg: grpo.GRPOConfig | None = None) -> GRPOPrograms:
-    """The jitted GRPO programs of the rl block (`cfg`: its validated GRPOConfig) in the training `shardings`
-    (what `loop.grpo_iteration` runs and the dry run compiles)."""
-    cfg = cfg or grpo_config(rl)
+@dataclasses.dataclass(frozen=True)
+class RunPrograms:
+    """Every layout and training program of a run (a stage that is not configured has None)."""
+
+    layouts: Layouts
+    sft: SFTPrograms | None
+    grpo: GRPOPrograms | None
+
+    def start_state(self, programs: SFTPrograms | GRPOPrograms, params: dict[str, Any]) -> train_state.TrainState:
+        """A step-0 state of `programs`' stage around `params` (already in the training layout: a misplaced
+        array is an error), its optimizer state created in its shardings."""
+        graphdef = self.layouts.policy(params).graphdef
+        return train_state.train_state_from_params(graphdef, params, programs.tx, programs.shardings)
+
+
+def build(settings: Settings, lay: Layouts, sft_steps: int) -> RunPrograms:
+    """The programs of the configured stages in `lay`, from abstract weights (nothing is allocated); `sft_steps`
+    is the SFT schedule's length (from the data; any value for a dry run)."""
+    policy = loader.abstract_weights(lay.model, lay.training)
+    sft = grpo_ = None
+    if settings.sft is not None:
+        tx = train_state.make_optimizer(settings.sft.optimizer_for(sft_steps))
+        state, shardings = train_state.abstract_train_state(policy, tx, lay.mesh)
+        sft = SFTPrograms(tx, state, shardings, train_step.jit_sft_step(shardings=shardings, mesh=lay.mesh))
+    if settings.rl is not None:
+        grpo_ = grpo_programs(settings, policy, lay.mesh)
+    return RunPrograms(lay, sft, grpo_)
+
+
+def grpo_programs(settings: Settings, policy: loader.Weights, mesh: jax.sharding.Mesh) -> GRPOPrograms:
+    """The GRPO optimizer (with `rl.lr_on_oscillation`, a learning-rate factor in its state: train/oscillation.py)
+    and the jitted GRPO programs around `policy`'s (abstract) weights, in the training shardings."""
+    cfg, rl = settings.grpo, settings.rl
+    tx = train_state.make_optimizer(rl.optimizer, adjustable_lr=rl.adjustable_lr)
+    state, shardings = train_state.abstract_train_state(policy, tx, mesh)
     update = train_step.jit_grpo_step(cfg, micro_batches=rl.micro_batches, shardings=shardings, mesh=mesh)
     logprobs = train_step.jit_rollout_logprobs(
-        graphdef, group_size=cfg.group_size, temperature=cfg.temperature, chunk_size=cfg.logprob_chunk_size,
+        policy.graphdef, group_size=cfg.group_size, temperature=cfg.temperature, chunk_size=cfg.logprob_chunk_size,
         micro_batches=rl.micro_batches, param_shardings=shardings.params, mesh=mesh)
-    return GRPOPrograms(cfg, update, logprobs)
+    return GRPOPrograms(cfg, tx, state, shardings, update, logprobs)
 
 
 def rollout_logprobs(programs: GRPOPrograms, batch: dict[str, jax.Array], policy_params: Any,

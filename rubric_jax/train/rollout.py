@@ -199,7 +199,7 @@ def training_batch(prompt_ids_BxP: np.ndarray, prompt_mask_BxP: np.ndarray, resu
     """The GRPO batch: each row's prompt (prompt_tokens/prompt_mask [N, P]), its response
     (response_tokens/response_mask [N, R]), loss_mask [N, R], the sampler's log-probs as behaviour
     log-probs `old_logp` [N, R], advantages [N] (reference log-probs are added on device:
-    `loop.grpo_iteration`).
+    `grpo_stage.grpo_iteration`).
 
     Samples whose reward is missing (`valid_N` False) get no loss tokens at all: no policy-gradient
     or KL term, and no share of the token or sequence counts that normalise the loss (Dr. GRPO's

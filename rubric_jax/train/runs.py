@@ -11,11 +11,12 @@ from pathlib import Path
 import ml_collections
 
 from rubric_jax import files, loader, metrics, sharding
+from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.checks import short_repr
 from rubric_jax.train import checkpointing, export, settings as run_settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # what the shipped configs' relative asset paths are relative to
-BEST_BY = "eval/reward_mean"  # the held-out reward the trainer logs at each eval (train/loop.py)
+BEST_BY = "eval/reward_mean"  # the held-out reward the trainer logs at each eval (train/grpo_stage.py)
 WHICH = run_settings.EXPORT_WHICH
 # What export and evaluation read of a run's config.json: (key, type, smallest value for an integer).
 _READ_KEYS = (("model.checkpoint", str, None), ("model.config_json", str, None), ("model.tokenizer", str, None),
@@ -36,6 +37,30 @@ class RunCheckpoint:
     stage: str
     step: int  # the checkpoint's optimizer step (its directory name)
     eval_reward: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    """What reading and exporting a run's checkpoints needs of its config (`run_record`, or the running
+    experiment's own)."""
+
+    keep: int  # checkpoint.keep
+    updates_per_batch: int  # GRPO checkpoints are numbered in updates, its log rows (and evals) in batches
+    model: ModelConfig  # the policy's, as the run trained it
+    tokenizer_dir: Path  # model.tokenizer, else the starting checkpoint's
+    start_dir: Path | None  # model.checkpoint: the pretrained policy it started from, None for a random init
+
+
+def run_record(workdir: Path) -> RunRecord:
+    """The RunRecord of the run in `workdir`, from the config.json it wrote (`run_config`)."""
+    config = run_config(workdir)
+    try:
+        model = run_settings.model_config(config)
+    except (OSError, ValueError) as e:
+        raise RunError(f"--workdir={workdir}: cannot read the run's model config: {e}") from None
+    start = config.model.checkpoint
+    return RunRecord(config.checkpoint.keep, config.rl.updates_per_batch, model,
+                     Path(config.model.tokenizer or start), Path(start) if start else None)
 
 
 def run_config(workdir: Path) -> ml_collections.ConfigDict:
@@ -78,7 +103,7 @@ def _resolve_path(config_path: Path, key: str, value: str) -> str:
                    f"neither here ({Path.cwd()}) nor under the repository root ({REPO_ROOT}); run from that directory")
 
 
-def run_checkpoints(workdir: Path, config: ml_collections.ConfigDict) -> list[RunCheckpoint]:
+def run_checkpoints(workdir: Path, record: RunRecord) -> list[RunCheckpoint]:
     """Every kept checkpoint of the run's stages (sft, grpo), with the eval reward logged at its step."""
     metrics_path = workdir / metrics.METRICS_FILE
     try:
@@ -99,18 +124,18 @@ def run_checkpoints(workdir: Path, config: ml_collections.ConfigDict) -> list[Ru
         directory = workdir / "checkpoints" / stage
         if not directory.is_dir():
             continue
-        with checkpointing.Checkpointer(directory, max_to_keep=config.checkpoint.keep, async_save=False) as ckpt:
+        with checkpointing.Checkpointer(directory, max_to_keep=record.keep, async_save=False) as ckpt:
             steps = ckpt.all_steps()
         # GRPO checkpoints are numbered in optimizer updates; its log rows (and evals) in rollout batches.
-        per_row = config.rl.updates_per_batch
+        per_row = record.updates_per_batch
         found += [RunCheckpoint(stage, s, evals.get(s // per_row) if stage == "grpo" else None) for s in steps]
     return found
 
 
-def select_checkpoint(workdir: Path, config: ml_collections.ConfigDict, which: str) -> RunCheckpoint:
+def select_checkpoint(workdir: Path, record: RunRecord, which: str) -> RunCheckpoint:
     """'latest': the newest GRPO checkpoint (else the newest SFT one); 'best': the kept GRPO checkpoint with
     the highest logged eval reward (`metrics.best_eval`: ties to the later one)."""
-    found = run_checkpoints(workdir, config)
+    found = run_checkpoints(workdir, record)
     if not found:
         raise RunError(f"{workdir}/checkpoints: the run has no complete checkpoint")
     if which == "latest":
@@ -124,14 +149,13 @@ def select_checkpoint(workdir: Path, config: ml_collections.ConfigDict, which: s
     return grpo[best[0]]
 
 
-def restore_run_params(workdir: Path, config: ml_collections.ConfigDict, chosen: RunCheckpoint,
-                       layout: sharding.Layout) -> loader.Weights:
+def restore_run_params(workdir: Path, record: RunRecord, chosen: RunCheckpoint, layout: sharding.Layout
+                       ) -> loader.Weights:
     """A run checkpoint's params (no optimizer state) as Weights, restored straight into `layout`."""
     directory = workdir / "checkpoints" / chosen.stage
     try:
-        cfg = run_settings.model_config(config)
-        with checkpointing.Checkpointer(directory, max_to_keep=config.checkpoint.keep, async_save=False) as ckpt:
-            return ckpt.restore_params(cfg, layout, chosen.step)
+        with checkpointing.Checkpointer(directory, max_to_keep=record.keep, async_save=False) as ckpt:
+            return ckpt.restore_params(record.model, layout, chosen.step)
     except (OSError, ValueError, checkpointing.CheckpointError) as e:
         raise RunError(f"--workdir={workdir}: cannot restore {chosen.stage} step {chosen.step}: {e}") from None
 
@@ -142,18 +166,17 @@ def export_run(workdir: Path, which: str, out: Path) -> tuple[RunCheckpoint, Pat
     one, its generation_config.json. Returns the checkpoint chosen and `out`."""
     if which not in WHICH:
         raise RunError(f"--which={which}: expected one of {list(WHICH)}")
-    config = run_config(workdir)
+    record = run_record(workdir)
     inputs = [workdir, workdir / "config.json"]
-    input_dirs = [workdir / "checkpoints", export.tokenizer_dir(config),
-                  *([Path(config.model.checkpoint)] if config.model.checkpoint else [])]
+    input_dirs = [workdir / "checkpoints", record.tokenizer_dir, *([record.start_dir] if record.start_dir else [])]
     try:
         files.check_output_dir(out, inputs, input_dirs)
     except files.PathError as e:
         raise RunError(str(e)) from None
     if out.is_dir() and any(out.iterdir()):
         raise RunError(f"--out={out}: already exists and is not empty; export into a new directory")
-    chosen = select_checkpoint(workdir, config, which)
+    chosen = select_checkpoint(workdir, record, which)
     # FSDP over every device of every process: no device holds more than its share while exporting.
     layout = sharding.Layout(sharding.make_mesh(sharding.MeshConfig(data=1, fsdp=-1, tensor=1)))
-    weights = restore_run_params(workdir, config, chosen, layout)
-    return chosen, export.export_policy(weights, config, out)
+    weights = restore_run_params(workdir, record, chosen, layout)
+    return chosen, export.export_policy(weights, out, tokenizer_dir=record.tokenizer_dir, start_dir=record.start_dir)

@@ -18,7 +18,7 @@ from typing import Any
 
 import ml_collections
 
-from rubric_jax import data, files, grpo, sampling
+from rubric_jax import data, files, grpo, sampling, sharding
 from rubric_jax.judges.reward_model import RewardModelConfig
 from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.loader import ATTENTION_CHOICES, resolve_attention
@@ -62,6 +62,67 @@ class RolloutSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class MeshSpec:
+    """config.mesh: the training mesh and the decode layout (mesh.rollout) over the same devices."""
+
+    training: sharding.MeshConfig
+    rollout_tensor: int  # mesh.rollout.tensor: tensor-parallel group of the decode layout
+    rollout_param_dtype: str  # mesh.rollout.param_dtype: one of ROLLOUT_DTYPES
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTSpec:
+    """The cold-start SFT stage (config.sft, config.data.sft); its schedule's length comes from the data."""
+
+    data: str  # config.data.sft
+    batch_size: int
+    epochs: int
+    optimizer: train_state.OptimizerConfig  # total_steps: a placeholder until `optimizer_for` knows it
+
+    def steps(self, num_examples: int) -> int:
+        """Stage steps (batches) over `num_examples` examples: `epochs` passes, the last batch of each rounded up."""
+        return self.epochs * -(-num_examples // self.batch_size)
+
+    def optimizer_for(self, total_steps: int) -> train_state.OptimizerConfig:
+        """The optimizer settings for a stage of `total_steps` updates (the cosine schedule's length)."""
+        try:
+            return dataclasses.replace(self.optimizer,
+                                       total_steps=total_steps if self.optimizer.schedule == "cosine" else None)
+        except ValueError as e:
+            raise ValueError(f"config.sft: {e}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class RLSpec:
+    """The GRPO stage's counts and optimizer (config.rl; the objective is `Settings.grpo`)."""
+
+    steps: int
+    questions_per_step: int
+    micro_batches: int
+    beta: float  # KL coefficient: a reference is loaded iff > 0
+    max_nan_streak: int
+    optimizer: train_state.OptimizerConfig  # over every update: steps x updates_per_batch
+    adjustable_lr: bool  # rl.lr_on_oscillation: a learning-rate factor in the optimizer state
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointSpec:
+    """config.checkpoint: save cadence and retention."""
+
+    every_steps: int
+    keep: int
+    keep_best: bool  # every eval step saves, and the best-ranked checkpoint outlives `keep`
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportSpec:
+    """config.export: the HF export at the end of a run."""
+
+    at_end: bool
+    which: str  # one of EXPORT_WHICH
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
     """The validated pieces of a config that the stages use (built once at start-up)."""
 
@@ -79,7 +140,13 @@ class Settings:
     samples_per_step: int  # log.samples_per_step
     eval_every: int  # eval.every_steps
     reward_model: RewardModelConfig | None  # config.reward, when a reward model scores the rollouts
-    judge: JudgeSpec = JudgeSpec()  # config.judge
+    judge: JudgeSpec  # config.judge
+    seed: int  # config.seed: parameter init, data order, sampling and judging
+    mesh: MeshSpec
+    sft: SFTSpec | None  # None when "sft" is not a stage
+    rl: RLSpec | None  # None when "grpo" is not a stage
+    checkpoint: CheckpointSpec
+    export: ExportSpec
 
 
 def _get(config: ml_collections.ConfigDict, key: str):
@@ -288,9 +355,29 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
               "recomputed log-probs against the sampler's: set rl.recompute_old_logprobs=True")
     return Settings(stages, grpo_cfg, train, evaluation, buckets(config.sft.max_response_len),
                     config.rl.missing_scores, shaping(config.rl), oscillation_rule(config.rl), dynamic_sampling(config.rl),
-                    config.rl.recompute_old_logprobs,
-                    config.rl.updates_per_batch,
-                    config.log.samples_per_step, config.eval.every_steps, reward_model_config(config), judge)
+                    config.rl.recompute_old_logprobs, config.rl.updates_per_batch, config.log.samples_per_step,
+                    config.eval.every_steps, reward_model_config(config), judge, config.seed, mesh_spec(config.mesh),
+                    sft_spec(config) if "sft" in stages else None, rl_spec(config.rl) if "grpo" in stages else None,
+                    CheckpointSpec(config.checkpoint.every_steps, config.checkpoint.keep, config.checkpoint.keep_best),
+                    ExportSpec(config.export.at_end, config.export.which))
+
+
+def mesh_spec(mesh: ml_collections.ConfigDict) -> MeshSpec:
+    """config.mesh as a MeshSpec (its values checked by `validate`)."""
+    return MeshSpec(sharding.MeshConfig(mesh.data, mesh.fsdp, mesh.tensor), mesh.rollout.tensor,
+                    mesh.rollout.param_dtype)
+
+
+def sft_spec(config: ml_collections.ConfigDict) -> SFTSpec:
+    """The SFT stage's settings; the optimizer's placeholder length is any valid one (cosine needs one)."""
+    sft = config.sft
+    return SFTSpec(config.data.sft, sft.batch_size, sft.epochs, optimizer_config(sft, sft.warmup_steps + 1, "sft"))
+
+
+def rl_spec(rl: ml_collections.ConfigDict) -> RLSpec:
+    """The GRPO stage's counts and optimizer, its schedule over every update (`steps` x `updates_per_batch`)."""
+    return RLSpec(rl.steps, rl.questions_per_step, rl.micro_batches, rl.beta, rl.max_nan_streak,
+                  optimizer_config(rl, rl.steps * rl.updates_per_batch, "rl"), rl.lr_on_oscillation)
 
 
 def check_positions(config: ml_collections.ConfigDict, settings: Settings, max_positions: int) -> None:

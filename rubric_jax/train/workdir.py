@@ -177,6 +177,10 @@ class RunLog:
             raise RuntimeError("resumed_at after the first row was written")
         self.position = max(self.position, (STAGE_ORDER[stage], step))
 
+    def open(self) -> metrics.MetricsWriter | None:
+        """`writer`, as a call (what the monitors call before they write alerts.jsonl)."""
+        return self.writer
+
     @property
     def writer(self) -> metrics.MetricsWriter | None:
         """The open writer on process 0 (None on the others), the logs cut back at the first access."""

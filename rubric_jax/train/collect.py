@@ -1,0 +1,141 @@
+"""A rollout's rows, sampled by the policy, scored by the reward and gathered from every process.
+
+Multi-host (several processes, `distributed.py`): each process samples its questions through the global sharded
+`generate` and scores its own rows, and the scored rows of every process are then gathered to each (`Rollout`),
+so advantages, metrics, monitors, dynamic weights and samples are computed from all rows, identically
+everywhere. With DAPO's dynamic sampling (train/dynamic.py), rounds of questions are sampled until enough
+groups' rewards vary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+from rubric_jax import data, distributed, sampling
+from rubric_jax.judges.reward import RewardOutput, concat_outputs, select_rows
+from rubric_jax.train import dynamic
+from rubric_jax.train.experiment import Experiment
+from rubric_jax.train.settings import RolloutSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class Rollout:
+    """One scored rollout. This process's prompts and sampled rows build its block of the training batch;
+    the scores, samples and lengths are every process's rows (process order, as one process would have
+    them), so whatever is computed from them is the same on every process. Legend: B this process's
+    questions, P prompt width, N all rollouts."""
+
+    prompt_ids_BxP: np.ndarray
+    prompt_mask_BxP: np.ndarray
+    result: sampling.GenerationResult  # this process's rows (B·n)
+    scored: RewardOutput  # all N rows
+    samples: list[dict[str, Any]]  # all N rows: question, response, reward, scores
+    lengths_N: np.ndarray
+    truncated_N: np.ndarray  # stopped at max_new_tokens
+    rows: slice  # this process's rows among the N
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalRollout:
+    """This process's sampled and scored rows of a rollout, before they are gathered (legend: B this
+    process's questions, n samples each)."""
+
+    questions: list[data.Question]
+    prompt_ids_BxP: np.ndarray
+    prompt_mask_BxP: np.ndarray
+    result: sampling.GenerationResult
+    scored: RewardOutput
+    responses: list[str]
+
+
+def sample_and_score(exp: Experiment, params: Any, questions: list[data.Question], spec: RolloutSpec, key: jax.Array
+                     ) -> LocalRollout:
+    """Samples `spec.n` responses per question (this process's questions) with the policy and scores them with
+    their rubrics (the sampler and the LLM judge are global computations: every process must call it)."""
+    sample_key, judge_key = jax.random.split(key)
+    prompt_ids, prompt_mask = data.prompt_batch(exp.tokenizer, [q.question for q in questions], spec.prompt_buckets,
+                                                across_processes=True)
+    result = sampling.generate(exp.layouts.rollout_weights(params), prompt_ids, prompt_mask=prompt_mask, key=sample_key,
+                               n=spec.n, max_new_tokens=spec.max_new_tokens, sampler=spec.sampler,
+                               stop_tokens=exp.stop_tokens, pad_id=exp.tokenizer.pad_token_id,
+                               layout=exp.layouts.decode)
+    responses = data.decode_responses(exp.tokenizer, result, exp.stop_tokens)
+    expanded = [q.question for q in questions for _ in range(spec.n)]
+    scored = exp.reward(expanded, responses, [exp.rubric_of[q.id] for q in questions for _ in range(spec.n)],
+                         key=judge_key, weights=exp.weights, **exp.rollout_store())
+    return LocalRollout(list(questions), prompt_ids, prompt_mask, result, scored, responses)
+
+
+def gather_rollout(local: LocalRollout, n: int, extra: Any = None) -> tuple[Rollout, list[Any]]:
+    """Every process's rows of `local` (process order) as one Rollout, and every process's `extra`."""
+    expanded = [q.question for q in local.questions for _ in range(n)]
+    finished = local.result.finish_reason == sampling.FINISH_LENGTH
+    parts = distributed.all_gather_objects((local.scored, expanded, local.responses, local.result.lengths, finished,
+                                            extra))
+    scored = concat_outputs([part[0] for part in parts])
+    expanded, responses = [x for part in parts for x in part[1]], [x for part in parts for x in part[2]]
+    samples = [{"question": expanded[i], "response": responses[i], "reward": float(scored.reward[i]),
+                "scores": {d: _json_float(scored.scores[i, c]) for c, d in enumerate(scored.dimension_ids)}}
+               for i in range(len(responses))]
+    rows = slice(*distributed.block_bounds(len(responses)))
+    return Rollout(local.prompt_ids_BxP, local.prompt_mask_BxP, local.result, scored, samples,
+                   np.concatenate([part[3] for part in parts]), np.concatenate([part[4] for part in parts]),
+                   rows), [part[5] for part in parts]
+
+
+def rollout_and_score(exp: Experiment, params: Any, questions: list[data.Question], spec: RolloutSpec,
+                      key: jax.Array) -> Rollout:
+    """Samples `spec.n` responses per question (this process's questions) with the policy, scores them
+    with their rubrics and gathers every process's scored rows."""
+    return gather_rollout(sample_and_score(exp, params, questions, spec, key), spec.n)[0]
+
+
+def dynamic_rollout(exp: Experiment, params: Any, questions: list[data.Question], spec: RolloutSpec, key: jax.Array,
+                    draw: Callable[[], list[data.Question]], rule: dynamic.DynamicSampling
+                    ) -> tuple[Rollout, dict[str, float]]:
+    """A rollout of len(questions) groups by DAPO's dynamic sampling (train/dynamic.py): rounds of as many
+    questions (`draw` gives the next batch) until this process's block holds that many groups with a reward
+    spread above `rule.min_spread`, at most `rule.max_rounds` extra rounds; logs kept, dropped and rounds."""
+    rounds: list[LocalRollout] = []
+    spreads: list[np.ndarray] = []
+    for r in range(rule.max_rounds + 1):
+        round_questions = questions if r == 0 else draw()
+        local = sample_and_score(exp, params, round_questions, spec, jax.random.fold_in(key, r))
+        rounds.append(local)
+        spreads.append(dynamic.group_spreads(local.scored.reward, local.scored.details["reward_ok"], spec.n))
+        kept = sum(int((s > rule.min_spread).sum()) for s in spreads)
+        if not distributed.max_over_processes(int(kept < len(questions)))[0]:
+            break
+    chosen = sorted(dynamic.select_groups(spreads, len(questions), rule.min_spread))  # grouped by round
+    rows = [(r, g * spec.n + j) for r, g in chosen for j in range(spec.n)]
+    results = [local.result for local in rounds]
+    result = sampling.GenerationResult(
+        np.stack([results[r].tokens[i] for r, i in rows]), np.stack([results[r].logprobs[i] for r, i in rows]),
+        np.asarray([results[r].lengths[i] for r, i in rows], np.int32),
+        np.asarray([results[r].finish_reason[i] for r, i in rows]), max(res.num_steps for res in results))
+    chosen_questions = [rounds[r].questions[g] for r, g in chosen]
+    prompt_ids, prompt_mask = data.prompt_batch(exp.tokenizer, [q.question for q in chosen_questions],
+                                                spec.prompt_buckets, across_processes=True)
+    scored = concat_outputs([select_rows(local.scored, [i for rr, i in rows if rr == r])
+                             for r, local in enumerate(rounds) if any(rr == r for rr, _ in rows)])
+    if "judge_generate_calls" in scored.details:  # each round made its own calls (concat_outputs takes the max)
+        scored.details["judge_generate_calls"] = sum(local.scored.details["judge_generate_calls"] for local in rounds)
+    selected = LocalRollout(chosen_questions, prompt_ids, prompt_mask, result, scored,
+                            [rounds[r].responses[i] for r, i in rows])
+    counts = (sum(int((s > rule.min_spread).sum()) for s in spreads),
+              sum(int((s <= rule.min_spread).sum()) for s in spreads), len(rounds))
+    gathered, every = gather_rollout(selected, spec.n, counts)
+    return gathered, {"dynamic/kept_groups": float(sum(c[0] for c in every)),
+                      "dynamic/dropped_groups": float(sum(c[1] for c in every)),
+                      "dynamic/rounds": float(max(c[2] for c in every))}
+
+
+
+def _json_float(x: float) -> float | None:
+    """A score for JSON: None for NaN (a missing score)."""
+    return None if np.isnan(x) else float(x)

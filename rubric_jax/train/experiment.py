@@ -1,0 +1,295 @@
+"""An experiment built from its config once, before anything is written: `build(config, workdir) -> Experiment`.
+
+The Experiment holds typed, frozen specs (train/settings.py: no ConfigDict past `build`), the layouts and
+programs (train/programs.py: what the dry run compiles too), the tokenizer, rubrics, reward, data sets and
+the (lazily opened) run log. `build` reads only and checks everything a stage would otherwise find wrong
+mid-run: directories, prompt and judge-prompt lengths, batch divisibility, calibration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import ml_collections
+
+from rubric_jax import data, distributed, loader, metrics
+from rubric_jax.calibration.pinning import check_calibration
+from rubric_jax.judges.base_model import same_base_warnings
+from rubric_jax.judges.llm_judge import Judge, shortest_prompt_tokens
+from rubric_jax.judges.reward import RubricReward, split_by_reads
+from rubric_jax.judges.reward_model import RewardModelReward, load_reward_model
+from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge, load_judges, open_verdict_store
+from rubric_jax.judges.store import VerdictStore
+from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
+from rubric_jax.rubrics.correction import Correction, load_correction
+from rubric_jax.rubrics.dynamic_weights import DimensionWeights
+from rubric_jax.rubrics.io import load_rubric
+from rubric_jax.rubrics.schema import Rubric
+from rubric_jax.train import checkpointing, golden as golden_set, monitors, programs as run_programs, runs
+from rubric_jax.train import settings as run_settings, workdir as run_workdir
+from rubric_jax.train.settings import Settings
+
+MODEL_OVERRIDES = ("param_dtype", "compute_dtype", "remat", "scan_layers", "attention")  # settings.model_overrides
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """The built pieces of one experiment (no maths here); the mutable ones are the dynamic weights, the
+    monitors' windows and the log, which the GRPO stage advances and checkpoints."""
+
+    settings: Settings
+    workdir: Path
+    programs: run_programs.RunPrograms  # layouts and jitted programs (the dry run compiles the same)
+    model_dir: str  # the pretrained policy's HF directory, "" for a seeded random init
+    tokenizer_dir: str  # model.tokenizer, else model_dir
+    tokenizer: Any
+    reward: RubricReward | RewardModelReward  # config.reward.source
+    shared_rubric: Rubric
+    rubric_of: dict[str, Rubric]  # question id -> its rubric (shared, or case-wise R*(q))
+    rubric_hash: str
+    rubric_info: dict[str, Any]  # rubric.json: name, version, content and rubric-set hashes
+    train_questions: list[data.Question]
+    eval_questions: list[data.Question]
+    sft_examples: list[data.SFTExample]  # empty without an SFT stage
+    golden: golden_set.GoldenSet | None  # config.data.golden, scored at every eval
+    judge_store: VerdictStore | None  # config.judge.store: the golden references' verdicts (and rollouts')
+    dynamic_weights: DimensionWeights | None
+    watch: monitors.Watch  # reward-hacking monitors' thresholds and alerts.jsonl
+    log: run_workdir.RunLog
+    key: jax.Array
+    config_json: str  # the resolved config, as config.json records it
+    config_sha256: str  # metrics.config_fingerprint: what done.json names
+
+    @property
+    def layouts(self) -> run_programs.Layouts:
+        return self.programs.layouts
+
+    @property
+    def mesh(self) -> jax.sharding.Mesh:
+        """The training mesh."""
+        return self.programs.layouts.mesh
+
+    @property
+    def weights(self) -> dict[str, float] | None:
+        """Dimension weights overriding the rubrics' (dynamic weights), or None to use the rubrics'."""
+        return None if self.dynamic_weights is None else self.dynamic_weights.current()
+
+    @property
+    def stop_tokens(self) -> tuple[int, ...]:
+        return (int(self.tokenizer.eos_token_id),)
+
+    def rollout_store(self) -> dict[str, VerdictStore]:
+        """The store keyword of a policy-response reward call: the store with judge.store_rollouts, else none."""
+        return {"store": self.judge_store} if self.settings.judge.store_rollouts else {}
+
+    def checkpointer(self, stage: str, keep_best: bool = False) -> checkpointing.Checkpointer:
+        """The checkpoint manager of `stage` ("sft", "grpo", "reference") in the workdir."""
+        return checkpointing.Checkpointer(run_workdir.checkpoint_dir(self.workdir, stage),
+                                          max_to_keep=self.settings.checkpoint.keep, keep_best=keep_best)
+
+    def run_record(self) -> runs.RunRecord:
+        """What reading and exporting this run's checkpoints needs (as `experiments.export` reads it)."""
+        return runs.RunRecord(self.settings.checkpoint.keep, self.settings.updates_per_batch, self.layouts.model,
+                              Path(self.tokenizer_dir), Path(self.model_dir) if self.model_dir else None)
+
+    def initial_params(self) -> dict[str, Any]:
+        """The starting policy's params in the training layout, through the loader: the pretrained checkpoint,
+        or a seeded random init."""
+        lay = self.layouts
+        if self.model_dir:
+            overrides = {field: getattr(lay.model, field) for field in MODEL_OVERRIDES}
+            return loader.load_weights(self.model_dir, lay.training, **overrides).params
+        param_key = jax.random.split(jax.random.fold_in(self.key, 0))[0]  # the init key runs have always used
+        return loader.init_weights(lay.model, lay.training, param_key).params
+
+
+@dataclasses.dataclass(frozen=True)
+class _Inputs:
+    """The data and rubrics of a run, loaded and cross-checked."""
+
+    shared_rubric: Rubric
+    train: list[data.Question]
+    eval: list[data.Question]
+    golden: golden_set.GoldenSet | None
+    rubric_of: dict[str, Rubric]
+
+    @property
+    def questions(self) -> list[data.Question]:
+        """Every question a rollout may prompt with (train, eval, golden)."""
+        return self.train + self.eval + (self.golden.questions if self.golden else [])
+
+
+def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Settings | None = None) -> Experiment:
+    """Layouts, programs, tokenizer, model shape, rubric, reward, datasets and the (lazily opened) log from the
+    config; reads only: nothing is written to the workdir."""
+    settings = settings or run_settings.validate(config)
+    model_dir, tokenizer_dir, tokenizer_key = _model_dirs(config)
+    judge_dirs = [_existing_dir(path, "judge.checkpoint", "judge") for path in settings.judge.checkpoints]
+    model_cfg = run_settings.model_config(config)
+    run_settings.check_positions(config, settings, model_cfg.max_position_embeddings)
+    lay = run_programs.layouts(settings.mesh, model_cfg)
+    try:
+        tokenizer = load_tokenizer(tokenizer_dir)
+    except CheckpointError as e:
+        raise CheckpointError(f"config.{tokenizer_key}: {e}") from e
+    inputs = _load_inputs(config, settings, tokenizer, lay.mesh)
+    rubrics = list(inputs.rubric_of.values())
+    calibration = check_calibration(settings.judge, rubrics, "config.judge")  # before the judges load
+    for line in calibration.lines() if calibration is not None else []:
+        print(line, file=sys.stderr)
+    judges = load_judges(settings.judge, lay.training, where="config.judge")
+    for warning in same_base_warnings(model_dir or config.model.config_json, judge_dirs):
+        print(warning, file=sys.stderr)  # RubricRL 6.2: a judge of the policy's base model can collude with it
+    if settings.sft is not None:
+        distributed.check_divides(settings.sft.batch_size, "sft.batch_size")
+    correction = load_correction(config.data.rubric_correction) if config.data.rubric_correction else None
+    reward = _reward(config, settings, rubrics, judges, correction, lay)
+    if settings.reward_model is None:
+        _check_judge_prompts_fit(config, judges, settings.judge, inputs.rubric_of, inputs.questions)
+    sft_examples = _load_sft(settings, tokenizer, model_cfg.max_position_embeddings)
+    sft_steps = settings.sft.steps(len(sft_examples)) if settings.sft else 0
+    rubric_hash = rubric_set_hash(inputs.shared_rubric, rubrics, correction)
+    rubric_info = {"name": inputs.shared_rubric.name, "version": inputs.shared_rubric.version,
+                   "content_hash": inputs.shared_rubric.content_hash, "rubric_set_hash": rubric_hash,
+                   "correction_hash": correction.content_hash if correction is not None else None,
+                   "judge": describe_judge(settings.judge) if judges else None,
+                   "calibration": calibration.record() if calibration is not None else None}
+    workdir = Path(workdir)
+    log = run_workdir.RunLog(workdir, run_info={"rubric": rubric_info, "config": config.to_dict()})
+    return Experiment(
+        settings=settings, workdir=workdir, programs=run_programs.build(settings, lay, sft_steps), model_dir=model_dir,
+        tokenizer_dir=tokenizer_dir, tokenizer=tokenizer, reward=reward, shared_rubric=inputs.shared_rubric,
+        rubric_of=inputs.rubric_of, rubric_hash=rubric_hash, rubric_info=rubric_info, train_questions=inputs.train,
+        eval_questions=inputs.eval, sft_examples=sft_examples, golden=inputs.golden,
+        judge_store=open_verdict_store(settings.judge) if judges else None,
+        dynamic_weights=(DimensionWeights.for_rubrics(rubrics, config.rl.dynamic_weights_window)
+                         if config.rl.dynamic_weights else None),
+        watch=monitors.Watch(monitors.thresholds(config.monitor), workdir, config.monitor.window_steps,
+                             open_logs=log.open),
+        log=log, key=jax.random.key(settings.seed), config_json=config.to_json_best_effort(indent=2, sort_keys=True),
+        config_sha256=metrics.config_fingerprint(config))
+
+
+def _existing_dir(value: str, key: str, what: str) -> str:
+    """`value` if it names a directory; else one line naming the config key that sets it."""
+    if not Path(value).is_dir():
+        raise CheckpointError(f"config.{key}={value}: {what} directory does not exist; set --config.{key}=DIR "
+                              "(a local directory: nothing is downloaded)")
+    return value
+
+
+def _model_dirs(config: ml_collections.ConfigDict) -> tuple[str, str, str]:
+    """The policy's checkpoint directory ("" for a random init), the tokenizer's and the key naming it."""
+    model_dir = config.model.checkpoint and _existing_dir(config.model.checkpoint, "model.checkpoint", "model")
+    if not (config.model.tokenizer or model_dir):
+        raise ValueError("config.model.tokenizer (or config.model.checkpoint) must name a tokenizer directory")
+    tokenizer_key = "model.tokenizer" if config.model.tokenizer else "model.checkpoint"
+    return model_dir, _existing_dir(config.model.tokenizer or model_dir, tokenizer_key, "tokenizer"), tokenizer_key
+
+
+def _load_inputs(config: ml_collections.ConfigDict, settings: Settings, tokenizer: Any, mesh: jax.sharding.Mesh
+                 ) -> _Inputs:
+    """The rubric, the question sets and the golden set, checked against the batch shapes and prompt lengths."""
+    shared_rubric = load_rubric(config.data.rubric)
+    train = data.load_question_set(config.data.train, config.data.tfds_dir, "train")
+    evaluation = data.load_question_set(config.data.eval, config.data.tfds_dir, "eval")[: config.eval.max_questions]
+    if settings.rl is not None:
+        _check_rollouts_divide(settings.rl, settings.grpo.group_size, mesh)
+        distributed.check_divides(settings.rl.questions_per_step, "rl.questions_per_step")
+        distributed.check_divides(len(evaluation), "eval.max_questions (the eval questions used)")
+        _check_prompts_fit(tokenizer, settings, train + evaluation)
+    golden = golden_set.load_golden(config.data.golden, config.data.tfds_dir, shared_rubric, train,
+                                    evaluation, config.data.golden_max_jaccard) if config.data.golden else None
+    if golden is not None:
+        distributed.check_divides(len(golden.questions), "data.golden (its questions)")
+    rubric_of = {q.id: data.question_rubric(shared_rubric, q) for q in train + evaluation}
+    rubric_of.update({q.id: r for q, r in zip(golden.questions, golden.rubrics)} if golden else {})
+    return _Inputs(shared_rubric, train, evaluation, golden, rubric_of)
+
+
+def _reward(config: ml_collections.ConfigDict, settings: Settings, rubrics: list[Rubric], judges: Sequence[Judge],
+            correction: Correction | None, lay: run_programs.Layouts) -> RubricReward | RewardModelReward:
+    """config.reward.source's reward: the rubrics scored by the rule and LLM judges, or a reward model."""
+    if settings.reward_model is None:
+        return RubricReward(rubrics, judges, settings.judge, correction=correction,
+                            gates_first=config.reward.gates_first)
+    if jax.process_count() > 1:
+        raise ValueError(f"config.reward.source='reward_model': the reward model scores on one process only; "
+                         f"this job has {jax.process_count()} (use the rubric reward, or run on one host)")
+    dtype = config.reward.model_dtype
+    return RewardModelReward(load_reward_model(config.reward.model_checkpoint, layout=lay.decode, param_dtype=dtype,
+                                               compute_dtype=dtype), settings.reward_model)
+
+
+def _load_sft(settings: Settings, tokenizer: Any, max_positions: int) -> list[data.SFTExample]:
+    """The SFT examples (none without an SFT stage), each checked to fit its length buckets."""
+    if settings.sft is None:
+        return []
+    examples = data.load_sft(settings.sft.data)
+    data.check_sft_lengths(tokenizer, examples, settings.train_rollout.prompt_buckets,
+                           settings.sft_response_buckets, max_positions)
+    return examples
+
+
+def _check_prompts_fit(tokenizer: Any, settings: Settings, questions: Sequence[data.Question]) -> None:
+    """Every question's chat prompt fits config.data.max_prompt_len: checked at load time, naming the file and
+    line, not mid-GRPO (with the longest response it then fits the model's positions: settings.check_positions)."""
+    limit = max(settings.train_rollout.prompt_buckets)
+    for question, ids in zip(questions, data.encode_prompts(tokenizer, [q.question for q in questions])):
+        if len(ids) > limit:
+            raise data.DataError(f"{question.source}: question {question.id!r} is {len(ids)} tokens as a chat "
+                                 f"prompt; config.data.max_prompt_len allows {limit}")
+
+
+def _check_judge_prompts_fit(config: ml_collections.ConfigDict, judges: Sequence[Judge], judge_spec: JudgeSpec,
+                             rubric_of: dict[str, Rubric], questions: Sequence[data.Question]) -> None:
+    """Every LLM dimension can be judged: its shortest judge prompt (for an empty response) fits each judge's context
+    less config.judge.max_new_tokens. Checked at start-up: a dimension whose prompts never fit would drop out of every
+    reward (scores missing), and the run would train without it."""
+    seen = set()
+    for q in questions:
+        dims = [d for d in rubric_of[q.id].dimensions if d.kind == "llm"]
+        groups = [[d] for d in dims] if judge_spec.mode == "per_dimension" else split_by_reads([dims])[1]
+        for group in groups:
+            key = ("" if judge_spec.prompt == "compact" else q.question, tuple(group))  # compact: no question
+            if key in seen:
+                continue
+            seen.add(key)
+            for judge in judges:
+                tokens = shortest_prompt_tokens(judge, judge_spec, q.question, group)
+                if tokens > judge.max_prompt_tokens:
+                    context = judge.weights.cfg.max_position_embeddings if judge.weights is not None else "?"
+                    raise ValueError(
+                        f"config.judge.max_new_tokens={config.judge.max_new_tokens} leaves judge {judge.name} "
+                        f"{judge.max_prompt_tokens} of its {context} context tokens for a prompt, but the shortest "
+                        f"prompt for LLM dimension(s) {[d.id for d in group]} of {q.source} (an empty response) is "
+                        f"{tokens} tokens: nothing would ever be judged on it; lower config.judge.max_new_tokens or "
+                        "use a judge with a longer context")
+
+
+def _check_rollouts_divide(rl: run_settings.RLSpec, group_size: int, mesh: jax.sharding.Mesh) -> None:
+    """A GRPO batch splits evenly into micro-batches of whole groups (a group's prompt runs once) and
+    over the mesh's batch axes (checked before SFT)."""
+    if rl.questions_per_step % rl.micro_batches:
+        raise ValueError(f"config.rl.micro_batches={rl.micro_batches} must divide questions_per_step="
+                         f"{rl.questions_per_step}: a micro-batch holds whole groups")
+    shards = mesh.shape["data"] * mesh.shape["fsdp"] * rl.micro_batches
+    if (rl.questions_per_step * group_size) % shards:
+        raise ValueError(
+            f"config.rl: questions_per_step * group_size = {rl.questions_per_step * group_size} rollouts must "
+            f"divide into micro_batches ({rl.micro_batches}) x mesh data*fsdp ({shards // rl.micro_batches})")
+
+
+def rubric_set_hash(shared: Rubric, rubrics: list[Rubric], correction: Correction | None = None) -> str:
+    """One hash over every rubric used (shared + case-wise) and the score correction applied, if any;
+    recorded in checkpoints and metrics."""
+    joined = "\n".join(sorted({shared.content_hash, *(r.content_hash for r in rubrics)}))
+    if correction is not None:
+        joined += f"\ncorrection {correction.content_hash}"
+    return hashlib.sha256(joined.encode()).hexdigest()

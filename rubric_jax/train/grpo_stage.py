@@ -1,0 +1,232 @@
+"""The GRPO stage: rollouts -> rubric reward -> group advantages -> jitted sharded updates, with held-out evals.
+
+Evals run before the first update (the SFT baseline), every `eval.every_steps` steps and at the end; every step
+writes the reward-hacking monitors (train/monitors.py: alerts.jsonl) and every eval scores the golden set
+(train/golden.py). A non-finite loss or gradient skips the update (train/step.py); `rl.max_nan_streak` skips
+in a row stop the run. The KL reference is the policy GRPO started from, saved once so that a resumed run
+keeps it. Per-step randomness is `fold_in(key, 1000 + step)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from rubric_jax import data, distributed, loader, metrics, sharding
+from rubric_jax.judges.reward import RewardOutput, RubricReward, gather_outputs
+from rubric_jax.rubrics.schema import Rubric
+from rubric_jax.train import checkpointing, collect, monitors, oscillation, rollout, state as train_state
+from rubric_jax.train import programs as run_programs
+from rubric_jax.train.experiment import Experiment
+from rubric_jax.train.runner import Runner, Stage, StepOutput, TrainingError
+
+EVAL_SAMPLES = 4  # eval responses written to samples.jsonl per eval
+_EVAL_KEY = 2**31 - 1  # fold_in data of the eval sampling key (GRPO step keys are 1000 + step)
+_GOLDEN_REFERENCE_KEY = 1  # fold_in data (into the eval key) of the golden references' judge key, the same every eval
+
+
+@dataclasses.dataclass
+class NanStreak:
+    """Counts consecutive skipped (non-finite) updates and stops the run at `limit`."""
+
+    limit: int
+    count: int = 0
+
+    def record(self, skipped: float, step: int, last_checkpoint: str) -> None:
+        """Raises TrainingError naming the last good checkpoint once `limit` updates in a row were skipped."""
+        self.count = self.count + 1 if skipped > 0 else 0
+        if self.count >= self.limit:
+            raise TrainingError(
+                f"{self.count} GRPO updates in a row had a non-finite loss or gradient (up to step {step}); "
+                f"stopping. The last good checkpoint is {last_checkpoint}. Lower rl.lr or check the rewards.")
+
+
+def load_reference(exp: Experiment, state: train_state.TrainState, iterator_state: data.IteratorState
+                   ) -> loader.Weights:
+    """The frozen KL reference: the policy GRPO started from, saved once (step 0) so that a resumed run
+    keeps it, and read back (params only) through the loader into the training layout."""
+    with exp.checkpointer("reference") as ref_ckpt:
+        if ref_ckpt.latest_step() is None:
+            ref_ckpt.save(state, data_state=iterator_state.to_dict(), rubric_hash=exp.rubric_hash)
+        return ref_ckpt.restore_params(exp.layouts.model, exp.layouts.training, step=0)
+
+
+def grpo_iteration(exp: Experiment, programs: run_programs.GRPOPrograms, state: train_state.TrainState,
+                   ref_params: Any | None, questions: list[data.Question], key: jax.Array,
+                   draw: Callable[[], list[data.Question]] | None = None) -> tuple[train_state.TrainState, StepOutput]:
+    """One GRPO step: rollouts (with `rl.dynamic_sampling`, more rounds of questions from `draw` until enough
+    groups vary) -> rubric reward -> group advantages -> rollout log-probs (reference;
+    behaviour if `rl.recompute_old_logprobs`, else the sampler's) -> `rl.updates_per_batch` updates,
+    dispatched; `grpo_row` reads the returned StepOutput's metrics.
+
+    `logprob_gap/mean` is the mean |teacher-forced − sampler| log-prob of the response tokens under the
+    params that sampled (the first update's, or the recomputation's): float error on CPU float32, the
+    decode drift to watch on accelerators in bf16.
+    """
+    settings = exp.settings
+    out, dynamic_row = _rollout(exp, state.params, questions, key, draw)
+    scored = out.scored
+    signal = rollout.rollout_advantages(scored, programs.cfg, settings.missing_scores, settings.shaping,
+                                        rubrics=_row_rubrics(exp, scored) if settings.shaping.advantage ==
+                                        "per_dimension" else (), weights=exp.weights,
+                                        lengths_N=out.lengths_N, truncated_N=out.truncated_N)
+    batch = rollout.training_batch(out.prompt_ids_BxP, out.prompt_mask_BxP, out.result, programs.cfg.group_size,
+                                   signal.advantages_N[out.rows], signal.trainable_N[out.rows],
+                                   settings.train_rollout.response_buckets,
+                                   across_processes=True)  # groups never straddle processes: rows are whole groups
+    batch = distributed.global_batch(batch, sharding.batch_sharding(exp.mesh))
+    batch, logprob_stats = run_programs.rollout_logprobs(programs, batch, state.params, ref_params,
+                                                         settings.recompute_old_logprobs)
+    updates = []
+    for _ in range(settings.updates_per_batch):
+        state, update_metrics = programs.update(state, batch)
+        updates.append(update_metrics)
+    host_row = {**_reward_row(out, signal), **dynamic_row}
+    host_row.update(monitors.step_monitors([s["response"] for s in out.samples], out.lengths_N, scored))
+    host_row.update(exp.watch.redundancy(scored.dimension_ids, scored.scores, scored.valid))
+    if exp.dynamic_weights is not None:
+        host_row.update(exp.dynamic_weights.update(scored.dimension_ids, scored.scores, scored.valid))
+    return state, StepOutput((updates, logprob_stats), host_row, out.samples[: settings.samples_per_step])
+
+
+def _rollout(exp: Experiment, params: Any, questions: list[data.Question], key: jax.Array,
+             draw: Callable[[], list[data.Question]] | None) -> tuple[collect.Rollout, dict[str, float]]:
+    """The step's scored rollout (by dynamic sampling when configured) and its dynamic-sampling counts."""
+    spec, rule = exp.settings.train_rollout, exp.settings.dynamic_sampling
+    if rule is None:
+        return collect.rollout_and_score(exp, params, questions, spec, key), {}
+    if draw is None:
+        raise ValueError("grpo_iteration: rl.dynamic_sampling needs `draw` (more questions from the iterator)")
+    return collect.dynamic_rollout(exp, params, questions, spec, key, draw, rule)
+
+
+def _reward_row(out: collect.Rollout, signal: rollout.Advantages) -> dict[str, float]:
+    """A step's reward, advantage and length metrics (host values)."""
+    summary = rollout.summarize_rewards(out.scored)
+    return {"reward/mean": summary.reward_mean, **rollout.reward_metrics(summary, ""),
+            "zero_std_frac": signal.zero_std_frac, "response_len/mean": float(out.lengths_N.mean()),
+            "truncated_frac": float(out.truncated_N.mean()), **signal.metrics}
+
+
+def grpo_row(out: StepOutput) -> dict[str, Any]:
+    """A GRPO step's metrics: the updates' means read from the device, the first update's `logprob_gap/mean`
+    unless the recomputation's, and the host metrics."""
+    device_rows, stats = distributed.host_tree(out.device)
+    row = {k: float(np.mean([u[k] for u in device_rows])) for k in device_rows[0]}
+    row["logprob_gap/mean"] = float(device_rows[0]["abs_log_ratio"])  # the first update's, unless recomputed
+    row.update({k: float(v) for k, v in stats.items()})
+    return {**row, **out.host}
+
+
+def _row_rubrics(exp: Experiment, scored: RewardOutput) -> list[Rubric]:
+    """Each scored row's rubric (every process's rows, from the hashes the reward recorded)."""
+    by_hash = {rubric.content_hash: rubric for rubric in exp.rubric_of.values()}
+    return [by_hash[h] for h in scored.details["rubric_hashes"]]
+
+
+def evaluate(exp: Experiment, state: train_state.TrainState, step: int) -> dict[str, float]:
+    """Held-out rubric reward of one response per eval (and golden) question with the eval sampler (greedy
+    by default); alerts on the golden set's agreement."""
+    key = jax.random.fold_in(exp.key, _EVAL_KEY)
+    out = collect.rollout_and_score(exp, state.params, distributed.process_block(exp.eval_questions),
+                                    exp.settings.eval_rollout, key)
+    summary = rollout.summarize_rewards(out.scored)
+    row = {"stage": "eval", "eval/reward_mean": summary.reward_mean, **rollout.reward_metrics(summary, "eval/"),
+           "eval/response_len/mean": float(out.lengths_N.mean())}
+    if exp.golden is not None:
+        golden_scored = collect.rollout_and_score(exp, state.params, distributed.process_block(exp.golden.questions),
+                                                  exp.settings.eval_rollout, key).scored
+        row.update(exp.golden.metrics(golden_scored, OwnBlockScorer(exp.reward),
+                                      key=jax.random.fold_in(key, _GOLDEN_REFERENCE_KEY), weights=exp.weights,
+                                      store=exp.judge_store))
+    row = exp.watch.observe(step, row)
+    exp.log.write(step, row)
+    exp.log.write_samples(step, [{"stage": "eval", **s} for s in out.samples[:EVAL_SAMPLES]])
+    return {k: v for k, v in row.items() if k != "stage"}
+
+
+@dataclasses.dataclass(frozen=True)
+class OwnBlockScorer:
+    """`reward` of all rows, each process scoring its own block of them (every process must call it)."""
+
+    reward: RubricReward
+
+    def __call__(self, questions: Sequence[str], responses: Sequence[str], rubrics: Sequence[Rubric],
+                 **kwargs: Any) -> RewardOutput:
+        start, stop = distributed.block_bounds(len(responses))
+        return gather_outputs(self.reward(questions[start:stop], responses[start:stop], rubrics[start:stop],
+                                          **kwargs))
+
+
+class GRPOStage(Stage):
+    """GRPO from `params` (the SFT result): the KL reference and the SFT baseline eval before the first step,
+    evals every `eval.every_steps`, the learning-rate drop on oscillation, the NaN-streak stop."""
+
+    name = "grpo"
+
+    def __init__(self, exp: Experiment, params: dict[str, Any]):
+        rl, settings = exp.settings.rl, exp.settings
+        self.exp, self.programs = exp, exp.programs.grpo
+        self.total, self.rows, self.batch_size = rl.steps, exp.train_questions, rl.questions_per_step
+        self.state, self.shardings = exp.programs.start_state(self.programs, params), self.programs.shardings
+        self.updates_per_step, self.keep_best = settings.updates_per_batch, settings.checkpoint.keep_best
+        self.nan_streak = NanStreak(rl.max_nan_streak)
+        self.lr_drop = oscillation.LearningRateDrop(settings.oscillation) if settings.oscillation is not None else None
+        self.ref_params: Any | None = None
+        self.baseline: float | None = None
+
+    def start(self, restored: checkpointing.Restored | None, state: train_state.TrainState, start: int,
+              progress: metrics.Progress) -> None:
+        """Restores the dynamic weights and the monitors' window, loads the reference and the baseline eval
+        (run now at step 0; else read back from the log, which process 0 wrote before the restart)."""
+        exp = self.exp
+        if restored is not None and exp.dynamic_weights is not None:
+            exp.dynamic_weights.load_json(restored.extra["dynamic_weights"])
+        if restored is not None:
+            exp.watch.load_scores_json(restored.extra.get("redundancy_window", []))
+        iterator_state = data.IteratorState.from_dict(restored.data_state) if restored else data.IteratorState(
+            seed=exp.settings.seed)
+        self.ref_params = load_reference(exp, state, iterator_state).params if exp.settings.rl.beta > 0 else None
+        if self.lr_drop is not None:
+            self.lr_drop.restore(exp.log.rows(), float(train_state.lr_factor(state.opt_state)))
+        if start == 0:
+            row = evaluate(exp, state, 0)
+            self.baseline = row["eval/reward_mean"]
+            progress.write(metrics.format_eval_summary(0, row, reward_key="eval/reward_mean"))
+        else:
+            self.baseline = next(r["eval/reward_mean"] for r in exp.log.rows()
+                                 if r.get("stage") == "eval" and r["step"] == 0)
+
+    def step(self, state: train_state.TrainState, rows: list[Any], step: int, draw: Runner
+             ) -> tuple[train_state.TrainState, StepOutput]:
+        if self.lr_drop is not None:  # rl.lr_on_oscillation: the factor the logged rewards decide for this update
+            state = state.replace(opt_state=self.lr_drop.before_step(state.opt_state, step))
+        return grpo_iteration(self.exp, self.programs, state, self.ref_params, rows,
+                              jax.random.fold_in(self.exp.key, 1000 + step), draw.next_rows)
+
+    def read_row(self, out: StepOutput) -> dict[str, Any]:
+        return grpo_row(out)
+
+    def observe(self, step: int, row: dict[str, Any]) -> dict[str, Any]:
+        return self.exp.watch.observe(step, row if self.lr_drop is None else self.lr_drop.observe(step, row))
+
+    def after_row(self, step: int, row: dict[str, Any], ckpt: checkpointing.Checkpointer) -> None:
+        self.nan_streak.record(row["skipped"], step, f"{ckpt.directory} step {ckpt.latest_step()}")
+
+    def eval_due(self, step: int) -> bool:
+        return step % self.exp.settings.eval_every == 0 or step == self.total
+
+    def evaluate(self, step: int, state: train_state.TrainState, progress: metrics.Progress) -> float:
+        row = evaluate(self.exp, state, step)
+        progress.write(metrics.format_eval_summary(step, row, self.baseline, reward_key="eval/reward_mean"))
+        return row["eval/reward_mean"]
+
+    def checkpoint_extra(self) -> dict[str, Any]:
+        exp = self.exp
+        weights = {} if exp.dynamic_weights is None else {"dynamic_weights": exp.dynamic_weights.to_json()}
+        return {"updates_per_batch": exp.settings.updates_per_batch, **weights,
+                "redundancy_window": exp.watch.scores_to_json()}
