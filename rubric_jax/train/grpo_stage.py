@@ -201,12 +201,12 @@ class GRPOStage(Stage):
             self.baseline = next(r["eval/reward_mean"] for r in exp.log.rows()
                                  if r.get("stage") == "eval" and r["step"] == 0)
 
-    def step(self, state: train_state.TrainState, rows: list[Any], step: int, draw: Runner
+    def step(self, state: train_state.TrainState, rows: list[Any], step: int, runner: Runner
              ) -> tuple[train_state.TrainState, StepOutput]:
         if self.lr_drop is not None:  # rl.lr_on_oscillation: the factor the logged rewards decide for this update
             state = state.replace(opt_state=self.lr_drop.before_step(state.opt_state, step))
         return grpo_iteration(self.exp, self.programs, state, self.ref_params, rows,
-                              jax.random.fold_in(self.exp.key, 1000 + step), draw.next_rows)
+                              jax.random.fold_in(self.exp.key, 1000 + step), runner.next_rows)
 
     def read_row(self, out: StepOutput) -> dict[str, Any]:
         return grpo_row(out)

@@ -74,9 +74,9 @@ class Stage:
     progress_keys: tuple[str, ...] = metrics.PROGRESS_KEYS
     keep_best: bool = False  # every eval step saves, and the best-ranked checkpoint is kept past checkpoint.keep
 
-    def step(self, state: train_state.TrainState, rows: list[Any], step: int, draw: Runner
+    def step(self, state: train_state.TrainState, rows: list[Any], step: int, runner: Runner
              ) -> tuple[train_state.TrainState, StepOutput]:
-        """Dispatches stage step `step` on this process's `rows`; `draw.next_rows()` gives the next batch's rows
+        """Dispatches stage step `step` on this process's `rows`; `runner.next_rows()` gives the next batch's rows
         (a GRPO step with rl.dynamic_sampling draws more; the iterator's position is checkpointed)."""
         raise NotImplementedError
 

@@ -23,7 +23,7 @@ class SFTStage(Stage):
         self.total = spec.steps(len(exp.sft_examples))
         self.state, self.shardings = exp.programs.start_state(programs, params), programs.shardings
 
-    def step(self, state: train_state.TrainState, rows: list[data.SFTExample], step: int, draw: Runner
+    def step(self, state: train_state.TrainState, rows: list[data.SFTExample], step: int, runner: Runner
              ) -> tuple[train_state.TrainState, StepOutput]:
         settings = self.exp.settings
         batch = data.sft_batch(self.exp.tokenizer, rows, settings.train_rollout.prompt_buckets,

@@ -210,7 +210,7 @@ class RunLog:
     def rows(self) -> list[dict[str, Any]]:
         """The step rows of metrics.jsonl so far (after the cut; on other processes than 0, those written
         before this process opened the log)."""
-        self.writer  # noqa: B018  (opens, i.e. cuts, the logs first)
+        self.open()  # opens, i.e. cuts, the logs first
         path = self.workdir / metrics.METRICS_FILE
         return metrics.read_jsonl_metrics(path) if path.exists() else []
 

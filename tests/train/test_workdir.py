@@ -165,7 +165,7 @@ class _Stage(runner.Stage):
         self.name, self.total, self.rows, self.batch_size = name, total, rows, 2
         self.state, self.shardings = _state(), None
 
-    def step(self, state, rows, step, draw):
+    def step(self, state, rows, step, source):
         return state.replace(step=state.step + 1), runner.StepOutput({}, {"loss": float(step)})
 
 
@@ -176,7 +176,7 @@ class _CountingStage(_Stage):
         super().__init__("sft", total, list(range(10)))
         self.events = events
 
-    def step(self, state, rows, step, draw):
+    def step(self, state, rows, step, source):
         self.events.append(f"dispatch {step}")
         return state.replace(step=state.step + 1), runner.StepOutput(step, {"rows": rows}, [{"row": rows[0]}])
 
@@ -269,10 +269,10 @@ def test_a_step_that_draws_more_rows_resumes_where_the_uninterrupted_run_drew(tm
             super().__init__("sft", total, list(range(9)))
             self.seen = seen
 
-        def step(self, state, rows, step, draw):
-            rows = rows + (draw.next_rows() if step % 2 else [])  # odd steps take a second batch
+        def step(self, state, rows, step, source):
+            rows = rows + (source.next_rows() if step % 2 else [])  # odd steps take a second batch
             self.seen.append((step, rows))
-            return super().step(state, rows, step, draw)
+            return super().step(state, rows, step, source)
 
     whole: list = []
     _run_stage(tmp_path / "whole", Drawing(6, whole))
