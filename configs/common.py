@@ -238,6 +238,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.qurl.min_support = 2  # R*(q) keeps criteria recurring in this many kept sets (capped at the kept count).
     c.qurl.questions_per_batch = 32  # Questions per batch: one generate call per round each; resume unit.
     c.qurl.sampler = "temperature(0.7)"  # Sampler of every construction call (retries need fresh samples).
+    c.qurl.generator = "model"  # Who writes meta-descriptions, rubrics and answers: model (config.model, in process) | judge (config.judge's OpenAI-compatible endpoint, backend=openai).
 
     c.log = ml_collections.ConfigDict()
     c.log.samples_per_step = 4  # Responses written to samples.jsonl per step.
