@@ -45,6 +45,15 @@ def judge_block() -> ml_collections.ConfigDict:
     j.max_retries_http = 5  # HTTP retries per request (exponential backoff with jitter, honouring Retry-After).
     j.requests_per_minute = 0  # Request rate limit (0 = unlimited).
     j.tokens_per_minute = 0  # Token rate limit: prompt + completion tokens, estimated before the answer (0 = unlimited).
+    # Cascade (RubricRL §7 "用更小的模型做初筛、大模型做精评"; docs/judges.md, "Cascade"): this judge screens every item
+    # (one score of one response on one LLM dimension); a second judge re-judges only the uncertain ones, and its
+    # verdict replaces the first's. The cascade_* fields are read (and hashed) only with a cascade.
+    j.cascade = ""  # [hash: the refining judge's hash] Path of the refining judge's config file (configs/judges/*.py); "" = none.
+    j.cascade_spread = 0.0  # [hash] Escalate an item whose valid samples spread (max - min, on the [0, 1] scale) by more than this.
+    # [hash] Escalate an item whose score (median, [0, 1] scale) lies within this of a decision: a gate dimension's
+    # failing score 0 (so a gate failure is always confirmed), or one of cascade_thresholds. Items with no valid verdict always escalate.
+    j.cascade_margin = 0.0
+    j.cascade_thresholds = ()  # [hash] Decision thresholds on the [0, 1] scale besides the gates', e.g. (0.5,) for met / not met.
     return j
 
 

@@ -46,8 +46,9 @@ from absl import app, flags
 from experiments import cli, judge_config
 from rubric_jax.calibration.pinning import check_calibration
 from rubric_jax.files import PathError, atomic_writer, check_output_path
+from rubric_jax.judges.llm_judge import escalated_frac
 from rubric_jax.judges.reward import RubricReward
-from rubric_jax.judges.spec import check_checkpoints, judge_hash, load_judges, open_verdict_store
+from rubric_jax.judges.spec import check_checkpoints, judge_hash, load_cascade, load_judges, open_verdict_store
 from rubric_jax.judges.rules import REGEX_TIMEOUT_S
 from rubric_jax.judges.store import StoreError, VerdictStore
 from rubric_jax.rubrics.io import load_rubric
@@ -122,6 +123,8 @@ def score_file(rows: list[dict[str, Any]], rubrics: list[Rubric], reward: Rubric
             examples = summary.setdefault(name, [])
             examples.extend(result.details.get(name, [])[: 5 - len(examples)])
     summary["mean_reward"] = float(np.mean(rewards))
+    if "judge_cascade_screened" in summary:  # the cascade's share of items the refining judge re-judged
+        summary["judge_cascade_escalated_frac"] = escalated_frac(summary)
     summary["not_ok"] = sum(not r["reward_ok"] for r in out_rows)
     return out_rows, summary
 
@@ -158,10 +161,11 @@ def main(argv: list[str]) -> None:
             print(line, file=sys.stderr)
         store = open_verdict_store(spec)
         judges = load_judges(spec, where="--judge")
+        refiners = load_cascade(spec, where="--judge")
         judge = judge_hash(spec)
     except (RubricError, InputError, PathError, ValueError) as e:  # StoreError too
         _fail(str(e))
-    reward = RubricReward(judges=judges, judge_spec=spec)
+    reward = RubricReward(judges=judges, judge_spec=spec, refiners=refiners)
     for rubric, source in zip(rubrics, sources):
         try:
             reward.rules_of(rubric)

@@ -27,7 +27,7 @@ from rubric_jax import sharding
 from rubric_jax.data import Question, load_questions
 from rubric_jax.files import open_input, write_atomic
 from rubric_jax.judges.reward import RubricReward
-from rubric_jax.judges.spec import JudgeSpec, load_judges
+from rubric_jax.judges.spec import JudgeSpec, load_cascade, load_judges
 from rubric_jax.qurl import construction, report
 from rubric_jax.qurl.config import BuildConfig, BuildError
 from rubric_jax.qurl.report import BuildResult
@@ -289,7 +289,8 @@ def run_build(config: Any, questions_path: str, corpus_path: str, out_dir: str,
         remat=config.model.remat, scan_layers=config.model.scan_layers)
     judges = load_judges(judge_spec, layout, where="config.judge") or (
         judge_from_model(model, sampler=judge_spec.sampler, max_new_tokens=judge_spec.max_new_tokens),)
-    reward = RubricReward(judges=judges, judge_spec=judge_spec)
+    reward = RubricReward(judges=judges, judge_spec=judge_spec,
+                          refiners=load_cascade(judge_spec, layout, where="config.judge"))
     generator = ModelTextGenerator(model, build_config.sampler)
     log(f"building rubrics for {len(questions)} question(s) from {len(documents)} document(s) with {model.name}")
     result = build_rubrics(questions, documents, build_config, templates, generator, reward, work, settings, log)
