@@ -141,6 +141,27 @@ def test_the_reward_cascades_and_joined_blocks_count_the_escalations(tok):
     assert joined.reward[1] > 0  # r1's failed gate (first judge) was overruled by the refiner
 
 
+def test_training_logs_and_evaluate_reports_the_escalated_fraction(tok):
+    """A GRPO step's metrics (rollout.reward_metrics of the step's reward) and evaluate's judge counters
+    (harness.judge_answers, 3 answers per reward call) carry the cascade's counts and fraction."""
+    from rubric_jax.evaluation import harness
+    from rubric_jax.rubrics.importers import RubricCase
+    from rubric_jax.train.rollout import reward_metrics, summarize_rewards
+
+    rubric = make_rubric([dimension_to_dict(ACC), dimension_to_dict(GATE)])
+    spec = JudgeSpec(checkpoints=("screen",), samples=3, max_retries=0,
+                     cascade=JudgeSpec(checkpoints=("refine",), samples=1, max_retries=0))
+    (first, _), (refiner, _) = first_judge(tok), refining_judge(tok)
+    reward = RubricReward([rubric], [first], spec, refiners=[refiner])
+    step = reward_metrics(summarize_rewards(reward(["q"] * 6, RESPONSES, [rubric] * 6, key=jax.random.key(0))), "rl/")
+    assert (step["rl/judge_cascade_escalated"], step["rl/judge_cascade_escalated_frac"]) == (6, 0.5)
+    cases = [RubricCase(f"c{i}", "q", rubric) for i in range(6)]
+    generated = [harness.Generated(response, "stop", 3) for response in RESPONSES]
+    _, counters = harness.judge_answers(reward, cases, generated, "plain", False, 3, jax.random.key(0))
+    assert (counters["judge_cascade_screened"], counters["judge_cascade_escalated"]) == (12, 6)
+    assert counters["judge_cascade_escalated_frac"] == 0.5
+
+
 def test_a_cascade_needs_its_refiners_and_only_it(tok):
     (first, _), (refiner, _) = first_judge(tok), refining_judge(tok)
     spec = JudgeSpec(checkpoints=("screen",), samples=3, cascade=JudgeSpec(checkpoints=("refine",)))
