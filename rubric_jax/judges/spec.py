@@ -151,7 +151,8 @@ class JudgeSpec:
         """`mode=benchmark` replaced by the benchmark's prescribed mode (the cascade's too); any other mode is kept."""
         cascade = self.cascade.for_benchmark(benchmark_mode) if self.cascade is not None else None
         mode = benchmark_mode if self.mode == BENCHMARK_MODE else self.mode
-        return dataclasses.replace(self, mode=mode, cascade=cascade) if (mode, cascade) != (self.mode, self.cascade) else self
+        return self if (mode, cascade) == (self.mode, self.cascade) else dataclasses.replace(self, mode=mode,
+                                                                                          cascade=cascade)
 
     def to_block(self) -> dict[str, Any]:
         """The config-block form (checkpoint as a comma-separated string), e.g. for reports."""
@@ -212,17 +213,22 @@ def _cascade_spec(value: Any, where: str, allow_benchmark: bool) -> JudgeSpec | 
     if isinstance(value, str) and not value:
         return None
     if isinstance(value, str):
+        path = value
         try:
-            value = load_judge_file(value)
-        except (OSError, SyntaxError, ImportError, AttributeError) as e:
-            raise JudgeSpecError("cascade", value, f"cannot load this judge config file ({e})", where) from None
+            value = load_judge_file(path)
+        except Exception as e:  # a user's config file: whatever it raises is one line naming it
+            raise JudgeSpecError("cascade", path, f"cannot load this judge config file ({e})", where) from None
     elif not isinstance(value, Mapping) and not hasattr(value, "to_dict"):
         raise JudgeSpecError("cascade", value, "expected the path of a judge config file (configs/judges/*.py), or ''",
                              where)
+    else:
+        path = "<nested block>"
     inner = JudgeSpec.from_config(value, f"{where}.cascade", allow_benchmark=allow_benchmark)
     if inner.cascade is not None:
-        raise JudgeSpecError("cascade", inner.cascade.checkpoints, "a refining judge cannot cascade again "
+        raise JudgeSpecError("cascade", ",".join(inner.cascade.checkpoints), "a refining judge cannot cascade again "
                              "(its own cascade must be '')", f"{where}.cascade")
+    if not inner.has_judge:
+        raise JudgeSpecError("cascade", path, "the refining judge has no checkpoint (or endpoint)", where)
     return inner
 
 
@@ -244,7 +250,7 @@ def _cascade_problems(spec: JudgeSpec):
     if not isinstance(spec.cascade, JudgeSpec):
         yield "cascade", spec.cascade, "expected the refining judge's JudgeSpec"
     elif not spec.has_judge:
-        yield "cascade", spec.cascade.checkpoints, "there is no first judge (checkpoint) whose verdicts to refine"
+        yield "cascade", ",".join(spec.cascade.checkpoints), "there is no first judge (checkpoint) whose verdicts to refine"
     elif not spec.cascade.has_judge:
         yield "cascade", "", "the refining judge has no checkpoint (or endpoint)"
 

@@ -216,12 +216,24 @@ def test_the_hash_covers_the_cascade_and_its_refining_judge(tmp_path):
     ({"cascade_thresholds": (1.5,)}, "--judge.cascade_thresholds=(1.5,): expected a tuple of normalised scores"),
     ({"cascade": 3}, "--judge.cascade=3: expected the path of a judge config file"),
     ({"cascade": "", "cascade_margin": 0.2}, "--judge.cascade_margin=0.2: is read only with a cascade"),
-    ({"checkpoint": ""}, "--judge.cascade=('rubric_jax/assets/tiny_judge_fixed',): there is no first judge"),
+    ({"checkpoint": ""}, "--judge.cascade='rubric_jax/assets/tiny_judge_fixed': there is no first judge"),
 ])
 def test_a_bad_cascade_is_one_line_naming_the_field(tmp_path, fields, message):
     with pytest.raises(ValueError) as e:
         JudgeSpec.from_config(cascaded_block(tmp_path, **fields), "--judge")
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_a_calibration_report_pins_the_cascade(tmp_path):
+    """calibration/pinning: the recorded cascade (its hash) matches the same cascade and names a changed refiner."""
+    from rubric_jax.calibration.pinning import judge_differences
+    from rubric_jax.judges.spec import describe
+
+    cascaded = JudgeSpec.from_config(cascaded_block(tmp_path), "--judge")
+    assert judge_differences(cascaded, describe(cascaded)) == []
+    other = dataclasses.replace(cascaded, cascade=dataclasses.replace(cascaded.cascade, samples=5))
+    assert [d.split(" ")[0] for d in judge_differences(other, describe(cascaded))] == ["cascade"]
+    assert judge_differences(cascaded, describe(dataclasses.replace(cascaded, cascade=None, cascade_spread=0.0)))
 
 
 def test_a_bad_refining_judge_is_named_inside_the_cascade(tmp_path):
