@@ -18,7 +18,9 @@ dimension's calibration status goes to stderr before any scoring (--judge.requir
 unless every one is calibrated and unflagged). With --judge.store=VERDICTS.db, judge answers are read from
 that SQLite verdict store (under the judge hash) before judging and every generate call's answers are written
 to it (rubric_jax/judges/store.py): a killed or repeated run judges only what is missing (the summary's
-judge_store_hits counts the answers read, judge_prompts those generated).
+judge_store_hits counts the answers read, judge_prompts those generated). With --judge.cascade=FILE (a judge config
+file), the items the judge is uncertain of are judged again by that judge (docs/judges.md, "Cascade"): the summary's
+judge_cascade_escalated_frac is their share, judge_cascade_prompts the second judge's prompts.
 A one-line JSON summary goes to stdout: rows, mean reward, not-ok rows, failed scores per dimension
 (`failures`) and per dimension and cause (`failure_causes`, e.g. "judge_prompt_too_long",
 "judge_invalid_verdict", "regex_timeout"), the judge's counters and its hash (`judge_hash`).

@@ -26,6 +26,9 @@ failures (details["gated_scores"]), the row is ok with reward 0 exactly as aggre
 details["judge_prompts_gated"] counts the first-round judge prompts saved. Off (the default here) for
 score, evaluate and calibrate, which report every dimension's score.
 
+With a cascade (`judge_spec.cascade`; judges/cascade.py), `refiners` are its refining judges (spec.load_cascade):
+judge_rows re-judges with them the items the judges are uncertain of, and details["judge_cascade_*"] count it.
+
 With a score `correction` (rubrics/correction.py, fitted by calibration), the raw scores of the dimensions
 it names are de-biased before normalisation; details["uncorrected_raw_scores"] keeps the judges' own.
 
