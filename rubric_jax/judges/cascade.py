@@ -28,7 +28,8 @@ REFINE_SALT = 0xCA5CADE  # folded into the judging key for the refiner: its prom
 def normalized(dims_L: Sequence[Dimension], raw_XxL: np.ndarray) -> np.ndarray:
     """Raw scores [..., L] (slot l on dimension dims_L[l]'s scale, NaN = missing) on the [0, 1] scale, 1 = best."""
     raw = np.asarray(raw_XxL, dtype=np.float64)
-    return normalize_scores(dims_L, raw.reshape(-1, raw.shape[-1])).reshape(raw.shape)
+    rows = int(np.prod(raw.shape[:-1]))  # not -1: a process without LLM items has L = 0
+    return normalize_scores(dims_L, raw.reshape(rows, raw.shape[-1])).reshape(raw.shape)
 
 
 def uncertain(spec: JudgeSpec, dims_L: Sequence[Dimension], samples_KxL: np.ndarray, combined_L: np.ndarray

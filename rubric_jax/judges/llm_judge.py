@@ -397,7 +397,8 @@ def judge_rows(
                            for slot in range(num_slots)], dtype=object)
     if config.cascade is not None:
         slot_dims = [d for req in requests for d in req.dims]
-        escalate_L = cascade.uncertain(config, slot_dims, scores_JxSxL.reshape(-1, num_slots), combined_L)
+        escalate_L = cascade.uncertain(config, slot_dims, scores_JxSxL.reshape(len(judges) * config.samples, num_slots),
+                                       combined_L)
         _refine(refiners, config.cascade, questions, responses, slot_rows_L, slot_dims, escalate_L, combined_L,
                 causes_L, cascade.refine_key(key), store, stats)
     stats["judge_failed_scores"] = int(np.isnan(combined_L).sum())

@@ -162,6 +162,16 @@ def test_training_logs_and_evaluate_reports_the_escalated_fraction(tok):
     assert counters["judge_cascade_escalated_frac"] == 0.5
 
 
+def test_rows_without_llm_items_still_join_the_cascade(tok):
+    """A process whose rows have no LLM dimension joins the judges' global calls: no item, nothing escalated."""
+    (first, _), (refiner, refine_stub) = first_judge(tok), refining_judge(tok)
+    spec = JudgeSpec(checkpoints=("screen",), samples=3, cascade=JudgeSpec(checkpoints=("refine",)))
+    out = lj.judge_rows([first], spec, ["q", "q"], ["r0: 1", "r1: 2"], [[], []], jax.random.key(0), refiners=[refiner])
+    assert [s.tolist() for s in out.scores] == [[], []] and not refine_stub.calls
+    assert (out.details["judge_cascade_screened"], out.details["judge_cascade_escalated"]) == (0, 0)
+    assert np.isnan(out.details["judge_cascade_escalated_frac"])
+
+
 def test_a_cascade_needs_its_refiners_and_only_it(tok):
     (first, _), (refiner, _) = first_judge(tok), refining_judge(tok)
     spec = JudgeSpec(checkpoints=("screen",), samples=3, cascade=JudgeSpec(checkpoints=("refine",)))
