@@ -17,7 +17,8 @@ the first judge alone (configs/judges/tiny.py, i.e. rubric_jax/assets/tiny_judge
 and the cascade of the two (judge.cascade; default thresholds: escalate on any sample disagreement, a failed gate or no
 verdict). Each is run twice with the same key and the second run timed (the first compiles every shape): wall and
 process CPU seconds, items/s. Agreement of the cascade (and of the first judge) with the refiner alone: exact
-agreement and Spearman over the items both scored. Prints one JSON line.
+agreement and Spearman over the items both scored; and of each with the criterion's teacher (the keyword rule the
+tiny judges were distilled from, on the part the criterion reads). Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from rubric_jax import data
+from rubric_jax import data, text
 from rubric_jax.assets import TINY_DIR
+from rubric_jax.assets.tiny_content import POLITE_PHRASES
 from rubric_jax.calibration.stats import spearman
 from rubric_jax.judges.reward import RubricReward
+from rubric_jax.judges.rules import make_rule
 from rubric_jax.judges.spec import JudgeSpec, load_cascade, load_judge_file, load_judges
 from rubric_jax.rubrics.io import load_rubric
 
@@ -49,8 +52,9 @@ REPO = Path(__file__).resolve().parents[1]
 FIRST_FILE, REFINER_FILE = REPO / "configs/judges/tiny.py", REPO / "configs/judges/tiny_fixed.py"
 
 
-def tiny_rows(samples: Path) -> tuple[list[str], list[str], list]:
-    """Questions, responses and rubrics (the tiny rubric with each question's case-wise criteria) of `samples`."""
+def tiny_rows(samples: Path) -> tuple[list[str], list[str], list, list[str]]:
+    """Questions, responses, rubrics (the tiny rubric with each question's case-wise criteria) and the questions'
+    languages of `samples`."""
     shared = load_rubric(TINY_DIR / "rubric.yaml")
     by_text = {q.question: q for name in ("questions_train", "questions_eval", "questions_golden")
                for q in data.load_questions(TINY_DIR / f"{name}.jsonl")}
@@ -59,7 +63,17 @@ def tiny_rows(samples: Path) -> tuple[list[str], list[str], list]:
     if unknown:
         raise SystemExit(f"--samples={samples}: {len(unknown)} question(s) are not the tiny default's, e.g. {unknown[0]!r}")
     return ([r["question"] for r in rows], [r["response"] for r in rows],
-            [data.question_rubric(shared, by_text[r["question"]]) for r in rows])
+            [data.question_rubric(shared, by_text[r["question"]]) for r in rows], [by_text[r["question"]].lang for r in rows])
+
+
+def teacher_scores(responses, rubrics, langs) -> np.ndarray:
+    """The politeness criterion's teacher (the keyword rule the tiny judges were distilled from, build_tiny_assets
+    .case_dimensions) on the part the criterion reads, per LLM item in llm_scores' order."""
+    dims = [[d for d in r.dimensions if d.kind == "llm"] for r in rubrics]
+    if {d.id for row in dims for d in row} != {"politeness"}:
+        raise SystemExit("the tiny rows' only LLM-judged criterion should be politeness")
+    return np.array([make_rule("keywords", {"words": list(POLITE_PHRASES[lang]), "mode": "any"})(
+        [text.read(response, d.reads)])[0] for response, row, lang in zip(responses, dims, langs) for d in row])
 
 
 def timed_twice(reward: RubricReward, questions, responses, rubrics, key) -> tuple[object, float, float]:
@@ -85,7 +99,7 @@ def agreement(x: np.ndarray, y: np.ndarray) -> dict[str, float | int | None]:
 
 def main(argv: list[str]) -> None:
     del argv
-    questions, responses, rubrics = tiny_rows(Path(_SAMPLES.value))
+    questions, responses, rubrics, langs = tiny_rows(Path(_SAMPLES.value))
     key = jax.random.key(_SEED.value)
     tiny = JudgeSpec.from_config(load_judge_file(FIRST_FILE), str(FIRST_FILE))
     judges = load_judges(tiny)
@@ -101,7 +115,7 @@ def main(argv: list[str]) -> None:
         "rewards_identical": True}}
 
     judged = [n for n, r in enumerate(rubrics) if any(d.kind == "llm" for d in r.dimensions)]
-    q, r, rb = ([xs[n] for n in judged] for xs in (questions, responses, rubrics))
+    q, r, rb, lang = ([xs[n] for n in judged] for xs in (questions, responses, rubrics, langs))
     block = load_judge_file(FIRST_FILE)
     block.update(samples=_FIRST_SAMPLES.value, sampler=_FIRST_SAMPLER.value, cascade=str(REFINER_FILE))
     cascaded = JudgeSpec.from_config(block, "first judge")
@@ -126,7 +140,8 @@ def main(argv: list[str]) -> None:
         "refiner": {"checkpoint": refiner.checkpoints[0], "samples": refiner.samples, "sampler": refiner.sampler},
         "items": len(scores["cascade"]), "passes": timing,
         "cascade_vs_refiner": agreement(scores["cascade"], scores["refiner alone"]),
-        "first_vs_refiner": agreement(scores["first alone"], scores["refiner alone"])}
+        "first_vs_refiner": agreement(scores["first alone"], scores["refiner alone"]),
+        "vs_teacher": {name: agreement(s, teacher_scores(r, rb, lang)) for name, s in scores.items()}}
     print(json.dumps(result))
 
 
