@@ -95,7 +95,8 @@ def compare_rubrics(versions: Versions, settings: Settings, *, judges: Sequence[
     key = jax.random.key(settings.seed)
     scores = {}
     for side, items in (("a", versions.items_a), ("b", versions.items_b)):
-        reward = RubricReward(_rubrics(items), judges, judge_spec, refiners=refiners)  # the same key: only the rubric differs
+        # The same key: only the rubric differs.
+        reward = RubricReward(_rubrics(items), judges, judge_spec, refiners=refiners)
         scores[side] = score_items(reward, items, settings.batch_size, key,
                                    f"calibrate --compare: rubric {side.upper()}")
     labels = {d: np.array([item.labels.get(d, np.nan) for item in versions.items_a]) for d in shared}

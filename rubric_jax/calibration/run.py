@@ -240,8 +240,8 @@ def _position_probe(items: Sequence[LabelledItem], settings: Settings, judges: S
     rubrics = _rubrics(items)
     passes = {}
     for name, reverse in (("as written", False), ("reversed", True)):
-        cascade = judge_spec.cascade and dataclasses.replace(judge_spec.cascade, shuffle_anchors=False,
-                                                             reverse_order=reverse)
+        cascade = (None if judge_spec.cascade is None else
+                   dataclasses.replace(judge_spec.cascade, shuffle_anchors=False, reverse_order=reverse))
         config = dataclasses.replace(judge_spec, shuffle_anchors=False, reverse_order=reverse, cascade=cascade)
         reward = RubricReward(rubrics, judges, config, refiners=refiners)
         passes[name] = score_items(reward, items, settings.batch_size, key, f"calibrate: anchors {name}", store)
