@@ -162,6 +162,23 @@ def test_training_logs_and_evaluate_reports_the_escalated_fraction(tok):
     assert counters["judge_cascade_escalated_frac"] == 0.5
 
 
+def test_calibration_scores_with_the_cascade(tok):
+    """experiments.calibrate's judge column (calibration.run.calibrate against labels) is the cascade's verdicts:
+    r1 and r2's spread accuracy samples are the refiner's (2, 3), the others the first judge's medians."""
+    from rubric_jax.calibration.labels import LabelledItem
+    from rubric_jax.calibration.run import Settings, calibrate
+
+    rubric = make_rubric([dimension_to_dict(ACC)])
+    items = [LabelledItem(f"labels.jsonl:{i}", "q", response, rubric, {"accuracy": 1 + i % 5})
+             for i, response in enumerate(RESPONSES)]
+    spec = JudgeSpec(checkpoints=(TINY,), samples=3, max_retries=0,  # real directories: the report hashes them
+                     cascade=JudgeSpec(checkpoints=(FIXED,), samples=1, max_retries=0))
+    (first, _), (refiner, _) = first_judge(tok), refining_judge(tok)
+    result = calibrate(items, Settings(num_resamples=10, position_probe=False), judges=[first], judge_spec=spec,
+                       refiners=[refiner])
+    assert result.plots["accuracy"].y_n.tolist() == [4, 2, 3, 5, 5, 2]  # r4: the refiner gave no verdict
+
+
 def test_rows_without_llm_items_still_join_the_cascade(tok):
     """A process whose rows have no LLM dimension joins the judges' global calls: no item, nothing escalated."""
     (first, _), (refiner, refine_stub) = first_judge(tok), refining_judge(tok)
