@@ -24,7 +24,7 @@ from rubric_jax.judges.base_model import same_base_warnings
 from rubric_jax.judges.llm_judge import Judge, shortest_prompt_tokens
 from rubric_jax.judges.reward import RubricReward, split_by_reads
 from rubric_jax.judges.reward_model import RewardModelReward, load_reward_model
-from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge, load_judges, open_verdict_store
+from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge, load_cascade, load_judges, open_verdict_store
 from rubric_jax.judges.store import VerdictStore
 from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
 from rubric_jax.rubrics.correction import Correction, load_correction
@@ -218,7 +218,8 @@ def _reward(config: ml_collections.ConfigDict, settings: Settings, rubrics: list
     """config.reward.source's reward: the rubrics scored by the rule and LLM judges, or a reward model."""
     if settings.reward_model is None:
         return RubricReward(rubrics, judges, settings.judge, correction=correction,
-                            gates_first=config.reward.gates_first)
+                            gates_first=config.reward.gates_first,
+                            refiners=load_cascade(settings.judge, lay.training, where="config.judge"))
     if jax.process_count() > 1:
         raise ValueError(f"config.reward.source='reward_model': the reward model scores on one process only; "
                          f"this job has {jax.process_count()} (use the rubric reward, or run on one host)")
