@@ -62,7 +62,8 @@ from rubric_jax.rubrics.correction import Correction, load_correction
 from rubric_jax.rubrics.dynamic_weights import DimensionWeights
 from rubric_jax.rubrics.io import dumps_rubric, load_rubric
 from rubric_jax.rubrics.schema import Rubric
-from rubric_jax.train import checkpointing, dynamic, export, golden as golden_set, monitors, oscillation
+from rubric_jax.train import audit as judge_audit, checkpointing, dynamic, export, golden as golden_set, monitors
+from rubric_jax.train import oscillation
 from rubric_jax.train import programs as run_programs
 from rubric_jax.train import rollout, runs, settings as run_settings, state as train_state, workdir as run_workdir
 from rubric_jax.train.settings import RolloutSpec, Settings
@@ -73,6 +74,7 @@ BEST_FILE = "best_checkpoint.json"  # the best-evaluated GRPO checkpoint, writte
 EVAL_SAMPLES = 4  # eval responses written to samples.jsonl per eval
 _EVAL_KEY = 2**31 - 1  # fold_in data of the eval sampling key (GRPO step keys are 1000 + step)
 _GOLDEN_REFERENCE_KEY = 1  # fold_in data (into the eval key) of the golden references' judge key, the same every eval
+_AUDIT_KEY = 2  # fold_in data (into the eval key) of the audit judge's key
 
 
 class TrainingError(RuntimeError):
@@ -106,6 +108,7 @@ class Run:
     watch: monitors.Watch  # reward-hacking monitors' thresholds and alerts.jsonl
     stop_requested: bool = False
     judge_store: VerdictStore | None = None  # config.judge.store: the golden references' verdicts (and rollouts')
+    audit: judge_audit.Audit | None = None  # config.audit: another judge scores eval responses (train/audit.py)
 
     def rollout_store(self) -> dict[str, VerdictStore]:
         """The store keyword of a policy-response reward call: the store with judge.store_rollouts, else none."""
@@ -273,7 +276,8 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
                shared_rubric, rubric_of, rubric_hash, rubric_info, train_questions, eval_questions, log,
                jax.random.key(config.seed), dynamic, golden,
                monitors.Watch(monitors.thresholds(config.monitor), workdir, config.monitor.window_steps,
-                              open_logs=lambda: log.writer), judge_store=judge_store)
+                              open_logs=lambda: log.writer), judge_store=judge_store,
+               audit=judge_audit.build_audit(settings.audit, layout, rubrics))
 
 
 def _check_prompts_fit(tokenizer: Any, settings: Settings, questions: Sequence[data.Question]) -> None:
@@ -700,6 +704,9 @@ def evaluate(run_: Run, state: train_state.TrainState, step: int) -> dict[str, f
         row.update(run_.golden.metrics(golden_scored, functools.partial(_score_own_block, run_.reward),
                                        key=jax.random.fold_in(key, _GOLDEN_REFERENCE_KEY), weights=run_.weights,
                                        store=run_.judge_store))
+    if run_.audit is not None:
+        row.update(run_.audit(step, out.samples, [run_.rubric_of[q.id] for q in run_.eval_questions], out.scored,
+                              jax.random.fold_in(key, _AUDIT_KEY), run_.log.rows()))
     row = run_.watch.observe(step, row)
     run_.log.write(step, row)
     run_.log.write_samples(step, [{"stage": "eval", **s} for s in out.samples[:EVAL_SAMPLES]])
