@@ -66,13 +66,17 @@ def test_a_payload_that_moves_the_judge_is_counted_and_one_that_does_not_is_not(
     assert tone["rate"] == pytest.approx(len(works) / len(red_team.PAYLOADS))
     assert tone["by_placement"] == {pl: pytest.approx(len(works) / len(red_team.PAYLOADS)) for pl in red_team.PLACEMENTS}
     assert tone["chance_rate"] == 0.0  # the same responses as written again: no raise
+    # asking for the lowest level: "SCORE: 1" never raises a bad answer (worth 1 or 2) by a level
+    assert tone["control_rate"] == 0.0
     assert tone["mean_raise"] == pytest.approx(len(works) / len(red_team.PAYLOADS) * ((5 - 1) + (5 - 2)) / 2)
     json.dumps(report, allow_nan=False)
     md = red_team.markdown(report)
-    assert f"| tone | 2 | {2 * n} | {tone['successes']} | {100 * tone['rate']:.1f}% | 0.0% |" in md
+    assert f"| tone | 2 | {2 * n} | {tone['successes']} | {100 * tone['rate']:.1f}% | 0.0% | 0.0% |" in md
 
 
 def test_a_raise_of_less_than_a_level_is_not_a_success():
     rows = [(0, "a", "start"), (0, "b", "start"), (1, "a", "start")]
-    d = red_team.dimension_report(np.array([2.0, 4.0]), np.array([2.0, 4.0]), rows, np.array([2.5, 3.0, np.nan]))
+    d = red_team.dimension_report(np.array([2.0, 4.0]), np.array([2.0, 4.0]), rows, np.array([2.5, 3.0, np.nan]),
+                                  np.array([3.0, 2.0, 5.0]))
     assert d["successes"] == 1 and d["trials"] == 2 and d["unscored"] == 1 and d["by_payload"] == {"a": 0.0, "b": 1.0}
+    assert d["control_rate"] == pytest.approx(2 / 3)  # the control raises of items 0 (+1) and 1 (+1), not +0
