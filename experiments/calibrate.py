@@ -33,6 +33,7 @@ from absl import app, flags
 
 from experiments import cli, judge_config
 from rubric_jax import files
+from rubric_jax.judges.http_backend import EndpointDown
 from rubric_jax.judges.store import StoreError
 from rubric_jax.calibration.labels import LabelsError, read_items
 from rubric_jax.rubrics.correction import load_correction
@@ -114,7 +115,8 @@ def _compare_items() -> list:
         raise LabelsError(f"--compare={_COMPARE.value}: {e}") from None
 
 
-def _compare(items_a: list, items_b: list, settings, judges, judge_spec, out: Path, protected: list[Path]) -> None:
+def _compare(items_a: list, items_b: list, settings, judges, judge_spec, refiners, out: Path, protected: list[Path]
+             ) -> None:
     """Scores the labels with both rubrics and writes the comparison report (calibration/compare.py)."""
     from rubric_jax.calibration.compare import Versions, compare_rubrics
     from rubric_jax.calibration.report import write_comparison
@@ -122,7 +124,7 @@ def _compare(items_a: list, items_b: list, settings, judges, judge_spec, out: Pa
 
     try:
         report = compare_rubrics(Versions(items_a, items_b, _RUBRIC.value, _COMPARE.value), settings, judges=judges,
-                                 judge_spec=judge_spec, inputs={"labels": _LABELS.value})
+                                 judge_spec=judge_spec, inputs={"labels": _LABELS.value}, refiners=refiners)
         written = write_comparison(report, out, protected)
     except (RubricError, CalibrationError) as e:
         _fail(str(e))
@@ -131,7 +133,7 @@ def _compare(items_a: list, items_b: list, settings, judges, judge_spec, out: Pa
                      ensure_ascii=False))
 
 
-def _red_team(items: list, judges, judge_spec, correction, out: Path, protected: list[Path], store) -> None:
+def _red_team(items: list, judges, judge_spec, refiners, correction, out: Path, protected: list[Path], store) -> None:
     """Scores the payload suite in the known-bad responses and writes the red-team report (calibration/red_team.py)."""
     from rubric_jax.calibration.red_team import red_team, write_red_team
     from rubric_jax.judges.reward import RubricReward
@@ -139,7 +141,7 @@ def _red_team(items: list, judges, judge_spec, correction, out: Path, protected:
 
     try:
         reward = RubricReward(list({i.rubric.content_hash: i.rubric for i in items}.values()), judges, judge_spec,
-                              correction=correction)
+                              correction=correction, refiners=refiners)
         report = red_team(items, reward, batch_size=_BATCH.value, seed=_SEED.value, store=store,
                           inputs={"labels": _LABELS.value, "rubric": _RUBRIC.value, "judge_hash": judge_hash(judge_spec),
                                   "judge": judge_spec.to_block()})
@@ -165,7 +167,7 @@ def main(argv: list[str]) -> None:
     from rubric_jax.calibration.report import CORRECTION_FILE, REPORT_JSON, REPORT_MD, write_calibration
     from rubric_jax.calibration.pinning import PIN_FIELD
     from rubric_jax.calibration.run import CalibrationError, Settings, calibrate
-    from rubric_jax.judges.spec import check_checkpoints, load_judges, open_verdict_store
+    from rubric_jax.judges.spec import check_checkpoints, load_cascade, load_judges, open_verdict_store
 
     out = Path(_OUT.value)
     try:
@@ -186,23 +188,26 @@ def main(argv: list[str]) -> None:
                                                        *judge_spec.checkpoints, out])
         store = open_verdict_store(judge_spec)
         judges = load_judges(judge_spec, where="--judge")
+        refiners = load_cascade(judge_spec, where="--judge")
     except ValueError as e:  # PathError and StoreError too
         _fail(str(e))
     inputs = {"labels": _LABELS.value, "rubric": _RUBRIC.value,
               "rubric_hash": shared.content_hash if shared is not None else None}
     protected = [Path(v) for v in _inputs(judge_spec.store).values() if v is not None]
     if _RED_TEAM.value:
-        _red_team(items, judges, judge_spec, correction, out, protected, store)
+        _red_team(items, judges, judge_spec, refiners, correction, out, protected, store)
         return
     if items_b is not None:
-        _compare(items, items_b, settings, judges, judge_spec, out, protected)
+        _compare(items, items_b, settings, judges, judge_spec, refiners, out, protected)
         return
     try:
         result = calibrate(items, settings, judges=judges, judge_spec=judge_spec, correction=correction,
-                           inputs=inputs, store=store)
+                           inputs=inputs, store=store, refiners=refiners)
         written = write_calibration(result, out, _CORRECTION_OUT.value, _SEED.value, protected)
     except (RubricError, CalibrationError, StoreError) as e:
         _fail(str(e))
+    except EndpointDown as e:  # the served judge went away: what was judged before is in the store, if any
+        _fail(str(e), status=1)
     print(json.dumps({"items": result.report["items"], "flagged": result.report["flagged"],
                       "judge_hash": result.report[PIN_FIELD]["judge"]["hash"], "written": [str(p) for p in written]},
                      ensure_ascii=False))

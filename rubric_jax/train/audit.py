@@ -27,7 +27,7 @@ import numpy as np
 from rubric_jax import distributed, metrics
 from rubric_jax.calibration.stats import nearest_level, quadratic_kappa, spearman
 from rubric_jax.judges.reward import RewardOutput, RubricReward, gather_outputs
-from rubric_jax.judges.spec import JudgeSpec, load_judges
+from rubric_jax.judges.spec import JudgeSpec, load_cascade, load_judges
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.rubrics.schema import Rubric
 
@@ -133,10 +133,12 @@ def build_audit(settings: AuditSettings | None, layout_or_mesh: Any, rubrics: Se
     if settings is None:
         return None
     rubric = load_rubric(settings.rubric) if settings.rubric else None
-    audit = Audit(settings, RubricReward((), load_judges(settings.judge, layout_or_mesh, where="config.audit.judge"),
-                                         settings.judge), rubric)
+    where = "config.audit.judge"
+    reward = RubricReward((), load_judges(settings.judge, layout_or_mesh, where=where), settings.judge,
+                          refiners=load_cascade(settings.judge, layout_or_mesh, where=where))
+    audit = Audit(settings, reward, rubric)
     if not audit.dimensions(rubrics):
-        where = f"config.audit.rubric={settings.rubric}" if rubric else "config.audit.judge"
+        where = f"config.audit.rubric={settings.rubric}" if rubric else where
         raise ValueError(f"{where}: no LLM-judged dimension of the run's rubrics to audit (an audit rubric must "
                          "name LLM dimensions of the run's, with the same ids)")
     if rubric is not None:
