@@ -31,7 +31,8 @@ from rubric_jax.rubrics.correction import Correction, load_correction
 from rubric_jax.rubrics.dynamic_weights import DimensionWeights
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.rubrics.schema import Rubric
-from rubric_jax.train import checkpointing, golden as golden_set, monitors, programs as run_programs, runs
+from rubric_jax.train import audit as judge_audit, checkpointing, golden as golden_set, monitors
+from rubric_jax.train import programs as run_programs, runs
 from rubric_jax.train import settings as run_settings, workdir as run_workdir
 from rubric_jax.train.settings import Settings
 
@@ -59,6 +60,7 @@ class Experiment:
     sft_examples: list[data.SFTExample]  # empty without an SFT stage
     golden: golden_set.GoldenSet | None  # config.data.golden, scored at every eval
     judge_store: VerdictStore | None  # config.judge.store: the golden references' verdicts (and rollouts')
+    audit: judge_audit.Audit | None  # config.audit: another judge scores eval responses (train/audit.py)
     dynamic_weights: DimensionWeights | None
     watch: monitors.Watch  # reward-hacking monitors' thresholds and alerts.jsonl
     log: run_workdir.RunLog
@@ -168,6 +170,7 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
         rubric_of=inputs.rubric_of, rubric_hash=rubric_hash, rubric_info=rubric_info, train_questions=inputs.train,
         eval_questions=inputs.eval, sft_examples=sft_examples, golden=inputs.golden,
         judge_store=open_verdict_store(settings.judge) if judges else None,
+        audit=judge_audit.build_audit(settings.audit, lay.training, rubrics),
         dynamic_weights=(DimensionWeights.for_rubrics(rubrics, config.rl.dynamic_weights_window)
                          if config.rl.dynamic_weights else None),
         watch=monitors.Watch(monitors.thresholds(config.monitor), workdir, config.monitor.window_steps,

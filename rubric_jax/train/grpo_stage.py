@@ -27,6 +27,7 @@ from rubric_jax.train.runner import Runner, Stage, StepOutput, TrainingError
 EVAL_SAMPLES = 4  # eval responses written to samples.jsonl per eval
 _EVAL_KEY = 2**31 - 1  # fold_in data of the eval sampling key (GRPO step keys are 1000 + step)
 _GOLDEN_REFERENCE_KEY = 1  # fold_in data (into the eval key) of the golden references' judge key, the same every eval
+_AUDIT_KEY = 2  # fold_in data (into the eval key) of the audit judge's key
 
 
 @dataclasses.dataclass
@@ -143,6 +144,9 @@ def evaluate(exp: Experiment, state: train_state.TrainState, step: int) -> dict[
         row.update(exp.golden.metrics(golden_scored, OwnBlockScorer(exp.reward),
                                       key=jax.random.fold_in(key, _GOLDEN_REFERENCE_KEY), weights=exp.weights,
                                       store=exp.judge_store))
+    if exp.audit is not None:
+        row.update(exp.audit(step, out.samples, [exp.rubric_of[q.id] for q in exp.eval_questions], out.scored,
+                             jax.random.fold_in(key, _AUDIT_KEY), exp.log.rows()))
     row = exp.watch.observe(step, row)
     exp.log.write(step, row)
     exp.log.write_samples(step, [{"stage": "eval", **s} for s in out.samples[:EVAL_SAMPLES]])

@@ -24,6 +24,7 @@ from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.loader import ATTENTION_CHOICES, resolve_attention
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.train import rollout, state as train_state
+from rubric_jax.train.audit import AuditSettings
 from rubric_jax.train.dynamic import DynamicSampling
 from rubric_jax.train.oscillation import OscillationRule
 
@@ -44,7 +45,7 @@ _AT_LEAST = {
 }
 # Input files a run reads (a tfds:NAME data set is a directory of its own, checked where it is read).
 INPUT_FILES = ("data.train", "data.eval", "data.sft", "data.rubric", "data.golden", "data.rubric_correction",
-               "model.config_json")
+               "model.config_json", "audit.rubric")
 _GRPO_KEYS = {"kl_coef": "beta", "loss_norm_length": "max_new_tokens", "temperature": "sampler"}  # GRPOConfig -> rl
 
 
@@ -141,6 +142,7 @@ class Settings:
     eval_every: int  # eval.every_steps
     reward_model: RewardModelConfig | None  # config.reward, when a reward model scores the rollouts
     judge: JudgeSpec  # config.judge
+    audit: AuditSettings | None  # config.audit, None when it has no judge (train/audit.py)
     seed: int  # config.seed: parameter init, data order, sampling and judging
     mesh: MeshSpec
     sft: SFTSpec | None  # None when "sft" is not a stage
@@ -298,6 +300,25 @@ def reward_model_config(config: ml_collections.ConfigDict) -> RewardModelConfig 
                              scale=r.model_scale)
 
 
+def audit_settings(config: ml_collections.ConfigDict) -> AuditSettings | None:
+    """config.audit checked (train/audit.py): None when its judge has no checkpoint or endpoint (no audit)."""
+    a = config.audit
+    spec = JudgeSpec.from_config(a.judge, "config.audit.judge")
+    for key, minimum in (("sample_size", 3), ("window", 1)):  # 3: the fewest pairs a rank correlation needs
+        if isinstance(a[key], bool) or not isinstance(a[key], int) or a[key] < minimum:
+            _fail(f"audit.{key}", a[key], f"expected an integer >= {minimum}")
+    if not isinstance(a.rubric, str):
+        _fail("audit.rubric", a.rubric, "expected a rubric file, or '' for each row's own")
+    if not spec.has_judge:
+        if a.rubric:
+            _fail("audit.rubric", a.rubric, "there is no audit judge to read it: set config.audit.judge.checkpoint")
+        return None
+    if config.reward.source != "rubric":
+        _fail("audit.judge.checkpoint", a.judge.checkpoint, "the audit compares LLM-judged rubric dimensions; "
+              f"config.reward.source={config.reward.source!r} has none")
+    return AuditSettings(spec, a.rubric, a.sample_size, a.window)
+
+
 def _check_input_files(config: ml_collections.ConfigDict) -> None:
     """Every input file of INPUT_FILES that exists must be a regular file (a FIFO would block the run forever,
     /dev/zero fill memory); a missing one is the loader's error."""
@@ -356,7 +377,8 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
     return Settings(stages, grpo_cfg, train, evaluation, buckets(config.sft.max_response_len),
                     config.rl.missing_scores, shaping(config.rl), oscillation_rule(config.rl), dynamic_sampling(config.rl),
                     config.rl.recompute_old_logprobs, config.rl.updates_per_batch, config.log.samples_per_step,
-                    config.eval.every_steps, reward_model_config(config), judge, config.seed, mesh_spec(config.mesh),
+                    config.eval.every_steps, reward_model_config(config), judge, audit_settings(config), config.seed,
+                    mesh_spec(config.mesh),
                     sft_spec(config) if "sft" in stages else None, rl_spec(config.rl) if "grpo" in stages else None,
                     CheckpointSpec(config.checkpoint.every_steps, config.checkpoint.keep, config.checkpoint.keep_best),
                     ExportSpec(config.export.at_end, config.export.which))
