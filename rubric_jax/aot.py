@@ -268,14 +268,18 @@ def _compile(name: str, shapes: str, lower: Callable[[], jax.stages.Lowered], be
                          hlo_stats.summarize(found), seconds, tuple(beside), per_token, tuple(found))
 
 
-def _batch(keys: Sequence[str], rows: int, length: int, mesh: jax.sharding.Mesh, prompt_len: int = 0
-           ) -> dict[str, jax.ShapeDtypeStruct]:
-    """Abstract batch arrays: [rows] advantages, [rows, prompt_len] prompt arrays, [rows, length] the rest."""
+def _batch(keys: Sequence[str], rows: int, length: int, mesh: jax.sharding.Mesh, prompt_len: int = 0,
+           prompts: int = 0) -> dict[str, jax.ShapeDtypeStruct]:
+    """Abstract batch arrays: [rows] advantages, [prompts, prompt_len] prompt arrays, [rows, length] the rest,
+    where the trainer puts them (`train_step.batch_shardings`)."""
     def shape(k: str) -> tuple[int, ...]:
-        return (rows,) if k == "advantages" else (rows, prompt_len) if k in train_step.PROMPT_KEYS else (rows, length)
+        if k in train_step.PROMPT_KEYS:
+            return prompts, prompt_len
+        return (rows,) if k == "advantages" else (rows, length)
 
-    batch_sh = sharding.batch_sharding(mesh)
-    return {k: jax.ShapeDtypeStruct(shape(k), _BATCH_DTYPES[k], sharding=batch_sh) for k in keys}
+    shapes = {k: jax.ShapeDtypeStruct(shape(k), _BATCH_DTYPES[k]) for k in keys}
+    placed = train_step.batch_shardings(shapes, mesh)
+    return {k: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=placed[k]) for k, x in shapes.items()}
 
 
 def _lower_generate(weights: loader.Weights, layout: sharding.Layout, *, prompts: int, prompt_len: int, n: int,
@@ -380,7 +384,8 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
             lambda: sft_step.lower(sft_state, sft_batch), scorer_names)
     if "grpo" in config.stages:
         grpo = run_programs.grpo_programs(rl, policy.graphdef, shardings, mesh, settings.grpo)
-        batch = _batch(train_step.grpo_batch_keys(grpo.cfg), rollouts, response_len, mesh, prompt_len)
+        batch = _batch(train_step.grpo_batch_keys(grpo.cfg), rollouts, response_len, mesh, prompt_len,
+                       rl.questions_per_step)
         micro = (f"{rl.questions_per_step} x ({prompt_len} + {rl.group_size} x {response_len}) tokens, "
                  f"{rl.micro_batches} micro-batches")
         add("grpo_update", "GRPO update", micro, lambda: grpo.update.lower(state, batch), reference + scorer_names)
