@@ -78,7 +78,7 @@ class Batcher:
         threading.Thread(target=self._loop, name="serve-batcher", daemon=True).start()
 
     def warm_up(self, prompt_tokens: int, max_tokens: int) -> list[int]:
-        """Compiles the greedy generate of every batch bucket up to max_batch (sampling.bucket_size) for prompts of
+        """Compiles the greedy generate of every batch bucket up to max_batch (padding.bucket_size) for prompts of
         `prompt_tokens` tokens, so the first batches of that size do not stall on a compile; the buckets."""
         sizes = sorted({padding.bucket_size(b) for b in range(1, self.max_batch + 1)})
         eos = self.judge.tokenizer.eos_token_id

@@ -234,7 +234,7 @@ def _global_rows(rounds: Sequence[sampling.Samples], groups: Sequence[tuple[int,
     blocks = [r.prompt_UxP.shape[0] // processes for r in rounds]
     starts = np.cumsum([0] + [b * processes for b in blocks])
     prompt_U = np.asarray([starts[r] + process * blocks[r] + g for r, g in groups], np.int64)
-    return (np.repeat(prompt_U, n) * n + np.tile(np.arange(n), len(groups))).astype(np.int32)
+    return (prompt_U[:, None] * n + np.arange(n)[None, :]).reshape(-1).astype(np.int32)
 
 
 @functools.partial(jax.jit, static_argnames=("group_size", "width", "prompt_width", "prompt_sharding", "rows"))
