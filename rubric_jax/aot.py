@@ -283,12 +283,14 @@ def _batch(keys: Sequence[str], rows: int, length: int, mesh: jax.sharding.Mesh,
 
 
 def _lower_generate(weights: loader.Weights, layout: sharding.Layout, *, prompts: int, prompt_len: int, n: int,
-                    max_new_tokens: int, sampler: str) -> jax.stages.Lowered:
-    """The sampler's program for `prompts` full-length prompts (`sampling.lower_generate`)."""
+                    max_new_tokens: int, sampler: str, response_buckets: Sequence[int] | None = None
+                    ) -> jax.stages.Lowered:
+    """The sampler's program for `prompts` full-length prompts (`sampling.lower_generate`; a rollout's output
+    rows as wide as its `response_buckets`)."""
     prompt_ids = np.ones((prompts, prompt_len), np.int32)
     return sampling.lower_generate(weights, prompt_ids, prompt_mask=np.ones_like(prompt_ids, bool), n=n,
                                    max_new_tokens=max_new_tokens, sampler=sampler, stop_tokens=[1], pad_id=_PAD_ID,
-                                   layout=layout)
+                                   layout=layout, response_buckets=response_buckets)
 
 
 def _lower_reward_model(weights: loader.Weights, layout: sharding.Layout, rows: int, length: int
@@ -401,7 +403,7 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
             add(key, PROGRAMS[key], f"{prompts} x {spec.n} x ({prompt_len} + {spec.max_new_tokens}) tokens",
                 lambda prompts=prompts, spec=spec: _lower_generate(
                     rollout_policy, decode_layout, prompts=prompts, prompt_len=prompt_len, n=spec.n,
-                    max_new_tokens=spec.max_new_tokens, sampler=spec.sampler),
+                    max_new_tokens=spec.max_new_tokens, sampler=spec.sampler, response_buckets=spec.response_buckets),
                 beside, per_token=True)
         for name, weights in judge_weights.items():
             others = train_arrays + reference + tuple(n for n in scorer_names if n != name)

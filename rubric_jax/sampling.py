@@ -501,13 +501,13 @@ def generate(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
 
 def lower_generate(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.ndarray, *,
                    prompt_mask: np.ndarray | None = None, n: int = 1, max_new_tokens: int, sampler: str = "greedy",
-                   stop_tokens: Sequence[int], pad_id: int, layout: sharding.Layout | None = None
-                   ) -> jax.stages.Lowered:
-    """The program `generate` would run for these arguments, lowered and not run (`.compile()` it to
-    read its HLO or memory); `weights` may be abstract (`loader.abstract_weights`) and the layout's
+                   stop_tokens: Sequence[int], pad_id: int, layout: sharding.Layout | None = None,
+                   response_buckets: Sequence[int] | None = None) -> jax.stages.Lowered:
+    """The program `sample` (and `generate`) would run for these arguments, lowered and not run (`.compile()`
+    it to read its HLO or memory); `weights` may be abstract (`loader.abstract_weights`) and the layout's
     devices those of a compile-only topology (nothing is placed on them)."""
     run, inputs, placements, _ = _prepare(weights, prompt_ids, prompt_mask, key=jax.random.key(0), n=n,
                                           max_new_tokens=max_new_tokens, sampler=sampler, stop_tokens=stop_tokens,
-                                          pad_id=pad_id, layout=layout)
+                                          pad_id=pad_id, layout=layout, response_buckets=response_buckets)
     return run.lower(weights.params, *(jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s)
                                        for x, s in zip(inputs, placements)))
