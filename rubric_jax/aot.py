@@ -268,23 +268,29 @@ def _compile(name: str, shapes: str, lower: Callable[[], jax.stages.Lowered], be
                          hlo_stats.summarize(found), seconds, tuple(beside), per_token, tuple(found))
 
 
-def _batch(keys: Sequence[str], rows: int, length: int, mesh: jax.sharding.Mesh, prompt_len: int = 0
-           ) -> dict[str, jax.ShapeDtypeStruct]:
-    """Abstract batch arrays: [rows] advantages, [rows, prompt_len] prompt arrays, [rows, length] the rest."""
+def _batch(keys: Sequence[str], rows: int, length: int, mesh: jax.sharding.Mesh, prompt_len: int = 0,
+           prompts: int = 0) -> dict[str, jax.ShapeDtypeStruct]:
+    """Abstract batch arrays: [rows] advantages, [prompts, prompt_len] prompt arrays, [rows, length] the rest,
+    where the trainer puts them (`train_step.batch_shardings`)."""
     def shape(k: str) -> tuple[int, ...]:
-        return (rows,) if k == "advantages" else (rows, prompt_len) if k in train_step.PROMPT_KEYS else (rows, length)
+        if k in train_step.PROMPT_KEYS:
+            return prompts, prompt_len
+        return (rows,) if k == "advantages" else (rows, length)
 
-    batch_sh = sharding.batch_sharding(mesh)
-    return {k: jax.ShapeDtypeStruct(shape(k), _BATCH_DTYPES[k], sharding=batch_sh) for k in keys}
+    shapes = {k: jax.ShapeDtypeStruct(shape(k), _BATCH_DTYPES[k]) for k in keys}
+    placed = train_step.batch_shardings(shapes, mesh)
+    return {k: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=placed[k]) for k, x in shapes.items()}
 
 
 def _lower_generate(weights: loader.Weights, layout: sharding.Layout, *, prompts: int, prompt_len: int, n: int,
-                    max_new_tokens: int, sampler: str) -> jax.stages.Lowered:
-    """The sampler's program for `prompts` full-length prompts (`sampling.lower_generate`)."""
+                    max_new_tokens: int, sampler: str, response_buckets: Sequence[int] | None = None
+                    ) -> jax.stages.Lowered:
+    """The sampler's program for `prompts` full-length prompts (`sampling.lower_generate`; a rollout's output
+    rows as wide as its `response_buckets`)."""
     prompt_ids = np.ones((prompts, prompt_len), np.int32)
     return sampling.lower_generate(weights, prompt_ids, prompt_mask=np.ones_like(prompt_ids, bool), n=n,
                                    max_new_tokens=max_new_tokens, sampler=sampler, stop_tokens=[1], pad_id=_PAD_ID,
-                                   layout=layout)
+                                   layout=layout, response_buckets=response_buckets)
 
 
 def _lower_reward_model(weights: loader.Weights, layout: sharding.Layout, rows: int, length: int
@@ -349,7 +355,7 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
     rollouts = rl.questions_per_step * rl.group_size
     judge_rows = judge_prompts_per_call(config) if judges and "grpo" in config.stages else 0  # fails before compiling
 
-    state = (built.grpo or built.sft).abstract_state
+    state = (built.grpo_state or built.sft_state).abstract_state
     resident = {"policy params": _per_device_bytes(state.params),
                 "AdamW moments": _per_device_bytes(state.opt_state)}
     train_arrays = ("policy params", "AdamW moments")
@@ -373,21 +379,21 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
             with cudnn_of_this_build():
                 reports.append(_compile(name, shapes, lower, beside, per_token, options, progress))
 
-    if built.sft is not None:
-        sft = built.sft
+    if built.sft_step is not None:
         sft_batch = _batch(train_step.SFT_BATCH_KEYS, config.sft.batch_size, sft_len, mesh)
         add("sft", "SFT step", f"{config.sft.batch_size} x {sft_len} tokens",
-            lambda: sft.step.lower(sft.abstract_state, sft_batch), scorer_names)
+            lambda: built.sft_step.lower(built.sft_state.abstract_state, sft_batch), scorer_names)
     if built.grpo is not None:
-        grpo = built.grpo
-        batch = _batch(train_step.grpo_batch_keys(grpo.cfg), rollouts, response_len, mesh, prompt_len)
+        grpo, grpo_state = built.grpo, built.grpo_state.abstract_state
+        batch = _batch(train_step.grpo_batch_keys(grpo.cfg), rollouts, response_len, mesh, prompt_len,
+                       rl.questions_per_step)
         micro = (f"{rl.questions_per_step} x ({prompt_len} + {rl.group_size} x {response_len}) tokens, "
                  f"{rl.micro_batches} micro-batches")
-        add("grpo_update", "GRPO update", micro, lambda: grpo.update.lower(grpo.abstract_state, batch),
+        add("grpo_update", "GRPO update", micro, lambda: grpo.update.lower(grpo_state, batch),
             reference + scorer_names)
         if rl.beta > 0 or rl.recompute_old_logprobs:
             add("logprobs", "rollout log-probs", micro,
-                lambda: grpo.logprobs.lower(grpo.abstract_state.params, *train_step.logprob_inputs(batch)),
+                lambda: grpo.logprobs.lower(grpo_state.params, *train_step.logprob_inputs(batch)),
                 train_arrays + scorer_names)
         rollout_policy = lay.abstract_rollout_weights()  # what the stages sample with (Layouts.rollout_weights)
         beside = train_arrays + reference + scorer_names
@@ -396,7 +402,7 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
             add(key, PROGRAMS[key], f"{prompts} x {spec.n} x ({prompt_len} + {spec.max_new_tokens}) tokens",
                 lambda prompts=prompts, spec=spec: _lower_generate(
                     rollout_policy, decode_layout, prompts=prompts, prompt_len=prompt_len, n=spec.n,
-                    max_new_tokens=spec.max_new_tokens, sampler=spec.sampler),
+                    max_new_tokens=spec.max_new_tokens, sampler=spec.sampler, response_buckets=spec.response_buckets),
                 beside, per_token=True)
         for name, weights in judge_weights.items():
             others = train_arrays + reference + tuple(n for n in scorer_names if n != name)

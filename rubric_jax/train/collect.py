@@ -25,14 +25,14 @@ from rubric_jax.train.settings import RolloutSpec
 
 @dataclasses.dataclass(frozen=True)
 class Rollout:
-    """One scored rollout. This process's prompts and sampled rows build its block of the training batch;
-    the scores, samples and lengths are every process's rows (process order, as one process would have
-    them), so whatever is computed from them is the same on every process. Legend: B this process's
-    questions, P prompt width, N all rollouts."""
+    """One scored rollout. The sampler's device arrays (`sampled`, one per sampler call) and this process's
+    chosen `groups` ((call, prompt) pairs) build its block of the training batch on the device; the scores,
+    samples and lengths are every process's rows (process order, as one process would have them), so whatever
+    is computed from them is the same on every process. Legend: B this process's questions, N all rollouts."""
 
-    prompt_ids_BxP: np.ndarray
-    prompt_mask_BxP: np.ndarray
-    result: sampling.GenerationResult  # this process's rows (B·n)
+    sampled: tuple[sampling.Samples, ...]
+    groups: tuple[tuple[int, int], ...]  # this process's B groups
+    result: sampling.GenerationResult  # this process's rows (B·n) on the host: tokens, lengths (no log-probs)
     scored: RewardOutput  # all N rows
     samples: list[dict[str, Any]]  # all N rows: question, response, reward, scores
     lengths_N: np.ndarray
@@ -43,11 +43,11 @@ class Rollout:
 @dataclasses.dataclass(frozen=True)
 class LocalRollout:
     """This process's sampled and scored rows of a rollout, before they are gathered (legend: B this
-    process's questions, n samples each)."""
+    process's questions, n samples each): the sampler's device arrays, the host tokens its judges read."""
 
     questions: list[data.Question]
-    prompt_ids_BxP: np.ndarray
-    prompt_mask_BxP: np.ndarray
+    sampled: tuple[sampling.Samples, ...]
+    groups: tuple[tuple[int, int], ...]
     result: sampling.GenerationResult
     scored: RewardOutput
     responses: list[str]
@@ -60,15 +60,17 @@ def sample_and_score(exp: Experiment, params: Any, questions: list[data.Question
     sample_key, judge_key = jax.random.split(key)
     prompt_ids, prompt_mask = data.prompt_batch(exp.tokenizer, [q.question for q in questions], spec.prompt_buckets,
                                                 across_processes=True)
-    result = sampling.generate(exp.layouts.rollout_weights(params), prompt_ids, prompt_mask=prompt_mask, key=sample_key,
-                               n=spec.n, max_new_tokens=spec.max_new_tokens, sampler=spec.sampler,
-                               stop_tokens=exp.stop_tokens, pad_id=exp.tokenizer.pad_token_id,
-                               layout=exp.layouts.decode)
+    samples = sampling.sample(exp.layouts.rollout_weights(params), prompt_ids, prompt_mask=prompt_mask,
+                              key=sample_key, n=spec.n, max_new_tokens=spec.max_new_tokens, sampler=spec.sampler,
+                              stop_tokens=exp.stop_tokens, pad_id=exp.tokenizer.pad_token_id,
+                              layout=exp.layouts.decode, response_buckets=spec.response_buckets)
+    result = sampling.host_result(samples, logprobs=False)  # the judges' text; the log-probs stay on the device
     responses = data.decode_responses(exp.tokenizer, result, exp.stop_tokens)
     expanded = [q.question for q in questions for _ in range(spec.n)]
     scored = exp.reward(expanded, responses, [exp.rubric_of[q.id] for q in questions for _ in range(spec.n)],
                          key=judge_key, weights=exp.weights, **exp.rollout_store())
-    return LocalRollout(list(questions), prompt_ids, prompt_mask, result, scored, responses)
+    return LocalRollout(list(questions), (samples,), tuple((0, g) for g in range(len(questions))), result, scored,
+                        responses)
 
 
 def gather_rollout(local: LocalRollout, n: int, extra: Any = None) -> tuple[Rollout, list[Any]]:
@@ -83,7 +85,7 @@ def gather_rollout(local: LocalRollout, n: int, extra: Any = None) -> tuple[Roll
                 "scores": {d: _json_float(scored.scores[i, c]) for c, d in enumerate(scored.dimension_ids)}}
                for i in range(len(responses))]
     rows = slice(*distributed.block_bounds(len(responses)))
-    return Rollout(local.prompt_ids_BxP, local.prompt_mask_BxP, local.result, scored, samples,
+    return Rollout(local.sampled, local.groups, local.result, scored, samples,
                    np.concatenate([part[3] for part in parts]), np.concatenate([part[4] for part in parts]),
                    rows), [part[5] for part in parts]
 
@@ -115,18 +117,16 @@ def dynamic_rollout(exp: Experiment, params: Any, questions: list[data.Question]
     rows = [(r, g * spec.n + j) for r, g in chosen for j in range(spec.n)]
     results = [local.result for local in rounds]
     result = sampling.GenerationResult(
-        np.stack([results[r].tokens[i] for r, i in rows]), np.stack([results[r].logprobs[i] for r, i in rows]),
+        np.stack([results[r].tokens[i] for r, i in rows]), None,
         np.asarray([results[r].lengths[i] for r, i in rows], np.int32),
         np.asarray([results[r].finish_reason[i] for r, i in rows]), max(res.num_steps for res in results))
     chosen_questions = [rounds[r].questions[g] for r, g in chosen]
-    prompt_ids, prompt_mask = data.prompt_batch(exp.tokenizer, [q.question for q in chosen_questions],
-                                                spec.prompt_buckets, across_processes=True)
     scored = concat_outputs([select_rows(local.scored, [i for rr, i in rows if rr == r])
                              for r, local in enumerate(rounds) if any(rr == r for rr, _ in rows)])
     if "judge_generate_calls" in scored.details:  # each round made its own calls (concat_outputs takes the max)
         scored.details["judge_generate_calls"] = sum(local.scored.details["judge_generate_calls"] for local in rounds)
-    selected = LocalRollout(chosen_questions, prompt_ids, prompt_mask, result, scored,
-                            [rounds[r].responses[i] for r, i in rows])
+    selected = LocalRollout(chosen_questions, tuple(local.sampled[0] for local in rounds), tuple(chosen), result,
+                            scored, [rounds[r].responses[i] for r, i in rows])
     counts = (sum(int((s > rule.min_spread).sum()) for s in spreads),
               sum(int((s <= rule.min_spread).sum()) for s in spreads), len(rounds))
     gathered, every = gather_rollout(selected, spec.n, counts)

@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from rubric_jax import data, distributed, loader, metrics, sharding
+from rubric_jax import data, distributed, loader, metrics, padding
 from rubric_jax.judges.reward import RewardOutput, RubricReward, gather_outputs
 from rubric_jax.rubrics.schema import Rubric
 from rubric_jax.train import checkpointing, collect, monitors, oscillation, rollout, state as train_state
@@ -75,11 +75,10 @@ def grpo_iteration(exp: Experiment, programs: run_programs.GRPOPrograms, state: 
                                         rubrics=_row_rubrics(exp, scored) if settings.shaping.advantage ==
                                         "per_dimension" else (), weights=exp.weights,
                                         lengths_N=out.lengths_N, truncated_N=out.truncated_N)
-    batch = rollout.training_batch(out.prompt_ids_BxP, out.prompt_mask_BxP, out.result, programs.cfg.group_size,
-                                   signal.advantages_N[out.rows], signal.trainable_N[out.rows],
-                                   settings.train_rollout.response_buckets,
-                                   across_processes=True)  # groups never straddle processes: rows are whole groups
-    batch = distributed.global_batch(batch, sharding.batch_sharding(exp.mesh))
+    (longest,) = distributed.max_over_processes(int(max(out.result.lengths.max(), 1)))
+    batch = rollout.training_batch(out.sampled, out.groups, programs.cfg.group_size,
+                                   padding.bucket_length(longest, settings.train_rollout.response_buckets),
+                                   signal.advantages_N[out.rows], signal.trainable_N[out.rows], exp.mesh)
     batch, logprob_stats = run_programs.rollout_logprobs(programs, batch, state.params, ref_params,
                                                          settings.recompute_old_logprobs)
     updates = []
@@ -176,7 +175,8 @@ class GRPOStage(Stage):
         rl, settings = exp.settings.rl, exp.settings
         self.exp, self.programs = exp, exp.programs.grpo
         self.total, self.rows, self.batch_size = rl.steps, exp.train_questions, rl.questions_per_step
-        self.state, self.shardings = exp.programs.start_state(self.programs, params), self.programs.shardings
+        state_layout = exp.programs.grpo_state
+        self.state, self.shardings = exp.programs.start_state(state_layout, params), state_layout.shardings
         self.updates_per_step, self.keep_best = settings.updates_per_batch, settings.checkpoint.keep_best
         self.nan_streak = NanStreak(rl.max_nan_streak)
         self.lr_drop = oscillation.LearningRateDrop(settings.oscillation) if settings.oscillation is not None else None

@@ -63,27 +63,22 @@ def layouts(mesh: MeshSpec, model_cfg: ModelConfig, devices: Sequence[jax.Device
 
 
 @dataclasses.dataclass(frozen=True)
-class SFTPrograms:
-    """The SFT stage's optimizer, its step-0 state as ShapeDtypeStructs and shardings, and the jitted update
-    `(state, batch) -> (state, metrics)`."""
+class StateLayout:
+    """A stage's optimizer and its step-0 state as ShapeDtypeStructs and as shardings (what its programs are
+    compiled for and `RunPrograms.start_state` creates)."""
 
     tx: optax.GradientTransformation
     abstract_state: train_state.TrainState
     shardings: train_state.TrainState
-    step: Callable[[train_state.TrainState, dict[str, jax.Array]], tuple[train_state.TrainState, dict]]
 
 
 @dataclasses.dataclass(frozen=True)
 class GRPOPrograms:
-    """What every GRPO iteration runs: the objective's settings, the optimizer, the step-0 state's shapes and
-    shardings, the jitted update `(state, batch) -> (state, metrics)` and the jitted teacher-forced log-probs
-    `(params, *train_step.logprob_inputs(batch)) -> [N, R]` at the rollout temperature (each group's prompt
-    once), both in the run's shardings."""
+    """What every GRPO iteration runs: the objective's settings, the jitted update `(state, batch) -> (state,
+    metrics)` and the jitted teacher-forced log-probs `(params, *train_step.logprob_inputs(batch)) -> [N, R]` at
+    the rollout temperature (each group's prompt once), both in the run's shardings."""
 
     cfg: grpo.GRPOConfig
-    tx: optax.GradientTransformation
-    abstract_state: train_state.TrainState
-    shardings: train_state.TrainState
     update: Callable[[train_state.TrainState, dict[str, jax.Array]], tuple[train_state.TrainState, dict]]
     logprobs: Callable[[Any, jax.Array, jax.Array], jax.Array]
 
@@ -93,41 +88,49 @@ class RunPrograms:
     """Every layout and training program of a run (a stage that is not configured has None)."""
 
     layouts: Layouts
-    sft: SFTPrograms | None
+    sft_state: StateLayout | None
+    sft_step: Callable[[train_state.TrainState, dict[str, jax.Array]], tuple[train_state.TrainState, dict]] | None
+    grpo_state: StateLayout | None
     grpo: GRPOPrograms | None
 
-    def start_state(self, programs: SFTPrograms | GRPOPrograms, params: dict[str, Any]) -> train_state.TrainState:
-        """A step-0 state of `programs`' stage around `params` (already in the training layout: a misplaced
-        array is an error), its optimizer state created in its shardings."""
+    def start_state(self, state: StateLayout, params: dict[str, Any]) -> train_state.TrainState:
+        """A step-0 state of `state`'s stage around `params` (already in the training layout: a misplaced array
+        is an error), its optimizer state created in its shardings."""
         graphdef = self.layouts.policy(params).graphdef
-        return train_state.train_state_from_params(graphdef, params, programs.tx, programs.shardings)
+        return train_state.train_state_from_params(graphdef, params, state.tx, state.shardings)
 
 
 def build(settings: Settings, lay: Layouts, sft_steps: int) -> RunPrograms:
     """The programs of the configured stages in `lay`, from abstract weights (nothing is allocated); `sft_steps`
     is the SFT schedule's length (from the data; any value for a dry run)."""
     policy = loader.abstract_weights(lay.model, lay.training)
-    sft = grpo_ = None
+    sft_state = sft_step = grpo_state = grpo_ = None
     if settings.sft is not None:
-        tx = train_state.make_optimizer(settings.sft.optimizer_for(sft_steps))
-        state, shardings = train_state.abstract_train_state(policy, tx, lay.mesh)
-        sft = SFTPrograms(tx, state, shardings, train_step.jit_sft_step(shardings=shardings, mesh=lay.mesh))
+        sft_state = _state_layout(train_state.make_optimizer(settings.sft.optimizer_for(sft_steps)), policy, lay.mesh)
+        sft_step = train_step.jit_sft_step(shardings=sft_state.shardings, mesh=lay.mesh)
     if settings.rl is not None:
-        grpo_ = grpo_programs(settings, policy, lay.mesh)
-    return RunPrograms(lay, sft, grpo_)
+        rl = settings.rl
+        grpo_state = _state_layout(train_state.make_optimizer(rl.optimizer, adjustable_lr=rl.adjustable_lr), policy,
+                                   lay.mesh)  # with rl.lr_on_oscillation, a learning-rate factor in its state
+        grpo_ = grpo_programs(settings, policy.graphdef, grpo_state.shardings, lay.mesh)
+    return RunPrograms(lay, sft_state, sft_step, grpo_state, grpo_)
 
 
-def grpo_programs(settings: Settings, policy: loader.Weights, mesh: jax.sharding.Mesh) -> GRPOPrograms:
-    """The GRPO optimizer (with `rl.lr_on_oscillation`, a learning-rate factor in its state: train/oscillation.py)
-    and the jitted GRPO programs around `policy`'s (abstract) weights, in the training shardings."""
+def _state_layout(tx: optax.GradientTransformation, policy: loader.Weights, mesh: jax.sharding.Mesh) -> StateLayout:
+    """The step-0 state of a stage optimised by `tx` around `policy`'s (abstract) weights."""
+    return StateLayout(tx, *train_state.abstract_train_state(policy, tx, mesh))
+
+
+def grpo_programs(settings: Settings, graphdef: Any, shardings: train_state.TrainState, mesh: jax.sharding.Mesh
+                  ) -> GRPOPrograms:
+    """The jitted GRPO programs (train/oscillation.py's factor rides in the optimizer state) in the training
+    `shardings`."""
     cfg, rl = settings.grpo, settings.rl
-    tx = train_state.make_optimizer(rl.optimizer, adjustable_lr=rl.adjustable_lr)
-    state, shardings = train_state.abstract_train_state(policy, tx, mesh)
     update = train_step.jit_grpo_step(cfg, micro_batches=rl.micro_batches, shardings=shardings, mesh=mesh)
     logprobs = train_step.jit_rollout_logprobs(
-        policy.graphdef, group_size=cfg.group_size, temperature=cfg.temperature, chunk_size=cfg.logprob_chunk_size,
+        graphdef, group_size=cfg.group_size, temperature=cfg.temperature, chunk_size=cfg.logprob_chunk_size,
         micro_batches=rl.micro_batches, param_shardings=shardings.params, mesh=mesh)
-    return GRPOPrograms(cfg, tx, state, shardings, update, logprobs)
+    return GRPOPrograms(cfg, update, logprobs)
 
 
 def rollout_logprobs(programs: GRPOPrograms, batch: dict[str, jax.Array], policy_params: Any,

@@ -18,7 +18,7 @@ from typing import Any
 
 import ml_collections
 
-from rubric_jax import data, files, grpo, sampling, sharding
+from rubric_jax import data, files, grpo, padding, sampling, sharding
 from rubric_jax.judges.reward_model import RewardModelConfig
 from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.loader import ATTENTION_CHOICES, resolve_attention
@@ -365,7 +365,7 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
         optimizer_config(config[block], _get(config, f"{block}.warmup_steps") + 1, block)
     _sampler(config, "rl.sampler")  # before the GRPO objective, which reads its temperature
     grpo_cfg = grpo_config(config.rl) if "grpo" in stages else None
-    buckets = lambda max_len: data.length_buckets(max_len, config.data.length_buckets)  # noqa: E731
+    buckets = lambda max_len: padding.length_buckets(max_len, config.data.length_buckets)  # noqa: E731
     prompts = buckets(config.data.max_prompt_len)
     train = RolloutSpec(config.rl.sampler, config.rl.group_size, config.rl.max_new_tokens, prompts,
                         buckets(config.rl.max_new_tokens))

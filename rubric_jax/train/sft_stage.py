@@ -17,11 +17,11 @@ class SFTStage(Stage):
     progress_keys = ("loss", "grad_norm")
 
     def __init__(self, exp: Experiment, params: dict[str, Any]):
-        spec, programs = exp.settings.sft, exp.programs.sft
-        self.exp, self.program = exp, programs.step
+        spec, programs = exp.settings.sft, exp.programs
+        self.exp, self.program = exp, programs.sft_step
         self.rows, self.batch_size = exp.sft_examples, spec.batch_size
         self.total = spec.steps(len(exp.sft_examples))
-        self.state, self.shardings = exp.programs.start_state(programs, params), programs.shardings
+        self.state, self.shardings = programs.start_state(programs.sft_state, params), programs.sft_state.shardings
 
     def step(self, state: train_state.TrainState, rows: list[data.SFTExample], step: int, runner: Runner
              ) -> tuple[train_state.TrainState, StepOutput]:

@@ -49,7 +49,7 @@ def test_a_grpo_iteration_samples_extra_rounds_and_keeps_the_batch_shape(tmp_pat
             True, 1.0, 2)
     run_ = loop.build(config, tmp_path / "run")
     programs = run_.programs.grpo
-    state = run_.programs.start_state(programs, run_.initial_params())
+    state = run_.programs.start_state(run_.programs.grpo_state, run_.initial_params())
     extra = iter([run_.train_questions[2:4], run_.train_questions[4:6]])
     drawn = []
 

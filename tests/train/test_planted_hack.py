@@ -75,7 +75,7 @@ def test_one_grpo_step_scores_clarity_through_the_variants_judge(variant, tmp_pa
     config.reward.gates_first = False  # the random policy fails the format gate: judge every response anyway
     run_ = loop.build(config, tmp_path / "run")
     programs = run_.programs.grpo
-    state = run_.programs.start_state(programs, run_.initial_params())
+    state = run_.programs.start_state(run_.programs.grpo_state, run_.initial_params())
     questions = run_.train_questions[:2]
     reference = jax.tree.map(jnp.copy, state.params)  # the update donates the state's buffers
     _, output = grpo_stage.grpo_iteration(run_, programs, state, reference, questions, jax.random.key(0))
