@@ -141,6 +141,31 @@ def test_generate_across_prefill_and_decode_windows_matches_full_recompute(model
     assert again.tokens[0].tolist() == _greedy_by_recompute(model, other[0], 11)
 
 
+def test_suffixes_continue_the_shared_prompt_like_the_whole_prompt(model, monkeypatch):
+    """Two prompts, three suffixes each (1 to 9 tokens: the suffix bucket 12 prefills in chunks of 4, the
+    decode crosses response windows 4 and 8): prompt cache + suffix continuation samples what the whole
+    prompt + suffix samples alone (same rows, same noise: tokens equal, log-probs of softmax(logits / T) to
+    float tolerance), and greedy equals the no-cache reference. A suffix at the wrong positions, reading
+    another prompt, or a response slot over its own suffix would change the logits."""
+    monkeypatch.setattr(sampling, "PREFILL_CHUNK", 4)
+    monkeypatch.setattr(sampling, "DECODE_BLOCK", 4)
+    prompts = [[5, 6, 7, 8, 9, 10, 11], [12, 13]]
+    suffixes = [[20], list(range(21, 30)), [30, 31, 32], [33, 34, 35, 36, 37], [38], [39, 40]]
+    whole = [prompts[b // 3] + suffixes[b] for b in range(6)]
+    kwargs = dict(key=jax.random.key(2), max_new_tokens=11, stop_tokens=[], pad_id=PAD)
+    for sampler in ("temperature(1.3)", "greedy"):
+        got = sampling.generate(model, prompts, suffix_ids=suffixes, n=3, sampler=sampler, **kwargs)
+        alone = sampling.generate(model, whole, sampler=sampler, **kwargs)
+        np.testing.assert_array_equal(got.tokens, alone.tokens)
+        np.testing.assert_allclose(got.logprobs, alone.logprobs, atol=2e-5)
+    for b in (0, 1, 4):
+        assert got.tokens[b].tolist() == _greedy_by_recompute(model, whole[b], 11)
+    with pytest.raises(ValueError, match=r"suffix_ids: 5 suffixes for 2 prompts x n=3"):
+        sampling.generate(model, prompts, suffix_ids=suffixes[:5], n=3, **kwargs)
+    with pytest.raises(ValueError, match=r"rows \[2\] are empty"):
+        sampling.generate(model, prompts, suffix_ids=suffixes[:2] + [[]] + suffixes[3:], n=3, **kwargs)
+
+
 def test_prompts_of_any_width_in_a_bucket_decode_like_full_recompute(model, monkeypatch):
     """Prompt bucket 24 filled to widths 18 and 22 (bucket padding past the filled slots, masked out of the
     shared prompt cache), response windows 4 and 8: both equal the no-cache greedy reference, from one
