@@ -20,6 +20,10 @@ def judge_block() -> ml_collections.ConfigDict:
     # over all its LLM criteria (QuRL); benchmark: the benchmark's prescribed one (experiments.evaluate only).
     j.mode = "per_dimension"
     j.prompt = "full"  # [hash] full (rules, question, criteria), or compact: a distilled judge's short prompt (per_dimension only).
+    # [hash, when not the default] criteria_first: each prompt prefilled whole, the criterion before the response; shared_prefix:
+    # the response first and the criterion last, a response's shared part prefilled once for all its LLM dimensions
+    # (per_dimension only; its own calibration; cost and agreement in docs/judges.md, "Shared-prefix judging").
+    j.layout = "criteria_first"
     j.samples = 3  # [hash] Judge samples per item, combined by the median (RubricRL §3.3).
     j.shuffle_anchors = True  # [hash] A fresh anchor order per judge sample (RubricRL §3.3).
     j.max_retries = 2  # [hash] Re-prompt rounds for unparseable answers before a score is missing.

@@ -102,12 +102,25 @@ def test_the_calibrated_pair_prints_its_spearman_and_flags_the_weak_dimension(re
     ({"samples": 3}, "samples 3 != 1 in report.json"),
     ({"mode": "all_criteria", "prompt": "full"}, "mode 'all_criteria' != 'per_dimension' in report.json"),
     ({"shuffle_anchors": False}, "shuffle_anchors False != True in report.json"),
+    ({"layout": "shared_prefix"}, "layout 'shared_prefix' != 'criteria_first' in report.json"),
     ({"checkpoints": (str(REPO / "rubric_jax/assets/tiny_judge_hack"),)}, "weights of "),
 ])
 def test_a_changed_judge_field_is_named(report_path, change, named):
     result = check(report_path, **change)
     assert all(not d.calibrated for d in result.dimensions)
     assert all(named in line and "NOT the calibrated (rubric, judge) pair" in line for line in result.lines())
+
+
+def test_a_report_from_before_the_layout_field_pins_the_default_layout(report_path, tmp_path):
+    """A report whose judge spec has no `layout` (written before the field existed) still covers the default
+    layout (its hash is unchanged), and a shared_prefix judge is named as differing from it."""
+    report = json.loads(report_path.read_text())
+    del report[PIN_FIELD]["judge"]["spec"]["layout"]
+    old = tmp_path / "report.json"
+    old.write_text(json.dumps(report))
+    assert all(d.calibrated for d in check(old).dimensions)
+    shared = check(old, layout="shared_prefix")
+    assert all("layout 'shared_prefix' != 'criteria_first' in report.json" in line for line in shared.lines())
 
 
 def test_changed_weights_in_the_same_directory_are_named(report_path, tmp_path):

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rubric_jax.judges.spec import JudgeSpec, describe, verdict_fields, weights_identity
+from rubric_jax.judges.spec import (FIELD_DEFAULTS, HASHED_OFF_DEFAULT, JudgeSpec, describe, verdict_fields,
+                                    weights_identity)
 from rubric_jax.rubrics.schema import Dimension, Rubric, canonical_json, dimension_to_dict
 
 PIN_FIELD = "pinned"  # report.json's section: {"judge": spec.describe(...), "rubrics": [...]}
@@ -51,8 +52,10 @@ def judge_differences(spec: JudgeSpec, recorded: dict[str, Any]) -> list[str]:
     """What differs between `spec` and the judge a report recorded, one phrase each ("max_new_tokens 64 != 256
     in report.json", "weights of DIR changed"); empty when the judge hashes agree."""
     diffs = []
-    fields = verdict_fields(spec)
-    old_fields = {**recorded.get("spec", {}), "prompt_version": recorded.get("prompt_version")}
+    # A field hashed only off its default is compared always: a report from before it existed had the default.
+    fields = {**verdict_fields(spec), **{name: getattr(spec, name) for name in HASHED_OFF_DEFAULT}}
+    old_fields = {**{name: FIELD_DEFAULTS[name] for name in HASHED_OFF_DEFAULT}, **recorded.get("spec", {}),
+                  "prompt_version": recorded.get("prompt_version")}
     for name, value in fields.items():
         if name in old_fields and old_fields[name] != value:
             diffs.append(f"{name} {value!r} != {old_fields[name]!r} in report.json")
