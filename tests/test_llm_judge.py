@@ -517,3 +517,18 @@ def test_shared_prefix_prompts_share_the_response_part_and_differ_in_the_criteri
     assert len(first) == 4 and len(set(nonces)) == 2  # one nonce per sample, shared by the row's 2 criteria
     for p in first:
         assert p.index("</response-") < p.index("Criterion `") and len(criteria_ids(p)) == 1
+
+
+def test_shared_prefix_calls_are_agreed_across_processes(tok, monkeypatch):
+    """Multi-process: another process (stood in for by `max_over_processes`) has 5 shared parts with up to 3
+    criteria each in the call; this one, with 2 rows of 1 criterion, makes the same call shape (5 prompts x 3
+    suffixes, fillers read by no one) and keeps its own verdicts."""
+    def agreed(*values):
+        return (max(values[0], 5), max(values[1], 3)) if len(values) == 2 else values
+
+    monkeypatch.setattr(lj.distributed, "max_over_processes", agreed)
+    judge, stub = make_judge(tok, lambda text, call: digit_reply(text, call) if "<response-" in text else "")
+    out = lj.judge_rows([judge], JudgeSpec(samples=1, layout="shared_prefix"), ["q"] * 2, ["worth 4", "worth 2"],
+                        [[ACC], [ACC]], jax.random.key(0))
+    assert [c["batch"] for c in stub.calls] == [5 * 3]
+    assert [s.tolist() for s in out.scores] == [[4.0], [2.0]] and out.details["judge_prompts"] == 2

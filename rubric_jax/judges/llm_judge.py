@@ -162,7 +162,7 @@ def _build_prompt(
 ) -> JudgePrompt:
     """The request's prompt; with `reverse_order`, an all_criteria prompt lists (and expects) its criteria reversed.
     In the shared_prefix layout the nonce comes from `row_rng` (the row's, shared by its dimensions)."""
-    nonce = rng.bytes(8).hex()
+    nonce = rng.bytes(8).hex()  # drawn in both layouts: the anchor orders below come from the same stream
     shared = config.layout == "shared_prefix"
     if shared:
         nonce = (row_rng or rng).bytes(8).hex()
