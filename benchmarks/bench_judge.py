@@ -36,10 +36,11 @@ from absl import app, flags
 from transformers import AutoTokenizer
 
 from rubric_jax import data, loader, sampling, sharding
-from rubric_jax.assets import TINY_DIR
-from rubric_jax.judges.llm_judge import Judge, judge_rows
+from rubric_jax.assets import TINY_DIR, TINY_JUDGE_DIR
+from rubric_jax.judges.llm_judge import Judge, _build_prompt, _Request, encode_prompts, judge_rows, special_tokens
 from rubric_jax.judges.prompts import single_prompt
 from rubric_jax.judges.spec import JudgeSpec
+from rubric_jax.models.checkpoint import load_tokenizer
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.io import load_rubric
 
@@ -97,10 +98,6 @@ def _without_examples(dims):
 def compare_layouts() -> dict:
     """criteria_first vs shared_prefix on the tiny judge, interleaved, for the rubric's criteria with their anchor
     examples and without them (`--compact`: without only); see the module docstring."""
-    from rubric_jax.assets import TINY_JUDGE_DIR
-    from rubric_jax.judges.llm_judge import encode_prompts, special_tokens, _build_prompt, _Request
-    from rubric_jax.models.checkpoint import load_tokenizer
-
     full_dims = [d for path in LAYOUT_RUBRICS for d in load_rubric(path).dimensions if d.kind == "llm"]
     assert len(full_dims) == 6, [d.id for d in full_dims]
     tokenizer = load_tokenizer(TINY_JUDGE_DIR)
