@@ -43,6 +43,7 @@ from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.models.checkpoint import load_tokenizer
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.io import load_rubric
+from rubric_jax.rubrics.schema import dimension_from_dict
 
 _ITEMS = flags.DEFINE_integer("items", 32, "Judged (response, dimension) items per step.")
 _MAX_NEW = flags.DEFINE_integer("max_new_tokens", 64, "Judge generation budget per item.")
@@ -120,7 +121,25 @@ def compare_layouts() -> dict:
     return {"items": n, "response_tokens": [min(response_tokens), max(response_tokens)], "max_new_tokens": max_new,
             "repeats": _REPEATS.value, **{name: _compare(judge, specs, questions, responses, dims, key, reserved)
                                           for name, dims in variants.items()},
+            "own task (politeness, customer-service SFT answers)": _own_task_agreement(judge, specs, key),
             "generate_traces": dict(sampling.TRACES), "load_average_1m": os.getloadavg()[0]}
+
+
+def _own_task_agreement(judge, specs, key) -> dict:
+    """The layouts' verdict agreement on the task the tiny judge was distilled on: the LLM-judged politeness
+    criterion of the tiny default's customer-service questions, over the tiny SFT set's customer-service answers."""
+    rows = [json.loads(line) for line in (TINY_DIR / "questions_train.jsonl").read_text().splitlines()]
+    politeness = next(dimension_from_dict(d) for row in rows for d in row["rubric"]["extra"] if d["id"] == "politeness")
+    answers = [json.loads(line) for line in (TINY_DIR / "sft.jsonl").read_text().splitlines()]
+    answers = [a for a in answers if a["category"] == "customer_service"]
+    scores = {layout: np.concatenate(judge_rows([judge], spec, [a["prompt"] for a in answers],
+                                                [a["response"] for a in answers], [[politeness]] * len(answers),
+                                                key).scores) for layout, spec in specs.items()}
+    first, shared = scores.values()
+    both = ~np.isnan(first) & ~np.isnan(shared)
+    return {"items": len(answers), "valid_share": {k: float(np.mean(~np.isnan(v))) for k, v in scores.items()},
+            "agreement_exact": float(np.mean(first[both] == shared[both])), "both_valid_share": float(np.mean(both)),
+            "mean_score": {k: float(np.nanmean(v)) for k, v in scores.items()}}
 
 
 def _compare(judge, specs, questions, responses, dims, key, reserved) -> dict:
