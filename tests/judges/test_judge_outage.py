@@ -6,74 +6,21 @@ same command resumes once the endpoint answers again. The endpoint is a scripted
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from openai_double import MODEL, Endpoint
 from rubric_jax.judges import http_backend
 from rubric_jax.judges.spec import JudgeSpec, JudgeSpecError, judge_hash
 from tiny_config import absolute_tiny_config
 
-MODEL = "scripted"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class _Handler(BaseHTTPRequestHandler):
-    def log_message(self, *args) -> None:  # quiet
-        pass
-
-    def _send(self, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:
-        self._send({"object": "list", "data": [{"id": MODEL, "object": "model", "created": 0, "owned_by": "test"}]})
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self.server.chats += 1
-        self._send({"id": "c", "object": "chat.completion", "created": 0, "model": MODEL,
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": "SCORE: 1"}}],
-                    "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13}})
-
-
-class Endpoint:
-    """The scripted judge endpoint on a fixed port, which the test can take down (connections refused) and
-    bring back on the same port."""
-
-    def __init__(self, port: int):
-        self.port, self.server = port, None
-        self.url = f"http://127.0.0.1:{port}/v1"
-
-    def up(self) -> None:
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), _Handler)
-        self.server.chats = 0
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def down(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-            self.server = None
-
 
 @pytest.fixture
 def endpoint():
-    e = Endpoint(free_port())
+    e = Endpoint()
     yield e
     e.down()
 
@@ -94,7 +41,7 @@ def test_an_endpoint_back_within_outage_s_answers_every_prompt(endpoint):
     answers = judge.answer(CHATS, sampler="greedy", max_tokens=8, stats=stats)
     assert [a.text for a in answers] == ["SCORE: 1"] * 3 and not any(a.cause for a in answers)
     assert stats["judge_http_outage_waits"] == 3 and stats["judge_http_failures"] == 0
-    assert endpoint.server.chats == 3
+    assert len(endpoint.requests) == 3
 
 
 def test_an_endpoint_down_past_outage_s_stops_the_round_naming_it(endpoint):
@@ -174,4 +121,4 @@ def test_a_run_whose_judge_dies_stops_resumably_and_resumes_when_it_is_back(endp
         assert checkpoints.latest_step() == last  # every logged step is saved (every_steps=1), none half-applied
     endpoint.up()
     loop.run(config, str(workdir))
-    assert _grpo_steps(workdir) == [1, 2, 3, 4] and endpoint.server.chats > 0
+    assert _grpo_steps(workdir) == [1, 2, 3, 4] and endpoint.requests
