@@ -37,8 +37,8 @@ from transformers import AutoTokenizer
 
 from rubric_jax import data, loader, sampling, sharding
 from rubric_jax.assets import TINY_DIR, TINY_JUDGE_DIR
-from rubric_jax.judges.llm_judge import Judge, _build_prompt, _Request, encode_prompts, judge_rows, special_tokens
-from rubric_jax.judges.prompts import single_prompt
+from rubric_jax.judges.llm_judge import Judge, encode_prompts, judge_rows, special_tokens
+from rubric_jax.judges.prompts import compact_single_prompt, single_prompt
 from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.models.checkpoint import load_tokenizer
 from rubric_jax.models.config import ModelConfig
@@ -146,9 +146,9 @@ def _compare(judge, specs, questions, responses, dims, key, reserved) -> dict:
     """One rubric variant: the two layouts' prefill tokens per item, items/s, CPU time and verdict agreement."""
     n, tokenizer = len(responses), judge.tokenizer
     prefill = {}
-    for layout, spec in specs.items():  # tokens prefilled per response: every prompt whole, or the shared part once
-        prompts = [_build_prompt(_Request(0, (d,), 0), questions[0], responses[0], spec, np.random.default_rng(0),
-                                 reserved) for d in dims]
+    for layout in specs:  # tokens prefilled per response: every prompt whole, or the shared part once
+        prompts = [compact_single_prompt(responses[0], d, nonce="0" * 16, reserved=reserved,
+                                         response_first=layout == "shared_prefix") for d in dims]
         ids, shared = encode_prompts(tokenizer, prompts)
         prefill[layout] = sum(len(x) - k for x, k in zip(ids, shared)) + max(shared)
 

@@ -199,7 +199,7 @@ def _generate(judge: Judge, ids: Sequence[Sequence[int]], shared: Sequence[int] 
               ) -> tuple[list[str], list[str]]:
     """Answer texts and finish reasons of `ids` in one generate call of `count` prompts (fillers pad it); with
     `shared` (the shared_prefix layout, on every process alike), prompts whose first `shared` tokens agree are one
-    prompt continued by their suffixes."""
+    prompt continued by their suffixes, and the call's shape is agreed in `_group_by_prefix` instead of by `count`."""
     eos = judge.tokenizer.eos_token_id
     kwargs = dict(max_new_tokens=judge.max_new_tokens, sampler=judge.sampler, stop_tokens=[eos],
                   pad_id=judge.tokenizer.pad_token_id, layout=judge.layout)

@@ -499,7 +499,8 @@ def test_shared_prefix_verdicts_equal_the_same_prompts_one_at_a_time(tok):
     assert outs["cached"].causes == outs["alone"].causes
 
 
-def test_shared_prefix_prompts_share_the_response_part_and_differ_in_the_criterion(tok):
+@pytest.mark.parametrize("prompt", ["full", "compact"])
+def test_shared_prefix_prompts_share_the_response_part_and_differ_in_the_criterion(tok, prompt):
     """A row's prompts of one sample share the nonce-fenced response part token for token (the criterion comes
     last); another sample draws another nonce; each prompt's ids are what `encode_prompts` split."""
     def reply(text, call):  # accuracy: the response's digit; safety: 1 when the digit is odd
@@ -507,7 +508,8 @@ def test_shared_prefix_prompts_share_the_response_part_and_differ_in_the_criteri
         return f"SCORE: {digit % 2 if criteria_ids(text) == ['safety'] else digit}"
 
     judge, stub = make_judge(tok, reply)
-    out = lj.judge_rows([judge], JudgeSpec(samples=2, layout="shared_prefix"), ["q"] * 2, ["worth 4", "worth 3"],
+    out = lj.judge_rows([judge], JudgeSpec(samples=2, layout="shared_prefix", prompt=prompt), ["q"] * 2,
+                        ["worth 4", "worth 3"],
                         [[ACC, SAFE]] * 2, jax.random.key(0))
     np.testing.assert_array_equal(np.stack(out.scores), [[4.0, 0.0], [3.0, 1.0]])  # each answer to its criterion
     call = stub.calls[0]
