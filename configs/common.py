@@ -225,6 +225,16 @@ def base_config() -> ml_collections.ConfigDict:
     c.monitor.max_judge_parse_failure = 0.1  # Share of LLM-judge prompts without a parseable verdict (rejected, cut, too long).
     c.monitor.max_missing_share = 0.2  # Share of a dimension's scores missing at a step (its judge failed; the reward drops them).
     c.monitor.min_golden_spearman = 0.6  # Judge vs labels on golden reference answers, per dimension (RubricRL: below 0.6 is unusable).
+    c.monitor.min_audit_agreement = 0.6  # Training vs audit judge on eval responses: Spearman and quadratic kappa per dimension (the calibration floor).
+    c.monitor.max_audit_gap_rise = 0.1  # Rise of a dimension's training-minus-audit score gap over the last audit.window audits (normalised units).
+
+    # Audit of the judge on what the policy writes now (RubricRL §6.2, issue 23 §1; train/audit.py): at every eval, a fixed
+    # sample of the eval responses is scored again by another judge on the LLM dimensions (audit/* metrics, alerts above).
+    c.audit = ml_collections.ConfigDict()
+    c.audit.judge = judge_block()  # The audit judge: any judge spec (configs/judges/*.py); checkpoint "" with backend jax = no audit.
+    c.audit.rubric = ""  # Rubric whose LLM dimensions the audit judge reads (the anchors it was calibrated on); "" = each row's own.
+    c.audit.sample_size = 32  # Eval responses audited per eval: the same seeded subset every time (all when fewer).
+    c.audit.window = 5  # Audits behind audit/gap/<d>/rise: the gap minus the smallest gap of the previous `window` audits.
 
     c.checkpoint = ml_collections.ConfigDict()
     c.checkpoint.every_steps = 10  # Save every N GRPO steps (and at the end and on SIGTERM).

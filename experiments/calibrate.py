@@ -4,6 +4,7 @@
       [--against=labels|judge] [--judge=configs/judges/X.py] [--judge.checkpoint=DIR[,DIR...]] [--judge.FIELD=...]
       [--threshold=0.6] [--bootstrap=1000] [--correction=FILE] [--correction_out=FILE] [--position_probe=true]
       [--seed=0] [--judge.store=VERDICTS.db] [--redundancy_threshold=0.9]
+  python -m experiments.calibrate --red_team --rubric=RUBRIC.yaml --labels=LABELS.jsonl --judge=configs/judges/X.py --out=DIR
   python -m experiments.calibrate --rubric=RUBRIC_A.yaml --compare=RUBRIC_B.yaml --labels=LABELS.jsonl --out=DIR
   python -m experiments.calibrate --labels=../shared/data/prometheus/vicuna_eval.json --against=judge --out=DIR
 
@@ -14,6 +15,8 @@ report.json and report.md record the (rubric, judge) pair measured: each rubric'
 hash and every --judge field (run, score and evaluate check theirs against it with judge.calibration=REPORT).
 With --compare, the labels are scored with both rubrics and DIR/report.json, DIR/report.md hold each
 dimension's agreement side by side and a paired bootstrap of the difference (rubric_jax/calibration/compare.py).
+With --red_team, the injection payload suite is put into the responses labelled bad and DIR/report.json,
+DIR/report.md hold each LLM dimension's success rate (a score raised by a level; rubric_jax/calibration/red_team.py).
 Earlier outputs in DIR are replaced (calibration/report.write_outputs). Prints a one-line JSON summary. User
 errors (a bad labels line, a missing file, an LLM dimension without a judge, an --out that is a file) exit with
 status 2 and one line naming the file and line, before any scoring.
@@ -51,6 +54,8 @@ _CORRECTION = flags.DEFINE_string("correction", None, "Apply this score correcti
 _CORRECTION_OUT = flags.DEFINE_string("correction_out", None, "Fitted correction file (default DIR/correction.json).")
 _COMPARE = flags.DEFINE_string("compare", None, "Rubric B: score the labels with --rubric (A) and with B, compare.")
 _REDUNDANCY = flags.DEFINE_float("redundancy_threshold", 0.9, "Flag two dimensions whose Spearman reaches this.")
+_RED_TEAM = flags.DEFINE_boolean("red_team", False, "Inject the payload suite into responses labelled bad; report how "
+                                 "often a score rises by a level, per LLM dimension.")
 flags.mark_flags_as_required(["labels", "out"])
 
 
@@ -74,6 +79,8 @@ def _inputs(store: str = "") -> dict[str, str | None]:
 
 def _check_inputs() -> None:
     """Every named input exists; --compare needs --rubric and labels (not recorded ratings) to compare on."""
+    if _RED_TEAM.value and (_COMPARE.value is not None or _AGAINST.value != "labels"):
+        _fail("--red_team injects into the responses the labels call bad: no --compare or --against=judge")
     if _COMPARE.value is not None and (_RUBRIC.value is None or _AGAINST.value != "labels" or _CORRECTION.value):
         _fail("--compare=RUBRIC_B compares it with --rubric=RUBRIC_A on labels: give --rubric, and no "
               "--against=judge or --correction")
@@ -126,6 +133,26 @@ def _compare(items_a: list, items_b: list, settings, judges, judge_spec, refiner
                      ensure_ascii=False))
 
 
+def _red_team(items: list, judges, judge_spec, refiners, correction, out: Path, protected: list[Path], store) -> None:
+    """Scores the payload suite in the known-bad responses and writes the red-team report (calibration/red_team.py)."""
+    from rubric_jax.calibration.red_team import red_team, write_red_team
+    from rubric_jax.judges.reward import RubricReward
+    from rubric_jax.judges.spec import judge_hash
+
+    try:
+        reward = RubricReward(list({i.rubric.content_hash: i.rubric for i in items}.values()), judges, judge_spec,
+                              correction=correction, refiners=refiners)
+        report = red_team(items, reward, batch_size=_BATCH.value, seed=_SEED.value, store=store,
+                          inputs={"labels": _LABELS.value, "rubric": _RUBRIC.value, "judge_hash": judge_hash(judge_spec),
+                                  "judge": judge_spec.to_block()})
+        written = write_red_team(report, out, protected)
+    except (RubricError, StoreError, ValueError) as e:
+        _fail(str(e))
+    rates = {d: e["rate"] for d, e in report["dimensions"].items()}
+    print(json.dumps({"items": report["items"], "injection_rates": rates, "written": [str(p) for p in written]},
+                     ensure_ascii=False))
+
+
 def main(argv: list[str]) -> None:
     cli.start("experiments.calibrate", argv)
     _check_inputs()
@@ -167,6 +194,9 @@ def main(argv: list[str]) -> None:
     inputs = {"labels": _LABELS.value, "rubric": _RUBRIC.value,
               "rubric_hash": shared.content_hash if shared is not None else None}
     protected = [Path(v) for v in _inputs(judge_spec.store).values() if v is not None]
+    if _RED_TEAM.value:
+        _red_team(items, judges, judge_spec, refiners, correction, out, protected, store)
+        return
     if items_b is not None:
         _compare(items, items_b, settings, judges, judge_spec, refiners, out, protected)
         return

@@ -50,7 +50,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from rubric_jax import data, distributed, loader, sampling, sharding
+from rubric_jax import data, distributed, loader, padding, sampling, sharding
 from rubric_jax.judges import cascade
 from rubric_jax.judges.http_backend import COMMON_SPECIAL_TOKENS, summarize
 from rubric_jax.judges.parser import parse_verdict
@@ -222,7 +222,7 @@ def _group_by_prefix(ids: Sequence[Sequence[int]], shared: Sequence[int], filler
     for i, (x, k) in enumerate(zip(ids, shared)):
         groups.setdefault(tuple(x[:k]), []).append(i)
     most_prefixes, most_suffixes = distributed.max_over_processes(len(groups), max(map(len, groups.values()), default=1))
-    n = sampling.bucket_size(most_suffixes)
+    n = padding.bucket_size(most_suffixes)
     prefixes = [list(p) for p in groups] + [[filler]] * (max(most_prefixes, 1) - len(groups))
     suffixes, rows = [[filler]] * (len(prefixes) * n), [0] * len(ids)
     for u, members in enumerate(groups.values()):
