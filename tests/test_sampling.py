@@ -188,8 +188,7 @@ def _teacher_forced(weights, prompts, result, pad_id, temperature):
     n = len(result.tokens) // len(prompts)
     response_mask = np.arange(result.tokens.shape[1])[None, :] < result.lengths[:, None]
     logprobs_fn = train_step.jit_rollout_logprobs(weights.graphdef, group_size=n, temperature=temperature)
-    return np.asarray(logprobs_fn(weights.params, np.repeat(tokens, n, axis=0), np.repeat(mask, n, axis=0),
-                                  result.tokens, response_mask))
+    return np.asarray(logprobs_fn(weights.params, tokens, mask, result.tokens, response_mask))  # [U, P] prompts
 
 
 # The log-probs are those of softmax(logits / T), before top-k / top-p truncation.
