@@ -1,14 +1,19 @@
-"""What the `experiments.*` commands share: bad input ends in one line on stderr that names the command,
-exit status 2 and no traceback; absl's INFO lines (orbax, jax, tfds) stay quiet unless --verbosity is given."""
+"""What the `experiments.*` commands share: their settings file (`--config`, default configs/commands/<command>.py,
+`--config.FIELD=VALUE` overrides); bad input ends in one line on stderr that names the command, exit status 2 and
+no traceback; absl's INFO lines (orbax, jax, tfds) stay quiet unless --verbosity is given."""
 
 from __future__ import annotations
 
 import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import NoReturn
 
 from absl import flags, logging
+from ml_collections import config_flags
+
+COMMAND_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "commands"
 
 
 def fail(command: str, message: str, status: int = 2) -> NoReturn:
@@ -32,6 +37,32 @@ def start(command: str, argv: list[str]) -> None:
         logging.set_verbosity(logging.WARNING)
 
 
+def define_config(command: str) -> flags.FlagHolder:
+    """`--config`: the command's settings file (default configs/commands/<command>.py) with `--config.FIELD=VALUE`
+    overrides, locked so that an unknown field fails. Without --config, ml_collections loads the default and reads
+    the overrides right here, at import: an unknown field is one line and exit 2 here too."""
+    try:
+        return config_flags.DEFINE_config_file(
+            "config", str(COMMAND_CONFIGS / f"{command}.py"), f"Settings file (default configs/commands/{command}.py); "
+            "override one field with --config.FIELD=VALUE.", lock_config=True)
+    except (AttributeError, KeyError) as e:
+        fail(f"experiments.{command}", unknown_key(e))
+
+
+def check(ok: bool, key: str, value: object, expected: str) -> None:
+    """A config value the command cannot use, as a ValueError naming it: `--config.KEY=VALUE: expected ...`."""
+    if not ok:
+        raise ValueError(f"--config.{key}={value}: expected {expected}")
+
+
+def unknown_key(error: AttributeError | KeyError) -> str:
+    """ml_collections' "no such field" error (with its did-you-mean hint) as one line."""
+    text = str(error).replace("\\n", " ").replace("\\'", "'")
+    key, hint = re.search(r"'(\w+)'", text), re.search(r"Did you mean [^?]*\?", text)
+    name = key.group(1) if key else text
+    return f"unknown config key {name!r}" + (f" ({hint.group(0)})" if hint else "")
+
+
 def flags_parser(command: str) -> Callable[[list[str]], list[str]]:
     """absl's flag parse for `app.run(main, flags_parser=...)`, with a config file (--config, --judge) that
     cannot load, an override naming an unknown key (ml_collections raises AttributeError or KeyError from
@@ -40,10 +71,7 @@ def flags_parser(command: str) -> Callable[[list[str]], list[str]]:
         try:
             return flags.FLAGS(argv)
         except (AttributeError, KeyError) as e:  # ml_collections' "no such field", with its did-you-mean hint
-            text = str(e).replace("\\n", " ").replace("\\'", "'")
-            key, hint = re.search(r"'(\w+)'", text), re.search(r"Did you mean [^?]*\?", text)
-            name = key.group(1) if key else text
-            fail(command, f"unknown config key {name!r}" + (f" ({hint.group(0)})" if hint else ""))
+            fail(command, unknown_key(e))
         except (flags.Error, OSError, TypeError, ValueError) as e:
             fail(command, _without_traceback(str(e)))
 
