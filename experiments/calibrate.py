@@ -1,11 +1,14 @@
 """Calibrates a rubric's judges against labels (or judges against each other); see rubric_jax/calibration.
 
   python -m experiments.calibrate --rubric=RUBRIC.yaml --labels=LABELS.jsonl --out=DIR
-      [--against=labels|judge] [--judge=configs/judges/X.py] [--judge.checkpoint=DIR[,DIR...]] [--judge.FIELD=...]
-      [--threshold=0.6] [--bootstrap=1000] [--correction=FILE] [--correction_out=FILE] [--position_probe=true]
-      [--seed=0] [--judge.store=VERDICTS.db] [--redundancy_threshold=0.9]
+      [--judge=configs/judges/X.py] [--judge.checkpoint=DIR[,DIR...]] [--judge.FIELD=...] [--judge.store=VERDICTS.db]
+      [--correction=FILE] [--correction_out=FILE] [--config.against=labels|judge] [--config.threshold=0.6]
+      [--config.bootstrap=1000] [--config.position_probe=true] [--config.seed=0] [--config.redundancy_threshold=0.9]
   python -m experiments.calibrate --rubric=RUBRIC_A.yaml --compare=RUBRIC_B.yaml --labels=LABELS.jsonl --out=DIR
-  python -m experiments.calibrate --labels=../shared/data/prometheus/vicuna_eval.json --against=judge --out=DIR
+  python -m experiments.calibrate --labels=../shared/data/prometheus/vicuna_eval.json --config.against=judge --out=DIR
+
+The settings are configs/commands/calibrate.py, overridden with --config.FIELD=VALUE; the flags are the inputs
+and the outputs.
 
 Writes DIR/report.json, DIR/report.md, DIR/plots/<dimension>.png and, against labels, a fitted score
 correction (DIR/correction.json or --correction_out) to apply in training with
@@ -36,34 +39,28 @@ from rubric_jax.rubrics.correction import load_correction
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.rubrics.schema import RubricError
 
+_CONFIG = cli.define_config("calibrate")
 _RUBRIC = flags.DEFINE_string("rubric", None, "Rubric file (.json/.yaml); optional if every row has its own rubric.")
 _LABELS = flags.DEFINE_string("labels", None, "Labels .jsonl (question, response, labels) or a Prometheus .json.")
 _OUT = flags.DEFINE_string("out", None, "Output directory: report.json, report.md, plots/, correction.json.")
-_AGAINST = flags.DEFINE_enum("against", "labels", ["labels", "judge"], "Judges vs labels, or judges vs judges.")
-_THRESHOLD = flags.DEFINE_float("threshold", 0.6, "Flag a dimension whose Spearman is below this (RubricRL 3.2).")
-_BOOTSTRAP = flags.DEFINE_integer("bootstrap", 1000, "Bootstrap resamples per 95% interval.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seeds judge sampling and the bootstrap.")
-_BATCH = flags.DEFINE_integer("batch_size", 64, "Rows per reward call (one batched judge call each).")
-_PROBE = flags.DEFINE_boolean("position_probe", True, "Score LLM dimensions again, anchors as written and reversed.")
-_WORST = flags.DEFINE_integer("worst", 5, "Disagreements listed per dimension.")
 _CORRECTION = flags.DEFINE_string("correction", None, "Apply this score correction when scoring (to check it).")
 _CORRECTION_OUT = flags.DEFINE_string("correction_out", None, "Fitted correction file (default DIR/correction.json).")
 _COMPARE = flags.DEFINE_string("compare", None, "Rubric B: score the labels with --rubric (A) and with B, compare.")
-_REDUNDANCY = flags.DEFINE_float("redundancy_threshold", 0.9, "Flag two dimensions whose Spearman reaches this.")
 flags.mark_flags_as_required(["labels", "out"])
 
 
 _fail = functools.partial(cli.fail, "experiments.calibrate")  # one line on stderr, exit status 2
 
 
-_FLAG_OF = {"against": "--against", "threshold": "--threshold", "num_resamples": "--bootstrap",
-            "batch_size": "--batch_size", "worst": "--worst", "redundancy_threshold": "--redundancy_threshold"}
+_KEY_OF = {"against": "--config.against", "threshold": "--config.threshold", "num_resamples": "--config.bootstrap",
+           "batch_size": "--config.batch_size", "worst": "--config.worst",
+           "redundancy_threshold": "--config.redundancy_threshold"}
 
 
 def _settings_error(message: str) -> str:
-    """A Settings error ("num_resamples: expected ...") with the command-line flag in place of the field."""
+    """A Settings error ("num_resamples: expected ...") with the config key in place of the field."""
     field, _, rest = message.partition(": ")
-    return f"{_FLAG_OF[field]}: {rest}" if field in _FLAG_OF else message
+    return f"{_KEY_OF[field]}: {rest}" if field in _KEY_OF else message
 
 
 def _inputs(store: str = "") -> dict[str, str | None]:
@@ -73,9 +70,10 @@ def _inputs(store: str = "") -> dict[str, str | None]:
 
 def _check_inputs() -> None:
     """Every named input exists; --compare needs --rubric and labels (not recorded ratings) to compare on."""
-    if _COMPARE.value is not None and (_RUBRIC.value is None or _AGAINST.value != "labels" or _CORRECTION.value):
+    if _COMPARE.value is not None and (_RUBRIC.value is None or _CONFIG.value.against != "labels"
+                                       or _CORRECTION.value):
         _fail("--compare=RUBRIC_B compares it with --rubric=RUBRIC_A on labels: give --rubric, and no "
-              "--against=judge or --correction")
+              "--config.against=judge or --correction")
     for flag, value in _inputs().items():
         if value is not None and not Path(value).is_file():
             _fail(f"{flag}={value}: file does not exist")
@@ -124,6 +122,18 @@ def _compare(items_a: list, items_b: list, settings, judges, judge_spec, out: Pa
                      ensure_ascii=False))
 
 
+def _settings():
+    """The config as calibration Settings, checked before anything is scored; a bad value names its key."""
+    from rubric_jax.calibration.run import CalibrationError, Settings
+
+    c = _CONFIG.value
+    try:
+        return Settings(c.against, c.threshold, c.bootstrap, c.seed, c.batch_size, c.position_probe, c.worst,
+                        c.redundancy_threshold)
+    except CalibrationError as e:
+        _fail(_settings_error(str(e)))
+
+
 def main(argv: list[str]) -> None:
     cli.start("experiments.calibrate", argv)
     _check_inputs()
@@ -137,9 +147,10 @@ def main(argv: list[str]) -> None:
     # Imported once the inputs are read: a bad labels line fails in a fraction of a second, before JAX loads.
     from rubric_jax.calibration.report import CORRECTION_FILE, REPORT_JSON, REPORT_MD, write_calibration
     from rubric_jax.calibration.pinning import PIN_FIELD
-    from rubric_jax.calibration.run import CalibrationError, Settings, calibrate
+    from rubric_jax.calibration.run import CalibrationError, calibrate
     from rubric_jax.judges.spec import check_checkpoints, load_judges, open_verdict_store
 
+    settings = _settings()
     out = Path(_OUT.value)
     try:
         judge_spec = judge_config.spec()
@@ -148,11 +159,6 @@ def main(argv: list[str]) -> None:
         _fail(str(e))
     _check_outputs(out, [out / REPORT_JSON, out / REPORT_MD, Path(_CORRECTION_OUT.value or out / CORRECTION_FILE)],
                    judge_spec.checkpoints, judge_spec.store)
-    try:
-        settings = Settings(_AGAINST.value, _THRESHOLD.value, _BOOTSTRAP.value, _SEED.value, _BATCH.value,
-                            _PROBE.value, _WORST.value, _REDUNDANCY.value)
-    except CalibrationError as e:
-        _fail(_settings_error(str(e)))
     try:
         if judge_spec.store:
             files.check_output_path(judge_spec.store, [_LABELS.value, _RUBRIC.value, _CORRECTION.value,
@@ -170,7 +176,7 @@ def main(argv: list[str]) -> None:
     try:
         result = calibrate(items, settings, judges=judges, judge_spec=judge_spec, correction=correction,
                            inputs=inputs, store=store)
-        written = write_calibration(result, out, _CORRECTION_OUT.value, _SEED.value, protected)
+        written = write_calibration(result, out, _CORRECTION_OUT.value, settings.seed, protected)
     except (RubricError, CalibrationError, StoreError) as e:
         _fail(str(e))
     print(json.dumps({"items": result.report["items"], "flagged": result.report["flagged"],
