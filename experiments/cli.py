@@ -4,12 +4,14 @@ no traceback; absl's INFO lines (orbax, jax, tfds) stay quiet unless --verbosity
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
+import ml_collections
 from absl import flags, logging
 from ml_collections import config_flags
 
@@ -29,12 +31,39 @@ def fail_write(command: str, out: object, error: OSError) -> NoReturn:
 
 
 def start(command: str, argv: list[str]) -> None:
-    """The start of every main(): no positional arguments, and WARNING logging unless --verbosity is given
-    (orbax and jax INFO lines would bury the progress lines)."""
+    """The start of every main(): no positional arguments, a --config that is a settings file of this command,
+    and WARNING logging unless --verbosity is given (orbax and jax INFO lines would bury the progress lines)."""
     if len(argv) > 1:
         fail(command, f"unexpected positional arguments {argv[1:]}")
+    default = COMMAND_CONFIGS / f"{command.removeprefix('experiments.')}.py"
+    if default.is_file() and "config" in flags.FLAGS:
+        check_settings_file(command, default)
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
+
+
+def _keys(config: ml_collections.ConfigDict, prefix: str = "") -> set[str]:
+    """Every leaf key of `config`, dotted."""
+    keys = set()
+    for key, value in config.items():
+        keys |= _keys(value, f"{prefix}{key}.") if isinstance(value, ml_collections.ConfigDict) else {prefix + key}
+    return keys
+
+
+def check_settings_file(command: str, default: Path) -> None:
+    """A --config naming another file (e.g. an experiment's) must have the keys of the command's own settings
+    file, or the command would stop on the first key it lacks with a traceback."""
+    loaded = config_flags.get_config_filename(flags.FLAGS["config"])
+    if Path(loaded).resolve() == default.resolve():
+        return
+    module_spec = importlib.util.spec_from_file_location(f"{default.stem}_settings", default)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    wanted, found = _keys(module.get_config()), _keys(flags.FLAGS.config)
+    if wanted != found:
+        missing, extra = sorted(wanted - found), sorted(found - wanted)
+        fail(command, f"--config={loaded}: not a settings file of {command} (its keys are those of "
+                      f"{default.relative_to(COMMAND_CONFIGS.parents[1])}); missing {missing}, unknown {extra}")
 
 
 def define_config(command: str) -> flags.FlagHolder:

@@ -99,6 +99,8 @@ def test_the_meaning_lookup_follows_a_block_to_the_function_that_built_it(tmp_pa
 @pytest.mark.parametrize("command, setting, message", [
     ("score", "--config.batch_size=0", "--config.batch_size must be >= 1, got 0"),
     ("score", "--config.batchsize=2", "unknown config key 'batchsize'"),
+    ("score", "--config=configs/tiny.py", "--config=configs/tiny.py: not a settings file of experiments.score (its "
+     "keys are those of configs/commands/score.py); missing ['batch_size'], unknown ["),
     ("sample_for_labels", "--config.n=0", "--config.n=0: expected a positive number of responses to label"),
     ("export", "--config.which=newest", "--config.which=newest: expected one of"),
     ("calibrate", "--config.bootstrap=0", "--config.bootstrap: expected an integer >= 1, got 0"),
