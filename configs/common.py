@@ -44,6 +44,7 @@ def judge_block() -> ml_collections.ConfigDict:
     j.max_concurrency = 8  # Judge requests in flight at once.
     j.timeout_s = 60.0  # Seconds one request may take before it is retried.
     j.max_retries_http = 5  # HTTP retries per request (exponential backoff with jitter, honouring Retry-After).
+    j.outage_s = 300.0  # Seconds an unreachable endpoint is waited for (then the command stops, resumable); 0 = its prompts' scores go missing.
     j.requests_per_minute = 0  # Request rate limit (0 = unlimited).
     j.tokens_per_minute = 0  # Token rate limit: prompt + completion tokens, estimated before the answer (0 = unlimited).
     return j
@@ -274,6 +275,7 @@ def qurl_block() -> ml_collections.ConfigDict:
     b.min_support = 2  # R*(q) keeps criteria recurring in this many kept sets (capped at the kept count).
     b.questions_per_batch = 32  # Questions per batch: one generate call per round each; resume unit.
     b.sampler = "temperature(0.7)"  # Sampler of every construction call (retries need fresh samples).
+    b.generator = "model"  # Who writes meta-descriptions, rubrics and answers: model (config.model, in process) | judge (config.judge's OpenAI-compatible endpoint, backend=openai).
     return b
 
 

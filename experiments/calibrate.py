@@ -33,6 +33,7 @@ from absl import app, flags
 
 from experiments import cli, judge_config
 from rubric_jax import files
+from rubric_jax.judges.http_backend import EndpointDown
 from rubric_jax.judges.store import StoreError
 from rubric_jax.calibration.labels import LabelsError, read_items
 from rubric_jax.rubrics.correction import load_correction
@@ -179,6 +180,8 @@ def main(argv: list[str]) -> None:
         written = write_calibration(result, out, _CORRECTION_OUT.value, settings.seed, protected)
     except (RubricError, CalibrationError, StoreError) as e:
         _fail(str(e))
+    except EndpointDown as e:  # the served judge went away: what was judged before is in the store, if any
+        _fail(str(e), status=1)
     print(json.dumps({"items": result.report["items"], "flagged": result.report["flagged"],
                       "judge_hash": result.report[PIN_FIELD]["judge"]["hash"], "written": [str(p) for p in written]},
                      ensure_ascii=False))

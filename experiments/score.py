@@ -48,6 +48,7 @@ from absl import app, flags
 from experiments import cli, judge_config
 from rubric_jax.calibration.pinning import check_calibration
 from rubric_jax.files import PathError, atomic_writer, check_output_path
+from rubric_jax.judges.http_backend import EndpointDown
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.judges.spec import check_checkpoints, judge_hash, load_judges, open_verdict_store
 from rubric_jax.judges.rules import REGEX_TIMEOUT_S
@@ -174,6 +175,8 @@ def main(argv: list[str]) -> None:
                                        jax.random.key(_CONFIG.value.seed), judge, store)
     except StoreError as e:  # the store went bad mid-run: what was judged before is in it
         _fail(str(e))
+    except EndpointDown as e:  # the served judge went away: what was judged before is in the store, if any
+        _fail(str(e), status=1)
     print(json.dumps(summary, ensure_ascii=False))
     unscored = unscored_dimensions(summary)
     if unscored:

@@ -4,7 +4,7 @@ Each directory holds config.json, model.safetensors (fp32, HF names and layout) 
 (tokens, attention_mask, positions, logits [B, T, V], or [B, C] for a sequence classifier) computed by
 transformers' PyTorch model. The model specs live in tests/hf_reference.py. tests/fixtures/golden_export/
 qwen2_tiny_tokenizer is a whole directory as transformers' `save_pretrained` writes it (model,
-generation_config.json, the tiny tokenizer), the reference for our exporter (tests/test_export.py).
+generation_config.json, the tiny tokenizer), the reference for our exporter (tests/train/test_export.py).
 Needs torch==2.13.0 (requirements-bench.txt); the test suite only reads the files. Regenerate all, or
 the named ones, with:
     .venv/bin/python tests/make_golden_fixtures.py [NAME ...]

@@ -303,7 +303,7 @@ def test_7b_grpo_update_communication_on_the_gpu_compiler():
     copies), the weight gradients are reduce-scattered (almost no all-reduce), and the peak is no higher than
     before (23.68 GiB). Each shared prompt's queries and keys/values are gathered whole along its 1,024 tokens
     for cuDNN attention, which refuses a split token axis: 672 query gathers (224 forward, 448 in the
-    rematerialised backward) and 448 of key/value pairs per update (tests/test_train_step_multidevice.py
+    rematerialised backward) and 448 of key/value pairs per update (tests/train/test_train_step_multidevice.py
     compiles the einsum attention, which keeps them split)."""
     script = """
 import json

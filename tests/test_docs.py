@@ -52,18 +52,18 @@ _TINY_ABLATION = "./launch.sh experiments.run --config=configs/qurl_ablation.py:
 # a new command needs a line here naming the test that runs it.
 RUN_BY: dict[str, RunBy] = {
     # README.md
-    "./launch.sh": RunBy(("tests/test_loop.py::test_workdir_holds_everything_a_researcher_needs",), replaced=("--workdir",)),
+    "./launch.sh": RunBy(("tests/train/test_loop.py::test_workdir_holds_everything_a_researcher_needs",), replaced=("--workdir",)),
     "./launch.sh test": RunBy((".ci/run", "tests/test_aot.py::test_launch_sh_runs_gpu_dry_runs_in_the_aot_environment")),
     # docs/testing.md
     "./launch.sh aot": RunBy(("tests/test_aot.py::test_launch_sh_runs_gpu_dry_runs_in_the_aot_environment",)),
     # docs/data.md
     "./launch.sh experiments.prepare_data --input=questions:rubric_jax/assets/tiny/questions_train.jsonl "
     "--out=runs/tfds --name=tiny_questions --config.eval_size=16 --config.golden_size=16":
-        RunBy(("tests/test_prepare_data.py::test_readme_commands_prepare_a_dataset_that_experiments_run_trains_from",),
+        RunBy(("tests/prepare/test_prepare_data.py::test_readme_commands_prepare_a_dataset_that_experiments_run_trains_from",),
               replaced=("--out",)),
     "./launch.sh experiments.run --config=configs/tiny.py --workdir=runs/tiny_tfds --config.data.tfds_dir=runs/tfds "
     "--config.data.train=tfds:tiny_questions --config.data.eval=tfds:tiny_questions":
-        RunBy(("tests/test_prepare_data.py::test_readme_commands_prepare_a_dataset_that_experiments_run_trains_from",),
+        RunBy(("tests/prepare/test_prepare_data.py::test_readme_commands_prepare_a_dataset_that_experiments_run_trains_from",),
               replaced=("--workdir", "--config.data.tfds_dir")),
     f"./launch.sh experiments.prepare_data --input=hellobench:{_SHARED}/hellobench "
     f"--input=biggen:{_SHARED}/prometheus/biggen_bench_765.jsonl "
@@ -71,34 +71,34 @@ RUN_BY: dict[str, RunBy] = {
     f"--input=healthbench:{_SHARED}/healthbench/healthbench_val500_from_ruscarl.jsonl "
     f"--input=longbench_write:{_SHARED}/longbench_write/longbench_write.jsonl --out=runs/tfds --name=benchmarks "
     "--config.difficulty_ratio=none --config.eval_size=64 --config.golden_size=100":
-        RunBy(("tests/test_prepare_data.py::test_readme_benchmark_command_converts_every_shared_benchmark",),
+        RunBy(("tests/prepare/test_prepare_data.py::test_readme_benchmark_command_converts_every_shared_benchmark",),
               replaced=("--input", "--out")),
     # docs/evaluation.md
     f"./launch.sh experiments.evaluate --config.benchmark=longbench_write --data_dir={_SHARED}/longbench_write "
     "--workdir=runs/qwen7b --config.which=best --config.policy.prompt_format=think_answer "
     "--judge.checkpoint=/models/Llama-3.1-8B-Instruct "
     "--out=runs/qwen7b/eval/longbench_write":
-        RunBy(("tests/test_evaluate_cli.py::test_longbench_write_end_to_end",),
+        RunBy(("tests/experiments/test_evaluate_cli.py::test_longbench_write_end_to_end",),
               replaced=("--data_dir", "--workdir", "--judge.checkpoint", "--out"), as_written=True),
     f"./launch.sh experiments.evaluate --config.benchmark=hellobench --data_dir={_SHARED}/hellobench "
     f"--judgements={_SHARED}/hellobench/judgements_main_exp_scores.csv --out=runs/eval/hellobench_published":
-        RunBy(("tests/test_evaluate_cli.py::test_hellobench_published_judgements_cli_on_the_shared_data",),
+        RunBy(("tests/experiments/test_evaluate_cli.py::test_hellobench_published_judgements_cli_on_the_shared_data",),
               replaced=("--data_dir", "--judgements", "--out")),
     # docs/judges.md (the tests read these lines from the page)
     "./launch.sh experiments.calibrate --rubric=tests/fixtures/calibration/rubric.yaml "
     "--labels=tests/fixtures/calibration/labels.jsonl --out=runs/calibration":
-        RunBy(("tests/test_calibration_cli.py::test_readme_rule_rubric_flags_the_weak_dimension_and_matches_scipy",)),
+        RunBy(("tests/experiments/test_calibration_cli.py::test_readme_rule_rubric_flags_the_weak_dimension_and_matches_scipy",)),
     f"./launch.sh experiments.calibrate --labels={_SHARED}/prometheus/vicuna_eval.json --config.against=judge "
     "--out=runs/vicuna_ceiling":
-        RunBy(("tests/test_calibration_cli.py::test_readme_prometheus_inter_rater_ceiling",)),
+        RunBy(("tests/experiments/test_calibration_cli.py::test_readme_prometheus_inter_rater_ceiling",)),
     "./launch.sh experiments.calibrate --rubric=tests/fixtures/calibration/rubric.yaml "
     "--compare=tests/fixtures/calibration/rubric_b.yaml --labels=tests/fixtures/calibration/labels.jsonl "
     "--out=runs/compare":
-        RunBy(("tests/test_labelling_rounds.py::test_compare_cli_writes_both_versions_side_by_side",)),
+        RunBy(("tests/calibration/test_labelling_rounds.py::test_compare_cli_writes_both_versions_side_by_side",)),
     "./launch.sh experiments.distill_judge --out=runs/judge_template --rubric=rubric_jax/assets/tiny/rubric.yaml "
     "--config.dimensions=template --config.teacher=rules --student_config=rubric_jax/assets/tiny_judge/config.json "
     "--tokenizer=rubric_jax/assets/tiny_judge --config.train.prompt=compact":
-        RunBy(("tests/test_distill_judge.py::test_the_readme_command_writes_a_loadable_judge_and_its_report",)),
+        RunBy(("tests/train/test_distill_judge.py::test_the_readme_command_writes_a_loadable_judge_and_its_report",)),
     # docs/models.md
     _QWEN_RUN: RunBy(("tests/test_configs.py::test_qwen_without_a_local_checkpoint_is_one_line_naming_directory_and_flag",),
                      replaced=("--workdir", "--config.model.checkpoint", "--config.data.train", "--config.data.eval",
@@ -129,33 +129,33 @@ RUN_BY: dict[str, RunBy] = {
               replaced=("--sizes",)),
     # docs/monitors.md (the test reads these lines from the page)
     "./launch.sh experiments.run --config=configs/tiny_hack.py --workdir=runs/tiny_hack":
-        RunBy(("tests/test_planted_hack.py::test_one_grpo_step_scores_clarity_through_the_variants_judge",)),
+        RunBy(("tests/train/test_planted_hack.py::test_one_grpo_step_scores_clarity_through_the_variants_judge",)),
     "./launch.sh experiments.run --config=configs/tiny_hack_fixed.py --workdir=runs/tiny_hack_fixed":
-        RunBy(("tests/test_planted_hack.py::test_one_grpo_step_scores_clarity_through_the_variants_judge",)),
+        RunBy(("tests/train/test_planted_hack.py::test_one_grpo_step_scores_clarity_through_the_variants_judge",)),
     # docs/qurl.md
     "./launch.sh experiments.build_rubrics --config=configs/tiny.py --questions=rubric_jax/assets/qurl/questions.jsonl "
     "--corpus=rubric_jax/assets/qurl/corpus.jsonl --out=runs/qurl_tiny":
-        RunBy(("tests/test_build_rubrics_cli.py::test_the_readme_command_runs_end_to_end_with_the_tiny_model",)),
+        RunBy(("tests/experiments/test_build_rubrics_cli.py::test_the_readme_command_runs_end_to_end_with_the_tiny_model",)),
     "./launch.sh experiments.build_rubrics --config=configs/qurl_ablation.py:variant=full,size=7b "
     "--questions=data/qurl/train_questions.jsonl --corpus=data/qurl/corpus.jsonl "
     "--out=runs/qurl_ablation/7b/full/rubrics":
-        RunBy(("tests/test_build_rubrics_cli.py::test_the_readme_command_runs_end_to_end_with_the_tiny_model",),
+        RunBy(("tests/experiments/test_build_rubrics_cli.py::test_the_readme_command_runs_end_to_end_with_the_tiny_model",),
               replaced=("--config", "--questions", "--corpus", "--out"), as_written=True),
     "./launch.sh experiments.run --config=configs/qurl_ablation.py:variant=full,size=7b "
     "--workdir=runs/qurl_ablation/7b/full/train":
-        RunBy(("tests/test_qurl_ablation.py::test_every_tiny_row_trains_one_grpo_step_on_cpu",),
+        RunBy(("tests/qurl/test_qurl_ablation.py::test_every_tiny_row_trains_one_grpo_step_on_cpu",),
               replaced=("--config", "--workdir"), as_written=True),
     f"./launch.sh experiments.evaluate --config.benchmark=hellobench --data_dir={_SHARED}/hellobench "
     "--workdir=runs/qurl_ablation/7b/full/train --config.which=best --config.policy.prompt_format=think_answer "
     "--judge.checkpoint=/models/Llama-3.1-8B-Instruct --out=runs/qurl_ablation/7b/full/eval/hellobench":
-        RunBy(("tests/test_evaluate_cli.py::test_longbench_write_end_to_end",),
+        RunBy(("tests/experiments/test_evaluate_cli.py::test_longbench_write_end_to_end",),
               replaced=("--config.benchmark", "--data_dir", "--workdir", "--judge.checkpoint", "--out"), as_written=True),
-    **{_TINY_ABLATION.format(variant): RunBy(("tests/test_qurl_ablation.py::test_every_tiny_row_trains_one_grpo_step_on_cpu",))
+    **{_TINY_ABLATION.format(variant): RunBy(("tests/qurl/test_qurl_ablation.py::test_every_tiny_row_trains_one_grpo_step_on_cpu",))
        for variant in ("full", "no_filter", "no_references")},
     _TINY_ABLATION.format("checklist") + " --config.judge.checkpoint=JUDGE_DIR":
-        RunBy(("tests/test_qurl_ablation.py::test_every_tiny_row_trains_one_grpo_step_on_cpu",)),
+        RunBy(("tests/qurl/test_qurl_ablation.py::test_every_tiny_row_trains_one_grpo_step_on_cpu",)),
     _TINY_ABLATION.format("reward_model") + " --config.reward.model_checkpoint=RM_DIR":
-        RunBy(("tests/test_qurl_ablation.py::test_every_tiny_row_trains_one_grpo_step_on_cpu",)),
+        RunBy(("tests/qurl/test_qurl_ablation.py::test_every_tiny_row_trains_one_grpo_step_on_cpu",)),
     # docs/rubrics.md
     "./launch.sh experiments.score --rubric=tests/fixtures/calibration/rubric.yaml "
     "--responses=tests/fixtures/calibration/labels.jsonl --out=runs/scored.jsonl":
@@ -163,7 +163,7 @@ RUN_BY: dict[str, RunBy] = {
     # docs/judges.md
     "./launch.sh experiments.score --rubric=rubric_jax/assets/tiny/rubric.yaml --responses=tests/fixtures/store/rows.jsonl "
     "--out=runs/scored_store.jsonl --judge=configs/judges/tiny.py --judge.store=runs/verdicts.db":
-        RunBy(("tests/test_store_cli.py::test_the_documented_store_example_judges_nothing_the_second_time",)),
+        RunBy(("tests/experiments/test_store_cli.py::test_the_documented_store_example_judges_nothing_the_second_time",)),
     # docs/sweeps.md
     "./launch.sh experiments.sweep --config=configs/tiny.py --workdir=runs/tiny_sweep":
         RunBy(("tests/test_sweeps.py::test_sweep_summary_matches_each_variants_metrics",),
@@ -177,9 +177,9 @@ RUN_BY: dict[str, RunBy] = {
         RunBy(("tests/test_plots.py::test_plots_cli_overlays_two_runs_and_refuses_to_write_into_one",),
               replaced=("--workdir", "--out")),
     "./launch.sh experiments.run --config=configs/tiny.py --workdir=runs/tiny --config.export.at_end=True":
-        RunBy(("tests/test_export.py::test_a_run_exports_its_final_policy_at_the_end",), replaced=("--workdir",)),
+        RunBy(("tests/train/test_export.py::test_a_run_exports_its_final_policy_at_the_end",), replaced=("--workdir",)),
     "./launch.sh experiments.export --workdir=runs/tiny --config.which=latest --out=runs/tiny/hf":
-        RunBy(("tests/test_export.py::test_export_command_writes_the_same_directory",), replaced=("--workdir", "--out")),
+        RunBy(("tests/train/test_export.py::test_export_command_writes_the_same_directory",), replaced=("--workdir", "--out")),
     # docs/cli.md
     "PYTHONPATH=. .venv/bin/python -m tests.cli_reference --write":
         RunBy(("tests/test_docs.py::test_the_cli_reference_is_what_the_code_defines",), replaced=("--write",)),
@@ -272,15 +272,15 @@ def test_each_named_test_exists(node):
 
 # Tests that take their command line from the pages (tests/manual.py) instead of writing it out.
 READS_THE_PAGE = (
-    "tests/test_calibration_cli.py::test_readme_rule_rubric_flags_the_weak_dimension_and_matches_scipy",
-    "tests/test_calibration_cli.py::test_readme_prometheus_inter_rater_ceiling",
-    "tests/test_labelling_rounds.py::test_compare_cli_writes_both_versions_side_by_side",
-    "tests/test_distill_judge.py::test_the_readme_command_writes_a_loadable_judge_and_its_report",
-    "tests/test_planted_hack.py::test_one_grpo_step_scores_clarity_through_the_variants_judge",
-    "tests/test_build_rubrics_cli.py::test_the_readme_command_runs_end_to_end_with_the_tiny_model",
-    "tests/test_qurl_ablation.py::test_every_tiny_row_trains_one_grpo_step_on_cpu",
+    "tests/experiments/test_calibration_cli.py::test_readme_rule_rubric_flags_the_weak_dimension_and_matches_scipy",
+    "tests/experiments/test_calibration_cli.py::test_readme_prometheus_inter_rater_ceiling",
+    "tests/calibration/test_labelling_rounds.py::test_compare_cli_writes_both_versions_side_by_side",
+    "tests/train/test_distill_judge.py::test_the_readme_command_writes_a_loadable_judge_and_its_report",
+    "tests/train/test_planted_hack.py::test_one_grpo_step_scores_clarity_through_the_variants_judge",
+    "tests/experiments/test_build_rubrics_cli.py::test_the_readme_command_runs_end_to_end_with_the_tiny_model",
+    "tests/qurl/test_qurl_ablation.py::test_every_tiny_row_trains_one_grpo_step_on_cpu",
     "tests/test_docs.py::test_the_scoring_example_scores_every_row",
-    "tests/test_store_cli.py::test_the_documented_store_example_judges_nothing_the_second_time",
+    "tests/experiments/test_store_cli.py::test_the_documented_store_example_judges_nothing_the_second_time",
     "tests/test_docs.py::test_the_cli_reference_is_what_the_code_defines",
 )
 

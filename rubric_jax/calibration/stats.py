@@ -1,7 +1,7 @@
 """Agreement statistics as pure numpy functions: Spearman, Kendall tau-b, quadratic-weighted kappa,
 percentile bootstrap intervals, and ordinary least squares with t intervals.
 
-Each agrees with its reference library on the same data (tests/test_calibration_stats.py):
+Each agrees with its reference library on the same data (tests/calibration/test_calibration_stats.py):
   spearman         scipy.stats.spearmanr         (Pearson correlation of ranks, ties averaged)
   kendall_tau_b    scipy.stats.kendalltau        (tau-b: concordance corrected for ties on both sides)
   quadratic_kappa  sklearn cohen_kappa_score(weights="quadratic", labels=levels)

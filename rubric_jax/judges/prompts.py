@@ -27,7 +27,7 @@ from rubric_jax.rubrics.schema import Dimension
 
 # Version of the prompt templates below (SYSTEM, _RULES, _POINTS_NOTE and the three prompt builders): part of
 # every judge hash (judges/spec.py), so bump it whenever a template's text changes; a test pins the rendered
-# prompts of a fixed dimension to it (tests/test_judge_spec.py).
+# prompts of a fixed dimension to it (tests/judges/test_judge_spec.py).
 PROMPT_VERSION = 1
 _NONCE_RE = re.compile(r"[0-9a-f]{16,64}")
 NONCE_PLACEHOLDER = "[nonce removed]"

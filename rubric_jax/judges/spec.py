@@ -43,12 +43,12 @@ BACKENDS = ("jax", "openai")  # in-process sampling.generate | an OpenAI-compati
 ENDPOINTS = ("chat", "completions")  # /v1/chat/completions (messages) | /v1/completions (a locally rendered prompt)
 # The endpoint fields: read only with backend=openai, and hashed only then (a jax judge's hash is unchanged by them).
 HTTP_FIELDS = ("base_url", "model", "api_key_env", "endpoint", "max_concurrency", "timeout_s", "max_retries_http",
-               "requests_per_minute", "tokens_per_minute")
+               "outage_s", "requests_per_minute", "tokens_per_minute")
 # Fields that change no verdict: how many prompts share a generate call, how the weights are split over
 # devices, which calibration report is checked and where verdicts are stored. Every other field enters judge_hash.
 # The API key's variable name, concurrency, timeouts and rate limits change no verdict either.
 NOT_HASHED = ("checkpoints", "batch_size", "tensor", "calibration", "require_calibration", "store", "store_rollouts",
-              "api_key_env", "max_concurrency", "timeout_s", "max_retries_http", "requests_per_minute",
+              "api_key_env", "max_concurrency", "timeout_s", "max_retries_http", "outage_s", "requests_per_minute",
               "tokens_per_minute")
 # Tokenizer and chat-template files whose content changes the prompts a judge reads.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
@@ -95,6 +95,7 @@ class JudgeSpec:
     max_concurrency: int = 8
     timeout_s: float = 60.0
     max_retries_http: int = 5
+    outage_s: float = 300.0
     requests_per_minute: int = 0
     tokens_per_minute: int = 0
     # Not a config field: calibration's position probe lists anchors (and all_criteria criteria) reversed.
@@ -194,6 +195,9 @@ def _endpoint_problems(spec: JudgeSpec):
     timeout = spec.timeout_s
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
         yield "timeout_s", timeout, "expected a number of seconds > 0"
+    outage = spec.outage_s
+    if isinstance(outage, bool) or not isinstance(outage, (int, float)) or not 0 <= outage < float("inf"):
+        yield "outage_s", outage, "expected a number of seconds >= 0"
     for field in ("base_url", "model", "api_key_env"):
         if not isinstance(getattr(spec, field), str):
             yield field, getattr(spec, field), "expected a string"

@@ -1,0 +1,302 @@
+"""The OpenAI-compatible judge backend against our own judge server (experiments.serve, the shipped tiny judge),
+on 127.0.0.1 only: greedy verdicts over HTTP are the in-process ones, bad requests are 4xx, a missing key is 401,
+concurrent requests are each answered once and batched, and an endpoint that is down is one line or a cause."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from configs.judges import tiny as tiny_judge_config
+from rubric_jax.judges import http_backend
+from rubric_jax.judges.llm_judge import Judge, judge_rows
+from rubric_jax.judges.spec import JudgeSpec, describe, judge_hash, load_judges
+from rubric_jax.rubrics.schema import dimension_from_dict
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "rubric_jax" / "assets" / "tiny"
+TINY_JUDGE = str(REPO / "rubric_jax" / "assets" / "tiny_judge")
+KEY_ENV, KEY = "RJ_TEST_SERVE_KEY", "test-key-3141"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(port: int, *flags: str) -> subprocess.Popen:
+    """experiments.serve on the tiny judge in a subprocess, returned once /health answers."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), KEY_ENV: KEY}
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.serve", f"--checkpoint={TINY_JUDGE}",
+                             "--judge=configs/judges/tiny.py", f"--config.port={port}", *flags],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"experiments.serve exited {proc.returncode}: {proc.stdout.read()}")
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read()
+            return proc
+        except OSError:
+            time.sleep(0.5)
+    proc.kill()
+    raise AssertionError("experiments.serve did not answer /health in 300 s")
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("--config.port=0", "--config.port=0: expected 1..65535"),
+    ("--config.max_batch=0", "--config.max_batch=0: expected an integer >= 1"),
+    ("--config.api_key_env=RJ_TEST_UNSET_KEY", "--config.api_key_env=RJ_TEST_UNSET_KEY: the environment variable is "
+                                               "not set"),
+    ("--config.prot=8000", "unknown config key 'prot' (Did you mean \"port\""),
+])
+def test_serve_refuses_a_bad_setting_in_one_line_before_loading(setting, message):
+    proc = subprocess.run([sys.executable, "-m", "experiments.serve", f"--checkpoint={TINY_JUDGE}", setting], cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"experiments.serve: error: {message}"), proc.stderr
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = free_port()
+    proc = start_server(port, f"--config.api_key_env={KEY_ENV}")
+    os.environ[KEY_ENV] = KEY  # what the clients' judge.api_key_env names
+    yield f"http://127.0.0.1:{port}"
+    os.environ.pop(KEY_ENV, None)
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def post(url: str, body: bytes | dict, key: str | None = KEY) -> tuple[int, dict]:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, raw, headers), timeout=120) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def tiny_spec(**fields) -> JudgeSpec:
+    return dataclasses.replace(JudgeSpec.from_config(tiny_judge_config.get_config()), **fields)
+
+
+def http_spec(base: str, **fields) -> JudgeSpec:
+    return tiny_spec(backend="openai", base_url=f"{base}/v1", model="tiny_judge", api_key_env=KEY_ENV, **fields)
+
+
+def politeness_rows(count: int = 8):
+    """The tiny SFT set's questions and responses (some thank or apologise, some do not) and the tiny default's
+    LLM politeness dimension."""
+    (dim,) = [d for d in json.loads((TINY / "questions_eval.jsonl").open().readline())["rubric"]["extra"]
+              if d["kind"] == "llm"]
+    rows = [json.loads(line) for line in (TINY / "sft.jsonl").open()][:count]
+    return [r["prompt"] for r in rows], [r["response"] for r in rows], [[dimension_from_dict(dim)]] * count
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_greedy_verdicts_over_http_equal_the_in_process_ones(server, endpoint):
+    questions, responses, dims = politeness_rows()
+    key = jax.random.key(7)
+    local = judge_rows(load_judges(tiny_spec()), tiny_spec(), questions, responses, dims, key)
+    spec = http_spec(server, endpoint=endpoint)
+    remote = judge_rows(load_judges(spec), spec, questions, responses, dims, key)
+    local_scores, remote_scores = np.concatenate(local.scores), np.concatenate(remote.scores)
+    assert len(set(local_scores[~np.isnan(local_scores)].tolist())) == 2  # both verdicts occur: not trivially equal
+    np.testing.assert_array_equal(remote_scores, local_scores)
+    assert remote.causes == local.causes
+    d = remote.details
+    assert d["judge_http_requests"] == d["judge_prompts"] == local.details["judge_prompts"]
+    assert d["judge_http_failures"] == 0 and d["judge_http_prompt_tokens"] > 0 and d["judge_http_completion_tokens"] > 0
+    assert 0 < d["judge_http_latency_p50_s"] <= d["judge_http_latency_p90_s"] <= d["judge_http_latency_p99_s"]
+
+
+def test_bad_requests_are_4xx_with_a_message_and_the_key_is_required(server):
+    chat = f"{server}/v1/chat/completions"
+    ok = {"model": "tiny_judge", "messages": [{"role": "user", "content": "Thanks!"}], "max_tokens": 4}
+    cases = {
+        "malformed": (post(chat, b"{not json"), 400, "malformed JSON"),
+        "model": (post(chat, {**ok, "model": "gpt-4o"}), 404, "serves only 'tiny_judge'"),
+        "context": (post(chat, {**ok, "messages": [{"role": "user", "content": "word " * 2000}]}), 400,
+                    "exceed the context length"),
+        "parameter": (post(chat, {**ok, "logit_bias": {"1": 5}}), 400, "unsupported parameter(s) ['logit_bias']"),
+        "stop": (post(chat, {**ok, "stop": ["\n"]}), 400, "stop sequences are not supported"),
+        "value": (post(chat, {**ok, "temperature": -1}), 400, "temperature=-1"),
+        "messages": (post(chat, {**ok, "messages": "hi"}), 400, "messages:"),
+        "no key": (post(chat, ok, key=None), 401, "API key"),
+        "wrong key": (post(chat, ok, key="guess"), 401, "API key"),
+        "completions prompt": (post(f"{server}/v1/completions", {"model": "tiny_judge", "prompt": 3}), 400, "prompt:"),
+    }
+    for name, ((status, body), want_status, want_text) in cases.items():
+        assert status == want_status and want_text in body["error"]["message"], (name, status, body)
+    status, body = post(chat, ok)
+    assert status == 200 and body["choices"][0]["finish_reason"] in ("stop", "length")
+    assert body["usage"]["completion_tokens"] <= 4
+    status, two = post(chat, {**ok, "n": 2})  # greedy: two equal choices of the same prompt
+    assert status == 200 and [c["index"] for c in two["choices"]] == [0, 1]
+    assert {c["message"]["content"] for c in two["choices"]} == {body["choices"][0]["message"]["content"]}
+    models = urllib.request.Request(f"{server}/v1/models", headers={"Authorization": f"Bearer {KEY}"})
+    assert json.loads(urllib.request.urlopen(models, timeout=30).read())["data"][0]["id"] == "tiny_judge"
+
+
+def test_concurrent_requests_are_each_answered_once_and_batched(server):
+    """40 requests from 4 threads at once (benchmarks/bench_serve.py has the load figures): each answer is that
+    prompt's one-at-a-time answer, each id is unique, and the server's generate calls held more than one prompt."""
+    questions = [f"Request {i}: {'thank you' if i % 3 else 'the box is late'}." for i in range(40)]
+    bodies = [{"model": "tiny_judge", "messages": [{"role": "user", "content": q}], "max_tokens": 6}
+              for q in questions]
+    chat = f"{server}/v1/chat/completions"
+    alone = {q: post(chat, b)[1]["choices"][0]["message"]["content"] for q, b in list(zip(questions, bodies))[:3]}
+    before = json.loads(urllib.request.urlopen(f"{server}/health", timeout=30).read())
+    with ThreadPoolExecutor(4) as pool:
+        replies = list(pool.map(lambda b: post(chat, b), bodies))
+    after = json.loads(urllib.request.urlopen(f"{server}/health", timeout=30).read())
+    assert all(status == 200 for status, _ in replies)
+    assert len({body["id"] for _, body in replies}) == 40
+    assert [body["choices"][0]["message"]["content"] for _, body in replies[:3]] == [alone[q] for q in questions[:3]]
+    calls, prompts = after["generate_calls"] - before["generate_calls"], after["prompts"] - before["prompts"]
+    assert prompts == 40 and calls < 40  # mean batch > 1
+
+
+def test_an_endpoint_that_does_not_answer_at_start_up_is_one_line_naming_it(tmp_path):
+    port = free_port()  # nothing listens there
+    responses = tmp_path / "in.jsonl"
+    responses.write_text(json.dumps({"question": "q", "response": "Thanks!"}) + "\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.score", "--rubric=rubric_jax/assets/tiny/rubric_hack.yaml",
+         f"--responses={responses}", f"--out={tmp_path / 'out.jsonl'}", "--judge=configs/judges/tiny.py",
+         "--judge.backend=openai", f"--judge.base_url=http://127.0.0.1:{port}/v1", "--judge.model=tiny_judge",
+         "--judge.timeout_s=5"],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith(f"experiments.score: error: judge endpoint http://127.0.0.1:{port}/v1 does not answer")
+    assert "Traceback" not in proc.stderr and not (tmp_path / "out.jsonl").exists()
+
+
+def test_an_endpoint_failing_mid_run_gives_missing_scores_with_their_cause():
+    """The endpoint answered at start-up and is gone now, with outage_s=0 (no waiting it out,
+    tests/judges/test_judge_outage.py): after its HTTP retries every score is missing with cause judge_http_error,
+    counted, and no sample is re-prompted."""
+    spec = tiny_spec(backend="openai", base_url=f"http://127.0.0.1:{free_port()}/v1", model="m",
+                     max_retries_http=1, timeout_s=2.0, max_retries=2, outage_s=0)
+    client = http_backend.HttpJudgeClient(spec)
+    judge = Judge("gone", None, None, None, sampler=spec.sampler, max_new_tokens=8, http=client)
+    questions, responses, dims = politeness_rows(3)
+    out = judge_rows([judge], spec, questions, responses, dims, jax.random.key(0))
+    assert all(np.isnan(s).all() for s in out.scores) and out.causes == [["judge_http_error"]] * 3
+    d = out.details
+    assert d["judge_http_failures"] == d["judge_http_requests"] == 3 and d["judge_http_retries"] == 3
+    assert d["judge_retried"] == 0 and d["judge_failed_scores"] == 3 and "APIConnectionError" in \
+        d["judge_http_error_examples"][0]
+
+
+def test_endpoint_fields_enter_the_hash_and_the_key_is_never_recorded(monkeypatch):
+    base = http_spec("http://127.0.0.1:1")
+    monkeypatch.setenv(KEY_ENV, KEY)
+    same = [dataclasses.replace(base, **{f: v}) for f, v in (
+        ("api_key_env", "OTHER"), ("max_concurrency", 2), ("timeout_s", 5.0), ("max_retries_http", 0),
+        ("requests_per_minute", 60), ("tokens_per_minute", 1000))]
+    assert {judge_hash(s) for s in same} == {judge_hash(base)}
+    changed = [dataclasses.replace(base, **{f: v}) for f, v in (
+        ("base_url", "http://127.0.0.1:2/v1"), ("model", "other"), ("endpoint", "completions"))] + [tiny_spec()]
+    assert judge_hash(base) not in {judge_hash(s) for s in changed}
+    assert KEY not in json.dumps(describe(base)) and describe(base)["spec"]["api_key_env"] == KEY_ENV
+    assert judge_hash(tiny_spec()) == judge_hash(dataclasses.replace(tiny_spec(), max_concurrency=3))
+
+
+@pytest.mark.parametrize("field, value, why", [
+    ("base_url", "127.0.0.1:8000", "expected the endpoint's http(s) URL"),
+    ("model", "", "expected the served model's name"),
+    ("api_key_env", "sk-abc", "expected the NAME of an environment variable"),
+    ("endpoint", "responses", "expected one of ('chat', 'completions')"),
+    ("timeout_s", 0, "expected a number of seconds > 0"),
+    ("max_concurrency", 0, "expected an integer >= 1"),
+])
+def test_bad_endpoint_fields_name_the_field(field, value, why):
+    good = {"backend": "openai", "base_url": "http://127.0.0.1:8000/v1", "model": "m"}
+    block = {**tiny_judge_config.get_config().to_dict(), **good, field: value}
+    with pytest.raises(ValueError, match=rf"--judge\.{field}=.*{__import__('re').escape(why)}"):
+        JudgeSpec.from_config(block, "--judge")
+    with pytest.raises(ValueError, match=r"config\.judge\.base_url=.*read only with backend=openai"):
+        JudgeSpec.from_config({**tiny_judge_config.get_config().to_dict(), "base_url": "http://x"}, "config.judge")
+
+
+def test_token_buckets_hold_requests_and_tokens_to_their_per_minute_rates():
+    now, slept = [0.0], []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        now[0] += seconds
+
+    bucket = http_backend.TokenBucket(60, clock=lambda: now[0], sleep=sleep)  # one a second, 60 banked
+    for _ in range(60):
+        bucket.take(1)
+    assert slept == []
+    bucket.take(3)
+    assert sum(slept) == pytest.approx(3.0)
+    bucket.refund(2)  # the server's usage said 2 fewer than charged
+    slept.clear()
+    bucket.take(2)
+    assert slept == []
+    assert http_backend.request_options("greedy", 5)["temperature"] == 0.0
+    assert http_backend.request_options("nucleus(0.9, 0.5)", 5) == {
+        "max_tokens": 5, "n": 1, "temperature": 0.5, "top_p": 0.9}
+
+
+def test_a_served_judge_holds_no_weights_in_the_runs_memory_plan():
+    """The dry run's memory plan counts an in-process judge's weights and none for an endpoint (whose local
+    checkpoint is only its tokenizer)."""
+    from configs import tiny
+    from rubric_jax import aot
+
+    config = tiny.get_config()
+    assert [name for name, _ in aot.judge_configs(config, aot.CPU)] == ["tiny_judge"]
+    config.judge.backend, config.judge.base_url, config.judge.model = "openai", "http://127.0.0.1:1/v1", "tiny_judge"
+    assert aot.judge_configs(config, aot.CPU) == []
+
+
+def test_the_batcher_cuts_each_row_to_its_own_max_tokens_and_warms_every_batch_bucket():
+    """A stub generate answers every row with tokens 5, 6, 7, 8 then eos: a job asking 2 tokens gets 2 and finish
+    "length", one asking 8 gets the 4 and eos ("stop", eos not in the text); the warm-up runs every batch bucket."""
+    from rubric_jax import sampling
+    from rubric_jax.judges.server import Batcher, Job
+    from rubric_jax.models.checkpoint import load_tokenizer
+
+    tokenizer = load_tokenizer(TINY_JUDGE)
+    eos, calls = tokenizer.eos_token_id, []
+
+    def generate(weights, prompts, *, n, max_new_tokens, **kwargs):
+        calls.append((len(prompts), max_new_tokens))
+        rows = len(prompts) * n
+        tokens = np.full((rows, max_new_tokens), tokenizer.pad_token_id)
+        answer = [5, 6, 7, 8, eos][:max_new_tokens]
+        tokens[:, :len(answer)] = answer
+        stopped = len(answer) == 5
+        return sampling.GenerationResult(tokens, np.zeros(tokens.shape), np.full(rows, len(answer)),
+                                         np.full(rows, "stop" if stopped else "length"), len(answer))
+
+    judge = Judge("stub", None, tokenizer, generate, sampler="greedy")
+    batcher = Batcher(judge, max_batch=6)
+    short, long = batcher._generate([Job([1, 2], 2, "greedy", 1), Job([3], 8, "greedy", 1)], "greedy", 1,
+                                    jax.random.key(0))
+    assert calls == [(2, 8)]
+    assert short[0].finish == "length" and short[0].tokens == 2 and short[0].text == tokenizer.decode([5, 6])
+    assert long[0].finish == "stop" and long[0].tokens == 5 and long[0].text == tokenizer.decode([5, 6, 7, 8])
+    calls.clear()
+    assert batcher.warm_up(3, 4) == [1, 2, 3, 4, 6] and calls == [(b, 4) for b in (1, 2, 3, 4, 6)]

@@ -1,0 +1,354 @@
+"""The trainer loop end to end on a shrunken tiny default: workdir contents, resume == uninterrupted,
+SIGTERM saves and exits cleanly, SIGKILL at any point loses nothing. Runs are subprocesses of
+`./launch.sh` (so the README's run command is exercised too) on one CPU device."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from rubric_jax.judges.spec import JudgeSpec, judge_hash
+from rubric_jax.train.loop import NanStreak, TrainingError
+from rubric_jax.train.settings import grpo_config
+from test_workdir import tensorboard_scalars
+from tiny_config import absolute_tiny_config
+from xla_flags import FAST_COMPILE
+
+ROOT = Path(__file__).resolve().parents[2]
+SHORT = [
+    "--config.sft.epochs=1", "--config.sft.batch_size=32", "--config.rl.steps=5",
+    "--config.rl.questions_per_step=4", "--config.rl.group_size=4", "--config.rl.micro_batches=4",
+    "--config.rl.max_new_tokens=32",
+    "--config.eval.max_new_tokens=16",
+    "--config.sft.max_response_len=128", "--config.eval.max_questions=8", "--config.eval.every_steps=2",
+    "--config.checkpoint.every_steps=2", "--config.checkpoint.keep=1", "--config.log.samples_per_step=2",
+    "--config.export.at_end=True", "--config.export.which=best",
+    # Trips: one SFT epoch leaves the policy unformatted, so whole groups share reward 0 (zero_std_frac > 0).
+    "--config.monitor.window_steps=1", "--config.monitor.max_zero_std_frac=0.0",
+]
+MONITOR_KEYS = ("monitor/template_share", "monitor/template_share/window_mean", "monitor/length_drift",
+                "monitor/reward_length_corr", "monitor/reward_length_corr/window_mean",
+                "monitor/judge_parse_failure", "monitor/var/format", "monitor/saturation/format",
+                "monitor/var/template", "monitor/saturation/template")
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = FAST_COMPILE  # one CPU device: the same program in every run of this file
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _start(workdir: Path) -> subprocess.Popen:
+    return subprocess.Popen(["./launch.sh", f"--workdir={workdir}", *SHORT], cwd=ROOT, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _finish(proc: subprocess.Popen) -> str:
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    return out
+
+
+def _rows(workdir: Path, name: str = "metrics.jsonl") -> list[dict]:
+    """Log rows without wall-clock fields and run_info headers (those differ between runs)."""
+    rows = [json.loads(line) for line in (workdir / name).read_text().splitlines()]
+    return [{k: v for k, v in row.items() if k != "time"} for row in rows if "run_info" not in row]
+
+
+def _wait_for_row(workdir: Path, stage: str, step: int, proc: subprocess.Popen) -> None:
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        path = workdir / "metrics.jsonl"
+        if path.exists() and any(r.get("stage") == stage and r["step"] >= step for r in _rows(workdir)):
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"no {stage} row for step {step}")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    workdir = tmp_path_factory.mktemp("uninterrupted")
+    _finish(_start(workdir))
+    return workdir
+
+
+def test_workdir_holds_everything_a_researcher_needs(uninterrupted):
+    names = {p.name for p in uninterrupted.iterdir()}
+    assert {"config.json", "metrics.jsonl", "samples.jsonl", "rubric.yaml", "rubric.json", "tb", "plots",
+            "checkpoints"} <= names
+    config = json.loads((uninterrupted / "config.json").read_text())
+    assert config["rl"]["steps"] == 5 and config["rl"]["group_size"] == 4
+    rows = _rows(uninterrupted)
+    grpo = [r for r in rows if r["stage"] == "grpo"]
+    assert [r["step"] for r in grpo] == [1, 2, 3, 4, 5]
+    for key in ("reward/mean", "kl", "clip_frac", "zero_std_frac", "response_len/mean", "lr", "grad_norm",
+                "reward/format", "reward/length", "logprob_gap/mean"):
+        assert key in grpo[0], key
+    assert all(r["logprob_gap/mean"] < 1e-4 for r in grpo)  # float32 decode == teacher forcing on CPU
+    assert all(key in r for r in grpo for key in MONITOR_KEYS)
+    assert grpo[0]["monitor/length_drift"] == 0.0
+    # The tiny default's politeness is LLM-judged by the shipped distilled judge: its verdicts parse (undefined,
+    # "nan", in a step where the format gate left nothing to judge).
+    assert all(v == "nan" or 0.0 <= v <= 0.1 for v in (r["monitor/judge_parse_failure"] for r in grpo))
+    alerts = _rows(uninterrupted, "alerts.jsonl")
+    zero_std = [a for a in alerts if a["metric"] == "zero_std_frac/window_mean"]
+    assert {a["step"] for a in zero_std} == {r["step"] for r in grpo if r["zero_std_frac"] > 0} != set()
+    assert all(a["value"] > a["threshold"] == 0.0 for a in zero_std)
+    assert all(a["message"].startswith(f"alert step {a['step']}: ") for a in alerts)
+    evals = [r for r in rows if r["stage"] == "eval"]
+    assert [r["step"] for r in evals] == [0, 2, 4, 5]  # the SFT baseline, every 2 steps, the end
+    assert all("eval/reward_mean" in r for r in evals)
+    for key in ("golden/reward_mean", "golden/reward/format", "golden/reference/reward_mean",
+                "golden/spearman/topic_keyword", "golden/kendall/template"):
+        assert all(key in r for r in evals), key
+    assert evals[0]["golden/spearman/topic_keyword"] == pytest.approx(1.0)  # the rule agrees with the planted labels
+    # Evals answer within eval.max_new_tokens (16), rollouts within rl.max_new_tokens (32): both hit their limit.
+    assert all(r["eval/response_len/mean"] <= 16 for r in evals) and max(r["response_len/mean"] for r in grpo) > 16
+    rubric = json.loads((uninterrupted / "rubric.json").read_text())
+    assert len(rubric["rubric_set_hash"]) == 64
+    # The judge is recorded like the rubric: in rubric.json and in metrics.jsonl's run_info line.
+    judge = JudgeSpec.from_config(config["judge"], "config.judge")
+    assert rubric["judge"]["hash"] == judge_hash(judge) and rubric["calibration"] is None
+    run_info = json.loads((uninterrupted / "metrics.jsonl").read_text().splitlines()[0])["run_info"]
+    assert run_info["rubric"]["judge"] == rubric["judge"]
+    assert list((uninterrupted / "plots").glob("*.png"))
+    samples = _rows(uninterrupted, "samples.jsonl")
+    assert {"question", "response", "scores", "reward"} <= set(samples[0])
+
+
+def test_the_best_evaluated_checkpoint_is_kept_reported_and_exported(uninterrupted):
+    """keep=1 keeps the latest GRPO checkpoint plus the best-evaluated one (ties: the later); best_checkpoint.json
+    names it and export.which=best exports its params."""
+    from rubric_jax import loader, sharding
+    from rubric_jax.train import runs
+
+    evals = {r["step"]: r["eval/reward_mean"] for r in _rows(uninterrupted) if r["stage"] == "eval"}
+    best_step = max((value, step) for step, value in evals.items() if step > 0)[1]
+    report = json.loads((uninterrupted / "best_checkpoint.json").read_text())
+    assert report == {"stage": "grpo", "step": best_step, "checkpoint": f"checkpoints/grpo/{best_step}",
+                      "eval/reward_mean": evals[best_step], "final_step": 5, "final_eval_reward": evals[5],
+                      "baseline_eval_reward": evals[0]}
+    kept = sorted(int(p.name) for p in (uninterrupted / "checkpoints" / "grpo").iterdir() if p.name.isdigit())
+    assert kept == sorted({best_step, 5})
+    config = runs.run_config(uninterrupted)
+    best = runs.select_checkpoint(uninterrupted, config, "best")
+    restored = runs.restore_run_params(uninterrupted, config, best, sharding.single_device_layout())
+    exported = loader.load_weights(uninterrupted / "export", None)
+    for (path, a), (_, b) in zip(jax.tree_util.tree_leaves_with_path(restored.params),
+                                 jax.tree_util.tree_leaves_with_path(exported.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=jax.tree_util.keystr(path))
+
+
+def test_sigterm_then_sigkill_then_resume_matches_uninterrupted(uninterrupted, tmp_path):
+    proc = _start(tmp_path)
+    _wait_for_row(tmp_path, "grpo", 1, proc)
+    proc.send_signal(signal.SIGTERM)
+    out = _finish(proc)  # a clean exit after saving
+    assert "SIGTERM" in out
+    assert any((tmp_path / "checkpoints" / "grpo").iterdir())
+
+    proc = _start(tmp_path)
+    _wait_for_row(tmp_path, "grpo", 3, proc)
+    proc.kill()  # SIGKILL: no chance to save; rows after the last checkpoint must be dropped on resume
+    proc.wait()
+
+    _finish(_start(tmp_path))
+    assert _rows(tmp_path) == _rows(uninterrupted)
+    assert _rows(tmp_path, "samples.jsonl") == _rows(uninterrupted, "samples.jsonl")
+    assert _rows(tmp_path, "alerts.jsonl") == _rows(uninterrupted, "alerts.jsonl")
+    assert tensorboard_scalars(tmp_path / "tb") == tensorboard_scalars(uninterrupted / "tb")  # each step once, as uninterrupted
+
+
+def test_nan_streak_stops_after_the_limit():
+    streak = NanStreak(limit=3)
+    for skipped in (1, 1, 0, 1, 1):
+        streak.record(skipped, step=0, last_checkpoint="ckpt@0")
+    with pytest.raises(TrainingError, match=r"3 GRPO updates in a row.*ckpt@0"):
+        streak.record(1, step=6, last_checkpoint="ckpt@0")
+
+
+def test_grpo_config_takes_the_rollout_temperature_and_eps():
+    rl = absolute_tiny_config().rl
+    with rl.unlocked():
+        rl.sampler, rl.advantage_eps = "temperature(0.7)", 0.5
+    cfg = grpo_config(rl)
+    assert (cfg.temperature, cfg.advantage_eps, cfg.kl_coef) == (0.7, 0.5, rl.beta)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("missing_scores", "dorp", "config.rl.missing_scores='dorp'"),
+    ("sampler", "topk(40)", "config.rl.sampler='topk(40)'"),
+    ("sampler", "temperature(nan)", "finite"),
+    ("advantage_eps", 0.0, "advantage_eps"),
+])
+def test_grpo_config_rejects_bad_rl_values(field, value, message):
+    rl = absolute_tiny_config().rl
+    with rl.unlocked():
+        rl[field] = value
+    with pytest.raises(ValueError, match=re.escape(message)):
+        grpo_config(rl)
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--config.rl.missing_scores=dorp", "config.rl.missing_scores='dorp'"),
+    ("--config.monitor.max_template_share=1.5", "config.monitor.max_template_share=1.5: expected a number in [0, 1]"),
+    ("--config.rl.micro_batches=3", "config.rl.micro_batches=3 must divide questions_per_step=8: a micro-batch "
+                                    "holds whole groups"),
+])
+def test_a_bad_grpo_setting_fails_before_sft_starts(tmp_path, flag, message):
+    proc = subprocess.run([sys.executable, "-m", "experiments.run", "--config=configs/tiny.py", f"--workdir={tmp_path}",
+                           flag], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert message in proc.stderr
+    assert not any(tmp_path.iterdir())  # nothing written, no SFT step run
+
+
+def test_a_question_longer_than_max_prompt_len_fails_at_load_time_naming_file_and_line(tmp_path):
+    from rubric_jax import data
+    from rubric_jax.train import loop
+
+    config = absolute_tiny_config()
+    with config.unlocked():
+        config.data.max_prompt_len = 32  # the chat template alone is longer
+    with pytest.raises(data.DataError, match=r"questions_train\.jsonl:1: question '.*' is \d+ tokens as a chat "
+                                             r"prompt; config\.data\.max_prompt_len allows 32"):
+        loop.build(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_judge_whose_prompts_never_fit_is_refused_at_start_up(tmp_path):
+    """Issue 24, R3: with judge.max_new_tokens=500 the tiny judge's 512-token context leaves 12 tokens, shorter
+    than any politeness prompt; the run trained without the dimension (reward/politeness NaN, exit 0). Now build
+    refuses, naming the key, the judge's context and the dimension, before anything is written."""
+    from rubric_jax.train import loop
+
+    config = absolute_tiny_config()
+    with config.unlocked():
+        config.judge.max_new_tokens = 500
+    with pytest.raises(ValueError, match=r"config\.judge\.max_new_tokens=500 leaves judge .*tiny_judge 12 of its 512 "
+                                         r"context tokens for a prompt, but the shortest prompt for LLM dimension\(s\) "
+                                         r"\['politeness'\] of .*questions_train\.jsonl:1 \(an empty response\) is "
+                                         r"\d+ tokens"):
+        loop.build(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_pretrained_checkpoint_starts_training_with_the_config_numerics(tmp_path):
+    """A local HF directory is the starting policy, with the experiment's dtype/remat overrides applied."""
+    import jax
+    import numpy as np
+    from flax import nnx
+
+    from rubric_jax.models.checkpoint import export_hf_checkpoint
+    from rubric_jax.models.config import ModelConfig
+    from rubric_jax.models.transformer import Transformer
+    from rubric_jax.train import loop
+
+    config = absolute_tiny_config()
+    cfg = ModelConfig.from_hf_dict(json.loads(Path(config.model.config_json).read_text()))
+    params = nnx.to_pure_dict(nnx.state(Transformer(cfg, rngs=nnx.Rngs(7))))
+    export_hf_checkpoint(cfg, params, tmp_path / "hf", source_dir=config.model.tokenizer)
+    with config.unlocked():
+        config.model.checkpoint, config.model.config_json = str(tmp_path / "hf"), ""
+        config.model.compute_dtype, config.model.remat = "bfloat16", True
+    run_ = loop.build(config, tmp_path / "run")
+    state, _, _ = loop.grpo_components(run_, loop.initial_params(run_))  # the state training steps with
+    model_cfg = nnx.merge(state.graphdef, state.params).cfg
+    assert (model_cfg.compute_dtype, model_cfg.remat) == ("bfloat16", True)
+    jax.tree.map(np.testing.assert_array_equal, jax.device_get(state.params), params)
+
+
+def test_a_grpo_step_with_an_llm_judged_dimension_goes_through_the_judge(tmp_path):
+    """Judge prompts of a step go through the sampler in one batched call per round; a random judge's
+    unparseable verdicts become counted missing scores, never a number, and training goes on."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from rubric_jax.models.checkpoint import export_hf_checkpoint
+    from rubric_jax.models.config import ModelConfig
+    from rubric_jax.models.transformer import Transformer
+    from rubric_jax.rubrics.io import dumps_rubric, load_rubric
+    from rubric_jax.rubrics.schema import dimension_from_dict, with_version
+    from rubric_jax.train import loop
+
+    config = absolute_tiny_config()
+    cfg = ModelConfig.from_hf_dict(json.loads(Path(config.model.config_json).read_text()))
+    judge_cfg = cfg.replace(max_position_embeddings=2048)  # judge prompts carry the rubric: ~800 tokens here
+    judge_dir = export_hf_checkpoint(judge_cfg, nnx.to_pure_dict(nnx.state(Transformer(judge_cfg, rngs=nnx.Rngs(3)))),
+                                     tmp_path / "judge", source_dir=config.model.tokenizer)
+    helpful = dimension_from_dict({"id": "helpful", "description": "Answers the question.", "kind": "llm",
+                                   "scale": {"kind": "integer", "lo": 1, "hi": 3},
+                                   "anchors": {"1": "Off topic.", "2": "Partly.", "3": "Fully."}})
+    shared = load_rubric(config.data.rubric)
+    major, minor, _ = shared.version.split(".")
+    rubric = with_version(shared, f"{major}.{int(minor) + 1}.0", "add an LLM-judged dimension", "test",
+                          dimensions=shared.dimensions + (helpful,))
+    (tmp_path / "rubric.yaml").write_text(dumps_rubric(rubric, "yaml"))
+    with config.unlocked():
+        config.data.rubric = str(tmp_path / "rubric.yaml")
+        config.judge.checkpoint = f"{judge_dir},{judge_dir}"  # an ensemble of two
+        config.judge.samples, config.judge.max_retries, config.judge.max_new_tokens = 1, 1, 8
+        config.reward.gates_first = False  # the random policy fails the format gate: judge every response anyway
+        config.rl.questions_per_step, config.rl.group_size, config.rl.max_new_tokens = 2, 4, 8
+        config.rl.micro_batches = 1
+        config.rl.recompute_old_logprobs = True
+    run_ = loop.build(config, tmp_path / "run")
+    assert len(run_.reward.judges) == 2
+    state, _, programs = loop.grpo_components(run_, loop.initial_params(run_))
+    questions = run_.train_questions[:2]
+    reference = jax.tree.map(jnp.copy, state.params)  # the update donates the state's buffers
+    _, out = loop.grpo_iteration(run_, programs, state, reference, questions, jax.random.key(0))
+    row, samples = out.row(), out.samples
+    assert row["logprob_gap/mean"] < 1e-4  # recomputed behaviour log-probs vs the sampler's
+    assert row["judge_generate_calls"] == 2 * 2  # two judges x (first round + one retry round)
+    # Every (response, LLM dimension) of the step: helpful, and the LLM dimensions of each question's case-wise rubric.
+    llm = {q.id: [d.id for d in run_.rubric_of[q.id].dimensions if d.kind == "llm"] for q in questions}
+    failed = 4 * sum(len(ids) for ids in llm.values())  # group_size responses per question
+    assert all("helpful" in ids for ids in llm.values())
+    assert row["judge_prompts"] >= 2 * failed  # by each judge
+    assert row["judge_failed_scores"] == failed and row["reward_failed_scores"] == failed  # counted, not scored
+    assert all(s["scores"]["helpful"] is None for s in samples)
+    assert row["monitor/judge_parse_failure"] == 1.0  # every answer of the random judge was rejected
+    assert 0.0 <= row["reward/mean"] <= 1.0 and row["skipped"] == 0.0
+
+
+
+def test_a_grpo_step_with_every_recipe_option_on_reads_them_all(tmp_path):
+    """GDPO advantages (the rubric's gates and weights), DAPO overlong shaping and truncation masking, GSPO ratios,
+    dual clip, the KL cap and truncated importance sampling in one GRPO iteration of the tiny default: each logs
+    what it did and the update stays finite."""
+    import jax
+    import jax.numpy as jnp
+
+    from rubric_jax.train import loop
+
+    config = absolute_tiny_config()
+    with config.unlocked():
+        config.rl.questions_per_step, config.rl.group_size, config.rl.max_new_tokens, config.rl.micro_batches = 2, 4, 8, 1
+        config.rl.advantage, config.rl.overlong_buffer, config.rl.mask_truncated = "per_dimension", 4, True
+        config.rl.importance_level, config.rl.clip_ratio_c, config.rl.kl_cap = "sequence", 3.0, 10.0
+        config.rl.behaviour_correction_cap, config.rl.recompute_old_logprobs = 2.0, True
+    run_ = loop.build(config, tmp_path / "run")
+    state, _, programs = loop.grpo_components(run_, loop.initial_params(run_))
+    reference = jax.tree.map(jnp.copy, state.params)
+    _, out = loop.grpo_iteration(run_, programs, state, reference, run_.train_questions[:2], jax.random.key(0))
+    row = out.row()
+    rubric_dims = {d.id for q in run_.train_questions[:2] for d in run_.rubric_of[q.id].dimensions if not d.gate}
+    assert {f"advantage/{d}" for d in rubric_dims} | {"advantage/overlong"} <= set(row)
+    assert row["overlong_penalty/mean"] < 0  # 8-token budget, 4-token buffer: most responses are penalised
+    assert row["truncated_masked"] == row["truncated_frac"] * 8
+    assert 0 < row["behaviour_weight/mean"] <= row["behaviour_weight/max"] <= 2.0
+    assert all(np.isfinite(row[k]) for k in ("loss", "kl", "grad_norm")) and row["skipped"] == 0.0
