@@ -106,7 +106,8 @@ def _compare_items() -> list:
         raise LabelsError(f"--compare={_COMPARE.value}: {e}") from None
 
 
-def _compare(items_a: list, items_b: list, settings, judges, judge_spec, out: Path, protected: list[Path]) -> None:
+def _compare(items_a: list, items_b: list, settings, judges, judge_spec, refiners, out: Path, protected: list[Path]
+             ) -> None:
     """Scores the labels with both rubrics and writes the comparison report (calibration/compare.py)."""
     from rubric_jax.calibration.compare import Versions, compare_rubrics
     from rubric_jax.calibration.report import write_comparison
@@ -114,7 +115,7 @@ def _compare(items_a: list, items_b: list, settings, judges, judge_spec, out: Pa
 
     try:
         report = compare_rubrics(Versions(items_a, items_b, _RUBRIC.value, _COMPARE.value), settings, judges=judges,
-                                 judge_spec=judge_spec, inputs={"labels": _LABELS.value})
+                                 judge_spec=judge_spec, inputs={"labels": _LABELS.value}, refiners=refiners)
         written = write_comparison(report, out, protected)
     except (RubricError, CalibrationError) as e:
         _fail(str(e))
@@ -149,7 +150,7 @@ def main(argv: list[str]) -> None:
     from rubric_jax.calibration.report import CORRECTION_FILE, REPORT_JSON, REPORT_MD, write_calibration
     from rubric_jax.calibration.pinning import PIN_FIELD
     from rubric_jax.calibration.run import CalibrationError, calibrate
-    from rubric_jax.judges.spec import check_checkpoints, load_judges, open_verdict_store
+    from rubric_jax.judges.spec import check_checkpoints, load_cascade, load_judges, open_verdict_store
 
     settings = _settings()
     out = Path(_OUT.value)
@@ -166,17 +167,18 @@ def main(argv: list[str]) -> None:
                                                        *judge_spec.checkpoints, out])
         store = open_verdict_store(judge_spec)
         judges = load_judges(judge_spec, where="--judge")
+        refiners = load_cascade(judge_spec, where="--judge")
     except ValueError as e:  # PathError and StoreError too
         _fail(str(e))
     inputs = {"labels": _LABELS.value, "rubric": _RUBRIC.value,
               "rubric_hash": shared.content_hash if shared is not None else None}
     protected = [Path(v) for v in _inputs(judge_spec.store).values() if v is not None]
     if items_b is not None:
-        _compare(items, items_b, settings, judges, judge_spec, out, protected)
+        _compare(items, items_b, settings, judges, judge_spec, refiners, out, protected)
         return
     try:
         result = calibrate(items, settings, judges=judges, judge_spec=judge_spec, correction=correction,
-                           inputs=inputs, store=store)
+                           inputs=inputs, store=store, refiners=refiners)
         written = write_calibration(result, out, _CORRECTION_OUT.value, settings.seed, protected)
     except (RubricError, CalibrationError, StoreError) as e:
         _fail(str(e))

@@ -4,7 +4,7 @@ no traceback; absl's INFO lines (orbax, jax, tfds) stay quiet unless --verbosity
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import re
 import sys
 from collections.abc import Callable
@@ -56,14 +56,18 @@ def check_settings_file(command: str, default: Path) -> None:
     loaded = config_flags.get_config_filename(flags.FLAGS["config"])
     if Path(loaded).resolve() == default.resolve():
         return
-    module_spec = importlib.util.spec_from_file_location(f"{default.stem}_settings", default)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    wanted, found = _keys(module.get_config()), _keys(flags.FLAGS.config)
+    own = importlib.import_module(f"configs.commands.{default.stem}").get_config()
+    wanted, found = _keys(own), _keys(flags.FLAGS.config)
     if wanted != found:
-        missing, extra = sorted(wanted - found), sorted(found - wanted)
+        missing, extra = _few(sorted(wanted - found)), _few(sorted(found - wanted))
         fail(command, f"--config={loaded}: not a settings file of {command} (its keys are those of "
                       f"{default.relative_to(COMMAND_CONFIGS.parents[1])}); missing {missing}, unknown {extra}")
+
+
+def _few(keys: list[str], shown: int = 5) -> str:
+    """The first `shown` keys and how many more (an experiment file has ~150)."""
+    more = f", ... {len(keys) - shown} more" if len(keys) > shown else ""
+    return "[" + ", ".join(map(repr, keys[:shown])) + more + "]"
 
 
 def define_config(command: str) -> flags.FlagHolder:

@@ -164,6 +164,11 @@ RUN_BY: dict[str, RunBy] = {
     "./launch.sh experiments.score --rubric=rubric_jax/assets/tiny/rubric.yaml --responses=tests/fixtures/store/rows.jsonl "
     "--out=runs/scored_store.jsonl --judge=configs/judges/tiny.py --judge.store=runs/verdicts.db":
         RunBy(("tests/experiments/test_store_cli.py::test_the_documented_store_example_judges_nothing_the_second_time",)),
+    "./launch.sh experiments.score --rubric=rubric_jax/assets/tiny/rubric.yaml --responses=tests/fixtures/store/rows.jsonl "
+    "--out=runs/scored_cascade.jsonl --judge=configs/judges/tiny.py --judge.samples=3 "
+    "--judge.cascade=configs/judges/tiny_fixed.py":
+        RunBy(("tests/experiments/test_cascade_cli.py::test_the_documented_cascade_scores_and_reports_what_it_escalated",),
+              replaced=("--out",)),
     # docs/sweeps.md
     "./launch.sh experiments.sweep --config=configs/tiny.py --workdir=runs/tiny_sweep":
         RunBy(("tests/test_sweeps.py::test_sweep_summary_matches_each_variants_metrics",),
@@ -282,6 +287,7 @@ READS_THE_PAGE = (
     "tests/test_docs.py::test_the_scoring_example_scores_every_row",
     "tests/experiments/test_store_cli.py::test_the_documented_store_example_judges_nothing_the_second_time",
     "tests/test_docs.py::test_the_cli_reference_is_what_the_code_defines",
+    "tests/experiments/test_cascade_cli.py::test_the_documented_cascade_scores_and_reports_what_it_escalated",
 )
 
 

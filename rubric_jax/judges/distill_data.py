@@ -133,10 +133,11 @@ def rule_items(questions: Sequence[str], responses: Sequence[str], teachers_per_
 
 
 def judge_items(judges: Sequence[Judge], config: JudgeSpec, questions: Sequence[str], responses: Sequence[str],
-                dims_per_row: Sequence[Sequence[Dimension]], key: jax.Array, batch_size: int = 64
-                ) -> tuple[list[JudgeItem], int]:
+                dims_per_row: Sequence[Sequence[Dimension]], key: jax.Array, batch_size: int = 64,
+                refiners: Sequence[Judge] = ()) -> tuple[list[JudgeItem], int]:
     """Items scored by teacher judges through judge_rows (one batched call per `batch_size` rows and round; each
-    dimension shown the part it reads), and how many scores the teachers could not give (those items are left out)."""
+    dimension shown the part it reads), and how many scores the teachers could not give (those items are left out).
+    `refiners`: the teacher's cascade judges (spec.load_cascade), when `config` has a cascade."""
     rows, dims_per_part = split_by_reads([[llm_twin(d) for d in dims] for dims in dims_per_row])
     views = [text.read(responses[n], reads) for n, reads in rows]
     items, missing = [], 0
@@ -144,7 +145,7 @@ def judge_items(judges: Sequence[Judge], config: JudgeSpec, questions: Sequence[
     for start, batch_key in zip(starts, jax.random.split(key, len(starts))):
         part = slice(start, start + batch_size)
         out = judge_rows(judges, config, [questions[n] for n, _ in rows[part]], views[part], dims_per_part[part],
-                         batch_key)
+                         batch_key, refiners=refiners)
         for k, (dims, raw) in enumerate(zip(dims_per_part[part], out.scores), start=start):
             for dim, x in zip(dims, raw):
                 level = int(to_level(dim, np.asarray([x]))[0])

@@ -27,7 +27,7 @@ from rubric_jax import sharding
 from rubric_jax.data import Question, load_questions
 from rubric_jax.files import open_input, write_atomic
 from rubric_jax.judges.reward import RubricReward
-from rubric_jax.judges.spec import JudgeSpec, load_judges
+from rubric_jax.judges.spec import JudgeSpec, load_cascade, load_judges
 from rubric_jax.qurl import construction, report
 from rubric_jax.qurl.config import BuildConfig, BuildError
 from rubric_jax.qurl.report import BuildResult
@@ -299,7 +299,8 @@ def run_build(config: Any, questions_path: str, corpus_path: str, out_dir: str,
         judges = judges or (judge_from_model(model, sampler=judge_spec.sampler,
                                              max_new_tokens=judge_spec.max_new_tokens),)
         generator, writer = ModelTextGenerator(model, build_config.sampler), model.name
-    reward = RubricReward(judges=judges, judge_spec=judge_spec)
+    reward = RubricReward(judges=judges, judge_spec=judge_spec,
+                          refiners=load_cascade(judge_spec, layout, where="config.judge"))
     log(f"building rubrics for {len(questions)} question(s) from {len(documents)} document(s) with {writer}")
     result = build_rubrics(questions, documents, build_config, templates, generator, reward, work, settings, log)
     result.report["inputs"] = {"questions": str(questions_path), "corpus": str(corpus_path)}

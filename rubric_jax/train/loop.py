@@ -54,7 +54,7 @@ from rubric_jax.judges.llm_judge import Judge, shortest_prompt_tokens
 from rubric_jax.judges.reward import (RewardOutput, RubricReward, concat_outputs, gather_outputs, select_rows,
                                       split_by_reads)
 from rubric_jax.judges.reward_model import RewardModelReward, load_reward_model
-from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge, load_judges, open_verdict_store
+from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge, load_cascade, load_judges, open_verdict_store
 from rubric_jax.judges.store import VerdictStore
 from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
 from rubric_jax.models.config import ModelConfig
@@ -252,7 +252,8 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
     correction = load_correction(config.data.rubric_correction) if config.data.rubric_correction else None
     if settings.reward_model is None:
         reward = RubricReward(rubrics, judges, settings.judge, correction=correction,
-                              gates_first=config.reward.gates_first)
+                              gates_first=config.reward.gates_first,
+                              refiners=load_cascade(settings.judge, layout, where="config.judge"))
         _check_judge_prompts_fit(config, judges, settings.judge, rubric_of,
                                  train_questions + eval_questions + (golden.questions if golden else []))
     else:
