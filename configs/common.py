@@ -247,6 +247,20 @@ def monitor_block() -> ml_collections.ConfigDict:
     b.max_judge_parse_failure = 0.1  # Share of LLM-judge prompts without a parseable verdict (rejected, cut, too long).
     b.max_missing_share = 0.2  # Share of a dimension's scores missing at a step (its judge failed; the reward drops them).
     b.min_golden_spearman = 0.6  # Judge vs labels on golden reference answers, per dimension (RubricRL: below 0.6 is unusable).
+    b.min_audit_agreement = 0.6  # Training vs audit judge on eval responses: Spearman and quadratic kappa per dimension (the calibration floor).
+    b.max_audit_gap_rise = 0.1  # Rise of a dimension's training-minus-audit score gap over the last audit.window audits (normalised units).
+    return b
+
+
+def audit_block() -> ml_collections.ConfigDict:
+    """Audit of the judge on what the policy writes now (RubricRL §6.2, issue 23 §1; train/audit.py): at every eval, a
+    fixed sample of the eval responses is scored again by another judge on the LLM dimensions (audit/* metrics, alerts
+    in the monitor block)."""
+    b = ml_collections.ConfigDict()
+    b.judge = judge_block()  # The audit judge: any judge spec (configs/judges/*.py); checkpoint "" with backend jax = no audit.
+    b.rubric = ""  # Rubric whose LLM dimensions the audit judge reads (the anchors it was calibrated on); "" = each row's own.
+    b.sample_size = 32  # Eval responses audited per eval: the same seeded subset every time (all when fewer).
+    b.window = 5  # Audits behind audit/gap/<d>/rise: the gap minus the smallest gap of the previous `window` audits.
     return b
 
 
@@ -338,6 +352,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.rl = rl_block()
     c.eval = eval_block()
     c.monitor = monitor_block()
+    c.audit = audit_block()
     c.checkpoint = checkpoint_block()
     c.export = export_block()
     c.qurl = qurl_block()

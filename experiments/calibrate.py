@@ -4,6 +4,8 @@
       [--judge=configs/judges/X.py] [--judge.checkpoint=DIR[,DIR...]] [--judge.FIELD=...] [--judge.store=VERDICTS.db]
       [--correction=FILE] [--correction_out=FILE] [--config.against=labels|judge] [--config.threshold=0.6]
       [--config.bootstrap=1000] [--config.position_probe=true] [--config.seed=0] [--config.redundancy_threshold=0.9]
+  python -m experiments.calibrate --config.red_team=true --rubric=RUBRIC.yaml --labels=LABELS.jsonl \
+      --judge=configs/judges/X.py --out=DIR
   python -m experiments.calibrate --rubric=RUBRIC_A.yaml --compare=RUBRIC_B.yaml --labels=LABELS.jsonl --out=DIR
   python -m experiments.calibrate --labels=../shared/data/prometheus/vicuna_eval.json --config.against=judge --out=DIR
 
@@ -17,6 +19,8 @@ report.json and report.md record the (rubric, judge) pair measured: each rubric'
 hash and every --judge field (run, score and evaluate check theirs against it with judge.calibration=REPORT).
 With --compare, the labels are scored with both rubrics and DIR/report.json, DIR/report.md hold each
 dimension's agreement side by side and a paired bootstrap of the difference (rubric_jax/calibration/compare.py).
+With --red_team, the injection payload suite is put into the responses labelled bad and DIR/report.json,
+DIR/report.md hold each LLM dimension's success rate (a score raised by a level; rubric_jax/calibration/red_team.py).
 Earlier outputs in DIR are replaced (calibration/report.write_outputs). Prints a one-line JSON summary. User
 errors (a bad labels line, a missing file, an LLM dimension without a judge, an --out that is a file) exit with
 status 2 and one line naming the file and line, before any scoring.
@@ -71,8 +75,11 @@ def _inputs(store: str = "") -> dict[str, str | None]:
 
 def _check_inputs() -> None:
     """Every named input exists; --compare needs --rubric and labels (not recorded ratings) to compare on."""
-    if _COMPARE.value is not None and (_RUBRIC.value is None or _CONFIG.value.against != "labels"
-                                       or _CORRECTION.value):
+    against = _CONFIG.value.against
+    if _CONFIG.value.red_team and (_COMPARE.value is not None or against != "labels"):
+        _fail("--config.red_team injects into the responses the labels call bad: no --compare or "
+              "--config.against=judge")
+    if _COMPARE.value is not None and (_RUBRIC.value is None or against != "labels" or _CORRECTION.value):
         _fail("--compare=RUBRIC_B compares it with --rubric=RUBRIC_A on labels: give --rubric, and no "
               "--config.against=judge or --correction")
     for flag, value in _inputs().items():
@@ -136,6 +143,27 @@ def _settings():
         _fail(_settings_error(str(e)))
 
 
+def _red_team(items: list, settings, judges, judge_spec, refiners, correction, out: Path, protected: list[Path],
+              store) -> None:
+    """Scores the payload suite in the known-bad responses and writes the red-team report (calibration/red_team.py)."""
+    from rubric_jax.calibration.red_team import red_team, write_red_team
+    from rubric_jax.judges.reward import RubricReward
+    from rubric_jax.judges.spec import judge_hash
+
+    try:
+        reward = RubricReward(list({i.rubric.content_hash: i.rubric for i in items}.values()), judges, judge_spec,
+                              correction=correction, refiners=refiners)
+        report = red_team(items, reward, batch_size=settings.batch_size, seed=settings.seed, store=store,
+                          inputs={"labels": _LABELS.value, "rubric": _RUBRIC.value, "judge_hash": judge_hash(judge_spec),
+                                  "judge": judge_spec.to_block()})
+        written = write_red_team(report, out, protected)
+    except (RubricError, StoreError, ValueError) as e:
+        _fail(str(e))
+    rates = {d: e["rate"] for d, e in report["dimensions"].items()}
+    print(json.dumps({"items": report["items"], "injection_rates": rates, "written": [str(p) for p in written]},
+                     ensure_ascii=False))
+
+
 def main(argv: list[str]) -> None:
     cli.start("experiments.calibrate", argv)
     _check_inputs()
@@ -173,6 +201,9 @@ def main(argv: list[str]) -> None:
     inputs = {"labels": _LABELS.value, "rubric": _RUBRIC.value,
               "rubric_hash": shared.content_hash if shared is not None else None}
     protected = [Path(v) for v in _inputs(judge_spec.store).values() if v is not None]
+    if _CONFIG.value.red_team:
+        _red_team(items, settings, judges, judge_spec, refiners, correction, out, protected, store)
+        return
     if items_b is not None:
         _compare(items, items_b, settings, judges, judge_spec, refiners, out, protected)
         return

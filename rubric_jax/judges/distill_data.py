@@ -27,7 +27,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from rubric_jax import data, text
+from rubric_jax import data, padding, text
 from rubric_jax.judges.llm_judge import Judge, judge_rows, special_tokens
 from rubric_jax.judges.parser import SINGLE_KEY, parse_single
 from rubric_jax.judges.prompts import JudgePrompt, compact_single_prompt, single_prompt
@@ -215,8 +215,8 @@ def example_batch(tokenizer: Any, items: Sequence[JudgeItem], rng: np.random.Gen
     """An SFT batch [left-padded prompt | right-padded verdict + eos] with the loss on the verdict tokens only."""
     prompt_ids, target_ids = encode_examples(tokenizer, items, rng, prompt)
     pad = tokenizer.pad_token_id
-    prompts_BxP, prompt_mask_BxP = data.pad_left(prompt_ids, pad, prompt_buckets)
-    verdicts_BxR, verdict_mask_BxR = data.pad_right(target_ids, pad, verdict_buckets)
+    prompts_BxP, prompt_mask_BxP = padding.pad_left(prompt_ids, pad, prompt_buckets)
+    verdicts_BxR, verdict_mask_BxR = padding.pad_right(target_ids, pad, verdict_buckets)
     return {"tokens": np.concatenate([prompts_BxP, verdicts_BxR], axis=1),
             "input_mask": np.concatenate([prompt_mask_BxP, verdict_mask_BxR], axis=1),
             "loss_mask": np.concatenate([np.zeros_like(prompt_mask_BxP), verdict_mask_BxR], axis=1)}
