@@ -464,8 +464,8 @@ def _run_cli(*args):
 
 
 def test_generate_cli_prints_json_matching_the_library(checkpoint_dir):
-    proc = _run_cli(f"--checkpoint={checkpoint_dir}", "--prompt=hello world", "--max_new_tokens=5",
-                    "--format=json")
+    proc = _run_cli(f"--checkpoint={checkpoint_dir}", "--prompt=hello world", "--config.sampling.max_new_tokens=5",
+                    "--config.format=json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     from transformers import AutoTokenizer
@@ -488,11 +488,17 @@ def test_generate_cli_reports_a_missing_checkpoint_without_traceback(tmp_path):
     proc = _run_cli(f"--checkpoint={tmp_path / 'nope'}", "--prompt=hi")
     assert proc.returncode != 0
     assert "nope" in proc.stderr and "Traceback" not in proc.stderr
-    proc = _run_cli(f"--checkpoint={tmp_path}", "--prompt=hi", "--sampler=beam(2)")
+    proc = _run_cli(f"--checkpoint={tmp_path}", "--prompt=hi", "--config.sampling.sampler=beam(2)")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr and "beam(2)" in proc.stderr
+    for setting, message in (("--config.format=yaml", "--config.format=yaml: expected one of ['text', 'json']"),
+                             ("--config.model.param_dtype=int8", "--config.model.param_dtype='int8': expected one of"),
+                             ("--config.sampling.max_tokens=5", "unknown config key 'max_tokens'")):
+        proc = _run_cli(f"--checkpoint={tmp_path}", "--prompt=hi", setting)  # refused before the checkpoint is read
+        last = proc.stderr.strip().splitlines()[-1]
+        assert proc.returncode == 2 and last.startswith("experiments.generate: error: ") and message in last, last
 
 
 def test_generate_cli_reports_a_too_long_request_without_traceback(checkpoint_dir):
-    proc = _run_cli(f"--checkpoint={checkpoint_dir}", "--prompt=hello", "--max_new_tokens=1000")
+    proc = _run_cli(f"--checkpoint={checkpoint_dir}", "--prompt=hello", "--config.sampling.max_new_tokens=1000")
     assert proc.returncode != 0
     assert "max_position_embeddings (256)" in proc.stderr and "Traceback" not in proc.stderr

@@ -168,7 +168,7 @@ def test_llm_dimension_with_a_judge_checkpoint_directory(tmp_path):
     labels.write_text("".join(json.dumps({"question": "2+2?", "response": f"{k}", "labels": {"accuracy": k}}) + "\n"
                               for k in (1, 2, 3, 4, 5)))
     proc = run(f"--rubric={rubric}", f"--labels={labels}", f"--out={tmp_path / 'out'}", f"--judge.checkpoint={judge_dir}",
-               "--judge.sampler=greedy", "--judge.samples=1", "--judge.max_new_tokens=8", "--bootstrap=50")
+               "--judge.sampler=greedy", "--judge.samples=1", "--judge.max_new_tokens=8", "--config.bootstrap=50")
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     entry = report["dimensions"]["accuracy"]

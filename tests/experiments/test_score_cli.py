@@ -191,14 +191,16 @@ def score_in_process(*args: str) -> tuple[int, str, str]:
 
     from experiments import score
 
-    from experiments import judge_config
+    from experiments import cli, judge_config
 
-    # ml_collections defines the --judge.FIELD flags while it parses --judge, reading them from sys.argv: name
-    # the (default) judge file explicitly so that this in-process parse defines them afresh.
-    named = any(a.startswith("--judge=") for a in args)
-    argv = ["score", *([] if named else [f"--judge={judge_config.JUDGES_DIR / 'default.py'}"]), *args]
+    # ml_collections defines the --judge.FIELD and --config.FIELD flags while it parses --judge and --config,
+    # reading them from sys.argv: name the (default) files explicitly so that this in-process parse defines them
+    # afresh.
+    defaults = {"judge": judge_config.JUDGES_DIR / "default.py", "config": cli.COMMAND_CONFIGS / "score.py"}
+    named = [f"--{flag}={path}" for flag, path in defaults.items() if not any(a.startswith(f"--{flag}=") for a in args)]
+    argv = ["score", *named, *args]
     flags.FLAGS.unparse_flags()
-    for name in [n for n in flags.FLAGS if n.startswith("judge.")]:  # defined by the previous parse
+    for name in [n for n in flags.FLAGS if n.startswith(("judge.", "config."))]:  # defined by the previous parse
         delattr(flags.FLAGS, name)
     with mock.patch.object(sys, "argv", argv):
         flags.FLAGS(argv)

@@ -37,7 +37,7 @@ def inputs(tmp_path_factory):
     rubric.write_text(json.dumps(rubric_dict([FORMAT, ACCURACY])))
     responses = write_jsonl(tmp / "in.jsonl", [{"question": f"q{i}", "response": f"answer {i}"} for i in range(ROWS)])
     return [f"--rubric={rubric}", f"--responses={responses}", f"--judge.checkpoint={judge_dir}",
-            "--judge.sampler=greedy", "--judge.samples=1", "--judge.max_new_tokens=8", "--batch_size=2"]
+            "--judge.sampler=greedy", "--judge.samples=1", "--judge.max_new_tokens=8", "--config.batch_size=2"]
 
 
 def summary_of(stdout):

@@ -42,7 +42,7 @@ def start_server(port: int, *flags: str) -> subprocess.Popen:
     """experiments.serve on the tiny judge in a subprocess, returned once /health answers."""
     env = {**os.environ, "PYTHONPATH": str(REPO), KEY_ENV: KEY}
     proc = subprocess.Popen([sys.executable, "-m", "experiments.serve", f"--checkpoint={TINY_JUDGE}",
-                             "--judge=configs/judges/tiny.py", f"--port={port}", *flags],
+                             "--judge=configs/judges/tiny.py", f"--config.port={port}", *flags],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -57,10 +57,24 @@ def start_server(port: int, *flags: str) -> subprocess.Popen:
     raise AssertionError("experiments.serve did not answer /health in 300 s")
 
 
+@pytest.mark.parametrize("setting, message", [
+    ("--config.port=0", "--config.port=0: expected 1..65535"),
+    ("--config.max_batch=0", "--config.max_batch=0: expected an integer >= 1"),
+    ("--config.api_key_env=RJ_TEST_UNSET_KEY", "--config.api_key_env=RJ_TEST_UNSET_KEY: the environment variable is "
+                                               "not set"),
+    ("--config.prot=8000", "unknown config key 'prot' (Did you mean \"port\""),
+])
+def test_serve_refuses_a_bad_setting_in_one_line_before_loading(setting, message):
+    proc = subprocess.run([sys.executable, "-m", "experiments.serve", f"--checkpoint={TINY_JUDGE}", setting], cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"experiments.serve: error: {message}"), proc.stderr
+
+
 @pytest.fixture(scope="module")
 def server():
     port = free_port()
-    proc = start_server(port, f"--api_key_env={KEY_ENV}")
+    proc = start_server(port, f"--config.api_key_env={KEY_ENV}")
     os.environ[KEY_ENV] = KEY  # what the clients' judge.api_key_env names
     yield f"http://127.0.0.1:{port}"
     os.environ.pop(KEY_ENV, None)
