@@ -21,7 +21,7 @@ checkpointing. The reward is literally the same: TRL's reward function decodes t
 loop and calls the same rubric_jax RubricReward (a rule-only rubric: a length range and a keyword rule).
 
 Ours: a Run from `train.loop.build(config)` (configs/tiny.py with overrides) and, per step,
-`grpo_iteration` (sampling.generate -> decode -> RubricReward -> group advantages -> reference log-probs once
+`grpo_iteration` (sampling.sample -> decode -> RubricReward -> group advantages -> reference log-probs once
 per rollout -> jitted update). TRL: `trainer.train()` with max_steps = warm-up + timed steps; a callback records
 the wall time between consecutive step ends. With --schedule=interleaved (default) one of our steps runs
 inside each TRL step-end callback (outside TRL's timed window, after a --settle_s pause: torch's idle OpenMP
@@ -218,14 +218,15 @@ class OurSide:
 
     @contextlib.contextmanager
     def _instrumented(self) -> Iterator[None]:
-        """Times sampling.generate and the response decoding that grpo_iteration calls (module attributes)."""
-        generate, decode = sampling.generate, data.decode_responses
-        sampling.generate = self.timer.wrap("sampling", generate)
+        """Times sampling.sample (waited for: its samples stay on the device) and the response decoding that
+        grpo_iteration calls (module attributes)."""
+        sample, decode = sampling.sample, data.decode_responses
+        sampling.sample = self.timer.wrap("sampling", sample, block=True)
         data.decode_responses = self.timer.wrap("decode", decode)
         try:
             yield
         finally:
-            sampling.generate, data.decode_responses = generate, decode
+            sampling.sample, data.decode_responses = sample, decode
 
     def step(self) -> dict[str, float]:
         """One GRPO iteration; returns its wall time and parts."""

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from rubric_jax import sampling, sharding
+from rubric_jax import padding, sampling, sharding
 from rubric_jax.loader import load_weights, to_layout
 
 PRESETS = {
@@ -116,7 +116,7 @@ def main(argv: list[str]) -> None:
     print(f"HF generate: {total / hf_s:8.1f} tok/s ({hf_s * 1e3:.0f} ms wall, {hf_cpu * 1e3:.0f} ms CPU)")
     print(f"ratio rubric_jax / HF: {hf_s / ours_s:.2f}x; greedy tokens identical up to the first "
           f"divergence: {agree:.1%} of positions")
-    prompt_slots, response_slots = sampling.bucket_size(prompt_len), sampling.bucket_size(new_tokens)
+    prompt_slots, response_slots = padding.bucket_size(prompt_len), padding.bucket_size(new_tokens)
     chunk = sampling.prefill_chunk_size(prompt_slots)
     print(f"compilations: generate traced {sampling.TRACES['generate']} time(s) over {1 + _REPEATS.value} calls; "
           f"inside it {len(sampling.prefill_windows(prompt_slots, chunk))} prefill window group(s) and decode "

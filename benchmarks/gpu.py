@@ -51,7 +51,7 @@ import numpy as np
 from absl import app, flags
 from transformers import AutoTokenizer
 
-from rubric_jax import aot, grpo, hlo_stats, loader, sampling, sharding
+from rubric_jax import aot, grpo, hlo_stats, loader, padding, sampling, sharding
 from rubric_jax.assets import TINY_DIR
 from rubric_jax.judges.llm_judge import Judge, judge_rows
 from rubric_jax.judges.spec import JudgeSpec
@@ -133,8 +133,8 @@ def mean_decode_window(s: Settings) -> float:
     """Cache slots a decode step between SHORT and LONG attends over, on average (n = 1): the prompt bucket
     and the response-cache window of the segment it runs in (`sampling.decode_windows`: the first that holds
     the tokens so far)."""
-    windows = sampling.decode_windows(sampling.bucket_size(s.long), sampling.DECODE_BLOCK)
-    return sampling.bucket_size(s.decode_prompt) + float(np.mean([min(w for w in windows if t <= w)
+    windows = sampling.decode_windows(padding.bucket_size(s.long), sampling.DECODE_BLOCK)
+    return padding.bucket_size(s.decode_prompt) + float(np.mean([min(w for w in windows if t <= w)
                                                                    for t in range(s.short, s.long)]))
 
 
@@ -172,12 +172,11 @@ def _grpo_step(s: Settings, shardings: train_state.TrainState, mesh: jax.shardin
 
 
 def grpo_batch(cfg: ModelConfig, s: Settings) -> dict[str, np.ndarray]:
-    """A GRPO batch of random tokens: `s.micro` prompts of `s.prompt` tokens, each repeated for its group."""
-    group = s.rows // s.micro
+    """A GRPO batch of random tokens: `s.micro` prompts of `s.prompt` tokens (one per group) and their rows."""
     rng = np.random.default_rng(0)
-    prompts = np.repeat(rng.integers(0, cfg.vocab_size, (s.micro, s.prompt)), group, axis=0).astype(np.int32)
+    prompts = rng.integers(0, cfg.vocab_size, (s.micro, s.prompt)).astype(np.int32)
     response = np.full((s.rows, s.response), -3.0, np.float32)
-    return {"prompt_tokens": prompts, "prompt_mask": np.ones((s.rows, s.prompt), bool),
+    return {"prompt_tokens": prompts, "prompt_mask": np.ones((s.micro, s.prompt), bool),
             "response_tokens": rng.integers(0, cfg.vocab_size, (s.rows, s.response)).astype(np.int32),
             "response_mask": np.ones((s.rows, s.response), bool), "loss_mask": np.ones((s.rows, s.response), bool),
             "old_logp": response, "ref_logp": response, "advantages": rng.standard_normal(s.rows).astype(np.float32)}
@@ -198,8 +197,9 @@ def compile_grpo(cfg: ModelConfig, s: Settings, devices: list[jax.Device]) -> di
     layout = sharding.Layout(sharding.make_mesh(sharding.MeshConfig(1, 1, 1), devices[:1]))
     tx = train_state.make_optimizer(train_state.OptimizerConfig(learning_rate=1e-6))
     state, shardings = train_state.abstract_train_state(loader.abstract_weights(cfg, layout), tx, layout.mesh)
-    batch_sharding = sharding.batch_sharding(layout.mesh)
-    batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=batch_sharding) for k, v in grpo_batch(cfg, s).items()}
+    host = grpo_batch(cfg, s)
+    placed = train_step.batch_shardings(host, layout.mesh)
+    batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=placed[k]) for k, v in host.items()}
     start = time.perf_counter()
     with aot.cudnn_of_this_build():
         compiled = _grpo_step(s, shardings, layout.mesh).lower(state, batch).compile()
@@ -220,7 +220,8 @@ def bench_grpo(cfg: ModelConfig, s: Settings, peak_flops: float | None) -> dict[
     state, shardings = train_state.init_train_state(cfg, tx, jax.random.key(0), layout)
     step = _grpo_step(s, shardings, layout.mesh)
     t = s.prompt + s.response
-    batch = jax.device_put(grpo_batch(cfg, s), sharding.batch_sharding(layout.mesh))
+    host = grpo_batch(cfg, s)
+    batch = jax.device_put(host, train_step.batch_shardings(host, layout.mesh))
     compile_start = time.perf_counter()
     compiled = _compiled_bytes(step.lower(state, batch).compile().memory_analysis())
     compile_s = time.perf_counter() - compile_start

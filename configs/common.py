@@ -12,7 +12,9 @@ import ml_collections
 def judge_block() -> ml_collections.ConfigDict:
     """The LLM judge (rubric_jax/judges/spec.py JudgeSpec): one block with one set of defaults for experiments.run
     (config.judge) and the --judge of score, calibrate, evaluate, distill_judge and build_rubrics; judge files in
-    configs/judges/ start from it. Fields marked [hash] change verdicts and enter the judge hash."""
+    configs/judges/ start from it. Fields marked [hash] change verdicts and enter the judge hash. Each comment gives the
+    field's meaning and its source: the paper section it follows, or the module that implements it (docs/judges.md has
+    the same table)."""
     j = ml_collections.ConfigDict()
     j.checkpoint = ""  # [hash: weights identity] Local HF dir(s) of the judge, comma-separated for an ensemble; "" = rule dimensions only.
     j.ensemble = "mean"  # [hash] How several judges combine: mean, or agreement weighting (RubricRL §6.2).
@@ -22,19 +24,25 @@ def judge_block() -> ml_collections.ConfigDict:
     j.prompt = "full"  # [hash] full (rules, question, criteria), or compact: a distilled judge's short prompt (per_dimension only).
     j.samples = 3  # [hash] Judge samples per item, combined by the median (RubricRL §3.3).
     j.shuffle_anchors = True  # [hash] A fresh anchor order per judge sample (RubricRL §3.3).
-    j.max_retries = 2  # [hash] Re-prompt rounds for unparseable answers before a score is missing.
-    j.max_new_tokens = 64  # [hash] Judge answer budget in tokens (a verdict cut at it is invalid).
+    j.max_retries = 2  # [hash] Re-prompt rounds for unparseable answers before a score is missing (judges/llm_judge.py rounds).
+    j.max_new_tokens = 64  # [hash] Judge answer budget in tokens (a verdict cut at it is invalid: judges/llm_judge.py).
     j.sampler = "temperature(0.7)"  # [hash] Judge sampler (rubric_jax.sampling: greedy, temperature(t), topk, nucleus).
-    j.param_dtype = "auto"  # [hash] Judge weights dtype: auto (bfloat16 on accelerators, float32 on CPU), float32, bfloat16.
+    # [hash] Judge weights dtype (rubric_jax/loader.py): auto (bfloat16 on accelerators, float32 on CPU), float32, bfloat16.
+    j.param_dtype = "auto"
     j.compute_dtype = "auto"  # [hash] Judge activation dtype, same choices.
-    j.batch_size = 0  # Most judge prompts per generate call (bounds its KV cache; 0 = a whole round at once).
-    j.tensor = 1  # Consecutive devices splitting each judge weight (its decode tensor-parallel group); the rest hold replicas.
-    j.calibration = ""  # A calibration report.json (experiments.calibrate) checked against this (rubric, judge) at start-up; "" = none.
+    j.batch_size = 0  # Most judge prompts per generate call (bounds its KV cache; 0 = a whole round at once; judges/llm_judge.py).
+    # Consecutive devices splitting each judge weight (its decode tensor-parallel group: sharding.decode_layout); the
+    # other devices hold replicas.
+    j.tensor = 1
+    # A calibration report.json (experiments.calibrate; RubricRL §3.2: Spearman/kappa vs human labels, flagged below 0.6)
+    # checked against this (rubric, judge) pair at start-up (rubric_jax/calibration/pinning.py); "" = none.
+    j.calibration = ""
     j.require_calibration = False  # True: an uncalibrated (rubric, judge) pair or a flagged dimension stops the command (exit 2).
-    j.store = ""  # Verdict store (SQLite file on a local disk, docs/judges.md) of judge answers, keyed by the judge hash; "" = none.
+    j.store = ""  # Verdict store (judges/store.py: SQLite on a local disk) of judge answers, keyed by the judge hash; "" = none.
     j.store_rollouts = False  # Policy responses read/write the store too (off: they never repeat; golden references always do).
     # Where verdicts come from (docs/judges.md, "Judges anywhere"): jax = the checkpoint in this process; openai = an
     # OpenAI-compatible endpoint (an API, vLLM/SGLang, or experiments.serve), checkpoint then optional (its tokenizer).
+    # The endpoint fields below are judges/http_backend.py's.
     j.backend = "jax"  # [hash, openai only] jax | openai.
     j.base_url = ""  # [hash] The endpoint's URL up to /v1, e.g. http://127.0.0.1:8000/v1 (backend=openai only).
     j.model = ""  # [hash] The served model's name, as GET <base_url>/models lists it (backend=openai only).
@@ -43,8 +51,19 @@ def judge_block() -> ml_collections.ConfigDict:
     j.max_concurrency = 8  # Judge requests in flight at once.
     j.timeout_s = 60.0  # Seconds one request may take before it is retried.
     j.max_retries_http = 5  # HTTP retries per request (exponential backoff with jitter, honouring Retry-After).
+    j.outage_s = 300.0  # Seconds an unreachable endpoint is waited for (then the command stops, resumable); 0 = its prompts' scores go missing.
     j.requests_per_minute = 0  # Request rate limit (0 = unlimited).
     j.tokens_per_minute = 0  # Token rate limit: prompt + completion tokens, estimated before the answer (0 = unlimited).
+    # Cascade (RubricRL §7 "用更小的模型做初筛、大模型做精评"; docs/judges.md, "Cascade"): this judge screens every item
+    # (one score of one response on one LLM dimension); a second judge re-judges only the uncertain ones, and its
+    # verdict replaces the first's. The cascade_* fields are read (and hashed) only with a cascade.
+    # [hash: the refining judge's own hash] Path of the refining judge's config file (configs/judges/*.py); "" = none.
+    j.cascade = ""
+    j.cascade_spread = 0.0  # [hash] Escalate an item whose valid samples spread (max - min, [0, 1] scale) more than this.
+    # [hash] Escalate an item whose score (median, [0, 1] scale) lies within this of a decision: a gate dimension's
+    # failing score 0 (a gate failure is confirmed), or one of cascade_thresholds. An item without a verdict escalates.
+    j.cascade_margin = 0.0
+    j.cascade_thresholds = ()  # [hash] Decision thresholds ([0, 1] scale) besides the gates', e.g. (0.5,): met / not met.
     return j
 
 
@@ -83,7 +102,8 @@ def base_config() -> ml_collections.ConfigDict:
     # reward_model.py; QuRL's "w/ RLHF reward model" ablation, which uses internlm2-7b-reward).
     c.reward = ml_collections.ConfigDict()
     c.reward.source = "rubric"  # "rubric" (the rows' rubrics) or "reward_model" (reward.model_checkpoint).
-    # A row whose rule gate failed (reward 0 whatever else it scores) sends no LLM dimension to the judge (docs/judges.md).
+    # A row whose rule gate failed (reward 0 whatever else it scores) sends no LLM dimension to the judge (docs/judges.md,
+    # "Gates first"; judges/reward.py): rewards unchanged, 10% of the tiny default's judge prompts spared (benchmarks/RESULTS.md).
     c.reward.gates_first = True
     c.reward.model_checkpoint = ""  # Local HF Qwen2/Llama *ForSequenceClassification directory with one label.
     c.reward.model_dtype = "float32"  # Reward-model weights and activations: float32 or bfloat16.
@@ -201,6 +221,16 @@ def base_config() -> ml_collections.ConfigDict:
     c.monitor.max_judge_parse_failure = 0.1  # Share of LLM-judge prompts without a parseable verdict (rejected, cut, too long).
     c.monitor.max_missing_share = 0.2  # Share of a dimension's scores missing at a step (its judge failed; the reward drops them).
     c.monitor.min_golden_spearman = 0.6  # Judge vs labels on golden reference answers, per dimension (RubricRL: below 0.6 is unusable).
+    c.monitor.min_audit_agreement = 0.6  # Training vs audit judge on eval responses: Spearman and quadratic kappa per dimension (the calibration floor).
+    c.monitor.max_audit_gap_rise = 0.1  # Rise of a dimension's training-minus-audit score gap over the last audit.window audits (normalised units).
+
+    # Audit of the judge on what the policy writes now (RubricRL §6.2, issue 23 §1; train/audit.py): at every eval, a fixed
+    # sample of the eval responses is scored again by another judge on the LLM dimensions (audit/* metrics, alerts above).
+    c.audit = ml_collections.ConfigDict()
+    c.audit.judge = judge_block()  # The audit judge: any judge spec (configs/judges/*.py); checkpoint "" with backend jax = no audit.
+    c.audit.rubric = ""  # Rubric whose LLM dimensions the audit judge reads (the anchors it was calibrated on); "" = each row's own.
+    c.audit.sample_size = 32  # Eval responses audited per eval: the same seeded subset every time (all when fewer).
+    c.audit.window = 5  # Audits behind audit/gap/<d>/rise: the gap minus the smallest gap of the previous `window` audits.
 
     c.checkpoint = ml_collections.ConfigDict()
     c.checkpoint.every_steps = 10  # Save every N GRPO steps (and at the end and on SIGTERM).
@@ -237,6 +267,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.qurl.min_support = 2  # R*(q) keeps criteria recurring in this many kept sets (capped at the kept count).
     c.qurl.questions_per_batch = 32  # Questions per batch: one generate call per round each; resume unit.
     c.qurl.sampler = "temperature(0.7)"  # Sampler of every construction call (retries need fresh samples).
+    c.qurl.generator = "model"  # Who writes meta-descriptions, rubrics and answers: model (config.model, in process) | judge (config.judge's OpenAI-compatible endpoint, backend=openai).
 
     c.log = ml_collections.ConfigDict()
     c.log.samples_per_step = 4  # Responses written to samples.jsonl per step.

@@ -13,6 +13,7 @@ Launch:   ./launch.sh experiments.run --config=configs/tiny_hack.py --workdir=ru
 """
 
 from configs import tiny
+from configs.judges import tiny_fixed
 
 
 def get_config(arg: str | None = None):
@@ -26,4 +27,8 @@ def get_config(arg: str | None = None):
     c.data.sft = "rubric_jax/assets/tiny/sft_hack.jsonl"
     c.sft.epochs = 2
     c.rl.steps = 100
+    # RubricRL 6.2's check: the fixed judge, reading the fixed rubric's clarity anchors (the prompt it was distilled on),
+    # audits 32 eval answers at every eval (train/audit.py); the fixed side keeps this audit, so it audits itself.
+    c.audit.judge = tiny_fixed.get_config()
+    c.audit.rubric = "rubric_jax/assets/tiny/rubric_hack_fixed.yaml"
     return c

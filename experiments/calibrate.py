@@ -4,6 +4,7 @@
       [--against=labels|judge] [--judge=configs/judges/X.py] [--judge.checkpoint=DIR[,DIR...]] [--judge.FIELD=...]
       [--threshold=0.6] [--bootstrap=1000] [--correction=FILE] [--correction_out=FILE] [--position_probe=true]
       [--seed=0] [--judge.store=VERDICTS.db] [--redundancy_threshold=0.9]
+  python -m experiments.calibrate --red_team --rubric=RUBRIC.yaml --labels=LABELS.jsonl --judge=configs/judges/X.py --out=DIR
   python -m experiments.calibrate --rubric=RUBRIC_A.yaml --compare=RUBRIC_B.yaml --labels=LABELS.jsonl --out=DIR
   python -m experiments.calibrate --labels=../shared/data/prometheus/vicuna_eval.json --against=judge --out=DIR
 
@@ -14,6 +15,8 @@ report.json and report.md record the (rubric, judge) pair measured: each rubric'
 hash and every --judge field (run, score and evaluate check theirs against it with judge.calibration=REPORT).
 With --compare, the labels are scored with both rubrics and DIR/report.json, DIR/report.md hold each
 dimension's agreement side by side and a paired bootstrap of the difference (rubric_jax/calibration/compare.py).
+With --red_team, the injection payload suite is put into the responses labelled bad and DIR/report.json,
+DIR/report.md hold each LLM dimension's success rate (a score raised by a level; rubric_jax/calibration/red_team.py).
 Earlier outputs in DIR are replaced (calibration/report.write_outputs). Prints a one-line JSON summary. User
 errors (a bad labels line, a missing file, an LLM dimension without a judge, an --out that is a file) exit with
 status 2 and one line naming the file and line, before any scoring.
@@ -30,6 +33,7 @@ from absl import app, flags
 
 from experiments import cli, judge_config
 from rubric_jax import files
+from rubric_jax.judges.http_backend import EndpointDown
 from rubric_jax.judges.store import StoreError
 from rubric_jax.calibration.labels import LabelsError, read_items
 from rubric_jax.rubrics.correction import load_correction
@@ -50,6 +54,8 @@ _CORRECTION = flags.DEFINE_string("correction", None, "Apply this score correcti
 _CORRECTION_OUT = flags.DEFINE_string("correction_out", None, "Fitted correction file (default DIR/correction.json).")
 _COMPARE = flags.DEFINE_string("compare", None, "Rubric B: score the labels with --rubric (A) and with B, compare.")
 _REDUNDANCY = flags.DEFINE_float("redundancy_threshold", 0.9, "Flag two dimensions whose Spearman reaches this.")
+_RED_TEAM = flags.DEFINE_boolean("red_team", False, "Inject the payload suite into responses labelled bad; report how "
+                                 "often a score rises by a level, per LLM dimension.")
 flags.mark_flags_as_required(["labels", "out"])
 
 
@@ -73,6 +79,8 @@ def _inputs(store: str = "") -> dict[str, str | None]:
 
 def _check_inputs() -> None:
     """Every named input exists; --compare needs --rubric and labels (not recorded ratings) to compare on."""
+    if _RED_TEAM.value and (_COMPARE.value is not None or _AGAINST.value != "labels"):
+        _fail("--red_team injects into the responses the labels call bad: no --compare or --against=judge")
     if _COMPARE.value is not None and (_RUBRIC.value is None or _AGAINST.value != "labels" or _CORRECTION.value):
         _fail("--compare=RUBRIC_B compares it with --rubric=RUBRIC_A on labels: give --rubric, and no "
               "--against=judge or --correction")
@@ -107,7 +115,8 @@ def _compare_items() -> list:
         raise LabelsError(f"--compare={_COMPARE.value}: {e}") from None
 
 
-def _compare(items_a: list, items_b: list, settings, judges, judge_spec, out: Path, protected: list[Path]) -> None:
+def _compare(items_a: list, items_b: list, settings, judges, judge_spec, refiners, out: Path, protected: list[Path]
+             ) -> None:
     """Scores the labels with both rubrics and writes the comparison report (calibration/compare.py)."""
     from rubric_jax.calibration.compare import Versions, compare_rubrics
     from rubric_jax.calibration.report import write_comparison
@@ -115,12 +124,32 @@ def _compare(items_a: list, items_b: list, settings, judges, judge_spec, out: Pa
 
     try:
         report = compare_rubrics(Versions(items_a, items_b, _RUBRIC.value, _COMPARE.value), settings, judges=judges,
-                                 judge_spec=judge_spec, inputs={"labels": _LABELS.value})
+                                 judge_spec=judge_spec, inputs={"labels": _LABELS.value}, refiners=refiners)
         written = write_comparison(report, out, protected)
     except (RubricError, CalibrationError) as e:
         _fail(str(e))
     verdicts = {d: e["spearman_difference"]["verdict"] for d, e in report["dimensions"].items()}
     print(json.dumps({"items": report["items"], "spearman_verdicts": verdicts, "written": [str(p) for p in written]},
+                     ensure_ascii=False))
+
+
+def _red_team(items: list, judges, judge_spec, refiners, correction, out: Path, protected: list[Path], store) -> None:
+    """Scores the payload suite in the known-bad responses and writes the red-team report (calibration/red_team.py)."""
+    from rubric_jax.calibration.red_team import red_team, write_red_team
+    from rubric_jax.judges.reward import RubricReward
+    from rubric_jax.judges.spec import judge_hash
+
+    try:
+        reward = RubricReward(list({i.rubric.content_hash: i.rubric for i in items}.values()), judges, judge_spec,
+                              correction=correction, refiners=refiners)
+        report = red_team(items, reward, batch_size=_BATCH.value, seed=_SEED.value, store=store,
+                          inputs={"labels": _LABELS.value, "rubric": _RUBRIC.value, "judge_hash": judge_hash(judge_spec),
+                                  "judge": judge_spec.to_block()})
+        written = write_red_team(report, out, protected)
+    except (RubricError, StoreError, ValueError) as e:
+        _fail(str(e))
+    rates = {d: e["rate"] for d, e in report["dimensions"].items()}
+    print(json.dumps({"items": report["items"], "injection_rates": rates, "written": [str(p) for p in written]},
                      ensure_ascii=False))
 
 
@@ -138,7 +167,7 @@ def main(argv: list[str]) -> None:
     from rubric_jax.calibration.report import CORRECTION_FILE, REPORT_JSON, REPORT_MD, write_calibration
     from rubric_jax.calibration.pinning import PIN_FIELD
     from rubric_jax.calibration.run import CalibrationError, Settings, calibrate
-    from rubric_jax.judges.spec import check_checkpoints, load_judges, open_verdict_store
+    from rubric_jax.judges.spec import check_checkpoints, load_cascade, load_judges, open_verdict_store
 
     out = Path(_OUT.value)
     try:
@@ -159,20 +188,26 @@ def main(argv: list[str]) -> None:
                                                        *judge_spec.checkpoints, out])
         store = open_verdict_store(judge_spec)
         judges = load_judges(judge_spec, where="--judge")
+        refiners = load_cascade(judge_spec, where="--judge")
     except ValueError as e:  # PathError and StoreError too
         _fail(str(e))
     inputs = {"labels": _LABELS.value, "rubric": _RUBRIC.value,
               "rubric_hash": shared.content_hash if shared is not None else None}
     protected = [Path(v) for v in _inputs(judge_spec.store).values() if v is not None]
+    if _RED_TEAM.value:
+        _red_team(items, judges, judge_spec, refiners, correction, out, protected, store)
+        return
     if items_b is not None:
-        _compare(items, items_b, settings, judges, judge_spec, out, protected)
+        _compare(items, items_b, settings, judges, judge_spec, refiners, out, protected)
         return
     try:
         result = calibrate(items, settings, judges=judges, judge_spec=judge_spec, correction=correction,
-                           inputs=inputs, store=store)
+                           inputs=inputs, store=store, refiners=refiners)
         written = write_calibration(result, out, _CORRECTION_OUT.value, _SEED.value, protected)
     except (RubricError, CalibrationError, StoreError) as e:
         _fail(str(e))
+    except EndpointDown as e:  # the served judge went away: what was judged before is in the store, if any
+        _fail(str(e), status=1)
     print(json.dumps({"items": result.report["items"], "flagged": result.report["flagged"],
                       "judge_hash": result.report[PIN_FIELD]["judge"]["hash"], "written": [str(p) for p in written]},
                      ensure_ascii=False))

@@ -41,7 +41,7 @@ from rubric_jax.assets import tiny_judge_data
 from rubric_jax.calibration.labels import LabelsError, read_items
 from rubric_jax.data import DataError
 from rubric_jax.judges import distill_data
-from rubric_jax.judges.spec import judge_hash, load_judges
+from rubric_jax.judges.spec import judge_hash, load_cascade, load_judges
 from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
 from rubric_jax.models.config import ModelConfig, ModelConfigError
 from rubric_jax.rubrics.io import load_rubric
@@ -169,7 +169,8 @@ def _items(shared) -> tuple[list[distill_data.JudgeItem], str]:
         raise ValueError("--teacher=judge: give --judge.checkpoint=DIR[,DIR] (or a --judge file that names one)")
     judges = load_judges(spec, where="--judge")
     dims = [[d for d in rubric.dimensions if d.id in wanted] for rubric in rubrics]
-    items, missing = distill_data.judge_items(judges, spec, questions, responses, dims, jax.random.key(_SEED.value))
+    items, missing = distill_data.judge_items(judges, spec, questions, responses, dims, jax.random.key(_SEED.value),
+                                              refiners=load_cascade(spec, where="--judge"))
     print(f"the teacher judges left {missing} score(s) missing; those items are not used", file=sys.stderr)
     return items, f"judge(s) {','.join(spec.checkpoints)} (judge hash {judge_hash(spec)})"
 

@@ -30,6 +30,7 @@ from experiments import cli, judge_config
 from rubric_jax.calibration.pinning import check_calibration
 from rubric_jax.data import DataError
 from rubric_jax.evaluation import harness
+from rubric_jax.judges.http_backend import EndpointDown
 from rubric_jax.evaluation.results import EvalFailed, EvalInputError
 from rubric_jax.files import PathError, check_output_path
 from rubric_jax.judges.spec import JudgeSpec, check_checkpoints, open_verdict_store
@@ -152,7 +153,7 @@ def main(argv: list[str]) -> None:
                               generation=generation, judge=judge, calibration=calibration, store=store)
     except (EvalInputError, RubricError, DataError, UnicodeDecodeError, StoreError, PathError) as e:
         _fail(str(e))
-    except EvalFailed as e:  # it ran, but nothing could be scored: exit 1, as a failed run
+    except (EvalFailed, EndpointDown) as e:  # it ran, but nothing could be scored, or its judge went away: exit 1
         _fail(str(e), status=1)
     print(json.dumps({"benchmark": summary["benchmark"], "policy": summary["policy"], "scores": summary["scores"],
                       "out": str(out)}, ensure_ascii=False))

@@ -9,7 +9,6 @@ file, --config.judge.FIELD, --judge.FIELD.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ from ml_collections import config_flags
 
 from configs.common import judge_block
 from experiments import cli
-from rubric_jax.judges.spec import JudgeSpec
+from rubric_jax.judges.spec import JudgeSpec, load_judge_file
 
 JUDGES_DIR = Path(__file__).resolve().parents[1] / "configs" / "judges"
 try:  # without --judge, ml_collections parses the default file and sys.argv's --judge.FIELD overrides right here
@@ -54,10 +53,7 @@ def _overrides(flag_name: str, prefix: str = "") -> dict[str, object]:
 
 def load_file(path: Path) -> ml_collections.ConfigDict:
     """A judge config file's `get_config()` (as --judge=PATH would load it)."""
-    module_spec = importlib.util.spec_from_file_location(f"judge_config_{path.stem}", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module.get_config()
+    return load_judge_file(path)
 
 
 def _apply(block: ml_collections.ConfigDict, values: dict[str, object], source: str) -> None:

@@ -50,10 +50,13 @@ def main(argv: list[str]) -> None:
     from rubric_jax import distributed  # jax.distributed must precede any device use
 
     distributed.maybe_initialize()
+    from rubric_jax.judges.http_backend import EndpointDown
     from rubric_jax.train import checkpointing, loop
 
     try:
         loop.run(judge_config.merged(_CONFIG.value), _WORKDIR.value)
+    except EndpointDown as e:  # the served judge went away mid-run: resumable from the last checkpoint, exit 1
+        _fail(str(e), status=1)
     except (ValueError, FileNotFoundError, checkpointing.CheckpointError) as e:
         _fail(str(e))
     except loop.TrainingError as e:  # the run itself went wrong (not its input): exit 1, as a crash would

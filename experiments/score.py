@@ -18,7 +18,9 @@ dimension's calibration status goes to stderr before any scoring (--judge.requir
 unless every one is calibrated and unflagged). With --judge.store=VERDICTS.db, judge answers are read from
 that SQLite verdict store (under the judge hash) before judging and every generate call's answers are written
 to it (rubric_jax/judges/store.py): a killed or repeated run judges only what is missing (the summary's
-judge_store_hits counts the answers read, judge_prompts those generated).
+judge_store_hits counts the answers read, judge_prompts those generated). With --judge.cascade=FILE (a judge config
+file), the items the judge is uncertain of are judged again by that judge (docs/judges.md, "Cascade"): the summary's
+judge_cascade_escalated_frac is their share, judge_cascade_prompts the second judge's prompts.
 A one-line JSON summary goes to stdout: rows, mean reward, not-ok rows, failed scores per dimension
 (`failures`) and per dimension and cause (`failure_causes`, e.g. "judge_prompt_too_long",
 "judge_invalid_verdict", "regex_timeout"), the judge's counters and its hash (`judge_hash`).
@@ -46,8 +48,10 @@ from absl import app, flags
 from experiments import cli, judge_config
 from rubric_jax.calibration.pinning import check_calibration
 from rubric_jax.files import PathError, atomic_writer, check_output_path
+from rubric_jax.judges.http_backend import EndpointDown
+from rubric_jax.judges.llm_judge import escalated_frac
 from rubric_jax.judges.reward import RubricReward
-from rubric_jax.judges.spec import check_checkpoints, judge_hash, load_judges, open_verdict_store
+from rubric_jax.judges.spec import check_checkpoints, judge_hash, load_cascade, load_judges, open_verdict_store
 from rubric_jax.judges.rules import REGEX_TIMEOUT_S
 from rubric_jax.judges.store import StoreError, VerdictStore
 from rubric_jax.rubrics.io import load_rubric
@@ -122,6 +126,8 @@ def score_file(rows: list[dict[str, Any]], rubrics: list[Rubric], reward: Rubric
             examples = summary.setdefault(name, [])
             examples.extend(result.details.get(name, [])[: 5 - len(examples)])
     summary["mean_reward"] = float(np.mean(rewards))
+    if "judge_cascade_screened" in summary:  # the cascade's share of items the refining judge re-judged
+        summary["judge_cascade_escalated_frac"] = escalated_frac(summary)
     summary["not_ok"] = sum(not r["reward_ok"] for r in out_rows)
     return out_rows, summary
 
@@ -158,10 +164,11 @@ def main(argv: list[str]) -> None:
             print(line, file=sys.stderr)
         store = open_verdict_store(spec)
         judges = load_judges(spec, where="--judge")
+        refiners = load_cascade(spec, where="--judge")
         judge = judge_hash(spec)
     except (RubricError, InputError, PathError, ValueError) as e:  # StoreError too
         _fail(str(e))
-    reward = RubricReward(judges=judges, judge_spec=spec)
+    reward = RubricReward(judges=judges, judge_spec=spec, refiners=refiners)
     for rubric, source in zip(rubrics, sources):
         try:
             reward.rules_of(rubric)
@@ -172,6 +179,8 @@ def main(argv: list[str]) -> None:
         out_rows, summary = score_file(rows, rubrics, reward, _BATCH.value, jax.random.key(_SEED.value), judge, store)
     except StoreError as e:  # the store went bad mid-run: what was judged before is in it
         _fail(str(e))
+    except EndpointDown as e:  # the served judge went away: what was judged before is in the store, if any
+        _fail(str(e), status=1)
     print(json.dumps(summary, ensure_ascii=False))
     unscored = unscored_dimensions(summary)
     if unscored:

@@ -268,23 +268,29 @@ def _compile(name: str, shapes: str, lower: Callable[[], jax.stages.Lowered], be
                          hlo_stats.summarize(found), seconds, tuple(beside), per_token, tuple(found))
 
 
-def _batch(keys: Sequence[str], rows: int, length: int, mesh: jax.sharding.Mesh, prompt_len: int = 0
-           ) -> dict[str, jax.ShapeDtypeStruct]:
-    """Abstract batch arrays: [rows] advantages, [rows, prompt_len] prompt arrays, [rows, length] the rest."""
+def _batch(keys: Sequence[str], rows: int, length: int, mesh: jax.sharding.Mesh, prompt_len: int = 0,
+           prompts: int = 0) -> dict[str, jax.ShapeDtypeStruct]:
+    """Abstract batch arrays: [rows] advantages, [prompts, prompt_len] prompt arrays, [rows, length] the rest,
+    where the trainer puts them (`train_step.batch_shardings`)."""
     def shape(k: str) -> tuple[int, ...]:
-        return (rows,) if k == "advantages" else (rows, prompt_len) if k in train_step.PROMPT_KEYS else (rows, length)
+        if k in train_step.PROMPT_KEYS:
+            return prompts, prompt_len
+        return (rows,) if k == "advantages" else (rows, length)
 
-    batch_sh = sharding.batch_sharding(mesh)
-    return {k: jax.ShapeDtypeStruct(shape(k), _BATCH_DTYPES[k], sharding=batch_sh) for k in keys}
+    shapes = {k: jax.ShapeDtypeStruct(shape(k), _BATCH_DTYPES[k]) for k in keys}
+    placed = train_step.batch_shardings(shapes, mesh)
+    return {k: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=placed[k]) for k, x in shapes.items()}
 
 
 def _lower_generate(weights: loader.Weights, layout: sharding.Layout, *, prompts: int, prompt_len: int, n: int,
-                    max_new_tokens: int, sampler: str) -> jax.stages.Lowered:
-    """The sampler's program for `prompts` full-length prompts (`sampling.lower_generate`)."""
+                    max_new_tokens: int, sampler: str, response_buckets: Sequence[int] | None = None
+                    ) -> jax.stages.Lowered:
+    """The sampler's program for `prompts` full-length prompts (`sampling.lower_generate`; a rollout's output
+    rows as wide as its `response_buckets`)."""
     prompt_ids = np.ones((prompts, prompt_len), np.int32)
     return sampling.lower_generate(weights, prompt_ids, prompt_mask=np.ones_like(prompt_ids, bool), n=n,
                                    max_new_tokens=max_new_tokens, sampler=sampler, stop_tokens=[1], pad_id=_PAD_ID,
-                                   layout=layout)
+                                   layout=layout, response_buckets=response_buckets)
 
 
 def _lower_reward_model(weights: loader.Weights, layout: sharding.Layout, rows: int, length: int
@@ -380,7 +386,8 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
             lambda: sft_step.lower(sft_state, sft_batch), scorer_names)
     if "grpo" in config.stages:
         grpo = run_programs.grpo_programs(rl, policy.graphdef, shardings, mesh, settings.grpo)
-        batch = _batch(train_step.grpo_batch_keys(grpo.cfg), rollouts, response_len, mesh, prompt_len)
+        batch = _batch(train_step.grpo_batch_keys(grpo.cfg), rollouts, response_len, mesh, prompt_len,
+                       rl.questions_per_step)
         micro = (f"{rl.questions_per_step} x ({prompt_len} + {rl.group_size} x {response_len}) tokens, "
                  f"{rl.micro_batches} micro-batches")
         add("grpo_update", "GRPO update", micro, lambda: grpo.update.lower(state, batch), reference + scorer_names)
@@ -396,7 +403,7 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
             add(key, PROGRAMS[key], f"{prompts} x {spec.n} x ({prompt_len} + {spec.max_new_tokens}) tokens",
                 lambda prompts=prompts, spec=spec: _lower_generate(
                     rollout_policy, decode_layout, prompts=prompts, prompt_len=prompt_len, n=spec.n,
-                    max_new_tokens=spec.max_new_tokens, sampler=spec.sampler),
+                    max_new_tokens=spec.max_new_tokens, sampler=spec.sampler, response_buckets=spec.response_buckets),
                 beside, per_token=True)
         for name, weights in judge_weights.items():
             others = train_arrays + reference + tuple(n for n in scorer_names if n != name)

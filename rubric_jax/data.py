@@ -1,10 +1,10 @@
-"""Question and SFT datasets, the one prompt encoder and response decoder (policy, judges, CLIs), length
-buckets, a resumable shuffle, data hygiene.
+"""Question and SFT datasets, the one prompt encoder and response decoder (policy, judges, CLIs), prompt
+and SFT batches, a resumable shuffle, data hygiene.
 
 RubricRL trains on questions only (article section 5.1): this module reads them from jsonl, turns them
-into left-padded prompt batches whose lengths fall in a few buckets (so jitted steps compile a bounded
-number of times), walks them in a seeded per-epoch shuffle whose position (seed, epoch, index) is saved
-with a checkpoint, and builds cold-start SFT batches (QuRL: `<think>…</think><answer>…</answer>`
+into left-padded prompt batches whose lengths fall in a few buckets (rubric_jax/padding.py: jitted steps
+compile a bounded number of times), walks them in a seeded per-epoch shuffle whose position (seed, epoch,
+index) is saved with a checkpoint, and builds cold-start SFT batches (QuRL: `<think>…</think><answer>…</answer>`
 responses, loss on response tokens only). A question set is a jsonl file or a split of a tfds dataset
 written by `experiments.prepare_data` (rubric_jax/prepare/: PII scrubbing, dedup, difficulty mix).
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from rubric_jax import distributed, jsonl
+from rubric_jax import jsonl, padding
 from rubric_jax.jsonl import shown
 
 from rubric_jax.rubrics.schema import Dimension, Rubric, RubricError, RubricWarning, case_rubric, parse_row_rubric
@@ -259,80 +259,14 @@ def decode_responses(tokenizer: Any, result: Any, stop_tokens: Sequence[int] = (
     return texts
 
 
-# ------------------------------------------------------------------------------------------- buckets
-def power_of_two_buckets(min_len: int, max_len: int) -> tuple[int, ...]:
-    """(min_len, 2·min_len, …, max_len): both ends must be powers of two."""
-    for name, v in (("min_len", min_len), ("max_len", max_len)):
-        if v <= 0 or v & (v - 1):
-            raise DataError(f"{name} must be a positive power of two, got {v}")
-    if min_len > max_len:
-        raise DataError(f"min_len {min_len} > max_len {max_len}")
-    buckets = [min_len]
-    while buckets[-1] < max_len:
-        buckets.append(buckets[-1] * 2)
-    return tuple(buckets)
-
-
-def length_buckets(max_len: int, count: int) -> tuple[int, ...]:
-    """The padding widths of every batch the trainer builds (prompts, SFT responses, rollouts): `count`
-    power-of-two widths ending at the first power of two >= max_len (each width compiles a step function
-    once more; 1 bucket = always pad to the maximum)."""
-    if count < 1:
-        raise DataError(f"length_buckets: count must be >= 1, got {count}")
-    top = 1 << (max(max_len, 1) - 1).bit_length()
-    return power_of_two_buckets(max(top >> (count - 1), min(8, top)), top)
-
-
-def bucket_length(length: int, buckets: Sequence[int]) -> int:
-    """The smallest bucket that holds `length` tokens."""
-    for b in sorted(buckets):
-        if length <= b:
-            return b
-    raise DataError(f"length {length} is longer than the largest bucket {max(buckets)}")
-
-
-def _pad(seqs: Sequence[Sequence[int]], pad_id: int, buckets: Sequence[int],
-         left: bool, across_processes: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Pads every sequence to the bucket of the longest one (with `across_processes`, the longest of every
-    process's batch: each process must call it), on the left or on the right."""
-    if not seqs:
-        raise DataError("cannot pad an empty batch")
-    longest = max(len(s) for s in seqs)
-    if across_processes:
-        (longest,) = distributed.max_over_processes(longest)
-    try:
-        width = bucket_length(longest, buckets)
-    except DataError as e:
-        row = max(range(len(seqs)), key=lambda i: len(seqs[i]))
-        raise DataError(f"sequence {row} of the batch: {e}") from e
-    ids = np.full((len(seqs), width), pad_id, dtype=np.int32)
-    mask = np.zeros((len(seqs), width), dtype=bool)
-    for i, s in enumerate(seqs):
-        cols = slice(width - len(s), width) if left else slice(0, len(s))
-        ids[i, cols] = s
-        mask[i, cols] = True
-    return ids, mask
-
-
-def pad_left(seqs: Sequence[Sequence[int]], pad_id: int, buckets: Sequence[int], *,
-             across_processes: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Left-pads to the bucket of the longest sequence: (ids_BxP int32, mask_BxP bool, True = token)."""
-    return _pad(seqs, pad_id, buckets, left=True, across_processes=across_processes)
-
-
-def pad_right(seqs: Sequence[Sequence[int]], pad_id: int, buckets: Sequence[int], *,
-              across_processes: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Right-pads to the bucket of the longest sequence: (ids_BxR int32, mask_BxR bool, True = token)."""
-    return _pad(seqs, pad_id, buckets, left=False, across_processes=across_processes)
-
-
+# ------------------------------------------------------------------------------------------- batches
 def prompt_batch(tokenizer: Any, questions: Sequence[str], buckets: Sequence[int],
                  system_prompt: str = SYSTEM_PROMPT, *, across_processes: bool = False
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Chat-template prompts, left-padded for generation: (ids_BxP, mask_BxP); with `across_processes`
     (each process batching its own block) the width is the same on every process."""
-    return pad_left(encode_prompts(tokenizer, questions, system_prompt), tokenizer.pad_token_id, buckets,
-                    across_processes=across_processes)
+    return padding.pad_left(encode_prompts(tokenizer, questions, system_prompt), tokenizer.pad_token_id, buckets,
+                            across_processes=across_processes)
 
 
 def check_sft_lengths(tokenizer: Any, examples: Sequence[SFTExample], prompt_buckets: Sequence[int],
@@ -358,10 +292,11 @@ def sft_batch(tokenizer: Any, examples: Sequence[SFTExample], prompt_buckets: Se
     """[left-padded prompt | right-padded response+eos], the same layout a GRPO rollout has; with
     `across_processes` the widths are the same on every process."""
     pad = tokenizer.pad_token_id
-    prompt_ids, prompt_mask = pad_left(encode_prompts(tokenizer, [e.prompt for e in examples], system_prompt),
-                                       pad, prompt_buckets, across_processes=across_processes)
-    resp_ids, resp_mask = pad_right(encode_responses(tokenizer, [e.response for e in examples]), pad,
-                                    response_buckets, across_processes=across_processes)
+    prompt_ids, prompt_mask = padding.pad_left(encode_prompts(tokenizer, [e.prompt for e in examples],
+                                                              system_prompt), pad, prompt_buckets,
+                                               across_processes=across_processes)
+    resp_ids, resp_mask = padding.pad_right(encode_responses(tokenizer, [e.response for e in examples]), pad,
+                                            response_buckets, across_processes=across_processes)
     return SFTBatch(
         tokens_BxT=np.concatenate([prompt_ids, resp_ids], axis=1),
         input_mask_BxT=np.concatenate([prompt_mask, resp_mask], axis=1),

@@ -464,10 +464,12 @@ def sequence_logprobs(
     return shift_right(logp_next_BxT), shift_right(ent_next_BxT)
 
 
-def response_targets(prompt_mask_BxP: jax.Array, response_mask_BxR: jax.Array) -> jax.Array:
-    """Response tokens that have a real predecessor [B, R] (the last prompt token for entry 0): the
-    entries `shared_prompt_logprobs` defines. Responses are right-padded; prompts may be padded either way."""
-    first_B1 = jnp.any(prompt_mask_BxP, axis=-1, keepdims=True)
+def response_targets(prompt_mask_UxP: jax.Array, response_mask_BxR: jax.Array) -> jax.Array:
+    """Response tokens that have a real predecessor [B, R] (the last prompt token for entry 0) of B = U·G
+    responses, rows u·G .. u·G + G − 1 continuing prompt u: the entries `shared_prompt_logprobs` defines.
+    Responses are right-padded; prompts may be padded either way."""
+    group = response_mask_BxR.shape[0] // prompt_mask_UxP.shape[0]
+    first_B1 = jnp.repeat(jnp.any(prompt_mask_UxP, axis=-1), group)[:, None]
     return response_mask_BxR & jnp.concatenate([first_B1, response_mask_BxR[:, :-1]], axis=1)
 
 
@@ -496,5 +498,5 @@ def shared_prompt_logprobs(
     h_pred_BxRxD = jnp.concatenate([jnp.repeat(h_last_UxD, group, axis=0)[:, None], h_BxRxD[:, :-1]], axis=1)
     logp_BxR, ent_BxR = chunked_token_logprobs(h_pred_BxRxD, response_BxR, model.vocab_slice, model.cfg.vocab_size,
                                                chunk_size, temperature)
-    valid_BxR = response_targets(jnp.repeat(prompt_mask_UxP, group, axis=0), response_mask_BxR)
+    valid_BxR = response_targets(prompt_mask_UxP, response_mask_BxR)
     return jnp.where(valid_BxR, logp_BxR, 0.0), jnp.where(valid_BxR, ent_BxR, 0.0)

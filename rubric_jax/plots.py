@@ -87,6 +87,13 @@ PLOTS: tuple[PlotSpec, ...] = (
              r"^(eval|golden|golden/reference)/reward_mean$|^golden/reward/", stages=("eval",), requires="^golden/"),
     PlotSpec("golden_agreement.png", "Golden set: judge vs labels on the reference answers", "Spearman rho",
              r"^golden/spearman/", stages=("eval",), threshold="min_golden_spearman"),
+    PlotSpec("audit_agreement.png", "Training vs audit judge on eval responses: Spearman and quadratic kappa",
+             "agreement", r"^audit/(spearman|kappa)/", stages=("eval",),
+             threshold="min_audit_agreement"),
+    PlotSpec("audit_gap.png", "Score gap on eval responses: training judge minus audit judge",
+             "normalised score gap", r"^audit/gap/[^/]+$", stages=("eval",)),
+    PlotSpec("audit_gap_rise.png", "Audit gap rise over the window of audits", "change in gap",
+             r"^audit/gap/[^/]+/rise$", stages=("eval",), threshold="max_audit_gap_rise"),
     PlotSpec("sft_loss.png", "Cold-start SFT loss", "NLL (nats per response token)", r"^loss$", stages=("sft",),
              xlabel="SFT step"),
 )

@@ -30,15 +30,18 @@ Conventions (what the GRPO trainer relies on):
     every slot after it holds `pad_id` with log-prob 0. finish_reason is "stop" when a stop token was
     emitted, else "length" (max_new_tokens reached).
   * Row b * n + j of every output is sample j of prompt b.
-  * Prompt length, response length and batch are padded up to buckets (`bucket_size`), and jitted
-    functions are cached per (graphdef, sampler, response bucket, prefill chunk, decode block, n,
-    layout); stop tokens, pad id, max_new_tokens and the prompt width are runtime data. Repeated calls within one bucket reuse one
+  * Prompt length, response length and batch are padded up to buckets (`padding.bucket_size`; the output
+    rows to the caller's `response_buckets` where given), and jitted functions are cached per (graphdef,
+    sampler, response buckets, prefill chunk, decode block, n, layout); stop tokens, pad id, max_new_tokens and the prompt width are runtime data. Repeated calls within one bucket reuse one
     compiled program; `TRACES` counts traces per function (tests assert on it).
   * Placement is the caller's: `generate` is given `Weights` and the `sharding.Layout` they live in
     (usually the decode layout, `sharding.decode_layout`), checks every parameter's sharding and dtype
     against it and raises naming the first misplaced one; it never moves parameters. Rows are sharded
     like the layout's batch (the prompt bucket U is rounded up to a multiple of data * fsdp), the prompt and
     response caches like the batch and over KV heads on `tensor`.
+  * `sample` leaves its outputs on the device (`Samples`, rows like the layout's batch): a rollout builds its
+    training batch from them there and fetches only the tokens and lengths its judges read (`host_result`);
+    `generate` is `sample` then `host_result`.
   * Multi-process: every process passes its own prompts (equally many), which become its block of the
     global batch, and gets back its own rows (`distributed.global_batch` / `local_rows`); only the
     padded shapes are agreed on across hosts, no rows cross them.
@@ -59,7 +62,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx, struct
 
-from rubric_jax import distributed, loader, sharding
+from rubric_jax import distributed, loader, padding, sharding
 from rubric_jax.models.transformer import (KVCache, Params, SharedPrefix, has_layer_stack, init_cache,
                                            padding_to_positions, stack_layers, unstack_layers)
 
@@ -70,19 +73,6 @@ FINISH_STOP, FINISH_LENGTH = "stop", "length"
 PREFILL_CHUNK = 128
 # Smallest step between decode attention windows (response slots); see `decode_windows`.
 DECODE_BLOCK = 128
-
-
-def bucket_size(n: int) -> int:
-    """Smallest bucket >= n among 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (powers of two and 1.5x them)."""
-    if n < 1:
-        raise ValueError(f"bucket_size needs n >= 1, got {n}")
-    power = 1
-    while True:
-        if n <= power:
-            return power
-        if power >= 2 and n <= power * 3 // 2:
-            return power * 3 // 2
-        power *= 2
 
 
 # ------------------------------------------------------------------------------------------ samplers
@@ -202,45 +192,11 @@ class GenerationResult:
     """Host-side outputs; row b * n + j is sample j of prompt b."""
 
     tokens: np.ndarray  # [B*n, max_new_tokens] int32, response only, pad_id after the end
-    logprobs: np.ndarray  # [B*n, max_new_tokens] float32, log softmax(logits / T) of each token, 0 after the end
+    logprobs: np.ndarray | None  # [B*n, max_new_tokens] float32, log softmax(logits / T) of each token, 0 after
+    # the end; None where they were left on the device (`host_result(..., logprobs=False)`)
     lengths: np.ndarray  # [B*n] int32, generated tokens including the stop token
     finish_reason: np.ndarray  # [B*n] str, "stop" | "length"
     num_steps: int  # tokens generated per row by the loop (< max_new_tokens when all rows stopped early)
-
-
-def left_pad(prompt_ids: Sequence[Sequence[int]] | np.ndarray, pad_id: int,
-             prompt_mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Prompts as left-padded int32 [B, T] tokens and a bool mask (True = real token).
-
-    Either ragged rows (a list of lists, no mask), or a 2-D array with its `prompt_mask` [B, T] whose
-    real tokens form one block ending at the last column per row. The mask is never guessed from
-    `pad_id`: a prompt may contain the pad id as a real token.
-    """
-    if prompt_mask is None and isinstance(prompt_ids, np.ndarray):
-        raise ValueError("prompt_ids is an array: pass its prompt_mask too (padding is never guessed from pad_id)")
-    if prompt_mask is not None:
-        tokens, mask = np.asarray(prompt_ids).astype(np.int32), np.asarray(prompt_mask)
-        if tokens.ndim != 2 or mask.shape != tokens.shape or mask.dtype != np.bool_:
-            raise ValueError(f"prompt_ids {tokens.shape} and prompt_mask {mask.shape} {mask.dtype} must be "
-                             "2-D [batch, length] of the same shape, the mask boolean")
-        not_left_padded = np.flatnonzero((mask[:, :-1] & ~mask[:, 1:]).any(axis=1))
-        if not_left_padded.size:
-            raise ValueError(f"prompt_mask rows {not_left_padded[:8].tolist()} are not left-padded (real tokens "
-                             "must form one block ending at the last column)")
-    else:
-        rows = [list(map(int, row)) for row in prompt_ids]
-        width = max((len(r) for r in rows), default=0)
-        tokens = np.full((len(rows), width), pad_id, np.int32)
-        mask = np.zeros((len(rows), width), bool)
-        for i, row in enumerate(rows):
-            tokens[i, width - len(row):] = row
-            mask[i, width - len(row):] = True
-    if tokens.shape[0] == 0:
-        raise ValueError("prompt_ids is empty: need at least one prompt")
-    empty = np.flatnonzero(~mask.any(axis=1))
-    if empty.size:
-        raise ValueError(f"prompt_ids rows {empty[:8].tolist()} are empty (only padding)")
-    return tokens, mask
 
 
 def _emit(state: SamplingState, logits_BxV: jax.Array, sampler: Sampler, stop_S: jax.Array,
@@ -356,10 +312,10 @@ def _cache_sharding(layout: sharding.Layout, cache: KVCache) -> Any:
 
 
 @functools.lru_cache(maxsize=64)
-def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, prefill_chunk: int,
-                 decode_block: int, n: int, layout: sharding.Layout):
-    """The jitted prefill + decode program for one (model graph, sampler, R bucket, chunk, decode block,
-    n, layout).
+def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, cache_slots: int,
+                 prefill_chunk: int, decode_block: int, n: int, layout: sharding.Layout):
+    """The jitted prefill + decode program for one (model graph, sampler, R bucket of the outputs, response
+    cache bucket, chunk, decode block, n, layout).
 
     Each distinct prompt is prefilled once into the prompt cache, which its n samples (rows u * n + j) then
     decode over as a `SharedPrefix`, each row writing its own response cache. Both run over per-layer weights
@@ -386,7 +342,7 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
         batch = prompts * n
         h_BxD = jnp.repeat(h_UxD, n, axis=0)
         logits_BxV = model.logits_from_hidden(h_BxD[:, None])[:, 0]
-        windows = decode_windows(response_slots, decode_block)
+        windows = decode_windows(cache_slots, decode_block)
         state = SamplingState(
             step=jnp.int32(0),
             tokens_BxR=jnp.full((batch, response_slots), pad_id, jnp.int32),
@@ -424,8 +380,8 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
 
 def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.ndarray,
              prompt_mask: np.ndarray | None, *, key: jax.Array, n: int, max_new_tokens: int, sampler: str,
-             stop_tokens: Sequence[int], pad_id: int, layout: sharding.Layout | None
-             ) -> tuple[Any, tuple, tuple, int]:
+             stop_tokens: Sequence[int], pad_id: int, layout: sharding.Layout | None,
+             response_buckets: Sequence[int] | None = None) -> tuple[Any, tuple, tuple, int]:
     """Checks arguments and placement; returns the jitted program, its host inputs (after the params),
     their shardings, and the row count."""
     if n < 1:
@@ -435,7 +391,7 @@ def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
     parsed = parse_sampler(sampler)
     layout = layout or sharding.single_device_layout()
     loader.check_placement(weights, layout, what="generate")
-    tokens, mask = left_pad(prompt_ids, pad_id, prompt_mask)
+    tokens, mask = padding.left_padded(prompt_ids, pad_id, prompt_mask)
     prompts, width = tokens.shape
     longest = int(mask.sum(axis=1).max()) + max_new_tokens
     if longest > weights.cfg.max_position_embeddings:
@@ -449,23 +405,30 @@ def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
         raise ValueError(f"generate: this process has {prompts} prompts, another {most_prompts}; every process "
                          "must pass equally many")
     local_multiple = max(1, layout.batch_multiple // jax.process_count())
-    padded_prompts = -(-bucket_size(prompts) // local_multiple) * local_multiple
-    prompt_slots = bucket_size(width)
-    # Prompts end at slot width - 1 (the longest across processes) and responses start at slot width, so
-    # the filled slots are a prefix of the cache; bucket padding goes after them, and extra prompts copy
-    # prompt 0 (their samples start finished).
-    tokens_UxP = np.full((padded_prompts, prompt_slots), pad_id, np.int32)
-    mask_UxP = np.zeros((padded_prompts, prompt_slots), bool)
-    start = width - tokens.shape[1]
-    tokens_UxP[:prompts, start:width], mask_UxP[:prompts, start:width] = tokens, mask
-    tokens_UxP[prompts:], mask_UxP[prompts:] = tokens_UxP[0], mask_UxP[0]
+    padded_prompts = -(-padding.bucket_size(prompts) // local_multiple) * local_multiple
+    prompt_slots = padding.bucket_size(width)
+    if (padded_prompts, prompt_slots) == tokens.shape:  # already padded to a bucket (a rollout's prompt batch)
+        tokens_UxP, mask_UxP = tokens, mask
+    else:  # Prompts end at slot width - 1 (the longest across processes) and responses start at slot width, so
+        # the filled slots are a prefix of the cache; bucket padding goes after them, and extra prompts copy
+        # prompt 0 (their samples start finished).
+        tokens_UxP = np.full((padded_prompts, prompt_slots), pad_id, np.int32)
+        mask_UxP = np.zeros((padded_prompts, prompt_slots), bool)
+        start = width - tokens.shape[1]
+        tokens_UxP[:prompts, start:width], mask_UxP[:prompts, start:width] = tokens, mask
+        tokens_UxP[prompts:], mask_UxP[prompts:] = tokens_UxP[0], mask_UxP[0]
     live_B = np.arange(padded_prompts * n) < prompts * n
 
     # Stop ids are data, not part of the compiled program: padded with -1 (never a token) to a bucket of
     # at least 4, so the usual few stop ids never change the program's shapes.
-    stop_S = np.full(bucket_size(max(len(stop_tokens), 4)), -1, np.int32)
+    stop_S = np.full(padding.bucket_size(max(len(stop_tokens), 4)), -1, np.int32)
     stop_S[:len(stop_tokens)] = stop_tokens
-    run = _generate_fn(weights.graphdef, parsed, bucket_size(max_new_tokens), prefill_chunk_size(prompt_slots),
+    # The response cache is the sampler's own bucket of max_new_tokens; the output rows are as wide as the
+    # caller's response bucket (a rollout's: its training batch is then a column prefix of them).
+    cache_slots = padding.bucket_size(max_new_tokens)
+    response_slots = cache_slots if response_buckets is None else padding.bucket_length(max_new_tokens,
+                                                                                         response_buckets)
+    run = _generate_fn(weights.graphdef, parsed, response_slots, cache_slots, prefill_chunk_size(prompt_slots),
                        DECODE_BLOCK, n, layout)
     # Host inputs go rows like the batch (this process's rows are its block of the global batch), the rest
     # replicated; `generate` places them, parameters are never moved.
@@ -476,6 +439,54 @@ def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
     return run, inputs, (rows,) * 3 + (rest,) * 5, prompts * n
 
 
+@struct.dataclass
+class Samples:
+    """`sample`'s outputs, left on the device: global arrays with rows like the layout's batch, process p's
+    rows its block (its `rows` real rows first, then bucket padding); row u * n + j is sample j of prompt u.
+    The prompts are the sampler's own placed inputs, so a rollout's training batch reuses them."""
+
+    prompt_UxP: jax.Array  # int32 [U, P], left-padded (U: every process's block of prompts, padded)
+    prompt_mask_UxP: jax.Array  # bool [U, P]
+    tokens_BxR: jax.Array  # int32 [U * n, R] (R response slots >= max_new_tokens), pad_id after the end
+    logprobs_BxR: jax.Array  # float32 [U * n, R], log softmax(logits / T) of each token, 0 after the end
+    lengths_B: jax.Array  # int32 [U * n], generated tokens including the stop token
+    stopped_B: jax.Array  # bool [U * n], a stop token was emitted
+    num_steps: jax.Array  # int32 []: tokens generated per row by the loop
+    rows: int = struct.field(pytree_node=False)  # this process's real rows (its prompts x n)
+    max_new_tokens: int = struct.field(pytree_node=False)
+
+
+def sample(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.ndarray, *,
+           prompt_mask: np.ndarray | None = None, key: jax.Array, n: int = 1, max_new_tokens: int,
+           sampler: str = "greedy", stop_tokens: Sequence[int], pad_id: int, layout: sharding.Layout | None = None,
+           response_buckets: Sequence[int] | None = None) -> Samples:
+    """`generate` without the fetch: the samples stay on the device (`host_result` fetches them). The response
+    slots are the smallest of `response_buckets` (default: `padding.bucket_size`) holding max_new_tokens, so a
+    training batch padded to one of those buckets is a column prefix of them."""
+    run, inputs, placements, rows = _prepare(weights, prompt_ids, prompt_mask, key=key, n=n,
+                                             max_new_tokens=max_new_tokens, sampler=sampler, stop_tokens=stop_tokens,
+                                             pad_id=pad_id, layout=layout, response_buckets=response_buckets)
+    prompt_UxP, mask_UxP, live_B = distributed.global_batch(inputs[:3], placements[0])
+    out = run(weights.params, prompt_UxP, mask_UxP, live_B, *distributed.replicate(inputs[3:], placements[3]))
+    return Samples(prompt_UxP, mask_UxP, out.tokens_BxR, out.logprobs_BxR, out.lengths_B, out.stopped_B, out.step,
+                   rows, max_new_tokens)
+
+
+def host_result(samples: Samples, *, logprobs: bool = True) -> GenerationResult:
+    """This process's rows of `samples` on the host (tokens cut at max_new_tokens); without `logprobs` (a
+    rollout, whose log-probs stay on the device for the training batch) they are not fetched (None)."""
+    rows, cols = samples.rows, samples.max_new_tokens
+    fetched = [samples.tokens_BxR, samples.lengths_B, samples.stopped_B] + ([samples.logprobs_BxR] if logprobs else [])
+    tokens, lengths, stopped, *logp = (distributed.local_rows(x) for x in fetched)
+    return GenerationResult(
+        tokens=tokens[:rows, :cols],
+        logprobs=logp[0][:rows, :cols] if logprobs else None,
+        lengths=lengths[:rows],
+        finish_reason=np.where(stopped[:rows], FINISH_STOP, FINISH_LENGTH),
+        num_steps=int(distributed.host_array(samples.num_steps)),
+    )
+
+
 def generate(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.ndarray, *,
              prompt_mask: np.ndarray | None = None, key: jax.Array, n: int = 1, max_new_tokens: int,
              sampler: str = "greedy", stop_tokens: Sequence[int], pad_id: int,
@@ -483,32 +494,20 @@ def generate(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
     """Samples n responses per prompt from `weights`, which must already live in `layout` (default: one
     device) in their config's dtype; see the module docstring for conventions. In a multi-process job
     every process calls it with its own prompts (equally many) and gets its own rows back."""
-    run, inputs, placements, rows = _prepare(weights, prompt_ids, prompt_mask, key=key, n=n,
-                                             max_new_tokens=max_new_tokens, sampler=sampler, stop_tokens=stop_tokens,
-                                             pad_id=pad_id, layout=layout)
-    out = run(weights.params, *distributed.global_batch(inputs[:3], placements[0]),
-              *distributed.replicate(inputs[3:], placements[3]))
-    out_tokens, out_logprobs, lengths, stopped = (distributed.local_rows(x) for x in (
-        out.tokens_BxR, out.logprobs_BxR, out.lengths_B, out.stopped_B))
-    steps = distributed.host_array(out.step)
-    return GenerationResult(
-        tokens=out_tokens[:rows, :max_new_tokens],
-        logprobs=out_logprobs[:rows, :max_new_tokens],
-        lengths=lengths[:rows],
-        finish_reason=np.where(stopped[:rows], FINISH_STOP, FINISH_LENGTH),
-        num_steps=int(steps),
-    )
+    return host_result(sample(weights, prompt_ids, prompt_mask=prompt_mask, key=key, n=n,
+                              max_new_tokens=max_new_tokens, sampler=sampler, stop_tokens=stop_tokens, pad_id=pad_id,
+                              layout=layout))
 
 
 def lower_generate(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.ndarray, *,
                    prompt_mask: np.ndarray | None = None, n: int = 1, max_new_tokens: int, sampler: str = "greedy",
-                   stop_tokens: Sequence[int], pad_id: int, layout: sharding.Layout | None = None
-                   ) -> jax.stages.Lowered:
-    """The program `generate` would run for these arguments, lowered and not run (`.compile()` it to
-    read its HLO or memory); `weights` may be abstract (`loader.abstract_weights`) and the layout's
+                   stop_tokens: Sequence[int], pad_id: int, layout: sharding.Layout | None = None,
+                   response_buckets: Sequence[int] | None = None) -> jax.stages.Lowered:
+    """The program `sample` (and `generate`) would run for these arguments, lowered and not run (`.compile()`
+    it to read its HLO or memory); `weights` may be abstract (`loader.abstract_weights`) and the layout's
     devices those of a compile-only topology (nothing is placed on them)."""
     run, inputs, placements, _ = _prepare(weights, prompt_ids, prompt_mask, key=jax.random.key(0), n=n,
                                           max_new_tokens=max_new_tokens, sampler=sampler, stop_tokens=stop_tokens,
-                                          pad_id=pad_id, layout=layout)
+                                          pad_id=pad_id, layout=layout, response_buckets=response_buckets)
     return run.lower(weights.params, *(jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s)
                                        for x, s in zip(inputs, placements)))

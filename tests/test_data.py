@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from rubric_jax import data
+from rubric_jax import data, padding
 from rubric_jax.assets import TINY_DIR
 from rubric_jax.rubrics.schema import (Aggregation, Anchor, ChangelogEntry, Dimension, Rubric, RubricWarning, Scale,
                                        rubric_to_dict)
@@ -140,39 +140,8 @@ def test_encode_responses_appends_eos(tokenizer):
     assert ids[-1] == tokenizer.eos_token_id and ids[0] == tokenizer.convert_tokens_to_ids("<think>")
 
 
-# -------------------------------------------------------------------------------------------- buckets
-def test_length_buckets():
-    assert data.length_buckets(96, 1) == (128,)
-    assert data.length_buckets(128, 3) == (32, 64, 128)
-    assert data.length_buckets(20, 3) == (8, 16, 32)
-    with pytest.raises(data.DataError, match="length_buckets"):
-        data.length_buckets(64, 0)
-
-
-def test_power_of_two_buckets_and_bucket_length():
-    assert data.power_of_two_buckets(16, 128) == (16, 32, 64, 128)
-    assert data.power_of_two_buckets(8, 8) == (8,)
-    assert [data.bucket_length(n, (16, 32, 64)) for n in (1, 16, 17, 64)] == [16, 16, 32, 64]
-    with pytest.raises(data.DataError, match="longer than the largest bucket 64"):
-        data.bucket_length(65, (16, 32, 64))
-    with pytest.raises(data.DataError, match="max_len must be a positive power of two"):
-        data.power_of_two_buckets(16, 96)
-
-
-def test_pad_left_and_right_hand_computed():
-    ids, mask = data.pad_left([[5, 6, 7], [8]], pad_id=0, buckets=(2, 4, 8))
-    np.testing.assert_array_equal(ids, [[0, 5, 6, 7], [0, 0, 0, 8]])
-    np.testing.assert_array_equal(mask, [[0, 1, 1, 1], [0, 0, 0, 1]])
-    assert ids.dtype == np.int32 and mask.dtype == bool
-    ids, mask = data.pad_right([[5, 6, 7], [8]], pad_id=9, buckets=(2, 4, 8))
-    np.testing.assert_array_equal(ids, [[5, 6, 7, 9], [8, 9, 9, 9]])
-    np.testing.assert_array_equal(mask, [[1, 1, 1, 0], [1, 0, 0, 0]])
-    with pytest.raises(data.DataError, match="sequence 1 of the batch: length 9"):
-        data.pad_left([[1], list(range(9))], 0, (4, 8))
-
-
 def test_prompt_batch_lengths_fall_in_buckets(tokenizer):
-    buckets = data.power_of_two_buckets(16, 128)
+    buckets = padding.power_of_two_buckets(16, 128)
     ids, mask = data.prompt_batch(tokenizer, ["hi", "How do I get a refund for my order?"], buckets)
     assert ids.shape[1] in buckets and mask[:, -1].all()  # left padding: last column is always a token
     assert (ids[~mask] == tokenizer.pad_token_id).all()
@@ -185,13 +154,13 @@ def test_sft_batch_masks_response_tokens_only(tokenizer):
     batch = data.sft_batch(tokenizer, examples, (16, 32, 64), (8, 16, 32))
     prompts = data.encode_prompts(tokenizer, [e.prompt for e in examples])
     responses = data.encode_responses(tokenizer, [e.response for e in examples])
-    P = data.bucket_length(max(map(len, prompts)), (16, 32, 64))
+    P = padding.bucket_length(max(map(len, prompts)), (16, 32, 64))
     for b in range(2):
         row, inp, loss = batch.tokens_BxT[b], batch.input_mask_BxT[b], batch.loss_mask_BxT[b]
         assert row[inp].tolist() == prompts[b] + responses[b]
         assert row[loss].tolist() == responses[b]  # the eos is a target; no prompt token is
         assert not loss[:P].any() and inp[P - len(prompts[b]):P].all() and not inp[:P - len(prompts[b])].any()
-    assert batch.tokens_BxT.shape[1] == P + data.bucket_length(max(map(len, responses)), (8, 16, 32))
+    assert batch.tokens_BxT.shape[1] == P + padding.bucket_length(max(map(len, responses)), (8, 16, 32))
 
 
 def test_sft_lengths_are_checked_before_training_naming_file_and_line(tmp_path, tokenizer):

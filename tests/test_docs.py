@@ -94,6 +94,9 @@ RUN_BY: dict[str, RunBy] = {
     "--compare=tests/fixtures/calibration/rubric_b.yaml --labels=tests/fixtures/calibration/labels.jsonl "
     "--out=runs/compare":
         RunBy(("tests/calibration/test_labelling_rounds.py::test_compare_cli_writes_both_versions_side_by_side",)),
+    "./launch.sh experiments.calibrate --red_team --rubric=rubric_jax/assets/tiny/rubric.yaml "
+    "--labels=tests/fixtures/red_team/politeness.jsonl --judge=configs/judges/tiny.py --out=runs/red_team/tiny_judge":
+        RunBy(("tests/experiments/test_calibrate_red_team.py::test_docs_red_team_of_the_tiny_judge_reports_a_rate_per_dimension",)),
     "./launch.sh experiments.distill_judge --out=runs/judge_template --rubric=rubric_jax/assets/tiny/rubric.yaml "
     "--dimensions=template --teacher=rules --student_config=rubric_jax/assets/tiny_judge/config.json "
     "--tokenizer=rubric_jax/assets/tiny_judge --student_prompt=compact":
@@ -163,6 +166,11 @@ RUN_BY: dict[str, RunBy] = {
     "./launch.sh experiments.score --rubric=rubric_jax/assets/tiny/rubric.yaml --responses=tests/fixtures/store/rows.jsonl "
     "--out=runs/scored_store.jsonl --judge=configs/judges/tiny.py --judge.store=runs/verdicts.db":
         RunBy(("tests/experiments/test_store_cli.py::test_the_documented_store_example_judges_nothing_the_second_time",)),
+    "./launch.sh experiments.score --rubric=rubric_jax/assets/tiny/rubric.yaml --responses=tests/fixtures/store/rows.jsonl "
+    "--out=runs/scored_cascade.jsonl --judge=configs/judges/tiny.py --judge.samples=3 "
+    "--judge.cascade=configs/judges/tiny_fixed.py":
+        RunBy(("tests/experiments/test_cascade_cli.py::test_the_documented_cascade_scores_and_reports_what_it_escalated",),
+              replaced=("--out",)),
     # docs/sweeps.md
     "./launch.sh experiments.sweep --config=configs/tiny.py --workdir=runs/tiny_sweep":
         RunBy(("tests/test_sweeps.py::test_sweep_summary_matches_each_variants_metrics",),
@@ -281,6 +289,8 @@ READS_THE_PAGE = (
     "tests/test_docs.py::test_the_scoring_example_scores_every_row",
     "tests/experiments/test_store_cli.py::test_the_documented_store_example_judges_nothing_the_second_time",
     "tests/test_docs.py::test_the_cli_reference_is_what_the_code_defines",
+    "tests/experiments/test_calibrate_red_team.py::test_docs_red_team_of_the_tiny_judge_reports_a_rate_per_dimension",
+    "tests/experiments/test_cascade_cli.py::test_the_documented_cascade_scores_and_reports_what_it_escalated",
 )
 
 

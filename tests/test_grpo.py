@@ -480,7 +480,7 @@ def test_shared_prompt_logprobs_equal_the_per_row_forward(padding, scan_layers):
     case, (tokens, mask) = _shared_prompt_case(padding)
     shared, per_row = _both_logprobs(graphdef)
     got, want = shared(state, case), per_row(state, tokens, mask)
-    targets = grpo.response_targets(jnp.repeat(case[1], 3, axis=0), case[3])
+    targets = grpo.response_targets(case[1], case[3])
     np.testing.assert_array_equal(targets, case[3])  # every real response token is predicted
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert float(jnp.abs(got).min(where=targets, initial=jnp.inf)) > 1e-3  # real log-probs, not zeros
@@ -497,7 +497,7 @@ def test_fused_attention_log_probs_and_gradients_equal_the_einsum_attention(padd
     graphdef, state = nnx.split(einsum)
     fused_graphdef = nnx.split(nnx.merge(*random_model(einsum.cfg.replace(attention="xla"), std=0.3)))[0]
     case, (tokens, mask) = _shared_prompt_case(padding)
-    targets = np.asarray(grpo.response_targets(jnp.repeat(case[1], 3, axis=0), case[3]))
+    targets = np.asarray(grpo.response_targets(case[1], case[3]))
     advantages, _ = grpo.group_advantages(jnp.arange(9.0) % 4, 3)
     cfg = grpo.GRPOConfig(group_size=3, kl_coef=0.05)
     per_row = {name: _both_logprobs(g)[1] for name, g in (("einsum", graphdef), ("fused", fused_graphdef))}

@@ -17,7 +17,8 @@ PNG = b"\x89PNG\r\n\x1a\n"
 ALL_PLOTS = {spec.filename for spec in plots.PLOTS}
 MONITOR_PLOTS = {"template_share.png", "length_drift.png", "saturation.png", "saturation_rise.png", "redundancy.png",
                  "score_variance.png", "reward_length_corr.png", "judge_parse_failure.png", "missing_scores.png",
-                 "golden_reward.png", "golden_agreement.png"}
+                 "golden_reward.png", "golden_agreement.png", "audit_agreement.png", "audit_gap.png",
+                 "audit_gap_rise.png"}
 
 
 def _write_run(workdir: Path, rows: list[dict]) -> Path:
@@ -36,7 +37,9 @@ def _judged_run(workdir: Path) -> Path:
             rows.append({"step": s, "time": 110.0 + s, "stage": "eval", "eval/reward_mean": 0.1 * s,
                          "eval/reward/format": 1.0, "eval/reward/helpful": 0.05 * s, "eval/response_len/mean": 30.0,
                          "eval/judge_invalid": 1, "golden/reward_mean": 0.1, "golden/reward/helpful": 0.2,
-                         "golden/reference/reward_mean": 0.9, "golden/spearman/helpful": 0.5})
+                         "golden/reference/reward_mean": 0.9, "golden/spearman/helpful": 0.5,
+                         "audit/spearman/helpful": 0.8 - 0.1 * s, "audit/kappa/helpful": 0.7 - 0.1 * s,
+                         "audit/gap/helpful": 0.05 * s, "audit/gap/helpful/rise": 0.05 * s})
         if s:
             rows.append({"step": s, "time": 110.0 + s, "stage": "grpo", "reward/mean": 0.2 * s, "reward/format": 1.0,
                          "reward/helpful": 0.1 * s, "kl": 0.001 * s, "clip_frac": 0.02, "clip_frac_low": 0.01,

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rubric_jax import hlo_stats, loader, sampling, sharding
+from rubric_jax import hlo_stats, loader, padding, sampling, sharding
 from rubric_jax.train import step as train_step
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.models.transformer import causal_padding_mask, padding_to_positions
@@ -103,7 +103,7 @@ def test_a_prompt_may_contain_the_pad_id_as_a_real_token(model):
     """The prompt mask travels with the ids (never re-derived from pad_id): a real token equal to the
     pad id at the start of a prompt is attended to and counted in the positions."""
     prompts = [[PAD, 6, PAD], [9, 10]]
-    ids, mask = sampling.left_pad(prompts, PAD)
+    ids, mask = padding.left_padded(prompts, PAD)
     result = sampling.generate(model, ids, prompt_mask=mask, key=jax.random.key(0), max_new_tokens=4,
                                stop_tokens=[], pad_id=PAD)
     for b, prompt in enumerate(prompts):
@@ -159,7 +159,7 @@ def test_prompts_of_any_width_in_a_bucket_decode_like_full_recompute(model, monk
 def _teacher_forced(weights, prompts, result, pad_id, temperature):
     """Teacher-forced log-probs (the trainer's function, each prompt once) of each response token at
     `temperature`, after the left-padded prompt."""
-    tokens, mask = sampling.left_pad(prompts, pad_id)
+    tokens, mask = padding.left_padded(prompts, pad_id)
     n = len(result.tokens) // len(prompts)
     response_mask = np.arange(result.tokens.shape[1])[None, :] < result.lengths[:, None]
     logprobs_fn = train_step.jit_rollout_logprobs(weights.graphdef, group_size=n, temperature=temperature)
@@ -198,6 +198,23 @@ def test_no_retrace_within_a_bucket(model):
     assert result.tokens.shape == (8, 11)
     run([[2] * 7, [3] * 2, [4] * 4, [5]], 9)  # width 7 is in the next prompt bucket
     assert sampling.TRACES["generate"] == before + 1
+
+
+def test_sample_leaves_a_rollout_on_the_device_in_its_response_bucket(model):
+    """`sample` keeps its rows on the device, as wide as the caller's response bucket (16 for 9 new tokens, not
+    the sampler's own 12), bit for bit what `generate` fetches: its decode cache stays the sampler's bucket."""
+    kwargs = dict(key=jax.random.key(5), n=2, max_new_tokens=9, sampler="temperature(0.8)", stop_tokens=[STOP],
+                  pad_id=PAD)
+    expected = sampling.generate(model, PROMPTS, **kwargs)
+    samples = sampling.sample(model, PROMPTS, response_buckets=(8, 16), **kwargs)
+    assert isinstance(samples.tokens_BxR, jax.Array) and samples.tokens_BxR.shape == (8, 16)
+    assert samples.prompt_UxP.shape == (4, padding.bucket_size(max(map(len, PROMPTS))))
+    got = sampling.host_result(samples)
+    np.testing.assert_array_equal(got.tokens, expected.tokens)
+    np.testing.assert_array_equal(got.logprobs, expected.logprobs)
+    np.testing.assert_array_equal(got.lengths, expected.lengths)
+    np.testing.assert_array_equal(np.asarray(samples.tokens_BxR)[:, 12:], PAD)
+    assert sampling.host_result(samples, logprobs=False).logprobs is None
 
 
 def test_decode_loop_copies_no_layer_weight_per_token(model):
@@ -366,26 +383,9 @@ def test_parse_sampler():
             parse(bad)
 
 
-def test_bucket_size_and_left_pad():
-    assert [sampling.bucket_size(n) for n in (1, 2, 3, 4, 5, 6, 7, 9, 13, 17, 100)] == [
-        1, 2, 3, 4, 6, 6, 8, 12, 16, 24, 128]
+def test_prefill_chunk_size():
     assert sampling.PREFILL_CHUNK == 128
     assert [sampling.prefill_chunk_size(p) for p in (6, 32, 128, 192, 256, 1024, 1536)] == [6, 32, 128, 64, 128, 128, 128]
-    tokens, mask = sampling.left_pad([[4, 5], [6], [7, 8, 9]], pad_id=0)
-    np.testing.assert_array_equal(tokens, [[0, 4, 5], [0, 0, 6], [7, 8, 9]])
-    np.testing.assert_array_equal(mask, tokens != 0)
-    # An array comes with its mask: the pad id is a real token wherever the mask says so.
-    ids = np.asarray([[0, 0, 4, 0], [0, 0, 0, 5]])
-    given = np.asarray([[False, False, True, True], [False, True, True, True]])
-    tokens, mask = sampling.left_pad(ids, pad_id=0, prompt_mask=given)
-    np.testing.assert_array_equal(tokens, ids)
-    np.testing.assert_array_equal(mask, given)
-    with pytest.raises(ValueError, match="pass its prompt_mask"):
-        sampling.left_pad(ids, pad_id=0)
-    with pytest.raises(ValueError, match=r"rows \[0\] are not left-padded"):
-        sampling.left_pad(ids, pad_id=0, prompt_mask=np.asarray([[True, False, True, True], [True] * 4]))
-    with pytest.raises(ValueError, match="rows \\[1\\] are empty"):
-        sampling.left_pad([[1], []], pad_id=0)
 
 
 def test_generate_rejects_bad_arguments(model):

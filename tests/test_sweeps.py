@@ -19,6 +19,7 @@ from absl import flags as absl_flags
 from ml_collections import config_flags
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from openai_double import MODEL, Endpoint
 from rubric_jax import metrics, sweeps
 from xla_flags import FAST_COMPILE
 
@@ -231,19 +232,39 @@ def _sweep_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def two_seeds(tmp_path_factory):
+def judge_endpoint():
+    """One served judge for every run of the sweep (the scripted OpenAI-compatible double: politeness 1)."""
+    endpoint = Endpoint().up()
+    yield endpoint
+    endpoint.down()
+
+
+@pytest.fixture(scope="module")
+def two_seeds(tmp_path_factory, judge_endpoint):
     """A two-variant sweep (seeds 0 and 1: the second reuses the first's compiled programs) of a shrunken tiny
-    config, GRPO only; returns (the sweep command's flags, the sweep workdir, the first run's output)."""
+    config, GRPO only, both variants judged by one served judge; returns (the sweep command's flags, the sweep
+    workdir, the first run's output)."""
     tmp = tmp_path_factory.mktemp("two_seeds")
     config_file = _config_file(tmp, "for seed in (0, 1):\n    add(seed=seed)\n")
     flags = [f"--config={config_file}", f"--workdir={tmp / 'sweep'}",
              "--config.stages=('grpo',)", "--config.rl.steps=2", "--config.rl.questions_per_step=2",
              "--config.rl.group_size=4", "--config.rl.max_new_tokens=16", "--config.rl.micro_batches=1",
              "--config.eval.max_questions=4", "--config.eval.every_steps=1", "--config.checkpoint.every_steps=2",
-             f"--config.data.rubric={_ungated_rubric(tmp)}"]
+             f"--config.data.rubric={_ungated_rubric(tmp)}", "--config.judge.backend=openai",
+             f"--config.judge.base_url={judge_endpoint.url}", f"--config.judge.model={MODEL}"]
     proc = _sweep_cli(*flags)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return flags, tmp / "sweep", proc.stdout
+
+
+def test_one_served_judge_judges_every_run_of_the_sweep(two_seeds, judge_endpoint):
+    """Both variants' GRPO steps sent their politeness prompts to the one endpoint (no run loaded a judge), and it
+    answered at least every request they logged."""
+    _, workdir, _ = two_seeds
+    sent = [sum(r.get("judge_http_requests", 0) for r in _log(workdir / name) if r.get("stage") == "grpo")
+            for name in ("seed=0", "seed=1")]
+    assert all(count > 0 for count in sent) and len(judge_endpoint.requests) >= sum(sent)
+    assert all(r.get("judge_http_failures", 0) == 0 for name in ("seed=0", "seed=1") for r in _log(workdir / name))
 
 
 def _log(run_dir: Path) -> list[dict]:

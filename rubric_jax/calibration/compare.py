@@ -79,8 +79,8 @@ class Versions:
 
 
 def compare_rubrics(versions: Versions, settings: Settings, *, judges: Sequence[Judge] = (),
-                    judge_spec: JudgeSpec = JudgeSpec(), inputs: Mapping[str, Any] | None = None
-                    ) -> dict[str, Any]:
+                    judge_spec: JudgeSpec = JudgeSpec(), inputs: Mapping[str, Any] | None = None,
+                    refiners: Sequence[Judge] = ()) -> dict[str, Any]:
     """The comparison report: each labelled dimension of both versions, A and B side by side, and B − A."""
     if len(versions.items_a) != len(versions.items_b):
         raise ValueError("compare_rubrics: the two versions must read the same items")
@@ -95,7 +95,8 @@ def compare_rubrics(versions: Versions, settings: Settings, *, judges: Sequence[
     key = jax.random.key(settings.seed)
     scores = {}
     for side, items in (("a", versions.items_a), ("b", versions.items_b)):
-        reward = RubricReward(_rubrics(items), judges, judge_spec)  # the same key: only the rubric differs
+        # The same key: only the rubric differs.
+        reward = RubricReward(_rubrics(items), judges, judge_spec, refiners=refiners)
         scores[side] = score_items(reward, items, settings.batch_size, key,
                                    f"calibrate --compare: rubric {side.upper()}")
     labels = {d: np.array([item.labels.get(d, np.nan) for item in versions.items_a]) for d in shared}

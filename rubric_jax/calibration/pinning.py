@@ -53,6 +53,8 @@ def judge_differences(spec: JudgeSpec, recorded: dict[str, Any]) -> list[str]:
     diffs = []
     fields = verdict_fields(spec)
     old_fields = {**recorded.get("spec", {}), "prompt_version": recorded.get("prompt_version")}
+    if "cascade" in old_fields:  # the spec block nests the refining judge; its hash is what verdict_fields holds
+        old_fields["cascade"] = (recorded.get("cascade") or {}).get("hash", "")
     for name, value in fields.items():
         if name in old_fields and old_fields[name] != value:
             diffs.append(f"{name} {value!r} != {old_fields[name]!r} in report.json")

@@ -177,7 +177,7 @@ def _against_labels(items: Sequence[LabelledItem], info: Mapping[str, DimensionI
 
 def _rater_columns(
     items: Sequence[LabelledItem], settings: Settings, judges: Sequence[Judge], judge_spec: JudgeSpec,
-    key: jax.Array, store: VerdictStore | None,
+    key: jax.Array, store: VerdictStore | None, refiners: Sequence[Judge] = (),
 ) -> tuple[dict[str, np.ndarray], dict[str, DimensionInfo], str]:
     """Rater scores [R, N] per dimension (NaN: not rated), their dimensions, and where the raters come from:
     the recorded ratings, else each judge's scoring pass (or two independent passes of a single judge)."""
@@ -196,10 +196,10 @@ def _rater_columns(
         raise CalibrationError("against=judge: the rubrics have no LLM dimension for judges to disagree on")
     rubrics = _rubrics(items)
     if len(judges) >= 2:
-        passes = [(RubricReward(rubrics, [j], judge_spec), key, j.name) for j in judges]
+        passes = [(RubricReward(rubrics, [j], judge_spec, refiners=refiners), key, j.name) for j in judges]
         source = "one scoring pass per judge: " + ", ".join(j.name for j in judges)
     else:
-        reward = RubricReward(rubrics, judges, judge_spec)
+        reward = RubricReward(rubrics, judges, judge_spec, refiners=refiners)
         passes = [(reward, k, f"pass {i + 1}") for i, k in enumerate(jax.random.split(key, 2))]
         source = f"two independent scoring passes of {judges[0].name}"
     scored = [score_items(reward, items, settings.batch_size, k, f"calibrate: {name}", store)
@@ -208,12 +208,12 @@ def _rater_columns(
 
 
 def _against_judge(items: Sequence[LabelledItem], settings: Settings, judges: Sequence[Judge],
-                   judge_spec: JudgeSpec, key: jax.Array, features: Mapping[str, np.ndarray],
+                   judge_spec: JudgeSpec, refiners: Sequence[Judge], key: jax.Array, features: Mapping[str, np.ndarray],
                    standardize: Mapping[str, tuple[float, float]], store: VerdictStore | None
                    ) -> tuple[dict, dict, str, dict]:
     """Per dimension: rater agreement (mean over rater pairs), report entry and plot data; the raters' source;
     each dimension's mean rating per item (NaN where a rater lacks it)."""
-    columns, info, source = _rater_columns(items, settings, judges, judge_spec, key, store)
+    columns, info, source = _rater_columns(items, settings, judges, judge_spec, key, store, refiners)
     entries, plots = {}, {}
     for dim_id, scores_RxN in columns.items():
         rows = np.flatnonzero(~np.isnan(scores_RxN).any(axis=0))
@@ -233,34 +233,38 @@ def _against_judge(items: Sequence[LabelledItem], settings: Settings, judges: Se
 
 
 def _position_probe(items: Sequence[LabelledItem], settings: Settings, judges: Sequence[Judge],
-                    judge_spec: JudgeSpec, key: jax.Array, store: VerdictStore | None
-                    ) -> dict[str, dict[str, Any]]:
+                    judge_spec: JudgeSpec, key: jax.Array, store: VerdictStore | None,
+                    refiners: Sequence[Judge] = ()) -> dict[str, dict[str, Any]]:
     """Per LLM dimension: the score shift when its anchors (and criteria, in multi mode) are reversed."""
     info = dimension_info(items, llm_only=True)
     rubrics = _rubrics(items)
     passes = {}
     for name, reverse in (("as written", False), ("reversed", True)):
-        config = dataclasses.replace(judge_spec, shuffle_anchors=False, reverse_order=reverse)
-        passes[name] = score_items(RubricReward(rubrics, judges, config), items, settings.batch_size, key,
-                                   f"calibrate: anchors {name}", store)
+        cascade = (None if judge_spec.cascade is None else
+                   dataclasses.replace(judge_spec.cascade, shuffle_anchors=False, reverse_order=reverse))
+        config = dataclasses.replace(judge_spec, shuffle_anchors=False, reverse_order=reverse, cascade=cascade)
+        reward = RubricReward(rubrics, judges, config, refiners=refiners)
+        passes[name] = score_items(reward, items, settings.batch_size, key, f"calibrate: anchors {name}", store)
     return {d: position_shift(passes["as written"][d], passes["reversed"][d], num_resamples=settings.num_resamples,
                               seed=dimension_seed(settings.seed, d)) for d in info}
 
 
 def calibrate(items: Sequence[LabelledItem], settings: Settings, *, judges: Sequence[Judge] = (),
               judge_spec: JudgeSpec = JudgeSpec(), correction: Correction | None = None,
-              inputs: Mapping[str, Any] | None = None, store: VerdictStore | None = None) -> Calibration:
+              inputs: Mapping[str, Any] | None = None, store: VerdictStore | None = None,
+              refiners: Sequence[Judge] = ()) -> Calibration:
     """Scores, compares and probes `items` as `settings` say; the report, a fitted correction and plot data.
 
     `correction` (an existing one) is applied when scoring, so a correction can be checked on new labels.
-    The judges read and write `store` (judges/store.py): a re-run asks them only what changed.
+    The judges read and write `store` (judges/store.py): a re-run asks them only what changed. `refiners` are
+    the loaded judges of `judge_spec.cascade` (spec.load_cascade), calibrated with the judge they refine.
     """
     key = jax.random.key(settings.seed)
     features = response_features([item.response for item in items])
     standardize = standardization(features)
     fitted, fit_reports = None, {}
     if settings.against == "labels":
-        reward = RubricReward(_rubrics(items), judges, judge_spec, correction=correction)
+        reward = RubricReward(_rubrics(items), judges, judge_spec, correction=correction, refiners=refiners)
         info = dimension_info(items)
         entries, plots, judge_cols, label_cols = _against_labels(
             items, info, settings, reward, jax.random.fold_in(key, 0), features, standardize, store)
@@ -274,12 +278,12 @@ def calibrate(items: Sequence[LabelledItem], settings: Settings, *, judges: Sequ
         redundancy = {"labels": redundancy_report(label_cols, settings.redundancy_threshold),
                       "judge": redundancy_report(judge_cols, settings.redundancy_threshold)}
     else:
-        entries, plots, source, ratings = _against_judge(items, settings, judges, judge_spec,
+        entries, plots, source, ratings = _against_judge(items, settings, judges, judge_spec, refiners,
                                                          jax.random.fold_in(key, 0), features, standardize, store)
         redundancy = {"mean rating": redundancy_report(ratings, settings.redundancy_threshold)}
     probe = None
     if settings.position_probe and judges and dimension_info(items, llm_only=True):
-        probe = _position_probe(items, settings, judges, judge_spec, jax.random.fold_in(key, 1), store)
+        probe = _position_probe(items, settings, judges, judge_spec, jax.random.fold_in(key, 1), store, refiners)
     report = {
         "format": REPORT_FORMAT, "format_version": 2, "against": settings.against, "compared_with": source,
         "items": len(items), "threshold": settings.threshold,

@@ -39,6 +39,8 @@ JUDGE_ANSWERS_PER_PASS = 64  # answers per reward call (one batched judge pass; 
 # RubricReward's judge counters summed over the judge passes into summary.json (llm_judge.judge_rows).
 JUDGE_COUNTERS = ("judge_prompts", "judge_generate_calls", "judge_invalid", "judge_retried", "judge_prompt_too_long",
                   "judge_scores", "judge_failed_samples", "judge_failed_scores", "judge_store_hits", *HTTP_COUNTERS)
+# A cascade's (judges/cascade.py): items screened, escalated to the refining judge, and its prompts; reported with a cascade.
+CASCADE_COUNTERS = ("judge_cascade_screened", "judge_cascade_escalated", "judge_cascade_prompts")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,8 +179,14 @@ def judge_answers(reward: RubricReward, cases: Sequence[RubricCase], generated: 
                 rewards[i] = float(result.reward[row])
         for name in JUDGE_COUNTERS:
             counters[name] += result.details.get(name, 0)  # rule-only batches run no judge
+        for name in (n for n in CASCADE_COUNTERS if n in result.details):
+            counters[name] = counters.get(name, 0) + result.details[name]
         progress.update(b + 1, {})
     progress.close()
+    if "judge_cascade_screened" in counters:
+        from rubric_jax.judges.llm_judge import escalated_frac  # jax is loaded: a reward judged
+
+        counters["judge_cascade_escalated_frac"] = escalated_frac(counters)
     answers = [Answer(g.response, g.finish_reason, g.tokens, text, ok, raw.get(i), rewards.get(i))
                for i, (g, (text, ok)) in enumerate(zip(generated, parts))]
     return answers, counters
@@ -279,7 +287,7 @@ def run(evaluation: Evaluation, *, checkpoint: Path | None, workdir: Path | None
     from rubric_jax import sampling, sharding
     from rubric_jax.evaluation.policy import load_policy
     from rubric_jax.judges.reward import RubricReward
-    from rubric_jax.judges.spec import describe, load_judges
+    from rubric_jax.judges.spec import describe, load_cascade, load_judges
 
     benchmark, cases = evaluation.benchmark, evaluation.cases
     try:
@@ -295,9 +303,11 @@ def run(evaluation: Evaluation, *, checkpoint: Path | None, workdir: Path | None
     judge = judge.for_benchmark(benchmark.judge_mode)
 
     def judges_of() -> tuple:
+        """The judges and the cascade's refining judges (empty without one)."""
         try:
             # Prompts as long as the judge's context allows (benchmark prompts can be long articles).
-            return load_judges(judge, mesh, where="--judge", max_prompt_tokens=UNBOUNDED_JUDGE_PROMPT)
+            return tuple(load(judge, mesh, where="--judge", max_prompt_tokens=UNBOUNDED_JUDGE_PROMPT)
+                         for load in (load_judges, load_cascade))
         except ValueError as e:
             raise EvalInputError(str(e)) from None
 
@@ -309,7 +319,7 @@ def run(evaluation: Evaluation, *, checkpoint: Path | None, workdir: Path | None
     generated = generate_answers(policy, cases, generation, generation_key)
     del policy  # free the policy's parameters before the judges load
     judges = judges if judges is not None else judges_of()
-    reward = RubricReward(judges=judges, judge_spec=judge)
+    reward = RubricReward(judges=judges[0], judge_spec=judge, refiners=judges[1])
     answers, judge_counters = judge_answers(reward, cases, generated, generation.prompt_format,
                                             benchmark.judge_sees_reference, JUDGE_ANSWERS_PER_PASS, judge_key, store)
     result = benchmark.score(cases, answers)

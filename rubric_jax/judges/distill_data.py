@@ -27,7 +27,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from rubric_jax import data, text
+from rubric_jax import data, padding, text
 from rubric_jax.judges.llm_judge import Judge, judge_rows, special_tokens
 from rubric_jax.judges.parser import SINGLE_KEY, parse_single
 from rubric_jax.judges.prompts import JudgePrompt, compact_single_prompt, single_prompt
@@ -133,10 +133,11 @@ def rule_items(questions: Sequence[str], responses: Sequence[str], teachers_per_
 
 
 def judge_items(judges: Sequence[Judge], config: JudgeSpec, questions: Sequence[str], responses: Sequence[str],
-                dims_per_row: Sequence[Sequence[Dimension]], key: jax.Array, batch_size: int = 64
-                ) -> tuple[list[JudgeItem], int]:
+                dims_per_row: Sequence[Sequence[Dimension]], key: jax.Array, batch_size: int = 64,
+                refiners: Sequence[Judge] = ()) -> tuple[list[JudgeItem], int]:
     """Items scored by teacher judges through judge_rows (one batched call per `batch_size` rows and round; each
-    dimension shown the part it reads), and how many scores the teachers could not give (those items are left out)."""
+    dimension shown the part it reads), and how many scores the teachers could not give (those items are left out).
+    `refiners`: the teacher's cascade judges (spec.load_cascade), when `config` has a cascade."""
     rows, dims_per_part = split_by_reads([[llm_twin(d) for d in dims] for dims in dims_per_row])
     views = [text.read(responses[n], reads) for n, reads in rows]
     items, missing = [], 0
@@ -144,7 +145,7 @@ def judge_items(judges: Sequence[Judge], config: JudgeSpec, questions: Sequence[
     for start, batch_key in zip(starts, jax.random.split(key, len(starts))):
         part = slice(start, start + batch_size)
         out = judge_rows(judges, config, [questions[n] for n, _ in rows[part]], views[part], dims_per_part[part],
-                         batch_key)
+                         batch_key, refiners=refiners)
         for k, (dims, raw) in enumerate(zip(dims_per_part[part], out.scores), start=start):
             for dim, x in zip(dims, raw):
                 level = int(to_level(dim, np.asarray([x]))[0])
@@ -214,8 +215,8 @@ def example_batch(tokenizer: Any, items: Sequence[JudgeItem], rng: np.random.Gen
     """An SFT batch [left-padded prompt | right-padded verdict + eos] with the loss on the verdict tokens only."""
     prompt_ids, target_ids = encode_examples(tokenizer, items, rng, prompt)
     pad = tokenizer.pad_token_id
-    prompts_BxP, prompt_mask_BxP = data.pad_left(prompt_ids, pad, prompt_buckets)
-    verdicts_BxR, verdict_mask_BxR = data.pad_right(target_ids, pad, verdict_buckets)
+    prompts_BxP, prompt_mask_BxP = padding.pad_left(prompt_ids, pad, prompt_buckets)
+    verdicts_BxR, verdict_mask_BxR = padding.pad_right(target_ids, pad, verdict_buckets)
     return {"tokens": np.concatenate([prompts_BxP, verdicts_BxR], axis=1),
             "input_mask": np.concatenate([prompt_mask_BxP, verdict_mask_BxR], axis=1),
             "loss_mask": np.concatenate([np.zeros_like(prompt_mask_BxP), verdict_mask_BxR], axis=1)}

@@ -31,7 +31,8 @@ COMMON_SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|begin
                          "[INST]", "[/INST]", "<start_of_turn>", "<end_of_turn>", "<|user|>", "<|assistant|>",
                          "<|system|>", "<|end|>")
 HTTP_COUNTERS = ("judge_http_requests", "judge_http_prompt_tokens", "judge_http_completion_tokens",
-                 "judge_http_retries", "judge_http_failures")
+                 "judge_http_retries", "judge_http_failures", "judge_http_outage_waits")
+OUTAGE_POLL_S = 1.0  # seconds between tries while an endpoint is unreachable (spec.outage_s bounds the total)
 LATENCY_PERCENTILES = (50, 90, 99)  # judge_http_latency_p50_s, ...
 # Phrases of an HTTP 400 that mean "the prompt does not fit the context" (OpenAI, vLLM, SGLang, experiments.serve).
 _TOO_LONG_MARKERS = ("context length", "context_length", "maximum context", "exceeds the context", "too long")
@@ -50,6 +51,12 @@ class Answer:
 
 class EndpointError(ValueError):
     """A judge endpoint that does not answer, or does not serve the spec's model (one line naming it)."""
+
+
+class EndpointDown(EndpointError):
+    """An endpoint that answered before stopped answering for longer than spec.outage_s. Raised from the judge
+    round, before any update uses its rewards: the command stops with nothing half-applied (a run resumes
+    from its last checkpoint, a score or evaluation from its verdict store)."""
 
 
 class TokenBucket:
@@ -177,7 +184,9 @@ class HttpJudgeClient:
         self.tokens.take(estimate)
         start = time.monotonic()
         try:
-            text, finish, usage, retries = self._send(messages, options)
+            text, finish, usage, retries = self._send_through_outage(messages, options, stats)
+        except EndpointDown:
+            raise
         except Exception as e:  # openai's own retries are spent: the cause is recorded, the run goes on
             import openai
 
@@ -200,6 +209,32 @@ class HttpJudgeClient:
                 stats["judge_http_prompt_tokens"] += usage.prompt_tokens
                 stats["judge_http_completion_tokens"] += usage.completion_tokens
         return Answer(text=text or "", finish="length" if finish == "length" else "stop")
+
+    def _send_through_outage(self, messages: list[dict[str, str]], options: dict[str, Any], stats: dict[str, Any]
+                             ) -> tuple[str, str, Any, int]:
+        """_send, waiting out an unreachable endpoint (refused or timed-out connections after openai's retries)
+        for up to spec.outage_s: a judge server restarted within that time costs the round nothing but the wait.
+        Past it, EndpointDown; with outage_s=0 the connection error is this prompt's (a missing score)."""
+        import openai
+
+        down_since = None
+        while True:
+            try:
+                return self._send(messages, options)
+            except openai.APIConnectionError as e:
+                now = time.monotonic()
+                if down_since is None:
+                    down_since = now
+                    with self.lock:
+                        stats["judge_http_outage_waits"] += 1
+                waited = now - down_since
+                if self.spec.outage_s == 0:
+                    raise
+                if waited >= self.spec.outage_s:
+                    raise EndpointDown(f"judge endpoint {self.spec.base_url} stopped answering for {waited:.0f} s "
+                                       f"(judge.outage_s={self.spec.outage_s:g}; {_one_line(e)}); nothing of this "
+                                       "round was applied: restart the endpoint and re-run the same command") from None
+                time.sleep(min(OUTAGE_POLL_S, self.spec.outage_s - waited))
 
     def _send(self, messages: list[dict[str, str]], options: dict[str, Any]) -> tuple[str, str, Any, int]:
         """(text, finish reason, usage or None, retries taken) of one request."""

@@ -23,6 +23,8 @@ Flow for a batch of rows (question, response, the row's LLM dimensions):
             round (a process with fewer misses pads), and each call's answers are stored right after it;
   ensemble: judges (different params or base models, RubricRL 6.2 / 7) are combined per score by the
             mean of the valid ones, or weighted by agreement with the other judges.
+  cascade:  with `config.cascade` (judges/cascade.py), the items the judges above are uncertain of are judged
+            again by the refining judges, whose valid verdicts replace theirs (RubricRL 7);
   backend:  a judge's answers come from sampling.generate in this process, or from an OpenAI-compatible
             endpoint (`Judge.http`, judges/http_backend.py: its requests are this process's own, no call is
             global); everything above is the same for both, and an endpoint that gives no answer after its
@@ -44,6 +46,7 @@ import jax
 import numpy as np
 
 from rubric_jax import data, distributed, loader, sampling, sharding
+from rubric_jax.judges import cascade
 from rubric_jax.judges.http_backend import COMMON_SPECIAL_TOKENS, summarize
 from rubric_jax.judges.parser import parse_verdict
 from rubric_jax.judges.prompts import JudgePrompt, compact_single_prompt, multi_prompt, single_prompt
@@ -342,11 +345,15 @@ def judge_rows(
     dims_per_row: Sequence[Sequence[Dimension]],
     key: jax.Array,
     store: VerdictStore | None = None,
+    refiners: Sequence[Judge] = (),
 ) -> JudgeOutput:
     """LLM scores (raw scale) for each row's dimensions: one batched generate per judge per round; with a
-    `store`, only prompts without a stored answer are generated, and every answer is stored."""
+    `store`, only prompts without a stored answer are generated, and every answer is stored. With a cascade
+    (`config.cascade`), `refiners` (its loaded judges) re-judge the items the first judges are uncertain of."""
     if not judges:
         raise ValueError("judge_rows: no judge configured")
+    if (config.cascade is not None) != bool(refiners):
+        raise ValueError("judge_rows: judge.cascade needs its refining judges (spec.load_cascade), and only it")
     if config.mode not in MODES:
         raise ValueError(f"judge_rows: judge mode {config.mode!r} is not one of {MODES} (resolve 'benchmark' first)")
     if not len(questions) == len(responses) == len(dims_per_row):
@@ -383,15 +390,49 @@ def judge_rows(
     combined_L = combine_judges(median_JxL, ranges_Lx2, config.ensemble)
     stats["judge_scores"] = num_slots
     stats["judge_failed_samples"] = int((~valid_JxSxL).sum())
-    stats["judge_failed_scores"] = int(np.isnan(combined_L).sum())
     stats["judge_sample_spread_mean"] = float(spread_JxL[any_valid_JxL].mean()) if any_valid_JxL.any() else float("nan")
     stats["sample_spread_count"] = int(any_valid_JxL.sum())  # the mean's weight when blocks of rows are joined
     slot_rows_L = np.asarray(slot_rows, dtype=np.int64)
     causes_L = np.asarray([_most_common_cause(causes_JxSxL[:, :, slot]) if np.isnan(combined_L[slot]) else ""
                            for slot in range(num_slots)], dtype=object)
+    if config.cascade is not None:
+        slot_dims = [d for req in requests for d in req.dims]
+        escalate_L = cascade.uncertain(config, slot_dims, scores_JxSxL.reshape(len(judges) * config.samples, num_slots),
+                                       combined_L)
+        _refine(refiners, config.cascade, questions, responses, slot_rows_L, slot_dims, escalate_L, combined_L,
+                causes_L, cascade.refine_key(key), store, stats)
+    stats["judge_failed_scores"] = int(np.isnan(combined_L).sum())
     rows = range(len(dims_per_row))
     return JudgeOutput([combined_L[slot_rows_L == row] for row in rows], stats,
                        [causes_L[slot_rows_L == row].tolist() for row in rows])
+
+
+def _refine(refiners: Sequence[Judge], spec: JudgeSpec, questions: Sequence[str], responses: Sequence[str],
+            slot_rows_L: np.ndarray, slot_dims: Sequence[Dimension], escalate_L: np.ndarray, combined_L: np.ndarray,
+            causes_L: np.ndarray, key: jax.Array, store: VerdictStore | None, stats: dict[str, Any]) -> None:
+    """The cascade's second pass, in place: the escalated slots re-judged by `refiners` as judge `spec` (each row
+    with its escalated dimensions only); a valid refined score replaces the first's, a failed one keeps it (and its
+    cause when the first failed too). Always called with a cascade: the refiners' calls are global."""
+    escalated = [[slot_dims[slot] for slot in np.flatnonzero(escalate_L & (slot_rows_L == row))]
+                 for row in range(len(questions))]
+    refined = judge_rows(refiners, spec, questions, responses, escalated, key, store)
+    for row, scores, causes in zip(range(len(questions)), refined.scores, refined.causes):
+        for slot, score, cause in zip(np.flatnonzero(escalate_L & (slot_rows_L == row)), scores, causes):
+            if not np.isnan(score):
+                combined_L[slot], causes_L[slot] = score, ""
+            elif np.isnan(combined_L[slot]):
+                causes_L[slot] = cause
+    stats["judge_cascade_screened"] = len(escalate_L)
+    stats["judge_cascade_escalated"] = int(escalate_L.sum())
+    stats["judge_cascade_escalated_frac"] = escalated_frac(stats)
+    for name in ("judge_prompts", "judge_generate_calls", "judge_store_hits", "judge_failed_scores"):
+        stats[name.replace("judge_", "judge_cascade_", 1)] = refined.details[name]
+
+
+def escalated_frac(counters: dict[str, Any]) -> float:
+    """The cascade's share of screened items sent to the refining judge (NaN when none was screened)."""
+    screened = counters["judge_cascade_screened"]
+    return counters["judge_cascade_escalated"] / screened if screened else float("nan")
 
 
 def _most_common_cause(causes: np.ndarray) -> str:

@@ -26,6 +26,9 @@ failures (details["gated_scores"]), the row is ok with reward 0 exactly as aggre
 details["judge_prompts_gated"] counts the first-round judge prompts saved. Off (the default here) for
 score, evaluate and calibrate, which report every dimension's score.
 
+With a cascade (`judge_spec.cascade`; judges/cascade.py), `refiners` are its refining judges (spec.load_cascade):
+judge_rows re-judges with them the items the judges are uncertain of, and details["judge_cascade_*"] count it.
+
 With a score `correction` (rubrics/correction.py, fitted by calibration), the raw scores of the dimensions
 it names are de-biased before normalisation; details["uncorrected_raw_scores"] keeps the judges' own.
 
@@ -46,7 +49,7 @@ import numpy as np
 from rubric_jax import distributed, text
 from rubric_jax.judges.features import FEATURES, response_features
 from rubric_jax.judges.http_backend import HTTP_COUNTERS, LATENCY_PERCENTILES
-from rubric_jax.judges.llm_judge import Judge, judge_rows
+from rubric_jax.judges.llm_judge import Judge, escalated_frac, judge_rows
 from rubric_jax.judges.rules import MAX_RUBRIC_PHRASES, Rule, RuleError, make_rule, rule_scores
 from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.judges.store import VerdictStore
@@ -80,8 +83,9 @@ class RubricReward:
 
     def __init__(self, rubrics: Sequence[Rubric] = (), judges: Sequence[Judge] = (),
                  judge_spec: JudgeSpec = JudgeSpec(), correction: Correction | None = None,
-                 gates_first: bool = False):
+                 gates_first: bool = False, refiners: Sequence[Judge] = ()):
         self.judges = tuple(judges)
+        self.refiners = tuple(refiners)  # the cascade's refining judges (spec.load_cascade), when judge_spec has one
         self.gates_first = gates_first
         self.judge_spec = judge_spec
         self.correction = correction
@@ -203,7 +207,7 @@ class RubricReward:
                 raise ValueError("reward: rubrics with LLM dimensions need an explicit PRNG `key` for the judge")
             rows, judged_dims = split_by_reads(llm_dims)
             judged = judge_rows(self.judges, self.judge_spec, [questions[i] for i, _ in rows],
-                                [views[reads][i] for i, reads in rows], judged_dims, key, store)
+                                [views[reads][i] for i, reads in rows], judged_dims, key, store, self.refiners)
             for (i, _), dims, scores, causes in zip(rows, judged_dims, judged.scores, judged.causes):
                 raw_NxD[i, [column[d.id] for d in dims]] = scores
                 cause_NxD[i, [column[d.id] for d in dims]] = causes
@@ -263,11 +267,13 @@ def split_by_reads(llm_dims: Sequence[Sequence[Dimension]]) -> tuple[list[tuple[
     return rows, dims
 
 
-# Judge counters that add up over the rows' blocks; "judge_generate_calls" counts the global (collective)
-# calls every process joined, so the blocks share it.
+# Judge counters that add up over the rows' blocks; "judge_generate_calls" (and the cascade's) counts the global
+# (collective) calls every process joined, so the blocks share it.
 _SUMMED_COUNTS = ("judge_prompts", "judge_invalid", "judge_retried", "judge_prompt_too_long", "judge_scores",
                   "judge_failed_samples", "judge_failed_scores", "judge_store_hits", "judge_prompts_gated",
-                  "sample_spread_count", "num_failed_scores", "num_not_ok", "gated_scores", *HTTP_COUNTERS)
+                  "sample_spread_count", "num_failed_scores", "num_not_ok", "gated_scores", "judge_cascade_screened",
+                  "judge_cascade_escalated", "judge_cascade_prompts", "judge_cascade_store_hits",
+                  "judge_cascade_failed_scores", *HTTP_COUNTERS)
 # An HTTP judge's latency percentiles: the blocks' slowest (a percentile of the union is not kept).
 _LATENCIES = tuple(f"judge_http_latency_p{q}_s" for q in LATENCY_PERCENTILES)
 _SAMPLE_EXAMPLES = 5  # judge_invalid_examples kept (llm_judge keeps as many)
@@ -302,8 +308,11 @@ def concat_outputs(parts: Sequence[RewardOutput]) -> RewardOutput:
                 merged[cause] = merged.get(cause, 0) + count
     keys = set().union(*(p.details for p in parts))
     details.update({k: sum(p.details.get(k, 0) for p in parts) for k in _SUMMED_COUNTS if k in keys})
-    if "judge_generate_calls" in keys:
-        details["judge_generate_calls"] = max(p.details.get("judge_generate_calls", 0) for p in parts)
+    for k in ("judge_generate_calls", "judge_cascade_generate_calls"):
+        if k in keys:
+            details[k] = max(p.details.get(k, 0) for p in parts)
+    if "judge_cascade_screened" in keys:
+        details["judge_cascade_escalated_frac"] = escalated_frac(details)
     for k in (k for k in _LATENCIES if k in keys):
         measured = [p.details[k] for p in parts if k in p.details and not np.isnan(p.details[k])]
         details[k] = max(measured, default=float("nan"))

@@ -28,7 +28,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
-from rubric_jax import data, loader, sharding
+from rubric_jax import data, loader, padding, sharding
 from rubric_jax.judges.reward import RewardOutput
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.models.transformer import causal_padding_mask, padding_to_positions
@@ -137,13 +137,13 @@ def reward_model_logits(model: RewardModel, token_ids: Sequence[Sequence[int]], 
     n = len(token_ids)
     rows = rows_per_call(config, n, mesh)
     top = longest_bucket(config)
-    buckets = data.power_of_two_buckets(min(_MIN_BUCKET, top), top)
+    buckets = padding.power_of_two_buckets(min(_MIN_BUCKET, top), top)
     pad_id = model.cfg.pad_token_id
     forward = forward_program(model.weights.graphdef, mesh)
     logits_N = np.empty((n,), np.float32)
     for start in range(0, n, rows):
         chunk = list(token_ids[start:start + rows])
-        tokens_BxT, mask_BxT = data.pad_right(chunk + [[pad_id]] * (rows - len(chunk)), pad_id, buckets)
+        tokens_BxT, mask_BxT = padding.pad_right(chunk + [[pad_id]] * (rows - len(chunk)), pad_id, buckets)
         batch = sharding.batch_sharding(mesh, tokens_BxT.shape)
         out_B = forward(model.weights.params, jax.device_put(tokens_BxT, batch), jax.device_put(mask_BxT, batch))
         logits_N[start:start + len(chunk)] = np.asarray(jax.device_get(out_B))[: len(chunk)]

@@ -29,7 +29,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from rubric_jax import data, sampling
+from rubric_jax import data, padding, sampling
 from rubric_jax.judges.llm_judge import Judge
 
 log = logging.getLogger("rubric_jax.serve")
@@ -78,9 +78,9 @@ class Batcher:
         threading.Thread(target=self._loop, name="serve-batcher", daemon=True).start()
 
     def warm_up(self, prompt_tokens: int, max_tokens: int) -> list[int]:
-        """Compiles the greedy generate of every batch bucket up to max_batch (sampling.bucket_size) for prompts of
+        """Compiles the greedy generate of every batch bucket up to max_batch (padding.bucket_size) for prompts of
         `prompt_tokens` tokens, so the first batches of that size do not stall on a compile; the buckets."""
-        sizes = sorted({sampling.bucket_size(b) for b in range(1, self.max_batch + 1)})
+        sizes = sorted({padding.bucket_size(b) for b in range(1, self.max_batch + 1)})
         eos = self.judge.tokenizer.eos_token_id
         for size in sizes:
             start = time.perf_counter()

@@ -4,10 +4,12 @@ The config block (configs/common.py `judge_block()`, or a file in configs/judges
 through `JudgeSpec.from_config(block, where)`; `where` is how the user wrote the block ("--judge" on the
 standalone commands, "config.judge" in an experiment), so a bad value is one line naming the field as typed
 (`--judge.max_new_tokens=0: expected an integer >= 1`). `load_judges(spec, layout_or_mesh)` loads its
-checkpoints the same way for every command.
+checkpoints the same way for every command, and `load_cascade` those of its cascade's refining judge (`cascade`:
+a judge config file whose spec nests here; judges/cascade.py).
 
 `judge_hash(spec)` identifies what decides a verdict: the verdict fields (not batch_size, tensor or the
-calibration settings, which change neither prompts nor answers), the prompt templates' version
+calibration settings, which change neither prompts nor answers; with a cascade, the refining judge's own hash
+stands for it), the prompt templates' version
 (prompts.PROMPT_VERSION) and each checkpoint's weights identity (`weights_identity`: config.json, the
 safetensors headers and sizes, a few KiB at both ends of every tensor, and the tokenizer files; reads about
 8 KiB per tensor, so an 8B judge costs milliseconds, never its gigabytes). A path is not part of the hash:
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import re
 import struct
@@ -43,13 +46,16 @@ BACKENDS = ("jax", "openai")  # in-process sampling.generate | an OpenAI-compati
 ENDPOINTS = ("chat", "completions")  # /v1/chat/completions (messages) | /v1/completions (a locally rendered prompt)
 # The endpoint fields: read only with backend=openai, and hashed only then (a jax judge's hash is unchanged by them).
 HTTP_FIELDS = ("base_url", "model", "api_key_env", "endpoint", "max_concurrency", "timeout_s", "max_retries_http",
-               "requests_per_minute", "tokens_per_minute")
+               "outage_s", "requests_per_minute", "tokens_per_minute")
 # Fields that change no verdict: how many prompts share a generate call, how the weights are split over
 # devices, which calibration report is checked and where verdicts are stored. Every other field enters judge_hash.
 # The API key's variable name, concurrency, timeouts and rate limits change no verdict either.
 NOT_HASHED = ("checkpoints", "batch_size", "tensor", "calibration", "require_calibration", "store", "store_rollouts",
-              "api_key_env", "max_concurrency", "timeout_s", "max_retries_http", "requests_per_minute",
+              "api_key_env", "max_concurrency", "timeout_s", "max_retries_http", "outage_s", "requests_per_minute",
               "tokens_per_minute")
+# The cascade's fields (RubricRL §7: a small judge screens, a larger one refines; judges/cascade.py): hashed only
+# with a cascade, whose entry in the hash is the refining judge's own hash (a judge without one keeps its hash).
+CASCADE_FIELDS = ("cascade", "cascade_spread", "cascade_margin", "cascade_thresholds")
 # Tokenizer and chat-template files whose content changes the prompts a judge reads.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
                    "special_tokens_map.json", "added_tokens.json", "tokenizer.model", "vocab.json", "merges.txt")
@@ -95,8 +101,13 @@ class JudgeSpec:
     max_concurrency: int = 8
     timeout_s: float = 60.0
     max_retries_http: int = 5
+    outage_s: float = 300.0
     requests_per_minute: int = 0
     tokens_per_minute: int = 0
+    cascade: JudgeSpec | None = None  # the refining judge (block: the path of its judge config file, or "")
+    cascade_spread: float = 0.0
+    cascade_margin: float = 0.0
+    cascade_thresholds: tuple[float, ...] = ()
     # Not a config field: calibration's position probe lists anchors (and all_criteria criteria) reversed.
     reverse_order: bool = False
 
@@ -117,6 +128,9 @@ class JudgeSpec:
         if unknown or missing:
             problems = [f"unknown field(s) {unknown}"] * bool(unknown) + [f"missing field(s) {missing}"] * bool(missing)
             raise ValueError(f"{where}: " + "; ".join(problems))
+        values["cascade"] = _cascade_spec(values["cascade"], where, allow_benchmark)
+        if isinstance(values["cascade_thresholds"], (list, tuple)):
+            values["cascade_thresholds"] = tuple(values["cascade_thresholds"])
         checkpoint = values.pop("checkpoint")
         if not isinstance(checkpoint, str):
             raise JudgeSpecError("checkpoint", checkpoint, "expected comma-separated directories, or '' for none",
@@ -135,13 +149,17 @@ class JudgeSpec:
         return bool(self.checkpoints) or self.backend == "openai"
 
     def for_benchmark(self, benchmark_mode: str) -> JudgeSpec:
-        """`mode=benchmark` replaced by the benchmark's prescribed mode; any other mode is kept."""
-        return dataclasses.replace(self, mode=benchmark_mode) if self.mode == BENCHMARK_MODE else self
+        """`mode=benchmark` replaced by the benchmark's prescribed mode (the cascade's too); any other mode is kept."""
+        cascade = self.cascade.for_benchmark(benchmark_mode) if self.cascade is not None else None
+        mode = benchmark_mode if self.mode == BENCHMARK_MODE else self.mode
+        return self if (mode, cascade) == (self.mode, self.cascade) else dataclasses.replace(self, mode=mode,
+                                                                                          cascade=cascade)
 
     def to_block(self) -> dict[str, Any]:
         """The config-block form (checkpoint as a comma-separated string), e.g. for reports."""
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "reverse_order"}
         fields["checkpoint"] = ",".join(fields.pop("checkpoints"))
+        fields["cascade"] = self.cascade.to_block() if self.cascade is not None else ""
         return fields
 
 
@@ -187,6 +205,67 @@ def _problems(spec: JudgeSpec):
     if spec.reverse_order and spec.shuffle_anchors:
         yield "reverse_order", True, "needs shuffle_anchors=False (a shuffled order has no reverse)"
     yield from _endpoint_problems(spec)
+    yield from _cascade_problems(spec)
+
+
+def _cascade_spec(value: Any, where: str, allow_benchmark: bool) -> JudgeSpec | None:
+    """The block's `cascade` as the refining judge's spec: "" = none, a judge config file's path (loaded here), or
+    a nested block (to_block's form, e.g. from a report.json); a bad one is a ValueError naming `<where>.cascade`."""
+    if isinstance(value, str) and not value:
+        return None
+    if isinstance(value, str):
+        path = value
+        try:
+            value = load_judge_file(path)
+        except Exception as e:  # a user's config file: whatever it raises is one line naming it
+            raise JudgeSpecError("cascade", path, f"cannot load this judge config file ({e})", where) from None
+    elif not isinstance(value, Mapping) and not hasattr(value, "to_dict"):
+        raise JudgeSpecError("cascade", value, "expected the path of a judge config file (configs/judges/*.py), or ''",
+                             where)
+    else:
+        path = "<nested block>"
+    inner = JudgeSpec.from_config(value, f"{where}.cascade", allow_benchmark=allow_benchmark)
+    if inner.cascade is not None:
+        raise JudgeSpecError("cascade", ",".join(inner.cascade.checkpoints), "a refining judge cannot cascade again "
+                             "(its own cascade must be '')", f"{where}.cascade")
+    if not inner.has_judge:
+        raise JudgeSpecError("cascade", path, "the refining judge has no checkpoint (or endpoint)", where)
+    return inner
+
+
+def _cascade_problems(spec: JudgeSpec):
+    """(block field, value, why) of every invalid cascade field."""
+    for field in ("cascade_spread", "cascade_margin"):
+        value = getattr(spec, field)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            yield field, value, "expected a number in [0, 1] (a distance on the normalised score scale)"
+    thresholds = spec.cascade_thresholds
+    if not isinstance(thresholds, tuple) or any(isinstance(t, bool) or not isinstance(t, (int, float))
+                                                or not 0 <= t <= 1 for t in thresholds):
+        yield "cascade_thresholds", thresholds, "expected a tuple of normalised scores in [0, 1], e.g. (0.5,)"
+    if spec.cascade is None:
+        for field in ("cascade_spread", "cascade_margin", "cascade_thresholds"):
+            if getattr(spec, field) != getattr(JudgeSpec, field):
+                yield field, getattr(spec, field), "is read only with a cascade: set cascade=PATH (a judge config file)"
+        return
+    if not isinstance(spec.cascade, JudgeSpec):
+        yield "cascade", spec.cascade, "expected the refining judge's JudgeSpec"
+    elif not spec.has_judge:
+        yield "cascade", ",".join(spec.cascade.checkpoints), "there is no first judge (checkpoint) whose verdicts to refine"
+    elif not spec.cascade.has_judge:
+        yield "cascade", "", "the refining judge has no checkpoint (or endpoint)"
+
+
+def load_judge_file(path: str | Path) -> Any:
+    """A judge config file's `get_config()` (a configs/common.judge_block(); what --judge=PATH loads), read by path:
+    a cascade names its refining judge by such a file."""
+    path = Path(path)
+    if not path.is_file():
+        raise OSError(f"no such file: {path}")
+    module_spec = importlib.util.spec_from_file_location(f"judge_config_{path.stem}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module.get_config()
 
 
 def _endpoint_problems(spec: JudgeSpec):
@@ -194,6 +273,9 @@ def _endpoint_problems(spec: JudgeSpec):
     timeout = spec.timeout_s
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
         yield "timeout_s", timeout, "expected a number of seconds > 0"
+    outage = spec.outage_s
+    if isinstance(outage, bool) or not isinstance(outage, (int, float)) or not 0 <= outage < float("inf"):
+        yield "outage_s", outage, "expected a number of seconds >= 0"
     for field in ("base_url", "model", "api_key_env"):
         if not isinstance(getattr(spec, field), str):
             yield field, getattr(spec, field), "expected a string"
@@ -251,8 +333,11 @@ def weights_identity(checkpoint_dir: str | Path) -> str:
 def verdict_fields(spec: JudgeSpec) -> dict[str, Any]:
     """The fields that change a verdict (every field but NOT_HASHED; the endpoint's only with backend=openai),
     with the prompt templates' version."""
-    skipped = NOT_HASHED + (() if spec.backend == "openai" else ("backend", *HTTP_FIELDS))
+    skipped = (NOT_HASHED + (() if spec.backend == "openai" else ("backend", *HTTP_FIELDS))
+               + (() if spec.cascade is not None else CASCADE_FIELDS))
     fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name not in skipped}
+    if spec.cascade is not None:
+        fields["cascade"] = judge_hash(spec.cascade)
     return {**fields, "prompt_version": PROMPT_VERSION}
 
 
@@ -267,8 +352,9 @@ def judge_hash(spec: JudgeSpec) -> str:
 def describe(spec: JudgeSpec) -> dict[str, Any]:
     """What a run, score, calibration or evaluation records about its judge: the hash, every field of the
     spec and each checkpoint's weights identity."""
-    return {"hash": judge_hash(spec), "prompt_version": PROMPT_VERSION, "spec": spec.to_block(),
-            "weights": {path: weights_identity(path) for path in spec.checkpoints}}
+    described = {"hash": judge_hash(spec), "prompt_version": PROMPT_VERSION, "spec": spec.to_block(),
+                 "weights": {path: weights_identity(path) for path in spec.checkpoints}}
+    return described | ({"cascade": describe(spec.cascade)} if spec.cascade is not None else {})
 
 
 # ------------------------------------------------------------------------------------------ loading
@@ -290,6 +376,8 @@ def check_checkpoints(spec: JudgeSpec, where: str = "judge") -> None:
         if not (root / "config.json").is_file() or not any(root.glob("*.safetensors")):
             raise ValueError(f"{where}.checkpoint={path}: not a Hugging Face model directory (needs config.json "
                              "and *.safetensors)")
+    if spec.cascade is not None:
+        check_checkpoints(spec.cascade, f"{where}.cascade")
 
 
 def check_tensor_divides(tensor: int, cfg: ModelConfig, where: str = "judge") -> None:
@@ -334,6 +422,15 @@ def load_judges(spec: JudgeSpec, layout_or_mesh: sharding.Layout | jax.sharding.
         except (OSError, ValueError) as e:
             raise ValueError(f"{where}.checkpoint={path}: {e}") from None
     return tuple(judges)
+
+
+def load_cascade(spec: JudgeSpec, layout_or_mesh: sharding.Layout | jax.sharding.Mesh | None = None, *,
+                 where: str = "judge", max_prompt_tokens: int | None = None) -> tuple[Judge, ...]:
+    """The cascade's refining judges (`spec.cascade`, loaded as `load_judges` loads the first ones, errors naming
+    `<where>.cascade`); () without a cascade. RubricReward(refiners=...) takes them."""
+    if spec.cascade is None:
+        return ()
+    return load_judges(spec.cascade, layout_or_mesh, where=f"{where}.cascade", max_prompt_tokens=max_prompt_tokens)
 
 
 def _endpoint_judge(spec: JudgeSpec, where: str, max_prompt_tokens: int | None) -> Judge:

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from rubric_jax import data, loader, sharding
+from rubric_jax import loader, padding, sharding
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.models.transformer import causal_padding_mask, padding_to_positions
 
@@ -77,12 +77,12 @@ def embed(embedder: Embedder, texts: Sequence[str], *, batch_size: int = 32, max
     pad = cfg.pad_token_id if cfg.pad_token_id is not None else 0  # masked out: any id pads
     max_tokens = min(max_tokens, cfg.max_position_embeddings)
     ids = [list(embedder.tokenizer.encode(t, add_special_tokens=False))[:max_tokens] or [pad] for t in texts]
-    buckets = data.power_of_two_buckets(min(_MIN_BUCKET, max_tokens), 1 << (max_tokens - 1).bit_length())
+    buckets = padding.power_of_two_buckets(min(_MIN_BUCKET, max_tokens), 1 << (max_tokens - 1).bit_length())
     program = _mean_pool_program(embedder.weights.graphdef)
     out_NxD = np.empty((len(texts), cfg.hidden_size), np.float32)
     for start in range(0, len(ids), batch_size):
         chunk = ids[start:start + batch_size]
-        tokens_BxT, mask_BxT = data.pad_right(chunk + [[pad]] * (batch_size - len(chunk)), pad, buckets)
+        tokens_BxT, mask_BxT = padding.pad_right(chunk + [[pad]] * (batch_size - len(chunk)), pad, buckets)
         mask_BxT[len(chunk):] = False
         pooled_BxD = np.asarray(program(embedder.weights.params, jnp.asarray(tokens_BxT), jnp.asarray(mask_BxT)))
         out_NxD[start:start + len(chunk)] = pooled_BxD[: len(chunk)]

@@ -9,6 +9,9 @@ from rubric_jax import sampling
 from rubric_jax.rubrics.schema import MAX_RECOMMENDED_DIMENSIONS
 
 
+GENERATORS = ("model", "judge")  # construction text from config.model in process | the judge's endpoint
+
+
 class BuildError(ValueError):
     """A build that cannot start or resume as asked (bad setting, output over an input, changed settings)."""
 
@@ -40,6 +43,7 @@ class BuildConfig:
     min_support: int = 2  # R*(q) keeps criteria found in this many kept sets (capped at their number)
     questions_per_batch: int = 32  # questions per batch: one generate call per round, the resume unit
     sampler: str = "temperature(0.7)"  # every construction call's sampler (retries need fresh samples)
+    generator: str = "model"  # who writes: model (config.model, in process) | judge (config.judge's endpoint)
     seed: int = 0  # all keys derive from it (and the batch, step and round)
 
     def __post_init__(self) -> None:
@@ -64,6 +68,8 @@ class BuildConfig:
                                        "(RubricRL §2.3: more dimensions hurt judge consistency)")
         if self.min_valid_answers > self.num_answers:
             self._fail("min_valid_answers", f"at most num_answers={self.num_answers}")
+        if self.generator not in GENERATORS:
+            self._fail("generator", f"one of {GENERATORS}")
         try:
             sampling.parse_sampler(self.sampler)
         except ValueError as e:

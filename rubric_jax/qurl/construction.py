@@ -32,7 +32,7 @@ from rubric_jax.judges.llm_judge import host_rng
 from rubric_jax.judges.prompts import fence
 from rubric_jax.qurl.retrieval import Document
 from rubric_jax.qurl.templates import ChatPrompt, PromptTemplate
-from rubric_jax.qurl.textgen import FINISH_LENGTH, FINISH_TOO_LONG, Generation, TextGenerator
+from rubric_jax.qurl.textgen import FINISH_ERROR, FINISH_LENGTH, FINISH_TOO_LONG, Generation, TextGenerator
 from rubric_jax.rubrics.schema import ChangelogEntry, Rubric, RubricError, rubric_from_dict
 
 T = TypeVar("T")
@@ -106,6 +106,8 @@ def _check(generation: Generation, request: int, validate: Callable[[int, str], 
     """The validated value of one generation, or InvalidGeneration."""
     if generation.finish == FINISH_TOO_LONG:
         raise InvalidGeneration("prompt does not fit the model's context (not sent)")
+    if generation.finish == FINISH_ERROR:
+        raise InvalidGeneration(f"the endpoint gave no answer ({generation.error})")
     if generation.finish == FINISH_LENGTH and not accept_truncated:
         raise InvalidGeneration("cut off at max_new_tokens")
     return validate(request, generation.text)

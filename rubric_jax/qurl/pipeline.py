@@ -27,13 +27,14 @@ from rubric_jax import sharding
 from rubric_jax.data import Question, load_questions
 from rubric_jax.files import open_input, write_atomic
 from rubric_jax.judges.reward import RubricReward
-from rubric_jax.judges.spec import JudgeSpec, load_judges
+from rubric_jax.judges.spec import JudgeSpec, load_cascade, load_judges
 from rubric_jax.qurl import construction, report
 from rubric_jax.qurl.config import BuildConfig, BuildError
 from rubric_jax.qurl.report import BuildResult
 from rubric_jax.qurl.retrieval import BM25Index, Document, load_corpus, query_text, retrieve, tokenize
 from rubric_jax.qurl.templates import PromptTemplate, load_template
-from rubric_jax.qurl.textgen import ModelTextGenerator, TextGenerator, judge_from_model, load_language_model
+from rubric_jax.qurl.textgen import (EndpointTextGenerator, ModelTextGenerator, TextGenerator, judge_from_model,
+                                     load_language_model)
 from rubric_jax.rubrics.schema import canonical_json, rubric_from_dict, rubric_to_dict
 
 TEMPLATES = ("meta_description", "rubric_generation", "answer")
@@ -263,9 +264,13 @@ def run_build(config: Any, questions_path: str, corpus_path: str, out_dir: str,
               log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> BuildResult:
     """The whole build from an experiment config (`model`, `judge`, `mesh`, `seed`, `qurl` blocks): checks
     every setting and input, loads the model once, builds (or resumes), writes OUT/questions.jsonl and
-    OUT/report.json. The construction model also judges unless `judge.checkpoint` names judge(s)."""
+    OUT/report.json. The construction model also judges unless `judge.checkpoint` names judge(s) or the judge is
+    an endpoint; with qurl.generator=judge that endpoint writes too, and no model is loaded."""
     build_config = BuildConfig(**config.qurl.to_dict(), seed=config.seed)
     judge_spec = JudgeSpec.from_config(config.judge, "config.judge")
+    if build_config.generator == "judge" and judge_spec.backend != "openai":
+        raise BuildError(f"qurl.generator=judge writes through the judge's endpoint: config.judge.backend="
+                         f"{judge_spec.backend!r} has none (set backend=openai, base_url and model)")
     mesh_config = sharding.MeshConfig(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     mesh_config.axis_sizes(len(jax.devices()))
     for name, path in (("questions", questions_path), ("corpus", corpus_path)):
@@ -283,16 +288,34 @@ def run_build(config: Any, questions_path: str, corpus_path: str, out_dir: str,
     check_work_dir(work, settings)  # before the slow load; nothing is written until the model has loaded
 
     layout = sharding.decode_layout(sharding.make_mesh(mesh_config), config.mesh.rollout.tensor)
-    model = load_language_model(
-        checkpoint=config.model.checkpoint, config_json=config.model.config_json, tokenizer_dir=config.model.tokenizer,
-        layout=layout, seed=config.seed, param_dtype=config.model.param_dtype, compute_dtype=config.model.compute_dtype,
-        remat=config.model.remat, scan_layers=config.model.scan_layers)
-    judges = load_judges(judge_spec, layout, where="config.judge") or (
-        judge_from_model(model, sampler=judge_spec.sampler, max_new_tokens=judge_spec.max_new_tokens),)
-    reward = RubricReward(judges=judges, judge_spec=judge_spec)
-    generator = ModelTextGenerator(model, build_config.sampler)
-    log(f"building rubrics for {len(questions)} question(s) from {len(documents)} document(s) with {model.name}")
+    judges = load_judges(judge_spec, layout, where="config.judge")
+    if build_config.generator == "judge":
+        generator, writer = EndpointTextGenerator(judges[0].http, build_config.sampler), judges[0].name
+    else:
+        model = load_language_model(
+            checkpoint=config.model.checkpoint, config_json=config.model.config_json,
+            tokenizer_dir=config.model.tokenizer, layout=layout, seed=config.seed, param_dtype=config.model.param_dtype,
+            compute_dtype=config.model.compute_dtype, remat=config.model.remat, scan_layers=config.model.scan_layers)
+        judges = judges or (judge_from_model(model, sampler=judge_spec.sampler,
+                                             max_new_tokens=judge_spec.max_new_tokens),)
+        generator, writer = ModelTextGenerator(model, build_config.sampler), model.name
+    reward = RubricReward(judges=judges, judge_spec=judge_spec,
+                          refiners=load_cascade(judge_spec, layout, where="config.judge"))
+    log(f"building rubrics for {len(questions)} question(s) from {len(documents)} document(s) with {writer}")
     result = build_rubrics(questions, documents, build_config, templates, generator, reward, work, settings, log)
     result.report["inputs"] = {"questions": str(questions_path), "corpus": str(corpus_path)}
+    result.report["generator"] = {"name": writer, **_usage(generator)}
     write_outputs(out_dir, result)
     return result
+
+
+def _usage(generator: TextGenerator) -> dict[str, Any]:
+    """An endpoint writer's judge_http_* counters (requests, tokens, retries, failures, latency percentiles)."""
+    if not isinstance(generator, EndpointTextGenerator):
+        return {}
+    from rubric_jax.judges.http_backend import summarize
+
+    usage = {k: (list(v) if isinstance(v, list) else v) for k, v in generator.stats.items()}
+    summarize(usage)
+    return usage
+

@@ -1,11 +1,12 @@
 """The one text-generation interface of rubric construction: chat prompts -> texts, with an explicit key.
 
 `TextGenerator` is what the pipeline calls: `generator(prompts, key, n=..., max_new_tokens=...)` returns
-n generations per prompt (row b * n + j is sample j of prompt b) in ONE batched call. The real
+n generations per prompt (row b * n + j is sample j of prompt b) in ONE batched call. The in-process
 implementation, `ModelTextGenerator`, chat-templates and decodes exactly as the LLM judge does
 (`data.encode_chats`, `data.decode_responses`) and samples with `sampling.generate` on the
 decode layout; a prompt that does not fit the model's context is not sent and comes back as finish "too_long".
-Tests use a scripted implementation. `load_language_model` is the one place this package loads a model,
+`EndpointTextGenerator` sends the same chats to the judge's OpenAI-compatible endpoint (`qurl.generator=judge`:
+an API model or experiments.serve builds the rubrics). Tests use a scripted implementation. `load_language_model` is the one place this package loads a model,
 through rubric_jax.loader: a Hugging Face directory, or (the tiny default, which ships config.json and a
 tokenizer only) a seeded random init, built directly in the decode layout.
 """
@@ -26,15 +27,17 @@ from rubric_jax.judges.llm_judge import Judge, special_tokens
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.qurl.templates import ChatPrompt
 
-FINISH_STOP, FINISH_LENGTH, FINISH_TOO_LONG = "stop", "length", "too_long"
+FINISH_STOP, FINISH_LENGTH, FINISH_TOO_LONG, FINISH_ERROR = "stop", "length", "too_long", "error"
 
 
 @dataclasses.dataclass(frozen=True)
 class Generation:
-    """One generated text and why it ended: "stop" (eos), "length" (max_new_tokens) or "too_long" (not sent)."""
+    """One generated text and why it ended: "stop" (eos), "length" (max_new_tokens), "too_long" (not sent) or
+    "error" (an endpoint gave no answer after its retries; `error` says why)."""
 
     text: str
     finish: str
+    error: str = ""
 
 
 class TextGenerator(Protocol):
@@ -94,6 +97,33 @@ class ModelTextGenerator:
         for row, (text, cut) in enumerate(zip(texts, truncated)):
             out[sent[row // n] * n + row % n] = Generation(text, FINISH_LENGTH if cut else FINISH_STOP)
         return out
+
+
+@dataclasses.dataclass(frozen=True)
+class EndpointTextGenerator:
+    """TextGenerator over an OpenAI-compatible endpoint (the judge's: http_backend.HttpJudgeClient). Each of the
+    n samples of a prompt is its own request; the endpoint samples with its own seeds, so `key` cannot make a
+    build reproducible there (a resumed build still reuses what was saved)."""
+
+    client: Any  # http_backend.HttpJudgeClient
+    sampler: str
+    stats: dict = dataclasses.field(default_factory=dict)  # judge_http_* counters of every call
+
+    @property
+    def reserved(self) -> tuple[str, ...]:
+        from rubric_jax.judges.http_backend import COMMON_SPECIAL_TOKENS
+
+        tokenizer = self.client.tokenizer
+        return tuple(special_tokens(tokenizer)) if tokenizer is not None else COMMON_SPECIAL_TOKENS
+
+    def __call__(self, prompts: Sequence[ChatPrompt], key: jax.Array, *, n: int,
+                 max_new_tokens: int) -> list[Generation]:
+        del key  # the endpoint's sampling is its own
+        chats = [p.messages for p in prompts for _ in range(n)]
+        answers = self.client.answer(chats, sampler=self.sampler, max_tokens=max_new_tokens, stats=self.stats)
+        return [Generation(a.text, a.finish) if not a.cause else
+                Generation("", FINISH_TOO_LONG if a.cause == "judge_prompt_too_long" else FINISH_ERROR, a.error)
+                for a in answers]
 
 
 def judge_from_model(model: LanguageModel, *, sampler: str, max_new_tokens: int) -> Judge:

@@ -47,14 +47,14 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from rubric_jax import data, distributed, files, loader, metrics, plots, sampling, sharding
+from rubric_jax import data, distributed, files, loader, metrics, padding, plots, sampling, sharding
 from rubric_jax.calibration.pinning import check_calibration
 from rubric_jax.judges.base_model import same_base_warnings
 from rubric_jax.judges.llm_judge import Judge, shortest_prompt_tokens
 from rubric_jax.judges.reward import (RewardOutput, RubricReward, concat_outputs, gather_outputs, select_rows,
                                       split_by_reads)
 from rubric_jax.judges.reward_model import RewardModelReward, load_reward_model
-from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge, load_judges, open_verdict_store
+from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge, load_cascade, load_judges, open_verdict_store
 from rubric_jax.judges.store import VerdictStore
 from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
 from rubric_jax.models.config import ModelConfig
@@ -62,7 +62,8 @@ from rubric_jax.rubrics.correction import Correction, load_correction
 from rubric_jax.rubrics.dynamic_weights import DimensionWeights
 from rubric_jax.rubrics.io import dumps_rubric, load_rubric
 from rubric_jax.rubrics.schema import Rubric
-from rubric_jax.train import checkpointing, dynamic, export, golden as golden_set, monitors, oscillation
+from rubric_jax.train import audit as judge_audit, checkpointing, dynamic, export, golden as golden_set, monitors
+from rubric_jax.train import oscillation
 from rubric_jax.train import programs as run_programs
 from rubric_jax.train import rollout, runs, settings as run_settings, state as train_state, workdir as run_workdir
 from rubric_jax.train.settings import RolloutSpec, Settings
@@ -73,6 +74,7 @@ BEST_FILE = "best_checkpoint.json"  # the best-evaluated GRPO checkpoint, writte
 EVAL_SAMPLES = 4  # eval responses written to samples.jsonl per eval
 _EVAL_KEY = 2**31 - 1  # fold_in data of the eval sampling key (GRPO step keys are 1000 + step)
 _GOLDEN_REFERENCE_KEY = 1  # fold_in data (into the eval key) of the golden references' judge key, the same every eval
+_AUDIT_KEY = 2  # fold_in data (into the eval key) of the audit judge's key
 
 
 class TrainingError(RuntimeError):
@@ -106,6 +108,7 @@ class Run:
     watch: monitors.Watch  # reward-hacking monitors' thresholds and alerts.jsonl
     stop_requested: bool = False
     judge_store: VerdictStore | None = None  # config.judge.store: the golden references' verdicts (and rollouts')
+    audit: judge_audit.Audit | None = None  # config.audit: another judge scores eval responses (train/audit.py)
 
     def rollout_store(self) -> dict[str, VerdictStore]:
         """The store keyword of a policy-response reward call: the store with judge.store_rollouts, else none."""
@@ -252,7 +255,8 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
     correction = load_correction(config.data.rubric_correction) if config.data.rubric_correction else None
     if settings.reward_model is None:
         reward = RubricReward(rubrics, judges, settings.judge, correction=correction,
-                              gates_first=config.reward.gates_first)
+                              gates_first=config.reward.gates_first,
+                              refiners=load_cascade(settings.judge, layout, where="config.judge"))
         _check_judge_prompts_fit(config, judges, settings.judge, rubric_of,
                                  train_questions + eval_questions + (golden.questions if golden else []))
     else:
@@ -273,7 +277,8 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
                shared_rubric, rubric_of, rubric_hash, rubric_info, train_questions, eval_questions, log,
                jax.random.key(config.seed), dynamic, golden,
                monitors.Watch(monitors.thresholds(config.monitor), workdir, config.monitor.window_steps,
-                              open_logs=lambda: log.writer), judge_store=judge_store)
+                              open_logs=lambda: log.writer), judge_store=judge_store,
+               audit=judge_audit.build_audit(settings.audit, layout, rubrics))
 
 
 def _check_prompts_fit(tokenizer: Any, settings: Settings, questions: Sequence[data.Question]) -> None:
@@ -516,14 +521,14 @@ class NanStreak:
 
 @dataclasses.dataclass(frozen=True)
 class Rollout:
-    """One scored rollout. This process's prompts and sampled rows build its block of the training batch;
-    the scores, samples and lengths are every process's rows (process order, as one process would have
-    them), so whatever is computed from them is the same on every process. Legend: B this process's
-    questions, P prompt width, N all rollouts."""
+    """One scored rollout. The sampler's device arrays (`sampled`, one per sampler call) and this process's
+    chosen `groups` ((call, prompt) pairs) build its block of the training batch on the device; the scores,
+    samples and lengths are every process's rows (process order, as one process would have them), so whatever
+    is computed from them is the same on every process. Legend: B this process's questions, N all rollouts."""
 
-    prompt_ids_BxP: np.ndarray
-    prompt_mask_BxP: np.ndarray
-    result: sampling.GenerationResult  # this process's rows (B·n)
+    sampled: tuple[sampling.Samples, ...]
+    groups: tuple[tuple[int, int], ...]  # this process's B groups
+    result: sampling.GenerationResult  # this process's rows (B·n) on the host: tokens, lengths (no log-probs)
     scored: RewardOutput  # all N rows
     samples: list[dict[str, Any]]  # all N rows: question, response, reward, scores
     lengths_N: np.ndarray
@@ -534,11 +539,11 @@ class Rollout:
 @dataclasses.dataclass(frozen=True)
 class LocalRollout:
     """This process's sampled and scored rows of a rollout, before they are gathered (legend: B this
-    process's questions, n samples each)."""
+    process's questions, n samples each): the sampler's device arrays, the host tokens its judges read."""
 
     questions: list[data.Question]
-    prompt_ids_BxP: np.ndarray
-    prompt_mask_BxP: np.ndarray
+    sampled: tuple[sampling.Samples, ...]
+    groups: tuple[tuple[int, int], ...]
     result: sampling.GenerationResult
     scored: RewardOutput
     responses: list[str]
@@ -551,15 +556,17 @@ def sample_and_score(run_: Run, params: Any, questions: list[data.Question], spe
     sample_key, judge_key = jax.random.split(key)
     prompt_ids, prompt_mask = data.prompt_batch(run_.tokenizer, [q.question for q in questions], spec.prompt_buckets,
                                                 across_processes=True)
-    result = sampling.generate(rollout_weights(run_, params), prompt_ids, prompt_mask=prompt_mask, key=sample_key,
-                               n=spec.n, max_new_tokens=spec.max_new_tokens, sampler=spec.sampler,
-                               stop_tokens=run_.stop_tokens, pad_id=run_.tokenizer.pad_token_id,
-                               layout=run_.decode_layout)
+    samples = sampling.sample(rollout_weights(run_, params), prompt_ids, prompt_mask=prompt_mask, key=sample_key,
+                              n=spec.n, max_new_tokens=spec.max_new_tokens, sampler=spec.sampler,
+                              stop_tokens=run_.stop_tokens, pad_id=run_.tokenizer.pad_token_id,
+                              layout=run_.decode_layout, response_buckets=spec.response_buckets)
+    result = sampling.host_result(samples, logprobs=False)  # the judges' text; the log-probs stay on the device
     responses = data.decode_responses(run_.tokenizer, result, run_.stop_tokens)
     expanded = [q.question for q in questions for _ in range(spec.n)]
     scored = run_.reward(expanded, responses, [run_.rubric_of[q.id] for q in questions for _ in range(spec.n)],
                          key=judge_key, weights=run_.weights, **run_.rollout_store())
-    return LocalRollout(list(questions), prompt_ids, prompt_mask, result, scored, responses)
+    return LocalRollout(list(questions), (samples,), tuple((0, g) for g in range(len(questions))), result, scored,
+                        responses)
 
 
 def gather_rollout(local: LocalRollout, n: int, extra: Any = None) -> tuple[Rollout, list[Any]]:
@@ -574,7 +581,7 @@ def gather_rollout(local: LocalRollout, n: int, extra: Any = None) -> tuple[Roll
                 "scores": {d: _json_float(scored.scores[i, c]) for c, d in enumerate(scored.dimension_ids)}}
                for i in range(len(responses))]
     rows = slice(*distributed.block_bounds(len(responses)))
-    return Rollout(local.prompt_ids_BxP, local.prompt_mask_BxP, local.result, scored, samples,
+    return Rollout(local.sampled, local.groups, local.result, scored, samples,
                    np.concatenate([part[3] for part in parts]), np.concatenate([part[4] for part in parts]),
                    rows), [part[5] for part in parts]
 
@@ -606,18 +613,16 @@ def dynamic_rollout(run_: Run, params: Any, questions: list[data.Question], spec
     rows = [(r, g * spec.n + j) for r, g in chosen for j in range(spec.n)]
     results = [local.result for local in rounds]
     result = sampling.GenerationResult(
-        np.stack([results[r].tokens[i] for r, i in rows]), np.stack([results[r].logprobs[i] for r, i in rows]),
+        np.stack([results[r].tokens[i] for r, i in rows]), None,
         np.asarray([results[r].lengths[i] for r, i in rows], np.int32),
         np.asarray([results[r].finish_reason[i] for r, i in rows]), max(res.num_steps for res in results))
     chosen_questions = [rounds[r].questions[g] for r, g in chosen]
-    prompt_ids, prompt_mask = data.prompt_batch(run_.tokenizer, [q.question for q in chosen_questions],
-                                                spec.prompt_buckets, across_processes=True)
     scored = concat_outputs([select_rows(local.scored, [i for rr, i in rows if rr == r])
                              for r, local in enumerate(rounds) if any(rr == r for rr, _ in rows)])
     if "judge_generate_calls" in scored.details:  # each round made its own calls (concat_outputs takes the max)
         scored.details["judge_generate_calls"] = sum(local.scored.details["judge_generate_calls"] for local in rounds)
-    selected = LocalRollout(chosen_questions, prompt_ids, prompt_mask, result, scored,
-                            [rounds[r].responses[i] for r, i in rows])
+    selected = LocalRollout(chosen_questions, tuple(local.sampled[0] for local in rounds), tuple(chosen), result,
+                            scored, [rounds[r].responses[i] for r, i in rows])
     counts = (sum(int((s > rule.min_spread).sum()) for s in spreads),
               sum(int((s <= rule.min_spread).sum()) for s in spreads), len(rounds))
     gathered, every = gather_rollout(selected, spec.n, counts)
@@ -650,10 +655,10 @@ def grpo_iteration(run_: Run, programs: run_programs.GRPOPrograms, state: train_
                                         rubrics=_row_rubrics(run_, scored) if settings.shaping.advantage ==
                                         "per_dimension" else (), weights=run_.weights,
                                         lengths_N=out.lengths_N, truncated_N=out.truncated_N)
-    batch = rollout.training_batch(out.prompt_ids_BxP, out.prompt_mask_BxP, out.result, cfg.group_size,
-                                   signal.advantages_N[out.rows], signal.trainable_N[out.rows], spec.response_buckets,
-                                   across_processes=True)  # groups never straddle processes: rows are whole groups
-    batch = distributed.global_batch(batch, sharding.batch_sharding(run_.mesh))
+    (longest,) = distributed.max_over_processes(int(max(out.result.lengths.max(), 1)))
+    batch = rollout.training_batch(out.sampled, out.groups, cfg.group_size,
+                                   padding.bucket_length(longest, spec.response_buckets),
+                                   signal.advantages_N[out.rows], signal.trainable_N[out.rows], run_.mesh)
     batch, logprob_stats = run_programs.rollout_logprobs(programs, batch, state.params, ref_params,
                                                          settings.recompute_old_logprobs)
     updates = []
@@ -700,6 +705,9 @@ def evaluate(run_: Run, state: train_state.TrainState, step: int) -> dict[str, f
         row.update(run_.golden.metrics(golden_scored, functools.partial(_score_own_block, run_.reward),
                                        key=jax.random.fold_in(key, _GOLDEN_REFERENCE_KEY), weights=run_.weights,
                                        store=run_.judge_store))
+    if run_.audit is not None:
+        row.update(run_.audit(step, out.samples, [run_.rubric_of[q.id] for q in run_.eval_questions], out.scored,
+                              jax.random.fold_in(key, _AUDIT_KEY), run_.log.rows()))
     row = run_.watch.observe(step, row)
     run_.log.write(step, row)
     run_.log.write_samples(step, [{"stage": "eval", **s} for s in out.samples[:EVAL_SAMPLES]])

@@ -89,6 +89,10 @@ CHECKS = (
           "reward-length correlation{window}", "max", (-1.0, 1.0)),
     Check("max_judge_parse_failure", r"^monitor/judge_parse_failure$", "judge parse failures", "max", (0.0, 1.0)),
     Check("min_golden_spearman", r"^golden/spearman/(.+)$", "golden Spearman of {}", "min", (-1.0, 1.0)),
+    Check("min_audit_agreement", r"^audit/(spearman|kappa)/(.+)$", "audit {} of {} (training vs audit judge)", "min",
+          (-1.0, 1.0)),
+    Check("max_audit_gap_rise", r"^audit/gap/(.+)/rise$", "audit gap rise of {} (training minus audit judge)", "max",
+          (0.0, 1.0)),
 )
 
 

@@ -1,22 +1,27 @@
 """From sampled responses to a GRPO batch: the rollout sampler's temperature, score, normalise per group,
-lay out the arrays (responses are decoded by `data.decode_responses`).
+lay out the arrays on the device (responses are decoded by `data.decode_responses` for the judges only).
 
 Shape legend: B questions, G samples per question, N = B·G rollouts (row b·G + j is sample j of
-question b, the sampler's order), P prompt bucket, R response bucket, T = P + R, D rubric dimensions.
-The batch layout is the one `rubric_jax.train.step` documents: [left-padded prompt | response + pad].
+question b, the sampler's order), U = B prompts (one per group), P prompt bucket, R response bucket,
+D rubric dimensions. The batch layout is the one `rubric_jax.train.step` documents: each group's
+left-padded prompt once, its G right-padded responses.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
+from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from rubric_jax import data, distributed, grpo, sampling
+from rubric_jax import distributed, grpo, sampling, sharding
 from rubric_jax.judges.reward import RewardOutput
 from rubric_jax.rubrics.schema import Rubric
-from rubric_jax.sampling import GenerationResult
+from rubric_jax.train.step import PROMPT_KEYS
 
 MISSING_SCORES = ("renormalize", "drop")  # a sample with a missing dimension score: reward over the rest, or no loss
 ADVANTAGES = ("sum_then_normalise", "per_dimension")  # rl.advantage: GRPO on the aggregated reward, or GDPO
@@ -193,42 +198,75 @@ def overlong_penalty(lengths_N: np.ndarray, max_new_tokens: int, buffer: int, fa
     return np.minimum(-(np.asarray(lengths_N, np.float64) - expected) / buffer * factor, 0.0)
 
 
-def training_batch(prompt_ids_BxP: np.ndarray, prompt_mask_BxP: np.ndarray, result: GenerationResult,
-                   group_size: int, advantages_N: np.ndarray, valid_N: np.ndarray, buckets: tuple[int, ...], *,
-                   across_processes: bool = False) -> dict[str, np.ndarray]:
-    """The GRPO batch: each row's prompt (prompt_tokens/prompt_mask [N, P]), its response
-    (response_tokens/response_mask [N, R]), loss_mask [N, R], the sampler's log-probs as behaviour
-    log-probs `old_logp` [N, R], advantages [N] (reference log-probs are added on device:
-    `loop.grpo_iteration`).
+def training_batch(rounds: Sequence[sampling.Samples], groups: Sequence[tuple[int, int]], group_size: int,
+                   width: int, advantages_N: np.ndarray, valid_N: np.ndarray, mesh: jax.sharding.Mesh
+                   ) -> dict[str, jax.Array]:
+    """The GRPO batch, built on the device from the sampler's own arrays (nothing of them crosses to the host and
+    back): this process's `groups` ((round, prompt) pairs into `rounds`, one sampler call each; n = group_size)
+    give each group's prompt (prompt_tokens/prompt_mask [U, P]) and its G responses (response_tokens /
+    response_mask [N, R]), loss_mask [N, R], the sampler's log-probs as behaviour log-probs `old_logp` [N, R]
+    and advantages [N] (reference log-probs are added on device: `programs.rollout_logprobs`); only per-row
+    vectors are uploaded: `advantages_N`, `valid_N` (this process's rows) and the rows' indices.
 
     Samples whose reward is missing (`valid_N` False) get no loss tokens at all: no policy-gradient
     or KL term, and no share of the token or sequence counts that normalise the loss (Dr. GRPO's
     constant B·L still counts every row, as its definition says).
 
-    The response width is the smallest of `buckets` holding the longest response, so short rollouts
-    need not pay for max_new_tokens while the number of compiled shapes stays bounded. With
-    `across_processes` (each process batching its own rollouts) it is the same on every process.
+    `width` (R) is the response bucket of the longest response (the same on every process), a column prefix of
+    the sampler's response slots: short rollouts need not pay for max_new_tokens while the number of compiled
+    shapes stays bounded. Rounds whose prompt buckets differ (dynamic sampling) are aligned on the right.
     """
-    n = result.tokens.shape[0]
-    longest = int(max(result.lengths.max(), 1))
-    if across_processes:
-        (longest,) = distributed.max_over_processes(longest)
-    width = data.bucket_length(longest, buckets)
-    response_mask_NxR = np.arange(width)[None, :] < result.lengths[:, None]
-    tokens_NxR = np.zeros((n, width), np.int32)
-    logp_NxR = np.zeros((n, width), np.float32)
-    cols = min(width, result.tokens.shape[1])
-    tokens_NxR[:, :cols] = result.tokens[:, :cols]
-    logp_NxR[:, :cols] = result.logprobs[:, :cols]
-    return {
-        "prompt_tokens": np.repeat(prompt_ids_BxP, group_size, axis=0).astype(np.int32),
-        "prompt_mask": np.repeat(prompt_mask_BxP, group_size, axis=0).astype(bool),
-        "response_tokens": np.where(response_mask_NxR, tokens_NxR, 0),
+    rows = sharding.batch_sharding(mesh)
+    prompts = len(groups) * jax.process_count()
+    width_p = max(r.prompt_UxP.shape[1] for r in rounds)
+    uploaded = distributed.global_batch(
+        {"rows": _global_rows(rounds, groups, group_size), "advantages": advantages_N.astype(np.float32),
+         "valid": np.asarray(valid_N, bool)}, rows)
+    return _layout(tuple((r.prompt_UxP, r.prompt_mask_UxP, r.tokens_BxR, r.logprobs_BxR, r.lengths_B) for r in rounds),
+                   uploaded, group_size=group_size, width=width, prompt_width=width_p,
+                   prompt_sharding=sharding.batch_sharding(mesh, (prompts, width_p)), rows=rows)
+
+
+def _global_rows(rounds: Sequence[sampling.Samples], groups: Sequence[tuple[int, int]], n: int) -> np.ndarray:
+    """The global indices [U·n] of this process's chosen groups' rows in the rounds' arrays laid end to end
+    (process p's prompts of a round are its block p of that round's prompts; prompt u's rows u·n .. u·n + n − 1)."""
+    process, processes = jax.process_index(), jax.process_count()
+    blocks = [r.prompt_UxP.shape[0] // processes for r in rounds]
+    starts = np.cumsum([0] + [b * processes for b in blocks])
+    prompt_U = np.asarray([starts[r] + process * blocks[r] + g for r, g in groups], np.int64)
+    return (prompt_U[:, None] * n + np.arange(n)[None, :]).reshape(-1).astype(np.int32)
+
+
+@functools.partial(jax.jit, static_argnames=("group_size", "width", "prompt_width", "prompt_sharding", "rows"))
+def _layout(rounds: tuple[tuple[jax.Array, ...], ...], uploaded: dict[str, jax.Array], *, group_size: int,
+            width: int, prompt_width: int, prompt_sharding: jax.sharding.Sharding, rows: jax.sharding.Sharding
+            ) -> dict[str, jax.Array]:
+    """`training_batch`'s device half: the chosen prompts and rows gathered from the rounds (a narrower round's
+    prompts left-padded with masked 0s), responses cut to `width` columns and masked."""
+
+    def joined(i: int, pad: Any = None) -> jax.Array:
+        parts = [r[i] if pad is None else jnp.pad(r[i], ((0, 0), (prompt_width - r[i].shape[1], 0)),
+                                                   constant_values=pad) for r in rounds]
+        return jnp.concatenate(parts) if len(parts) > 1 else parts[0]
+
+    row_N = uploaded["rows"]
+    prompt_U = row_N.reshape(-1, group_size)[:, 0] // group_size  # a group's rows follow its prompt's
+    prompt_UxP = jnp.take(joined(0, 0), prompt_U, axis=0)
+    prompt_mask_UxP = jnp.take(joined(1, False), prompt_U, axis=0)
+    tokens_NxR = jnp.take(joined(2), row_N, axis=0)[:, :width]
+    logp_NxR = jnp.take(joined(3), row_N, axis=0)[:, :width]
+    response_mask_NxR = jnp.arange(width)[None, :] < jnp.take(joined(4), row_N, axis=0)[:, None]
+    batch = {
+        "prompt_tokens": prompt_UxP,
+        "prompt_mask": prompt_mask_UxP,
+        "response_tokens": jnp.where(response_mask_NxR, tokens_NxR, 0),
         "response_mask": response_mask_NxR,
-        "loss_mask": response_mask_NxR & valid_N[:, None],
-        "old_logp": np.where(response_mask_NxR, logp_NxR, 0.0).astype(np.float32),
-        "advantages": advantages_N.astype(np.float32),
+        "loss_mask": response_mask_NxR & uploaded["valid"][:, None],
+        "old_logp": jnp.where(response_mask_NxR, logp_NxR, 0.0),
+        "advantages": uploaded["advantages"],
     }
+    return {k: jax.lax.with_sharding_constraint(v, prompt_sharding if k in PROMPT_KEYS else rows)
+            for k, v in batch.items()}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,12 +18,13 @@ from typing import Any
 
 import ml_collections
 
-from rubric_jax import data, files, grpo, sampling
+from rubric_jax import data, files, grpo, padding, sampling
 from rubric_jax.judges.reward_model import RewardModelConfig
 from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.loader import ATTENTION_CHOICES, resolve_attention
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.train import rollout, state as train_state
+from rubric_jax.train.audit import AuditSettings
 from rubric_jax.train.dynamic import DynamicSampling
 from rubric_jax.train.oscillation import OscillationRule
 
@@ -44,7 +45,7 @@ _AT_LEAST = {
 }
 # Input files a run reads (a tfds:NAME data set is a directory of its own, checked where it is read).
 INPUT_FILES = ("data.train", "data.eval", "data.sft", "data.rubric", "data.golden", "data.rubric_correction",
-               "model.config_json")
+               "model.config_json", "audit.rubric")
 _GRPO_KEYS = {"kl_coef": "beta", "loss_norm_length": "max_new_tokens", "temperature": "sampler"}  # GRPOConfig -> rl
 
 
@@ -80,6 +81,7 @@ class Settings:
     eval_every: int  # eval.every_steps
     reward_model: RewardModelConfig | None  # config.reward, when a reward model scores the rollouts
     judge: JudgeSpec = JudgeSpec()  # config.judge
+    audit: AuditSettings | None = None  # config.audit, None when it has no judge (train/audit.py)
 
 
 def _get(config: ml_collections.ConfigDict, key: str):
@@ -231,6 +233,25 @@ def reward_model_config(config: ml_collections.ConfigDict) -> RewardModelConfig 
                              scale=r.model_scale)
 
 
+def audit_settings(config: ml_collections.ConfigDict) -> AuditSettings | None:
+    """config.audit checked (train/audit.py): None when its judge has no checkpoint or endpoint (no audit)."""
+    a = config.audit
+    spec = JudgeSpec.from_config(a.judge, "config.audit.judge")
+    for key, minimum in (("sample_size", 3), ("window", 1)):  # 3: the fewest pairs a rank correlation needs
+        if isinstance(a[key], bool) or not isinstance(a[key], int) or a[key] < minimum:
+            _fail(f"audit.{key}", a[key], f"expected an integer >= {minimum}")
+    if not isinstance(a.rubric, str):
+        _fail("audit.rubric", a.rubric, "expected a rubric file, or '' for each row's own")
+    if not spec.has_judge:
+        if a.rubric:
+            _fail("audit.rubric", a.rubric, "there is no audit judge to read it: set config.audit.judge.checkpoint")
+        return None
+    if config.reward.source != "rubric":
+        _fail("audit.judge.checkpoint", a.judge.checkpoint, "the audit compares LLM-judged rubric dimensions; "
+              f"config.reward.source={config.reward.source!r} has none")
+    return AuditSettings(spec, a.rubric, a.sample_size, a.window)
+
+
 def _check_input_files(config: ml_collections.ConfigDict) -> None:
     """Every input file of INPUT_FILES that exists must be a regular file (a FIFO would block the run forever,
     /dev/zero fill memory); a missing one is the loader's error."""
@@ -277,7 +298,7 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
         optimizer_config(config[block], _get(config, f"{block}.warmup_steps") + 1, block)
     _sampler(config, "rl.sampler")  # before the GRPO objective, which reads its temperature
     grpo_cfg = grpo_config(config.rl) if "grpo" in stages else None
-    buckets = lambda max_len: data.length_buckets(max_len, config.data.length_buckets)  # noqa: E731
+    buckets = lambda max_len: padding.length_buckets(max_len, config.data.length_buckets)  # noqa: E731
     prompts = buckets(config.data.max_prompt_len)
     train = RolloutSpec(config.rl.sampler, config.rl.group_size, config.rl.max_new_tokens, prompts,
                         buckets(config.rl.max_new_tokens))
@@ -290,7 +311,8 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
                     config.rl.missing_scores, shaping(config.rl), oscillation_rule(config.rl), dynamic_sampling(config.rl),
                     config.rl.recompute_old_logprobs,
                     config.rl.updates_per_batch,
-                    config.log.samples_per_step, config.eval.every_steps, reward_model_config(config), judge)
+                    config.log.samples_per_step, config.eval.every_steps, reward_model_config(config), judge,
+                    audit_settings(config))
 
 
 def check_positions(config: ml_collections.ConfigDict, settings: Settings, max_positions: int) -> None:

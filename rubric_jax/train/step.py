@@ -4,8 +4,8 @@ behaviour log-probs a rollout feeds in the batch; `jit_*` helpers that compile e
 (and a donated state).
 
 Batches are dicts of arrays with a leading batch dim N (rows b*G + j = sample j of question b):
-  GRPO: prompt_tokens [N,P] int32 and prompt_mask [N,P] bool (the row's prompt, the same for the G rows
-        of a group; left- or right-padded), response_tokens [N,R] int32 and response_mask [N,R] bool
+  GRPO: prompt_tokens [U,P] int32 and prompt_mask [U,P] bool (U = N/G: each group's prompt once, as the
+        sampler took it; left- or right-padded), response_tokens [N,R] int32 and response_mask [N,R] bool
         (right-padded), loss_mask [N,R] bool (response tokens trained on), old_logp [N,R] float32
         (behaviour log-probs), advantages [N] float32, and ref_logp [N,R] float32 (reference
         log-probs) exactly when kl_coef > 0. Per-token arrays are aligned with response_tokens; every
@@ -17,8 +17,9 @@ Batches are dicts of arrays with a leading batch dim N (rows b*G + j = sample j 
 so prompt and padding tokens never contribute. Loss weights are computed once from the whole batch,
 then the batch is split into `micro_batches` slices whose gradients are summed under `lax.scan`: the
 result equals one big batch. The slices hold whole groups (GRPO) or rows (SFT): micro-batch m holds
-groups m, m+M, m+2M, ... so a batch sharded in contiguous blocks stays spread over the devices in each
-micro-batch.
+groups m, m+M, m+2M, ... (and their prompts) so a batch sharded in contiguous blocks stays spread over the
+devices in each micro-batch. The prompt arrays take the sharding they arrive in (`batch_shardings`: over the
+batch axes that divide U), the rest are over (data, fsdp).
 
 A step whose loss or gradient norm is not finite leaves params and optimizer state untouched and
 reports `skipped` = 1 (the step counter still advances).
@@ -53,20 +54,20 @@ _BOOL_KEYS = ("input_mask", "prompt_mask", "response_mask", "loss_mask")
 
 
 def _check_batch(batch: Batch, keys: tuple[str, ...], micro_batches: int, group_size: int = 1) -> None:
-    """Validates keys, shapes and dtypes at trace time: [N] advantages, [N, P] prompt arrays, [N, T]
-    the rest (T from `tokens` or `response_tokens`); micro-batches of whole groups of `group_size` rows."""
+    """Validates keys, shapes and dtypes at trace time: [N] advantages, [N / group_size, P] prompt arrays,
+    [N, T] the rest (T from `tokens` or `response_tokens`); micro-batches of whole groups of `group_size` rows."""
     if set(batch) != set(keys):
         raise ValueError(f"batch keys {sorted(batch)}: expected exactly {sorted(keys)}")
     n, t = batch["response_tokens" if "response_tokens" in batch else "tokens"].shape
+    _check_micro_batches(n, micro_batches, group_size)
     p = batch["prompt_tokens"].shape[-1] if "prompt_tokens" in batch else None
     for name in keys:
-        want = (n,) if name == "advantages" else (n, p) if name in PROMPT_KEYS else (n, t)
+        want = (n,) if name == "advantages" else (n // group_size, p) if name in PROMPT_KEYS else (n, t)
         if batch[name].shape != want:
             raise ValueError(f"batch[{name!r}] has shape {batch[name].shape}, expected {want}")
         kind = jnp.integer if name in _INTEGER_KEYS else jnp.bool_ if name in _BOOL_KEYS else jnp.floating
         if not jnp.issubdtype(batch[name].dtype, kind):
             raise ValueError(f"batch[{name!r}] has dtype {batch[name].dtype}, expected {kind.__name__}")
-    _check_micro_batches(n, micro_batches, group_size)
 
 
 def _check_micro_batches(n: int, micro_batches: int, group_size: int) -> None:
@@ -90,16 +91,17 @@ def grpo_batch_keys(cfg: grpo.GRPOConfig) -> tuple[str, ...]:
             + ((BEHAVIOUR_WEIGHT,) if cfg.behaviour_correction_cap is not None else ()))
 
 
-def _split_micro(tree: Any, micro_batches: int, group_size: int = 1) -> Any:
-    """[N, ...] -> [M, N/M, ...] with micro-batch m = groups m, m+M, ... of `group_size` consecutive rows
-    (no resharding of the N dim when every device holds whole groups of each micro-batch)."""
+def _split_micro(batch: Batch, micro_batches: int, group_size: int = 1) -> Batch:
+    """[N, ...] -> [M, N/M, ...] with micro-batch m = groups m, m+M, ... of `group_size` consecutive rows, and
+    the prompts [U, P] -> [M, U/M, P] alike (one row per group): no resharding of the N dim when every device
+    holds whole groups of each micro-batch."""
 
-    def split(x: jax.Array) -> jax.Array:
+    def split(x: jax.Array, rows: int) -> jax.Array:
         n, rest = x.shape[0], x.shape[1:]
-        grouped = x.reshape(n // (micro_batches * group_size), micro_batches, group_size, *rest)
+        grouped = x.reshape(n // (micro_batches * rows), micro_batches, rows, *rest)
         return jnp.swapaxes(grouped, 0, 1).reshape(micro_batches, n // micro_batches, *rest)
 
-    return jax.tree.map(split, tree)
+    return {k: split(x, 1 if k in PROMPT_KEYS else group_size) for k, x in batch.items()}
 
 
 def _merge_micro(x_MxBxT: jax.Array, group_size: int = 1) -> jax.Array:
@@ -160,13 +162,13 @@ def _train_step(state: TrainState, batch: Batch, loss_fn: LossFn, micro_batches:
     return new_state, metrics
 
 
-def _rollout_logprobs(graphdef: nnx.GraphDef, params: Params, batch: Batch, group_size: int, chunk_size: int,
-                      temperature: float) -> tuple[jax.Array, jax.Array]:
-    """`grpo.shared_prompt_logprobs` [N, R] of a batch (or slice) of whole groups: each group's prompt,
-    taken from its first row, runs once."""
+def _rollout_logprobs(graphdef: nnx.GraphDef, params: Params, batch: Batch, chunk_size: int, temperature: float
+                      ) -> tuple[jax.Array, jax.Array]:
+    """`grpo.shared_prompt_logprobs` [N, R] of a batch (or slice) of whole groups: each group's prompt runs
+    once."""
     return grpo.shared_prompt_logprobs(
-        nnx.merge(graphdef, params), batch["prompt_tokens"][::group_size], batch["prompt_mask"][::group_size],
-        batch["response_tokens"], batch["response_mask"], chunk_size=chunk_size, temperature=temperature)
+        nnx.merge(graphdef, params), batch["prompt_tokens"], batch["prompt_mask"], batch["response_tokens"],
+        batch["response_mask"], chunk_size=chunk_size, temperature=temperature)
 
 
 def grpo_train_step(state: TrainState, batch: Batch, *, cfg: grpo.GRPOConfig, micro_batches: int = 1,
@@ -180,7 +182,7 @@ def grpo_train_step(state: TrainState, batch: Batch, *, cfg: grpo.GRPOConfig, mi
              "metric_w": grpo.token_mean_weights(mask)}
 
     def loss_fn(params: Params, mb: Batch) -> tuple[jax.Array, Metrics]:
-        logp, entropy = _rollout_logprobs(state.graphdef, params, mb, g, cfg.logprob_chunk_size, cfg.temperature)
+        logp, entropy = _rollout_logprobs(state.graphdef, params, mb, cfg.logprob_chunk_size, cfg.temperature)
         ref_logp = mb[REF_LOGP] if cfg.kl_coef > 0 else None
         loss, metrics = grpo.grpo_objective(logp, mb["old_logp"], ref_logp, mb["advantages"], mb["loss_mask"],
                                             mb["loss_w"], mb["metric_w"], cfg, mb.get(BEHAVIOUR_WEIGHT))
@@ -218,7 +220,7 @@ def _micro_batched_logprobs(graphdef: nnx.GraphDef, params: Params, *arrays: jax
     _check_batch(batch, PROMPT_KEYS + RESPONSE_KEYS, micro_batches, group_size)
 
     def one(mb: Batch) -> jax.Array:
-        return _rollout_logprobs(graphdef, params, mb, group_size, chunk_size, temperature)[0]
+        return _rollout_logprobs(graphdef, params, mb, chunk_size, temperature)[0]
 
     return _merge_micro(jax.lax.map(one, _split_micro(batch, micro_batches, group_size)), group_size)
 
@@ -229,24 +231,33 @@ def jit_rollout_logprobs(graphdef: nnx.GraphDef, *, group_size: int, temperature
     """Teacher-forced response log-probs [N, R] of softmax(logits / temperature) for
     `(params, prompt_tokens, prompt_mask, response_tokens, response_mask)` (a GRPO batch's arrays) outside
     any gradient: a rollout's reference and behaviour log-probs, by the train step's own function (each
-    group's prompt once), compiled once: params in `param_shardings`, batch and result over (data, fsdp),
-    `micro_batches` slices at a time so activations stay those of one train micro-batch."""
+    group's prompt once), compiled once: params in `param_shardings`, responses and result over (data, fsdp),
+    prompts as they come (`batch_shardings`), `micro_batches` slices at a time so activations stay those of
+    one train micro-batch."""
     if (param_shardings is None) != (mesh is None):
         raise ValueError("give both param_shardings and mesh, or neither")
     batch_sh = None if mesh is None else sharding.batch_sharding(mesh)
     fn = functools.partial(_micro_batched_logprobs, graphdef, group_size=group_size, temperature=temperature,
                            chunk_size=chunk_size, micro_batches=micro_batches)
-    return jax.jit(fn, in_shardings=(param_shardings, *(batch_sh,) * 4), out_shardings=batch_sh)
+    return jax.jit(fn, in_shardings=(param_shardings, None, None, batch_sh, batch_sh), out_shardings=batch_sh)
+
+
+def batch_shardings(batch: dict[str, Any], mesh: Mesh) -> dict[str, Any]:
+    """Where a batch's arrays live on `mesh`: rows over (data, fsdp), the prompts [U, P] over those of the axes
+    that divide U (the GRPO programs take the prompts' sharding as it comes)."""
+    return {k: sharding.batch_sharding(mesh, x.shape if k in PROMPT_KEYS else None) for k, x in batch.items()}
 
 
 def _batch_shardings(keys: tuple[str, ...], mesh: Mesh | None) -> dict[str, Any] | None:
-    return None if mesh is None else {k: sharding.batch_sharding(mesh) for k in keys}
+    """The jitted steps' batch in_shardings: over (data, fsdp), the prompts as they come (their U need not
+    divide the mesh)."""
+    return None if mesh is None else {k: None if k in PROMPT_KEYS else sharding.batch_sharding(mesh) for k in keys}
 
 
 def jit_grpo_step(cfg: grpo.GRPOConfig, *, micro_batches: int = 1, shardings: TrainState | None = None,
                   mesh: Mesh | None = None) -> Callable[[TrainState, Batch], tuple[TrainState, Metrics]]:
-    """`grpo_train_step` compiled once: state donated, batch over (data, fsdp), gradients laid out like
-    the params. Without a mesh it runs unsharded on one device."""
+    """`grpo_train_step` compiled once: state donated, batch over (data, fsdp) (the prompts as they come:
+    `batch_shardings`), gradients laid out like the params. Without a mesh it runs unsharded on one device."""
     if (shardings is None) != (mesh is None):
         raise ValueError("give both shardings and mesh, or neither")
     step = functools.partial(grpo_train_step, cfg=cfg, micro_batches=micro_batches,

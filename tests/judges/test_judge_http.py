@@ -176,10 +176,11 @@ def test_an_endpoint_that_does_not_answer_at_start_up_is_one_line_naming_it(tmp_
 
 
 def test_an_endpoint_failing_mid_run_gives_missing_scores_with_their_cause():
-    """The endpoint answered at start-up and is gone now: after its HTTP retries every score is missing with
-    cause judge_http_error, counted, and no sample is re-prompted."""
+    """The endpoint answered at start-up and is gone now, with outage_s=0 (no waiting it out,
+    tests/judges/test_judge_outage.py): after its HTTP retries every score is missing with cause judge_http_error,
+    counted, and no sample is re-prompted."""
     spec = tiny_spec(backend="openai", base_url=f"http://127.0.0.1:{free_port()}/v1", model="m",
-                     max_retries_http=1, timeout_s=2.0, max_retries=2)
+                     max_retries_http=1, timeout_s=2.0, max_retries=2, outage_s=0)
     client = http_backend.HttpJudgeClient(spec)
     judge = Judge("gone", None, None, None, sampler=spec.sampler, max_new_tokens=8, http=client)
     questions, responses, dims = politeness_rows(3)

@@ -14,7 +14,7 @@ import pytest
 from flax import nnx
 
 from random_model import tiny_hf_dir
-from rubric_jax import data, loader, sharding
+from rubric_jax import loader, padding, sharding
 from rubric_jax.judges.reward_model import (DIMENSION, RewardModelConfig, RewardModelReward, load_reward_model,
                                             reward_model_logits)
 from rubric_jax.models.transformer import causal_padding_mask
@@ -53,7 +53,7 @@ def _left_padded_last_position(graphdef, params, tokens_BxT, input_mask_BxT):
 
 def unbatched_logits(model, token_ids) -> np.ndarray:
     """The reference logits: all chats in one left-padded batch on one device."""
-    tokens, mask = data.pad_left(token_ids, model.cfg.pad_token_id, [128])
+    tokens, mask = padding.pad_left(token_ids, model.cfg.pad_token_id, [128])
     params = jax.device_put(model.weights.params, jax.devices()[0])
     graphdef = loader.abstract_weights(model.cfg).graphdef  # one device: no layout's activation constraints
     return np.asarray(_left_padded_last_position(graphdef, params, jnp.asarray(tokens), jnp.asarray(mask)))

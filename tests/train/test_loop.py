@@ -5,6 +5,7 @@ SIGTERM saves and exits cleanly, SIGKILL at any point loses nothing. Runs are su
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -364,3 +365,66 @@ def test_a_grpo_step_with_every_recipe_option_on_reads_them_all(tmp_path):
     assert row["truncated_masked"] == row["truncated_frac"] * 8
     assert 0 < row["behaviour_weight/mean"] <= row["behaviour_weight/max"] <= 2.0
     assert all(np.isfinite(row[k]) for k in ("loss", "kl", "grad_norm")) and row["skipped"] == 0.0
+
+
+def test_a_grpo_step_moves_only_the_judged_text_and_the_metrics_to_the_host(tmp_path, capfd):
+    """Host transfers of one GRPO iteration of the tiny default (after a warm-up one), counted. Device to host:
+    the sampled tokens, lengths and stop flags (the judges' text, the length metrics), the loop's step count,
+    then the metrics; never the log-probs or a prompt. Host to device: the sampler's inputs (each prompt once)
+    and per-row vectors (advantages, trainable flags, row indices); never a prompt or a response again. The old
+    rollout fetched the sampler's [N, R] log-probs and uploaded [N, P] prompts repeated G times and five
+    [N, R] response arrays (6 fetches and 15 uploads a step, against 5 and 11 here on one device)."""
+    import jax
+    import jax.numpy as jnp
+    from jax._src import array
+
+    from rubric_jax.train import loop
+
+    config = absolute_tiny_config()
+    with config.unlocked():
+        config.rl.questions_per_step, config.rl.group_size, config.rl.max_new_tokens, config.rl.micro_batches = 2, 4, 8, 1
+    run_ = loop.build(config, tmp_path / "run")
+    state, _, programs = loop.grpo_components(run_, loop.initial_params(run_))
+    reference = jax.tree.map(jnp.copy, state.params)
+    questions = run_.train_questions[:2]
+    state, out = loop.grpo_iteration(run_, programs, state, reference, questions, jax.random.key(0))
+    out.row()  # compiled and warm
+    fetched, real_value = [], array.ArrayImpl._value
+
+    def counted(x):
+        if x._npy_value is None:  # a fetch, not the cached copy
+            fetched.append((str(x.dtype), tuple(x.shape)))
+        return real_value.fget(x)
+
+    capfd.readouterr()
+    array.ArrayImpl._value = property(counted)
+    try:
+        with jax.transfer_guard("log_explicit"):
+            state, out = loop.grpo_iteration(run_, programs, state, reference, questions, jax.random.key(1))
+            step_fetches = list(fetched)
+            out.row()
+    finally:
+        array.ArrayImpl._value = real_value
+    uploads = _uploads(capfd.readouterr().err)
+    n, p = 2 * 4, max(run_.settings.train_rollout.prompt_buckets)  # rollouts, the prompt bucket
+    prompts = run_.decode_layout.batch_multiple  # the sampler pads its 2 prompts to a row per data shard
+    assert len(step_fetches) <= 5 and not any(dtype.startswith("float") and len(shape) > 1
+                                              for dtype, shape in step_fetches), step_fetches
+    assert not any(p in shape for _, shape in fetched), fetched  # no prompt comes back
+    assert len(fetched) > len(step_fetches)  # the metrics, read after the step was dispatched
+    two_d = {key: count for key, count in uploads.items() if len(key[1]) > 1}  # no [N, P] or [N, R] among them
+    assert two_d == {("int32", (prompts, p)): 1, ("bool", (prompts, p)): 1}, uploads  # the sampler's prompts, once
+    assert {("float32", (n,)), ("bool", (n,)), ("int32", (n,))} <= set(uploads)  # advantages, trainable, rows
+
+
+def _uploads(log: str) -> dict[tuple[str, tuple[int, ...]], int]:
+    """Host-to-device transfers in a `jax.transfer_guard("log_explicit")` log, by (dtype, shape): jax logs one
+    line per destination device, so each line counts 1 / (the devices of its sharding)."""
+    counts: dict[tuple[str, tuple[int, ...]], float] = {}
+    for dtype, dims, target in re.findall(
+            r"host-to-device transfer: aval=ShapedArray\((\w+)\[([0-9,]*)\].*?dst_sharding=(.*)", log):
+        mesh = re.search(r"Mesh\(([^)]*)\)", target)
+        devices = math.prod(int(d) for d in re.findall(r": (\d+)", mesh.group(1))) if mesh else 1
+        key = (dtype, tuple(int(d) for d in dims.split(",") if d))
+        counts[key] = counts.get(key, 0) + 1 / devices
+    return {key: round(count) for key, count in counts.items()}

@@ -44,9 +44,10 @@ def _config(variant: str):
     config = importlib.import_module(f"configs.{Path(config_file).stem}").get_config()
     with config.unlocked():
         for section, key in (("data", "train"), ("data", "eval"), ("data", "sft"), ("data", "rubric"), ("data", "golden"),
-                             ("model", "config_json"), ("model", "tokenizer"), ("judge", "checkpoint")):
+                             ("model", "config_json"), ("model", "tokenizer"), ("judge", "checkpoint"), ("audit", "rubric")):
             if config[section][key]:  # empty: not used (the golden set)
                 config[section][key] = str(ROOT / config[section][key])
+        config.audit.judge.checkpoint = str(ROOT / config.audit.judge.checkpoint)
         config.rl.questions_per_step, config.rl.group_size, config.rl.max_new_tokens = 2, 4, 16
         config.rl.micro_batches = 1  # 8 rollouts over the 8 simulated devices
     return config

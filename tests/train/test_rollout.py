@@ -5,12 +5,13 @@ import functools
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 from flax import nnx
 
-from rubric_jax import data, grpo, loader, sampling
+from rubric_jax import data, grpo, loader, sampling, sharding
 from rubric_jax.judges.reward import RewardOutput
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.sampling import GenerationResult
@@ -28,15 +29,27 @@ def _result() -> GenerationResult:
                             np.array(["length", "stop", "stop", "stop"]), num_steps=4)
 
 
+def _samples(prompt_ids, prompt_mask, tokens, logprobs, lengths) -> sampling.Samples:
+    """A sampler call's device outputs, made by hand (response slots wider than max_new_tokens = 4)."""
+    slots = 8
+    widen = lambda x: np.pad(x, ((0, 0), (0, slots - x.shape[1])))  # noqa: E731
+    return sampling.Samples(jnp.asarray(prompt_ids), jnp.asarray(prompt_mask), jnp.asarray(widen(tokens)),
+                            jnp.asarray(widen(logprobs)), jnp.asarray(lengths), jnp.asarray(lengths < 4),
+                            jnp.int32(4), len(tokens), 4)
+
+
 def test_training_batch_layout_and_invalid_samples():
     prompt_ids = np.array([[0, 11, 12], [13, 14, 15]], np.int32)
     prompt_mask = np.array([[False, True, True], [True, True, True]])
+    result = _result()
+    samples = _samples(prompt_ids, prompt_mask, result.tokens, result.logprobs, result.lengths)
     adv = np.array([1., -1., .5, -.5], np.float32)
     valid = np.array([True, True, False, True])
-    batch = rollout.training_batch(prompt_ids, prompt_mask, _result(), 2, adv, valid, (4, 8))
-    assert batch["response_tokens"].shape == (4, 4)  # the smallest bucket that holds the longest response
-    np.testing.assert_array_equal(batch["prompt_tokens"], [[0, 11, 12], [0, 11, 12], [13, 14, 15], [13, 14, 15]])
-    np.testing.assert_array_equal(batch["prompt_mask"][1], [False, True, True])
+    mesh = sharding.single_device_layout().mesh
+    batch = jax.device_get(rollout.training_batch((samples,), ((0, 0), (0, 1)), 2, 4, adv, valid, mesh))
+    assert batch["response_tokens"].shape == (4, 4)  # a column prefix of the sampler's 8 slots
+    np.testing.assert_array_equal(batch["prompt_tokens"], prompt_ids)  # each group's prompt once
+    np.testing.assert_array_equal(batch["prompt_mask"], prompt_mask)
     np.testing.assert_array_equal(batch["response_tokens"][1], [9, 2, 0, 0])
     np.testing.assert_array_equal(batch["response_tokens"][2], [4, 4, 2, 0])
     np.testing.assert_array_equal(batch["response_mask"][0], [True, True, True, True])
@@ -46,6 +59,23 @@ def test_training_batch_layout_and_invalid_samples():
     np.testing.assert_allclose(batch["old_logp"][3], [-1., -1.1, 0, 0])
     assert set(batch) == set(train_step.GRPO_BATCH_KEYS)
     np.testing.assert_array_equal(batch["advantages"], adv)
+
+
+def test_training_batch_picks_groups_across_sampler_calls():
+    """Dynamic sampling's batch: groups chosen from two calls whose prompt buckets differ, gathered on the device
+    in the chosen order (the narrower call's prompts aligned on the right, their padding masked)."""
+    result = _result()
+    first = _samples(np.array([[0, 11, 12], [13, 14, 15]], np.int32), np.array([[False, True, True], [True] * 3]),
+                     result.tokens, result.logprobs, result.lengths)
+    second = _samples(np.array([[21, 22], [23, 24]], np.int32), np.ones((2, 2), bool), result.tokens[::-1],
+                      result.logprobs[::-1], result.lengths[::-1])
+    mesh = sharding.single_device_layout().mesh
+    batch = jax.device_get(rollout.training_batch((first, second), ((1, 1), (0, 0)), 2, 4, np.zeros(4),
+                                                  np.ones(4, bool), mesh))
+    np.testing.assert_array_equal(batch["prompt_tokens"], [[0, 23, 24], [0, 11, 12]])
+    np.testing.assert_array_equal(batch["prompt_mask"], [[False, True, True], [False, True, True]])
+    np.testing.assert_array_equal(batch["response_tokens"], [[9, 2, 0, 0], [5, 6, 7, 8], [5, 6, 7, 8], [9, 2, 0, 0]])
+    np.testing.assert_array_equal(batch["response_mask"].sum(axis=1), [2, 4, 4, 2])
 
 
 class _Tokenizer:
@@ -129,12 +159,14 @@ def _programs(graphdef, temperature, kl_coef=0.0):
 
 def _rollout_batch(graphdef, state, sampler):
     """What `loop.grpo_iteration` trains on: the sampler's responses laid out by `rollout.training_batch`."""
-    result = sampling.generate(loader.as_weights(MODEL, nnx.to_pure_dict(state)), PROMPTS, key=jax.random.key(4),
-                               n=GROUP, max_new_tokens=10, sampler=sampler, stop_tokens=[STOP], pad_id=PAD)
-    prompt_ids, prompt_mask = sampling.left_pad(PROMPTS, PAD)
+    samples = sampling.sample(loader.as_weights(MODEL, nnx.to_pure_dict(state)), PROMPTS, key=jax.random.key(4),
+                              n=GROUP, max_new_tokens=10, sampler=sampler, stop_tokens=[STOP], pad_id=PAD,
+                              response_buckets=(16,))
     n = len(PROMPTS) * GROUP
     advantages = np.where(np.arange(n) % 2 == 0, 1.0, -1.0).astype(np.float32)
-    return rollout.training_batch(prompt_ids, prompt_mask, result, GROUP, advantages, np.ones(n, bool), (16,))
+    batch = rollout.training_batch((samples,), tuple((0, u) for u in range(len(PROMPTS))), GROUP, 16, advantages,
+                                   np.ones(n, bool), sharding.single_device_layout().mesh)
+    return {k: np.asarray(v) for k, v in batch.items()}
 
 
 @pytest.mark.parametrize("temperature", [0.7, 1.0])

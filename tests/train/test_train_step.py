@@ -42,10 +42,10 @@ def _with_tx(state, tx, graphdef=None):
 @pytest.fixture(scope="module")
 def batch0(state0):
     """4 prompts of 4, 3, 1 and 2 real tokens (left-padded to 4), 2 responses each of 1-8 tokens (right-padded
-    to 8), behaviour log-probs = the policy's."""
+    to 8), behaviour log-probs = the policy's; each group's prompt once."""
     rng = np.random.default_rng(1)
-    prompt_mask = np.repeat(np.arange(P)[None, :] >= np.array([0, 1, 3, 2])[:, None], GROUP, axis=0)
-    prompt_tokens = np.where(prompt_mask, np.repeat(rng.integers(1, VOCAB, (B // GROUP, P)), GROUP, axis=0), 0)
+    prompt_mask = np.arange(P)[None, :] >= np.array([0, 1, 3, 2])[:, None]
+    prompt_tokens = np.where(prompt_mask, rng.integers(1, VOCAB, (B // GROUP, P)), 0)
     response_mask = np.arange(R)[None, :] < np.array([8, 5, 2, 8, 6, 1, 4, 7])[:, None]
     batch = {"prompt_tokens": jnp.asarray(prompt_tokens, jnp.int32), "prompt_mask": jnp.asarray(prompt_mask),
              "response_tokens": jnp.asarray(np.where(response_mask, rng.integers(1, VOCAB, (B, R)), 0), jnp.int32),
@@ -97,10 +97,12 @@ def _copy(tree):
 
 
 def _sft(batch):
-    """The GRPO batch's rows as SFT sequences: [prompt | response], trained on the response."""
-    return {"tokens": jnp.concatenate([batch["prompt_tokens"], batch["response_tokens"]], axis=1),
-            "input_mask": jnp.concatenate([batch["prompt_mask"], batch["response_mask"]], axis=1),
-            "loss_mask": jnp.concatenate([jnp.zeros_like(batch["prompt_mask"]), batch["loss_mask"]], axis=1)}
+    """The GRPO batch's rows as SFT sequences: [prompt | response] (each row its group's prompt), trained on the
+    response."""
+    prompts, mask = (jnp.repeat(batch[k], GROUP, axis=0) for k in ("prompt_tokens", "prompt_mask"))
+    return {"tokens": jnp.concatenate([prompts, batch["response_tokens"]], axis=1),
+            "input_mask": jnp.concatenate([mask, batch["response_mask"]], axis=1),
+            "loss_mask": jnp.concatenate([jnp.zeros_like(mask), batch["loss_mask"]], axis=1)}
 
 
 def _assert_trees_close(a, b, rtol=1e-5, atol=1e-7):
@@ -239,7 +241,7 @@ def test_gradient_accumulation_equals_one_big_batch(state0, batch0):
 def test_padding_does_not_change_the_update(state0, batch0):
     """4 more response slots (masked, holding garbage) and 3 more left-padding prompt slots: same update."""
     def pad(x, value, width=4, left=False):
-        extra = jnp.full((B, width), value, x.dtype)
+        extra = jnp.full((x.shape[0], width), value, x.dtype)
         return jnp.concatenate([extra, x] if left else [x, extra], axis=1)
 
     batch = _with_ref(batch0, state0.params)
@@ -299,7 +301,7 @@ def test_bad_batches_are_rejected(state0, batch0, grpo_step):
         grpo_step.trace(state0, {**batch0, "loss_mask": batch0["loss_mask"].astype(jnp.int32)})
     with pytest.raises(ValueError, match=r"batch\['advantages'\] has shape"):
         grpo_step.trace(state0, {**batch0, "advantages": jnp.zeros(B + 1)})
-    with pytest.raises(ValueError, match=r"batch\['prompt_mask'\] has shape \(8, 3\), expected \(8, 4\)"):
+    with pytest.raises(ValueError, match=r"batch\['prompt_mask'\] has shape \(4, 3\), expected \(4, 4\)"):
         grpo_step.trace(state0, {**batch0, "prompt_mask": batch0["prompt_mask"][:, 1:]})
     with pytest.raises(ValueError, match="micro_batches=3"):
         train_step.jit_rollout_logprobs(state0.graphdef, group_size=GROUP, temperature=1.0, micro_batches=3).trace(

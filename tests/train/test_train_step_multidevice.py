@@ -33,10 +33,9 @@ def unsharded():
     state, shardings = train_state.init_train_state(MODEL, TX, jax.random.key(0))
     assert shardings is None
     rng = np.random.default_rng(1)
-    prompt_mask = np.repeat(np.arange(P)[None, :] >= np.array([0, 2, 1, 3])[:, None], GROUP, axis=0)
+    prompt_mask = np.arange(P)[None, :] >= np.array([0, 2, 1, 3])[:, None]  # each group's prompt once
     response_mask = np.arange(R)[None, :] < np.array([6, 4, 2, 6, 5, 3, 6, 1])[:, None]
-    batch = {"prompt_tokens": jnp.asarray(np.where(prompt_mask, np.repeat(rng.integers(1, VOCAB, (B // GROUP, P)),
-                                                                          GROUP, axis=0), 0), jnp.int32),
+    batch = {"prompt_tokens": jnp.asarray(np.where(prompt_mask, rng.integers(1, VOCAB, (B // GROUP, P)), 0), jnp.int32),
              "prompt_mask": jnp.asarray(prompt_mask),
              "response_tokens": jnp.asarray(np.where(response_mask, rng.integers(1, VOCAB, (B, R)), 0), jnp.int32),
              "response_mask": jnp.asarray(response_mask), "loss_mask": jnp.asarray(response_mask),
@@ -56,10 +55,11 @@ def unsharded():
 
 
 def _sft(batch):
-    """The GRPO rows as SFT sequences: [prompt | response], trained on the response."""
-    return {"tokens": jnp.concatenate([batch["prompt_tokens"], batch["response_tokens"]], axis=1),
-            "input_mask": jnp.concatenate([batch["prompt_mask"], batch["response_mask"]], axis=1),
-            "loss_mask": jnp.concatenate([jnp.zeros_like(batch["prompt_mask"]), batch["loss_mask"]], axis=1)}
+    """The GRPO rows as SFT sequences: [prompt | response] (each row its group's prompt), trained on the response."""
+    prompts, mask = (jnp.repeat(batch[k], GROUP, axis=0) for k in ("prompt_tokens", "prompt_mask"))
+    return {"tokens": jnp.concatenate([prompts, batch["response_tokens"]], axis=1),
+            "input_mask": jnp.concatenate([mask, batch["response_mask"]], axis=1),
+            "loss_mask": jnp.concatenate([jnp.zeros_like(mask), batch["loss_mask"]], axis=1)}
 
 
 def _check_layout(state, shardings):
@@ -93,7 +93,7 @@ def test_sharded_grpo_and_sft_steps_match_unsharded(unsharded, mesh_cfg, micro_b
     embed = state.params["embed_tokens"]["embedding"]
     assert len(embed.sharding.device_set) == 8 and not embed.sharding.is_fully_replicated
 
-    batch = jax.device_put(unsharded["batch"], sharding.batch_sharding(mesh))  # explicit, like the params
+    batch = jax.device_put(unsharded["batch"], train_step.batch_shardings(unsharded["batch"], mesh))  # explicit
     ref = jax.device_put(unsharded["ref"], shardings.params)
     logprobs = train_step.jit_rollout_logprobs(state.graphdef, group_size=GROUP, temperature=CFG.temperature,
                                                micro_batches=micro_batches, param_shardings=shardings.params,
@@ -170,10 +170,13 @@ def test_compiled_steps_run_as_fsdp_without_activation_all_reduces():
     p, r = 40, 88  # the GRPO rows: [prompt | response] of t tokens, as the SFT rows (no parameter has a
     # dimension of 40 or 88); a micro-batch's 4 prompts leave fsdp free for their length
     spec = {k: jax.ShapeDtypeStruct(shape, dtype) for k, shape, dtype in
-            (("prompt_tokens", (b, p), jnp.int32), ("prompt_mask", (b, p), bool), ("response_tokens", (b, r), jnp.int32),
+            (("prompt_tokens", (b // GROUP, p), jnp.int32), ("prompt_mask", (b // GROUP, p), bool),
+             ("response_tokens", (b, r), jnp.int32),
              ("response_mask", (b, r), bool), ("loss_mask", (b, r), bool), ("old_logp", (b, r), jnp.float32),
              (train_step.REF_LOGP, (b, r), jnp.float32), ("advantages", (b,), jnp.float32))}
-    grpo_batch = {k: spec[k] for k in train_step.grpo_batch_keys(CFG)}
+    placed = train_step.batch_shardings(spec, layout.mesh)
+    grpo_batch = {k: jax.ShapeDtypeStruct(spec[k].shape, spec[k].dtype, sharding=placed[k])
+                  for k in train_step.grpo_batch_keys(CFG)}
     sft_batch = {k: jax.ShapeDtypeStruct((b, t), dtype) for k, dtype in
                  (("tokens", jnp.int32), ("input_mask", bool), ("loss_mask", bool))}
     counts = {}

@@ -32,8 +32,11 @@ def programs():
     tx = train_state.make_optimizer(train_state.OptimizerConfig(learning_rate=1e-3))
     state, shardings = train_state.abstract_train_state(policy, tx, layout.mesh)
     rows = sharding.batch_sharding(layout.mesh)
-    batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=rows) for k, shape, dtype in (
-        ("prompt_tokens", (ROWS, PROMPT), jnp.int32), ("prompt_mask", (ROWS, PROMPT), bool),
+    prompts = sharding.batch_sharding(layout.mesh, (ROWS // CFG.group_size, PROMPT))
+    batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=prompts if k in train_step.PROMPT_KEYS else rows)
+             for k, shape, dtype in (
+        ("prompt_tokens", (ROWS // CFG.group_size, PROMPT), jnp.int32),
+        ("prompt_mask", (ROWS // CFG.group_size, PROMPT), bool),
         ("response_tokens", (ROWS, RESPONSE), jnp.int32), ("response_mask", (ROWS, RESPONSE), bool),
         ("loss_mask", (ROWS, RESPONSE), bool), ("old_logp", (ROWS, RESPONSE), jnp.float32),
         (train_step.REF_LOGP, (ROWS, RESPONSE), jnp.float32), ("advantages", (ROWS,), jnp.float32))}
