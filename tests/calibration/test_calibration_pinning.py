@@ -20,6 +20,7 @@ from rubric_jax.calibration.run import Settings, calibrate
 from rubric_jax.judges.spec import JudgeSpec, judge_hash
 from test_llm_judge import criteria_ids, fenced, make_judge, tiny_tokenizer
 from test_reward import ACCURACY, LENGTH, LEVELS_1_5, rubric
+from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_JUDGE = str(REPO / "rubric_jax/assets/tiny_judge")
@@ -165,7 +166,7 @@ def test_a_missing_report_names_the_field(tmp_path):
 
 def _score(*args):
     return subprocess.run([sys.executable, "-m", "experiments.score", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=600, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                          timeout=600, env=command_env())
 
 
 def test_score_prints_the_check_and_require_calibration_exits_2_before_scoring(report_path, tmp_path):

@@ -26,6 +26,7 @@ from rubric_jax.calibration.report import CORRECTION_FILE, write_outputs
 from rubric_jax.jsonl import read_jsonl
 from rubric_jax.rubrics.io import load_rubric
 from tests import manual
+from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "rubric_jax" / "assets" / "tiny"
@@ -34,7 +35,7 @@ CAL = REPO / "tests" / "fixtures" / "calibration"
 
 def _run(module: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=300, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                          timeout=300, env=command_env())
 
 
 def _sample(step: int, reward: float, response: str, **scores: float) -> label_sampling.Sample:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rubric_jax.calibration import red_team
 from tests import manual
+from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = manual.text()  # README.md and docs/*.md
@@ -18,7 +19,7 @@ PAGES = manual.text()  # README.md and docs/*.md
 
 def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "experiments.calibrate", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=900, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                          text=True, timeout=900, env=command_env())
 
 
 def _documented() -> list[str]:

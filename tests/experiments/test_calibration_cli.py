@@ -18,6 +18,7 @@ from rubric_jax.rubrics.io import load_rubric
 from test_importers import _real
 from test_reward import ACCURACY
 from tests import manual
+from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path("tests/fixtures/calibration")
@@ -26,7 +27,7 @@ README = manual.text()  # README.md and docs/*.md
 
 def start(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "experiments.calibrate", *args], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                            stderr=subprocess.PIPE, text=True, env=command_env())
 
 
 def run(*args: str) -> subprocess.CompletedProcess:

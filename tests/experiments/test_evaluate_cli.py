@@ -17,6 +17,7 @@ from test_llm_judge import scripted_model, tiny_tokenizer
 from rubric_jax.evaluation import longbench_write
 from rubric_jax.judges.spec import JudgeSpec, judge_hash
 from rubric_jax.models.checkpoint import export_hf_checkpoint
+from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 OUTPUTS = ("records.jsonl", "summary.json", "table.md", "plot.png")
@@ -25,7 +26,7 @@ OUTPUTS = ("records.jsonl", "summary.json", "table.md", "plot.png")
 def start(*args):
     return subprocess.Popen([sys.executable, "-m", "experiments.evaluate", *map(str, args)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                            env=command_env())
 
 
 def finish(proc):

@@ -13,6 +13,7 @@ import pytest
 
 from test_llm_judge import scripted_model, tiny_model_config, tiny_tokenizer
 from test_reward import ACCURACY, BINARY, FORMAT, LENGTH, SAFETY
+from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 WATER = {"id": "mentions_water", "description": "mentions water", "kind": "rule", "rule": "keywords",
@@ -32,7 +33,7 @@ def write_jsonl(path, rows):
 
 def start_score(*args):
     return subprocess.Popen([sys.executable, "-m", "experiments.score", *args], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                            stderr=subprocess.PIPE, text=True, env=command_env())
 
 
 def run_score(*args):

@@ -20,6 +20,7 @@ from rubric_jax.judges.llm_judge import load_judge
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.train import distill_judge
 from tests import manual
+from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 README = manual.text()  # README.md and docs/*.md
@@ -33,7 +34,7 @@ _SHORT = ["--config.train.steps=2", "--config.train.batch_size=4", "--config.tra
 
 def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "experiments.distill_judge", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=600, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                          text=True, timeout=600, env=command_env())
 
 
 def readme_command() -> list[str]:
@@ -230,7 +231,7 @@ def test_a_full_disk_after_training_is_one_line_and_leaves_nothing(tmp_path):
          f"--student_config={TINY_JUDGE_DIR / 'config.json'}", f"--tokenizer={TINY_JUDGE_DIR}", "--config.dimensions=format",
          "--config.train.steps=2", "--config.train.batch_size=8", "--config.train.warmup_steps=1", "--config.heldout=0.03",
          "--config.measure.max_new_tokens=8"],
-        cwd=REPO, capture_output=True, text=True, timeout=600, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+        cwd=REPO, capture_output=True, text=True, timeout=600, env=command_env())
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines()[-1] == (
         f"experiments.distill_judge: error: writing {out} failed (No space left on device); nothing was written")
