@@ -43,6 +43,7 @@ SLOW_FILES_FIRST = (
     "tests/train/test_distill_judge.py",
     "tests/test_configs.py",
     "tests/test_sweeps.py",
+    "tests/judges/test_judge_http.py",
     "tests/test_sampling.py",
     "tests/experiments/test_evaluate_cli.py",
     "tests/experiments/test_score_cli.py",

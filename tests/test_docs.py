@@ -54,6 +54,14 @@ RUN_BY: dict[str, RunBy] = {
     # README.md
     "./launch.sh": RunBy(("tests/train/test_loop.py::test_workdir_holds_everything_a_researcher_needs",), replaced=("--workdir",)),
     "./launch.sh test": RunBy((".ci/run", "tests/test_aot.py::test_launch_sh_runs_gpu_dry_runs_in_the_aot_environment")),
+    "./launch.sh experiments.serve --checkpoint=rubric_jax/assets/tiny_judge --judge=configs/judges/tiny.py "
+    "--config.port=8000":
+        RunBy(("tests/judges/test_judge_http.py::test_the_readme_two_process_run_trains_with_the_served_judge",),
+              replaced=("--checkpoint", "--config.port")),
+    "./launch.sh --workdir=runs/tiny_served --config.judge.backend=openai "
+    "--config.judge.base_url=http://127.0.0.1:8000/v1 --config.judge.model=tiny_judge":
+        RunBy(("tests/judges/test_judge_http.py::test_the_readme_two_process_run_trains_with_the_served_judge",),
+              replaced=("--workdir", "--config.judge.base_url")),
     # docs/testing.md
     "./launch.sh aot": RunBy(("tests/test_aot.py::test_launch_sh_runs_gpu_dry_runs_in_the_aot_environment",)),
     # docs/data.md

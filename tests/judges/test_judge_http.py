@@ -126,6 +126,30 @@ def test_greedy_verdicts_over_http_equal_the_in_process_ones(server, endpoint):
     assert 0 < d["judge_http_latency_p50_s"] <= d["judge_http_latency_p90_s"] <= d["judge_http_latency_p99_s"]
 
 
+def test_the_readme_two_process_run_trains_with_the_served_judge(server, tmp_path):
+    """README's second pair of commands, shortened: the tiny default whose politeness judge is the served one
+    (`experiments.serve --checkpoint=rubric_jax/assets/tiny_judge --judge=configs/judges/tiny.py` is the module's
+    server): every GRPO step's judge prompts go over HTTP, none fails. The full run's held-out rewards equal the
+    in-process run's at every eval (benchmarks/RESULTS.md); the verdicts' equality is the test above."""
+    from xla_flags import FAST_COMPILE
+
+    short = ["--config.sft.epochs=1", "--config.sft.batch_size=32", "--config.rl.steps=2",
+             "--config.rl.questions_per_step=2", "--config.rl.group_size=4", "--config.rl.micro_batches=1",
+             "--config.rl.max_new_tokens=16", "--config.eval.max_questions=8", "--config.eval.every_steps=2",
+             "--config.eval.max_new_tokens=16", "--config.reward.gates_first=False"]
+    proc = subprocess.run([sys.executable, "-m", "experiments.run", "--config=configs/tiny.py",  # as ./launch.sh does
+                           f"--workdir={tmp_path / 'run'}", "--config.judge.backend=openai",
+                           f"--config.judge.base_url={server}/v1", "--config.judge.model=tiny_judge",
+                           f"--config.judge.api_key_env={KEY_ENV}", *short],
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "XLA_FLAGS": FAST_COMPILE},
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    grpo = [r for r in rows if r.get("stage") == "grpo"]
+    assert [r["step"] for r in grpo] == [1, 2] and all(r["judge_http_requests"] > 0 for r in grpo)
+    assert sum(r.get("judge_http_failures", 0) for r in rows) == 0 and all(r["judge_failed_scores"] == 0 for r in grpo)
+
+
 def test_bad_requests_are_4xx_with_a_message_and_the_key_is_required(server):
     chat = f"{server}/v1/chat/completions"
     ok = {"model": "tiny_judge", "messages": [{"role": "user", "content": "Thanks!"}], "max_tokens": 4}
