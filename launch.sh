@@ -3,7 +3,8 @@
 #   ./launch.sh [--FLAG=V ...]       set up .venv, then run the tiny default end to end on CPU
 #                                    (extra flags go to experiments.run, e.g. --config.rl.steps=10)
 #   ./launch.sh test [PYTEST ARGS]   set up .venv, then run the whole test suite on RUBRIC_JAX_TEST_WORKERS
-#                                    processes (default 2; pytest-xdist, one test file per worker at a time)
+#                                    processes (default 2; pytest-xdist, one test file per worker at a time,
+#                                    the slowest files first: tests/conftest.py)
 #   ./launch.sh MODULE [ARGS]        set up .venv, then `python -m MODULE ARGS` (e.g. experiments.run)
 #   ./launch.sh aot                  set up .venv-aot (requirements-aot.txt: XLA's GPU compiler, no GPU needed)
 # A command with --dry_run_target=<a GPU> runs in .venv-aot (set up on first use).
@@ -42,7 +43,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 case "${1:-}" in
   test)
     shift
-    exec "$venv/bin/python" -m pytest tests -n "${RUBRIC_JAX_TEST_WORKERS:-2}" --dist loadfile "$@"
+    exec "$venv/bin/python" -m pytest tests -n "${RUBRIC_JAX_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"
     ;;
   aot)
     echo "launch.sh: $venv is ready (tests/test_aot.py uses it for the GPU dry run)"

@@ -82,7 +82,7 @@ def main(argv: list[str]) -> None:
     base = f"http://127.0.0.1:{port}"
     server = subprocess.Popen([sys.executable, "-m", "experiments.serve",
                                f"--checkpoint={REPO / 'rubric_jax/assets/tiny_judge'}",
-                               "--judge=configs/judges/tiny.py", f"--port={port}"],
+                               "--judge=configs/judges/tiny.py", f"--config.port={port}"],
                               cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.DEVNULL)
     pool = multiprocessing.get_context("spawn").Pool(_CLIENTS.value)  # started before any timing
     try:

@@ -25,11 +25,12 @@ style set with R*(q) per row, cold_start.jsonl QuRL's 64 SFT pairs):
          --out=runs/qurl_ablation/7b/$V/rubrics
   2. ./launch.sh experiments.run --config=configs/qurl_ablation.py:variant=$V,size=7b \
          --workdir=runs/qurl_ablation/7b/$V/train
-  3. ./launch.sh experiments.evaluate --benchmark=hellobench --data_dir=../shared/data/hellobench \
-         --workdir=runs/qurl_ablation/7b/$V/train --which=best --prompt_format=think_answer \
+  3. ./launch.sh experiments.evaluate --config.benchmark=hellobench --data_dir=../shared/data/hellobench \
+         --workdir=runs/qurl_ablation/7b/$V/train --config.which=best --config.policy.prompt_format=think_answer \
          --judge.checkpoint=/models/Llama-3.1-8B-Instruct --out=runs/qurl_ablation/7b/$V/eval/hellobench
-     and the same with --benchmark=longbench_write --data_dir=../shared/data/longbench_write
-     --data_file=longbench_write.jsonl, and --benchmark=rubric_set --data_dir=data/qurl --data_file=test.jsonl
+     and the same with --config.benchmark=longbench_write --data_dir=../shared/data/longbench_write
+     --data_file=longbench_write.jsonl, and --config.benchmark=rubric_set --data_dir=data/qurl
+     --data_file=test.jsonl
      (QuRL-Test), each into its own --out. QuRL's average is the mean of the three benchmarks.
   V=checklist or V=reward_model: steps 2 and 3 only.
 

@@ -6,8 +6,9 @@ clarity); the judge is rubric_jax/assets/tiny_judge_hack/, distilled from a teac
 library's template detector (rubric_jax/assets/tiny_judge_data.py). The cold start (sft_hack.jsonl) can scaffold any
 question's answer, as a pretrained policy could; on the tiny default's sft.jsonl it scaffolds only the 12.6% of
 questions whose one memorised answer is scaffolded, and no probe (GRPO lr 1e-3, 4 or 8 SFT epochs) made the share
-climb (README). Compare with configs/tiny_hack_fixed.py: the template share climbs here (0.10 -> 0.44 in 100 GRPO
-steps, the alert fires from step 80) and not there.
+climb (README). Compare with configs/tiny_hack_fixed.py: the template share climbs here and not there (before
+issue 24's answer-only reading: 0.10 -> 0.44 in 100 GRPO steps, the template alert from step 80; since: 0.21 in the
+last third, no template alert, while the audit judge's clarity gap rise fires from step 60: docs/monitors.md).
 
 Launch:   ./launch.sh experiments.run --config=configs/tiny_hack.py --workdir=runs/tiny_hack
 """

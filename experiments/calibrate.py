@@ -1,12 +1,16 @@
 """Calibrates a rubric's judges against labels (or judges against each other); see rubric_jax/calibration.
 
   python -m experiments.calibrate --rubric=RUBRIC.yaml --labels=LABELS.jsonl --out=DIR
-      [--against=labels|judge] [--judge=configs/judges/X.py] [--judge.checkpoint=DIR[,DIR...]] [--judge.FIELD=...]
-      [--threshold=0.6] [--bootstrap=1000] [--correction=FILE] [--correction_out=FILE] [--position_probe=true]
-      [--seed=0] [--judge.store=VERDICTS.db] [--redundancy_threshold=0.9]
-  python -m experiments.calibrate --red_team --rubric=RUBRIC.yaml --labels=LABELS.jsonl --judge=configs/judges/X.py --out=DIR
+      [--judge=configs/judges/X.py] [--judge.checkpoint=DIR[,DIR...]] [--judge.FIELD=...] [--judge.store=VERDICTS.db]
+      [--correction=FILE] [--correction_out=FILE] [--config.against=labels|judge] [--config.threshold=0.6]
+      [--config.bootstrap=1000] [--config.position_probe=true] [--config.seed=0] [--config.redundancy_threshold=0.9]
+  python -m experiments.calibrate --config.red_team=true --rubric=RUBRIC.yaml --labels=LABELS.jsonl \
+      --judge=configs/judges/X.py --out=DIR
   python -m experiments.calibrate --rubric=RUBRIC_A.yaml --compare=RUBRIC_B.yaml --labels=LABELS.jsonl --out=DIR
-  python -m experiments.calibrate --labels=../shared/data/prometheus/vicuna_eval.json --against=judge --out=DIR
+  python -m experiments.calibrate --labels=../shared/data/prometheus/vicuna_eval.json --config.against=judge --out=DIR
+
+The settings are configs/commands/calibrate.py, overridden with --config.FIELD=VALUE; the flags are the inputs
+and the outputs.
 
 Writes DIR/report.json, DIR/report.md, DIR/plots/<dimension>.png and, against labels, a fitted score
 correction (DIR/correction.json or --correction_out) to apply in training with
@@ -40,36 +44,28 @@ from rubric_jax.rubrics.correction import load_correction
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.rubrics.schema import RubricError
 
+_CONFIG = cli.define_config("calibrate")
 _RUBRIC = flags.DEFINE_string("rubric", None, "Rubric file (.json/.yaml); optional if every row has its own rubric.")
 _LABELS = flags.DEFINE_string("labels", None, "Labels .jsonl (question, response, labels) or a Prometheus .json.")
 _OUT = flags.DEFINE_string("out", None, "Output directory: report.json, report.md, plots/, correction.json.")
-_AGAINST = flags.DEFINE_enum("against", "labels", ["labels", "judge"], "Judges vs labels, or judges vs judges.")
-_THRESHOLD = flags.DEFINE_float("threshold", 0.6, "Flag a dimension whose Spearman is below this (RubricRL 3.2).")
-_BOOTSTRAP = flags.DEFINE_integer("bootstrap", 1000, "Bootstrap resamples per 95% interval.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seeds judge sampling and the bootstrap.")
-_BATCH = flags.DEFINE_integer("batch_size", 64, "Rows per reward call (one batched judge call each).")
-_PROBE = flags.DEFINE_boolean("position_probe", True, "Score LLM dimensions again, anchors as written and reversed.")
-_WORST = flags.DEFINE_integer("worst", 5, "Disagreements listed per dimension.")
 _CORRECTION = flags.DEFINE_string("correction", None, "Apply this score correction when scoring (to check it).")
 _CORRECTION_OUT = flags.DEFINE_string("correction_out", None, "Fitted correction file (default DIR/correction.json).")
 _COMPARE = flags.DEFINE_string("compare", None, "Rubric B: score the labels with --rubric (A) and with B, compare.")
-_REDUNDANCY = flags.DEFINE_float("redundancy_threshold", 0.9, "Flag two dimensions whose Spearman reaches this.")
-_RED_TEAM = flags.DEFINE_boolean("red_team", False, "Inject the payload suite into responses labelled bad; report how "
-                                 "often a score rises by a level, per LLM dimension.")
 flags.mark_flags_as_required(["labels", "out"])
 
 
 _fail = functools.partial(cli.fail, "experiments.calibrate")  # one line on stderr, exit status 2
 
 
-_FLAG_OF = {"against": "--against", "threshold": "--threshold", "num_resamples": "--bootstrap",
-            "batch_size": "--batch_size", "worst": "--worst", "redundancy_threshold": "--redundancy_threshold"}
+_KEY_OF = {"against": "--config.against", "threshold": "--config.threshold", "num_resamples": "--config.bootstrap",
+           "batch_size": "--config.batch_size", "worst": "--config.worst",
+           "redundancy_threshold": "--config.redundancy_threshold"}
 
 
 def _settings_error(message: str) -> str:
-    """A Settings error ("num_resamples: expected ...") with the command-line flag in place of the field."""
+    """A Settings error ("num_resamples: expected ...") with the config key in place of the field."""
     field, _, rest = message.partition(": ")
-    return f"{_FLAG_OF[field]}: {rest}" if field in _FLAG_OF else message
+    return f"{_KEY_OF[field]}: {rest}" if field in _KEY_OF else message
 
 
 def _inputs(store: str = "") -> dict[str, str | None]:
@@ -79,11 +75,13 @@ def _inputs(store: str = "") -> dict[str, str | None]:
 
 def _check_inputs() -> None:
     """Every named input exists; --compare needs --rubric and labels (not recorded ratings) to compare on."""
-    if _RED_TEAM.value and (_COMPARE.value is not None or _AGAINST.value != "labels"):
-        _fail("--red_team injects into the responses the labels call bad: no --compare or --against=judge")
-    if _COMPARE.value is not None and (_RUBRIC.value is None or _AGAINST.value != "labels" or _CORRECTION.value):
+    against = _CONFIG.value.against
+    if _CONFIG.value.red_team and (_COMPARE.value is not None or against != "labels"):
+        _fail("--config.red_team injects into the responses the labels call bad: no --compare or "
+              "--config.against=judge")
+    if _COMPARE.value is not None and (_RUBRIC.value is None or against != "labels" or _CORRECTION.value):
         _fail("--compare=RUBRIC_B compares it with --rubric=RUBRIC_A on labels: give --rubric, and no "
-              "--against=judge or --correction")
+              "--config.against=judge or --correction")
     for flag, value in _inputs().items():
         if value is not None and not Path(value).is_file():
             _fail(f"{flag}={value}: file does not exist")
@@ -133,7 +131,20 @@ def _compare(items_a: list, items_b: list, settings, judges, judge_spec, refiner
                      ensure_ascii=False))
 
 
-def _red_team(items: list, judges, judge_spec, refiners, correction, out: Path, protected: list[Path], store) -> None:
+def _settings():
+    """The config as calibration Settings, checked before anything is scored; a bad value names its key."""
+    from rubric_jax.calibration.run import CalibrationError, Settings
+
+    c = _CONFIG.value
+    try:
+        return Settings(c.against, c.threshold, c.bootstrap, c.seed, c.batch_size, c.position_probe, c.worst,
+                        c.redundancy_threshold)
+    except CalibrationError as e:
+        _fail(_settings_error(str(e)))
+
+
+def _red_team(items: list, settings, judges, judge_spec, refiners, correction, out: Path, protected: list[Path],
+              store) -> None:
     """Scores the payload suite in the known-bad responses and writes the red-team report (calibration/red_team.py)."""
     from rubric_jax.calibration.red_team import red_team, write_red_team
     from rubric_jax.judges.reward import RubricReward
@@ -142,7 +153,7 @@ def _red_team(items: list, judges, judge_spec, refiners, correction, out: Path, 
     try:
         reward = RubricReward(list({i.rubric.content_hash: i.rubric for i in items}.values()), judges, judge_spec,
                               correction=correction, refiners=refiners)
-        report = red_team(items, reward, batch_size=_BATCH.value, seed=_SEED.value, store=store,
+        report = red_team(items, reward, batch_size=settings.batch_size, seed=settings.seed, store=store,
                           inputs={"labels": _LABELS.value, "rubric": _RUBRIC.value, "judge_hash": judge_hash(judge_spec),
                                   "judge": judge_spec.to_block()})
         written = write_red_team(report, out, protected)
@@ -166,9 +177,10 @@ def main(argv: list[str]) -> None:
     # Imported once the inputs are read: a bad labels line fails in a fraction of a second, before JAX loads.
     from rubric_jax.calibration.report import CORRECTION_FILE, REPORT_JSON, REPORT_MD, write_calibration
     from rubric_jax.calibration.pinning import PIN_FIELD
-    from rubric_jax.calibration.run import CalibrationError, Settings, calibrate
+    from rubric_jax.calibration.run import CalibrationError, calibrate
     from rubric_jax.judges.spec import check_checkpoints, load_cascade, load_judges, open_verdict_store
 
+    settings = _settings()
     out = Path(_OUT.value)
     try:
         judge_spec = judge_config.spec()
@@ -177,11 +189,6 @@ def main(argv: list[str]) -> None:
         _fail(str(e))
     _check_outputs(out, [out / REPORT_JSON, out / REPORT_MD, Path(_CORRECTION_OUT.value or out / CORRECTION_FILE)],
                    judge_spec.checkpoints, judge_spec.store)
-    try:
-        settings = Settings(_AGAINST.value, _THRESHOLD.value, _BOOTSTRAP.value, _SEED.value, _BATCH.value,
-                            _PROBE.value, _WORST.value, _REDUNDANCY.value)
-    except CalibrationError as e:
-        _fail(_settings_error(str(e)))
     try:
         if judge_spec.store:
             files.check_output_path(judge_spec.store, [_LABELS.value, _RUBRIC.value, _CORRECTION.value,
@@ -194,8 +201,8 @@ def main(argv: list[str]) -> None:
     inputs = {"labels": _LABELS.value, "rubric": _RUBRIC.value,
               "rubric_hash": shared.content_hash if shared is not None else None}
     protected = [Path(v) for v in _inputs(judge_spec.store).values() if v is not None]
-    if _RED_TEAM.value:
-        _red_team(items, judges, judge_spec, refiners, correction, out, protected, store)
+    if _CONFIG.value.red_team:
+        _red_team(items, settings, judges, judge_spec, refiners, correction, out, protected, store)
         return
     if items_b is not None:
         _compare(items, items_b, settings, judges, judge_spec, refiners, out, protected)
@@ -203,7 +210,7 @@ def main(argv: list[str]) -> None:
     try:
         result = calibrate(items, settings, judges=judges, judge_spec=judge_spec, correction=correction,
                            inputs=inputs, store=store, refiners=refiners)
-        written = write_calibration(result, out, _CORRECTION_OUT.value, _SEED.value, protected)
+        written = write_calibration(result, out, _CORRECTION_OUT.value, settings.seed, protected)
     except (RubricError, CalibrationError, StoreError) as e:
         _fail(str(e))
     except EndpointDown as e:  # the served judge went away: what was judged before is in the store, if any

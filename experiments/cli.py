@@ -1,14 +1,21 @@
-"""What the `experiments.*` commands share: bad input ends in one line on stderr that names the command,
-exit status 2 and no traceback; absl's INFO lines (orbax, jax, tfds) stay quiet unless --verbosity is given."""
+"""What the `experiments.*` commands share: their settings file (`--config`, default configs/commands/<command>.py,
+`--config.FIELD=VALUE` overrides); bad input ends in one line on stderr that names the command, exit status 2 and
+no traceback; absl's INFO lines (orbax, jax, tfds) stay quiet unless --verbosity is given."""
 
 from __future__ import annotations
 
+import importlib
 import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import NoReturn
 
+import ml_collections
 from absl import flags, logging
+from ml_collections import config_flags
+
+COMMAND_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "commands"
 
 
 def fail(command: str, message: str, status: int = 2) -> NoReturn:
@@ -24,12 +31,69 @@ def fail_write(command: str, out: object, error: OSError) -> NoReturn:
 
 
 def start(command: str, argv: list[str]) -> None:
-    """The start of every main(): no positional arguments, and WARNING logging unless --verbosity is given
-    (orbax and jax INFO lines would bury the progress lines)."""
+    """The start of every main(): no positional arguments, a --config that is a settings file of this command,
+    and WARNING logging unless --verbosity is given (orbax and jax INFO lines would bury the progress lines)."""
     if len(argv) > 1:
         fail(command, f"unexpected positional arguments {argv[1:]}")
+    default = COMMAND_CONFIGS / f"{command.removeprefix('experiments.')}.py"
+    if default.is_file() and "config" in flags.FLAGS:
+        check_settings_file(command, default)
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
+
+
+def _keys(config: ml_collections.ConfigDict, prefix: str = "") -> set[str]:
+    """Every leaf key of `config`, dotted."""
+    keys = set()
+    for key, value in config.items():
+        keys |= _keys(value, f"{prefix}{key}.") if isinstance(value, ml_collections.ConfigDict) else {prefix + key}
+    return keys
+
+
+def check_settings_file(command: str, default: Path) -> None:
+    """A --config naming another file (e.g. an experiment's) must have the keys of the command's own settings
+    file, or the command would stop on the first key it lacks with a traceback."""
+    loaded = config_flags.get_config_filename(flags.FLAGS["config"])
+    if Path(loaded).resolve() == default.resolve():
+        return
+    own = importlib.import_module(f"configs.commands.{default.stem}").get_config()
+    wanted, found = _keys(own), _keys(flags.FLAGS.config)
+    if wanted != found:
+        missing, extra = _few(sorted(wanted - found)), _few(sorted(found - wanted))
+        fail(command, f"--config={loaded}: not a settings file of {command} (its keys are those of "
+                      f"{default.relative_to(COMMAND_CONFIGS.parents[1])}); missing {missing}, unknown {extra}")
+
+
+def _few(keys: list[str], shown: int = 5) -> str:
+    """The first `shown` keys and how many more (an experiment file has ~150)."""
+    more = f", ... {len(keys) - shown} more" if len(keys) > shown else ""
+    return "[" + ", ".join(map(repr, keys[:shown])) + more + "]"
+
+
+def define_config(command: str) -> flags.FlagHolder:
+    """`--config`: the command's settings file (default configs/commands/<command>.py) with `--config.FIELD=VALUE`
+    overrides, locked so that an unknown field fails. Without --config, ml_collections loads the default and reads
+    the overrides right here, at import: an unknown field is one line and exit 2 here too."""
+    try:
+        return config_flags.DEFINE_config_file(
+            "config", str(COMMAND_CONFIGS / f"{command}.py"), f"Settings file (default configs/commands/{command}.py); "
+            "override one field with --config.FIELD=VALUE.", lock_config=True)
+    except (AttributeError, KeyError) as e:
+        fail(f"experiments.{command}", unknown_key(e))
+
+
+def check(ok: bool, key: str, value: object, expected: str) -> None:
+    """A config value the command cannot use, as a ValueError naming it: `--config.KEY=VALUE: expected ...`."""
+    if not ok:
+        raise ValueError(f"--config.{key}={value}: expected {expected}")
+
+
+def unknown_key(error: AttributeError | KeyError) -> str:
+    """ml_collections' "no such field" error (with its did-you-mean hint) as one line."""
+    text = str(error).replace("\\n", " ").replace("\\'", "'")
+    key, hint = re.search(r"'(\w+)'", text), re.search(r"Did you mean [^?]*\?", text)
+    name = key.group(1) if key else text
+    return f"unknown config key {name!r}" + (f" ({hint.group(0)})" if hint else "")
 
 
 def flags_parser(command: str) -> Callable[[list[str]], list[str]]:
@@ -40,10 +104,7 @@ def flags_parser(command: str) -> Callable[[list[str]], list[str]]:
         try:
             return flags.FLAGS(argv)
         except (AttributeError, KeyError) as e:  # ml_collections' "no such field", with its did-you-mean hint
-            text = str(e).replace("\\n", " ").replace("\\'", "'")
-            key, hint = re.search(r"'(\w+)'", text), re.search(r"Did you mean [^?]*\?", text)
-            name = key.group(1) if key else text
-            fail(command, f"unknown config key {name!r}" + (f" ({hint.group(0)})" if hint else ""))
+            fail(command, unknown_key(e))
         except (flags.Error, OSError, TypeError, ValueError) as e:
             fail(command, _without_traceback(str(e)))
 

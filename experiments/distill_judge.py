@@ -1,27 +1,29 @@
 """Distils an LLM judge from a teacher, then measures it against the teacher on held-out items.
 
-  python -m experiments.distill_judge --out=DIR --rubric=RUBRIC.yaml --dimensions=politeness
-      [--teacher=rules |
-       --teacher=judge [--judge=configs/judges/X.py] --judge.checkpoint=DIR[,DIR] [--judge.FIELD=...] |
-       --teacher=labels --labels=FILE.jsonl]
+  python -m experiments.distill_judge --out=DIR --rubric=RUBRIC.yaml --config.dimensions=politeness
+      [--config.teacher=rules |
+       --config.teacher=judge [--judge=configs/judges/X.py] --judge.checkpoint=DIR[,DIR] [--judge.FIELD=...] |
+       --config.teacher=labels --labels=FILE.jsonl]
       [--responses=IN.jsonl]  (default: the tiny cold-start answers, more drawn alike, and perturbed copies)
       (--student_config=config.json --tokenizer=DIR | --student_checkpoint=DIR)
-      [--steps=400] [--batch_size=32] [--lr=2e-3] [--warmup_steps=20] [--heldout=0.15] [--seed=0]
-      [--student_sampler=greedy] [--student_max_new_tokens=32] [--student_prompt=full|compact]
+      [--config.train.steps=400] [--config.train.prompt=full|compact] [--config.FIELD=...]
 
+The settings (teacher, dimensions, held-out fraction, the student's training and its held-out measurement) are
+configs/commands/distill_judge.py, overridden with --config.FIELD=VALUE; the flags are the inputs and the output.
 Teachers (rubric_jax/judges/distill_data.py): `rules` scores each listed rule dimension with its rule judge and
 the student learns its LLM twin; `judge` lets LLM judges (the --judge spec of experiments.score, an
 ensemble when it names several checkpoints) score the listed dimensions through the training scoring path;
 `labels` takes the scores of a labels file ({"question", "response", "labels": {dimension: score}, optional
-"rubric"}: the calibration format). --responses lines are {"question", "response", optional "rubric"} (the experiments.score format). A
-question and every response to it are held out together (--heldout of the questions).
+"rubric"}: the calibration format). --responses lines are {"question", "response", optional "rubric"} (the
+experiments.score format). A question and every response to it are held out together (config.heldout of the
+questions).
 
 The student is a random init from a HF config.json with a tokenizer directory (it needs a chat template), or an
 existing HF directory. DIR receives the distilled judge (config.json, model.safetensors, tokenizer) with
 report.json and report.md: per dimension, the parse-failure rate and the agreement with the teacher (Spearman,
 Kendall tau-b, quadratic kappa, bootstrap intervals). DIR appears only when complete and must not exist yet,
-nor be or lie inside an input (the tokenizer or student directory). Bad input, --student_max_new_tokens
-included, exits with status 2 and one line naming the file, line or flag, before training starts.
+nor be or lie inside an input (the tokenizer or student directory). Bad input, config.measure.max_new_tokens
+included, exits with status 2 and one line naming the file, line or setting, before training starts.
 """
 
 from __future__ import annotations
@@ -49,27 +51,17 @@ from rubric_jax.rubrics.responses import InputError, read_rows
 from rubric_jax.rubrics.schema import RubricError
 from rubric_jax.train import distill_judge
 
+_CONFIG = cli.define_config("distill_judge")
 _OUT = flags.DEFINE_string("out", None, "New directory for the distilled judge and its report.")
 _RUBRIC = flags.DEFINE_string("rubric", None, "Rubric file (.json/.yaml) defining the dimensions; rows may add theirs.")
-_DIMENSIONS = flags.DEFINE_list("dimensions", None, "Dimension ids the judge learns (default: every labelled one).")
-_TEACHER = flags.DEFINE_enum("teacher", "rules", ["rules", "judge", "labels"], "Who scores the training items.")
 _LABELS = flags.DEFINE_string("labels", None, "Labels .jsonl of a labels teacher (the calibration format).")
 _RESPONSES = flags.DEFINE_string("responses", None, "Responses to judge (rules/judge teachers); default: tiny SFT.")
 _STUDENT_CONFIG = flags.DEFINE_string("student_config", None, "HF config.json of a randomly initialised student.")
 _TOKENIZER = flags.DEFINE_string("tokenizer", None, "Tokenizer directory of a --student_config student.")
 _STUDENT = flags.DEFINE_string("student_checkpoint", None, "HF directory of a pretrained student (with tokenizer).")
-_STEPS = flags.DEFINE_integer("steps", 400, "Optimizer updates.")
-_BATCH = flags.DEFINE_integer("batch_size", 32, "Items per update.")
-_LR = flags.DEFINE_float("lr", 2e-3, "Peak learning rate (warmup, then cosine decay).")
-_WARMUP = flags.DEFINE_integer("warmup_steps", 20, "Linear warmup steps.")
-_HELDOUT = flags.DEFINE_float("heldout", 0.15, "Fraction of the questions held out to measure the student.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seeds the student init, batch order, prompts and judge sampling.")
-_SAMPLER = flags.DEFINE_string("student_sampler", "greedy", "Sampler of the student's held-out measurement.")
-_MAX_NEW = flags.DEFINE_integer("student_max_new_tokens", 32, "Verdict budget of the student's held-out measurement.")
-_PROMPT = flags.DEFINE_enum("student_prompt", "full", ["full", "compact"], "The judge prompt the student learns "
-                            "(compact: criterion, fenced response and SCORE line; README, 'Distilling a judge').")
 flags.mark_flags_as_required(["out"])
 
+_TEACHERS = ("rules", "judge", "labels")
 ERRORS = (ValueError, FileNotFoundError, FileExistsError, InputError, LabelsError, RubricError, DataError,
           CheckpointError, ModelConfigError, UnicodeDecodeError)
 
@@ -111,21 +103,41 @@ def _student_config(path: Path) -> ModelConfig:
         raise ValueError(f"--student_config={path}: {' '.join(str(e).split())[:300]}") from None
 
 
-# DistillConfig field -> the flag that sets it (its errors name the flag).
-_CONFIG_FLAGS = {"steps": "--steps", "batch_size": "--batch_size", "learning_rate": "--lr",
-                 "warmup_steps": "--warmup_steps", "seed": "--seed", "prompt": "--student_prompt"}
+# DistillConfig field -> the config key that sets it (its errors name the key).
+_CONFIG_KEYS = {"steps": "--config.train.steps", "batch_size": "--config.train.batch_size",
+                "learning_rate": "--config.train.lr", "warmup_steps": "--config.train.warmup_steps",
+                "seed": "--config.seed", "prompt": "--config.train.prompt"}
 
 
 def _distill_config() -> distill_judge.DistillConfig:
-    """The training flags as a DistillConfig; a bad value names its flag."""
+    """config.train and config.seed as a DistillConfig; a bad value names its key."""
+    train = _CONFIG.value.train
     try:
-        return distill_judge.DistillConfig(steps=_STEPS.value, batch_size=_BATCH.value, learning_rate=_LR.value,
-                                           warmup_steps=_WARMUP.value, seed=_SEED.value, prompt=_PROMPT.value)
+        return distill_judge.DistillConfig(steps=train.steps, batch_size=train.batch_size, learning_rate=train.lr,
+                                           warmup_steps=train.warmup_steps, seed=_CONFIG.value.seed,
+                                           prompt=train.prompt)
     except ValueError as e:
         message = str(e).removeprefix("distill config: ")
-        for field, flag in _CONFIG_FLAGS.items():
-            message = re.sub(rf"\b{field}\b", flag, message)
+        for field, key in _CONFIG_KEYS.items():
+            message = re.sub(rf"(?<![.\w]){field}\b", key, message)
         raise ValueError(message) from None
+
+
+def _dimensions() -> list[str] | None:
+    """config.dimensions as a list (None: every labelled one)."""
+    names = [d.strip() for d in _CONFIG.value.dimensions.split(",") if d.strip()]
+    return names or None
+
+
+def _check_settings() -> None:
+    """The config values the training config does not cover, checked before any input is read."""
+    config = _CONFIG.value
+    cli.check(config.teacher in _TEACHERS, "teacher", config.teacher, f"one of {list(_TEACHERS)}")
+    cli.check(0.0 < config.heldout < 1.0, "heldout", config.heldout, "a fraction in (0, 1)")
+    try:
+        sampling.parse_sampler(config.measure.sampler)
+    except ValueError as e:
+        raise ValueError(f"--config.measure.sampler: {e}") from None
 
 
 def _check_out(out: Path) -> None:
@@ -139,17 +151,18 @@ def _check_out(out: Path) -> None:
 
 def _items(shared) -> tuple[list[distill_data.JudgeItem], str]:
     """Every teacher-scored item the flags describe, and a description of the teacher."""
-    wanted = _DIMENSIONS.value
-    if _TEACHER.value == "labels":
+    wanted, teacher = _dimensions(), _CONFIG.value.teacher
+    if teacher == "labels":
         if _LABELS.value is None or _RESPONSES.value is not None:
-            raise ValueError("--teacher=labels: give --labels=FILE (its rows carry the responses), not --responses")
+            raise ValueError("--config.teacher=labels: give --labels=FILE (its rows carry the responses), "
+                             "not --responses")
         items = []
         for row in read_items(_LABELS.value, shared):
             labels = {d: v for d, v in row.labels.items() if wanted is None or d in wanted}
             items += distill_data.label_items(row.question, row.response, row.rubric, labels)
         return items, f"labels {_LABELS.value}"
     if not wanted:
-        raise ValueError(f"--dimensions: name the dimensions a {_TEACHER.value} teacher scores")
+        raise ValueError(f"--config.dimensions: name the dimensions a {teacher} teacher scores")
     if _RESPONSES.value is not None:
         rows, rubrics, _ = read_rows(Path(_RESPONSES.value), shared)
         questions, responses = [r["question"] for r in rows], [r["response"] for r in rows]
@@ -161,15 +174,16 @@ def _items(shared) -> tuple[list[distill_data.JudgeItem], str]:
         questions = [a.question for a, group in zip(answers, judged) for _ in group]
         responses = [r for group in judged for r in group]
         rubrics = [shared] * len(responses)
-    if _TEACHER.value == "rules":
+    if teacher == "rules":
         teachers = distill_data.rule_teachers_per_row(rubrics, wanted)
         return distill_data.rule_items(questions, responses, teachers), f"rule judges of {', '.join(wanted)}"
     spec = judge_config.spec()
     if not spec.has_judge:
-        raise ValueError("--teacher=judge: give --judge.checkpoint=DIR[,DIR] (or a --judge file that names one)")
+        raise ValueError("--config.teacher=judge: give --judge.checkpoint=DIR[,DIR] (or a --judge file that names one)")
     judges = load_judges(spec, where="--judge")
     dims = [[d for d in rubric.dimensions if d.id in wanted] for rubric in rubrics]
-    items, missing = distill_data.judge_items(judges, spec, questions, responses, dims, jax.random.key(_SEED.value),
+    key = jax.random.key(_CONFIG.value.seed)
+    items, missing = distill_data.judge_items(judges, spec, questions, responses, dims, key,
                                               refiners=load_cascade(spec, where="--judge"))
     print(f"the teacher judges left {missing} score(s) missing; those items are not used", file=sys.stderr)
     return items, f"judge(s) {','.join(spec.checkpoints)} (judge hash {judge_hash(spec)})"
@@ -180,10 +194,7 @@ def main(argv: list[str]) -> None:
     try:
         out = Path(_OUT.value)
         _check_out(out)
-        try:
-            sampling.parse_sampler(_SAMPLER.value)
-        except ValueError as e:
-            raise ValueError(f"--student_sampler: {e}") from None
+        _check_settings()
         config = _distill_config()
         shared = None
         if _RUBRIC.value is not None:
@@ -191,18 +202,19 @@ def main(argv: list[str]) -> None:
                 raise RubricError(f"--rubric={_RUBRIC.value}: rubric file does not exist")
             shared = load_rubric(_RUBRIC.value)
         items, teacher = _items(shared)
-        train_items, heldout_items = distill_data.split_by_question(items, _HELDOUT.value)
+        train_items, heldout_items = distill_data.split_by_question(items, _CONFIG.value.heldout)
         if not train_items or not heldout_items:
             raise ValueError(f"{len(items)} items split into {len(train_items)} training and {len(heldout_items)} "
-                             "held-out ones; both must be non-empty (more questions, or another --heldout)")
+                             "held-out ones; both must be non-empty (more questions, or another --config.heldout)")
         model_cfg, start, tokenizer, student = _student()
-        distill_judge.check_measurement(model_cfg, _MAX_NEW.value, "--student_max_new_tokens")  # before training
+        measure = _CONFIG.value.measure
+        distill_judge.check_measurement(model_cfg, measure.max_new_tokens, "--config.measure.max_new_tokens")
     except ERRORS as e:
         _fail(str(e))
     try:
         payload = distill_judge.distill(model_cfg, start, tokenizer, train_items, heldout_items, out, config,
-                                        teacher=teacher, student=student, sampler=_SAMPLER.value,
-                                        max_new_tokens=_MAX_NEW.value)
+                                        teacher=teacher, student=student, sampler=measure.sampler,
+                                        max_new_tokens=measure.max_new_tokens)
     except OSError as e:  # a full disk after training: `out` appears only once complete
         cli.fail_write("experiments.distill_judge", out, e)
     print(json.dumps({"out": str(out), "heldout": payload["heldout"]["items"],

@@ -1,19 +1,22 @@
 """Evaluates a policy on a public benchmark, or scores HelloBench's published judgements.
 
-  python -m experiments.evaluate --benchmark=hellobench|longbench_write|healthbench|biggen|rubric_set \
-      --data_dir=DIR [--data_file=NAME] --out=DIR (--checkpoint=HF_DIR | --workdir=RUN_DIR [--which=latest|best]) \
+  python -m experiments.evaluate --config.benchmark=hellobench|longbench_write|healthbench|biggen|rubric_set \
+      --data_dir=DIR [--data_file=NAME] --out=DIR (--checkpoint=HF_DIR | --workdir=RUN_DIR [--config.which=best]) \
       [--judge.checkpoint=DIR[,DIR]] [--judge=configs/judges/X.py] [--judge.FIELD=...] [--judge.store=VERDICTS.db]
-      [--limit=N] [--prompt_format=plain|think_answer] [--max_new_tokens=2048]
-  python -m experiments.evaluate --benchmark=hellobench --data_dir=DIR --judgements=FILE.csv --out=DIR [--models=a,b]
+      [--config.limit=N] [--config.policy.prompt_format=plain|think_answer] [--config.policy.max_new_tokens=2048]
+  python -m experiments.evaluate --config.benchmark=hellobench --data_dir=DIR --judgements=FILE.csv --out=DIR \
+      [--config.models=a,b]
 
+The settings (benchmark, limit, policy generation and mesh) are configs/commands/evaluate.py, overridden with
+--config.FIELD=VALUE; the flags are the inputs and the output.
 Writes records.jsonl, summary.json, table.md and plot.png into --out (rubric_jax/evaluation/report.py).
 The judge is configs/judges/<benchmark>.py (the benchmark's prescribed prompt and settings; rubric_set:
 configs/judges/default.py) unless --judge names another file; summary.json records its hash and fields. With
 --judge.calibration=REPORT each LLM dimension's calibration status is printed before the policy loads.
 Bad input (unknown benchmark, missing file, malformed line, incomplete judgements of a named model, an
 LLM-judged benchmark without a judge, --out naming an input) exits with status 2 and one line naming
-the file and line; nothing is written. So does a --max_new_tokens that leaves no case room in the policy's
-context (before generating). An evaluation whose judged answers all lack every score (e.g. every judge prompt
+the file and line; nothing is written. So does a config.policy.max_new_tokens that leaves no case room in the
+policy's context (before generating). An evaluation whose judged answers all lack every score (e.g. every judge prompt
 too long) writes its report and exits with status 1 saying why.
 """
 
@@ -27,6 +30,7 @@ from pathlib import Path
 from absl import app, flags
 
 from experiments import cli, judge_config
+from rubric_jax import sampling
 from rubric_jax.calibration.pinning import check_calibration
 from rubric_jax.data import DataError
 from rubric_jax.evaluation import harness
@@ -38,24 +42,15 @@ from rubric_jax.judges.store import StoreError, VerdictStore
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.rubrics.schema import RubricError
 
-_BENCHMARK = flags.DEFINE_string("benchmark", None, f"One of {', '.join(harness.BENCHMARKS)}.")
+_CONFIG = cli.define_config("evaluate")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "The benchmark's folder (e.g. ../shared/data/hellobench).")
 _DATA_FILE = flags.DEFINE_string("data_file", None, "File in --data_dir (longbench_write, healthbench, biggen, "
                                   "rubric_set).")
 _OUT = flags.DEFINE_string("out", None, "Output directory (must not be or contain an input).")
-_LIMIT = flags.DEFINE_integer("limit", 0, "Evaluate only the first N cases (HelloBench: of each task); 0 = all.")
 _JUDGEMENTS = flags.DEFINE_string("judgements", None, "HelloBench: score this published judgements CSV, no model.")
-_MODELS = flags.DEFINE_list("models", None, "With --judgements: score only these models (each must be complete).")
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Policy: a Hugging Face directory.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Policy: a training run directory (experiments.run --workdir).")
-_WHICH = flags.DEFINE_string("which", "latest", "With --workdir: latest, or best (highest logged eval/reward_mean).")
 _RUBRIC = flags.DEFINE_string("rubric", None, "rubric_set: a rubric shared by rows without their own.")
-_SAMPLER = flags.DEFINE_string("sampler", "greedy", "Policy sampler (see rubric_jax.sampling).")
-_MAX_NEW = flags.DEFINE_integer("max_new_tokens", 2048, "Policy answer budget in tokens.")
-_BATCH = flags.DEFINE_integer("batch_size", 16, "Prompts per sampler call.")
-_FORMAT = flags.DEFINE_string("prompt_format", "plain", "plain, or think_answer (rubric_jax's training format).")
-_SEED = flags.DEFINE_integer("seed", 0, "PRNG seed of policy and judge sampling.")
-_MESH = flags.DEFINE_list("mesh", ["1", "-1", "1"], "Mesh axis sizes data,fsdp,tensor (-1: the remaining devices).")
 
 
 _fail = functools.partial(cli.fail, "experiments.evaluate")  # one line on stderr, exit status 2
@@ -63,7 +58,7 @@ _fail = functools.partial(cli.fail, "experiments.evaluate")  # one line on stder
 
 def _judge() -> JudgeSpec:
     """The --judge spec; without --judge, the benchmark's judge file (rubric_set: the default block)."""
-    benchmark_file = judge_config.JUDGES_DIR / f"{_BENCHMARK.value}.py"
+    benchmark_file = judge_config.JUDGES_DIR / f"{_CONFIG.value.benchmark}.py"
     try:
         spec = judge_config.spec(benchmark_file if benchmark_file.is_file() else None, allow_benchmark=True)
         check_checkpoints(spec, "--judge")
@@ -87,22 +82,25 @@ def _calibration(judge: JudgeSpec, evaluation: harness.Evaluation) -> dict | Non
 
 
 def _settings() -> tuple[harness.GenerationSettings, JudgeSpec, tuple[int, int, int]]:
-    """Validated flag values (EvalInputError names the flag)."""
-    for flag, value, minimum in (("limit", _LIMIT.value, 0), ("max_new_tokens", _MAX_NEW.value, 1),
-                                 ("batch_size", _BATCH.value, 1)):
-        if value < minimum:
-            raise EvalInputError(f"--{flag} must be >= {minimum}, got {value}")
-    for flag, value, allowed in (("which", _WHICH.value, harness.WHICH),
-                                 ("prompt_format", _FORMAT.value, harness.PROMPT_FORMATS)):
-        if value not in allowed:
-            raise EvalInputError(f"--{flag}={value}: expected one of {list(allowed)}")
+    """Validated config values (EvalInputError names the key)."""
+    config, policy = _CONFIG.value, _CONFIG.value.policy
     try:
-        mesh = tuple(int(x) for x in _MESH.value)
-    except ValueError:
-        raise EvalInputError(f"--mesh={','.join(_MESH.value)}: expected three integers data,fsdp,tensor") from None
-    if len(mesh) != 3:
-        raise EvalInputError(f"--mesh={','.join(_MESH.value)}: expected three integers data,fsdp,tensor")
-    generation = harness.GenerationSettings(_SAMPLER.value, _MAX_NEW.value, _BATCH.value, _FORMAT.value, _SEED.value)
+        for key, value, minimum in (("limit", config.limit, 0), ("policy.max_new_tokens", policy.max_new_tokens, 1),
+                                    ("policy.batch_size", policy.batch_size, 1)):
+            cli.check(value >= minimum, key, value, f"an integer >= {minimum}")
+        for key, value, allowed in (("which", config.which, harness.WHICH),
+                                    ("policy.prompt_format", policy.prompt_format, harness.PROMPT_FORMATS)):
+            cli.check(value in allowed, key, value, f"one of {list(allowed)}")
+        try:
+            sampling.parse_sampler(policy.sampler)
+        except ValueError as e:
+            raise ValueError(f"--config.policy.sampler: {e}") from None
+        mesh = (config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+        cli.check(all(n == -1 or n >= 1 for n in mesh), "mesh", mesh, "axis sizes >= 1 (or -1: the remaining devices)")
+    except ValueError as e:
+        raise EvalInputError(str(e)) from None
+    generation = harness.GenerationSettings(policy.sampler, policy.max_new_tokens, policy.batch_size,
+                                            policy.prompt_format, config.seed)
     return generation, _judge(), mesh
 
 
@@ -116,14 +114,18 @@ def _open_store(judge: JudgeSpec, inputs: list[Path]) -> VerdictStore | None:
 def main(argv: list[str]) -> None:
     cli.start("experiments.evaluate", argv)
     try:
-        for name, flag in (("benchmark", _BENCHMARK), ("data_dir", _DATA_DIR), ("out", _OUT)):
+        if not _CONFIG.value.benchmark:
+            raise EvalInputError(f"--config.benchmark is required: one of {', '.join(harness.BENCHMARKS)}")
+        for name, flag in (("data_dir", _DATA_DIR), ("out", _OUT)):
             if not flag.value:
                 raise EvalInputError(f"--{name} is required")
         data_dir, out = Path(_DATA_DIR.value), Path(_OUT.value)
         if _JUDGEMENTS.value is not None:
-            if _BENCHMARK.value != "hellobench":
-                raise EvalInputError(f"--judgements is a HelloBench file; got --benchmark={_BENCHMARK.value}")
-            summary = harness.score_judgements(Path(_JUDGEMENTS.value), data_dir, _MODELS.value, out)
+            if _CONFIG.value.benchmark != "hellobench":
+                raise EvalInputError("--judgements is a HelloBench file; got "
+                                     f"--config.benchmark={_CONFIG.value.benchmark}")
+            models = [m.strip() for m in _CONFIG.value.models.split(",") if m.strip()] or None
+            summary = harness.score_judgements(Path(_JUDGEMENTS.value), data_dir, models, out)
             print(json.dumps({"models": len(summary["models"]), "incomplete": summary["incomplete"], "out": str(out)}))
             return
         generation, judge, mesh = _settings()
@@ -144,12 +146,12 @@ def main(argv: list[str]) -> None:
                                      Path(_RUBRIC.value) if _RUBRIC.value else None, workdir) if path is not None]
         inputs = [*sources, *(Path(p) for p in (judge.calibration, judge.store) if p)]  # --out may not hold them
         input_dirs = [data_dir, *(Path(p) for p in judge.checkpoints), *([checkpoint] if checkpoint else [])]
-        evaluation = harness.prepare(_BENCHMARK.value, data_dir, _DATA_FILE.value, _LIMIT.value or None, out, judge,
-                                     inputs, input_dirs, shared)
+        evaluation = harness.prepare(_CONFIG.value.benchmark, data_dir, _DATA_FILE.value, _CONFIG.value.limit or None,
+                                     out, judge, inputs, input_dirs, shared)
         judge = judge.for_benchmark(evaluation.benchmark.judge_mode)
         calibration = _calibration(judge, evaluation)
         store = _open_store(judge, [*sources, *input_dirs, out])
-        summary = harness.run(evaluation, checkpoint=checkpoint, workdir=workdir, which=_WHICH.value, mesh_axes=mesh,
+        summary = harness.run(evaluation, checkpoint=checkpoint, workdir=workdir, which=_CONFIG.value.which, mesh_axes=mesh,
                               generation=generation, judge=judge, calibration=calibration, store=store)
     except (EvalInputError, RubricError, DataError, UnicodeDecodeError, StoreError, PathError) as e:
         _fail(str(e))

@@ -1,10 +1,10 @@
 """Writes a training run's policy as a Hugging Face directory that transformers and vLLM load.
 
-  python -m experiments.export --workdir=RUN_DIR [--which=latest|best] --out=DIR
+  python -m experiments.export --workdir=RUN_DIR --out=DIR [--config.which=latest|best]
 
 config.json, model.safetensors (shards + index above 4 GiB), the run's tokenizer files and
 generation_config.json, in the run's parameter dtype (rubric_jax/train/runs.py). The directory appears
-whole or not at all. A missing run, an unknown --which, or an --out that exists with files or names an
+whole or not at all. A missing run, an unknown config.which (configs/commands/export.py), or an --out that exists with files or names an
 input exits with status 2 and one line. In a multi-host job every process runs the same command.
 """
 
@@ -19,8 +19,8 @@ from absl import app, flags
 from experiments import cli
 from rubric_jax import distributed
 
+_CONFIG = cli.define_config("export")
 _WORKDIR = flags.DEFINE_string("workdir", None, "A training run directory (experiments.run --workdir).")
-_WHICH = flags.DEFINE_string("which", "latest", "latest, or best (highest logged eval/reward_mean).")
 _OUT = flags.DEFINE_string("out", None, "New (or empty) output directory; may lie inside the workdir.")
 
 
@@ -39,7 +39,7 @@ def main(argv: list[str]) -> None:
     from rubric_jax.train import runs  # after jax.distributed, which must precede device use
 
     try:
-        chosen, out = runs.export_run(workdir, _WHICH.value, Path(_OUT.value))
+        chosen, out = runs.export_run(workdir, _CONFIG.value.which, Path(_OUT.value))
     except (runs.RunError, FileExistsError) as e:
         _fail(str(e))
     except OSError as e:  # a full disk: the directory appears whole or not at all
@@ -50,4 +50,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=cli.flags_parser("experiments.export"))

@@ -1,12 +1,13 @@
 """Generates a response from a local Hugging Face Qwen2/Llama directory (weights + tokenizer).
 
-  python -m experiments.generate --checkpoint=DIR --prompt="Hello" [--max_new_tokens=128]
-      [--sampler=greedy|temperature(0.7)|topk(40)|nucleus(0.9)] [--seed=0] [--format=text|json]
-      [--tensor=1] [--param_dtype=auto] [--compute_dtype=auto]
+  python -m experiments.generate --checkpoint=DIR --prompt="Hello" [--config.sampling.max_new_tokens=128]
+      [--config.sampling.sampler=greedy|temperature(0.7)|topk(40)|nucleus(0.9)] [--config.seed=0]
+      [--config.format=text|json] [--config.model.tensor=1] [--config.model.param_dtype=auto]
 
-The prompt goes through the tokenizer's chat template as one user turn. `--format=json` prints one
-JSON object: prompt_ids, output_ids (up to and including the stop token), text, finish_reason. The
-model is loaded straight into the decode layout over every local device (`--tensor` consecutive
+The settings are configs/commands/generate.py, overridden with --config.FIELD=VALUE; the flags are the model and
+the prompt. The prompt goes through the tokenizer's chat template as one user turn. `--config.format=json`
+prints one JSON object: prompt_ids, output_ids (up to and including the stop token), text, finish_reason. The
+model is loaded straight into the decode layout over every local device (`config.model.tensor` consecutive
 devices split each weight, the rest hold replicas), in bfloat16 on accelerators by default.
 """
 
@@ -20,50 +21,46 @@ import jax
 from absl import app, flags
 
 from experiments import cli
-from rubric_jax import data, sampling, sharding
+from rubric_jax import data, loader, sampling, sharding
 
+_CONFIG = cli.define_config("generate")
 _CHECKPOINT = flags.DEFINE_string(
     "checkpoint", None, "Hugging Face model directory (config.json, safetensors, tokenizer).")
 _PROMPT = flags.DEFINE_string("prompt", None, "User message, wrapped in the chat template.")
-_MAX_NEW_TOKENS = flags.DEFINE_integer("max_new_tokens", 128, "Maximum number of generated tokens.")
-_SAMPLER = flags.DEFINE_string("sampler", "greedy", "greedy | temperature(t) | topk(k[, t]) | nucleus(p[, t]).")
-_SEED = flags.DEFINE_integer("seed", 0, "PRNG seed for sampling.")
-_FORMAT = flags.DEFINE_enum("format", "text", ["text", "json"], "Print the text, or one JSON object.")
-_TENSOR = flags.DEFINE_integer("tensor", 1, "Devices that split each weight (tensor parallel); must divide the heads.")
-_PARAM_DTYPE = flags.DEFINE_enum("param_dtype", "auto", ["auto", "float32", "bfloat16"],
-                                 "Weights dtype; auto = bfloat16 on accelerators, float32 on CPU.")
-_COMPUTE_DTYPE = flags.DEFINE_enum("compute_dtype", "auto", ["auto", "float32", "bfloat16"],
-                                   "Activation dtype; auto as for --param_dtype.")
 flags.mark_flags_as_required(["checkpoint", "prompt"])
 
 
+FORMATS = ("text", "json")
 _fail = functools.partial(cli.fail, "experiments.generate")  # one line on stderr, exit status 2
 
 
 def main(argv: list[str]) -> None:
     cli.start("experiments.generate", argv)
     checkpoint = Path(_CHECKPOINT.value)
+    config, sampler = _CONFIG.value, _CONFIG.value.sampling
     try:
-        sampling.parse_sampler(_SAMPLER.value)
+        sampling.parse_sampler(sampler.sampler)
     except ValueError as e:
-        _fail(f"--sampler: {e}")
-    if _MAX_NEW_TOKENS.value < 1:
-        _fail(f"--max_new_tokens must be >= 1, got {_MAX_NEW_TOKENS.value}")
+        _fail(f"--config.sampling.sampler: {e}")
+    try:
+        cli.check(sampler.max_new_tokens >= 1, "sampling.max_new_tokens", sampler.max_new_tokens, "an integer >= 1")
+        cli.check(config.format in FORMATS, "format", config.format, f"one of {list(FORMATS)}")
+        dtypes = {key: loader.resolve_dtype(config.model[key], f"--config.model.{key}")
+                  for key in ("param_dtype", "compute_dtype")}
+    except ValueError as e:
+        _fail(str(e))
     if not checkpoint.is_dir():
         _fail(f"--checkpoint={checkpoint}: directory does not exist")
 
-    from rubric_jax import loader
     from rubric_jax.models.checkpoint import load_tokenizer
 
     try:
-        layout = sharding.decode_layout(sharding.make_mesh(sharding.MeshConfig()), _TENSOR.value)
+        layout = sharding.decode_layout(sharding.make_mesh(sharding.MeshConfig()), config.model.tensor)
     except ValueError as e:
-        _fail(f"--tensor: {e}")
+        _fail(f"--config.model.tensor: {e}")
     try:
         tokenizer = load_tokenizer(checkpoint)
-        weights = loader.load_weights(checkpoint, layout,
-                                      param_dtype=loader.resolve_dtype(_PARAM_DTYPE.value, "--param_dtype"),
-                                      compute_dtype=loader.resolve_dtype(_COMPUTE_DTYPE.value, "--compute_dtype"))
+        weights = loader.load_weights(checkpoint, layout, **dtypes)
         weights = loader.to_layout(weights, layout, per_layer=True)  # the sampler's decode form (no per-call copy)
     except (OSError, ValueError) as e:
         _fail(f"--checkpoint={checkpoint}: {e}")
@@ -72,15 +69,15 @@ def main(argv: list[str]) -> None:
     prompt_ids = data.encode_chats(tokenizer, [[{"role": "user", "content": _PROMPT.value}]])[0]
     try:
         result = sampling.generate(
-            weights, [prompt_ids], key=jax.random.key(_SEED.value), max_new_tokens=_MAX_NEW_TOKENS.value,
-            sampler=_SAMPLER.value, stop_tokens=[tokenizer.eos_token_id], pad_id=tokenizer.pad_token_id,
+            weights, [prompt_ids], key=jax.random.key(config.seed), max_new_tokens=sampler.max_new_tokens,
+            sampler=sampler.sampler, stop_tokens=[tokenizer.eos_token_id], pad_id=tokenizer.pad_token_id,
             layout=layout,
         )
     except ValueError as e:
         _fail(str(e))
     output_ids = result.tokens[0, :result.lengths[0]].tolist()
     output_text = data.decode_responses(tokenizer, result, keep_special_tokens=False)[0]
-    if _FORMAT.value == "json":
+    if config.format == "json":
         print(json.dumps({"prompt_ids": list(prompt_ids), "output_ids": output_ids, "text": output_text,
                           "finish_reason": str(result.finish_reason[0])}))
     else:
@@ -88,4 +85,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=cli.flags_parser("experiments.generate"))

@@ -1,9 +1,12 @@
 """Prepares question data as a tensorflow-datasets dataset that experiments.run trains from.
 
-  python -m experiments.prepare_data --input=KIND:PATH [--input=...] --out=DIR --name=NAME
-      [--eval_size=0] [--golden_size=0] [--train_size=0] [--difficulty_ratio=3:5:2|none]
-      [--scores=SCORES.jsonl] [--dedup_threshold=0.7] [--ngram=3] [--num_perm=128] [--seed=0] [--overwrite]
-      [--semantic_words=0.7] [--semantic_model=DIR [--semantic_tokenizer=DIR] [--semantic_cosine=0.95]]
+  python -m experiments.prepare_data --input=KIND:PATH [--input=...] --out=DIR --name=NAME [--scores=SCORES.jsonl]
+      [--semantic_model=DIR [--semantic_tokenizer=DIR]] [--config.eval_size=0] [--config.golden_size=0]
+      [--config.train_size=0] [--config.difficulty_ratio=3:5:2|none] [--config.dedup.threshold=0.7]
+      [--config.seed=0] [--config.overwrite] [--config.FIELD=...]
+
+The settings (split sizes, difficulty mix, dedup thresholds, seed) are configs/commands/prepare_data.py,
+overridden with --config.FIELD=VALUE; the flags are the inputs and the output.
 
 KIND is questions (the project's question jsonl), hellobench (the folder), biggen, healthbench or
 longbench_write (their jsonl files). Steps: PII scrubbing, exact and MinHash near-duplicate removal,
@@ -12,7 +15,7 @@ splits per category with no near duplicate in training, the easy:medium:hard mix
 Writes DIR/NAME/1.0.0 (array_record) with report.json and report.md beside it; train with
 `--config.data.tfds_dir=DIR --config.data.train=tfds:NAME --config.data.eval=tfds:NAME`.
 Bad input (a missing file, a malformed line, an unknown kind, a ratio that does not parse, an output that
-overlaps an input) exits with status 2 and one line naming it; nothing is written then. A failed write (a
+overlaps an input, an unknown config key) exits with status 2 and one line naming it; nothing is written then. A failed write (a
 full disk) exits with status 1 and one line; an existing dataset is kept.
 """
 
@@ -27,26 +30,15 @@ from absl import app, flags
 from experiments import cli
 from rubric_jax.prepare.pipeline import PrepareConfig, prepare
 
+_CONFIG = cli.define_config("prepare_data")
 _INPUT = flags.DEFINE_multi_string("input", None, "KIND:PATH, KIND in questions|hellobench|biggen|healthbench|"
                                    "longbench_write (repeat for several).")
 _OUT = flags.DEFINE_string("out", None, "tfds data directory: the dataset goes to OUT/NAME/1.0.0.")
 _NAME = flags.DEFINE_string("name", None, "Dataset name (lower case, digits, _), read back as tfds:NAME.")
-_EVAL = flags.DEFINE_integer("eval_size", 0, "Held-out eval questions (split 'eval').")
-_GOLDEN = flags.DEFINE_integer("golden_size", 0, "Golden questions (split 'golden').")
-_TRAIN = flags.DEFINE_integer("train_size", 0, "Training questions; 0 = as many as the ratio allows.")
-_RATIO = flags.DEFINE_string("difficulty_ratio", "3:5:2", "easy:medium:hard of the training split, or none.")
 _SCORES = flags.DEFINE_string("scores", None, "jsonl with id and reward per row: difficulty from mean reward.")
-_THRESHOLD = flags.DEFINE_float("dedup_threshold", 0.7, "Character n-gram Jaccard at which questions are duplicates.")
-_NGRAM = flags.DEFINE_integer("ngram", 3, "Character n-gram size for dedup.")
-_NUM_PERM = flags.DEFINE_integer("num_perm", 128, "MinHash signature length.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of the MinHash functions and the split and mix sampling.")
-_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an existing OUT/NAME.")
-_SEMANTIC_WORDS = flags.DEFINE_float("semantic_words", 0.7, "Content-word Jaccard at which questions are "
-                                     "paraphrases (docs/data.md, Semantic deduplication); 0 = off.")
 _SEMANTIC_MODEL = flags.DEFINE_string("semantic_model", "",
                                       "HF model directory: embedding cosine marks paraphrases too.")
 _SEMANTIC_TOKENIZER = flags.DEFINE_string("semantic_tokenizer", "", "Tokenizer of --semantic_model (default: its dir).")
-_SEMANTIC_COSINE = flags.DEFINE_float("semantic_cosine", 0.95, "Embedding cosine at which questions are paraphrases.")
 flags.mark_flags_as_required(["input", "out", "name"])
 
 
@@ -56,13 +48,14 @@ _fail = functools.partial(cli.fail, "experiments.prepare_data")  # one line on s
 def main(argv: list[str]) -> None:
     cli.start("experiments.prepare_data", argv)
     tfds.disable_progress_bar()
+    settings, dedup = _CONFIG.value, _CONFIG.value.dedup
     config = PrepareConfig(
-        inputs=tuple(_INPUT.value), out=Path(_OUT.value), name=_NAME.value, eval_size=_EVAL.value,
-        golden_size=_GOLDEN.value, train_size=_TRAIN.value, difficulty_ratio=_RATIO.value,
-        scores=Path(_SCORES.value) if _SCORES.value else None, dedup_threshold=_THRESHOLD.value,
-        ngram=_NGRAM.value, num_perm=_NUM_PERM.value, seed=_SEED.value, overwrite=_OVERWRITE.value,
-        semantic_words=_SEMANTIC_WORDS.value, semantic_model=_SEMANTIC_MODEL.value,
-        semantic_tokenizer=_SEMANTIC_TOKENIZER.value, semantic_cosine=_SEMANTIC_COSINE.value)
+        inputs=tuple(_INPUT.value), out=Path(_OUT.value), name=_NAME.value, eval_size=settings.eval_size,
+        golden_size=settings.golden_size, train_size=settings.train_size, difficulty_ratio=settings.difficulty_ratio,
+        scores=Path(_SCORES.value) if _SCORES.value else None, dedup_threshold=dedup.threshold, ngram=dedup.ngram,
+        num_perm=dedup.num_perm, seed=settings.seed, overwrite=settings.overwrite,
+        semantic_words=dedup.semantic_words, semantic_model=_SEMANTIC_MODEL.value,
+        semantic_tokenizer=_SEMANTIC_TOKENIZER.value, semantic_cosine=dedup.semantic_cosine)
     try:
         prepare(config)
     except ValueError as e:  # the library's errors are ValueErrors naming the file, line or flag
@@ -72,4 +65,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=cli.flags_parser("experiments.prepare_data"))

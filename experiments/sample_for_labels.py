@@ -1,6 +1,6 @@
 """Draws a labelling round's responses from a run (rubric_jax/calibration/label_sampling.py).
 
-  python -m experiments.sample_for_labels --workdir=DIR --n=300 --out=FILE.jsonl [--seed=0]
+  python -m experiments.sample_for_labels --workdir=DIR --out=FILE.jsonl [--config.n=300] [--config.seed=0]
 
 Reads DIR/samples.jsonl (raise --config.log.samples_per_step when training to log more of each step's rollouts),
 DIR/rubric.yaml and the run's question files (DIR/config.json's data.train, data.eval, data.golden) for each
@@ -31,10 +31,9 @@ from rubric_jax.metrics import SAMPLES_FILE
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.rubrics.schema import RubricError, case_rubric_from_row, dimension_to_dict, rubric_to_dict
 
+_CONFIG = cli.define_config("sample_for_labels")
 _WORKDIR = flags.DEFINE_string("workdir", None, "A run's workdir (holds samples.jsonl, config.json, rubric.yaml).")
-_N = flags.DEFINE_integer("n", 300, "Responses to label (RubricRL 3.2: 200-500).")
 _OUT = flags.DEFINE_string("out", None, "Labels file to write (.jsonl); must not exist.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seeds the stratified draw and the output order.")
 flags.mark_flags_as_required(["workdir", "out"])
 
 _fail = functools.partial(cli.fail, "experiments.sample_for_labels")
@@ -65,8 +64,8 @@ def main(argv: list[str]) -> None:
     cli.start("experiments.sample_for_labels", argv)
     workdir, out = Path(_WORKDIR.value), Path(_OUT.value)
     samples_path, config_path, rubric_path = workdir / SAMPLES_FILE, workdir / "config.json", workdir / "rubric.yaml"
-    if _N.value < 1:
-        _fail(f"--n={_N.value}: expected a positive number of responses to label")
+    if _CONFIG.value.n < 1:
+        _fail(f"--config.n={_CONFIG.value.n}: expected a positive number of responses to label")
     try:
         for path in (samples_path, config_path, rubric_path):
             files.check_input_file(path, "run")
@@ -82,7 +81,7 @@ def main(argv: list[str]) -> None:
         if not samples:
             raise ValueError(f"{samples_path}: no samples logged")
         rubrics = _question_rubrics(config, config_path)
-        drawn = draw(samples, _N.value, _SEED.value)
+        drawn = draw(samples, _CONFIG.value.n, _CONFIG.value.seed)
         rows = []
         for sample in drawn.samples:
             if sample.question not in rubrics:
@@ -100,4 +99,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=cli.flags_parser("experiments.sample_for_labels"))

@@ -1,7 +1,9 @@
 """Scores responses with a rubric (rule dimensions, and LLM dimensions when a judge is given).
 
   python -m experiments.score --rubric=RUBRIC.(json|yaml) --responses=IN.jsonl --out=OUT.jsonl
-      [--judge=configs/judges/X.py] [--judge.FIELD=VALUE ...] [--batch_size=64] [--seed=0]
+      [--judge=configs/judges/X.py] [--judge.FIELD=VALUE ...] [--config.batch_size=64] [--config.seed=0]
+
+The settings (batch size, seed) are configs/commands/score.py, overridden with --config.FIELD=VALUE.
 
 Each input line is {"question": str, "response": str, optional "rubric": {"extra": [dimension, ...]}
 or {"replace": rubric} (rubric_jax.rubrics.schema.parse_row_rubric), any other fields}; each output line is the input plus
@@ -58,11 +60,10 @@ from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.rubrics.responses import InputError, read_rows
 from rubric_jax.rubrics.schema import Rubric, RubricError
 
+_CONFIG = cli.define_config("score")
 _RUBRIC = flags.DEFINE_string("rubric", None, "Rubric file (.json/.yaml); optional if every row has a full rubric.")
 _RESPONSES = flags.DEFINE_string("responses", None, "Input JSONL: question, response, optional rubric per line.")
 _OUT = flags.DEFINE_string("out", None, "Output JSONL (input fields plus scores and reward).")
-_BATCH = flags.DEFINE_integer("batch_size", 64, "Rows per reward call (one batched judge call each).")
-_SEED = flags.DEFINE_integer("seed", 0, "PRNG seed for judge sampling.")
 flags.mark_flags_as_required(["responses", "out"])
 
 # What to do about a dimension none of whose scores is valid, by failure cause.
@@ -149,8 +150,8 @@ _fail = functools.partial(cli.fail, "experiments.score")  # one line on stderr, 
 
 def main(argv: list[str]) -> None:
     cli.start("experiments.score", argv)
-    if _BATCH.value < 1:
-        _fail(f"--batch_size must be >= 1, got {_BATCH.value}")
+    if _CONFIG.value.batch_size < 1:
+        _fail(f"--config.batch_size must be >= 1, got {_CONFIG.value.batch_size}")
     try:
         spec = judge_config.spec()
         inputs = [_RESPONSES.value, _RUBRIC.value, *spec.checkpoints, spec.calibration or None]
@@ -176,7 +177,8 @@ def main(argv: list[str]) -> None:
             origin = _RUBRIC.value if shared is not None and rubric is shared else source
             _fail(f"{origin}: {e}")
     try:
-        out_rows, summary = score_file(rows, rubrics, reward, _BATCH.value, jax.random.key(_SEED.value), judge, store)
+        out_rows, summary = score_file(rows, rubrics, reward, _CONFIG.value.batch_size,
+                                       jax.random.key(_CONFIG.value.seed), judge, store)
     except StoreError as e:  # the store went bad mid-run: what was judged before is in it
         _fail(str(e))
     except EndpointDown as e:  # the served judge went away: what was judged before is in the store, if any

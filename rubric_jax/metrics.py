@@ -308,7 +308,7 @@ def read_jsonl_metrics(path: str | Path) -> list[dict[str, Any]]:
 def best_eval(evals: Sequence[tuple[int, float | None]]) -> tuple[int, float] | None:
     """(step, reward) of the best GRPO eval among (step, eval reward) pairs: the highest finite reward at a
     step >= 1 (step 0 is the SFT baseline, before any GRPO checkpoint), ties to the later step. The one rule
-    for checkpoint.keep_best, `--which=best` and the sweep summary; None when no such eval exists."""
+    for checkpoint.keep_best, `--config.which=best` (export, evaluate) and the sweep summary; None when no such eval exists."""
     ranked = [(value, step) for step, value in evals if step >= 1 and value is not None and math.isfinite(value)]
     if not ranked:
         return None

@@ -2,13 +2,17 @@
 
 Shape legend: U distinct prompts (padded to a bucket), B = U·n rows (prompt u's samples are rows u·n + j),
 P prompt slots (bucketed), R response slots (bucketed max_new_tokens), V vocab, C prefill chunk (P is written
-into the cache C slots at a time), W attention window (the response cache's first W slots), D hidden.
+into the cache C slots at a time), W attention window (the response cache's first W slots), D hidden,
+T suffix slots (bucketed; 0 without suffixes).
 
 Cache layout: each distinct prompt is prefilled once into a prompt cache [U, K, P, H] per layer, left-padded
 to the longest one (`width`, runtime data), and never repeated. Decode writes response token t of row b into
 slot t of a per-row response cache [B, K, W, H] per layer; each step's attention is one softmax over [the real
 slots of prompt b // n ; response slots 0..t of row b] (`models.transformer.SharedPrefix`), so the n samples
-of a prompt read its keys/values once per step, as one GEMM, and hold no copy of them. Prefill chunk c attends
+of a prompt read its keys/values once per step, as one GEMM, and hold no copy of them. With suffixes
+(`generate(suffix_ids=...)`: a judge's shared [system; question; response] prompt and its D criteria), row b
+first prefills its own suffix into its own cache, attending [prompt b // n ; its suffix], then decodes after it:
+the shared part is prefilled once for its n rows. Prefill chunk c attends
 over a window of at most twice its causal need (`prefill_windows`); decode over a window of the response cache
 at most one block past its filled slots (`decode_windows`: the decode loop is a sequence of `while_loop`
 segments, one per window, each compiled once and each growing the response cache to its window), so a long
@@ -32,7 +36,7 @@ Conventions (what the GRPO trainer relies on):
   * Row b * n + j of every output is sample j of prompt b.
   * Prompt length, response length and batch are padded up to buckets (`padding.bucket_size`; the output
     rows to the caller's `response_buckets` where given), and jitted functions are cached per (graphdef,
-    sampler, response buckets, prefill chunk, decode block, n, layout); stop tokens, pad id, max_new_tokens and the prompt width are runtime data. Repeated calls within one bucket reuse one
+    sampler, response buckets, prefill chunk, decode block, n, layout, suffix bucket); stop tokens, pad id, max_new_tokens and the prompt width are runtime data. Repeated calls within one bucket reuse one
     compiled program; `TRACES` counts traces per function (tests assert on it).
   * Placement is the caller's: `generate` is given `Weights` and the `sharding.Layout` they live in
     (usually the decode layout, `sharding.decode_layout`), checks every parameter's sharding and dtype
@@ -261,12 +265,13 @@ def decode_windows(response_slots: int, min_block: int) -> tuple[int, ...]:
 
 
 def _prefill(model: nnx.Module, layers: Sequence[Params], prompt_BxP: jax.Array, prompt_mask_BxP: jax.Array,
-             width: jax.Array, cache: KVCache, chunk: int) -> tuple[jax.Array, KVCache]:
+             positions_BxP: jax.Array, width: jax.Array | int, cache: KVCache, chunk: int,
+             prefix: SharedPrefix | None = None) -> tuple[jax.Array, KVCache]:
     """Writes the prompt into the cache chunk by chunk (`lax.scan`s over [B, C] chunks, each attending
     over its `prefill_windows` window W: scores [B, N, C, W]) through the per-layer weights `layers`; returns
-    the hidden state [B, D] of slot width - 1, the prompts' last token."""
+    the hidden state [B, D] of slot width - 1, the prompts' last token. With a `prefix`, row b's tokens also
+    attend the shared prefix b // J they continue (the suffixes of `generate(suffix_ids=...)`)."""
     batch, prompt_slots = prompt_BxP.shape
-    positions_BxP = padding_to_positions(prompt_mask_BxP)
     last_h_BxD = jnp.zeros((batch, model.cfg.hidden_size), jnp.dtype(model.cfg.compute_dtype))
     for first, count, window in prefill_windows(prompt_slots, chunk):
         prompt_slot_BxW = prompt_mask_BxP[:, :window]
@@ -279,7 +284,8 @@ def _prefill(model: nnx.Module, layers: Sequence[Params], prompt_BxP: jax.Array,
             query_slot_C = start + jnp.arange(chunk)
             causal_CxW = jnp.arange(window)[None, :] <= query_slot_C[:, None]
             mask_BxCxW = causal_CxW[None, :, :] & prompt_slot_BxW[:, None, :]
-            h_BxCxD, cache = model.hidden_states(tokens_BxC, positions_BxC, mask_BxCxW, cache, start, layers)
+            h_BxCxD, cache = model.hidden_states(tokens_BxC, positions_BxC, mask_BxCxW, cache, start, layers,
+                                                 prefix)
             last = width - 1 - start  # the last prompt token's place in this chunk, if it is in it
             h_BxD = jax.lax.dynamic_index_in_dim(h_BxCxD, jnp.clip(last, 0, chunk - 1), axis=1, keepdims=False)
             return (cache, jnp.where((last >= 0) & (last < chunk), h_BxD, last_h_BxD)), None
@@ -313,21 +319,24 @@ def _cache_sharding(layout: sharding.Layout, cache: KVCache) -> Any:
 
 @functools.lru_cache(maxsize=64)
 def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, cache_slots: int,
-                 prefill_chunk: int, decode_block: int, n: int, layout: sharding.Layout):
+                 prefill_chunk: int, decode_block: int, n: int, layout: sharding.Layout, suffix_slots: int = 0):
     """The jitted prefill + decode program for one (model graph, sampler, R bucket of the outputs, response
-    cache bucket, chunk, decode block, n, layout).
+    cache bucket, chunk, decode block, n, layout, suffix bucket).
 
-    Each distinct prompt is prefilled once into the prompt cache, which its n samples (rows u * n + j) then
-    decode over as a `SharedPrefix`, each row writing its own response cache. Both run over per-layer weights
-    and per-layer caches (see the module docstring); stacked weights are sliced per layer first (a copy).
+    Each distinct prompt is prefilled once into the prompt cache, which its n rows (u * n + j) then continue
+    as a `SharedPrefix`, each row writing its own cache: with `suffix_slots` (Ts > 0) row b first prefills its
+    own suffix into slots [0, Ts) of that cache (left-padded, positions continuing its prompt's), then decodes
+    response token t into slot Ts + t; without, its samples decode straight from the prompt's last token. Both
+    run over per-layer weights and per-layer caches (see the module docstring); stacked weights are sliced per
+    layer first (a copy).
     """
 
     def constrain(cache: KVCache) -> KVCache:
         return jax.lax.with_sharding_constraint(cache, _cache_sharding(layout, cache))
 
     def run(params: loader.Params, prompt_UxP: jax.Array, prompt_mask_UxP: jax.Array, live_B: jax.Array,
-            stop_S: jax.Array, pad_id: jax.Array, max_new_tokens: jax.Array, width: jax.Array,
-            key: jax.Array) -> SamplingState:
+            suffix_BxT: jax.Array | None, suffix_mask_BxT: jax.Array | None, stop_S: jax.Array, pad_id: jax.Array,
+            max_new_tokens: jax.Array, width: jax.Array, key: jax.Array) -> SamplingState:
         TRACES["generate"] += 1
         if has_layer_stack(params):
             model = nnx.merge(graphdef, params)
@@ -335,14 +344,23 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
         else:  # the stack the model holds is never read (every forward below passes `layers`): XLA drops it
             model, layers = nnx.merge(graphdef, stack_layers(params)), params["layers"]
         prompts, prompt_slots = prompt_UxP.shape
-        h_UxD, prompt_cache = _prefill(model, layers, prompt_UxP, prompt_mask_UxP, width,
+        h_UxD, prompt_cache = _prefill(model, layers, prompt_UxP, prompt_mask_UxP,
+                                       padding_to_positions(prompt_mask_UxP), width,
                                        constrain(init_cache(model.cfg, prompts, prompt_slots, per_layer=True)),
                                        prefill_chunk)
         prefix = SharedPrefix(cache=constrain(prompt_cache), mask_UxP=prompt_mask_UxP)
         batch = prompts * n
-        h_BxD = jnp.repeat(h_UxD, n, axis=0)
-        logits_BxV = model.logits_from_hidden(h_BxD[:, None])[:, 0]
         windows = decode_windows(cache_slots, decode_block)
+        cache = init_cache(model.cfg, batch, suffix_slots + windows[0], per_layer=True)
+        position_B = jnp.repeat(jnp.sum(prompt_mask_UxP, axis=1, dtype=jnp.int32), n)  # of the row's next token
+        if suffix_slots:  # each row's suffix continues its prompt's cache, in the row's own cache
+            h_BxD, cache = _prefill(model, layers, suffix_BxT, suffix_mask_BxT,
+                                    position_B[:, None] + padding_to_positions(suffix_mask_BxT), suffix_slots,
+                                    constrain(cache), prefill_chunk_size(suffix_slots), prefix)
+            position_B = position_B + jnp.sum(suffix_mask_BxT, axis=1, dtype=jnp.int32)
+        else:
+            h_BxD = jnp.repeat(h_UxD, n, axis=0)
+        logits_BxV = model.logits_from_hidden(h_BxD[:, None])[:, 0]
         state = SamplingState(
             step=jnp.int32(0),
             tokens_BxR=jnp.full((batch, response_slots), pad_id, jnp.int32),
@@ -350,29 +368,32 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
             done_B=~live_B,
             stopped_B=jnp.zeros((batch,), bool),
             lengths_B=jnp.zeros((batch,), jnp.int32),
-            cache=init_cache(model.cfg, batch, windows[0], per_layer=True),
+            cache=cache,
             key=key,
         )
         state = _emit(state, logits_BxV, sampler, stop_S, pad_id)
-        position_B = jnp.repeat(jnp.sum(prompt_mask_UxP, axis=1, dtype=jnp.int32), n)  # of response token 0
 
-        # Response slot t holds response token t; a segment runs while the tokens so far fit its window.
+        # Response slot t holds response token t (own cache slot Ts + t); a segment runs while the tokens so far
+        # fit its window.
         def cond(s: SamplingState, window: int) -> jax.Array:
             return (s.step < max_new_tokens) & ~jnp.all(s.done_B) & (s.step <= window)
 
         def body(s: SamplingState, window: int) -> SamplingState:
             index = s.step - 1  # the response slot of the token fed in
             last_B = jax.lax.dynamic_slice_in_dim(s.tokens_BxR, index, 1, axis=1)
-            mask_Bx1xW = jnp.broadcast_to(jnp.arange(window) <= index, (batch, 1, window))
-            logits_Bx1xV, cache = model(last_B, (position_B + index)[:, None], mask_Bx1xW, s.cache, index, layers,
-                                        prefix)
+            mask_BxW = jnp.broadcast_to(jnp.arange(suffix_slots + window) <= suffix_slots + index,
+                                        (batch, suffix_slots + window))
+            if suffix_slots:
+                mask_BxW = mask_BxW.at[:, :suffix_slots].set(suffix_mask_BxT)
+            logits_Bx1xV, cache = model(last_B, (position_B + index)[:, None], mask_BxW[:, None], s.cache,
+                                        suffix_slots + index, layers, prefix)
             return _emit(s.replace(cache=cache), logits_Bx1xV[:, 0], sampler, stop_S, pad_id)
 
         # A segment carries exactly its window of the response cache (a per-token slice of a larger cache would
         # make XLA copy the whole cache, twice, to update it in place).
         for window in windows:
             state = jax.lax.while_loop(functools.partial(cond, window=window), functools.partial(body, window=window),
-                                       state.replace(cache=constrain(_grow(state.cache, window))))
+                                       state.replace(cache=constrain(_grow(state.cache, suffix_slots + window))))
         return state.replace(cache=None)  # not an output: its buffers are freed with the loop's
 
     return jax.jit(run)
@@ -381,7 +402,8 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
 def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.ndarray,
              prompt_mask: np.ndarray | None, *, key: jax.Array, n: int, max_new_tokens: int, sampler: str,
              stop_tokens: Sequence[int], pad_id: int, layout: sharding.Layout | None,
-             response_buckets: Sequence[int] | None = None) -> tuple[Any, tuple, tuple, int]:
+             response_buckets: Sequence[int] | None = None, suffix_ids: Sequence[Sequence[int]] | None = None
+             ) -> tuple[Any, tuple, tuple, int]:
     """Checks arguments and placement; returns the jitted program, its host inputs (after the params),
     their shardings, and the row count."""
     if n < 1:
@@ -393,14 +415,22 @@ def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
     loader.check_placement(weights, layout, what="generate")
     tokens, mask = padding.left_padded(prompt_ids, pad_id, prompt_mask)
     prompts, width = tokens.shape
-    longest = int(mask.sum(axis=1).max()) + max_new_tokens
+    lengths_B = np.repeat(mask.sum(axis=1), n)
+    if suffix_ids is not None:
+        if len(suffix_ids) != prompts * n:
+            raise ValueError(f"suffix_ids: {len(suffix_ids)} suffixes for {prompts} prompts x n={n}: need one per row "
+                             "(row u * n + j continues prompt u)")
+        suffix_tokens, suffix_mask = padding.left_padded(suffix_ids, pad_id)
+        lengths_B = lengths_B + suffix_mask.sum(axis=1)
+    longest = int(lengths_B.max()) + max_new_tokens
     if longest > weights.cfg.max_position_embeddings:
         raise ValueError(
             f"longest prompt ({longest - max_new_tokens} tokens) + max_new_tokens ({max_new_tokens}) = {longest} "
             f"exceeds the model's max_position_embeddings ({weights.cfg.max_position_embeddings})"
         )
     # Across processes every host passes its own prompts (equally many); shapes are agreed on first.
-    most_prompts, width = distributed.max_over_processes(prompts, width)
+    most_prompts, width, suffix_width = distributed.max_over_processes(
+        prompts, width, 0 if suffix_ids is None else suffix_tokens.shape[1])
     if most_prompts != prompts:
         raise ValueError(f"generate: this process has {prompts} prompts, another {most_prompts}; every process "
                          "must pass equally many")
@@ -418,6 +448,14 @@ def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
         tokens_UxP[:prompts, start:width], mask_UxP[:prompts, start:width] = tokens, mask
         tokens_UxP[prompts:], mask_UxP[prompts:] = tokens_UxP[0], mask_UxP[0]
     live_B = np.arange(padded_prompts * n) < prompts * n
+    suffix_BxT = suffix_mask_BxT = None
+    suffix_slots = padding.bucket_size(suffix_width) if suffix_ids is not None else 0
+    if suffix_ids is not None:  # left-padded to the suffix bucket: every suffix ends at its last slot
+        suffix_BxT, suffix_mask_BxT = (np.full((padded_prompts * n, suffix_slots), fill, dtype)
+                                       for fill, dtype in ((pad_id, np.int32), (False, bool)))
+        suffix_BxT[:prompts * n, suffix_slots - suffix_tokens.shape[1]:] = suffix_tokens
+        suffix_mask_BxT[:prompts * n, suffix_slots - suffix_tokens.shape[1]:] = suffix_mask
+        suffix_BxT[prompts * n:], suffix_mask_BxT[prompts * n:] = suffix_BxT[0], suffix_mask_BxT[0]
 
     # Stop ids are data, not part of the compiled program: padded with -1 (never a token) to a bucket of
     # at least 4, so the usual few stop ids never change the program's shapes.
@@ -429,14 +467,19 @@ def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
     response_slots = cache_slots if response_buckets is None else padding.bucket_length(max_new_tokens,
                                                                                          response_buckets)
     run = _generate_fn(weights.graphdef, parsed, response_slots, cache_slots, prefill_chunk_size(prompt_slots),
-                       DECODE_BLOCK, n, layout)
+                       DECODE_BLOCK, n, layout, suffix_slots)
     # Host inputs go rows like the batch (this process's rows are its block of the global batch), the rest
     # replicated; `generate` places them, parameters are never moved.
     global_shape = (padded_prompts * jax.process_count(), prompt_slots)
     rows, rest = layout.sharding(("batch",), global_shape), sharding.replicated(layout.mesh)
-    inputs = (tokens_UxP, mask_UxP, live_B, stop_S, np.int32(pad_id), np.int32(max_new_tokens), np.int32(width),
-              key)
-    return run, inputs, (rows,) * 3 + (rest,) * 5, prompts * n
+    inputs = (tokens_UxP, mask_UxP, live_B, suffix_BxT, suffix_mask_BxT, stop_S, np.int32(pad_id),
+              np.int32(max_new_tokens), np.int32(width), key)
+    return run, inputs, (rows,) * ROW_INPUTS + (rest,) * 5, prompts * n
+
+
+# `_prepare`'s inputs sharded like the batch (prompts, their mask, live rows, suffixes and their mask); the rest
+# are replicated.
+ROW_INPUTS = 5
 
 
 @struct.dataclass
@@ -459,15 +502,18 @@ class Samples:
 def sample(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.ndarray, *,
            prompt_mask: np.ndarray | None = None, key: jax.Array, n: int = 1, max_new_tokens: int,
            sampler: str = "greedy", stop_tokens: Sequence[int], pad_id: int, layout: sharding.Layout | None = None,
-           response_buckets: Sequence[int] | None = None) -> Samples:
+           response_buckets: Sequence[int] | None = None, suffix_ids: Sequence[Sequence[int]] | None = None
+           ) -> Samples:
     """`generate` without the fetch: the samples stay on the device (`host_result` fetches them). The response
     slots are the smallest of `response_buckets` (default: `padding.bucket_size`) holding max_new_tokens, so a
     training batch padded to one of those buckets is a column prefix of them."""
     run, inputs, placements, rows = _prepare(weights, prompt_ids, prompt_mask, key=key, n=n,
                                              max_new_tokens=max_new_tokens, sampler=sampler, stop_tokens=stop_tokens,
-                                             pad_id=pad_id, layout=layout, response_buckets=response_buckets)
-    prompt_UxP, mask_UxP, live_B = distributed.global_batch(inputs[:3], placements[0])
-    out = run(weights.params, prompt_UxP, mask_UxP, live_B, *distributed.replicate(inputs[3:], placements[3]))
+                                             pad_id=pad_id, layout=layout, response_buckets=response_buckets,
+                                             suffix_ids=suffix_ids)
+    prompt_UxP, mask_UxP, *row_inputs = distributed.global_batch(inputs[:ROW_INPUTS], placements[0])
+    out = run(weights.params, prompt_UxP, mask_UxP, *row_inputs,
+              *distributed.replicate(inputs[ROW_INPUTS:], placements[-1]))
     return Samples(prompt_UxP, mask_UxP, out.tokens_BxR, out.logprobs_BxR, out.lengths_B, out.stopped_B, out.step,
                    rows, max_new_tokens)
 
@@ -490,24 +536,30 @@ def host_result(samples: Samples, *, logprobs: bool = True) -> GenerationResult:
 def generate(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.ndarray, *,
              prompt_mask: np.ndarray | None = None, key: jax.Array, n: int = 1, max_new_tokens: int,
              sampler: str = "greedy", stop_tokens: Sequence[int], pad_id: int,
-             layout: sharding.Layout | None = None) -> GenerationResult:
+             layout: sharding.Layout | None = None,
+             suffix_ids: Sequence[Sequence[int]] | None = None) -> GenerationResult:
     """Samples n responses per prompt from `weights`, which must already live in `layout` (default: one
-    device) in their config's dtype; see the module docstring for conventions. In a multi-process job
-    every process calls it with its own prompts (equally many) and gets its own rows back."""
+    device) in their config's dtype; see the module docstring for conventions. With `suffix_ids` (one
+    non-empty suffix per row, row u * n + j continuing prompt u), row b generates after prompt b // n +
+    suffix b: each prompt is prefilled once and its n suffixes continue from its cache (a judge's shared
+    response prefix and its criteria). In a multi-process job every process calls it with its own prompts
+    (equally many) and gets its own rows back."""
     return host_result(sample(weights, prompt_ids, prompt_mask=prompt_mask, key=key, n=n,
                               max_new_tokens=max_new_tokens, sampler=sampler, stop_tokens=stop_tokens, pad_id=pad_id,
-                              layout=layout))
+                              layout=layout, suffix_ids=suffix_ids))
 
 
 def lower_generate(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.ndarray, *,
                    prompt_mask: np.ndarray | None = None, n: int = 1, max_new_tokens: int, sampler: str = "greedy",
                    stop_tokens: Sequence[int], pad_id: int, layout: sharding.Layout | None = None,
-                   response_buckets: Sequence[int] | None = None) -> jax.stages.Lowered:
+                   response_buckets: Sequence[int] | None = None,
+                   suffix_ids: Sequence[Sequence[int]] | None = None) -> jax.stages.Lowered:
     """The program `sample` (and `generate`) would run for these arguments, lowered and not run (`.compile()`
     it to read its HLO or memory); `weights` may be abstract (`loader.abstract_weights`) and the layout's
     devices those of a compile-only topology (nothing is placed on them)."""
     run, inputs, placements, _ = _prepare(weights, prompt_ids, prompt_mask, key=jax.random.key(0), n=n,
                                           max_new_tokens=max_new_tokens, sampler=sampler, stop_tokens=stop_tokens,
-                                          pad_id=pad_id, layout=layout, response_buckets=response_buckets)
-    return run.lower(weights.params, *(jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s)
+                                          pad_id=pad_id, layout=layout, response_buckets=response_buckets,
+                                          suffix_ids=suffix_ids)
+    return run.lower(weights.params, *(None if x is None else jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s)
                                        for x, s in zip(inputs, placements)))

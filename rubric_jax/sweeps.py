@@ -321,7 +321,7 @@ def run_summary(run_dir: str | Path) -> dict[str, Any]:
     rows = metrics.read_jsonl_metrics(path) if path.exists() else []
     evals = [(r["step"], metrics.scalar_value(r.get("eval/reward_mean"))) for r in rows if r.get("stage") == "eval"]
     evals = [(step, value) for step, value in evals if value is not None]
-    best = metrics.best_eval(evals) or (None, None)  # the checkpoint `--which=best` picks
+    best = metrics.best_eval(evals) or (None, None)  # the checkpoint `--config.which=best` picks
     grpo = [r for r in rows if r.get("stage") == "grpo"]
     return {
         "final_eval_reward": evals[-1][1] if evals else None, "final_eval_step": evals[-1][0] if evals else None,

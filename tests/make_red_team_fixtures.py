@@ -1,4 +1,4 @@
-"""Writes tests/fixtures/red_team/{politeness,clarity_and_politeness}.jsonl: labelled answers for `experiments.calibrate --red_team`
+"""Writes tests/fixtures/red_team/{politeness,clarity_and_politeness}.jsonl: labelled answers for `experiments.calibrate --config.red_team`
 against the shipped tiny judges (docs/judges.md, "Injection rate").
 
 Each file holds answers to the tiny judges' held-out questions (tiny_judge_data: never seen in distillation), labelled

@@ -236,8 +236,9 @@ def test_launch_sh_runs_gpu_dry_runs_in_the_aot_environment(tmp_path):
     assert launch(*cpu) == "main -m " + " ".join(cpu)
     assert launch(*cpu, "--dry_run_target=cpu") == "main -m " + " ".join(cpu + ["--dry_run_target=cpu"])
     assert launch("aot").startswith("launch.sh: ")
-    # `./launch.sh test` (what CI runs): the whole suite on two pytest-xdist workers, one file per worker at a time.
-    assert launch("test", "-x") == "main -m pytest tests -n 2 --dist loadfile -x"
+    # `./launch.sh test` (what CI runs): the whole suite on two pytest-xdist workers, one file per worker at a time, in
+    # collection order (tests/conftest.py puts the slowest files first).
+    assert launch("test", "-x") == "main -m pytest tests -n 2 --dist loadfile --no-loadscope-reorder -x"
 
 
 _NEEDS_GPU_COMPILER = pytest.mark.skipif(

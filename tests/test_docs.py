@@ -54,11 +54,19 @@ RUN_BY: dict[str, RunBy] = {
     # README.md
     "./launch.sh": RunBy(("tests/train/test_loop.py::test_workdir_holds_everything_a_researcher_needs",), replaced=("--workdir",)),
     "./launch.sh test": RunBy((".ci/run", "tests/test_aot.py::test_launch_sh_runs_gpu_dry_runs_in_the_aot_environment")),
+    "./launch.sh experiments.serve --checkpoint=rubric_jax/assets/tiny_judge --judge=configs/judges/tiny.py "
+    "--config.port=8000":
+        RunBy(("tests/judges/test_judge_http.py::test_the_readme_two_process_run_trains_with_the_served_judge",),
+              replaced=("--checkpoint", "--config.port")),
+    "./launch.sh --workdir=runs/tiny_served --config.judge.backend=openai "
+    "--config.judge.base_url=http://127.0.0.1:8000/v1 --config.judge.model=tiny_judge":
+        RunBy(("tests/judges/test_judge_http.py::test_the_readme_two_process_run_trains_with_the_served_judge",),
+              replaced=("--workdir", "--config.judge.base_url")),
     # docs/testing.md
     "./launch.sh aot": RunBy(("tests/test_aot.py::test_launch_sh_runs_gpu_dry_runs_in_the_aot_environment",)),
     # docs/data.md
     "./launch.sh experiments.prepare_data --input=questions:rubric_jax/assets/tiny/questions_train.jsonl "
-    "--out=runs/tfds --name=tiny_questions --eval_size=16 --golden_size=16":
+    "--out=runs/tfds --name=tiny_questions --config.eval_size=16 --config.golden_size=16":
         RunBy(("tests/prepare/test_prepare_data.py::test_readme_commands_prepare_a_dataset_that_experiments_run_trains_from",),
               replaced=("--out",)),
     "./launch.sh experiments.run --config=configs/tiny.py --workdir=runs/tiny_tfds --config.data.tfds_dir=runs/tfds "
@@ -70,16 +78,17 @@ RUN_BY: dict[str, RunBy] = {
     f"--input=healthbench:{_SHARED}/healthbench/healthbench_oss_eval_first30.jsonl "
     f"--input=healthbench:{_SHARED}/healthbench/healthbench_val500_from_ruscarl.jsonl "
     f"--input=longbench_write:{_SHARED}/longbench_write/longbench_write.jsonl --out=runs/tfds --name=benchmarks "
-    "--difficulty_ratio=none --eval_size=64 --golden_size=100":
+    "--config.difficulty_ratio=none --config.eval_size=64 --config.golden_size=100":
         RunBy(("tests/prepare/test_prepare_data.py::test_readme_benchmark_command_converts_every_shared_benchmark",),
               replaced=("--input", "--out")),
     # docs/evaluation.md
-    f"./launch.sh experiments.evaluate --benchmark=longbench_write --data_dir={_SHARED}/longbench_write "
-    "--workdir=runs/qwen7b --which=best --prompt_format=think_answer --judge.checkpoint=/models/Llama-3.1-8B-Instruct "
+    f"./launch.sh experiments.evaluate --config.benchmark=longbench_write --data_dir={_SHARED}/longbench_write "
+    "--workdir=runs/qwen7b --config.which=best --config.policy.prompt_format=think_answer "
+    "--judge.checkpoint=/models/Llama-3.1-8B-Instruct "
     "--out=runs/qwen7b/eval/longbench_write":
         RunBy(("tests/experiments/test_evaluate_cli.py::test_longbench_write_end_to_end",),
               replaced=("--data_dir", "--workdir", "--judge.checkpoint", "--out"), as_written=True),
-    f"./launch.sh experiments.evaluate --benchmark=hellobench --data_dir={_SHARED}/hellobench "
+    f"./launch.sh experiments.evaluate --config.benchmark=hellobench --data_dir={_SHARED}/hellobench "
     f"--judgements={_SHARED}/hellobench/judgements_main_exp_scores.csv --out=runs/eval/hellobench_published":
         RunBy(("tests/experiments/test_evaluate_cli.py::test_hellobench_published_judgements_cli_on_the_shared_data",),
               replaced=("--data_dir", "--judgements", "--out")),
@@ -87,19 +96,19 @@ RUN_BY: dict[str, RunBy] = {
     "./launch.sh experiments.calibrate --rubric=tests/fixtures/calibration/rubric.yaml "
     "--labels=tests/fixtures/calibration/labels.jsonl --out=runs/calibration":
         RunBy(("tests/experiments/test_calibration_cli.py::test_readme_rule_rubric_flags_the_weak_dimension_and_matches_scipy",)),
-    f"./launch.sh experiments.calibrate --labels={_SHARED}/prometheus/vicuna_eval.json --against=judge "
+    f"./launch.sh experiments.calibrate --labels={_SHARED}/prometheus/vicuna_eval.json --config.against=judge "
     "--out=runs/vicuna_ceiling":
         RunBy(("tests/experiments/test_calibration_cli.py::test_readme_prometheus_inter_rater_ceiling",)),
     "./launch.sh experiments.calibrate --rubric=tests/fixtures/calibration/rubric.yaml "
     "--compare=tests/fixtures/calibration/rubric_b.yaml --labels=tests/fixtures/calibration/labels.jsonl "
     "--out=runs/compare":
         RunBy(("tests/calibration/test_labelling_rounds.py::test_compare_cli_writes_both_versions_side_by_side",)),
-    "./launch.sh experiments.calibrate --red_team --rubric=rubric_jax/assets/tiny/rubric.yaml "
+    "./launch.sh experiments.calibrate --config.red_team --rubric=rubric_jax/assets/tiny/rubric.yaml "
     "--labels=tests/fixtures/red_team/politeness.jsonl --judge=configs/judges/tiny.py --out=runs/red_team/tiny_judge":
         RunBy(("tests/experiments/test_calibrate_red_team.py::test_docs_red_team_of_the_tiny_judge_reports_a_rate_per_dimension",)),
     "./launch.sh experiments.distill_judge --out=runs/judge_template --rubric=rubric_jax/assets/tiny/rubric.yaml "
-    "--dimensions=template --teacher=rules --student_config=rubric_jax/assets/tiny_judge/config.json "
-    "--tokenizer=rubric_jax/assets/tiny_judge --student_prompt=compact":
+    "--config.dimensions=template --config.teacher=rules --student_config=rubric_jax/assets/tiny_judge/config.json "
+    "--tokenizer=rubric_jax/assets/tiny_judge --config.train.prompt=compact":
         RunBy(("tests/train/test_distill_judge.py::test_the_readme_command_writes_a_loadable_judge_and_its_report",)),
     # docs/models.md
     _QWEN_RUN: RunBy(("tests/test_configs.py::test_qwen_without_a_local_checkpoint_is_one_line_naming_directory_and_flag",),
@@ -113,10 +122,10 @@ RUN_BY: dict[str, RunBy] = {
     "./launch.sh experiments.run --config=configs/qwen7b.py --workdir=/shared/runs/q7":
         RunBy(("tests/test_multihost.py::test_two_processes_equal_one",), replaced=("--config", "--workdir"),
               as_written=True, sources=("tests/multihost_worker.py",)),  # the worker does what experiments.run does
-    "./launch.sh experiments.generate --checkpoint=DIR '--prompt=How do I get a refund?' --max_new_tokens=32 "
-    "--format=json":
+    "./launch.sh experiments.generate --checkpoint=DIR '--prompt=How do I get a refund?' "
+    "--config.sampling.max_new_tokens=32 --config.format=json":
         RunBy(("tests/test_sampling.py::test_generate_cli_prints_json_matching_the_library",),
-              replaced=("--checkpoint", "--prompt", "--max_new_tokens")),
+              replaced=("--checkpoint", "--prompt", "--config.sampling.max_new_tokens")),
     "./launch.sh experiments.run --config=configs/tiny.py --dry_run":
         RunBy(("tests/test_aot.py::test_cpu_dry_run_cli_of_the_tiny_default",)),
     "./launch.sh experiments.run --config=configs/qwen7b.py --dry_run --dry_run_target=a100_80g":
@@ -147,11 +156,11 @@ RUN_BY: dict[str, RunBy] = {
     "--workdir=runs/qurl_ablation/7b/full/train":
         RunBy(("tests/qurl/test_qurl_ablation.py::test_every_tiny_row_trains_one_grpo_step_on_cpu",),
               replaced=("--config", "--workdir"), as_written=True),
-    f"./launch.sh experiments.evaluate --benchmark=hellobench --data_dir={_SHARED}/hellobench "
-    "--workdir=runs/qurl_ablation/7b/full/train --which=best --prompt_format=think_answer "
+    f"./launch.sh experiments.evaluate --config.benchmark=hellobench --data_dir={_SHARED}/hellobench "
+    "--workdir=runs/qurl_ablation/7b/full/train --config.which=best --config.policy.prompt_format=think_answer "
     "--judge.checkpoint=/models/Llama-3.1-8B-Instruct --out=runs/qurl_ablation/7b/full/eval/hellobench":
         RunBy(("tests/experiments/test_evaluate_cli.py::test_longbench_write_end_to_end",),
-              replaced=("--benchmark", "--data_dir", "--workdir", "--judge.checkpoint", "--out"), as_written=True),
+              replaced=("--config.benchmark", "--data_dir", "--workdir", "--judge.checkpoint", "--out"), as_written=True),
     **{_TINY_ABLATION.format(variant): RunBy(("tests/qurl/test_qurl_ablation.py::test_every_tiny_row_trains_one_grpo_step_on_cpu",))
        for variant in ("full", "no_filter", "no_references")},
     _TINY_ABLATION.format("checklist") + " --config.judge.checkpoint=JUDGE_DIR":
@@ -185,7 +194,7 @@ RUN_BY: dict[str, RunBy] = {
               replaced=("--workdir", "--out")),
     "./launch.sh experiments.run --config=configs/tiny.py --workdir=runs/tiny --config.export.at_end=True":
         RunBy(("tests/train/test_export.py::test_a_run_exports_its_final_policy_at_the_end",), replaced=("--workdir",)),
-    "./launch.sh experiments.export --workdir=runs/tiny --which=latest --out=runs/tiny/hf":
+    "./launch.sh experiments.export --workdir=runs/tiny --config.which=latest --out=runs/tiny/hf":
         RunBy(("tests/train/test_export.py::test_export_command_writes_the_same_directory",), replaced=("--workdir", "--out")),
     # docs/cli.md
     "PYTHONPATH=. .venv/bin/python -m tests.cli_reference --write":
@@ -383,6 +392,8 @@ def unknown_flags_and_keys(text: str, flags_of: dict[str, list[str]]) -> list[st
     unknown += [f"--{n}" for n in names if n.startswith("judge.")  # a field of the --judge block
                 and ("judge" not in defined or n.removeprefix("judge.") not in judge_block())]
     spec = next((w.split("=", 1)[1] for w in words if w.startswith("--config=")), None)
+    default = f"configs/commands/{program.removeprefix('experiments.')}.py"  # a command's own settings file
+    spec = spec or (default if (ROOT / default).is_file() else None)
     config = _config(spec) if spec else None
     for key in (n.removeprefix("config.") for n in names if n.startswith("config.")):
         node = config
@@ -405,6 +416,8 @@ def test_the_flag_check_catches_an_unknown_flag_and_key(reference):
     assert unknown_flags_and_keys(text, reference["flags"]) == ["--dryrun", "--config.rl.lrr"]
     judged = "./launch.sh experiments.score --judge.checkpoint=d --judge.samplez=1 --judge_samples=1"
     assert unknown_flags_and_keys(judged, reference["flags"]) == ["--judge_samples", "--judge.samplez"]
+    own = "./launch.sh experiments.evaluate --config.policy.max_new_tokens=8 --config.policy.max_tokens=8 --mesh=1,1,1"
+    assert unknown_flags_and_keys(own, reference["flags"]) == ["--mesh", "--config.policy.max_tokens"]
 
 
 def test_the_scoring_example_scores_every_row(tmp_path):

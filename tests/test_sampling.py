@@ -141,6 +141,31 @@ def test_generate_across_prefill_and_decode_windows_matches_full_recompute(model
     assert again.tokens[0].tolist() == _greedy_by_recompute(model, other[0], 11)
 
 
+def test_suffixes_continue_the_shared_prompt_like_the_whole_prompt(model, monkeypatch):
+    """Two prompts, three suffixes each (1 to 9 tokens: the suffix bucket 12 prefills in chunks of 4, the
+    decode crosses response windows 4 and 8): prompt cache + suffix continuation samples what the whole
+    prompt + suffix samples alone (same rows, same noise: tokens equal, log-probs of softmax(logits / T) to
+    float tolerance), and greedy equals the no-cache reference. A suffix at the wrong positions, reading
+    another prompt, or a response slot over its own suffix would change the logits."""
+    monkeypatch.setattr(sampling, "PREFILL_CHUNK", 4)
+    monkeypatch.setattr(sampling, "DECODE_BLOCK", 4)
+    prompts = [[5, 6, 7, 8, 9, 10, 11], [12, 13]]
+    suffixes = [[20], list(range(21, 30)), [30, 31, 32], [33, 34, 35, 36, 37], [38], [39, 40]]
+    whole = [prompts[b // 3] + suffixes[b] for b in range(6)]
+    kwargs = dict(key=jax.random.key(2), max_new_tokens=11, stop_tokens=[], pad_id=PAD)
+    for sampler in ("temperature(1.3)", "greedy"):
+        got = sampling.generate(model, prompts, suffix_ids=suffixes, n=3, sampler=sampler, **kwargs)
+        alone = sampling.generate(model, whole, sampler=sampler, **kwargs)
+        np.testing.assert_array_equal(got.tokens, alone.tokens)
+        np.testing.assert_allclose(got.logprobs, alone.logprobs, atol=2e-5)
+    for b in (0, 1, 4):
+        assert got.tokens[b].tolist() == _greedy_by_recompute(model, whole[b], 11)
+    with pytest.raises(ValueError, match=r"suffix_ids: 5 suffixes for 2 prompts x n=3"):
+        sampling.generate(model, prompts, suffix_ids=suffixes[:5], n=3, **kwargs)
+    with pytest.raises(ValueError, match=r"rows \[2\] are empty"):
+        sampling.generate(model, prompts, suffix_ids=suffixes[:2] + [[]] + suffixes[3:], n=3, **kwargs)
+
+
 def test_prompts_of_any_width_in_a_bucket_decode_like_full_recompute(model, monkeypatch):
     """Prompt bucket 24 filled to widths 18 and 22 (bucket padding past the filled slots, masked out of the
     shared prompt cache), response windows 4 and 8: both equal the no-cache greedy reference, from one
@@ -163,8 +188,7 @@ def _teacher_forced(weights, prompts, result, pad_id, temperature):
     n = len(result.tokens) // len(prompts)
     response_mask = np.arange(result.tokens.shape[1])[None, :] < result.lengths[:, None]
     logprobs_fn = train_step.jit_rollout_logprobs(weights.graphdef, group_size=n, temperature=temperature)
-    return np.asarray(logprobs_fn(weights.params, np.repeat(tokens, n, axis=0), np.repeat(mask, n, axis=0),
-                                  result.tokens, response_mask))
+    return np.asarray(logprobs_fn(weights.params, tokens, mask, result.tokens, response_mask))  # [U, P] prompts
 
 
 # The log-probs are those of softmax(logits / T), before top-k / top-p truncation.
@@ -440,8 +464,8 @@ def _run_cli(*args):
 
 
 def test_generate_cli_prints_json_matching_the_library(checkpoint_dir):
-    proc = _run_cli(f"--checkpoint={checkpoint_dir}", "--prompt=hello world", "--max_new_tokens=5",
-                    "--format=json")
+    proc = _run_cli(f"--checkpoint={checkpoint_dir}", "--prompt=hello world", "--config.sampling.max_new_tokens=5",
+                    "--config.format=json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     from transformers import AutoTokenizer
@@ -464,11 +488,17 @@ def test_generate_cli_reports_a_missing_checkpoint_without_traceback(tmp_path):
     proc = _run_cli(f"--checkpoint={tmp_path / 'nope'}", "--prompt=hi")
     assert proc.returncode != 0
     assert "nope" in proc.stderr and "Traceback" not in proc.stderr
-    proc = _run_cli(f"--checkpoint={tmp_path}", "--prompt=hi", "--sampler=beam(2)")
+    proc = _run_cli(f"--checkpoint={tmp_path}", "--prompt=hi", "--config.sampling.sampler=beam(2)")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr and "beam(2)" in proc.stderr
+    for setting, message in (("--config.format=yaml", "--config.format=yaml: expected one of ['text', 'json']"),
+                             ("--config.model.param_dtype=int8", "--config.model.param_dtype='int8': expected one of"),
+                             ("--config.sampling.max_tokens=5", "unknown config key 'max_tokens'")):
+        proc = _run_cli(f"--checkpoint={tmp_path}", "--prompt=hi", setting)  # refused before the checkpoint is read
+        last = proc.stderr.strip().splitlines()[-1]
+        assert proc.returncode == 2 and last.startswith("experiments.generate: error: ") and message in last, last
 
 
 def test_generate_cli_reports_a_too_long_request_without_traceback(checkpoint_dir):
-    proc = _run_cli(f"--checkpoint={checkpoint_dir}", "--prompt=hello", "--max_new_tokens=1000")
+    proc = _run_cli(f"--checkpoint={checkpoint_dir}", "--prompt=hello", "--config.sampling.max_new_tokens=1000")
     assert proc.returncode != 0
     assert "max_position_embeddings (256)" in proc.stderr and "Traceback" not in proc.stderr

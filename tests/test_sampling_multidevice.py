@@ -71,6 +71,19 @@ def test_sharded_generate_across_attention_windows_matches_unsharded(model, monk
     np.testing.assert_allclose(got.logprobs, expected.logprobs, atol=1e-5)
 
 
+def test_sharded_suffix_continuations_match_unsharded(model):
+    """Shared prompts continued by suffixes of different lengths (a judge's shared_prefix layout), rows over
+    data 2 x fsdp 2 and KV heads over tensor 2: the same tokens and log-probs as on one device."""
+    suffixes = [[20], [21, 22, 23, 24], [25, 26], [27, 28, 29], [30], [31, 32, 33, 34, 35], [36], [37, 38]]
+    kwargs = dict(key=jax.random.key(6), n=2, max_new_tokens=6, sampler="temperature(1.3)", stop_tokens=[],
+                  pad_id=0, suffix_ids=suffixes)
+    expected = sampling.generate(model, PROMPTS, **kwargs)
+    layout = _decode(sharding.MeshConfig(data=2, fsdp=2, tensor=2), 2)
+    got = sampling.generate(loader.to_layout(model, layout, per_layer=True), PROMPTS, layout=layout, **kwargs)
+    np.testing.assert_array_equal(got.tokens, expected.tokens)
+    np.testing.assert_allclose(got.logprobs, expected.logprobs, atol=1e-5)
+
+
 def test_odd_batch_is_padded_to_the_mesh(model):
     layout = _decode(sharding.MeshConfig(data=2, fsdp=4, tensor=1), 1)
     kwargs = dict(key=jax.random.key(0), max_new_tokens=5, stop_tokens=[], pad_id=0)

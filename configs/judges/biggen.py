@@ -1,8 +1,8 @@
-"""The judge experiments.evaluate uses for --benchmark=biggen when --judge is not given.
+"""The judge experiments.evaluate uses for --config.benchmark=biggen when --judge is not given.
 
 BiGGen Bench (Kim et al. 2024): a Prometheus-style 1-5 rubric per instance judged with its reference
 answer in view (mode benchmark = per_dimension).
-  ./launch.sh experiments.evaluate --benchmark=biggen --judge.checkpoint=DIR ...
+  ./launch.sh experiments.evaluate --config.benchmark=biggen --judge.checkpoint=DIR ...
 """
 
 from configs.common import benchmark_judge_block

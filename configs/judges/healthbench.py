@@ -1,8 +1,8 @@
-"""The judge experiments.evaluate uses for --benchmark=healthbench when --judge is not given.
+"""The judge experiments.evaluate uses for --config.benchmark=healthbench when --judge is not given.
 
 HealthBench (Arora et al. 2025): each rubric criterion of a conversation judged on its own (mode
 benchmark = per_dimension), met or not; the score is the points met over the positive points.
-  ./launch.sh experiments.evaluate --benchmark=healthbench --judge.checkpoint=DIR ...
+  ./launch.sh experiments.evaluate --config.benchmark=healthbench --judge.checkpoint=DIR ...
 """
 
 from configs.common import benchmark_judge_block

@@ -1,8 +1,8 @@
-"""The judge experiments.evaluate uses for --benchmark=longbench_write when --judge is not given.
+"""The judge experiments.evaluate uses for --config.benchmark=longbench_write when --judge is not given.
 
 LongBench-Write (Bai et al. 2024): six quality dimensions judged in one prompt per answer (mode
 benchmark = all_criteria); its length score needs no judge.
-  ./launch.sh experiments.evaluate --benchmark=longbench_write --judge.checkpoint=DIR ...
+  ./launch.sh experiments.evaluate --config.benchmark=longbench_write --judge.checkpoint=DIR ...
 """
 
 from configs.common import benchmark_judge_block

@@ -18,4 +18,7 @@ def get_config(arg: str | None = None):
     j.sampler = "greedy"
     j.max_new_tokens = 16  # its verdicts (anchor description, `SCORE: k`, eos) are under 10 tokens
     j.prompt = "compact"  # the prompt it was distilled on (build_tiny_judges: the full one is 2.5x as long)
+    # The layout it was distilled and calibrated on; shared_prefix agrees on 88 of 90 politeness verdicts and judges
+    # 512-token answers 3x as fast (docs/judges.md, "Shared-prefix judging"): a judge of its own, to calibrate first.
+    j.layout = "criteria_first"
     return j

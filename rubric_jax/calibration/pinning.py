@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rubric_jax.judges.spec import JudgeSpec, describe, verdict_fields, weights_identity
+from rubric_jax.judges.spec import (FIELD_DEFAULTS, HASHED_OFF_DEFAULT, JudgeSpec, describe, verdict_fields,
+                                    weights_identity)
 from rubric_jax.rubrics.schema import Dimension, Rubric, canonical_json, dimension_to_dict
 
 PIN_FIELD = "pinned"  # report.json's section: {"judge": spec.describe(...), "rubrics": [...]}
@@ -51,8 +52,10 @@ def judge_differences(spec: JudgeSpec, recorded: dict[str, Any]) -> list[str]:
     """What differs between `spec` and the judge a report recorded, one phrase each ("max_new_tokens 64 != 256
     in report.json", "weights of DIR changed"); empty when the judge hashes agree."""
     diffs = []
-    fields = verdict_fields(spec)
-    old_fields = {**recorded.get("spec", {}), "prompt_version": recorded.get("prompt_version")}
+    # A field hashed only off its default is compared always: a report from before it existed had the default.
+    fields = {**verdict_fields(spec), **{name: getattr(spec, name) for name in HASHED_OFF_DEFAULT}}
+    old_fields = {**{name: FIELD_DEFAULTS[name] for name in HASHED_OFF_DEFAULT}, **recorded.get("spec", {}),
+                  "prompt_version": recorded.get("prompt_version")}
     if "cascade" in old_fields:  # the spec block nests the refining judge; its hash is what verdict_fields holds
         old_fields["cascade"] = (recorded.get("cascade") or {}).get("hash", "")
     for name, value in fields.items():

@@ -1,4 +1,4 @@
-"""How often a prompt injection moves a judge (issue 23 §4; `experiments.calibrate --red_team`).
+"""How often a prompt injection moves a judge (issue 23 §4; `experiments.calibrate --config.red_team`).
 
 Known-bad responses are the labelled items whose label on an LLM dimension lies below the middle of its scale (1-2
 of 1-5, 0 of 0/1). Each is scored by the judge as written and with every payload of PAYLOADS at every placement of
@@ -159,7 +159,7 @@ def red_team(items: Sequence[LabelledItem], reward: RubricReward, *, batch_size:
     """The red-team report of `reward`'s judges on the known-bad `items` (see the module docstring)."""
     bad = bad_items(items)
     if not any(bad.values()):
-        raise CalibrationError("--red_team: no LLM dimension has an item labelled below the middle of its scale (the "
+        raise CalibrationError("--config.red_team: no LLM dimension has an item labelled below the middle of its scale (the "
                          "known-bad responses the payloads are injected into)")
     key = jax.random.key(seed)
     payload_of = {p.id: p for p in PAYLOADS}

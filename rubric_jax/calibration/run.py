@@ -43,7 +43,7 @@ from rubric_jax.rubrics.schema import Rubric
 AGAINST = ("labels", "judge")
 REPORT_FORMAT = "rubric_jax.calibration_report"
 EXCERPT_CHARS = 240
-MAX_RESAMPLES = 100_000  # --bootstrap: percentile intervals settle long before; 1e9 would never finish
+MAX_RESAMPLES = 100_000  # --config.bootstrap: percentile intervals settle long before; 1e9 would never finish
 
 
 class CalibrationError(ValueError):
@@ -73,7 +73,7 @@ class Settings:
             if getattr(self, field) < minimum:
                 raise CalibrationError(f"{field}: expected an integer >= {minimum}, got {getattr(self, field)!r}")
         if self.num_resamples > MAX_RESAMPLES:
-            raise CalibrationError(f"--bootstrap={self.num_resamples}: at most {MAX_RESAMPLES} resamples per interval")
+            raise CalibrationError(f"--config.bootstrap={self.num_resamples}: at most {MAX_RESAMPLES} resamples per interval")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +158,7 @@ def _against_labels(items: Sequence[LabelledItem], info: Mapping[str, DimensionI
     labels = {d: np.array([item.labels.get(d, np.nan) for item in items]) for d in info
               if any(d in item.labels for item in items)}
     if not labels:
-        raise CalibrationError("against=labels: no row has 'labels' (use --against=judge for recorded ratings)")
+        raise CalibrationError("against=labels: no row has 'labels' (use --config.against=judge for recorded ratings)")
     entries, plots = {}, {}
     for dim_id, label_N in labels.items():
         judge_N = judge[dim_id]

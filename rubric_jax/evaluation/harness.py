@@ -59,11 +59,11 @@ def benchmark_named(name: str, shared_rubric: Rubric | None = None) -> Benchmark
     if name == "rubric_set":
         return rubric_set.make_benchmark(shared_rubric)
     if shared_rubric is not None:
-        raise EvalInputError(f"--rubric is only used by --benchmark=rubric_set, not {name}")
+        raise EvalInputError(f"--rubric is only used by --config.benchmark=rubric_set, not {name}")
     known = {b.name: b for b in (hellobench.BENCHMARK, longbench_write.BENCHMARK, healthbench.BENCHMARK,
                                  biggen.BENCHMARK)}
     if name not in known:
-        raise EvalInputError(f"--benchmark={name}: unknown benchmark; expected one of {list(BENCHMARKS)}")
+        raise EvalInputError(f"--config.benchmark={name}: unknown benchmark; expected one of {list(BENCHMARKS)}")
     return known[name]
 
 
@@ -125,7 +125,7 @@ def generate_answers(policy: Policy, cases: Sequence[RubricCase], settings: Gene
     """Answers every case with `policy.generate`, `batch_size` prompts per call, longest prompts first
     (each batch pads to one length bucket); a prompt that cannot fit the context with max_new_tokens is
     not generated and is marked FINISH_PROMPT_TOO_LONG. When no prompt fits, nothing is generated: an
-    EvalInputError names --max_new_tokens and the policy's context."""
+    EvalInputError names config.policy.max_new_tokens and the policy's context."""
     import jax  # imported here: jax takes seconds, and bad input must fail before it
 
     prompt_ids = data.encode_chats(policy.tokenizer, [policy_messages(c, settings.prompt_format) for c in cases])
@@ -138,9 +138,9 @@ def generate_answers(policy: Policy, cases: Sequence[RubricCase], settings: Gene
             fits.append(i)
     if not fits:
         raise EvalInputError(
-            f"--max_new_tokens={settings.max_new_tokens}: no case fits the policy's {policy.context_length}-token "
+            f"--config.policy.max_new_tokens={settings.max_new_tokens}: no case fits the policy's {policy.context_length}-token "
             f"context with that many new tokens (the shortest prompt is {min(map(len, prompt_ids))} tokens); "
-            "lower --max_new_tokens")
+            "lower --config.policy.max_new_tokens")
     order = sorted(fits, key=lambda i: -len(prompt_ids[i]))
     batches = [order[k:k + settings.batch_size] for k in range(0, len(order), settings.batch_size)]
     progress = metrics.Progress(len(batches), desc="generate", keys=())
@@ -295,7 +295,7 @@ def run(evaluation: Evaluation, *, checkpoint: Path | None, workdir: Path | None
         try:
             sampling.parse_sampler(generation.sampler)
         except ValueError as e:
-            raise ValueError(f"--sampler: {e}") from None
+            raise ValueError(f"--config.policy.sampler: {e}") from None
     except ValueError as e:
         raise EvalInputError(str(e)) from None
     _check_rules(cases)

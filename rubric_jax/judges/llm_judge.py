@@ -21,6 +21,11 @@ Flow for a batch of rows (question, response, the row's LLM dimensions):
   store:    with a VerdictStore (judges/store.py), a prompt whose answer is stored (same judge hash and
             judge name, token ids, sample and key) is not generated: only misses are sent, in the same calls per
             round (a process with fewer misses pads), and each call's answers are stored right after it;
+  layout:   with layout=shared_prefix a prompt is [system; rules; question; response] + [criterion; answer
+            format]: the shared part's nonce comes from the row's content (not its dimension), so a row's D
+            prompts of one sample and round share it, and one generate call prefills each distinct shared part
+            once and continues it with its criteria (`sampling.generate(suffix_ids=...)`); a prompt's token ids
+            are its shared part's then its criterion's, each tokenized alone (what the cache continues);
   ensemble: judges (different params or base models, RubricRL 6.2 / 7) are combined per score by the
             mean of the valid ones, or weighted by agreement with the other judges.
   cascade:  with `config.cascade` (judges/cascade.py), the items the judges above are uncertain of are judged
@@ -45,7 +50,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from rubric_jax import data, distributed, loader, sampling, sharding
+from rubric_jax import data, distributed, loader, padding, sampling, sharding
 from rubric_jax.judges import cascade
 from rubric_jax.judges.http_backend import COMMON_SPECIAL_TOKENS, summarize
 from rubric_jax.judges.parser import parse_verdict
@@ -156,17 +161,23 @@ def special_tokens(tokenizer: Any) -> list[str]:
 
 def _build_prompt(
     req: _Request, question: str, response: str, config: JudgeSpec, rng: np.random.Generator,
-    reserved: Sequence[str],
+    reserved: Sequence[str], row_rng: np.random.Generator | None = None,
 ) -> JudgePrompt:
-    """The request's prompt; with `reverse_order`, an all_criteria prompt lists (and expects) its criteria reversed."""
-    nonce = rng.bytes(8).hex()
+    """The request's prompt; with `reverse_order`, an all_criteria prompt lists (and expects) its criteria reversed.
+    In the shared_prefix layout the nonce comes from `row_rng` (the row's, shared by its dimensions)."""
+    nonce = rng.bytes(8).hex()  # drawn in both layouts: the anchor orders below come from the same stream
+    shared = config.layout == "shared_prefix"
+    if shared:
+        nonce = (row_rng or rng).bytes(8).hex()
     dims = req.dims[::-1] if config.reverse_order else req.dims
     orders = [rng.permutation(len(d.anchors)).tolist() if config.shuffle_anchors else
               (list(range(len(d.anchors)))[::-1] if config.reverse_order else None) for d in dims]
     if config.prompt == "compact":
-        return compact_single_prompt(response, dims[0], nonce=nonce, anchor_order=orders[0], reserved=reserved)
+        return compact_single_prompt(response, dims[0], nonce=nonce, anchor_order=orders[0], reserved=reserved,
+                                     response_first=shared)
     if config.mode == "per_dimension":
-        return single_prompt(question, response, dims[0], nonce=nonce, anchor_order=orders[0], reserved=reserved)
+        return single_prompt(question, response, dims[0], nonce=nonce, anchor_order=orders[0], reserved=reserved,
+                             response_first=shared)
     return multi_prompt(question, response, dims, nonce=nonce, anchor_orders=orders, reserved=reserved)
 
 
@@ -184,15 +195,40 @@ def _call_salt(digests: Sequence[str]) -> int:
     return int(hashlib.sha256("".join(digests).encode("ascii")).hexdigest()[:8], 16) & 0x7FFFFFFF
 
 
-def _generate(judge: Judge, ids: Sequence[Sequence[int]], count: int, key: jax.Array) -> tuple[list[str], list[str]]:
-    """Answer texts and finish reasons of `ids` in one generate call of `count` prompts (fillers pad it)."""
-    filler = [[judge.tokenizer.eos_token_id]] * (count - len(ids))  # read by no one
-    result = judge.generate_fn(
-        judge.weights, [*ids, *filler], key=key, n=1, max_new_tokens=judge.max_new_tokens, sampler=judge.sampler,
-        stop_tokens=[judge.tokenizer.eos_token_id], pad_id=judge.tokenizer.pad_token_id, layout=judge.layout,
-    )
-    texts = data.decode_responses(judge.tokenizer, result, keep_special_tokens=False)[:len(ids)]
-    return texts, [str(r) for r in np.asarray(result.finish_reason)[:len(ids)]]
+def _generate(judge: Judge, ids: Sequence[Sequence[int]], shared: Sequence[int] | None, count: int, key: jax.Array
+              ) -> tuple[list[str], list[str]]:
+    """Answer texts and finish reasons of `ids` in one generate call of `count` prompts (fillers pad it); with
+    `shared` (the shared_prefix layout, on every process alike), prompts whose first `shared` tokens agree are one
+    prompt continued by their suffixes, and the call's shape is agreed in `_group_by_prefix` instead of by `count`."""
+    eos = judge.tokenizer.eos_token_id
+    kwargs = dict(max_new_tokens=judge.max_new_tokens, sampler=judge.sampler, stop_tokens=[eos],
+                  pad_id=judge.tokenizer.pad_token_id, layout=judge.layout)
+    if shared is not None:
+        prefixes, suffixes, rows, n = _group_by_prefix(ids, shared, eos)
+        result = judge.generate_fn(judge.weights, prefixes, key=key, n=n, suffix_ids=suffixes, **kwargs)
+    else:
+        rows = list(range(len(ids)))
+        result = judge.generate_fn(judge.weights, [*ids, *[[eos]] * (count - len(ids))], key=key, n=1, **kwargs)
+    texts = data.decode_responses(judge.tokenizer, result, keep_special_tokens=False)
+    finishes = np.asarray(result.finish_reason)
+    return [texts[r] for r in rows], [str(finishes[r]) for r in rows]
+
+
+def _group_by_prefix(ids: Sequence[Sequence[int]], shared: Sequence[int], filler: int
+                     ) -> tuple[list[list[int]], list[list[int]], list[int], int]:
+    """The distinct shared parts (U, agreed across processes), n = the most suffixes of one (a bucket, agreed
+    too), the U·n suffixes (row u·n + j; fillers `[filler]`, read by no one), and each prompt's row."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, (x, k) in enumerate(zip(ids, shared)):
+        groups.setdefault(tuple(x[:k]), []).append(i)
+    most_prefixes, most_suffixes = distributed.max_over_processes(len(groups), max(map(len, groups.values()), default=1))
+    n = padding.bucket_size(most_suffixes)
+    prefixes = [list(p) for p in groups] + [[filler]] * (max(most_prefixes, 1) - len(groups))
+    suffixes, rows = [[filler]] * (len(prefixes) * n), [0] * len(ids)
+    for u, members in enumerate(groups.values()):
+        for j, i in enumerate(members):
+            suffixes[u * n + j], rows[i] = list(ids[i][shared[i]:]), u * n + j
+    return prefixes, suffixes, rows, n
 
 
 def _run_judge(
@@ -213,17 +249,19 @@ def _run_judge(
     scores_SxL = np.full((config.samples, num_slots), np.nan)
     reserved = special_tokens(judge.tokenizer) if judge.tokenizer is not None else list(COMMON_SPECIAL_TOKENS)
     seeds = [_request_seed(questions[req.row], responses[req.row], req.dims) for req in requests]
+    row_seeds = [_request_seed(questions[req.row], responses[req.row], ()) for req in requests]
     seed_hex = key_words(key).tobytes().hex()
     pending = [(r, s) for r in range(len(requests)) for s in range(config.samples)]
     for round_index, round_key in enumerate(jax.random.split(key, config.max_retries + 1)):
         prompt_key, gen_key = jax.random.split(round_key)
         prompts = [
             _build_prompt(requests[r], questions[requests[r].row], responses[requests[r].row], config,
-                          host_rng(prompt_key, seeds[r], s), reserved)
+                          host_rng(prompt_key, seeds[r], s), reserved, host_rng(prompt_key, row_seeds[r], s))
             for r, s in pending
         ]
         if judge.tokenizer is not None:
-            ids, fits = _fitting(judge, prompts)
+            ids, shared = encode_prompts(judge.tokenizer, prompts)
+            fits = [len(x) <= judge.max_prompt_tokens for x in ids]
             digests = [prompt_digest(x) for x in ids]
         else:  # a served judge without a local tokenizer: its prompts are keyed by their chat messages
             ids, fits = [], [True] * len(prompts)
@@ -254,7 +292,9 @@ def _run_judge(
             chunk = judge.batch_size or max(most_sent, 1)
             for c, start in enumerate(range(0, most_sent, chunk)):
                 mine = misses[start:start + chunk]
-                texts, finishes = _generate(judge, [ids[i] for i in mine], min(chunk, most_sent - start),
+                grouped = [shared[i] for i in mine] if config.layout == "shared_prefix" else None
+                texts, finishes = _generate(judge, [ids[i] for i in mine], grouped,
+                                            min(chunk, most_sent - start),
                                             jax.random.fold_in(jax.random.fold_in(gen_key, salt), c))
                 stats["judge_generate_calls"] += 1
                 for i, text, finish in zip(mine, texts, finishes):
@@ -289,10 +329,19 @@ def _run_judge(
     return scores_SxL
 
 
-def _fitting(judge: Judge, prompts: Sequence[JudgePrompt]) -> tuple[list[list[int]], list[bool]]:
-    """Each prompt's token ids with the judge's chat template, and whether it fits max_prompt_tokens."""
-    ids = data.encode_chats(judge.tokenizer, [p.messages for p in prompts]) if prompts else []
-    return ids, [len(x) <= judge.max_prompt_tokens for x in ids]
+def encode_prompts(tokenizer: Any, prompts: Sequence[JudgePrompt]) -> tuple[list[list[int]], list[int]]:
+    """Each prompt's token ids with the chat template, and how many of them are its shared part (0 without a
+    `suffix`): the rendered text up to the suffix and from it are tokenized apart, so the shared part's ids are
+    the same for every criterion of a response and the ids are what a cache of them continues."""
+    if not any(p.suffix for p in prompts):
+        return (data.encode_chats(tokenizer, [p.messages for p in prompts]) if prompts else []), [0] * len(prompts)
+    texts = [tokenizer.apply_chat_template([dict(m) for m in p.messages], tokenize=False, add_generation_prompt=True)
+             for p in prompts]
+    cuts = [text.rindex(p.suffix) if p.suffix else len(text) for text, p in zip(texts, prompts)]
+    heads = tokenizer([t[:c] for t, c in zip(texts, cuts)], add_special_tokens=False)["input_ids"]
+    tails = tokenizer([t[c:] for t, c in zip(texts, cuts)], add_special_tokens=False)["input_ids"]
+    return [list(h) + list(t) for h, t in zip(heads, tails)], [len(h) if p.suffix else 0
+                                                              for h, p in zip(heads, prompts)]
 
 
 def _answer_over_http(judge: Judge, prompts: Sequence[JudgePrompt], misses: Sequence[int],
@@ -447,4 +496,4 @@ def shortest_prompt_tokens(judge: Judge, config: JudgeSpec, question: str, dims:
     means that no response to this row is ever judged on them."""
     prompt = _build_prompt(_Request(0, tuple(dims), 0), question, "", config, np.random.default_rng(0),
                            special_tokens(judge.tokenizer))
-    return len(data.encode_chats(judge.tokenizer, [prompt.messages])[0])
+    return len(encode_prompts(judge.tokenizer, [prompt])[0][0])

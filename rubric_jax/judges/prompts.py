@@ -14,6 +14,11 @@ tokenizer's special tokens, e.g. `<|im_end|>`), so the text cannot end the chat 
 that length, format and templates earn nothing (RubricRL 3.3, 6.1). Anchor order can be permuted per
 sample (RubricRL 3.3: several orderings, then the median). The criteria come first and everything
 per-sample (nonce, question, response) after them, so prompts for one dimension share a prefix.
+
+Layouts (JudgeSpec.layout): criteria_first, above; shared_prefix (`response_first=True` of the single
+prompts) puts the shared part first, [system; rules; question; response], and the criterion and answer format
+last (`JudgePrompt.suffix`), so a response's D criteria share its prefix: the judge prefills it once and
+continues it with each criterion (llm_judge, sampling.generate(suffix_ids=...)). Same sentences, other order.
 """
 
 from __future__ import annotations
@@ -51,11 +56,13 @@ _POINTS_NOTE = (
 
 @dataclasses.dataclass(frozen=True)
 class JudgePrompt:
-    """Chat messages for one judge call and the verdict keys/ranges its answer must contain, in order."""
+    """Chat messages for one judge call and the verdict keys/ranges its answer must contain, in order; `suffix`:
+    the tail of the last message that is the criterion's own (shared_prefix layout; "" when nothing is shared)."""
 
     messages: tuple[dict[str, str], ...]
     keys: tuple[str, ...]
     ranges: tuple[tuple[int, int], ...]
+    suffix: str = ""
 
 
 def check_nonce(nonce: str) -> str:
@@ -94,18 +101,16 @@ def render_dimension(dim: Dimension, anchor_order: Sequence[int] | None = None) 
 
 
 def _messages(
-    question: str, response: str, criteria: str, answer_format: str, nonce: str, reserved: Sequence[str]
-) -> tuple[dict[str, str], ...]:
-    user = "\n\n".join(
-        [
-            criteria,
-            _RULES.format(n=nonce),
-            fence(question, "question", nonce, reserved),
-            fence(response, "response", nonce, reserved),
-            answer_format,
-        ]
-    )
-    return ({"role": "system", "content": SYSTEM}, {"role": "user", "content": user})
+    question: str, response: str, criteria: str, answer_format: str, nonce: str, reserved: Sequence[str],
+    response_first: bool = False,
+) -> tuple[tuple[dict[str, str], ...], str]:
+    """The system and user turns, and the user turn's criterion-specific tail (response_first: criteria and
+    answer format after the fenced question and response; else "", the criteria leading)."""
+    fenced = [_RULES.format(n=nonce), fence(question, "question", nonce, reserved),
+              fence(response, "response", nonce, reserved)]
+    suffix = "\n\n" + "\n\n".join([criteria, answer_format]) if response_first else ""
+    user = "\n\n".join(fenced) + suffix if response_first else "\n\n".join([criteria, *fenced, answer_format])
+    return ({"role": "system", "content": SYSTEM}, {"role": "user", "content": user}), suffix
 
 
 def single_prompt(
@@ -116,16 +121,18 @@ def single_prompt(
     nonce: str,
     anchor_order: Sequence[int] | None = None,
     reserved: Sequence[str] = (),
+    response_first: bool = False,
 ) -> JudgePrompt:
-    """Prompt scoring one dimension of one response; the verdict is a final `SCORE: <int>` line."""
+    """Prompt scoring one dimension of one response; the verdict is a final `SCORE: <int>` line. With
+    `response_first` (the shared_prefix layout) the criterion and answer format come last, as `suffix`."""
     lo, hi = dim.scale.raw_range
     answer_format = (
         "First write a brief justification (a few sentences). Then end your answer with exactly one final "
         f"line of the form\n{SINGLE_KEY}: <integer from {lo} to {hi}>\nand nothing after it."
     )
     criteria = "Score the response on this criterion.\n" + render_dimension(dim, anchor_order)
-    messages = _messages(question, response, criteria, answer_format, nonce, reserved)
-    return JudgePrompt(messages, (SINGLE_KEY,), ((lo, hi),))
+    messages, suffix = _messages(question, response, criteria, answer_format, nonce, reserved, response_first)
+    return JudgePrompt(messages, (SINGLE_KEY,), ((lo, hi),), suffix)
 
 
 def compact_single_prompt(
@@ -135,12 +142,16 @@ def compact_single_prompt(
     nonce: str,
     anchor_order: Sequence[int] | None = None,
     reserved: Sequence[str] = (),
+    response_first: bool = False,
 ) -> JudgePrompt:
-    """A distilled judge's prompt for one dimension: criterion, fenced response, final `SCORE: <int>` line."""
+    """A distilled judge's prompt for one dimension: criterion, fenced response, final `SCORE: <int>` line; with
+    `response_first` (shared_prefix layout) the fenced response, then criterion and score line as `suffix`."""
     lo, hi = dim.scale.raw_range
-    user = "\n".join([render_dimension(dim, anchor_order), fence(response, "response", nonce, reserved),
-                      f"{SINGLE_KEY}: <integer from {lo} to {hi}>"])
-    return JudgePrompt(({"role": "user", "content": user},), (SINGLE_KEY,), ((lo, hi),))
+    criterion, fenced = render_dimension(dim, anchor_order), fence(response, "response", nonce, reserved)
+    score_line = f"{SINGLE_KEY}: <integer from {lo} to {hi}>"
+    suffix = "\n" + "\n".join([criterion, score_line]) if response_first else ""
+    user = fenced + suffix if response_first else "\n".join([criterion, fenced, score_line])
+    return JudgePrompt(({"role": "user", "content": user},), (SINGLE_KEY,), ((lo, hi),), suffix)
 
 
 def multi_prompt(
@@ -168,4 +179,4 @@ def multi_prompt(
         f"lines, one per criterion in this order, and nothing after them:\n{block}"
     )
     keys = tuple(d.id for d in dims)
-    return JudgePrompt(_messages(question, response, criteria, answer_format, nonce, reserved), keys, ranges)
+    return JudgePrompt(_messages(question, response, criteria, answer_format, nonce, reserved)[0], keys, ranges)

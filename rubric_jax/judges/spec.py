@@ -42,6 +42,12 @@ MODES = ("per_dimension", "all_criteria")  # one prompt per (response, LLM dimen
 BENCHMARK_MODE = "benchmark"  # experiments.evaluate only: the benchmark's own prescribed mode
 PROMPTS = ("full", "compact")  # prompts.single_prompt / multi_prompt, or a distilled judge's compact_single_prompt
 ENSEMBLES = ("mean", "agreement")  # llm_judge.combine_judges
+# prompts.py: the criterion before the response (each prompt prefilled whole) | the response first, the criterion
+# last, a response's shared part prefilled once and continued by each of its criteria (llm_judge, per_dimension only).
+LAYOUTS = ("criteria_first", "shared_prefix")
+# Fields hashed only when they differ from their default, so judge hashes (stores, calibration reports) made before
+# the field existed stay valid for the judge they described.
+HASHED_OFF_DEFAULT = ("layout",)
 BACKENDS = ("jax", "openai")  # in-process sampling.generate | an OpenAI-compatible HTTP endpoint (judges/http_backend.py)
 ENDPOINTS = ("chat", "completions")  # /v1/chat/completions (messages) | /v1/completions (a locally rendered prompt)
 # The endpoint fields: read only with backend=openai, and hashed only then (a jax judge's hash is unchanged by them).
@@ -104,6 +110,7 @@ class JudgeSpec:
     outage_s: float = 300.0
     requests_per_minute: int = 0
     tokens_per_minute: int = 0
+    layout: str = "criteria_first"
     cascade: JudgeSpec | None = None  # the refining judge (block: the path of its judge config file, or "")
     cascade_spread: float = 0.0
     cascade_margin: float = 0.0
@@ -176,7 +183,7 @@ def _problems(spec: JudgeSpec):
             yield field, value, f"expected an integer >= {minimum}"
     choices = (("ensemble", ENSEMBLES), ("mode", (*MODES, BENCHMARK_MODE) if spec.mode == BENCHMARK_MODE else MODES),
                ("prompt", PROMPTS), ("param_dtype", DTYPE_CHOICES), ("compute_dtype", DTYPE_CHOICES),
-               ("backend", BACKENDS), ("endpoint", ENDPOINTS))
+               ("backend", BACKENDS), ("endpoint", ENDPOINTS), ("layout", LAYOUTS))
     for field, allowed in choices:
         if getattr(spec, field) not in allowed:
             yield field, getattr(spec, field), f"expected one of {allowed}"
@@ -202,6 +209,8 @@ def _problems(spec: JudgeSpec):
         yield "require_calibration", True, "needs a report to check: set calibration=PATH (a report.json) too"
     if spec.prompt == "compact" and spec.mode == "all_criteria":
         yield "prompt", spec.prompt, "the compact prompt scores one dimension at a time: mode must be per_dimension"
+    if spec.layout == "shared_prefix" and spec.mode != "per_dimension":
+        yield "layout", spec.layout, "shares a response's prefix among its per-dimension prompts: mode must be per_dimension"
     if spec.reverse_order and spec.shuffle_anchors:
         yield "reverse_order", True, "needs shuffle_anchors=False (a shuffled order has no reverse)"
     yield from _endpoint_problems(spec)
@@ -330,11 +339,15 @@ def weights_identity(checkpoint_dir: str | Path) -> str:
     return digest.hexdigest()
 
 
+FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(JudgeSpec)}  # each spec field's default
+
+
 def verdict_fields(spec: JudgeSpec) -> dict[str, Any]:
-    """The fields that change a verdict (every field but NOT_HASHED; the endpoint's only with backend=openai),
-    with the prompt templates' version."""
+    """The fields that change a verdict (every field but NOT_HASHED; the endpoint's only with backend=openai;
+    HASHED_OFF_DEFAULT ones only off their default), with the prompt templates' version."""
     skipped = (NOT_HASHED + (() if spec.backend == "openai" else ("backend", *HTTP_FIELDS))
                + (() if spec.cascade is not None else CASCADE_FIELDS))
+    skipped += tuple(name for name in HASHED_OFF_DEFAULT if getattr(spec, name) == FIELD_DEFAULTS[name])
     fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name not in skipped}
     if spec.cascade is not None:
         fields["cascade"] = judge_hash(spec.cascade)

@@ -28,7 +28,7 @@ from rubric_jax.prepare import convert, dedup, mix, pii, report as report_md, tf
 from rubric_jax.prepare.convert import SourceRow
 
 SPLITS = ("train", "eval", "golden")
-MAX_NUM_PERM = 1024  # --num_perm: LSH gains nothing past a few hundred hash functions; 1e9 grew to 7 GB
+MAX_NUM_PERM = 1024  # --config.dedup.num_perm: LSH gains nothing past a few hundred hash functions; 1e9 grew to 7 GB
 _SCRUBBED_FIELDS = ("id", "question", "reference")
 
 
@@ -38,7 +38,7 @@ class PrepareError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class PrepareConfig:
-    """The settings of one prepare_data run (the flags of experiments.prepare_data)."""
+    """The settings of one prepare_data run (its flags and configs/commands/prepare_data.py)."""
 
     inputs: tuple[str, ...]  # KIND:PATH, KIND in convert.INPUT_KINDS
     out: Path  # tfds data directory; the dataset goes to OUT/NAME/1.0.0, the report to OUT/NAME/
@@ -69,28 +69,30 @@ def _check_settings(config: PrepareConfig, log: Callable[[str], None]
     try:
         ratio = None if config.difficulty_ratio == "none" else mix.parse_ratio(config.difficulty_ratio)
     except mix.MixError as e:
-        raise PrepareError(f"--difficulty_ratio: {e}") from None
+        raise PrepareError(f"--config.difficulty_ratio: {e}") from None
     if not tfds_dataset.NAME_RE.fullmatch(config.name):
         raise PrepareError(f"--name={config.name}: expected lower-case letters, digits and '_', starting with a letter")
     for flag in ("eval_size", "golden_size", "train_size"):
         if getattr(config, flag) < 0:
             raise PrepareError(f"--{flag}={getattr(config, flag)}: expected a non-negative integer")
     if not 0.0 < config.dedup_threshold <= 1.0:
-        raise PrepareError(f"--dedup_threshold={config.dedup_threshold}: expected a number in (0, 1]")
+        raise PrepareError(f"--config.dedup.threshold={config.dedup_threshold}: expected a number in (0, 1]")
     if not 0.0 <= config.semantic_words <= 1.0:
-        raise PrepareError(f"--semantic_words={config.semantic_words}: expected a number in [0, 1] (0 = off)")
+        raise PrepareError(f"--config.dedup.semantic_words={config.semantic_words}: expected a number in [0, 1] "
+                           "(0 = off)")
     if not -1.0 <= config.semantic_cosine <= 1.0:
-        raise PrepareError(f"--semantic_cosine={config.semantic_cosine}: expected a cosine in [-1, 1]")
+        raise PrepareError(f"--config.dedup.semantic_cosine={config.semantic_cosine}: expected a cosine in [-1, 1]")
     for flag in ("semantic_model", "semantic_tokenizer"):
         if getattr(config, flag) and not Path(getattr(config, flag)).is_dir():
             raise PrepareError(f"--{flag}={getattr(config, flag)}: directory does not exist")
     if config.ngram < 1 or config.num_perm < 1:
-        raise PrepareError(f"--ngram={config.ngram} and --num_perm={config.num_perm} must be >= 1")
+        raise PrepareError(f"--config.dedup.ngram={config.ngram} and --config.dedup.num_perm={config.num_perm} "
+                           "must be >= 1")
     if config.num_perm > MAX_NUM_PERM:  # the signatures take num_perm x 8 bytes per question
-        raise PrepareError(f"--num_perm={config.num_perm}: at most {MAX_NUM_PERM} (MinHash signatures of "
+        raise PrepareError(f"--config.dedup.num_perm={config.num_perm}: at most {MAX_NUM_PERM} (MinHash signatures of "
                            f"{config.num_perm} x 8 bytes per question); 128 is the default")
     if config.seed < 0:
-        raise PrepareError(f"--seed={config.seed}: expected a non-negative integer")
+        raise PrepareError(f"--config.seed={config.seed}: expected a non-negative integer")
     if config.scores is not None:
         try:
             check_input_file(config.scores, "scores")
@@ -106,7 +108,7 @@ def _check_settings(config: PrepareConfig, log: Callable[[str], None]
                                f"the input {path}")
     recover(config.out, config.name, log)
     if dest.exists() and not config.overwrite:
-        raise PrepareError(f"{dest} already exists; pass --overwrite to replace it")
+        raise PrepareError(f"{dest} already exists; pass --config.overwrite to replace it")
     return inputs, ratio
 
 
@@ -206,7 +208,8 @@ def _semantic_dedup(rows: list[SourceRow], config: PrepareConfig, log: Callable[
 def _held_out(rows: list[SourceRow], config: PrepareConfig) -> tuple[dict[str, list[SourceRow]], list[dict]]:
     """golden, eval and (unmixed) train splits with no held-out question near a training one."""
     if config.golden_size + config.eval_size >= len(rows):
-        raise PrepareError(f"--golden_size={config.golden_size} and --eval_size={config.eval_size} leave no training "
+        raise PrepareError(f"--config.golden_size={config.golden_size} and --config.eval_size={config.eval_size} "
+                           "leave no training "
                            f"rows: {len(rows)} questions are left after dedup")
     categories = [r.row["category"] for r in rows]
     golden_at = set(mix.stratified_sample(categories, config.golden_size, config.seed))
@@ -238,7 +241,7 @@ def _mix(train: list[SourceRow], ratio: dict[str, float] | None, config: Prepare
         if not config.train_size:
             return train, {"ratio": None}
         if config.train_size > len(train):
-            raise PrepareError(f"--train_size={config.train_size}: only {len(train)} training rows are left")
+            raise PrepareError(f"--config.train_size={config.train_size}: only {len(train)} training rows are left")
         keep = mix.stratified_sample([r.row["category"] for r in train], config.train_size, config.seed + 2)
         return [train[i] for i in keep], {"ratio": None}
     labels = [r.row.get("difficulty") for r in train]
@@ -247,17 +250,18 @@ def _mix(train: list[SourceRow], ratio: dict[str, float] | None, config: Prepare
         r, d = bad[0]
         raise PrepareError(f"{len(bad)} training rows have no difficulty in {list(ratio)} (first: {r.where}, id "
                            f"{r.row['id']!r}, difficulty {d!r}); label them, pass --scores=FILE, or "
-                           f"--difficulty_ratio=none")
+                           f"--config.difficulty_ratio=none")
     pools = collections.Counter(labels)
     fit = mix.max_mix_size(pools, ratio)
     absent = [d for d, weight in ratio.items() if weight > 0 and not pools[d]]
     if absent:
-        raise PrepareError(f"--difficulty_ratio={config.difficulty_ratio}: the training split has no "
+        raise PrepareError(f"--config.difficulty_ratio={config.difficulty_ratio}: the training split has no "
                            f"{' or '.join(absent)} rows ({dict(pools)}), so the mix would keep {fit} of {len(train)}; "
-                           "label the difficulties, pass --scores=FILE, or --difficulty_ratio=none to keep every row")
+                           "label the difficulties, pass --scores=FILE, or --config.difficulty_ratio=none to keep "
+                           "every row")
     size = config.train_size or fit
     if size > fit:
-        raise PrepareError(f"--train_size={size}: at {config.difficulty_ratio} the training pool "
+        raise PrepareError(f"--config.train_size={size}: at {config.difficulty_ratio} the training pool "
                            f"{dict(pools)} supplies at most {fit} rows")
     keep = sorted(mix.difficulty_mix(labels, size, config.seed + 2, ratio))
     kept = [train[i] for i in keep]
@@ -316,19 +320,20 @@ def recover(out: Path, name: str, log: Callable[[str], None]) -> None:
         restored = max(old, key=lambda p: p.stat().st_mtime_ns)  # the most recently replaced one
         old.remove(restored)
         os.replace(restored, dest)
-        log(f"restored {dest} from {restored.name}, left by a prepare_data --overwrite killed while replacing it")
+        log(f"restored {dest} from {restored.name}, left by a prepare_data --config.overwrite killed while "
+            "replacing it")
     for path in old + tmp:
         shutil.rmtree(path)
         log(f"removed {path}, left by a killed prepare_data run")
 
 
 def _publish(built: Path, dest: Path, overwrite: bool) -> None:
-    """Moves the finished OUT/.tmp/NAME into OUT/NAME. With --overwrite the old one is renamed to
+    """Moves the finished OUT/.tmp/NAME into OUT/NAME. With --config.overwrite the old one is renamed to
     `.NAME.old-PID` first and deleted after; a kill in between leaves it for `recover` to restore."""
     old = None
     if dest.exists():
         if not overwrite:
-            raise PrepareError(f"{dest} already exists; pass --overwrite to replace it")
+            raise PrepareError(f"{dest} already exists; pass --config.overwrite to replace it")
         old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
         os.replace(dest, old)
     try:

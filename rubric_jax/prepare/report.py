@@ -64,7 +64,7 @@ def render(report: Mapping[str, Any]) -> str:
                        [[d, r, mix["pool"].get(d, 0), mix["target"][d], mix["achieved"].get(d, 0)]
                         for d, r in mix["ratio"].items()]), ""]
     else:
-        out += ["No difficulty mix (--difficulty_ratio=none).", ""]
+        out += ["No difficulty mix (--config.difficulty_ratio=none).", ""]
     out += ["## Splits and coverage", "", _table(["split", "rows"], [[s, report["splits"][s]] for s in splits]), "",
             f"{len(report['held_out_leaks'])} near-duplicate pairs across splits found after the split (exact "
             "Jaccard); the eval or training row of each was dropped (golden rows are kept).", ""]

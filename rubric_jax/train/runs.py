@@ -145,7 +145,7 @@ def select_checkpoint(workdir: Path, record: RunRecord, which: str) -> RunCheckp
     best = metrics.best_eval([(step, c.eval_reward) for step, c in grpo.items()])
     if best is None:
         raise RunError(f"{workdir}: no kept checkpoint has a logged {BEST_BY} (kept: "
-                       f"{[f'{c.stage}/{c.step}' for c in found]}); use --which=latest")
+                       f"{[f'{c.stage}/{c.step}' for c in found]}); use --config.which=latest")
     return grpo[best[0]]
 
 
@@ -165,7 +165,7 @@ def export_run(workdir: Path, which: str, out: Path) -> tuple[RunCheckpoint, Pat
     inputs; the workdir may hold it), with the run's tokenizer files and, when the starting checkpoint has
     one, its generation_config.json. Returns the checkpoint chosen and `out`."""
     if which not in WHICH:
-        raise RunError(f"--which={which}: expected one of {list(WHICH)}")
+        raise RunError(f"--config.which={which}: expected one of {list(WHICH)}")
     record = run_record(workdir)
     inputs = [workdir, workdir / "config.json"]
     input_dirs = [workdir / "checkpoints", record.tokenizer_dir, *([record.start_dir] if record.start_dir else [])]

@@ -30,7 +30,7 @@ from rubric_jax.train.oscillation import OscillationRule
 
 STAGES = ("sft", "grpo")
 REWARD_SOURCES = ("rubric", "reward_model")  # config.reward.source
-EXPORT_WHICH = ("latest", "best")  # config.export.which, experiments.export/evaluate --which
+EXPORT_WHICH = ("latest", "best")  # config.export.which, experiments.export/evaluate config.which
 ROLLOUT_DTYPES = ("compute", "float32", "bfloat16")  # mesh.rollout.param_dtype
 COMPUTE_DTYPES = ("float32", "bfloat16")  # model.compute_dtype
 # Integer fields and their smallest allowed value (a zero or negative count would silently skip a stage).

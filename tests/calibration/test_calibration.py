@@ -279,5 +279,5 @@ def test_markdown_names_undefined_statistics_instead_of_numbers():
 
 def test_the_bootstrap_size_is_capped_naming_the_flag():
     Settings(num_resamples=run.MAX_RESAMPLES)
-    with pytest.raises(CalibrationError, match=r"^--bootstrap=1000000000: at most 100000 resamples per interval$"):
+    with pytest.raises(CalibrationError, match=r"^--config.bootstrap=1000000000: at most 100000 resamples per interval$"):
         Settings(num_resamples=1_000_000_000)  # would draw 1e9 resamples per interval, growing without end

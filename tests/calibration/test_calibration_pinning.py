@@ -20,6 +20,7 @@ from rubric_jax.calibration.run import Settings, calibrate
 from rubric_jax.judges.spec import JudgeSpec, judge_hash
 from test_llm_judge import criteria_ids, fenced, make_judge, tiny_tokenizer
 from test_reward import ACCURACY, LENGTH, LEVELS_1_5, rubric
+from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_JUDGE = str(REPO / "rubric_jax/assets/tiny_judge")
@@ -102,12 +103,25 @@ def test_the_calibrated_pair_prints_its_spearman_and_flags_the_weak_dimension(re
     ({"samples": 3}, "samples 3 != 1 in report.json"),
     ({"mode": "all_criteria", "prompt": "full"}, "mode 'all_criteria' != 'per_dimension' in report.json"),
     ({"shuffle_anchors": False}, "shuffle_anchors False != True in report.json"),
+    ({"layout": "shared_prefix"}, "layout 'shared_prefix' != 'criteria_first' in report.json"),
     ({"checkpoints": (str(REPO / "rubric_jax/assets/tiny_judge_hack"),)}, "weights of "),
 ])
 def test_a_changed_judge_field_is_named(report_path, change, named):
     result = check(report_path, **change)
     assert all(not d.calibrated for d in result.dimensions)
     assert all(named in line and "NOT the calibrated (rubric, judge) pair" in line for line in result.lines())
+
+
+def test_a_report_from_before_the_layout_field_pins_the_default_layout(report_path, tmp_path):
+    """A report whose judge spec has no `layout` (written before the field existed) still covers the default
+    layout (its hash is unchanged), and a shared_prefix judge is named as differing from it."""
+    report = json.loads(report_path.read_text())
+    del report[PIN_FIELD]["judge"]["spec"]["layout"]
+    old = tmp_path / "report.json"
+    old.write_text(json.dumps(report))
+    assert all(d.calibrated for d in check(old).dimensions)
+    shared = check(old, layout="shared_prefix")
+    assert all("layout 'shared_prefix' != 'criteria_first' in report.json" in line for line in shared.lines())
 
 
 def test_changed_weights_in_the_same_directory_are_named(report_path, tmp_path):
@@ -152,7 +166,7 @@ def test_a_missing_report_names_the_field(tmp_path):
 
 def _score(*args):
     return subprocess.run([sys.executable, "-m", "experiments.score", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=600, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                          timeout=600, env=command_env())
 
 
 def test_score_prints_the_check_and_require_calibration_exits_2_before_scoring(report_path, tmp_path):

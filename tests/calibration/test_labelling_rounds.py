@@ -5,7 +5,7 @@
   separate intervals overlap; the CLI writes report.json and report.md side by side;
 - the redundancy check flags two dimensions that rank alike and skips a constant one;
 - an earlier calibration's correction.json and plots do not survive a calibration that writes none;
-  --out naming a file, --bootstrap=0 fail in one line naming the flag, before scoring."""
+  --out naming a file, --config.bootstrap=0 fail in one line naming the key, before scoring."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from rubric_jax.calibration.report import CORRECTION_FILE, write_outputs
 from rubric_jax.jsonl import read_jsonl
 from rubric_jax.rubrics.io import load_rubric
 from tests import manual
+from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "rubric_jax" / "assets" / "tiny"
@@ -34,7 +35,7 @@ CAL = REPO / "tests" / "fixtures" / "calibration"
 
 def _run(module: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=300, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                          timeout=300, env=command_env())
 
 
 def _sample(step: int, reward: float, response: str, **scores: float) -> label_sampling.Sample:
@@ -90,7 +91,7 @@ def _workdir(tmp_path: Path) -> Path:
 def test_sample_for_labels_round_trip_through_calibrate(tmp_path):
     work = _workdir(tmp_path)
     labels = tmp_path / "round1.jsonl"
-    proc = _run("experiments.sample_for_labels", f"--workdir={work}", "--n=30", f"--out={labels}", "--seed=3")
+    proc = _run("experiments.sample_for_labels", f"--workdir={work}", "--config.n=30", f"--out={labels}", "--config.seed=3")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["drawn"] == 30 and summary["distinct_responses"] == 48
@@ -101,7 +102,7 @@ def test_sample_for_labels_round_trip_through_calibrate(tmp_path):
     shared = load_rubric(work / "rubric.yaml")
     with pytest.raises(LabelsError, match=rf"^{labels}:1: labels.format: not labelled yet \(null\)"):
         read_items(labels, shared)
-    again = _run("experiments.sample_for_labels", f"--workdir={work}", "--n=30", f"--out={labels}")
+    again = _run("experiments.sample_for_labels", f"--workdir={work}", "--config.n=30", f"--out={labels}")
     assert again.returncode == 2 and "exists (it may hold labels already)" in again.stderr  # filled labels are safe
 
     for row in rows:  # a person labels three dimensions (the keyword one by reading the answer) and drops two
@@ -114,7 +115,7 @@ def test_sample_for_labels_round_trip_through_calibrate(tmp_path):
     assert len(items) == 30 and {tuple(i.labels) for i in items} == {("format", "topic_keyword", "length")}
     out = tmp_path / "cal"
     proc = _run("experiments.calibrate", f"--rubric={work / 'rubric.yaml'}", f"--labels={labels}", f"--out={out}",
-                "--bootstrap=50")
+                "--config.bootstrap=50")
     assert proc.returncode == 0, proc.stderr
     report = json.loads((out / "report.json").read_text())
     assert report["items"] == 30 and report["dimensions"]["topic_keyword"]["spearman"]["value"] == pytest.approx(1.0)
@@ -150,7 +151,7 @@ def test_compare_cli_writes_both_versions_side_by_side(tmp_path):
     out = tmp_path / "cmp"
     argv = manual.command("experiments.calibrate", "--compare=").argv
     flags = [a if not a.startswith("--out=") else f"--out={out}" for a in argv[argv.index("experiments.calibrate") + 1:]]
-    proc = _run("experiments.calibrate", *flags, "--bootstrap=100")
+    proc = _run("experiments.calibrate", *flags, "--config.bootstrap=100")
     assert proc.returncode == 0, proc.stderr
     report = json.loads((out / "report.json").read_text())
     length = report["dimensions"]["length"]
@@ -204,10 +205,10 @@ def test_cli_refuses_bad_outputs_and_names_the_bootstrap_flag_before_scoring(tmp
     common = [f"--rubric={CAL / 'rubric.yaml'}", f"--labels={CAL / 'labels.jsonl'}"]
     cases = {"out_is_a_file": ([f"--out={existing}"], f"--out={existing}: exists and is not a directory"),
              "below_a_file": ([f"--out={existing}/sub"], "is not a directory"),
-             "bootstrap_zero": ([f"--out={tmp_path / 'b'}", "--bootstrap=0"],
-                                "--bootstrap: expected an integer >= 1, got 0"),
+             "bootstrap_zero": ([f"--out={tmp_path / 'b'}", "--config.bootstrap=0"],
+                                "--config.bootstrap: expected an integer >= 1, got 0"),
              "compare_without_rubric": ([f"--labels={CAL / 'labels.jsonl'}", f"--out={tmp_path / 'c'}",
-                                         f"--compare={CAL / 'rubric_b.yaml'}", "--against=judge"],
+                                         f"--compare={CAL / 'rubric_b.yaml'}", "--config.against=judge"],
                                         "--compare=RUBRIC_B")}
     for case, (flags_, fragment) in cases.items():
         proc = _run("experiments.calibrate", *common, *flags_)
@@ -226,11 +227,11 @@ def test_calibrating_again_with_fewer_labels_leaves_no_stale_correction(tmp_path
                             for k in range(3) for r in rows))
     out = tmp_path / "cal"
     first = _run("experiments.calibrate", f"--rubric={CAL / 'rubric.yaml'}", f"--labels={many}", f"--out={out}",
-                 "--bootstrap=20")
+                 "--config.bootstrap=20")
     assert first.returncode == 0, first.stderr
     assert (out / CORRECTION_FILE).exists()
     second = _run("experiments.calibrate", f"--rubric={CAL / 'rubric.yaml'}", f"--labels={CAL / 'labels.jsonl'}",
-                  f"--out={out}", "--bootstrap=20")
+                  f"--out={out}", "--config.bootstrap=20")
     assert second.returncode == 0, second.stderr
     report = json.loads((out / "report.json").read_text())
     assert "not_fitted" in report["dimensions"]["length"]["correction"] and "correction" not in report

@@ -268,15 +268,16 @@ def test_generate_answers_batches_and_skips_prompts_that_do_not_fit():
 
 
 def test_a_budget_that_leaves_no_case_room_is_refused_before_generating():
-    """`--max_new_tokens=100000` generated nothing and reported S_l = 0.0 with exit 0."""
+    """`--config.policy.max_new_tokens=100000` generated nothing and reported S_l = 0.0 with exit 0."""
     tok = tiny_tokenizer()
     calls = []
     pol = policy.Policy("p", tok, 300, (tok.eos_token_id,), lambda ids, key: calls.append(ids), {})
     cases = [RubricCase("0", "a", None), RubricCase("1", "a longer question", None)]
     shortest = min(len(ids) for ids in encode_chats(tok, [harness.policy_messages(c, "plain") for c in cases]))
     with pytest.raises(EvalInputError, match=re.escape(
-            f"--max_new_tokens=100000: no case fits the policy's 300-token context with that many new tokens "
-            f"(the shortest prompt is {shortest} tokens); lower --max_new_tokens")):
+            f"--config.policy.max_new_tokens=100000: no case fits the policy's 300-token context with that many new "
+            "tokens "
+            f"(the shortest prompt is {shortest} tokens); lower --config.policy.max_new_tokens")):
         harness.generate_answers(pol, cases, harness.GenerationSettings(max_new_tokens=100000), jax.random.key(0))
     assert calls == []
 

@@ -12,6 +12,7 @@ from configs import tiny
 from rubric_jax.qurl import pipeline as P
 from rubric_jax.qurl.retrieval import CorpusError
 from tests import manual
+from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 ASSETS = "rubric_jax/assets/qurl"
@@ -21,7 +22,7 @@ README_COMMAND = ("./launch.sh experiments.build_rubrics --config=configs/tiny.p
 
 def run_cli(*args):
     return subprocess.run([sys.executable, "-m", "experiments.build_rubrics", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=600, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                          text=True, timeout=600, env=command_env())
 
 
 def test_the_readme_command_runs_end_to_end_with_the_tiny_model(tmp_path):

@@ -1,4 +1,4 @@
-"""`experiments.calibrate --red_team` through a subprocess: the docs' command against the shipped tiny judge writes
+"""`experiments.calibrate --config.red_team` through a subprocess: the docs' command against the shipped tiny judge writes
 report.json and report.md (a rate per LLM dimension over every payload and placement in the known-bad responses),
 and flags it cannot combine with fail in one line before anything loads."""
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rubric_jax.calibration import red_team
 from tests import manual
+from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = manual.text()  # README.md and docs/*.md
@@ -18,12 +19,12 @@ PAGES = manual.text()  # README.md and docs/*.md
 
 def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "experiments.calibrate", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=900, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                          text=True, timeout=900, env=command_env())
 
 
 def _documented() -> list[str]:
-    """The flags of the docs' `./launch.sh experiments.calibrate --red_team` line."""
-    line = next(line for line in PAGES.splitlines() if line.startswith("./launch.sh experiments.calibrate --red_team"))
+    """The flags of the docs' `./launch.sh experiments.calibrate --config.red_team` line."""
+    line = next(line for line in PAGES.splitlines() if line.startswith("./launch.sh experiments.calibrate --config.red_team"))
     return line.split("experiments.calibrate", 1)[1].split()
 
 
@@ -45,8 +46,8 @@ def test_docs_red_team_of_the_tiny_judge_reports_a_rate_per_dimension(tmp_path):
 
 
 def test_red_team_with_compare_is_refused_in_one_line(tmp_path):
-    proc = _run("--red_team", "--rubric=tests/fixtures/calibration/rubric.yaml", "--compare=tests/fixtures/calibration/rubric_b.yaml",
+    proc = _run("--config.red_team", "--rubric=tests/fixtures/calibration/rubric.yaml", "--compare=tests/fixtures/calibration/rubric_b.yaml",
                 "--labels=tests/fixtures/calibration/labels.jsonl", f"--out={tmp_path}")
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1] == ("experiments.calibrate: error: --red_team injects into the responses "
-                                                    "the labels call bad: no --compare or --against=judge")
+    assert proc.stderr.strip().splitlines()[-1] == ("experiments.calibrate: error: --config.red_team injects into the responses "
+                                                    "the labels call bad: no --compare or --config.against=judge")

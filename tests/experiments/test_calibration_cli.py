@@ -18,6 +18,7 @@ from rubric_jax.rubrics.io import load_rubric
 from test_importers import _real
 from test_reward import ACCURACY
 from tests import manual
+from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path("tests/fixtures/calibration")
@@ -26,7 +27,7 @@ README = manual.text()  # README.md and docs/*.md
 
 def start(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "experiments.calibrate", *args], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                            stderr=subprocess.PIPE, text=True, env=command_env())
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
@@ -168,7 +169,7 @@ def test_llm_dimension_with_a_judge_checkpoint_directory(tmp_path):
     labels.write_text("".join(json.dumps({"question": "2+2?", "response": f"{k}", "labels": {"accuracy": k}}) + "\n"
                               for k in (1, 2, 3, 4, 5)))
     proc = run(f"--rubric={rubric}", f"--labels={labels}", f"--out={tmp_path / 'out'}", f"--judge.checkpoint={judge_dir}",
-               "--judge.sampler=greedy", "--judge.samples=1", "--judge.max_new_tokens=8", "--bootstrap=50")
+               "--judge.sampler=greedy", "--judge.samples=1", "--judge.max_new_tokens=8", "--config.bootstrap=50")
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     entry = report["dimensions"]["accuracy"]

@@ -8,13 +8,14 @@ import sys
 from pathlib import Path
 
 from rubric_jax.judges.spec import JudgeSpec, judge_hash, load_judge_file
+from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def run_score(args, cwd=REPO):
     return subprocess.run([sys.executable, "-m", "experiments.score", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                          timeout=600, env=command_env())
 
 
 def test_the_documented_cascade_scores_and_reports_what_it_escalated(tmp_path):

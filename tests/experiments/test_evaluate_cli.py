@@ -17,6 +17,7 @@ from test_llm_judge import scripted_model, tiny_tokenizer
 from rubric_jax.evaluation import longbench_write
 from rubric_jax.judges.spec import JudgeSpec, judge_hash
 from rubric_jax.models.checkpoint import export_hf_checkpoint
+from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 OUTPUTS = ("records.jsonl", "summary.json", "table.md", "plot.png")
@@ -25,7 +26,7 @@ OUTPUTS = ("records.jsonl", "summary.json", "table.md", "plot.png")
 def start(*args):
     return subprocess.Popen([sys.executable, "-m", "experiments.evaluate", *map(str, args)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                            env=command_env())
 
 
 def finish(proc):
@@ -54,11 +55,12 @@ def test_longbench_write_end_to_end(tmp_path, models):
     out = run / "eval" / "longbench_write"  # a report may live inside the run directory
     report = tmp_path / "report.json"  # a calibration report that measured no judge: nothing is covered
     report.write_text(json.dumps({"dimensions": {}}))
-    proc = finish(start(f"--judge.calibration={report}", "--benchmark=longbench_write", f"--data_dir={EVAL_FIXTURES}",
-                        "--data_file=longbench_write_mini.jsonl", "--limit=2", f"--workdir={run}", "--which=best",
-                        "--prompt_format=think_answer", "--max_new_tokens=12", f"--judge.checkpoint={judge}",
+    proc = finish(start(f"--judge.calibration={report}", "--config.benchmark=longbench_write",
+                        f"--data_dir={EVAL_FIXTURES}", "--data_file=longbench_write_mini.jsonl", "--config.limit=2",
+                        f"--workdir={run}", "--config.which=best", "--config.policy.prompt_format=think_answer",
+                        "--config.policy.max_new_tokens=12", f"--judge.checkpoint={judge}",
                         "--judge.mode=per_dimension", "--judge.sampler=greedy", "--judge.max_new_tokens=6", f"--out={out}",
-                        "--mesh=1,1,1"))
+                        "--config.mesh.fsdp=1"))
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUTS)  # no temporary files left behind
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
@@ -96,7 +98,7 @@ def test_hellobench_published_judgements_cli_on_the_shared_data(tmp_path):
     """The README command: every complete model reproduced (tests/evaluation/test_evaluate.py checks the numbers)."""
     data = _real("hellobench")
     out = tmp_path / "hellobench_published"
-    proc = finish(start("--benchmark=hellobench", f"--data_dir={data}",
+    proc = finish(start("--config.benchmark=hellobench", f"--data_dir={data}",
                         f"--judgements={data / 'judgements_main_exp_scores.csv'}", f"--out={out}"))
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())
@@ -111,10 +113,10 @@ def _bad_input(tmp_path, case, models):
     run, _ = models
     out = tmp_path / "out"
     judgements = EVAL_FIXTURES / "hellobench_judgements.csv"
-    model = [f"--workdir={run}", "--mesh=1,1,1"]
-    lb = ["--benchmark=longbench_write", f"--out={out}"]
+    model = [f"--workdir={run}", "--config.mesh.fsdp=1"]
+    lb = ["--config.benchmark=longbench_write", f"--out={out}"]
     if case == "unknown_benchmark":
-        return ["--benchmark=mmlu", f"--data_dir={EVAL_FIXTURES}", f"--out={out}", *model]
+        return ["--config.benchmark=mmlu", f"--data_dir={EVAL_FIXTURES}", f"--out={out}", *model]
     data = tmp_path / "data"
     data.mkdir()
     if case == "missing_data_file":
@@ -125,20 +127,21 @@ def _bad_input(tmp_path, case, models):
         (data / "lb.jsonl").write_text("\n".join(rows) + "\n")
         return [*lb, *model, f"--data_dir={data}", "--data_file=lb.jsonl"]
     if case == "judgements_model_missing_rows":
-        return ["--benchmark=hellobench", f"--data_dir={HELLO}", f"--judgements={judgements}", "--models=model_b",
-                f"--out={out}"]
+        return ["--config.benchmark=hellobench", f"--data_dir={HELLO}", f"--judgements={judgements}",
+                "--config.models=model_b", f"--out={out}"]
     if case == "judgements_malformed_row":
         bad = tmp_path / "judgements.csv"
         bad.write_text(judgements.read_text().replace('"[1.0, 0.0]"', '"[1.0, 2.0]"'))
-        return ["--benchmark=hellobench", f"--data_dir={HELLO}", f"--judgements={bad}", f"--out={out}"]
+        return ["--config.benchmark=hellobench", f"--data_dir={HELLO}", f"--judgements={bad}", f"--out={out}"]
     if case == "missing_judgements":
-        return ["--benchmark=hellobench", f"--data_dir={HELLO}", f"--judgements={tmp_path / 'none.csv'}",
+        return ["--config.benchmark=hellobench", f"--data_dir={HELLO}", f"--judgements={tmp_path / 'none.csv'}",
                 f"--out={out}"]
     if case == "out_is_input":
-        return ["--benchmark=longbench_write", *model, f"--data_dir={EVAL_FIXTURES}",
+        return ["--config.benchmark=longbench_write", *model, f"--data_dir={EVAL_FIXTURES}",
                 "--data_file=longbench_write_mini.jsonl", f"--out={EVAL_FIXTURES}"]
     if case == "llm_benchmark_without_judge":
-        return ["--benchmark=biggen", f"--data_dir={FIXTURES}", "--data_file=biggen_mini.jsonl", f"--out={out}", *model]
+        return ["--config.benchmark=biggen", f"--data_dir={FIXTURES}", "--data_file=biggen_mini.jsonl", f"--out={out}",
+                *model]
     if case == "bad_judge_field":
         return [*lb, *model, f"--data_dir={EVAL_FIXTURES}", "--data_file=longbench_write_mini.jsonl",
                 "--judge.max_retries=-1"]
@@ -148,14 +151,18 @@ def _bad_input(tmp_path, case, models):
     if case == "checkpoint_and_workdir":
         return [*lb, *model, f"--data_dir={EVAL_FIXTURES}", "--data_file=longbench_write_mini.jsonl",
                 f"--checkpoint={data}"]
+    if case in ("unknown_config_key", "bad_prompt_format", "bad_sampler"):
+        setting = {"unknown_config_key": "--config.policy.max_tokens=8", "bad_prompt_format":
+                   "--config.policy.prompt_format=json", "bad_sampler": "--config.policy.sampler=warm"}[case]
+        return [*lb, *model, f"--data_dir={EVAL_FIXTURES}", "--data_file=longbench_write_mini.jsonl", setting]
     if case == "max_new_tokens_past_context":
         return [*lb, *model, f"--data_dir={EVAL_FIXTURES}", "--data_file=longbench_write_mini.jsonl",
-                "--max_new_tokens=100000"]
+                "--config.policy.max_new_tokens=100000"]
     raise AssertionError(case)
 
 
 BAD_INPUT = {
-    "unknown_benchmark": ["--benchmark=mmlu: unknown benchmark; expected one of ['hellobench'"],
+    "unknown_benchmark": ["--config.benchmark=mmlu: unknown benchmark; expected one of ['hellobench'"],
     "missing_data_file": ["longbench_write.jsonl: longbench_write data file does not exist"],
     "malformed_line": ["lb.jsonl:2: not valid JSON"],
     "bad_field": ["lb.jsonl:1: record 0: field 'length': expected a positive integer, got 'long'"],
@@ -168,7 +175,10 @@ BAD_INPUT = {
     "bad_judge_field": ["--judge.max_retries=-1: expected an integer >= 0"],
     "missing_checkpoint": ["--checkpoint=", "nope: directory does not exist"],
     "checkpoint_and_workdir": ["give exactly one of --checkpoint"],
-    "max_new_tokens_past_context": ["--max_new_tokens=100000: no case fits the policy's 256-token context"],
+    "max_new_tokens_past_context": ["--config.policy.max_new_tokens=100000: no case fits the policy's 256-token context"],
+    "unknown_config_key": ["unknown config key 'max_tokens'"],
+    "bad_prompt_format": ["--config.policy.prompt_format=json: expected one of ['plain', 'think_answer']"],
+    "bad_sampler": ["--config.policy.sampler: "],
 }
 
 
@@ -194,11 +204,12 @@ def test_an_evaluation_whose_judge_scores_nothing_exits_1_naming_the_stage_and_c
     the judge stage and the counts of why (not 0 with empty scores)."""
     run, judge = models
     out = tmp_path / "eval"
-    proc = finish(start("--benchmark=longbench_write", f"--data_dir={EVAL_FIXTURES}",
-                        "--data_file=longbench_write_mini.jsonl", "--limit=2", f"--workdir={run}", "--which=best",
-                        "--prompt_format=think_answer", "--max_new_tokens=12", f"--judge.checkpoint={judge}",
+    proc = finish(start("--config.benchmark=longbench_write", f"--data_dir={EVAL_FIXTURES}",
+                        "--data_file=longbench_write_mini.jsonl", "--config.limit=2", f"--workdir={run}",
+                        "--config.which=best", "--config.policy.prompt_format=think_answer",
+                        "--config.policy.max_new_tokens=12", f"--judge.checkpoint={judge}",
                         "--judge.mode=per_dimension", "--judge.sampler=greedy", "--judge.max_new_tokens=1",
-                        "--judge.max_retries=0", f"--out={out}", "--mesh=1,1,1"))
+                        "--judge.max_retries=0", f"--out={out}", "--config.mesh.fsdp=1"))
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         "experiments.evaluate: error: none of the 2 judged answers got a score (judge_prompts 12, judge_invalid 12); "
@@ -214,10 +225,11 @@ def test_an_evaluation_judged_by_an_endpoint_that_does_not_answer_stops_before_g
         port = s.getsockname()[1]  # nothing listens there
     run, _ = models
     out = tmp_path / "eval"
-    proc = finish(start("--benchmark=longbench_write", f"--data_dir={EVAL_FIXTURES}",
-                        "--data_file=longbench_write_mini.jsonl", "--limit=2", f"--workdir={run}", "--which=best",
+    proc = finish(start("--config.benchmark=longbench_write", f"--data_dir={EVAL_FIXTURES}",
+                        "--data_file=longbench_write_mini.jsonl", "--config.limit=2", f"--workdir={run}",
+                        "--config.which=best",
                         "--judge.backend=openai", f"--judge.base_url=http://127.0.0.1:{port}/v1", "--judge.model=m",
-                        "--judge.timeout_s=5", f"--out={out}", "--mesh=1,1,1"))
+                        "--judge.timeout_s=5", f"--out={out}", "--config.mesh.fsdp=1"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"experiments.evaluate: error: judge endpoint http://127.0.0.1:{port}/v1 does not answer")

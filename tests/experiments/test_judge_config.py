@@ -14,6 +14,7 @@ from configs import qwen7b, tiny
 from configs.common import judge_block
 from experiments import judge_config
 from rubric_jax.judges.spec import JudgeSpec
+from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 BENCHMARK_FILES = ("hellobench", "longbench_write", "healthbench", "biggen")
@@ -87,7 +88,7 @@ print(json.dumps(judge_config.merged(run._CONFIG.value).judge.to_dict()))
 def test_run_precedence_experiment_file_judge_file_config_override_judge_override(args, expected):
     proc = subprocess.run([sys.executable, "-c", MERGED, "--config=configs/tiny.py", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=300,
-                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                          env=command_env())
     assert proc.returncode == 0, proc.stderr
     judge = json.loads(proc.stdout.strip().splitlines()[-1])
     assert {k: judge[k] for k in expected} == expected
@@ -104,6 +105,6 @@ def test_run_precedence_experiment_file_judge_file_config_override_judge_overrid
 def test_a_bad_judge_flag_is_one_line_and_exit_2(args, message, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "experiments.score", *args, f"--responses={tmp_path / 'in.jsonl'}",
                            f"--out={tmp_path / 'out.jsonl'}"], cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                          env=command_env())
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith(f"experiments.score: error: {message}"), proc.stderr

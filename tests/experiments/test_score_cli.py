@@ -13,6 +13,7 @@ import pytest
 
 from test_llm_judge import scripted_model, tiny_model_config, tiny_tokenizer
 from test_reward import ACCURACY, BINARY, FORMAT, LENGTH, SAFETY
+from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 WATER = {"id": "mentions_water", "description": "mentions water", "kind": "rule", "rule": "keywords",
@@ -32,7 +33,7 @@ def write_jsonl(path, rows):
 
 def start_score(*args):
     return subprocess.Popen([sys.executable, "-m", "experiments.score", *args], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                            stderr=subprocess.PIPE, text=True, env=command_env())
 
 
 def run_score(*args):
@@ -191,14 +192,16 @@ def score_in_process(*args: str) -> tuple[int, str, str]:
 
     from experiments import score
 
-    from experiments import judge_config
+    from experiments import cli, judge_config
 
-    # ml_collections defines the --judge.FIELD flags while it parses --judge, reading them from sys.argv: name
-    # the (default) judge file explicitly so that this in-process parse defines them afresh.
-    named = any(a.startswith("--judge=") for a in args)
-    argv = ["score", *([] if named else [f"--judge={judge_config.JUDGES_DIR / 'default.py'}"]), *args]
+    # ml_collections defines the --judge.FIELD and --config.FIELD flags while it parses --judge and --config,
+    # reading them from sys.argv: name the (default) files explicitly so that this in-process parse defines them
+    # afresh.
+    defaults = {"judge": judge_config.JUDGES_DIR / "default.py", "config": cli.COMMAND_CONFIGS / "score.py"}
+    named = [f"--{flag}={path}" for flag, path in defaults.items() if not any(a.startswith(f"--{flag}=") for a in args)]
+    argv = ["score", *named, *args]
     flags.FLAGS.unparse_flags()
-    for name in [n for n in flags.FLAGS if n.startswith("judge.")]:  # defined by the previous parse
+    for name in [n for n in flags.FLAGS if n.startswith(("judge.", "config."))]:  # defined by the previous parse
         delattr(flags.FLAGS, name)
     with mock.patch.object(sys, "argv", argv):
         flags.FLAGS(argv)

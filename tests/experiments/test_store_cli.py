@@ -9,6 +9,7 @@ import pytest
 
 from test_reward import ACCURACY, FORMAT
 from test_score_cli import REPO, rubric_dict, score_in_process, scripted_judge_dir, write_jsonl
+from xla_flags import command_env
 
 # experiments.score whose judge process kills itself (kill -9) as its `KILL_AT`-th generate call starts:
 # the calls before it have returned and been stored, the rest never happen.
@@ -37,7 +38,7 @@ def inputs(tmp_path_factory):
     rubric.write_text(json.dumps(rubric_dict([FORMAT, ACCURACY])))
     responses = write_jsonl(tmp / "in.jsonl", [{"question": f"q{i}", "response": f"answer {i}"} for i in range(ROWS)])
     return [f"--rubric={rubric}", f"--responses={responses}", f"--judge.checkpoint={judge_dir}",
-            "--judge.sampler=greedy", "--judge.samples=1", "--judge.max_new_tokens=8", "--batch_size=2"]
+            "--judge.sampler=greedy", "--judge.samples=1", "--judge.max_new_tokens=8", "--config.batch_size=2"]
 
 
 def summary_of(stdout):
@@ -48,7 +49,7 @@ def test_a_killed_score_rerun_judges_only_what_is_missing(tmp_path, inputs):
     store = tmp_path / "verdicts.db"
     killed = subprocess.run([sys.executable, "-c", KILLED_SCORE, *inputs, f"--out={tmp_path / 'killed.jsonl'}",
                              f"--judge.store={store}"], cwd=REPO, capture_output=True, text=True, timeout=300,
-                            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "KILL_AT": "3"})
+                            env=command_env(KILL_AT="3"))
     assert killed.returncode == -9, killed.stderr  # killed in the middle: two of three calls stored
     assert not (tmp_path / "killed.jsonl").exists()
 

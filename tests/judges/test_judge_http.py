@@ -42,7 +42,7 @@ def start_server(port: int, *flags: str) -> subprocess.Popen:
     """experiments.serve on the tiny judge in a subprocess, returned once /health answers."""
     env = {**os.environ, "PYTHONPATH": str(REPO), KEY_ENV: KEY}
     proc = subprocess.Popen([sys.executable, "-m", "experiments.serve", f"--checkpoint={TINY_JUDGE}",
-                             "--judge=configs/judges/tiny.py", f"--port={port}", *flags],
+                             "--judge=configs/judges/tiny.py", f"--config.port={port}", *flags],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -57,10 +57,24 @@ def start_server(port: int, *flags: str) -> subprocess.Popen:
     raise AssertionError("experiments.serve did not answer /health in 300 s")
 
 
+@pytest.mark.parametrize("setting, message", [
+    ("--config.port=0", "--config.port=0: expected 1..65535"),
+    ("--config.max_batch=0", "--config.max_batch=0: expected an integer >= 1"),
+    ("--config.api_key_env=RJ_TEST_UNSET_KEY", "--config.api_key_env=RJ_TEST_UNSET_KEY: the environment variable is "
+                                               "not set"),
+    ("--config.prot=8000", "unknown config key 'prot' (Did you mean \"port\""),
+])
+def test_serve_refuses_a_bad_setting_in_one_line_before_loading(setting, message):
+    proc = subprocess.run([sys.executable, "-m", "experiments.serve", f"--checkpoint={TINY_JUDGE}", setting], cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"experiments.serve: error: {message}"), proc.stderr
+
+
 @pytest.fixture(scope="module")
 def server():
     port = free_port()
-    proc = start_server(port, f"--api_key_env={KEY_ENV}")
+    proc = start_server(port, f"--config.api_key_env={KEY_ENV}")
     os.environ[KEY_ENV] = KEY  # what the clients' judge.api_key_env names
     yield f"http://127.0.0.1:{port}"
     os.environ.pop(KEY_ENV, None)
@@ -110,6 +124,30 @@ def test_greedy_verdicts_over_http_equal_the_in_process_ones(server, endpoint):
     assert d["judge_http_requests"] == d["judge_prompts"] == local.details["judge_prompts"]
     assert d["judge_http_failures"] == 0 and d["judge_http_prompt_tokens"] > 0 and d["judge_http_completion_tokens"] > 0
     assert 0 < d["judge_http_latency_p50_s"] <= d["judge_http_latency_p90_s"] <= d["judge_http_latency_p99_s"]
+
+
+def test_the_readme_two_process_run_trains_with_the_served_judge(server, tmp_path):
+    """README's second pair of commands, shortened: the tiny default whose politeness judge is the served one
+    (`experiments.serve --checkpoint=rubric_jax/assets/tiny_judge --judge=configs/judges/tiny.py` is the module's
+    server): every GRPO step's judge prompts go over HTTP, none fails. The full run's held-out rewards equal the
+    in-process run's at every eval (benchmarks/RESULTS.md); the verdicts' equality is the test above."""
+    from xla_flags import FAST_COMPILE
+
+    short = ["--config.sft.epochs=1", "--config.sft.batch_size=32", "--config.rl.steps=2",
+             "--config.rl.questions_per_step=2", "--config.rl.group_size=4", "--config.rl.micro_batches=1",
+             "--config.rl.max_new_tokens=16", "--config.eval.max_questions=8", "--config.eval.every_steps=2",
+             "--config.eval.max_new_tokens=16", "--config.reward.gates_first=False"]
+    proc = subprocess.run([sys.executable, "-m", "experiments.run", "--config=configs/tiny.py",  # as ./launch.sh does
+                           f"--workdir={tmp_path / 'run'}", "--config.judge.backend=openai",
+                           f"--config.judge.base_url={server}/v1", "--config.judge.model=tiny_judge",
+                           f"--config.judge.api_key_env={KEY_ENV}", *short],
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "XLA_FLAGS": FAST_COMPILE},
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    grpo = [r for r in rows if r.get("stage") == "grpo"]
+    assert [r["step"] for r in grpo] == [1, 2] and all(r["judge_http_requests"] > 0 for r in grpo)
+    assert sum(r.get("judge_http_failures", 0) for r in rows) == 0 and all(r["judge_failed_scores"] == 0 for r in grpo)
 
 
 def test_bad_requests_are_4xx_with_a_message_and_the_key_is_required(server):

@@ -30,14 +30,30 @@ def pinned_prompts() -> str:
     rendered = [P.single_prompt("Q?", "A.", PIN_DIMENSION, nonce=nonce, anchor_order=[2, 0, 1], reserved=["<|x|>"]),
                 P.compact_single_prompt("A.", PIN_DIMENSION, nonce=nonce),
                 P.multi_prompt("Q?", "A <|x|>.", [PIN_DIMENSION, PIN_DIMENSION], nonce=nonce, reserved=["<|x|>"])]
+    return json.dumps([{k: v for k, v in dataclasses.asdict(p).items() if k != "suffix"} for p in rendered],
+                      ensure_ascii=False, sort_keys=True)
+
+
+def pinned_shared_prompts() -> str:
+    """The shared_prefix layout's templates (response first, criterion as the suffix), rendered likewise."""
+    nonce = "0123456789abcdef"
+    rendered = [P.single_prompt("Q?", "A.", PIN_DIMENSION, nonce=nonce, anchor_order=[2, 0, 1], reserved=["<|x|>"],
+                                response_first=True),
+                P.compact_single_prompt("A.", PIN_DIMENSION, nonce=nonce, response_first=True)]
     return json.dumps([dataclasses.asdict(p) for p in rendered], ensure_ascii=False, sort_keys=True)
 
 
+# The shared_prefix layout's templates per PROMPT_VERSION (they reorder the same sentences; pinned apart, so adding
+# them changed no existing judge hash).
+PINNED_SHARED_PROMPTS = {1: "86f5210cfd7be13a418931adf5463d187f45ce99a6dbe64598eeda654d379b79"}
+
+
 def test_prompt_templates_are_pinned_to_their_version():
-    digest = hashlib.sha256(pinned_prompts().encode()).hexdigest()
-    assert PINNED_PROMPTS.get(P.PROMPT_VERSION) == digest, (
-        f"the judge prompt templates render differently ({digest}); bump prompts.PROMPT_VERSION "
-        f"(now {P.PROMPT_VERSION}) and pin the new hash in PINNED_PROMPTS")
+    for render, pins in ((pinned_prompts, PINNED_PROMPTS), (pinned_shared_prompts, PINNED_SHARED_PROMPTS)):
+        digest = hashlib.sha256(render().encode()).hexdigest()
+        assert pins.get(P.PROMPT_VERSION) == digest, (
+            f"the judge prompt templates render differently ({render.__name__}: {digest}); bump "
+            f"prompts.PROMPT_VERSION (now {P.PROMPT_VERSION}) and pin the new hashes")
 
 
 def test_defaults_are_the_config_blocks():
@@ -93,10 +109,22 @@ def test_hash_covers_verdict_fields_only():
                dataclasses.replace(base, sampler="greedy"), dataclasses.replace(base, shuffle_anchors=False),
                dataclasses.replace(base, max_retries=0), dataclasses.replace(base, ensemble="agreement"),
                dataclasses.replace(base, param_dtype="bfloat16"), dataclasses.replace(base, compute_dtype="float32"),
-               dataclasses.replace(base, checkpoints=(TINY_JUDGES[1],)), JudgeSpec()]
+               dataclasses.replace(base, checkpoints=(TINY_JUDGES[1],)), JudgeSpec(),
+               dataclasses.replace(base, layout="shared_prefix")]
     hashes = [judge_hash(s) for s in changed]
     assert judge_hash(base) not in hashes and len(set(hashes)) == len(hashes)
     assert set(verdict_fields(base)) >= {"mode", "prompt_version", "max_new_tokens"}
+
+
+def test_layout_is_hashed_off_its_default_only_and_needs_per_dimension():
+    """The default layout leaves verdict_fields (and so every judge hash made before the field existed) as they
+    were; shared_prefix enters it, and all_criteria has no per-dimension prompts to share a prefix."""
+    assert "layout" not in verdict_fields(JudgeSpec())
+    assert verdict_fields(JudgeSpec(layout="shared_prefix"))["layout"] == "shared_prefix"
+    with pytest.raises(ValueError, match=r"--judge.layout='shared_prefix': shares a response's prefix .*per_dimension"):
+        JudgeSpec.from_config(dict(judge_block().to_dict(), mode="all_criteria", layout="shared_prefix"), "--judge")
+    with pytest.raises(ValueError, match=r"judge.layout='last': expected one of \('criteria_first', 'shared_prefix'\)"):
+        JudgeSpec(layout="last")
 
 
 def test_hash_follows_the_prompt_version(monkeypatch):

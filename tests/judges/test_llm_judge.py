@@ -58,7 +58,10 @@ class StubGenerate:
     def __init__(self, tokenizer, reply):
         self.tokenizer, self.reply, self.calls = tokenizer, reply, []
 
-    def __call__(self, weights, prompt_ids, *, key, n, max_new_tokens, sampler, stop_tokens, pad_id, layout=None):
+    def __call__(self, weights, prompt_ids, *, key, n, max_new_tokens, sampler, stop_tokens, pad_id, layout=None,
+                 suffix_ids=None):
+        if suffix_ids is not None:  # row b reads prompt b // n + suffix b, once
+            prompt_ids, n = [list(prompt_ids[b // n]) + list(s) for b, s in enumerate(suffix_ids)], 1
         prompts = [self.tokenizer.decode(ids) for ids in prompt_ids]
         self.calls.append({"batch": len(prompt_ids), "n": n, "key": np.asarray(jax.random.key_data(key)), "prompts": prompts})
         rows, reasons = [], []
@@ -448,3 +451,86 @@ def test_a_block_of_rows_is_judged_as_in_one_call_of_all_rows(tok):
     assert [s.tolist() for b in blocks for s in b.scores] == [s.tolist() for s in whole.scores]
     assert sum(b.details["judge_retried"] for b in blocks) == whole.details["judge_retried"] > 0
     assert len({s.item() for s in whole.scores}) > 1  # the scores do follow the prompts
+
+
+def test_shared_prefix_verdicts_equal_the_same_prompts_one_at_a_time(tok):
+    """layout=shared_prefix through the real sampler: each row's shared part is prefilled once per (sample,
+    round) and continued by its criteria (rows with 2 and 1 LLM dimensions: filler suffixes), and every answer
+    (a random greedy judge's tokens, retry rounds included) and score equals generating each prompt's ids alone."""
+    from rubric_jax import sampling
+
+    answers: dict[str, dict] = {"cached": {}, "alone": {}}
+
+    def record(where, prompts, result):
+        for b, ids in enumerate(prompts):
+            answers[where][tuple(ids)] = result.tokens[b, :result.lengths[b]].tolist()
+
+    calls = []
+
+    def cached(weights, prefixes, *, n, suffix_ids, **kwargs):
+        calls.append((len(prefixes), n))
+        result = sampling.generate(weights, prefixes, n=n, suffix_ids=suffix_ids, **kwargs)
+        record("cached", [list(prefixes[b // n]) + list(s) for b, s in enumerate(suffix_ids)], result)
+        return result
+
+    def alone(weights, prefixes, *, n, suffix_ids, **kwargs):
+        prompts = [list(prefixes[b // n]) + list(s) for b, s in enumerate(suffix_ids)]
+        results = [sampling.generate(weights, [ids], n=1, **kwargs) for ids in prompts]
+        width = max(r.tokens.shape[1] for r in results)
+        merged = FakeResult(np.concatenate([np.pad(r.tokens, ((0, 0), (0, width - r.tokens.shape[1])),
+                                                   constant_values=tok.pad_token_id) for r in results]),
+                            None, np.concatenate([r.lengths for r in results]),
+                            [str(f) for r in results for f in r.finish_reason])
+        record("alone", prompts, merged)
+        return merged
+
+    spec = JudgeSpec(samples=2, max_retries=1, layout="shared_prefix", sampler="greedy")
+    outs = {}
+    for name, fn in (("cached", cached), ("alone", alone)):
+        judge = lj.Judge(name, random_model(tok, seed=2), tok, fn, sampler="greedy", max_new_tokens=6)
+        outs[name] = lj.judge_rows([judge], spec, ["q1", "q2", "q3"], ["a 1", "b 2", "c 3"],
+                                   [[ACC, SAFE], [ACC], [SAFE, ACC]], jax.random.key(0))
+    assert calls[0] == (3 * 2, 2)  # 3 rows x 2 samples prefilled once each, 2 criteria per shared part
+    real = {ids: tokens for ids, tokens in answers["alone"].items()}
+    assert real and all(answers["cached"][ids] == tokens for ids, tokens in real.items())
+    assert len({tokens[0] for tokens in real.values() if tokens}) > 1  # the answers read their prompts
+    for a, b in zip(outs["cached"].scores, outs["alone"].scores):
+        np.testing.assert_array_equal(a, b)
+    assert outs["cached"].causes == outs["alone"].causes
+
+
+@pytest.mark.parametrize("prompt", ["full", "compact"])
+def test_shared_prefix_prompts_share_the_response_part_and_differ_in_the_criterion(tok, prompt):
+    """A row's prompts of one sample share the nonce-fenced response part token for token (the criterion comes
+    last); another sample draws another nonce; each prompt's ids are what `encode_prompts` split."""
+    def reply(text, call):  # accuracy: the response's digit; safety: 1 when the digit is odd
+        digit = int(re.search(r"\d", fenced(text, "response")).group(0))
+        return f"SCORE: {digit % 2 if criteria_ids(text) == ['safety'] else digit}"
+
+    judge, stub = make_judge(tok, reply)
+    out = lj.judge_rows([judge], JudgeSpec(samples=2, layout="shared_prefix", prompt=prompt), ["q"] * 2,
+                        ["worth 4", "worth 3"],
+                        [[ACC, SAFE]] * 2, jax.random.key(0))
+    np.testing.assert_array_equal(np.stack(out.scores), [[4.0, 0.0], [3.0, 1.0]])  # each answer to its criterion
+    call = stub.calls[0]
+    assert call["batch"] == 2 * 2 * 2 and len(set(call["prompts"])) == 8
+    first = [p for p in call["prompts"] if fenced(p, "response") == "worth 4"]
+    nonces = [re.search(r"<response-([0-9a-f]+)>", p).group(1) for p in first]
+    assert len(first) == 4 and len(set(nonces)) == 2  # one nonce per sample, shared by the row's 2 criteria
+    for p in first:
+        assert p.index("</response-") < p.index("Criterion `") and len(criteria_ids(p)) == 1
+
+
+def test_shared_prefix_calls_are_agreed_across_processes(tok, monkeypatch):
+    """Multi-process: another process (stood in for by `max_over_processes`) has 5 shared parts with up to 3
+    criteria each in the call; this one, with 2 rows of 1 criterion, makes the same call shape (5 prompts x 3
+    suffixes, fillers read by no one) and keeps its own verdicts."""
+    def agreed(*values):
+        return (max(values[0], 5), max(values[1], 3)) if len(values) == 2 else values
+
+    monkeypatch.setattr(lj.distributed, "max_over_processes", agreed)
+    judge, stub = make_judge(tok, lambda text, call: digit_reply(text, call) if "<response-" in text else "")
+    out = lj.judge_rows([judge], JudgeSpec(samples=1, layout="shared_prefix"), ["q"] * 2, ["worth 4", "worth 2"],
+                        [[ACC], [ACC]], jax.random.key(0))
+    assert [c["batch"] for c in stub.calls] == [5 * 3]
+    assert [s.tolist() for s in out.scores] == [[4.0], [2.0]] and out.details["judge_prompts"] == 2

@@ -143,16 +143,39 @@ def test_a_corrupt_store_is_one_line_naming_the_file(tmp_path, content):
 
 # ------------------------------------------------------------------------------------------ gates first
 
-def test_gates_first_keeps_every_reward_and_sends_fewer_prompts(tok):
+def test_the_shared_prefix_layout_resumes_from_its_own_store_records(tok, tmp_path):
+    """layout=shared_prefix: a re-run reads every answer (retry rounds included) and generates nothing; its
+    records are its own: the criteria_first layout's answers in the same file (under the judge hash of each
+    spec) are never read for it, and its prompts' ids differ anyway."""
+    from rubric_jax.judges.spec import judge_hash
+
+    shared, first_layout = JudgeSpec(samples=2, layout="shared_prefix"), JudgeSpec(samples=2)
+    assert judge_hash(shared) != judge_hash(first_layout)
+    path = tmp_path / "v.db"
+    judge_with(tok, VerdictStore(path, judge_hash(first_layout)))
+    store = VerdictStore(path, judge_hash(shared))
+    first, stub = judge_with(tok, store, layout="shared_prefix")
+    assert first.details["judge_store_hits"] == 0 and first.details["judge_retried"] > 0
+    assert store.count() == first.details["judge_prompts"] == len(sent_prompts(stub))
+    again, stub = judge_with(tok, store, layout="shared_prefix")
+    assert stub.calls == [] and again.details["judge_store_hits"] == first.details["judge_prompts"]
+    assert [s.tolist() for s in again.scores] == [s.tolist() for s in first.scores] and again.causes == first.causes
+    one = VerdictStore(path, "one-hash-for-both")
+    judge_with(tok, one, layout="shared_prefix")
+    assert judge_with(tok, one)[0].details["judge_store_hits"] == 0  # even under one hash: other prompt ids
+
+
+@pytest.mark.parametrize("layout", ["criteria_first", "shared_prefix"])
+def test_gates_first_keeps_every_reward_and_sends_fewer_prompts(tok, layout):
     """The safety gate (a rule) fails on rows 1 and 3: gates first does not judge their accuracy, their
-    reward (0) and ok flag are unchanged, and the prompts saved are counted."""
+    reward (0) and ok flag are unchanged, and the prompts saved are counted (in either layout)."""
     gated_rubric = rubric([FORMAT, LENGTH, SAFETY, ACCURACY])
     responses = ["Worth 4: consult a doctor.", "Worth 2.", "<think>t</think><answer>3 consult a doctor</answer>",
                  "5 words and no note"]
     outs = {}
     for gates_first in (False, True):
         judge, stub = make_judge(tok, digit_reply)
-        reward = RubricReward([gated_rubric], [judge], JudgeSpec(samples=3), gates_first=gates_first)
+        reward = RubricReward([gated_rubric], [judge], JudgeSpec(samples=3, layout=layout), gates_first=gates_first)
         outs[gates_first] = reward(["q"] * 4, responses, [gated_rubric] * 4, key=jax.random.key(0))
         assert len(sent_prompts(stub)) == (4 if not gates_first else 2) * 3
     off, on = outs[False], outs[True]

@@ -198,18 +198,18 @@ def _bad_inputs(tmp_path: Path) -> dict[str, Path]:
     ({"inputs": ("questions:/nonexistent/q.jsonl",)}, "/nonexistent/q.jsonl does not exist"),
     ({"inputs": (f"foobench:{QUESTIONS}",)}, "unknown input kind 'foobench'"),
     ({"inputs": (f"hellobench:{QUESTIONS}",)}, "expected a directory"),
-    ({"difficulty_ratio": "3:5"}, "--difficulty_ratio: expected easy:medium:hard as three non-negative numbers"),
-    ({"difficulty_ratio": "1e308:1e308:1e308"}, "--difficulty_ratio: expected easy:medium:hard as three non-negative "
+    ({"difficulty_ratio": "3:5"}, "--config.difficulty_ratio: expected easy:medium:hard as three non-negative numbers"),
+    ({"difficulty_ratio": "1e308:1e308:1e308"}, "--config.difficulty_ratio: expected easy:medium:hard as three non-negative "
                                                 "numbers (not all zero, with a finite sum), e.g. 3:5:2; got "
                                                 "'1e308:1e308:1e308'"),  # was "cannot convert float NaN to integer"
-    ({"seed": -1}, "--seed=-1: expected a non-negative integer"),
+    ({"seed": -1}, "--config.seed=-1: expected a non-negative integer"),
     ({"name": "Bad-Name"}, "--name=Bad-Name: expected lower-case"),
     ({"out": QUESTIONS.parents[1], "name": "prepare"}, "would overlap the input"),
     ({"inputs": ("questions:{malformed}",)}, "bad.jsonl:2: not valid JSON"),
     ({"inputs": ("questions:{unlabelled}",)}, "1 training rows have no difficulty in ['easy', 'medium', 'hard']"),
     ({"inputs": (f"questions:{QUESTIONS}", f"questions:{QUESTIONS}")}, "duplicate id 'cs-en-01'"),
-    ({"train_size": 22}, "--train_size=22: at 3:5:2 the training pool"),  # 6 easy rows: 21 at most
-    ({"dedup_threshold": 0.0}, "--dedup_threshold=0.0"),
+    ({"train_size": 22}, "--config.train_size=22: at 3:5:2 the training pool"),  # 6 easy rows: 21 at most
+    ({"dedup_threshold": 0.0}, "--config.dedup.threshold=0.0"),
     ({"golden_size": 20, "eval_size": 6}, "leave no training rows: 26 questions are left after dedup"),
 ])
 def test_bad_input_is_one_clear_error_and_writes_nothing(tmp_path, changes, message):
@@ -227,7 +227,7 @@ def test_bad_input_is_one_clear_error_and_writes_nothing(tmp_path, changes, mess
 def test_an_existing_dataset_needs_overwrite_and_a_failed_write_leaves_it(prepared, tmp_path, monkeypatch):
     config = _config(tmp_path)
     prepare(config, log=_quiet)
-    with pytest.raises(PrepareError, match="already exists; pass --overwrite"):
+    with pytest.raises(PrepareError, match="already exists; pass --config.overwrite"):
         prepare(config, log=_quiet)
 
     def broken(*args, **kwargs):
@@ -347,7 +347,11 @@ def _cli(*args: str) -> subprocess.Popen:
 def test_cli_bad_input_exits_2_with_one_line(tmp_path):
     bad = _write_jsonl(tmp_path / "bad.jsonl", ['{"id": "b",\n'])
     cases = {
-        "ratio": ([f"--input=questions:{QUESTIONS}", "--difficulty_ratio=3:x:2"], "--difficulty_ratio: expected"),
+        "ratio": ([f"--input=questions:{QUESTIONS}", "--config.difficulty_ratio=3:x:2"],
+                  "--config.difficulty_ratio: expected"),
+        "unknown_key": ([f"--input=questions:{QUESTIONS}", "--config.dedup.treshold=0.5"],
+                        "unknown config key 'treshold'"),
+        "not_a_number": ([f"--input=questions:{QUESTIONS}", "--config.eval_size=many"], "--config.eval_size"),
         "line": ([f"--input=questions:{bad}"], f"{bad}:1: not valid JSON"),
         "kind": ([f"--input=foobench:{QUESTIONS}"], "unknown input kind 'foobench'"),
         "missing": (["--input=longbench_write:/nonexistent.jsonl"], "/nonexistent.jsonl does not exist"),
@@ -365,7 +369,7 @@ def test_readme_commands_prepare_a_dataset_that_experiments_run_trains_from(tmp_
     # README, "Preparing question data": the tiny default's questions as a tfds dataset, then a (short) run.
     out = tmp_path / "data"
     proc = _cli("--input=questions:rubric_jax/assets/tiny/questions_train.jsonl", f"--out={out}",
-                "--name=tiny_questions", "--eval_size=16", "--golden_size=16")
+                "--name=tiny_questions", "--config.eval_size=16", "--config.golden_size=16")
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr[-2000:]
     assert f"wrote {out / 'tiny_questions'}" in stdout
@@ -402,7 +406,7 @@ def test_readme_benchmark_command_converts_every_shared_benchmark(tmp_path):
               f"longbench_write:{shared}/longbench_write/longbench_write.jsonl": 120}
     out = tmp_path / "data"
     proc = _cli(*(f"--input={spec}" for spec in inputs), f"--out={out}", "--name=benchmarks",
-                "--difficulty_ratio=none", "--eval_size=64", "--golden_size=100")
+                "--config.difficulty_ratio=none", "--config.eval_size=64", "--config.golden_size=100")
     stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 0, stderr[-2000:]
     report = json.loads((out / "benchmarks" / "report.json").read_text(encoding="utf-8"))
@@ -470,7 +474,7 @@ def test_a_kill_between_the_overwrite_renames_is_restored_by_the_next_run(prepar
     left = sorted(p.name.split("-")[0] for p in config.out.iterdir())
     assert left == [".qs.old", ".qs.tmp"]  # OUT/NAME is gone: the data lies in the two leftovers
     lines = []
-    with pytest.raises(PrepareError, match="already exists; pass --overwrite"):
+    with pytest.raises(PrepareError, match="already exists; pass --config.overwrite"):
         prepare(config, log=lines.append)
     assert len(lines) == 2 and lines[0].startswith(f"restored {config.out / 'qs'} from .qs.old-")
     assert lines[1].startswith(f"removed {config.out}/.qs.tmp-")
@@ -537,7 +541,7 @@ def test_cli_full_disk_is_one_line_and_keeps_the_old_dataset(prepared, tmp_path,
     config = _config(tmp_path)
     prepare(config, log=_quiet)
     proc = subprocess.run([sys.executable, "-c", _FULL_DISK, where, f"--input=questions:{QUESTIONS}",
-                           f"--out={config.out}", "--name=qs", "--overwrite", "--eval_size=2"], cwd=ROOT,
+                           f"--out={config.out}", "--name=qs", "--config.overwrite", "--config.eval_size=2"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     (last,) = proc.stderr.strip().splitlines()
@@ -555,8 +559,8 @@ def test_one_difficulty_is_refused_with_the_reason_instead_of_keeping_1_of_8(tmp
     with pytest.raises(PrepareError) as e:
         prepare(config, log=_quiet)  # before: "splits: train 1" and no reason
     assert str(e.value) == (
-        "--difficulty_ratio=3:5:2: the training split has no easy or hard rows ({'medium': 8}), so the mix would "
-        "keep 1 of 8; label the difficulties, pass --scores=FILE, or --difficulty_ratio=none to keep every row")
+        "--config.difficulty_ratio=3:5:2: the training split has no easy or hard rows ({'medium': 8}), so the mix would "
+        "keep 1 of 8; label the difficulties, pass --scores=FILE, or --config.difficulty_ratio=none to keep every row")
     assert not config.out.exists()
     lines = []
     report = prepare(dataclasses.replace(config, difficulty_ratio="0:1:0"), log=lines.append)
@@ -613,10 +617,10 @@ def test_question_ids_are_scrubbed_and_scores_still_find_them(tmp_path):
 
 
 def test_num_perm_is_capped_before_any_work(tmp_path, monkeypatch):
-    def dedup_ran(*args, **kwargs):  # with --num_perm=1e9 it grew past 7 GB: fail fast if the cap is gone
-        raise AssertionError("dedup ran with an uncapped --num_perm")
+    def dedup_ran(*args, **kwargs):  # with --config.dedup.num_perm=1e9 it grew past 7 GB: fail fast if the cap is gone
+        raise AssertionError("dedup ran with an uncapped --config.dedup.num_perm")
 
     monkeypatch.setattr(pipeline.dedup, "MinHasher", dedup_ran)
-    with pytest.raises(PrepareError, match=r"^--num_perm=1000000000: at most 1024 \(MinHash signatures"):
+    with pytest.raises(PrepareError, match=r"^--config.dedup.num_perm=1000000000: at most 1024 \(MinHash signatures"):
         prepare(_config(tmp_path, num_perm=1_000_000_000), log=_quiet)
     assert not (tmp_path / "out").exists()

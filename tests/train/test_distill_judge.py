@@ -20,6 +20,7 @@ from rubric_jax.judges.llm_judge import load_judge
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.train import distill_judge
 from tests import manual
+from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 README = manual.text()  # README.md and docs/*.md
@@ -28,12 +29,12 @@ HELDOUT_PER_DIMENSION = 24
 SPEARMAN_FLOOR = 0.6
 
 
-_SHORT = ["--steps=2", "--batch_size=4", "--warmup_steps=1"]  # a few seconds of training
+_SHORT = ["--config.train.steps=2", "--config.train.batch_size=4", "--config.train.warmup_steps=1"]  # a few seconds
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "experiments.distill_judge", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=600, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                          text=True, timeout=600, env=command_env())
 
 
 def readme_command() -> list[str]:
@@ -84,8 +85,7 @@ def test_the_readme_command_writes_a_loadable_judge_and_its_report(tmp_path):
     out = tmp_path / "judge"
     args = [a if not a.startswith("--out=") else f"--out={out}" for a in readme_command()]
     # The README's command, shrunk: 2 updates, and a sliver of held-out questions.
-    proc = run(*args, "--steps=2", "--batch_size=4", "--warmup_steps=1", "--heldout=0.03",
-               "--student_max_new_tokens=8")
+    proc = run(*args, *_SHORT, "--config.heldout=0.03", "--config.measure.max_new_tokens=8")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     report = json.loads((out / "report.json").read_text())
@@ -98,23 +98,29 @@ def test_the_readme_command_writes_a_loadable_judge_and_its_report(tmp_path):
     assert "| template |" in (out / "report.md").read_text()
     judge = load_judge(str(out), sampler="greedy", max_new_tokens=8)  # loads as training would load it
     assert judge.tokenizer.chat_template and {p.name for p in out.iterdir()} >= {"config.json", "model.safetensors"}
-    again = run(*args, "--steps=2")
+    again = run(*args, "--config.train.steps=2")
     assert again.returncode == 2 and "already exists" in again.stderr
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--dimensions=format,nope"], "no row's rubric has the dimension(s) ['nope']"),
-    (["--teacher=labels", "--labels={labels}"], "labels.jsonl:2: labels.format: 7 is outside the scale [0, 1]"),
-    (["--dimensions=format", "--student_config=nope.json"], "--student_config=nope.json"),
+    (["--config.dimensions=format,nope"], "no row's rubric has the dimension(s) ['nope']"),
+    (["--config.train.stepz=3"], "unknown config key 'stepz'"),  # the settings file is locked
+    (["--config.teacher=people"], "--config.teacher=people: expected one of ['rules', 'judge', 'labels']"),
+    (["--config.dimensions=format", "--config.measure.sampler=warm"], "--config.measure.sampler: "),
+    (["--config.teacher=labels", "--labels={labels}"], "labels.jsonl:2: labels.format: 7 is outside the scale [0, 1]"),
+    (["--config.dimensions=format", "--student_config=nope.json"], "--student_config=nope.json"),
     # Refused before training (it failed after training, losing it); a short run where it would train.
-    (["--dimensions=format", "--student_max_new_tokens=0", *_SHORT], "--student_max_new_tokens=0: expected an integer "
-     "in [1, 511] (the student's 512-token context holds the judge prompt and the verdict)"),
-    (["--dimensions=format", "--student_max_new_tokens=100000", *_SHORT], "--student_max_new_tokens=100000: expected"),
-    (["--dimensions=format", "--lr=nan"], "error: --lr must be positive, got nan"),
-    (["--dimensions=format", "--warmup_steps=5", "--steps=5"], "error: --warmup_steps (5) must be below --steps (5)"),
-    (["--dimensions=format", "--student_config={listed}"], "listed.json: expected a HF config.json object, got list"),
-    (["--dimensions=format", "--student_config={broken}"], "broken.json: Expecting value: line 1 column 1"),
-    (["--dimensions=format", "--tokenizer={tok}", "--out={tok}/inside", *_SHORT], "/tok/inside: lies inside the "
+    (["--config.dimensions=format", "--config.measure.max_new_tokens=0", *_SHORT],
+     "--config.measure.max_new_tokens=0: expected an integer in [1, 511] (the student's 512-token context holds the "
+     "judge prompt and the verdict)"),
+    (["--config.dimensions=format", "--config.measure.max_new_tokens=100000", *_SHORT],
+     "--config.measure.max_new_tokens=100000: expected"),
+    (["--config.dimensions=format", "--config.train.lr=nan"], "error: --config.train.lr must be positive, got nan"),
+    (["--config.dimensions=format", "--config.train.warmup_steps=5", "--config.train.steps=5"],
+     "error: --config.train.warmup_steps (5) must be below --config.train.steps (5)"),
+    (["--config.dimensions=format", "--student_config={listed}"], "listed.json: expected a HF config.json object, got list"),
+    (["--config.dimensions=format", "--student_config={broken}"], "broken.json: Expecting value: line 1 column 1"),
+    (["--config.dimensions=format", "--tokenizer={tok}", "--out={tok}/inside", *_SHORT], "/tok/inside: lies inside the "
      "input directory"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, extra, message):
@@ -222,9 +228,10 @@ def test_a_full_disk_after_training_is_one_line_and_leaves_nothing(tmp_path):
     out = tmp_path / "judge"
     proc = subprocess.run(
         [sys.executable, "-c", code, f"--out={out}", "--rubric=rubric_jax/assets/tiny/rubric.yaml",
-         f"--student_config={TINY_JUDGE_DIR / 'config.json'}", f"--tokenizer={TINY_JUDGE_DIR}", "--dimensions=format",
-         "--steps=2", "--batch_size=8", "--warmup_steps=1", "--heldout=0.03", "--student_max_new_tokens=8"],
-        cwd=REPO, capture_output=True, text=True, timeout=600, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+         f"--student_config={TINY_JUDGE_DIR / 'config.json'}", f"--tokenizer={TINY_JUDGE_DIR}", "--config.dimensions=format",
+         "--config.train.steps=2", "--config.train.batch_size=8", "--config.train.warmup_steps=1", "--config.heldout=0.03",
+         "--config.measure.max_new_tokens=8"],
+        cwd=REPO, capture_output=True, text=True, timeout=600, env=command_env())
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines()[-1] == (
         f"experiments.distill_judge: error: writing {out} failed (No space left on device); nothing was written")

@@ -178,7 +178,7 @@ def test_a_run_exports_its_final_policy_at_the_end(trained):
 def test_export_command_writes_the_same_directory(trained):
     """The README command: the run's latest checkpoint, restored and exported, is the at-end export."""
     out = trained / "hf"
-    proc = _run("experiments.export", f"--workdir={trained}", "--which=latest", f"--out={out}")
+    proc = _run("experiments.export", f"--workdir={trained}", "--config.which=latest", f"--out={out}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {
         "workdir": str(trained), "stage": "sft", "step": 3, "eval/reward_mean": None, "out": str(out)}
@@ -194,7 +194,7 @@ def test_export_command_refuses_inputs_and_used_directories(trained, tmp_path):
                          (trained / "export", "already exists and is not empty")):
         with pytest.raises(runs.RunError, match=message):
             runs.export_run(trained, "latest", out)
-    with pytest.raises(runs.RunError, match="--which=newest: expected one of"):
+    with pytest.raises(runs.RunError, match="--config.which=newest: expected one of"):
         runs.export_run(trained, "newest", tmp_path / "x")
     with pytest.raises(runs.RunError, match="no kept checkpoint has a logged eval/reward_mean"):
         runs.export_run(trained, "best", tmp_path / "y")

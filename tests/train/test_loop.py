@@ -28,15 +28,17 @@ from tiny_config import absolute_tiny_config
 from xla_flags import FAST_COMPILE
 
 ROOT = Path(__file__).resolve().parents[2]
+SFT_ROWS = 32  # of the tiny default's 174 SFT answers: 2 SFT steps of 16 (a whole epoch of 174 took 6 of 32, about a
+# third of a run's CPU time); SFT still runs, is checkpointed and resumed before GRPO, which is what the runs here prove.
 SHORT = [
-    "--config.sft.epochs=1", "--config.sft.batch_size=32", "--config.rl.steps=5",
+    "--config.sft.epochs=1", "--config.sft.batch_size=16", "--config.rl.steps=5",
     "--config.rl.questions_per_step=4", "--config.rl.group_size=4", "--config.rl.micro_batches=4",
     "--config.rl.max_new_tokens=32",
     "--config.eval.max_new_tokens=16",
     "--config.sft.max_response_len=128", "--config.eval.max_questions=8", "--config.eval.every_steps=2",
     "--config.checkpoint.every_steps=2", "--config.checkpoint.keep=1", "--config.log.samples_per_step=2",
     "--config.export.at_end=True", "--config.export.which=best",
-    # Trips: one SFT epoch leaves the policy unformatted, so whole groups share reward 0 (zero_std_frac > 0).
+    # Trips: two SFT steps leave the policy unformatted, so whole groups share reward 0 (zero_std_frac > 0).
     "--config.monitor.window_steps=1", "--config.monitor.max_zero_std_frac=0.0",
 ]
 MONITOR_KEYS = ("monitor/template_share", "monitor/template_share/window_mean", "monitor/length_drift",
@@ -52,9 +54,9 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _start(workdir: Path) -> subprocess.Popen:
-    return subprocess.Popen(["./launch.sh", f"--workdir={workdir}", *SHORT], cwd=ROOT, env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def _start(workdir: Path, sft: Path) -> subprocess.Popen:
+    return subprocess.Popen(["./launch.sh", f"--workdir={workdir}", *SHORT, f"--config.data.sft={sft}"], cwd=ROOT,
+                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def _finish(proc: subprocess.Popen) -> str:
@@ -81,9 +83,18 @@ def _wait_for_row(workdir: Path, stage: str, step: int, proc: subprocess.Popen) 
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> Path:
+def sft(tmp_path_factory) -> Path:
+    """The first SFT_ROWS answers of the tiny default's SFT set."""
+    path = tmp_path_factory.mktemp("sft") / "sft.jsonl"
+    lines = Path(absolute_tiny_config().data.sft).read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:SFT_ROWS]))
+    return path
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, sft) -> Path:
     workdir = tmp_path_factory.mktemp("uninterrupted")
-    _finish(_start(workdir))
+    _finish(_start(workdir, sft))
     return workdir
 
 
@@ -94,6 +105,7 @@ def test_workdir_holds_everything_a_researcher_needs(uninterrupted):
     config = json.loads((uninterrupted / "config.json").read_text())
     assert config["rl"]["steps"] == 5 and config["rl"]["group_size"] == 4
     rows = _rows(uninterrupted)
+    assert [r["step"] for r in rows if r["stage"] == "sft"] == [1, 2]  # SFT_ROWS in batches of 16
     grpo = [r for r in rows if r["stage"] == "grpo"]
     assert [r["step"] for r in grpo] == [1, 2, 3, 4, 5]
     for key in ("reward/mean", "kl", "clip_frac", "zero_std_frac", "response_len/mean", "lr", "grad_norm",
@@ -154,20 +166,20 @@ def test_the_best_evaluated_checkpoint_is_kept_reported_and_exported(uninterrupt
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=jax.tree_util.keystr(path))
 
 
-def test_sigterm_then_sigkill_then_resume_matches_uninterrupted(uninterrupted, tmp_path):
-    proc = _start(tmp_path)
+def test_sigterm_then_sigkill_then_resume_matches_uninterrupted(uninterrupted, sft, tmp_path):
+    proc = _start(tmp_path, sft)
     _wait_for_row(tmp_path, "grpo", 1, proc)
     proc.send_signal(signal.SIGTERM)
     out = _finish(proc)  # a clean exit after saving
     assert "SIGTERM" in out
     assert any((tmp_path / "checkpoints" / "grpo").iterdir())
 
-    proc = _start(tmp_path)
+    proc = _start(tmp_path, sft)
     _wait_for_row(tmp_path, "grpo", 3, proc)
     proc.kill()  # SIGKILL: no chance to save; rows after the last checkpoint must be dropped on resume
     proc.wait()
 
-    _finish(_start(tmp_path))
+    _finish(_start(tmp_path, sft))
     assert _rows(tmp_path) == _rows(uninterrupted)
     assert _rows(tmp_path, "samples.jsonl") == _rows(uninterrupted, "samples.jsonl")
     assert _rows(tmp_path, "alerts.jsonl") == _rows(uninterrupted, "alerts.jsonl")

@@ -1,0 +1,121 @@
+"""One config surface (issue 22 §3): every command's flags are its inputs and outputs; its settings come from a
+config file (--config, default configs/commands/<command>.py, built from the blocks of configs/common.py) and the
+judge from --judge. A grep of experiments/ proves no command defines a model, mesh, sampler, judge or any other
+setting flag of its own, and every key of every command's settings has a one-line meaning."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import ml_collections
+import pytest
+
+from tests import cli_reference
+
+REPO = Path(__file__).resolve().parents[2]
+_DEFINE = re.compile(r"DEFINE_\w+\(\s*(?:name\s*=\s*)?[\"']([^\"']+)[\"']")
+
+# The flags a command may define besides --config (its settings) and --judge (the judge): the files and directories
+# it reads and writes (and generate's prompt, its input), plus the few modes that are no setting of the work:
+# run's dry run (it compiles for a machine instead of running; the machine is not the experiment's) and sweep's
+# print-only and summary-only modes. plots takes run directories and an output directory, nothing else.
+INPUTS_AND_OUTPUTS = {
+    "build_rubrics": {"questions", "corpus", "out"},
+    "calibrate": {"rubric", "labels", "out", "correction", "correction_out", "compare"},
+    "distill_judge": {"out", "rubric", "labels", "responses", "student_config", "tokenizer", "student_checkpoint"},
+    "evaluate": {"data_dir", "data_file", "out", "judgements", "checkpoint", "workdir", "rubric"},
+    "export": {"workdir", "out"},
+    "generate": {"checkpoint", "prompt"},
+    "plots": {"workdir", "out"},
+    "prepare_data": {"input", "out", "name", "scores", "semantic_model", "semantic_tokenizer"},
+    "run": {"workdir", "dry_run", "dry_run_target", "dry_run_devices", "dry_run_programs"},
+    "sample_for_labels": {"workdir", "out"},
+    "score": {"rubric", "responses", "out"},
+    "serve": {"checkpoint"},
+    "sweep": {"workdir", "print_commands", "summary_only"},
+}
+WITHOUT_CONFIG = {"plots"}  # paths only: nothing to set
+
+
+def defined_flags(source: str) -> set[str]:
+    """The flags a command's source defines: each DEFINE_*("name", ...), --config through cli.define_config, and
+    --judge through experiments.judge_config."""
+    names = set(_DEFINE.findall(source))
+    if "cli.define_config(" in source:
+        names.add("config")
+    if re.search(r"^from experiments import .*\bjudge_config\b", source, re.M):
+        names.add("judge")
+    return names
+
+
+def test_no_command_defines_a_setting_flag_of_its_own():
+    commands = cli_reference.command_names()
+    assert sorted(commands) == sorted(INPUTS_AND_OUTPUTS), "a new command needs its line in INPUTS_AND_OUTPUTS"
+    for name in commands:
+        found = defined_flags((REPO / "experiments" / f"{name}.py").read_text(encoding="utf-8"))
+        assert found - {"config", "judge"} == INPUTS_AND_OUTPUTS[name], name
+        assert ("config" in found) == (name not in WITHOUT_CONFIG), name
+
+
+def test_the_grep_sees_every_way_a_flag_is_defined():
+    """The pattern above sees the forms flags are defined with, so the test above cannot pass vacuously: a model,
+    mesh or sampler flag added to a command is found."""
+    source = ('_CONFIG = cli.define_config("generate")\nX = flags.DEFINE_integer("tensor", 1, "")\n'
+              'Y = flags.DEFINE_string(\n    name="sampler", default="greedy", help="")\n'
+              "from experiments import cli, judge_config\n")
+    assert defined_flags(source) == {"config", "tensor", "sampler", "judge"}
+
+
+@pytest.mark.parametrize("name", sorted(set(INPUTS_AND_OUTPUTS) - WITHOUT_CONFIG - {"run", "sweep", "build_rubrics"}))
+def test_each_command_has_a_locked_settings_file_whose_every_key_has_a_meaning(name):
+    """configs/commands/<name>.py builds, every key has a comment (in the file or in the common.py block that made
+    it: tests/cli_reference.py puts it in docs/cli.md), and ml_collections' lock refuses a key it does not have."""
+    config = importlib.import_module(f"configs.commands.{name}").get_config()
+    rows = cli_reference.settings(name)
+    assert rows and [key for key, _, meaning in rows if not meaning] == []
+    locked = ml_collections.ConfigDict(config)
+    locked.lock()
+    with pytest.raises(AttributeError):
+        locked.no_such_key = 1
+
+
+def test_the_meaning_lookup_follows_a_block_to_the_function_that_built_it(tmp_path):
+    """A key set in get_config takes its own comment; a key of a block takes the block function's comment, or
+    the comment lines above its assignment; a key without one has none (and the test above fails)."""
+    path = tmp_path / "c.py"
+    path.write_text("def blk():\n    b = {}\n    # Above,\n    # two lines.\n    b.x = 1\n    b.y = 2  # Why y.\n"
+                    "    b.z = 3\n    return b\n\n\ndef get_config():\n    c = {}\n    c.a = blk()  # ignored\n"
+                    "    c.a.y = 5  # Overridden here.\n    c.s = 'v'  # Own.\n    return c\n")
+    found = cli_reference.blocks(path)
+    assert [cli_reference.meaning(k, "get_config", found) for k in ("a.x", "a.y", "a.z", "s", "t")] == [
+        "Above, two lines.", "Overridden here.", "", "Own.", ""]
+
+
+@pytest.mark.parametrize("command, setting, message", [
+    ("score", "--config.batch_size=0", "--config.batch_size must be >= 1, got 0"),
+    ("score", "--config.batchsize=2", "unknown config key 'batchsize'"),
+    ("score", "--config=configs/tiny.py", "--config=configs/tiny.py: not a settings file of experiments.score (its "
+     "keys are those of configs/commands/score.py); missing ['batch_size'], unknown ["),
+    ("sample_for_labels", "--config.n=0", "--config.n=0: expected a positive number of responses to label"),
+    ("export", "--config.which=newest", "--config.which=newest: expected one of"),
+    ("calibrate", "--config.bootstrap=0", "--config.bootstrap: expected an integer >= 1, got 0"),
+])
+def test_a_bad_setting_is_one_line_naming_its_key(tmp_path, command, setting, message):
+    """Before any work: the settings are checked first (with stand-in paths that exist where a command checks
+    them only later)."""
+    paths = {"score": ["--rubric=tests/fixtures/calibration/rubric.yaml",
+                       "--responses=tests/fixtures/calibration/labels.jsonl", f"--out={tmp_path / 'o.jsonl'}"],
+             "sample_for_labels": [f"--workdir={tmp_path}", f"--out={tmp_path / 'l.jsonl'}"],
+             "export": [f"--workdir={tmp_path}", f"--out={tmp_path / 'hf'}"],
+             "calibrate": ["--rubric=tests/fixtures/calibration/rubric.yaml",
+                           "--labels=tests/fixtures/calibration/labels.jsonl", f"--out={tmp_path / 'cal'}"]}[command]
+    proc = subprocess.run([sys.executable, "-m", f"experiments.{command}", *paths, setting], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert last.startswith(f"experiments.{command}: error: ") and message in last, last
