@@ -4,12 +4,12 @@ the settings' checks, and one GRPO iteration of the tiny default that runs its e
 import re
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from configs import tiny
 from rubric_jax.train import dynamic, settings
+from first_grpo_step import first_grpo_step
 from tiny_config import absolute_tiny_config
 
 
@@ -48,8 +48,6 @@ def test_a_grpo_iteration_samples_extra_rounds_and_keeps_the_batch_shape(tmp_pat
         config.rl.dynamic_sampling, config.rl.dynamic_sampling_min_spread, config.rl.dynamic_sampling_max_rounds = (
             True, 1.0, 2)
     run_ = loop.build(config, tmp_path / "run")
-    programs = run_.programs.grpo
-    state = run_.programs.start_state(run_.programs.grpo_state, run_.initial_params())
     extra = iter([run_.train_questions[2:4], run_.train_questions[4:6]])
     drawn = []
 
@@ -57,12 +55,10 @@ def test_a_grpo_iteration_samples_extra_rounds_and_keeps_the_batch_shape(tmp_pat
         drawn.append(next(extra))
         return drawn[-1]
 
-    reference = jax.tree.map(jnp.copy, state.params)
-    _, out = grpo_stage.grpo_iteration(run_, programs, state, reference, run_.train_questions[:2], jax.random.key(0),
-                                       draw)
+    _, out = first_grpo_step(run_, run_.train_questions[:2], jax.random.key(0), draw)
     row = grpo_stage.grpo_row(out)
     assert len(drawn) == 2 and row["dynamic/rounds"] == 3.0
     assert row["dynamic/kept_groups"] == 0.0 and row["dynamic/dropped_groups"] == 6.0
     assert np.isfinite(row["loss"]) and row["skipped"] == 0.0
     with pytest.raises(ValueError, match="needs `draw`"):
-        grpo_stage.grpo_iteration(run_, programs, state, reference, run_.train_questions[:2], jax.random.key(0))
+        first_grpo_step(run_, run_.train_questions[:2], jax.random.key(0))

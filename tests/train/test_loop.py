@@ -24,6 +24,7 @@ from rubric_jax.train.grpo_stage import NanStreak
 from rubric_jax.train.runner import TrainingError
 from rubric_jax.train.settings import grpo_config
 from test_workdir import tensorboard_scalars
+from first_grpo_step import first_grpo_step
 from tiny_config import absolute_tiny_config
 from xla_flags import FAST_COMPILE
 
@@ -289,7 +290,6 @@ def test_a_grpo_step_with_an_llm_judged_dimension_goes_through_the_judge(tmp_pat
     """Judge prompts of a step go through the sampler in one batched call per round; a random judge's
     unparseable verdicts become counted missing scores, never a number, and training goes on."""
     import jax
-    import jax.numpy as jnp
     from flax import nnx
 
     from rubric_jax.models.checkpoint import export_hf_checkpoint
@@ -322,11 +322,8 @@ def test_a_grpo_step_with_an_llm_judged_dimension_goes_through_the_judge(tmp_pat
         config.rl.recompute_old_logprobs = True
     run_ = loop.build(config, tmp_path / "run")
     assert len(run_.reward.judges) == 2
-    programs = run_.programs.grpo
-    state = run_.programs.start_state(run_.programs.grpo_state, run_.initial_params())
     questions = run_.train_questions[:2]
-    reference = jax.tree.map(jnp.copy, state.params)  # the update donates the state's buffers
-    _, out = grpo_stage.grpo_iteration(run_, programs, state, reference, questions, jax.random.key(0))
+    _, out = first_grpo_step(run_, questions, jax.random.key(0))
     row, samples = grpo_stage.grpo_row(out), out.samples
     assert row["logprob_gap/mean"] < 1e-4  # recomputed behaviour log-probs vs the sampler's
     assert row["judge_generate_calls"] == 2 * 2  # two judges x (first round + one retry round)
@@ -358,10 +355,7 @@ def test_a_grpo_step_with_every_recipe_option_on_reads_them_all(tmp_path):
         config.rl.importance_level, config.rl.clip_ratio_c, config.rl.kl_cap = "sequence", 3.0, 10.0
         config.rl.behaviour_correction_cap, config.rl.recompute_old_logprobs = 2.0, True
     run_ = loop.build(config, tmp_path / "run")
-    programs = run_.programs.grpo
-    state = run_.programs.start_state(run_.programs.grpo_state, run_.initial_params())
-    reference = jax.tree.map(jnp.copy, state.params)
-    _, out = grpo_stage.grpo_iteration(run_, programs, state, reference, run_.train_questions[:2], jax.random.key(0))
+    _, out = first_grpo_step(run_, run_.train_questions[:2], jax.random.key(0))
     row = grpo_stage.grpo_row(out)
     rubric_dims = {d.id for q in run_.train_questions[:2] for d in run_.rubric_of[q.id].dimensions if not d.gate}
     assert {f"advantage/{d}" for d in rubric_dims} | {"advantage/overlong"} <= set(row)
@@ -388,12 +382,10 @@ def test_a_grpo_step_moves_only_the_judged_text_and_the_metrics_to_the_host(tmp_
     with config.unlocked():
         config.rl.questions_per_step, config.rl.group_size, config.rl.max_new_tokens, config.rl.micro_batches = 2, 4, 8, 1
     run_ = loop.build(config, tmp_path / "run")
-    programs = run_.programs.grpo
-    state = run_.programs.start_state(run_.programs.grpo_state, run_.initial_params())
-    reference = jax.tree.map(jnp.copy, state.params)
     questions = run_.train_questions[:2]
-    state, out = grpo_stage.grpo_iteration(run_, programs, state, reference, questions, jax.random.key(0))
+    state, out = first_grpo_step(run_, questions, jax.random.key(0))
     grpo_stage.grpo_row(out)  # compiled and warm
+    reference = jax.tree.map(jnp.copy, state.params)  # a second step's KL reference (the first's was donated)
     fetched, real_value = [], array.ArrayImpl._value
 
     def counted(x):
@@ -405,7 +397,8 @@ def test_a_grpo_step_moves_only_the_judged_text_and_the_metrics_to_the_host(tmp_
     array.ArrayImpl._value = property(counted)
     try:
         with jax.transfer_guard("log_explicit"):
-            state, out = grpo_stage.grpo_iteration(run_, programs, state, reference, questions, jax.random.key(1))
+            state, out = grpo_stage.grpo_iteration(run_, run_.programs.grpo, state, reference, questions,
+                                                   jax.random.key(1))
             step_fetches = list(fetched)
             grpo_stage.grpo_row(out)
     finally:

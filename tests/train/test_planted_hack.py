@@ -8,7 +8,6 @@ import shlex
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import traverse_util
@@ -19,6 +18,7 @@ from rubric_jax.judges.llm_judge import load_judge
 from rubric_jax.judges.rules import TemplatePhrases
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.train import distill_judge, grpo_stage, loop, settings
+from first_grpo_step import first_grpo_step
 from tests import manual
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,11 +74,8 @@ def test_one_grpo_step_scores_clarity_through_the_variants_judge(variant, tmp_pa
     config = _config(variant)
     config.reward.gates_first = False  # the random policy fails the format gate: judge every response anyway
     run_ = loop.build(config, tmp_path / "run")
-    programs = run_.programs.grpo
-    state = run_.programs.start_state(run_.programs.grpo_state, run_.initial_params())
     questions = run_.train_questions[:2]
-    reference = jax.tree.map(jnp.copy, state.params)  # the update donates the state's buffers
-    _, output = grpo_stage.grpo_iteration(run_, programs, state, reference, questions, jax.random.key(0))
+    _, output = first_grpo_step(run_, questions, jax.random.key(0))
     row, samples = grpo_stage.grpo_row(output), output.samples
     llm_dims = sum(d.kind == "llm" for q in questions for d in run_.rubric_of[q.id].dimensions)
     assert row["judge_prompts"] >= 4 * llm_dims  # every response, every LLM dimension (clarity on all of them)

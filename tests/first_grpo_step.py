@@ -1,0 +1,14 @@
+"""A run's first GRPO iteration, from a built Experiment's initial parameters with them as the KL reference: the
+tests that check what one step samples, judges and logs (judges, recipe options, dynamic sampling, transfers)."""
+
+import jax
+import jax.numpy as jnp
+
+from rubric_jax.train import grpo_stage
+
+
+def first_grpo_step(experiment, questions, key, *draw):
+    """(the state after the update, the iteration's output) of grpo_stage.grpo_iteration on `questions`."""
+    state = experiment.programs.start_state(experiment.programs.grpo_state, experiment.initial_params())
+    reference = jax.tree.map(jnp.copy, state.params)  # the update donates the state's buffers
+    return grpo_stage.grpo_iteration(experiment, experiment.programs.grpo, state, reference, questions, key, *draw)
