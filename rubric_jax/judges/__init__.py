@@ -1,12 +1,27 @@
 """Judges: rule judges, LLM judge (nonce-fenced prompts, strict parser, batched scoring) and the reward."""
 
-from rubric_jax.judges.features import FEATURES, response_features
-from rubric_jax.judges.llm_judge import Judge, JudgeOutput, combine_judges, judge_rows, load_judge
-from rubric_jax.judges.parser import Verdict, parse_single, parse_verdict
-from rubric_jax.judges.prompts import JudgePrompt, fence, multi_prompt, single_prompt
-from rubric_jax.judges.reward import RewardOutput, RubricReward
-from rubric_jax.judges.rules import Rule, RuleError, make_rule, rule_names, rule_scores
-from rubric_jax.judges.spec import JudgeSpec, judge_hash, load_judges
+import importlib
+
+# Where each public name lives. Loaded on first use (PEP 562): importing a light module of this package (spec,
+# rules, features) must not import jax, because `experiments.run --dry_run` sets JAX_PLATFORMS only after its flags
+# (and with them the judge spec) are read, and jax's GPU plugin initialises at import.
+_HOMES = {
+    "FEATURES": "features", "response_features": "features",
+    "Judge": "llm_judge", "JudgeOutput": "llm_judge", "combine_judges": "llm_judge", "judge_rows": "llm_judge",
+    "load_judge": "llm_judge",
+    "Verdict": "parser", "parse_single": "parser", "parse_verdict": "parser",
+    "JudgePrompt": "prompts", "fence": "prompts", "multi_prompt": "prompts", "single_prompt": "prompts",
+    "RewardOutput": "reward", "RubricReward": "reward",
+    "Rule": "rules", "RuleError": "rules", "make_rule": "rules", "rule_names": "rules", "rule_scores": "rules",
+    "JudgeSpec": "spec", "judge_hash": "spec", "load_judges": "spec",
+}
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+
 
 __all__ = [
     "FEATURES", "Judge", "JudgeOutput", "JudgePrompt", "JudgeSpec", "RewardOutput", "Rule", "RuleError",
