@@ -11,6 +11,7 @@ exactly what it would have.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import signal
 from collections.abc import Iterator, Sequence
@@ -61,8 +62,8 @@ class StepOutput:
     samples: Sequence[dict[str, Any]] = ()
 
 
-class Stage:
-    """What differs between SFT and GRPO (a subclass overrides `step` and whichever hooks it needs)."""
+class Stage(abc.ABC):
+    """What differs between SFT and GRPO (a subclass defines `step` and overrides whichever hooks it needs)."""
 
     name: str  # "sft" or "grpo": checkpoint directory, log rows' "stage", progress bar
     total: int  # stage steps (batches); the stage is done at this step
@@ -74,11 +75,11 @@ class Stage:
     progress_keys: tuple[str, ...] = metrics.PROGRESS_KEYS
     keep_best: bool = False  # every eval step saves, and the best-ranked checkpoint is kept past checkpoint.keep
 
+    @abc.abstractmethod
     def step(self, state: train_state.TrainState, rows: list[Any], step: int, runner: Runner
              ) -> tuple[train_state.TrainState, StepOutput]:
         """Dispatches stage step `step` on this process's `rows`; `runner.next_rows()` gives the next batch's rows
         (a GRPO step with rl.dynamic_sampling draws more; the iterator's position is checkpointed)."""
-        raise NotImplementedError
 
     def start(self, restored: checkpointing.Restored | None, state: train_state.TrainState, start: int,
               progress: metrics.Progress) -> None:
