@@ -47,7 +47,8 @@ def get_config(arg: str | None = None):
 
 
 def sweep(add, arg=None):
-    """Every option alone (the baseline included) x 3 seeds."""
+    """Every option alone (the baseline included) x 3 seeds, seed by seed: a sweep stopped part-way has every
+    option at the same number of seeds."""
     del arg
-    for (name, overrides), seed in itertools.product(OPTIONS.items(), SEEDS):
+    for seed, (name, overrides) in itertools.product(SEEDS, OPTIONS.items()):
         add(**overrides, seed=seed)
