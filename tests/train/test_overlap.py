@@ -30,12 +30,18 @@ def test_settings_are_checked_and_off_by_default():
             settings.validate(config)
 
 
-def test_a_chunk_padded_to_the_rollout_shards_is_refused(tmp_path):
+def test_a_chunk_padded_to_the_rollout_shards_and_several_processes_are_refused(tmp_path, monkeypatch):
     config = absolute_tiny_config()
     with config.unlocked():
         config.rl.rollout_chunks = 2  # 4 questions per chunk over the 8 simulated devices
     with pytest.raises(ValueError, match=re.escape("config.rl.rollout_chunks=2: a chunk of 4 questions must split "
                                                    "evenly over the rollout's 8 batch shards")):
+        loop.build(config, tmp_path / "run")
+    with config.unlocked():
+        config.rl.questions_per_step = 16
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    with pytest.raises(ValueError, match=re.escape("config.rl.rollout_chunks=2: chunked rollouts run on one process, "
+                                                   "this job has 2; set config.rl.rollout_chunks=1")):
         loop.build(config, tmp_path / "run")
 
 
