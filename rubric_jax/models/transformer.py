@@ -596,6 +596,7 @@ def _prefix_attention_fwd(scale: float, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.A
 def _prefix_attention(scale: float, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.Array, v_BxKxSxH: jax.Array,
                       mask_BxTxS: jax.Array, k_UxKxPxH: jax.Array, v_UxKxPxH: jax.Array,
                       prefix_mask_UxP: jax.Array) -> jax.Array:
+    """`_attend_with_prefix` with `scale` = 1/√H, differentiated by `_prefix_attention_bwd`."""
     return _prefix_attention_fwd(scale, q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS, k_UxKxPxH, v_UxKxPxH,
                                  prefix_mask_UxP)[0]
 
