@@ -1,9 +1,9 @@
 """Many runs of one command (`python -m MODULE ARGS`) from one process that imports MODULE once and forks a child
 per run: a bad-input case then costs the command's own work (milliseconds) instead of the 2-4 CPU-seconds of imports
-(jax, orbax, ...) that a fresh interpreter pays before it can reject a flag. The child runs what `python -m MODULE`
-runs after its imports (the module's own `if __name__ == "__main__":` block, i.e. absl's app.run of its main), with
-sys.argv as `python -m` sets it, stdin from /dev/null and its own stdout, stderr and exit status; an uncaught
-exception prints its traceback and exits 1, as the interpreter does.
+(jax, orbax, ...) that a fresh interpreter pays before it can reject a flag. The child runs MODULE afresh as
+`__main__` (runpy, as `python -m` does; only the libraries it imports were imported before the fork), with sys.argv as
+`python -m` sets it, stdin from /dev/null and its own stdout, stderr and exit status; an uncaught exception prints its
+traceback and exits 1, as the interpreter does.
 
     server = CommandServer("experiments.evaluate", env=command_env())
     result = server.run("--config.benchmark=mmlu")  # a subprocess.CompletedProcess
@@ -20,6 +20,7 @@ import importlib
 import json
 import os
 import runpy
+import signal
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,7 @@ import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 300  # per run, as the subprocess.run calls these runs replaced
 
 
 class CommandServer:
@@ -75,6 +77,7 @@ def _child(module_name: str, args: list[str], stdout: int, stderr: int) -> None:
         null = os.open(os.devnull, os.O_RDONLY)
         for fd, target in ((null, 0), (stdout, 1), (stderr, 2)):
             os.dup2(fd, target)
+        signal.alarm(TIMEOUT_S)  # a hung case ends (killed by SIGALRM: status -14) instead of hanging the suite
         sys.argv = [str(REPO / (module_name.replace(".", "/") + ".py")), *args]
         runpy.run_module(module_name, run_name="__main__", alter_sys=True)
         status = 0
