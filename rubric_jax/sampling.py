@@ -67,7 +67,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx, struct
 
-from rubric_jax import distributed, loader, padding, sharding
+from rubric_jax import distributed, loader, padding, row_noise, sharding
 from rubric_jax.models.transformer import (KVCache, Params, SharedPrefix, has_layer_stack, init_cache,
                                            padding_to_positions, rope_tables, stack_layers, unstack_layers)
 
@@ -162,9 +162,11 @@ def _argmax(x_BxV: jax.Array) -> jax.Array:
     return jnp.min(jnp.where(x_BxV == best_Bx1, jnp.arange(vocab, dtype=jnp.int32), vocab), axis=-1)
 
 
-def sample_tokens(logits_BxV: jax.Array, key: jax.Array, sampler: Sampler) -> jax.Array:
+def sample_tokens(logits_BxV: jax.Array, key: jax.Array, sampler: Sampler, row_offset: jax.Array | None = None
+                  ) -> jax.Array:
     """Draws one token per row from float32 logits according to `sampler` (the same draws as
-    `jax.random.categorical`: the argmax of logits plus Gumbel noise)."""
+    `jax.random.categorical`: the argmax of logits plus Gumbel noise); with `row_offset` the rows draw the noise of
+    rows row_offset.. of a larger batch (`row_noise`)."""
     if sampler.kind == "greedy":
         return _argmax(logits_BxV)
     scaled_BxV = logits_BxV / sampler.temperature
@@ -172,7 +174,9 @@ def sample_tokens(logits_BxV: jax.Array, key: jax.Array, sampler: Sampler) -> ja
         scaled_BxV = top_k_filter(scaled_BxV, sampler.top_k)
     elif sampler.kind == "nucleus":
         scaled_BxV = top_p_filter(scaled_BxV, sampler.top_p)
-    return _argmax(scaled_BxV + jax.random.gumbel(key, scaled_BxV.shape, scaled_BxV.dtype))
+    noise_BxV = (jax.random.gumbel(key, scaled_BxV.shape, scaled_BxV.dtype) if row_offset is None else
+                 row_noise.gumbel_rows(key, row_offset, scaled_BxV.shape, scaled_BxV.dtype))
+    return _argmax(scaled_BxV + noise_BxV)
 
 
 # ------------------------------------------------------------------------------------------ generate
@@ -205,11 +209,11 @@ class GenerationResult:
 
 
 def _emit(state: SamplingState, logits_BxV: jax.Array, sampler: Sampler, stop_S: jax.Array,
-          pad_id: jax.Array) -> SamplingState:
+          pad_id: jax.Array, row_offset: jax.Array | None) -> SamplingState:
     """Samples the next token of every unfinished row into slot `state.step`, with its log-prob under
     softmax(logits / T) (see the module docstring)."""
     key = jax.random.fold_in(state.key, state.step)
-    token_B = sample_tokens(logits_BxV, key, sampler)
+    token_B = sample_tokens(logits_BxV, key, sampler, row_offset)
     logp_BxV = jax.nn.log_softmax(logits_BxV / sampler.temperature, axis=-1)
     logprob_B = jnp.take_along_axis(logp_BxV, token_B[:, None], axis=-1)[:, 0]
     live_B = ~state.done_B
@@ -342,7 +346,8 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
 
     def run(params: loader.Params, prompt_UxP: jax.Array, prompt_mask_UxP: jax.Array, live_B: jax.Array,
             suffix_BxT: jax.Array | None, suffix_mask_BxT: jax.Array | None, stop_S: jax.Array, pad_id: jax.Array,
-            max_new_tokens: jax.Array, width: jax.Array, key: jax.Array) -> SamplingState:
+            max_new_tokens: jax.Array, width: jax.Array, key: jax.Array, row_offset: jax.Array | None
+            ) -> SamplingState:
         TRACES["generate"] += 1
         if has_layer_stack(params):
             model = nnx.merge(graphdef, params)
@@ -377,7 +382,7 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
             cache=cache,
             key=key,
         )
-        state = _emit(state, logits_BxV, sampler, stop_S, pad_id)
+        state = _emit(state, logits_BxV, sampler, stop_S, pad_id, row_offset)
 
         # Response slot t holds response token t (own cache slot Ts + t); a segment runs while the tokens so far
         # fit its window.
@@ -393,7 +398,7 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
                 mask_BxW = mask_BxW.at[:, :suffix_slots].set(suffix_mask_BxT)
             logits_Bx1xV, cache = model(last_B, (position_B + index)[:, None], mask_BxW[:, None], s.cache,
                                         suffix_slots + index, layers, prefix)
-            return _emit(s.replace(cache=cache), logits_Bx1xV[:, 0], sampler, stop_S, pad_id)
+            return _emit(s.replace(cache=cache), logits_Bx1xV[:, 0], sampler, stop_S, pad_id, row_offset)
 
         # A segment carries exactly its window of the response cache (a per-token slice of a larger cache would
         # make XLA copy the whole cache, twice, to update it in place).
@@ -408,10 +413,13 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
 def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.ndarray,
              prompt_mask: np.ndarray | None, *, key: jax.Array, n: int, max_new_tokens: int, sampler: str,
              stop_tokens: Sequence[int], pad_id: int, layout: sharding.Layout | None,
-             response_buckets: Sequence[int] | None = None, suffix_ids: Sequence[Sequence[int]] | None = None
-             ) -> tuple[Any, tuple, tuple, int]:
+             response_buckets: Sequence[int] | None = None, suffix_ids: Sequence[Sequence[int]] | None = None,
+             row_offset: int | None = None) -> tuple[Any, tuple, tuple, int]:
     """Checks arguments and placement; returns the jitted program, its host inputs (after the params),
     their shardings, and the row count."""
+    if row_offset is not None and (row_offset < 0 or jax.process_count() > 1):
+        raise ValueError(f"row_offset={row_offset}: must be >= 0, on one process (another process's rows would "
+                         "not be those rows of the larger call)")
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     if max_new_tokens < 1:
@@ -479,8 +487,8 @@ def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
     global_shape = (padded_prompts * jax.process_count(), prompt_slots)
     rows, rest = layout.sharding(("batch",), global_shape), sharding.replicated(layout.mesh)
     inputs = (tokens_UxP, mask_UxP, live_B, suffix_BxT, suffix_mask_BxT, stop_S, np.int32(pad_id),
-              np.int32(max_new_tokens), np.int32(width), key)
-    return run, inputs, (rows,) * ROW_INPUTS + (rest,) * 5, prompts * n
+              np.int32(max_new_tokens), np.int32(width), key, None if row_offset is None else np.int32(row_offset))
+    return run, inputs, (rows,) * ROW_INPUTS + (rest,) * 6, prompts * n
 
 
 # `_prepare`'s inputs sharded like the batch (prompts, their mask, live rows, suffixes and their mask); the rest
@@ -508,15 +516,17 @@ class Samples:
 def sample(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.ndarray, *,
            prompt_mask: np.ndarray | None = None, key: jax.Array, n: int = 1, max_new_tokens: int,
            sampler: str = "greedy", stop_tokens: Sequence[int], pad_id: int, layout: sharding.Layout | None = None,
-           response_buckets: Sequence[int] | None = None, suffix_ids: Sequence[Sequence[int]] | None = None
-           ) -> Samples:
+           response_buckets: Sequence[int] | None = None, suffix_ids: Sequence[Sequence[int]] | None = None,
+           row_offset: int | None = None) -> Samples:
     """`generate` without the fetch: the samples stay on the device (`host_result` fetches them). The response
     slots are the smallest of `response_buckets` (default: `padding.bucket_size`) holding max_new_tokens, so a
-    training batch padded to one of those buckets is a column prefix of them."""
+    training batch padded to one of those buckets is a column prefix of them. With `row_offset` (one process) row b
+    draws the sampling noise of row row_offset + b of a call with the same key (`row_noise`): prompts sampled in
+    chunks, chunk c at row offset (its first prompt) · n, draw what one call over all of them draws."""
     run, inputs, placements, rows = _prepare(weights, prompt_ids, prompt_mask, key=key, n=n,
                                              max_new_tokens=max_new_tokens, sampler=sampler, stop_tokens=stop_tokens,
                                              pad_id=pad_id, layout=layout, response_buckets=response_buckets,
-                                             suffix_ids=suffix_ids)
+                                             suffix_ids=suffix_ids, row_offset=row_offset)
     prompt_UxP, mask_UxP, *row_inputs = distributed.global_batch(inputs[:ROW_INPUTS], placements[0])
     out = run(weights.params, prompt_UxP, mask_UxP, *row_inputs,
               *distributed.replicate(inputs[ROW_INPUTS:], placements[-1]))

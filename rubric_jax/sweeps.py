@@ -30,6 +30,7 @@ import math
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import traceback
@@ -41,13 +42,15 @@ import ml_collections
 from absl import flags as absl_flags
 from ml_collections import config_flags
 
-from rubric_jax import metrics, plots
+from rubric_jax import metrics, plots, seed_groups
 from rubric_jax.files import write_atomic
 from rubric_jax.jsonl import read_jsonl
 from rubric_jax.train import settings
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
+SEED_MEAN_PLOTS = "seed_mean"  # plots/seed_mean/: one curve per group of variants that differ only in seed
+EVAL_DIMENSION = "eval/reward/"  # a dimension's held-out reward: eval/reward/<dimension>
 COMPILATION_CACHE_DIR = "jax_cache"  # shared by the variants of a sequential sweep (same programs, compiled once)
 _MAX_NAME = 120
 _EXTRA_FLAG = re.compile(r"^--config\.([A-Za-z0-9_.]+)=(.*)$", re.DOTALL)
@@ -315,22 +318,36 @@ def variant_status(variant: Variant, workdir: Path, outcomes: Mapping[str, str])
 
 
 def run_summary(run_dir: str | Path) -> dict[str, Any]:
-    """Final and best held-out reward (with steps), final KL and training reward, GRPO steps done and wall
-    time of one run, from its metrics.jsonl (None where the run has no such row yet)."""
+    """Final and best held-out reward (with steps), each dimension's held-out reward at the final eval, final KL
+    and training reward, the mean zero-std fraction, GRPO steps done, seconds per GRPO step and wall time of one
+    run, from its metrics.jsonl (None where the run has no such row yet)."""
     path = Path(run_dir) / metrics.METRICS_FILE
     rows = metrics.read_jsonl_metrics(path) if path.exists() else []
-    evals = [(r["step"], metrics.scalar_value(r.get("eval/reward_mean"))) for r in rows if r.get("stage") == "eval"]
-    evals = [(step, value) for step, value in evals if value is not None]
+    eval_rows = [r for r in rows if r.get("stage") == "eval" and metrics.scalar_value(r.get("eval/reward_mean")) is not None]
+    evals = [(r["step"], metrics.scalar_value(r["eval/reward_mean"])) for r in eval_rows]
     best = metrics.best_eval(evals) or (None, None)  # the checkpoint `--config.which=best` picks
     grpo = [r for r in rows if r.get("stage") == "grpo"]
+    zero_std = [v for v in (metrics.scalar_value(r.get("zero_std_frac")) for r in grpo) if v is not None]
     return {
         "final_eval_reward": evals[-1][1] if evals else None, "final_eval_step": evals[-1][0] if evals else None,
+        "final_eval_dimensions": {k.removeprefix(EVAL_DIMENSION): metrics.scalar_value(v)
+                                  for k, v in eval_rows[-1].items() if k.startswith(EVAL_DIMENSION)} if evals else {},
         "best_eval_reward": best[1], "best_eval_step": best[0],
         "final_kl": metrics.scalar_value(grpo[-1].get("kl")) if grpo else None,
         "final_train_reward": metrics.scalar_value(grpo[-1].get("reward/mean")) if grpo else None,
+        "zero_std_frac": sum(zero_std) / len(zero_std) if zero_std else None,
         "grpo_steps": grpo[-1]["step"] if grpo else 0,
+        "seconds_per_step": seconds_per_step(grpo),
         "wall_seconds": wall_seconds(path) if path.exists() else 0.0,
     }
+
+
+def seconds_per_step(grpo_rows: Sequence[Mapping[str, Any]]) -> float | None:
+    """The median time between consecutive GRPO steps' rows: a step's cost without the first step's compile
+    or the evals between some steps (a resume's gap is one outlier among many); None under 3 steps."""
+    gaps = [b["time"] - a["time"] for a, b in zip(grpo_rows, grpo_rows[1:])
+            if "time" in a and "time" in b and b["step"] == a["step"] + 1]
+    return statistics.median(gaps) if len(gaps) >= 2 else None
 
 
 def wall_seconds(metrics_path: str | Path) -> float:
@@ -347,12 +364,14 @@ def wall_seconds(metrics_path: str | Path) -> float:
 
 
 def summarize(sweep: Sweep, workdir: str | Path, outcomes: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The sweep's summary.json content: per variant its overrides, status and `run_summary`."""
+    """The sweep's summary.json content: per variant its overrides, status and `run_summary`; and when variants
+    differ in `seed`, the groups that differ only in it (`seed_groups.aggregate`)."""
     workdir = Path(workdir)
-    return {"config_file": sweep.config_file, "extra_flags": list(sweep.extra_flags), "variants": [
-        {"name": v.name, "workdir": str(workdir / v.name), "overrides": v.overrides,
-         "status": variant_status(v, workdir, outcomes or {}), **run_summary(workdir / v.name)}
-        for v in sweep.variants]}
+    variants = [{"name": v.name, "workdir": str(workdir / v.name), "overrides": v.overrides,
+                 "status": variant_status(v, workdir, outcomes or {}), **run_summary(workdir / v.name)}
+                for v in sweep.variants]
+    return {"config_file": sweep.config_file, "extra_flags": list(sweep.extra_flags), "variants": variants,
+            "seed_groups": seed_groups.aggregate(variants, lambda overrides: variant_names([overrides])[0])}
 
 
 def write_summary(sweep: Sweep, workdir: str | Path, summary: Mapping[str, Any]) -> list[Path]:
@@ -362,6 +381,10 @@ def write_summary(sweep: Sweep, workdir: str | Path, summary: Mapping[str, Any])
     runs = {v.name: metrics.read_jsonl_metrics(workdir / v.name / metrics.METRICS_FILE) for v in sweep.variants
             if (workdir / v.name / metrics.METRICS_FILE).exists()}
     plot_paths = plots.plot_runs(runs, workdir / plots.PLOTS_DIR)
+    by_group = {g["name"]: [runs[name] for name in g["variants"] if name in runs] for g in summary["seed_groups"]}
+    if any(by_group.values()):  # each group one curve: its seeds' mean
+        plot_paths += plots.plot_runs({name: seed_groups.mean_rows(rows) for name, rows in by_group.items() if rows},
+                                      workdir / plots.PLOTS_DIR / SEED_MEAN_PLOTS)
     markdown = summary_markdown(summary, [p.relative_to(workdir) for p in plot_paths])
     return [write_atomic(workdir / SUMMARY_JSON, json.dumps(metrics.jsonable(summary), indent=2) + "\n"),
             write_atomic(workdir / SUMMARY_MD, markdown), *plot_paths]
@@ -389,8 +412,13 @@ def summary_markdown(summary: Mapping[str, Any], plot_paths: Sequence[Path] = ()
         top = max(ranked, key=lambda v: v["final_eval_reward"])
         lines += ["", f"Highest final held-out reward: **{top['name']}** "
                       f"({metrics.format_number(top['final_eval_reward'])} at GRPO step {top['final_eval_step']})."]
+    if summary.get("seed_groups"):
+        lines += ["", "Over seeds (spread: half the range; each dimension's held-out reward at the final eval, mean):",
+                  "", *seed_groups.markdown_table(summary["seed_groups"])]
     if plot_paths:
-        lines += ["", "Overlay plots: " + ", ".join(f"[{p.stem}]({p.as_posix()})" for p in plot_paths) + "."]
+        lines += ["", "Overlay plots: " + ", ".join(
+            f"[{p.stem if p.parent.name == plots.PLOTS_DIR else p.parent.name + '/' + p.stem}]({p.as_posix()})"
+            for p in plot_paths) + "."]
     return "\n".join(lines) + "\n"
 
 

@@ -293,6 +293,25 @@ def test_samples_per_prompt_are_distinct_streams(model):
     assert not np.array_equal(other_key.tokens, sampled.tokens)
 
 
+def test_prompts_sampled_in_chunks_at_their_row_offsets_draw_what_one_call_draws(model):
+    """A rollout sampled in chunks (rl.rollout_chunks): chunk c at row offset (its first prompt) * n draws the noise of
+    those rows of the one call, so every token is the one call's; without the offsets each chunk redraws rows 0.."""
+    prompts, mask = padding.left_padded(PROMPTS, PAD)
+    common = dict(key=jax.random.key(2), n=3, max_new_tokens=10, sampler="temperature(2.0)", stop_tokens=[],
+                  pad_id=PAD)
+
+    def chunked(offsets):
+        return np.concatenate([sampling.host_result(sampling.sample(model, prompts[c:c + 2], prompt_mask=mask[c:c + 2],
+                                                                    row_offset=offset, **common)).tokens
+                               for c, offset in zip((0, 2), offsets)])
+
+    whole = sampling.generate(model, prompts, prompt_mask=mask, **common).tokens
+    np.testing.assert_array_equal(chunked((0, 6)), whole)
+    assert not np.array_equal(chunked((None, None))[6:], whole[6:])
+    with pytest.raises(ValueError, match="row_offset=-1: must be >= 0"):
+        sampling.sample(model, prompts, prompt_mask=mask, row_offset=-1, **common)
+
+
 def test_stop_tokens_end_sequences_and_pad_after(model):
     weights = model
     free = sampling.generate(weights, PROMPTS, key=jax.random.key(0), n=2, max_new_tokens=9,

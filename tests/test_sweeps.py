@@ -133,11 +133,32 @@ def test_run_summary_from_a_hand_written_log(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     summary = sweeps.run_summary(tmp_path)
     assert math.isnan(summary.pop("final_eval_reward"))  # a NaN eval is reported, never skipped
-    assert summary == {"final_eval_step": 6, "best_eval_reward": 0.75, "best_eval_step": 2, "final_kl": 0.03,
-                       "final_train_reward": 0.6, "grpo_steps": 2, "wall_seconds": (120 - 100) + (240 - 200)}
+    assert summary == {"final_eval_step": 6, "final_eval_dimensions": {}, "best_eval_reward": 0.75,
+                       "best_eval_step": 2, "final_kl": 0.03, "final_train_reward": 0.6, "zero_std_frac": None,
+                       "grpo_steps": 2, "seconds_per_step": None, "wall_seconds": (120 - 100) + (240 - 200)}
     assert sweeps.run_summary(tmp_path / "nothing") == {
-        "final_eval_reward": None, "final_eval_step": None, "best_eval_reward": None, "best_eval_step": None,
-        "final_kl": None, "final_train_reward": None, "grpo_steps": 0, "wall_seconds": 0.0}
+        "final_eval_reward": None, "final_eval_step": None, "final_eval_dimensions": {}, "best_eval_reward": None,
+        "best_eval_step": None, "final_kl": None, "final_train_reward": None, "zero_std_frac": None, "grpo_steps": 0,
+        "seconds_per_step": None, "wall_seconds": 0.0}
+
+
+def test_run_summary_dimensions_zero_std_and_seconds_per_step(tmp_path):
+    """Each dimension at the last eval, the zero-std fraction's mean over GRPO steps, and the median gap between
+    consecutive steps: a first-step compile (step 1 -> 2: 30 s) and an eval (3 -> 4: 9 s) do not move it."""
+    rows = [{"run_info": {}, "time": 0.0},
+            {"step": 1, "time": 10.0, "stage": "grpo", "zero_std_frac": 0.5},
+            {"step": 2, "time": 40.0, "stage": "grpo", "zero_std_frac": 0.0},
+            {"step": 3, "time": 42.0, "stage": "grpo", "zero_std_frac": 0.25},
+            {"step": 3, "time": 49.0, "stage": "eval", "eval/reward_mean": 0.5, "eval/reward/format": 1.0,
+             "eval/reward/politeness": 0.25},
+            {"step": 4, "time": 51.0, "stage": "grpo", "zero_std_frac": 0.25},
+            {"step": 5, "time": 53.0, "stage": "grpo", "zero_std_frac": 0.0},
+            {"step": 6, "time": 55.0, "stage": "grpo", "zero_std_frac": 0.2}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = sweeps.run_summary(tmp_path)
+    assert summary["final_eval_dimensions"] == {"format": 1.0, "politeness": 0.25}
+    assert summary["zero_std_frac"] == pytest.approx(0.2)
+    assert summary["seconds_per_step"] == 2.0  # gaps 30, 2, 9, 2, 2
 
 
 # ------------------------------------------------------------------------- running (fake entry point)
@@ -294,7 +315,12 @@ def test_sweep_summary_matches_each_variants_metrics(two_seeds):
     entropies = [[r["entropy"] for r in _log(workdir / name) if r.get("stage") == "grpo"]
                  for name in ("seed=0", "seed=1")]
     assert entropies[0] != entropies[1]  # two seeds, two initialisations: the variants really differ
-    overlays = {p.name for p in (workdir / "plots").iterdir()}
+    (group,) = summary["seed_groups"]  # the two seeds of the one configuration, taken together
+    finals = [v["final_eval_reward"] for v in summary["variants"]]
+    assert group["name"] == "base" and group["final_eval_reward"]["mean"] == pytest.approx(sum(finals) / 2)
+    assert group["final_eval_reward"]["spread"] == pytest.approx(abs(finals[0] - finals[1]) / 2)
+    assert (workdir / "plots" / "seed_mean" / "eval_reward.png").read_bytes()[:8] == PNG
+    overlays = {p.name for p in (workdir / "plots").iterdir() if p.is_file()}
     assert {"reward.png", "eval_reward.png", "kl.png", "clip_fraction.png", "entropy.png", "grad_norm.png", "lr.png",
             "response_length.png", "zero_std.png"} <= overlays
     assert "judge_failures.png" in overlays and "sft_loss.png" not in overlays  # the tiny judge; no SFT stage
