@@ -192,7 +192,9 @@ class SamplingState:
     done_B: jax.Array  # bool: row finished (stop token emitted, or a bucket-padding row)
     stopped_B: jax.Array  # bool: row emitted a stop token
     lengths_B: jax.Array  # int32: tokens emitted so far (including a stop token)
-    cache: KVCache | None  # the response cache, per layer k [B, K, H, W], v [B, K, W, H] (response token t in slot t); None once the loop ends (not an output)
+    # The response cache, per layer k [B, K, H, W] and v [B, K, W, H] (response token t in slot t); None once the
+    # loop ends (not an output).
+    cache: KVCache | None
     key: jax.Array
 
 
