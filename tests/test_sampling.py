@@ -253,6 +253,17 @@ def test_decode_loop_copies_no_layer_weight_per_token(model):
     assert not [op.shape for op in per_token if any(shape in op.shape for shape in weight_shapes)]
 
 
+def test_prefill_makes_rope_tables_once_not_per_chunk(model, monkeypatch):
+    """The prefill's RoPE sin/cos run once over the whole prompt bucket, outside its chunk loop: made per chunk, XLA
+    fused them into every layer's query and key fusions of every chunk (benchmarks/RESULTS.md, ninth session)."""
+    monkeypatch.setattr(sampling, "PREFILL_CHUNK", 4)
+    prompts = [list(range(3, 23)), list(range(5, 18))]  # a 24-slot bucket: 6 chunks of 4
+    hlo = sampling.lower_generate(model, prompts, max_new_tokens=8, stop_tokens=[STOP], pad_id=PAD).compile().as_text()
+    shapes = [op.shape for op in hlo_stats.collectives(hlo, kinds=("sine", "cosine"))]
+    assert any(shape.startswith("f32[2,24,") for shape in shapes)  # the whole prompt's tables: the HLO was read
+    assert not [shape for shape in shapes if shape.startswith("f32[2,4,")]  # none of a chunk's
+
+
 def test_per_layer_weights_leave_no_layer_stack_in_the_program():
     """Weights in the decode form (`loader.to_layout(per_layer=True)`) are read in place and prefill writes a
     per-layer cache: no array of the compiled program has a leading layer axis, where stacked weights are
