@@ -3,6 +3,9 @@ the same run, on the same experiments.serve (the shipped tiny judge, greedy, 127
 
   PYTHONPATH=. .venv/bin/python benchmarks/bench_serve.py [--requests=200] [--clients=4] [--sequential=40]
 
+The server starts with --config.warmup_prompt_tokens set to the longest request's prompt (the tiny judge's chat
+template), so every batch bucket the phases use is compiled before any timing and no round is compile-bound.
+
 Checks while it measures: every concurrent request is answered exactly once (unique ids, one reply per request)
 with the answer its prompt gets alone (greedy), and the server batched (mean prompts per generate call > 1, from
 /health). Prints one JSON line: requests/s and latency percentiles of both phases, their ratio, the mean batch,
@@ -26,6 +29,7 @@ import numpy as np
 from absl import app, flags
 
 REPO = Path(__file__).resolve().parents[1]
+TINY_JUDGE = REPO / "rubric_jax" / "assets" / "tiny_judge"
 _REQUESTS = flags.DEFINE_integer("requests", 200, "Concurrent-phase requests, split over --clients processes.")
 _CLIENTS = flags.DEFINE_integer("clients", 4, "Client processes of the concurrent phase (each sends its share "
                                 "at once).")
@@ -61,6 +65,15 @@ def client(args: tuple[str, list[int], int, int]) -> list[tuple[int, str, str, f
         return list(pool.map(lambda i: ask(base, i, prompts, max_tokens), indices))
 
 
+def longest_prompt_tokens(prompts: int) -> int:
+    """Tokens of the longest of the first `prompts` requests as the server renders them (the judge's chat template):
+    what --config.warmup_prompt_tokens compiles every batch bucket for."""
+    from rubric_jax import data
+    from rubric_jax.models.checkpoint import load_tokenizer
+
+    return max(map(len, data.encode_chats(load_tokenizer(str(TINY_JUDGE)), [prompt(i) for i in range(prompts)])))
+
+
 def server_cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -74,26 +87,36 @@ def percentiles(latencies: list[float]) -> dict[str, float]:
     return {f"p{q}_s": round(float(np.percentile(latencies, q)), 4) for q in (50, 90, 99)}
 
 
-def main(argv: list[str]) -> None:
-    del argv
+def start_server(*flags: str) -> tuple[subprocess.Popen, str]:
+    """experiments.serve on the shipped tiny judge at a free 127.0.0.1 port, and its base URL once /health answers
+    (at most 300 s: a warm-up compiles first)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     base = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "experiments.serve",
-                               f"--checkpoint={REPO / 'rubric_jax/assets/tiny_judge'}",
-                               "--judge=configs/judges/tiny.py", f"--config.port={port}"],
+    server = subprocess.Popen([sys.executable, "-m", "experiments.serve", f"--checkpoint={TINY_JUDGE}",
+                               "--judge=configs/judges/tiny.py", f"--config.port={port}", *flags],
                               cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.DEVNULL)
+    for _ in range(600):
+        try:
+            health(base)
+            return server, base
+        except OSError:
+            if server.poll() is not None:
+                raise RuntimeError(f"experiments.serve exited {server.returncode}") from None
+            time.sleep(0.5)
+    server.kill()
+    raise RuntimeError("experiments.serve did not answer /health in 300 s")
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    server, base = start_server(f"--config.warmup_prompt_tokens={longest_prompt_tokens(_PROMPTS.value)}")
     pool = multiprocessing.get_context("spawn").Pool(_CLIENTS.value)  # started before any timing
     try:
-        for _ in range(600):
-            try:
-                health(base)
-                break
-            except OSError:
-                time.sleep(0.5)
-        # Warm-up, untimed: the batch buckets both phases use are compiled (a new bucket compiles for seconds; the
-        # batches' sizes depend on arrival times, so a rare one may still compile while timed: "compiles" says).
+        # Warm-up, untimed: the server compiled every batch bucket of the prompts' length bucket before it answered
+        # /health; these rounds compile anything left (a new bucket compiles for seconds: "compiles" says if one
+        # still did while timed).
         settings = (_PROMPTS.value, _MAX_TOKENS.value)
         alone = {i: ask(base, i, *settings)[2] for i in range(_PROMPTS.value)}
         shares = [(base, list(range(c, _REQUESTS.value, _CLIENTS.value)), *settings) for c in range(_CLIENTS.value)]

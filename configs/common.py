@@ -211,6 +211,10 @@ def rl_block() -> ml_collections.ConfigDict:
     b.dynamic_sampling = False  # Keep only groups whose rewards vary; refill from the next questions.
     b.dynamic_sampling_min_spread = 0.0  # A group is kept when max - min of its rewards exceeds this (rubric rewards are continuous).
     b.dynamic_sampling_max_rounds = 2  # Most extra sampling rounds per step; then the least-flat dropped groups fill the batch.
+    # Judging overlapped with sampling (docs/training.md; train/overlap.py): a rollout is sampled in this many sampler
+    # calls of whole groups (must divide questions_per_step; one process), the host judging chunk j (an HTTP or rule
+    # judge) while the devices sample chunk j + 1. Same parameters, tokens, rewards and batch as one call; 1 = off.
+    b.rollout_chunks = 1
     # RubricRL §4.3: lower the learning rate (1e-6 -> 5e-7) when the reward oscillates (train/oscillation.py).
     b.lr_on_oscillation = False  # Multiply the lr by lr_drop_factor when the windowed reward oscillates; off by default.
     b.oscillation_window = 20  # GRPO steps of reward/mean in the oscillation test (and between two drops).

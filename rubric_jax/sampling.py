@@ -5,9 +5,10 @@ P prompt slots (bucketed), R response slots (bucketed max_new_tokens), V vocab, 
 into the cache C slots at a time), W attention window (the response cache's first W slots), D hidden,
 T suffix slots (bucketed; 0 without suffixes).
 
-Cache layout: each distinct prompt is prefilled once into a prompt cache [U, K, P, H] per layer, left-padded
-to the longest one (`width`, runtime data), and never repeated. Decode writes response token t of row b into
-slot t of a per-row response cache [B, K, W, H] per layer; each step's attention is one softmax over [the real
+Cache layout: each distinct prompt is prefilled once into a prompt cache (values [U, K, P, H], keys [U, K, H, P]
+per layer: `models.transformer.KVCache`), left-padded to the longest one (`width`, runtime data), and never
+repeated. Decode writes response token t of row b into slot t of a per-row response cache (values [B, K, W, H],
+keys [B, K, H, W]) per layer; each step's attention is one softmax over [the real
 slots of prompt b // n ; response slots 0..t of row b] (`models.transformer.SharedPrefix`), so the n samples
 of a prompt read its keys/values once per step, as one GEMM, and hold no copy of them. With suffixes
 (`generate(suffix_ids=...)`: a judge's shared [system; question; response] prompt and its D criteria), row b
@@ -66,9 +67,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx, struct
 
-from rubric_jax import distributed, loader, padding, sharding
+from rubric_jax import distributed, loader, padding, row_noise, sharding
 from rubric_jax.models.transformer import (KVCache, Params, SharedPrefix, has_layer_stack, init_cache,
-                                           padding_to_positions, stack_layers, unstack_layers)
+                                           padding_to_positions, rope_tables, stack_layers, unstack_layers)
 
 TRACES: collections.Counter[str] = collections.Counter()
 FINISH_STOP, FINISH_LENGTH = "stop", "length"
@@ -161,9 +162,11 @@ def _argmax(x_BxV: jax.Array) -> jax.Array:
     return jnp.min(jnp.where(x_BxV == best_Bx1, jnp.arange(vocab, dtype=jnp.int32), vocab), axis=-1)
 
 
-def sample_tokens(logits_BxV: jax.Array, key: jax.Array, sampler: Sampler) -> jax.Array:
+def sample_tokens(logits_BxV: jax.Array, key: jax.Array, sampler: Sampler, row_offset: jax.Array | None = None
+                  ) -> jax.Array:
     """Draws one token per row from float32 logits according to `sampler` (the same draws as
-    `jax.random.categorical`: the argmax of logits plus Gumbel noise)."""
+    `jax.random.categorical`: the argmax of logits plus Gumbel noise); with `row_offset` the rows draw the noise of
+    rows row_offset.. of a larger batch (`row_noise`)."""
     if sampler.kind == "greedy":
         return _argmax(logits_BxV)
     scaled_BxV = logits_BxV / sampler.temperature
@@ -171,7 +174,9 @@ def sample_tokens(logits_BxV: jax.Array, key: jax.Array, sampler: Sampler) -> ja
         scaled_BxV = top_k_filter(scaled_BxV, sampler.top_k)
     elif sampler.kind == "nucleus":
         scaled_BxV = top_p_filter(scaled_BxV, sampler.top_p)
-    return _argmax(scaled_BxV + jax.random.gumbel(key, scaled_BxV.shape, scaled_BxV.dtype))
+    noise_BxV = (jax.random.gumbel(key, scaled_BxV.shape, scaled_BxV.dtype) if row_offset is None else
+                 row_noise.gumbel_rows(key, row_offset, scaled_BxV.shape, scaled_BxV.dtype))
+    return _argmax(scaled_BxV + noise_BxV)
 
 
 # ------------------------------------------------------------------------------------------ generate
@@ -187,7 +192,9 @@ class SamplingState:
     done_B: jax.Array  # bool: row finished (stop token emitted, or a bucket-padding row)
     stopped_B: jax.Array  # bool: row emitted a stop token
     lengths_B: jax.Array  # int32: tokens emitted so far (including a stop token)
-    cache: KVCache | None  # the response cache, per layer [B, K, W, H] (response token t in slot t); None once the loop ends (not an output)
+    # The response cache, per layer k [B, K, H, W] and v [B, K, W, H] (response token t in slot t); None once the
+    # loop ends (not an output).
+    cache: KVCache | None
     key: jax.Array
 
 
@@ -204,11 +211,11 @@ class GenerationResult:
 
 
 def _emit(state: SamplingState, logits_BxV: jax.Array, sampler: Sampler, stop_S: jax.Array,
-          pad_id: jax.Array) -> SamplingState:
+          pad_id: jax.Array, row_offset: jax.Array | None) -> SamplingState:
     """Samples the next token of every unfinished row into slot `state.step`, with its log-prob under
     softmax(logits / T) (see the module docstring)."""
     key = jax.random.fold_in(state.key, state.step)
-    token_B = sample_tokens(logits_BxV, key, sampler)
+    token_B = sample_tokens(logits_BxV, key, sampler, row_offset)
     logp_BxV = jax.nn.log_softmax(logits_BxV / sampler.temperature, axis=-1)
     logprob_B = jnp.take_along_axis(logp_BxV, token_B[:, None], axis=-1)[:, 0]
     live_B = ~state.done_B
@@ -273,48 +280,53 @@ def _prefill(model: nnx.Module, layers: Sequence[Params], prompt_BxP: jax.Array,
     attend the shared prefix b // J they continue (the suffixes of `generate(suffix_ids=...)`)."""
     batch, prompt_slots = prompt_BxP.shape
     last_h_BxD = jnp.zeros((batch, model.cfg.hidden_size), jnp.dtype(model.cfg.compute_dtype))
+    rope_BxPxH = rope_tables(model.cfg, positions_BxP)  # once, not in every chunk's q/k fusions of every layer
     for first, count, window in prefill_windows(prompt_slots, chunk):
         prompt_slot_BxW = prompt_mask_BxP[:, :window]
 
-        def body(carry: tuple[KVCache, jax.Array], xs: tuple[jax.Array, jax.Array, jax.Array],
+        def body(carry: tuple[KVCache, jax.Array], xs: tuple[jax.Array, ...],
                  window: int = window, prompt_slot_BxW: jax.Array = prompt_slot_BxW
                  ) -> tuple[tuple[KVCache, jax.Array], None]:
             cache, last_h_BxD = carry
-            start, tokens_BxC, positions_BxC = xs
+            start, tokens_BxC, positions_BxC, cos_BxCxH, sin_BxCxH = xs
             query_slot_C = start + jnp.arange(chunk)
             causal_CxW = jnp.arange(window)[None, :] <= query_slot_C[:, None]
             mask_BxCxW = causal_CxW[None, :, :] & prompt_slot_BxW[:, None, :]
             h_BxCxD, cache = model.hidden_states(tokens_BxC, positions_BxC, mask_BxCxW, cache, start, layers,
-                                                 prefix)
+                                                 prefix, rope=(cos_BxCxH, sin_BxCxH))
             last = width - 1 - start  # the last prompt token's place in this chunk, if it is in it
             h_BxD = jax.lax.dynamic_index_in_dim(h_BxCxD, jnp.clip(last, 0, chunk - 1), axis=1, keepdims=False)
             return (cache, jnp.where((last >= 0) & (last < chunk), h_BxD, last_h_BxD)), None
 
-        def to_chunks(x_BxP: jax.Array) -> jax.Array:
+        def to_chunks(x_BxP: jax.Array) -> jax.Array:  # [B, P, ...] -> [count, B, C, ...]
             part = x_BxP[:, first * chunk:(first + count) * chunk]
-            return part.reshape(batch, count, chunk).swapaxes(0, 1)
+            return part.reshape(batch, count, chunk, *x_BxP.shape[2:]).swapaxes(0, 1)
 
         starts = jnp.arange(first, first + count, dtype=jnp.int32) * chunk
-        (cache, last_h_BxD), _ = jax.lax.scan(body, (cache, last_h_BxD),
-                                             (starts, to_chunks(prompt_BxP), to_chunks(positions_BxP)))
+        (cache, last_h_BxD), _ = jax.lax.scan(
+            body, (cache, last_h_BxD),
+            (starts, *map(to_chunks, (prompt_BxP, positions_BxP, *rope_BxPxH))))
     return last_h_BxD, cache
 
 
 def _grow(cache: KVCache, window: int) -> KVCache:
     """A per-layer response cache with empty slots added up to `window` (past the filled ones: never read
-    unmasked)."""
+    unmasked); slots are the last axis of k [B, K, H, W] and the third of v [B, K, W, H]."""
 
-    def grow(x_BxKxWxH: jax.Array) -> jax.Array:
-        return jnp.pad(x_BxKxWxH, ((0, 0), (0, 0), (0, window - x_BxKxWxH.shape[2]), (0, 0)))
+    def grow(x: jax.Array, axis: int) -> jax.Array:
+        pad = [(0, 0)] * x.ndim
+        pad[axis] = (0, window - x.shape[axis])
+        return jnp.pad(x, pad)
 
-    return KVCache(k=tuple(map(grow, cache.k)), v=tuple(map(grow, cache.v)))
+    return KVCache(k=tuple(grow(k, 3) for k in cache.k), v=tuple(grow(v, 2) for v in cache.v))
 
 
 def _cache_sharding(layout: sharding.Layout, cache: KVCache) -> Any:
-    """A per-layer cache's k/v [B, K, S, H] (or the prompts' [U, K, P, H]): rows like the batch, KV heads over
-    tensor (in the layout's rules)."""
-    spec = layout.sharding(("batch", "kv_heads", "length", "head_dim"), cache.k[0].shape)
-    return KVCache(k=(spec,) * len(cache.k), v=(spec,) * len(cache.v))
+    """A per-layer cache's k [B, K, H, S] and v [B, K, S, H] (or the prompts' [U, K, H, P], [U, K, P, H]): rows
+    like the batch, KV heads over tensor (in the layout's rules)."""
+    k_spec = layout.sharding(("batch", "kv_heads", "head_dim", "length"), cache.k[0].shape)
+    v_spec = layout.sharding(("batch", "kv_heads", "length", "head_dim"), cache.v[0].shape)
+    return KVCache(k=(k_spec,) * len(cache.k), v=(v_spec,) * len(cache.v))
 
 
 @functools.lru_cache(maxsize=64)
@@ -336,7 +348,8 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
 
     def run(params: loader.Params, prompt_UxP: jax.Array, prompt_mask_UxP: jax.Array, live_B: jax.Array,
             suffix_BxT: jax.Array | None, suffix_mask_BxT: jax.Array | None, stop_S: jax.Array, pad_id: jax.Array,
-            max_new_tokens: jax.Array, width: jax.Array, key: jax.Array) -> SamplingState:
+            max_new_tokens: jax.Array, width: jax.Array, key: jax.Array, row_offset: jax.Array | None
+            ) -> SamplingState:
         TRACES["generate"] += 1
         if has_layer_stack(params):
             model = nnx.merge(graphdef, params)
@@ -371,7 +384,7 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
             cache=cache,
             key=key,
         )
-        state = _emit(state, logits_BxV, sampler, stop_S, pad_id)
+        state = _emit(state, logits_BxV, sampler, stop_S, pad_id, row_offset)
 
         # Response slot t holds response token t (own cache slot Ts + t); a segment runs while the tokens so far
         # fit its window.
@@ -387,7 +400,7 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
                 mask_BxW = mask_BxW.at[:, :suffix_slots].set(suffix_mask_BxT)
             logits_Bx1xV, cache = model(last_B, (position_B + index)[:, None], mask_BxW[:, None], s.cache,
                                         suffix_slots + index, layers, prefix)
-            return _emit(s.replace(cache=cache), logits_Bx1xV[:, 0], sampler, stop_S, pad_id)
+            return _emit(s.replace(cache=cache), logits_Bx1xV[:, 0], sampler, stop_S, pad_id, row_offset)
 
         # A segment carries exactly its window of the response cache (a per-token slice of a larger cache would
         # make XLA copy the whole cache, twice, to update it in place).
@@ -402,10 +415,13 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
 def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.ndarray,
              prompt_mask: np.ndarray | None, *, key: jax.Array, n: int, max_new_tokens: int, sampler: str,
              stop_tokens: Sequence[int], pad_id: int, layout: sharding.Layout | None,
-             response_buckets: Sequence[int] | None = None, suffix_ids: Sequence[Sequence[int]] | None = None
-             ) -> tuple[Any, tuple, tuple, int]:
+             response_buckets: Sequence[int] | None = None, suffix_ids: Sequence[Sequence[int]] | None = None,
+             row_offset: int | None = None) -> tuple[Any, tuple, tuple, int]:
     """Checks arguments and placement; returns the jitted program, its host inputs (after the params),
     their shardings, and the row count."""
+    if row_offset is not None and (row_offset < 0 or jax.process_count() > 1):
+        raise ValueError(f"row_offset={row_offset}: must be >= 0, on one process (another process's rows would "
+                         "not be those rows of the larger call)")
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     if max_new_tokens < 1:
@@ -473,8 +489,8 @@ def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
     global_shape = (padded_prompts * jax.process_count(), prompt_slots)
     rows, rest = layout.sharding(("batch",), global_shape), sharding.replicated(layout.mesh)
     inputs = (tokens_UxP, mask_UxP, live_B, suffix_BxT, suffix_mask_BxT, stop_S, np.int32(pad_id),
-              np.int32(max_new_tokens), np.int32(width), key)
-    return run, inputs, (rows,) * ROW_INPUTS + (rest,) * 5, prompts * n
+              np.int32(max_new_tokens), np.int32(width), key, None if row_offset is None else np.int32(row_offset))
+    return run, inputs, (rows,) * ROW_INPUTS + (rest,) * 6, prompts * n
 
 
 # `_prepare`'s inputs sharded like the batch (prompts, their mask, live rows, suffixes and their mask); the rest
@@ -502,15 +518,17 @@ class Samples:
 def sample(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.ndarray, *,
            prompt_mask: np.ndarray | None = None, key: jax.Array, n: int = 1, max_new_tokens: int,
            sampler: str = "greedy", stop_tokens: Sequence[int], pad_id: int, layout: sharding.Layout | None = None,
-           response_buckets: Sequence[int] | None = None, suffix_ids: Sequence[Sequence[int]] | None = None
-           ) -> Samples:
+           response_buckets: Sequence[int] | None = None, suffix_ids: Sequence[Sequence[int]] | None = None,
+           row_offset: int | None = None) -> Samples:
     """`generate` without the fetch: the samples stay on the device (`host_result` fetches them). The response
     slots are the smallest of `response_buckets` (default: `padding.bucket_size`) holding max_new_tokens, so a
-    training batch padded to one of those buckets is a column prefix of them."""
+    training batch padded to one of those buckets is a column prefix of them. With `row_offset` (one process) row b
+    draws the sampling noise of row row_offset + b of a call with the same key (`row_noise`): prompts sampled in
+    chunks, chunk c at row offset (its first prompt) · n, draw what one call over all of them draws."""
     run, inputs, placements, rows = _prepare(weights, prompt_ids, prompt_mask, key=key, n=n,
                                              max_new_tokens=max_new_tokens, sampler=sampler, stop_tokens=stop_tokens,
                                              pad_id=pad_id, layout=layout, response_buckets=response_buckets,
-                                             suffix_ids=suffix_ids)
+                                             suffix_ids=suffix_ids, row_offset=row_offset)
     prompt_UxP, mask_UxP, *row_inputs = distributed.global_batch(inputs[:ROW_INPUTS], placements[0])
     out = run(weights.params, prompt_UxP, mask_UxP, *row_inputs,
               *distributed.replicate(inputs[ROW_INPUTS:], placements[-1]))

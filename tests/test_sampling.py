@@ -253,6 +253,17 @@ def test_decode_loop_copies_no_layer_weight_per_token(model):
     assert not [op.shape for op in per_token if any(shape in op.shape for shape in weight_shapes)]
 
 
+def test_prefill_makes_rope_tables_once_not_per_chunk(model, monkeypatch):
+    """The prefill's RoPE sin/cos run once over the whole prompt bucket, outside its chunk loop: made per chunk, XLA
+    fused them into every layer's query and key fusions of every chunk (benchmarks/RESULTS.md, ninth session)."""
+    monkeypatch.setattr(sampling, "PREFILL_CHUNK", 4)
+    prompts = [list(range(3, 23)), list(range(5, 18))]  # a 24-slot bucket: 6 chunks of 4
+    hlo = sampling.lower_generate(model, prompts, max_new_tokens=8, stop_tokens=[STOP], pad_id=PAD).compile().as_text()
+    shapes = [op.shape for op in hlo_stats.collectives(hlo, kinds=("sine", "cosine"))]
+    assert any(shape.startswith("f32[2,24,") for shape in shapes)  # the whole prompt's tables: the HLO was read
+    assert not [shape for shape in shapes if shape.startswith("f32[2,4,")]  # none of a chunk's
+
+
 def test_per_layer_weights_leave_no_layer_stack_in_the_program():
     """Weights in the decode form (`loader.to_layout(per_layer=True)`) are read in place and prefill writes a
     per-layer cache: no array of the compiled program has a leading layer axis, where stacked weights are
@@ -291,6 +302,25 @@ def test_samples_per_prompt_are_distinct_streams(model):
     other_key = sampling.generate(weights, PROMPTS, key=jax.random.key(3), n=4, max_new_tokens=10,
                                   sampler="temperature(2.0)", stop_tokens=[], pad_id=PAD)
     assert not np.array_equal(other_key.tokens, sampled.tokens)
+
+
+def test_prompts_sampled_in_chunks_at_their_row_offsets_draw_what_one_call_draws(model):
+    """A rollout sampled in chunks (rl.rollout_chunks): chunk c at row offset (its first prompt) * n draws the noise of
+    those rows of the one call, so every token is the one call's; without the offsets each chunk redraws rows 0.."""
+    prompts, mask = padding.left_padded(PROMPTS, PAD)
+    common = dict(key=jax.random.key(2), n=3, max_new_tokens=10, sampler="temperature(2.0)", stop_tokens=[],
+                  pad_id=PAD)
+
+    def chunked(offsets):
+        return np.concatenate([sampling.host_result(sampling.sample(model, prompts[c:c + 2], prompt_mask=mask[c:c + 2],
+                                                                    row_offset=offset, **common)).tokens
+                               for c, offset in zip((0, 2), offsets)])
+
+    whole = sampling.generate(model, prompts, prompt_mask=mask, **common).tokens
+    np.testing.assert_array_equal(chunked((0, 6)), whole)
+    assert not np.array_equal(chunked((None, None))[6:], whole[6:])
+    with pytest.raises(ValueError, match="row_offset=-1: must be >= 0"):
+        sampling.sample(model, prompts, prompt_mask=mask, row_offset=-1, **common)
 
 
 def test_stop_tokens_end_sequences_and_pad_after(model):

@@ -5,10 +5,18 @@ Multi-host (several processes, `distributed.py`): each process samples its quest
 so advantages, metrics, monitors, dynamic weights and samples are computed from all rows, identically
 everywhere. With DAPO's dynamic sampling (train/dynamic.py), rounds of questions are sampled until enough
 groups' rewards vary.
+
+With `chunks` > 1 (rl.rollout_chunks, one process; train/overlap.py), a rollout (each round of one) is sampled in
+that many sampler calls of whole groups, call j + 1 dispatched before call j is fetched and judged, so the host
+judges while the devices sample. Every call samples with the same parameters and draws the noise the one call
+would (`sampling.sample`'s row_offset), and each chunk is judged with the whole rollout's key: the tokens, and so
+the rule judges' and a greedy or served judge's rewards, are the one call's (llm_judge.py: a verdict depends on
+its own prompt only). Only the sampler's log-probs come from differently shaped programs (float rounding).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +26,7 @@ import numpy as np
 
 from rubric_jax import data, distributed, sampling
 from rubric_jax.judges.reward import RewardOutput, concat_outputs, select_rows
-from rubric_jax.train import dynamic
+from rubric_jax.train import dynamic, overlap
 from rubric_jax.train.experiment import Experiment
 from rubric_jax.train.settings import RolloutSpec
 
@@ -38,12 +46,14 @@ class Rollout:
     lengths_N: np.ndarray
     truncated_N: np.ndarray  # stopped at max_new_tokens
     rows: slice  # this process's rows among the N
+    timing: overlap.Timing | None = None  # chunked sampling's judge time and its hidden part (None: one call)
 
 
 @dataclasses.dataclass(frozen=True)
 class LocalRollout:
     """This process's sampled and scored rows of a rollout, before they are gathered (legend: B this
-    process's questions, n samples each): the sampler's device arrays, the host tokens its judges read."""
+    process's questions, n samples each): the sampler's device arrays (one per sampler call), each question's
+    (call, prompt) pair, the host tokens its judges read."""
 
     questions: list[data.Question]
     sampled: tuple[sampling.Samples, ...]
@@ -51,26 +61,74 @@ class LocalRollout:
     result: sampling.GenerationResult
     scored: RewardOutput
     responses: list[str]
+    timing: overlap.Timing | None = None
 
 
-def sample_and_score(exp: Experiment, params: Any, questions: list[data.Question], spec: RolloutSpec, key: jax.Array
-                     ) -> LocalRollout:
+def sample_and_score(exp: Experiment, params: Any, questions: list[data.Question], spec: RolloutSpec, key: jax.Array,
+                     chunks: int = 1) -> LocalRollout:
     """Samples `spec.n` responses per question (this process's questions) with the policy and scores them with
-    their rubrics (the sampler and the LLM judge are global computations: every process must call it)."""
+    their rubrics (the sampler and the LLM judge are global computations: every process must call it); with
+    `chunks` > 1 in that many sampler calls, each judged while the next samples (one process; the module docstring)."""
     sample_key, judge_key = jax.random.split(key)
     prompt_ids, prompt_mask = data.prompt_batch(exp.tokenizer, [q.question for q in questions], spec.prompt_buckets,
                                                 across_processes=True)
-    samples = sampling.sample(exp.layouts.rollout_weights(params), prompt_ids, prompt_mask=prompt_mask,
-                              key=sample_key, n=spec.n, max_new_tokens=spec.max_new_tokens, sampler=spec.sampler,
-                              stop_tokens=exp.stop_tokens, pad_id=exp.tokenizer.pad_token_id,
-                              layout=exp.layouts.decode, response_buckets=spec.response_buckets)
-    result = sampling.host_result(samples, logprobs=False)  # the judges' text; the log-probs stay on the device
+    weights, size = exp.layouts.rollout_weights(params), len(questions) // chunks
+    timeline = overlap.Timeline() if chunks > 1 else None
+
+    def dispatch(c: int) -> sampling.Samples:
+        rows = slice(c * size, (c + 1) * size)
+        samples = sampling.sample(weights, prompt_ids[rows], prompt_mask=prompt_mask[rows], key=sample_key, n=spec.n,
+                                  max_new_tokens=spec.max_new_tokens, sampler=spec.sampler,
+                                  stop_tokens=exp.stop_tokens, pad_id=exp.tokenizer.pad_token_id,
+                                  layout=exp.layouts.decode, response_buckets=spec.response_buckets,
+                                  row_offset=None if timeline is None else c * size * spec.n)
+        if timeline is not None:
+            timeline.dispatched(samples)
+        return samples
+
+    sampled, parts = [dispatch(0)], []
+    for c in range(chunks):
+        if c + 1 < chunks:
+            sampled.append(dispatch(c + 1))  # queued behind chunk c on the devices: it samples while c is judged
+        result = sampling.host_result(sampled[c], logprobs=False)  # the judges' text; log-probs stay on the device
+        with timeline.judging() if timeline is not None else contextlib.nullcontext():
+            parts.append((result, *_score(exp, questions[c * size:(c + 1) * size], result, spec.n, judge_key)))
+    rows = [(c, i) for c, (result, _, _) in enumerate(parts) for i in range(len(result.lengths))]
+    return LocalRollout(list(questions), tuple(sampled), tuple((g // size, g % size) for g in range(len(questions))),
+                        _result_rows([result for result, _, _ in parts], rows),
+                        _joined_calls([scored for _, _, scored in parts]),
+                        [x for _, responses, _ in parts for x in responses],
+                        None if timeline is None else timeline.timing())
+
+
+def _score(exp: Experiment, questions: list[data.Question], result: sampling.GenerationResult, n: int,
+           key: jax.Array) -> tuple[list[str], RewardOutput]:
+    """The responses of `result` (`n` per question) and their rubric scores, judged with `key`."""
     responses = data.decode_responses(exp.tokenizer, result, exp.stop_tokens)
-    expanded = [q.question for q in questions for _ in range(spec.n)]
-    scored = exp.reward(expanded, responses, [exp.rubric_of[q.id] for q in questions for _ in range(spec.n)],
-                         key=judge_key, weights=exp.weights, **exp.rollout_store())
-    return LocalRollout(list(questions), (samples,), tuple((0, g) for g in range(len(questions))), result, scored,
-                        responses)
+    expanded = [q.question for q in questions for _ in range(n)]
+    return responses, exp.reward(expanded, responses, [exp.rubric_of[q.id] for q in questions for _ in range(n)],
+                                 key=key, weights=exp.weights, **exp.rollout_store())
+
+
+def _result_rows(results: list[sampling.GenerationResult], rows: list[tuple[int, int]]) -> sampling.GenerationResult:
+    """The host rows `rows` ((result, row) pairs) of several sampler calls' results as one (no log-probs)."""
+    if len(results) == 1 and [i for _, i in rows] == list(range(len(results[0].lengths))):
+        return results[0]
+    return sampling.GenerationResult(
+        np.stack([results[r].tokens[i] for r, i in rows]), None,
+        np.asarray([results[r].lengths[i] for r, i in rows], np.int32),
+        np.asarray([results[r].finish_reason[i] for r, i in rows]), max(res.num_steps for res in results))
+
+
+def _joined_calls(parts: list[RewardOutput], every: list[RewardOutput] | None = None) -> RewardOutput:
+    """`concat_outputs(parts)` with the judge's call counts of all scoring calls in `every` (default: the parts)
+    added up: each chunk or dynamic round made its own calls (concat_outputs counts a call that processes share
+    once)."""
+    joined, every = concat_outputs(parts), every or parts
+    for k in ("judge_generate_calls", "judge_cascade_generate_calls"):
+        if k in joined.details and len(every) > 1:
+            joined.details[k] = sum(p.details.get(k, 0) for p in every)
+    return joined
 
 
 def gather_rollout(local: LocalRollout, n: int, extra: Any = None) -> tuple[Rollout, list[Any]]:
@@ -87,27 +145,28 @@ def gather_rollout(local: LocalRollout, n: int, extra: Any = None) -> tuple[Roll
     rows = slice(*distributed.block_bounds(len(responses)))
     return Rollout(local.sampled, local.groups, local.result, scored, samples,
                    np.concatenate([part[3] for part in parts]), np.concatenate([part[4] for part in parts]),
-                   rows), [part[5] for part in parts]
+                   rows, local.timing), [part[5] for part in parts]
 
 
 def rollout_and_score(exp: Experiment, params: Any, questions: list[data.Question], spec: RolloutSpec,
-                      key: jax.Array) -> Rollout:
-    """Samples `spec.n` responses per question (this process's questions) with the policy, scores them
-    with their rubrics and gathers every process's scored rows."""
-    return gather_rollout(sample_and_score(exp, params, questions, spec, key), spec.n)[0]
+                      key: jax.Array, chunks: int = 1) -> Rollout:
+    """Samples `spec.n` responses per question (this process's questions) with the policy (in `chunks` calls),
+    scores them with their rubrics and gathers every process's scored rows."""
+    return gather_rollout(sample_and_score(exp, params, questions, spec, key, chunks), spec.n)[0]
 
 
 def dynamic_rollout(exp: Experiment, params: Any, questions: list[data.Question], spec: RolloutSpec, key: jax.Array,
-                    draw: Callable[[], list[data.Question]], rule: dynamic.DynamicSampling
+                    draw: Callable[[], list[data.Question]], rule: dynamic.DynamicSampling, chunks: int = 1
                     ) -> tuple[Rollout, dict[str, float]]:
     """A rollout of len(questions) groups by DAPO's dynamic sampling (train/dynamic.py): rounds of as many
-    questions (`draw` gives the next batch) until this process's block holds that many groups with a reward
-    spread above `rule.min_spread`, at most `rule.max_rounds` extra rounds; logs kept, dropped and rounds."""
+    questions (`draw` gives the next batch; each round sampled in `chunks` calls) until this process's block holds
+    that many groups with a reward spread above `rule.min_spread`, at most `rule.max_rounds` extra rounds; logs
+    kept, dropped and rounds."""
     rounds: list[LocalRollout] = []
     spreads: list[np.ndarray] = []
     for r in range(rule.max_rounds + 1):
         round_questions = questions if r == 0 else draw()
-        local = sample_and_score(exp, params, round_questions, spec, jax.random.fold_in(key, r))
+        local = sample_and_score(exp, params, round_questions, spec, jax.random.fold_in(key, r), chunks)
         rounds.append(local)
         spreads.append(dynamic.group_spreads(local.scored.reward, local.scored.details["reward_ok"], spec.n))
         kept = sum(int((s > rule.min_spread).sum()) for s in spreads)
@@ -115,18 +174,17 @@ def dynamic_rollout(exp: Experiment, params: Any, questions: list[data.Question]
             break
     chosen = sorted(dynamic.select_groups(spreads, len(questions), rule.min_spread))  # grouped by round
     rows = [(r, g * spec.n + j) for r, g in chosen for j in range(spec.n)]
-    results = [local.result for local in rounds]
-    result = sampling.GenerationResult(
-        np.stack([results[r].tokens[i] for r, i in rows]), None,
-        np.asarray([results[r].lengths[i] for r, i in rows], np.int32),
-        np.asarray([results[r].finish_reason[i] for r, i in rows]), max(res.num_steps for res in results))
+    result = _result_rows([local.result for local in rounds], rows)
     chosen_questions = [rounds[r].questions[g] for r, g in chosen]
-    scored = concat_outputs([select_rows(local.scored, [i for rr, i in rows if rr == r])
-                             for r, local in enumerate(rounds) if any(rr == r for rr, _ in rows)])
-    if "judge_generate_calls" in scored.details:  # each round made its own calls (concat_outputs takes the max)
-        scored.details["judge_generate_calls"] = sum(local.scored.details["judge_generate_calls"] for local in rounds)
-    selected = LocalRollout(chosen_questions, tuple(local.sampled[0] for local in rounds), tuple(chosen), result,
-                            scored, [rounds[r].responses[i] for r, i in rows])
+    scored = _joined_calls([select_rows(local.scored, [i for rr, i in rows if rr == r])
+                            for r, local in enumerate(rounds) if any(rr == r for rr, _ in rows)],
+                           [local.scored for local in rounds])
+    first_call = np.cumsum([0] + [len(local.sampled) for local in rounds])  # round r's calls among all rounds'
+    groups = tuple((int(first_call[r]) + rounds[r].groups[g][0], rounds[r].groups[g][1]) for r, g in chosen)
+    timings = [local.timing for local in rounds if local.timing is not None]
+    selected = LocalRollout(chosen_questions, tuple(s for local in rounds for s in local.sampled), groups, result,
+                            scored, [rounds[r].responses[i] for r, i in rows],
+                            sum(timings[1:], timings[0]) if timings else None)
     counts = (sum(int((s > rule.min_spread).sum()) for s in spreads),
               sum(int((s <= rule.min_spread).sum()) for s in spreads), len(rounds))
     gathered, every = gather_rollout(selected, spec.n, counts)

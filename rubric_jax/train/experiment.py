@@ -136,6 +136,7 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
     model_cfg = run_settings.model_config(config)
     run_settings.check_positions(config, settings, model_cfg.max_position_embeddings)
     lay = run_programs.layouts(settings.mesh, model_cfg)
+    _check_rollout_chunks(settings, lay.decode.batch_multiple)
     try:
         tokenizer = load_tokenizer(tokenizer_dir)
     except CheckpointError as e:
@@ -288,6 +289,22 @@ def _check_rollouts_divide(rl: run_settings.RLSpec, group_size: int, mesh: jax.s
         raise ValueError(
             f"config.rl: questions_per_step * group_size = {rl.questions_per_step * group_size} rollouts must "
             f"divide into micro_batches ({rl.micro_batches}) x mesh data*fsdp ({shards // rl.micro_batches})")
+
+
+def _check_rollout_chunks(settings: Settings, batch_multiple: int) -> None:
+    """Chunked rollouts (rl.rollout_chunks > 1) run on one process (the chunks draw the one call's noise by row:
+    sampling.sample's row_offset), and each chunk's questions split evenly over the decode layout's `batch_multiple`
+    shards: a chunk padded with prompts nobody asked for would cost as much sampling as a bigger one."""
+    chunks = settings.rollout_chunks
+    if settings.rl is None or chunks == 1:
+        return
+    if jax.process_count() > 1:
+        raise ValueError(f"config.rl.rollout_chunks={chunks}: chunked rollouts run on one process, this job has "
+                         f"{jax.process_count()}; set config.rl.rollout_chunks=1")
+    size = settings.rl.questions_per_step // chunks
+    if size % batch_multiple:
+        raise ValueError(f"config.rl.rollout_chunks={chunks}: a chunk of {size} questions must split evenly over the "
+                         f"rollout's {batch_multiple} batch shards (devices / mesh.rollout.tensor); use fewer chunks")
 
 
 def rubric_set_hash(shared: Rubric, rubrics: list[Rubric], correction: Correction | None = None) -> str:

@@ -85,7 +85,7 @@ def grpo_iteration(exp: Experiment, programs: run_programs.GRPOPrograms, state: 
     for _ in range(settings.updates_per_batch):
         state, update_metrics = programs.update(state, batch)
         updates.append(update_metrics)
-    host_row = {**_reward_row(out, signal), **dynamic_row}
+    host_row = {**_reward_row(out, signal), **dynamic_row, **(out.timing.metrics() if out.timing else {})}
     host_row.update(monitors.step_monitors([s["response"] for s in out.samples], out.lengths_N, scored))
     host_row.update(exp.watch.redundancy(scored.dimension_ids, scored.scores, scored.valid))
     if exp.dynamic_weights is not None:
@@ -96,12 +96,12 @@ def grpo_iteration(exp: Experiment, programs: run_programs.GRPOPrograms, state: 
 def _rollout(exp: Experiment, params: Any, questions: list[data.Question], key: jax.Array,
              draw: Callable[[], list[data.Question]] | None) -> tuple[collect.Rollout, dict[str, float]]:
     """The step's scored rollout (by dynamic sampling when configured) and its dynamic-sampling counts."""
-    spec, rule = exp.settings.train_rollout, exp.settings.dynamic_sampling
+    spec, rule, chunks = exp.settings.train_rollout, exp.settings.dynamic_sampling, exp.settings.rollout_chunks
     if rule is None:
-        return collect.rollout_and_score(exp, params, questions, spec, key), {}
+        return collect.rollout_and_score(exp, params, questions, spec, key, chunks), {}
     if draw is None:
         raise ValueError("grpo_iteration: rl.dynamic_sampling needs `draw` (more questions from the iterator)")
-    return collect.dynamic_rollout(exp, params, questions, spec, key, draw, rule)
+    return collect.dynamic_rollout(exp, params, questions, spec, key, draw, rule, chunks)
 
 
 def _reward_row(out: collect.Rollout, signal: rollout.Advantages) -> dict[str, float]:

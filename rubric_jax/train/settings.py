@@ -38,6 +38,7 @@ _AT_LEAST = {
     "sft.batch_size": 1, "sft.epochs": 1, "sft.max_response_len": 1, "sft.warmup_steps": 0,
     "rl.steps": 1, "rl.questions_per_step": 1, "rl.group_size": 2, "rl.max_new_tokens": 1,
     "rl.updates_per_batch": 1, "rl.micro_batches": 1, "rl.warmup_steps": 0, "rl.max_nan_streak": 1,
+    "rl.rollout_chunks": 1,
     "rl.dynamic_weights_window": 1, "eval.every_steps": 1, "eval.max_questions": 1, "eval.max_new_tokens": 1,
     "checkpoint.every_steps": 1, "checkpoint.keep": 1, "data.max_prompt_len": 1, "data.length_buckets": 1,
     "log.samples_per_step": 0,
@@ -136,6 +137,7 @@ class Settings:
     shaping: rollout.Shaping  # rl.advantage, rl.overlong_*, rl.mask_truncated
     oscillation: OscillationRule | None  # rl.lr_on_oscillation and its rule, None when off
     dynamic_sampling: DynamicSampling | None  # rl.dynamic_sampling and its settings, None when off
+    rollout_chunks: int  # rl.rollout_chunks: sampler calls per rollout, each judged while the next samples
     recompute_old_logprobs: bool  # rl.recompute_old_logprobs
     updates_per_batch: int  # rl.updates_per_batch
     samples_per_step: int  # log.samples_per_step
@@ -223,6 +225,15 @@ def dynamic_sampling(rl: ml_collections.ConfigDict) -> DynamicSampling | None:
         return DynamicSampling(rl.dynamic_sampling_min_spread, rl.dynamic_sampling_max_rounds)
     except ValueError as e:
         raise ValueError(f"config.rl.dynamic_sampling_{e}") from None
+
+
+def rollout_chunks(rl: ml_collections.ConfigDict) -> int:
+    """rl.rollout_chunks (an integer >= 1, checked with the counts): it splits the step's questions into whole
+    groups (train/collect.py; the decode layout's split is checked by `experiment.build`)."""
+    if rl.questions_per_step % rl.rollout_chunks:
+        _fail("rl.rollout_chunks", rl.rollout_chunks, f"must divide rl.questions_per_step={rl.questions_per_step}: "
+              "a chunk holds whole groups")
+    return rl.rollout_chunks
 
 
 def oscillation_rule(rl: ml_collections.ConfigDict) -> OscillationRule | None:
@@ -376,6 +387,7 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
               "recomputed log-probs against the sampler's: set rl.recompute_old_logprobs=True")
     return Settings(stages, grpo_cfg, train, evaluation, buckets(config.sft.max_response_len),
                     config.rl.missing_scores, shaping(config.rl), oscillation_rule(config.rl), dynamic_sampling(config.rl),
+                    rollout_chunks(config.rl),
                     config.rl.recompute_old_logprobs, config.rl.updates_per_batch, config.log.samples_per_step,
                     config.eval.every_steps, reward_model_config(config), judge, audit_settings(config), config.seed,
                     mesh_spec(config.mesh),

@@ -150,6 +150,36 @@ def test_the_readme_two_process_run_trains_with_the_served_judge(server, tmp_pat
     assert sum(r.get("judge_http_failures", 0) for r in rows) == 0 and all(r["judge_failed_scores"] == 0 for r in grpo)
 
 
+def test_build_rubrics_writes_through_the_served_judge_and_names_the_stage_that_kept_nothing(server, tmp_path):
+    """Issue 20 §5 against a real endpoint (tests/qurl/test_qurl_http.py has the scripted one): experiments.build_rubrics
+    with qurl.generator=judge sends its stages to experiments.serve. The tiny judge writes the meta-descriptions; its
+    context is too short for a rubric-writing prompt, which the server refuses (400), so no rubric is built: the report
+    is written and the command exits 1 naming the stage and the cause."""
+    qurl = REPO / "rubric_jax" / "assets" / "qurl"
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text("".join((qurl / "questions.jsonl").read_text().splitlines(True)[:2]))
+    before = json.loads(urllib.request.urlopen(f"{server}/health", timeout=30).read())
+    proc = subprocess.run([sys.executable, "-m", "experiments.build_rubrics", "--config=configs/tiny.py",
+                           f"--questions={questions}", f"--corpus={qurl / 'corpus.jsonl'}", f"--out={tmp_path / 'out'}",
+                           "--config.qurl.generator=judge", "--config.judge.backend=openai",
+                           f"--config.judge.base_url={server}/v1", "--config.judge.model=tiny_judge",
+                           f"--config.judge.api_key_env={KEY_ENV}"],
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "experiments.build_rubrics: error: no rubric built: all 2 question(s) dropped: 2 at rubric_generation "
+        f"(no valid candidate in 2 sample(s)); {tmp_path / 'out'}/report.json has each question's reason")
+    summary, usage = (json.loads((tmp_path / "out" / "report.json").read_text())[k] for k in ("summary", "generator"))
+    meta, rubric = summary["meta_description"], summary["rubric_generation"]
+    assert meta["requests"] > 0 and meta["failed"] == 0  # written by the served judge
+    assert rubric["requests"] > 0 and rubric["prompt_too_long"] == rubric["failed"] == rubric["requests"]
+    after = json.loads(urllib.request.urlopen(f"{server}/health", timeout=30).read())
+    served, refused = (after[k] - before[k] for k in ("requests", "refused"))
+    assert usage["judge_http_requests"] == meta["attempts"] + rubric["attempts"] == served + refused
+    assert (served, refused) == (meta["attempts"], rubric["attempts"]) and usage["judge_http_failures"] == refused
+
+
 def test_bad_requests_are_4xx_with_a_message_and_the_key_is_required(server):
     chat = f"{server}/v1/chat/completions"
     ok = {"model": "tiny_judge", "messages": [{"role": "user", "content": "Thanks!"}], "max_tokens": 4}
