@@ -514,7 +514,9 @@ def test_generate_cli_prints_json_matching_the_library(checkpoint_dir):
     assert out["finish_reason"] == result.finish_reason[0]
 
 
-def test_generate_cli_reports_a_missing_checkpoint_without_traceback(tmp_path):
+def test_generate_cli_reports_a_missing_checkpoint_without_traceback(tmp_path, command_server):
+    """Each a run of the command forked from one process that imported it (tests/command_server.py)."""
+    _run_cli = command_server("experiments.generate").run
     proc = _run_cli(f"--checkpoint={tmp_path / 'nope'}", "--prompt=hi")
     assert proc.returncode != 0
     assert "nope" in proc.stderr and "Traceback" not in proc.stderr
@@ -528,7 +530,8 @@ def test_generate_cli_reports_a_missing_checkpoint_without_traceback(tmp_path):
         assert proc.returncode == 2 and last.startswith("experiments.generate: error: ") and message in last, last
 
 
-def test_generate_cli_reports_a_too_long_request_without_traceback(checkpoint_dir):
-    proc = _run_cli(f"--checkpoint={checkpoint_dir}", "--prompt=hello", "--config.sampling.max_new_tokens=1000")
+def test_generate_cli_reports_a_too_long_request_without_traceback(checkpoint_dir, command_server):
+    proc = command_server("experiments.generate").run(f"--checkpoint={checkpoint_dir}", "--prompt=hello",
+                                                      "--config.sampling.max_new_tokens=1000")
     assert proc.returncode != 0
     assert "max_position_embeddings (256)" in proc.stderr and "Traceback" not in proc.stderr
