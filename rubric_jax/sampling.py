@@ -5,9 +5,10 @@ P prompt slots (bucketed), R response slots (bucketed max_new_tokens), V vocab, 
 into the cache C slots at a time), W attention window (the response cache's first W slots), D hidden,
 T suffix slots (bucketed; 0 without suffixes).
 
-Cache layout: each distinct prompt is prefilled once into a prompt cache [U, K, P, H] per layer, left-padded
-to the longest one (`width`, runtime data), and never repeated. Decode writes response token t of row b into
-slot t of a per-row response cache [B, K, W, H] per layer; each step's attention is one softmax over [the real
+Cache layout: each distinct prompt is prefilled once into a prompt cache (values [U, K, P, H], keys [U, K, H, P]
+per layer: `models.transformer.KVCache`), left-padded to the longest one (`width`, runtime data), and never
+repeated. Decode writes response token t of row b into slot t of a per-row response cache (values [B, K, W, H],
+keys [B, K, H, W]) per layer; each step's attention is one softmax over [the real
 slots of prompt b // n ; response slots 0..t of row b] (`models.transformer.SharedPrefix`), so the n samples
 of a prompt read its keys/values once per step, as one GEMM, and hold no copy of them. With suffixes
 (`generate(suffix_ids=...)`: a judge's shared [system; question; response] prompt and its D criteria), row b
@@ -68,7 +69,7 @@ from flax import nnx, struct
 
 from rubric_jax import distributed, loader, padding, row_noise, sharding
 from rubric_jax.models.transformer import (KVCache, Params, SharedPrefix, has_layer_stack, init_cache,
-                                           padding_to_positions, stack_layers, unstack_layers)
+                                           padding_to_positions, rope_tables, stack_layers, unstack_layers)
 
 TRACES: collections.Counter[str] = collections.Counter()
 FINISH_STOP, FINISH_LENGTH = "stop", "length"
@@ -191,7 +192,9 @@ class SamplingState:
     done_B: jax.Array  # bool: row finished (stop token emitted, or a bucket-padding row)
     stopped_B: jax.Array  # bool: row emitted a stop token
     lengths_B: jax.Array  # int32: tokens emitted so far (including a stop token)
-    cache: KVCache | None  # the response cache, per layer [B, K, W, H] (response token t in slot t); None once the loop ends (not an output)
+    # The response cache, per layer k [B, K, H, W] and v [B, K, W, H] (response token t in slot t); None once the
+    # loop ends (not an output).
+    cache: KVCache | None
     key: jax.Array
 
 
@@ -277,48 +280,53 @@ def _prefill(model: nnx.Module, layers: Sequence[Params], prompt_BxP: jax.Array,
     attend the shared prefix b // J they continue (the suffixes of `generate(suffix_ids=...)`)."""
     batch, prompt_slots = prompt_BxP.shape
     last_h_BxD = jnp.zeros((batch, model.cfg.hidden_size), jnp.dtype(model.cfg.compute_dtype))
+    rope_BxPxH = rope_tables(model.cfg, positions_BxP)  # once, not in every chunk's q/k fusions of every layer
     for first, count, window in prefill_windows(prompt_slots, chunk):
         prompt_slot_BxW = prompt_mask_BxP[:, :window]
 
-        def body(carry: tuple[KVCache, jax.Array], xs: tuple[jax.Array, jax.Array, jax.Array],
+        def body(carry: tuple[KVCache, jax.Array], xs: tuple[jax.Array, ...],
                  window: int = window, prompt_slot_BxW: jax.Array = prompt_slot_BxW
                  ) -> tuple[tuple[KVCache, jax.Array], None]:
             cache, last_h_BxD = carry
-            start, tokens_BxC, positions_BxC = xs
+            start, tokens_BxC, positions_BxC, cos_BxCxH, sin_BxCxH = xs
             query_slot_C = start + jnp.arange(chunk)
             causal_CxW = jnp.arange(window)[None, :] <= query_slot_C[:, None]
             mask_BxCxW = causal_CxW[None, :, :] & prompt_slot_BxW[:, None, :]
             h_BxCxD, cache = model.hidden_states(tokens_BxC, positions_BxC, mask_BxCxW, cache, start, layers,
-                                                 prefix)
+                                                 prefix, rope=(cos_BxCxH, sin_BxCxH))
             last = width - 1 - start  # the last prompt token's place in this chunk, if it is in it
             h_BxD = jax.lax.dynamic_index_in_dim(h_BxCxD, jnp.clip(last, 0, chunk - 1), axis=1, keepdims=False)
             return (cache, jnp.where((last >= 0) & (last < chunk), h_BxD, last_h_BxD)), None
 
-        def to_chunks(x_BxP: jax.Array) -> jax.Array:
+        def to_chunks(x_BxP: jax.Array) -> jax.Array:  # [B, P, ...] -> [count, B, C, ...]
             part = x_BxP[:, first * chunk:(first + count) * chunk]
-            return part.reshape(batch, count, chunk).swapaxes(0, 1)
+            return part.reshape(batch, count, chunk, *x_BxP.shape[2:]).swapaxes(0, 1)
 
         starts = jnp.arange(first, first + count, dtype=jnp.int32) * chunk
-        (cache, last_h_BxD), _ = jax.lax.scan(body, (cache, last_h_BxD),
-                                             (starts, to_chunks(prompt_BxP), to_chunks(positions_BxP)))
+        (cache, last_h_BxD), _ = jax.lax.scan(
+            body, (cache, last_h_BxD),
+            (starts, *map(to_chunks, (prompt_BxP, positions_BxP, *rope_BxPxH))))
     return last_h_BxD, cache
 
 
 def _grow(cache: KVCache, window: int) -> KVCache:
     """A per-layer response cache with empty slots added up to `window` (past the filled ones: never read
-    unmasked)."""
+    unmasked); slots are the last axis of k [B, K, H, W] and the third of v [B, K, W, H]."""
 
-    def grow(x_BxKxWxH: jax.Array) -> jax.Array:
-        return jnp.pad(x_BxKxWxH, ((0, 0), (0, 0), (0, window - x_BxKxWxH.shape[2]), (0, 0)))
+    def grow(x: jax.Array, axis: int) -> jax.Array:
+        pad = [(0, 0)] * x.ndim
+        pad[axis] = (0, window - x.shape[axis])
+        return jnp.pad(x, pad)
 
-    return KVCache(k=tuple(map(grow, cache.k)), v=tuple(map(grow, cache.v)))
+    return KVCache(k=tuple(grow(k, 3) for k in cache.k), v=tuple(grow(v, 2) for v in cache.v))
 
 
 def _cache_sharding(layout: sharding.Layout, cache: KVCache) -> Any:
-    """A per-layer cache's k/v [B, K, S, H] (or the prompts' [U, K, P, H]): rows like the batch, KV heads over
-    tensor (in the layout's rules)."""
-    spec = layout.sharding(("batch", "kv_heads", "length", "head_dim"), cache.k[0].shape)
-    return KVCache(k=(spec,) * len(cache.k), v=(spec,) * len(cache.v))
+    """A per-layer cache's k [B, K, H, S] and v [B, K, S, H] (or the prompts' [U, K, H, P], [U, K, P, H]): rows
+    like the batch, KV heads over tensor (in the layout's rules)."""
+    k_spec = layout.sharding(("batch", "kv_heads", "head_dim", "length"), cache.k[0].shape)
+    v_spec = layout.sharding(("batch", "kv_heads", "length", "head_dim"), cache.v[0].shape)
+    return KVCache(k=(k_spec,) * len(cache.k), v=(v_spec,) * len(cache.v))
 
 
 @functools.lru_cache(maxsize=64)

@@ -64,3 +64,25 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(f"tests/conftest.py: SLOW_FILES_FIRST names files that do not exist: {missing}")
     rank = {path: i for i, path in enumerate(SLOW_FILES_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))
+
+
+@pytest.fixture(scope="session")
+def command_server():
+    """`command_server(MODULE, **ENV).run(*args)`: `python -m MODULE *args` in the environment of a command under
+    test (xla_flags.command_env(**ENV)), forked from one process per MODULE and ENV that imported it once
+    (tests/command_server.py): for the bad-input cases of a command, which each paid 2-4 CPU-seconds of imports as a
+    fresh process."""
+    from command_server import CommandServer
+    from xla_flags import command_env
+
+    servers: dict[tuple, CommandServer] = {}
+
+    def get(module: str, **env: str) -> CommandServer:
+        key = (module, *sorted(env.items()))
+        if key not in servers:
+            servers[key] = CommandServer(module, command_env(**env))
+        return servers[key]
+
+    yield get
+    for server in servers.values():
+        server.close()

@@ -1,7 +1,6 @@
 """Experiment configs: every file builds, overrides are locked (a typo fails), user errors are one line."""
 
-import subprocess
-import sys
+import os
 from pathlib import Path
 
 import pytest
@@ -35,9 +34,9 @@ def test_qwen_rejects_an_unknown_size():
         qwen7b.get_config("size=3b")
 
 
-def _run(*flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "experiments.run", *flags], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+# Each case below is a run of experiments.run that stops at its bad input: forked from one process that imported the
+# command (tests/command_server.py) instead of a fresh interpreter paying 2-3 CPU-s of imports per case.
+RUN = "experiments.run"
 
 
 @pytest.mark.parametrize("flag, message", [
@@ -45,10 +44,11 @@ def _run(*flags: str) -> subprocess.CompletedProcess:
     ("--config.sft.batch_size=0", "config.sft.batch_size=0: expected an integer >= 1"),
     ("--workdir={tmp_path}/a_file", "a_file: is a file, not a directory"),
 ])
-def test_a_user_error_is_one_line_and_exit_status_2(tmp_path, flag, message):
+def test_a_user_error_is_one_line_and_exit_status_2(tmp_path, flag, message, command_server):
     (tmp_path / "a_file").write_text("x")
     flags = ["--config=configs/tiny.py", f"--workdir={tmp_path}/run", flag.format(tmp_path=tmp_path)]
-    proc = _run(*[f for f in flags if not (flag.startswith("--workdir") and f.endswith("/run"))])
+    proc = command_server(RUN).run(*[f for f in flags
+                                     if not (flag.startswith("--workdir") and f.endswith("/run"))])
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr, proc.stderr
     assert not (tmp_path / "run").exists()
@@ -63,29 +63,31 @@ def test_a_user_error_is_one_line_and_exit_status_2(tmp_path, flag, message):
     ("--config.eval.max_new_tokens=500", "config.eval.max_new_tokens=500: responses pad to 512 tokens"),
     ("--config.rl.sampler=beam(2)", "config.rl.sampler: "),
 ])
-def test_a_response_budget_past_the_models_positions_or_a_bad_sampler_names_its_key(tmp_path, flag, message):
-    proc = _run("--config=configs/tiny.py", f"--workdir={tmp_path}", flag)
+def test_a_response_budget_past_the_models_positions_or_a_bad_sampler_names_its_key(tmp_path, flag, message,
+                                                                                  command_server):
+    proc = command_server(RUN).run("--config=configs/tiny.py", f"--workdir={tmp_path}", flag)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and message in proc.stderr, proc.stderr
 
 
-def test_a_config_files_own_error_is_one_line_without_its_traceback(tmp_path):
-    proc = _run("--config=configs/qwen7b.py:size=13b", f"--workdir={tmp_path}")
+def test_a_config_files_own_error_is_one_line_without_its_traceback(tmp_path, command_server):
+    proc = command_server(RUN).run("--config=configs/qwen7b.py:size=13b", f"--workdir={tmp_path}")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "experiments.run: error: flag --config=configs/qwen7b.py:size=13b: Error whilst parsing config file: "
         "ValueError: configs/qwen7b.py: size='13b' is not one of ['0.5b', '1.5b', '7b']"]
 
 
-def test_a_missing_data_file_is_one_line_naming_the_file(tmp_path):
-    proc = _run("--config=configs/tiny.py", f"--workdir={tmp_path}", f"--config.data.train={tmp_path}/nope.jsonl")
+def test_a_missing_data_file_is_one_line_naming_the_file(tmp_path, command_server):
+    proc = command_server(RUN).run("--config=configs/tiny.py", f"--workdir={tmp_path}",
+                                   f"--config.data.train={tmp_path}/nope.jsonl")
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
     assert "nope.jsonl" in proc.stderr
 
 
-def test_qwen_without_a_local_checkpoint_is_one_line_naming_directory_and_flag(tmp_path):
-    proc = _run("--config=configs/qwen7b.py:size=0.5b", f"--workdir={tmp_path}")
+def test_qwen_without_a_local_checkpoint_is_one_line_naming_directory_and_flag(tmp_path, command_server):
+    proc = command_server(RUN).run("--config=configs/qwen7b.py:size=0.5b", f"--workdir={tmp_path}")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -96,7 +98,9 @@ def test_qwen_without_a_local_checkpoint_is_one_line_naming_directory_and_flag(t
     ("--config.mesh.rollout.tensor=8", "config.mesh.rollout.tensor=8 does not divide the model's num_heads (4)"),
     ("--config.judge.param_dtype=fp16", "config.judge.param_dtype='fp16': expected one of"),
 ])
-def test_decode_layout_and_judge_dtype_are_checked_before_anything_runs(tmp_path, override, message):
-    proc = _run("--config=configs/tiny.py", f"--workdir={tmp_path}", override)
+def test_decode_layout_and_judge_dtype_are_checked_before_anything_runs(tmp_path, override, message, command_server):
+    # On the 8 devices of this process (on 1, tensor=8 is refused for the device count before the model is read).
+    server = command_server(RUN, XLA_FLAGS=os.environ["XLA_FLAGS"])
+    proc = server.run("--config=configs/tiny.py", f"--workdir={tmp_path}", override)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert message in proc.stderr

@@ -177,7 +177,7 @@ def test_the_windowed_monitors_plots_draw_the_rolling_mean_their_alert_reads():
     assert plots.metric_label("monitor/template_share/window_mean") == "template share, rolling mean (alerted)"
 
 
-def test_plots_out_may_not_be_another_runs_plots_or_a_foreign_directory(tmp_path):
+def test_plots_out_may_not_be_another_runs_plots_or_a_foreign_directory(tmp_path, command_server):
     a = _judged_run(tmp_path / "a")
     other = _rule_only_run(tmp_path / "other", kl=True)
     plots.plot_run(other)
@@ -188,7 +188,7 @@ def test_plots_out_may_not_be_another_runs_plots_or_a_foreign_directory(tmp_path
     for out, message in ((other / plots.PLOTS_DIR, f"is the plots/ of the run {other}: its own plots would be "
                                                    "overwritten"),
                          (foreign, "is a non-empty directory that experiments.plots did not write")):
-        proc = _plots_cli(f"--workdir={a}", f"--out={out}")
+        proc = command_server("experiments.plots").run(f"--workdir={a}", f"--out={out}")  # tests/command_server.py
         assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
             f"experiments.plots: error: --out={out} {message}; " + (
                 "write the overlays elsewhere" if out != foreign else "give a new or empty directory")]

@@ -253,6 +253,17 @@ def test_decode_loop_copies_no_layer_weight_per_token(model):
     assert not [op.shape for op in per_token if any(shape in op.shape for shape in weight_shapes)]
 
 
+def test_prefill_makes_rope_tables_once_not_per_chunk(model, monkeypatch):
+    """The prefill's RoPE sin/cos run once over the whole prompt bucket, outside its chunk loop: made per chunk, XLA
+    fused them into every layer's query and key fusions of every chunk (benchmarks/RESULTS.md, ninth session)."""
+    monkeypatch.setattr(sampling, "PREFILL_CHUNK", 4)
+    prompts = [list(range(3, 23)), list(range(5, 18))]  # a 24-slot bucket: 6 chunks of 4
+    hlo = sampling.lower_generate(model, prompts, max_new_tokens=8, stop_tokens=[STOP], pad_id=PAD).compile().as_text()
+    shapes = [op.shape for op in hlo_stats.collectives(hlo, kinds=("sine", "cosine"))]
+    assert any(shape.startswith("f32[2,24,") for shape in shapes)  # the whole prompt's tables: the HLO was read
+    assert not [shape for shape in shapes if shape.startswith("f32[2,4,")]  # none of a chunk's
+
+
 def test_per_layer_weights_leave_no_layer_stack_in_the_program():
     """Weights in the decode form (`loader.to_layout(per_layer=True)`) are read in place and prefill writes a
     per-layer cache: no array of the compiled program has a leading layer axis, where stacked weights are
@@ -503,7 +514,9 @@ def test_generate_cli_prints_json_matching_the_library(checkpoint_dir):
     assert out["finish_reason"] == result.finish_reason[0]
 
 
-def test_generate_cli_reports_a_missing_checkpoint_without_traceback(tmp_path):
+def test_generate_cli_reports_a_missing_checkpoint_without_traceback(tmp_path, command_server):
+    """Each a run of the command forked from one process that imported it (tests/command_server.py)."""
+    _run_cli = command_server("experiments.generate").run
     proc = _run_cli(f"--checkpoint={tmp_path / 'nope'}", "--prompt=hi")
     assert proc.returncode != 0
     assert "nope" in proc.stderr and "Traceback" not in proc.stderr
@@ -517,7 +530,8 @@ def test_generate_cli_reports_a_missing_checkpoint_without_traceback(tmp_path):
         assert proc.returncode == 2 and last.startswith("experiments.generate: error: ") and message in last, last
 
 
-def test_generate_cli_reports_a_too_long_request_without_traceback(checkpoint_dir):
-    proc = _run_cli(f"--checkpoint={checkpoint_dir}", "--prompt=hello", "--config.sampling.max_new_tokens=1000")
+def test_generate_cli_reports_a_too_long_request_without_traceback(checkpoint_dir, command_server):
+    proc = command_server("experiments.generate").run(f"--checkpoint={checkpoint_dir}", "--prompt=hello",
+                                                      "--config.sampling.max_new_tokens=1000")
     assert proc.returncode != 0
     assert "max_position_embeddings (256)" in proc.stderr and "Traceback" not in proc.stderr

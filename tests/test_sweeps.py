@@ -103,7 +103,8 @@ def test_a_config_file_without_a_usable_sweep_is_refused(tmp_path):
         sweeps.load_sweep(str(tmp_path / "one_arg.py"))
 
 
-def test_a_config_file_that_does_not_load_or_whose_sweep_raises_is_one_line_naming_file_and_line(tmp_path):
+def test_a_config_file_that_does_not_load_or_whose_sweep_raises_is_one_line_naming_file_and_line(tmp_path,
+                                                                                                  command_server):
     broken = tmp_path / "broken.py"
     broken.write_text("from configs import tiny\nget_config = tiny.get_config\ndef sweep(add, arg)\n    add(seed=1)\n")
     with pytest.raises(sweeps.SweepError, match=r"broken\.py:3: syntax error \(expected ':'\)$"):
@@ -113,7 +114,7 @@ def test_a_config_file_that_does_not_load_or_whose_sweep_raises_is_one_line_nami
         sweeps.load_sweep(str(broken))
     with pytest.raises(sweeps.SweepError, match=r"swept\.py:10: sweep\(add, arg\) raised KeyError: 'lr'$"):
         sweeps.load_sweep(_config_file(tmp_path, "add(seed=1)\nadd(seed={}['lr'])\n"))
-    proc = _sweep_cli(f"--config={broken}", f"--workdir={tmp_path / 'sweep'}")
+    proc = command_server(SWEEP).run(f"--config={broken}", f"--workdir={tmp_path / 'sweep'}")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [f"experiments.sweep: error: {broken}:3: loading it raised "
                                                 "ZeroDivisionError: division by zero"]
@@ -246,6 +247,11 @@ def _ungated_rubric(tmp_path: Path) -> Path:
     return path
 
 
+# The sweep command's runs that start no variant (printing, summaries, refusals) fork from one process that imported
+# it (tests/command_server.py); the runs that train start their own processes.
+SWEEP = "experiments.sweep"
+
+
 def _sweep_cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "XLA_FLAGS": FAST_COMPILE, "PYTHONUNBUFFERED": "1"}  # one CPU device per variant
     return subprocess.run([sys.executable, "-m", "experiments.sweep", *args], cwd=ROOT, env=env, capture_output=True,
@@ -340,10 +346,10 @@ def test_a_rerun_skips_finished_variants(two_seeds):
     assert {name: (workdir / name / "metrics.jsonl").read_bytes() for name in before} == before
 
 
-def test_printed_commands_are_the_runs_the_sweep_ran(two_seeds):
+def test_printed_commands_are_the_runs_the_sweep_ran(two_seeds, command_server):
     """Each printed line parses to experiments.run with the config the variant finished with (its done.json)."""
     flags, workdir, _ = two_seeds
-    proc = _sweep_cli(*flags, "--print_commands")
+    proc = command_server(SWEEP).run(*flags, "--print_commands")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 2
@@ -360,8 +366,8 @@ def test_printed_commands_are_the_runs_the_sweep_ran(two_seeds):
         assert metrics.is_done(workdir / name, config.value)
 
 
-def test_summary_only_reports_what_the_workdirs_hold_without_running(tmp_path):
-    proc = _sweep_cli("--config=configs/tiny.py", f"--workdir={tmp_path}", "--summary_only")  # README, nothing ran
+def test_summary_only_reports_what_the_workdirs_hold_without_running(tmp_path, command_server):
+    proc = command_server(SWEEP).run("--config=configs/tiny.py", f"--workdir={tmp_path}", "--summary_only")  # README, nothing ran
     assert proc.returncode == 1 and "running in" not in proc.stdout
     assert proc.stderr.strip().splitlines()[-1].startswith("experiments.sweep: 4 of 4 variants not finished: "
                                                            "lr=0.0001,beta=0.0 (not started), ")
@@ -371,14 +377,15 @@ def test_summary_only_reports_what_the_workdirs_hold_without_running(tmp_path):
     assert [v["status"] for v in summary["variants"]] == ["not started"] * 4
 
 
-def test_readme_print_commands_and_one_line_errors(tmp_path):
-    proc = _sweep_cli("--config=configs/tiny.py", "--workdir=runs/tiny_sweep", "--print_commands")  # README
+def test_readme_print_commands_and_one_line_errors(tmp_path, command_server):
+    proc = command_server(SWEEP).run("--config=configs/tiny.py", "--workdir=runs/tiny_sweep", "--print_commands")  # README
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0] == ("./launch.sh experiments.run --config=configs/tiny.py "
                                            "--workdir=runs/tiny_sweep/lr=0.0001,beta=0.0 --config.rl.lr=0.0001 "
                                            "--config.rl.beta=0.0")
     assert len(proc.stdout.splitlines()) == 4
-    proc = _sweep_cli("--config=configs/tiny.py", f"--workdir={tmp_path}", "--config.rl.lrr=1", "--print_commands")
+    proc = command_server(SWEEP).run("--config=configs/tiny.py", f"--workdir={tmp_path}", "--config.rl.lrr=1",
+                                     "--print_commands")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == ["experiments.sweep: error: configs/tiny.py: extra flag "
                                                 "--config.rl.lrr: unknown config key 'rl.lrr' (did you mean 'rl.lr'?)"]

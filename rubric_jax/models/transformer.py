@@ -63,10 +63,12 @@ ShardActivation = Callable[[jax.Array, tuple[str, ...]], jax.Array]
 
 @struct.dataclass
 class KVCache:
-    """Keys and values of every layer for S slots, stacked: k, v [L, B, K, S, H] (what a layer scan updates in
-    place), or per layer: k, v tuples of L arrays [B, K, S, H] (`init_cache(per_layer=True)`, for a forward over
-    per-layer weights, `unstack_layers`). A layer's [B, K, S, H] is what the attention dots read, batch dims
-    first: no transpose of the cache per layer and token."""
+    """Keys and values of every layer for S slots, stacked: k [L, B, K, H, S], v [L, B, K, S, H] (what a layer scan
+    updates in place), or per layer: k, v tuples of L arrays [B, K, H, S] and [B, K, S, H] (`init_cache(per_layer=
+    True)`, for a forward over per-layer weights, `unstack_layers`). A layer's k and v are what the attention dots
+    read, batch dims first and each the plain right operand of its dot, q [M, H]·k [H, S] and p [M, S]·v [S, H]:
+    no transpose of the cache per layer and token (XLA CPU's dot packed a [S, H] key cache for every decode step:
+    3.5-4x slower scores, benchmarks/RESULTS.md)."""
 
     k: jax.Array | tuple[jax.Array, ...]
     v: jax.Array | tuple[jax.Array, ...]
@@ -83,19 +85,21 @@ class SharedPrefix:
     [the real slots of prefix b // J ; its own cache's slots] with one softmax, so J rows that share a
     prefix (a prompt's samples) read it once and never hold a copy of it. Laid out like a `KVCache`."""
 
-    cache: KVCache  # k, v [U, K, P, H] per layer (or stacked on L)
+    cache: KVCache  # k [U, K, H, P], v [U, K, P, H] per layer (or stacked on L)
     mask_UxP: jax.Array  # bool: which prefix slots hold real tokens
 
 
 def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype: Any = None, *, per_layer: bool = False) -> KVCache:
-    """An all-zero cache with `max_len` slots per sequence, in the compute dtype by default: stacked, or per
-    layer (L arrays of their own, what a forward over `unstack_layers` weights writes in place)."""
-    shape = (batch, cfg.num_kv_heads, max_len, cfg.head_dim)
+    """An all-zero cache with `max_len` slots per sequence (keys [.., H, S], values [.., S, H]: `KVCache`), in the
+    compute dtype by default: stacked, or per layer (L arrays of their own, what a forward over `unstack_layers`
+    weights writes in place)."""
+    k_shape = (batch, cfg.num_kv_heads, cfg.head_dim, max_len)
+    v_shape = (batch, cfg.num_kv_heads, max_len, cfg.head_dim)
     dtype = dtype or jnp.dtype(cfg.compute_dtype)
     if per_layer:
-        return KVCache(k=tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)),
-                       v=tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)))
-    return KVCache(k=jnp.zeros((cfg.num_layers, *shape), dtype), v=jnp.zeros((cfg.num_layers, *shape), dtype))
+        return KVCache(k=tuple(jnp.zeros(k_shape, dtype) for _ in range(cfg.num_layers)),
+                       v=tuple(jnp.zeros(v_shape, dtype) for _ in range(cfg.num_layers)))
+    return KVCache(k=jnp.zeros((cfg.num_layers, *k_shape), dtype), v=jnp.zeros((cfg.num_layers, *v_shape), dtype))
 
 
 def unstack_layers(params: Params, num_layers: int, take: Callable[[Any, int], Any] = lambda a, i: a[i]) -> Params:
@@ -261,9 +265,11 @@ class Transformer(nnx.Module):
 
     def hidden_states(self, tokens_BxT: jax.Array, positions_BxT: jax.Array, mask_BxTxS: jax.Array,
                       cache: KVCache | None = None, cache_index: jax.Array | None = None,
-                      layers: Sequence[Params] | None = None, prefix: SharedPrefix | None = None
-                      ) -> tuple[jax.Array, KVCache | None]:
-        """Final-norm hidden states [B, T, D] in the compute dtype (the trainer's chunked log-probs use it)."""
+                      layers: Sequence[Params] | None = None, prefix: SharedPrefix | None = None, *,
+                      rope: tuple[jax.Array, jax.Array] | None = None) -> tuple[jax.Array, KVCache | None]:
+        """Final-norm hidden states [B, T, D] in the compute dtype (the trainer's chunked log-probs use it). `rope`:
+        `rope_tables(cfg, positions_BxT)` when the caller has them (a chunked prefill makes them once, outside its
+        loop: made inside, XLA CPU fused sin and cos into every layer's query and key fusions)."""
         if prefix is not None and cache is None:
             raise ValueError("a shared prefix extends a KV cache: pass the cache its rows write to")
         if prefix is not None and tokens_BxT.shape[0] % prefix.mask_UxP.shape[0]:
@@ -276,7 +282,7 @@ class Transformer(nnx.Module):
         if layers is not None and len(layers) != self.cfg.num_layers:
             raise ValueError(f"layers: {len(layers)} given, the model has {self.cfg.num_layers}")
         cfg = self.cfg
-        cos_BxTxH, sin_BxTxH = rope_tables(cfg, positions_BxT)
+        cos_BxTxH, sin_BxTxH = rope_tables(cfg, positions_BxT) if rope is None else rope
 
         def layer(carry, xs):
             x_BxTxD, cache = carry
@@ -511,9 +517,17 @@ def _qkv(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Arra
     return q_BxTxNxH.reshape(B, T, cfg.num_kv_heads, cfg.num_groups, cfg.head_dim), k_BxKxTxH, v_BxKxTxH
 
 
+def _scores(q_BxKxMxH: jax.Array, k: jax.Array, k_transposed: bool) -> jax.Array:
+    """Unscaled float32 scores q·kᵀ [B, K, M, S] of keys k [B, K, S, H], or [B, K, H, S] where `k_transposed` (a
+    KV cache's layout, `KVCache`)."""
+    spec = "BKMH,BKHS->BKMS" if k_transposed else "BKMH,BKSH->BKMS"
+    return jnp.einsum(spec, q_BxKxMxH, k, preferred_element_type=jnp.float32)
+
+
 def _attend(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.Array, v_BxKxSxH: jax.Array,
-            mask_BxTxS: jax.Array) -> jax.Array:
-    """Softmax attention [B, T, K, G, H] of the queries over the S slots `mask_BxTxS` allows.
+            mask_BxTxS: jax.Array, k_transposed: bool = False) -> jax.Array:
+    """Softmax attention [B, T, K, G, H] of the queries over the S slots `mask_BxTxS` allows (keys [B, K, H, S]
+    where `k_transposed`, see `_scores`).
 
     A KV head's T·G queries form one matrix (M = T·G, row t·G + g), so both dots are plain batched GEMMs
     over (B, K), [M, H]·[S, H]ᵀ and [M, S]·[S, H], the probabilities in the layout the second dot reads.
@@ -523,8 +537,7 @@ def _attend(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.Array, v_Bx
     """
     B, T, K, G, H = q_BxTxKxGxH.shape
     q_BxKxMxH = q_BxTxKxGxH.transpose(0, 2, 1, 3, 4).reshape(B, K, T * G, H)
-    scores_BxKxMxS = jnp.einsum("BKMH,BKSH->BKMS", q_BxKxMxH, k_BxKxSxH,
-                                preferred_element_type=jnp.float32) / math.sqrt(cfg.head_dim)
+    scores_BxKxMxS = _scores(q_BxKxMxH, k_BxKxSxH, k_transposed) / math.sqrt(cfg.head_dim)
     mask_BxMxS = jnp.repeat(mask_BxTxS, G, axis=1)
     scores_BxKxMxS = jnp.where(mask_BxMxS[:, None], scores_BxKxMxS, jnp.finfo(jnp.float32).min)
     probs_BxKxMxS = jax.nn.softmax(scores_BxKxMxS, axis=-1).astype(q_BxTxKxGxH.dtype)
@@ -534,17 +547,17 @@ def _attend(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.Array, v_Bx
 
 def _attend_with_prefix(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.Array, v_BxKxSxH: jax.Array,
                         mask_BxTxS: jax.Array, k_UxKxPxH: jax.Array, v_UxKxPxH: jax.Array,
-                        prefix_mask_UxP: jax.Array) -> jax.Array:
+                        prefix_mask_UxP: jax.Array, k_transposed: bool = False) -> jax.Array:
     """`_attend` over [prefix b // J ; own slots] with one softmax; the J rows of a prefix read its keys and
-    values in place (no [B, K, P, H] copy).
+    values in place (no [B, K, P, H] copy). Both parts' keys are [.., H, S] where `k_transposed` (`_scores`).
 
     As in `_attend`, each dot is a plain batched GEMM: the own dot over (B, K) with a row's T·G queries
     (M = T·G), the prefix dot over (U, K) with its J rows' queries (J·M, row j·M + m), so J rows that share a
     prefix are one GEMM with J times the rows, not J GEMMs. The softmax spans both parts: their maxima and
     sums meet in the small [B, K, M] layout. Its gradient is `_prefix_attention_bwd`'s.
     """
-    return _prefix_attention(1.0 / math.sqrt(cfg.head_dim), q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS,
-                             k_UxKxPxH, v_UxKxPxH, prefix_mask_UxP)
+    return _prefix_attention(1.0 / math.sqrt(cfg.head_dim), k_transposed, q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH,
+                             mask_BxTxS, k_UxKxPxH, v_UxKxPxH, prefix_mask_UxP)
 
 
 def _to_rows(x_UxKxJM: jax.Array, j: int) -> jax.Array:
@@ -561,8 +574,8 @@ def _to_prefixes(x_BxKxM: jax.Array, j: int) -> jax.Array:
     return x.swapaxes(1, 2).reshape(b // j, k, j * m, *rest)
 
 
-def _prefix_attention_fwd(scale: float, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.Array, v_BxKxSxH: jax.Array,
-                          mask_BxTxS: jax.Array, k_UxKxPxH: jax.Array, v_UxKxPxH: jax.Array,
+def _prefix_attention_fwd(scale: float, k_transposed: bool, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.Array,
+                          v_BxKxSxH: jax.Array, mask_BxTxS: jax.Array, k_UxKxPxH: jax.Array, v_UxKxPxH: jax.Array,
                           prefix_mask_UxP: jax.Array) -> tuple[jax.Array, tuple[jax.Array, ...]]:
     """`_attend_with_prefix`'s output and what its backward reads: the queries, keys, values, masks, both parts'
     probabilities and the output in the [B, K, M, H] layout."""
@@ -572,10 +585,8 @@ def _prefix_attention_fwd(scale: float, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.A
     neg = jnp.finfo(jnp.float32).min
     q_BxKxMxH = q_BxTxKxGxH.transpose(0, 2, 1, 3, 4).reshape(B, K, M, H)
     own_mask_Bx1xMxS = jnp.repeat(mask_BxTxS, G, axis=1)[:, None]
-    own_BxKxMxS = jnp.einsum("BKMH,BKSH->BKMS", q_BxKxMxH, k_BxKxSxH, preferred_element_type=jnp.float32) * scale
-    own_BxKxMxS = jnp.where(own_mask_Bx1xMxS, own_BxKxMxS, neg)
-    prefix_UxKxJMxP = jnp.einsum("UKMH,UKPH->UKMP", _to_prefixes(q_BxKxMxH, J), k_UxKxPxH,
-                                 preferred_element_type=jnp.float32) * scale
+    own_BxKxMxS = jnp.where(own_mask_Bx1xMxS, _scores(q_BxKxMxH, k_BxKxSxH, k_transposed) * scale, neg)
+    prefix_UxKxJMxP = _scores(_to_prefixes(q_BxKxMxH, J), k_UxKxPxH, k_transposed) * scale
     prefix_UxKxJMxP = jnp.where(prefix_mask_UxP[:, None, None, :], prefix_UxKxJMxP, neg)
     # softmax(s) = exp(s - m) / sum exp(s - m) for any m.
     max_BxKxM = jnp.maximum(jnp.max(own_BxKxMxS, axis=-1), _to_rows(jnp.max(prefix_UxKxJMxP, axis=-1), J))
@@ -592,22 +603,24 @@ def _prefix_attention_fwd(scale: float, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.A
     return out_BxKxMxH.reshape(B, K, T, G, H).transpose(0, 2, 1, 3, 4), residuals
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _prefix_attention(scale: float, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.Array, v_BxKxSxH: jax.Array,
-                      mask_BxTxS: jax.Array, k_UxKxPxH: jax.Array, v_UxKxPxH: jax.Array,
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _prefix_attention(scale: float, k_transposed: bool, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.Array,
+                      v_BxKxSxH: jax.Array, mask_BxTxS: jax.Array, k_UxKxPxH: jax.Array, v_UxKxPxH: jax.Array,
                       prefix_mask_UxP: jax.Array) -> jax.Array:
     """`_attend_with_prefix` with `scale` = 1/√H, differentiated by `_prefix_attention_bwd`."""
-    return _prefix_attention_fwd(scale, q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS, k_UxKxPxH, v_UxKxPxH,
-                                 prefix_mask_UxP)[0]
+    return _prefix_attention_fwd(scale, k_transposed, q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS, k_UxKxPxH,
+                                 v_UxKxPxH, prefix_mask_UxP)[0]
 
 
-def _prefix_attention_bwd(scale: float, residuals: tuple[jax.Array, ...], g_BxTxKxGxH: jax.Array
+def _prefix_attention_bwd(scale: float, k_transposed: bool, residuals: tuple[jax.Array, ...], g_BxTxKxGxH: jax.Array
                           ) -> tuple[jax.Array | None, ...]:
     """Flash attention's backward: with D = rowsum(dO ∘ O), each part's score gradient is P ∘ (dO·Vᵀ − D),
     a reduction over the head dim H where autodiff of the softmax reduced over the S + P slots (CPU update
     ~25% faster in this attention; benchmarks/RESULTS.md "GRPO step vs TRL", ninth session)."""
     (q_BxKxMxH, k_BxKxSxH, v_BxKxSxH, own_mask_Bx1xMxS, k_UxKxPxH, v_UxKxPxH, prefix_mask_UxP,
      own_probs_BxKxMxS, prefix_probs_UxKxJMxP, out_BxKxMxH) = residuals
+    if k_transposed:  # keys [.., H, S] (`_scores`): the maths below reads them [.., S, H]
+        k_BxKxSxH, k_UxKxPxH = k_BxKxSxH.swapaxes(-1, -2), k_UxKxPxH.swapaxes(-1, -2)
     B, T, K, G, H = g_BxTxKxGxH.shape
     J = B // prefix_mask_UxP.shape[0]
     dtype = q_BxKxMxH.dtype
@@ -623,10 +636,12 @@ def _prefix_attention_bwd(scale: float, residuals: tuple[jax.Array, ...], g_BxTx
         prefix_probs_UxKxJMxP * (prefix_dp_UxKxJMxP - _to_prefixes(d_BxKxM, J)[..., None]) * scale, 0.0).astype(dtype)
     dq_BxKxMxH = (jnp.einsum("BKMS,BKSH->BKMH", own_ds_BxKxMxS, k_BxKxSxH)
                   + _to_rows(jnp.einsum("UKMP,UKPH->UKMH", prefix_ds_UxKxJMxP, k_UxKxPxH), J))
-    return (dq_BxKxMxH.reshape(B, K, T, G, H).transpose(0, 2, 1, 3, 4),
-            jnp.einsum("BKMS,BKMH->BKSH", own_ds_BxKxMxS, q_BxKxMxH),
-            jnp.einsum("BKMS,BKMH->BKSH", own_probs_BxKxMxS, g_BxKxMxH), None,
-            jnp.einsum("UKMP,UKMH->UKPH", prefix_ds_UxKxJMxP, q_UxKxJMxH),
+    dk_BxKxSxH = jnp.einsum("BKMS,BKMH->BKSH", own_ds_BxKxMxS, q_BxKxMxH)
+    dk_UxKxPxH = jnp.einsum("UKMP,UKMH->UKPH", prefix_ds_UxKxJMxP, q_UxKxJMxH)
+    if k_transposed:
+        dk_BxKxSxH, dk_UxKxPxH = dk_BxKxSxH.swapaxes(-1, -2), dk_UxKxPxH.swapaxes(-1, -2)
+    return (dq_BxKxMxH.reshape(B, K, T, G, H).transpose(0, 2, 1, 3, 4), dk_BxKxSxH,
+            jnp.einsum("BKMS,BKMH->BKSH", own_probs_BxKxMxS, g_BxKxMxH), None, dk_UxKxPxH,
             jnp.einsum("UKMP,UKMH->UKPH", prefix_probs_UxKxJMxP, g_UxKxJMxH), None)
 
 
@@ -697,32 +712,37 @@ def attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax
     cache (decoding) always `_attend`, or `_attend_with_prefix` over [that layer of the shared prefix ; the
     cache's window]."""
     q_BxTxKxGxH, k_BxKxTxH, v_BxKxTxH = _qkv(cfg, attn, x_BxTxD, cos_BxTxH, sin_BxTxH)
-    if cache is not None:
+    if cache is not None:  # keys [.., H, S] in the cache (`KVCache`)
         window = mask_BxTxS.shape[-1]  # the cache's first S slots only
-        k_cache, k_BxKxSxH = _write_and_read(cache.k, k_BxKxTxH, layer, cache_index, window)
-        v_cache, v_BxKxSxH = _write_and_read(cache.v, v_BxKxTxH, layer, cache_index, window)
+        k_cache, k_BxKxHxS = _write_and_read(cache.k, k_BxKxTxH.swapaxes(2, 3), layer, cache_index, window, axis=3)
+        v_cache, v_BxKxSxH = _write_and_read(cache.v, v_BxKxTxH, layer, cache_index, window, axis=2)
         cache = KVCache(k=k_cache, v=v_cache)
-        k_BxKxSxH, v_BxKxSxH = k_BxKxSxH.astype(x_BxTxD.dtype), v_BxKxSxH.astype(x_BxTxD.dtype)
+        k_BxKxHxS, v_BxKxSxH = k_BxKxHxS.astype(x_BxTxD.dtype), v_BxKxSxH.astype(x_BxTxD.dtype)
         if prefix is None:
-            return _output(cfg, attn, _attend(cfg, q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS)), cache
-        k_UxKxPxH, v_UxKxPxH = (x[layer].astype(x_BxTxD.dtype) for x in (prefix.cache.k, prefix.cache.v))
-        out = _attend_with_prefix(cfg, q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS, k_UxKxPxH, v_UxKxPxH,
-                                  prefix.mask_UxP)
+            out = _attend(cfg, q_BxTxKxGxH, k_BxKxHxS, v_BxKxSxH, mask_BxTxS, k_transposed=True)
+            return _output(cfg, attn, out), cache
+        k_UxKxHxP, v_UxKxPxH = (x[layer].astype(x_BxTxD.dtype) for x in (prefix.cache.k, prefix.cache.v))
+        out = _attend_with_prefix(cfg, q_BxTxKxGxH, k_BxKxHxS, v_BxKxSxH, mask_BxTxS, k_UxKxHxP, v_UxKxPxH,
+                                  prefix.mask_UxP, k_transposed=True)
         return _output(cfg, attn, out), cache
     return _output(cfg, attn, _attend_without_cache(cfg, q_BxTxKxGxH, k_BxKxTxH, v_BxKxTxH, mask_BxTxS, shard)), None
 
 
-def _write_and_read(cache: jax.Array | tuple[jax.Array, ...], new_BxKxTxH: jax.Array, layer: jax.Array | int,
-                    cache_index: jax.Array, window: int) -> tuple[jax.Array | tuple[jax.Array, ...], jax.Array]:
-    """One of a cache's k or v (stacked [L, B, K, S, H], or per layer, `layer` then a Python int) with the new
-    slots written at `cache_index` of layer `layer`, and that layer's first `window` slots [B, K, W, H]."""
+def _write_and_read(cache: jax.Array | tuple[jax.Array, ...], new: jax.Array, layer: jax.Array | int,
+                    cache_index: jax.Array, window: int, axis: int) -> tuple[jax.Array | tuple[jax.Array, ...],
+                                                                             jax.Array]:
+    """One of a cache's k or v (stacked on L, or per layer, `layer` then a Python int) with the new slots `new`
+    (a layer's layout, slots on `axis`: 3 for k [B, K, H, T], 2 for v [B, K, T, H]) written at `cache_index` of
+    layer `layer`, and that layer's first `window` slots."""
+    start = [0, 0, 0, 0]
+    start[axis] = cache_index
     if isinstance(cache, tuple):
-        written = jax.lax.dynamic_update_slice(cache[layer], new_BxKxTxH.astype(cache[layer].dtype),
-                                               (0, 0, cache_index, 0))
-        return cache[:layer] + (written,) + cache[layer + 1:], written[:, :, :window]
-    written = jax.lax.dynamic_update_slice(cache, new_BxKxTxH[None].astype(cache.dtype), (layer, 0, 0, cache_index, 0))
-    _, B, K, _, H = cache.shape
-    return written, jax.lax.dynamic_slice(written, (layer, 0, 0, 0, 0), (1, B, K, window, H))[0]
+        written = jax.lax.dynamic_update_slice(cache[layer], new.astype(cache[layer].dtype), tuple(start))
+        return cache[:layer] + (written,) + cache[layer + 1:], jax.lax.slice_in_dim(written, 0, window, axis=axis)
+    written = jax.lax.dynamic_update_slice(cache, new[None].astype(cache.dtype), (layer, *start))
+    sizes = list(cache.shape[1:])
+    sizes[axis] = window
+    return written, jax.lax.dynamic_slice(written, (layer, 0, 0, 0, 0), (1, *sizes))[0]
 
 
 def mlp(mlp_params: Params, x_BxTxD: jax.Array, length_split: bool = False) -> jax.Array:

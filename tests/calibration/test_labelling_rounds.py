@@ -199,7 +199,8 @@ def test_stale_outputs_are_removed_and_the_report_written_last(tmp_path):
     assert (out / CORRECTION_FILE).exists()
 
 
-def test_cli_refuses_bad_outputs_and_names_the_bootstrap_flag_before_scoring(tmp_path):
+def test_cli_refuses_bad_outputs_and_names_the_bootstrap_flag_before_scoring(tmp_path, command_server):
+    """Each case a run of the command, forked from one process that imported it (tests/command_server.py)."""
     existing = tmp_path / "report_file"
     existing.write_text("keep me")
     common = [f"--rubric={CAL / 'rubric.yaml'}", f"--labels={CAL / 'labels.jsonl'}"]
@@ -211,7 +212,7 @@ def test_cli_refuses_bad_outputs_and_names_the_bootstrap_flag_before_scoring(tmp
                                          f"--compare={CAL / 'rubric_b.yaml'}", "--config.against=judge"],
                                         "--compare=RUBRIC_B")}
     for case, (flags_, fragment) in cases.items():
-        proc = _run("experiments.calibrate", *common, *flags_)
+        proc = command_server("experiments.calibrate").run(*common, *flags_)
         assert proc.returncode == 2, (case, proc.stderr)
         errors = [line for line in proc.stderr.splitlines() if line.startswith("experiments.calibrate: error:")]
         assert len(errors) == 1 and fragment in errors[0], (case, proc.stderr)

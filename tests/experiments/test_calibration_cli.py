@@ -119,16 +119,16 @@ BAD_INPUT = {  # case -> (labels lines, extra flags, fragments of the one-line e
 }
 
 
-def test_bad_input_is_one_line_naming_file_and_line_and_exits_2(tmp_path):
-    procs = {}
+def test_bad_input_is_one_line_naming_file_and_line_and_exits_2(tmp_path, command_server):
+    """Each case a run of the command, forked from one process that imported it (tests/command_server.py)."""
     for case, (lines, extra, _) in BAD_INPUT.items():
         labels = tmp_path / case / "labels.jsonl"
         labels.parent.mkdir()
         labels.write_text("".join(line + "\n" for line in lines))
-        procs[case] = start(f"--rubric={REPO / FIXTURES / 'rubric.yaml'}", f"--labels={labels}",
-                            f"--out={tmp_path / case / 'out'}", *(e.format(labels=labels) for e in extra))
-    for case, proc in procs.items():
-        _, stderr = proc.communicate(timeout=300)
+        proc = command_server("experiments.calibrate").run(
+            f"--rubric={REPO / FIXTURES / 'rubric.yaml'}", f"--labels={labels}", f"--out={tmp_path / case / 'out'}",
+            *(e.format(labels=labels) for e in extra))
+        stderr = proc.stderr
         assert proc.returncode == 2, (case, stderr)
         assert "Traceback" not in stderr, (case, stderr)
         error_lines = [line for line in stderr.splitlines() if line.startswith("experiments.calibrate: error:")]

@@ -6,10 +6,7 @@ setting flag of its own, and every key of every command's settings has a one-lin
 from __future__ import annotations
 
 import importlib
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import ml_collections
@@ -105,17 +102,16 @@ def test_the_meaning_lookup_follows_a_block_to_the_function_that_built_it(tmp_pa
     ("export", "--config.which=newest", "--config.which=newest: expected one of"),
     ("calibrate", "--config.bootstrap=0", "--config.bootstrap: expected an integer >= 1, got 0"),
 ])
-def test_a_bad_setting_is_one_line_naming_its_key(tmp_path, command, setting, message):
+def test_a_bad_setting_is_one_line_naming_its_key(tmp_path, command, setting, message, command_server):
     """Before any work: the settings are checked first (with stand-in paths that exist where a command checks
-    them only later)."""
+    them only later). Each case a run of the command forked from one process per command (tests/command_server.py)."""
     paths = {"score": ["--rubric=tests/fixtures/calibration/rubric.yaml",
                        "--responses=tests/fixtures/calibration/labels.jsonl", f"--out={tmp_path / 'o.jsonl'}"],
              "sample_for_labels": [f"--workdir={tmp_path}", f"--out={tmp_path / 'l.jsonl'}"],
              "export": [f"--workdir={tmp_path}", f"--out={tmp_path / 'hf'}"],
              "calibrate": ["--rubric=tests/fixtures/calibration/rubric.yaml",
                            "--labels=tests/fixtures/calibration/labels.jsonl", f"--out={tmp_path / 'cal'}"]}[command]
-    proc = subprocess.run([sys.executable, "-m", f"experiments.{command}", *paths, setting], cwd=REPO,
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = command_server(f"experiments.{command}").run(*paths, setting)
     last = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert last.startswith(f"experiments.{command}: error: ") and message in last, last

@@ -182,14 +182,11 @@ BAD_INPUT = {
 }
 
 
-def test_bad_input_exits_2_with_one_line_naming_the_file_and_writes_nothing(tmp_path, models):
-    """All cases run as concurrent subprocesses (each pays the interpreter start-up once)."""
-    procs = {}
+def test_bad_input_exits_2_with_one_line_naming_the_file_and_writes_nothing(tmp_path, models, command_server):
+    """Each case a run of the command, forked from one process that imported it (tests/command_server.py)."""
     for case in BAD_INPUT:
         (tmp_path / case).mkdir()
-        procs[case] = start(*_bad_input(tmp_path / case, case, models))
-    for case, proc in procs.items():
-        result = finish(proc)
+        result = command_server("experiments.evaluate").run(*_bad_input(tmp_path / case, case, models))
         assert result.returncode == 2, (case, result.returncode, result.stderr)
         assert "Traceback" not in result.stderr, (case, result.stderr)
         lines = [line for line in result.stderr.splitlines() if line.startswith("experiments.evaluate: error:")]

@@ -102,9 +102,9 @@ def test_run_precedence_experiment_file_judge_file_config_override_judge_overrid
     (["--judge.samples=abc"], "flag --judge.samples=abc: invalid literal for int()"),
     (["--judge.mode=single"], "--judge.mode='single': expected one of ('per_dimension', 'all_criteria')"),
 ])
-def test_a_bad_judge_flag_is_one_line_and_exit_2(args, message, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "experiments.score", *args, f"--responses={tmp_path / 'in.jsonl'}",
-                           f"--out={tmp_path / 'out.jsonl'}"], cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env=command_env())
+def test_a_bad_judge_flag_is_one_line_and_exit_2(args, message, tmp_path, command_server):
+    """A run of experiments.score forked from one process that imported it (tests/command_server.py)."""
+    proc = command_server("experiments.score").run(*args, f"--responses={tmp_path / 'in.jsonl'}",
+                                                   f"--out={tmp_path / 'out.jsonl'}")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith(f"experiments.score: error: {message}"), proc.stderr

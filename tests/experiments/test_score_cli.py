@@ -168,14 +168,12 @@ HOSTILE_CASES = {
 }
 
 
-def test_user_errors_exit_nonzero_with_file_and_line_and_no_traceback(tmp_path):
-    """All cases run as concurrent subprocesses (each pays the interpreter start-up once)."""
-    procs = {}
+def test_user_errors_exit_nonzero_with_file_and_line_and_no_traceback(tmp_path, command_server):
+    """Each case a run of the command, forked from one process that imported it (tests/command_server.py)."""
     for case in ERROR_CASES:
         (tmp_path / case).mkdir()
-        procs[case] = start_score(*_error_case(tmp_path / case, case))
-    for case, proc in procs.items():
-        _, stderr = proc.communicate(timeout=300)
+        proc = command_server("experiments.score").run(*_error_case(tmp_path / case, case))
+        stderr = proc.stderr
         assert proc.returncode == 2, (case, proc.returncode, stderr)
         assert "Traceback" not in stderr, (case, stderr)
         for fragment in ERROR_CASES[case]:

@@ -197,10 +197,13 @@ def test_cached_forward_in_chunks_equals_full_forward(name, chunks, layers):
     cached_logits = np.concatenate(pieces, axis=1)
     valid_BxT = e["attention_mask"].astype(bool)
     assert rel_err(cached_logits[valid_BxT], full_logits[valid_BxT]) <= 1e-5
-    cache_k = np.stack(cache.k) if layers == "per_layer" else np.asarray(cache.k)
-    assert cache_k.shape == (cfg.num_layers, B, cfg.num_kv_heads, S, cfg.head_dim)
-    assert np.all(cache_k[:, :, :, T:] == 0)  # nothing written past the sequence
-    assert np.all(np.any(cache_k[:, :, :, :T] != 0, axis=-1))  # and every slot of it, in every layer
+    stacked = np.stack if layers == "per_layer" else np.asarray
+    # Keys are stored [.., H, S] (the score dot's right operand), values [.., S, H].
+    for slots_last, part in ((True, cache.k), (False, cache.v)):
+        part = stacked(part).swapaxes(-1, -2) if slots_last else stacked(part)
+        assert part.shape == (cfg.num_layers, B, cfg.num_kv_heads, S, cfg.head_dim)
+        assert np.all(part[:, :, :, T:] == 0)  # nothing written past the sequence
+        assert np.all(np.any(part[:, :, :, :T] != 0, axis=-1))  # and every slot of it, in every layer
 
 
 def test_per_layer_cache_needs_per_layer_weights():

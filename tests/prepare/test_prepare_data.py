@@ -344,7 +344,8 @@ def _cli(*args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_cli_bad_input_exits_2_with_one_line(tmp_path):
+def test_cli_bad_input_exits_2_with_one_line(tmp_path, command_server):
+    """Each case a run of the command, forked from one process that imported it (tests/command_server.py)."""
     bad = _write_jsonl(tmp_path / "bad.jsonl", ['{"id": "b",\n'])
     cases = {
         "ratio": ([f"--input=questions:{QUESTIONS}", "--config.difficulty_ratio=3:x:2"],
@@ -356,9 +357,9 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path):
         "kind": ([f"--input=foobench:{QUESTIONS}"], "unknown input kind 'foobench'"),
         "missing": (["--input=longbench_write:/nonexistent.jsonl"], "/nonexistent.jsonl does not exist"),
     }
-    procs = {k: _cli(*args, f"--out={tmp_path / k}", "--name=qs") for k, (args, _) in cases.items()}
-    for key, proc in procs.items():
-        out, err = proc.communicate(timeout=300)
+    for key, (args, _) in cases.items():
+        proc = command_server("experiments.prepare_data").run(*args, f"--out={tmp_path / key}", "--name=qs")
+        err = proc.stderr
         assert proc.returncode == 2, (key, err)
         assert err.strip().count("\n") == 0 and "Traceback" not in err
         assert err.startswith("experiments.prepare_data: error: ") and cases[key][1] in err

@@ -123,7 +123,7 @@ def test_the_readme_command_writes_a_loadable_judge_and_its_report(tmp_path):
     (["--config.dimensions=format", "--tokenizer={tok}", "--out={tok}/inside", *_SHORT], "/tok/inside: lies inside the "
      "input directory"),
 ])
-def test_bad_input_is_one_line_and_exit_2(tmp_path, extra, message):
+def test_bad_input_is_one_line_and_exit_2(tmp_path, extra, message, command_server):
     labels = tmp_path / "labels.jsonl"
     labels.write_text('{"question": "q", "response": "r", "labels": {"format": 1}}\n'
                       '{"question": "q", "response": "r", "labels": {"format": 7}}\n')
@@ -138,7 +138,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, extra, message):
     if any(f.startswith("--tokenizer") for f in flags):
         student = [f"--student_config={TINY_JUDGE_DIR / 'config.json'}"]
     out = [] if any(f.startswith("--out=") for f in flags) else [f"--out={tmp_path / 'judge'}"]
-    proc = run(*out, "--rubric=rubric_jax/assets/tiny/rubric.yaml", *student, *flags)
+    proc = command_server("experiments.distill_judge").run(*out, "--rubric=rubric_jax/assets/tiny/rubric.yaml", *student,
+                                                           *flags)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
     assert line.startswith("experiments.distill_judge: error:") and message in line, line

@@ -1,0 +1,117 @@
+"""Many runs of one command (`python -m MODULE ARGS`) from one process that imports MODULE once and forks a child
+per run: a bad-input case then costs the command's own work (milliseconds) instead of the 2-4 CPU-seconds of imports
+(jax, orbax, ...) that a fresh interpreter pays before it can reject a flag. The child runs MODULE afresh as
+`__main__` (runpy, as `python -m` does; only the libraries it imports were imported before the fork), with sys.argv as
+`python -m` sets it, stdin from /dev/null and its own stdout, stderr and exit status; an uncaught exception prints its
+traceback and exits 1, as the interpreter does.
+
+    server = CommandServer("experiments.evaluate", env=command_env())
+    result = server.run("--config.benchmark=mmlu")  # a subprocess.CompletedProcess
+    server.close()
+
+The server is `python tests/command_server.py MODULE` (protocol: one JSON line per run on stdin, the
+{returncode, stdout, stderr} JSON line back); it never uses jax's devices itself, so the children fork from a process
+with no XLA client and no threads of its own.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 300  # per run, as the subprocess.run calls these runs replaced
+
+
+class CommandServer:
+    """One server process for `module` in `env` (the variables a command under test runs with), run from the
+    repository root."""
+
+    def __init__(self, module: str, env: dict[str, str]):
+        self.module = module
+        self._proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), module], cwd=REPO, env=env,
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def run(self, *args: object) -> subprocess.CompletedProcess:
+        """`python -m MODULE *args`, in a child of the server; its exit status, stdout and stderr."""
+        self._proc.stdin.write(json.dumps([str(a) for a in args]) + "\n")
+        self._proc.stdin.flush()
+        line = self._proc.stdout.readline()
+        assert line, f"the {self.module} command server died (exit {self._proc.poll()})"
+        result = json.loads(line)
+        return subprocess.CompletedProcess([self.module, *map(str, args)], result["returncode"], result["stdout"],
+                                           result["stderr"])
+
+    def close(self) -> None:
+        self._proc.stdin.close()
+        self._proc.wait(timeout=60)
+
+
+def _import_dependencies(module_name: str) -> None:
+    """Imports `module_name` and everything it imports, then forgets the command's own modules (experiments.*,
+    configs.*) and the flags they defined: a child then runs the command module afresh as `__main__`, as `python -m`
+    does (ml_collections reads the command line while the module defines --config), with its libraries already
+    imported."""
+    from absl import app, flags, logging  # noqa: F401  (absl's own flags: kept)
+
+    before = set(flags.FLAGS)
+    importlib.import_module(module_name)
+    for name in set(flags.FLAGS) - before:
+        delattr(flags.FLAGS, name)
+    for name in [n for n in sys.modules if n.split(".")[0] in ("experiments", "configs")]:
+        del sys.modules[name]
+
+
+def _child(module_name: str, args: list[str], stdout: int, stderr: int) -> None:
+    """In the forked child: run the module as `__main__` with `args`, then exit with its status (never returns)."""
+    status = 1
+    try:
+        null = os.open(os.devnull, os.O_RDONLY)
+        for fd, target in ((null, 0), (stdout, 1), (stderr, 2)):
+            os.dup2(fd, target)
+        signal.alarm(TIMEOUT_S)  # a hung case ends (killed by SIGALRM: status -14) instead of hanging the suite
+        sys.argv = [str(REPO / (module_name.replace(".", "/") + ".py")), *args]
+        runpy.run_module(module_name, run_name="__main__", alter_sys=True)
+        status = 0
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            status = e.code or 0
+        else:  # sys.exit("message"): the interpreter prints the message and exits 1
+            print(e.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001  (what the interpreter does with an uncaught exception)
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+
+
+def serve(module_name: str) -> None:
+    """Imports the module, then runs each JSON argument list read from stdin in a forked child."""
+    _import_dependencies(module_name)
+    for line in sys.stdin:
+        args = json.loads(line)
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            sys.stdout.flush()
+            pid = os.fork()
+            if pid == 0:
+                _child(module_name, args, out.fileno(), err.fileno())
+            status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+            texts = []
+            for f in (out, err):
+                f.seek(0)
+                texts.append(f.read().decode(errors="replace"))
+        print(json.dumps({"returncode": status, "stdout": texts[0], "stderr": texts[1]}), flush=True)
+
+
+if __name__ == "__main__":
+    sys.path[0] = str(REPO)  # as `python -m` from the repository root: the repository first, not tests/
+    serve(sys.argv[1])
