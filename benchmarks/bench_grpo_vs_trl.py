@@ -204,6 +204,7 @@ class OurSide:
                  timer: Timer):
         cfg = our_config(fixture, lr, seed, micro_batches)
         run_ = loop.build(cfg, workdir)
+        self.config = cfg  # the Experiment keeps validated settings, not the config
         self.timer = timer
         rl = cfg.rl
         # What the GRPO stage starts from, without its evals and checkpoints.
@@ -282,7 +283,7 @@ def make_trl_trainer(fixture: dict[str, Any], our: OurSide, outdir: Path, max_st
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    rl = our.run.config.rl
+    rl = our.config.rl
     tokenizer = AutoTokenizer.from_pretrained(fixture["model_dir"], padding_side="left")
     questions = our.run.train_questions
     dataset = Dataset.from_list([{"prompt": data.chat_messages(q.question), "question": q.question,
@@ -405,7 +406,7 @@ def main(argv: list[str]) -> None:
         print(f"model: random Qwen2 {MODEL} vocab {VOCAB_SIZE} ({fixture['params'] / 1e6:.2f}M params), float32; "
               f"{QUESTIONS_PER_STEP} prompts x {GROUP_SIZE} samples, <= {MAX_NEW_TOKENS} new tokens, beta {BETA}; "
               f"longest prompt {fixture['longest_prompt']} tokens (ours padded to "
-              f"{ours.run.config.data.max_prompt_len}); prompt ids identical on both sides: {same_prompts}")
+              f"{ours.config.data.max_prompt_len}); prompt ids identical on both sides: {same_prompts}")
         print(f"jax {jax.__version__} ({jax.devices()[0].platform}, {len(jax.devices())} device), torch "
               f"{torch.__version__} ({torch.get_num_threads()} threads), trl {trl_version}; our micro-batches "
               f"{_MICRO.value}; schedule {_SCHEDULE.value}, warm-up {warmup}, timed steps {steps}; load avg before "

@@ -554,39 +554,98 @@ def _attend_with_prefix(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax
     As in `_attend`, each dot is a plain batched GEMM: the own dot over (B, K) with a row's T·G queries
     (M = T·G), the prefix dot over (U, K) with its J rows' queries (J·M, row j·M + m), so J rows that share a
     prefix are one GEMM with J times the rows, not J GEMMs. The softmax spans both parts: their maxima and
-    sums meet in the small [B, K, M] layout.
+    sums meet in the small [B, K, M] layout. Its gradient is `_prefix_attention_bwd`'s.
     """
+    return _prefix_attention(1.0 / math.sqrt(cfg.head_dim), k_transposed, q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH,
+                             mask_BxTxS, k_UxKxPxH, v_UxKxPxH, prefix_mask_UxP)
+
+
+def _to_rows(x_UxKxJM: jax.Array, j: int) -> jax.Array:
+    """A prefix-major [U, K, J·M, ...] array as its rows' [B, K, M, ...] (B = U·J)."""
+    u, k, jm, rest = x_UxKxJM.shape[0], x_UxKxJM.shape[1], x_UxKxJM.shape[2], x_UxKxJM.shape[3:]
+    x = x_UxKxJM.reshape(u, k, j, jm // j, *rest)
+    return x.swapaxes(1, 2).reshape(u * j, k, jm // j, *rest)
+
+
+def _to_prefixes(x_BxKxM: jax.Array, j: int) -> jax.Array:
+    """The inverse of `_to_rows`: [B, K, M, ...] -> [U, K, J·M, ...]."""
+    b, k, m, rest = x_BxKxM.shape[0], x_BxKxM.shape[1], x_BxKxM.shape[2], x_BxKxM.shape[3:]
+    x = x_BxKxM.reshape(b // j, j, k, m, *rest)
+    return x.swapaxes(1, 2).reshape(b // j, k, j * m, *rest)
+
+
+def _prefix_attention_fwd(scale: float, k_transposed: bool, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.Array,
+                          v_BxKxSxH: jax.Array, mask_BxTxS: jax.Array, k_UxKxPxH: jax.Array, v_UxKxPxH: jax.Array,
+                          prefix_mask_UxP: jax.Array) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+    """`_attend_with_prefix`'s output and what its backward reads: the queries, keys, values, masks, both parts'
+    probabilities and the output in the [B, K, M, H] layout."""
     B, T, K, G, H = q_BxTxKxGxH.shape
-    U, P = prefix_mask_UxP.shape
+    U = prefix_mask_UxP.shape[0]
     J, M = B // U, T * G
-    scale = 1.0 / math.sqrt(cfg.head_dim)
     neg = jnp.finfo(jnp.float32).min
-
-    def to_rows(x_UxKxJM: jax.Array) -> jax.Array:  # [U, K, J·M, ...] -> [B, K, M, ...]
-        x = x_UxKxJM.reshape(U, K, J, M, *x_UxKxJM.shape[3:])
-        return x.swapaxes(1, 2).reshape(B, K, M, *x_UxKxJM.shape[3:])
-
-    def to_prefixes(x_BxKxM: jax.Array) -> jax.Array:  # the inverse of `to_rows`
-        x = x_BxKxM.reshape(U, J, K, M, *x_BxKxM.shape[3:])
-        return x.swapaxes(1, 2).reshape(U, K, J * M, *x_BxKxM.shape[3:])
-
     q_BxKxMxH = q_BxTxKxGxH.transpose(0, 2, 1, 3, 4).reshape(B, K, M, H)
-    own_BxKxMxS = _scores(q_BxKxMxH, k_BxKxSxH, k_transposed) * scale
-    own_BxKxMxS = jnp.where(jnp.repeat(mask_BxTxS, G, axis=1)[:, None], own_BxKxMxS, neg)
-    prefix_UxKxJMxP = _scores(to_prefixes(q_BxKxMxH), k_UxKxPxH, k_transposed) * scale
+    own_mask_Bx1xMxS = jnp.repeat(mask_BxTxS, G, axis=1)[:, None]
+    own_BxKxMxS = jnp.where(own_mask_Bx1xMxS, _scores(q_BxKxMxH, k_BxKxSxH, k_transposed) * scale, neg)
+    prefix_UxKxJMxP = _scores(_to_prefixes(q_BxKxMxH, J), k_UxKxPxH, k_transposed) * scale
     prefix_UxKxJMxP = jnp.where(prefix_mask_UxP[:, None, None, :], prefix_UxKxJMxP, neg)
-    # softmax(s) = exp(s - m) / sum exp(s - m) for any m: the gradient does not flow through the max.
-    max_BxKxM = jax.lax.stop_gradient(jnp.maximum(jnp.max(own_BxKxMxS, axis=-1),
-                                                  to_rows(jnp.max(prefix_UxKxJMxP, axis=-1))))
+    # softmax(s) = exp(s - m) / sum exp(s - m) for any m.
+    max_BxKxM = jnp.maximum(jnp.max(own_BxKxMxS, axis=-1), _to_rows(jnp.max(prefix_UxKxJMxP, axis=-1), J))
     own_BxKxMxS = jnp.exp(own_BxKxMxS - max_BxKxM[..., None])
-    prefix_UxKxJMxP = jnp.exp(prefix_UxKxJMxP - to_prefixes(max_BxKxM)[..., None])
-    total_BxKxM = jnp.sum(own_BxKxMxS, axis=-1) + to_rows(jnp.sum(prefix_UxKxJMxP, axis=-1))
+    prefix_UxKxJMxP = jnp.exp(prefix_UxKxJMxP - _to_prefixes(max_BxKxM, J)[..., None])
+    total_BxKxM = jnp.sum(own_BxKxMxS, axis=-1) + _to_rows(jnp.sum(prefix_UxKxJMxP, axis=-1), J)
     dtype = q_BxTxKxGxH.dtype
     own_probs_BxKxMxS = (own_BxKxMxS / total_BxKxM[..., None]).astype(dtype)
-    prefix_probs_UxKxJMxP = (prefix_UxKxJMxP / to_prefixes(total_BxKxM)[..., None]).astype(dtype)
+    prefix_probs_UxKxJMxP = (prefix_UxKxJMxP / _to_prefixes(total_BxKxM, J)[..., None]).astype(dtype)
     out_BxKxMxH = (jnp.einsum("BKMS,BKSH->BKMH", own_probs_BxKxMxS, v_BxKxSxH)
-                   + to_rows(jnp.einsum("UKMP,UKPH->UKMH", prefix_probs_UxKxJMxP, v_UxKxPxH)))
-    return out_BxKxMxH.reshape(B, K, T, G, H).transpose(0, 2, 1, 3, 4)
+                   + _to_rows(jnp.einsum("UKMP,UKPH->UKMH", prefix_probs_UxKxJMxP, v_UxKxPxH), J))
+    residuals = (q_BxKxMxH, k_BxKxSxH, v_BxKxSxH, own_mask_Bx1xMxS, k_UxKxPxH, v_UxKxPxH, prefix_mask_UxP,
+                 own_probs_BxKxMxS, prefix_probs_UxKxJMxP, out_BxKxMxH)
+    return out_BxKxMxH.reshape(B, K, T, G, H).transpose(0, 2, 1, 3, 4), residuals
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _prefix_attention(scale: float, k_transposed: bool, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.Array,
+                      v_BxKxSxH: jax.Array, mask_BxTxS: jax.Array, k_UxKxPxH: jax.Array, v_UxKxPxH: jax.Array,
+                      prefix_mask_UxP: jax.Array) -> jax.Array:
+    """`_attend_with_prefix` with `scale` = 1/√H, differentiated by `_prefix_attention_bwd`."""
+    return _prefix_attention_fwd(scale, k_transposed, q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS, k_UxKxPxH,
+                                 v_UxKxPxH, prefix_mask_UxP)[0]
+
+
+def _prefix_attention_bwd(scale: float, k_transposed: bool, residuals: tuple[jax.Array, ...], g_BxTxKxGxH: jax.Array
+                          ) -> tuple[jax.Array | None, ...]:
+    """Flash attention's backward: with D = rowsum(dO ∘ O), each part's score gradient is P ∘ (dO·Vᵀ − D),
+    a reduction over the head dim H where autodiff of the softmax reduced over the S + P slots (CPU update
+    ~25% faster in this attention; benchmarks/RESULTS.md "GRPO step vs TRL", ninth session)."""
+    (q_BxKxMxH, k_BxKxSxH, v_BxKxSxH, own_mask_Bx1xMxS, k_UxKxPxH, v_UxKxPxH, prefix_mask_UxP,
+     own_probs_BxKxMxS, prefix_probs_UxKxJMxP, out_BxKxMxH) = residuals
+    if k_transposed:  # keys [.., H, S] (`_scores`): the maths below reads them [.., S, H]
+        k_BxKxSxH, k_UxKxPxH = k_BxKxSxH.swapaxes(-1, -2), k_UxKxPxH.swapaxes(-1, -2)
+    B, T, K, G, H = g_BxTxKxGxH.shape
+    J = B // prefix_mask_UxP.shape[0]
+    dtype = q_BxKxMxH.dtype
+    g_BxKxMxH = g_BxTxKxGxH.transpose(0, 2, 1, 3, 4).reshape(B, K, T * G, H)
+    d_BxKxM = jnp.sum(g_BxKxMxH.astype(jnp.float32) * out_BxKxMxH.astype(jnp.float32), axis=-1)
+    g_UxKxJMxH, q_UxKxJMxH = _to_prefixes(g_BxKxMxH, J), _to_prefixes(q_BxKxMxH, J)
+    own_dp_BxKxMxS = jnp.einsum("BKMH,BKSH->BKMS", g_BxKxMxH, v_BxKxSxH, preferred_element_type=jnp.float32)
+    own_ds_BxKxMxS = jnp.where(own_mask_Bx1xMxS, own_probs_BxKxMxS * (own_dp_BxKxMxS - d_BxKxM[..., None]) * scale,
+                               0.0).astype(dtype)
+    prefix_dp_UxKxJMxP = jnp.einsum("UKMH,UKPH->UKMP", g_UxKxJMxH, v_UxKxPxH, preferred_element_type=jnp.float32)
+    prefix_ds_UxKxJMxP = jnp.where(
+        prefix_mask_UxP[:, None, None, :],
+        prefix_probs_UxKxJMxP * (prefix_dp_UxKxJMxP - _to_prefixes(d_BxKxM, J)[..., None]) * scale, 0.0).astype(dtype)
+    dq_BxKxMxH = (jnp.einsum("BKMS,BKSH->BKMH", own_ds_BxKxMxS, k_BxKxSxH)
+                  + _to_rows(jnp.einsum("UKMP,UKPH->UKMH", prefix_ds_UxKxJMxP, k_UxKxPxH), J))
+    dk_BxKxSxH = jnp.einsum("BKMS,BKMH->BKSH", own_ds_BxKxMxS, q_BxKxMxH)
+    dk_UxKxPxH = jnp.einsum("UKMP,UKMH->UKPH", prefix_ds_UxKxJMxP, q_UxKxJMxH)
+    if k_transposed:
+        dk_BxKxSxH, dk_UxKxPxH = dk_BxKxSxH.swapaxes(-1, -2), dk_UxKxPxH.swapaxes(-1, -2)
+    return (dq_BxKxMxH.reshape(B, K, T, G, H).transpose(0, 2, 1, 3, 4), dk_BxKxSxH,
+            jnp.einsum("BKMS,BKMH->BKSH", own_probs_BxKxMxS, g_BxKxMxH), None, dk_UxKxPxH,
+            jnp.einsum("UKMP,UKMH->UKPH", prefix_probs_UxKxJMxP, g_UxKxJMxH), None)
+
+
+_prefix_attention.defvjp(_prefix_attention_fwd, _prefix_attention_bwd)
 
 
 def _continuation_prefix_mask(prefix_mask_UxP: jax.Array, b: int, t: int) -> jax.Array:
