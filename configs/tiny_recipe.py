@@ -1,5 +1,6 @@
 """The multi-dimension RL recipe compared on the tiny default (issue 21): the baseline and each option alone,
-3 seeds each, through `experiments.sweep` (27 runs of the tiny default: about 3 CPU-hours on 2 cores).
+3 seeds each, through `experiments.sweep` (27 runs of the tiny default: 2-3.5 minutes each on a quiet 2-core
+machine, about 80 minutes in all; measured 2026-12-01, docs/training.md).
 
 Variants (`--config=configs/tiny_recipe.py:option=NAME` runs one; the sweep runs all of them):
   baseline        the tiny default, unchanged
