@@ -492,7 +492,6 @@ def self_attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH
     return _output(cfg, attn, out_BxTxKxGxH), cache
 
 
-
 def mlp(mlp_params: Params, x_BxTxD: jax.Array, length_split: bool = False) -> jax.Array:
     """SwiGLU: down(silu(gate(x)) * up(x)); `length_split` as in `_token_matmul`."""
     gate_BxTxF = _project(x_BxTxD, mlp_params["gate_proj"], length_split)
