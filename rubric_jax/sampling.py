@@ -6,10 +6,10 @@ into the cache C slots at a time), W attention window (the response cache's firs
 T suffix slots (bucketed; 0 without suffixes).
 
 Cache layout: each distinct prompt is prefilled once into a prompt cache (values [U, K, P, H], keys [U, K, H, P]
-per layer: `models.transformer.KVCache`), left-padded to the longest one (`width`, runtime data), and never
+per layer: `models.kv_cache.KVCache`), left-padded to the longest one (`width`, runtime data), and never
 repeated. Decode writes response token t of row b into slot t of a per-row response cache (values [B, K, W, H],
 keys [B, K, H, W]) per layer; each step's attention is one softmax over [the real
-slots of prompt b // n ; response slots 0..t of row b] (`models.transformer.SharedPrefix`), so the n samples
+slots of prompt b // n ; response slots 0..t of row b] (`models.kv_cache.SharedPrefix`), so the n samples
 of a prompt read its keys/values once per step, as one GEMM, and hold no copy of them. With suffixes
 (`generate(suffix_ids=...)`: a judge's shared [system; question; response] prompt and its D criteria), row b
 first prefills its own suffix into its own cache, attending [prompt b // n ; its suffix], then decodes after it:
@@ -68,8 +68,9 @@ import numpy as np
 from flax import nnx, struct
 
 from rubric_jax import distributed, loader, padding, row_noise, sharding
-from rubric_jax.models.transformer import (KVCache, Params, SharedPrefix, has_layer_stack, init_cache,
-                                           padding_to_positions, rope_tables, stack_layers, unstack_layers)
+from rubric_jax.models.kv_cache import KVCache, SharedPrefix, init_cache
+from rubric_jax.models.transformer import (Params, has_layer_stack, padding_to_positions, rope_tables, stack_layers,
+                                           unstack_layers)
 
 TRACES: collections.Counter[str] = collections.Counter()
 FINISH_STOP, FINISH_LENGTH = "stop", "length"

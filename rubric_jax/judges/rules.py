@@ -449,8 +449,8 @@ class TemplatePhrases(Rule):
 
     def matches(self, responses: Sequence[str]) -> np.ndarray:
         """[N] bool: the response contains some template's markers in order (both in their `text.fold` form)."""
-        return np.array([any(_in_order(text_forms.fold(r), ps) for ps in self.patterns) for r in responses],
-                        dtype=bool)
+        folded = [text_forms.fold(r) for r in responses]  # once per response, not once per template
+        return np.array([any(_in_order(f, ps) for ps in self.patterns) for f in folded], dtype=bool)
 
     def __call__(self, responses: Sequence[str]) -> np.ndarray:
         return (~self.matches(responses)).astype(np.float64)

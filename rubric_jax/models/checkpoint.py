@@ -30,7 +30,8 @@ from safetensors.numpy import save_file
 
 from rubric_jax import distributed, files
 from rubric_jax.models.config import ModelConfig
-from rubric_jax.models.transformer import ShardActivation, Transformer
+from rubric_jax.models.attention import ShardActivation
+from rubric_jax.models.transformer import Transformer
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"

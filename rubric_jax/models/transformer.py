@@ -1,4 +1,6 @@
-"""Qwen2 / Llama decoder as an NNX module with stacked layers and an explicit KV cache.
+"""Qwen2 / Llama decoder as an NNX module with stacked layers and an explicit KV cache: parameters, embedding,
+projections, RoPE, RMSNorm, MLP and the layer stack here; the attention maths in models/attention.py, the cache's
+layout in models/kv_cache.py.
 
 Einsum legend: B batch, T new tokens, S attended (cache) slots, D hidden, V vocab, N query heads,
 K key/value heads, G query heads per KV head (N = K·G), H head dim, F MLP width, L layers,
@@ -12,7 +14,7 @@ Besides the plain forward (optionally over a KV cache), a prefix + continuation 
 (`prefix_continuation_states`) runs U prefixes once and B = U·J continuations, row b attending [the
 keys/values of prefix b // J ; its own causal prefix]: J rows that share a prefix pay for it once, and
 the prefix's hidden states receive the summed gradient of its J rows. A cached forward continues shared
-prefixes the same way (`SharedPrefix`: a sampler's prompts, each cached once for its J samples).
+prefixes the same way (`kv_cache.SharedPrefix`: a sampler's prompts, each cached once for its J samples).
 
 `cfg.attention` picks the attention of a forward without a KV cache (training, log-probs): our einsums, or
 `jax.nn.dot_product_attention` ("xla", or "cudnn": flash attention that never writes the scores).
@@ -35,9 +37,11 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from flax import nnx, struct
+from flax import nnx
 
+from rubric_jax.models.attention import ShardActivation, attend, attend_continuations
 from rubric_jax.models.config import ModelConfig
+from rubric_jax.models.kv_cache import KVCache, SharedPrefix
 
 Params = dict[str, Any]
 _INIT_STD = 0.02  # HF initializer_range default for Qwen2 and Llama.
@@ -46,60 +50,10 @@ RESIDUAL_AXES = ("batch", "length", "activation_embed")
 # The shared prefixes' residual stream [U, P, D]: U may be fewer than the batch shards, so the layout may
 # split the prefix length over the shards its U leaves unused (token-wise maths; attention gathers K/V).
 PREFIX_RESIDUAL_AXES = ("batch", "prefix_length", "activation_embed")
-# A fused attention kernel's operands: queries [B, T, N, H], keys/values [B, S, K, H], mask [B, T, S]. cuDNN's
-# partitioner refuses a split token axis, so prompts split over the batch shards they leave idle
-# ("prefix_length") are gathered for it, and wants queries and keys split alike: a tensor-parallel mesh axis
-# must divide the KV heads (then query head blocks match their KV heads').
-FUSED_QUERY_AXES = ("batch", "length", "heads", "head_dim")
-FUSED_KV_AXES = ("batch", "length", "kv_heads", "head_dim")
-FUSED_MASK_AXES = ("batch", "length", "length")
 # The shared prefixes' keys/values [U, K, P, H] as every query reads them: whole along P. Gathered once per
 # layer from the length-split projection, for the prefixes' own attention and their continuations'; left to
 # the compiler, the continuations' reshard of a P split into a U split was a full rematerialisation.
 PREFIX_KV_AXES = ("batch", "kv_heads", "length", "head_dim")
-# (activation, its logical axis names) -> the activation with a sharding constraint (or unchanged).
-ShardActivation = Callable[[jax.Array, tuple[str, ...]], jax.Array]
-
-
-@struct.dataclass
-class KVCache:
-    """Keys and values of every layer for S slots, stacked: k [L, B, K, H, S], v [L, B, K, S, H] (what a layer scan
-    updates in place), or per layer: k, v tuples of L arrays [B, K, H, S] and [B, K, S, H] (`init_cache(per_layer=
-    True)`, for a forward over per-layer weights, `unstack_layers`). A layer's k and v are what the attention dots
-    read, batch dims first and each the plain right operand of its dot, q [M, H]·k [H, S] and p [M, S]·v [S, H]:
-    no transpose of the cache per layer and token (XLA CPU's dot packed a [S, H] key cache for every decode step:
-    3.5-4x slower scores, benchmarks/RESULTS.md)."""
-
-    k: jax.Array | tuple[jax.Array, ...]
-    v: jax.Array | tuple[jax.Array, ...]
-
-    @property
-    def per_layer(self) -> bool:
-        """Whether k and v are tuples of per-layer arrays (else stacked on L)."""
-        return isinstance(self.k, tuple)
-
-
-@struct.dataclass
-class SharedPrefix:
-    """The cached keys/values of U prefixes that a cached forward's B = U·J rows continue: row b attends
-    [the real slots of prefix b // J ; its own cache's slots] with one softmax, so J rows that share a
-    prefix (a prompt's samples) read it once and never hold a copy of it. Laid out like a `KVCache`."""
-
-    cache: KVCache  # k [U, K, H, P], v [U, K, P, H] per layer (or stacked on L)
-    mask_UxP: jax.Array  # bool: which prefix slots hold real tokens
-
-
-def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype: Any = None, *, per_layer: bool = False) -> KVCache:
-    """An all-zero cache with `max_len` slots per sequence (keys [.., H, S], values [.., S, H]: `KVCache`), in the
-    compute dtype by default: stacked, or per layer (L arrays of their own, what a forward over `unstack_layers`
-    weights writes in place)."""
-    k_shape = (batch, cfg.num_kv_heads, cfg.head_dim, max_len)
-    v_shape = (batch, cfg.num_kv_heads, max_len, cfg.head_dim)
-    dtype = dtype or jnp.dtype(cfg.compute_dtype)
-    if per_layer:
-        return KVCache(k=tuple(jnp.zeros(k_shape, dtype) for _ in range(cfg.num_layers)),
-                       v=tuple(jnp.zeros(v_shape, dtype) for _ in range(cfg.num_layers)))
-    return KVCache(k=jnp.zeros((cfg.num_layers, *k_shape), dtype), v=jnp.zeros((cfg.num_layers, *v_shape), dtype))
 
 
 def unstack_layers(params: Params, num_layers: int, take: Callable[[Any, int], Any] = lambda a, i: a[i]) -> Params:
@@ -290,11 +244,11 @@ class Transformer(nnx.Module):
             if cache is None:  # a teacher-forced forward over the stacked (under FSDP: split) weights
                 params = self._compute_weights(params)
 
-            def attend(attn: Params, h_BxTxD: jax.Array):
-                return attention(cfg, attn, h_BxTxD, cos_BxTxH, sin_BxTxH, mask_BxTxS, cache, index, cache_index,
-                                 self._shard, prefix)
+            def attend_block(attn: Params, h_BxTxD: jax.Array):
+                return self_attention(cfg, attn, h_BxTxD, cos_BxTxH, sin_BxTxH, mask_BxTxS, cache, index,
+                                      cache_index, self._shard, prefix)
 
-            x_BxTxD, cache = decoder_layer(cfg, params, self._shard(x_BxTxD), attend)
+            x_BxTxD, cache = decoder_layer(cfg, params, self._shard(x_BxTxD), attend_block)
             return (x_BxTxD, cache), None
 
         if layers is None:
@@ -331,19 +285,19 @@ class Transformer(nnx.Module):
             def attend_prefix(attn: Params, h_UxPxD: jax.Array):
                 q, k_UxKxPxH, v_UxKxPxH = _qkv(cfg, attn, h_UxPxD, cos_UxPxH, sin_UxPxH, length_split=True)
                 k_UxKxPxH, v_UxKxPxH = self._shard(k_UxKxPxH, PREFIX_KV_AXES), self._shard(v_UxKxPxH, PREFIX_KV_AXES)
-                out = _attend_without_cache(cfg, q, k_UxKxPxH, v_UxKxPxH, prefix_mask_UxPxP, self._shard)
+                out, _ = attend(cfg, q, k_UxKxPxH, v_UxKxPxH, prefix_mask_UxPxP, self._shard)
                 return _output(cfg, attn, out), (k_UxKxPxH, v_UxKxPxH)
 
             x_UxPxD, (k_UxKxPxH, v_UxKxPxH) = decoder_layer(cfg, params, self._shard(x_UxPxD, PREFIX_RESIDUAL_AXES),
                                                             attend_prefix, length_split=True)
 
-            def attend(attn: Params, h_BxTxD: jax.Array):
+            def attend_rows(attn: Params, h_BxTxD: jax.Array):
                 q, k_BxKxTxH, v_BxKxTxH = _qkv(cfg, attn, h_BxTxD, cos_BxTxH, sin_BxTxH)
-                out = _attend_continuations(cfg, q, k_BxKxTxH, v_BxKxTxH, mask_BxTxT, k_UxKxPxH, v_UxKxPxH,
-                                            prefix_slots_UxP, self._shard)
+                out = attend_continuations(cfg, q, k_BxKxTxH, v_BxKxTxH, mask_BxTxT, k_UxKxPxH, v_UxKxPxH,
+                                           prefix_slots_UxP, self._shard)
                 return _output(cfg, attn, out), None
 
-            x_BxTxD, _ = decoder_layer(cfg, params, self._shard(x_BxTxD), attend)
+            x_BxTxD, _ = decoder_layer(cfg, params, self._shard(x_BxTxD), attend_rows)
             return (x_UxPxD, x_BxTxD), None
 
         (x_UxPxD, x_BxTxD), _ = self._layers(layer, (self._embed(prefix_tokens_UxP), self._embed(tokens_BxT)),
@@ -517,183 +471,6 @@ def _qkv(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Arra
     return q_BxTxNxH.reshape(B, T, cfg.num_kv_heads, cfg.num_groups, cfg.head_dim), k_BxKxTxH, v_BxKxTxH
 
 
-def _scores(q_BxKxMxH: jax.Array, k: jax.Array, k_transposed: bool) -> jax.Array:
-    """Unscaled float32 scores q·kᵀ [B, K, M, S] of keys k [B, K, S, H], or [B, K, H, S] where `k_transposed` (a
-    KV cache's layout, `KVCache`)."""
-    spec = "BKMH,BKHS->BKMS" if k_transposed else "BKMH,BKSH->BKMS"
-    return jnp.einsum(spec, q_BxKxMxH, k, preferred_element_type=jnp.float32)
-
-
-def _attend(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.Array, v_BxKxSxH: jax.Array,
-            mask_BxTxS: jax.Array, k_transposed: bool = False) -> jax.Array:
-    """Softmax attention [B, T, K, G, H] of the queries over the S slots `mask_BxTxS` allows (keys [B, K, H, S]
-    where `k_transposed`, see `_scores`).
-
-    A KV head's T·G queries form one matrix (M = T·G, row t·G + g), so both dots are plain batched GEMMs
-    over (B, K), [M, H]·[S, H]ᵀ and [M, S]·[S, H], the probabilities in the layout the second dot reads.
-    Written per (G, T) instead, XLA's CPU backend laid the scores out [B, K, S, G] and ran the second dot
-    with a transposed operand outside XNNPACK: 1.7x slower decode attention (benchmarks/RESULTS.md). T is
-    the major part of M, so a length-sharded T (the training layout's prompts) stays a block split of M.
-    """
-    B, T, K, G, H = q_BxTxKxGxH.shape
-    q_BxKxMxH = q_BxTxKxGxH.transpose(0, 2, 1, 3, 4).reshape(B, K, T * G, H)
-    scores_BxKxMxS = _scores(q_BxKxMxH, k_BxKxSxH, k_transposed) / math.sqrt(cfg.head_dim)
-    mask_BxMxS = jnp.repeat(mask_BxTxS, G, axis=1)
-    scores_BxKxMxS = jnp.where(mask_BxMxS[:, None], scores_BxKxMxS, jnp.finfo(jnp.float32).min)
-    probs_BxKxMxS = jax.nn.softmax(scores_BxKxMxS, axis=-1).astype(q_BxTxKxGxH.dtype)
-    out_BxKxMxH = jnp.einsum("BKMS,BKSH->BKMH", probs_BxKxMxS, v_BxKxSxH)
-    return out_BxKxMxH.reshape(B, K, T, G, H).transpose(0, 2, 1, 3, 4)
-
-
-def _attend_with_prefix(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.Array, v_BxKxSxH: jax.Array,
-                        mask_BxTxS: jax.Array, k_UxKxPxH: jax.Array, v_UxKxPxH: jax.Array,
-                        prefix_mask_UxP: jax.Array, k_transposed: bool = False) -> jax.Array:
-    """`_attend` over [prefix b // J ; own slots] with one softmax; the J rows of a prefix read its keys and
-    values in place (no [B, K, P, H] copy). Both parts' keys are [.., H, S] where `k_transposed` (`_scores`).
-
-    As in `_attend`, each dot is a plain batched GEMM: the own dot over (B, K) with a row's T·G queries
-    (M = T·G), the prefix dot over (U, K) with its J rows' queries (J·M, row j·M + m), so J rows that share a
-    prefix are one GEMM with J times the rows, not J GEMMs. The softmax spans both parts: their maxima and
-    sums meet in the small [B, K, M] layout. Its gradient is `_prefix_attention_bwd`'s.
-    """
-    return _prefix_attention(1.0 / math.sqrt(cfg.head_dim), k_transposed, q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH,
-                             mask_BxTxS, k_UxKxPxH, v_UxKxPxH, prefix_mask_UxP)
-
-
-def _to_rows(x_UxKxJM: jax.Array, j: int) -> jax.Array:
-    """A prefix-major [U, K, J·M, ...] array as its rows' [B, K, M, ...] (B = U·J)."""
-    u, k, jm, rest = x_UxKxJM.shape[0], x_UxKxJM.shape[1], x_UxKxJM.shape[2], x_UxKxJM.shape[3:]
-    x = x_UxKxJM.reshape(u, k, j, jm // j, *rest)
-    return x.swapaxes(1, 2).reshape(u * j, k, jm // j, *rest)
-
-
-def _to_prefixes(x_BxKxM: jax.Array, j: int) -> jax.Array:
-    """The inverse of `_to_rows`: [B, K, M, ...] -> [U, K, J·M, ...]."""
-    b, k, m, rest = x_BxKxM.shape[0], x_BxKxM.shape[1], x_BxKxM.shape[2], x_BxKxM.shape[3:]
-    x = x_BxKxM.reshape(b // j, j, k, m, *rest)
-    return x.swapaxes(1, 2).reshape(b // j, k, j * m, *rest)
-
-
-def _prefix_attention_fwd(scale: float, k_transposed: bool, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.Array,
-                          v_BxKxSxH: jax.Array, mask_BxTxS: jax.Array, k_UxKxPxH: jax.Array, v_UxKxPxH: jax.Array,
-                          prefix_mask_UxP: jax.Array) -> tuple[jax.Array, tuple[jax.Array, ...]]:
-    """`_attend_with_prefix`'s output and what its backward reads: the queries, keys, values, masks, both parts'
-    probabilities and the output in the [B, K, M, H] layout."""
-    B, T, K, G, H = q_BxTxKxGxH.shape
-    U = prefix_mask_UxP.shape[0]
-    J, M = B // U, T * G
-    neg = jnp.finfo(jnp.float32).min
-    q_BxKxMxH = q_BxTxKxGxH.transpose(0, 2, 1, 3, 4).reshape(B, K, M, H)
-    own_mask_Bx1xMxS = jnp.repeat(mask_BxTxS, G, axis=1)[:, None]
-    own_BxKxMxS = jnp.where(own_mask_Bx1xMxS, _scores(q_BxKxMxH, k_BxKxSxH, k_transposed) * scale, neg)
-    prefix_UxKxJMxP = _scores(_to_prefixes(q_BxKxMxH, J), k_UxKxPxH, k_transposed) * scale
-    prefix_UxKxJMxP = jnp.where(prefix_mask_UxP[:, None, None, :], prefix_UxKxJMxP, neg)
-    # softmax(s) = exp(s - m) / sum exp(s - m) for any m.
-    max_BxKxM = jnp.maximum(jnp.max(own_BxKxMxS, axis=-1), _to_rows(jnp.max(prefix_UxKxJMxP, axis=-1), J))
-    own_BxKxMxS = jnp.exp(own_BxKxMxS - max_BxKxM[..., None])
-    prefix_UxKxJMxP = jnp.exp(prefix_UxKxJMxP - _to_prefixes(max_BxKxM, J)[..., None])
-    total_BxKxM = jnp.sum(own_BxKxMxS, axis=-1) + _to_rows(jnp.sum(prefix_UxKxJMxP, axis=-1), J)
-    dtype = q_BxTxKxGxH.dtype
-    own_probs_BxKxMxS = (own_BxKxMxS / total_BxKxM[..., None]).astype(dtype)
-    prefix_probs_UxKxJMxP = (prefix_UxKxJMxP / _to_prefixes(total_BxKxM, J)[..., None]).astype(dtype)
-    out_BxKxMxH = (jnp.einsum("BKMS,BKSH->BKMH", own_probs_BxKxMxS, v_BxKxSxH)
-                   + _to_rows(jnp.einsum("UKMP,UKPH->UKMH", prefix_probs_UxKxJMxP, v_UxKxPxH), J))
-    residuals = (q_BxKxMxH, k_BxKxSxH, v_BxKxSxH, own_mask_Bx1xMxS, k_UxKxPxH, v_UxKxPxH, prefix_mask_UxP,
-                 own_probs_BxKxMxS, prefix_probs_UxKxJMxP, out_BxKxMxH)
-    return out_BxKxMxH.reshape(B, K, T, G, H).transpose(0, 2, 1, 3, 4), residuals
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
-def _prefix_attention(scale: float, k_transposed: bool, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.Array,
-                      v_BxKxSxH: jax.Array, mask_BxTxS: jax.Array, k_UxKxPxH: jax.Array, v_UxKxPxH: jax.Array,
-                      prefix_mask_UxP: jax.Array) -> jax.Array:
-    """`_attend_with_prefix` with `scale` = 1/√H, differentiated by `_prefix_attention_bwd`."""
-    return _prefix_attention_fwd(scale, k_transposed, q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS, k_UxKxPxH,
-                                 v_UxKxPxH, prefix_mask_UxP)[0]
-
-
-def _prefix_attention_bwd(scale: float, k_transposed: bool, residuals: tuple[jax.Array, ...], g_BxTxKxGxH: jax.Array
-                          ) -> tuple[jax.Array | None, ...]:
-    """Flash attention's backward: with D = rowsum(dO ∘ O), each part's score gradient is P ∘ (dO·Vᵀ − D),
-    a reduction over the head dim H where autodiff of the softmax reduced over the S + P slots (CPU update
-    ~25% faster in this attention; benchmarks/RESULTS.md "GRPO step vs TRL", ninth session)."""
-    (q_BxKxMxH, k_BxKxSxH, v_BxKxSxH, own_mask_Bx1xMxS, k_UxKxPxH, v_UxKxPxH, prefix_mask_UxP,
-     own_probs_BxKxMxS, prefix_probs_UxKxJMxP, out_BxKxMxH) = residuals
-    if k_transposed:  # keys [.., H, S] (`_scores`): the maths below reads them [.., S, H]
-        k_BxKxSxH, k_UxKxPxH = k_BxKxSxH.swapaxes(-1, -2), k_UxKxPxH.swapaxes(-1, -2)
-    B, T, K, G, H = g_BxTxKxGxH.shape
-    J = B // prefix_mask_UxP.shape[0]
-    dtype = q_BxKxMxH.dtype
-    g_BxKxMxH = g_BxTxKxGxH.transpose(0, 2, 1, 3, 4).reshape(B, K, T * G, H)
-    d_BxKxM = jnp.sum(g_BxKxMxH.astype(jnp.float32) * out_BxKxMxH.astype(jnp.float32), axis=-1)
-    g_UxKxJMxH, q_UxKxJMxH = _to_prefixes(g_BxKxMxH, J), _to_prefixes(q_BxKxMxH, J)
-    own_dp_BxKxMxS = jnp.einsum("BKMH,BKSH->BKMS", g_BxKxMxH, v_BxKxSxH, preferred_element_type=jnp.float32)
-    own_ds_BxKxMxS = jnp.where(own_mask_Bx1xMxS, own_probs_BxKxMxS * (own_dp_BxKxMxS - d_BxKxM[..., None]) * scale,
-                               0.0).astype(dtype)
-    prefix_dp_UxKxJMxP = jnp.einsum("UKMH,UKPH->UKMP", g_UxKxJMxH, v_UxKxPxH, preferred_element_type=jnp.float32)
-    prefix_ds_UxKxJMxP = jnp.where(
-        prefix_mask_UxP[:, None, None, :],
-        prefix_probs_UxKxJMxP * (prefix_dp_UxKxJMxP - _to_prefixes(d_BxKxM, J)[..., None]) * scale, 0.0).astype(dtype)
-    dq_BxKxMxH = (jnp.einsum("BKMS,BKSH->BKMH", own_ds_BxKxMxS, k_BxKxSxH)
-                  + _to_rows(jnp.einsum("UKMP,UKPH->UKMH", prefix_ds_UxKxJMxP, k_UxKxPxH), J))
-    dk_BxKxSxH = jnp.einsum("BKMS,BKMH->BKSH", own_ds_BxKxMxS, q_BxKxMxH)
-    dk_UxKxPxH = jnp.einsum("UKMP,UKMH->UKPH", prefix_ds_UxKxJMxP, q_UxKxJMxH)
-    if k_transposed:
-        dk_BxKxSxH, dk_UxKxPxH = dk_BxKxSxH.swapaxes(-1, -2), dk_UxKxPxH.swapaxes(-1, -2)
-    return (dq_BxKxMxH.reshape(B, K, T, G, H).transpose(0, 2, 1, 3, 4), dk_BxKxSxH,
-            jnp.einsum("BKMS,BKMH->BKSH", own_probs_BxKxMxS, g_BxKxMxH), None, dk_UxKxPxH,
-            jnp.einsum("UKMP,UKMH->UKPH", prefix_probs_UxKxJMxP, g_UxKxJMxH), None)
-
-
-_prefix_attention.defvjp(_prefix_attention_fwd, _prefix_attention_bwd)
-
-
-def _continuation_prefix_mask(prefix_mask_UxP: jax.Array, b: int, t: int) -> jax.Array:
-    """[B, T, P]: which prefix slots each continuation query attends (its prefix's real ones, row b of prefix b // J)."""
-    u, p = prefix_mask_UxP.shape
-    return jnp.broadcast_to(jnp.repeat(prefix_mask_UxP, b // u, axis=0)[:, None, :], (b, t, p))
-
-
-def _fused_attend(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.Array, v_BxKxSxH: jax.Array,
-                  mask_BxTxS: jax.Array, shard: ShardActivation) -> jax.Array:
-    """`_attend` by `jax.nn.dot_product_attention` (implementation `cfg.attention`: "xla" or "cudnn"), which
-    takes the grouped K/V heads as they are (query head k·G + g reads KV head k, our grouping) and the
-    boolean mask, so any padding pattern is exact; cuDNN turns the mask into an additive [B, 1, T, S] bias
-    and never writes the [B, N, T, S] scores (flash attention)."""
-    B, T, K, G, H = q_BxTxKxGxH.shape
-    out_BxTxNxH = jax.nn.dot_product_attention(
-        shard(q_BxTxKxGxH.reshape(B, T, K * G, H), FUSED_QUERY_AXES), shard(k_BxKxSxH.swapaxes(1, 2), FUSED_KV_AXES),
-        shard(v_BxKxSxH.swapaxes(1, 2), FUSED_KV_AXES), mask=shard(mask_BxTxS, FUSED_MASK_AXES)[:, None],
-        scale=1.0 / math.sqrt(cfg.head_dim), implementation=cfg.attention)
-    return out_BxTxNxH.reshape(B, T, K, G, H)
-
-
-def _attend_without_cache(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxSxH: jax.Array, v_BxKxSxH: jax.Array,
-                          mask_BxTxS: jax.Array, shard: ShardActivation) -> jax.Array:
-    """The attention of a forward without a KV cache, in the implementation `cfg.attention` names; `shard`
-    lays out a fused kernel's operands (`Transformer._shard`)."""
-    if cfg.attention == "einsum":
-        return _attend(cfg, q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS)
-    return _fused_attend(cfg, q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS, shard)
-
-
-def _attend_continuations(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxTxH: jax.Array, v_BxKxTxH: jax.Array,
-                          mask_BxTxT: jax.Array, k_UxKxPxH: jax.Array, v_UxKxPxH: jax.Array,
-                          prefix_mask_UxP: jax.Array, shard: ShardActivation) -> jax.Array:
-    """`_attend_with_prefix` in the implementation `cfg.attention` names. A fused kernel reads one K/V
-    sequence per row, so it gets [prefix b // J ; own tokens] concatenated, S = P + T (the J rows of a prefix
-    copy its K/V: B·P·K·H per layer, small next to the [B, N, T, S] scores the einsum path writes)."""
-    if cfg.attention == "einsum":
-        return _attend_with_prefix(cfg, q_BxTxKxGxH, k_BxKxTxH, v_BxKxTxH, mask_BxTxT, k_UxKxPxH, v_UxKxPxH,
-                                   prefix_mask_UxP)
-    B, T = mask_BxTxT.shape[:2]
-    J = B // prefix_mask_UxP.shape[0]
-    k_BxKxSxH = jnp.concatenate([jnp.repeat(k_UxKxPxH, J, axis=0), k_BxKxTxH], axis=2)
-    v_BxKxSxH = jnp.concatenate([jnp.repeat(v_UxKxPxH, J, axis=0), v_BxKxTxH], axis=2)
-    mask_BxTxS = jnp.concatenate([_continuation_prefix_mask(prefix_mask_UxP, B, T), mask_BxTxT], axis=-1)
-    return _fused_attend(cfg, q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS, shard)
-
-
 def _output(cfg: ModelConfig, attn: Params, out_BxTxKxGxH: jax.Array) -> jax.Array:
     """The heads concatenated and projected back: [B, T, D]."""
     B, T = out_BxTxKxGxH.shape[:2]
@@ -703,46 +480,16 @@ def _output(cfg: ModelConfig, attn: Params, out_BxTxKxGxH: jax.Array) -> jax.Arr
     return jnp.einsum("BTF,FD->BTD", out_BxTxF, kernel_FxD.astype(out_BxTxF.dtype))
 
 
-def attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Array, sin_BxTxH: jax.Array,
-              mask_BxTxS: jax.Array, cache: KVCache | None, layer: jax.Array | int,
-              cache_index: jax.Array | None, shard: ShardActivation, prefix: SharedPrefix | None = None
-              ) -> tuple[jax.Array, KVCache | None]:
-    """Grouped-query self-attention; writes the new keys/values into layer `layer` of the cache. Without a
-    cache in the implementation `cfg.attention` names (`shard` lays out a fused kernel's operands); over a
-    cache (decoding) always `_attend`, or `_attend_with_prefix` over [that layer of the shared prefix ; the
-    cache's window]."""
+def self_attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Array, sin_BxTxH: jax.Array,
+                   mask_BxTxS: jax.Array, cache: KVCache | None, layer: jax.Array | int,
+                   cache_index: jax.Array | None, shard: ShardActivation, prefix: SharedPrefix | None = None
+                   ) -> tuple[jax.Array, KVCache | None]:
+    """A layer's grouped-query self-attention block [B, T, D]: projections and RoPE here, the attention (over the
+    cache's window and the shared prefix, if any, writing the new keys/values into layer `layer`) `attend`'s."""
     q_BxTxKxGxH, k_BxKxTxH, v_BxKxTxH = _qkv(cfg, attn, x_BxTxD, cos_BxTxH, sin_BxTxH)
-    if cache is not None:  # keys [.., H, S] in the cache (`KVCache`)
-        window = mask_BxTxS.shape[-1]  # the cache's first S slots only
-        k_cache, k_BxKxHxS = _write_and_read(cache.k, k_BxKxTxH.swapaxes(2, 3), layer, cache_index, window, axis=3)
-        v_cache, v_BxKxSxH = _write_and_read(cache.v, v_BxKxTxH, layer, cache_index, window, axis=2)
-        cache = KVCache(k=k_cache, v=v_cache)
-        k_BxKxHxS, v_BxKxSxH = k_BxKxHxS.astype(x_BxTxD.dtype), v_BxKxSxH.astype(x_BxTxD.dtype)
-        if prefix is None:
-            out = _attend(cfg, q_BxTxKxGxH, k_BxKxHxS, v_BxKxSxH, mask_BxTxS, k_transposed=True)
-            return _output(cfg, attn, out), cache
-        k_UxKxHxP, v_UxKxPxH = (x[layer].astype(x_BxTxD.dtype) for x in (prefix.cache.k, prefix.cache.v))
-        out = _attend_with_prefix(cfg, q_BxTxKxGxH, k_BxKxHxS, v_BxKxSxH, mask_BxTxS, k_UxKxHxP, v_UxKxPxH,
-                                  prefix.mask_UxP, k_transposed=True)
-        return _output(cfg, attn, out), cache
-    return _output(cfg, attn, _attend_without_cache(cfg, q_BxTxKxGxH, k_BxKxTxH, v_BxKxTxH, mask_BxTxS, shard)), None
-
-
-def _write_and_read(cache: jax.Array | tuple[jax.Array, ...], new: jax.Array, layer: jax.Array | int,
-                    cache_index: jax.Array, window: int, axis: int) -> tuple[jax.Array | tuple[jax.Array, ...],
-                                                                             jax.Array]:
-    """One of a cache's k or v (stacked on L, or per layer, `layer` then a Python int) with the new slots `new`
-    (a layer's layout, slots on `axis`: 3 for k [B, K, H, T], 2 for v [B, K, T, H]) written at `cache_index` of
-    layer `layer`, and that layer's first `window` slots."""
-    start = [0, 0, 0, 0]
-    start[axis] = cache_index
-    if isinstance(cache, tuple):
-        written = jax.lax.dynamic_update_slice(cache[layer], new.astype(cache[layer].dtype), tuple(start))
-        return cache[:layer] + (written,) + cache[layer + 1:], jax.lax.slice_in_dim(written, 0, window, axis=axis)
-    written = jax.lax.dynamic_update_slice(cache, new[None].astype(cache.dtype), (layer, *start))
-    sizes = list(cache.shape[1:])
-    sizes[axis] = window
-    return written, jax.lax.dynamic_slice(written, (layer, 0, 0, 0, 0), (1, *sizes))[0]
+    out_BxTxKxGxH, cache = attend(cfg, q_BxTxKxGxH, k_BxKxTxH, v_BxKxTxH, mask_BxTxS, shard, cache, layer,
+                                  cache_index, prefix)
+    return _output(cfg, attn, out_BxTxKxGxH), cache
 
 
 def mlp(mlp_params: Params, x_BxTxD: jax.Array, length_split: bool = False) -> jax.Array:

@@ -15,8 +15,8 @@ from flax import nnx
 from rubric_jax.loader import load_weights
 from rubric_jax.models.checkpoint import abstract_model
 from rubric_jax.models.config import Llama3RopeScaling, ModelConfig, ModelConfigError
-from rubric_jax.models.transformer import (causal_padding_mask, init_cache, padding_to_positions, stack_layers,
-                                           unstack_layers)
+from rubric_jax.models.kv_cache import init_cache
+from rubric_jax.models.transformer import causal_padding_mask, padding_to_positions, stack_layers, unstack_layers
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "golden"
 GOLDEN_NAMES = ("llama3_rope_scaling_tied", "llama_gqa4_headdim16", "qwen2_tied_gqa2", "qwen2_untied_mha_oldconfig")
