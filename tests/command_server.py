@@ -9,7 +9,10 @@ traceback and exits 1, as the interpreter does.
     result = server.run("--config.benchmark=mmlu")  # a subprocess.CompletedProcess
     server.close()
 
-The server is `python tests/command_server.py MODULE` (protocol: one JSON line per run on stdin, the
+A command that imports its libraries inside main (experiments.run: jax.distributed must start first) names them in
+`preload`, imported by the server too, so that a case does not pay them either.
+
+The server is `python tests/command_server.py MODULE [PRELOAD ...]` (protocol: one JSON line per run on stdin, the
 {returncode, stdout, stderr} JSON line back); it never uses jax's devices itself, so the children fork from a process
 with no XLA client and no threads of its own.
 """
@@ -33,11 +36,11 @@ TIMEOUT_S = 300  # per run, as the subprocess.run calls these runs replaced
 
 class CommandServer:
     """One server process for `module` in `env` (the variables a command under test runs with), run from the
-    repository root."""
+    repository root, that imported `module` and the modules in `preload`."""
 
-    def __init__(self, module: str, env: dict[str, str]):
+    def __init__(self, module: str, env: dict[str, str], preload: tuple[str, ...] = ()):
         self.module = module
-        self._proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), module], cwd=REPO, env=env,
+        self._proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), module, *preload], cwd=REPO, env=env,
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def run(self, *args: object) -> subprocess.CompletedProcess:
@@ -55,15 +58,16 @@ class CommandServer:
         self._proc.wait(timeout=60)
 
 
-def _import_dependencies(module_name: str) -> None:
-    """Imports `module_name` and everything it imports, then forgets the command's own modules (experiments.*,
+def _import_dependencies(module_name: str, preload: list[str]) -> None:
+    """Imports `module_name` and everything it imports, and the `preload` modules, then forgets the command's own modules (experiments.*,
     configs.*) and the flags they defined: a child then runs the command module afresh as `__main__`, as `python -m`
     does (ml_collections reads the command line while the module defines --config), with its libraries already
     imported."""
     from absl import app, flags, logging  # noqa: F401  (absl's own flags: kept)
 
     before = set(flags.FLAGS)
-    importlib.import_module(module_name)
+    for name in (module_name, *preload):
+        importlib.import_module(name)
     for name in set(flags.FLAGS) - before:
         delattr(flags.FLAGS, name)
     for name in [n for n in sys.modules if n.split(".")[0] in ("experiments", "configs")]:
@@ -94,9 +98,9 @@ def _child(module_name: str, args: list[str], stdout: int, stderr: int) -> None:
         os._exit(status)
 
 
-def serve(module_name: str) -> None:
-    """Imports the module, then runs each JSON argument list read from stdin in a forked child."""
-    _import_dependencies(module_name)
+def serve(module_name: str, preload: list[str]) -> None:
+    """Imports the module and `preload`, then runs each JSON argument list read from stdin in a forked child."""
+    _import_dependencies(module_name, preload)
     for line in sys.stdin:
         args = json.loads(line)
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -114,4 +118,4 @@ def serve(module_name: str) -> None:
 
 if __name__ == "__main__":
     sys.path[0] = str(REPO)  # as `python -m` from the repository root: the repository first, not tests/
-    serve(sys.argv[1])
+    serve(sys.argv[1], sys.argv[2:])

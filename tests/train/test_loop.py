@@ -10,7 +10,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -223,9 +222,11 @@ def test_grpo_config_rejects_bad_rl_values(field, value, message):
     ("--config.rl.micro_batches=3", "config.rl.micro_batches=3 must divide questions_per_step=8: a micro-batch "
                                     "holds whole groups"),
 ])
-def test_a_bad_grpo_setting_fails_before_sft_starts(tmp_path, flag, message):
-    proc = subprocess.run([sys.executable, "-m", "experiments.run", "--config=configs/tiny.py", f"--workdir={tmp_path}",
-                           flag], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+def test_a_bad_grpo_setting_fails_before_sft_starts(tmp_path, flag, message, command_server):
+    """Each case a run of experiments.run forked from one process that imported it and the trainer
+    (tests/command_server.py): 1.4 instead of 4.7 CPU-seconds a case."""
+    proc = command_server("experiments.run", preload=("rubric_jax.train.loop",)).run(
+        "--config=configs/tiny.py", f"--workdir={tmp_path}", flag)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert message in proc.stderr
     assert not any(tmp_path.iterdir())  # nothing written, no SFT step run
