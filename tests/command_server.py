@@ -32,6 +32,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 300  # per run, as the subprocess.run calls these runs replaced
+RUN_PRELOAD = ("rubric_jax.train.loop",)  # what experiments.run imports inside main: 2.7 CPU-s a case
 
 
 class CommandServer:

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from command_server import RUN_PRELOAD
 from rubric_jax import data
 from rubric_jax.assets import TINY_DIR
 from rubric_jax.judges.reward import RewardOutput, RubricReward
 from rubric_jax.prepare.dedup import char_ngrams, jaccard
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.train import golden
-from xla_flags import FAST_COMPILE
 
 SHARED = load_rubric(TINY_DIR / "rubric.yaml")  # format (gate), redundancy, template: rule dimensions, binary
 GOOD = "<think>A short plan.</think><answer>Open the orders page and press the button.</answer>"
@@ -105,18 +105,12 @@ def test_golden_metrics_score_the_policy_and_the_references(tmp_path):
     assert "golden/spearman/redundancy" not in out  # no labels for it
 
 
-def test_the_trainer_refuses_an_overlapping_golden_set_before_sft(tmp_path):
+def test_the_trainer_refuses_an_overlapping_golden_set_before_sft(tmp_path, command_server):
     """The README's example: one line naming the pair, no traceback, no SFT step."""
-    import os
-    import subprocess
-    import sys
-
-    root = Path(__file__).resolve().parents[2]
     path = _write(tmp_path / "golden.jsonl", [_row("g1", "How do I get a refund for my order"),
                                                _row("g2", "Can cats eat cheese?")])
-    proc = subprocess.run([sys.executable, "-m", "experiments.run", "--config=configs/tiny.py",
-                           f"--workdir={tmp_path / 'run'}", f"--config.data.golden={path}"], cwd=root,
-                          env={**os.environ, "XLA_FLAGS": FAST_COMPILE}, capture_output=True, text=True, timeout=300)
+    proc = command_server("experiments.run", preload=RUN_PRELOAD).run(
+        "--config=configs/tiny.py", f"--workdir={tmp_path / 'run'}", f"--config.data.golden={path}")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1:] == [  # (after any library warnings)
         f"experiments.run: error: config.data.golden={path}: 1 golden questions overlap the training questions "

@@ -13,6 +13,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import pytest
 
+from command_server import RUN_PRELOAD
 from rubric_jax.models.checkpoint import CheckpointError
 from rubric_jax.train import checkpointing, loop, runner, workdir
 from rubric_jax.train.state import TrainState
@@ -41,7 +42,7 @@ with exclusive(Path(sys.argv[1])):
 """
 
 
-def test_a_workdir_has_one_writer_a_second_run_exits_2_naming_its_pid_and_kill_9_frees_it(tmp_path):
+def test_a_workdir_has_one_writer_a_second_run_exits_2_naming_its_pid_and_kill_9_frees_it(tmp_path, command_server):
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root), "JAX_PLATFORMS": "cpu"}
     holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(tmp_path)], cwd=root, env=env,
@@ -52,8 +53,8 @@ def test_a_workdir_has_one_writer_a_second_run_exits_2_naming_its_pid_and_kill_9
                                                       rf"\(pid {holder.pid}\)"):
             with workdir.exclusive(tmp_path):
                 pass
-        proc = subprocess.run([sys.executable, "-m", "experiments.run", "--config=configs/tiny.py",
-                               f"--workdir={tmp_path}"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+        proc = command_server("experiments.run", preload=RUN_PRELOAD).run("--config=configs/tiny.py",
+                                                                          f"--workdir={tmp_path}")
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
         assert [line for line in proc.stderr.splitlines() if line.startswith("experiments.run")] == [
             f"experiments.run: error: --workdir={tmp_path}: in use by another process (pid {holder.pid}); wait for "
