@@ -336,10 +336,11 @@ def test_sweep_summary_matches_each_variants_metrics(two_seeds):
     assert {"grpo/kl", "grpo/loss", "eval/reward_mean"} <= set(events.Tags()["scalars"])
 
 
-def test_a_rerun_skips_finished_variants(two_seeds):
+def test_a_rerun_skips_finished_variants(two_seeds, command_server):
+    """Forked from the sweep command's server (it starts no variant: all finished), like the runs below."""
     flags, workdir, _ = two_seeds
     before = {name: (workdir / name / "metrics.jsonl").read_bytes() for name in ("seed=0", "seed=1")}
-    proc = _sweep_cli(*flags)
+    proc = command_server(SWEEP).run(*flags)
     assert proc.returncode == 0, proc.stderr
     assert "[1/2] seed=0: finished earlier, skipped" in proc.stdout
     assert "[2/2] seed=1: finished earlier, skipped" in proc.stdout
