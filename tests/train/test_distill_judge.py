@@ -81,11 +81,16 @@ def test_a_student_given_weights_starts_from_them():
     jax.tree.map(np.testing.assert_array_equal, state.params, weights.params)
 
 
-def test_the_readme_command_writes_a_loadable_judge_and_its_report(tmp_path):
+def shrunk_readme_command(out: Path) -> list[str]:
+    """The README's command writing to `out`, shrunk: 2 updates, and a sliver of held-out questions."""
+    args = [a if not a.startswith("--out=") else f"--out={out}" for a in readme_command()]
+    return [*args, *_SHORT, "--config.heldout=0.03", "--config.measure.max_new_tokens=8"]
+
+
+def test_the_readme_command_writes_a_loadable_judge_and_its_report(tmp_path, command_server):
     out = tmp_path / "judge"
     args = [a if not a.startswith("--out=") else f"--out={out}" for a in readme_command()]
-    # The README's command, shrunk: 2 updates, and a sliver of held-out questions.
-    proc = run(*args, *_SHORT, "--config.heldout=0.03", "--config.measure.max_new_tokens=8")
+    proc = run(*shrunk_readme_command(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     report = json.loads((out / "report.json").read_text())
@@ -98,7 +103,7 @@ def test_the_readme_command_writes_a_loadable_judge_and_its_report(tmp_path):
     assert "| template |" in (out / "report.md").read_text()
     judge = load_judge(str(out), sampler="greedy", max_new_tokens=8)  # loads as training would load it
     assert judge.tokenizer.chat_template and {p.name for p in out.iterdir()} >= {"config.json", "model.safetensors"}
-    again = run(*args, "--config.train.steps=2")
+    again = command_server("experiments.distill_judge").run(*args, "--config.train.steps=2")  # refused: no training
     assert again.returncode == 2 and "already exists" in again.stderr
 
 
@@ -227,12 +232,9 @@ def test_a_full_disk_after_training_is_one_line_and_leaves_nothing(tmp_path):
             "checkpoint.save_file = full\nfrom experiments import distill_judge\n"
             "sys.argv = ['distill_judge', *sys.argv[1:]]\napp.run(distill_judge.main)\n")
     out = tmp_path / "judge"
-    proc = subprocess.run(
-        [sys.executable, "-c", code, f"--out={out}", "--rubric=rubric_jax/assets/tiny/rubric.yaml",
-         f"--student_config={TINY_JUDGE_DIR / 'config.json'}", f"--tokenizer={TINY_JUDGE_DIR}", "--config.dimensions=format",
-         "--config.train.steps=2", "--config.train.batch_size=8", "--config.train.warmup_steps=1", "--config.heldout=0.03",
-         "--config.measure.max_new_tokens=8"],
-        cwd=REPO, capture_output=True, text=True, timeout=600, env=command_env())
+    # The shrunk README run: its programs are in the session's compilation cache (the README test compiled them).
+    proc = subprocess.run([sys.executable, "-c", code, *shrunk_readme_command(out)], cwd=REPO, capture_output=True,
+                          text=True, timeout=600, env=command_env())
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines()[-1] == (
         f"experiments.distill_judge: error: writing {out} failed (No space left on device); nothing was written")
