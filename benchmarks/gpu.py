@@ -106,7 +106,7 @@ class Settings:
 
 
 SMOKE = Settings(rows=4, prompt=16, response=16, micro=2, decode_batch=4, decode_prompt=8, short=5, long=8,
-                 judge_items=4, judge_per_item=2, judge_new_tokens=4)
+                 judge_items=4, judge_per_item=1, judge_new_tokens=4)
 
 
 def model_config(size: str, attention: str = "auto", backend: str | None = None) -> ModelConfig:
