@@ -88,7 +88,7 @@ def test_a_run_whose_judge_dies_stops_resumably_and_resumes_when_it_is_back(endp
     """The tiny default with its politeness judge served: the endpoint dies once GRPO step 1 is logged. With a
     short outage_s the run stops (EndpointDown, naming the endpoint) with its last logged step k checkpointed and
     no row after it (the round that failed applied nothing); the endpoint back, the same call resumes from k and
-    finishes."""
+    finishes. GRPO only: SFT sends nothing to the judge."""
     from rubric_jax.train import loop
     from rubric_jax.train.checkpointing import Checkpointer
     from rubric_jax.train.workdir import checkpoint_dir
@@ -97,8 +97,8 @@ def test_a_run_whose_judge_dies_stops_resumably_and_resumes_when_it_is_back(endp
     with config.unlocked():
         config.judge.backend, config.judge.base_url, config.judge.model = "openai", endpoint.url, MODEL
         config.judge.max_retries_http, config.judge.timeout_s, config.judge.outage_s = 0, 5.0, 1.0
-        config.sft.epochs, config.sft.batch_size = 1, 32
-        config.reward.gates_first = False  # the barely trained policy fails the format gate: judge it anyway
+        config.stages = ("grpo",)
+        config.reward.gates_first = False  # the untrained policy fails the format gate: judge it anyway
         config.rl.steps, config.rl.questions_per_step, config.rl.group_size = 4, 2, 4
         config.rl.micro_batches, config.rl.max_new_tokens = 1, 8
         config.eval.every_steps, config.eval.max_questions, config.eval.max_new_tokens = 10, 8, 8
