@@ -12,6 +12,7 @@ import pytest
 import scipy.stats
 from sklearn.metrics import cohen_kappa_score
 
+from command_server import RUN_PRELOAD
 from rubric_jax.calibration.labels import read_items
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.rubrics.io import load_rubric
@@ -138,16 +139,15 @@ def test_bad_input_is_one_line_naming_file_and_line_and_exits_2(tmp_path, comman
         assert not (tmp_path / case / "out").exists(), case
 
 
-def test_training_config_switch_loads_and_checks_the_correction(tmp_path):
+def test_training_config_switch_loads_and_checks_the_correction(tmp_path, command_server):
     """--config.data.rubric_correction reaches the reward: a correction fitted on another scale is refused
-    before any stage starts, in one line."""
+    before any stage starts, in one line (a run of experiments.run forked from its command server)."""
     correction = tmp_path / "tiny.correction.json"
     correction.write_text(json.dumps({
         "format": "rubric_jax.score_correction", "format_version": 1, "version": "1.0.0", "standardize": {},
         "dimensions": {"format": {"intercept": 0.0, "score": 1.0, "features": {}, "scale": [1, 5]}}}))
-    proc = subprocess.run([sys.executable, "-m", "experiments.run", "--config=configs/tiny.py", f"--workdir={tmp_path / 'run'}",
-                           f"--config.data.rubric_correction={correction}"], cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
+    proc = command_server("experiments.run", preload=RUN_PRELOAD).run(
+        "--config=configs/tiny.py", f"--workdir={tmp_path / 'run'}", f"--config.data.rubric_correction={correction}")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "dimension 'format' has scale [0, 1] but the correction was fitted on [1, 5]" in proc.stderr
 
