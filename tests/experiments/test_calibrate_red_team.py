@@ -45,9 +45,11 @@ def test_docs_red_team_of_the_tiny_judge_reports_a_rate_per_dimension(tmp_path):
         tmp_path / "rt" / "report.md").read_text("utf-8")
 
 
-def test_red_team_with_compare_is_refused_in_one_line(tmp_path):
-    proc = _run("--config.red_team", "--rubric=tests/fixtures/calibration/rubric.yaml", "--compare=tests/fixtures/calibration/rubric_b.yaml",
-                "--labels=tests/fixtures/calibration/labels.jsonl", f"--out={tmp_path}")
+def test_red_team_with_compare_is_refused_in_one_line(tmp_path, command_server):
+    proc = command_server("experiments.calibrate").run(  # forked from the command's server: a refusal loads nothing
+        "--config.red_team", "--rubric=tests/fixtures/calibration/rubric.yaml",
+        "--compare=tests/fixtures/calibration/rubric_b.yaml", "--labels=tests/fixtures/calibration/labels.jsonl",
+        f"--out={tmp_path}")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == ("experiments.calibrate: error: --config.red_team injects into the responses "
                                                     "the labels call bad: no --compare or --config.against=judge")
