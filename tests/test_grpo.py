@@ -374,7 +374,7 @@ def test_chunked_logprobs_match_full_log_softmax(vocab, chunk, temperature, slic
         logp = jnp.take_along_axis(logp_all, targets[..., None], axis=-1)[..., 0]
         return logp, -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
 
-    (lp_c, ent_c), (lp_f, ent_f) = chunked(h, w), full(h, w)
+    (lp_c, ent_c), (lp_f, ent_f) = jax.jit(chunked)(h, w), jax.jit(full)(h, w)
     np.testing.assert_allclose(lp_c, lp_f, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(ent_c, ent_f, rtol=1e-5, atol=1e-5)  # H = lse - E[logits]: cancellation
     mix = jax.random.normal(jax.random.key(8), (2, 2, 7))  # a cotangent for each output
@@ -382,8 +382,8 @@ def test_chunked_logprobs_match_full_log_softmax(vocab, chunk, temperature, slic
     def loss(fn):
         return lambda h, w: jnp.sum(mix[0] * fn(h, w)[0]) + jnp.sum(mix[1] * fn(h, w)[1])
 
-    g_c = jax.grad(loss(chunked), argnums=(0, 1))(h, w)
-    g_f = jax.grad(loss(full), argnums=(0, 1))(h, w)
+    g_c = jax.jit(jax.grad(loss(chunked), argnums=(0, 1)))(h, w)
+    g_f = jax.jit(jax.grad(loss(full), argnums=(0, 1)))(h, w)
     for a, b in zip(g_c, g_f):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
