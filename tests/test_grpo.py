@@ -162,7 +162,7 @@ def test_a_huge_drift_is_clamped_before_exp():
     def loss(lp):
         return grpo.grpo_loss(lp, old, ref, adv, mask, cfg)[0]
 
-    value, grad = jax.value_and_grad(loss)(logp)
+    value, grad = jax.jit(jax.value_and_grad(loss))(logp)
     assert np.isfinite(float(value)) and np.all(np.isfinite(np.asarray(grad)))
     np.testing.assert_array_equal(np.asarray(grad)[:, 0], 0.0)  # beyond the clamp nothing flows back
     # k3 with log r = ref - logp = 200 is clamped too: e^20 - 1 - 20, not inf.
@@ -255,7 +255,7 @@ def test_a_fully_masked_row_is_left_out_as_each_mode_defines(mode, length, weigh
         def loss(lp):
             return grpo.grpo_loss(lp, logp, ref, jnp.asarray(adv), jnp.asarray(mask), cfg)[0]
 
-        return jax.value_and_grad(loss)(logp)
+        return jax.jit(jax.value_and_grad(loss))(logp)
 
     loss, grad = loss_and_grad(_MASKED_ROW_MASK, _MASKED_ROW_ADV)
     per_token = -_MASKED_ROW_ADV + _BETA * _K3
@@ -312,7 +312,7 @@ def test_equal_rewards_without_kl_give_zero_gradient():
     adv, zero_frac = grpo.group_advantages(jnp.full(4, 0.7), 2)
     assert float(zero_frac) == 1.0
     cfg = _cfg(kl_coef=0.0)
-    grad = jax.grad(lambda lp: grpo.grpo_loss(lp, old, None, adv, mask, cfg)[0])(logp)
+    grad = jax.jit(jax.grad(lambda lp: grpo.grpo_loss(lp, old, None, adv, mask, cfg)[0]))(logp)
     np.testing.assert_array_equal(grad, 0.0)
 
 
@@ -323,7 +323,7 @@ def test_padding_changes_nothing(mode, length):
     cfg = _cfg(kl_coef=0.02, loss_aggregation=mode, loss_norm_length=length)
 
     def loss_and_grad(lp, o, r, m):
-        return jax.value_and_grad(lambda x: grpo.grpo_loss(x, o, r, adv, m, cfg)[0])(lp)
+        return jax.jit(jax.value_and_grad(lambda x: grpo.grpo_loss(x, o, r, adv, m, cfg)[0]))(lp)
 
     def pad(x, value):
         return jnp.concatenate([x, jnp.full((x.shape[0], 5), value, x.dtype)], axis=1)
@@ -374,7 +374,7 @@ def test_chunked_logprobs_match_full_log_softmax(vocab, chunk, temperature, slic
         logp = jnp.take_along_axis(logp_all, targets[..., None], axis=-1)[..., 0]
         return logp, -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
 
-    (lp_c, ent_c), (lp_f, ent_f) = chunked(h, w), full(h, w)
+    (lp_c, ent_c), (lp_f, ent_f) = jax.jit(chunked)(h, w), jax.jit(full)(h, w)
     np.testing.assert_allclose(lp_c, lp_f, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(ent_c, ent_f, rtol=1e-5, atol=1e-5)  # H = lse - E[logits]: cancellation
     mix = jax.random.normal(jax.random.key(8), (2, 2, 7))  # a cotangent for each output
@@ -382,8 +382,8 @@ def test_chunked_logprobs_match_full_log_softmax(vocab, chunk, temperature, slic
     def loss(fn):
         return lambda h, w: jnp.sum(mix[0] * fn(h, w)[0]) + jnp.sum(mix[1] * fn(h, w)[1])
 
-    g_c = jax.grad(loss(chunked), argnums=(0, 1))(h, w)
-    g_f = jax.grad(loss(full), argnums=(0, 1))(h, w)
+    g_c = jax.jit(jax.grad(loss(chunked), argnums=(0, 1)))(h, w)
+    g_f = jax.jit(jax.grad(loss(full), argnums=(0, 1)))(h, w)
     for a, b in zip(g_c, g_f):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 

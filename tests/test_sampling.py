@@ -77,8 +77,9 @@ def test_cached_greedy_decode_matches_full_recompute(model):
 def test_each_sample_attends_its_own_prompt(model):
     """Three samples each of prompts that differ only in their first token (and a shorter third): every
     row's tokens and log-probs are those of its prompt generated alone. A row that read another group's
-    prompt cache (e.g. prompt b % U instead of b // n) would continue the other prompt."""
-    prompts = [[5, 6, 7, 8, 9, 10], [11, 6, 7, 8, 9, 10], [12, 13]]
+    prompt cache (e.g. prompt b % U instead of b // n) would continue the other prompt. The three prompts alone
+    share one prompt bucket (6), so one compiled program."""
+    prompts = [[5, 6, 7, 8, 9, 10], [11, 6, 7, 8, 9, 10], [12, 13, 14, 15, 16]]
     kwargs = dict(key=jax.random.key(0), max_new_tokens=7, stop_tokens=[], pad_id=PAD)
     alone = [sampling.generate(model, [prompt], **kwargs) for prompt in prompts]
     assert alone[0].tokens.tolist() != alone[1].tokens.tolist()  # the early token matters
@@ -168,8 +169,9 @@ def test_suffixes_continue_the_shared_prompt_like_the_whole_prompt(model, monkey
 
 def test_prompts_of_any_width_in_a_bucket_decode_like_full_recompute(model, monkeypatch):
     """Prompt bucket 24 filled to widths 18 and 22 (bucket padding past the filled slots, masked out of the
-    shared prompt cache), response windows 4 and 8: both equal the no-cache greedy reference, from one
-    compiled program."""
+    shared prompt cache), prefilled in chunks of 4, response windows 4 and 8: both equal the no-cache greedy
+    reference, from one compiled program (the one test_prefill_makes_rope_tables_once_not_per_chunk reads)."""
+    monkeypatch.setattr(sampling, "PREFILL_CHUNK", 4)
     monkeypatch.setattr(sampling, "DECODE_BLOCK", 4)
     assert sampling.decode_windows(8, 4) == (4, 8)
     traces = sampling.TRACES["generate"]
@@ -243,9 +245,10 @@ def test_sample_leaves_a_rollout_on_the_device_in_its_response_bucket(model):
 
 def test_decode_loop_copies_no_layer_weight_per_token(model):
     """The decode loop reads each layer's weights in place: no per-token dynamic-slice of a weight out of
-    the stacked layers (a layer scan inside the loop makes one, a copy of every weight on every token)."""
+    the stacked layers (a layer scan inside the loop makes one, a copy of every weight on every token). The program
+    test_cached_greedy_decode_matches_full_recompute runs."""
     weights = model
-    hlo = sampling.lower_generate(weights, PROMPTS, max_new_tokens=8, stop_tokens=[STOP], pad_id=PAD
+    hlo = sampling.lower_generate(weights, PROMPTS, n=2, max_new_tokens=9, stop_tokens=[], pad_id=PAD
                                   ).compile().as_text()
     per_token = [op for op in hlo_stats.collectives(hlo, kinds=("dynamic-slice",)) if op.per_iteration]
     assert per_token  # the loop's own token bookkeeping: the HLO was read
@@ -255,8 +258,10 @@ def test_decode_loop_copies_no_layer_weight_per_token(model):
 
 def test_prefill_makes_rope_tables_once_not_per_chunk(model, monkeypatch):
     """The prefill's RoPE sin/cos run once over the whole prompt bucket, outside its chunk loop: made per chunk, XLA
-    fused them into every layer's query and key fusions of every chunk (benchmarks/RESULTS.md, ninth session)."""
+    fused them into every layer's query and key fusions of every chunk (benchmarks/RESULTS.md, ninth session). The
+    program test_prompts_of_any_width_in_a_bucket_decode_like_full_recompute runs (decode windows 4 and 8 too)."""
     monkeypatch.setattr(sampling, "PREFILL_CHUNK", 4)
+    monkeypatch.setattr(sampling, "DECODE_BLOCK", 4)
     prompts = [list(range(3, 23)), list(range(5, 18))]  # a 24-slot bucket: 6 chunks of 4
     hlo = sampling.lower_generate(model, prompts, max_new_tokens=8, stop_tokens=[STOP], pad_id=PAD).compile().as_text()
     shapes = [op.shape for op in hlo_stats.collectives(hlo, kinds=("sine", "cosine"))]
@@ -268,22 +273,21 @@ def test_per_layer_weights_leave_no_layer_stack_in_the_program():
     """Weights in the decode form (`loader.to_layout(per_layer=True)`) are read in place and prefill writes a
     per-layer cache: no array of the compiled program has a leading layer axis, where stacked weights are
     arguments with one (and are sliced into per-layer copies every call) and a stacked cache was prefilled
-    then copied. Both forms sample the same tokens."""
+    then copied. Both forms sample the same tokens, from the programs read."""
     cfg = _config(num_layers=3)  # a leading 3 is the layer axis: no other array of the program has one
     stacked = _model(cfg)
     per_layer = loader.to_layout(stacked, sharding.single_device_layout(), per_layer=True)
     assert per_layer.per_layer and not stacked.per_layer
 
+    kwargs = dict(n=2, max_new_tokens=8, sampler="temperature(1.2)", stop_tokens=[STOP], pad_id=PAD)
+
     def layer_stack_shapes(weights):
-        hlo = sampling.lower_generate(weights, PROMPTS, n=2, max_new_tokens=8, stop_tokens=[STOP], pad_id=PAD
-                                      ).compile().as_text()
+        hlo = sampling.lower_generate(weights, PROMPTS, **kwargs).compile().as_text()
         return set(re.findall(r"\[3,[\d,]*\]", hlo))
 
     assert "[3,32,4,8]" in layer_stack_shapes(stacked)  # the q_proj stack: the HLO was read
     assert layer_stack_shapes(per_layer) == set()
-    kwargs = dict(key=jax.random.key(3), n=2, max_new_tokens=8, sampler="temperature(1.2)", stop_tokens=[STOP],
-                  pad_id=PAD)
-    want, got = sampling.generate(stacked, PROMPTS, **kwargs), sampling.generate(per_layer, PROMPTS, **kwargs)
+    want, got = (sampling.generate(w, PROMPTS, key=jax.random.key(3), **kwargs) for w in (stacked, per_layer))
     np.testing.assert_array_equal(got.tokens, want.tokens)
     np.testing.assert_array_equal(got.logprobs, want.logprobs)
 
