@@ -1,7 +1,7 @@
 """XLA flags for test processes. Compiles are most of the suite's CPU time (a tiny model runs in
 milliseconds), and the cheapest CPU backend optimisation cuts their CPU time by about a third
 (tests/test_sampling.py: 81 -> 54 CPU-seconds); the tests check results, not speed. XLA's older CPU fusion
-emitters (`--xla_cpu_use_fusion_emitters=false`) compile the tiny GRPO step about 4x faster again (8.1 -> 2.6 s,
+emitters (`--xla_cpu_use_fusion_emitters=false`) compile the tiny GRPO step about 3x faster again (8.1 -> 2.6 s,
 tests/train/test_train_step.py: 55 -> 31 CPU-seconds) and run it ~20% slower, so they are for tests only: the
 commands keep XLA's defaults (benchmarks/RESULTS.md, "Test suite", 2026-12-02)."""
 
