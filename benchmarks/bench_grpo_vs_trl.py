@@ -8,8 +8,7 @@ Install (a venv of its own: trl pulls accelerate/datasets, keep them out of the 
 Run (from the repository root):
   /tmp/venv-bench/bin/python -m benchmarks.bench_grpo_vs_trl
   /tmp/venv-bench/bin/python -m benchmarks.bench_grpo_vs_trl --torch_threads=1     # fair on a loaded machine
-  XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \
-    /tmp/venv-bench/bin/python -m benchmarks.bench_grpo_vs_trl --torch_threads=1     # one thread each side
+  taskset -c 0 /tmp/venv-bench/bin/python -m benchmarks.bench_grpo_vs_trl --torch_threads=1  # both sides on one core
 
 One random Qwen2ForCausalLM (hidden 96, 3 layers, 4 heads, 2 kv heads, MLP 256, vocab 512) is saved with a
 byte-level BPE tokenizer of 512 tokens (trained here on the tiny assets' text, Qwen2 chat template) to a temp
