@@ -41,8 +41,8 @@ class CommandServer:
 
     def __init__(self, module: str, env: dict[str, str], preload: tuple[str, ...] = ()):
         self.module = module
-        self._proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), module, *preload], cwd=REPO, env=env,
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), module, *preload], cwd=REPO,
+                                      env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def run(self, *args: object) -> subprocess.CompletedProcess:
         """`python -m MODULE *args`, in a child of the server; its exit status, stdout and stderr."""
@@ -60,10 +60,10 @@ class CommandServer:
 
 
 def _import_dependencies(module_name: str, preload: list[str]) -> None:
-    """Imports `module_name` and everything it imports, and the `preload` modules, then forgets the command's own modules (experiments.*,
-    configs.*) and the flags they defined: a child then runs the command module afresh as `__main__`, as `python -m`
-    does (ml_collections reads the command line while the module defines --config), with its libraries already
-    imported."""
+    """Imports `module_name` and everything it imports, and the `preload` modules, then forgets the command's own
+    modules (experiments.*, configs.*) and the flags they defined: a child then runs the command module afresh as
+    `__main__`, as `python -m` does (ml_collections reads the command line while the module defines --config), with
+    its libraries already imported."""
     from absl import app, flags, logging  # noqa: F401  (absl's own flags: kept)
 
     before = set(flags.FLAGS)

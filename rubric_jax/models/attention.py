@@ -186,7 +186,7 @@ _prefix_attention.defvjp(_prefix_attention_fwd, _prefix_attention_bwd)
 
 
 def _continuation_prefix_mask(prefix_mask_UxP: jax.Array, b: int, t: int) -> jax.Array:
-    """[B, T, P]: which prefix slots each continuation query attends (its prefix's real ones, row b of prefix b // J)."""
+    """[B, T, P]: the prefix slots each continuation query attends (its prefix's real ones; row b: prefix b // J)."""
     u, p = prefix_mask_UxP.shape
     return jnp.broadcast_to(jnp.repeat(prefix_mask_UxP, b // u, axis=0)[:, None, :], (b, t, p))
 
