@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import gzip
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -44,9 +45,11 @@ def _decode_step(params: dict, token_B: jax.Array, key: jax.Array) -> tuple[jax.
 def _decode(params: dict, token_B: jax.Array, key: jax.Array, chains: int, steps: int) -> tuple:
     """`steps` decode steps of `chains` independent chains, each over its own block of rows (no data shared)."""
     def body(t, carry):
-        return tuple((lambda out, total: (out[0], total + out[1]))(
-            _decode_step(params, token, jax.random.fold_in(jax.random.fold_in(key, t), c)), total)
-            for c, (token, total) in enumerate(carry))
+        out = []
+        for c, (token, total) in enumerate(carry):
+            token, logp = _decode_step(params, token, jax.random.fold_in(jax.random.fold_in(key, t), c))
+            out.append((token, total + logp))
+        return tuple(out)
 
     carry = tuple((rows, jnp.zeros(rows.shape)) for rows in jnp.split(token_B, chains))
     return jax.lax.fori_loop(0, steps, body, carry)
@@ -82,6 +85,7 @@ def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 def main(argv: list[str]) -> None:
     del argv
+    load_before = os.getloadavg()
     keys = jax.random.split(jax.random.key(0), 2 * LAYERS + 1)
     params = {"embed": jax.random.normal(keys[0], (VOCAB, HIDDEN)) * 0.1,
               "up": [jax.random.normal(k, (HIDDEN, MLP)) * 0.1 for k in keys[1:LAYERS + 1]],
@@ -105,6 +109,9 @@ def main(argv: list[str]) -> None:
         print(f"{k} chain(s) of {BATCH // k} rows: wall {wall:6.1f} ms, CPU {cpu:6.1f} ms (median of "
               f"{_ROUNDS.value}); traced call: ops {busy:6.1f} ms on XLA's two busiest threads, {both:5.1f} ms "
               "of it concurrent")
+    print(f"jax {jax.__version__} ({jax.default_backend()}, {jax.device_count()} device), {os.cpu_count()} CPU cores; "
+          f"load avg before {' '.join(f'{x:.2f}' for x in load_before)}, "
+          f"after {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ traceback and exits 1, as the interpreter does.
     result = server.run("--config.benchmark=mmlu")  # a subprocess.CompletedProcess
     server.close()
 
-A command that imports its libraries inside main (experiments.run: jax.distributed must start first) names them in
-`preload`, imported by the server too, so that a case does not pay them either.
+A command that imports its libraries inside main (experiments.run: jax.distributed must start first) has them in
+`PRELOAD`, imported by its server too, so that a case does not pay them either.
 
 The server is `python tests/command_server.py MODULE [PRELOAD ...]` (protocol: one JSON line per run on stdin, the
 {returncode, stdout, stderr} JSON line back); it never uses jax's devices itself, so the children fork from a process
@@ -32,15 +32,17 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 300  # per run, as the subprocess.run calls these runs replaced
-RUN_PRELOAD = ("rubric_jax.train.loop",)  # what experiments.run imports inside main: 2.7 CPU-s a case
+# What a command imports inside main, beside its module's own imports: 2.7 CPU-s a case for experiments.run.
+PRELOAD = {"experiments.run": ("rubric_jax.train.loop",)}
 
 
 class CommandServer:
     """One server process for `module` in `env` (the variables a command under test runs with), run from the
-    repository root, that imported `module` and the modules in `preload`."""
+    repository root, that imported `module` and its `PRELOAD`."""
 
-    def __init__(self, module: str, env: dict[str, str], preload: tuple[str, ...] = ()):
+    def __init__(self, module: str, env: dict[str, str]):
         self.module = module
+        preload = PRELOAD.get(module, ())
         self._proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), module, *preload], cwd=REPO,
                                       env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 

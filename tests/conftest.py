@@ -68,19 +68,19 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def command_server():
-    """`command_server(MODULE, preload=(MODULES), **ENV).run(*args)`: `python -m MODULE *args` in the environment of a
-    command under test (xla_flags.command_env(**ENV)), forked from one process per MODULE, PRELOAD and ENV that
-    imported them once (tests/command_server.py): for the bad-input cases of a command, which each paid 2-4
-    CPU-seconds of imports as a fresh process."""
+    """`command_server(MODULE, **ENV).run(*args)`: `python -m MODULE *args` in the environment of a command under
+    test (xla_flags.command_env(**ENV)), forked from one process per MODULE and ENV that imported it once
+    (tests/command_server.py): for the bad-input cases of a command, which each paid 2-4 CPU-seconds of imports as a
+    fresh process."""
     from command_server import CommandServer
     from xla_flags import command_env
 
     servers: dict[tuple, CommandServer] = {}
 
-    def get(module: str, preload: tuple[str, ...] = (), **env: str) -> CommandServer:
-        key = (module, preload, *sorted(env.items()))
+    def get(module: str, **env: str) -> CommandServer:
+        key = (module, *sorted(env.items()))
         if key not in servers:
-            servers[key] = CommandServer(module, command_env(**env), preload)
+            servers[key] = CommandServer(module, command_env(**env))
         return servers[key]
 
     yield get

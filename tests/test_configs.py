@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pytest
 
-from command_server import RUN_PRELOAD
 from configs import qwen7b, tiny
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,8 +47,7 @@ RUN = "experiments.run"
 def test_a_user_error_is_one_line_and_exit_status_2(tmp_path, flag, message, command_server):
     (tmp_path / "a_file").write_text("x")
     flags = ["--config=configs/tiny.py", f"--workdir={tmp_path}/run", flag.format(tmp_path=tmp_path)]
-    proc = command_server(RUN, preload=RUN_PRELOAD).run(*[f for f in flags
-                                     if not (flag.startswith("--workdir") and f.endswith("/run"))])
+    proc = command_server(RUN).run(*[f for f in flags if not (flag.startswith("--workdir") and f.endswith("/run"))])
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr, proc.stderr
     assert not (tmp_path / "run").exists()
@@ -66,13 +64,13 @@ def test_a_user_error_is_one_line_and_exit_status_2(tmp_path, flag, message, com
 ])
 def test_a_response_budget_past_the_models_positions_or_a_bad_sampler_names_its_key(tmp_path, flag, message,
                                                                                   command_server):
-    proc = command_server(RUN, preload=RUN_PRELOAD).run("--config=configs/tiny.py", f"--workdir={tmp_path}", flag)
+    proc = command_server(RUN).run("--config=configs/tiny.py", f"--workdir={tmp_path}", flag)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and message in proc.stderr, proc.stderr
 
 
 def test_a_config_files_own_error_is_one_line_without_its_traceback(tmp_path, command_server):
-    proc = command_server(RUN, preload=RUN_PRELOAD).run("--config=configs/qwen7b.py:size=13b", f"--workdir={tmp_path}")
+    proc = command_server(RUN).run("--config=configs/qwen7b.py:size=13b", f"--workdir={tmp_path}")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "experiments.run: error: flag --config=configs/qwen7b.py:size=13b: Error whilst parsing config file: "
@@ -80,7 +78,7 @@ def test_a_config_files_own_error_is_one_line_without_its_traceback(tmp_path, co
 
 
 def test_a_missing_data_file_is_one_line_naming_the_file(tmp_path, command_server):
-    proc = command_server(RUN, preload=RUN_PRELOAD).run("--config=configs/tiny.py", f"--workdir={tmp_path}",
+    proc = command_server(RUN).run("--config=configs/tiny.py", f"--workdir={tmp_path}",
                                    f"--config.data.train={tmp_path}/nope.jsonl")
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
@@ -88,7 +86,7 @@ def test_a_missing_data_file_is_one_line_naming_the_file(tmp_path, command_serve
 
 
 def test_qwen_without_a_local_checkpoint_is_one_line_naming_directory_and_flag(tmp_path, command_server):
-    proc = command_server(RUN, preload=RUN_PRELOAD).run("--config=configs/qwen7b.py:size=0.5b", f"--workdir={tmp_path}")
+    proc = command_server(RUN).run("--config=configs/qwen7b.py:size=0.5b", f"--workdir={tmp_path}")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -101,7 +99,7 @@ def test_qwen_without_a_local_checkpoint_is_one_line_naming_directory_and_flag(t
 ])
 def test_decode_layout_and_judge_dtype_are_checked_before_anything_runs(tmp_path, override, message, command_server):
     # On the 8 devices of this process (on 1, tensor=8 is refused for the device count before the model is read).
-    server = command_server(RUN, preload=RUN_PRELOAD, XLA_FLAGS=os.environ["XLA_FLAGS"])
+    server = command_server(RUN, XLA_FLAGS=os.environ["XLA_FLAGS"])
     proc = server.run("--config=configs/tiny.py", f"--workdir={tmp_path}", override)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert message in proc.stderr

@@ -520,16 +520,16 @@ def test_generate_cli_prints_json_matching_the_library(checkpoint_dir):
 
 def test_generate_cli_reports_a_missing_checkpoint_without_traceback(tmp_path, command_server):
     """Each a run of the command forked from one process that imported it (tests/command_server.py)."""
-    _run_cli = command_server("experiments.generate").run
-    proc = _run_cli(f"--checkpoint={tmp_path / 'nope'}", "--prompt=hi")
+    run_refused = command_server("experiments.generate").run
+    proc = run_refused(f"--checkpoint={tmp_path / 'nope'}", "--prompt=hi")
     assert proc.returncode != 0
     assert "nope" in proc.stderr and "Traceback" not in proc.stderr
-    proc = _run_cli(f"--checkpoint={tmp_path}", "--prompt=hi", "--config.sampling.sampler=beam(2)")
+    proc = run_refused(f"--checkpoint={tmp_path}", "--prompt=hi", "--config.sampling.sampler=beam(2)")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr and "beam(2)" in proc.stderr
     for setting, message in (("--config.format=yaml", "--config.format=yaml: expected one of ['text', 'json']"),
                              ("--config.model.param_dtype=int8", "--config.model.param_dtype='int8': expected one of"),
                              ("--config.sampling.max_tokens=5", "unknown config key 'max_tokens'")):
-        proc = _run_cli(f"--checkpoint={tmp_path}", "--prompt=hi", setting)  # refused before the checkpoint is read
+        proc = run_refused(f"--checkpoint={tmp_path}", "--prompt=hi", setting)  # refused before the checkpoint is read
         last = proc.stderr.strip().splitlines()[-1]
         assert proc.returncode == 2 and last.startswith("experiments.generate: error: ") and message in last, last
 

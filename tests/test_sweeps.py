@@ -368,7 +368,8 @@ def test_printed_commands_are_the_runs_the_sweep_ran(two_seeds, command_server):
 
 
 def test_summary_only_reports_what_the_workdirs_hold_without_running(tmp_path, command_server):
-    proc = command_server(SWEEP).run("--config=configs/tiny.py", f"--workdir={tmp_path}", "--summary_only")  # README, nothing ran
+    # The README's command; nothing ran.
+    proc = command_server(SWEEP).run("--config=configs/tiny.py", f"--workdir={tmp_path}", "--summary_only")
     assert proc.returncode == 1 and "running in" not in proc.stdout
     assert proc.stderr.strip().splitlines()[-1].startswith("experiments.sweep: 4 of 4 variants not finished: "
                                                            "lr=0.0001,beta=0.0 (not started), ")
@@ -379,7 +380,8 @@ def test_summary_only_reports_what_the_workdirs_hold_without_running(tmp_path, c
 
 
 def test_readme_print_commands_and_one_line_errors(tmp_path, command_server):
-    proc = command_server(SWEEP).run("--config=configs/tiny.py", "--workdir=runs/tiny_sweep", "--print_commands")  # README
+    proc = command_server(SWEEP).run("--config=configs/tiny.py", "--workdir=runs/tiny_sweep",  # README
+                                     "--print_commands")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0] == ("./launch.sh experiments.run --config=configs/tiny.py "
                                            "--workdir=runs/tiny_sweep/lr=0.0001,beta=0.0 --config.rl.lr=0.0001 "

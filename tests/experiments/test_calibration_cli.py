@@ -12,7 +12,6 @@ import pytest
 import scipy.stats
 from sklearn.metrics import cohen_kappa_score
 
-from command_server import RUN_PRELOAD
 from rubric_jax.calibration.labels import read_items
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.rubrics.io import load_rubric
@@ -146,7 +145,7 @@ def test_training_config_switch_loads_and_checks_the_correction(tmp_path, comman
     correction.write_text(json.dumps({
         "format": "rubric_jax.score_correction", "format_version": 1, "version": "1.0.0", "standardize": {},
         "dimensions": {"format": {"intercept": 0.0, "score": 1.0, "features": {}, "scale": [1, 5]}}}))
-    proc = command_server("experiments.run", preload=RUN_PRELOAD).run(
+    proc = command_server("experiments.run").run(
         "--config=configs/tiny.py", f"--workdir={tmp_path / 'run'}", f"--config.data.rubric_correction={correction}")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "dimension 'format' has scale [0, 1] but the correction was fitted on [1, 5]" in proc.stderr

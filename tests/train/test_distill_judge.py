@@ -81,15 +81,18 @@ def test_a_student_given_weights_starts_from_them():
     jax.tree.map(np.testing.assert_array_equal, state.params, weights.params)
 
 
+def readme_command_to(out: Path) -> list[str]:
+    """The README's command writing to `out`."""
+    return [a if not a.startswith("--out=") else f"--out={out}" for a in readme_command()]
+
+
 def shrunk_readme_command(out: Path) -> list[str]:
     """The README's command writing to `out`, shrunk: 2 updates, and a sliver of held-out questions."""
-    args = [a if not a.startswith("--out=") else f"--out={out}" for a in readme_command()]
-    return [*args, *_SHORT, "--config.heldout=0.03", "--config.measure.max_new_tokens=8"]
+    return [*readme_command_to(out), *_SHORT, "--config.heldout=0.03", "--config.measure.max_new_tokens=8"]
 
 
 def test_the_readme_command_writes_a_loadable_judge_and_its_report(tmp_path, command_server):
     out = tmp_path / "judge"
-    args = [a if not a.startswith("--out=") else f"--out={out}" for a in readme_command()]
     proc = run(*shrunk_readme_command(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -103,7 +106,8 @@ def test_the_readme_command_writes_a_loadable_judge_and_its_report(tmp_path, com
     assert "| template |" in (out / "report.md").read_text()
     judge = load_judge(str(out), sampler="greedy", max_new_tokens=8)  # loads as training would load it
     assert judge.tokenizer.chat_template and {p.name for p in out.iterdir()} >= {"config.json", "model.safetensors"}
-    again = command_server("experiments.distill_judge").run(*args, "--config.train.steps=2")  # refused: no training
+    # Refused before any training: the judge is there.
+    again = command_server("experiments.distill_judge").run(*readme_command_to(out), "--config.train.steps=2")
     assert again.returncode == 2 and "already exists" in again.stderr
 
 
@@ -143,8 +147,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, extra, message, command_serv
     if any(f.startswith("--tokenizer") for f in flags):
         student = [f"--student_config={TINY_JUDGE_DIR / 'config.json'}"]
     out = [] if any(f.startswith("--out=") for f in flags) else [f"--out={tmp_path / 'judge'}"]
-    proc = command_server("experiments.distill_judge").run(*out, "--rubric=rubric_jax/assets/tiny/rubric.yaml", *student,
-                                                           *flags)
+    proc = command_server("experiments.distill_judge").run(*out, "--rubric=rubric_jax/assets/tiny/rubric.yaml",
+                                                           *student, *flags)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
     assert line.startswith("experiments.distill_judge: error:") and message in line, line

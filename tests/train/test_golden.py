@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from command_server import RUN_PRELOAD
 from rubric_jax import data
 from rubric_jax.assets import TINY_DIR
 from rubric_jax.judges.reward import RewardOutput, RubricReward
@@ -109,7 +108,7 @@ def test_the_trainer_refuses_an_overlapping_golden_set_before_sft(tmp_path, comm
     """The README's example: one line naming the pair, no traceback, no SFT step."""
     path = _write(tmp_path / "golden.jsonl", [_row("g1", "How do I get a refund for my order"),
                                                _row("g2", "Can cats eat cheese?")])
-    proc = command_server("experiments.run", preload=RUN_PRELOAD).run(
+    proc = command_server("experiments.run").run(
         "--config=configs/tiny.py", f"--workdir={tmp_path / 'run'}", f"--config.data.golden={path}")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1:] == [  # (after any library warnings)

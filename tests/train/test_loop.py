@@ -23,7 +23,6 @@ from rubric_jax.train.grpo_stage import NanStreak
 from rubric_jax.train.runner import TrainingError
 from rubric_jax.train.settings import grpo_config
 from test_workdir import tensorboard_scalars
-from command_server import RUN_PRELOAD
 from first_grpo_step import first_grpo_step
 from tiny_config import absolute_tiny_config
 from xla_flags import FAST_COMPILE
@@ -226,7 +225,7 @@ def test_grpo_config_rejects_bad_rl_values(field, value, message):
 def test_a_bad_grpo_setting_fails_before_sft_starts(tmp_path, flag, message, command_server):
     """Each case a run of experiments.run forked from one process that imported it and the trainer
     (tests/command_server.py): 1.4 instead of 4.7 CPU-seconds a case."""
-    proc = command_server("experiments.run", preload=RUN_PRELOAD).run(
+    proc = command_server("experiments.run").run(
         "--config=configs/tiny.py", f"--workdir={tmp_path}", flag)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert message in proc.stderr

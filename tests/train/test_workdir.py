@@ -13,7 +13,6 @@ from pathlib import Path
 import jax.numpy as jnp
 import pytest
 
-from command_server import RUN_PRELOAD
 from rubric_jax.models.checkpoint import CheckpointError
 from rubric_jax.train import checkpointing, loop, runner, workdir
 from rubric_jax.train.state import TrainState
@@ -53,7 +52,7 @@ def test_a_workdir_has_one_writer_a_second_run_exits_2_naming_its_pid_and_kill_9
                                                       rf"\(pid {holder.pid}\)"):
             with workdir.exclusive(tmp_path):
                 pass
-        proc = command_server("experiments.run", preload=RUN_PRELOAD).run("--config=configs/tiny.py",
+        proc = command_server("experiments.run").run("--config=configs/tiny.py",
                                                                           f"--workdir={tmp_path}")
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
         assert [line for line in proc.stderr.splitlines() if line.startswith("experiments.run")] == [
