@@ -148,11 +148,17 @@ def init_weights(cfg: ModelConfig, layout: sharding.Layout | None, key: jax.Arra
     """A seeded random init (HF's N(0, 0.02)), every array created in its shard by one jitted init."""
     layout = layout or sharding.single_device_layout()
     graphdef, _, shardings = _abstract(cfg, layout)
+    return Weights(cfg, graphdef, _init_fn(cfg, layout)(key), shardings)
 
+
+@functools.lru_cache(maxsize=32)
+def _init_fn(cfg: ModelConfig, layout: sharding.Layout):
+    """The jitted init of `cfg` in `layout`, one per pair: a second init in the process (another key, a restart)
+    runs the compiled program instead of tracing, lowering and compiling it again."""
     def init(k: jax.Array) -> Params:
         return nnx.to_pure_dict(nnx.state(Transformer(cfg, rngs=nnx.Rngs(k))))
 
-    return Weights(cfg, graphdef, jax.jit(init, out_shardings=shardings)(key), shardings)
+    return jax.jit(init, out_shardings=_abstract(cfg, layout)[2])
 
 
 def load_weights(source: str | Path, layout: sharding.Layout | None = None, *,

@@ -14,6 +14,7 @@ device. Placement is explicit: params that are not already in the given sharding
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, NamedTuple
 
@@ -230,5 +231,19 @@ def train_state_from_params(graphdef: nnx.GraphDef, params: Params, tx: optax.Gr
     _check_float32(params)
     if shardings is not None:
         loader.check_shardings(params, shardings.params, what="train state params")
-    init = jax.jit(lambda p: _new_state(graphdef, p, tx), out_shardings=shardings)
-    return init(params)
+    return _state_init_fn(graphdef, tx, None if shardings is None else _key(shardings))(params)
+
+
+def _key(tree: Any) -> tuple[Any, tuple[Any, ...]]:
+    """A pytree of shardings as a hashable key: (its structure, its leaves)."""
+    leaves, treedef = jax.tree.flatten(tree)
+    return treedef, tuple(leaves)
+
+
+@functools.lru_cache(maxsize=32)
+def _state_init_fn(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
+                   shardings: tuple[Any, tuple[Any, ...]] | None):
+    """The jitted step-0 state of (graph, optimizer, shardings), one per triple: each start of a stage in the process
+    (a resume, another run) runs the compiled program instead of tracing and compiling a new one."""
+    out_shardings = None if shardings is None else jax.tree.unflatten(*shardings)
+    return jax.jit(lambda p: _new_state(graphdef, p, tx), out_shardings=out_shardings)
