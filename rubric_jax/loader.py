@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -152,9 +152,10 @@ def init_weights(cfg: ModelConfig, layout: sharding.Layout | None, key: jax.Arra
 
 
 @functools.lru_cache(maxsize=32)
-def _init_fn(cfg: ModelConfig, layout: sharding.Layout):
-    """The jitted init of `cfg` in `layout`, one per pair: a second init in the process (another key, a restart)
-    runs the compiled program instead of tracing, lowering and compiling it again."""
+def _init_fn(cfg: ModelConfig, layout: sharding.Layout) -> Callable[[jax.Array], Params]:
+    """The jitted init of `cfg` in `layout` (cached like `_abstract`: a second init of the same model in one
+    process, e.g. a restarted run's, traces and compiles nothing)."""
+
     def init(k: jax.Array) -> Params:
         return nnx.to_pure_dict(nnx.state(Transformer(cfg, rngs=nnx.Rngs(k))))
 

@@ -14,8 +14,8 @@ device. Placement is explicit: params that are not already in the given sharding
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -228,22 +228,19 @@ def train_state_from_params(graphdef: nnx.GraphDef, params: Params, tx: optax.Gr
                             shardings: TrainState | None = None) -> TrainState:
     """A step-0 state around existing params (already in `shardings.params`: a misplaced one is an
     error, never a silent copy); the optimizer state is built in its shardings."""
-    _check_float32(params)
-    if shardings is not None:
-        loader.check_shardings(params, shardings.params, what="train state params")
-    return _state_init_fn(graphdef, tx, None if shardings is None else _key(shardings))(params)
+    return state_initializer(graphdef, tx, shardings)(params)
 
 
-def _key(tree: Any) -> tuple[Any, tuple[Any, ...]]:
-    """A pytree of shardings as a hashable key: (its structure, its leaves)."""
-    leaves, treedef = jax.tree.flatten(tree)
-    return treedef, tuple(leaves)
+def state_initializer(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, shardings: TrainState | None = None
+                      ) -> Callable[[Params], TrainState]:
+    """`train_state_from_params` of one (graphdef, tx, shardings), jitted once: a caller that keeps it (a run's
+    programs, train/programs.py) creates every later state without tracing again."""
+    init = jax.jit(lambda p: _new_state(graphdef, p, tx), out_shardings=shardings)
 
+    def initialize(params: Params) -> TrainState:
+        _check_float32(params)
+        if shardings is not None:
+            loader.check_shardings(params, shardings.params, what="train state params")
+        return init(params)
 
-@functools.lru_cache(maxsize=32)
-def _state_init_fn(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
-                   shardings: tuple[Any, tuple[Any, ...]] | None):
-    """The jitted step-0 state of (graph, optimizer, shardings), one per triple: each start of a stage in the process
-    (a resume, another run) runs the compiled program instead of tracing and compiling a new one."""
-    out_shardings = None if shardings is None else jax.tree.unflatten(*shardings)
-    return jax.jit(lambda p: _new_state(graphdef, p, tx), out_shardings=out_shardings)
+    return initialize
