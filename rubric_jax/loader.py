@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -148,11 +148,18 @@ def init_weights(cfg: ModelConfig, layout: sharding.Layout | None, key: jax.Arra
     """A seeded random init (HF's N(0, 0.02)), every array created in its shard by one jitted init."""
     layout = layout or sharding.single_device_layout()
     graphdef, _, shardings = _abstract(cfg, layout)
+    return Weights(cfg, graphdef, _init_fn(cfg, layout)(key), shardings)
+
+
+@functools.lru_cache(maxsize=32)
+def _init_fn(cfg: ModelConfig, layout: sharding.Layout) -> Callable[[jax.Array], Params]:
+    """The jitted init of `cfg` in `layout` (cached like `_abstract`: a second init of the same model in one
+    process, e.g. a restarted run's, traces and compiles nothing)."""
 
     def init(k: jax.Array) -> Params:
         return nnx.to_pure_dict(nnx.state(Transformer(cfg, rngs=nnx.Rngs(k))))
 
-    return Weights(cfg, graphdef, jax.jit(init, out_shardings=shardings)(key), shardings)
+    return jax.jit(init, out_shardings=_abstract(cfg, layout)[2])
 
 
 def load_weights(source: str | Path, layout: sharding.Layout | None = None, *,

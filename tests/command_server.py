@@ -7,18 +7,20 @@ traceback and exits 1, as the interpreter does.
 
     server = CommandServer("experiments.evaluate", env=command_env())
     result = server.run("--config.benchmark=mmlu")  # a subprocess.CompletedProcess
+    started = server.start(...)  # a run not waited for: started.pid takes signals, started.wait() its outcome
     server.close()
 
 A command that imports its libraries inside main (experiments.run: jax.distributed must start first) has them in
 `PRELOAD`, imported by its server too, so that a case does not pay them either.
 
-The server is `python tests/command_server.py MODULE [PRELOAD ...]` (protocol: one JSON line per run on stdin, the
-{returncode, stdout, stderr} JSON line back); it never uses jax's devices itself, so the children fork from a process
-with no XLA client and no threads of its own.
+The server is `python tests/command_server.py MODULE [PRELOAD ...]` (protocol: one JSON line per run on stdin, a
+{pid} JSON line back when its child starts and a {returncode, stdout, stderr} line when it has exited); it never uses
+jax's devices itself, so the children fork from a process with no XLA client and no threads of its own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -51,17 +53,45 @@ class CommandServer:
 
     def run(self, *args: object) -> subprocess.CompletedProcess:
         """`python -m MODULE *args`, in a child of the server; its exit status, stdout and stderr."""
+        return self.start(*args).wait()
+
+    def start(self, *args: object) -> Started:
+        """`python -m MODULE *args` started in a child of the server and not waited for (the child's pid takes
+        signals); the server runs one child at a time, so `wait()` for it before the next run."""
         self._proc.stdin.write(json.dumps([str(a) for a in args]) + "\n")
         self._proc.stdin.flush()
+        return Started(self, [self.module, *map(str, args)], self._read()["pid"])
+
+    def _read(self) -> dict:
         line = self._proc.stdout.readline()
         assert line, f"the {self.module} command server died (exit {self._proc.poll()})"
-        result = json.loads(line)
-        return subprocess.CompletedProcess([self.module, *map(str, args)], result["returncode"], result["stdout"],
-                                           result["stderr"])
+        return json.loads(line)
 
     def close(self) -> None:
         self._proc.stdin.close()
         self._proc.wait(timeout=60)
+
+
+@dataclasses.dataclass(frozen=True)
+class Started:
+    """A run of a command server's child: its pid and, once it has exited, its outcome."""
+
+    server: CommandServer
+    args: list[str]
+    pid: int
+
+    def running(self) -> bool:
+        """Whether the child has not exited (the server reaps it at once: an exited pid is gone)."""
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def wait(self) -> subprocess.CompletedProcess:
+        """Waits for the child to exit: its exit status (-N when killed by signal N), stdout and stderr."""
+        result = self.server._read()
+        return subprocess.CompletedProcess(self.args, result["returncode"], result["stdout"], result["stderr"])
 
 
 def _import_dependencies(module_name: str, preload: list[str]) -> None:
@@ -114,6 +144,7 @@ def serve(module_name: str, preload: list[str]) -> None:
             pid = os.fork()
             if pid == 0:
                 _child(module_name, args, out.fileno(), err.fileno())
+            print(json.dumps({"pid": pid}), flush=True)
             status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
             texts = []
             for f in (out, err):

@@ -2,7 +2,6 @@
 tests that check what one step samples, judges and logs (judges, recipe options, dynamic sampling, transfers)."""
 
 import jax
-import jax.numpy as jnp
 
 from rubric_jax.train import grpo_stage
 
@@ -10,5 +9,6 @@ from rubric_jax.train import grpo_stage
 def first_grpo_step(experiment, questions, key, *draw):
     """(the state after the update, the iteration's output) of grpo_stage.grpo_iteration on `questions`."""
     state = experiment.programs.start_state(experiment.programs.grpo_state, experiment.initial_params())
-    reference = jax.tree.map(jnp.copy, state.params)  # the update donates the state's buffers
+    reference = jax.device_put(state.params, may_alias=False)  # the update donates the state's buffers (a copy by
+    # transfer: jnp.copy compiled a program per parameter shape)
     return grpo_stage.grpo_iteration(experiment, experiment.programs.grpo, state, reference, questions, key, *draw)

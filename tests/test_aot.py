@@ -200,10 +200,8 @@ def test_cpu_dry_run_cli_of_the_tiny_default():
     assert "8 x cpu, compiled by the CPU backend (a smoke check, not a GPU proof" in proc.stdout
 
 
-def test_cli_errors_are_one_line_with_exit_2():
-    proc = subprocess.run([sys.executable, "-m", "experiments.run", "--config=configs/tiny.py", "--dry_run",
-                           "--dry_run_target=v100"], cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+def test_cli_errors_are_one_line_with_exit_2(command_server):
+    proc = command_server("experiments.run").run("--config=configs/tiny.py", "--dry_run", "--dry_run_target=v100")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == ("experiments.run --dry_run: error: --dry_run_target='v100': "
                                                     "expected one of ('cpu', 'a100_80g', 'h100_80g', 'h200')")

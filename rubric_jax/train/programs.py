@@ -6,6 +6,7 @@ computed once per rollout."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -64,12 +65,13 @@ def layouts(mesh: MeshSpec, model_cfg: ModelConfig, devices: Sequence[jax.Device
 
 @dataclasses.dataclass(frozen=True)
 class StateLayout:
-    """A stage's optimizer and its step-0 state as ShapeDtypeStructs and as shardings (what its programs are
-    compiled for and `RunPrograms.start_state` creates)."""
+    """A stage's optimizer, its step-0 state as ShapeDtypeStructs and as shardings (what its programs are
+    compiled for) and the jitted `init` that creates that state around params (`RunPrograms.start_state`)."""
 
     tx: optax.GradientTransformation
     abstract_state: train_state.TrainState
     shardings: train_state.TrainState
+    init: Callable[[dict[str, Any]], train_state.TrainState]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,40 +98,53 @@ class RunPrograms:
     def start_state(self, state: StateLayout, params: dict[str, Any]) -> train_state.TrainState:
         """A step-0 state of `state`'s stage around `params` (already in the training layout: a misplaced array
         is an error), its optimizer state created in its shardings."""
-        graphdef = self.layouts.policy(params).graphdef
-        return train_state.train_state_from_params(graphdef, params, state.tx, state.shardings)
+        return state.init(params)
 
 
 def build(settings: Settings, lay: Layouts, sft_steps: int) -> RunPrograms:
     """The programs of the configured stages in `lay`, from abstract weights (nothing is allocated); `sft_steps`
-    is the SFT schedule's length (from the data; any value for a dry run)."""
+    is the SFT schedule's length (from the data; any value for a dry run). Built once per process for equal
+    inputs (the specs are frozen): a run started again in the same process (a restart after SIGTERM, a resumed
+    run, another experiment of the same shapes) gets the same jitted programs, so jax traces, lowers and
+    compiles none of them again."""
+    sft = settings.sft.optimizer_for(sft_steps) if settings.sft is not None else None
+    rl = settings.rl
+    grpo_ = (settings.grpo, rl.optimizer, rl.adjustable_lr, rl.micro_batches) if rl is not None else None
+    return _build(lay, sft, grpo_)
+
+
+@functools.lru_cache(maxsize=4)
+def _build(lay: Layouts, sft: train_state.OptimizerConfig | None,
+           grpo_: tuple[grpo.GRPOConfig, train_state.OptimizerConfig, bool, int] | None) -> RunPrograms:
+    """`build` from exactly what the programs depend on: the SFT optimizer and the GRPO objective, optimizer,
+    learning-rate factor and micro-batches (None for a stage that is not configured)."""
     policy = loader.abstract_weights(lay.model, lay.training)
-    sft_state = sft_step = grpo_state = grpo_ = None
-    if settings.sft is not None:
-        sft_state = _state_layout(train_state.make_optimizer(settings.sft.optimizer_for(sft_steps)), policy, lay.mesh)
+    sft_state = sft_step = grpo_state = grpo_programs_ = None
+    if sft is not None:
+        sft_state = _state_layout(train_state.make_optimizer(sft), policy, lay.mesh)
         sft_step = train_step.jit_sft_step(shardings=sft_state.shardings, mesh=lay.mesh)
-    if settings.rl is not None:
-        rl = settings.rl
-        grpo_state = _state_layout(train_state.make_optimizer(rl.optimizer, adjustable_lr=rl.adjustable_lr), policy,
+    if grpo_ is not None:
+        cfg, optimizer, adjustable_lr, micro_batches = grpo_
+        grpo_state = _state_layout(train_state.make_optimizer(optimizer, adjustable_lr=adjustable_lr), policy,
                                    lay.mesh)  # with rl.lr_on_oscillation, a learning-rate factor in its state
-        grpo_ = grpo_programs(settings, policy.graphdef, grpo_state.shardings, lay.mesh)
-    return RunPrograms(lay, sft_state, sft_step, grpo_state, grpo_)
+        grpo_programs_ = grpo_programs(cfg, micro_batches, policy.graphdef, grpo_state.shardings, lay.mesh)
+    return RunPrograms(lay, sft_state, sft_step, grpo_state, grpo_programs_)
 
 
 def _state_layout(tx: optax.GradientTransformation, policy: loader.Weights, mesh: jax.sharding.Mesh) -> StateLayout:
     """The step-0 state of a stage optimised by `tx` around `policy`'s (abstract) weights."""
-    return StateLayout(tx, *train_state.abstract_train_state(policy, tx, mesh))
+    abstract_state, shardings = train_state.abstract_train_state(policy, tx, mesh)
+    return StateLayout(tx, abstract_state, shardings, train_state.state_initializer(policy.graphdef, tx, shardings))
 
 
-def grpo_programs(settings: Settings, graphdef: Any, shardings: train_state.TrainState, mesh: jax.sharding.Mesh
-                  ) -> GRPOPrograms:
-    """The jitted GRPO programs (train/oscillation.py's factor rides in the optimizer state) in the training
-    `shardings`."""
-    cfg, rl = settings.grpo, settings.rl
-    update = train_step.jit_grpo_step(cfg, micro_batches=rl.micro_batches, shardings=shardings, mesh=mesh)
+def grpo_programs(cfg: grpo.GRPOConfig, micro_batches: int, graphdef: Any, shardings: train_state.TrainState,
+                  mesh: jax.sharding.Mesh) -> GRPOPrograms:
+    """The jitted GRPO programs of objective `cfg` in `micro_batches` (rl.micro_batches; train/oscillation.py's
+    factor rides in the optimizer state) in the training `shardings`."""
+    update = train_step.jit_grpo_step(cfg, micro_batches=micro_batches, shardings=shardings, mesh=mesh)
     logprobs = train_step.jit_rollout_logprobs(
         graphdef, group_size=cfg.group_size, temperature=cfg.temperature, chunk_size=cfg.logprob_chunk_size,
-        micro_batches=rl.micro_batches, param_shardings=shardings.params, mesh=mesh)
+        micro_batches=micro_batches, param_shardings=shardings.params, mesh=mesh)
     return GRPOPrograms(cfg, update, logprobs)
 
 

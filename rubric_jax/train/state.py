@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -227,8 +228,19 @@ def train_state_from_params(graphdef: nnx.GraphDef, params: Params, tx: optax.Gr
                             shardings: TrainState | None = None) -> TrainState:
     """A step-0 state around existing params (already in `shardings.params`: a misplaced one is an
     error, never a silent copy); the optimizer state is built in its shardings."""
-    _check_float32(params)
-    if shardings is not None:
-        loader.check_shardings(params, shardings.params, what="train state params")
+    return state_initializer(graphdef, tx, shardings)(params)
+
+
+def state_initializer(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, shardings: TrainState | None = None
+                      ) -> Callable[[Params], TrainState]:
+    """`train_state_from_params` of one (graphdef, tx, shardings), jitted once: a caller that keeps it (a run's
+    programs, train/programs.py) creates every later state without tracing again."""
     init = jax.jit(lambda p: _new_state(graphdef, p, tx), out_shardings=shardings)
-    return init(params)
+
+    def initialize(params: Params) -> TrainState:
+        _check_float32(params)
+        if shardings is not None:
+            loader.check_shardings(params, shardings.params, what="train state params")
+        return init(params)
+
+    return initialize

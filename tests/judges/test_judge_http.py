@@ -131,9 +131,12 @@ def test_the_readme_two_process_run_trains_with_the_served_judge(server, tmp_pat
     (`experiments.serve --checkpoint=rubric_jax/assets/tiny_judge --judge=configs/judges/tiny.py` is the module's
     server): every GRPO step's judge prompts go over HTTP, none fails. The full run's held-out rewards equal the
     in-process run's at every eval (benchmarks/RESULTS.md); the verdicts' equality is the test above."""
+    from tiny_config import absolute_tiny_config
     from xla_flags import FAST_COMPILE
 
-    short = ["--config.sft.epochs=1", "--config.sft.batch_size=32", "--config.rl.steps=2",
+    sft = tmp_path / "sft.jsonl"  # 32 of the tiny default's 174 SFT answers: 2 steps of 16, not 6 of 32 (as test_loop)
+    sft.write_text("".join(Path(absolute_tiny_config().data.sft).read_text().splitlines(keepends=True)[:32]))
+    short = [f"--config.data.sft={sft}", "--config.sft.epochs=1", "--config.sft.batch_size=16", "--config.rl.steps=2",
              "--config.rl.questions_per_step=2", "--config.rl.group_size=4", "--config.rl.micro_batches=1",
              "--config.rl.max_new_tokens=16", "--config.eval.max_questions=8", "--config.eval.every_steps=2",
              "--config.eval.max_new_tokens=16", "--config.reward.gates_first=False"]

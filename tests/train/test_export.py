@@ -185,7 +185,7 @@ def test_export_command_writes_the_same_directory(trained):
     assert_same_export(out, trained / "export")
 
 
-def test_export_command_refuses_inputs_and_used_directories(trained, tmp_path):
+def test_export_command_refuses_inputs_and_used_directories(trained, tmp_path, command_server):
     from rubric_jax.train import runs
 
     for out, message in ((trained, "is also an input"), (trained.parent, "contains the input"),
@@ -199,7 +199,7 @@ def test_export_command_refuses_inputs_and_used_directories(trained, tmp_path):
     with pytest.raises(runs.RunError, match="no kept checkpoint has a logged eval/reward_mean"):
         runs.export_run(trained, "best", tmp_path / "y")
     assert not (tmp_path / "y").exists()
-    proc = _run("experiments.export", f"--workdir={trained}", f"--out={trained / 'checkpoints' / 'x'}")
+    proc = command_server("experiments.export").run(f"--workdir={trained}", f"--out={trained / 'checkpoints' / 'x'}")
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().count("\n") == 0 and "lies inside the input directory" in proc.stderr
 
@@ -261,7 +261,7 @@ def test_a_config_json_that_is_not_a_runs_config_is_one_line_naming_it(tmp_path,
         runs.export_run(tmp_path, "latest", tmp_path / "out")
 
 
-def test_a_garbage_metrics_line_is_one_line_naming_file_and_line(tmp_path):
+def test_a_garbage_metrics_line_is_one_line_naming_file_and_line(tmp_path, command_server):
     from rubric_jax.train import runs
 
     workdir = _tiny_run_dir(tmp_path)
@@ -272,7 +272,7 @@ def test_a_garbage_metrics_line_is_one_line_naming_file_and_line(tmp_path):
     with pytest.raises(runs.RunError, match=r"an eval row with step='one', eval/reward_mean=0\.5: expected an integer"):
         runs.export_run(workdir, "best", tmp_path / "out")
     (workdir / "config.json").write_text("[1, 2]")
-    proc = _run("experiments.export", f"--workdir={workdir}", f"--out={tmp_path / 'out'}")
+    proc = command_server("experiments.export").run(f"--workdir={workdir}", f"--out={tmp_path / 'out'}")
     assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [f"experiments.export: error: {workdir / 'config.json'}: expected the "
                                                 "JSON object experiments.run writes, got list"]

@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -55,8 +56,13 @@ def _env() -> dict[str, str]:
 
 
 def _start(workdir: Path, sft: Path) -> subprocess.Popen:
-    return subprocess.Popen(["./launch.sh", f"--workdir={workdir}", *SHORT, f"--config.data.sft={sft}"], cwd=ROOT,
-                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(["./launch.sh", *_flags(workdir, sft)], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _flags(workdir: Path, sft: Path) -> list[str]:
+    """What ./launch.sh adds to `experiments.run --config=configs/tiny.py --workdir=runs/tiny`: the shortened run."""
+    return [f"--workdir={workdir}", *SHORT, f"--config.data.sft={sft}"]
 
 
 def _finish(proc: subprocess.Popen) -> str:
@@ -71,10 +77,12 @@ def _rows(workdir: Path, name: str = "metrics.jsonl") -> list[dict]:
     return [{k: v for k, v in row.items() if k != "time"} for row in rows if "run_info" not in row]
 
 
-def _wait_for_row(workdir: Path, stage: str, step: int, proc: subprocess.Popen) -> None:
+def _wait_for_row(workdir: Path, stage: str, step: int, running: Callable[[], bool], output: Callable[[], str]
+                  ) -> None:
+    """Waits until metrics.jsonl has a `stage` row of `step` or later, failing with the run's `output` if it ends."""
     deadline = time.time() + 600
     while time.time() < deadline:
-        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        assert running(), output()[-3000:]
         path = workdir / "metrics.jsonl"
         if path.exists() and any(r.get("stage") == stage and r["step"] >= step for r in _rows(workdir)):
             return
@@ -166,20 +174,25 @@ def test_the_best_evaluated_checkpoint_is_kept_reported_and_exported(uninterrupt
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=jax.tree_util.keystr(path))
 
 
-def test_sigterm_then_sigkill_then_resume_matches_uninterrupted(uninterrupted, sft, tmp_path):
+def test_sigterm_then_sigkill_then_resume_matches_uninterrupted(uninterrupted, sft, tmp_path, command_server):
+    """The SIGTERM reaches the README's ./launch.sh run; the SIGKILLed and the resumed runs are the same
+    experiments.run command forked from one process that imported it and the trainer (tests/command_server.py),
+    which saves each about 3 CPU-seconds of imports."""
     proc = _start(tmp_path, sft)
-    _wait_for_row(tmp_path, "grpo", 1, proc)
+    _wait_for_row(tmp_path, "grpo", 1, lambda: proc.poll() is None, lambda: proc.communicate()[0])
     proc.send_signal(signal.SIGTERM)
     out = _finish(proc)  # a clean exit after saving
     assert "SIGTERM" in out
     assert any((tmp_path / "checkpoints" / "grpo").iterdir())
 
-    proc = _start(tmp_path, sft)
-    _wait_for_row(tmp_path, "grpo", 3, proc)
-    proc.kill()  # SIGKILL: no chance to save; rows after the last checkpoint must be dropped on resume
-    proc.wait()
+    run = command_server("experiments.run")
+    killed = run.start("--config=configs/tiny.py", *_flags(tmp_path, sft))
+    _wait_for_row(tmp_path, "grpo", 3, killed.running, lambda: killed.wait().stderr)
+    os.kill(killed.pid, signal.SIGKILL)  # no chance to save; rows after the last checkpoint must be dropped on resume
+    assert killed.wait().returncode == -signal.SIGKILL
 
-    _finish(_start(tmp_path, sft))
+    resumed = run.run("--config=configs/tiny.py", *_flags(tmp_path, sft))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _rows(tmp_path) == _rows(uninterrupted)
     assert _rows(tmp_path, "samples.jsonl") == _rows(uninterrupted, "samples.jsonl")
     assert _rows(tmp_path, "alerts.jsonl") == _rows(uninterrupted, "alerts.jsonl")

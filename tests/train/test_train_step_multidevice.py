@@ -1,6 +1,7 @@
 """Sharded train steps on 8 simulated CPU devices == the unsharded step (fsdp-only and mixed meshes), and
 the compiled steps really run as FSDP: activations stay sharded over the batch, never all-reduced."""
 
+import functools
 import re
 
 import jax
@@ -42,24 +43,38 @@ def unsharded():
              "advantages": grpo.group_advantages(jnp.asarray(rng.uniform(size=B), jnp.float32), GROUP)[0]}
     logprobs = train_step.jit_rollout_logprobs(state.graphdef, group_size=GROUP, temperature=CFG.temperature)
     logp = logprobs(state.params, *train_step.logprob_inputs(batch))
-    shift = jnp.where(jnp.arange(R)[None, :] % 2 == 0, 0.3, -0.3)  # off-policy enough that both clip sides are active
-    batch["old_logp"] = jnp.where(batch["loss_mask"], logp + shift, 0.0)
-    ref = jax.tree.map(lambda x: x * 0.95, state.params)
+    shift = np.where(np.arange(R)[None, :] % 2 == 0, 0.3, -0.3).astype(np.float32)  # off-policy enough that both
+    batch["old_logp"] = jnp.asarray(np.where(response_mask, np.asarray(logp) + shift, np.float32(0)))  # clip sides act
+    ref = jax.jit(functools.partial(jax.tree.map, lambda x: x * 0.95))(state.params)  # one program, not one per leaf
     batch["ref_logp"] = logprobs(ref, *train_step.logprob_inputs(batch))
-    init = jax.tree.map(jnp.copy, state)
+    init = _copy(state)
     step = train_step.jit_grpo_step(CFG)
-    s1, m1 = step(jax.tree.map(jnp.copy, state), batch)
+    s1, m1 = step(_copy(state), batch)
     s2, m2 = step(s1, batch)
-    s_sft, m_sft = train_step.jit_sft_step()(jax.tree.map(jnp.copy, state), _sft(batch))
+    s_sft, m_sft = train_step.jit_sft_step()(_copy(state), _sft(batch))
     return dict(state=init, batch=batch, ref=ref, grpo=(m1, m2, s2), sft=(m_sft, s_sft), logp=logp)
 
 
+def _copy(tree):
+    """A copy of every array in its own sharding (the steps donate their state), by transfer: jnp.copy compiled a
+    program per leaf shape and sharding."""
+    return jax.device_put(tree, may_alias=False)
+
+
+def _host(tree):
+    """The arrays on the host, for `jax.device_put` into a sharding: from one device it compiled a slicing program
+    per leaf shape and sharding, from the host it only transfers."""
+    return jax.device_get(tree)
+
+
 def _sft(batch):
-    """The GRPO rows as SFT sequences: [prompt | response] (each row its group's prompt), trained on the response."""
-    prompts, mask = (jnp.repeat(batch[k], GROUP, axis=0) for k in ("prompt_tokens", "prompt_mask"))
-    return {"tokens": jnp.concatenate([prompts, batch["response_tokens"]], axis=1),
-            "input_mask": jnp.concatenate([mask, batch["response_mask"]], axis=1),
-            "loss_mask": jnp.concatenate([jnp.zeros_like(mask), batch["loss_mask"]], axis=1)}
+    """The GRPO rows as SFT sequences (host arrays): [prompt | response] (each row its group's prompt), trained on the
+    response."""
+    batch = _host(batch)
+    prompts, mask = (np.repeat(batch[k], GROUP, axis=0) for k in ("prompt_tokens", "prompt_mask"))
+    return {"tokens": np.concatenate([prompts, batch["response_tokens"]], axis=1),
+            "input_mask": np.concatenate([mask, batch["response_mask"]], axis=1),
+            "loss_mask": np.concatenate([np.zeros_like(mask), batch["loss_mask"]], axis=1)}
 
 
 def _check_layout(state, shardings):
@@ -86,15 +101,15 @@ def test_sharded_grpo_and_sft_steps_match_unsharded(unsharded, mesh_cfg, micro_b
         state, shardings = train_state.init_train_state(model, TX, jax.random.key(0), layout)
         _close(state.params, unsharded["state"].params)  # sharded init draws the same weights
     else:  # existing params, placed explicitly (the state builder never moves them itself)
-        placed = jax.device_put(unsharded["state"].params, loader.expected_shardings(model, layout))
+        placed = jax.device_put(_host(unsharded["state"].params), loader.expected_shardings(model, layout))
         state, shardings = train_state.new_train_state(loader.as_weights(model, placed, layout), TX, mesh)
     assert state.graphdef != unsharded["state"].graphdef  # the FSDP activation constraint is in the model
     _check_layout(state, shardings)
     embed = state.params["embed_tokens"]["embedding"]
     assert len(embed.sharding.device_set) == 8 and not embed.sharding.is_fully_replicated
 
-    batch = jax.device_put(unsharded["batch"], train_step.batch_shardings(unsharded["batch"], mesh))  # explicit
-    ref = jax.device_put(unsharded["ref"], shardings.params)
+    batch = jax.device_put(_host(unsharded["batch"]), train_step.batch_shardings(unsharded["batch"], mesh))  # explicit
+    ref = jax.device_put(_host(unsharded["ref"]), shardings.params)
     logprobs = train_step.jit_rollout_logprobs(state.graphdef, group_size=GROUP, temperature=CFG.temperature,
                                                micro_batches=micro_batches, param_shardings=shardings.params,
                                                mesh=mesh)
@@ -106,7 +121,7 @@ def test_sharded_grpo_and_sft_steps_match_unsharded(unsharded, mesh_cfg, micro_b
     batch = {**batch, "ref_logp": ref_logp}
 
     step = train_step.jit_grpo_step(CFG, micro_batches=micro_batches, shardings=shardings, mesh=mesh)
-    sft_state = jax.tree.map(jnp.copy, state)
+    sft_state = _copy(state)
     s1, m1 = step(state, batch)
     s2, m2 = step(s1, batch)
     ref_m1, ref_m2, ref_s2 = unsharded["grpo"]
@@ -165,7 +180,9 @@ def test_compiled_steps_run_as_fsdp_without_activation_all_reduces():
     layout = sharding.Layout(sharding.make_mesh(sharding.MeshConfig(data=2, fsdp=4, tensor=1)))
     model = MODEL.replace(hidden_size=32, intermediate_size=64, num_heads=4, num_kv_heads=2, head_dim=8,
                           vocab_size=64, max_position_embeddings=t)
-    state, shardings = train_state.init_train_state(model, TX, jax.random.key(0), layout)
+    # Lowered from the abstract state (ShapeDtypeStructs in their shardings, as aot.py lowers): the same programs
+    # as from an initialised one, without compiling and running the init.
+    state, shardings = train_state.abstract_train_state(loader.abstract_weights(model, layout), TX, layout.mesh)
     unconstrained = state.replace(graphdef=abstract_model(model)[0])
     p, r = 40, 88  # the GRPO rows: [prompt | response] of t tokens, as the SFT rows (no parameter has a
     # dimension of 40 or 88); a micro-batch's 4 prompts leave fsdp free for their length
