@@ -103,10 +103,11 @@ class Settings:
     judge_items: int = 64
     judge_per_item: int = 4
     judge_new_tokens: int = 16
+    repeats: int = 3  # timed runs per measurement (the fastest counts), after the warm-up
 
 
 SMOKE = Settings(rows=4, prompt=16, response=16, micro=2, decode_batch=4, decode_prompt=8, short=5, long=8,
-                 judge_items=4, judge_per_item=1, judge_new_tokens=4)
+                 judge_items=4, judge_per_item=1, judge_new_tokens=4, repeats=1)
 
 
 def model_config(size: str, attention: str = "auto", backend: str | None = None) -> ModelConfig:
@@ -138,7 +139,7 @@ def mean_decode_window(s: Settings) -> float:
                                                                    for t in range(s.short, s.long)]))
 
 
-def _timed(fn: Callable[[], object], repeats: int = 3) -> float:
+def _timed(fn: Callable[[], object], repeats: int) -> float:
     """The fastest of `repeats` runs of `fn` (results waited for), in seconds."""
     times = []
     for _ in range(repeats):
@@ -236,7 +237,7 @@ def bench_grpo(cfg: ModelConfig, s: Settings, peak_flops: float | None) -> dict[
         return metrics
 
     update()  # compile and warm up
-    seconds = _timed(update)
+    seconds = _timed(update, s.repeats)
     if _TRACE_DIR.value:
         with jax.profiler.trace(f"{_TRACE_DIR.value}/grpo", create_perfetto_trace=True):
             jax.block_until_ready(update())
@@ -268,7 +269,7 @@ def bench_decode(cfg: ModelConfig, s: Settings, peak_bandwidth: float | None) ->
     if _TRACE_DIR.value:  # max_new_tokens is runtime data: the same program
         with jax.profiler.trace(f"{_TRACE_DIR.value}/decode", create_perfetto_trace=True):
             jax.block_until_ready(run(16))
-    long_s, short_s = _timed(lambda: run(s.long)), _timed(lambda: run(s.short))
+    long_s, short_s = _timed(lambda: run(s.long), s.repeats), _timed(lambda: run(s.short), s.repeats)
     step_s = (long_s - short_s) / (s.long - s.short)
     itemsize = jnp.dtype(decode_cfg.param_dtype).itemsize
     weight_bytes = sum(x.size for x in jax.tree.leaves(weights.params)) * itemsize
@@ -297,7 +298,7 @@ def bench_judge(weights: loader.Weights, s: Settings) -> dict[str, str]:
     batched(slice(None))
     for i in range(s.judge_per_item):  # compile every shape timed (items' prompts differ by dimension)
         batched(slice(i, i + 1))
-    batched_s = _timed(lambda: batched(slice(None)))
+    batched_s = _timed(lambda: batched(slice(None)), s.repeats)
     single_s = _timed(lambda: [batched(slice(i, i + 1)) for i in range(s.judge_per_item)], 1) / s.judge_per_item
     return {f"judge items/s (batched, {n} items)": f"{n / batched_s:,.1f}",
             "judge batched / per-item": f"{single_s * n / batched_s:.1f}x"}

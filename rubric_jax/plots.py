@@ -31,6 +31,9 @@ PLOTS_DIR = "plots"
 OVERLAY_MANIFEST = ".experiments_plots.json"  # marks a directory experiments.plots wrote (it may rewrite it)
 # Matplotlib cannot lay out an axis spanning -1e308..1e308 (the tick range overflows): values are clipped here.
 PLOT_LIMIT = 1e100
+# zlib level of the PNGs: the same pixels as the default 6 with ~35% less encoding CPU and ~17% larger files (a run's
+# 18 plots: 257 -> 173 ms, 607 -> 713 KB).
+PNG_COMPRESS_LEVEL = 1
 _SCORE = "score (0 = worst, 1 = best)"
 
 
@@ -199,7 +202,7 @@ def _label_axes(ax: Any, title: str, xlabel: str, ylabel: str) -> None:
 
 def _save(fig: Figure, path: Path) -> Path:
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
+    fig.savefig(buffer, format="png", dpi=100, pil_kwargs={"compress_level": PNG_COMPRESS_LEVEL})
     return write_atomic(path, buffer.getvalue())
 
 

@@ -34,8 +34,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 300  # per run, as the subprocess.run calls these runs replaced
-# What a command imports inside main, beside its module's own imports: 2.7 CPU-s a case for experiments.run.
-PRELOAD = {"experiments.run": ("rubric_jax.train.loop",)}
+# What a command imports inside main, beside its module's own imports: CPU-s a run of experiments.run 2.7,
+# build_rubrics 1.7, calibrate 0.5 (after the inputs are read: a bad labels line fails before JAX loads).
+PRELOAD = {"experiments.run": ("rubric_jax.train.loop",), "experiments.build_rubrics": ("rubric_jax.qurl.pipeline",),
+           "experiments.calibrate": ("rubric_jax.calibration.run", "rubric_jax.calibration.report",
+                                     "rubric_jax.judges.spec")}
 
 
 class CommandServer:

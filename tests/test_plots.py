@@ -70,21 +70,18 @@ def _rule_only_run(workdir: Path, kl: bool) -> Path:
     return _write_run(workdir, rows)
 
 
-def _plots_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "experiments.plots", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
-
-
-def test_plots_cli_overlays_two_runs_and_refuses_to_write_into_one(tmp_path):
+def test_plots_cli_overlays_two_runs_and_refuses_to_write_into_one(tmp_path, command_server):
+    """Each `python -m experiments.plots` run forked from the command's server (tests/command_server.py)."""
+    plots_cli = command_server("experiments.plots").run
     a = _judged_run(tmp_path / "sweep" / "lr=0.0001")
     b = _rule_only_run(tmp_path / "sweep" / "lr=0.0002", kl=False)
-    proc = _plots_cli(f"--workdir={a}", str(b), f"--out={tmp_path / 'compare'}")  # README: the plots command
+    proc = plots_cli(f"--workdir={a}", str(b), f"--out={tmp_path / 'compare'}")  # README: the plots command
     assert proc.returncode == 0, proc.stderr
     written = {p.name for p in (tmp_path / "compare").glob("*.png")}
     assert written == ALL_PLOTS  # run a carries every metric; b's missing KL and judge counters are skipped
     assert all((tmp_path / "compare" / name).read_bytes()[:8] == PNG for name in written)
 
-    proc = _plots_cli(f"--workdir={a}", f"--workdir={b}", f"--out={b}")
+    proc = plots_cli(f"--workdir={a}", f"--workdir={b}", f"--out={b}")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
         f"experiments.plots: error: --out={b} is the run {b} (or its plots/): write the overlays elsewhere"]
@@ -178,6 +175,7 @@ def test_the_windowed_monitors_plots_draw_the_rolling_mean_their_alert_reads():
 
 
 def test_plots_out_may_not_be_another_runs_plots_or_a_foreign_directory(tmp_path, command_server):
+    """Each `python -m experiments.plots` run forked from the command's server (tests/command_server.py)."""
     a = _judged_run(tmp_path / "a")
     other = _rule_only_run(tmp_path / "other", kl=True)
     plots.plot_run(other)
@@ -188,7 +186,7 @@ def test_plots_out_may_not_be_another_runs_plots_or_a_foreign_directory(tmp_path
     for out, message in ((other / plots.PLOTS_DIR, f"is the plots/ of the run {other}: its own plots would be "
                                                    "overwritten"),
                          (foreign, "is a non-empty directory that experiments.plots did not write")):
-        proc = command_server("experiments.plots").run(f"--workdir={a}", f"--out={out}")  # tests/command_server.py
+        proc = command_server("experiments.plots").run(f"--workdir={a}", f"--out={out}")
         assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
             f"experiments.plots: error: --out={out} {message}; " + (
                 "write the overlays elsewhere" if out != foreign else "give a new or empty directory")]
@@ -196,7 +194,7 @@ def test_plots_out_may_not_be_another_runs_plots_or_a_foreign_directory(tmp_path
     assert [p.name for p in foreign.iterdir()] == ["todo.txt"]
     compare = tmp_path / "compare"
     for _ in range(2):  # a directory this command wrote may be written again; stale PNGs go with it
-        proc = _plots_cli(f"--workdir={a}", f"--out={compare}")
+        proc = command_server("experiments.plots").run(f"--workdir={a}", f"--out={compare}")
         assert proc.returncode == 0, proc.stderr
         assert {p.name for p in compare.iterdir()} == ALL_PLOTS | {plots.OVERLAY_MANIFEST}
 

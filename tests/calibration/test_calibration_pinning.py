@@ -6,8 +6,6 @@ import dataclasses
 import json
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +18,6 @@ from rubric_jax.calibration.run import Settings, calibrate
 from rubric_jax.judges.spec import JudgeSpec, judge_hash
 from test_llm_judge import criteria_ids, fenced, make_judge, tiny_tokenizer
 from test_reward import ACCURACY, LENGTH, LEVELS_1_5, rubric
-from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_JUDGE = str(REPO / "rubric_jax/assets/tiny_judge")
@@ -164,12 +161,9 @@ def test_a_missing_report_names_the_field(tmp_path):
         check_calibration(dataclasses.replace(SPEC, calibration=str(tmp_path / "nope.json")), [RUBRIC], "--judge")
 
 
-def _score(*args):
-    return subprocess.run([sys.executable, "-m", "experiments.score", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=600, env=command_env())
-
-
-def test_score_prints_the_check_and_require_calibration_exits_2_before_scoring(report_path, tmp_path):
+def test_score_prints_the_check_and_require_calibration_exits_2_before_scoring(report_path, tmp_path, command_server):
+    """Both runs of experiments.score forked from the command's server (tests/command_server.py)."""
+    _score = command_server("experiments.score").run
     rubric_file = tmp_path / "rubric.json"
     rubric_file.write_text(json.dumps({"name": "pinned", "version": RUBRIC.version, "changelog": [
         {"version": RUBRIC.version, "change": "c", "reason": "r"}], "dimensions": [POLITE]}))

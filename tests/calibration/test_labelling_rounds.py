@@ -5,14 +5,13 @@
   separate intervals overlap; the CLI writes report.json and report.md side by side;
 - the redundancy check flags two dimensions that rank alike and skips a constant one;
 - an earlier calibration's correction.json and plots do not survive a calibration that writes none;
-  --out naming a file, --config.bootstrap=0 fail in one line naming the key, before scoring."""
+  --out naming a file, --config.bootstrap=0 fail in one line naming the key, before scoring.
+Each command run is forked from the command's server (tests/command_server.py)."""
 
 from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,16 +25,10 @@ from rubric_jax.calibration.report import CORRECTION_FILE, write_outputs
 from rubric_jax.jsonl import read_jsonl
 from rubric_jax.rubrics.io import load_rubric
 from tests import manual
-from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "rubric_jax" / "assets" / "tiny"
 CAL = REPO / "tests" / "fixtures" / "calibration"
-
-
-def _run(module: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=300, env=command_env())
 
 
 def _sample(step: int, reward: float, response: str, **scores: float) -> label_sampling.Sample:
@@ -88,10 +81,12 @@ def _workdir(tmp_path: Path) -> Path:
     return work
 
 
-def test_sample_for_labels_round_trip_through_calibrate(tmp_path):
+def test_sample_for_labels_round_trip_through_calibrate(tmp_path, command_server):
     work = _workdir(tmp_path)
     labels = tmp_path / "round1.jsonl"
-    proc = _run("experiments.sample_for_labels", f"--workdir={work}", "--config.n=30", f"--out={labels}", "--config.seed=3")
+    sample_for_labels = command_server("experiments.sample_for_labels").run
+    calibrate = command_server("experiments.calibrate").run
+    proc = sample_for_labels(f"--workdir={work}", "--config.n=30", f"--out={labels}", "--config.seed=3")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["drawn"] == 30 and summary["distinct_responses"] == 48
@@ -102,7 +97,7 @@ def test_sample_for_labels_round_trip_through_calibrate(tmp_path):
     shared = load_rubric(work / "rubric.yaml")
     with pytest.raises(LabelsError, match=rf"^{labels}:1: labels.format: not labelled yet \(null\)"):
         read_items(labels, shared)
-    again = _run("experiments.sample_for_labels", f"--workdir={work}", "--config.n=30", f"--out={labels}")
+    again = sample_for_labels(f"--workdir={work}", "--config.n=30", f"--out={labels}")
     assert again.returncode == 2 and "exists (it may hold labels already)" in again.stderr  # filled labels are safe
 
     for row in rows:  # a person labels three dimensions (the keyword one by reading the answer) and drops two
@@ -114,8 +109,7 @@ def test_sample_for_labels_round_trip_through_calibrate(tmp_path):
     items = read_items(labels, shared)
     assert len(items) == 30 and {tuple(i.labels) for i in items} == {("format", "topic_keyword", "length")}
     out = tmp_path / "cal"
-    proc = _run("experiments.calibrate", f"--rubric={work / 'rubric.yaml'}", f"--labels={labels}", f"--out={out}",
-                "--config.bootstrap=50")
+    proc = calibrate(f"--rubric={work / 'rubric.yaml'}", f"--labels={labels}", f"--out={out}", "--config.bootstrap=50")
     assert proc.returncode == 0, proc.stderr
     report = json.loads((out / "report.json").read_text())
     assert report["items"] == 30 and report["dimensions"]["topic_keyword"]["spearman"]["value"] == pytest.approx(1.0)
@@ -146,12 +140,12 @@ def test_paired_difference_tells_a_consistent_improvement_from_noise():
     assert swapped["verdict"] == "A better"
 
 
-def test_compare_cli_writes_both_versions_side_by_side(tmp_path):
+def test_compare_cli_writes_both_versions_side_by_side(tmp_path, command_server):
     """The docs/judges.md command (read from the page), into a temporary --out."""
     out = tmp_path / "cmp"
     argv = manual.command("experiments.calibrate", "--compare=").argv
     flags = [a if not a.startswith("--out=") else f"--out={out}" for a in argv[argv.index("experiments.calibrate") + 1:]]
-    proc = _run("experiments.calibrate", *flags, "--config.bootstrap=100")
+    proc = command_server("experiments.calibrate").run(*flags, "--config.bootstrap=100")
     assert proc.returncode == 0, proc.stderr
     report = json.loads((out / "report.json").read_text())
     length = report["dimensions"]["length"]
@@ -220,19 +214,19 @@ def test_cli_refuses_bad_outputs_and_names_the_bootstrap_flag_before_scoring(tmp
     assert existing.read_text() == "keep me" and not (tmp_path / "b").exists()
 
 
-def test_calibrating_again_with_fewer_labels_leaves_no_stale_correction(tmp_path):
+def test_calibrating_again_with_fewer_labels_leaves_no_stale_correction(tmp_path, command_server):
     """S7 end to end: 40 labelled rows fit a correction; 14 rows cannot; correction.json goes with the old report."""
     rows = [json.loads(line) for line in (CAL / "labels.jsonl").read_text().splitlines()]
     many = tmp_path / "many.jsonl"
     many.write_text("".join(json.dumps({**r, "response": f"{r['response']} ({k})"}) + "\n"
                             for k in range(3) for r in rows))
     out = tmp_path / "cal"
-    first = _run("experiments.calibrate", f"--rubric={CAL / 'rubric.yaml'}", f"--labels={many}", f"--out={out}",
-                 "--config.bootstrap=20")
+    calibrate = command_server("experiments.calibrate").run
+    first = calibrate(f"--rubric={CAL / 'rubric.yaml'}", f"--labels={many}", f"--out={out}", "--config.bootstrap=20")
     assert first.returncode == 0, first.stderr
     assert (out / CORRECTION_FILE).exists()
-    second = _run("experiments.calibrate", f"--rubric={CAL / 'rubric.yaml'}", f"--labels={CAL / 'labels.jsonl'}",
-                  f"--out={out}", "--config.bootstrap=20")
+    second = calibrate(f"--rubric={CAL / 'rubric.yaml'}", f"--labels={CAL / 'labels.jsonl'}", f"--out={out}",
+                       "--config.bootstrap=20")
     assert second.returncode == 0, second.stderr
     report = json.loads((out / "report.json").read_text())
     assert "not_fitted" in report["dimensions"]["length"]["correction"] and "correction" not in report

@@ -1,9 +1,8 @@
 """experiments.build_rubrics: the README command on the shipped corpus with the tiny model through the real
-sampler, and user errors (one line, exit 2, nothing written)."""
+sampler, and user errors (one line, exit 2, nothing written); each command run forked from the command's server
+(tests/command_server.py)."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,6 @@ from configs import tiny
 from rubric_jax.qurl import pipeline as P
 from rubric_jax.qurl.retrieval import CorpusError
 from tests import manual
-from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 ASSETS = "rubric_jax/assets/qurl"
@@ -20,15 +18,10 @@ README_COMMAND = ("./launch.sh experiments.build_rubrics --config=configs/tiny.p
                   f"--questions={ASSETS}/questions.jsonl --corpus={ASSETS}/corpus.jsonl --out=runs/qurl_tiny")
 
 
-def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "experiments.build_rubrics", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=600, env=command_env())
-
-
-def test_the_readme_command_runs_end_to_end_with_the_tiny_model(tmp_path):
+def test_the_readme_command_runs_end_to_end_with_the_tiny_model(tmp_path, command_server):
     assert README_COMMAND in " ".join(manual.text().replace("\\\n", " ").split())
     args = README_COMMAND.split()[2:-1] + [f"--out={tmp_path}"]  # as launch.sh runs it, into a temporary --out
-    proc = run_cli(*args)
+    proc = command_server("experiments.build_rubrics").run(*args)
     # The random tiny model builds no rubric (below): the report is written and the command exits 1 saying why.
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr and "batch 1/1: meta_description done" in proc.stderr
@@ -52,11 +45,12 @@ def test_the_readme_command_runs_end_to_end_with_the_tiny_model(tmp_path):
     assert (tmp_path / "work" / "batch_00000.json").exists()
 
 
-def test_a_malformed_corpus_line_is_one_line_and_exit_2(tmp_path):
+def test_a_malformed_corpus_line_is_one_line_and_exit_2(tmp_path, command_server):
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text('{"doc_id": "a", "title": "t", "text": "b", "quality": 1}\n{"doc_id": "b", "title": "t"\n')
-    proc = run_cli("--config=configs/tiny.py", f"--questions={ASSETS}/questions.jsonl", f"--corpus={corpus}",
-                   f"--out={tmp_path / 'out'}")
+    proc = command_server("experiments.build_rubrics").run(
+        "--config=configs/tiny.py", f"--questions={ASSETS}/questions.jsonl", f"--corpus={corpus}",
+        f"--out={tmp_path / 'out'}")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == f"experiments.build_rubrics: error: {corpus}:2: not valid JSON " \
                                                   "(Expecting ',' delimiter)"

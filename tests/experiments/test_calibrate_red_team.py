@@ -1,25 +1,18 @@
-"""`experiments.calibrate --config.red_team` through a subprocess: the docs' command against the shipped tiny judge writes
-report.json and report.md (a rate per LLM dimension over every payload and placement in the known-bad responses),
-and flags it cannot combine with fail in one line before anything loads."""
+"""`experiments.calibrate --config.red_team`, each run forked from the command's server (tests/command_server.py): the
+docs' command against the shipped tiny judge writes report.json and report.md (a rate per LLM dimension over every
+payload and placement in the known-bad responses), and flags it cannot combine with fail in one line before anything
+loads."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from rubric_jax.calibration import red_team
 from tests import manual
-from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = manual.text()  # README.md and docs/*.md
-
-
-def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "experiments.calibrate", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=900, env=command_env())
 
 
 def _documented() -> list[str]:
@@ -28,9 +21,9 @@ def _documented() -> list[str]:
     return line.split("experiments.calibrate", 1)[1].split()
 
 
-def test_docs_red_team_of_the_tiny_judge_reports_a_rate_per_dimension(tmp_path):
+def test_docs_red_team_of_the_tiny_judge_reports_a_rate_per_dimension(tmp_path, command_server):
     args = [a if not a.startswith("--out=") else f"--out={tmp_path / 'rt'}" for a in _documented()]
-    proc = _run(*args)
+    proc = command_server("experiments.calibrate").run(*args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     report = json.loads((tmp_path / "rt" / "report.json").read_text("utf-8"))
@@ -46,7 +39,7 @@ def test_docs_red_team_of_the_tiny_judge_reports_a_rate_per_dimension(tmp_path):
 
 
 def test_red_team_with_compare_is_refused_in_one_line(tmp_path, command_server):
-    proc = command_server("experiments.calibrate").run(  # forked from the command's server: a refusal loads nothing
+    proc = command_server("experiments.calibrate").run(
         "--config.red_team", "--rubric=tests/fixtures/calibration/rubric.yaml",
         "--compare=tests/fixtures/calibration/rubric_b.yaml", "--labels=tests/fixtures/calibration/labels.jsonl",
         f"--out={tmp_path}")

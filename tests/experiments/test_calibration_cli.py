@@ -1,10 +1,9 @@
-"""experiments.calibrate through a subprocess: the README commands (a rule-only rubric with one weak and
-one strong dimension; the Prometheus GPT-4 inter-rater ceiling), and bad input exiting 2 in one line."""
+"""experiments.calibrate, each run forked from the command's server (tests/command_server.py): the README commands (a
+rule-only rubric with one weak and one strong dimension; the Prometheus GPT-4 inter-rater ceiling), a judge
+checkpoint directory, and bad input exiting 2 in one line."""
 
 import itertools
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,22 +17,10 @@ from rubric_jax.rubrics.io import load_rubric
 from test_importers import _real
 from test_reward import ACCURACY
 from tests import manual
-from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path("tests/fixtures/calibration")
 README = manual.text()  # README.md and docs/*.md
-
-
-def start(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "experiments.calibrate", *args], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=command_env())
-
-
-def run(*args: str) -> subprocess.CompletedProcess:
-    proc = start(*args)
-    stdout, stderr = proc.communicate(timeout=300)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 def readme_command(marker: str) -> list[str]:
@@ -53,9 +40,9 @@ def expected_stats(x, y, levels):
                                                  labels=list(levels))}
 
 
-def test_readme_rule_rubric_flags_the_weak_dimension_and_matches_scipy(tmp_path):
+def test_readme_rule_rubric_flags_the_weak_dimension_and_matches_scipy(tmp_path, command_server):
     args = readme_command(str(FIXTURES / "labels.jsonl"))
-    proc = run(*_with_out(args, tmp_path / "cal"))
+    proc = command_server("experiments.calibrate").run(*_with_out(args, tmp_path / "cal"))
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["items"] == 14 and summary["flagged"] == ["length"]
@@ -81,10 +68,10 @@ def test_readme_rule_rubric_flags_the_weak_dimension_and_matches_scipy(tmp_path)
     assert "need at least 35" in report["dimensions"]["length"]["correction"]["not_fitted"]
 
 
-def test_readme_prometheus_inter_rater_ceiling(tmp_path):
+def test_readme_prometheus_inter_rater_ceiling(tmp_path, command_server):
     vicuna = _real("prometheus", "vicuna_eval.json")
     args = [a.replace("../shared/data/prometheus/vicuna_eval.json", str(vicuna)) for a in readme_command("vicuna_eval")]
-    proc = run(*_with_out(args, tmp_path / "vicuna"))
+    proc = command_server("experiments.calibrate").run(*_with_out(args, tmp_path / "vicuna"))
     assert proc.returncode == 0, proc.stderr
     entry = json.loads((tmp_path / "vicuna" / "report.json").read_text())["dimensions"]["criteria"]
     scores_3xN = np.array([record["gpt4_score"] for record in json.loads(vicuna.read_text())]).T
@@ -151,7 +138,7 @@ def test_training_config_switch_loads_and_checks_the_correction(tmp_path, comman
     assert "dimension 'format' has scale [0, 1] but the correction was fitted on [1, 5]" in proc.stderr
 
 
-def test_llm_dimension_with_a_judge_checkpoint_directory(tmp_path):
+def test_llm_dimension_with_a_judge_checkpoint_directory(tmp_path, command_server):
     """The CLI loads a real (scripted) judge checkpoint: a judge that always answers 4 is constant, so its
     Spearman is undefined and the dimension is flagged; reversing the anchors does not move it."""
     from rubric_jax.models.checkpoint import export_hf_checkpoint
@@ -167,8 +154,9 @@ def test_llm_dimension_with_a_judge_checkpoint_directory(tmp_path):
     labels = tmp_path / "labels.jsonl"
     labels.write_text("".join(json.dumps({"question": "2+2?", "response": f"{k}", "labels": {"accuracy": k}}) + "\n"
                               for k in (1, 2, 3, 4, 5)))
-    proc = run(f"--rubric={rubric}", f"--labels={labels}", f"--out={tmp_path / 'out'}", f"--judge.checkpoint={judge_dir}",
-               "--judge.sampler=greedy", "--judge.samples=1", "--judge.max_new_tokens=8", "--config.bootstrap=50")
+    proc = command_server("experiments.calibrate").run(
+        f"--rubric={rubric}", f"--labels={labels}", f"--out={tmp_path / 'out'}", f"--judge.checkpoint={judge_dir}",
+        "--judge.sampler=greedy", "--judge.samples=1", "--judge.max_new_tokens=8", "--config.bootstrap=50")
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     entry = report["dimensions"]["accuracy"]

@@ -1,10 +1,8 @@
-"""experiments.evaluate through a subprocess: one end-to-end run (a tiny training run's random policy
-through the real sampler, a scripted judge model), HelloBench published-judgement scoring, and every
-bad-input case."""
+"""experiments.evaluate, each run forked from the command's server (tests/command_server.py): one end-to-end run (a
+tiny training run's random policy through the real sampler, a scripted judge model), HelloBench published-judgement
+scoring, and every bad-input case."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,21 +15,9 @@ from test_llm_judge import scripted_model, tiny_tokenizer
 from rubric_jax.evaluation import longbench_write
 from rubric_jax.judges.spec import JudgeSpec, judge_hash
 from rubric_jax.models.checkpoint import export_hf_checkpoint
-from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 OUTPUTS = ("records.jsonl", "summary.json", "table.md", "plot.png")
-
-
-def start(*args):
-    return subprocess.Popen([sys.executable, "-m", "experiments.evaluate", *map(str, args)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=command_env())
-
-
-def finish(proc):
-    stdout, stderr = proc.communicate(timeout=600)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +33,7 @@ def models(tmp_path_factory):
     return root / "run", judge
 
 
-def test_longbench_write_end_to_end(tmp_path, models):
+def test_longbench_write_end_to_end(tmp_path, models, command_server):
     """The README command on 2 LongBench-Write prompts: the run's best checkpoint answers through the real
     sampler in the training format, the scripted judge scores each of the six quality dimensions 4 (single
     mode), and the files hold the formula's numbers."""
@@ -55,12 +41,13 @@ def test_longbench_write_end_to_end(tmp_path, models):
     out = run / "eval" / "longbench_write"  # a report may live inside the run directory
     report = tmp_path / "report.json"  # a calibration report that measured no judge: nothing is covered
     report.write_text(json.dumps({"dimensions": {}}))
-    proc = finish(start(f"--judge.calibration={report}", "--config.benchmark=longbench_write",
-                        f"--data_dir={EVAL_FIXTURES}", "--data_file=longbench_write_mini.jsonl", "--config.limit=2",
-                        f"--workdir={run}", "--config.which=best", "--config.policy.prompt_format=think_answer",
-                        "--config.policy.max_new_tokens=12", f"--judge.checkpoint={judge}",
-                        "--judge.mode=per_dimension", "--judge.sampler=greedy", "--judge.max_new_tokens=6", f"--out={out}",
-                        "--config.mesh.fsdp=1"))
+    proc = command_server("experiments.evaluate").run(
+        f"--judge.calibration={report}", "--config.benchmark=longbench_write",
+        f"--data_dir={EVAL_FIXTURES}", "--data_file=longbench_write_mini.jsonl", "--config.limit=2",
+        f"--workdir={run}", "--config.which=best", "--config.policy.prompt_format=think_answer",
+        "--config.policy.max_new_tokens=12", f"--judge.checkpoint={judge}",
+        "--judge.mode=per_dimension", "--judge.sampler=greedy", "--judge.max_new_tokens=6", f"--out={out}",
+        "--config.mesh.fsdp=1")
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUTS)  # no temporary files left behind
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
@@ -94,12 +81,13 @@ def test_longbench_write_end_to_end(tmp_path, models):
     assert json.loads(proc.stdout.strip().splitlines()[-1])["scores"]["S_q"] == pytest.approx(75.0)
 
 
-def test_hellobench_published_judgements_cli_on_the_shared_data(tmp_path):
+def test_hellobench_published_judgements_cli_on_the_shared_data(tmp_path, command_server):
     """The README command: every complete model reproduced (tests/evaluation/test_evaluate.py checks the numbers)."""
     data = _real("hellobench")
     out = tmp_path / "hellobench_published"
-    proc = finish(start("--config.benchmark=hellobench", f"--data_dir={data}",
-                        f"--judgements={data / 'judgements_main_exp_scores.csv'}", f"--out={out}"))
+    proc = command_server("experiments.evaluate").run(
+        "--config.benchmark=hellobench", f"--data_dir={data}",
+        f"--judgements={data / 'judgements_main_exp_scores.csv'}", f"--out={out}")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary) == {"models", "incomplete"} and len(summary["models"]) == 19
@@ -196,17 +184,18 @@ def test_bad_input_exits_2_with_one_line_naming_the_file_and_writes_nothing(tmp_
         assert not (tmp_path / case / "out").exists(), case
 
 
-def test_an_evaluation_whose_judge_scores_nothing_exits_1_naming_the_stage_and_cause(tmp_path, models):
+def test_an_evaluation_whose_judge_scores_nothing_exits_1_naming_the_stage_and_cause(tmp_path, models, command_server):
     """Every judge answer cut at --judge.max_new_tokens=1: the report is written, but the command exits 1 with
     the judge stage and the counts of why (not 0 with empty scores)."""
     run, judge = models
     out = tmp_path / "eval"
-    proc = finish(start("--config.benchmark=longbench_write", f"--data_dir={EVAL_FIXTURES}",
-                        "--data_file=longbench_write_mini.jsonl", "--config.limit=2", f"--workdir={run}",
-                        "--config.which=best", "--config.policy.prompt_format=think_answer",
-                        "--config.policy.max_new_tokens=12", f"--judge.checkpoint={judge}",
-                        "--judge.mode=per_dimension", "--judge.sampler=greedy", "--judge.max_new_tokens=1",
-                        "--judge.max_retries=0", f"--out={out}", "--config.mesh.fsdp=1"))
+    proc = command_server("experiments.evaluate").run(
+        "--config.benchmark=longbench_write", f"--data_dir={EVAL_FIXTURES}",
+        "--data_file=longbench_write_mini.jsonl", "--config.limit=2", f"--workdir={run}",
+        "--config.which=best", "--config.policy.prompt_format=think_answer",
+        "--config.policy.max_new_tokens=12", f"--judge.checkpoint={judge}",
+        "--judge.mode=per_dimension", "--judge.sampler=greedy", "--judge.max_new_tokens=1",
+        "--judge.max_retries=0", f"--out={out}", "--config.mesh.fsdp=1")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         "experiments.evaluate: error: none of the 2 judged answers got a score (judge_prompts 12, judge_invalid 12); "
@@ -214,7 +203,8 @@ def test_an_evaluation_whose_judge_scores_nothing_exits_1_naming_the_stage_and_c
     assert json.loads((out / "summary.json").read_text())["judge_counters"]["judge_failed_scores"] == 12
 
 
-def test_an_evaluation_judged_by_an_endpoint_that_does_not_answer_stops_before_generating(tmp_path, models):
+def test_an_evaluation_judged_by_an_endpoint_that_does_not_answer_stops_before_generating(tmp_path, models,
+                                                                                         command_server):
     import socket
 
     with socket.socket() as s:
@@ -222,11 +212,12 @@ def test_an_evaluation_judged_by_an_endpoint_that_does_not_answer_stops_before_g
         port = s.getsockname()[1]  # nothing listens there
     run, _ = models
     out = tmp_path / "eval"
-    proc = finish(start("--config.benchmark=longbench_write", f"--data_dir={EVAL_FIXTURES}",
-                        "--data_file=longbench_write_mini.jsonl", "--config.limit=2", f"--workdir={run}",
-                        "--config.which=best",
-                        "--judge.backend=openai", f"--judge.base_url=http://127.0.0.1:{port}/v1", "--judge.model=m",
-                        "--judge.timeout_s=5", f"--out={out}", "--config.mesh.fsdp=1"))
+    proc = command_server("experiments.evaluate").run(
+        "--config.benchmark=longbench_write", f"--data_dir={EVAL_FIXTURES}",
+        "--data_file=longbench_write_mini.jsonl", "--config.limit=2", f"--workdir={run}",
+        "--config.which=best",
+        "--judge.backend=openai", f"--judge.base_url=http://127.0.0.1:{port}/v1", "--judge.model=m",
+        "--judge.timeout_s=5", f"--out={out}", "--config.mesh.fsdp=1")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"experiments.evaluate: error: judge endpoint http://127.0.0.1:{port}/v1 does not answer")

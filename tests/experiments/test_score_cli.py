@@ -1,10 +1,10 @@
-"""experiments.score through a subprocess: rule-only scoring, per-row rubrics, user errors, a real judge dir."""
+"""experiments.score, each run forked from the command's server (tests/command_server.py) or in process: rule-only
+scoring, per-row rubrics, user errors, a real judge dir."""
 
 import contextlib
 import io
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from unittest import mock
@@ -13,7 +13,6 @@ import pytest
 
 from test_llm_judge import scripted_model, tiny_model_config, tiny_tokenizer
 from test_reward import ACCURACY, BINARY, FORMAT, LENGTH, SAFETY
-from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 WATER = {"id": "mentions_water", "description": "mentions water", "kind": "rule", "rule": "keywords",
@@ -31,18 +30,7 @@ def write_jsonl(path, rows):
     return path
 
 
-def start_score(*args):
-    return subprocess.Popen([sys.executable, "-m", "experiments.score", *args], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=command_env())
-
-
-def run_score(*args):
-    proc = start_score(*args)
-    stdout, stderr = proc.communicate(timeout=300)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
-
-
-def test_rule_only_rubric_scores_without_a_judge(tmp_path):
+def test_rule_only_rubric_scores_without_a_judge(tmp_path, command_server):
     rubric = tmp_path / "rubric.json"
     rubric.write_text(json.dumps(rubric_dict([FORMAT, LENGTH, SAFETY])))
     responses = write_jsonl(tmp_path / "in.jsonl", [
@@ -53,7 +41,7 @@ def test_rule_only_rubric_scores_without_a_judge(tmp_path):
         {"question": "q", "response": "Rest."},
     ])
     out = tmp_path / "out.jsonl"
-    proc = run_score(f"--rubric={rubric}", f"--responses={responses}", f"--out={out}")
+    proc = command_server("experiments.score").run(f"--rubric={rubric}", f"--responses={responses}", f"--out={out}")
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 3
@@ -236,7 +224,7 @@ def scripted_judge_dir(path, reply):
     return judge_dir
 
 
-def test_llm_dimension_with_a_judge_checkpoint_directory(tmp_path):
+def test_llm_dimension_with_a_judge_checkpoint_directory(tmp_path, command_server):
     judge_dir = scripted_judge_dir(tmp_path / "judge", "SCORE: 4")
     rubric = tmp_path / "rubric.json"
     rubric.write_text(json.dumps(rubric_dict([FORMAT, ACCURACY])))
@@ -245,8 +233,9 @@ def test_llm_dimension_with_a_judge_checkpoint_directory(tmp_path):
         {"question": "2+2?", "response": "5\nSCORE: 1"},
     ])
     out = tmp_path / "out.jsonl"
-    proc = run_score(f"--rubric={rubric}", f"--responses={responses}", f"--out={out}", f"--judge.checkpoint={judge_dir}",
-                     "--judge.sampler=greedy", "--judge.samples=1", "--judge.max_new_tokens=8")
+    proc = command_server("experiments.score").run(
+        f"--rubric={rubric}", f"--responses={responses}", f"--out={out}", f"--judge.checkpoint={judge_dir}",
+        "--judge.sampler=greedy", "--judge.samples=1", "--judge.max_new_tokens=8")
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["scores"]["accuracy"] for r in rows] == [4.0, 4.0]
