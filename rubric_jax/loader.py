@@ -155,7 +155,6 @@ def init_weights(cfg: ModelConfig, layout: sharding.Layout | None, key: jax.Arra
 def _init_fn(cfg: ModelConfig, layout: sharding.Layout) -> Callable[[jax.Array], Params]:
     """The jitted init of `cfg` in `layout` (cached like `_abstract`: a second init of the same model in one
     process, e.g. a restarted run's, traces and compiles nothing)."""
-
     def init(k: jax.Array) -> Params:
         return nnx.to_pure_dict(nnx.state(Transformer(cfg, rngs=nnx.Rngs(k))))
 

@@ -109,26 +109,26 @@ def build(settings: Settings, lay: Layouts, sft_steps: int) -> RunPrograms:
     compiles none of them again."""
     sft = settings.sft.optimizer_for(sft_steps) if settings.sft is not None else None
     rl = settings.rl
-    grpo_ = (settings.grpo, rl.optimizer, rl.adjustable_lr, rl.micro_batches) if rl is not None else None
-    return _build(lay, sft, grpo_)
+    grpo_spec = (settings.grpo, rl.optimizer, rl.adjustable_lr, rl.micro_batches) if rl is not None else None
+    return _build(lay, sft, grpo_spec)
 
 
 @functools.lru_cache(maxsize=4)
 def _build(lay: Layouts, sft: train_state.OptimizerConfig | None,
-           grpo_: tuple[grpo.GRPOConfig, train_state.OptimizerConfig, bool, int] | None) -> RunPrograms:
+           grpo_spec: tuple[grpo.GRPOConfig, train_state.OptimizerConfig, bool, int] | None) -> RunPrograms:
     """`build` from exactly what the programs depend on: the SFT optimizer and the GRPO objective, optimizer,
     learning-rate factor and micro-batches (None for a stage that is not configured)."""
     policy = loader.abstract_weights(lay.model, lay.training)
-    sft_state = sft_step = grpo_state = grpo_programs_ = None
+    sft_state = sft_step = grpo_state = grpo_built = None
     if sft is not None:
         sft_state = _state_layout(train_state.make_optimizer(sft), policy, lay.mesh)
         sft_step = train_step.jit_sft_step(shardings=sft_state.shardings, mesh=lay.mesh)
-    if grpo_ is not None:
-        cfg, optimizer, adjustable_lr, micro_batches = grpo_
+    if grpo_spec is not None:
+        cfg, optimizer, adjustable_lr, micro_batches = grpo_spec
         grpo_state = _state_layout(train_state.make_optimizer(optimizer, adjustable_lr=adjustable_lr), policy,
                                    lay.mesh)  # with rl.lr_on_oscillation, a learning-rate factor in its state
-        grpo_programs_ = grpo_programs(cfg, micro_batches, policy.graphdef, grpo_state.shardings, lay.mesh)
-    return RunPrograms(lay, sft_state, sft_step, grpo_state, grpo_programs_)
+        grpo_built = grpo_programs(cfg, micro_batches, policy.graphdef, grpo_state.shardings, lay.mesh)
+    return RunPrograms(lay, sft_state, sft_step, grpo_state, grpo_built)
 
 
 def _state_layout(tx: optax.GradientTransformation, policy: loader.Weights, mesh: jax.sharding.Mesh) -> StateLayout:

@@ -61,16 +61,11 @@ def _copy(tree):
     return jax.device_put(tree, may_alias=False)
 
 
-def _host(tree):
-    """The arrays on the host, for `jax.device_put` into a sharding: from one device it compiled a slicing program
-    per leaf shape and sharding, from the host it only transfers."""
-    return jax.device_get(tree)
-
-
 def _sft(batch):
     """The GRPO rows as SFT sequences (host arrays): [prompt | response] (each row its group's prompt), trained on the
-    response."""
-    batch = _host(batch)
+    response. Arrays go into shardings from the host (`jax.device_get` first): from one device, `jax.device_put`
+    compiled a slicing program per leaf shape and sharding."""
+    batch = jax.device_get(batch)
     prompts, mask = (np.repeat(batch[k], GROUP, axis=0) for k in ("prompt_tokens", "prompt_mask"))
     return {"tokens": np.concatenate([prompts, batch["response_tokens"]], axis=1),
             "input_mask": np.concatenate([mask, batch["response_mask"]], axis=1),
@@ -101,15 +96,16 @@ def test_sharded_grpo_and_sft_steps_match_unsharded(unsharded, mesh_cfg, micro_b
         state, shardings = train_state.init_train_state(model, TX, jax.random.key(0), layout)
         _close(state.params, unsharded["state"].params)  # sharded init draws the same weights
     else:  # existing params, placed explicitly (the state builder never moves them itself)
-        placed = jax.device_put(_host(unsharded["state"].params), loader.expected_shardings(model, layout))
+        placed = jax.device_put(jax.device_get(unsharded["state"].params), loader.expected_shardings(model, layout))
         state, shardings = train_state.new_train_state(loader.as_weights(model, placed, layout), TX, mesh)
     assert state.graphdef != unsharded["state"].graphdef  # the FSDP activation constraint is in the model
     _check_layout(state, shardings)
     embed = state.params["embed_tokens"]["embedding"]
     assert len(embed.sharding.device_set) == 8 and not embed.sharding.is_fully_replicated
 
-    batch = jax.device_put(_host(unsharded["batch"]), train_step.batch_shardings(unsharded["batch"], mesh))  # explicit
-    ref = jax.device_put(_host(unsharded["ref"]), shardings.params)
+    batch = jax.device_put(jax.device_get(unsharded["batch"]),  # explicit
+                           train_step.batch_shardings(unsharded["batch"], mesh))
+    ref = jax.device_put(jax.device_get(unsharded["ref"]), shardings.params)
     logprobs = train_step.jit_rollout_logprobs(state.graphdef, group_size=GROUP, temperature=CFG.temperature,
                                                micro_batches=micro_batches, param_shardings=shardings.params,
                                                mesh=mesh)
