@@ -50,6 +50,9 @@ RESIDUAL_AXES = ("batch", "length", "activation_embed")
 # The shared prefixes' residual stream [U, P, D]: U may be fewer than the batch shards, so the layout may
 # split the prefix length over the shards its U leaves unused (token-wise maths; attention gathers K/V).
 PREFIX_RESIDUAL_AXES = ("batch", "prefix_length", "activation_embed")
+# The prefixes' token ids [U, P], split as their residual stream: the embedding's gradient then reaches the
+# table without a reshard from a P split into a U split (a full rematerialisation in the 7B dry run's log).
+PREFIX_TOKEN_AXES = PREFIX_RESIDUAL_AXES[:2]
 # The shared prefixes' keys/values [U, K, P, H] as every query reads them: whole along P. Gathered once per
 # layer from the length-split projection, for the prefixes' own attention and their continuations'; left to
 # the compiler, the continuations' reshard of a P split into a U split was a full rematerialisation.
@@ -300,8 +303,8 @@ class Transformer(nnx.Module):
             x_BxTxD, _ = decoder_layer(cfg, params, self._shard(x_BxTxD), attend_rows)
             return (x_UxPxD, x_BxTxD), None
 
-        (x_UxPxD, x_BxTxD), _ = self._layers(layer, (self._embed(prefix_tokens_UxP), self._embed(tokens_BxT)),
-                                             _arrays(self.layers))
+        prefix_UxPxD = self._embed(self._shard(prefix_tokens_UxP, PREFIX_TOKEN_AXES))
+        (x_UxPxD, x_BxTxD), _ = self._layers(layer, (prefix_UxPxD, self._embed(tokens_BxT)), _arrays(self.layers))
         return self._final_norm(x_UxPxD), self._final_norm(x_BxTxD)
 
     def _embed(self, tokens_BxT: jax.Array) -> jax.Array:

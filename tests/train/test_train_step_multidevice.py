@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from rubric_jax import grpo, hlo_stats, loader, sharding
+from rubric_jax.models import transformer
 from rubric_jax.models.checkpoint import abstract_model
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.train import state as train_state
@@ -205,3 +206,38 @@ def test_compiled_steps_run_as_fsdp_without_activation_all_reduces():
             assert _gathered_prefix_activations(grpo_hlo, b, p, model) == []
     assert counts["unconstrained"][0] > 0 and counts["unconstrained"][1] > 0, counts
     assert counts["fsdp"] == (0, 0), counts
+
+
+def _fsdp8_grpo_compile_log(capfd) -> str:
+    """XLA's log while compiling a GRPO step on fsdp 8 whose micro-batches hold 4 prompts (the 7B update's shape:
+    fewer prompts than devices, so the prompts' length is split)."""
+    b, p, r = 32, 64, 24
+    layout = sharding.Layout(sharding.make_mesh(sharding.MeshConfig(data=1, fsdp=8, tensor=1)))
+    model = MODEL.replace(hidden_size=32, intermediate_size=64, num_heads=4, num_kv_heads=2, head_dim=8,
+                          vocab_size=64, max_position_embeddings=128)
+    state, shardings = train_state.abstract_train_state(loader.abstract_weights(model, layout), TX, layout.mesh)
+    u = b // GROUP
+    spec = {k: jax.ShapeDtypeStruct(shape, dtype) for k, shape, dtype in
+            (("prompt_tokens", (u, p), jnp.int32), ("prompt_mask", (u, p), bool), ("response_tokens", (b, r), jnp.int32),
+             ("response_mask", (b, r), bool), ("loss_mask", (b, r), bool), ("old_logp", (b, r), jnp.float32),
+             (train_step.REF_LOGP, (b, r), jnp.float32), ("advantages", (b,), jnp.float32))}
+    placed = train_step.batch_shardings(spec, layout.mesh)
+    batch = {k: jax.ShapeDtypeStruct(spec[k].shape, spec[k].dtype, sharding=placed[k])
+             for k in train_step.grpo_batch_keys(CFG)}
+    capfd.readouterr()
+    train_step.jit_grpo_step(CFG, micro_batches=u // 4, shardings=shardings, mesh=layout.mesh).lower(
+        state, batch).compile()
+    return capfd.readouterr().err
+
+
+def test_prompt_ids_split_like_their_states_compile_without_full_rematerialization(capfd, monkeypatch):
+    """The prompts' token ids take their residual stream's layout (transformer.PREFIX_TOKEN_AXES, split along the
+    prompt length) before the embedding: XLA's partitioner then has no reshard from a length split into a prompt
+    split to give up on. The control, compiled second (an identical program would come from the compile cache,
+    silent), ids left unconstrained as before, logs the warning the 7B dry run logged (benchmarks/AOT_RESULTS.md):
+    proof that this process shows XLA's warnings."""
+    assert "Involuntary full rematerialization" not in _fsdp8_grpo_compile_log(capfd)
+    shard = transformer.Transformer._shard
+    monkeypatch.setattr(transformer.Transformer, "_shard", lambda self, x, axes=transformer.RESIDUAL_AXES:
+                        x if axes == transformer.PREFIX_TOKEN_AXES else shard(self, x, axes))
+    assert "Involuntary full rematerialization" in _fsdp8_grpo_compile_log(capfd)
