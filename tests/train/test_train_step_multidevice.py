@@ -163,6 +163,19 @@ def _gathered_prefix_activations(compiled_text, rows, prompt_len, model):
     return found
 
 
+def _abstract_grpo_batch(b, p, r, mesh):
+    """A GRPO batch of b rows (b // GROUP prompts of p tokens, responses of r) as ShapeDtypeStructs placed as the
+    trainer places batches: what a step is lowered for."""
+    spec = {k: jax.ShapeDtypeStruct(shape, dtype) for k, shape, dtype in
+            (("prompt_tokens", (b // GROUP, p), jnp.int32), ("prompt_mask", (b // GROUP, p), bool),
+             ("response_tokens", (b, r), jnp.int32),
+             ("response_mask", (b, r), bool), ("loss_mask", (b, r), bool), ("old_logp", (b, r), jnp.float32),
+             (train_step.REF_LOGP, (b, r), jnp.float32), ("advantages", (b,), jnp.float32))}
+    placed = train_step.batch_shardings(spec, mesh)
+    return {k: jax.ShapeDtypeStruct(spec[k].shape, spec[k].dtype, sharding=placed[k])
+            for k in train_step.grpo_batch_keys(CFG)}
+
+
 def test_compiled_steps_run_as_fsdp_without_activation_all_reduces():
     """GRPO and SFT steps of a small model on data 2 x fsdp 4: with the model's per-layer residual
     constraint (the training layout's), no all-reduce of [rows, T, ...] activations is left; the same
@@ -183,14 +196,7 @@ def test_compiled_steps_run_as_fsdp_without_activation_all_reduces():
     unconstrained = state.replace(graphdef=abstract_model(model)[0])
     p, r = 40, 88  # the GRPO rows: [prompt | response] of t tokens, as the SFT rows (no parameter has a
     # dimension of 40 or 88); a micro-batch's 4 prompts leave fsdp free for their length
-    spec = {k: jax.ShapeDtypeStruct(shape, dtype) for k, shape, dtype in
-            (("prompt_tokens", (b // GROUP, p), jnp.int32), ("prompt_mask", (b // GROUP, p), bool),
-             ("response_tokens", (b, r), jnp.int32),
-             ("response_mask", (b, r), bool), ("loss_mask", (b, r), bool), ("old_logp", (b, r), jnp.float32),
-             (train_step.REF_LOGP, (b, r), jnp.float32), ("advantages", (b,), jnp.float32))}
-    placed = train_step.batch_shardings(spec, layout.mesh)
-    grpo_batch = {k: jax.ShapeDtypeStruct(spec[k].shape, spec[k].dtype, sharding=placed[k])
-                  for k in train_step.grpo_batch_keys(CFG)}
+    grpo_batch = _abstract_grpo_batch(b, p, r, layout.mesh)
     sft_batch = {k: jax.ShapeDtypeStruct((b, t), dtype) for k, dtype in
                  (("tokens", jnp.int32), ("input_mask", bool), ("loss_mask", bool))}
     counts = {}
@@ -216,16 +222,9 @@ def _fsdp8_grpo_compile_log(capfd) -> str:
     model = MODEL.replace(hidden_size=32, intermediate_size=64, num_heads=4, num_kv_heads=2, head_dim=8,
                           vocab_size=64, max_position_embeddings=128)
     state, shardings = train_state.abstract_train_state(loader.abstract_weights(model, layout), TX, layout.mesh)
-    u = b // GROUP
-    spec = {k: jax.ShapeDtypeStruct(shape, dtype) for k, shape, dtype in
-            (("prompt_tokens", (u, p), jnp.int32), ("prompt_mask", (u, p), bool), ("response_tokens", (b, r), jnp.int32),
-             ("response_mask", (b, r), bool), ("loss_mask", (b, r), bool), ("old_logp", (b, r), jnp.float32),
-             (train_step.REF_LOGP, (b, r), jnp.float32), ("advantages", (b,), jnp.float32))}
-    placed = train_step.batch_shardings(spec, layout.mesh)
-    batch = {k: jax.ShapeDtypeStruct(spec[k].shape, spec[k].dtype, sharding=placed[k])
-             for k in train_step.grpo_batch_keys(CFG)}
+    batch = _abstract_grpo_batch(b, p, r, layout.mesh)
     capfd.readouterr()
-    train_step.jit_grpo_step(CFG, micro_batches=u // 4, shardings=shardings, mesh=layout.mesh).lower(
+    train_step.jit_grpo_step(CFG, micro_batches=b // GROUP // 4, shardings=shardings, mesh=layout.mesh).lower(
         state, batch).compile()
     return capfd.readouterr().err
 
