@@ -208,7 +208,7 @@ class OurSide:
         rl = cfg.rl
         # What the GRPO stage starts from, without its evals and checkpoints.
         programs = run_.programs.grpo
-        self.state = run_.programs.start_state(run_.programs.grpo_state, run_.initial_params())
+        self.state = run_.programs.grpo_state.init(run_.initial_params())
         self.ref_params = jax.tree.map(lambda x: x.copy(), self.state.params)  # the update donates the state
         self.programs = dataclasses.replace(programs, update=timer.wrap("update", programs.update, block=True),
                                             logprobs=timer.wrap("ref_logp", programs.logprobs, block=True))

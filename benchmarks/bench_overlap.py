@@ -52,7 +52,7 @@ class TimedReward:
 
 def timed_step(exp: Any, questions: list, key: jax.Array) -> tuple[float, float, dict[str, Any]]:
     """(wall s, judge s, metrics row) of one GRPO iteration from the initial parameters, read back to the host."""
-    state = exp.programs.start_state(exp.programs.grpo_state, exp.initial_params())
+    state = exp.programs.grpo_state.init(exp.initial_params())
     reference = jax.tree.map(jnp.copy, state.params)
     jax.block_until_ready((state, reference))
     judge_before = exp.reward.seconds

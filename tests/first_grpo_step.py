@@ -8,7 +8,7 @@ from rubric_jax.train import grpo_stage
 
 def first_grpo_step(experiment, questions, key, *draw):
     """(the state after the update, the iteration's output) of grpo_stage.grpo_iteration on `questions`."""
-    state = experiment.programs.start_state(experiment.programs.grpo_state, experiment.initial_params())
+    state = experiment.programs.grpo_state.init(experiment.initial_params())
     reference = jax.device_put(state.params, may_alias=False)  # the update donates the state's buffers (a copy by
     # transfer: jnp.copy compiled a program per parameter shape)
     return grpo_stage.grpo_iteration(experiment, experiment.programs.grpo, state, reference, questions, key, *draw)

@@ -176,7 +176,7 @@ class GRPOStage(Stage):
         self.exp, self.programs = exp, exp.programs.grpo
         self.total, self.rows, self.batch_size = rl.steps, exp.train_questions, rl.questions_per_step
         state_layout = exp.programs.grpo_state
-        self.state, self.shardings = exp.programs.start_state(state_layout, params), state_layout.shardings
+        self.state, self.shardings = state_layout.init(params), state_layout.shardings
         self.updates_per_step, self.keep_best = settings.updates_per_batch, settings.checkpoint.keep_best
         self.nan_streak = NanStreak(rl.max_nan_streak)
         self.lr_drop = oscillation.LearningRateDrop(settings.oscillation) if settings.oscillation is not None else None

@@ -66,7 +66,8 @@ def layouts(mesh: MeshSpec, model_cfg: ModelConfig, devices: Sequence[jax.Device
 @dataclasses.dataclass(frozen=True)
 class StateLayout:
     """A stage's optimizer, its step-0 state as ShapeDtypeStructs and as shardings (what its programs are
-    compiled for) and the jitted `init` that creates that state around params (`RunPrograms.start_state`)."""
+    compiled for) and `init(params)`: the step-0 state around params already in the training layout (a misplaced
+    array is an error), its optimizer state created in its shardings, by one jitted program kept with the layout."""
 
     tx: optax.GradientTransformation
     abstract_state: train_state.TrainState
@@ -94,11 +95,6 @@ class RunPrograms:
     sft_step: Callable[[train_state.TrainState, dict[str, jax.Array]], tuple[train_state.TrainState, dict]] | None
     grpo_state: StateLayout | None
     grpo: GRPOPrograms | None
-
-    def start_state(self, state: StateLayout, params: dict[str, Any]) -> train_state.TrainState:
-        """A step-0 state of `state`'s stage around `params` (already in the training layout: a misplaced array
-        is an error), its optimizer state created in its shardings."""
-        return state.init(params)
 
 
 def build(settings: Settings, lay: Layouts, sft_steps: int) -> RunPrograms:

@@ -21,7 +21,7 @@ class SFTStage(Stage):
         self.exp, self.program = exp, programs.sft_step
         self.rows, self.batch_size = exp.sft_examples, spec.batch_size
         self.total = spec.steps(len(exp.sft_examples))
-        self.state, self.shardings = programs.start_state(programs.sft_state, params), programs.sft_state.shardings
+        self.state, self.shardings = programs.sft_state.init(params), programs.sft_state.shardings
 
     def step(self, state: train_state.TrainState, rows: list[data.SFTExample], step: int, runner: Runner
              ) -> tuple[train_state.TrainState, StepOutput]:

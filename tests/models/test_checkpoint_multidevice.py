@@ -145,7 +145,7 @@ def test_reference_and_rollout_policy_placement_in_a_run(tmp_path):
     with config.unlocked():
         config.mesh.rollout.tensor, config.mesh.rollout.param_dtype = 2, "bfloat16"
     run_ = loop.build(config, tmp_path / "run")
-    state = run_.programs.start_state(run_.programs.grpo_state, run_.initial_params())
+    state = run_.programs.grpo_state.init(run_.initial_params())
     reference = grpo_stage.load_reference(run_, state, data.IteratorState(seed=0))
     expected = _flat(loader.expected_shardings(run_.layouts.model, run_.layouts.training))
     policy = _flat(state.params)

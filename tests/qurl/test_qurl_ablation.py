@@ -136,7 +136,7 @@ def test_every_tiny_row_trains_one_grpo_step_on_cpu(tmp_path):
                 _, random_state = random_model(lay.model, std=0.02)
                 params = jax.device_put(nnx.to_pure_dict(random_state), loader.expected_shardings(lay.model, lay.training))
                 update = experiment.programs.grpo
-                state = experiment.programs.start_state(experiment.programs.grpo_state, params)
+                state = experiment.programs.grpo_state.init(params)
             questions = experiment.train_questions[:4]
             state, out = grpo_stage.grpo_iteration(experiment, update, state, None, questions, jax.random.key(step))
             row = grpo_stage.grpo_row(out)

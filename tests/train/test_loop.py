@@ -294,7 +294,7 @@ def test_pretrained_checkpoint_starts_training_with_the_config_numerics(tmp_path
         config.model.checkpoint, config.model.config_json = str(tmp_path / "hf"), ""
         config.model.compute_dtype, config.model.remat = "bfloat16", True
     run_ = loop.build(config, tmp_path / "run")
-    state = run_.programs.start_state(run_.programs.grpo_state, run_.initial_params())  # the state training steps with
+    state = run_.programs.grpo_state.init(run_.initial_params())  # the state training steps with
     model_cfg = nnx.merge(state.graphdef, state.params).cfg
     assert (model_cfg.compute_dtype, model_cfg.remat) == ("bfloat16", True)
     jax.tree.map(np.testing.assert_array_equal, jax.device_get(state.params), params)
