@@ -93,6 +93,7 @@ class RubricReward:
         if unknown:
             raise RubricError(f"score correction: unknown features {unknown}; known: {list(FEATURES)}")
         self._rules: dict[str, dict[int, Rule]] = {}
+        self._dimension_ids: set[str] = set()  # of every rubric met so far: what `weights` may name
         for rubric in rubrics:
             self.rules_of(rubric)
 
@@ -123,6 +124,7 @@ class RubricReward:
                               f"phrases in all (dimension {rubric.dimensions[j].id!r} alone has "
                               f"{built[j].phrase_count()}); each is a search of every response")
         self._rules[rubric.content_hash] = built
+        self._dimension_ids.update(rubric.dimension_ids)
         return built
 
     def _failed_rule_gates(self, groups: Mapping[str, list[int]], by_hash: Mapping[str, Rubric], raw_NxD: np.ndarray,
@@ -157,7 +159,9 @@ class RubricReward:
         store: VerdictStore | None = None,
     ) -> RewardOutput:
         """Scores, validity and reward for N rows; `weights` (dimension id -> weight) overrides rubric weights;
-        the LLM judge reads and writes `store` (judges/store.py) when one is given."""
+        it may name any dimension of the rubrics this reward has met (the run's dynamic weights span them all,
+        and a batch need not carry every case-wise dimension); the LLM judge reads and writes `store`
+        (judges/store.py) when one is given."""
         n = len(responses)
         if not len(questions) == n == len(rubrics):
             raise ValueError(f"reward: {len(questions)} questions, {n} responses, {len(rubrics)} rubrics")
@@ -169,9 +173,10 @@ class RubricReward:
             by_hash[rubric.content_hash] = rubric
         ids = list(dict.fromkeys(dim_id for r in rubrics for dim_id in r.dimension_ids))
         column = {dim_id: c for c, dim_id in enumerate(ids)}
-        unknown = sorted(set(weights or {}) - set(ids))
+        unknown = sorted(set(weights or {}) - self._dimension_ids)
         if unknown:
-            raise ValueError(f"reward: weights for unknown dimension ids {unknown}; this batch has {ids}")
+            raise ValueError(f"reward: weights for unknown dimension ids {unknown}; the rubrics have "
+                             f"{sorted(self._dimension_ids)}")
         for dim_id, w in (weights or {}).items():  # aggregated in float32: no overflow, no underflow to 0
             if not 0 < w <= WEIGHT_RANGE[1] or np.float32(w) == 0:  # False for NaN too
                 raise ValueError(f"reward: weight of dimension {dim_id!r}: expected a positive float32 number "

@@ -147,6 +147,30 @@ def test_weight_overrides_are_applied_and_reported():
         RubricReward()(["q"], ["x"], [RULES_ONLY], weights={"formt": 1.0})
 
 
+def test_dynamic_weights_score_every_batch_of_a_run_even_one_without_a_case_wise_dimension():
+    """The run's weights span every dimension of its rubrics (shared and case-wise); a batch whose questions carry
+    no case-wise dimension is scored with the weights of the dimensions it has (b4346d0 refused it: "weights for
+    unknown dimension ids"), and the weights keep updating step after step."""
+    from rubric_jax.rubrics.dynamic_weights import DimensionWeights
+
+    extra = dimension_from_dict({"id": "mentions_water", "description": "mentions water", "kind": "rule",
+                                 "rule": "keywords", "params": {"words": ["water"]}, "scale": {"kind": "binary"},
+                                 "anchors": BINARY})
+    case = case_rubric(RULES_ONLY, "q7", extra=[extra])
+    reward = RubricReward([RULES_ONLY, case])
+    weights = DimensionWeights.for_rubrics([RULES_ONLY, case], window=2)
+    responses = ["Rest and consult a doctor.", "Drink water and consult a doctor."]
+    for batch in ([RULES_ONLY, RULES_ONLY], [case, RULES_ONLY], [RULES_ONLY, RULES_ONLY]):
+        current = weights.current()
+        out = reward(["q"] * 2, responses, batch, weights=current)
+        assert out.details["dynamic_weights"] == {d: current[d] for d in out.dimension_ids}
+        logged = weights.update(out.dimension_ids, out.scores, out.valid)
+        assert set(logged) == {"weight/format", "weight/length", "weight/safety", "weight/mentions_water"}
+    np.testing.assert_array_equal(np.asarray(weights.state.count_WxD)[:, 3], [0, 1])  # ring slots: steps 3 and 2
+    with pytest.raises(ValueError, match="unknown dimension ids \\['mentions_watr'\\]"):  # a typo is still refused
+        reward(["q"], ["x"], [RULES_ONLY], weights={"mentions_watr": 1.0})
+
+
 def test_construction_errors_name_rubric_dimension_rule_and_param(tok):
     with pytest.raises(RubricError, match="dimension 'accuracy' is an LLM dimension but no judge is configured"):
         RubricReward([rubric([FORMAT, ACCURACY])])

@@ -355,8 +355,9 @@ def test_a_grpo_step_with_an_llm_judged_dimension_goes_through_the_judge(tmp_pat
 
 def test_a_grpo_step_with_every_recipe_option_on_reads_them_all(tmp_path):
     """GDPO advantages (the rubric's gates and weights), DAPO overlong shaping and truncation masking, GSPO ratios,
-    dual clip, the KL cap and truncated importance sampling in one GRPO iteration of the tiny default: each logs
-    what it did and the update stays finite."""
+    dual clip, the KL cap, truncated importance sampling and dynamic weights in GRPO iterations of the tiny default:
+    each logs what it did and the update stays finite. The first batch's questions lack the case-wise 'disclaimer'
+    dimension (b4346d0's dynamic weights crashed on such a batch), the second's carry it."""
     import jax
     import jax.numpy as jnp
 
@@ -368,15 +369,26 @@ def test_a_grpo_step_with_every_recipe_option_on_reads_them_all(tmp_path):
         config.rl.advantage, config.rl.overlong_buffer, config.rl.mask_truncated = "per_dimension", 4, True
         config.rl.importance_level, config.rl.clip_ratio_c, config.rl.kl_cap = "sequence", 3.0, 10.0
         config.rl.behaviour_correction_cap, config.rl.recompute_old_logprobs = 2.0, True
+        config.rl.dynamic_weights = True
     run_ = loop.build(config, tmp_path / "run")
-    _, out = first_grpo_step(run_, run_.train_questions[:2], jax.random.key(0))
+    carries = {False: [], True: []}
+    for q in run_.train_questions:
+        carries["disclaimer" in run_.rubric_of[q.id].dimension_ids].append(q)
+    lacking = carries[False][:2]
+    state, out = first_grpo_step(run_, lacking, jax.random.key(0))
     row = grpo_stage.grpo_row(out)
-    rubric_dims = {d.id for q in run_.train_questions[:2] for d in run_.rubric_of[q.id].dimensions if not d.gate}
+    rubric_dims = {d.id for q in lacking for d in run_.rubric_of[q.id].dimensions if not d.gate}
     assert {f"advantage/{d}" for d in rubric_dims} | {"advantage/overlong"} <= set(row)
     assert row["overlong_penalty/mean"] < 0  # 8-token budget, 4-token buffer: most responses are penalised
     assert row["truncated_masked"] == row["truncated_frac"] * 8
     assert 0 < row["behaviour_weight/mean"] <= row["behaviour_weight/max"] <= 2.0
     assert all(np.isfinite(row[k]) for k in ("loss", "kl", "grad_norm")) and row["skipped"] == 0.0
+    assert {f"weight/{d}" for d in run_.dynamic_weights.ids} <= set(row) and "disclaimer" in run_.dynamic_weights.ids
+    _, out = grpo_stage.grpo_iteration(run_, run_.programs.grpo, state, jax.tree.map(jnp.copy, state.params),
+                                       carries[True][:2], jax.random.key(1))
+    assert np.isfinite(grpo_stage.grpo_row(out)["loss"])
+    counts = np.asarray(run_.dynamic_weights.state.count_WxD)[:2, run_.dynamic_weights.ids.index("disclaimer")]
+    np.testing.assert_array_equal(counts, [0, 8])  # no score in the first step, 2 questions x 4 responses in the next
 
 
 def test_a_grpo_step_moves_only_the_judged_text_and_the_metrics_to_the_host(tmp_path, capfd):
