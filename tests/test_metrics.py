@@ -11,61 +11,26 @@ import pytest
 
 import ml_collections
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
 from rubric_jax import metrics
 
 
-def _read_records(path):
-    """Independent TFRecord reader: checks both masked CRCs of every record."""
-    blob, records, pos = path.read_bytes(), [], 0
+def _read_events(path):
+    """Independent TFRecord reader (TensorBoard's CRC and Event proto): checks both masked CRCs of every record."""
+    blob, events, pos = path.read_bytes(), [], 0
     while pos < len(blob):
         header = blob[pos:pos + 8]
         (length,) = struct.unpack("<Q", header)
         (len_crc,) = struct.unpack("<I", blob[pos + 8:pos + 12])
-        assert len_crc == metrics.masked_crc32c(header)
+        assert len_crc == masked_crc32c(header)
         payload = blob[pos + 12:pos + 12 + length]
         (data_crc,) = struct.unpack("<I", blob[pos + 12 + length:pos + 16 + length])
-        assert data_crc == metrics.masked_crc32c(payload)
-        records.append(payload)
+        assert data_crc == masked_crc32c(payload)
+        events.append(Event.FromString(payload))
         pos += 16 + length
-    return records
-
-
-def _fields(buf):
-    """Minimal protobuf decoder: {field number: [values]} (varint, fixed64, length-delimited, fixed32)."""
-    out, pos = {}, 0
-    while pos < len(buf):
-        key, pos = _read_varint(buf, pos)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _read_varint(buf, pos)
-        elif wire == 1:
-            value, pos = buf[pos:pos + 8], pos + 8
-        elif wire == 2:
-            n, pos = _read_varint(buf, pos)
-            value, pos = buf[pos:pos + n], pos + n
-        else:
-            assert wire == 5
-            value, pos = buf[pos:pos + 4], pos + 4
-        out.setdefault(field, []).append(value)
-    return out
-
-
-def _read_varint(buf, pos):
-    shift = result = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return result, pos
-
-
-def test_crc32c_known_vectors():
-    assert metrics.crc32c(b"123456789") == 0xE3069283  # the standard CRC-32C check value
-    assert metrics.crc32c(b"") == 0
-    assert metrics.crc32c(bytes(32)) == 0x8A9136AA  # RFC 3720 B.4: 32 bytes of zeros
+    return events
 
 
 def test_writer_files_are_parseable(tmp_path):
@@ -85,13 +50,9 @@ def test_writer_files_are_parseable(tmp_path):
 
     (event_file,) = (tmp_path / "tb").iterdir()
     assert event_file.name.startswith("events.out.tfevents.")
-    records = [_fields(r) for r in _read_records(event_file)]
-    assert records[0][3] == [b"brain.Event:2"]
-    scalars = []
-    for rec in records[1:]:
-        (value,) = _fields(rec[5][0])[1]
-        v = _fields(value)
-        scalars.append((rec[2][0], v[1][0].decode(), struct.unpack("<f", v[2][0])[0]))
+    events = _read_events(event_file)
+    assert events[0].file_version == "brain.Event:2"
+    scalars = [(e.step, e.summary.value[0].tag, e.summary.value[0].simple_value) for e in events[1:]]
     assert scalars[:4] == [(0, "reward/mean", 0.25), (0, "kl", 0.125), (0, "loss", pytest.approx(np.nan, nan_ok=True)),
                            (0, "num_tokens", 7.0)]
     assert scalars[4:] == [(1, "reward/mean", 0.5)]  # strings and lists are not TensorBoard scalars
