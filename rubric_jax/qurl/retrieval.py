@@ -2,7 +2,8 @@
 
 QuRL §3.1 asks a search engine for pages about the question and keeps the ones with the highest
 click-through rate, a cheap prior for "widely endorsed, probably good". Offline, that is two steps:
-  relevance  BM25 over the corpus (Lucene's variant, the one `bm25s` calls "lucene"):
+  relevance  BM25 over the corpus, Lucene's variant as the `bm25s` library computes it (method "lucene", in
+             float64; a 76 KB wheel that needs only numpy):
                score(q, d) = Σ_{t ∈ q} idf(t) · tf(t, d) / (tf(t, d) + k1 · (1 − b + b · |d| / avgdl))
                idf(t)      = ln(1 + (N − n(t) + 0.5) / (n(t) + 0.5))
              with each distinct query term counted once; the `pool` best documents whose score is at
@@ -30,10 +31,10 @@ import dataclasses
 import math
 import re
 import unicodedata
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+import bm25s
 import numpy as np
 
 from rubric_jax import jsonl
@@ -136,17 +137,9 @@ def tokenize(text: str) -> list[str]:
 
 @dataclasses.dataclass(frozen=True)
 class BM25Index:
-    """Postings grouped by term (CSR layout): the documents holding term v are
-    `doc_P[start_V1[v]:start_V1[v + 1]]`, with their length-normalised term frequencies in `weight_P`.
+    """bm25s's Lucene BM25 over N tokenised documents, in float64, queried one distinct term at a time."""
 
-    P postings (distinct (term, document) pairs), V vocabulary size, N documents.
-    """
-
-    vocabulary: dict[str, int]
-    start_V1: np.ndarray  # int64 [V + 1]
-    doc_P: np.ndarray  # int64 [P]
-    weight_P: np.ndarray  # float64 [P]: tf / (tf + k1 · (1 − b + b · |d| / avgdl))
-    idf_V: np.ndarray  # float64 [V]
+    engine: bm25s.BM25 | None  # None when no document has a token (bm25s needs a vocabulary): every score is 0
     num_docs: int
 
     @classmethod
@@ -156,30 +149,18 @@ class BM25Index:
             raise ValueError("BM25Index.build: no documents")
         if not (math.isfinite(k1) and k1 >= 0 and 0 <= b <= 1):
             raise ValueError(f"BM25Index.build: need k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
-        counts = [Counter(tokens) for tokens in token_lists]
-        vocabulary = {t: i for i, t in enumerate(sorted({t for c in counts for t in c}))}
-        postings = [(vocabulary[t], d, n) for d, c in enumerate(counts) for t, n in c.items()]
-        term_P = np.asarray([p[0] for p in postings], np.int64)
-        doc_P = np.asarray([p[1] for p in postings], np.int64)
-        tf_P = np.asarray([p[2] for p in postings], np.float64)
-        order = np.lexsort((doc_P, term_P))
-        term_P, doc_P, tf_P = term_P[order], doc_P[order], tf_P[order]
-        length_N = np.asarray([len(tokens) for tokens in token_lists], dtype=np.float64)
-        avgdl = max(float(length_N.mean()), 1e-9)
-        weight_P = tf_P / (tf_P + k1 * (1.0 - b + b * length_N[doc_P] / avgdl))
-        df_V = np.bincount(term_P, minlength=len(vocabulary)).astype(np.float64)
-        idf_V = np.log1p((len(token_lists) - df_V + 0.5) / (df_V + 0.5))
-        start_V1 = np.concatenate([[0], np.cumsum(df_V.astype(np.int64))])
-        return cls(vocabulary, start_V1, doc_P, weight_P, idf_V, len(token_lists))
+        if not any(token_lists):
+            return cls(None, len(token_lists))
+        engine = bm25s.BM25(method="lucene", k1=k1, b=b, dtype="float64")
+        engine.index([list(tokens) for tokens in token_lists], show_progress=False)
+        return cls(engine, len(token_lists))
 
     def scores(self, query_tokens: Sequence[str]) -> np.ndarray:
         """BM25 score [N] of every document for a tokenised query (repeated terms count once)."""
-        terms = sorted({self.vocabulary[t] for t in query_tokens if t in self.vocabulary})
+        terms = sorted({t for t in query_tokens if self.engine is not None and t in self.engine.vocab_dict})
         if not terms:
             return np.zeros((self.num_docs,), np.float64)
-        postings = np.concatenate([np.arange(self.start_V1[v], self.start_V1[v + 1]) for v in terms])
-        idf_P = np.repeat(self.idf_V[terms], np.diff(self.start_V1)[terms])
-        return np.bincount(self.doc_P[postings], weights=idf_P * self.weight_P[postings], minlength=self.num_docs)
+        return self.engine.get_scores(terms)
 
 
 def query_text(question: str, keywords: Sequence[str]) -> str:
