@@ -15,8 +15,7 @@ from rubric_jax.calibration.stats import (
     quadratic_kappa,
     rankdata,
     spearman,
-    t_quantile,
 )
 
 __all__ = ["Interval", "OLSFit", "Statistic", "bootstrap_ci", "kendall_tau_b", "ols", "quadratic_kappa", "rankdata",
-           "spearman", "t_quantile"]
+           "spearman"]
