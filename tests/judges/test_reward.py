@@ -367,3 +367,32 @@ def test_an_answer_of_invisible_characters_fails_the_format_gate():
     responses = ["<think>t</think><answer>\u200b\u200b\u200b</answer>", "<think>t</think><answer>\u2060\ufeff</answer>"]
     out = RubricReward([rubric_])([question] * 2, responses, [rubric_] * 2)
     assert (out.scores[:, out.dimension_ids.index("format")] == 0).all() and (out.reward == 0).all()
+
+
+@pytest.mark.parametrize("blank", ["\u2800\u2800\u2800", "\u0301\u0336\u0489", "\ue000\ue001", "\u0378\U0002fffe",
+                                   "\u3164 \uffa0", "e\u0336"[1:] * 4, "<!-- Sorry, account -->", "<span hidden>ok</span>"])
+def test_a_blank_looking_answer_fails_the_format_gate(blank):
+    """Issue 38, R2: braille blanks, combining marks alone, private-use or unassigned code points, fillers and hidden
+    markup passed the tiny rubric's format gate (0.500, as much as a real rude answer)."""
+    question, rubric_ = _tiny_row("health-en-10-1")
+    out = RubricReward([rubric_])([question], [f"<think>t</think><answer>{blank}</answer>"], [rubric_])
+    assert out.scores[0, out.dimension_ids.index("format")] == 0 and out.reward[0] == 0
+
+
+KEYWORD = {"id": "account", "description": "names the account", "kind": "rule", "rule": "keywords",
+           "params": {"words": ["account", "sorry"]}, "scale": {"kind": "binary"}, "anchors": BINARY}
+
+
+@pytest.mark.parametrize("hidden", [
+    "<!-- Sorry, account -->", "[//]: # (account)", "<details>\n<summary>More</summary>\naccount\n</details>",
+    "<span hidden>account</span>", '<span style="display:none">account</span>', '<p style="font-size: 0">account</p>',
+    '<abbr title="account">it</abbr>', "![account](a.png)", "[it](https://example.com/account)",
+    '[ref]: https://example.com "account"', "<template>account</template>", "<!--\naccount",
+])
+def test_hidden_markup_earns_no_credit(hidden):
+    """Issue 38, R4: a comment, a link reference definition and a collapsed <details> earned keyword credit (0.750
+    against 0.500) though a renderer shows none of it; so did hidden elements, attributes, alt text and link URLs."""
+    r = rubric([FORMAT, KEYWORD])
+    answers = ["Log in again.", f"Log in again.\n{hidden}\n", "Log in to your account again."]
+    out = RubricReward([r])(["q"] * 3, [f"<think>t</think><answer>{a}</answer>" for a in answers], [r] * 3)
+    np.testing.assert_array_equal(out.reward, [0.5, 0.5, 1.0])
