@@ -76,13 +76,18 @@ _MARKS_RE = regex.compile(r"(?![\u3099\u309a])[\p{Mn}\p{Me}]+")  # combining mar
 _IN_WORD_HYPHEN_RE = regex.compile(r"(?<=\p{L})[-\u2010\u2011](?:[ \t]*\n[ \t]*)?(?=\p{L})")
 # Markup a renderer does not show (strip_hidden): each alternative matches where a construct opens.
 _ATTRS = r"""(?:\s+[A-Za-z_:][\w.:-]*(?:\s*=\s*(?:[^\s"'=<>`]+|'[^']*'|"[^"]*"))?)*\s*/?"""
+# A link's destination and optional title, in parentheses (bounded: an unclosed one costs no rescans).
+_DESTINATION = r"""\([ \t]*(?:<[^<>\n]{0,999}>|[^\s()]{0,2048})(?:[ \t]+(?:"[^"\n]{0,999}"|'[^'\n]{0,999}'))?[ \t]*\)"""
+_LABEL = r"^[ ]{0,3}\[((?:[^\]\\\n]|\\.){1,999})\]:[ \t]*\S"  # a link reference definition's start and label
+_LABEL_RE = regex.compile(_LABEL, regex.MULTILINE)
 _MARKUP_RE = regex.compile(rf"""
     (?P<fence>^[ ]{{0,3}}(?P<fence_run>`{{3,}}|~{{3,}}))               # a fenced code block: shown as written
   | (?P<ticks>`+)                                                   # a code span: shown as written
+  | (?P<block_comment>^[ ]{{0,3}}<!--)                              # an HTML block: never closed, it runs to the end
   | (?P<comment><!--)
-  | (?P<refdef>^[ ]{{0,3}}\[(?:[^\]\\\n]|\\.)+\]:[ \t]*\S[^\n]*)      # a link reference definition
-  | (?P<image>!\[[^\]\n]*\]\([^)\n]*\))
-  | \[(?P<link>[^\]\n]*)\](?:\([^)\n]*\)|\[[^\]\n]*\])              # a link: its text is shown
+  | (?P<refdef>{_LABEL}[^\n]*)                                      # a link reference definition
+  | (?P<image>!\[[^\]\n]{{0,999}}\]{_DESTINATION})
+  | \[(?P<link>[^\]\n]{{0,999}})\](?:{_DESTINATION}|\[(?P<ref>[^\]\n]{{0,999}})\])  # a link: its text is shown
   | <(?P<tag>(?!(?:think|answer)\b)[A-Za-z][A-Za-z0-9-]*)(?P<attrs>{_ATTRS})>
 """, regex.VERBOSE | regex.MULTILINE)
 _HIDING_STYLE_RE = regex.compile(
@@ -91,6 +96,8 @@ _HIDING_STYLE_RE = regex.compile(
 _ATTR_RE = regex.compile(r"""([A-Za-z_:][\w.:-]*)(?:\s*=\s*([^\s"'=<>`]+|'[^']*'|"[^"]*"))?""")
 _PROTOCOL_TAG_RE = regex.compile(r"(</?(?:think|answer)>)")
 HIDDEN_ELEMENTS = ("script", "style", "template", "head", "title")  # never shown, whatever their attributes
+# Elements without content or closing tag: hiding one hides nothing after it.
+VOID_ELEMENTS = ("area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr")
 _SUMMARY_RE = regex.compile(r"<summary\b[^>]*>(.*?)(?:</summary\s*>|\Z)", regex.DOTALL | regex.IGNORECASE)
 # Traditional -> Simplified for the characters of the shipped phrase lists (rules.DEFAULT_TEMPLATES and
 # DEFAULT_DISCLAIMERS, the keywords of configs/rubrics and rubric_jax/assets) whose forms differ: 最後, 建議就醫, ...
@@ -186,11 +193,14 @@ def _element(text: str, m: regex.Match) -> tuple[str, int]:
     tag = m.group("tag").lower()
     attrs = {name.lower(): value.strip("'\"") for name, value in _ATTR_RE.findall(m.group("attrs"))}
     hidden = tag in HIDDEN_ELEMENTS or "hidden" in attrs or _HIDING_STYLE_RE.search(attrs.get("style", ""))
+    empty = tag in VOID_ELEMENTS or m.group("attrs").rstrip().endswith("/")
+    if hidden and empty:
+        return "", m.end()
     if hidden or (tag == "details" and "open" not in attrs):
         close_start, close_end = _element_end(text, m.end(), tag)
         summary = None if hidden else _SUMMARY_RE.search(text, m.end(), close_start)
         return (_strip_hidden_markup(summary.group(1)) if summary else ""), close_end
-    return f"<{m.group('tag')}{'/' if m.group('attrs').rstrip().endswith('/') else ''}>", m.end()
+    return f"<{m.group('tag')}{'/' if empty and tag not in VOID_ELEMENTS else ''}>", m.end()
 
 
 def _code_end(text: str, m: regex.Match) -> int:
@@ -215,21 +225,25 @@ def strip_hidden(text: str) -> str:
 
 def _strip_hidden_markup(text: str) -> str:
     """`text` (no think or answer tag in it) without the markup a renderer does not show."""
-    out, pos = [], 0
+    out, pos, close = [], 0, -1
+    labels = {label.casefold() for label in _LABEL_RE.findall(text)}
     while (m := _MARKUP_RE.search(text, pos)) is not None:
         out.append(text[pos:m.start()])
         if m.group("fence") or m.group("ticks"):
             end = _code_end(text, m)
             out.append(text[m.start():end])
-        elif m.group("comment"):
-            close = text.find("-->", m.end())
-            at_line_start = not text[text.rfind("\n", 0, m.start()) + 1:m.start()].strip(" ")
-            end = close + 3 if close >= 0 else (len(text) if at_line_start else m.end())
-            out.append("" if close >= 0 or at_line_start else m.group())
+        elif m.group("comment") or m.group("block_comment"):
+            if close < m.end():  # the first "-->" after it (found again only once passed: no rescans)
+                close = text.find("-->", m.end()) % (len(text) + 1)  # none: len(text)
+            closed = close < len(text)
+            end = close + 3 if closed else (len(text) if m.group("block_comment") else m.end())
+            out.append("" if closed or m.group("block_comment") else m.group())
         elif m.group("refdef") or m.group("image"):
             end = m.end()
-        elif m.group("link") is not None:
-            out.append(m.group("link"))
+        elif m.group("link") is not None:  # `[text][label]` is a link only when the label is defined
+            label = m.group("ref") or m.group("link")
+            defined = m.group("ref") is None or label.casefold() in labels
+            out.append(m.group("link") if defined else m.group())
             end = m.end()
         else:
             shown_text, end = _element(text, m)

@@ -161,8 +161,10 @@ def test_hyphens_inside_words_are_a_second_form(written):
     ('<span style="font-size:0.5em">account</span>', "<span>account</span>"),  # small is shown
     ('<span style="background-color: transparent">account</span>', "<span>account</span>"),
     ('<span title="account" data-x=account>Hi</span>', "<span>Hi</span>"),  # attributes are never shown
-    ('<img alt="account" src="a.png"/>![account](a.png)', "<img/>"),
-    ('[Hi](https://x.example/account "account") and [there][account]', "Hi and there"),
+    ('<img alt="account" src="a.png"/>![account](a.png)', "<img>"),
+    ('<img hidden src="a.png"> shown <br style="display:none"> <x-note hidden/>too', " shown  too"),  # no content
+    ('[Hi](https://x.example/account "account") and [there][account]\n[account]: /a', "Hi and there\n"),
+    ("[Hi][account] is text: no such label", "[Hi][account] is text: no such label"),
     ("`<!-- account -->` and\n```\n<!-- account -->\n```\n", "`<!-- account -->` and\n```\n<!-- account -->\n```\n"),
     ("a<b and c>d, x < y", "a<b>d, x < y"),  # a tag by CommonMark's grammar; a lone < is text
     ("<answer>a<!-- </answer> --></answer>", "<answer>a<!-- </answer> --></answer>"),  # no markup hides a tag
