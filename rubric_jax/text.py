@@ -16,9 +16,10 @@ CommonMark with HTML.
             alt text and link destinations and titles (`[text](url "title")` shows `text`). Code spans and fenced
             code blocks are shown as written. The think and answer tags are the response's own protocol, never HTML:
             no markup hides them, and the text between two of them is rendered alone;
-  visible   text is visible when it has a letter, digit, symbol or punctuation mark once the above is removed,
-            other than the blank-rendering ones (BLANKS: braille blank U+2800, the Hangul fillers, the musical null
-            notehead): combining marks alone, private-use and unassigned code points and spaces are not.
+  visible   text is visible when it has a letter, digit, symbol or punctuation mark other than the blank-rendering
+            ones (BLANKS: braille blank U+2800, the Hangul fillers, the musical null notehead) once invisible
+            characters are removed (a dimension's text is shown: its hidden markup is gone too); combining marks
+            alone, private-use and unassigned code points and spaces are not visible.
 
 Parts of a response (`parts`, `read`), on the response as shown (above):
   think     the text inside every `<think>…</think>` block (a block never closed runs to the end), plus, when
@@ -170,10 +171,10 @@ def shown(text: str) -> str:
 
 
 def visible(text: str) -> bool:
-    """True if `text` shows a letter, digit, symbol or punctuation mark once invisible characters and hidden markup
-    are removed (blank-rendering ones, BLANKS, do not count; nor do combining marks, private-use or unassigned
-    code points and spaces)."""
-    return _VISIBLE_RE.search(shown(text)) is not None
+    """True if `text` has a letter, digit, symbol or punctuation mark once invisible characters are removed
+    (blank-rendering ones, BLANKS, do not count; nor do combining marks, private-use or unassigned code points and
+    spaces). Markup counts as written: a dimension's text comes `shown` already, and a rule's pattern is no markup."""
+    return _VISIBLE_RE.search(strip_invisible(text)) is not None
 
 
 def _element_end(text: str, start: int, tag: str) -> tuple[int, int]:

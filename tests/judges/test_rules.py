@@ -160,6 +160,12 @@ def test_chinese_rules_still_match_after_normalisation():
     assert R.count_length("多喝水，多休息。", "auto") == 6
 
 
+def test_a_pattern_or_phrase_of_markup_is_visible_text():
+    """A rule's parameters are not rendered: a pattern or keyword naming hidden markup is text like any other."""
+    np.testing.assert_array_equal(q("regex", {"pattern": "<!--", "mode": "must_not"}, ["a <!-- b", "a b"]), [0, 1])
+    R.make_rule("keywords", {"words": ["<details>", "[//]: # (x)"]})
+
+
 def test_a_phrase_without_visible_text_is_refused():
     for words in (["\u200b"], [" \u2060 "]):
         with pytest.raises(R.RuleError, match="rule 'keywords', param 'words': expected a string with visible text"):
