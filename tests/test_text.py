@@ -112,13 +112,14 @@ def test_blank_looking_text_is_not_visible(blank):
     assert not text.visible(text.shown(f"<!-- x --><span hidden>y</span>{blank}"))  # only hidden markup besides
 
 
-@pytest.mark.parametrize("shown", [".", "a", "\u0663", "\u20ac", "\u2801", "\u00e9", "e\u0301", "\u4e00", "`<!-- x -->`"])
+@pytest.mark.parametrize("shown", [".", "a", "\u0663", "\u20ac", "\u2801", "\u00e9", "e\u0301", "\u4e00", "<!--"])
 def test_letters_digits_symbols_and_punctuation_are_visible(shown):
     assert text.visible(shown)
 
 
 # Issue 38, R3: marks drawn over or under letters keep them legible: they fold away (kana voicing marks stay).
-@pytest.mark.parametrize("mark", ["\u0336", "\u0332", "\u20d2", "\u0335", "\u0338", "\u0305", "\u20e5", "\u0489", "\u0301"])
+@pytest.mark.parametrize("mark", ["\u0336", "\u0332", "\u20d2", "\u0335", "\u0338", "\u0305", "\u20e5", "\u0489",
+                                  "\u0301"])
 def test_combining_marks_fold_away(mark):
     assert text.fold(mark.join("refund") + mark) == "refund"
     assert text.fold(f"F{mark}irstly") == "firstly"

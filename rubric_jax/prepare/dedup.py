@@ -34,8 +34,8 @@ class DedupError(ValueError):
 
 
 def normalize_text(text: str) -> str:
-    """`text.fold` (combining marks removed, NFKC, lookalikes made ASCII, case-folded), letters and digits only: what two copies of one
-    question still share."""
+    """`text.fold` (combining marks removed, NFKC, lookalikes made ASCII, case-folded), letters and digits only:
+    what two copies of one question still share."""
     return _NOT_LETTER_OR_DIGIT.sub("", text_forms.fold(text))
 
 

@@ -249,8 +249,8 @@ def test_adversarial_responses_through_real_generate(tok):
 
 
 def test_failed_scores_are_counted_per_dimension_and_cause(tok, monkeypatch):
-    """A regex that backtracks past its timeout (NaN, masked) and a judge prompt that does not fit (the minimum, issue 38
-    R1): each counted."""
+    """A regex that backtracks past its timeout (NaN, masked) and a judge prompt that does not fit (the minimum,
+    issue 38 R1): each counted."""
     monkeypatch.setattr(R, "REGEX_TIMEOUT_S", 0.05, raising=False)  # not raising: the test hung before the fix
     slow = {"id": "no_trailing_a", "description": "does not end in a's", "kind": "rule", "rule": "regex",
             "params": {"pattern": "(a|aa)+$", "mode": "must_not"}, "scale": {"kind": "binary"}, "anchors": BINARY}
@@ -373,7 +373,7 @@ def test_an_answer_of_invisible_characters_fails_the_format_gate():
 
 
 @pytest.mark.parametrize("blank", ["\u2800\u2800\u2800", "\u0301\u0336\u0489", "\ue000\ue001", "\u0378\U0002fffe",
-                                   "\u3164 \uffa0", "e\u0336"[1:] * 4, "<!-- Sorry, account -->", "<span hidden>ok</span>"])
+                                   "\u3164 \uffa0", "\u0336" * 4, "<!-- Sorry, account -->", "<span hidden>ok</span>"])
 def test_a_blank_looking_answer_fails_the_format_gate(blank):
     """Issue 38, R2: braille blanks, combining marks alone, private-use or unassigned code points, fillers and hidden
     markup passed the tiny rubric's format gate (0.500, as much as a real rude answer)."""
@@ -419,7 +419,7 @@ PADDINGS = {
 
 def _politeness_reward(tok, method="weighted_sum", **dims):
     """A rubric of a keyword rule and the LLM politeness criterion (`dims` overrides its fields), and a reward whose
-    stub judge calls any response with `idiot` in it rude (1), else polite (3); its prompts fit 60 tokens of response."""
+    stub judge calls a response with `idiot` in it rude (1), else polite (3); its prompts fit 60 tokens of response."""
     r = rubric([KEYWORD, dict(POLITE, **dims)], method=method)
     short_len = max(map(len, data.encode_chats(tok, [lj.single_prompt("q", RUDE, r.dimension("politeness"),
                                                                       nonce="0" * 16).messages])))
