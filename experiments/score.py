@@ -105,7 +105,8 @@ def score_file(rows: list[dict[str, Any]], rubrics: list[Rubric], reward: Rubric
                 **row,
                 "scores": {d: _number(raw[i, c]) for d, c in zip(rubric.dimension_ids, cols)},
                 "normalized_scores": {d: _number(result.scores[i, c]) for d, c in zip(rubric.dimension_ids, cols)},
-                "failed": [d for d, c in zip(rubric.dimension_ids, cols) if not result.valid[i, c]],
+                # no score, or the minimum for a response too long to judge (valid, raw NaN: judges/reward.py)
+                "failed": [d for d, c in zip(rubric.dimension_ids, cols) if np.isnan(raw[i, c])],
                 "reward": float(result.reward[i]),
                 "reward_ok": bool(result.details["reward_ok"][i]),
                 "rubric_name": rubric.name, "rubric_version": rubric.version, "rubric_hash": rubric.content_hash,

@@ -1,6 +1,27 @@
 """What a judge reads of a response, and the normalised text rules match on (one place for both).
 
-Parts of a response (`parts`, `read`), on the response with its invisible characters removed:
+What counts as shown (`shown`, `strip_invisible`, `visible`): a response is read as a user sees it rendered as
+CommonMark with HTML.
+  order     bidi overrides (U+202E RLO / U+202D LRO ... U+202C PDF, a paragraph end closing them) are applied:
+            the characters they cover are put in the order they are displayed (`\u202eyltsriF\u202c` is
+            "Firstly"); embeddings and isolates are only removed (they never reorder the letters of a word);
+  invisible Unicode default-ignorable code points, format and control characters and lone surrogates are
+            removed (whitespace controls such as tab, newlines and form feed kept);
+  hidden    markup a renderer does not show is removed (`strip_hidden`): HTML comments (one opening a line and
+            never closed hides the rest, as an HTML block does), link reference definitions (`[//]: # (x)`),
+            a collapsed `<details>` (no `open` attribute) but for its `<summary>` text, every element with a
+            `hidden` attribute or a style that hides it (display:none, visibility:hidden, a zero font-size,
+            opacity, width or height, color:transparent) and every script, style, template, head and title
+            element, with their content, HTML tag attributes (title, alt, data-*: never shown as text), image
+            alt text and link destinations and titles (`[text](url "title")` shows `text`). Code spans and fenced
+            code blocks are shown as written. The think and answer tags are the response's own protocol, never HTML:
+            no markup hides them, and the text between two of them is rendered alone;
+  visible   text is visible when it has a letter, digit, symbol or punctuation mark other than the blank-rendering
+            ones (BLANKS: braille blank U+2800, the Hangul fillers, the musical null notehead) once invisible
+            characters are removed (a dimension's text is shown: its hidden markup is gone too); combining marks
+            alone, private-use and unassigned code points and spaces are not visible.
+
+Parts of a response (`parts`, `read`), on the response as shown (above):
   think     the text inside every `<think>…</think>` block (a block never closed runs to the end), plus, when
             a `</think>` comes with no opening tag (a chat template that opens the think block in the
             prompt), everything before the last such `</think>`;
@@ -8,22 +29,28 @@ Parts of a response (`parts`, `read`), on the response with its invisible charac
             next `</answer>` (or to the end when it is never closed: a truncated answer is still what the
             user is shown); with no `<answer>` tag, all of what is left (a plain response is all answer);
             surrounding whitespace removed, so an answer of only invisible characters is empty;
-  response  the whole response (invisible characters removed).
+  response  the whole response as shown.
 A rubric dimension says which part its judge reads (`Dimension.reads`, one of READS: "answer" by default),
 so text inside `<think>` earns nothing unless a dimension asks for it.
 
-Normalisation for matching (`fold`): invisible characters removed (Unicode default-ignorable code points,
-format and control characters, lone surrogates; whitespace controls such as tab, newlines and form feed kept), NFKC (fullwidth
-and mathematical letters, ligatures, compatibility ideographs), Latin lookalikes mapped to ASCII (CONFUSABLES),
-case folded. Chinese, Japanese and Korean text keeps its characters (NFKC only unifies compatibility
-ideographs and makes fullwidth punctuation ASCII), so 首先…其次…最后 matches as before.
+Normalisation for matching (`fold`): bidi overrides applied and invisible characters removed (as above), combining
+marks removed (NFKD, then every nonspacing or enclosing mark dropped but the kana voicing marks: strike-through
+U+0336, underline U+0332, overlays U+20D2 and accents alike, so `re̶fund` and `résumé` fold to `refund` and
+`resume`), NFKC (fullwidth and mathematical letters, ligatures, compatibility ideographs), the Traditional Chinese
+forms of the characters in the shipped phrase lists made Simplified (TRADITIONAL: 最後 is 最后, 建議就醫 is 建议就医),
+Latin lookalikes mapped to ASCII (CONFUSABLES), case folded. Chinese, Japanese and Korean text otherwise keeps its
+characters (NFKC only unifies compatibility ideographs and makes fullwidth punctuation ASCII), so 首先…其次…最后
+matches as before. `forms` adds the folded text with hyphens inside words removed (`First-ly`, `Fi-\nrstly`): a
+phrase rule matches either form.
 
 CONFUSABLES: every Latin (non-ASCII), Greek, Cyrillic, Armenian, Cherokee and Coptic letter or digit that
 Unicode TR39's confusables.txt maps to a single ASCII letter or digit and that NFKC leaves non-ASCII
 (Unicode 15.1 data as shipped in the confusable-homoglyphs 3.3.1 package, regenerated by hand; a capital
 whose prototype is "l" maps to "I"). Not covered: other scripts' lookalikes (Lisu, Canadian syllabics,
 Warang Citi, ...), multi-character lookalikes ("rn" for "m"), ASCII lookalikes of each other (I/l/1, 0/O),
-punctuation lookalikes, and letters with added combining marks (NFKC composes them into other letters).
+punctuation lookalikes. Not covered either: letters split by other characters (`F.i.r.s.t.l.y`, `F i r s t`),
+Traditional characters outside TRADITIONAL, and the bidi algorithm's reordering of right-to-left letters
+(phrase lists hold left-to-right text, written in logical order).
 """
 
 from __future__ import annotations
@@ -31,6 +58,7 @@ from __future__ import annotations
 import dataclasses
 import unicodedata
 
+import numpy as np
 import regex
 
 READS = ("answer", "think", "response")  # Dimension.reads: which part of a response its judge sees
@@ -39,6 +67,42 @@ THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE = "<think>", "</think>", "<an
 # Whitespace controls (tab, line/form feed, vertical tab, separators, next line) stay: they separate words.
 _INVISIBLE_RE = regex.compile(r"(?![\t\n\r\x0b\x0c\x1c-\x1f\x85])[\p{Default_Ignorable_Code_Point}\p{Cc}\p{Cf}\p{Cs}]+")
 _THINK_BLOCK_RE = regex.compile(r"<think>(.*?)(?:</think>|\Z)", regex.DOTALL)
+RLO, LRO, PDF = "\u202e", "\u202d", "\u202c"  # right-to-left / left-to-right override, pop directional formatting
+_PARAGRAPH_END_RE = regex.compile(r"([\n\r\x1c-\x1e\x85\u2029])")  # bidi paragraph separators: they close overrides
+MAX_BIDI_DEPTH = 125  # the bidi algorithm's deepest embedding; deeper overrides are ignored, as it ignores them
+# Letters and symbols that render as blank space (visible() does not count them).
+BLANKS = "\u2800\u115f\u1160\u3164\uffa0\U0001d159"
+_VISIBLE_RE = regex.compile(rf"(?![{BLANKS}])[\p{{L}}\p{{N}}\p{{S}}\p{{P}}]")
+_MARKS_RE = regex.compile(r"(?![\u3099\u309a])[\p{Mn}\p{Me}]+")  # combining marks but the kana voicing marks
+_IN_WORD_HYPHEN_RE = regex.compile(r"(?<=\p{L})[-\u2010\u2011](?:[ \t]*\n[ \t]*)?(?=\p{L})")
+# Markup a renderer does not show (strip_hidden): each alternative matches where a construct opens.
+_ATTRS = r"""(?:\s+[A-Za-z_:][\w.:-]*(?:\s*=\s*(?:[^\s"'=<>`]+|'[^']*'|"[^"]*"))?)*\s*/?"""
+# A link's destination and optional title, in parentheses (bounded: an unclosed one costs no rescans).
+_DESTINATION = r"""\([ \t]*(?:<[^<>\n]{0,999}>|[^\s()]{0,2048})(?:[ \t]+(?:"[^"\n]{0,999}"|'[^'\n]{0,999}'))?[ \t]*\)"""
+_LABEL = r"^[ ]{0,3}\[((?:[^\]\\\n]|\\.){1,999})\]:[ \t]*\S"  # a link reference definition's start and label
+_LABEL_RE = regex.compile(_LABEL, regex.MULTILINE)
+_MARKUP_RE = regex.compile(rf"""
+    (?P<fence>^[ ]{{0,3}}(?P<fence_run>`{{3,}}|~{{3,}}))               # a fenced code block: shown as written
+  | (?P<ticks>`+)                                                   # a code span: shown as written
+  | (?P<block_comment>^[ ]{{0,3}}<!--)                              # an HTML block: never closed, it runs to the end
+  | (?P<comment><!--)
+  | (?P<refdef>{_LABEL}[^\n]*)                                      # a link reference definition
+  | (?P<image>!\[[^\]\n]{{0,999}}\]{_DESTINATION})
+  | \[(?P<link>[^\]\n]{{0,999}})\](?:{_DESTINATION}|\[(?P<ref>[^\]\n]{{0,999}})\])  # a link: its text is shown
+  | <(?P<tag>(?!(?:think|answer)\b)[A-Za-z][A-Za-z0-9-]*)(?P<attrs>{_ATTRS})>
+""", regex.VERBOSE | regex.MULTILINE)
+_HIDING_STYLE_RE = regex.compile(
+    r"(?<![\w-])(?:display\s*:\s*none|visibility\s*:\s*(?:hidden|collapse)|color\s*:\s*transparent"
+    r"|(?:font-size|opacity|(?:max-)?(?:width|height))\s*:\s*[0.]+[a-z%]*\s*(?:[;!]|$))", regex.IGNORECASE)
+_ATTR_RE = regex.compile(r"""([A-Za-z_:][\w.:-]*)(?:\s*=\s*([^\s"'=<>`]+|'[^']*'|"[^"]*"))?""")
+_PROTOCOL_TAG_RE = regex.compile(r"(</?(?:think|answer)>)")
+HIDDEN_ELEMENTS = ("script", "style", "template", "head", "title")  # never shown, whatever their attributes
+# Elements without content or closing tag: hiding one hides nothing after it.
+VOID_ELEMENTS = ("area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr")
+_SUMMARY_RE = regex.compile(r"<summary\b[^>]*>(.*?)(?:</summary\s*>|\Z)", regex.DOTALL | regex.IGNORECASE)
+# Traditional -> Simplified for the characters of the shipped phrase lists (rules.DEFAULT_TEMPLATES and
+# DEFAULT_DISCLAIMERS, the keywords of configs/rubrics and rubric_jax/assets) whose forms differ: 最後, 建議就醫, ...
+TRADITIONAL = str.maketrans("後僅優會傷醫壓參發髮號員諮頭換時曬燒碼議詢賬貨過遞飲", "后仅优会伤医压参发发号员咨头换时晒烧码议询账货过递饮")
 
 # ASCII prototype -> its lookalikes (see the module docstring for the source and what is not covered).
 _LOOKALIKES = {
@@ -55,16 +119,139 @@ _LOOKALIKES = {
 CONFUSABLES = {ord(c): ascii_ for ascii_, lookalikes in _LOOKALIKES.items() for c in lookalikes}
 
 
+def _override_levels(line: str) -> tuple[list[str], list[int]]:
+    """The characters of one bidi paragraph without its override controls, and each one's embedding level: 0 outside
+    overrides, the next odd level inside an RLO, the next even one inside an LRO (a PDF closes the last)."""
+    chars, levels, stack = [], [], [0]
+    for c in line:
+        if c in (RLO, LRO):
+            level = stack[-1] + 1
+            level += (level % 2 == 1) != (c == RLO)
+            if level <= MAX_BIDI_DEPTH:
+                stack.append(level)
+        elif c == PDF:
+            if len(stack) > 1:
+                stack.pop()
+        else:
+            chars.append(c)
+            levels.append(stack[-1])
+    return chars, levels
+
+
+def _display_line(line: str) -> str:
+    """One paragraph in display order (the bidi algorithm's rule L2 on override levels: from the highest level down
+    to 1, every run at that level or higher is reversed)."""
+    chars, levels = _override_levels(line)
+    levels_C = np.asarray(levels, dtype=np.int64)
+    for level in range(int(levels_C.max(initial=0)), 0, -1):
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], levels_C >= level, [0]]).astype(np.int8)))
+        for start, end in zip(edges[::2], edges[1::2]):
+            chars[start:end] = chars[start:end][::-1]
+            levels_C[start:end] = levels_C[start:end][::-1]
+    return "".join(chars)
+
+
+def display_order(text: str) -> str:
+    """`text` with its bidi overrides applied: what they cover in the order it is displayed, the controls gone."""
+    if RLO not in text and LRO not in text:
+        return text
+    return "".join(_display_line(part) for part in _PARAGRAPH_END_RE.split(text))
+
+
 def strip_invisible(text: str) -> str:
-    """`text` without default-ignorable, format and control characters (zero-width spaces and joiners,
-    soft hyphens, bidi controls, tag characters, variation selectors, Hangul fillers); whitespace controls (tab,
-    newlines, form feed, ...) kept, since they separate words."""
-    return _INVISIBLE_RE.sub("", text)
+    """`text` in display order (`display_order`), without default-ignorable, format and control characters
+    (zero-width spaces and joiners, soft hyphens, bidi controls, tag characters, variation selectors, Hangul
+    fillers); whitespace controls (tab, newlines, form feed, ...) kept, since they separate words."""
+    return _INVISIBLE_RE.sub("", display_order(text))
+
+
+def shown(text: str) -> str:
+    """`text` as a user sees it: in display order, without invisible characters and hidden markup."""
+    return strip_hidden(strip_invisible(text))
 
 
 def visible(text: str) -> bool:
-    """True if `text` has a character that is neither invisible nor whitespace."""
-    return bool(strip_invisible(text).strip())
+    """True if `text` has a letter, digit, symbol or punctuation mark once invisible characters are removed
+    (blank-rendering ones, BLANKS, do not count; nor do combining marks, private-use or unassigned code points and
+    spaces). Markup counts as written: a dimension's text comes `shown` already, and a rule's pattern is no markup."""
+    return _VISIBLE_RE.search(strip_invisible(text)) is not None
+
+
+def _element_end(text: str, start: int, tag: str) -> tuple[int, int]:
+    """Where the element whose opening tag ends at `start` closes: (start, end) of its matching closing tag, nested
+    elements of the same name counted; (len, len) when it is never closed (it runs to the end)."""
+    depth = 1
+    for m in regex.finditer(rf"<(/?){regex.escape(tag)}\b{_ATTRS}>", text, regex.IGNORECASE, pos=start):
+        depth += -1 if m.group(1) else 1
+        if depth == 0:
+            return m.start(), m.end()
+    return len(text), len(text)
+
+
+def _element(text: str, m: regex.Match) -> tuple[str, int]:
+    """What an HTML opening tag `m` shows, and where scanning resumes: a hidden element nothing, a collapsed
+    `<details>` its summary's text, any other tag itself without its attributes (its content is scanned next)."""
+    tag = m.group("tag").lower()
+    attrs = {name.lower(): value.strip("'\"") for name, value in _ATTR_RE.findall(m.group("attrs"))}
+    hidden = tag in HIDDEN_ELEMENTS or "hidden" in attrs or _HIDING_STYLE_RE.search(attrs.get("style", ""))
+    empty = tag in VOID_ELEMENTS or m.group("attrs").rstrip().endswith("/")
+    if hidden and empty:
+        return "", m.end()
+    if hidden or (tag == "details" and "open" not in attrs):
+        close_start, close_end = _element_end(text, m.end(), tag)
+        summary = None if hidden else _SUMMARY_RE.search(text, m.end(), close_start)
+        return (_strip_hidden_markup(summary.group(1)) if summary else ""), close_end
+    return f"<{m.group('tag')}{'/' if empty and tag not in VOID_ELEMENTS else ''}>", m.end()
+
+
+def _code_end(text: str, m: regex.Match) -> int:
+    """Where a code block or span opened by `m` ends (a block never closed runs to the end; a run of backticks never
+    closed by one as long is literal text and ends where it does)."""
+    if m.group("fence"):
+        run = m.group("fence_run")
+        close = regex.compile(rf"^[ ]{{0,3}}{regex.escape(run[0])}{{{len(run)},}}[ \t]*$", regex.MULTILINE)
+        found = close.search(text, text.find("\n", m.end()) + 1 or len(text))
+        return found.end() if found else len(text)
+    found = regex.compile(rf"(?<!`){m.group('ticks')}(?!`)").search(text, m.end())
+    return found.end() if found else m.end()
+
+
+def strip_hidden(text: str) -> str:
+    """`text` without the markup a CommonMark-with-HTML renderer does not show (see the module docstring), each
+    stretch between the think and answer tags rendered alone (the tags are the response's protocol: no markup
+    hides them)."""
+    stretches = _PROTOCOL_TAG_RE.split(text)
+    return "".join(s if i % 2 else _strip_hidden_markup(s) for i, s in enumerate(stretches))
+
+
+def _strip_hidden_markup(text: str) -> str:
+    """`text` (no think or answer tag in it) without the markup a renderer does not show."""
+    out, pos, close = [], 0, -1
+    labels = {label.casefold() for label in _LABEL_RE.findall(text)}
+    while (m := _MARKUP_RE.search(text, pos)) is not None:
+        out.append(text[pos:m.start()])
+        if m.group("fence") or m.group("ticks"):
+            end = _code_end(text, m)
+            out.append(text[m.start():end])
+        elif m.group("comment") or m.group("block_comment"):
+            if close < m.end():  # the first "-->" after it (found again only once passed: no rescans)
+                close = text.find("-->", m.end()) % (len(text) + 1)  # none: len(text)
+            closed = close < len(text)
+            end = close + 3 if closed else (len(text) if m.group("block_comment") else m.end())
+            out.append("" if closed or m.group("block_comment") else m.group())
+        elif m.group("refdef") or m.group("image"):
+            end = m.end()
+        elif m.group("link") is not None:  # `[text][label]` is a link only when the label is defined
+            label = m.group("ref") or m.group("link")
+            defined = m.group("ref") is None or label.casefold() in labels
+            out.append(m.group("link") if defined else m.group())
+            end = m.end()
+        else:
+            shown_text, end = _element(text, m)
+            out.append(shown_text)
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def skeleton(text: str) -> str:
@@ -72,9 +259,15 @@ def skeleton(text: str) -> str:
     return text.translate(CONFUSABLES)
 
 
+def strip_marks(text: str) -> str:
+    """`text` without combining marks (NFKD, then nonspacing and enclosing marks dropped, kana voicing marks kept)."""
+    return _MARKS_RE.sub("", unicodedata.normalize("NFKD", text))
+
+
 def normalize(text: str) -> str:
-    """Invisible characters removed, then NFKC: what the matching rules compare before skeletons."""
-    return unicodedata.normalize("NFKC", strip_invisible(text))
+    """Invisible characters and combining marks removed, NFKC, Traditional forms of TRADITIONAL made Simplified:
+    what the matching rules compare before skeletons."""
+    return unicodedata.normalize("NFKC", strip_marks(strip_invisible(text))).translate(TRADITIONAL)
 
 
 def fold(text: str, casefold: bool = True) -> str:
@@ -84,6 +277,14 @@ def fold(text: str, casefold: bool = True) -> str:
     if not casefold:
         return folded
     return skeleton(folded.casefold()).casefold()  # case folding can make a lookalike (Cherokee folds upwards)
+
+
+def forms(text: str, casefold: bool = True) -> tuple[str, ...]:
+    """The forms a phrase may match in `text`: its `fold`, and that fold with the hyphens inside words removed
+    (`First-ly` reads as Firstly) when it has any."""
+    folded = fold(text, casefold)
+    joined = _IN_WORD_HYPHEN_RE.sub("", folded)
+    return (folded,) if joined == folded else (folded, joined)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +298,7 @@ class Parts:
 
 def parts(response: str) -> Parts:
     """The think and answer text of a response (see the module docstring for the exact rules)."""
-    text = strip_invisible(response)
+    text = shown(response)
     thinks = _THINK_BLOCK_RE.findall(text)
     rest = _THINK_BLOCK_RE.sub("", text)
     if THINK_CLOSE in rest:  # closes a think block opened before the response (in the prompt)
@@ -114,7 +315,7 @@ def parts(response: str) -> Parts:
 def read(response: str, reads: str) -> str:
     """The part of `response` a dimension with `reads` (one of READS) judges."""
     if reads == "response":
-        return strip_invisible(response)
+        return shown(response)
     if reads == "answer":
         return parts(response).answer
     if reads == "think":

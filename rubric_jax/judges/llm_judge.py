@@ -54,14 +54,14 @@ from rubric_jax import data, distributed, loader, padding, sampling, sharding
 from rubric_jax.judges import cascade
 from rubric_jax.judges.http_backend import COMMON_SPECIAL_TOKENS, summarize
 from rubric_jax.judges.parser import parse_verdict
-from rubric_jax.judges.prompts import JudgePrompt, compact_single_prompt, multi_prompt, single_prompt
+from rubric_jax.judges.prompts import JudgePrompt, compact_single_prompt, multi_prompt, single_prompt, without_reserved
 from rubric_jax.judges.spec import MODES, JudgeSpec
 from rubric_jax.judges.store import StoredAnswer, VerdictStore, messages_digest, prompt_digest
 from rubric_jax.models.checkpoint import load_tokenizer
 from rubric_jax.rubrics.schema import Dimension, canonical_json, dimension_to_dict
 
-# Why a judge score is missing: the prompt does not fit the judge's context (never sent), the reply hit
-# max_new_tokens, or the reply had no parseable verdict.
+# Why a judge score is missing: the prompt does not fit the judge's context (never sent; the reward scores it the
+# dimension's minimum: judges/reward.py), the reply hit max_new_tokens, or the reply had no parseable verdict.
 # An HTTP judge's endpoint that gave no answer after its retries: judge_http_error.
 FAILURE_CAUSES = ("judge_prompt_too_long", "judge_truncated", "judge_invalid_verdict", "judge_http_error")
 GenerateFn = Callable[..., Any]  # sampling.generate's signature (see the sampler contract)
@@ -497,3 +497,13 @@ def shortest_prompt_tokens(judge: Judge, config: JudgeSpec, question: str, dims:
     prompt = _build_prompt(_Request(0, tuple(dims), 0), question, "", config, np.random.default_rng(0),
                            special_tokens(judge.tokenizer))
     return len(encode_prompts(judge.tokenizer, [prompt])[0][0])
+
+
+def judge_tokens_per_token(judge: Judge, tokenizer: Any) -> int:
+    """The most judge tokens the text of one token of `tokenizer` (a policy's, special tokens included) takes in
+    `judge`'s prompt (reserved strings replaced as the fence replaces them). Times a response's token count it
+    estimates the response's judge tokens at worst (token by token: merges across tokens are not counted)."""
+    texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], skip_special_tokens=False)
+    reserved = special_tokens(judge.tokenizer)
+    ids = judge.tokenizer([without_reserved(t, reserved) for t in texts], add_special_tokens=False)["input_ids"]
+    return max(map(len, ids), default=0)

@@ -72,12 +72,17 @@ def check_nonce(nonce: str) -> str:
     return nonce
 
 
+def without_reserved(text: str, reserved: Sequence[str]) -> str:
+    """`text` with every reserved string (longest first) replaced by RESERVED_PLACEHOLDER."""
+    for token in sorted((t for t in reserved if t), key=len, reverse=True):
+        text = text.replace(token, RESERVED_PLACEHOLDER)
+    return text
+
+
 def fence(text: str, tag: str, nonce: str, reserved: Sequence[str] = ()) -> str:
     """`text` between `<tag-nonce>` and `</tag-nonce>`, with the nonce and every reserved string removed from it."""
     check_nonce(nonce)
-    safe = text.replace(nonce, NONCE_PLACEHOLDER)
-    for token in sorted((t for t in reserved if t), key=len, reverse=True):
-        safe = safe.replace(token, RESERVED_PLACEHOLDER)
+    safe = without_reserved(text.replace(nonce, NONCE_PLACEHOLDER), reserved)
     return f"<{tag}-{nonce}>\n{safe}\n</{tag}-{nonce}>"
 
 

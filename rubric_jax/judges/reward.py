@@ -15,6 +15,13 @@ per dimension and per cause (details["failure_causes"]: a rule's `failure_cause`
 "regex_timeout", or the LLM judge's, such as "judge_prompt_too_long"). A rule dimension on a points
 scale reports 1 = "criterion met", so a negative-points rule should detect the undesirable behaviour.
 
+Too long to judge: an LLM score that is missing because its judge prompt does not fit the judge's context
+(TOO_LONG, "judge_prompt_too_long": never sent, or refused by a served judge) scores the dimension's minimum
+(normalised 0, the worst) and counts as valid in the reward, never renormalised away: padding a response past the
+judge's context can only lower its reward. It is still a failed score (details["failures"], "failure_causes",
+"num_failed_scores", the missing-score monitor) and is counted per dimension in details["scored_minimum"]; its raw
+score stays NaN (details["raw_scores"] holds what the judges gave: calibration and benchmarks see no verdict).
+
 The call is a pure function of its inputs plus `key` (used only for LLM judge sampling). Rubrics are
 checked when the reward is built (unknown rule, bad rule params, an LLM dimension with no judge) and
 again, once each, for any new rubric met at call time.
@@ -59,6 +66,7 @@ from rubric_jax.rubrics.schema import WEIGHT_RANGE, Dimension, Rubric, RubricErr
 
 # The cause of an LLM score not asked for (gates first): a rule gate of the row already failed.
 GATED = "gated"
+TOO_LONG = "judge_prompt_too_long"  # an LLM score whose prompt did not fit its judge: scored the minimum
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,8 +75,10 @@ class RewardOutput:
 
     details["reward_ok"] [N] bool marks rows whose reward means something (aggregation.py: a missing gate,
     or no scored dimension left, makes a row not ok and its reward 0); the trainer drops the others.
-    details["raw_scores"] [N, D] holds the same scores on each dimension's own scale;
-    details["failure_causes"] maps each dimension id with failed scores to {cause: count}.
+    details["raw_scores"] [N, D] holds the same scores on each dimension's own scale (NaN for a score too long to
+    judge, which `scores` holds as 0: see "Too long to judge" above);
+    details["failure_causes"] maps each dimension id with failed scores to {cause: count};
+    details["scored_minimum"] maps each dimension id to its scores too long to judge.
     """
 
     scores: np.ndarray
@@ -221,7 +231,8 @@ class RubricReward:
         if self.correction is not None:
             details["uncorrected_raw_scores"] = raw_NxD
             raw_NxD = self.correction.apply(ids, raw_NxD, response_features(responses))
-        valid_NxD = has_NxD & ~np.isnan(raw_NxD)
+        too_long_NxD = has_NxD & np.isnan(raw_NxD) & (cause_NxD == TOO_LONG)
+        valid_NxD = (has_NxD & ~np.isnan(raw_NxD)) | too_long_NxD
         scores_NxD = np.full_like(raw_NxD, np.nan)
         reward_N = np.zeros((n,), dtype=np.float32)
         ok_N = np.zeros((n,), dtype=bool)
@@ -229,7 +240,8 @@ class RubricReward:
         for h, rows in groups.items():
             rubric = by_hash[h]
             cols = [column[dim_id] for dim_id in rubric.dimension_ids]
-            sub_scores = normalize_scores(rubric, raw_NxD[np.ix_(rows, cols)])
+            sub_scores = np.where(too_long_NxD[np.ix_(rows, cols)], 0.0,
+                                  normalize_scores(rubric, raw_NxD[np.ix_(rows, cols)]))
             scores_NxD[np.ix_(rows, cols)] = sub_scores
             weights_D = None
             if weights is not None:
@@ -238,7 +250,8 @@ class RubricReward:
             reward_N[rows], ok_N[rows] = aggregate_rubric(rubric, sub_scores, valid_NxD[np.ix_(rows, cols)], weights_D)
         ok_N |= gated_NxD.any(axis=1)  # decided by a failed gate: reward 0, as aggregation gives it
 
-        missing_NxD = has_NxD & ~valid_NxD & ~gated_NxD  # a gated score is not asked for, not failed
+        # A gated score is not asked for, not failed; one too long to judge failed, though it is scored (the minimum).
+        missing_NxD = (has_NxD & ~valid_NxD & ~gated_NxD) | too_long_NxD
         missing_D = missing_NxD.sum(axis=0)
         causes: dict[str, dict[str, int]] = {}
         for i, c in zip(*np.nonzero(missing_NxD)):
@@ -250,6 +263,7 @@ class RubricReward:
             "rubric_hashes": [r.content_hash for r in rubrics],
             "failures": {dim_id: int(missing_D[c]) for c, dim_id in enumerate(ids)},
             "failure_causes": causes,
+            "scored_minimum": {dim_id: int(n) for dim_id, n in zip(ids, too_long_NxD.sum(axis=0))},
             "num_failed_scores": int(missing_D.sum()),
             "num_not_ok": int((~ok_N).sum()),
             "gated_scores": int(gated_NxD.sum()),
@@ -304,6 +318,7 @@ def concat_outputs(parts: Sequence[RewardOutput]) -> RewardOutput:
         "raw_scores": np.concatenate([_columns(p, ids, p.details["raw_scores"]) for p in parts]),
         "rubric_hashes": [h for p in parts for h in p.details.get("rubric_hashes", [])],
         "failures": {d: sum(p.details["failures"].get(d, 0) for p in parts) for d in ids},
+        "scored_minimum": {d: sum(p.details.get("scored_minimum", {}).get(d, 0) for p in parts) for d in ids},
         "failure_causes": {},
     }
     for p in parts:

@@ -5,10 +5,12 @@ params)`; calling it on a batch of N responses returns a quality q_N in [0, 1] (
 rule), or NaN where the rule could not decide (the rule's `failure_cause` says why; the reward counts it
 as a failed score). `rule_scores` maps q_N onto a dimension's scale [low, high] linearly. Rules see only
 the response text, so nothing a response says about its own score can change them except the text
-features the rule measures. Rules receive the part of the response their dimension reads, with invisible
-characters removed (judges/reward.py, rubric_jax/text.py); the phrase rules (keywords, disclaimer, template
-markers) match on `text.fold` forms of both the response and the phrases (NFKC, ASCII for Latin lookalikes,
-case folded), so `Fіrstly` with a Cyrillic і or fullwidth `Ｆｉｒｓｔｌｙ` is `firstly`.
+features the rule measures. Rules receive the part of the response their dimension reads, as a user sees it
+(judges/reward.py, rubric_jax/text.py: bidi overrides applied, invisible characters and hidden markup removed); the
+phrase rules (keywords, disclaimer, template markers) match on `text.forms` of the response against `text.fold`
+forms of the phrases (combining marks removed, NFKC, Traditional forms of the shipped phrases made Simplified,
+ASCII for Latin lookalikes, case folded; the response also with its in-word hyphens removed), so `Fіrstly` with a
+Cyrillic і, fullwidth `Ｆｉｒｓｔｌｙ`, struck-through `F̶irstly`, `First-ly` and 最後 are `firstly` and 最后.
 
 User regexes are bounded: the `regex` engine (Python `re` syntax and Unicode classes) searches with a
 timeout of REGEX_TIMEOUT_S per response, and a rule's searches in one call share a budget of
@@ -123,12 +125,12 @@ def any_phrase_pattern(phrases: Sequence[str], ignore_case: bool = True) -> re.P
 
 def pattern_hits(responses: Sequence[str], patterns: Sequence[re.Pattern[str]], ignore_case: bool = True
                  ) -> np.ndarray:
-    """[N, K] bool: the `text.fold` form of response n (without case folding when not `ignore_case`) matches
+    """[N, K] bool: one of the `text.forms` of response n (without case folding when not `ignore_case`) matches
     pattern k somewhere."""
     hits_NxK = np.zeros((len(responses), len(patterns)), dtype=bool)
-    for n, text in enumerate(text_forms.fold(r, ignore_case) for r in responses):
+    for n, forms in enumerate(text_forms.forms(r, ignore_case) for r in responses):
         for k, pattern in enumerate(patterns):
-            hits_NxK[n, k] = pattern.search(text) is not None
+            hits_NxK[n, k] = any(pattern.search(form) is not None for form in forms)
     return hits_NxK
 
 
@@ -448,9 +450,10 @@ class TemplatePhrases(Rule):
         return tuple(tuple(folded_pattern(m) for m in t) for t in self.templates)
 
     def matches(self, responses: Sequence[str]) -> np.ndarray:
-        """[N] bool: the response contains some template's markers in order (both in their `text.fold` form)."""
-        folded = [text_forms.fold(r) for r in responses]  # once per response, not once per template
-        return np.array([any(_in_order(f, ps) for ps in self.patterns) for f in folded], dtype=bool)
+        """[N] bool: one of the response's `text.forms` contains some template's markers (their `text.fold` form) in
+        order."""
+        forms = [text_forms.forms(r) for r in responses]  # once per response, not once per template
+        return np.array([any(_in_order(f, ps) for f in fs for ps in self.patterns) for fs in forms], dtype=bool)
 
     def __call__(self, responses: Sequence[str]) -> np.ndarray:
         return (~self.matches(responses)).astype(np.float64)

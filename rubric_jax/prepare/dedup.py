@@ -43,8 +43,8 @@ class DedupError(ValueError):
 
 
 def normalize_text(text: str) -> str:
-    """`text.fold` (NFKC, lookalikes made ASCII, case-folded), letters and digits only: what two copies of one
-    question still share."""
+    """`text.fold` (combining marks removed, NFKC, lookalikes made ASCII, case-folded), letters and digits only:
+    what two copies of one question still share."""
     return _NOT_LETTER_OR_DIGIT.sub("", text_forms.fold(text))
 
 

@@ -85,7 +85,7 @@ def check_name(name: Any) -> str:
 
 
 def name_key(name: str) -> str:
-    """What two rubric names are compared by: NFKC, lookalike letters made ASCII, case folded (text.fold), so
+    """What two rubric names are compared by: marks removed, NFKC, lookalikes made ASCII, case folded (text.fold), so
     'Hostile_rules' and 'hostile_rules' (or a Cyrillic-lettered copy) are one name."""
     return text.fold(name)
 

@@ -21,7 +21,7 @@ import ml_collections
 from rubric_jax import data, distributed, loader, metrics
 from rubric_jax.calibration.pinning import check_calibration
 from rubric_jax.judges.base_model import same_base_warnings
-from rubric_jax.judges.llm_judge import Judge, shortest_prompt_tokens
+from rubric_jax.judges.llm_judge import Judge, judge_tokens_per_token, shortest_prompt_tokens
 from rubric_jax.judges.reward import RubricReward, split_by_reads
 from rubric_jax.judges.reward_model import RewardModelReward, load_reward_model
 from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge, load_cascade, load_judges, open_verdict_store
@@ -154,7 +154,10 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
     correction = load_correction(config.data.rubric_correction) if config.data.rubric_correction else None
     reward = _reward(config, settings, rubrics, judges, correction, lay)
     if settings.reward_model is None:
-        _check_judge_prompts_fit(config, judges, settings.judge, inputs.rubric_of, inputs.questions)
+        longest = max(settings.train_rollout.max_new_tokens, settings.eval_rollout.max_new_tokens)
+        for line in _check_judge_prompts_fit(config, judges, settings.judge, inputs.rubric_of, inputs.questions,
+                                             tokenizer, longest):
+            print(line, file=sys.stderr)
     sft_examples = _load_sft(settings, tokenizer, model_cfg.max_position_embeddings)
     sft_steps = settings.sft.steps(len(sft_examples)) if settings.sft else 0
     rubric_hash = rubric_set_hash(inputs.shared_rubric, rubrics, correction)
@@ -253,11 +256,14 @@ def _check_prompts_fit(tokenizer: Any, settings: Settings, questions: Sequence[d
 
 
 def _check_judge_prompts_fit(config: ml_collections.ConfigDict, judges: Sequence[Judge], judge_spec: JudgeSpec,
-                             rubric_of: dict[str, Rubric], questions: Sequence[data.Question]) -> None:
+                             rubric_of: dict[str, Rubric], questions: Sequence[data.Question], tokenizer: Any,
+                             max_response_tokens: int) -> list[str]:
     """Every LLM dimension can be judged: its shortest judge prompt (for an empty response) fits each judge's context
-    less config.judge.max_new_tokens. Checked at start-up: a dimension whose prompts never fit would drop out of every
-    reward (scores missing), and the run would train without it."""
-    seen = set()
+    less config.judge.max_new_tokens, else one line naming it (a dimension whose prompts never fit would score its
+    minimum in every reward). Checked at start-up with the worst case too: when a response of `max_response_tokens`
+    policy tokens (`tokenizer`'s) can take more judge tokens than the tightest prompt leaves it, the lines returned
+    say so: such a response is never judged and scores the dimension's minimum (judges/reward.py)."""
+    seen, room = set(), {}
     for q in questions:
         dims = [d for d in rubric_of[q.id].dimensions if d.kind == "llm"]
         groups = [[d] for d in dims] if judge_spec.mode == "per_dimension" else split_by_reads([dims])[1]
@@ -269,13 +275,35 @@ def _check_judge_prompts_fit(config: ml_collections.ConfigDict, judges: Sequence
             for judge in judges:
                 tokens = shortest_prompt_tokens(judge, judge_spec, q.question, group)
                 if tokens > judge.max_prompt_tokens:
-                    context = judge.weights.cfg.max_position_embeddings if judge.weights is not None else "?"
                     raise ValueError(
                         f"config.judge.max_new_tokens={config.judge.max_new_tokens} leaves judge {judge.name} "
-                        f"{judge.max_prompt_tokens} of its {context} context tokens for a prompt, but the shortest "
-                        f"prompt for LLM dimension(s) {[d.id for d in group]} of {q.source} (an empty response) is "
-                        f"{tokens} tokens: nothing would ever be judged on it; lower config.judge.max_new_tokens or "
-                        "use a judge with a longer context")
+                        f"{judge.max_prompt_tokens} of its {_context(judge)} context tokens for a prompt, but the "
+                        f"shortest prompt for LLM dimension(s) {[d.id for d in group]} of {q.source} (an empty "
+                        f"response) is {tokens} tokens: nothing would ever be judged on it; lower "
+                        "config.judge.max_new_tokens or use a judge with a longer context")
+                left = judge.max_prompt_tokens - tokens
+                if judge.name not in room or left < room[judge.name][0]:
+                    room[judge.name] = (left, tokens, [d.id for d in group])
+    return [_budget_line(judge, *room[judge.name], judge_tokens_per_token(judge, tokenizer), max_response_tokens)
+            for judge in judges if judge.name in room and judge.tokenizer is not None]
+
+
+def _context(judge: Judge) -> int | str:
+    """A judge's context in tokens ("?" for a served judge without local weights)."""
+    return judge.weights.cfg.max_position_embeddings if judge.weights is not None else "?"
+
+
+def _budget_line(judge: Judge, left: int, shortest: int, dim_ids: list[str], per_token: int,
+                 max_response_tokens: int) -> str:
+    """What happens to a long response at `judge`: its prompt budget, the most judge tokens a response can take,
+    and whether a response that long is never judged (it scores the dimension's minimum)."""
+    worst = per_token * max_response_tokens
+    fate = (f"a response over {left} judge tokens scores the minimum on {dim_ids} (judge_prompt_too_long, counted)"
+            if worst > left else "every response fits")
+    return (f"judge {judge.name}: {judge.max_prompt_tokens} of its {_context(judge)} context tokens for a prompt, "
+            f"{shortest} of them the shortest prompt for {dim_ids}, so {left} for the response; the policy's "
+            f"{max_response_tokens}-token responses take up to {worst} judge tokens ({per_token} per token at most): "
+            f"{fate}")
 
 
 def _check_rollouts_divide(rl: run_settings.RLSpec, group_size: int, mesh: jax.sharding.Mesh) -> None:

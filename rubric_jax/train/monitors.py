@@ -126,7 +126,8 @@ def step_monitors(responses: Sequence[str], lengths_N: np.ndarray, scored: Rewar
         valid_scores = scored.scores[scored.valid[:, c], c]
         out[f"monitor/var/{dim_id}"] = float(valid_scores.var()) if valid_scores.size else math.nan
         out[f"monitor/saturation/{dim_id}"] = float((valid_scores >= _TOP).mean()) if valid_scores.size else math.nan
-        missing, present = scored.details.get("failures", {}).get(dim_id, 0), valid_scores.size
+        missing = scored.details.get("failures", {}).get(dim_id, 0)  # with the scores too long to judge (valid at 0)
+        present = valid_scores.size - scored.details.get("scored_minimum", {}).get(dim_id, 0)
         out[f"monitor/missing/{dim_id}"] = missing / (present + missing) if present + missing else 0.0
     ok_N = np.asarray(scored.details["reward_ok"], bool)
     out["monitor/reward_length_corr"] = _nan_or(spearman(scored.reward[ok_N], np.asarray(lengths_N)[ok_N]).value)

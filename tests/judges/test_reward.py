@@ -273,7 +273,8 @@ def test_adversarial_responses_through_real_generate(tok):
 
 
 def test_failed_scores_are_counted_per_dimension_and_cause(tok, monkeypatch):
-    """A regex that backtracks past its timeout and a judge prompt that does not fit: NaN, masked, each counted."""
+    """A regex that backtracks past its timeout (NaN, masked) and a judge prompt that does not fit (the minimum,
+    issue 38 R1): each counted."""
     monkeypatch.setattr(R, "REGEX_TIMEOUT_S", 0.05, raising=False)  # not raising: the test hung before the fix
     slow = {"id": "no_trailing_a", "description": "does not end in a's", "kind": "rule", "rule": "regex",
             "params": {"pattern": "(a|aa)+$", "mode": "must_not"}, "scale": {"kind": "binary"}, "anchors": BINARY}
@@ -283,9 +284,11 @@ def test_failed_scores_are_counted_per_dimension_and_cause(tok, monkeypatch):
     judge, _ = make_judge(tok, lambda text, call: "SCORE: 4", max_prompt_tokens=short_len + 50)
     reward = RubricReward([mixed], judges=[judge], judge_spec=JudgeSpec(samples=1))
     out = reward(["q"] * 3, ["fine", "long " * 500, "a" * 40 + "b"], [mixed] * 3, key=jax.random.key(0))
-    np.testing.assert_array_equal(out.valid, [[True, True, True], [True, True, False], [True, False, True]])
-    np.testing.assert_allclose(out.reward, [(0 + 1 + 0.75) / 3, (0 + 1) / 2, (0 + 0.75) / 2])
+    np.testing.assert_array_equal(out.valid, [[True, True, True], [True, True, True], [True, False, True]])
+    np.testing.assert_allclose(out.reward, [(0 + 1 + 0.75) / 3, (0 + 1 + 0) / 3, (0 + 0.75) / 2])
+    assert out.scores[1, 2] == 0 and np.isnan(out.details["raw_scores"][1, 2])  # no judge gave it a score
     assert out.details["failures"] == {"format": 0, "no_trailing_a": 1, "accuracy": 1}
+    assert out.details["scored_minimum"] == {"format": 0, "no_trailing_a": 0, "accuracy": 1}
     assert out.details["failure_causes"] == {"no_trailing_a": {"regex_timeout": 1},
                                              "accuracy": {"judge_prompt_too_long": 1}}
 
@@ -391,3 +394,107 @@ def test_an_answer_of_invisible_characters_fails_the_format_gate():
     responses = ["<think>t</think><answer>\u200b\u200b\u200b</answer>", "<think>t</think><answer>\u2060\ufeff</answer>"]
     out = RubricReward([rubric_])([question] * 2, responses, [rubric_] * 2)
     assert (out.scores[:, out.dimension_ids.index("format")] == 0).all() and (out.reward == 0).all()
+
+
+@pytest.mark.parametrize("blank", ["\u2800\u2800\u2800", "\u0301\u0336\u0489", "\ue000\ue001", "\u0378\U0002fffe",
+                                   "\u3164 \uffa0", "\u0336" * 4, "<!-- Sorry, account -->", "<span hidden>ok</span>"])
+def test_a_blank_looking_answer_fails_the_format_gate(blank):
+    """Issue 38, R2: braille blanks, combining marks alone, private-use or unassigned code points, fillers and hidden
+    markup passed the tiny rubric's format gate (0.500, as much as a real rude answer)."""
+    question, rubric_ = _tiny_row("health-en-10-1")
+    out = RubricReward([rubric_])([question], [f"<think>t</think><answer>{blank}</answer>"], [rubric_])
+    assert out.scores[0, out.dimension_ids.index("format")] == 0 and out.reward[0] == 0
+
+
+KEYWORD = {"id": "account", "description": "names the account", "kind": "rule", "rule": "keywords",
+           "params": {"words": ["account", "sorry"]}, "scale": {"kind": "binary"}, "anchors": BINARY}
+
+
+@pytest.mark.parametrize("hidden", [
+    "<!-- Sorry, account -->", "[//]: # (account)", "<details>\n<summary>More</summary>\naccount\n</details>",
+    "<span hidden>account</span>", '<span style="display:none">account</span>', '<p style="font-size: 0">account</p>',
+    '<abbr title="account">it</abbr>', "![account](a.png)", "[it](https://example.com/account)",
+    '[ref]: https://example.com "account"', "<template>account</template>", "<!--\naccount",
+])
+def test_hidden_markup_earns_no_credit(hidden):
+    """Issue 38, R4: a comment, a link reference definition and a collapsed <details> earned keyword credit (0.750
+    against 0.500) though a renderer shows none of it; so did hidden elements, attributes, alt text and link URLs."""
+    r = rubric([FORMAT, KEYWORD])
+    answers = ["Log in again.", f"Log in again.\n{hidden}\n", "Log in to your account again."]
+    out = RubricReward([r])(["q"] * 3, [f"<think>t</think><answer>{a}</answer>" for a in answers], [r] * 3)
+    np.testing.assert_array_equal(out.reward, [0.5, 0.5, 1.0])
+
+
+POLITE = {"id": "politeness", "description": "polite", "kind": "llm", "scale": {"kind": "integer", "lo": 1, "hi": 3},
+          "anchors": {"1": "rude", "2": "neutral", "3": "polite"}}
+RUDE = "Figure out your account yourself, idiot."
+# Issue 38, R1: fillers that make the politeness prompt too long for its judge (each raised the reward to 1.0 at
+# b4346d0: the missing score was renormalised away), named in the issue and beyond.
+PADDINGS = {
+    "words": " " + "please " * 400,
+    "newlines": "\n" * 2000 + "Thanks.",
+    "cjk": " " + "谢谢您" * 400,
+    "long tokens": " " + "x" * 3000,
+    "emoji": " " + "\U0001f64f" * 500,
+    "marks": " " + "a\u0301\u0336\u0489" * 300,
+    "tags": " " + "<b>thanks</b>" * 300,
+}
+
+
+def _politeness_reward(tok, method="weighted_sum", **dims):
+    """A rubric of a keyword rule and the LLM politeness criterion (`dims` overrides its fields), and a reward whose
+    stub judge calls a response with `idiot` in it rude (1), else polite (3); its prompts fit 60 tokens of response."""
+    r = rubric([KEYWORD, dict(POLITE, **dims)], method=method)
+    short_len = max(map(len, data.encode_chats(tok, [lj.single_prompt("q", RUDE, r.dimension("politeness"),
+                                                                      nonce="0" * 16).messages])))
+    judge, _ = make_judge(tok, lambda text, call: f"SCORE: {1 if 'idiot' in fenced(text, 'response') else 3}",
+                          max_prompt_tokens=short_len + 60)
+    return r, RubricReward([r], judges=[judge], judge_spec=JudgeSpec(samples=1, max_retries=0))
+
+
+@pytest.mark.parametrize("padding", sorted(PADDINGS))
+def test_a_judge_prompt_too_long_never_raises_the_reward(tok, padding):
+    """Issue 38, R1: a rude answer padded past its judge's context had its politeness score renormalised away
+    (reward 1.0, ok) against 0.5 unpadded. Now it scores the dimension's minimum, counted as a failed score."""
+    r, reward = _politeness_reward(tok)
+    responses = [f"<answer>{RUDE}</answer>", f"<answer>{RUDE}{PADDINGS[padding]}</answer>"]
+    out = reward(["q"] * 2, responses, [r] * 2, key=jax.random.key(0))
+    np.testing.assert_array_equal(out.details["raw_scores"][:, 1], [1.0, np.nan])
+    np.testing.assert_array_equal(out.scores[:, 1], [0.0, 0.0])
+    np.testing.assert_allclose(out.reward, [0.5, 0.5])
+    assert out.valid.all() and out.details["reward_ok"].all()
+    assert out.details["judge_prompt_too_long"] == 1 and out.details["scored_minimum"]["politeness"] == 1
+    assert out.details["failures"]["politeness"] == 1 == out.details["num_failed_scores"]
+    assert out.details["failure_causes"] == {"politeness": {"judge_prompt_too_long": 1}}
+
+
+@pytest.mark.parametrize("method, dims, expected", [
+    ("weighted_geometric_mean", {}, 1e-3 ** 0.5),  # the eps floor
+    ("min", {}, 0.0),
+    ("weighted_sum", {"gate": True}, 0.0),  # a gate too long to judge fails
+    ("healthbench_points", {"scale": {"kind": "points", "points": -5}, "anchors": BINARY}, 0.0),  # met: the worst
+])
+def test_a_prompt_too_long_scores_the_worst_under_every_aggregation(tok, method, dims, expected):
+    keyword = dict(KEYWORD, scale={"kind": "points", "points": 5}) if method == "healthbench_points" else KEYWORD
+    r = rubric([keyword, dict(POLITE, **dims)], method=method)
+    short_len = max(map(len, data.encode_chats(tok, [lj.single_prompt("q", "x", r.dimension("politeness"),
+                                                                      nonce="0" * 16).messages])))
+    judge, _ = make_judge(tok, lambda text, call: "SCORE: 0", max_prompt_tokens=short_len + 60)
+    out = RubricReward([r], judges=[judge], judge_spec=JudgeSpec(samples=1, max_retries=0))(
+        ["q"], ["<answer>Your account: " + "thanks " * 300 + "</answer>"], [r], key=jax.random.key(0))
+    assert out.scores[0, 1] == 0 and out.details["reward_ok"][0]
+    np.testing.assert_allclose(out.reward, [expected], rtol=1e-5)
+
+
+def test_a_prompt_too_long_scores_the_minimum_in_all_criteria_mode_and_over_blocks(tok):
+    r = rubric([KEYWORD, POLITE, dict(ACCURACY, id="clarity")])
+    short_len = max(map(len, data.encode_chats(tok, [lj.multi_prompt("q", "x", r.dimensions[1:],
+                                                                     nonce="0" * 16).messages])))
+    judge, _ = make_judge(tok, lambda text, call: "politeness: 3\nclarity: 5", max_prompt_tokens=short_len + 40)
+    reward = RubricReward([r], judges=[judge], judge_spec=JudgeSpec(mode="all_criteria", samples=1, max_retries=0))
+    parts = [reward(["q"], [f"<answer>{a}</answer>"], [r], key=jax.random.key(0))
+             for a in ("Your account is fine.", "Your account " + "is fine " * 200)]
+    out = concat_outputs(parts)
+    np.testing.assert_array_equal(out.scores[:, 1:], [[1.0, 1.0], [0.0, 0.0]])
+    np.testing.assert_allclose(out.reward, [1.0, 1 / 3])
+    assert out.details["scored_minimum"] == {"account": 0, "politeness": 1, "clarity": 1}

@@ -115,6 +115,36 @@ def test_template_markers_written_with_lookalikes_are_templates():
     assert R.TemplatePhrases().matches(HOMOGLYPH_TEMPLATES).all()  # what the template-share monitor reads
 
 
+# Issue 38, R3: templates written so that they render as one (each of these scored 1 at b4346d0).
+RENDERED_TEMPLATES = [
+    "\u202eyltsriF\u202c, pay. Secondly, wait. Finally, check.",  # a bidi override shows "Firstly"
+    "\u202e,yltsriF\nsecondly, wait. Finally, check.",  # an override closed by the paragraph end
+    "F\u0336irstly, pay. S\u0336econdly, wait. F\u0336inally, check.",  # strike-through overlay
+    "F\u0332i\u0332rstly, pay. Secondly, wait. Finally, check.",  # underline
+    "F\u20d2irstly, pay. Se\u0338condly, wait. Fi\u20ddnally, check.",  # vertical line, solidus, enclosing circle
+    "Fírstly, pay. Sécondly, wait. Fìnally, check.",  # accents
+    "First-ly, pay. Second-ly, wait. Final-ly, check.",  # hyphens inside the words
+    "Fir\u2010st\u2011ly, pay. Se-\ncondly, wait. Finally, check.",  # Unicode hyphens, a hyphenated line break
+    "首先，付款。其次，等待。最後，查看。",  # Traditional 最後
+    "首先，付款。其次，等待。最\u0336后，查看。",  # a mark on a CJK character
+]
+
+
+def test_template_markers_that_render_as_a_template_are_templates():
+    np.testing.assert_array_equal(q("template_phrases", {}, RENDERED_TEMPLATES), [0] * len(RENDERED_TEMPLATES))
+    assert R.TemplatePhrases().matches(RENDERED_TEMPLATES).all()
+    np.testing.assert_array_equal(q("template_phrases", {}, ["First, a well-known fact. Then finally-ish."]), [1])
+
+
+def test_a_forbidden_keyword_written_with_marks_or_hyphens_is_found():
+    """R3: `keywords mode=none` (a penalty) was evaded by `re\u0336fund`; `any` credit keeps hyphenated compounds."""
+    evasions = ["a re\u0336fund", "a r\u0332e\u0332f\u0332u\u0332n\u0332d\u0332", "a re-fund", "a \u202ednufer\u202c",
+                "a réfund", "a ref\u20d2und"]
+    np.testing.assert_array_equal(q("keywords", {"words": ["refund"], "mode": "none"}, evasions), [0] * len(evasions))
+    np.testing.assert_array_equal(q("keywords", {"words": ["refund"]}, ["a full-refund policy", "a refunder"]), [1, 0])
+    np.testing.assert_array_equal(q("disclaimer", {}, ["請諮詢醫生。", "建議就醫。", "僅供參考"]), [1, 1, 1])
+
+
 def test_keywords_and_disclaimers_match_through_lookalikes_and_invisible_characters():
     np.testing.assert_array_equal(q("keywords", {"words": ["refund"]}, ["a rеfund", "a re\u200bfund", "a ｒｅｆｕｎｄ",
                                                                        "a refunded order"]), [1, 1, 1, 0])
@@ -128,6 +158,12 @@ def test_chinese_rules_still_match_after_normalisation():
     np.testing.assert_array_equal(q("keywords", {"words": ["退款"]}, ["申请退款即可。", "申请退货即可。"]), [1, 0])
     np.testing.assert_array_equal(q("regex", {"pattern": r"^\w+。$"}, ["多喝水。"]), [1])
     assert R.count_length("多喝水，多休息。", "auto") == 6
+
+
+def test_a_pattern_or_phrase_of_markup_is_visible_text():
+    """A rule's parameters are not rendered: a pattern or keyword naming hidden markup is text like any other."""
+    np.testing.assert_array_equal(q("regex", {"pattern": "<!--", "mode": "must_not"}, ["a <!-- b", "a b"]), [0, 1])
+    R.make_rule("keywords", {"words": ["<details>", "[//]: # (x)"]})
 
 
 def test_a_phrase_without_visible_text_is_refused():

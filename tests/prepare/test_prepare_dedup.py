@@ -32,7 +32,7 @@ def _exact(a: str, b: str, n: int = 3) -> float:
 def test_normalize_and_jaccard():
     assert dedup.normalize_text("Ｈow  do I?") == dedup.normalize_text("how do i") == "howdoi"
     assert dedup.normalize_text("怎么申请退款？") == "怎么申请退款"
-    assert dedup.normalize_text("café_①②") == "café12"
+    assert dedup.normalize_text("café_①②") == dedup.normalize_text("cafe\u0336_12") == "cafe12"  # marks fold away
     a, b = dedup.char_ngrams("abcd", 2), dedup.char_ngrams("abce", 2)  # {ab,bc,cd} vs {ab,bc,ce}
     assert dedup.jaccard(a, b) == pytest.approx(2 / 4)
     assert dedup.char_ngrams("ab", 3) == frozenset({"ab"})

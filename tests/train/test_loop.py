@@ -275,6 +275,23 @@ def test_a_judge_whose_prompts_never_fit_is_refused_at_start_up(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_start_up_says_what_happens_to_a_response_too_long_to_judge(tmp_path, capsys):
+    """Issue 38, R1: the start-up check tried only an empty response. It now measures the worst case, the policy's
+    longest response in judge tokens, and says that a response past the judge's prompt budget scores the minimum."""
+    from rubric_jax.train import loop
+
+    config = absolute_tiny_config()
+    loop.build(config, tmp_path / "run")
+    line = next(x for x in capsys.readouterr().err.splitlines() if x.startswith("judge "))
+    assert re.fullmatch(r"judge .*tiny_judge: 496 of its 512 context tokens for a prompt, (\d+) of them the shortest "
+                        r"prompt for \['politeness'\], so (\d+) for the response; the policy's 96-token responses take "
+                        r"up to (\d+) judge tokens \((\d+) per token at most\): a response over \2 judge tokens scores "
+                        r"the minimum on \['politeness'\] \(judge_prompt_too_long, counted\)", line), line
+    shortest, left, worst, per_token = map(int, re.search(r", (\d+) of them.*so (\d+) for.*up to (\d+) judge tokens "
+                                                          r"\((\d+)", line).groups())
+    assert shortest + left == 496 and worst == 96 * per_token > left
+
+
 def test_pretrained_checkpoint_starts_training_with_the_config_numerics(tmp_path):
     """A local HF directory is the starting policy, with the experiment's dtype/remat overrides applied."""
     import jax

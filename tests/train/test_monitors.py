@@ -75,6 +75,15 @@ def test_missing_scores_and_judges_that_never_answer_are_alerted():
     assert messages == ["alert step 3: missing scores of c 1.00 > 0.20", "alert step 3: judge parse failures 1.00 > 0.10"]
 
 
+def test_scores_too_long_to_judge_are_missing_scores():
+    """Issue 38, R1: a score too long to judge is scored the minimum (valid, 0) yet still a missing score: every
+    row of c is one, so monitor/missing/c is 1, not 1/2."""
+    scored = _scored({"failures": {"a": 0, "b": 0, "c": 5}, "scored_minimum": {"a": 0, "b": 0, "c": 5},
+                      "judge_prompts": 0, "judge_invalid": 0, "judge_prompt_too_long": 5})
+    scored.scores[:, 2], scored.valid[:, 2] = 0.0, True
+    assert monitors.step_monitors(RESPONSES, np.arange(5), scored)["monitor/missing/c"] == 1.0
+
+
 def test_alerts_fire_past_the_threshold_only():
     row = {"monitor/template_share/window_mean": 0.61, "monitor/saturation/format/rise": 0.75,
            "monitor/saturation/format": 1.0,  # the step's own saturation: not alerted, its rise is
