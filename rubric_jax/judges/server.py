@@ -27,6 +27,7 @@ import hmac
 import json
 import logging
 import queue
+import sys
 import threading
 import time
 import uuid
@@ -194,8 +195,10 @@ def _integer(body: Mapping[str, Any], field: str, default: int, low: int, high: 
 
 
 def _number(body: Mapping[str, Any], field: str) -> float | None:
+    """The field's value, a finite number (a JSON integer of 400 digits is not: no float holds it) or None."""
     value = body.get(field)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value)):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or
+                              not abs(value) <= sys.float_info.max):
         raise RequestError(f"{field}={value!r}: expected a number")
     return value
 
@@ -282,7 +285,7 @@ async def read_body(request: Any, limit: int) -> bytes:
     """The request's body, refused (413) as soon as its declared length or the bytes received exceed `limit`, so a
     huge body is never held whole; starlette's ClientDisconnect when the client leaves mid-body."""
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
+    if declared.isdecimal() and (len(declared) > 18 or int(declared) > limit):
         raise RequestError(f"the body's {declared} bytes exceed this server's limit of {limit} bytes", 413,
                            "request_too_large")
     chunks, size = [], 0

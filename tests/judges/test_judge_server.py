@@ -68,7 +68,7 @@ class Client:
     def __init__(self, chunks: Sequence[bytes] = (b"",), headers: Sequence[tuple[str, str]] = (),
                  key: str | None = KEY, complete: bool = True):
         self.chunks, self.complete, self.received, self.leave = list(chunks), complete, 0, asyncio.Event()
-        self.headers = [(k.lower().encode(), v.encode()) for k, v in headers]
+        self.headers = [(k.lower().encode(), v.encode("latin-1")) for k, v in headers]
         if key is not None:
             self.headers.append((b"authorization", f"Bearer {key}".encode()))
         self.sent: list[dict] = []
@@ -202,7 +202,8 @@ async def until_health(app, condition, what: str) -> None:
 
 def test_hostile_json_and_half_sent_bodies_are_answered_quietly(tokenizer, caplog):
     """JSON nested 100,000 deep is a 400 (not a RecursionError's 500); a client that leaves mid-body is counted,
-    with no traceback; a temperature positive in float64 but 0 in float32 is a 400 naming it."""
+    with no traceback; a temperature positive in float64 but 0 in float32, or a number no float holds, is a 400
+    naming it; a Content-Length of 5,000 digits is a 413 and a non-decimal one is ignored (the body is read)."""
     app = stub_app(tokenizer)
 
     async def main():
@@ -216,10 +217,15 @@ def test_hostile_json_and_half_sent_bodies_are_answered_quietly(tokenizer, caplo
         assert (await half.request(app, "POST", "/v1/chat/completions"))[0] == 400  # to nobody
         status, body = await post(app, chat_body(temperature=1e-300))
         assert status == 400 and body["error"]["message"].startswith("temperature=1e-300: expected 0 (greedy) or")
+        status, body = await post(app, chat_body()[:-1] + b', "top_p": 1' + b"0" * 400 + b"}")  # no float holds it
+        assert status == 400 and body["error"]["message"].startswith("top_p=1000"), body
+        for length in ("1" + "0" * 5000, "\u00b2"):  # an int() of 5,000 digits raises; "²" is a digit, not decimal
+            status, body = await post(app, chat_body(), headers=[("content-length", length)])
+            assert status == (413 if length[0] == "1" else 200), (length[:9], body)
         return await health(app)
 
     after = asyncio.run(main())
-    assert after["refused"] == 3 and after["disconnected"] == 1 and after["requests"] == 0
+    assert after["refused"] == 5 and after["disconnected"] == 1 and after["requests"] == 1
     assert "Traceback" not in caplog.text
 
 
