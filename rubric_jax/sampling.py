@@ -37,7 +37,9 @@ Conventions (what the GRPO trainer relies on):
   * Row b * n + j of every output is sample j of prompt b.
   * Prompt length, response length and batch are padded up to buckets (`padding.bucket_size`; the output
     rows to the caller's `response_buckets` where given), and jitted functions are cached per (graphdef,
-    sampler, response buckets, prefill chunk, decode block, n, layout, suffix bucket); stop tokens, pad id, max_new_tokens and the prompt width are runtime data. Repeated calls within one bucket reuse one
+    sampler kind and top_k, response buckets, prefill chunk, decode block, n, layout, suffix bucket); stop tokens,
+    pad id, max_new_tokens, the prompt width, the temperature and top_p are runtime data (a served judge's clients
+    cannot make it compile one program per temperature). Repeated calls within one bucket reuse one
     compiled program; `TRACES` counts traces per function (tests assert on it).
   * Placement is the caller's: `generate` is given `Weights` and the `sharding.Layout` they live in
     (usually the decode layout, `sharding.decode_layout`), checks every parameter's sharding and dtype
@@ -79,6 +81,10 @@ FINISH_STOP, FINISH_LENGTH = "stop", "length"
 PREFILL_CHUNK = 128
 # Smallest step between decode attention windows (response slots); see `decode_windows`.
 DECODE_BLOCK = 128
+# Smallest sampling temperature: logits / T are float32, and at T = 1e-4 a logit gap of 0.01 is already 100 nats
+# (an argmax but for exact ties), while a smaller T (1e-300 is 0 in float32) would make them inf or NaN; the largest
+# is float32's.
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, float(np.finfo(np.float32).max)
 
 
 # ------------------------------------------------------------------------------------------ samplers
@@ -116,8 +122,9 @@ def parse_sampler(spec: str) -> Sampler:
     if kind == "greedy":
         return Sampler("greedy")
     temperature = args[0] if kind == "temperature" else (args[1] if len(args) == 2 else 1.0)
-    if temperature <= 0:
-        raise ValueError(f"sampler {spec!r}: temperature must be > 0 (use 'greedy' for argmax)")
+    if not MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE:
+        raise ValueError(f"sampler {spec!r}: temperature must be in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE:.4g}] (finite "
+                         "in float32; use 'greedy' for argmax)")
     if kind == "topk":
         if args[0] != int(args[0]) or args[0] < 1:
             raise ValueError(f"sampler {spec!r}: k must be a positive integer")
@@ -137,14 +144,14 @@ def top_k_filter(logits_BxV: jax.Array, k: int) -> jax.Array:
 
 def top_p_filter(logits_BxV: jax.Array, p: float) -> jax.Array:
     """Keeps the smallest set of most likely tokens whose probability reaches p (always >= 1 token);
-    p = 1 keeps every token.
+    p = 1 keeps every token; a traced p (the runtime top_p of `generate`) always runs the filter.
 
     A token is kept iff the mass of the more likely tokens is < p, i.e. iff its tail mass (itself and
     every less likely token) is > 1 - p. The tail is summed from the least likely token up, so float32
     rounding stays at the scale of the tail: a cumulative sum from the top drifts by ~1e-4 at vocab
     32k, enough to drop about a thousand tokens at p = 1.
     """
-    if p >= 1.0:
+    if isinstance(p, float) and p >= 1.0:
         return logits_BxV
     ascending_BxV = jnp.sort(logits_BxV, axis=-1)
     tail_BxV = jnp.cumsum(jax.nn.softmax(ascending_BxV, axis=-1), axis=-1)
@@ -157,10 +164,11 @@ def top_p_filter(logits_BxV: jax.Array, p: float) -> jax.Array:
 def _argmax(x_BxV: jax.Array) -> jax.Array:
     """`jnp.argmax` over the last axis (the first maximal index) as two reductions, a max and a min of
     the maximal indices: over a vocab split across devices that is two tiny all-reduces, where argmax's
-    (value, index) reduction all-gathers every shard's pair on each decode step."""
+    (value, index) reduction all-gathers every shard's pair on each decode step. A row with a NaN has no maximal
+    index: it gets the last id, never the vocabulary size."""
     best_Bx1 = jnp.max(x_BxV, axis=-1, keepdims=True)
     vocab = x_BxV.shape[-1]
-    return jnp.min(jnp.where(x_BxV == best_Bx1, jnp.arange(vocab, dtype=jnp.int32), vocab), axis=-1)
+    return jnp.min(jnp.where(x_BxV == best_Bx1, jnp.arange(vocab, dtype=jnp.int32), vocab - 1), axis=-1)
 
 
 def sample_tokens(logits_BxV: jax.Array, key: jax.Array, sampler: Sampler, row_offset: jax.Array | None = None
@@ -333,8 +341,9 @@ def _cache_sharding(layout: sharding.Layout, cache: KVCache) -> Any:
 @functools.lru_cache(maxsize=64)
 def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, cache_slots: int,
                  prefill_chunk: int, decode_block: int, n: int, layout: sharding.Layout, suffix_slots: int = 0):
-    """The jitted prefill + decode program for one (model graph, sampler, R bucket of the outputs, response
-    cache bucket, chunk, decode block, n, layout, suffix bucket).
+    """The jitted prefill + decode program for one (model graph, sampler kind and top_k (`_program_sampler`), R
+    bucket of the outputs, response cache bucket, chunk, decode block, n, layout, suffix bucket); the temperature and
+    top_p are its arguments.
 
     Each distinct prompt is prefilled once into the prompt cache, which its n rows (u * n + j) then continue
     as a `SharedPrefix`, each row writing its own cache: with `suffix_slots` (Ts > 0) row b first prefills its
@@ -349,9 +358,10 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
 
     def run(params: loader.Params, prompt_UxP: jax.Array, prompt_mask_UxP: jax.Array, live_B: jax.Array,
             suffix_BxT: jax.Array | None, suffix_mask_BxT: jax.Array | None, stop_S: jax.Array, pad_id: jax.Array,
-            max_new_tokens: jax.Array, width: jax.Array, key: jax.Array, row_offset: jax.Array | None
-            ) -> SamplingState:
+            max_new_tokens: jax.Array, width: jax.Array, temperature: jax.Array, top_p: jax.Array, key: jax.Array,
+            row_offset: jax.Array | None) -> SamplingState:
         TRACES["generate"] += 1
+        tempered = dataclasses.replace(sampler, temperature=temperature, top_p=top_p)
         if has_layer_stack(params):
             model = nnx.merge(graphdef, params)
             layers = unstack_layers(params, model.cfg.num_layers)["layers"]
@@ -385,7 +395,7 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
             cache=cache,
             key=key,
         )
-        state = _emit(state, logits_BxV, sampler, stop_S, pad_id, row_offset)
+        state = _emit(state, logits_BxV, tempered, stop_S, pad_id, row_offset)
 
         # Response slot t holds response token t (own cache slot Ts + t); a segment runs while the tokens so far
         # fit its window.
@@ -401,7 +411,7 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
                 mask_BxW = mask_BxW.at[:, :suffix_slots].set(suffix_mask_BxT)
             logits_Bx1xV, cache = model(last_B, (position_B + index)[:, None], mask_BxW[:, None], s.cache,
                                         suffix_slots + index, layers, prefix)
-            return _emit(s.replace(cache=cache), logits_Bx1xV[:, 0], sampler, stop_S, pad_id, row_offset)
+            return _emit(s.replace(cache=cache), logits_Bx1xV[:, 0], tempered, stop_S, pad_id, row_offset)
 
         # A segment carries exactly its window of the response cache (a per-token slice of a larger cache would
         # make XLA copy the whole cache, twice, to update it in place).
@@ -483,15 +493,22 @@ def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
     cache_slots = padding.bucket_size(max_new_tokens)
     response_slots = cache_slots if response_buckets is None else padding.bucket_length(max_new_tokens,
                                                                                          response_buckets)
-    run = _generate_fn(weights.graphdef, parsed, response_slots, cache_slots, prefill_chunk_size(prompt_slots),
-                       DECODE_BLOCK, n, layout, suffix_slots)
+    run = _generate_fn(weights.graphdef, _program_sampler(parsed), response_slots, cache_slots,
+                       prefill_chunk_size(prompt_slots), DECODE_BLOCK, n, layout, suffix_slots)
     # Host inputs go rows like the batch (this process's rows are its block of the global batch), the rest
     # replicated; `generate` places them, parameters are never moved.
     global_shape = (padded_prompts * jax.process_count(), prompt_slots)
     rows, rest = layout.sharding(("batch",), global_shape), sharding.replicated(layout.mesh)
     inputs = (tokens_UxP, mask_UxP, live_B, suffix_BxT, suffix_mask_BxT, stop_S, np.int32(pad_id),
-              np.int32(max_new_tokens), np.int32(width), key, None if row_offset is None else np.int32(row_offset))
-    return run, inputs, (rows,) * ROW_INPUTS + (rest,) * 6, prompts * n
+              np.int32(max_new_tokens), np.int32(width), np.float32(parsed.temperature), np.float32(parsed.top_p), key,
+              None if row_offset is None else np.int32(row_offset))
+    return run, inputs, (rows,) * ROW_INPUTS + (rest,) * 8, prompts * n
+
+
+def _program_sampler(parsed: Sampler) -> Sampler:
+    """What of a sampler its compiled program is specialised on (kind, top_k): the temperature and top_p, which the
+    program is given at run time, set to 1, so every temperature and top_p of a kind share one program."""
+    return dataclasses.replace(parsed, temperature=1.0, top_p=1.0)
 
 
 # `_prepare`'s inputs sharded like the batch (prompts, their mask, live rows, suffixes and their mask); the rest

@@ -227,6 +227,25 @@ def test_no_retrace_within_a_bucket(model):
     assert sampling.TRACES["generate"] == before + 1
 
 
+def test_every_temperature_and_top_p_of_a_sampler_kind_shares_one_program(model):
+    """The temperature and top_p are runtime data: temperatures 0.5 + i·1e-6 (a served judge's clients choose them)
+    and nucleus p values compile once per sampler kind, and each draws what its own temperature draws."""
+    def run(sampler):
+        return sampling.generate(model, PROMPTS, key=jax.random.key(4), n=2, max_new_tokens=6, sampler=sampler,
+                                 stop_tokens=[STOP], pad_id=PAD)
+
+    run("temperature(0.5)")
+    run("nucleus(0.8, 0.5)")
+    before = sampling.TRACES["generate"]
+    for i in range(1, 4):
+        run(f"temperature({0.5 + i * 1e-6})")
+        run(f"nucleus({0.8 + i * 0.05}, {0.5 + i})")
+    results = {t: run(f"temperature({t})") for t in (0.7, 1.3)}
+    assert sampling.TRACES["generate"] == before
+    for t, result in results.items():  # each call's log-probs are those of its own temperature
+        np.testing.assert_allclose(result.logprobs, _teacher_forced(model, PROMPTS, result, PAD, t), atol=1e-5)
+
+
 def test_sample_leaves_a_rollout_on_the_device_in_its_response_bucket(model):
     """`sample` keeps its rows on the device, as wide as the caller's response bucket (16 for 9 new tokens, not
     the sampler's own 12), bit for bit what `generate` fetches: its decode cache stays the sampler's bucket."""
@@ -434,12 +453,27 @@ def test_parse_sampler():
     assert parse("topk(40, 0.5)") == sampling.Sampler("topk", temperature=0.5, top_k=40)
     assert parse(" nucleus(0.9) ") == sampling.Sampler("nucleus", temperature=1.0, top_p=0.9)
     for bad, match in [("beam(4)", "expected"), ("topk(2.5)", "positive integer"), ("nucleus(1.5)", r"\(0, 1\]"),
-                       ("temperature(0)", "> 0"), ("temperature()", "wrong number"), ("greedy(1)", "wrong number"),
-                       ("topk(a)", "must be numbers"), ("temperature(nan)", "finite"), ("temperature(inf)", "finite"),
-                       ("nucleus(nan)", "finite"), ("nucleus(0.9, nan)", "finite"), ("topk(inf)", "finite"),
-                       ("topk(3, -inf)", "finite")]:
+                       ("temperature(0)", r"in \[0.0001, "), ("temperature()", "wrong number"),
+                       ("greedy(1)", "wrong number"), ("topk(a)", "must be numbers"), ("temperature(nan)", "finite"),
+                       ("temperature(inf)", "finite"), ("nucleus(nan)", "finite"), ("nucleus(0.9, nan)", "finite"),
+                       ("topk(inf)", "finite"), ("topk(3, -inf)", "finite"),
+                       # positive in float64, 0 or inf in float32 (NaN logits): refused where samplers are parsed
+                       ("temperature(1e-300)", "finite in float32"), ("topk(3, 1e-5)", "finite in float32"),
+                       ("nucleus(0.9, 1e39)", "finite in float32")]:
         with pytest.raises(ValueError, match=match):
             parse(bad)
+    assert parse("temperature(1e-4)").temperature == sampling.MIN_TEMPERATURE
+
+
+def test_a_row_of_nan_logits_draws_an_id_inside_the_vocabulary():
+    """NaN logits (a model gone wrong) have no maximal index: the draw is still an id of the vocabulary (the last),
+    never the vocabulary size; a row without NaN draws as before."""
+    logits_BxV = jnp.asarray([[0.0, 1.0, jnp.nan, 2.0], [jnp.nan] * 4, [0.0, 3.0, 1.0, 3.0]])
+    for spec in ("greedy", "temperature(0.7)", "topk(2)", "nucleus(0.9)"):
+        drawn = np.asarray(sampling.sample_tokens(logits_BxV, jax.random.key(0), sampling.parse_sampler(spec)))
+        assert ((drawn >= 0) & (drawn < 4)).all(), (spec, drawn)
+    greedy = sampling.sample_tokens(logits_BxV, jax.random.key(0), sampling.parse_sampler("greedy"))
+    assert np.asarray(greedy).tolist() == [3, 3, 1]
 
 
 def test_prefill_chunk_size():

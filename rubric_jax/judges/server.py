@@ -7,23 +7,32 @@ the judge's decode layout); requests are decoded exactly as the in-process judge
 eos, special tokens dropped), so a greedy answer is the in-process one. Requests arriving within
 `window_s` of the first waiting one are answered by one `sampling.generate` call per (sampler, n) group, up to
 `max_batch` prompts, on one worker thread (the devices run one program at a time anyway); every call's batch
-size is logged. Bad requests are a 4xx JSON error {"error": {"message", "type", "code"}}: malformed JSON, an
-unknown model (404), a prompt over the context, an unsupported parameter or value; with an API key, a request
-without `Authorization: Bearer <key>` is 401.
+size is logged. Bad requests are a 4xx JSON error {"error": {"message", "type", "code"}}: malformed or too deeply
+nested JSON, a body over `max_body_bytes` (413, refused while it streams in), an unknown model (404), a prompt over the
+context, an unsupported parameter or value; with an API key, a request without `Authorization: Bearer <key>` (the
+scheme in any case, the key compared in constant time) is 401, and /health answers only {"status": "ok"}.
+
+A shared service: bodies are parsed and tokenised on one parser thread, never on the event loop, so /health and
+other requests are answered meanwhile. A client that disconnects (mid-body or while waiting) is counted in
+/health's `disconnected`; its queued job is dropped before it is batched (`cancelled`), while a job already in a
+running generate call finishes with its batch (a device program cannot be interrupted) and its answer is discarded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
+import hmac
 import json
 import logging
 import queue
+import sys
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import jax
@@ -34,6 +43,8 @@ from rubric_jax.judges.llm_judge import Judge
 
 log = logging.getLogger("rubric_jax.serve")
 MAX_N = 16  # most choices per request
+# Largest request body by default (bytes): a 32k-token prompt is ~130 KB of English, ~300 KB of \u-escaped Chinese.
+MAX_BODY_BYTES = 2 << 20
 # Request fields the server reads; `user` is accepted and ignored (an opaque end-user id in the OpenAI API).
 _COMMON_FIELDS = {"model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "n", "stop",
                   "stream", "user"}
@@ -74,6 +85,7 @@ class Batcher:
         self.key = jax.random.key(seed)
         self.jobs: queue.Queue[tuple[Job, Future]] = queue.Queue()
         self.batch_sizes: list[int] = []  # prompts per generate call, in call order
+        self.cancelled = 0  # jobs dropped before they were batched: their clients had gone
         self.lock = threading.Lock()
         threading.Thread(target=self._loop, name="serve-batcher", daemon=True).start()
 
@@ -96,9 +108,11 @@ class Batcher:
     def stats(self) -> dict[str, Any]:
         with self.lock:
             sizes = list(self.batch_sizes)
+            cancelled = self.cancelled
         return {"generate_calls": len(sizes), "prompts": int(sum(sizes)),
                 "mean_batch": float(np.mean(sizes)) if sizes else 0.0, "max_batch": max(sizes, default=0),
-                "traces": sum(sampling.TRACES.values())}  # a new batch or length bucket compiles (seconds)
+                "traces": sum(sampling.TRACES.values()),  # a new batch or length bucket compiles (seconds)
+                "queued": self.jobs.qsize(), "cancelled": cancelled}
 
     def _collect(self) -> list[tuple[Job, Future]]:
         batch = [self.jobs.get()]
@@ -119,6 +133,9 @@ class Batcher:
             for job, future in batch:
                 groups.setdefault((job.sampler, job.n), []).append((job, future))
             for (sampler, n), group in groups.items():
+                group = self._live(group)
+                if not group:
+                    continue
                 calls += 1
                 start = time.perf_counter()
                 try:
@@ -134,6 +151,14 @@ class Batcher:
                          sampler, time.perf_counter() - start, sum(sampling.TRACES.values()))
                 for (_, future), mine in zip(group, choices):
                     future.set_result(mine)
+
+    def _live(self, group: list[tuple[Job, Future]]) -> list[tuple[Job, Future]]:
+        """The jobs of `group` whose futures were not cancelled (a client gone), now marked running (no longer
+        cancellable); the cancelled ones are counted and dropped."""
+        live = [(job, future) for job, future in group if future.set_running_or_notify_cancel()]
+        with self.lock:
+            self.cancelled += len(group) - len(live)
+        return live
 
     def _generate(self, jobs: Sequence[Job], sampler: str, n: int, key: jax.Array) -> list[list[Choice]]:
         """Each job's n choices: one generate call up to the group's largest max_tokens, each row cut to its own
@@ -170,18 +195,22 @@ def _integer(body: Mapping[str, Any], field: str, default: int, low: int, high: 
 
 
 def _number(body: Mapping[str, Any], field: str) -> float | None:
+    """The field's value, a finite number (a JSON integer of 400 digits is not: no float holds it) or None."""
     value = body.get(field)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value)):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or
+                              not abs(value) <= sys.float_info.max):
         raise RequestError(f"{field}={value!r}: expected a number")
     return value
 
 
 def sampler_of(body: Mapping[str, Any]) -> str:
-    """The sampler string of a request's temperature (0 or absent: greedy), top_p and top_k."""
+    """The sampler string of a request's temperature (0 or absent: greedy), top_p and top_k; a temperature is 0 or
+    one `sampling.parse_sampler` takes (finite and not 0 in float32, at least sampling.MIN_TEMPERATURE)."""
     temperature, top_p = _number(body, "temperature"), _number(body, "top_p")
     top_k = _integer(body, "top_k", 0, -1, 1 << 20)
-    if temperature is not None and temperature < 0:
-        raise RequestError(f"temperature={temperature!r}: expected >= 0 (0 = greedy)")
+    if temperature and not sampling.MIN_TEMPERATURE <= temperature <= sampling.MAX_TEMPERATURE:
+        raise RequestError(f"temperature={temperature!r}: expected 0 (greedy) or a number in "
+                           f"[{sampling.MIN_TEMPERATURE}, {sampling.MAX_TEMPERATURE:.4g}]")
     if top_p is not None and not 0 < top_p <= 1:
         raise RequestError(f"top_p={top_p!r}: expected a number in (0, 1]")
     if not temperature:
@@ -202,6 +231,8 @@ def parse_request(raw: bytes, kind: str, judge: Judge, model_name: str, default_
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
         raise RequestError(f"malformed JSON body: {e}") from None
+    except RecursionError:
+        raise RequestError("malformed JSON body: nested too deeply") from None
     if not isinstance(body, dict):
         raise RequestError("the body must be a JSON object")
     unknown = sorted(set(body) - _FIELDS[kind])
@@ -241,37 +272,98 @@ def parse_request(raw: bytes, kind: str, judge: Judge, model_name: str, default_
 
 
 # ------------------------------------------------------------------------------------------ the ASGI app
+def authorized(header: str, api_key: str) -> bool:
+    """Whether an Authorization header carries `api_key` (no key: every request): scheme "Bearer" in any case (RFC
+    9110), the key compared in constant time (a timing side channel would leak it byte by byte)."""
+    if not api_key:
+        return True
+    scheme, _, token = header.strip().partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode("latin-1"), api_key.encode())
+
+
+async def read_body(request: Any, limit: int) -> bytes:
+    """The request's body, refused (413) as soon as its declared length or the bytes received exceed `limit`, so a
+    huge body is never held whole; starlette's ClientDisconnect when the client leaves mid-body."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdecimal() and (len(declared) > 18 or int(declared) > limit):
+        raise RequestError(f"the body's {declared} bytes exceed this server's limit of {limit} bytes", 413,
+                           "request_too_large")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(f"the body exceeds this server's limit of {limit} bytes", 413, "request_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def until_disconnected(receive: Callable[[], Awaitable[dict]]) -> None:
+    """Returns when the ASGI server reports the client gone (after the body, `receive` waits for that)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def answer_or_gone(future: Future, receive: Callable[[], Awaitable[dict]]) -> list[Choice] | None:
+    """The job's choices, or None when its client disconnected first: its future is then cancelled, so the batcher
+    drops the job if it is still queued (a job in a running batch finishes and its answer is discarded)."""
+    answer = asyncio.wrap_future(future)
+    gone = asyncio.ensure_future(until_disconnected(receive))
+    try:
+        await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if answer.done():
+        return answer.result()
+    answer.cancel()  # cancels `future` too, unless the batcher already runs it
+    return None
+
+
 def make_app(judge: Judge, model_name: str, *, api_key: str = "", window_s: float = 0.02, max_batch: int = 64,
-             default_max_tokens: int = 256, seed: int = 0, warmup_prompt_tokens: int = 0):
+             default_max_tokens: int = 256, seed: int = 0, warmup_prompt_tokens: int = 0,
+             max_body_bytes: int = MAX_BODY_BYTES):
     """The starlette app serving `judge` as `model_name` (the batcher's worker thread starts here, after a
     warm-up of every batch bucket for `warmup_prompt_tokens`-token prompts when that is > 0)."""
     from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse
+    from starlette.requests import ClientDisconnect, Request
+    from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
     batcher = Batcher(judge, window_s=window_s, max_batch=max_batch, seed=seed)
     if warmup_prompt_tokens:
         batcher.warm_up(warmup_prompt_tokens, default_max_tokens)
-    counts = {"requests": 0, "refused": 0}
+    # One parser thread: JSON and tokenising stay off the event loop, and the tokenizer is never used by two
+    # parses at once.
+    parser = ThreadPoolExecutor(1, thread_name_prefix="serve-parse")
+    counts = {"requests": 0, "refused": 0, "disconnected": 0}
 
     def error(e: RequestError) -> JSONResponse:
         counts["refused"] += 1
         return JSONResponse({"error": {"message": str(e), "type": "invalid_request_error", "code": e.code}},
                             status_code=e.status)
 
-    def authorized(request: Request) -> bool:
-        return not api_key or request.headers.get("authorization", "") == f"Bearer {api_key}"
+    def unauthorized(request: Request) -> JSONResponse | None:
+        if authorized(request.headers.get("authorization", ""), api_key):
+            return None
+        return error(RequestError("missing or wrong API key (Authorization: Bearer <key>)", 401, "invalid_api_key"))
 
-    async def completion(request: Request, kind: str) -> JSONResponse:
-        if not authorized(request):
-            return error(RequestError("missing or wrong API key (Authorization: Bearer <key>)", 401, "invalid_api_key"))
+    async def completion(request: Request, kind: str) -> Response:
+        refused = unauthorized(request)
+        if refused:
+            return refused
         try:
-            job = parse_request(await request.body(), kind, judge, model_name, default_max_tokens)
+            raw = await read_body(request, max_body_bytes)
+            job = await asyncio.get_running_loop().run_in_executor(
+                parser, functools.partial(parse_request, raw, kind, judge, model_name, default_max_tokens))
         except RequestError as e:
             return error(e)
+        except ClientDisconnect:  # left mid-body: nobody to answer
+            counts["disconnected"] += 1
+            return Response(status_code=400)
         counts["requests"] += 1
-        choices = await asyncio.wrap_future(batcher.submit(job))
+        choices = await answer_or_gone(batcher.submit(job), request.receive)
+        if choices is None:
+            counts["disconnected"] += 1
+            return Response(status_code=400)
         items = [({"message": {"role": "assistant", "content": c.text}} if kind == "chat" else
                   {"text": c.text, "logprobs": None}) | {"index": i, "finish_reason": c.finish}
                  for i, c in enumerate(choices)]
@@ -283,20 +375,21 @@ def make_app(judge: Judge, model_name: str, *, api_key: str = "", window_s: floa
             "usage": {"prompt_tokens": len(job.prompt_ids), "completion_tokens": completion_tokens,
                       "total_tokens": len(job.prompt_ids) + completion_tokens}})
 
-    async def chat(request: Request) -> JSONResponse:
+    async def chat(request: Request) -> Response:
         return await completion(request, "chat")
 
-    async def completions(request: Request) -> JSONResponse:
+    async def completions(request: Request) -> Response:
         return await completion(request, "completions")
 
     async def models(request: Request) -> JSONResponse:
-        if not authorized(request):
-            return error(RequestError("missing or wrong API key (Authorization: Bearer <key>)", 401, "invalid_api_key"))
-        return JSONResponse({"object": "list", "data": [{
+        return unauthorized(request) or JSONResponse({"object": "list", "data": [{
             "id": model_name, "object": "model", "created": 0, "owned_by": "rubric_jax",
             "max_model_len": judge.weights.cfg.max_position_embeddings}]})
 
     async def health(request: Request) -> JSONResponse:
+        """Liveness for anyone; the counters (what the server is asked and by how many) only with the key."""
+        if not authorized(request.headers.get("authorization", ""), api_key):
+            return JSONResponse({"status": "ok"})
         return JSONResponse({"status": "ok", "model": model_name, **counts, **batcher.stats()})
 
     return Starlette(routes=[

@@ -63,12 +63,30 @@ def start_server(port: int, *flags: str) -> subprocess.Popen:
     ("--config.api_key_env=RJ_TEST_UNSET_KEY", "--config.api_key_env=RJ_TEST_UNSET_KEY: the environment variable is "
                                                "not set"),
     ("--config.prot=8000", "unknown config key 'prot' (Did you mean \"port\""),
+    ("--config.max_body_bytes=100", "--config.max_body_bytes=100: expected an integer in [1024, 67108864]"),
 ])
 def test_serve_refuses_a_bad_setting_in_one_line_before_loading(setting, message):
     proc = subprocess.run([sys.executable, "-m", "experiments.serve", f"--checkpoint={TINY_JUDGE}", setting], cwd=REPO,
                           env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith(f"experiments.serve: error: {message}"), proc.stderr
+
+
+def test_serve_on_a_busy_port_fails_before_loading_and_warns_of_an_open_host_without_a_key():
+    """The port is bound before the model loads: a busy one is one line and exit 2, with nothing served. Every
+    interface (0.0.0.0) without an API key is a warning line first."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "experiments.serve", f"--checkpoint={TINY_JUDGE}",
+                               "--config.host=0.0.0.0", f"--config.port={port}"], cwd=REPO,
+                              env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "serving" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-2:] == [
+        "experiments.serve: warning: --config.host=0.0.0.0 without an API key: anyone who reaches this port can use "
+        "the judge (set --config.api_key_env=NAME)",
+        f"experiments.serve: error: --config.port={port}: cannot listen on 0.0.0.0:{port}: Address already in use"]
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +108,12 @@ def post(url: str, body: bytes | dict, key: str | None = KEY) -> tuple[int, dict
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
+
+
+def counters(base: str) -> dict:
+    """The server's /health with its counters (they need the key; without it /health is only {"status": "ok"})."""
+    request = urllib.request.Request(f"{base}/health", headers={"Authorization": f"Bearer {KEY}"})
+    return json.loads(urllib.request.urlopen(request, timeout=30).read())
 
 
 def tiny_spec(**fields) -> JudgeSpec:
@@ -161,7 +185,7 @@ def test_build_rubrics_writes_through_the_served_judge_and_names_the_stage_that_
     qurl = REPO / "rubric_jax" / "assets" / "qurl"
     questions = tmp_path / "questions.jsonl"
     questions.write_text("".join((qurl / "questions.jsonl").read_text().splitlines(True)[:2]))
-    before = json.loads(urllib.request.urlopen(f"{server}/health", timeout=30).read())
+    before = counters(server)
     proc = subprocess.run([sys.executable, "-m", "experiments.build_rubrics", "--config=configs/tiny.py",
                            f"--questions={questions}", f"--corpus={qurl / 'corpus.jsonl'}", f"--out={tmp_path / 'out'}",
                            "--config.qurl.generator=judge", "--config.judge.backend=openai",
@@ -177,7 +201,7 @@ def test_build_rubrics_writes_through_the_served_judge_and_names_the_stage_that_
     meta, rubric = summary["meta_description"], summary["rubric_generation"]
     assert meta["requests"] > 0 and meta["failed"] == 0  # written by the served judge
     assert rubric["requests"] > 0 and rubric["prompt_too_long"] == rubric["failed"] == rubric["requests"]
-    after = json.loads(urllib.request.urlopen(f"{server}/health", timeout=30).read())
+    after = counters(server)
     served, refused = (after[k] - before[k] for k in ("requests", "refused"))
     assert usage["judge_http_requests"] == meta["attempts"] + rubric["attempts"] == served + refused
     assert (served, refused) == (meta["attempts"], rubric["attempts"]) and usage["judge_http_failures"] == refused
@@ -219,10 +243,10 @@ def test_concurrent_requests_are_each_answered_once_and_batched(server):
               for q in questions]
     chat = f"{server}/v1/chat/completions"
     alone = {q: post(chat, b)[1]["choices"][0]["message"]["content"] for q, b in list(zip(questions, bodies))[:3]}
-    before = json.loads(urllib.request.urlopen(f"{server}/health", timeout=30).read())
+    before = counters(server)
     with ThreadPoolExecutor(4) as pool:
         replies = list(pool.map(lambda b: post(chat, b), bodies))
-    after = json.loads(urllib.request.urlopen(f"{server}/health", timeout=30).read())
+    after = counters(server)
     assert all(status == 200 for status, _ in replies)
     assert len({body["id"] for _, body in replies}) == 40
     assert [body["choices"][0]["message"]["content"] for _, body in replies[:3]] == [alone[q] for q in questions[:3]]

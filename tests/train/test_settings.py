@@ -62,6 +62,8 @@ def test_shipped_configs_validate_and_eval_has_its_own_response_budget():
     ("rl__beta", -0.1, "config.rl.beta: GRPOConfig.kl_coef=-0.1: must be finite and >= 0"),
     ("rl__missing_scores", "dorp", "config.rl.missing_scores='dorp'"),
     ("rl__sampler", "nucleus(0.9)", "config.rl.sampler='nucleus(0.9)'"),
+    ("rl__sampler", "temperature(1e-300)", "config.rl.sampler: sampler 'temperature(1e-300)': temperature must be in "
+                                           "[0.0001, 3.403e+38] (finite in float32"),  # 0 in float32: NaN logits
     ("model__attention", "flash", "config.model.attention='flash': expected one of ('auto', 'einsum', 'xla', 'cudnn')"),
     ("model__attention", "cudnn", "config.model.attention='cudnn': cuDNN flash attention runs in bfloat16"),
     ("rl__advantage", "gdpo", "config.rl.advantage='gdpo': must be one of ('sum_then_normalise', 'per_dimension')"),
