@@ -20,7 +20,8 @@ Flow for a batch of rows (question, response, the row's LLM dimensions):
             judge's noise depends on where a row sits in a call), and a verdict store can find it;
   store:    with a VerdictStore (judges/store.py), a prompt whose answer is stored (same judge hash and
             judge name, token ids, sample and key) is not generated: only misses are sent, in the same calls per
-            round (a process with fewer misses pads), and each call's answers are stored right after it;
+            round (a process with fewer misses pads), and each call's answers are stored right after it (a read-only
+            store: not stored, counted); a stored answer's verdict is parsed again from its text, never taken as stored;
   layout:   with layout=shared_prefix a prompt is [system; rules; question; response] + [criterion; answer
             format]: the shared part's nonce comes from the row's content (not its dimension), so a row's D
             prompts of one sample and round share it, and one generate call prefills each distinct shared part
@@ -274,7 +275,7 @@ def _run_judge(
         sent = [i for i, ok in enumerate(fits) if ok]
         entry = {i: (judge.name, digests[i], pending[i][1], seed_hex) for i in sent}
         found = store.get(entry.values()) if store is not None else {}
-        answers = {i: found[entry[i]] for i in sent if entry[i] in found}
+        answers = {i: _reparsed(found[entry[i]], prompts[i], stats) for i in sent if entry[i] in found}
         misses = [i for i in sent if i not in answers]
         stats["judge_store_hits"] += len(answers)
         if round_index > 0:
@@ -298,13 +299,10 @@ def _run_judge(
                                             jax.random.fold_in(jax.random.fold_in(gen_key, salt), c))
                 stats["judge_generate_calls"] += 1
                 for i, text, finish in zip(mine, texts, finishes):
-                    verdict = parse_verdict(text, prompts[i].keys, prompts[i].ranges)
-                    generated[i] = StoredAnswer(text, finish, verdict.valid, tuple(verdict.scores.tolist()),
-                                                verdict.reason)
-                if store is not None:
-                    store.put((entry[i], generated[i]) for i in mine)
-        if judge.http is not None and store is not None:
-            store.put((entry[i], answer) for i, answer in generated.items())
+                    generated[i] = parsed_answer(text, finish, prompts[i])
+                _keep(store, [(entry[i], generated[i]) for i in mine], stats)
+        if judge.http is not None:
+            _keep(store, [(entry[i], answer) for i, answer in generated.items()], stats)
         answers.update(generated)
         stats["judge_prompts"] += len(generated)
         still_invalid = []
@@ -362,9 +360,36 @@ def _answer_over_http(judge: Judge, prompts: Sequence[JudgePrompt], misses: Sequ
             if reply.error and len(stats.setdefault("judge_http_error_examples", [])) < 5:
                 stats["judge_http_error_examples"].append(f"{judge.name}: {reply.error}")
             continue
-        verdict = parse_verdict(reply.text, prompts[i].keys, prompts[i].ranges)
-        answers[i] = StoredAnswer(reply.text, reply.finish, verdict.valid, tuple(verdict.scores.tolist()), verdict.reason)
+        answers[i] = parsed_answer(reply.text, reply.finish, prompts[i])
     return answers
+
+
+def parsed_answer(text: str, finish: str, prompt: JudgePrompt) -> StoredAnswer:
+    """A judge's answer to `prompt` with its verdict parsed from the text (parser.parse_verdict)."""
+    verdict = parse_verdict(text, prompt.keys, prompt.ranges)
+    return StoredAnswer(text, finish, verdict.valid, tuple(verdict.scores.tolist()), verdict.reason)
+
+
+def _reparsed(stored: StoredAnswer, prompt: JudgePrompt, stats: dict[str, Any]) -> StoredAnswer:
+    """A stored answer with its verdict parsed again from its text (the text is the truth: a store whose scores were
+    edited, or do not decode, cannot change a score); one whose stored verdict differs is counted in
+    judge_store_mismatches."""
+    answer = parsed_answer(stored.text, stored.finish_reason, prompt)
+    same = (stored.valid == answer.valid and len(stored.scores) == len(answer.scores)
+            and np.array_equal(stored.scores, answer.scores, equal_nan=True))
+    stats["judge_store_mismatches"] += not same
+    return answer
+
+
+def _keep(store: VerdictStore | None, answers: list[tuple[Any, StoredAnswer]], stats: dict[str, Any]) -> None:
+    """Writes `answers` to `store` (none: nothing); a read-only store keeps none of them, counted in
+    judge_store_unsaved (its hits are still read: store.VerdictStore)."""
+    if store is None or not answers:
+        return
+    if store.read_only:
+        stats["judge_store_unsaved"] += len(answers)
+        return
+    store.put(answers)
 
 
 def combine_judges(scores_JxL: np.ndarray, ranges_Lx2: np.ndarray, ensemble: str) -> np.ndarray:
@@ -420,7 +445,8 @@ def judge_rows(
     ranges_Lx2 = np.asarray([d.scale.raw_range for req in requests for d in req.dims], dtype=np.float64).reshape(-1, 2)
     stats: dict[str, Any] = {
         "judge_prompts": 0, "judge_generate_calls": 0, "judge_invalid": 0, "judge_retried": 0,
-        "judge_prompt_too_long": 0, "judge_store_hits": 0, "judge_invalid_examples": [],
+        "judge_prompt_too_long": 0, "judge_store_hits": 0, "judge_store_mismatches": 0, "judge_store_unsaved": 0,
+        "judge_invalid_examples": [],
     }
     per_judge = []
     causes_JxSxL = np.full((len(judges), config.samples, num_slots), "", dtype=object)
