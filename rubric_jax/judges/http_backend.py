@@ -229,22 +229,29 @@ class HttpJudgeClient:
         self.tokens = TokenBucket(spec.tokens_per_minute)
         self.lock = threading.Lock()
         self.warned = False  # the clamped-usage warning was printed
+        self.identity = ""  # the served model's weights identity, once `check` read it ("" if none is reported)
+        self.fingerprinted: set[tuple[str, str]] = set()  # (store path, judge hash) whose fingerprint matched
 
     @property
     def name(self) -> str:
         return f"{self.spec.model}@{self.spec.base_url}"
 
-    def check(self) -> None:
-        """Raises EndpointError (one line naming the endpoint) unless it answers GET /models within the timeout
-        (one try) and lists the spec's model."""
+    def check(self) -> str:
+        """The weights identity the endpoint reports for the spec's model (experiments.serve's `weights_identity` in
+        GET /models: a content hash of the served weights and tokenizer; "" from an endpoint that reports none, whose
+        model a verdict store fingerprints instead: llm_judge.check_fingerprint). Raises EndpointError (one line
+        naming the endpoint) unless it answers GET /models within the timeout (one try) and lists the spec's model."""
         try:
-            served = [m.id for m in self.client.with_options(max_retries=0).models.list()]
+            served = {m.id: m for m in self.client.with_options(max_retries=0).models.list()}
         except Exception as e:  # any failure to answer is the same one line for the user
             raise EndpointError(f"judge endpoint {self.spec.base_url} does not answer ({_one_line(e)}); start it "
                                 "or fix judge.base_url") from None
         if served and self.spec.model not in served:
             raise EndpointError(f"judge endpoint {self.spec.base_url} does not serve judge.model={self.spec.model!r}"
-                                f" (it serves {served})")
+                                f" (it serves {sorted(served)})")
+        identity = getattr(served.get(self.spec.model), "weights_identity", None)
+        self.identity = identity if isinstance(identity, str) else ""
+        return self.identity
 
     def answer(self, chats: Sequence[Sequence[Mapping[str, str]]], *, sampler: str, max_tokens: int,
                stats: dict[str, Any]) -> list[Answer]:

@@ -34,7 +34,8 @@ Flow for a batch of rows (question, response, the row's LLM dimensions):
   backend:  a judge's answers come from sampling.generate in this process, or from an OpenAI-compatible
             endpoint (`Judge.http`, judges/http_backend.py: its requests are this process's own, no call is
             global); everything above is the same for both, and an endpoint that gives no answer after its
-            HTTP retries fails the sample with cause "judge_http_error" (never re-prompted).
+            HTTP retries fails the sample with cause "judge_http_error" (never re-prompted); with a store, a served
+            judge whose endpoint reports no weights identity is fingerprinted first (check_fingerprint).
 
 A slot is one (row, dimension) score; a request covers a contiguous range of slots. Arrays below are
 indexed [J judges, S samples, L slots]. Randomness (nonces, anchor orders, sampling) comes only from
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -57,9 +59,9 @@ from rubric_jax.judges.http_backend import COMMON_SPECIAL_TOKENS, summarize
 from rubric_jax.judges.parser import parse_verdict
 from rubric_jax.judges.prompts import JudgePrompt, compact_single_prompt, multi_prompt, single_prompt
 from rubric_jax.judges.spec import MODES, JudgeSpec
-from rubric_jax.judges.store import StoredAnswer, VerdictStore, messages_digest, prompt_digest
+from rubric_jax.judges.store import StoredAnswer, StoreError, VerdictStore, messages_digest, prompt_digest
 from rubric_jax.models.checkpoint import load_tokenizer
-from rubric_jax.rubrics.schema import Dimension, canonical_json, dimension_to_dict
+from rubric_jax.rubrics.schema import Dimension, canonical_json, dimension_from_dict, dimension_to_dict
 
 # Why a judge score is missing: the prompt does not fit the judge's context (never sent), the reply hit
 # max_new_tokens, or the reply had no parseable verdict.
@@ -248,6 +250,8 @@ def _run_judge(
     (FAILURE_CAUSES) is written into `causes_SxL`. Answers found in `store` are not generated again; every
     generated answer is written to it right after its call."""
     scores_SxL = np.full((config.samples, num_slots), np.nan)
+    if store is not None:
+        check_fingerprint(judge, store)
     reserved = special_tokens(judge.tokenizer) if judge.tokenizer is not None else list(COMMON_SPECIAL_TOKENS)
     seeds = [_request_seed(questions[req.row], responses[req.row], req.dims) for req in requests]
     row_seeds = [_request_seed(questions[req.row], responses[req.row], ()) for req in requests]
@@ -390,6 +394,52 @@ def _keep(store: VerdictStore | None, answers: list[tuple[Any, StoredAnswer]], s
         stats["judge_store_unsaved"] += len(answers)
         return
     store.put(answers)
+
+
+# The fingerprint of a served judge whose endpoint reports no weights identity (a foreign API): its greedy verdicts on
+# these fixed prompts, stored with a verdict store's answers and compared at each command's first judge call.
+_PROBE_DIMENSION = dimension_from_dict({
+    "id": "politeness", "description": "The response is polite: it thanks or apologises to the user.", "kind": "llm",
+    "scale": {"kind": "binary"}, "anchors": {"0": "impolite or curt", "1": "polite: thanks or apologises"}})
+FINGERPRINT_PROBES = ("Thank you for waiting, and sorry for the delay: your refund is on its way.",
+                      "Figure it out yourself.", "Sorry, I cannot help with that. Thanks for asking!",
+                      "Your order ships tomorrow.")
+_PROBE_NONCE = "f1e2d3c4b5a69788"
+FINGERPRINT_META = "fingerprint"  # store_meta key prefix: fingerprint:<judge hash>:<judge name>
+
+
+def fingerprint(judge: Judge) -> list[float | None]:
+    """`judge`'s greedy verdicts on FINGERPRINT_PROBES over its endpoint (None: no parseable verdict); a StoreError
+    when a probe gets no answer (the fingerprint cannot be taken: nothing is judged)."""
+    prompts = [single_prompt("How is my order doing?", response, _PROBE_DIMENSION, nonce=_PROBE_NONCE,
+                             reserved=COMMON_SPECIAL_TOKENS) for response in FINGERPRINT_PROBES]
+    replies = judge.http.answer([p.messages for p in prompts], sampler="greedy", max_tokens=judge.max_new_tokens,
+                                stats={})
+    failed = next((reply.error or reply.cause for reply in replies if reply.cause), None)
+    if failed is not None:
+        raise StoreError(f"judge {judge.name}: the fingerprint probes got no answer ({failed}); nothing was judged")
+    scores = [parsed_answer(reply.text, reply.finish, p).scores[0] for reply, p in zip(replies, prompts)]
+    return [None if np.isnan(score) else float(score) for score in scores]
+
+
+def check_fingerprint(judge: Judge, store: VerdictStore) -> None:
+    """A served judge whose endpoint reports no weights identity (nothing in its judge hash tells its model) is
+    fingerprinted once per store: the first time, its probe verdicts are stored with the store's meta; afterwards
+    they must be the same, else a StoreError (one line): the model behind the name changed and the stored
+    verdicts are another model's. A read-only store without a fingerprint is not checked."""
+    client = judge.http
+    if client is None or client.identity or (str(store.path), store.judge_hash) in client.fingerprinted:
+        return
+    key = f"{FINGERPRINT_META}:{store.judge_hash}:{judge.name}"
+    stored, now = store.meta(key), fingerprint(judge)
+    if stored is None and not store.read_only:
+        store.set_meta(key, json.dumps(now))
+    elif stored is not None and json.loads(stored) != now:
+        raise StoreError(f"verdict store {store.path}: the served judge {judge.name} reports no weights identity, "
+                         f"and its verdicts on the fingerprint probes are {now}, not the {json.loads(stored)} stored "
+                         "with this store's verdicts: another model answers under that name; serve the same model "
+                         "or use another --judge.store")
+    client.fingerprinted.add((str(store.path), store.judge_hash))
 
 
 def combine_judges(scores_JxL: np.ndarray, ranges_Lx2: np.ndarray, ensemble: str) -> np.ndarray:

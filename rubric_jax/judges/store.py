@@ -196,6 +196,17 @@ class VerdictStore:
         with self._errors("cannot write"), self._transaction():
             self._db.executemany(_INSERT, rows)
 
+    def meta(self, key: str) -> str | None:
+        """The store's meta value under `key` (None when absent), e.g. a served judge's fingerprint."""
+        with self._errors("cannot read"):
+            row = self._db.execute("SELECT value FROM store_meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Writes the meta value `key` (one transaction)."""
+        with self._errors("cannot write"), self._transaction():
+            self._db.execute("INSERT OR REPLACE INTO store_meta VALUES (?, ?)", (key, value))
+
     def count(self) -> int:
         """Records stored under this judge hash."""
         with self._errors("cannot read"):

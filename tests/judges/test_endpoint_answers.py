@@ -1,8 +1,9 @@
 """What an OpenAI-compatible endpoint answers is checked before it counts (issue 38 S5, S6, T4, H4): content sent
 as a list of parts is joined, any other shape of content, a content_filter or tool_calls finish, a refusal and an
 oversized answer are failures with their reason (never verdicts), null usage fields are left out, an absurd usage
-is clamped (the token bucket stays sane), and the retries counted are the ones the client made. The endpoint is
-the scripted double of tests/openai_double.py."""
+is clamped (the token bucket stays sane), and the retries counted are the ones the client made. And which model
+answers (S1): a served judge's hash holds the weights identity its endpoint reports, and an endpoint that reports
+none is fingerprinted by the verdict store. The endpoint is the scripted double of tests/openai_double.py."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import pytest
 
 from openai_double import MODEL, Endpoint
 from rubric_jax.judges import http_backend
-from rubric_jax.judges.llm_judge import Judge, judge_rows
-from rubric_jax.judges.spec import JudgeSpec
+from rubric_jax.judges.llm_judge import FINGERPRINT_PROBES, Judge, judge_rows
+from rubric_jax.judges.spec import JudgeSpec, judge_hash, load_judges, open_verdict_store
+from rubric_jax.judges.store import StoreError
 from test_llm_judge import SAFE
 
 CHAT = [[{"role": "user", "content": "Was this polite?"}]]
@@ -120,3 +122,56 @@ def test_read_answer_bounds_the_answer_by_its_token_budget():
     with pytest.raises(ValueError, match=f"an answer of {limit + 1} characters for max_tokens=4"):
         http_backend.read_answer("a" * (limit + 1), "stop", None, 4)
     assert http_backend.read_answer(None, None, None, 4) == ("", "stop")
+
+
+def _score_with_store(spec: JudgeSpec, responses: list[str]) -> tuple[str, dict]:
+    """One command's worth: the served judge loaded, its store opened under the judge hash, the rows judged."""
+    (judge,) = load_judges(spec)
+    store = open_verdict_store(spec)
+    out = judge_rows([judge], spec, ["How is my order?"] * len(responses), responses, [[SAFE]] * len(responses),
+                     jax.random.key(0), store)
+    store.close()
+    return store.judge_hash, out.details
+
+
+SERVED = dict(backend="openai", model=MODEL, samples=1, sampler="greedy", max_retries_http=0, outage_s=0,
+              max_retries=0)
+ROWS = [f"Answer {i}: {'thanks!' if i % 2 else 'no.'}" for i in range(6)]
+
+
+def test_another_model_served_under_the_same_name_is_another_judge_hash(endpoint, tmp_path):
+    """S1: the endpoint reports the weights identity behind its model name (as experiments.serve does); after a
+    swap to other weights under the same name, the judge hash moves and no stored verdict is read."""
+    endpoint.identity = "a" * 64
+    spec = JudgeSpec(base_url=endpoint.url, store=str(tmp_path / "v.db"), **SERVED)
+    first_hash, first = _score_with_store(spec, ROWS)
+    again_hash, again = _score_with_store(spec, ROWS)
+    assert again_hash == first_hash and again["judge_store_hits"] == len(ROWS) and again["judge_prompts"] == 0
+    endpoint.identity = "b" * 64
+    swapped_hash, swapped = _score_with_store(spec, ROWS)
+    assert swapped_hash != first_hash and swapped["judge_store_hits"] == 0 and swapped["judge_prompts"] == len(ROWS)
+    assert not any(FINGERPRINT_PROBES[0] in request for request in endpoint.requests)  # identified: no probes
+
+
+def test_an_endpoint_reporting_no_identity_is_fingerprinted_by_the_store(endpoint, tmp_path):
+    """S1, a foreign endpoint: the first use of a store sends the fixed probes once and stores their verdicts; the
+    same model passes (and is probed once per store and client); another model behind the name is refused in one
+    line before anything is judged or stored."""
+    spec = JudgeSpec(base_url=endpoint.url, store=str(tmp_path / "v.db"), **SERVED)
+    _, first = _score_with_store(spec, ROWS)
+    probes = [r for r in endpoint.requests if any(p in r for p in FINGERPRINT_PROBES)]
+    assert len(probes) == len(FINGERPRINT_PROBES) and first["judge_prompts"] == len(ROWS)
+    _, again = _score_with_store(spec, ROWS)
+    assert again["judge_store_hits"] == len(ROWS)
+    endpoint.reply = lambda messages: "SCORE: 1" if "Thank" in messages[-1]["content"] else "SCORE: 0"
+    before = len(endpoint.requests)
+    with pytest.raises(StoreError) as error:
+        _score_with_store(spec, ROWS)
+    assert str(error.value) == (
+        f"verdict store {tmp_path / 'v.db'}: the served judge {MODEL}@{endpoint.url} reports no weights identity, "
+        "and its verdicts on the fingerprint probes are [1.0, 0.0, 1.0, 0.0], not the [1.0, 1.0, 1.0, 1.0] stored with "
+        "this store's verdicts: another model answers under that name; serve the same model or use another "
+        "--judge.store")
+    assert len(endpoint.requests) - before == len(FINGERPRINT_PROBES)  # the probes only: nothing judged
+    assert judge_hash(spec) == _score_with_store(JudgeSpec(base_url=endpoint.url, store=str(tmp_path / "new.db"),
+                                                           **SERVED), ROWS)[0]  # a new store starts a new fingerprint
