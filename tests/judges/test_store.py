@@ -240,7 +240,11 @@ def test_golden_references_are_judged_once_with_a_store(tok, tmp_path):
     calls = len(stub.calls)
     evals = [golden_set.metrics(policy, reward, key=jax.random.key(1), store=store) for _ in range(2)]
     assert len(stub.calls) == calls + 1 and store.count() == 3  # the second eval asked nothing
-    assert evals[0] == evals[1] and evals[0]["golden/reference/reward/accuracy"] == pytest.approx(0.25)  # (0 + .25 + .5) / 3
+    counters = [{k: v for k, v in e.items() if k.startswith("golden/reference/judge_")} for e in evals]
+    rest = [{k: v for k, v in e.items() if k not in c} for e, c in zip(evals, counters)]
+    assert rest[0] == rest[1]
+    assert evals[0]["golden/reference/reward/accuracy"] == pytest.approx(0.25)  # (0 + .25 + .5) / 3
+    assert [c["golden/reference/judge_store_hits"] for c in counters] == [0, 3]  # the judge's counters say so
 
 
 @pytest.mark.parametrize("values, message", [
