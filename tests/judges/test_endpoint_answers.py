@@ -7,6 +7,8 @@ none is fingerprinted by the verdict store. The endpoint is the scripted double 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jax
 import numpy as np
 import pytest
@@ -143,7 +145,8 @@ def test_another_model_served_under_the_same_name_is_another_judge_hash(endpoint
     """S1: the endpoint reports the weights identity behind its model name (as experiments.serve does); after a
     swap to other weights under the same name, the judge hash moves and no stored verdict is read."""
     endpoint.identity = "a" * 64
-    spec = JudgeSpec(base_url=endpoint.url, store=str(tmp_path / "v.db"), **SERVED)
+    tokenizer_dir = str(Path(__file__).resolve().parents[2] / "rubric_jax" / "assets" / "tiny_judge")
+    spec = JudgeSpec(base_url=endpoint.url, store=str(tmp_path / "v.db"), checkpoints=(tokenizer_dir,), **SERVED)
     first_hash, first = _score_with_store(spec, ROWS)
     again_hash, again = _score_with_store(spec, ROWS)
     assert again_hash == first_hash and again["judge_store_hits"] == len(ROWS) and again["judge_prompts"] == 0
