@@ -65,8 +65,8 @@ from rubric_jax.rubrics.schema import Dimension, canonical_json, dimension_from_
 
 # Why a judge score is missing: the prompt does not fit the judge's context (never sent), the reply hit
 # max_new_tokens, or the reply had no parseable verdict.
-# An HTTP judge's endpoint that gave no usable answer (none after its retries, or a refused one: http_backend.read_answer):
-# judge_http_error.
+# An HTTP judge's endpoint that gave no usable answer (none after its retries, or a refused one:
+# http_backend.read_answer): judge_http_error.
 FAILURE_CAUSES = ("judge_prompt_too_long", "judge_truncated", "judge_invalid_verdict", "judge_http_error")
 GenerateFn = Callable[..., Any]  # sampling.generate's signature (see the sampler contract)
 MAX_PROMPT_TOKENS = 4096  # longest judge prompt sent (capped by the judge's context); longer ones are counted

@@ -373,8 +373,8 @@ def judge_hash(spec: JudgeSpec) -> str:
     and asks the endpoint, so call it once per command."""
     identities = [weights_identity(path) for path in spec.checkpoints]
     served = served_identity(spec) if spec.backend == "openai" else ""
-    payload = json.dumps({"fields": verdict_fields(spec), "weights": identities} | ({"served": served} if served else {}),
-                         sort_keys=True)
+    hashed = {"fields": verdict_fields(spec), "weights": identities} | ({"served": served} if served else {})
+    payload = json.dumps(hashed, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 

@@ -49,7 +49,8 @@ def test_content_as_a_list_of_parts_is_joined_and_other_shapes_are_refused_with_
     answer, stats = ask(endpoint, {"content": parts})
     assert (answer.text, answer.finish, answer.cause) == ("Polite.\nSCORE: 1", "stop", "")
     for content, why in ((7, "content is int"), ({"text": "SCORE: 1"}, "content is dict"),
-                         ([{"type": "text", "text": 1}], "a text part's text is int"), (["SCORE: 1"], "a content part is str")):
+                         ([{"type": "text", "text": 1}], "a text part's text is int"),
+                         (["SCORE: 1"], "a content part is str")):
         answer, stats = ask(endpoint, {"content": content})
         assert answer.cause == "judge_http_error" and answer.error.startswith(f"refused answer: {why}"), answer
         assert stats["judge_http_failures"] == 1 and stats["judge_http_requests"] == 1
@@ -59,7 +60,8 @@ def test_a_content_filter_finish_a_refusal_and_an_oversized_answer_are_no_verdic
     for script, why in (({"content": "SCORE: 1", "finish_reason": "content_filter"}, "finish_reason 'content_filter'"),
                         ({"content": "SCORE: 1", "finish_reason": "tool_calls"}, "finish_reason 'tool_calls'"),
                         ({"content": "SCORE: 1", "refusal": "I can't judge that."}, "the model refused"),
-                        ({"content": "x" * 2_000_000 + "\nSCORE: 1"}, "an answer of 2000009 characters for max_tokens=16")):
+                        ({"content": "x" * 2_000_000 + "\nSCORE: 1"},
+                         "an answer of 2000009 characters for max_tokens=16")):
         answer, stats = ask(endpoint, script)
         assert answer.cause == "judge_http_error" and answer.error.startswith(f"refused answer: {why}"), answer
         assert answer.text == "" and stats["judge_http_failures"] == 1

@@ -128,7 +128,8 @@ def test_golden_reference_judge_failures_are_counted_and_alerted(tmp_path):
     limits = {check.field: 1.0 for check in monitors.CHECKS} | {"max_missing_share": 0.2, "min_golden_spearman": -1.0,
                                                                   "min_audit_agreement": -1.0}
     alerts = monitors.find_alerts(3, "eval", out, limits)
-    assert [a.message for a in alerts] == ["alert step 3: missing scores of accuracy on the golden references 0.50 > 0.20"]
+    assert [a.message for a in alerts] == [
+        "alert step 3: missing scores of accuracy on the golden references 0.50 > 0.20"]
 
 
 def test_the_trainer_refuses_an_overlapping_golden_set_before_sft(tmp_path, command_server):

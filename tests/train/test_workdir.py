@@ -130,9 +130,9 @@ def test_a_restart_under_another_judge_is_refused_from_the_records(tmp_path):
     _saved(tmp_path, "grpo", extra={"updates_per_batch": 1, "judge_hash": "c9018083" * 8})
     workdir.check_resume(tmp_path, rubric_hash="h", updates_per_batch=1, keep=3, judge_hash="c9018083" * 8)
     for other, named in (("2829977c" * 8, "2829977c2829977c..."), ("", "none")):
-        with pytest.raises(CheckpointError, match=rf"checkpoints/grpo: trained with judge c9018083c9018083\.\.\., this "
-                                                  rf"config's is {re.escape(named)} \(.*rubric\.json names the old one\); "
-                                                  "use the same judge"):
+        refusal = (r"checkpoints/grpo: trained with judge c9018083c9018083\.\.\., this config's is "
+                   rf"{re.escape(named)} \(.*rubric\.json names the old one\); use the same judge")
+        with pytest.raises(CheckpointError, match=refusal):
             workdir.check_resume(tmp_path, rubric_hash="h", updates_per_batch=1, keep=3, judge_hash=other)
     _saved(tmp_path / "old", "grpo", extra={"updates_per_batch": 1})
     workdir.check_resume(tmp_path / "old", rubric_hash="h", updates_per_batch=1, keep=3, judge_hash="2829977c" * 8)
