@@ -73,8 +73,9 @@ CAUSE_HINTS = {
                              "--judge.max_new_tokens, or shorter anchors",
     "judge_truncated": "every verdict was cut at --judge.max_new_tokens; raise it",
     "judge_invalid_verdict": "the judge never wrote a parseable verdict (judge_invalid_examples in the summary)",
-    "judge_http_error": "the judge endpoint gave no answer after its retries (judge_http_error_examples in the "
-                        "summary); check --judge.base_url and the server",
+    "judge_http_error": "the judge endpoint gave no usable answer: none after its retries, or a refused one (a "
+                        "content_filter finish, a refusal, malformed or oversized content; judge_http_error_examples "
+                        "in the summary); check --judge.base_url and the server",
     "regex_timeout": f"the rule's regex ran past {REGEX_TIMEOUT_S} s (catastrophic backtracking); simplify it",
 }
 

@@ -38,7 +38,8 @@ UNBOUNDED_JUDGE_PROMPT = 1 << 30  # load_judge caps it at the judge's context mi
 JUDGE_ANSWERS_PER_PASS = 64  # answers per reward call (one batched judge pass; judge.batch_size bounds its calls)
 # RubricReward's judge counters summed over the judge passes into summary.json (llm_judge.judge_rows).
 JUDGE_COUNTERS = ("judge_prompts", "judge_generate_calls", "judge_invalid", "judge_retried", "judge_prompt_too_long",
-                  "judge_scores", "judge_failed_samples", "judge_failed_scores", "judge_store_hits", *HTTP_COUNTERS)
+                  "judge_scores", "judge_failed_samples", "judge_failed_scores", "judge_store_hits",
+                  "judge_store_mismatches", "judge_store_unsaved", *HTTP_COUNTERS)
 # A cascade's (judges/cascade.py): items screened, escalated to the refining judge, and its prompts; reported with a cascade.
 CASCADE_COUNTERS = ("judge_cascade_screened", "judge_cascade_escalated", "judge_cascade_prompts")
 

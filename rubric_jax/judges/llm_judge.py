@@ -20,7 +20,8 @@ Flow for a batch of rows (question, response, the row's LLM dimensions):
             judge's noise depends on where a row sits in a call), and a verdict store can find it;
   store:    with a VerdictStore (judges/store.py), a prompt whose answer is stored (same judge hash and
             judge name, token ids, sample and key) is not generated: only misses are sent, in the same calls per
-            round (a process with fewer misses pads), and each call's answers are stored right after it;
+            round (a process with fewer misses pads), and each call's answers are stored right after it (a read-only
+            store: not stored, counted); a stored answer's verdict is parsed again from its text, never taken as stored;
   layout:   with layout=shared_prefix a prompt is [system; rules; question; response] + [criterion; answer
             format]: the shared part's nonce comes from the row's content (not its dimension), so a row's D
             prompts of one sample and round share it, and one generate call prefills each distinct shared part
@@ -33,7 +34,8 @@ Flow for a batch of rows (question, response, the row's LLM dimensions):
   backend:  a judge's answers come from sampling.generate in this process, or from an OpenAI-compatible
             endpoint (`Judge.http`, judges/http_backend.py: its requests are this process's own, no call is
             global); everything above is the same for both, and an endpoint that gives no answer after its
-            HTTP retries fails the sample with cause "judge_http_error" (never re-prompted).
+            HTTP retries fails the sample with cause "judge_http_error" (never re-prompted); with a store, a served
+            judge whose endpoint reports no weights identity is fingerprinted first (check_fingerprint).
 
 A slot is one (row, dimension) score; a request covers a contiguous range of slots. Arrays below are
 indexed [J judges, S samples, L slots]. Randomness (nonces, anchor orders, sampling) comes only from
@@ -44,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -56,13 +59,14 @@ from rubric_jax.judges.http_backend import COMMON_SPECIAL_TOKENS, summarize
 from rubric_jax.judges.parser import parse_verdict
 from rubric_jax.judges.prompts import JudgePrompt, compact_single_prompt, multi_prompt, single_prompt, without_reserved
 from rubric_jax.judges.spec import MODES, JudgeSpec
-from rubric_jax.judges.store import StoredAnswer, VerdictStore, messages_digest, prompt_digest
+from rubric_jax.judges.store import StoredAnswer, StoreError, VerdictStore, messages_digest, prompt_digest
 from rubric_jax.models.checkpoint import load_tokenizer
-from rubric_jax.rubrics.schema import Dimension, canonical_json, dimension_to_dict
+from rubric_jax.rubrics.schema import Dimension, canonical_json, dimension_from_dict, dimension_to_dict
 
 # Why a judge score is missing: the prompt does not fit the judge's context (never sent; the reward scores it the
 # dimension's minimum: judges/reward.py), the reply hit max_new_tokens, or the reply had no parseable verdict.
-# An HTTP judge's endpoint that gave no answer after its retries: judge_http_error.
+# An HTTP judge's endpoint that gave no usable answer (none after its retries, or a refused one:
+# http_backend.read_answer): judge_http_error.
 FAILURE_CAUSES = ("judge_prompt_too_long", "judge_truncated", "judge_invalid_verdict", "judge_http_error")
 GenerateFn = Callable[..., Any]  # sampling.generate's signature (see the sampler contract)
 MAX_PROMPT_TOKENS = 4096  # longest judge prompt sent (capped by the judge's context); longer ones are counted
@@ -247,6 +251,8 @@ def _run_judge(
     (FAILURE_CAUSES) is written into `causes_SxL`. Answers found in `store` are not generated again; every
     generated answer is written to it right after its call."""
     scores_SxL = np.full((config.samples, num_slots), np.nan)
+    if store is not None:
+        check_fingerprint(judge, store)
     reserved = special_tokens(judge.tokenizer) if judge.tokenizer is not None else list(COMMON_SPECIAL_TOKENS)
     seeds = [_request_seed(questions[req.row], responses[req.row], req.dims) for req in requests]
     row_seeds = [_request_seed(questions[req.row], responses[req.row], ()) for req in requests]
@@ -274,7 +280,7 @@ def _run_judge(
         sent = [i for i, ok in enumerate(fits) if ok]
         entry = {i: (judge.name, digests[i], pending[i][1], seed_hex) for i in sent}
         found = store.get(entry.values()) if store is not None else {}
-        answers = {i: found[entry[i]] for i in sent if entry[i] in found}
+        answers = {i: _reparsed(found[entry[i]], prompts[i], stats) for i in sent if entry[i] in found}
         misses = [i for i in sent if i not in answers]
         stats["judge_store_hits"] += len(answers)
         if round_index > 0:
@@ -298,13 +304,10 @@ def _run_judge(
                                             jax.random.fold_in(jax.random.fold_in(gen_key, salt), c))
                 stats["judge_generate_calls"] += 1
                 for i, text, finish in zip(mine, texts, finishes):
-                    verdict = parse_verdict(text, prompts[i].keys, prompts[i].ranges)
-                    generated[i] = StoredAnswer(text, finish, verdict.valid, tuple(verdict.scores.tolist()),
-                                                verdict.reason)
-                if store is not None:
-                    store.put((entry[i], generated[i]) for i in mine)
-        if judge.http is not None and store is not None:
-            store.put((entry[i], answer) for i, answer in generated.items())
+                    generated[i] = parsed_answer(text, finish, prompts[i])
+                _keep(store, [(entry[i], generated[i]) for i in mine], stats)
+        if judge.http is not None:
+            _keep(store, [(entry[i], answer) for i, answer in generated.items()], stats)
         answers.update(generated)
         stats["judge_prompts"] += len(generated)
         still_invalid = []
@@ -362,9 +365,82 @@ def _answer_over_http(judge: Judge, prompts: Sequence[JudgePrompt], misses: Sequ
             if reply.error and len(stats.setdefault("judge_http_error_examples", [])) < 5:
                 stats["judge_http_error_examples"].append(f"{judge.name}: {reply.error}")
             continue
-        verdict = parse_verdict(reply.text, prompts[i].keys, prompts[i].ranges)
-        answers[i] = StoredAnswer(reply.text, reply.finish, verdict.valid, tuple(verdict.scores.tolist()), verdict.reason)
+        answers[i] = parsed_answer(reply.text, reply.finish, prompts[i])
     return answers
+
+
+def parsed_answer(text: str, finish: str, prompt: JudgePrompt) -> StoredAnswer:
+    """A judge's answer to `prompt` with its verdict parsed from the text (parser.parse_verdict)."""
+    verdict = parse_verdict(text, prompt.keys, prompt.ranges)
+    return StoredAnswer(text, finish, verdict.valid, tuple(verdict.scores.tolist()), verdict.reason)
+
+
+def _reparsed(stored: StoredAnswer, prompt: JudgePrompt, stats: dict[str, Any]) -> StoredAnswer:
+    """A stored answer with its verdict parsed again from its text (the text is the truth: a store whose scores were
+    edited, or do not decode, cannot change a score); one whose stored verdict differs is counted in
+    judge_store_mismatches."""
+    answer = parsed_answer(stored.text, stored.finish_reason, prompt)
+    same = (stored.valid == answer.valid and len(stored.scores) == len(answer.scores)
+            and np.array_equal(stored.scores, answer.scores, equal_nan=True))
+    stats["judge_store_mismatches"] += not same
+    return answer
+
+
+def _keep(store: VerdictStore | None, answers: list[tuple[Any, StoredAnswer]], stats: dict[str, Any]) -> None:
+    """Writes `answers` to `store` (none: nothing); a read-only store keeps none of them, counted in
+    judge_store_unsaved (its hits are still read: store.VerdictStore)."""
+    if store is None or not answers:
+        return
+    if store.read_only:
+        stats["judge_store_unsaved"] += len(answers)
+        return
+    store.put(answers)
+
+
+# The fingerprint of a served judge whose endpoint reports no weights identity (a foreign API): its greedy verdicts on
+# these fixed prompts, stored with a verdict store's answers and compared at each command's first judge call.
+_PROBE_DIMENSION = dimension_from_dict({
+    "id": "politeness", "description": "The response is polite: it thanks or apologises to the user.", "kind": "llm",
+    "scale": {"kind": "binary"}, "anchors": {"0": "impolite or curt", "1": "polite: thanks or apologises"}})
+FINGERPRINT_PROBES = ("Thank you for waiting, and sorry for the delay: your refund is on its way.",
+                      "Figure it out yourself.", "Sorry, I cannot help with that. Thanks for asking!",
+                      "Your order ships tomorrow.")
+_PROBE_NONCE = "f1e2d3c4b5a69788"
+FINGERPRINT_META = "fingerprint"  # store_meta key prefix: fingerprint:<judge hash>:<judge name>
+
+
+def fingerprint(judge: Judge) -> list[float | None]:
+    """`judge`'s greedy verdicts on FINGERPRINT_PROBES over its endpoint (None: no parseable verdict); a StoreError
+    when a probe gets no answer (the fingerprint cannot be taken: nothing is judged)."""
+    prompts = [single_prompt("How is my order doing?", response, _PROBE_DIMENSION, nonce=_PROBE_NONCE,
+                             reserved=COMMON_SPECIAL_TOKENS) for response in FINGERPRINT_PROBES]
+    replies = judge.http.answer([p.messages for p in prompts], sampler="greedy", max_tokens=judge.max_new_tokens,
+                                stats={})
+    failed = next((reply.error or reply.cause for reply in replies if reply.cause), None)
+    if failed is not None:
+        raise StoreError(f"judge {judge.name}: the fingerprint probes got no answer ({failed}); nothing was judged")
+    scores = [parsed_answer(reply.text, reply.finish, p).scores[0] for reply, p in zip(replies, prompts)]
+    return [None if np.isnan(score) else float(score) for score in scores]
+
+
+def check_fingerprint(judge: Judge, store: VerdictStore) -> None:
+    """A served judge whose endpoint reports no weights identity (nothing in its judge hash tells its model) is
+    fingerprinted once per store: the first time, its probe verdicts are stored with the store's meta; afterwards
+    they must be the same, else a StoreError (one line): the model behind the name changed and the stored
+    verdicts are another model's. A read-only store without a fingerprint is not checked."""
+    client = judge.http
+    if client is None or client.identity or (str(store.path), store.judge_hash) in client.fingerprinted:
+        return
+    key = f"{FINGERPRINT_META}:{store.judge_hash}:{judge.name}"
+    stored, now = store.meta(key), fingerprint(judge)
+    if stored is None and not store.read_only:
+        store.set_meta(key, json.dumps(now))
+    elif stored is not None and json.loads(stored) != now:
+        raise StoreError(f"verdict store {store.path}: the served judge {judge.name} reports no weights identity, "
+                         f"and its verdicts on the fingerprint probes are {now}, not the {json.loads(stored)} stored "
+                         "with this store's verdicts: another model answers under that name; serve the same model "
+                         "or use another --judge.store")
+    client.fingerprinted.add((str(store.path), store.judge_hash))
 
 
 def combine_judges(scores_JxL: np.ndarray, ranges_Lx2: np.ndarray, ensemble: str) -> np.ndarray:
@@ -420,7 +496,8 @@ def judge_rows(
     ranges_Lx2 = np.asarray([d.scale.raw_range for req in requests for d in req.dims], dtype=np.float64).reshape(-1, 2)
     stats: dict[str, Any] = {
         "judge_prompts": 0, "judge_generate_calls": 0, "judge_invalid": 0, "judge_retried": 0,
-        "judge_prompt_too_long": 0, "judge_store_hits": 0, "judge_invalid_examples": [],
+        "judge_prompt_too_long": 0, "judge_store_hits": 0, "judge_store_mismatches": 0, "judge_store_unsaved": 0,
+        "judge_invalid_examples": [],
     }
     per_judge = []
     causes_JxSxL = np.full((len(judges), config.samples, num_slots), "", dtype=object)

@@ -289,7 +289,8 @@ def split_by_reads(llm_dims: Sequence[Sequence[Dimension]]) -> tuple[list[tuple[
 # Judge counters that add up over the rows' blocks; "judge_generate_calls" (and the cascade's) counts the global
 # (collective) calls every process joined, so the blocks share it.
 _SUMMED_COUNTS = ("judge_prompts", "judge_invalid", "judge_retried", "judge_prompt_too_long", "judge_scores",
-                  "judge_failed_samples", "judge_failed_scores", "judge_store_hits", "judge_prompts_gated",
+                  "judge_failed_samples", "judge_failed_scores", "judge_store_hits", "judge_store_mismatches",
+                  "judge_store_unsaved", "judge_prompts_gated",
                   "sample_spread_count", "num_failed_scores", "num_not_ok", "gated_scores", "judge_cascade_screened",
                   "judge_cascade_escalated", "judge_cascade_prompts", "judge_cascade_store_hits",
                   "judge_cascade_failed_scores", *HTTP_COUNTERS)

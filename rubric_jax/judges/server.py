@@ -33,6 +33,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -328,6 +329,10 @@ def make_app(judge: Judge, model_name: str, *, api_key: str = "", window_s: floa
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
+    from rubric_jax.judges.spec import weights_identity
+
+    # What the model behind `model_name` is (GET /v1/models): clients put it in their judge hash (docs/judges.md).
+    identity = weights_identity(judge.name) if (Path(judge.name) / "config.json").is_file() else ""
     batcher = Batcher(judge, window_s=window_s, max_batch=max_batch, seed=seed)
     if warmup_prompt_tokens:
         batcher.warm_up(warmup_prompt_tokens, default_max_tokens)
@@ -384,7 +389,7 @@ def make_app(judge: Judge, model_name: str, *, api_key: str = "", window_s: floa
     async def models(request: Request) -> JSONResponse:
         return unauthorized(request) or JSONResponse({"object": "list", "data": [{
             "id": model_name, "object": "model", "created": 0, "owned_by": "rubric_jax",
-            "max_model_len": judge.weights.cfg.max_position_embeddings}]})
+            "max_model_len": judge.weights.cfg.max_position_embeddings, "weights_identity": identity}]})
 
     async def health(request: Request) -> JSONResponse:
         """Liveness for anyone; the counters (what the server is asked and by how many) only with the key."""

@@ -14,6 +14,8 @@ stands for it), the prompt templates' version
 safetensors headers and sizes, a few KiB at both ends of every tensor, and the tokenizer files; reads about
 8 KiB per tensor, so an 8B judge costs milliseconds, never its gigabytes). A path is not part of the hash:
 the same weights copied elsewhere are the same judge, and retrained weights in the same directory are not.
+A served judge's (backend=openai) hash also holds the weights identity its endpoint reports for the model behind
+judge.model (experiments.serve reports one); an endpoint that reports none is fingerprinted by the verdict store.
 """
 
 from __future__ import annotations
@@ -201,8 +203,8 @@ def _problems(spec: JudgeSpec):
         yield "calibration", spec.calibration, "expected the path of a calibration report.json, or ''"
     if not isinstance(spec.store, str):
         yield "store", spec.store, "expected the path of a verdict store (SQLite file), or ''"
-    if spec.store and not spec.checkpoints:
-        yield "store", spec.store, "there is no LLM judge (checkpoint) whose verdicts to store"
+    if spec.store and not spec.has_judge:
+        yield "store", spec.store, "there is no LLM judge (checkpoint or endpoint) whose verdicts to store"
     if spec.store_rollouts is True and not spec.store:
         yield "store_rollouts", True, "there is no verdict store: set store=PATH"
     if spec.require_calibration is True and not spec.calibration:
@@ -354,20 +356,35 @@ def verdict_fields(spec: JudgeSpec) -> dict[str, Any]:
     return {**fields, "prompt_version": PROMPT_VERSION}
 
 
+def served_identity(spec: JudgeSpec) -> str:
+    """The weights identity a backend=openai judge's endpoint reports for judge.model now (GET /models, one try;
+    experiments.serve reports its weights_identity, "" from an endpoint that reports none); a ValueError naming
+    the endpoint when it does not answer."""
+    from rubric_jax.judges.http_backend import HttpJudgeClient
+
+    return HttpJudgeClient(spec).check()
+
+
 def judge_hash(spec: JudgeSpec) -> str:
     """sha256 hex of the verdict fields, the prompt version and every checkpoint's weights identity (in
-    ensemble order); reads each checkpoint's headers (weights_identity), so call it once per command."""
+    ensemble order), and for a served judge the identity its endpoint reports for the model behind judge.model
+    (served_identity: a name serves other weights after a restart; an endpoint that reports none is fingerprinted
+    by its verdict store instead, llm_judge.check_fingerprint); reads each checkpoint's headers (weights_identity)
+    and asks the endpoint, so call it once per command."""
     identities = [weights_identity(path) for path in spec.checkpoints]
-    payload = json.dumps({"fields": verdict_fields(spec), "weights": identities}, sort_keys=True)
+    served = served_identity(spec) if spec.backend == "openai" else ""
+    hashed = {"fields": verdict_fields(spec), "weights": identities} | ({"served": served} if served else {})
+    payload = json.dumps(hashed, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
 def describe(spec: JudgeSpec) -> dict[str, Any]:
     """What a run, score, calibration or evaluation records about its judge: the hash, every field of the
-    spec and each checkpoint's weights identity."""
+    spec, each checkpoint's weights identity and a served judge's reported one."""
     described = {"hash": judge_hash(spec), "prompt_version": PROMPT_VERSION, "spec": spec.to_block(),
                  "weights": {path: weights_identity(path) for path in spec.checkpoints}}
-    return described | ({"cascade": describe(spec.cascade)} if spec.cascade is not None else {})
+    served = {"served_identity": served_identity(spec)} if spec.backend == "openai" else {}
+    return described | served | ({"cascade": describe(spec.cascade)} if spec.cascade is not None else {})
 
 
 # ------------------------------------------------------------------------------------------ loading

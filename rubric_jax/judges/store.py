@@ -15,6 +15,12 @@ Concurrency: WAL journal (readers never block the one writer) and a busy timeout
 another process's write instead of failing), so several processes may share one file. Open one
 VerdictStore per process (an SQLite connection must not cross a fork). A file that is not a verdict
 store (garbage bytes, another SQLite database, another format version) is a StoreError naming it.
+
+The stored text is the truth: llm_judge parses a stored answer's verdict again (an edited or undecodable `scores`
+changes nothing and is counted), and a record whose answer or finish reason is not text is a StoreError naming it.
+A store that cannot be written (a read-only file, directory or file system) is opened read-only: its answers are
+read, the answers judged anew are not stored (llm_judge counts them in judge_store_unsaved), and `open_store`
+says so on stderr.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import hashlib
 import json
 import math
 import sqlite3
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -81,7 +88,7 @@ class VerdictStore:
     def __init__(self, path: str | Path, judge_hash: str, busy_timeout_s: float = BUSY_TIMEOUT_S):
         if not isinstance(judge_hash, str) or not judge_hash:
             raise ValueError(f"verdict store {path}: judge_hash must be a non-empty string, got {judge_hash!r}")
-        self.path, self.judge_hash = Path(path), judge_hash
+        self.path, self.judge_hash, self.read_only = Path(path), judge_hash, False
         if self.path.is_dir():
             raise StoreError(f"verdict store {self.path}: is a directory")
         try:
@@ -89,10 +96,31 @@ class VerdictStore:
             self._db = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None)
         except (OSError, sqlite3.Error) as e:
             raise StoreError(f"verdict store {self.path}: cannot open: {e}") from None
-        with self._errors("cannot open"):
+        try:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
             self._init_schema()
+        except sqlite3.Error as e:
+            self._db.close()
+            if not (self.path.is_file() and _cannot_write(e)):
+                raise StoreError(f"verdict store {self.path}: cannot open: {e} (move the file away to start a new "
+                                 "store)") from None
+            self._open_read_only()
+            with self._errors("cannot open"):
+                self._check_schema()
+
+    def _open_read_only(self) -> None:
+        """Opens the file read-only (SQLite's immutable mode when a read-only directory leaves no room for the
+        WAL's shared-memory file: nothing can write a file this process cannot)."""
+        self.read_only = True
+        for flags in ("mode=ro", "mode=ro&immutable=1"):
+            try:
+                self._db = sqlite3.connect(f"{self.path.resolve().as_uri()}?{flags}", uri=True, isolation_level=None)
+                self._db.execute("SELECT name FROM sqlite_master").fetchall()
+                return
+            except sqlite3.Error as e:
+                error = e
+        raise StoreError(f"verdict store {self.path}: cannot open read-only: {error}") from None
 
     @contextlib.contextmanager
     def _errors(self, doing: str) -> Iterator[None]:
@@ -114,17 +142,30 @@ class VerdictStore:
             raise
         self._db.execute("COMMIT")
 
-    def _init_schema(self) -> None:
+    def _tables(self) -> set[str]:
         tables = {name for (name,) in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if tables and "store_meta" not in tables:
             raise StoreError(f"verdict store {self.path}: an SQLite database but not a verdict store "
                              f"(tables {sorted(tables)})")
+        return tables
+
+    def _init_schema(self) -> None:
+        self._tables()
         with self._transaction():
             for statement in _SCHEMA:
                 self._db.execute(statement)
             self._db.execute("INSERT OR IGNORE INTO store_meta VALUES ('format', ?), ('format_version', ?)",
                              (FORMAT, str(FORMAT_VERSION)))
-            meta = dict(self._db.execute("SELECT key, value FROM store_meta"))
+        self._check_format()
+
+    def _check_schema(self) -> None:
+        """A read-only store's tables and format (nothing is created: an empty file is no store to read)."""
+        if not {"store_meta", "verdicts"} <= self._tables():
+            raise StoreError(f"verdict store {self.path}: read-only and not a verdict store (no verdicts table)")
+        self._check_format()
+
+    def _check_format(self) -> None:
+        meta = dict(self._db.execute("SELECT key, value FROM store_meta"))
         if (meta.get("format"), meta.get("format_version")) != (FORMAT, str(FORMAT_VERSION)):
             raise StoreError(f"verdict store {self.path}: format {meta.get('format')!r} version "
                              f"{meta.get('format_version')!r}; this code reads {FORMAT!r} version {FORMAT_VERSION}")
@@ -137,17 +178,34 @@ class VerdictStore:
                 row = self._db.execute(_SELECT, (self.judge_hash, *key)).fetchone()
                 if row is not None:
                     text, finish_reason, valid, scores, reason = row
-                    found[key] = StoredAnswer(text, finish_reason, bool(valid),
-                                              tuple(math.nan if s is None else s for s in json.loads(scores)), reason)
+                    if not isinstance(text, str) or not isinstance(finish_reason, str):
+                        raise StoreError(f"verdict store {self.path}: the record of judge {key[0]!r}, prompt "
+                                         f"{key[1][:16]}..., sample {key[2]} holds a {type(text).__name__} answer "
+                                         f"and a {type(finish_reason).__name__} finish reason, not text; delete that "
+                                         "record or move the file away to start a new store")
+                    found[key] = StoredAnswer(text, finish_reason, bool(valid), _decoded_scores(scores), str(reason))
         return found
 
     def put(self, answers: Iterable[tuple[EntryKey, StoredAnswer]]) -> None:
-        """Writes `answers` under this judge hash in one transaction (all or none)."""
+        """Writes `answers` under this judge hash in one transaction (all or none); never on a read-only store."""
+        if self.read_only:
+            raise StoreError(f"verdict store {self.path}: opened read-only, nothing can be stored")
         rows = [(self.judge_hash, *key, a.text, a.finish_reason, int(a.valid),
                  json.dumps([None if math.isnan(s) else float(s) for s in a.scores]), a.reason)
                 for key, a in answers]
         with self._errors("cannot write"), self._transaction():
             self._db.executemany(_INSERT, rows)
+
+    def meta(self, key: str) -> str | None:
+        """The store's meta value under `key` (None when absent), e.g. a served judge's fingerprint."""
+        with self._errors("cannot read"):
+            row = self._db.execute("SELECT value FROM store_meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Writes the meta value `key` (one transaction)."""
+        with self._errors("cannot write"), self._transaction():
+            self._db.execute("INSERT OR REPLACE INTO store_meta VALUES (?, ?)", (key, value))
 
     def count(self) -> int:
         """Records stored under this judge hash."""
@@ -159,6 +217,28 @@ class VerdictStore:
         self._db.close()
 
 
+def _cannot_write(error: sqlite3.Error) -> bool:
+    """Whether opening a store for writing failed for want of write access (file, directory or file system)."""
+    return "readonly" in str(error) or getattr(error, "sqlite_errorname", "").startswith("SQLITE_READONLY")
+
+
+def _decoded_scores(raw: object) -> tuple[float, ...]:
+    """A record's stored scores (NaN for null), or () when they do not decode as a list of numbers: only compared
+    with the verdict parsed again from the answer text (llm_judge), never used as a score."""
+    try:
+        values = json.loads(raw)
+        return tuple(math.nan if v is None else float(v) for v in values)
+    except (TypeError, ValueError):
+        return ()
+
+
 def open_store(path: str, judge_hash: str) -> VerdictStore | None:
-    """The store at `path` under `judge_hash`, or None when `path` is "" (no store)."""
-    return VerdictStore(path, judge_hash) if path else None
+    """The store at `path` under `judge_hash`, or None when `path` is "" (no store); a read-only one is said on
+    stderr."""
+    if not path:
+        return None
+    store = VerdictStore(path, judge_hash)
+    if store.read_only:
+        print(f"verdict store {path}: read-only: its verdicts are read, the ones judged anew are not stored "
+              "(judge_store_unsaved counts them)", file=sys.stderr)
+    return store

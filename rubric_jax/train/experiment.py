@@ -83,6 +83,13 @@ class Experiment:
         return None if self.dynamic_weights is None else self.dynamic_weights.current()
 
     @property
+    def judge_hash(self) -> str:
+        """The LLM judge's hash (judges/spec.judge_hash, as rubric.json records it), "" without one: a GRPO checkpoint
+        records it, and a resume under another judge is refused (workdir.check_resume)."""
+        judge = self.rubric_info.get("judge")
+        return judge["hash"] if judge else ""
+
+    @property
     def stop_tokens(self) -> tuple[int, ...]:
         return (int(self.tokenizer.eos_token_id),)
 

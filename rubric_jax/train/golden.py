@@ -8,6 +8,9 @@ rubrics). Labels are checked against each question's rubric (calibration/labels)
 GRPO, every `eval.every_steps`, at the end) adds to its row:
   golden/reward_mean, golden/reward/<dimension>   one response per golden question, eval sampler
   golden/reference/reward_mean, .../reward/<d>    the rubric reward of the reference answers (rows with one)
+  golden/reference/missing/<d>                   the share of them whose score on d is missing (its judge failed:
+                                                  the mean above leaves it out; alerted past monitor.max_missing_share),
+                                                  with .../reward_failed_scores and the judge's counters
   golden/spearman/<d>, golden/kendall/<d>         the judge's raw scores of the reference answers vs their
                                                   labels (calibration/stats; NaN where undefined)
 Scored through the same RubricReward as training. The reference answers are judged with one key at every
@@ -30,6 +33,7 @@ from rubric_jax.judges.reward import RewardOutput, RubricReward
 from rubric_jax.judges.store import VerdictStore
 from rubric_jax.prepare.dedup import cross_duplicates, normalize_text
 from rubric_jax.rubrics.schema import Rubric
+from rubric_jax.train.monitors import missing_shares
 from rubric_jax.train.rollout import reward_metrics, summarize_rewards
 
 MAX_PAIRS_SHOWN = 10  # overlapping pairs named in the error (the count says how many more)
@@ -62,7 +66,8 @@ class GoldenSet:
                         [self.rubrics[i] for i in rows], key=key, weights=weights, **store_kwargs)
         summary = summarize_rewards(scored)
         out["golden/reference/reward_mean"] = summary.reward_mean
-        out.update({f"golden/reference/reward/{d}": v for d, v in summary.dimension_means.items()})
+        out.update(reward_metrics(summary, "golden/reference/"))  # with its failed scores and judge counters
+        out.update({f"golden/reference/missing/{d}": v for d, v in missing_shares(scored).items()})
         out.update(label_agreement([self.questions[i].labels for i in rows], scored))
         return out
 

@@ -25,7 +25,8 @@ A value that does not exist (no judge answers, a constant column, no valid score
 metrics.jsonl), never 0. A value past its `config.monitor` threshold (CHECKS) is an alert: one line in
 <workdir>/alerts.jsonl {"step", "stage", "metric", "value", "threshold", "op", "message", "time"} and
 one log line such as `alert step 120: template share, mean of steps 111-120 0.61 > 0.40`. Eval rows are checked
-too (the golden set's Spearman per dimension, train/golden.py).
+too (the golden set's Spearman per dimension, and golden/reference/missing/<d>: the share of the golden reference
+answers whose score on d is missing, under max_missing_share; train/golden.py).
 
 Why windows: the template share and the reward-length Spearman of one step describe that step's 8 or so questions
 as much as the policy (a cold-start policy that memorised a scaffolded answer for 13% of the questions reads 0.42
@@ -82,6 +83,8 @@ CHECKS = (
     Check("max_saturation_rise", r"^monitor/saturation/(.+)/rise$", "saturation rise of {}{window} over {first}",
           "max", (0.0, 1.0)),
     Check("max_missing_share", r"^monitor/missing/(.+)$", "missing scores of {}", "max", (0.0, 1.0)),
+    Check("max_missing_share", r"^golden/reference/missing/(.+)$", "missing scores of {} on the golden references",
+          "max", (0.0, 1.0)),
     Check("max_zero_std_frac", r"^zero_std_frac/window_mean$", "zero-std group share{window}", "max", (0.0, 1.0)),
     Check("max_redundancy", rf"^{REDUNDANCY_PREFIX}(.+?){PAIR_SEPARATOR}(.+)$",
           "redundancy: Spearman of {} and {}{window}", "at_least", (-1.0, 1.0)),
@@ -126,14 +129,22 @@ def step_monitors(responses: Sequence[str], lengths_N: np.ndarray, scored: Rewar
         valid_scores = scored.scores[scored.valid[:, c], c]
         out[f"monitor/var/{dim_id}"] = float(valid_scores.var()) if valid_scores.size else math.nan
         out[f"monitor/saturation/{dim_id}"] = float((valid_scores >= _TOP).mean()) if valid_scores.size else math.nan
-        missing = scored.details.get("failures", {}).get(dim_id, 0)  # with the scores too long to judge (valid at 0)
-        present = valid_scores.size - scored.details.get("scored_minimum", {}).get(dim_id, 0)
-        out[f"monitor/missing/{dim_id}"] = missing / (present + missing) if present + missing else 0.0
+    out.update({f"monitor/missing/{dim_id}": share for dim_id, share in missing_shares(scored).items()})
     ok_N = np.asarray(scored.details["reward_ok"], bool)
     out["monitor/reward_length_corr"] = _nan_or(spearman(scored.reward[ok_N], np.asarray(lengths_N)[ok_N]).value)
     too_long = scored.details.get("judge_prompt_too_long", 0)
     tried = scored.details.get("judge_prompts", 0) + too_long
     out["monitor/judge_parse_failure"] = (scored.details["judge_invalid"] + too_long) / tried if tried else math.nan
+    return out
+
+
+def missing_shares(scored: RewardOutput) -> dict[str, float]:
+    """Per dimension, the share of the rows with it whose score is missing (its judge failed; 0 when none has it)."""
+    out = {}
+    for c, dim_id in enumerate(scored.dimension_ids):
+        missing = scored.details.get("failures", {}).get(dim_id, 0)  # with the scores too long to judge (valid at 0)
+        present = int(scored.valid[:, c].sum()) - scored.details.get("scored_minimum", {}).get(dim_id, 0)
+        out[dim_id] = missing / (present + missing) if present + missing else 0.0
     return out
 
 

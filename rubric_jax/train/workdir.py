@@ -2,7 +2,7 @@
 to the checkpoint a restart resumes from.
 
 Order of a (re)start (train/loop.run): `check_usable` -> build everything (reads only) -> `check_resume`
-(the saved checkpoints' rubric set and updates-per-batch against this config, from their JSON records) ->
+(the saved checkpoints' rubric set, judge and updates-per-batch against this config, from their JSON records) ->
 `write_run_files` (config.json, rubric.yaml, rubric.json; atomic) -> stages. So a refused restart leaves
 every file as it was. `RunLog` opens metrics.jsonl / samples.jsonl at the first row a stage writes, after
 dropping the rows a killed run wrote past the checkpoint the stages resumed from (and a torn last line:
@@ -94,10 +94,12 @@ def _newest_meta(directory: Path, keep: int) -> dict[str, Any] | None:
     return None
 
 
-def check_resume(workdir: Path, *, rubric_hash: str, updates_per_batch: int, keep: int) -> None:
-    """Refuses a restart whose checkpoints were trained under another rubric set, or with another
-    `rl.updates_per_batch` (the GRPO step of a checkpoint is its update count / updates per batch: a change
-    would rewind the step counter); one line, before anything is written."""
+def check_resume(workdir: Path, *, rubric_hash: str, updates_per_batch: int, keep: int, judge_hash: str = "") -> None:
+    """Refuses a restart whose checkpoints were trained under another rubric set, whose GRPO checkpoints were
+    rewarded by another LLM judge (`judge_hash`, "" for none: spec.judge_hash, the served model's identity included;
+    checkpoints from before it was recorded are not checked), or with another `rl.updates_per_batch` (the GRPO step
+    of a checkpoint is its update count / updates per batch: a change would rewind the step counter); one line,
+    before anything is written."""
     for stage in ("sft", "grpo", "reference"):
         meta = _newest_meta(checkpoint_dir(workdir, stage), keep)
         if meta is None:
@@ -107,11 +109,21 @@ def check_resume(workdir: Path, *, rubric_hash: str, updates_per_batch: int, kee
                 f"{checkpoint_dir(workdir, stage)}: trained with rubric set {meta['rubric_hash'][:16]}..., this "
                 f"config's is {rubric_hash[:16]}... ({workdir / RUBRIC_JSON} names the old one); use the same "
                 "rubric, score correction and questions, or a new --workdir")
+        if stage == "grpo" and meta["extra"].get("judge_hash", judge_hash) != judge_hash:
+            raise CheckpointError(
+                f"{checkpoint_dir(workdir, stage)}: trained with judge {_short(meta['extra']['judge_hash'])}, this "
+                f"config's is {_short(judge_hash)} ({workdir / RUBRIC_JSON} names the old one); use the same judge "
+                "(checkpoints, served model and verdict settings: docs/judges.md), or a new --workdir")
         saved = meta["extra"].get("updates_per_batch")
         if stage == "grpo" and saved is not None and saved != updates_per_batch:
             raise ValueError(f"config.rl.updates_per_batch={updates_per_batch}: the GRPO checkpoints in {workdir} "
                              f"were made with {saved}; resume with --config.rl.updates_per_batch={saved} or use a "
                              "new --workdir")
+
+
+def _short(judge_hash: str) -> str:
+    """A judge hash as a refusal names it ("none" for a run without an LLM judge)."""
+    return f"{judge_hash[:16]}..." if judge_hash else "none"
 
 
 def write_run_files(workdir: Path, config_json: str, rubric_yaml: str, rubric_info: Mapping[str, Any]) -> None:

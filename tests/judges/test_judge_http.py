@@ -235,6 +235,19 @@ def test_bad_requests_are_4xx_with_a_message_and_the_key_is_required(server):
     assert json.loads(urllib.request.urlopen(models, timeout=30).read())["data"][0]["id"] == "tiny_judge"
 
 
+def test_the_server_reports_the_weights_behind_its_model_name_and_the_hash_holds_them(server):
+    """Issue 38 S1: GET /v1/models names the served weights (spec.weights_identity of the checkpoint), and a served
+    judge's hash and record hold that identity, so tiny_judge_hack served under the same name is another judge."""
+    from rubric_jax.judges.spec import weights_identity
+
+    models = urllib.request.Request(f"{server}/v1/models", headers={"Authorization": f"Bearer {KEY}"})
+    (model,) = json.loads(urllib.request.urlopen(models, timeout=30).read())["data"]
+    assert model["weights_identity"] == weights_identity(TINY_JUDGE) != weights_identity(f"{TINY_JUDGE}_hack")
+    spec = http_spec(server)
+    assert describe(spec)["served_identity"] == model["weights_identity"]
+    assert load_judges(spec)[0].http.identity == model["weights_identity"]
+
+
 def test_concurrent_requests_are_each_answered_once_and_batched(server):
     """40 requests from 4 threads at once (benchmarks/bench_serve.py has the load figures): each answer is that
     prompt's one-at-a-time answer, each id is unique, and the server's generate calls held more than one prompt."""
@@ -288,16 +301,25 @@ def test_an_endpoint_failing_mid_run_gives_missing_scores_with_their_cause():
 
 
 def test_endpoint_fields_enter_the_hash_and_the_key_is_never_recorded(monkeypatch):
-    base = http_spec("http://127.0.0.1:1")
+    """(Hashing a served judge asks its endpoint which model it serves: two scripted endpoints, no identity.)"""
+    from openai_double import MODEL, Endpoint
+
+    endpoints = [Endpoint().up(), Endpoint().up()]
     monkeypatch.setenv(KEY_ENV, KEY)
-    same = [dataclasses.replace(base, **{f: v}) for f, v in (
-        ("api_key_env", "OTHER"), ("max_concurrency", 2), ("timeout_s", 5.0), ("max_retries_http", 0),
-        ("requests_per_minute", 60), ("tokens_per_minute", 1000))]
-    assert {judge_hash(s) for s in same} == {judge_hash(base)}
-    changed = [dataclasses.replace(base, **{f: v}) for f, v in (
-        ("base_url", "http://127.0.0.1:2/v1"), ("model", "other"), ("endpoint", "completions"))] + [tiny_spec()]
-    assert judge_hash(base) not in {judge_hash(s) for s in changed}
-    assert KEY not in json.dumps(describe(base)) and describe(base)["spec"]["api_key_env"] == KEY_ENV
+    monkeypatch.setenv("OTHER", KEY)
+    try:
+        base = dataclasses.replace(http_spec(endpoints[0].url.removesuffix("/v1")), model=MODEL)
+        same = [dataclasses.replace(base, **{f: v}) for f, v in (
+            ("api_key_env", "OTHER"), ("max_concurrency", 2), ("timeout_s", 5.0), ("max_retries_http", 0),
+            ("requests_per_minute", 60), ("tokens_per_minute", 1000))]
+        assert {judge_hash(s) for s in same} == {judge_hash(base)}
+        changed = [dataclasses.replace(base, **{f: v}) for f, v in (
+            ("base_url", endpoints[1].url), ("endpoint", "completions"))] + [tiny_spec()]
+        assert judge_hash(base) not in {judge_hash(s) for s in changed}
+        assert KEY not in json.dumps(describe(base)) and describe(base)["spec"]["api_key_env"] == KEY_ENV
+    finally:
+        for endpoint in endpoints:
+            endpoint.down()
     assert judge_hash(tiny_spec()) == judge_hash(dataclasses.replace(tiny_spec(), max_concurrency=3))
 
 

@@ -66,8 +66,8 @@ def test_a_bad_outage_s_names_the_field(value):
         JudgeSpec(backend="openai", base_url="http://127.0.0.1:1/v1", model=MODEL, outage_s=value)
 
 
-def test_outage_s_changes_no_verdict_so_not_the_hash():
-    base = dict(backend="openai", base_url="http://127.0.0.1:1/v1", model=MODEL)
+def test_outage_s_changes_no_verdict_so_not_the_hash(endpoint):
+    base = dict(backend="openai", base_url=endpoint.up().url, model=MODEL)  # hashing asks the endpoint its model
     assert judge_hash(JudgeSpec(**base, outage_s=1.0)) == judge_hash(JudgeSpec(**base, outage_s=600.0))
 
 

@@ -240,7 +240,11 @@ def test_golden_references_are_judged_once_with_a_store(tok, tmp_path):
     calls = len(stub.calls)
     evals = [golden_set.metrics(policy, reward, key=jax.random.key(1), store=store) for _ in range(2)]
     assert len(stub.calls) == calls + 1 and store.count() == 3  # the second eval asked nothing
-    assert evals[0] == evals[1] and evals[0]["golden/reference/reward/accuracy"] == pytest.approx(0.25)  # (0 + .25 + .5) / 3
+    counters = [{k: v for k, v in e.items() if k.startswith("golden/reference/judge_")} for e in evals]
+    rest = [{k: v for k, v in e.items() if k not in c} for e, c in zip(evals, counters)]
+    assert rest[0] == rest[1]
+    assert evals[0]["golden/reference/reward/accuracy"] == pytest.approx(0.25)  # (0 + .25 + .5) / 3
+    assert [c["golden/reference/judge_store_hits"] for c in counters] == [0, 3]  # the judge's counters say so
 
 
 @pytest.mark.parametrize("values, message", [
@@ -253,3 +257,73 @@ def test_store_settings_are_checked_at_start_up(values, message):
 
     with pytest.raises(ValueError, match=re.escape(message)):
         settings.validate(_with(**values))
+
+
+# ------------------------------------------------------------------------------------------ what is read back
+def _edit(path, statement, *params):
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        return db.execute(statement, params).rowcount
+
+
+def test_a_stored_verdict_is_parsed_again_from_its_text(tok, tmp_path):
+    """Issue 38 S2: records edited to `scores=[1.0]` beside the answer `SCORE: 0`, or to scores that are not JSON,
+    change no score (the text is the truth) and are counted; an answer that is not text is one line naming it."""
+    path = tmp_path / "v.db"
+    first, _ = judge_with(tok, VerdictStore(path, "judge-a"), reply=content_reply)
+    assert _edit(path, "UPDATE verdicts SET scores = '[1.0]' WHERE answer = 'SCORE: 0'") == 4  # 2 rows x 2 samples
+    assert _edit(path, "UPDATE verdicts SET scores = 'not json' WHERE answer LIKE '%SCORE: 5'") == 2
+    again, stub = judge_with(tok, VerdictStore(path, "judge-a"), reply=content_reply)
+    assert stub.calls == [] and again.details["judge_store_hits"] == first.details["judge_prompts"]
+    assert [s.tolist() for s in again.scores] == [s.tolist() for s in first.scores]
+    assert again.details["judge_store_mismatches"] == 6 and first.details["judge_store_mismatches"] == 0
+    _edit(path, "UPDATE verdicts SET answer = X'53434f52453a2030' WHERE answer = 'SCORE: 0'")  # a blob
+    with pytest.raises(StoreError, match=r"v\.db: the record of judge 'stub', prompt [0-9a-f]{16}\.\.\., sample \d "
+                                         r"holds a bytes answer and a str finish reason, not text"):
+        judge_with(tok, VerdictStore(path, "judge-a"), reply=content_reply)
+
+
+@pytest.fixture
+def unwritable():
+    """Makes a file unwritable for this process (its mode, and for root, who ignores modes, the immutable
+    attribute), and writable again after the test."""
+    import os
+    import subprocess
+
+    made = []
+
+    def make(path):
+        path.chmod(0o444)
+        if os.access(path, os.W_OK):  # root
+            if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode:
+                pytest.skip("root cannot make a file read-only here (no chattr +i)")
+            made.append(path)
+
+    yield make
+    for path in made:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def test_a_read_only_store_serves_its_hits_and_counts_what_it_cannot_keep(tok, tmp_path, unwritable, capsys):
+    """Issue 38 U2: a store this process cannot write is opened read-only: a re-run whose every verdict is stored
+    generates nothing; a new row is judged, not stored (judge_store_unsaved), and the file is unchanged."""
+    from rubric_jax.judges.store import open_store
+
+    path = tmp_path / "v.db"
+    writer = VerdictStore(path, "judge-a")
+    first, _ = judge_with(tok, writer, reply=content_reply)
+    writer.close()  # (SQLite would lend a later connection of this process the open one's writable descriptor)
+    before = path.read_bytes()
+    unwritable(path)
+    store = open_store(str(path), "judge-a")
+    assert store.read_only and "read-only: its verdicts are read" in capsys.readouterr().err
+    again, stub = judge_with(tok, store, reply=content_reply)
+    assert stub.calls == [] and again.details["judge_store_hits"] == first.details["judge_prompts"]
+    assert [s.tolist() for s in again.scores] == [s.tolist() for s in first.scores]
+    more, stub = judge_with(tok, store, responses=["worth 1", *RESPONSES], reply=content_reply)
+    assert len(sent_prompts(stub)) == 4 and more.details["judge_store_unsaved"] == 4
+    assert more.details["judge_store_hits"] == first.details["judge_prompts"] and store.count() == len(RESPONSES) * 4
+    with pytest.raises(StoreError, match="opened read-only, nothing can be stored"):
+        store.put([])
+    assert path.read_bytes() == before

@@ -104,6 +104,34 @@ def test_golden_metrics_score_the_policy_and_the_references(tmp_path):
     assert "golden/spearman/redundancy" not in out  # no labels for it
 
 
+def test_golden_reference_judge_failures_are_counted_and_alerted(tmp_path):
+    """Issue 38 S7: a judge that fails on half the reference answers (no parseable verdict after its retries) no
+    longer leaves a clean-looking mean alone: the failed scores, the missing share and an eval alert say so."""
+    import jax
+
+    from rubric_jax.judges.spec import JudgeSpec
+    from rubric_jax.train import monitors
+    from test_llm_judge import digit_reply, fenced, make_judge, tiny_tokenizer
+    from test_reward import ACCURACY, FORMAT, rubric
+
+    acc_rubric = rubric([FORMAT, ACCURACY])
+    questions = [_q(f"g{i}", f"q{i}", reference=f"answer worth {i + 1}") for i in range(4)]
+    golden_set = golden.GoldenSet(questions, [acc_rubric] * 4)
+    judge, _ = make_judge(tiny_tokenizer(), lambda text, call: "no idea" if int(fenced(text, "response")[-1]) % 2
+                          else digit_reply(text, call))
+    reward = RubricReward([acc_rubric], [judge], JudgeSpec(samples=1))
+    policy = reward(["q"] * 4, ["worth 2"] * 4, [acc_rubric] * 4, key=jax.random.key(0))
+    out = golden_set.metrics(policy, reward, key=jax.random.key(1))
+    assert out["golden/reference/reward/accuracy"] == pytest.approx((0.25 + 0.75) / 2)  # worth 2 and 4 scored
+    assert out["golden/reference/missing/accuracy"] == 0.5 and out["golden/reference/reward_failed_scores"] == 2
+    assert out["golden/reference/judge_failed_scores"] == 2
+    limits = {check.field: 1.0 for check in monitors.CHECKS} | {"max_missing_share": 0.2, "min_golden_spearman": -1.0,
+                                                                  "min_audit_agreement": -1.0}
+    alerts = monitors.find_alerts(3, "eval", out, limits)
+    assert [a.message for a in alerts] == [
+        "alert step 3: missing scores of accuracy on the golden references 0.50 > 0.20"]
+
+
 def test_the_trainer_refuses_an_overlapping_golden_set_before_sft(tmp_path, command_server):
     """The README's example: one line naming the pair, no traceback, no SFT step."""
     path = _write(tmp_path / "golden.jsonl", [_row("g1", "How do I get a refund for my order"),

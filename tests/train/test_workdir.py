@@ -6,6 +6,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -119,6 +120,40 @@ def test_a_refused_restart_leaves_config_and_rubric_files_as_they_were(tmp_path)
         (tmp_path / name).write_text(text)
     with pytest.raises(CheckpointError, match="trained with rubric set the-old-rubric-s"):
         loop.run(config, tmp_path)
+    assert {name: (tmp_path / name).read_text() for name in before} == before
+    assert not (tmp_path / "config.previous.json").exists() and not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_a_restart_under_another_judge_is_refused_from_the_records(tmp_path):
+    """Issue 38 S3: GRPO checkpoints rewarded by one judge are not resumed under another (or none), as for the
+    rubric set; checkpoints that predate the record are not checked."""
+    _saved(tmp_path, "grpo", extra={"updates_per_batch": 1, "judge_hash": "c9018083" * 8})
+    workdir.check_resume(tmp_path, rubric_hash="h", updates_per_batch=1, keep=3, judge_hash="c9018083" * 8)
+    for other, named in (("2829977c" * 8, "2829977c2829977c..."), ("", "none")):
+        refusal = (r"checkpoints/grpo: trained with judge c9018083c9018083\.\.\., this config's is "
+                   rf"{re.escape(named)} \(.*rubric\.json names the old one\); use the same judge")
+        with pytest.raises(CheckpointError, match=refusal):
+            workdir.check_resume(tmp_path, rubric_hash="h", updates_per_batch=1, keep=3, judge_hash=other)
+    _saved(tmp_path / "old", "grpo", extra={"updates_per_batch": 1})
+    workdir.check_resume(tmp_path / "old", rubric_hash="h", updates_per_batch=1, keep=3, judge_hash="2829977c" * 8)
+
+
+def test_a_restart_refused_for_its_judge_leaves_every_file_as_it_was(tmp_path):
+    """The tiny default resumed over a GRPO checkpoint of the same rubric set but another judge: refused before
+    config.json, rubric.yaml or rubric.json is rewritten; the GRPO stage records the judge it trains with."""
+    from rubric_jax.train.experiment import build
+    from rubric_jax.train.grpo_stage import GRPOStage
+
+    exp = build(absolute_tiny_config(), tmp_path)
+    assert exp.judge_hash == exp.rubric_info["judge"]["hash"] and len(exp.judge_hash) == 64
+    assert GRPOStage.checkpoint_extra(type("Stage", (), {"exp": exp})())["judge_hash"] == exp.judge_hash
+    _saved(tmp_path, "grpo", rubric_hash=exp.rubric_hash, extra={"updates_per_batch": 1, "judge_hash": "c9018083" * 8})
+    before = {name: f"{name} of the first start" for name in ("config.json", "rubric.yaml", "rubric.json")}
+    for name, text in before.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises(CheckpointError, match="trained with judge c9018083c9018083..., this config's is "
+                                              f"{exp.judge_hash[:16]}"):
+        loop.run_experiment(exp)
     assert {name: (tmp_path / name).read_text() for name in before} == before
     assert not (tmp_path / "config.previous.json").exists() and not (tmp_path / "metrics.jsonl").exists()
 
