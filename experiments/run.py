@@ -24,7 +24,7 @@ from ml_collections import config_flags
 
 from experiments import cli, judge_config
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.", lock_config=True)
+_CONFIG = cli.define_config("run", "Experiment config file.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, samples and plots.")
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Compile every program of the config and print per-device memory "
                              "and collectives; runs nothing, needs no weights, data or accelerator.")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.util
 import json
 import re
 import struct
@@ -219,7 +218,8 @@ def _problems(spec: JudgeSpec):
 
 def _cascade_spec(value: Any, where: str, allow_benchmark: bool) -> JudgeSpec | None:
     """The block's `cascade` as the refining judge's spec: "" = none, a judge config file's path (loaded here), or
-    a nested block (to_block's form, e.g. from a report.json); a bad one is a ValueError naming `<where>.cascade`."""
+    a nested block (to_block's form, e.g. from a report.json); a bad one is a ValueError naming `<where>.cascade`.
+    A refining judge that names a cascade of its own (itself: a cycle) is refused before that one is read."""
     if isinstance(value, str) and not value:
         return None
     if isinstance(value, str):
@@ -233,13 +233,21 @@ def _cascade_spec(value: Any, where: str, allow_benchmark: bool) -> JudgeSpec | 
                              where)
     else:
         path = "<nested block>"
+    again = value.get("cascade", "")
+    if again != "":  # checked before reading it: a file naming itself would recurse without end
+        chain = f"{path} -> {again}: " if isinstance(again, str) else ""
+        cycle = "a cycle, " if isinstance(again, str) and _same_file(again, path) else ""
+        raise JudgeSpecError("cascade", again, f"{cycle}{chain}a refining judge cannot cascade again (its own cascade "
+                             "must be '')", f"{where}.cascade")
     inner = JudgeSpec.from_config(value, f"{where}.cascade", allow_benchmark=allow_benchmark)
-    if inner.cascade is not None:
-        raise JudgeSpecError("cascade", ",".join(inner.cascade.checkpoints), "a refining judge cannot cascade again "
-                             "(its own cascade must be '')", f"{where}.cascade")
     if not inner.has_judge:
         raise JudgeSpecError("cascade", path, "the refining judge has no checkpoint (or endpoint)", where)
     return inner
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two judge config file paths (FILE or FILE:ARG) name one file."""
+    return Path(a.partition(":")[0]).resolve() == Path(b.partition(":")[0]).resolve()
 
 
 def _cascade_problems(spec: JudgeSpec):
@@ -266,15 +274,11 @@ def _cascade_problems(spec: JudgeSpec):
 
 
 def load_judge_file(path: str | Path) -> Any:
-    """A judge config file's `get_config()` (a configs/common.judge_block(); what --judge=PATH loads), read by path:
-    a cascade names its refining judge by such a file."""
-    path = Path(path)
-    if not path.is_file():
-        raise OSError(f"no such file: {path}")
-    module_spec = importlib.util.spec_from_file_location(f"judge_config_{path.stem}", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module.get_config()
+    """A judge config file's `get_config()` (a configs/common.judge_block(); what --judge=PATH loads), read by path
+    (rubric_jax/config_files.py): a cascade names its refining judge by such a file."""
+    from rubric_jax.config_files import load_config  # absl and ml_collections: loaded when a file is read
+
+    return load_config(path, "judge config")
 
 
 def _endpoint_problems(spec: JudgeSpec):
