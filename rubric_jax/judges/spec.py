@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rubric_jax import counts
 from rubric_jax.judges.prompts import PROMPT_VERSION
 
 if TYPE_CHECKING:  # jax loads only when judges are loaded
@@ -37,6 +38,18 @@ if TYPE_CHECKING:  # jax loads only when judges are loaded
     from rubric_jax.judges.store import VerdictStore
     from rubric_jax.models.config import ModelConfig
 
+# The judge block's counts: (smallest, largest) allowed (rubric_jax/counts.py).
+COUNT_BOUNDS = {
+    "samples": (1, 64),  # verdicts per item, combined by the median (RubricRL uses 3-5)
+    "max_retries": (0, 10),  # re-prompt rounds
+    "max_new_tokens": (1, counts.TOKENS),
+    "batch_size": (0, 1 << 16),  # prompts per generate call (0 = a whole round)
+    "tensor": (1, counts.DEVICES),
+    "max_concurrency": (1, 1024),  # HTTP requests in flight
+    "max_retries_http": (0, 20),
+    "requests_per_minute": (0, 10**7),  # 0 = unlimited
+    "tokens_per_minute": (0, 10**10),  # 0 = unlimited
+}
 MODES = ("per_dimension", "all_criteria")  # one prompt per (response, LLM dimension) | one per response (QuRL)
 BENCHMARK_MODE = "benchmark"  # experiments.evaluate only: the benchmark's own prescribed mode
 PROMPTS = ("full", "compact")  # prompts.single_prompt / multi_prompt, or a distilled judge's compact_single_prompt
@@ -174,12 +187,10 @@ def _problems(spec: JudgeSpec):
     from rubric_jax.loader import DTYPE_CHOICES  # imported here (jax): importing this module stays cheap
     from rubric_jax.sampling import parse_sampler
 
-    for field, minimum in (("samples", 1), ("max_retries", 0), ("max_new_tokens", 1), ("batch_size", 0),
-                           ("tensor", 1), ("max_concurrency", 1), ("max_retries_http", 0),
-                           ("requests_per_minute", 0), ("tokens_per_minute", 0)):
-        value = getattr(spec, field)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            yield field, value, f"expected an integer >= {minimum}"
+    for field, (smallest, largest) in COUNT_BOUNDS.items():
+        why = counts.problem(getattr(spec, field), smallest, largest)
+        if why is not None:
+            yield field, getattr(spec, field), why
     choices = (("ensemble", ENSEMBLES), ("mode", (*MODES, BENCHMARK_MODE) if spec.mode == BENCHMARK_MODE else MODES),
                ("prompt", PROMPTS), ("param_dtype", DTYPE_CHOICES), ("compute_dtype", DTYPE_CHOICES),
                ("backend", BACKENDS), ("endpoint", ENDPOINTS), ("layout", LAYOUTS))
