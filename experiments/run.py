@@ -59,8 +59,8 @@ def main(argv: list[str]) -> None:
         _fail(str(e), status=1)
     except (ValueError, FileNotFoundError, checkpointing.CheckpointError) as e:
         _fail(str(e))
-    except runner.TrainingError as e:  # the run itself went wrong (not its input): exit 1, as a crash would
-        _fail(str(e), status=1)
+    except (runner.TrainingError, checkpointing.CheckpointWriteError) as e:  # the run itself went wrong (not its
+        _fail(str(e), status=1)  # input; a full disk): exit 1, as a crash would
 
 
 def dry_run() -> None:
