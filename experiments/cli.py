@@ -73,8 +73,8 @@ def _few(keys: list[str], shown: int = 5) -> str:
 
 
 def define_config(command: str, help_string: str | None = None) -> flags.FlagHolder:
-    """`--config`: the command's settings file (default configs/commands/<command>.py; run, sweep and
-    build_rubrics: an experiment file, no default) with `--config.FIELD=VALUE` overrides, locked so that an unknown
+    """`--config`: the command's settings file (default configs/commands/<command>.py; run and build_rubrics: an
+    experiment file, no default) with `--config.FIELD=VALUE` overrides, locked so that an unknown
     field fails, loaded by rubric_jax/config_files.py (a file that cannot load is one line naming it, exit 2).
     Without --config, the default file and the overrides are read right here, at import: an unknown field is one
     line and exit 2 here too."""

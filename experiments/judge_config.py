@@ -23,7 +23,7 @@ from rubric_jax import config_files
 from rubric_jax.judges.spec import JudgeSpec, load_judge_file
 
 JUDGES_DIR = Path(__file__).resolve().parents[1] / "configs" / "judges"
-try:  # without --judge, ml_collections parses the default file and sys.argv's --judge.FIELD overrides right here
+try:  # without --judge, the default file and sys.argv's --judge.FIELD overrides are read right here
     JUDGE = config_files.DEFINE_config_file(
         "judge", str(JUDGES_DIR / "default.py"), "Judge config file (configs/judges/*.py; default: rules only, "
         "experiments.evaluate: the benchmark's own); override one field with --judge.FIELD=VALUE.", "judge config")
