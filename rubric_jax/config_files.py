@@ -4,8 +4,8 @@ a sweep's file): every command and library path that runs a config file's `get_c
 A config file is untrusted input like any other: it must be a regular file of at most MAX_CONFIG_BYTES, opened
 with `files.open_input` before anything runs it (a FIFO would block, /dev/zero would fill memory), read once and
 compiled from that text. Whatever goes wrong is a ConfigFileError whose one-line message names the file (and the
-line, where there is one): a syntax error, an exception while loading or in get_config, no get_config, an ARG
-that get_config does not take, or a result that is no config (None, a list): `get_config` must return a
+line, where there is one): a syntax error, an exception while loading or in get_config (an ARG it does not take
+too), no get_config, or a result that is no config (None, a list): `get_config` must return a
 ml_collections.ConfigDict (a plain dict is converted).
 
 `DEFINE_config_file` is ml_collections' with this loader: the flag accepts the same
@@ -14,7 +14,6 @@ FILE[:ARG] and `--NAME.FIELD=VALUE` overrides, and its value is locked.
 
 from __future__ import annotations
 
-import inspect
 import traceback
 import types
 from collections.abc import Mapping
@@ -45,8 +44,9 @@ def load_module(path: str | Path, what: str = "config") -> types.ModuleType:
         raise ConfigFileError(str(e)) from None
     try:
         code = compile(source, str(path), "exec")
-    except SyntaxError as e:  # also ValueError for a NUL byte: compile raises SyntaxError for it since 3.11.4
-        raise ConfigFileError(f"{path}:{e.lineno}: syntax error ({e.msg})") from None
+    except (SyntaxError, ValueError) as e:  # ValueError: a NUL byte in the text (no line)
+        line = f":{e.lineno}" if getattr(e, "lineno", None) else ""
+        raise ConfigFileError(f"{path}{line}: syntax error ({getattr(e, 'msg', e)})") from None
     module = types.ModuleType(f"{what.replace(' ', '_')}_file_{Path(path).stem}")
     module.__file__ = str(path)
     try:
@@ -63,15 +63,9 @@ def load_config(spec: str | Path, what: str = "config") -> ml_collections.Config
     get_config = getattr(module, "get_config", None)
     if not callable(get_config):
         raise ConfigFileError(f"{path}: defines no get_config() function")
-    args = (arg,) if colon else ()
     try:
-        inspect.signature(get_config).bind(*args)
-    except TypeError:
-        wanted = f"an argument (give it as {path}:ARG)" if not colon else f"no argument, but was given {arg!r}"
-        raise ConfigFileError(f"{path}: get_config takes {wanted}") from None
-    try:
-        config = get_config(*args)
-    except Exception as e:  # the config file's own code
+        config = get_config(*((arg,) if colon else ()))
+    except Exception as e:  # the config file's own code (or an ARG it does not take: a TypeError)
         raise ConfigFileError(f"{line_in(path, e)}: get_config() raised {one_line(e)}") from None
     return as_config(config, f"{path}: get_config()")
 

@@ -117,7 +117,9 @@ BAD_CONFIG_FILES = {  # name -> (content, or a special kind; the one line the lo
     "raises.py": ("import os\n\ndef get_config():\n    return os.environ['NO_SUCH_VARIABLE_X']\n",
                   ":4: get_config() raised KeyError: 'NO_SUCH_VARIABLE_X'"),
     "top_level.py": ("LIMIT = 1 / 0\n", ":1: loading it raised ZeroDivisionError: division by zero"),
-    "arg.py": ("def get_config(arg):\n    return {}\n", ": get_config takes an argument (give it as "),
+    "arg.py": ("def get_config(arg):\n    return {}\n", ": get_config() raised TypeError: get_config() missing 1 "
+               "required positional argument: 'arg'"),
+    "nul.py": ("nul", ": syntax error (source code string cannot contain null bytes)"),
     "dir.py": ("dir", ": expected a regular config file, got a directory"),
     "fifo.py": ("fifo", ": expected a regular config file, got a FIFO"),
     "big.py": ("big", ": config file is larger than 1048576 bytes"),
@@ -134,6 +136,8 @@ def make_bad_config(tmp_path: Path, name: str) -> Path:
         os.mkfifo(path)
     elif content == "big":
         path.write_text("#" * (1 << 20) + "\n")
+    elif content == "nul":
+        path.write_bytes(b"X = 1\0\n")
     elif content == "latin1":
         path.write_bytes("# caf\u00e9\n".encode("latin-1"))
     elif content is not None:
@@ -171,5 +175,6 @@ def test_a_config_file_loads_with_its_argument_and_a_dict_becomes_a_config(tmp_p
     assert config_files.load_config(path).arg is None
     assert config_files.load_config(ROOT / "configs/tiny.py") == tiny.get_config()
     path.write_text("def get_config():\n    return {}\n")
-    with pytest.raises(config_files.ConfigFileError, match=r"c\.py: get_config takes no argument, but was given 'x'$"):
+    with pytest.raises(config_files.ConfigFileError, match=r"c\.py: get_config\(\) raised TypeError: get_config\(\) takes 0 "
+                                                           r"positional arguments but 1 was given$"):
         config_files.load_config(f"{path}:x")

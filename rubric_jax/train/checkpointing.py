@@ -286,8 +286,9 @@ class Checkpointer:
                 newest = self._manager.latest_step()
             resume = (f"the same command resumes from step {newest}, the newest complete checkpoint" if newest
                       is not None else "no checkpoint is complete: the same command starts the stage again")
-            raise CheckpointWriteError(f"{self.directory}: writing the checkpoint of step {step} failed "
-                                       f"({_write_reason(e)}); once that is fixed, {resume}") from None
+            what = "a checkpoint" if step is None else f"the checkpoint of step {step}"
+            raise CheckpointWriteError(f"{self.directory}: writing {what} failed ({_write_reason(e)}); once that is "
+                                       f"fixed, {resume}") from None
 
     def close(self) -> None:
         """Finishes pending saves (CheckpointWriteError when one failed to write) and releases orbax resources."""
