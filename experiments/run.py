@@ -61,6 +61,9 @@ def main(argv: list[str]) -> None:
         _fail(str(e))
     except (runner.TrainingError, checkpointing.CheckpointWriteError) as e:  # the run itself went wrong (not its
         _fail(str(e), status=1)  # input; a full disk): exit 1, as a crash would
+    except OSError as e:  # another write that failed (a full disk): the work failed, exit 1
+        _fail(f"writing {e.filename or _WORKDIR.value} failed ({e.strerror or e}); once that is fixed, the same "
+              "command resumes from the newest checkpoint", status=1)
 
 
 def dry_run() -> None:

@@ -222,6 +222,22 @@ def test_a_full_disk_is_exit_1_and_one_line_naming_the_checkpoint(sft, tmp_path)
         "left on device); once that is fixed, no checkpoint is complete: the same command starts the stage again")
 
 
+def test_a_full_disk_outside_the_checkpoints_is_exit_1_and_one_line(tmp_path):
+    """Issue 38 T5: any other write of a run that fails with ENOSPC (here config.json, the first one) is exit 1 and
+    one line naming the file, not a traceback."""
+    code = ("import errno, sys\nfrom absl import app\nfrom rubric_jax.train import workdir\n"
+            "def full(path, data):\n    raise OSError(errno.ENOSPC, 'No space left on device', str(path))\n"
+            "workdir.write_atomic = full\nfrom experiments import cli, run\n"
+            "sys.argv = ['experiments.run', *sys.argv[1:]]\n"
+            "app.run(run.main, flags_parser=cli.flags_parser('experiments.run'))\n")
+    proc = subprocess.run([sys.executable, "-c", code, "--config=configs/tiny.py", f"--workdir={tmp_path}"],
+                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"experiments.run: error: writing {tmp_path / 'config.json'} failed (No space left on device); once that is "
+        "fixed, the same command resumes from the newest checkpoint")
+
+
 def test_nan_streak_stops_after_the_limit():
     streak = NanStreak(limit=3)
     for skipped in (1, 1, 0, 1, 1):
