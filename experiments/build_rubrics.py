@@ -18,12 +18,10 @@ import json
 import sys
 
 from absl import app, flags
-from ml_collections import config_flags
 
 from experiments import cli, judge_config
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (model, judge, mesh, qurl).",
-                                          lock_config=True)
+_CONFIG = cli.define_config("build_rubrics", "Experiment config file (model, judge, mesh, qurl).")
 _QUESTIONS = flags.DEFINE_string("questions", None, "Question jsonl (rubric_jax.data.load_questions format).")
 _CORPUS = flags.DEFINE_string("corpus", None, "Document corpus jsonl: doc_id, title, text, quality.")
 _OUT = flags.DEFINE_string("out", None, "Output directory: questions.jsonl, report.json, work/.")

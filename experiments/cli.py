@@ -15,6 +15,8 @@ import ml_collections
 from absl import flags, logging
 from ml_collections import config_flags
 
+from rubric_jax import config_files
+
 COMMAND_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "commands"
 
 
@@ -70,16 +72,21 @@ def _few(keys: list[str], shown: int = 5) -> str:
     return "[" + ", ".join(map(repr, keys[:shown])) + more + "]"
 
 
-def define_config(command: str) -> flags.FlagHolder:
-    """`--config`: the command's settings file (default configs/commands/<command>.py) with `--config.FIELD=VALUE`
-    overrides, locked so that an unknown field fails. Without --config, ml_collections loads the default and reads
-    the overrides right here, at import: an unknown field is one line and exit 2 here too."""
+def define_config(command: str, help_string: str | None = None) -> flags.FlagHolder:
+    """`--config`: the command's settings file (default configs/commands/<command>.py; run and build_rubrics: an
+    experiment file, no default) with `--config.FIELD=VALUE` overrides, locked so that an unknown
+    field fails, loaded by rubric_jax/config_files.py (a file that cannot load is one line naming it, exit 2).
+    Without --config, the default file and the overrides are read right here, at import: an unknown field is one
+    line and exit 2 here too."""
+    default = COMMAND_CONFIGS / f"{command}.py"
+    help_string = help_string or (f"Settings file (default configs/commands/{command}.py); override one field with "
+                                  "--config.FIELD=VALUE.")
     try:
-        return config_flags.DEFINE_config_file(
-            "config", str(COMMAND_CONFIGS / f"{command}.py"), f"Settings file (default configs/commands/{command}.py); "
-            "override one field with --config.FIELD=VALUE.", lock_config=True)
+        return config_files.DEFINE_config_file("config", str(default) if default.is_file() else None, help_string)
     except (AttributeError, KeyError) as e:
         fail(f"experiments.{command}", unknown_key(e))
+    except config_files.ConfigFileError as e:
+        fail(f"experiments.{command}", str(e))
 
 
 def check(ok: bool, key: str, value: object, expected: str) -> None:
@@ -105,16 +112,9 @@ def flags_parser(command: str) -> Callable[[list[str]], list[str]]:
             return flags.FLAGS(argv)
         except (AttributeError, KeyError) as e:  # ml_collections' "no such field", with its did-you-mean hint
             fail(command, unknown_key(e))
+        except config_files.ConfigFileError as e:  # --config=FILE or --judge=FILE that cannot load
+            fail(command, str(e))
         except (flags.Error, OSError, TypeError, ValueError) as e:
-            fail(command, _without_traceback(str(e)))
+            fail(command, " ".join(str(e).split()))
 
     return parse
-
-
-def _without_traceback(message: str) -> str:
-    """A flag error on one line; a config file's get_config error (ml_collections quotes the whole
-    traceback) as the text before the traceback plus its last line, the exception itself."""
-    head, found, trace = message.partition("Traceback (most recent call last):")
-    if found:
-        message = head.strip() + " " + trace.strip().splitlines()[-1]
-    return " ".join(message.split())

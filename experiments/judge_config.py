@@ -19,30 +19,18 @@ from ml_collections import config_flags
 
 from configs.common import judge_block
 from experiments import cli
+from rubric_jax import config_files
 from rubric_jax.judges.spec import JudgeSpec, load_judge_file
 
 JUDGES_DIR = Path(__file__).resolve().parents[1] / "configs" / "judges"
-try:  # without --judge, ml_collections parses the default file and sys.argv's --judge.FIELD overrides right here
-    JUDGE = config_flags.DEFINE_config_file(
+try:  # without --judge, the default file and sys.argv's --judge.FIELD overrides are read right here
+    JUDGE = config_files.DEFINE_config_file(
         "judge", str(JUDGES_DIR / "default.py"), "Judge config file (configs/judges/*.py; default: rules only, "
-        "experiments.evaluate: the benchmark's own); override one field with --judge.FIELD=VALUE.", lock_config=True)
+        "experiments.evaluate: the benchmark's own); override one field with --judge.FIELD=VALUE.", "judge config")
 except (AttributeError, KeyError) as unknown:
     field = re.search(r"'(\w+)'", str(unknown).replace("\\'", "'"))
     cli.fail(f"experiments.{Path(sys.argv[0]).stem}", f"--judge.{field.group(1) if field else unknown}: not a judge "
              f"field; expected one of {sorted(judge_block())}")
-
-
-def _loaded() -> ml_collections.ConfigDict:
-    """The --judge block; ml_collections loads a --judge=FILE when it is first read, so a file that cannot load
-    fails here, as a ValueError naming --judge."""
-    try:
-        value = JUDGE.value
-        value.to_dict()  # a file that failed to load raises on first use
-    except OSError as e:  # ml_collections' message ends with the reason, e.g. "[Errno 2] No such file ..."
-        reason = str(e).strip().splitlines()[-1].strip()
-        raise ValueError(f"--judge={config_flags.get_config_filename(flags.FLAGS['judge'])}: cannot load this "
-                         f"judge config file ({reason})") from None
-    return value
 
 
 def _overrides(flag_name: str, prefix: str = "") -> dict[str, object]:
@@ -52,7 +40,7 @@ def _overrides(flag_name: str, prefix: str = "") -> dict[str, object]:
 
 
 def load_file(path: Path) -> ml_collections.ConfigDict:
-    """A judge config file's `get_config()` (as --judge=PATH would load it)."""
+    """A judge config file's `get_config()` (as --judge=PATH loads it)."""
     return load_judge_file(path)
 
 
@@ -67,7 +55,7 @@ def block(default_file: Path | None = None) -> ml_collections.ConfigDict:
     """The --judge block with its --judge.FIELD overrides; without --judge, `default_file` (if given) instead
     of configs/judges/default.py (experiments.evaluate: the benchmark's judge file)."""
     if default_file is None or flags.FLAGS["judge"].present:
-        return _loaded()
+        return JUDGE.value
     loaded = load_file(default_file)
     _apply(loaded, _overrides("judge"), "--judge")
     return loaded
@@ -83,7 +71,7 @@ def merged(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     replaces the block, then --config.judge.FIELD, then --judge.FIELD apply (the later wins)."""
     own = _overrides("judge")
     if flags.FLAGS["judge"].present:
-        replacement = _loaded().to_dict()  # the file with --judge.FIELD applied
+        replacement = JUDGE.value.to_dict()  # the file with --judge.FIELD applied
         if set(replacement) != set(config.judge):
             raise ValueError(f"--judge: its fields {sorted(replacement)} are not config.judge's {sorted(config.judge)}")
         replacement.update({k: v for k, v in _overrides("config", "judge.").items() if k not in own})

@@ -24,7 +24,7 @@ from ml_collections import config_flags
 
 from experiments import cli, judge_config
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.", lock_config=True)
+_CONFIG = cli.define_config("run", "Experiment config file.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, samples and plots.")
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Compile every program of the config and print per-device memory "
                              "and collectives; runs nothing, needs no weights, data or accelerator.")
@@ -59,8 +59,11 @@ def main(argv: list[str]) -> None:
         _fail(str(e), status=1)
     except (ValueError, FileNotFoundError, checkpointing.CheckpointError) as e:
         _fail(str(e))
-    except runner.TrainingError as e:  # the run itself went wrong (not its input): exit 1, as a crash would
-        _fail(str(e), status=1)
+    except (runner.TrainingError, checkpointing.CheckpointWriteError) as e:  # the run itself went wrong (not its
+        _fail(str(e), status=1)  # input; a full disk): exit 1, as a crash would
+    except OSError as e:  # another write that failed (a full disk): the work failed, exit 1
+        _fail(f"writing {e.filename or _WORKDIR.value} failed ({e.strerror or e}); once that is fixed, the same "
+              "command resumes from the newest checkpoint", status=1)
 
 
 def dry_run() -> None:

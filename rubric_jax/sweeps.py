@@ -8,7 +8,7 @@ A config file may define, beside `get_config(arg)`:
 
 Each `add(**overrides)` is one variant: `experiments.run` with `--config.<key>=<value>` per override, in
 `<sweep workdir>/<variant name>/`, where the name is made of the overrides ("lr=0.0001,beta=0.0"). Every
-variant is resolved exactly as `experiments.run` resolves its flags (ml_collections.config_flags, locked)
+variant is resolved exactly as `experiments.run` resolves its flags (rubric_jax/config_files.py, locked)
 and validated as `experiments.run` validates it (train/settings.py) before anything runs, so an unknown key
 or a bad value fails up front, naming the variant and the key.
 A variant is finished when its workdir's done.json (metrics.mark_done) names its resolved config; a
@@ -23,7 +23,6 @@ import dataclasses
 import difflib
 import functools
 import hashlib
-import importlib.util
 import inspect
 import json
 import math
@@ -33,16 +32,14 @@ import signal
 import statistics
 import subprocess
 import sys
-import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import ml_collections
 from absl import flags as absl_flags
-from ml_collections import config_flags
 
-from rubric_jax import metrics, plots, seed_groups
+from rubric_jax import config_files, metrics, plots, seed_groups
 from rubric_jax.files import write_atomic
 from rubric_jax.jsonl import read_jsonl
 from rubric_jax.train import settings
@@ -111,7 +108,7 @@ def load_sweep(config_file: str, extra_flags: Sequence[str] = ()) -> Sweep:
     try:
         sweep_fn(add, arg or None)
     except Exception as e:  # the config file's own code: any error is the file's, named with its line
-        raise SweepError(f"{_line_in(path, e)}: sweep(add, arg) raised {_one_line(e)}") from None
+        raise SweepError(f"{config_files.line_in(path, e)}: sweep(add, arg) raised {config_files.one_line(e)}") from None
     if not added:
         raise SweepError(f"{path}: sweep(add, arg) added no variant")
     flags_of = []
@@ -141,18 +138,11 @@ def load_sweep(config_file: str, extra_flags: Sequence[str] = ()) -> Sweep:
 
 
 def _sweep_function(path: str) -> Any:
-    """`sweep` of the config file at `path`, loaded by path (checked to take (add, arg))."""
-    if not Path(path).is_file():
-        raise SweepError(f"{path}: no such config file")
-    module_name = "sweep_config_" + hashlib.sha1(str(Path(path).resolve()).encode()).hexdigest()[:12]
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
+    """`sweep` of the config file at `path`, loaded by path (config_files: checked to take (add, arg))."""
     try:
-        spec.loader.exec_module(module)
-    except SyntaxError as e:
-        raise SweepError(f"{path}:{e.lineno}: syntax error ({e.msg})") from None
-    except Exception as e:  # the config file's own code: any error is the file's, named with its line
-        raise SweepError(f"{_line_in(path, e)}: loading it raised {_one_line(e)}") from None
+        module = config_files.load_module(path)
+    except config_files.ConfigFileError as e:
+        raise SweepError(str(e)) from None
     sweep_fn = getattr(module, "sweep", None)
     if not callable(sweep_fn):
         raise SweepError(f"{path}: defines no sweep(add, arg) function beside get_config")
@@ -161,20 +151,6 @@ def _sweep_function(path: str) -> Any:
     except TypeError:
         raise SweepError(f"{path}: sweep must take two arguments, (add, arg)") from None
     return sweep_fn
-
-
-def _line_in(path: str, error: BaseException) -> str:
-    """`path:line` of the last traceback frame of `error` inside the file at `path` (`path` if none is)."""
-    target, line = Path(path).resolve(), None
-    for frame, lineno in traceback.walk_tb(error.__traceback__):
-        if Path(frame.f_code.co_filename).resolve() == target:
-            line = lineno
-    return path if line is None else f"{path}:{line}"
-
-
-def _one_line(error: BaseException) -> str:
-    """`Type: message` on one line, cut to 300 characters."""
-    return f"{type(error).__name__}: {' '.join(str(error).split())}"[:300]
 
 
 def _extra_keys(config_file: str, extra_flags: Sequence[str]) -> set[str]:
@@ -192,11 +168,13 @@ def _resolve(config_file: str, flags: Sequence[str], where: str) -> ml_collectio
     """The locked config `experiments.run --config=<config_file> <flags>` would run with."""
     argv = ["experiments.run", f"--config={config_file}", *flags]
     values = absl_flags.FlagValues()
-    holder = config_flags.DEFINE_config_file("config", None, "Experiment config file.", flag_values=values,
-                                             lock_config=True, sys_argv=argv)
+    holder = config_files.DEFINE_config_file("config", None, "Experiment config file.", flag_values=values,
+                                             sys_argv=argv)
     try:
         values(argv)
         return holder.value
+    except config_files.ConfigFileError as e:  # names --config=FILE
+        raise SweepError(str(e) if where == config_file else f"{where}: {e}") from None
     except (absl_flags.Error, AttributeError, KeyError, OSError, TypeError, ValueError) as e:
         last_line = (str(e).strip().splitlines() or [type(e).__name__])[-1]
         raise SweepError(f"{where}: {last_line}") from None

@@ -73,7 +73,7 @@ def test_a_config_files_own_error_is_one_line_without_its_traceback(tmp_path, co
     proc = command_server(RUN).run("--config=configs/qwen7b.py:size=13b", f"--workdir={tmp_path}")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "experiments.run: error: flag --config=configs/qwen7b.py:size=13b: Error whilst parsing config file: "
+        "experiments.run: error: --config=configs/qwen7b.py:size=13b: configs/qwen7b.py:35: get_config() raised "
         "ValueError: configs/qwen7b.py: size='13b' is not one of ['0.5b', '1.5b', '7b']"]
 
 
@@ -103,3 +103,78 @@ def test_decode_layout_and_judge_dtype_are_checked_before_anything_runs(tmp_path
     proc = server.run("--config=configs/tiny.py", f"--workdir={tmp_path}", override)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert message in proc.stderr
+
+
+# ------------------------------------------------------------------ config files that cannot load (issue 38 T1, H5)
+BAD_CONFIG_FILES = {  # name -> (content, or a special kind; the one line the loader gives, after "PATH")
+    "missing.py": (None, ": config file does not exist"),
+    "syntax.py": ("def get_config(:\n", ":1: syntax error (invalid syntax)"),
+    "empty.py": ("", ": defines no get_config() function"),
+    "none.py": ("def get_config():\n    return None\n", ": get_config() returned None (a missing return statement?), "
+                "expected a ml_collections.ConfigDict"),
+    "list.py": ("def get_config():\n    return [1, 2]\n", ": get_config() returned a list, expected a "
+                "ml_collections.ConfigDict"),
+    "raises.py": ("import os\n\ndef get_config():\n    return os.environ['NO_SUCH_VARIABLE_X']\n",
+                  ":4: get_config() raised KeyError: 'NO_SUCH_VARIABLE_X'"),
+    "top_level.py": ("LIMIT = 1 / 0\n", ":1: loading it raised ZeroDivisionError: division by zero"),
+    "arg.py": ("def get_config(arg):\n    return {}\n", ": get_config() raised TypeError: get_config() missing 1 "
+               "required positional argument: 'arg'"),
+    "nul.py": ("nul", ": syntax error (source code string cannot contain null bytes)"),
+    "dir.py": ("dir", ": expected a regular config file, got a directory"),
+    "fifo.py": ("fifo", ": expected a regular config file, got a FIFO"),
+    "big.py": ("big", ": config file is larger than 1048576 bytes"),
+    "latin1.py": ("latin1", ":1: not valid UTF-8"),
+}
+
+
+def make_bad_config(tmp_path: Path, name: str) -> Path:
+    """BAD_CONFIG_FILES[name] written under tmp_path (a directory, a FIFO, 1 MiB + 1 byte, Latin-1 bytes)."""
+    path, content = tmp_path / name, BAD_CONFIG_FILES[name][0]
+    if content == "dir":
+        path.mkdir()
+    elif content == "fifo":
+        os.mkfifo(path)
+    elif content == "big":
+        path.write_text("#" * (1 << 20) + "\n")
+    elif content == "nul":
+        path.write_bytes(b"X = 1\0\n")
+    elif content == "latin1":
+        path.write_bytes("# caf\u00e9\n".encode("latin-1"))
+    elif content is not None:
+        path.write_text(content)
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(BAD_CONFIG_FILES))
+def test_a_config_file_that_cannot_load_is_one_line_naming_it(tmp_path, name):
+    """Every way a --config/--judge file can fail is a ConfigFileError naming the file (and line), raised before
+    anything blocks (a FIFO) or grows (1 MiB cap); before issue 38, ml_collections' loader gave tracebacks."""
+    from rubric_jax import config_files
+
+    path = make_bad_config(tmp_path, name)
+    with pytest.raises(config_files.ConfigFileError) as e:
+        config_files.load_config(path)
+    assert str(e.value).startswith(f"{path}{BAD_CONFIG_FILES[name][1]}") and "\n" not in str(e.value), str(e.value)
+
+
+def test_a_device_as_config_file_is_refused_without_reading_it():
+    from rubric_jax import config_files
+
+    with pytest.raises(config_files.ConfigFileError, match="^/dev/zero: expected a regular config file, got a "
+                                                           "character device$"):
+        config_files.load_config("/dev/zero")
+
+
+def test_a_config_file_loads_with_its_argument_and_a_dict_becomes_a_config(tmp_path):
+    from rubric_jax import config_files
+
+    path = tmp_path / "c.py"
+    path.write_text("def get_config(arg=None):\n    return {'arg': arg, 'nested': {'x': 1}, 'file': __file__}\n")
+    config = config_files.load_config(f"{path}:size=1")
+    assert config.to_dict() == {"arg": "size=1", "nested": {"x": 1}, "file": str(path)}
+    assert config_files.load_config(path).arg is None
+    assert config_files.load_config(ROOT / "configs/tiny.py") == tiny.get_config()
+    path.write_text("def get_config():\n    return {}\n")
+    with pytest.raises(config_files.ConfigFileError, match=r"c\.py: get_config\(\) raised TypeError: get_config\(\) takes 0 "
+                                                           r"positional arguments but 1 was given$"):
+        config_files.load_config(f"{path}:x")

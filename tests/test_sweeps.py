@@ -92,7 +92,7 @@ def test_a_bad_sweep_fails_before_anything_runs_naming_variant_and_key(tmp_path,
 
 
 def test_a_config_file_without_a_usable_sweep_is_refused(tmp_path):
-    with pytest.raises(sweeps.SweepError, match="no such config file"):
+    with pytest.raises(sweeps.SweepError, match="missing.py: config file does not exist"):
         sweeps.load_sweep(str(tmp_path / "missing.py"))
     (tmp_path / "plain.py").write_text("from configs import tiny\nget_config = tiny.get_config\n")
     with pytest.raises(sweeps.SweepError, match=r"plain\.py: defines no sweep\(add, arg\)"):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.util
 import json
 import re
 import struct
@@ -30,6 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rubric_jax import counts
 from rubric_jax.judges.prompts import PROMPT_VERSION
 
 if TYPE_CHECKING:  # jax loads only when judges are loaded
@@ -40,6 +40,18 @@ if TYPE_CHECKING:  # jax loads only when judges are loaded
     from rubric_jax.judges.store import VerdictStore
     from rubric_jax.models.config import ModelConfig
 
+# The judge block's counts: (smallest, largest) allowed (rubric_jax/counts.py).
+COUNT_BOUNDS = {
+    "samples": (1, 64),  # verdicts per item, combined by the median (RubricRL uses 3-5)
+    "max_retries": (0, 10),  # re-prompt rounds
+    "max_new_tokens": (1, counts.TOKENS),
+    "batch_size": (0, 1 << 16),  # prompts per generate call (0 = a whole round)
+    "tensor": (1, counts.DEVICES),
+    "max_concurrency": (1, 1024),  # HTTP requests in flight
+    "max_retries_http": (0, 20),
+    "requests_per_minute": (0, 10**7),  # 0 = unlimited
+    "tokens_per_minute": (0, 10**10),  # 0 = unlimited
+}
 MODES = ("per_dimension", "all_criteria")  # one prompt per (response, LLM dimension) | one per response (QuRL)
 BENCHMARK_MODE = "benchmark"  # experiments.evaluate only: the benchmark's own prescribed mode
 PROMPTS = ("full", "compact")  # prompts.single_prompt / multi_prompt, or a distilled judge's compact_single_prompt
@@ -177,12 +189,10 @@ def _problems(spec: JudgeSpec):
     from rubric_jax.loader import DTYPE_CHOICES  # imported here (jax): importing this module stays cheap
     from rubric_jax.sampling import parse_sampler
 
-    for field, minimum in (("samples", 1), ("max_retries", 0), ("max_new_tokens", 1), ("batch_size", 0),
-                           ("tensor", 1), ("max_concurrency", 1), ("max_retries_http", 0),
-                           ("requests_per_minute", 0), ("tokens_per_minute", 0)):
-        value = getattr(spec, field)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            yield field, value, f"expected an integer >= {minimum}"
+    for field, (smallest, largest) in COUNT_BOUNDS.items():
+        why = counts.problem(getattr(spec, field), smallest, largest)
+        if why is not None:
+            yield field, getattr(spec, field), why
     choices = (("ensemble", ENSEMBLES), ("mode", (*MODES, BENCHMARK_MODE) if spec.mode == BENCHMARK_MODE else MODES),
                ("prompt", PROMPTS), ("param_dtype", DTYPE_CHOICES), ("compute_dtype", DTYPE_CHOICES),
                ("backend", BACKENDS), ("endpoint", ENDPOINTS), ("layout", LAYOUTS))
@@ -221,7 +231,8 @@ def _problems(spec: JudgeSpec):
 
 def _cascade_spec(value: Any, where: str, allow_benchmark: bool) -> JudgeSpec | None:
     """The block's `cascade` as the refining judge's spec: "" = none, a judge config file's path (loaded here), or
-    a nested block (to_block's form, e.g. from a report.json); a bad one is a ValueError naming `<where>.cascade`."""
+    a nested block (to_block's form, e.g. from a report.json); a bad one is a ValueError naming `<where>.cascade`.
+    A refining judge that names a cascade of its own (itself: a cycle) is refused before that one is read."""
     if isinstance(value, str) and not value:
         return None
     if isinstance(value, str):
@@ -235,13 +246,21 @@ def _cascade_spec(value: Any, where: str, allow_benchmark: bool) -> JudgeSpec | 
                              where)
     else:
         path = "<nested block>"
+    again = value.get("cascade", "")
+    if again != "":  # checked before reading it: a file naming itself would recurse without end
+        chain = f"{path} -> {again}: " if isinstance(again, str) else ""
+        cycle = "a cycle, " if isinstance(again, str) and _same_file(again, path) else ""
+        raise JudgeSpecError("cascade", again, f"{cycle}{chain}a refining judge cannot cascade again (its own cascade "
+                             "must be '')", f"{where}.cascade")
     inner = JudgeSpec.from_config(value, f"{where}.cascade", allow_benchmark=allow_benchmark)
-    if inner.cascade is not None:
-        raise JudgeSpecError("cascade", ",".join(inner.cascade.checkpoints), "a refining judge cannot cascade again "
-                             "(its own cascade must be '')", f"{where}.cascade")
     if not inner.has_judge:
         raise JudgeSpecError("cascade", path, "the refining judge has no checkpoint (or endpoint)", where)
     return inner
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two judge config file paths (FILE or FILE:ARG) name one file."""
+    return Path(a.partition(":")[0]).resolve() == Path(b.partition(":")[0]).resolve()
 
 
 def _cascade_problems(spec: JudgeSpec):
@@ -268,15 +287,11 @@ def _cascade_problems(spec: JudgeSpec):
 
 
 def load_judge_file(path: str | Path) -> Any:
-    """A judge config file's `get_config()` (a configs/common.judge_block(); what --judge=PATH loads), read by path:
-    a cascade names its refining judge by such a file."""
-    path = Path(path)
-    if not path.is_file():
-        raise OSError(f"no such file: {path}")
-    module_spec = importlib.util.spec_from_file_location(f"judge_config_{path.stem}", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module.get_config()
+    """A judge config file's `get_config()` (a configs/common.judge_block(); what --judge=PATH loads), read by path
+    (rubric_jax/config_files.py): a cascade names its refining judge by such a file."""
+    from rubric_jax.config_files import load_config  # absl and ml_collections: loaded when a file is read
+
+    return load_config(path, "judge config")
 
 
 def _endpoint_problems(spec: JudgeSpec):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from rubric_jax import sampling
+from rubric_jax import counts, sampling
 from rubric_jax.rubrics.schema import MAX_RECOMMENDED_DIMENSIONS
 
 
@@ -14,6 +14,16 @@ GENERATORS = ("model", "judge")  # construction text from config.model in proces
 
 class BuildError(ValueError):
     """A build that cannot start or resume as asked (bad setting, output over an input, changed settings)."""
+
+
+# config.qurl's counts: (smallest, largest) allowed (rubric_jax/counts.py).
+COUNT_BOUNDS = {
+    "top_k": (0, 100), "retrieval_pool": (0, 10**4), "max_document_chars": (1, 10**7), "meta_max_words": (1, 10**4),
+    "meta_max_new_tokens": (1, counts.TOKENS), "num_candidates": (1, 64), "min_criteria": (1, 1000),
+    "max_criteria": (1, 1000), "max_points": (1, 100), "rubric_max_new_tokens": (1, counts.TOKENS),
+    "num_answers": (2, 64), "answer_max_new_tokens": (1, counts.TOKENS), "max_retries": (0, 10),
+    "min_valid_answers": (2, 64), "min_support": (1, 64), "questions_per_batch": (1, 1 << 16), "seed": (0, counts.SEED),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,14 +57,10 @@ class BuildConfig:
     seed: int = 0  # all keys derive from it (and the batch, step and round)
 
     def __post_init__(self) -> None:
-        minimum = {"top_k": 0, "retrieval_pool": 0, "max_document_chars": 1, "meta_max_words": 1,
-                   "meta_max_new_tokens": 1, "num_candidates": 1, "min_criteria": 1, "max_criteria": 1,
-                   "max_points": 1, "rubric_max_new_tokens": 1, "num_answers": 2, "answer_max_new_tokens": 1,
-                   "max_retries": 0, "min_valid_answers": 2, "min_support": 1, "questions_per_batch": 1, "seed": 0}
-        for name, low in minimum.items():
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                self._fail(name, f"an integer >= {low}")
+        for name, (smallest, largest) in COUNT_BOUNDS.items():
+            why = counts.problem(getattr(self, name), smallest, largest)
+            if why is not None:
+                self._fail(name, why.removeprefix("expected "))
         unit = {"min_relevance": (0.0, 1.0), "bm25_b": (0.0, 1.0), "merge_threshold": (0.0, 1.0),
                 "min_std": (0.0, 0.5), "min_spread": (0.0, 1.0), "bm25_k1": (0.0, 100.0)}
         for name, (low, high) in unit.items():

@@ -14,9 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
+import logging
 import math
-from collections.abc import Callable, Sequence
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +33,18 @@ from rubric_jax.models.checkpoint import CheckpointError
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.train.state import TrainState
 
-__all__ = ["CheckpointError", "Checkpointer", "Restored", "UnreadableCheckpoint", "abstract_with_shardings"]
+__all__ = ["CheckpointError", "CheckpointWriteError", "Checkpointer", "Restored", "UnreadableCheckpoint",
+           "abstract_with_shardings"]
 _STATE, _META = "state", "meta"
 
 
 class UnreadableCheckpoint(CheckpointError):
     """A checkpoint whose files orbax cannot read (damaged), as opposed to one that does not fit the target."""
+
+
+class CheckpointWriteError(RuntimeError):
+    """A save that failed while writing (a full disk): the work failed, not its input. The message names the step,
+    the reason and the newest complete checkpoint, from which the same command resumes."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +86,42 @@ def _first_line(error: Exception, limit: int = 200) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
+def _write_reason(error: BaseException) -> str:
+    """Why a write failed, in words: the OS error (tensorstore reports it as `[os_error_code='28']`), else the
+    exception's first line."""
+    code = error.errno if isinstance(error, OSError) else None
+    found = re.search(r"os_error_code='(\d+)'", str(error))
+    code = code if code is not None else int(found.group(1)) if found else None
+    return os.strerror(code) if code is not None else _first_line(error)
+
+
+class _DropOrbaxTracebacks(logging.Filter):
+    """orbax logs a failed background write with its traceback from every thread the write ran in (four for one
+    full disk), then raises it again in the main thread, where `Checkpointer` reports it once: the logged copies
+    are dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and f"{os.sep}orbax{os.sep}" in record.pathname)
+
+
+def _drop_closed_loop_reports(previous: Callable[[Any], None]) -> Callable[[Any], None]:
+    """sys.unraisablehook without the `RuntimeError: Event loop is closed` that tensorstore's callbacks raise
+    after orbax closed the event loop of a failed background write (the failure itself is raised once)."""
+    def hook(unraisable: Any) -> None:
+        error = unraisable.exc_value
+        if not (isinstance(error, RuntimeError) and str(error) == "Event loop is closed"):
+            previous(unraisable)
+
+    return hook
+
+
+@functools.cache
+def _quiet_background_failures() -> None:
+    """Once per process, before the first save: orbax's background reports of a failed write are not printed."""
+    logging.getLogger("absl").addFilter(_DropOrbaxTracebacks())
+    sys.unraisablehook = _drop_closed_loop_reports(sys.unraisablehook)
+
+
 def _check_json(name: str, value: Any) -> None:
     try:
         json.dumps(value, allow_nan=False)
@@ -99,6 +146,8 @@ class Checkpointer:
         handlers = {_STATE: ocp.StandardCheckpointHandler(), _META: ocp.JsonCheckpointHandler()}
         self._manager = ocp.CheckpointManager(self.directory, options=options, item_handlers=handlers)
         self._ranks: dict[int, float] = {}  # step -> best_value of the kept ranked checkpoints
+        self._pending: int | None = None  # the step of a save that may still be writing in the background
+        _quiet_background_failures()
         if keep_best:
             for step in self._manager.all_steps():
                 with contextlib.suppress(CheckpointError):  # a damaged checkpoint is unranked; restore names it
@@ -115,14 +164,16 @@ class Checkpointer:
         meta = {"step": step, "data_state": data_state, "rubric_hash": rubric_hash, "extra": extra or {},
                 **({"best_value": float(best_value)} if ranked else {})}
         _check_json("metadata", meta)
-        self._manager.wait_until_finished()  # orbax waits here anyway; the previous save's step is then on disk
+        self.wait_until_finished()  # orbax waits here anyway; the previous save's step is then on disk
         on_disk = set(self._manager.all_steps())
         self._ranks = {s: v for s, v in self._ranks.items() if s in on_disk and s != step}
         if ranked:
             self._ranks[step] = float(best_value)
         self._kept.best = self.best_step()  # read by orbax when it deletes old checkpoints after this save
-        saved = self._manager.save(step, force=True, args=ocp.args.Composite(**{
-            _STATE: ocp.args.StandardSave(state), _META: ocp.args.JsonSave(meta)}))
+        self._pending = step
+        with self._writing():
+            saved = self._manager.save(step, force=True, args=ocp.args.Composite(**{
+                _STATE: ocp.args.StandardSave(state), _META: ocp.args.JsonSave(meta)}))
         if not saved:
             raise CheckpointError(f"{self.directory}: orbax declined to save step {int(state.step)}")
 
@@ -217,15 +268,39 @@ class Checkpointer:
         return loader.load_weights(self.directory / str(step) / _STATE, layout, model_config=cfg)
 
     def wait_until_finished(self) -> None:
-        """Blocks until pending async saves are on disk."""
-        self._manager.wait_until_finished()
+        """Blocks until pending async saves are on disk; CheckpointWriteError when one failed to write."""
+        with self._writing():
+            self._manager.wait_until_finished()
+        self._pending = None
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Any failure of orbax's save or its background write (raised here once, in the main thread) as one
+        CheckpointWriteError naming the step, why, and the checkpoint a rerun resumes from."""
+        try:
+            yield
+        except Exception as e:  # noqa: BLE001  (orbax raises ValueError, OSError, RuntimeError for a failed write)
+            step, self._pending, newest = self._pending, None, None
+            with contextlib.suppress(Exception):  # orbax after a failure: the steps on disk, if it can list them
+                self._manager.reload()
+                newest = self._manager.latest_step()
+            resume = (f"the same command resumes from step {newest}, the newest complete checkpoint" if newest
+                      is not None else "no checkpoint is complete: the same command starts the stage again")
+            what = "a checkpoint" if step is None else f"the checkpoint of step {step}"
+            raise CheckpointWriteError(f"{self.directory}: writing {what} failed ({_write_reason(e)}); once that is "
+                                       f"fixed, {resume}") from None
 
     def close(self) -> None:
-        """Finishes pending saves and releases orbax resources."""
-        self._manager.close()
+        """Finishes pending saves (CheckpointWriteError when one failed to write) and releases orbax resources."""
+        with self._writing():
+            self._manager.close()
 
     def __enter__(self) -> Checkpointer:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        if exc[0] is None:
+            self.close()
+        else:  # an error (a failed write) is on its way out: releasing what orbax holds must not replace it
+            with contextlib.suppress(Exception):
+                self.close()

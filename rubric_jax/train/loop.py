@@ -75,7 +75,18 @@ def run_experiment(exp: Experiment) -> None:
 
 
 def run_stage(exp: Experiment, stage: Stage, stop: StopRequest) -> Any:
-    """Runs `stage` to its end (or an agreed stop) with the experiment's checkpoints and log; the final state."""
+    """Runs `stage` to its end (or an agreed stop) with the experiment's checkpoints and log; the final state.
+    A stop says so in one line once its checkpoint is written (the run then exits 0, as a finished one)."""
     with exp.checkpointer(stage.name, keep_best=stage.keep_best) as ckpt:
-        return Runner(stage, ckpt, exp.log, every_steps=exp.settings.checkpoint.every_steps, seed=exp.settings.seed,
-                      rubric_hash=exp.rubric_hash, stop=stop).run()
+        state = Runner(stage, ckpt, exp.log, every_steps=exp.settings.checkpoint.every_steps, seed=exp.settings.seed,
+                       rubric_hash=exp.rubric_hash, stop=stop).run()
+    if stop.requested and distributed.is_writer():
+        print(stopped_line(stage.name, int(state.step) // stage.updates_per_step, stage.total, int(state.step),
+                           ckpt.directory), flush=True)
+    return state
+
+
+def stopped_line(stage: str, step: int, total: int, checkpoint_step: int, directory: Path) -> str:
+    """The line a run stopped by SIGTERM ends with: where it stopped and where the same command resumes."""
+    return (f"stopped by SIGTERM at {stage} step {step} of {total}: the run is not finished; rerun the same command to "
+            f"resume from checkpoint step {checkpoint_step} ({directory})")

@@ -18,7 +18,7 @@ from typing import Any
 
 import ml_collections
 
-from rubric_jax import data, files, grpo, padding, sampling, sharding
+from rubric_jax import counts, data, files, grpo, padding, sampling, sharding
 from rubric_jax.judges.reward_model import RewardModelConfig
 from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.loader import ATTENTION_CHOICES, resolve_attention
@@ -33,16 +33,25 @@ REWARD_SOURCES = ("rubric", "reward_model")  # config.reward.source
 EXPORT_WHICH = ("latest", "best")  # config.export.which, experiments.export/evaluate config.which
 ROLLOUT_DTYPES = ("compute", "float32", "bfloat16")  # mesh.rollout.param_dtype
 COMPUTE_DTYPES = ("float32", "bfloat16")  # model.compute_dtype
-# Integer fields and their smallest allowed value (a zero or negative count would silently skip a stage).
-_AT_LEAST = {
-    "sft.batch_size": 1, "sft.epochs": 1, "sft.max_response_len": 1, "sft.warmup_steps": 0,
-    "rl.steps": 1, "rl.questions_per_step": 1, "rl.group_size": 2, "rl.max_new_tokens": 1,
-    "rl.updates_per_batch": 1, "rl.micro_batches": 1, "rl.warmup_steps": 0, "rl.max_nan_streak": 1,
-    "rl.rollout_chunks": 1,
-    "rl.dynamic_weights_window": 1, "eval.every_steps": 1, "eval.max_questions": 1, "eval.max_new_tokens": 1,
-    "checkpoint.every_steps": 1, "checkpoint.keep": 1, "data.max_prompt_len": 1, "data.length_buckets": 1,
-    "log.samples_per_step": 0,
-    "mesh.data": 1, "mesh.tensor": 1, "mesh.rollout.tensor": 1,
+# Every integer count of an experiment's blocks: (smallest, largest) allowed (rubric_jax/counts.py). The smallest
+# keeps a zero or negative count from silently skipping a stage; the largest, a typo from hours of work or an
+# exhausted memory. The judge blocks' counts are judges/spec.py's COUNT_BOUNDS, config.qurl's qurl/config.py's.
+COUNT_BOUNDS = {
+    "seed": (0, counts.SEED),
+    "sft.batch_size": (1, 1 << 16), "sft.epochs": (1, 10**4), "sft.max_response_len": (1, counts.TOKENS),
+    "sft.warmup_steps": (0, counts.STEPS),
+    "rl.steps": (1, counts.STEPS), "rl.questions_per_step": (1, 1 << 16), "rl.group_size": (2, 1024),
+    "rl.max_new_tokens": (1, counts.TOKENS), "rl.updates_per_batch": (1, 64), "rl.micro_batches": (1, 1 << 16),
+    "rl.warmup_steps": (0, counts.STEPS), "rl.max_nan_streak": (1, 10**4), "rl.rollout_chunks": (1, 1 << 16),
+    "rl.dynamic_weights_window": (1, 10**6), "rl.dynamic_sampling_max_rounds": (1, 100),
+    "rl.oscillation_window": (3, 10**6), "rl.overlong_buffer": (0, counts.TOKENS),
+    "eval.every_steps": (1, counts.STEPS), "eval.max_questions": (1, 10**6), "eval.max_new_tokens": (1, counts.TOKENS),
+    "checkpoint.every_steps": (1, counts.STEPS), "checkpoint.keep": (1, 1000),
+    "data.max_prompt_len": (1, counts.TOKENS), "data.length_buckets": (1, 16),
+    "reward.model_max_len": (1, counts.TOKENS), "reward.model_batch_size": (1, 1 << 16),
+    "monitor.window_steps": (1, 10**6), "audit.sample_size": (3, 10**5), "audit.window": (1, 10**4),
+    "log.samples_per_step": (0, 10**4),
+    "mesh.data": (1, counts.DEVICES), "mesh.tensor": (1, counts.DEVICES), "mesh.rollout.tensor": (1, counts.DEVICES),
 }
 # Input files a run reads (a tfds:NAME data set is a directory of its own, checked where it is read).
 INPUT_FILES = ("data.train", "data.eval", "data.sft", "data.rubric", "data.golden", "data.rubric_correction",
@@ -312,12 +321,10 @@ def reward_model_config(config: ml_collections.ConfigDict) -> RewardModelConfig 
 
 
 def audit_settings(config: ml_collections.ConfigDict) -> AuditSettings | None:
-    """config.audit checked (train/audit.py): None when its judge has no checkpoint or endpoint (no audit)."""
+    """config.audit checked (train/audit.py; its counts by COUNT_BOUNDS, sample_size >= 3: the fewest pairs a rank
+    correlation needs): None when its judge has no checkpoint or endpoint (no audit)."""
     a = config.audit
     spec = JudgeSpec.from_config(a.judge, "config.audit.judge")
-    for key, minimum in (("sample_size", 3), ("window", 1)):  # 3: the fewest pairs a rank correlation needs
-        if isinstance(a[key], bool) or not isinstance(a[key], int) or a[key] < minimum:
-            _fail(f"audit.{key}", a[key], f"expected an integer >= {minimum}")
     if not isinstance(a.rubric, str):
         _fail("audit.rubric", a.rubric, "expected a rubric file, or '' for each row's own")
     if not spec.has_judge:
@@ -348,12 +355,12 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
     stages = tuple(config.stages)
     if not stages or sorted(set(stages), key=stages.index) != list(stages) or not set(stages) <= set(STAGES):
         _fail("stages", stages, f"expected a non-empty subset of {STAGES} without repeats")
-    for key, minimum in _AT_LEAST.items():
-        value = _get(config, key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            _fail(key, value, f"expected an integer >= {minimum}")
-    if config.mesh.fsdp != -1 and (isinstance(config.mesh.fsdp, bool) or config.mesh.fsdp < 1):
-        _fail("mesh.fsdp", config.mesh.fsdp, "expected an integer >= 1, or -1 for every device left")
+    for key, (smallest, largest) in COUNT_BOUNDS.items():
+        why = counts.problem(_get(config, key), smallest, largest)
+        if why is not None:
+            _fail(key, _get(config, key), why)
+    if config.mesh.fsdp != -1 and counts.problem(config.mesh.fsdp, 1, counts.DEVICES) is not None:
+        _fail("mesh.fsdp", config.mesh.fsdp, f"expected an integer in [1, {counts.DEVICES}], or -1 for every device left")
     for key in ("sft.lr", "rl.lr"):
         if not (isinstance(_get(config, key), (int, float)) and math.isfinite(_get(config, key))):
             _fail(key, _get(config, key), "expected a finite number")

@@ -45,5 +45,5 @@ def test_a_bad_cascade_flag_is_one_line_and_exit_2(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         "experiments.score: error: --judge.cascade='configs/judges/nope.py': cannot load this judge config file "
-        "(no such file: configs/judges/nope.py)"), proc.stderr
+        "(configs/judges/nope.py: judge config file does not exist)"), proc.stderr
     assert not (tmp_path / "out.jsonl").exists()

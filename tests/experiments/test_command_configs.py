@@ -6,6 +6,7 @@ setting flag of its own, and every key of every command's settings has a one-lin
 from __future__ import annotations
 
 import importlib
+import os
 import re
 from pathlib import Path
 
@@ -115,3 +116,67 @@ def test_a_bad_setting_is_one_line_naming_its_key(tmp_path, command, setting, me
     last = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert last.startswith(f"experiments.{command}: error: ") and message in last, last
+
+
+CONFIG_COMMANDS = sorted(set(INPUTS_AND_OUTPUTS) - WITHOUT_CONFIG)
+NONE_CONFIG = "def get_config(arg=None):\n    return None\n\n\ndef sweep(add, arg):\n    add(seed=1)\n"
+
+
+def _one_line_exit_2(proc, command: str, message: str) -> None:
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [f"experiments.{command}: error: {message}"], proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("command", CONFIG_COMMANDS)
+def test_every_command_refuses_a_config_file_that_returns_none_or_is_a_fifo(tmp_path, command, command_server):
+    """Issue 38 T1/H5: every command loads --config through rubric_jax/config_files.py: get_config returning None
+    was a traceback and exit 1, a FIFO blocked forever. One line naming the file, exit 2, before any work."""
+    none, fifo = tmp_path / "none.py", tmp_path / "fifo.py"
+    none.write_text(NONE_CONFIG)
+    os.mkfifo(fifo)
+    server = command_server(f"experiments.{command}")
+    _one_line_exit_2(server.run(f"--config={none}", f"--workdir={tmp_path / 'w'}"), command,
+                     f"--config={none}: {none}: get_config() returned None (a missing return statement?), expected a "
+                     "ml_collections.ConfigDict")
+    flag = "" if command == "sweep" else f"--config={fifo}: "  # a sweep reads the file for its sweep() first
+    _one_line_exit_2(server.run(f"--config={fifo}", f"--workdir={tmp_path / 'w'}"), command,
+                     f"{flag}{fifo}: expected a regular config file, got a FIFO")
+
+
+@pytest.mark.parametrize("name", ["missing.py", "syntax.py", "empty.py", "list.py", "dir.py", "raises.py",
+                                  "top_level.py", "big.py"])
+def test_a_config_file_that_cannot_load_is_one_line_and_exit_2(tmp_path, name, command_server):
+    """Each way a --config file fails, on one command (all share the loader: the test above), was a traceback and
+    exit 1 (an empty file: `unknown config key 'config_config'`)."""
+    from tests.test_configs import BAD_CONFIG_FILES, make_bad_config
+
+    path = make_bad_config(tmp_path, name)
+    proc = command_server("experiments.export").run(f"--config={path}", f"--workdir={tmp_path}",
+                                                    f"--out={tmp_path / 'hf'}")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    line = proc.stderr.strip()
+    assert "\n" not in line and line.startswith(f"experiments.export: error: --config={path}: "
+                                                f"{path}{BAD_CONFIG_FILES[name][1]}"), line
+
+
+def test_a_judge_or_cascade_file_that_is_no_config_a_fifo_or_a_cycle_is_one_line(tmp_path, command_server):
+    """Issue 38 T2/H5: --judge=FILE whose get_config returns a list was a traceback, a FIFO blocked; a cascade naming
+    itself recursed into a 4 KB line of `--judge.cascade.cascade...`. Now one line naming the files, exit 2."""
+    listed, fifo, cycle, to_list = (tmp_path / n for n in ("list.py", "fifo.py", "cycle.py", "to_list.py"))
+    listed.write_text("def get_config():\n    return [1, 2]\n")
+    os.mkfifo(fifo)
+    cascade = "from configs.judges import tiny\n\n\ndef get_config():\n    c = tiny.get_config()\n    c.cascade = {!r}\n" \
+              "    return c\n"
+    cycle.write_text(cascade.format(str(cycle)))
+    to_list.write_text(cascade.format(str(listed)))
+    server = command_server("experiments.score")
+    paths = [f"--responses={tmp_path / 'in.jsonl'}", f"--out={tmp_path / 'out.jsonl'}"]
+    _one_line_exit_2(server.run(f"--judge={listed}", *paths), "score", f"--judge={listed}: {listed}: get_config() "
+                     "returned a list, expected a ml_collections.ConfigDict")
+    _one_line_exit_2(server.run(f"--judge={fifo}", *paths), "score",
+                     f"--judge={fifo}: {fifo}: expected a regular judge config file, got a FIFO")
+    _one_line_exit_2(server.run(f"--judge={cycle}", *paths), "score", f"--judge.cascade.cascade={str(cycle)!r}: a "
+                     f"cycle, {cycle} -> {cycle}: a refining judge cannot cascade again (its own cascade must be '')")
+    _one_line_exit_2(server.run(f"--judge={to_list}", *paths), "score", f"--judge.cascade={str(listed)!r}: cannot "
+                     f"load this judge config file ({listed}: get_config() returned a list, expected a "
+                     "ml_collections.ConfigDict)")

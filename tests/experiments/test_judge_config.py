@@ -96,11 +96,12 @@ def test_run_precedence_experiment_file_judge_file_config_override_judge_overrid
 
 @pytest.mark.parametrize("args, message", [
     (["--judge.bogus=1"], "--judge.bogus: not a judge field; expected one of ['api_key_env', 'backend', "),
-    (["--judge=configs/judges/nope.py"], "--judge=configs/judges/nope.py: cannot load this judge config file "
-                                         "([Errno 2] No such file or directory"),
+    (["--judge=configs/judges/nope.py"], "--judge=configs/judges/nope.py: configs/judges/nope.py: judge config file "
+                                         "does not exist"),
     (["--judge=configs/judges/tiny.py", "--judge.bogus=1"], "unknown config key 'bogus'"),
     (["--judge.samples=abc"], "flag --judge.samples=abc: invalid literal for int()"),
     (["--judge.mode=single"], "--judge.mode='single': expected one of ('per_dimension', 'all_criteria')"),
+    (["--judge.samples=1000000"], "--judge.samples=1000000: expected an integer <= 64"),  # issue 38 H6
 ])
 def test_a_bad_judge_flag_is_one_line_and_exit_2(args, message, tmp_path, command_server):
     """A run of experiments.score forked from one process that imported it (tests/command_server.py)."""

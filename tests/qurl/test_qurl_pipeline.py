@@ -10,7 +10,7 @@ from rubric_jax.data import Question, load_questions
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.qurl import pipeline as P
-from rubric_jax.qurl.config import BuildConfig, BuildError
+from rubric_jax.qurl.config import COUNT_BOUNDS, BuildConfig, BuildError
 from rubric_jax.qurl.retrieval import Document
 from rubric_jax.rubrics.schema import rubric_to_dict
 from qurl_scripted import Interrupted, ScriptedGenerator, fenced
@@ -217,3 +217,11 @@ def test_written_rubrics_round_trip(tmp_path, tok):
     result, _, _ = build(tmp_path, tok)
     (row,) = result.rows
     assert rubric_to_dict(load_questions(tmp_path / "questions.jsonl")[0].replace_rubric) == row["rubric"]["replace"]
+
+
+@pytest.mark.parametrize("name", sorted(COUNT_BOUNDS))
+def test_every_qurl_count_has_an_upper_bound(name):
+    """Issue 38 H6: config.qurl's counts are bounded above as well (num_candidates=10**6 was accepted)."""
+    largest = COUNT_BOUNDS[name][1]
+    with pytest.raises(BuildError, match=rf"^qurl\.{name}={largest + 1}: expected an integer <= {largest}$"):
+        BuildConfig(**{name: largest + 1})

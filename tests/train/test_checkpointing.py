@@ -178,3 +178,47 @@ def test_missing_and_broken_checkpoints_raise_clear_errors(tmp_path):
     with pytest.raises(checkpointing.CheckpointError, match=r"run/7: cannot restore checkpoint step 7"):
         ckpt.restore(state)
     ckpt.close()
+
+
+FULL_DISK = ("RESOURCE_EXHAUSTED: Error writing local file: Failed to write 4096 bytes to file 18: No space left on "
+             "device [os_error_code='28']")  # tensorstore's words for ENOSPC, from a run on a full tmpfs
+
+
+def test_a_full_disk_is_one_error_naming_the_step_and_the_checkpoint_to_resume_from(tmp_path, monkeypatch, caplog,
+                                                                                    capfd):
+    """Issue 38 T5: a background write that fails (a full disk) is raised once, in the main thread, as a
+    CheckpointWriteError naming the step, the OS reason and the newest complete checkpoint; orbax's own reports of
+    it (a traceback from each of its threads) are not printed."""
+    from orbax.checkpoint._src.serialization import serialization
+
+    state, _ = _state()
+    with checkpointing.Checkpointer(tmp_path / "ckpt", max_to_keep=3) as ckpt:
+        ckpt.save(state, data_state={}, rubric_hash="h")
+        ckpt.wait_until_finished()
+
+        async def full(*args, **kwargs):
+            raise ValueError(FULL_DISK)
+
+        monkeypatch.setattr(serialization, "async_serialize_from_host", full)
+        with pytest.raises(checkpointing.CheckpointWriteError) as e:
+            ckpt.save(state.replace(step=state.step + 1), data_state={}, rubric_hash="h")
+            ckpt.wait_until_finished()
+    assert str(e.value) == (f"{tmp_path / 'ckpt'}: writing the checkpoint of step 3 failed (No space left on device); "
+                            "once that is fixed, the same command resumes from step 2, the newest complete checkpoint")
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == []
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_tensorstores_closed_loop_reports_are_dropped_and_others_kept():
+    """After a failed background write, tensorstore's callbacks find orbax's event loop closed; those reports are
+    noise (the failure is raised once); any other unraisable exception still reaches the previous hook."""
+    seen = []
+    hook = checkpointing._drop_closed_loop_reports(lambda u: seen.append(str(u.exc_value)))
+
+    class Unraisable:
+        def __init__(self, error):
+            self.exc_value = error
+
+    hook(Unraisable(RuntimeError("Event loop is closed")))
+    hook(Unraisable(RuntimeError("something else")))
+    assert seen == ["something else"]

@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,7 @@ from rubric_jax.train import grpo_stage
 from rubric_jax.train.grpo_stage import NanStreak
 from rubric_jax.train.runner import TrainingError
 from rubric_jax.train.settings import grpo_config
+from test_checkpointing import FULL_DISK
 from test_workdir import tensorboard_scalars
 from first_grpo_step import first_grpo_step
 from tiny_config import absolute_tiny_config
@@ -181,9 +183,11 @@ def test_sigterm_then_sigkill_then_resume_matches_uninterrupted(uninterrupted, s
     proc = _start(tmp_path, sft)
     _wait_for_row(tmp_path, "grpo", 1, lambda: proc.poll() is None, lambda: proc.communicate()[0])
     proc.send_signal(signal.SIGTERM)
-    out = _finish(proc)  # a clean exit after saving
-    assert "SIGTERM" in out
-    assert any((tmp_path / "checkpoints" / "grpo").iterdir())
+    out = _finish(proc)  # a clean exit after saving, with one line saying where it stopped (issue 38 U1)
+    stopped = re.search(r"^stopped by SIGTERM at grpo step (\d+) of 5: the run is not finished; rerun the same command "
+                        r"to resume from checkpoint step (\d+) \((.*)\)$", out, re.M)
+    assert stopped and stopped[1] == stopped[2] and Path(stopped[3]) == tmp_path / "checkpoints" / "grpo", out[-3000:]
+    assert (tmp_path / "checkpoints" / "grpo" / stopped[2]).is_dir()
 
     run = command_server("experiments.run")
     killed = run.start("--config=configs/tiny.py", *_flags(tmp_path, sft))
@@ -197,6 +201,41 @@ def test_sigterm_then_sigkill_then_resume_matches_uninterrupted(uninterrupted, s
     assert _rows(tmp_path, "samples.jsonl") == _rows(uninterrupted, "samples.jsonl")
     assert _rows(tmp_path, "alerts.jsonl") == _rows(uninterrupted, "alerts.jsonl")
     assert tensorboard_scalars(tmp_path / "tb") == tensorboard_scalars(uninterrupted / "tb")  # each step once, as uninterrupted
+
+
+def test_a_full_disk_is_exit_1_and_one_line_naming_the_checkpoint(sft, tmp_path):
+    """Issue 38 T5: orbax's background write failing with ENOSPC (tensorstore's words) printed four orbax
+    tracebacks and exited 2, an input error's status; a full disk is exit 1 and one line. An SFT-only run of one
+    checkpoint, its write patched to fail as a full tmpfs made it fail."""
+    code = ("import sys\nfrom absl import app\nfrom orbax.checkpoint._src.serialization import serialization\n"
+            "async def full(*args, **kwargs):\n"
+            f"    raise ValueError({FULL_DISK!r})\n"
+            "serialization.async_serialize_from_host = full\nfrom experiments import cli, run\n"
+            "sys.argv = ['experiments.run', *sys.argv[1:]]\n"
+            "app.run(run.main, flags_parser=cli.flags_parser('experiments.run'))\n")
+    proc = subprocess.run([sys.executable, "-c", code, "--config=configs/tiny.py", *_flags(tmp_path, sft),
+                           "--config.stages=('sft',)", "--config.export.at_end=False", "--config.export.which=latest"],
+                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"experiments.run: error: {tmp_path / 'checkpoints' / 'sft'}: writing the checkpoint of step 2 failed (No space "
+        "left on device); once that is fixed, no checkpoint is complete: the same command starts the stage again")
+
+
+def test_a_full_disk_outside_the_checkpoints_is_exit_1_and_one_line(tmp_path):
+    """Issue 38 T5: any other write of a run that fails with ENOSPC (here config.json, the first one) is exit 1 and
+    one line naming the file, not a traceback."""
+    code = ("import errno, sys\nfrom absl import app\nfrom rubric_jax.train import workdir\n"
+            "def full(path, data):\n    raise OSError(errno.ENOSPC, 'No space left on device', str(path))\n"
+            "workdir.write_atomic = full\nfrom experiments import cli, run\n"
+            "sys.argv = ['experiments.run', *sys.argv[1:]]\n"
+            "app.run(run.main, flags_parser=cli.flags_parser('experiments.run'))\n")
+    proc = subprocess.run([sys.executable, "-c", code, "--config=configs/tiny.py", f"--workdir={tmp_path}"],
+                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"experiments.run: error: writing {tmp_path / 'config.json'} failed (No space left on device); once that is "
+        "fixed, the same command resumes from the newest checkpoint")
 
 
 def test_nan_streak_stops_after_the_limit():

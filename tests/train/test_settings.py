@@ -140,3 +140,20 @@ def test_an_input_file_that_is_a_fifo_a_device_or_a_directory_is_refused_naming_
     config_key = key.replace("__", ".")
     with pytest.raises(ValueError, match=re.escape(f"config.{config_key}={str(path)!r}: ") + f".*got {kind}"):
         settings.validate(_with(**{key: str(path)}))
+
+
+@pytest.mark.parametrize("key", sorted(settings.COUNT_BOUNDS))
+def test_every_count_has_an_upper_bound_named_with_its_key(key):
+    """Issue 38 H6: a count one past its bound is refused before anything runs (1,000,000 judge samples, or any
+    other count, was accepted)."""
+    largest = settings.COUNT_BOUNDS[key][1]
+    with pytest.raises(ValueError, match=rf"^config\.{re.escape(key)}={largest + 1}: expected an integer <= {largest}$"):
+        settings.validate(_with(**{key.replace(".", "__"): largest + 1}))
+
+
+def test_the_judge_blocks_counts_are_bounded_in_an_experiment_too():
+    from rubric_jax.judges.spec import COUNT_BOUNDS
+
+    for field, (_, largest) in COUNT_BOUNDS.items():
+        with pytest.raises(ValueError, match=rf"^config\.judge\.{field}={largest + 1}: expected an integer <= "):
+            settings.validate(_with(**{f"judge__{field}": largest + 1}))
