@@ -89,7 +89,7 @@ from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.train import programs as run_programs, rollout, state as train_state, step as train_step
 
 # The parts in order of value: what the call measures first when its budget is short.
-PART_ORDER = ("grpo", "decode", "iteration", "anchor", "judge", "run")
+PART_ORDER = ("grpo", "decode", "anchor", "iteration", "judge", "run")
 SINGLE_SIZE_PARTS = ("iteration", "run")  # at the 1.5B shapes (toy under --smoke) only
 
 _SIZES = flags.DEFINE_list("sizes", ["1.5b", "7b"], "Qwen2.5 shapes to measure (1.5b, 7b).")
@@ -123,9 +123,9 @@ PEAKS = {"H200": (989.4e12, 4.8e12), "H100": (989.4e12, 3.35e12), "A100": (312e1
 # Seconds to compile one large program (H200, jax 0.11.2: the GRPO update compiled in 24 s at 1.5B, 27 s at 7B on
 # 2026-11-30); the budget's first guess, rescaled by what the call measures.
 COMPILE_S = {"toy": 3.0, "1.5b": 25.0, "7b": 30.0}
-# Fractions of the measured roofs the estimates assume (the 2026-12-04 H200 run: update 26% MFU, decode 35-61% MBU;
-# the torch anchor's decode 13x slower than ours).
-MATMUL_SHARE, BANDWIDTH_SHARE, HF_DECODE_SLOWDOWN = 0.2, 0.3, 15.0
+# Fractions of the measured roofs the estimates assume (the 2026-12-04 H200 run: update 36% of the measured matmul
+# roof, decode 45-75% of the measured copy roof; the torch anchor's decode 13x slower than ours).
+MATMUL_SHARE, BANDWIDTH_SHARE, HF_DECODE_SLOWDOWN = 0.2, 0.4, 15.0
 RUBRIC = Path(__file__).resolve().parents[1] / "configs" / "rubrics" / "medical_qa.yaml"  # its LLM dimensions
 ROOT = Path(__file__).resolve().parents[1]
 CELLS_FILE = "gpu_cells.jsonl"
@@ -365,10 +365,9 @@ def decode_cache_bytes(cfg: ModelConfig, s: Settings) -> float:
 
 
 def decode_step_bytes(cfg: ModelConfig, s: Settings) -> float:
-    """Bytes a decode step reads: the matmul weights (and an untied head's embedding) in the compute dtype and
-    the KV cache window it attends over."""
-    weights = matmul_params(cfg) + cfg.vocab_size * cfg.hidden_size * (not cfg.tie_word_embeddings)
-    return weights * jnp.dtype(cfg.compute_dtype).itemsize + decode_cache_bytes(cfg, s)
+    """Bytes a decode step reads: the matmul weights in the compute dtype (the embedding lookup reads a row per
+    sequence) and the KV cache window it attends over."""
+    return matmul_params(cfg) * jnp.dtype(cfg.compute_dtype).itemsize + decode_cache_bytes(cfg, s)
 
 
 def bench_decode(cfg: ModelConfig, s: Settings, peak_bandwidth: float | None, put: Put) -> float:
@@ -547,13 +546,16 @@ def _torch_timed(torch: Any, fn: Callable[[], object], repeats: int) -> float:
 
 
 def torch_decode_step(torch: Any, cfg: ModelConfig, s: Settings) -> float:
-    """HF `generate` (greedy, the compute dtype, sdpa) at the decode part's shapes: seconds per decode step."""
+    """HF `generate` (greedy, the compute dtype, sdpa) at the decode part's shapes, one run to LONG and one to SHORT
+    after an 8-token warm-up (at 1.5B a decode step of HF's is ~30 ms: repeats would cost a minute): seconds per
+    decode step."""
     import transformers  # noqa: PLC0415
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if cfg.compute_dtype == "bfloat16" else torch.float32
     torch.manual_seed(0)
-    model = transformers.Qwen2ForCausalLM(hf_config(cfg, True)).to(device=device, dtype=dtype).eval()
+    with device:  # initialised on the device: a CPU init of 7B random weights takes minutes
+        model = transformers.Qwen2ForCausalLM(hf_config(cfg, True)).to(dtype=dtype).eval()
     ids = torch.randint(0, cfg.vocab_size, (s.decode_batch, s.decode_prompt), device=device)
 
     def run(new_tokens: int) -> None:
@@ -561,9 +563,8 @@ def torch_decode_step(torch: Any, cfg: ModelConfig, s: Settings) -> float:
             model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
                            min_new_tokens=new_tokens, do_sample=False, eos_token_id=None, pad_token_id=0)
 
-    run(s.short)  # warm-up
-    long_s, short_s = _torch_timed(torch, lambda: run(s.long), s.repeats), _torch_timed(torch, lambda: run(s.short),
-                                                                                          s.repeats)
+    run(8)  # warm-up
+    long_s, short_s = _torch_timed(torch, lambda: run(s.long), 1), _torch_timed(torch, lambda: run(s.short), 1)
     del model
     return (long_s - short_s) / (s.long - s.short)
 
@@ -577,7 +578,8 @@ def torch_update(torch: Any, cfg: ModelConfig, s: Settings) -> float:
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
     torch.manual_seed(0)
-    model = transformers.Qwen2ForCausalLM(hf_config(cfg, False)).to(device).train()
+    with device:
+        model = transformers.Qwen2ForCausalLM(hf_config(cfg, False)).train()
     model.gradient_checkpointing_enable()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=cuda)
     ids = torch.randint(0, cfg.vocab_size, (s.rows, s.prompt + s.response), device=device)
@@ -683,17 +685,24 @@ def estimate(name: str, cfg: ModelConfig, s: Settings, roofs: tuple[float, float
         return 2, (2 + s.repeats) * matmul(2 * params * s.judge_items * JUDGE_PROMPT_SLOTS)
     if name == "anchor":
         return 0, ((1 + s.repeats) * matmul(update_flops(cfg, dataclasses.replace(s, group=1)))
-                   + HF_DECODE_SLOWDOWN * decode_steps * read(decode_step_bytes(cfg, s)))
-    spec, rows = s.iter_judge, s.iter_prompts * s.iter_samples
-    rollout_cfg = dataclasses.replace(s, decode_batch=rows, decode_prompt=64, short=0, long=s.iter_tokens)
-    judge_prompts = rows * len(_medical_dimensions()) * spec.samples * (1 + spec.max_retries)
-    iteration = (s.iter_tokens * read(decode_step_bytes(cfg, rollout_cfg))
-                 + matmul(2 * params * judge_prompts * JUDGE_PROMPT_SLOTS)
-                 + matmul(update_flops(cfg, dataclasses.replace(s, rows=rows, group=s.iter_samples, prompt=64,
-                                                                response=s.iter_tokens)) * 4 / 3))
-    if name == "iteration":  # rollout, judge, reference log-probs, update (+ batch layout, weights cast)
-        return 6, 2 * iteration
-    return 8, 2 * iteration  # run: + the eval rollouts; its steps are half the iteration's
+                   + HF_DECODE_SLOWDOWN * (8 + s.long + s.short) * read(decode_step_bytes(cfg, s)))
+    rows = s.iter_prompts * s.iter_samples
+    rollout_s = s.iter_tokens * read(decode_step_bytes(cfg, dataclasses.replace(
+        s, decode_batch=rows, decode_prompt=64, short=0, long=s.iter_tokens)))
+    update_s = matmul(update_flops(cfg, dataclasses.replace(s, rows=rows, group=s.iter_samples, prompt=64,
+                                                            response=s.iter_tokens)) * 4 / 3)  # + reference
+    if name == "iteration":  # twice: the rollout, the judge's prefills (its decode is short), the log-probs and update
+        spec = s.iter_judge
+        judge_prompts = rows * len(_medical_dimensions()) * spec.samples * (1 + spec.max_retries)
+        return 4, 2 * (rollout_s + matmul(2 * params * judge_prompts * JUDGE_PROMPT_SLOTS) + update_s)
+    # run: process start, the rollout, eval rollout, log-probs, update and the tiny judge compiled; two steps and
+    # two evals
+    return 5, COMPILE_S[size_of(cfg)] + 2 * (rollout_s + update_s) + 2 * rollout_s / s.iter_samples
+
+
+def size_of(cfg: ModelConfig) -> str:
+    """The QWEN25 size a config has the shapes of."""
+    return next(size for size, shapes in QWEN25.items() if shapes["hidden_size"] == cfg.hidden_size)
 
 
 def plan(sizes: list[str], parts: list[str], s: Settings, variants: list[tuple[str, int]], attentions: list[str],
