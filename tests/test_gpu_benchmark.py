@@ -160,3 +160,17 @@ def test_aot_target_compiles_cudnn_attention_in_place_of_the_einsums():
     assert {c: table[c]["attention"] for c in table} == {"toy, einsum": "einsum", "toy, fused": "cudnn"}
     assert table["toy, einsum"]["GRPO cuDNN attention calls (fwd / bwd)"] == "0 / 0"
     assert table["toy, fused"]["GRPO cuDNN attention calls (fwd / bwd)"] == "16 / 8"
+
+
+def test_the_run_parts_config_is_the_benchmarks_1p5b_model():
+    """configs/gpu_smoke.py (the run part's config, default size) validates and random-inits the model the other
+    parts measure at 1.5B: the shipped config.json has Qwen2.5-1.5B's shapes, float32 master weights, remat, scan."""
+    from configs import gpu_smoke
+    from rubric_jax.train import settings
+
+    gpu = _gpu_module()
+    config = gpu_smoke.get_config()
+    settings.validate(config)
+    ours, measured = settings.model_config(config), gpu.model_config("1.5b")
+    assert ours.replace(compute_dtype=measured.compute_dtype, attention=measured.attention) == measured
+    assert (config.rl.questions_per_step, config.rl.group_size, config.rl.max_new_tokens, config.rl.steps) == (8, 8, 512, 2)
