@@ -123,6 +123,7 @@ PEAKS = {"H200": (989.4e12, 4.8e12), "H100": (989.4e12, 3.35e12), "A100": (312e1
 # Seconds to compile one large program (H200, jax 0.11.2: the GRPO update compiled in 24 s at 1.5B, 27 s at 7B on
 # 2026-11-30); the budget's first guess, rescaled by what the call measures.
 COMPILE_S = {"toy": 3.0, "1.5b": 25.0, "7b": 30.0}
+PROCESS_START_S = 15.0  # the run part's subprocess: imports, devices, tokenizer, data and rubric before its programs
 # Fractions of the measured roofs the estimates assume (the 2026-12-04 H200 run: update 36% of the measured matmul
 # roof, decode 45-75% of the measured copy roof; the torch anchor's decode 13x slower than ours).
 MATMUL_SHARE, BANDWIDTH_SHARE, HF_DECODE_SLOWDOWN = 0.2, 0.4, 15.0
@@ -653,15 +654,15 @@ def bench_run(s: Settings, put: Put, timeout_s: float) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Part:
-    """One measurement of the call: its part name, size and column, and its cost estimate (compiled programs,
-    seconds of work at the assumed shares of the measured roofs)."""
+    """One measurement of the call: a part of PART_ORDER at a size, the table column its cells go to, and for a
+    GRPO part its attention and micro-batches (`first`: the variant the anchor compares with)."""
 
     name: str
     size: str
     column: str
-    programs: int
-    work_s: float
-    measure: Callable[[Put, float], Any]  # (put, seconds left) -> what later parts compare with (or None)
+    attention: str = "auto"
+    micro: int = 0
+    first: bool = True
 
 
 def estimate(name: str, cfg: ModelConfig, s: Settings, roofs: tuple[float, float]) -> tuple[int, float]:
@@ -695,78 +696,74 @@ def estimate(name: str, cfg: ModelConfig, s: Settings, roofs: tuple[float, float
         spec = s.iter_judge
         judge_prompts = rows * len(_medical_dimensions()) * spec.samples * (1 + spec.max_retries)
         return 4, 2 * (rollout_s + matmul(2 * params * judge_prompts * JUDGE_PROMPT_SLOTS) + update_s)
-    # run: process start, the rollout, eval rollout, log-probs, update and the tiny judge compiled; two steps and
-    # two evals
-    return 5, COMPILE_S[size_of(cfg)] + 2 * (rollout_s + update_s) + 2 * rollout_s / s.iter_samples
+    # run: the rollout, eval rollout, log-probs, update and tiny judge compiled; the process start, two steps, two evals
+    return 5, PROCESS_START_S + 2 * (rollout_s + update_s) + 2 * rollout_s / s.iter_samples
 
 
-def size_of(cfg: ModelConfig) -> str:
-    """The QWEN25 size a config has the shapes of."""
-    return next(size for size, shapes in QWEN25.items() if shapes["hidden_size"] == cfg.hidden_size)
-
-
-def plan(sizes: list[str], parts: list[str], s: Settings, variants: list[tuple[str, int]], attentions: list[str],
-         micros: list[int], roofs: tuple[float, float], peaks: tuple[float | None, float | None],
-         ours: dict[str, dict[str, float]]) -> list[Part]:
-    """Every part to measure, in order of value: PART_ORDER at the first size (decode at every size right after
-    it), then the other sizes' parts; the single-size parts at the 1.5B shapes (toy under --smoke) only."""
-    peak_flops, peak_bandwidth = peaks
-    single = "toy" if _SMOKE.value else "1.5b"
-    todo: list[tuple[tuple[int, int], Part]] = []
+def plan(sizes: list[str], parts: list[str], variants: list[tuple[str, int]], attentions: list[str],
+         micros: list[int], single: str) -> list[Part]:
+    """Every part to measure, in order of value: PART_ORDER at the first size, decode at every size right after
+    the first size's, then the other sizes' parts; the SINGLE_SIZE_PARTS at size `single` only."""
+    todo: list[tuple[tuple[int, int, int], Part]] = []
     for index, size in enumerate(sizes):
-        cfg = model_config(size)
         first = _column(size, *variants[0], attentions, micros)
-        mine = ours.setdefault(size, {})
-
-        def add(name: str, column: str, measure: Callable[[Put, float], Any], variant: Settings = s,
-                size: str = size, cfg: ModelConfig = cfg, index: int = index) -> None:
+        for name in parts:
+            if name in SINGLE_SIZE_PARTS and size != single:
+                continue
             rank = PART_ORDER.index(name) + (len(PART_ORDER) if index and name != "decode" else 0)
-            todo.append(((rank, index), Part(name, size, column, *estimate(name, cfg, variant, roofs), measure)))
-
-        if "grpo" in parts:
+            if name != "grpo":
+                todo.append(((rank, index, 0), Part(name, size, first)))
+                continue
             for n, (attention, micro) in enumerate(variants):
-                variant = dataclasses.replace(s, micro=micro)
-
-                def grpo_part(put: Put, left: float, size: str = size, attention: str = attention,
-                              variant: Settings = variant, n: int = n) -> None:
-                    seconds = bench_grpo(model_config(size, attention), variant, peak_flops, put)
-                    if n == 0:
-                        ours[size]["grpo"] = seconds
-
-                add("grpo", _column(size, attention, micro, attentions, micros), grpo_part, variant)
-        if "decode" in parts:
-            add("decode", first, lambda put, left, cfg=cfg, mine=mine: mine.__setitem__(
-                "decode", bench_decode(cfg, s, peak_bandwidth, put)))
-        if "anchor" in parts:
-            add("anchor", first, lambda put, left, cfg=cfg, mine=mine: bench_anchor(cfg, s, mine, put))
-        if "judge" in parts:
-            add("judge", first, lambda put, left, cfg=cfg: bench_judge(cfg, s, put))
-        if size == single and "iteration" in parts:
-            add("iteration", first, lambda put, left, cfg=cfg: bench_iteration(cfg, s, put))
-        if size == single and "run" in parts:
-            add("run", first, lambda put, left: bench_run(s, put, left))
+                column = _column(size, attention, micro, attentions, micros)
+                todo.append(((rank, index, n), Part(name, size, column, attention, micro, n == 0)))
     return [part for _, part in sorted(todo, key=lambda item: item[0])]
 
 
-def run_parts(todo: list[Part], recorder: Recorder, budget_s: float) -> list[str]:
+def measure(part: Part, s: Settings, peaks: tuple[float | None, float | None], ours: dict[str, dict[str, float]],
+            put: Put, left: float) -> None:
+    """Runs one part, its cells put as measured; keeps our GRPO update and decode step seconds in `ours[size]` for
+    the anchor's ratios. `left`: the budget's seconds left (the run part's subprocess is cut there)."""
+    cfg, mine = model_config(part.size, part.attention), ours.setdefault(part.size, {})
+    if part.name == "grpo":
+        seconds = bench_grpo(cfg, dataclasses.replace(s, micro=part.micro), peaks[0], put)
+        if part.first:
+            mine["grpo"] = seconds
+    elif part.name == "decode":
+        mine["decode"] = bench_decode(cfg, s, peaks[1], put)
+    elif part.name == "anchor":
+        bench_anchor(cfg, s, mine, put)
+    elif part.name == "judge":
+        bench_judge(cfg, s, put)
+    elif part.name == "iteration":
+        bench_iteration(cfg, s, put)
+    else:
+        bench_run(s, put, left)
+
+
+def run_parts(todo: list[Part], s: Settings, roofs: tuple[float, float], peaks: tuple[float | None, float | None],
+              recorder: Recorder, budget_s: float) -> list[str]:
     """Each part in turn, guarded (OOM or its error in a cell; the other parts go on), skipped with its reason when
     its estimate (scaled by the measured / estimated seconds of the parts before it) exceeds the budget left.
     Returns the errors other than OOM."""
     errors: list[str] = []
+    ours: dict[str, dict[str, float]] = {}
     spent = estimated = 0.0
     for part in todo:
         put = recorder.putter(part.column)
+        programs, work_s = estimate(part.name, model_config(part.size), dataclasses.replace(s, micro=part.micro or s.micro),
+                                    roofs)
         scale = min(max(spent / estimated, 0.5), 4.0) if estimated else 1.0
-        guess = scale * (part.programs * COMPILE_S[part.size] + part.work_s)
+        guess = scale * (programs * COMPILE_S[part.size] + work_s)
         left = budget_s - recorder.elapsed() if budget_s else float("inf")
         if guess > left:
-            put(f"{part.name} skipped", f"needs ~{guess:.0f} s ({part.programs} programs to compile at "
-                f"~{scale * COMPILE_S[part.size]:.0f} s + ~{scale * part.work_s:.0f} s of work), {max(left, 0):.0f} s "
+            put(f"{part.name} skipped", f"needs ~{guess:.0f} s ({programs} programs to compile at "
+                f"~{scale * COMPILE_S[part.size]:.0f} s + ~{scale * work_s:.0f} s of work), {max(left, 0):.0f} s "
                 "of the budget left")
             continue
         start = time.perf_counter()
         try:
-            part.measure(put, left)
+            measure(part, s, peaks, ours, put, left)
         except Exception as e:  # noqa: BLE001 -- reported in the table and the exit status, not swallowed
             if isinstance(e, jax.errors.JaxRuntimeError) and _oom(e):
                 put(f"{part.name} failed", "OOM")
@@ -775,7 +772,7 @@ def run_parts(todo: list[Part], recorder: Recorder, budget_s: float) -> list[str
                 put(f"{part.name} failed", f"error ({type(e).__name__})")
                 errors.append(f"{part.column} {part.name}: {type(e).__name__}: {e}")
         took = time.perf_counter() - start
-        spent, estimated = spent + took, estimated + part.programs * COMPILE_S[part.size] + part.work_s
+        spent, estimated = spent + took, estimated + programs * COMPILE_S[part.size] + work_s
         print(f"[{recorder.elapsed():6.1f} s] {part.column}: {part.name} done in {took:.0f} s "
               f"(estimated {guess:.0f} s)", flush=True)
     return errors
@@ -869,9 +866,8 @@ def main(argv: list[str]) -> None:
           f"budget {_BUDGET_S.value or 'none'}", flush=True)
     roofs = measured_ceilings(*((256, 2**22) if _SMOKE.value else (8192, 2**32)))
     recorder.put("device", "measured roofs", f"bf16 matmul {roofs[0] / 1e12:.1f} TFLOP/s, copy {roofs[1] / 1e12:.2f} TB/s")
-    ours: dict[str, dict[str, float]] = {}
-    todo = plan(sizes, parts, s, _grpo_variants(attentions, micros), attentions, micros, roofs, peaks, ours)
-    errors = run_parts(todo, recorder, _BUDGET_S.value)
+    todo = plan(sizes, parts, _grpo_variants(attentions, micros), attentions, micros, "toy" if _SMOKE.value else "1.5b")
+    errors = run_parts(todo, s, roofs, peaks, recorder, _BUDGET_S.value)
     for size in sizes:
         recorder.put(_column(size, *_grpo_variants(attentions, micros)[0], attentions, micros), "N (matmul params)",
                      f"{matmul_params(model_config(size)) / 1e9:.2f}B")

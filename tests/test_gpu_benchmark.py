@@ -174,3 +174,17 @@ def test_the_run_parts_config_is_the_benchmarks_1p5b_model():
     ours, measured = settings.model_config(config), gpu.model_config("1.5b")
     assert ours.replace(compute_dtype=measured.compute_dtype, attention=measured.attention) == measured
     assert (config.rl.questions_per_step, config.rl.group_size, config.rl.max_new_tokens, config.rl.steps) == (8, 8, 512, 2)
+
+
+def test_parts_run_in_order_of_value():
+    """The update, then decode at every size (7B decode is in the table a short call must return), the anchor,
+    the iteration, the judge and the run at 1.5B; the 7B update (it does not fit one device) and the rest of 7B last.
+    GRPO variants keep their columns, the other parts go to the size's first."""
+    gpu = _gpu_module()
+    variants = [("einsum", 4), ("einsum", 1)]
+    todo = gpu.plan(["1.5b", "7b"], list(gpu.PART_ORDER), variants, ["einsum"], [4, 1], "1.5b")
+    assert [(p.name, p.column) for p in todo] == [
+        ("grpo", "1.5b, 4 micro"), ("grpo", "1.5b, 1 micro"), ("decode", "1.5b, 4 micro"), ("decode", "7b, 4 micro"),
+        ("anchor", "1.5b, 4 micro"), ("iteration", "1.5b, 4 micro"), ("judge", "1.5b, 4 micro"), ("run", "1.5b, 4 micro"),
+        ("grpo", "7b, 4 micro"), ("grpo", "7b, 1 micro"), ("anchor", "7b, 4 micro"), ("judge", "7b, 4 micro")]
+    assert [p.first for p in todo if p.name == "grpo"] == [True, False, True, False]
