@@ -10,9 +10,10 @@
 Lease-proof: every cell is printed (`[elapsed] column | metric | value`) and, with `--out`, appended as one JSON
 line to DIR/gpu_cells.jsonl the moment it is measured, so a call cut short still returns what it measured; the
 table is printed again at the end. The parts run in order of value (PART_ORDER; the 7B update, which does not fit
-one device, last). With `--budget_s`, a part whose estimated cost (its compiled programs at COMPILE_S each plus
-its work at a fraction of the device's measured roofs, scaled by how the parts before it compared with their
-estimates) exceeds the seconds left is skipped, and its cell says so and why.
+one device, last). With `--budget_s`, a part whose estimated cost (its compiles, counted in GRPO-update compiles
+of COMPILE_S each, a generate program by its per-layer loops; plus its work at a fraction of the device's measured
+roofs; scaled by how the parts before it compared with their estimates) exceeds the seconds left is skipped, and
+its cell says so and why.
 
 The parts (each measurement after a warm-up call that compiles it):
   * grpo: one `jit_grpo_step` (AdamW, float32 params, bf16 compute, remat, scan) on ROWS x (PROMPT + RESPONSE)
@@ -51,11 +52,13 @@ implementation of the same `jax.nn.dot_product_attention` call), or a ModelConfi
 (needs XLA's GPU compiler: requirements-aot.txt): compiled memory and the cuDNN attention custom calls of
 the program, the proof that "fused" replaced the einsums.
 
-Why the judge part of 2026-12-04 did not finish in ~115 s: it compiled three generate programs at 1.5B (the
-64-item batch and, per item, batch 1 at each of the dimensions' prompt buckets: 1536 and 1024 for the medical_qa
-prompts) from stacked weights, each a prefill of 5 window groups x 28 unrolled layers plus the decode loop; the
-CPU reproduction at toy size is in benchmarks/RESULTS.md. Now per-item items share one dimension (one batch-1
-program) and each program's compile is a cell of its own, so a cut-short call says where the time went.
+Why the judge part of 2026-12-04 did not finish in ~115 s: compiling. It compiled three generate programs at 1.5B
+(the 64-item batch, and batch-1 programs at each per-item dimension's prompt bucket: 1536 and 1024 tokens for the
+medical_qa prompts with the tiny tokenizer), each a prefill of up to 5 window groups plus the decode loop, every
+one a loop over the 28 layers unrolled; XLA's GPU compiler takes ~2.5-5 update compiles for one of them
+(benchmarks/RESULTS.md, issue #33). Now its per-item items share one dimension (one batch-1 program), that program
+is compiled only when the budget left holds it, and each compile's seconds are a cell, so a cut-short call says
+where the time went.
 """
 
 from __future__ import annotations
@@ -120,13 +123,17 @@ QWEN25 = {
 }
 # device_kind substring -> (peak dense bf16 FLOP/s, peak memory bandwidth bytes/s), from the datasheets.
 PEAKS = {"H200": (989.4e12, 4.8e12), "H100": (989.4e12, 3.35e12), "A100": (312e12, 2.039e12)}
-# Seconds to compile one large program (H200, jax 0.11.2: the GRPO update compiled in 24 s at 1.5B, 27 s at 7B on
-# 2026-11-30); the budget's first guess, rescaled by what the call measures.
+# Seconds to compile one GRPO update (H200, jax 0.11.2: 24 s at 1.5B, 27 s at 7B on 2026-11-30), the unit of the
+# budget's compile estimates (rescaled by what the call measures).
 COMPILE_S = {"toy": 3.0, "1.5b": 25.0, "7b": 30.0}
+# A generate program's per-layer loops (prefill window groups, decode segments) that compile as long as one GRPO
+# update: XLA's GPU compiler for an H200 on the 2-core CPU machine took 67 s for the 1.5B update and 163-315 s for
+# the judge part's generate (64 prompts in the 1536 bucket: 5 prefill groups + 1 decode segment), benchmarks/RESULTS.md.
+LOOPS_PER_UPDATE_COMPILE = 2.0
 PROCESS_START_S = 15.0  # the run part's subprocess: imports, devices, tokenizer, data and rubric before its programs
 # Fractions of the measured roofs the estimates assume (the 2026-12-04 H200 run: update 36% of the measured matmul
 # roof, decode 45-75% of the measured copy roof; the torch anchor's decode 13x slower than ours).
-MATMUL_SHARE, BANDWIDTH_SHARE, HF_DECODE_SLOWDOWN = 0.2, 0.4, 15.0
+MATMUL_SHARE, BANDWIDTH_SHARE, HF_DECODE_SLOWDOWN = 0.3, 0.4, 15.0
 RUBRIC = Path(__file__).resolve().parents[1] / "configs" / "rubrics" / "medical_qa.yaml"  # its LLM dimensions
 ROOT = Path(__file__).resolve().parents[1]
 CELLS_FILE = "gpu_cells.jsonl"
@@ -415,8 +422,10 @@ def _traced_generate(counts: dict[str, float]) -> Callable[..., sampling.Generat
     return generate
 
 
-def bench_judge(cfg: ModelConfig, s: Settings, put: Put) -> None:
-    """Batched judge items/s and the ratio to one call per item; the compiled programs and their seconds first."""
+def bench_judge(cfg: ModelConfig, s: Settings, put: Put, left: float) -> None:
+    """Batched judge items/s, then (when the seconds `left` hold one more compile as long as the batched one's) the
+    ratio to one call per item; the compiled programs and their seconds are cells of their own."""
+    deadline = time.perf_counter() + left
     tokenizer = AutoTokenizer.from_pretrained(TINY_DIR / "tokenizer")
     counts = {"programs": 0, "compile_s": 0.0}
     judge = Judge("random", decode_weights(cfg, 1), tokenizer, _traced_generate(counts), sampler="greedy",
@@ -434,13 +443,20 @@ def bench_judge(cfg: ModelConfig, s: Settings, put: Put) -> None:
                           [per_row[i] for i in rows], jax.random.key(3))
 
     batched(range(n))
-    batched(single[:1])
-    put("judge compiled programs", f"{counts['programs']:.0f}")
-    put("judge compile + first calls (s)", f"{counts['compile_s']:.0f}")
+    put("judge batched compile + first call (s)", f"{counts['compile_s']:.0f}")
     batched_s = _timed(lambda: batched(range(n)), s.repeats)
     put(f"judge items/s (batched, {n} items)", f"{n / batched_s:,.1f}")
-    single_s = _timed(lambda: [batched([i]) for i in single], 1) / len(single)
-    put("judge batched / per-item", f"{single_s * n / batched_s:.1f}x")
+    needed = counts["compile_s"] + len(single) * batched_s
+    if needed > deadline - time.perf_counter():
+        put("judge batched / per-item", f"skipped: its batch-1 program needs ~{needed:.0f} s, "
+            f"{max(deadline - time.perf_counter(), 0):.0f} s of the budget left")
+    else:
+        batched_compile = counts["compile_s"]
+        batched(single[:1])
+        put("judge per-item compile + first call (s)", f"{counts['compile_s'] - batched_compile:.0f}")
+        single_s = _timed(lambda: [batched([i]) for i in single], 1) / len(single)
+        put("judge batched / per-item", f"{single_s * n / batched_s:.1f}x")
+    put("judge compiled programs", f"{counts['programs']:.0f}")
 
 
 ITERATION_PHASES = ("rollout weights", "rollout", "judge", "advantages + batch", "reference log-probs", "update")
@@ -665,9 +681,18 @@ class Part:
     first: bool = True
 
 
-def estimate(name: str, cfg: ModelConfig, s: Settings, roofs: tuple[float, float]) -> tuple[int, float]:
-    """A part's compiled programs and its seconds of work, from its shapes: FLOPs at MATMUL_SHARE of the measured
-    matmul roof, bytes at BANDWIDTH_SHARE of the measured copy roof."""
+def generate_compiles(prompt_tokens: int, new_tokens: int) -> float:
+    """A generate program's compile time in GRPO-update compiles: its per-layer loops (each a scan or while loop
+    over the layers unrolled) over LOOPS_PER_UPDATE_COMPILE."""
+    slots = padding.bucket_size(prompt_tokens)
+    loops = (len(sampling.prefill_windows(slots, sampling.prefill_chunk_size(slots)))
+             + len(sampling.decode_windows(padding.bucket_size(new_tokens), sampling.DECODE_BLOCK)))
+    return loops / LOOPS_PER_UPDATE_COMPILE
+
+
+def estimate(name: str, cfg: ModelConfig, s: Settings, roofs: tuple[float, float]) -> tuple[float, float]:
+    """A part's compiles (in GRPO-update compiles) and its seconds of work, from its shapes: FLOPs at MATMUL_SHARE of
+    the measured matmul roof, bytes at BANDWIDTH_SHARE of the measured copy roof."""
     flops, bandwidth = roofs
     params = matmul_params(cfg)
 
@@ -681,9 +706,10 @@ def estimate(name: str, cfg: ModelConfig, s: Settings, roofs: tuple[float, float
     if name == "grpo":
         return 1, (1 + s.repeats) * matmul(update_flops(cfg, s))
     if name == "decode":
-        return 1, decode_steps * read(decode_step_bytes(cfg, s))
-    if name == "judge":
-        return 2, (2 + s.repeats) * matmul(2 * params * s.judge_items * JUDGE_PROMPT_SLOTS)
+        return generate_compiles(s.decode_prompt, s.long), decode_steps * read(decode_step_bytes(cfg, s))
+    if name == "judge":  # the batch and the batch-1 program
+        return (2 * generate_compiles(JUDGE_PROMPT_SLOTS, s.judge_new_tokens),
+                (2 + s.repeats) * matmul(2 * params * s.judge_items * JUDGE_PROMPT_SLOTS))
     if name == "anchor":
         return 0, ((1 + s.repeats) * matmul(update_flops(cfg, dataclasses.replace(s, group=1)))
                    + HF_DECODE_SLOWDOWN * (8 + s.long + s.short) * read(decode_step_bytes(cfg, s)))
@@ -692,12 +718,15 @@ def estimate(name: str, cfg: ModelConfig, s: Settings, roofs: tuple[float, float
         s, decode_batch=rows, decode_prompt=64, short=0, long=s.iter_tokens)))
     update_s = matmul(update_flops(cfg, dataclasses.replace(s, rows=rows, group=s.iter_samples, prompt=64,
                                                             response=s.iter_tokens)) * 4 / 3)  # + reference
+    sampler = generate_compiles(64, s.iter_tokens)
     if name == "iteration":  # twice: the rollout, the judge's prefills (its decode is short), the log-probs and update
         spec = s.iter_judge
         judge_prompts = rows * len(_medical_dimensions()) * spec.samples * (1 + spec.max_retries)
-        return 4, 2 * (rollout_s + matmul(2 * params * judge_prompts * JUDGE_PROMPT_SLOTS) + update_s)
-    # run: the rollout, eval rollout, log-probs, update and tiny judge compiled; the process start, two steps, two evals
-    return 5, PROCESS_START_S + 2 * (rollout_s + update_s) + 2 * rollout_s / s.iter_samples
+        compiles = sampler + generate_compiles(JUDGE_PROMPT_SLOTS, spec.max_new_tokens) + 1.5  # + update, log-probs
+        return compiles, 2 * (rollout_s + matmul(2 * params * judge_prompts * JUDGE_PROMPT_SLOTS) + update_s)
+    # run: the rollout and eval rollout samplers, log-probs, update (the tiny judge's programs are small); the
+    # process start, two steps, two evals
+    return 2 * sampler + 1.5, PROCESS_START_S + 2 * (rollout_s + update_s) + 2 * rollout_s / s.iter_samples
 
 
 def plan(sizes: list[str], parts: list[str], variants: list[tuple[str, int]], attentions: list[str],
@@ -734,7 +763,7 @@ def measure(part: Part, s: Settings, peaks: tuple[float | None, float | None], o
     elif part.name == "anchor":
         bench_anchor(cfg, s, mine, put)
     elif part.name == "judge":
-        bench_judge(cfg, s, put)
+        bench_judge(cfg, s, put, left)
     elif part.name == "iteration":
         bench_iteration(cfg, s, put)
     else:
@@ -751,13 +780,13 @@ def run_parts(todo: list[Part], s: Settings, roofs: tuple[float, float], peaks: 
     spent = estimated = 0.0
     for part in todo:
         put = recorder.putter(part.column)
-        programs, work_s = estimate(part.name, model_config(part.size), dataclasses.replace(s, micro=part.micro or s.micro),
+        compiles, work_s = estimate(part.name, model_config(part.size), dataclasses.replace(s, micro=part.micro or s.micro),
                                     roofs)
         scale = min(max(spent / estimated, 0.5), 4.0) if estimated else 1.0
-        guess = scale * (programs * COMPILE_S[part.size] + work_s)
+        guess = scale * (compiles * COMPILE_S[part.size] + work_s)
         left = budget_s - recorder.elapsed() if budget_s else float("inf")
         if guess > left:
-            put(f"{part.name} skipped", f"needs ~{guess:.0f} s ({programs} programs to compile at "
+            put(f"{part.name} skipped", f"needs ~{guess:.0f} s ({compiles:.1f} update compiles of "
                 f"~{scale * COMPILE_S[part.size]:.0f} s + ~{scale * work_s:.0f} s of work), {max(left, 0):.0f} s "
                 "of the budget left")
             continue
@@ -772,7 +801,7 @@ def run_parts(todo: list[Part], s: Settings, roofs: tuple[float, float], peaks: 
                 put(f"{part.name} failed", f"error ({type(e).__name__})")
                 errors.append(f"{part.column} {part.name}: {type(e).__name__}: {e}")
         took = time.perf_counter() - start
-        spent, estimated = spent + took, estimated + programs * COMPILE_S[part.size] + work_s
+        spent, estimated = spent + took, estimated + compiles * COMPILE_S[part.size] + work_s
         print(f"[{recorder.elapsed():6.1f} s] {part.column}: {part.name} done in {took:.0f} s "
               f"(estimated {guess:.0f} s)", flush=True)
     return errors
