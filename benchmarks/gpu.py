@@ -1,6 +1,6 @@
 """One-shot accelerator benchmark (issues #9 §7, #33): Qwen2.5-1.5B and 7B shapes with random weights, on one device.
 
-  PYTHONPATH=. python benchmarks/gpu.py --out=DIR --budget_s=330   # one H200: the whole table in one call
+  PYTHONPATH=. python benchmarks/gpu.py --out=DIR --budget_s=520   # one H200: the table, in order of value
   PYTHONPATH=. python benchmarks/gpu.py --smoke                     # toy shapes on CPU (tests/test_gpu_benchmark.py)
   PYTHONPATH=. python benchmarks/gpu.py --sizes=1.5b --parts=grpo --attention=einsum,fused --micro=4,1
       # the GRPO update with our einsum attention and with cuDNN flash attention, at 4 and 1 micro-batches
