@@ -472,8 +472,9 @@ def _phased(phases: dict[str, float], name: str, fn: Callable[[], Any]) -> Any:
 
 
 def bench_iteration(cfg: ModelConfig, s: Settings, put: Put) -> None:
-    """One GRPO iteration end to end on one device, run twice (the first compiles): seconds per phase of each,
-    the warm one's shares and its tokens/s."""
+    """One GRPO iteration end to end on one device, run twice (the first compiles): seconds per phase of each (the
+    rollout's fetch of its tokens in the rollout, the responses' decoding in the judge), the warm one's shares and
+    its tokens/s."""
     layout, decode = _one_device(), _decode_layout()
     lay = run_programs.Layouts(cfg, layout, decode, cfg.compute_dtype)
     tx = train_state.make_optimizer(train_state.OptimizerConfig(learning_rate=1e-6))
@@ -499,9 +500,9 @@ def bench_iteration(cfg: ModelConfig, s: Settings, put: Put) -> None:
             weights, prompt_ids, prompt_mask=prompt_mask, key=key, n=n, max_new_tokens=s.iter_tokens,
             sampler="temperature(1.0)", stop_tokens=[eos], pad_id=tokenizer.pad_token_id, layout=decode,
             response_buckets=buckets))
-        result = sampling.host_result(samples, logprobs=False)
+        result = _phased(phases, "rollout", lambda: sampling.host_result(samples, logprobs=False))  # tokens fetched
         del weights
-        texts = data.decode_responses(tokenizer, result, [eos])
+        texts = _phased(phases, "judge", lambda: data.decode_responses(tokenizer, result, [eos]))
         judged = _phased(phases, "judge", lambda: judge_rows([judge], spec, rows, texts, [dims] * len(rows),
                                                               jax.random.fold_in(key, 1)))
         rewards = np.asarray([np.nan_to_num(np.nanmean(x), nan=0.0) if np.isfinite(x).any() else 0.0
