@@ -26,19 +26,19 @@ The parts (each measurement after a warm-up call that compiles it):
     to SHORT and to LONG new tokens with one compiled program (max_new_tokens is runtime data): step =
     (t_LONG - t_SHORT) / (LONG - SHORT), no prefill. MBU = bytes a step reads (bf16 weights + the KV cache window
     it attends over, `mean_decode_window`) / time / peak memory bandwidth.
-  * iteration (1.5B): one GRPO iteration end to end: rollout (ITER_PROMPTS tiny-asset questions x ITER_SAMPLES
-    samples x ITER_TOKENS tokens, temperature 1), the responses decoded, judged by the policy's own weights with
-    the tiny tokenizer (its ids are a subset of the vocabulary) under the default JudgeSpec on the LLM dimensions
-    of configs/rubrics/medical_qa.yaml, advantages, the training batch, reference log-probs, the update; seconds
-    and share per phase of a warm iteration (after one that compiles), and tokens/s of the whole iteration.
   * anchor (torch importable): the same shapes in PyTorch + HF transformers (random Qwen2 weights, sdpa): HF
-    `generate` (greedy, bf16) per decode step as above, and a GRPO update: float32 master weights, bf16
-    autocast, gradient checkpointing, fused AdamW, the same rows and micro-batches without prompt sharing;
+    `generate` (greedy, bf16) per decode step as above (one run each), and a GRPO update: float32 master weights,
+    bf16 autocast, gradient checkpointing, fused AdamW, the same rows and micro-batches without prompt sharing;
     each with its ratio to ours measured earlier in the call.
+  * iteration (1.5B): one GRPO iteration end to end: rollout (ITER_PROMPTS tiny-asset questions x ITER_SAMPLES
+    samples x ITER_TOKENS tokens, temperature 1), the responses decoded and judged by a second random model of
+    the same shapes with the tiny tokenizer (its ids are a subset of the vocabulary) under the default JudgeSpec
+    on the LLM dimensions of configs/rubrics/medical_qa.yaml, advantages, the training batch, reference log-probs,
+    the update; seconds and share per phase of a warm iteration (after one that compiles), and its tokens/s.
   * judge: `llm_judge.judge_rows` end to end on JUDGE_ITEMS items (per-layer bf16 weights, as `load_judge`
-    holds them), items/s, and one call per item on JUDGE_PER_ITEM items of one dimension (one more compiled
-    program: batch 1, the same prompt bucket) for the ratio; the compile seconds and compiled programs are cells
-    of their own, written before the timed calls.
+    holds them), items/s, then one call per item on JUDGE_PER_ITEM items of one dimension (one more compiled
+    program: batch 1, the same prompt bucket; only when the budget left holds its compile) for the ratio; the
+    compile seconds and compiled programs are cells of their own.
   * run: the command users run, `experiments.run --config=configs/gpu_smoke.py` (1.5B random weights, two
     GRPO steps; `--smoke`: its tiny size) in a subprocess: wall seconds, exit status, GRPO steps logged.
 Peaks are the device's datasheet numbers (H200 SXM: 989 TFLOP/s bf16 dense, 4.8 TB/s); on a device without an
