@@ -1,9 +1,11 @@
-"""benchmarks/gpu.py: its FLOP count by hand, and `--smoke` (toy shapes, CPU) prints the whole table."""
+"""benchmarks/gpu.py: its FLOP count by hand, its flags, its budget, and `--smoke` (toy shapes, CPU) runs every part."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -47,37 +49,101 @@ def _table(stdout: str) -> dict[str, dict[str, str]]:
     lines = [line.split("|")[1:-1] for line in stdout.splitlines() if line.startswith("| ")]
     header = [c.strip() for c in lines[0]]
     assert header[0] == "metric", header
-    return {column: {row[0].strip(): row[i].strip() for row in lines[1:]} for i, column in enumerate(header) if i}
+    return {column: {row[0].strip(): row[i].strip() for row in lines[1:] if row[i].strip() != "-"}
+            for i, column in enumerate(header) if i}
 
 
-def test_smoke_prints_the_table():
-    """The README commands at toy size on one CPU device (`--attention=einsum,fused`: fused is the XLA
-    implementation of jax.nn.dot_product_attention on CPU): every row of the table, a number in each cell
-    that has one on CPU (MFU, MBU and the measured peak need a GPU's datasheet and allocator), a GRPO
-    column per attention, decode and the judge in the first."""
+def _cells(out: Path) -> dict[str, dict[str, str]]:
+    """OUT/gpu_cells.jsonl as {column: {metric: value}} (each line one cell, in the order measured)."""
+    cells: dict[str, dict[str, str]] = {}
+    for line in (out / "gpu_cells.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        cells.setdefault(row["column"], {})[row["metric"]] = row["value"]
+    return cells
+
+
+def _run(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
     env = {**os.environ, "XLA_FLAGS": FAST_COMPILE, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--attention=einsum,fused"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=900)
+    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_smoke_prints_the_table(tmp_path):
+    """The README commands at toy size on one CPU device (`--attention=einsum,fused`: fused is the XLA
+    implementation of jax.nn.dot_product_attention on CPU): every cell in the table is also a line of --out's
+    file, written as it was measured; a number in each cell that has one on CPU (MFU, MBU and the measured peak
+    need a GPU's datasheet and allocator), a GRPO column per attention, decode, the anchor and the judge in the
+    first. The judge compiles two generate programs (the batch, and one batch-1 program for its per-item calls;
+    three on b4346d0 at 1.5B, where each per-item dimension had its own prompt bucket)."""
+    proc = _run("--smoke", "--attention=einsum,fused", "--parts=grpo,decode,anchor,judge", f"--out={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = _table(proc.stdout)
-    assert list(table) == ["toy, einsum", "toy, fused"]
-    cells = table["toy, einsum"]
-    assert list(cells) == ["GRPO update tokens/s", "GRPO update MFU", "GRPO compiled memory (GiB)",
-                           "GRPO measured peak (GiB)", "GRPO compile (s)", "decode tokens/s (batch 4)", "decode step (ms)", "decode MBU",
-                           "judge items/s (batched, 4 items)", "judge batched / per-item", "N (matmul params)"]
+    assert table == _cells(tmp_path)
+    assert list(table) == ["device", "toy, einsum", "toy, fused"]
+    cells, fused = table["toy, einsum"], table["toy, fused"]
+    assert list(fused) == ["GRPO compile (s)", "GRPO compiled memory (GiB)", "GRPO update (s)", "GRPO update tokens/s",
+                           "GRPO update MFU", "GRPO measured peak (GiB)"]
     assert {cells[k] for k in ("GRPO update MFU", "decode MBU", "GRPO measured peak (GiB)")} == {"n/a"}
-    assert float(cells["judge items/s (batched, 4 items)"]) > 0 and cells["judge batched / per-item"].endswith("x")
-    for column in table.values():
+    for column in (cells, fused):
         assert float(column["GRPO update tokens/s"].replace(",", "")) > 0
         assert float(column["GRPO compiled memory (GiB)"]) >= 0
-    assert table["toy, fused"]["decode step (ms)"] == "-"
+    assert "decode step (ms)" in cells and "decode step (ms)" not in fused
+    assert cells["judge compiled programs"] == "2"
+    assert float(cells["judge items/s (batched, 4 items)"]) > 0 and cells["judge batched / per-item"].endswith("x")
+    if importlib.util.find_spec("torch") is None:
+        assert cells["torch anchor"].startswith("skipped: torch is not importable")
+    else:
+        assert cells["torch update / ours"].endswith("x") and cells["HF generate / ours (decode step)"].endswith("x")
+    assert "wall" in proc.stdout and not [k for k in cells if k.endswith(("failed", "skipped"))]
 
 
-def test_bad_attention_is_a_usage_error():
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--attention=einsum,flash"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1 and "--attention: unknown ['flash']" in proc.stderr, proc.stderr[-2000:]
+def test_smoke_iteration_and_the_run_command(tmp_path):
+    """`--parts=iteration,run` at toy size: one GRPO iteration end to end (rollout, judge, batch, reference
+    log-probs, update) reports every phase of its warm run with shares summing to the whole and its tokens/s, and
+    the command users run, experiments.run with configs/gpu_smoke.py (here its tiny size), runs its two GRPO steps."""
+    proc = _run("--smoke", "--parts=iteration,run", f"--out={tmp_path}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cells = _cells(tmp_path)["toy"]
+    phases = [f"iteration warm: {name} (s)" for name in
+              ("rollout weights", "rollout", "judge", "advantages + batch", "reference log-probs", "update")]
+    shares = [float(cells[p].split("(")[1].rstrip("%)")) for p in phases]
+    assert abs(sum(shares) - 100) <= len(phases)  # each rounded to a percent
+    assert float(cells["iteration tokens/s (2 x 2 x (64 + 8))"].replace(",", "")) > 0
+    assert cells["run (configs/gpu_smoke.py:size=tiny) exit status"] == "0" and cells["run GRPO steps logged"] == "2"
+
+
+def test_budget_skips_what_cannot_fit_and_says_why(tmp_path):
+    """With a budget no part fits in, each part's cell says what it would need and what was left; the call still
+    exits 0 and --out holds those cells."""
+    proc = _run("--smoke", "--budget_s=0.5", "--parts=grpo,decode,judge", f"--out={tmp_path}", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cells = _cells(tmp_path)["toy"]
+    skipped = {k: v for k, v in cells.items() if k.endswith(" skipped")}
+    assert list(skipped) == ["grpo skipped", "decode skipped", "judge skipped"], cells
+    for reason in skipped.values():
+        assert re.fullmatch(r"needs ~\d+ s \(\d+\.\d update compiles of ~\d+ s \+ ~\d+ s of work\), \d+ s of "
+                            r"the budget left", reason), reason
+
+
+def test_micro_batches_split_the_same_workload():
+    """--micro changes only the micro-batching: the GRPO batch (prompts, rows) and its FLOPs are the same at every
+    micro-batch count (on b4346d0 the group size was rows / micro: 1 micro-batch meant one prompt of 16 rows)."""
+    gpu = _gpu_module()
+    cfg, s = gpu.model_config("1.5b"), gpu.Settings()
+    batches = [gpu.grpo_batch(cfg, gpu.dataclasses.replace(s, micro=m)) for m in (1, 2, 4)]
+    for batch in batches[1:]:
+        assert {k: v.shape for k, v in batch.items()} == {k: v.shape for k, v in batches[0].items()}
+        assert all(np.array_equal(batch[k], batches[0][k]) for k in batch)
+    assert batches[0]["prompt_tokens"].shape == (4, 512) and batches[0]["response_tokens"].shape == (16, 512)
+    assert len({gpu.update_flops(cfg, gpu.dataclasses.replace(s, micro=m)) for m in (1, 2, 4)}) == 1
+
+
+def test_bad_flags_are_usage_errors():
+    for flag, message in (("--attention=einsum,flash", "--attention: unknown ['flash']"),
+                          ("--micro=3", "--micro=3: each must be a positive integer dividing the 2 GRPO groups"),
+                          ("--parts=grpo,train", "--parts=grpo,train: must be some of")):
+        proc = _run("--smoke", flag, timeout=300)
+        assert proc.returncode == 1 and message in proc.stderr, proc.stderr[-2000:]
 
 
 @_NEEDS_GPU_COMPILER
@@ -94,3 +160,31 @@ def test_aot_target_compiles_cudnn_attention_in_place_of_the_einsums():
     assert {c: table[c]["attention"] for c in table} == {"toy, einsum": "einsum", "toy, fused": "cudnn"}
     assert table["toy, einsum"]["GRPO cuDNN attention calls (fwd / bwd)"] == "0 / 0"
     assert table["toy, fused"]["GRPO cuDNN attention calls (fwd / bwd)"] == "16 / 8"
+
+
+def test_the_run_parts_config_is_the_benchmarks_1p5b_model():
+    """configs/gpu_smoke.py (the run part's config, default size) validates and random-inits the model the other
+    parts measure at 1.5B: the shipped config.json has Qwen2.5-1.5B's shapes, float32 master weights, remat, scan."""
+    from configs import gpu_smoke
+    from rubric_jax.train import settings
+
+    gpu = _gpu_module()
+    config = gpu_smoke.get_config()
+    settings.validate(config)
+    ours, measured = settings.model_config(config), gpu.model_config("1.5b")
+    assert ours.replace(compute_dtype=measured.compute_dtype, attention=measured.attention) == measured
+    assert (config.rl.questions_per_step, config.rl.group_size, config.rl.max_new_tokens, config.rl.steps) == (8, 8, 512, 2)
+
+
+def test_parts_run_in_order_of_value():
+    """The update, then decode at every size (7B decode is in the table a short call must return), the anchor,
+    the iteration, the judge and the run at 1.5B; the 7B update (it does not fit one device) and the rest of 7B last.
+    GRPO variants keep their columns, the other parts go to the size's first."""
+    gpu = _gpu_module()
+    variants = [("einsum", 4), ("einsum", 1)]
+    todo = gpu.plan(["1.5b", "7b"], list(gpu.PART_ORDER), variants, ["einsum"], [4, 1], "1.5b")
+    assert [(p.name, p.column) for p in todo] == [
+        ("grpo", "1.5b, 4 micro"), ("grpo", "1.5b, 1 micro"), ("decode", "1.5b, 4 micro"), ("decode", "7b, 4 micro"),
+        ("anchor", "1.5b, 4 micro"), ("iteration", "1.5b, 4 micro"), ("judge", "1.5b, 4 micro"), ("run", "1.5b, 4 micro"),
+        ("grpo", "7b, 4 micro"), ("grpo", "7b, 1 micro"), ("anchor", "7b, 4 micro"), ("judge", "7b, 4 micro")]
+    assert [p.first for p in todo if p.name == "grpo"] == [True, False, True, False]
