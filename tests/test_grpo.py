@@ -2,6 +2,7 @@
 
 import functools
 import math
+import types
 
 import jax
 import jax.numpy as jnp
@@ -366,9 +367,10 @@ def test_chunked_logprobs_match_full_log_softmax(vocab, chunk, temperature, slic
     assert grpo.vocab_slices(vocab, 7, chunk) == slices
 
     def chunked(h, w):
-        def vocab_slice(i, n):  # ids i, i + n, ... (Transformer.vocab_slice)
-            return jax.lax.dynamic_index_in_dim(w.reshape(5, vocab // n, n), i, axis=2, keepdims=False)
-        return grpo.chunked_token_logprobs(h, targets, vocab_slice, vocab, chunk, temperature)
+        head = types.SimpleNamespace(  # the head contract as Transformer has it: slice i = ids i, i + n, ...
+            cfg=types.SimpleNamespace(vocab_size=vocab), vocab_slice_for_dot=lambda w_DxS: w_DxS,
+            vocab_projection=lambda n: w.reshape(5, vocab // n, n).transpose(2, 0, 1))
+        return grpo.chunked_token_logprobs(h, targets, head, chunk, temperature)
 
     def full(h, w):
         logp_all = jax.nn.log_softmax(h @ w / temperature, axis=-1)

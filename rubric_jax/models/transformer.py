@@ -356,6 +356,26 @@ class Transformer(nnx.Module):
             return w_DxS.astype(dtype)
         return for_compute(w_DxS, ("embed", "vocab"), dtype, self.shard_activation)
 
+    def vocab_projection(self, n: int) -> jax.Array:
+        """The LM head's (or tied embedding's) projection as n vocabulary slices [n, D, V / n], slice i the ids
+        i, i + n, i + 2n, ... (as `vocab_slice(i, n)`), in the compute dtype and the weight's own layout (under
+        FSDP still split: `vocab_slice_for_dot` gathers one slice at a time). One cast and transpose of the whole
+        weight, whose gradient is one transpose back: `grpo.chunked_token_logprobs` scans over the slices."""
+        if self.cfg.is_classifier:
+            raise ValueError("this model is a sequence classifier (a score head, no LM head): use sequence_logits")
+        if self.cfg.vocab_size % n:
+            raise ValueError(f"vocab_projection(n={n}): n must divide the vocabulary size {self.cfg.vocab_size}")
+        w_DxV = self.embed_tokens.embedding[...].T if self.cfg.tie_word_embeddings else self.lm_head.kernel[...]
+        d, v = w_DxV.shape
+        w_NxDxS = w_DxV.reshape(d, v // n, n).transpose(2, 0, 1).astype(jnp.dtype(self.cfg.compute_dtype))
+        return self._shard(w_NxDxS, (None, "embed", "vocab"))
+
+    def vocab_slice_for_dot(self, w_DxS: jax.Array) -> jax.Array:
+        """One slice of `vocab_projection` as a dot reads it (`for_compute`: whole along `embed`)."""
+        if self.shard_activation is None:
+            return w_DxS
+        return for_compute(w_DxS, ("embed", "vocab"), w_DxS.dtype, self.shard_activation)
+
     def sequence_logits(self, tokens_BxT: jax.Array, positions_BxT: jax.Array, mask_BxTxS: jax.Array) -> jax.Array:
         """Float32 classifier logits [B, C]: the score head on the final-norm hidden state of each row's
         last token that is not `cfg.pad_token_id` (transformers' *ForSequenceClassification pooling)."""

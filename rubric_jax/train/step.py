@@ -115,9 +115,47 @@ def _constrain(tree: Any, shardings: Any | None) -> Any:
     return tree if shardings is None else jax.lax.with_sharding_constraint(tree, shardings)
 
 
-def _accumulate(loss_fn: LossFn, params: Params, micro: Batch, grad_shardings: Any | None
+@jax.custom_vjp
+def _use_copy(w: jax.Array, copy: jax.Array) -> jax.Array:
+    """`copy` (w cast to the compute dtype once per update) where `w` would be read: the forward reads the copy,
+    the gradient goes to `w` in w's dtype."""
+    return copy
+
+
+def _use_copy_fwd(w: jax.Array, copy: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return copy, jnp.zeros((), w.dtype)  # the residual only carries the dtype
+
+
+def _use_copy_bwd(like: jax.Array, g: jax.Array) -> tuple[jax.Array, None]:
+    return g.astype(like.dtype), None
+
+
+_use_copy.defvjp(_use_copy_fwd, _use_copy_bwd)
+
+
+def _layer_copies(params: Params, dtype: Any, grad_shardings: Any | None) -> Params | None:
+    """The decoder layers' weights in the compute `dtype`, in their own layout, made once per update (None when
+    they already are in it): read by every micro-batch's forward and rematerialised backward, where a cast at use
+    ran again in each (~240 GB per 1.5B update on an H200, benchmarks/AOT_RESULTS.md). The embedding stays
+    float32: its lookup's gradient sums tokens into rows in float32."""
+    layers = params["layers"]
+    if all(w.dtype == dtype for w in jax.tree.leaves(layers)):
+        return None
+    return _constrain(jax.tree.map(lambda w: w.astype(dtype), layers),
+                      None if grad_shardings is None else grad_shardings["layers"])
+
+
+def _accumulate(loss_fn: LossFn, params: Params, micro: Batch, grad_shardings: Any | None, compute_dtype: Any
                 ) -> tuple[Params, Metrics]:
-    """Sums gradients and (sum-form) metrics of `loss_fn` over the leading micro-batch axis."""
+    """Sums gradients and (sum-form) metrics of `loss_fn` over the leading micro-batch axis; the layers' weights
+    are cast to `compute_dtype` once, before the loop (`_layer_copies`)."""
+    copies = _layer_copies(params, compute_dtype, grad_shardings)
+    if copies is not None:
+        inner = loss_fn
+
+        def loss_fn(p: Params, mb: Batch) -> tuple[jax.Array, Metrics]:
+            return inner({**p, "layers": jax.tree.map(_use_copy, p["layers"], copies)}, mb)
+
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
     first = jax.tree.map(lambda x: x[0], micro)
     metrics_shape = jax.eval_shape(loss_fn, params, first)[1]
@@ -156,7 +194,8 @@ def _apply_update(state: TrainState, grads: Params, metrics: Metrics) -> tuple[T
 def _train_step(state: TrainState, batch: Batch, loss_fn: LossFn, micro_batches: int, group_size: int,
                 grad_shardings: Any | None) -> tuple[TrainState, Metrics]:
     micro = _split_micro(batch, micro_batches, group_size)
-    grads, metrics = _accumulate(loss_fn, state.params, micro, grad_shardings)
+    compute_dtype = jnp.dtype(nnx.merge(state.graphdef, state.params).cfg.compute_dtype)
+    grads, metrics = _accumulate(loss_fn, state.params, micro, grad_shardings, compute_dtype)
     new_state, metrics = _apply_update(state, grads, metrics)
     metrics["num_tokens"] = batch["metric_w"].astype(bool).sum()
     return new_state, metrics
