@@ -92,6 +92,7 @@ def model_block() -> ml_collections.ConfigDict:
     b.param_dtype = "float32"  # Parameters and optimizer state dtype.
     b.compute_dtype = "float32"  # Activation dtype ("bfloat16" on accelerators).
     b.remat = False  # Recompute layer activations in the backward pass (saves memory).
+    b.remat_policy = "full"  # With remat, what a layer keeps: full (nothing) or dots (its matmul outputs).
     b.scan_layers = True  # lax.scan over the stacked layers (flat compile time).
     # Attention of the teacher-forced forwards (GRPO/SFT updates, log-probs; decoding always uses einsum):
     # auto (cudnn on NVIDIA GPUs in bf16, einsum elsewhere), einsum (ours), xla or cudnn (jax.nn.dot_product_attention).

@@ -333,8 +333,12 @@ class Transformer(nnx.Module):
         return rms_norm(x_BxTxD, self.norm.scale[...], self.cfg.rms_norm_eps)
 
     def _layers(self, layer: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs: Any) -> tuple[Any, Any]:
-        """`layer(carry, xs[l]) -> (carry, ys[l])` over the L layers (rematerialised when cfg.remat)."""
-        return _run_layers(self.cfg, jax.checkpoint(layer) if self.cfg.remat else layer, carry, xs)
+        """`layer(carry, xs[l]) -> (carry, ys[l])` over the L layers (rematerialised when cfg.remat, keeping what
+        cfg.remat_policy names)."""
+        if not self.cfg.remat:
+            return _run_layers(self.cfg, layer, carry, xs)
+        policy = jax.checkpoint_policies.dots_with_no_batch_dims_saveable if self.cfg.remat_policy == "dots" else None
+        return _run_layers(self.cfg, jax.checkpoint(layer, policy=policy), carry, xs)
 
     def logits_from_hidden(self, h_BxTxD: jax.Array) -> jax.Array:
         """Float32 logits from hidden states through the LM head (or the tied embedding)."""

@@ -36,7 +36,7 @@ from rubric_jax.train import programs as run_programs, runs
 from rubric_jax.train import settings as run_settings, workdir as run_workdir
 from rubric_jax.train.settings import Settings
 
-MODEL_OVERRIDES = ("param_dtype", "compute_dtype", "remat", "scan_layers", "attention")  # settings.model_overrides
+MODEL_OVERRIDES = ("param_dtype", "compute_dtype", "remat", "remat_policy", "scan_layers", "attention")  # settings.model_overrides
 
 
 @dataclasses.dataclass(frozen=True)

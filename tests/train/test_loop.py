@@ -292,11 +292,11 @@ def test_pretrained_checkpoint_starts_training_with_the_config_numerics(tmp_path
     export_hf_checkpoint(cfg, params, tmp_path / "hf", source_dir=config.model.tokenizer)
     with config.unlocked():
         config.model.checkpoint, config.model.config_json = str(tmp_path / "hf"), ""
-        config.model.compute_dtype, config.model.remat = "bfloat16", True
+        config.model.compute_dtype, config.model.remat, config.model.remat_policy = "bfloat16", True, "dots"
     run_ = loop.build(config, tmp_path / "run")
     state = run_.programs.grpo_state.init(run_.initial_params())  # the state training steps with
     model_cfg = nnx.merge(state.graphdef, state.params).cfg
-    assert (model_cfg.compute_dtype, model_cfg.remat) == ("bfloat16", True)
+    assert (model_cfg.compute_dtype, model_cfg.remat, model_cfg.remat_policy) == ("bfloat16", True, "dots")
     jax.tree.map(np.testing.assert_array_equal, jax.device_get(state.params), params)
 
 
