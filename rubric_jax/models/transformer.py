@@ -348,13 +348,7 @@ class Transformer(nnx.Module):
         """The LM head's (or tied embedding's) projection of vocabulary ids i, i + n, i + 2n, ...: [D, V / n] in
         the compute dtype, as a dot reads it (`for_compute`); n must divide V. Strided, so that a vocabulary split
         over `tensor` stays split alike in every slice (`grpo.chunked_token_logprobs` runs the slices in turn)."""
-        if self.cfg.is_classifier:
-            raise ValueError("this model is a sequence classifier (a score head, no LM head): use sequence_logits")
-        if self.cfg.vocab_size % n:
-            raise ValueError(f"vocab_slice(i, n={n}): n must divide the vocabulary size {self.cfg.vocab_size}")
-        w_DxV = self.embed_tokens.embedding[...].T if self.cfg.tie_word_embeddings else self.lm_head.kernel[...]
-        d, v = w_DxV.shape
-        w_DxS = jax.lax.dynamic_index_in_dim(w_DxV.reshape(d, v // n, n), i, axis=2, keepdims=False)
+        w_DxS = jax.lax.dynamic_index_in_dim(self._head_by_slice(n, "vocab_slice(i, n="), i, axis=2, keepdims=False)
         dtype = jnp.dtype(self.cfg.compute_dtype)
         if self.shard_activation is None:
             return w_DxS.astype(dtype)
@@ -365,14 +359,18 @@ class Transformer(nnx.Module):
         i, i + n, i + 2n, ... (as `vocab_slice(i, n)`), in the compute dtype and the weight's own layout (under
         FSDP still split: `vocab_slice_for_dot` gathers one slice at a time). One cast and transpose of the whole
         weight, whose gradient is one transpose back: `grpo.chunked_token_logprobs` scans over the slices."""
+        w_NxDxS = self._head_by_slice(n, "vocab_projection(n=").transpose(2, 0, 1)
+        return self._shard(w_NxDxS.astype(jnp.dtype(self.cfg.compute_dtype)), (None, "embed", "vocab"))
+
+    def _head_by_slice(self, n: int, caller: str) -> jax.Array:
+        """The LM head's (or tied embedding's) [D, V] weight as [D, V / n, n]: [:, :, i] projects ids i, i + n, ..."""
         if self.cfg.is_classifier:
             raise ValueError("this model is a sequence classifier (a score head, no LM head): use sequence_logits")
         if self.cfg.vocab_size % n:
-            raise ValueError(f"vocab_projection(n={n}): n must divide the vocabulary size {self.cfg.vocab_size}")
+            raise ValueError(f"{caller}{n}): n must divide the vocabulary size {self.cfg.vocab_size}")
         w_DxV = self.embed_tokens.embedding[...].T if self.cfg.tie_word_embeddings else self.lm_head.kernel[...]
         d, v = w_DxV.shape
-        w_NxDxS = w_DxV.reshape(d, v // n, n).transpose(2, 0, 1).astype(jnp.dtype(self.cfg.compute_dtype))
-        return self._shard(w_NxDxS, (None, "embed", "vocab"))
+        return w_DxV.reshape(d, v // n, n)
 
     def vocab_slice_for_dot(self, w_DxS: jax.Array) -> jax.Array:
         """One slice of `vocab_projection` as a dot reads it (`for_compute`: whole along `embed`)."""
