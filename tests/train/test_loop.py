@@ -232,8 +232,8 @@ def test_grpo_config_rejects_bad_rl_values(field, value, message):
 @pytest.mark.parametrize("flag, message", [
     ("--config.rl.missing_scores=dorp", "config.rl.missing_scores='dorp'"),
     ("--config.monitor.max_template_share=1.5", "config.monitor.max_template_share=1.5: expected a number in [0, 1]"),
-    ("--config.rl.micro_batches=3", "config.rl.micro_batches=3 must divide questions_per_step=8: a micro-batch "
-                                    "holds whole groups"),
+    ("--config.rl.micro_batches=3", "config.rl.micro_batches=3 must divide questions_per_step=8, or split each "
+                                    "group of 8 into equal parts that it divides: a micro-batch holds whole groups"),
 ])
 def test_a_bad_grpo_setting_fails_before_sft_starts(tmp_path, flag, message, command_server):
     """Each case a run of experiments.run forked from one process that imported it and the trainer
