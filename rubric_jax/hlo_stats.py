@@ -16,6 +16,10 @@ run of the program executes it:
     never at `-start`.
 Bytes are the result of the op on one device (all-gather: the gathered array; reduce-scatter: the
 scattered shard; all-reduce: the reduced array).
+
+`kernels(text)` lists what a compiled (GPU) program launches, with executions counted the same way and the
+bytes each execution reads and writes; `non_matmul_bytes` sums those of the kernels without a matmul (the
+traffic an update should keep small beside its GEMMs) and `float32_dots` names the dots with float32 operands.
 """
 
 from __future__ import annotations

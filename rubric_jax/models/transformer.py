@@ -104,7 +104,7 @@ def for_compute(w: jax.Array, names: tuple[str | None, ...], dtype: Any, shard: 
     backward alike (with the cast left to XLA, the 7B update's backward gathered the float32 master weights,
     184 GiB per update), and the gradient's way back to one reduce-scatter (the transpose of a plain sharding
     constraint all-reduces it). XLA reduces the gradient in the dtype the dot made it in: bf16 for the layers'
-    bf16 dots, float32 for the vocabulary projection's float32-accumulating one. benchmarks/AOT_RESULTS.md."""
+    bf16 dots and for the vocabulary slices' (`grpo._low_precision_logits`). benchmarks/AOT_RESULTS.md."""
     return shard(shard(w.astype(dtype), names), _gathered_names(names))
 
 
