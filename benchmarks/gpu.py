@@ -50,7 +50,8 @@ the rest go on; the exit status is 1 when any part failed other than by OOM.
 implementation of the same `jax.nn.dot_product_attention` call), or a ModelConfig value (xla, cudnn).
 `--aot_target` compiles the GRPO update for a GPU of rubric_jax.aot_targets instead of running anything
 (needs XLA's GPU compiler: requirements-aot.txt): compiled memory and the cuDNN attention custom calls of
-the program, the proof that "fused" replaced the einsums.
+the program, the proof that "fused" replaced the einsums, and what `hlo_stats` counts of its kernels: launches
+per update, bytes read and written by the non-matmul ones (`non_matmul_bytes`) and float32 dots.
 
 Why the judge part of 2026-12-04 did not finish in ~115 s: compiling. It compiled three generate programs at 1.5B
 (the 64-item batch, and batch-1 programs at each per-item dimension's prompt bucket: 1536 and 1024 tokens for the
@@ -308,10 +309,14 @@ def compile_grpo(cfg: ModelConfig, s: Settings, devices: list[jax.Device]) -> di
     text = compiled.as_text()
     calls = {k: v for k, v in hlo_stats.custom_calls(text).items() if k.startswith(hlo_stats.CUDNN_ATTENTION)}
     backward = sum(v for k, v in calls.items() if k.endswith("Backward"))
+    kernels = hlo_stats.kernels(text)
     return {"GRPO compiled memory (GiB)": f"{_compiled_bytes(compiled.memory_analysis()) / 2**30:.1f}",
             "GRPO compile (s)": f"{compile_s:.0f}",
             "GRPO cuDNN attention calls (fwd / bwd)": f"{sum(calls.values()) - backward} / {backward}",
-            "GRPO dots executed": str(hlo_stats.summarize(hlo_stats.collectives(text, ("dot",)), ("dot",))["dot"].count)}
+            "GRPO dots executed": str(hlo_stats.summarize(hlo_stats.collectives(text, ("dot",)), ("dot",))["dot"].count),
+            "GRPO kernels executed": str(sum(k.executions for k in kernels)),
+            "GRPO non-matmul traffic (GB)": f"{hlo_stats.non_matmul_bytes(kernels) / 1e9:.1f}",
+            "GRPO float32 dots": str(len(hlo_stats.float32_dots(text)))}
 
 
 def _one_device() -> sharding.Layout:

@@ -92,6 +92,7 @@ def model_block() -> ml_collections.ConfigDict:
     b.param_dtype = "float32"  # Parameters and optimizer state dtype.
     b.compute_dtype = "float32"  # Activation dtype ("bfloat16" on accelerators).
     b.remat = False  # Recompute layer activations in the backward pass (saves memory).
+    b.remat_policy = "full"  # With remat, what a layer keeps: full (nothing) or dots (its matmul outputs).
     b.scan_layers = True  # lax.scan over the stacked layers (flat compile time).
     # Attention of the teacher-forced forwards (GRPO/SFT updates, log-probs; decoding always uses einsum):
     # auto (cudnn on NVIDIA GPUs in bf16, einsum elsewhere), einsum (ours), xla or cudnn (jax.nn.dot_product_attention).
@@ -188,7 +189,7 @@ def rl_block() -> ml_collections.ConfigDict:
     # sampled, once per rollout (verl's recompute; costs one forward). Either way `logprob_gap/mean` logs
     # mean |teacher-forced - sampler| on the first update: ~3e-7 in float32 on CPU, the bf16 decode drift on GPU.
     b.recompute_old_logprobs = False
-    b.micro_batches = 1  # Gradient accumulation micro-batches per update, of whole groups (must divide questions_per_step).
+    b.micro_batches = 1  # Gradient accumulation micro-batches per update: whole groups, or equal parts of groups.
     b.warmup_steps = 0  # Linear warmup steps.
     b.schedule = "constant"  # constant or cosine after warmup.
     b.weight_decay = 0.0  # AdamW weight decay.

@@ -393,11 +393,40 @@ def vocab_slices(vocab_size: int, length: int, chunk_size: int) -> int:
     return next(n for n in range(min(least, vocab_size), vocab_size + 1) if vocab_size % n == 0)
 
 
+@jax.custom_vjp
+def _low_precision_logits(h_BxTxD: jax.Array, w_DxS: jax.Array) -> jax.Array:
+    """Float32 logits h·w of low-precision (bf16) operands whose backward runs bf16 dots too: the logits'
+    float32 gradient is rounded to the operands' dtype before its two dots (accumulated in float32). Autodiff
+    would run both as float32 dots (7.65 TFLOP per 1.5B update at TF32 speed at best; benchmarks/AOT_RESULTS.md)."""
+    return jnp.einsum("BTD,DS->BTS", h_BxTxD, w_DxS, preferred_element_type=jnp.float32)
+
+
+def _low_precision_logits_fwd(h_BxTxD: jax.Array, w_DxS: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    return _low_precision_logits(h_BxTxD, w_DxS), (h_BxTxD, w_DxS)
+
+
+def _low_precision_logits_bwd(res: tuple[jax.Array, jax.Array], g_BxTxS: jax.Array) -> tuple[jax.Array, jax.Array]:
+    h_BxTxD, w_DxS = res
+    g_BxTxS = g_BxTxS.astype(h_BxTxD.dtype)
+    dh = jnp.einsum("BTS,DS->BTD", g_BxTxS, w_DxS, preferred_element_type=jnp.float32).astype(h_BxTxD.dtype)
+    dw = jnp.einsum("BTD,BTS->DS", h_BxTxD, g_BxTxS, preferred_element_type=jnp.float32).astype(w_DxS.dtype)
+    return dh, dw
+
+
+_low_precision_logits.defvjp(_low_precision_logits_fwd, _low_precision_logits_bwd)
+
+
+def _logits(h_BxTxD: jax.Array, w_DxS: jax.Array) -> jax.Array:
+    """Float32 logits [B, T, S]; in float32 plain autodiff, below it `_low_precision_logits`."""
+    if h_BxTxD.dtype == jnp.float32:
+        return jnp.einsum("BTD,DS->BTS", h_BxTxD, w_DxS, preferred_element_type=jnp.float32)
+    return _low_precision_logits(h_BxTxD, w_DxS)
+
+
 def chunked_token_logprobs(
     h_BxTxD: jax.Array,
     targets_BxT: jax.Array,
-    vocab_slice: Callable[[jax.Array, int], jax.Array],
-    vocab_size: int,
+    head: Any,
     chunk_size: int,
     temperature: float,
 ) -> tuple[jax.Array, jax.Array]:
@@ -405,25 +434,30 @@ def chunked_token_logprobs(
 
     The log-softmax runs over n vocabulary slices (`vocab_slices`: [B, T, V / n] logits at a time, at most
     B·C·V floats for C = `chunk_size`) under `lax.scan` with a running max, sum, Σ e·z and target logit
-    (online softmax), each slice rematerialised in the backward pass. `vocab_slice(i, n)` -> [D, V / n] is
-    the projection of vocabulary ids i, i + n, i + 2n, ... (`Transformer.vocab_slice`).
+    (online softmax), each slice rematerialised in the backward pass. `head` follows the model contract:
+    `cfg.vocab_size`, `vocab_projection(n)` -> [n, D, V / n] (slice i: the projection of vocabulary ids
+    i, i + n, i + 2n, ...) and `vocab_slice_for_dot(w_DxS)` (one slice as a dot reads it), as
+    `Transformer` has them.
 
     Why slices of the vocabulary, not of the tokens: each slice of the projection weight is used, and its
     gradient completed, in one iteration over all the tokens. Under FSDP the weight is then all-gathered once
     per pass over the rows and its gradient reduce-scattered once, where token chunks all-gathered the whole
     [D, V] weight in every chunk, forward and backward (195 GiB per 7B update, benchmarks/AOT_RESULTS.md).
+    The slices are the scan's input, so each slice's gradient is written once into its own slot of the
+    stacked gradient (indexing the weight inside the loop added each slice's gradient into the whole table).
     The hidden states enter in float32 so that their gradient sums over the slices in float32.
     """
     b, t, _ = h_BxTxD.shape
-    n = vocab_slices(vocab_size, t, chunk_size)
+    n = vocab_slices(head.cfg.vocab_size, t, chunk_size)
     dtype = h_BxTxD.dtype
     h32_BxTxD = h_BxTxD.astype(jnp.float32)
 
     @jax.checkpoint
-    def one_slice(carry: tuple[jax.Array, ...], i: jax.Array) -> tuple[tuple[jax.Array, ...], None]:
+    def one_slice(carry: tuple[jax.Array, ...], xs: tuple[jax.Array, jax.Array]
+                  ) -> tuple[tuple[jax.Array, ...], None]:
         max_BxT, sum_BxT, weighted_BxT, target_BxT = carry
-        logits_BxTxS = jnp.einsum("BTD,DS->BTS", h32_BxTxD.astype(dtype), vocab_slice(i, n),
-                                  preferred_element_type=jnp.float32) / temperature
+        i, w_DxS = xs
+        logits_BxTxS = _logits(h32_BxTxD.astype(dtype), head.vocab_slice_for_dot(w_DxS)) / temperature
         # softmax(z) = exp(z - m) / sum exp(z - m) for any m: the gradient does not flow through the max.
         new_max_BxT = jax.lax.stop_gradient(jnp.maximum(max_BxT, jnp.max(logits_BxTxS, axis=-1)))
         rescale_BxT = jnp.exp(max_BxT - new_max_BxT)
@@ -436,7 +470,8 @@ def chunked_token_logprobs(
 
     zeros_BxT = jnp.zeros((b, t), jnp.float32)
     start = (jnp.full((b, t), -jnp.inf, jnp.float32), zeros_BxT, zeros_BxT, zeros_BxT)
-    (max_BxT, sum_BxT, weighted_BxT, target_BxT), _ = jax.lax.scan(one_slice, start, jnp.arange(n))
+    (max_BxT, sum_BxT, weighted_BxT, target_BxT), _ = jax.lax.scan(one_slice, start,
+                                                                   (jnp.arange(n), head.vocab_projection(n)))
     lse_BxT = max_BxT + jnp.log(sum_BxT)
     return target_BxT - lse_BxT, lse_BxT - weighted_BxT / sum_BxT  # entropy = lse - E_p[logits]
 
@@ -447,14 +482,13 @@ def sequence_logprobs(
     """Teacher-forced log p_T(tokens[t] | tokens[<t]) and entropy of p_T = softmax(logits / T), float32
     [B, T]; entry 0 and padding positions are 0.
 
-    `model` follows the model contract (`hidden_states`, `vocab_slice`, `cfg.vocab_size`); padding may be left
+    `model` follows the model contract (`hidden_states`, `cfg.vocab_size` and the head of `chunked_token_logprobs`); padding may be left
     or right (positions come from the mask). T = 1 for SFT; GRPO passes its rollout temperature.
     """
     positions_BxT = padding_to_positions(input_mask_BxT)
     h_BxTxD, _ = model.hidden_states(tokens_BxT, positions_BxT, causal_padding_mask(input_mask_BxT))
     next_BxT = jnp.pad(tokens_BxT[:, 1:], ((0, 0), (0, 1)))
-    logp_next_BxT, ent_next_BxT = chunked_token_logprobs(h_BxTxD, next_BxT, model.vocab_slice, model.cfg.vocab_size,
-                                                         chunk_size, temperature)
+    logp_next_BxT, ent_next_BxT = chunked_token_logprobs(h_BxTxD, next_BxT, model, chunk_size, temperature)
     # Entry t predicts token t from tokens < t: defined where both t and t - 1 are real tokens.
     valid_BxT = input_mask_BxT & jnp.pad(input_mask_BxT[:, :-1], ((0, 0), (1, 0)))
 
@@ -496,7 +530,6 @@ def shared_prompt_logprobs(
     h_last_UxD = jnp.take_along_axis(h_UxPxD, last_U[:, None, None], axis=1)[:, 0]
     # Entry r is predicted from the state before response token r: the prompt's last token for r = 0.
     h_pred_BxRxD = jnp.concatenate([jnp.repeat(h_last_UxD, group, axis=0)[:, None], h_BxRxD[:, :-1]], axis=1)
-    logp_BxR, ent_BxR = chunked_token_logprobs(h_pred_BxRxD, response_BxR, model.vocab_slice, model.cfg.vocab_size,
-                                               chunk_size, temperature)
+    logp_BxR, ent_BxR = chunked_token_logprobs(h_pred_BxRxD, response_BxR, model, chunk_size, temperature)
     valid_BxR = response_targets(prompt_mask_UxP, response_mask_BxR)
     return jnp.where(valid_BxR, logp_BxR, 0.0), jnp.where(valid_BxR, ent_BxR, 0.0)

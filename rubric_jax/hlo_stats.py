@@ -16,6 +16,10 @@ run of the program executes it:
     never at `-start`.
 Bytes are the result of the op on one device (all-gather: the gathered array; reduce-scatter: the
 scattered shard; all-reduce: the reduced array).
+
+`kernels(text)` lists what a compiled (GPU) program launches, with executions counted the same way and the
+bytes each execution reads and writes; `non_matmul_bytes` sums those of the kernels without a matmul (the
+traffic an update should keep small beside its GEMMs) and `float32_dots` names the dots with float32 operands.
 """
 
 from __future__ import annotations
@@ -271,3 +275,182 @@ def format_table(summary: dict[str, KindSummary]) -> str:
         lines.append(f"{kind:<20}{s.count:>10}{s.bytes / gib:>12.3f}{s.per_iteration_count:>10}"
                      f"{s.per_iteration_bytes / gib:>12.3f}")
     return "\n".join(lines)
+
+
+# Kernels: what a compiled GPU program launches, and what its non-matmul kernels read and write.
+# Ops that launch nothing (they name, alias or sequence buffers) or that only end an asynchronous op.
+_NOT_KERNELS = frozenset({"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "while", "conditional",
+                          "call", "after-all", "add-dependency", "opt-barrier", "partition-id", "replica-id", "domain"})
+_SLICES = frozenset({"dynamic-slice", "slice", "gather"})  # read only their result's elements of operand 0
+_OPERAND = re.compile(r"%([\w.\-]+)\s*$")
+_FUSION_KIND = re.compile(r"\bkind=(k\w+)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+    """One kernel launch site of a compiled program: a fusion, custom call or unfused op of a computation that
+    runs on the host's control flow (the entry, a while loop's body or condition, a conditional's branch)."""
+
+    name: str
+    op: str  # "fusion:kLoop", "custom-call:__cublas$gemm", "copy", ...
+    computation: str
+    executions: int  # per program run, known trip counts multiplied in (per iteration in a loop of unknown length)
+    bytes: int  # bytes one execution reads and writes (`_traffic`)
+    matmul: bool  # a dot or convolution runs in it, or a custom call (cuBLAS, cuDNN)
+    op_name: str  # the JAX source op (metadata op_name), "" when absent
+
+    @property
+    def total_bytes(self) -> int:
+        return self.bytes * self.executions
+
+
+def _operand_names(rest: str) -> list[str]:
+    """The operand names of an instruction: the `%name`s of its top-level argument list (`rest` starts after
+    the op's opening parenthesis), operand types printed or not."""
+    depth, current, names = 0, "", []
+    for ch in rest:
+        if ch in "([{" or ch == ")" and depth > 0:
+            depth += 1 if ch in "([{" else -1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == ")" or ch == "," and depth == 0:
+            found = _OPERAND.search(current.strip())
+            if found:
+                names.append(found.group(1))
+            if ch == ")":
+                break
+            current = ""
+            continue
+        current += ch
+    return names
+
+
+def _control_computations(computations: dict[str, _Computation], entry: str) -> set[str]:
+    """The entry and the computations it reaches through while loops, conditionals and calls (not fusions or
+    reducers): where each instruction is a kernel launch or none."""
+    found, todo = {entry}, [entry]
+    while todo:
+        for _, _, op, rest in computations[todo.pop()].instructions:
+            if op not in ("while", "conditional", "call"):
+                continue
+            callees = [name for kind, name in _CALLEE.findall(rest) if kind != "to_apply" or op == "call"]
+            callees += [b.strip().lstrip("%") for branches in _BRANCHES.findall(rest) for b in branches.split(",")]
+            for name in callees:
+                if name and name in computations and name not in found:
+                    found.add(name)
+                    todo.append(name)
+    return found
+
+
+def _traffic(instructions: list[tuple[str, str, str, str]], outer_types: list[str]) -> int:
+    """Bytes a kernel reads and writes: its operands (`outer_types`, for the parameters of its fused
+    `instructions`; a lone op is its own one-instruction body) and its result. A parameter that only feeds
+    slices (dynamic-slice, slice, gather) counts the slices' bytes; a dynamic-update-slice into a parameter
+    (in place: XLA aliases the buffer) reads nothing of it and writes the update only."""
+    types = {name: shape for name, shape, _, _ in instructions}
+    users: dict[str, list[tuple[str, int, str]]] = collections.defaultdict(list)  # name -> (user op, index, user)
+    for name, _, op, rest in instructions:
+        for index, operand in enumerate(_operand_names(rest)):
+            users[operand].append((op, index, name))
+
+    def through_bitcasts(name: str) -> list[tuple[str, int, str]]:
+        return [u for op, i, user in users[name] for u in (through_bitcasts(user) if op == "bitcast" else [(op, i, user)])]
+
+    params = [(name, rest) for name, _, op, rest in instructions if op == "parameter"]
+    read = 0
+    for name, rest in params:
+        index = int(re.match(r"\s*(\d+)", rest).group(1))
+        uses = through_bitcasts(name)
+        if uses and all((op in _SLICES or op == "dynamic-update-slice") and i == 0 for op, i, _ in uses):
+            read += sum(shape_bytes(types[user]) for op, _, user in uses if op in _SLICES)
+        else:
+            read += shape_bytes(outer_types[index]) if index < len(outer_types) else 0
+    root = instructions[-1]
+    by_name = {name: (op, rest) for name, _, op, rest in instructions}
+
+    def written(name: str) -> int:
+        op, rest = by_name[name]
+        operands = _operand_names(rest)
+        if op == "tuple":
+            return sum(written(o) for o in operands)
+        if op == "bitcast":
+            return written(operands[0])
+        if op == "dynamic-update-slice" and _is_parameter(operands[0], by_name):
+            return shape_bytes(types[operands[1]])
+        return shape_bytes(types[name])
+
+    return read + written(root[0])
+
+
+def _is_parameter(name: str, by_name: dict[str, tuple[str, str]]) -> bool:
+    """Whether `name` is a parameter, seen through bitcasts."""
+    op, rest = by_name[name]
+    return op == "parameter" or op == "bitcast" and _is_parameter(_operand_names(rest)[0], by_name)
+
+
+def _has_matmul(computations: dict[str, _Computation], name: str) -> bool:
+    """Whether a dot or convolution runs in computation `name` or the computations it calls."""
+    computation = computations.get(name)
+    if computation is None:
+        return False
+    return any(op in ("dot", "convolution") or any(_has_matmul(computations, callee)
+                                                   for kind, callee in _CALLEE.findall(rest) if kind == "calls")
+               for _, _, op, rest in computation.instructions)
+
+
+def kernels(hlo_text: str) -> list[Kernel]:
+    """Every kernel launch site of a compiled program with its executions per run and bytes per execution
+    (`_traffic`); collectives are left to `collectives`. A kernel in a loop of unknown length counts its
+    executions per iteration."""
+    computations, entry = _parse(hlo_text)
+    runs_of = _executions(computations, entry)
+    found = []
+    for name in _control_computations(computations, entry):
+        runs = runs_of.get(name)
+        if runs is None:
+            continue
+        types = {i: shape for i, shape, _, _ in computations[name].instructions}
+        for instruction in computations[name].instructions:
+            iname, shape, op, rest = instruction
+            base = op[: -len("-start")] if op.endswith("-start") else op
+            if op in _NOT_KERNELS or op.endswith("-done") or base in KINDS:
+                continue
+            outer = [types.get(o, "") for o in _operand_names(rest)]
+            callee = next((c for kind, c in _CALLEE.findall(rest) if kind == "calls"), None)
+            if op == "fusion" and callee in computations:
+                body = computations[callee].instructions
+                matmul = _has_matmul(computations, callee)
+                kind = _FUSION_KIND.search(rest)
+                label = f"fusion:{kind.group(1) if kind else ''}"
+            else:
+                params = [(f"p{i}", t, "parameter", f"{i})") for i, t in enumerate(outer)]
+                body = params + [(iname, shape, op, ", ".join(f"%p{i}" for i in range(len(outer))) + ")")]
+                target = _CUSTOM_CALL_TARGET.search(rest)
+                matmul = op in ("dot", "convolution", "custom-call")
+                label = f"{op}:{target.group(1)}" if op == "custom-call" and target else op
+            op_name = _OP_NAME.search(rest)
+            executions = runs.per_run if runs.per_run is not None else runs.per_iteration
+            found.append(Kernel(iname, label, name, executions, _traffic(body, outer), matmul,
+                                op_name.group(1) if op_name else ""))
+    return found
+
+
+def non_matmul_bytes(found: Iterable[Kernel]) -> int:
+    """Bytes per run that kernels without a matmul read and write (elementwise maps, reductions, copies, casts,
+    slices): the traffic beside the GEMMs and attention calls, loop trip counts multiplied in."""
+    return sum(k.total_bytes for k in found if not k.matmul)
+
+
+def float32_dots(hlo_text: str) -> list[str]:
+    """The dots (in kernels or fused into them) whose operands are float32 (`name: type (op_name)`): each runs
+    at float32 (or TF32) speed on a GPU, where a bf16 dot with float32 accumulation runs at bf16 speed."""
+    computations, _ = _parse(hlo_text)
+    found = []
+    for computation in computations.values():
+        types = {name: shape for name, shape, _, _ in computation.instructions}
+        for name, shape, op, rest in computation.instructions:
+            operands = _operand_names(rest) if op == "dot" else []
+            if operands and all(types.get(o, "").startswith("f32[") for o in operands):
+                op_name = _OP_NAME.search(rest)
+                found.append(f"{name}: {shape} ({op_name.group(1) if op_name else ''})")
+    return found

@@ -2,6 +2,7 @@
 
 import functools
 import math
+import types
 
 import jax
 import jax.numpy as jnp
@@ -366,9 +367,10 @@ def test_chunked_logprobs_match_full_log_softmax(vocab, chunk, temperature, slic
     assert grpo.vocab_slices(vocab, 7, chunk) == slices
 
     def chunked(h, w):
-        def vocab_slice(i, n):  # ids i, i + n, ... (Transformer.vocab_slice)
-            return jax.lax.dynamic_index_in_dim(w.reshape(5, vocab // n, n), i, axis=2, keepdims=False)
-        return grpo.chunked_token_logprobs(h, targets, vocab_slice, vocab, chunk, temperature)
+        head = types.SimpleNamespace(  # the head contract as Transformer has it: slice i = ids i, i + n, ...
+            cfg=types.SimpleNamespace(vocab_size=vocab), vocab_slice_for_dot=lambda w_DxS: w_DxS,
+            vocab_projection=lambda n: w.reshape(5, vocab // n, n).transpose(2, 0, 1))
+        return grpo.chunked_token_logprobs(h, targets, head, chunk, temperature)
 
     def full(h, w):
         logp_all = jax.nn.log_softmax(h @ w / temperature, axis=-1)
@@ -387,6 +389,39 @@ def test_chunked_logprobs_match_full_log_softmax(vocab, chunk, temperature, slic
     g_f = jax.jit(jax.grad(loss(full), argnums=(0, 1)))(h, w)
     for a, b in zip(g_c, g_f):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def _dot_operand_dtypes(jaxpr):
+    """The operand dtypes of every dot_general in a jaxpr, sub-jaxprs (scan, checkpoint, custom_vjp) included."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            found.append(tuple(str(v.aval.dtype) for v in eqn.invars))
+        for sub in jax.core.jaxprs_in_params(eqn.params):
+            found += _dot_operand_dtypes(sub)
+    return found
+
+
+def test_bf16_chunked_logprobs_backward_runs_bf16_dots():
+    """In bf16 the log-probs' gradient runs only bf16 x bf16 dots (autodiff ran the logits' two backward dots on
+    the float32 logit gradient: float32 GEMMs on a GPU), and stays within bf16 error of the float32 gradient."""
+    k1, k2, k3 = jax.random.split(jax.random.key(3), 3)
+    h = jax.random.normal(k1, (2, 8, 16))
+    w = jax.random.normal(k2, (16, 32)) * 0.3
+    targets = jax.random.randint(k3, (2, 8), 0, 32)
+
+    def loss(h, w):
+        head = types.SimpleNamespace(cfg=types.SimpleNamespace(vocab_size=32), vocab_slice_for_dot=lambda w_DxS: w_DxS,
+                                     vocab_projection=lambda n: w.reshape(16, 32 // n, n).transpose(2, 0, 1))
+        return jnp.sum(grpo.chunked_token_logprobs(h, targets, head, 2, 1.0)[0])
+
+    low = (h.astype(jnp.bfloat16), w.astype(jnp.bfloat16))
+    dtypes = _dot_operand_dtypes(jax.make_jaxpr(jax.grad(loss, argnums=(0, 1)))(*low).jaxpr)
+    # The slice loop's bodies: the forward's logits dot, the backward's rematerialised one and its two.
+    assert len(dtypes) == 4 and set(dtypes) == {("bfloat16", "bfloat16")}, dtypes
+    for got, want in zip(jax.jit(jax.grad(loss, argnums=(0, 1)))(*low), jax.jit(jax.grad(loss, argnums=(0, 1)))(h, w)):
+        assert got.dtype == jnp.bfloat16 and float(jnp.max(jnp.abs(got.astype(jnp.float32) - want))) <= 0.05 * float(
+            jnp.max(jnp.abs(want)))
 
 
 def _jit_logprobs(model, chunk_size, temperature=1.0):

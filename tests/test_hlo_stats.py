@@ -193,3 +193,90 @@ def test_sequential_loops_of_unknown_length_report_the_busiest_per_iteration():
 def test_no_entry_is_an_error():
     with pytest.raises(ValueError, match="no ENTRY"):
         hlo_stats.collectives("HloModule m\n")
+
+
+# A GPU-like module: a 4-step layer loop whose body slices one layer of a stacked weight (a fusion reading
+# only the slice), runs a gemm fusion on it, and writes a per-layer result in place (a dynamic-update-slice
+# fusion); the entry adds two arrays (a loop fusion) and runs a float32 dot as a custom call.
+_KERNEL_HLO = """HloModule k, entry_computation_layout={()->f32[]}
+
+%slice_layer (w: f32[4,16,8], i: s32[]) -> bf16[16,8] {
+  %w = f32[4,16,8]{2,1,0} parameter(0)
+  %i = s32[] parameter(1)
+  %z = s32[] constant(0)
+  %ds = f32[1,16,8]{2,1,0} dynamic-slice(%w, %i, %z, %z), dynamic_slice_sizes={1,16,8}
+  %b = f32[16,8]{1,0} bitcast(%ds)
+  ROOT %c = bf16[16,8]{1,0} convert(%b)
+}
+
+%gemm (x: bf16[2,16], y: bf16[16,8]) -> bf16[2,8] {
+  %x = bf16[2,16]{1,0} parameter(0)
+  %y = bf16[16,8]{1,0} parameter(1)
+  ROOT %d = bf16[2,8]{1,0} dot(%x, %y), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%write_layer (acc: bf16[4,2,8], u: bf16[2,8], i: s32[]) -> bf16[4,2,8] {
+  %acc = bf16[4,2,8]{2,1,0} parameter(0)
+  %u = bf16[2,8]{1,0} parameter(1)
+  %i = s32[] parameter(2)
+  %z = s32[] constant(0)
+  %u3 = bf16[1,2,8]{2,1,0} bitcast(%u)
+  ROOT %dus = bf16[4,2,8]{2,1,0} dynamic-update-slice(%acc, %u3, %i, %z, %z)
+}
+
+%body (t: (s32[], f32[4,16,8], bf16[2,16], bf16[4,2,8])) -> (s32[], f32[4,16,8], bf16[2,16], bf16[4,2,8]) {
+  %t = (s32[], f32[4,16,8], bf16[2,16], bf16[4,2,8]) parameter(0)
+  %i = s32[] get-tuple-element(%t), index=0
+  %w = f32[4,16,8]{2,1,0} get-tuple-element(%t), index=1
+  %x = bf16[2,16]{1,0} get-tuple-element(%t), index=2
+  %acc = bf16[4,2,8]{2,1,0} get-tuple-element(%t), index=3
+  %layer = bf16[16,8]{1,0} fusion(%w, %i), kind=kLoop, calls=%slice_layer
+  %y = bf16[2,8]{1,0} fusion(%x, %layer), kind=kCustom, calls=%gemm
+  %acc2 = bf16[4,2,8]{2,1,0} fusion(%acc, %y, %i), kind=kLoop, calls=%write_layer
+  ROOT %r = (s32[], f32[4,16,8], bf16[2,16], bf16[4,2,8]) tuple(%i, %w, %x, %acc2)
+}
+
+%cond (t: (s32[], f32[4,16,8], bf16[2,16], bf16[4,2,8])) -> pred[] {
+  %t = (s32[], f32[4,16,8], bf16[2,16], bf16[4,2,8]) parameter(0)
+  %i = s32[] get-tuple-element(%t), index=0
+  %n = s32[] constant(4)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+%sum (a: f32[1024], b: f32[1024]) -> f32[1024] {
+  %a = f32[1024]{0} parameter(0)
+  %b = f32[1024]{0} parameter(1)
+  ROOT %s = f32[1024]{0} add(%a, %b)
+}
+
+ENTRY %main (t0: (s32[], f32[4,16,8], bf16[2,16], bf16[4,2,8]), a: f32[1024], m: f32[8,8]) -> f32[] {
+  %t0 = (s32[], f32[4,16,8], bf16[2,16], bf16[4,2,8]) parameter(0)
+  %a = f32[1024]{0} parameter(1)
+  %m = f32[8,8]{1,0} parameter(2)
+  %w = (s32[], f32[4,16,8], bf16[2,16], bf16[4,2,8]) while(%t0), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"4"}}
+  %s = f32[1024]{0} fusion(%a, %a), kind=kLoop, calls=%sum, metadata={op_name="jit(f)/add"}
+  %mm = f32[8,8]{1,0} custom-call(%m, %m), custom_call_target="__cublas$gemm"
+  %d = f32[8,8]{1,0} dot(%m, %m), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %z = f32[] constant(0)
+}
+"""
+
+
+def test_kernels_count_launches_and_the_bytes_of_non_matmul_kernels():
+    found = {k.name: k for k in hlo_stats.kernels(_KERNEL_HLO)}
+    # Fused bodies, tuples, loops, constants launch nothing; the loop's stop test does (counted with its body).
+    assert sorted(found) == ["acc2", "d", "layer", "lt", "mm", "s", "y"]
+    assert sum(k.executions for k in found.values()) == 4 * 4 + 3
+    # The layer slice reads one layer of the stacked weight (16 x 8 float32), not all 4, and writes it in bf16.
+    assert (found["layer"].bytes, found["layer"].executions, found["layer"].matmul) == (16 * 8 * 4 + 4 + 16 * 8 * 2, 4, False)
+    # The in-place write reads the update (and the index) and writes the update: not the whole [4, 2, 8] buffer.
+    assert found["acc2"].bytes == 2 * 8 * 2 + 4 + 2 * 8 * 2
+    assert found["s"].bytes == 3 * 1024 * 4 and found["s"].op == "fusion:kLoop" and found["s"].op_name == "jit(f)/add"
+    assert found["y"].matmul and found["mm"].matmul and found["mm"].op == "custom-call:__cublas$gemm" and found["d"].matmul
+    assert hlo_stats.non_matmul_bytes(found.values()) == (4 * (found["layer"].bytes + found["acc2"].bytes + 2 * 4 + 1)
+                                                          + 3 * 1024 * 4)
+
+
+def test_float32_dots_are_those_with_float32_operands():
+    """The gemm fusion's bf16 dot is not one; the entry's f32 dot is (a custom call's operands are not a dot)."""
+    assert [d.split(":")[0] for d in hlo_stats.float32_dots(_KERNEL_HLO)] == ["d"]

@@ -29,6 +29,10 @@ _DTYPES = ("float32", "bfloat16", "float16")
 # backend), or `jax.nn.dot_product_attention` with implementation "xla" (its reference; how CPU tests check
 # the fused path) or "cudnn" (cuDNN flash attention: NVIDIA GPUs, bfloat16/float16). Decoding is always "einsum".
 ATTENTIONS = ("einsum", "xla", "cudnn")
+# What a rematerialised layer (`remat`) keeps for its backward: "full" nothing (the whole forward runs again),
+# "dots" its matmul outputs (jax.checkpoint_policies.dots_with_no_batch_dims_saveable: the projections' and the
+# MLP's; only their elementwise neighbours run again, at the cost of holding the outputs).
+REMAT_POLICIES = ("full", "dots")
 _CUDNN_DTYPES = ("bfloat16", "float16")
 
 
@@ -69,6 +73,7 @@ class ModelConfig:
     param_dtype: str = "float32"
     compute_dtype: str = "float32"
     remat: bool = False
+    remat_policy: str = "full"  # one of REMAT_POLICIES
     scan_layers: bool = True
     attention: str = "einsum"  # one of ATTENTIONS
 
@@ -91,6 +96,8 @@ class ModelConfig:
         for name in ("param_dtype", "compute_dtype"):
             if getattr(self, name) not in _DTYPES:
                 raise ModelConfigError(f"field {name!r} must be one of {_DTYPES}, got {getattr(self, name)!r}")
+        if self.remat_policy not in REMAT_POLICIES:
+            raise ModelConfigError(f"field 'remat_policy' must be one of {REMAT_POLICIES}, got {self.remat_policy!r}")
         if self.attention not in ATTENTIONS:
             raise ModelConfigError(f"field 'attention' must be one of {ATTENTIONS}, got {self.attention!r}")
         if self.attention == "cudnn" and (self.compute_dtype not in _CUDNN_DTYPES or self.head_dim % 8

@@ -104,7 +104,7 @@ def for_compute(w: jax.Array, names: tuple[str | None, ...], dtype: Any, shard: 
     backward alike (with the cast left to XLA, the 7B update's backward gathered the float32 master weights,
     184 GiB per update), and the gradient's way back to one reduce-scatter (the transpose of a plain sharding
     constraint all-reduces it). XLA reduces the gradient in the dtype the dot made it in: bf16 for the layers'
-    bf16 dots, float32 for the vocabulary projection's float32-accumulating one. benchmarks/AOT_RESULTS.md."""
+    bf16 dots and for the vocabulary slices' (`grpo._low_precision_logits`). benchmarks/AOT_RESULTS.md."""
     return shard(shard(w.astype(dtype), names), _gathered_names(names))
 
 
@@ -333,8 +333,12 @@ class Transformer(nnx.Module):
         return rms_norm(x_BxTxD, self.norm.scale[...], self.cfg.rms_norm_eps)
 
     def _layers(self, layer: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs: Any) -> tuple[Any, Any]:
-        """`layer(carry, xs[l]) -> (carry, ys[l])` over the L layers (rematerialised when cfg.remat)."""
-        return _run_layers(self.cfg, jax.checkpoint(layer) if self.cfg.remat else layer, carry, xs)
+        """`layer(carry, xs[l]) -> (carry, ys[l])` over the L layers (rematerialised when cfg.remat, keeping what
+        cfg.remat_policy names)."""
+        if not self.cfg.remat:
+            return _run_layers(self.cfg, layer, carry, xs)
+        policy = jax.checkpoint_policies.dots_with_no_batch_dims_saveable if self.cfg.remat_policy == "dots" else None
+        return _run_layers(self.cfg, jax.checkpoint(layer, policy=policy), carry, xs)
 
     def logits_from_hidden(self, h_BxTxD: jax.Array) -> jax.Array:
         """Float32 logits from hidden states through the LM head (or the tied embedding)."""
@@ -344,17 +348,35 @@ class Transformer(nnx.Module):
         """The LM head's (or tied embedding's) projection of vocabulary ids i, i + n, i + 2n, ...: [D, V / n] in
         the compute dtype, as a dot reads it (`for_compute`); n must divide V. Strided, so that a vocabulary split
         over `tensor` stays split alike in every slice (`grpo.chunked_token_logprobs` runs the slices in turn)."""
-        if self.cfg.is_classifier:
-            raise ValueError("this model is a sequence classifier (a score head, no LM head): use sequence_logits")
-        if self.cfg.vocab_size % n:
-            raise ValueError(f"vocab_slice(i, n={n}): n must divide the vocabulary size {self.cfg.vocab_size}")
-        w_DxV = self.embed_tokens.embedding[...].T if self.cfg.tie_word_embeddings else self.lm_head.kernel[...]
-        d, v = w_DxV.shape
-        w_DxS = jax.lax.dynamic_index_in_dim(w_DxV.reshape(d, v // n, n), i, axis=2, keepdims=False)
+        w_DxS = jax.lax.dynamic_index_in_dim(self._head_by_slice(n, "vocab_slice(i, n="), i, axis=2, keepdims=False)
         dtype = jnp.dtype(self.cfg.compute_dtype)
         if self.shard_activation is None:
             return w_DxS.astype(dtype)
         return for_compute(w_DxS, ("embed", "vocab"), dtype, self.shard_activation)
+
+    def vocab_projection(self, n: int) -> jax.Array:
+        """The LM head's (or tied embedding's) projection as n vocabulary slices [n, D, V / n], slice i the ids
+        i, i + n, i + 2n, ... (as `vocab_slice(i, n)`), in the compute dtype and the weight's own layout (under
+        FSDP still split: `vocab_slice_for_dot` gathers one slice at a time). One cast and transpose of the whole
+        weight, whose gradient is one transpose back: `grpo.chunked_token_logprobs` scans over the slices."""
+        w_NxDxS = self._head_by_slice(n, "vocab_projection(n=").transpose(2, 0, 1)
+        return self._shard(w_NxDxS.astype(jnp.dtype(self.cfg.compute_dtype)), (None, "embed", "vocab"))
+
+    def _head_by_slice(self, n: int, caller: str) -> jax.Array:
+        """The LM head's (or tied embedding's) [D, V] weight as [D, V / n, n]: [:, :, i] projects ids i, i + n, ..."""
+        if self.cfg.is_classifier:
+            raise ValueError("this model is a sequence classifier (a score head, no LM head): use sequence_logits")
+        if self.cfg.vocab_size % n:
+            raise ValueError(f"{caller}{n}): n must divide the vocabulary size {self.cfg.vocab_size}")
+        w_DxV = self.embed_tokens.embedding[...].T if self.cfg.tie_word_embeddings else self.lm_head.kernel[...]
+        d, v = w_DxV.shape
+        return w_DxV.reshape(d, v // n, n)
+
+    def vocab_slice_for_dot(self, w_DxS: jax.Array) -> jax.Array:
+        """One slice of `vocab_projection` as a dot reads it (`for_compute`: whole along `embed`)."""
+        if self.shard_activation is None:
+            return w_DxS
+        return for_compute(w_DxS, ("embed", "vocab"), w_DxS.dtype, self.shard_activation)
 
     def sequence_logits(self, tokens_BxT: jax.Array, positions_BxT: jax.Array, mask_BxTxS: jax.Array) -> jax.Array:
         """Float32 classifier logits [B, C]: the score head on the final-norm hidden state of each row's

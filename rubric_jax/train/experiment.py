@@ -33,10 +33,10 @@ from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.rubrics.schema import Rubric
 from rubric_jax.train import audit as judge_audit, checkpointing, golden as golden_set, monitors
 from rubric_jax.train import programs as run_programs, runs
-from rubric_jax.train import settings as run_settings, workdir as run_workdir
+from rubric_jax.train import settings as run_settings, step as train_step, workdir as run_workdir
 from rubric_jax.train.settings import Settings
 
-MODEL_OVERRIDES = ("param_dtype", "compute_dtype", "remat", "scan_layers", "attention")  # settings.model_overrides
+MODEL_OVERRIDES = ("param_dtype", "compute_dtype", "remat", "remat_policy", "scan_layers", "attention")  # settings.model_overrides
 
 
 @dataclasses.dataclass(frozen=True)
@@ -314,11 +314,13 @@ def _budget_line(judge: Judge, left: int, shortest: int, dim_ids: list[str], per
 
 
 def _check_rollouts_divide(rl: run_settings.RLSpec, group_size: int, mesh: jax.sharding.Mesh) -> None:
-    """A GRPO batch splits evenly into micro-batches of whole groups (a group's prompt runs once) and
-    over the mesh's batch axes (checked before SFT)."""
-    if rl.questions_per_step % rl.micro_batches:
+    """A GRPO batch splits evenly into micro-batches of whole groups or of equal parts of groups
+    (`train_step.group_parts`; a group's prompt runs once per part) and over the mesh's batch axes (checked
+    before SFT)."""
+    if group_size % train_step.group_parts(rl.questions_per_step, rl.micro_batches):
         raise ValueError(f"config.rl.micro_batches={rl.micro_batches} must divide questions_per_step="
-                         f"{rl.questions_per_step}: a micro-batch holds whole groups")
+                         f"{rl.questions_per_step}, or split each group of {group_size} into equal parts that it "
+                         "divides: a micro-batch holds whole groups or equal parts of them")
     shards = mesh.shape["data"] * mesh.shape["fsdp"] * rl.micro_batches
     if (rl.questions_per_step * group_size) % shards:
         raise ValueError(

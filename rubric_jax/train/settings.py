@@ -22,7 +22,7 @@ from rubric_jax import counts, data, files, grpo, padding, sampling, sharding
 from rubric_jax.judges.reward_model import RewardModelConfig
 from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.loader import ATTENTION_CHOICES, resolve_attention
-from rubric_jax.models.config import ModelConfig
+from rubric_jax.models.config import REMAT_POLICIES, ModelConfig
 from rubric_jax.train import rollout, state as train_state
 from rubric_jax.train.audit import AuditSettings
 from rubric_jax.train.dynamic import DynamicSampling
@@ -276,7 +276,8 @@ def model_overrides(config: ml_collections.ConfigDict, backend: str | None = Non
     """The ModelConfig fields the experiment config sets on top of the HF config.json, for a model that runs
     on `backend` (default: jax's; see `loader.resolve_attention`)."""
     m = config.model
-    return dict(param_dtype=m.param_dtype, compute_dtype=m.compute_dtype, remat=m.remat, scan_layers=m.scan_layers,
+    return dict(param_dtype=m.param_dtype, compute_dtype=m.compute_dtype, remat=m.remat,
+                remat_policy=m.get("remat_policy", "full"), scan_layers=m.scan_layers,  # older runs: "full"
                 attention=resolve_attention(m.attention, m.compute_dtype, "config.model.attention", backend))
 
 
@@ -374,6 +375,7 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
     if config.export.which == "best" and "grpo" not in stages:
         _fail("export.which", "best", "the best checkpoint is the best-evaluated GRPO one; this run has no GRPO stage")
     _choice(config, "model.compute_dtype", COMPUTE_DTYPES)
+    _choice(config, "model.remat_policy", REMAT_POLICIES)
     if _choice(config, "model.attention", ATTENTION_CHOICES) == "cudnn" and config.model.compute_dtype == "float32":
         _fail("model.attention", "cudnn", "cuDNN flash attention runs in bfloat16: set model.compute_dtype='bfloat16'")
     _choice(config, "mesh.rollout.param_dtype", ROLLOUT_DTYPES)

@@ -18,7 +18,9 @@ so prompt and padding tokens never contribute. Loss weights are computed once fr
 then the batch is split into `micro_batches` slices whose gradients are summed under `lax.scan`: the
 result equals one big batch. The slices hold whole groups (GRPO) or rows (SFT): micro-batch m holds
 groups m, m+M, m+2M, ... (and their prompts) so a batch sharded in contiguous blocks stays spread over the
-devices in each micro-batch. The prompt arrays take the sharding they arrive in (`batch_shardings`: over the
+devices in each micro-batch. When M does not divide the groups, each group is first split into equal parts of
+consecutive rows, each with its own copy of the prompt (`_split_groups`): the micro-batch count follows memory,
+not the group size. The prompt arrays take the sharding they arrive in (`batch_shardings`: over the
 batch axes that divide U), the rest are over (data, fsdp).
 
 A step whose loss or gradient norm is not finite leaves params and optimizer state untouched and
@@ -28,6 +30,7 @@ reports `skipped` = 1 (the step counter still advances).
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -73,9 +76,26 @@ def _check_batch(batch: Batch, keys: tuple[str, ...], micro_batches: int, group_
 def _check_micro_batches(n: int, micro_batches: int, group_size: int) -> None:
     if n % group_size:
         raise ValueError(f"{n} rows are not whole groups of group_size={group_size}")
-    if micro_batches < 1 or (n // group_size) % micro_batches:
-        what = f"the batch size {n}" if group_size == 1 else f"the {n // group_size} groups of {group_size} rows"
+    if micro_batches < 1 or group_size % group_parts(n // group_size, micro_batches):
+        what = (f"the batch size {n}" if group_size == 1 else f"the {n // group_size} groups of {group_size} rows, "
+                "or split each group into equal parts that they divide")
         raise ValueError(f"micro_batches={micro_batches} must be >= 1 and divide {what}")
+
+
+def group_parts(groups: int, micro_batches: int) -> int:
+    """Into how many parts each group is split so that `micro_batches` divides the parts: 1 when it divides the
+    groups (each micro-batch holds whole groups), else micro_batches / gcd(groups, micro_batches)."""
+    return micro_batches // math.gcd(groups, micro_batches)
+
+
+def _split_groups(batch: Batch, micro_batches: int, group_size: int) -> tuple[Batch, int]:
+    """The batch with each group split into `group_parts` groups of consecutive rows, each with its own copy of
+    the prompt, and their size: micro-batching chosen by memory, not by the group size (the rows of a micro-batch
+    need not be whole groups; a split group's prompt runs once per part). Unchanged when the parts are 1."""
+    parts = group_parts(batch["prompt_tokens"].shape[0], micro_batches)
+    if parts == 1:
+        return batch, group_size
+    return {k: jnp.repeat(x, parts, axis=0) if k in PROMPT_KEYS else x for k, x in batch.items()}, group_size // parts
 
 
 def _sft_target_mask(batch: Batch) -> jax.Array:
@@ -115,9 +135,47 @@ def _constrain(tree: Any, shardings: Any | None) -> Any:
     return tree if shardings is None else jax.lax.with_sharding_constraint(tree, shardings)
 
 
-def _accumulate(loss_fn: LossFn, params: Params, micro: Batch, grad_shardings: Any | None
+@jax.custom_vjp
+def _use_copy(w: jax.Array, copy: jax.Array) -> jax.Array:
+    """`copy` (w cast to the compute dtype once per update) where `w` would be read: the forward reads the copy,
+    the gradient goes to `w` in w's dtype."""
+    return copy
+
+
+def _use_copy_fwd(w: jax.Array, copy: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return copy, jnp.zeros((), w.dtype)  # the residual only carries the dtype
+
+
+def _use_copy_bwd(like: jax.Array, g: jax.Array) -> tuple[jax.Array, None]:
+    return g.astype(like.dtype), None
+
+
+_use_copy.defvjp(_use_copy_fwd, _use_copy_bwd)
+
+
+def _layer_copies(params: Params, dtype: Any, grad_shardings: Any | None) -> Params | None:
+    """The decoder layers' weights in the compute `dtype`, in their own layout, made once per update (None when
+    they already are in it): read by every micro-batch's forward and rematerialised backward, where a cast at use
+    ran again in each (~240 GB per 1.5B update on an H200, benchmarks/AOT_RESULTS.md). The embedding stays
+    float32: its lookup's gradient sums tokens into rows in float32."""
+    layers = params["layers"]
+    if all(w.dtype == dtype for w in jax.tree.leaves(layers)):
+        return None
+    return _constrain(jax.tree.map(lambda w: w.astype(dtype), layers),
+                      None if grad_shardings is None else grad_shardings["layers"])
+
+
+def _accumulate(loss_fn: LossFn, params: Params, micro: Batch, grad_shardings: Any | None, compute_dtype: Any
                 ) -> tuple[Params, Metrics]:
-    """Sums gradients and (sum-form) metrics of `loss_fn` over the leading micro-batch axis."""
+    """Sums gradients and (sum-form) metrics of `loss_fn` over the leading micro-batch axis; the layers' weights
+    are cast to `compute_dtype` once, before the loop (`_layer_copies`)."""
+    copies = _layer_copies(params, compute_dtype, grad_shardings)
+    if copies is not None:
+        inner = loss_fn
+
+        def loss_fn(p: Params, mb: Batch) -> tuple[jax.Array, Metrics]:
+            return inner({**p, "layers": jax.tree.map(_use_copy, p["layers"], copies)}, mb)
+
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
     first = jax.tree.map(lambda x: x[0], micro)
     metrics_shape = jax.eval_shape(loss_fn, params, first)[1]
@@ -153,10 +211,11 @@ def _apply_update(state: TrainState, grads: Params, metrics: Metrics) -> tuple[T
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 
-def _train_step(state: TrainState, batch: Batch, loss_fn: LossFn, micro_batches: int, group_size: int,
+def _train_step(state: TrainState, batch: Batch, group_size: int, loss_fn: LossFn, micro_batches: int,
                 grad_shardings: Any | None) -> tuple[TrainState, Metrics]:
     micro = _split_micro(batch, micro_batches, group_size)
-    grads, metrics = _accumulate(loss_fn, state.params, micro, grad_shardings)
+    compute_dtype = jnp.dtype(nnx.merge(state.graphdef, state.params).cfg.compute_dtype)
+    grads, metrics = _accumulate(loss_fn, state.params, micro, grad_shardings, compute_dtype)
     new_state, metrics = _apply_update(state, grads, metrics)
     metrics["num_tokens"] = batch["metric_w"].astype(bool).sum()
     return new_state, metrics
@@ -189,7 +248,7 @@ def grpo_train_step(state: TrainState, batch: Batch, *, cfg: grpo.GRPOConfig, mi
         metrics["entropy"] = jnp.sum(mb["metric_w"] * jax.lax.stop_gradient(entropy))
         return loss, metrics
 
-    return _train_step(state, batch, loss_fn, micro_batches, g, grad_shardings)
+    return _train_step(state, *_split_groups(batch, micro_batches, g), loss_fn, micro_batches, grad_shardings)
 
 
 def sft_train_step(state: TrainState, batch: Batch, *, micro_batches: int = 1, chunk_size: int = 256,
@@ -205,7 +264,7 @@ def sft_train_step(state: TrainState, batch: Batch, *, micro_batches: int = 1, c
         loss = -jnp.sum(mb["metric_w"] * logp)
         return loss, {"loss": loss, "entropy": jnp.sum(mb["metric_w"] * jax.lax.stop_gradient(entropy))}
 
-    return _train_step(state, batch, loss_fn, micro_batches, 1, grad_shardings)
+    return _train_step(state, batch, 1, loss_fn, micro_batches, grad_shardings)
 
 
 def logprob_inputs(batch: Batch) -> tuple[jax.Array, ...]:
@@ -218,6 +277,7 @@ def _micro_batched_logprobs(graphdef: nnx.GraphDef, params: Params, *arrays: jax
     """`_rollout_logprobs` [N, R] over `micro_batches` slices of whole groups in turn (the train step's split)."""
     batch = dict(zip(PROMPT_KEYS + RESPONSE_KEYS, arrays))
     _check_batch(batch, PROMPT_KEYS + RESPONSE_KEYS, micro_batches, group_size)
+    batch, group_size = _split_groups(batch, micro_batches, group_size)
 
     def one(mb: Batch) -> jax.Array:
         return _rollout_logprobs(graphdef, params, mb, chunk_size, temperature)[0]

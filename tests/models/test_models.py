@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from rubric_jax import hlo_stats
 from rubric_jax.loader import load_weights
 from rubric_jax.models.checkpoint import abstract_model
 from rubric_jax.models.config import Llama3RopeScaling, ModelConfig, ModelConfigError
@@ -142,6 +143,34 @@ def test_remat_and_scan_do_not_change_results(name, change):
     np.testing.assert_allclose(other_value, value, rtol=1e-6)
     for g, other in zip(jax.tree.leaves(grads), jax.tree.leaves(other_grads)):
         assert rel_err(other, g) <= 1e-5
+
+
+def test_remat_policy_dots_keeps_the_matmul_outputs():
+    """model.remat_policy="dots": the same loss and gradients as full remat, and the backward runs no layer matmul
+    of the forward again (full remat runs the 6 whose outputs the backward reads twice: q, k, v, o, gate, up; the
+    attention's batched dots run again under both)."""
+    name = "llama3_rope_scaling_tied"
+    cfg, _, state, e = golden(name)
+    mask_BxTxT = causal_padding_mask(jnp.asarray(e["attention_mask"]))
+
+    def dots_and_grads(policy):
+        graphdef = graphdef_with(cfg, remat=True, remat_policy=policy)
+
+        def loss(s):
+            logits, _ = nnx.merge(graphdef, s)(jnp.asarray(e["tokens"]), jnp.asarray(e["positions"]), mask_BxTxT)
+            return jnp.sum(jax.nn.log_softmax(logits)[..., 0] * jnp.asarray(e["attention_mask"]))
+
+        compiled = jax.jit(jax.value_and_grad(loss)).lower(state).compile()
+        dots = hlo_stats.summarize(hlo_stats.collectives(compiled.as_text(), ("dot",)), ("dot",))["dot"].count
+        return dots, compiled(state)
+
+    (full_dots, (value, grads)), (kept_dots, (kept_value, kept_grads)) = dots_and_grads("full"), dots_and_grads("dots")
+    assert full_dots - kept_dots == 6 * cfg.num_layers, (full_dots, kept_dots)
+    np.testing.assert_allclose(kept_value, value, rtol=1e-6)
+    for g, kept in zip(jax.tree.leaves(grads), jax.tree.leaves(kept_grads)):
+        assert rel_err(kept, g) <= 1e-5
+    with pytest.raises(ValueError, match=r"field 'remat_policy' must be one of \('full', 'dots'\), got 'some'"):
+        cfg.replace(remat_policy="some")
 
 
 @pytest.mark.parametrize("name", GOLDEN_NAMES)

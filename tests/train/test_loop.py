@@ -271,8 +271,8 @@ def test_grpo_config_rejects_bad_rl_values(field, value, message):
 @pytest.mark.parametrize("flag, message", [
     ("--config.rl.missing_scores=dorp", "config.rl.missing_scores='dorp'"),
     ("--config.monitor.max_template_share=1.5", "config.monitor.max_template_share=1.5: expected a number in [0, 1]"),
-    ("--config.rl.micro_batches=3", "config.rl.micro_batches=3 must divide questions_per_step=8: a micro-batch "
-                                    "holds whole groups"),
+    ("--config.rl.micro_batches=3", "config.rl.micro_batches=3 must divide questions_per_step=8, or split each "
+                                    "group of 8 into equal parts that it divides: a micro-batch holds whole groups"),
 ])
 def test_a_bad_grpo_setting_fails_before_sft_starts(tmp_path, flag, message, command_server):
     """Each case a run of experiments.run forked from one process that imported it and the trainer
@@ -348,11 +348,11 @@ def test_pretrained_checkpoint_starts_training_with_the_config_numerics(tmp_path
     export_hf_checkpoint(cfg, params, tmp_path / "hf", source_dir=config.model.tokenizer)
     with config.unlocked():
         config.model.checkpoint, config.model.config_json = str(tmp_path / "hf"), ""
-        config.model.compute_dtype, config.model.remat = "bfloat16", True
+        config.model.compute_dtype, config.model.remat, config.model.remat_policy = "bfloat16", True, "dots"
     run_ = loop.build(config, tmp_path / "run")
     state = run_.programs.grpo_state.init(run_.initial_params())  # the state training steps with
     model_cfg = nnx.merge(state.graphdef, state.params).cfg
-    assert (model_cfg.compute_dtype, model_cfg.remat) == ("bfloat16", True)
+    assert (model_cfg.compute_dtype, model_cfg.remat, model_cfg.remat_policy) == ("bfloat16", True, "dots")
     jax.tree.map(np.testing.assert_array_equal, jax.device_get(state.params), params)
 
 

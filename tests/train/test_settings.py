@@ -47,6 +47,7 @@ def test_shipped_configs_validate_and_eval_has_its_own_response_budget():
     ("stages", (), "config.stages=()"),
     ("model__param_dtype", "bfloat16", "config.model.param_dtype='bfloat16': training keeps float32"),
     ("model__compute_dtype", "fp8", "config.model.compute_dtype='fp8': expected one of"),
+    ("model__remat_policy", "selective", "config.model.remat_policy='selective': expected one of ('full', 'dots')"),
     ("mesh__rollout__param_dtype", "half", "config.mesh.rollout.param_dtype='half'"),
     ("judge__mode", "pairwise", "config.judge.mode='pairwise': expected one of ('per_dimension', 'all_criteria')"),
     ("judge__ensemble", "vote", "config.judge.ensemble='vote'"),

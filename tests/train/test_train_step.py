@@ -231,11 +231,16 @@ def test_gradient_accumulation_equals_one_big_batch(state0, batch0):
     state = _with_tx(state0, SGD)
     batch = _with_ref(batch0, jax.tree.map(lambda x: x * 0.9, state0.params))
     s1, m1 = _grpo_step(KL_CFG, 1)(_copy(state), batch)
-    s4, m4 = _grpo_step(KL_CFG, 4)(_copy(state), batch)
     assert "lr" not in m1  # sgd records no learning rate
-    _assert_trees_close(s4.params, s1.params, rtol=1e-5, atol=1e-7)
-    for name in ("loss", "kl", "grad_norm", "entropy", "clip_frac", "num_tokens", "abs_log_ratio"):
-        assert float(m4[name]) == pytest.approx(float(m1[name]), rel=1e-5, abs=1e-7)
+    # 4 micro-batches of one group; 8 of one row each: every group split in 2, its prompt run once per part.
+    for micro in (4, 8):
+        s_m, m_m = _grpo_step(KL_CFG, micro)(_copy(state), batch)
+        _assert_trees_close(s_m.params, s1.params, rtol=1e-5, atol=1e-7)
+        for name in ("loss", "kl", "grad_norm", "entropy", "clip_frac", "num_tokens", "abs_log_ratio"):
+            assert float(m_m[name]) == pytest.approx(float(m1[name]), rel=1e-5, abs=1e-7)
+    split_logprobs = train_step.jit_rollout_logprobs(state0.graphdef, group_size=GROUP, temperature=1.0, micro_batches=8)
+    np.testing.assert_allclose(split_logprobs(state0.params, *train_step.logprob_inputs(batch0)), batch0["old_logp"],
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_padding_does_not_change_the_update(state0, batch0):
@@ -291,7 +296,8 @@ def test_the_step_runs_only_the_policy_forward_and_compiles_once(monkeypatch, st
 
 
 def test_bad_batches_are_rejected(state0, batch0, grpo_step):
-    with pytest.raises(ValueError, match=r"micro_batches=3 must be >= 1 and divide the 4 groups of 2 rows"):
+    with pytest.raises(ValueError, match=r"micro_batches=3 must be >= 1 and divide the 4 groups of 2 rows, or split "
+                                         r"each group into equal parts that they divide"):
         train_step.jit_grpo_step(grpo.GRPOConfig(group_size=GROUP, kl_coef=0.0), micro_batches=3).trace(state0, batch0)
     with pytest.raises(ValueError, match="8 rows are not whole groups of group_size=3"):
         train_step.jit_grpo_step(grpo.GRPOConfig(group_size=3, kl_coef=0.0)).trace(state0, batch0)
