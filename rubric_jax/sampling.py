@@ -180,6 +180,51 @@ def sample_tokens(logits_BxV: jax.Array, key: jax.Array, sampler: Sampler, row_o
     return _argmax(scaled_BxV + noise_BxV)
 
 
+def _best_and_logsumexp(a: tuple[jax.Array, ...], b: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
+    """`_fused_draw`'s reducer over (key, index, scaled at index, running max, sum of exp(scaled - max)): the larger
+    key (the lower index on a tie, as `_argmax`) with its index and scaled logit, and the two partial sums merged at
+    their common maximum (online softmax)."""
+    key_a, index_a, at_a, max_a, sum_a = a
+    key_b, index_b, at_b, max_b, sum_b = b
+    take_b = (key_b > key_a) | ((key_b == key_a) & (index_b < index_a))
+    top = jnp.maximum(max_a, max_b)
+    return (jnp.where(take_b, key_b, key_a), jnp.where(take_b, index_b, index_a), jnp.where(take_b, at_b, at_a), top,
+            sum_a * jnp.exp(max_a - top) + sum_b * jnp.exp(max_b - top))
+
+
+def _fused_draw(logits_BxV: jax.Array, key: jax.Array, sampler: Sampler, row_offset: jax.Array | None
+                ) -> tuple[jax.Array, jax.Array]:
+    """`sample_tokens`'s token (greedy or temperature) and its log-prob under softmax(logits / T), from one variadic
+    reduction over the vocabulary that reads the logits once, in their own dtype (a decode step's compute-dtype
+    logits: no float32 [B, V] copy in memory, one reduction kernel where an argmax and a log-softmax took five on
+    XLA's GPU compiler, issue 33). The same draws and tokens; the log-prob's sum runs in another order (float32
+    rounding)."""
+    scaled_BxV = logits_BxV.astype(jnp.float32) / sampler.temperature
+    drawn_BxV = scaled_BxV
+    if sampler.kind != "greedy":
+        drawn_BxV = scaled_BxV + (jax.random.gumbel(key, scaled_BxV.shape, jnp.float32) if row_offset is None else
+                                  row_noise.gumbel_rows(key, row_offset, scaled_BxV.shape, jnp.float32))
+    index_BxV = jax.lax.broadcasted_iota(jnp.int32, scaled_BxV.shape, 1)
+    lowest = jnp.float32(jnp.finfo(jnp.float32).min)  # a finite start: exp(lowest - lowest) is 1, not nan
+    inits = (jnp.float32(-jnp.inf), jnp.int32(scaled_BxV.shape[1]), jnp.float32(0), lowest, jnp.float32(0))
+    _, token_B, at_B, max_B, sum_B = jax.lax.reduce(
+        (drawn_BxV, index_BxV, scaled_BxV, scaled_BxV, jnp.ones_like(scaled_BxV)), inits, _best_and_logsumexp, (1,))
+    return token_B, at_B - max_B - jnp.log(sum_B)
+
+
+def draw_with_logprobs(logits_BxV: jax.Array, key: jax.Array, sampler: Sampler, row_offset: jax.Array | None = None
+                       ) -> tuple[jax.Array, jax.Array]:
+    """One token per row (`sample_tokens`' draw) and its log-prob under softmax(logits / T): for greedy and
+    temperature in one pass over the logits (`_fused_draw`); top-k and nucleus, which sort, as `sample_tokens` and a
+    log-softmax."""
+    if sampler.kind in ("greedy", "temperature"):
+        return _fused_draw(logits_BxV, key, sampler, row_offset)
+    logits_BxV = logits_BxV.astype(jnp.float32)
+    token_B = sample_tokens(logits_BxV, key, sampler, row_offset)
+    logp_BxV = jax.nn.log_softmax(logits_BxV / sampler.temperature, axis=-1)
+    return token_B, jnp.take_along_axis(logp_BxV, token_B[:, None], axis=-1)[:, 0]
+
+
 # ------------------------------------------------------------------------------------------ generate
 
 
@@ -216,9 +261,7 @@ def _emit(state: SamplingState, logits_BxV: jax.Array, sampler: Sampler, stop_S:
     """Samples the next token of every unfinished row into slot `state.step`, with its log-prob under
     softmax(logits / T) (see the module docstring)."""
     key = jax.random.fold_in(state.key, state.step)
-    token_B = sample_tokens(logits_BxV, key, sampler, row_offset)
-    logp_BxV = jax.nn.log_softmax(logits_BxV / sampler.temperature, axis=-1)
-    logprob_B = jnp.take_along_axis(logp_BxV, token_B[:, None], axis=-1)[:, 0]
+    token_B, logprob_B = draw_with_logprobs(logits_BxV, key, sampler, row_offset)
     live_B = ~state.done_B
     token_B = jnp.where(live_B, token_B, pad_id)
     logprob_B = jnp.where(live_B, logprob_B, 0.0)
@@ -231,6 +274,13 @@ def _emit(state: SamplingState, logits_BxV: jax.Array, sampler: Sampler, stop_S:
         stopped_B=state.stopped_B | hit_stop_B,
         lengths_B=state.lengths_B + live_B.astype(jnp.int32),
     )
+
+
+def _decode_logits(model: nnx.Module, h_BxD: jax.Array) -> jax.Array:
+    """The LM head's logits [B, V] of final hidden states [B, D], in their compute dtype (the dot accumulates in
+    float32 and rounds once): what `draw_with_logprobs` reads, with no float32 [B, V] array in memory on a bf16
+    model (identical logits on a float32 one)."""
+    return jnp.einsum("BD,DV->BV", h_BxD, model.vocab_slice(0, 1), preferred_element_type=h_BxD.dtype)
 
 
 def prefill_chunk_size(prompt_slots: int) -> int:
@@ -374,7 +424,7 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
             position_B = position_B + jnp.sum(suffix_mask_BxT, axis=1, dtype=jnp.int32)
         else:
             h_BxD = jnp.repeat(h_UxD, n, axis=0)
-        logits_BxV = model.logits_from_hidden(h_BxD[:, None])[:, 0]
+        logits_BxV = _decode_logits(model, h_BxD)
         state = SamplingState(
             step=jnp.int32(0),
             tokens_BxR=jnp.full((batch, response_slots), pad_id, jnp.int32),
@@ -399,9 +449,10 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
                                         (batch, suffix_slots + window))
             if suffix_slots:
                 mask_BxW = mask_BxW.at[:, :suffix_slots].set(suffix_mask_BxT)
-            logits_Bx1xV, cache = model(last_B, (position_B + index)[:, None], mask_BxW[:, None], s.cache,
-                                        suffix_slots + index, layers, prefix)
-            return _emit(s.replace(cache=cache), logits_Bx1xV[:, 0], sampler, stop_S, pad_id, row_offset)
+            h_Bx1xD, cache = model.hidden_states(last_B, (position_B + index)[:, None], mask_BxW[:, None], s.cache,
+                                                 suffix_slots + index, layers, prefix)
+            return _emit(s.replace(cache=cache), _decode_logits(model, h_Bx1xD[:, 0]), sampler, stop_S, pad_id,
+                         row_offset)
 
         # A segment carries exactly its window of the response cache (a per-token slice of a larger cache would
         # make XLA copy the whole cache, twice, to update it in place).
