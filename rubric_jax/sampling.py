@@ -79,6 +79,10 @@ FINISH_STOP, FINISH_LENGTH = "stop", "length"
 PREFILL_CHUNK = 128
 # Smallest step between decode attention windows (response slots); see `decode_windows`.
 DECODE_BLOCK = 128
+# Decode steps per stop test, by device platform (1 where absent; `steps_per_check`). A GPU's runtime copies the
+# predicate of a loop of unknown length to the host and waits for it every iteration, so there the decode loop tests
+# every 8 tokens, running them as a loop of known length; CPU and TPU read it where it is.
+STEPS_PER_CHECK = {"gpu": 8}
 
 
 # ------------------------------------------------------------------------------------------ samplers
@@ -192,37 +196,61 @@ def _best_and_logsumexp(a: tuple[jax.Array, ...], b: tuple[jax.Array, ...]) -> t
             sum_a * jnp.exp(max_a - top) + sum_b * jnp.exp(max_b - top))
 
 
-def _fused_draw(logits_BxV: jax.Array, key: jax.Array, sampler: Sampler, row_offset: jax.Array | None
-                ) -> tuple[jax.Array, jax.Array]:
+def _fused_draw(logits_BxV: jax.Array, key: jax.Array, sampler: Sampler, row_offset: jax.Array | None,
+                vocab_shards: int) -> tuple[jax.Array, jax.Array]:
     """`sample_tokens`'s token (greedy or temperature) and its log-prob under softmax(logits / T), from one variadic
     reduction over the vocabulary that reads the logits once, in their own dtype (a decode step's compute-dtype
     logits: no float32 [B, V] copy in memory, one reduction kernel where an argmax and a log-softmax took five on
     XLA's GPU compiler, issue 33). The same draws and tokens; the log-prob's sum runs in another order (float32
-    rounding)."""
+    rounding). Over a vocabulary split in `vocab_shards` blocks each block reduces its own part, merged by
+    `_merge_blocks` (all-reduces: the partitioner all-gathers the partial results of a variadic reduction)."""
+    batch, vocab = logits_BxV.shape
     scaled_BxV = logits_BxV.astype(jnp.float32) / sampler.temperature
     drawn_BxV = scaled_BxV
     if sampler.kind != "greedy":
         drawn_BxV = scaled_BxV + (jax.random.gumbel(key, scaled_BxV.shape, jnp.float32) if row_offset is None else
                                   row_noise.gumbel_rows(key, row_offset, scaled_BxV.shape, jnp.float32))
-    index_BxV = jax.lax.broadcasted_iota(jnp.int32, scaled_BxV.shape, 1)
+    shape = (batch, vocab_shards, vocab // vocab_shards)
+    index = jax.lax.broadcasted_iota(jnp.int32, shape, 1) * shape[2] + jax.lax.broadcasted_iota(jnp.int32, shape, 2)
     lowest = jnp.float32(jnp.finfo(jnp.float32).min)  # a finite start: exp(lowest - lowest) is 1, not nan
-    inits = (jnp.float32(-jnp.inf), jnp.int32(scaled_BxV.shape[1]), jnp.float32(0), lowest, jnp.float32(0))
-    _, token_B, at_B, max_B, sum_B = jax.lax.reduce(
-        (drawn_BxV, index_BxV, scaled_BxV, scaled_BxV, jnp.ones_like(scaled_BxV)), inits, _best_and_logsumexp, (1,))
+    inits = (jnp.float32(-jnp.inf), jnp.int32(vocab), jnp.float32(0), lowest, jnp.float32(0))
+    operands = (drawn_BxV.reshape(shape), index, scaled_BxV.reshape(shape), scaled_BxV.reshape(shape),
+                jnp.ones(shape, jnp.float32))
+    parts = jax.lax.reduce(operands, inits, _best_and_logsumexp, (2,))
+    token_B, at_B, max_B, sum_B = _merge_blocks(*parts, vocab) if vocab_shards > 1 else (p[:, 0] for p in parts[1:])
     return token_B, at_B - max_B - jnp.log(sum_B)
 
 
-def draw_with_logprobs(logits_BxV: jax.Array, key: jax.Array, sampler: Sampler, row_offset: jax.Array | None = None
-                       ) -> tuple[jax.Array, jax.Array]:
+def _merge_blocks(key_BxC: jax.Array, index_BxC: jax.Array, at_BxC: jax.Array, max_BxC: jax.Array, sum_BxC: jax.Array,
+                  vocab: int) -> tuple[jax.Array, ...]:
+    """`_best_and_logsumexp` over the C vocabulary blocks' partial results, by plain reductions (an all-reduce each
+    over a split vocabulary): the token, its scaled logit, the maximum and the sum of exp(scaled - maximum)."""
+    best_Bx1 = jnp.max(key_BxC, axis=1, keepdims=True)
+    token_B = jnp.min(jnp.where(key_BxC == best_Bx1, index_BxC, vocab), axis=1)
+    at_B = jnp.sum(jnp.where(index_BxC == token_B[:, None], at_BxC, 0.0), axis=1)  # one block holds the token
+    max_Bx1 = jnp.max(max_BxC, axis=1, keepdims=True)
+    return token_B, at_B, max_Bx1[:, 0], jnp.sum(sum_BxC * jnp.exp(max_BxC - max_Bx1), axis=1)
+
+
+def draw_with_logprobs(logits_BxV: jax.Array, key: jax.Array, sampler: Sampler, row_offset: jax.Array | None = None,
+                       vocab_shards: int = 1) -> tuple[jax.Array, jax.Array]:
     """One token per row (`sample_tokens`' draw) and its log-prob under softmax(logits / T): for greedy and
-    temperature in one pass over the logits (`_fused_draw`); top-k and nucleus, which sort, as `sample_tokens` and a
-    log-softmax."""
+    temperature in one pass over the logits (`_fused_draw`, the vocabulary split in `vocab_shards` blocks like the
+    logits, which must divide it); top-k and nucleus, which sort, as `sample_tokens` and a log-softmax."""
     if sampler.kind in ("greedy", "temperature"):
-        return _fused_draw(logits_BxV, key, sampler, row_offset)
+        return _fused_draw(logits_BxV, key, sampler, row_offset, vocab_shards)
     logits_BxV = logits_BxV.astype(jnp.float32)
     token_B = sample_tokens(logits_BxV, key, sampler, row_offset)
     logp_BxV = jax.nn.log_softmax(logits_BxV / sampler.temperature, axis=-1)
     return token_B, jnp.take_along_axis(logp_BxV, token_B[:, None], axis=-1)[:, 0]
+
+
+def vocab_blocks(layout: sharding.Layout, vocab: int) -> int:
+    """The blocks a [B, V] array's vocabulary is split in by `layout` (1 where it is whole, or where they would not
+    divide it evenly)."""
+    axes = layout.sharding(("batch", "vocab"), (layout.batch_multiple, vocab)).spec[1]
+    blocks = math.prod(layout.mesh.shape[a] for a in ((axes,) if isinstance(axes, str) else axes or ()))
+    return blocks if vocab % blocks == 0 else 1
 
 
 # ------------------------------------------------------------------------------------------ generate
@@ -257,17 +285,23 @@ class GenerationResult:
 
 
 def _emit(state: SamplingState, logits_BxV: jax.Array, sampler: Sampler, stop_S: jax.Array,
-          pad_id: jax.Array, row_offset: jax.Array | None) -> SamplingState:
+          pad_id: jax.Array, row_offset: jax.Array | None, vocab_shards: int, active: jax.Array | bool = True
+          ) -> SamplingState:
     """Samples the next token of every unfinished row into slot `state.step`, with its log-prob under
-    softmax(logits / T) (see the module docstring)."""
+    softmax(logits / T) (see the module docstring); where not `active` (a step past the end of a loop that tests
+    its stop every few steps) the state is left as it is."""
     key = jax.random.fold_in(state.key, state.step)
-    token_B, logprob_B = draw_with_logprobs(logits_BxV, key, sampler, row_offset)
-    live_B = ~state.done_B
-    token_B = jnp.where(live_B, token_B, pad_id)
-    logprob_B = jnp.where(live_B, logprob_B, 0.0)
+    token_B, logprob_B = draw_with_logprobs(logits_BxV, key, sampler, row_offset, vocab_shards)
+    live_B = ~state.done_B & active
+    # A finished row writes pad_id / 0 into its slot `step`, which holds them already; an inactive step writes back
+    # what slot `step` holds (the last slot when step is the bucket: the index clamps).
+    token_B = jnp.where(live_B, token_B, jnp.where(active, pad_id, state.tokens_BxR[:, jnp.minimum(
+        state.step, state.tokens_BxR.shape[1] - 1)]))
+    logprob_B = jnp.where(live_B, logprob_B, jnp.where(active, 0.0, state.logprobs_BxR[:, jnp.minimum(
+        state.step, state.logprobs_BxR.shape[1] - 1)]))
     hit_stop_B = live_B & jnp.isin(token_B, stop_S)
     return state.replace(
-        step=state.step + 1,
+        step=state.step + jnp.int32(active),
         tokens_BxR=jax.lax.dynamic_update_slice(state.tokens_BxR, token_B[:, None], (0, state.step)),
         logprobs_BxR=jax.lax.dynamic_update_slice(state.logprobs_BxR, logprob_B[:, None], (0, state.step)),
         done_B=state.done_B | hit_stop_B,
@@ -360,6 +394,13 @@ def _prefill(model: nnx.Module, layers: Sequence[Params], prompt_BxP: jax.Array,
     return last_h_BxD, cache
 
 
+def steps_per_check(platform: str, windows: Sequence[int]) -> int:
+    """Decode steps per stop test on `platform`: the largest divisor of its STEPS_PER_CHECK that divides every decode
+    segment's steps (`decode_windows`; steps 1..windows[0] run in the first), so that a segment's steps come in whole
+    groups and none writes past its window. At most that many - 1 steps run idle after the last token."""
+    return math.gcd(STEPS_PER_CHECK.get(platform, 1), *windows)
+
+
 def _grow(cache: KVCache, window: int) -> KVCache:
     """A per-layer response cache with empty slots added up to `window` (past the filled ones: never read
     unmasked); slots are the last axis of k [B, K, H, W] and the third of v [B, K, W, H]."""
@@ -382,9 +423,10 @@ def _cache_sharding(layout: sharding.Layout, cache: KVCache) -> Any:
 
 @functools.lru_cache(maxsize=64)
 def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, cache_slots: int,
-                 prefill_chunk: int, decode_block: int, n: int, layout: sharding.Layout, suffix_slots: int = 0):
+                 prefill_chunk: int, decode_block: int, n: int, layout: sharding.Layout, suffix_slots: int = 0,
+                 checks: int = 1):
     """The jitted prefill + decode program for one (model graph, sampler, R bucket of the outputs, response
-    cache bucket, chunk, decode block, n, layout, suffix bucket).
+    cache bucket, chunk, decode block, n, layout, suffix bucket, decode steps per stop test: `steps_per_check`).
 
     Each distinct prompt is prefilled once into the prompt cache, which its n rows (u * n + j) then continue
     as a `SharedPrefix`, each row writing its own cache: with `suffix_slots` (Ts > 0) row b first prefills its
@@ -435,14 +477,23 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
             cache=cache,
             key=key,
         )
-        state = _emit(state, logits_BxV, sampler, stop_S, pad_id, row_offset)
+        vocab_shards = vocab_blocks(layout, model.cfg.vocab_size)
+        state = _emit(state, logits_BxV, sampler, stop_S, pad_id, row_offset, vocab_shards)
 
         # Response slot t holds response token t (own cache slot Ts + t); a segment runs while the tokens so far
-        # fit its window.
+        # fit its window, `checks` steps per test (`steps_per_check`).
         def cond(s: SamplingState, window: int) -> jax.Array:
             return (s.step < max_new_tokens) & ~jnp.all(s.done_B) & (s.step <= window)
 
         def body(s: SamplingState, window: int) -> SamplingState:
+            if checks == 1:
+                return step(s, window, True)
+            return jax.lax.fori_loop(0, checks, lambda _, s: step(s, window, cond(s, window)), s)
+
+        def step(s: SamplingState, window: int, active: jax.Array | bool) -> SamplingState:
+            """One decode step; an inactive one (past max_new_tokens or every row's stop, inside a loop of `checks`
+            steps) feeds the last token again, rewriting its own cache slot with the same keys and values, and
+            leaves the state as it is (`_emit`)."""
             index = s.step - 1  # the response slot of the token fed in
             last_B = jax.lax.dynamic_slice_in_dim(s.tokens_BxR, index, 1, axis=1)
             mask_BxW = jnp.broadcast_to(jnp.arange(suffix_slots + window) <= suffix_slots + index,
@@ -452,7 +503,7 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
             h_Bx1xD, cache = model.hidden_states(last_B, (position_B + index)[:, None], mask_BxW[:, None], s.cache,
                                                  suffix_slots + index, layers, prefix)
             return _emit(s.replace(cache=cache), _decode_logits(model, h_Bx1xD[:, 0]), sampler, stop_S, pad_id,
-                         row_offset)
+                         row_offset, vocab_shards, active)
 
         # A segment carries exactly its window of the response cache (a per-token slice of a larger cache would
         # make XLA copy the whole cache, twice, to update it in place).
@@ -534,8 +585,9 @@ def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
     cache_slots = padding.bucket_size(max_new_tokens)
     response_slots = cache_slots if response_buckets is None else padding.bucket_length(max_new_tokens,
                                                                                          response_buckets)
+    checks = steps_per_check(layout.mesh.devices.flat[0].platform, decode_windows(cache_slots, DECODE_BLOCK))
     run = _generate_fn(weights.graphdef, parsed, response_slots, cache_slots, prefill_chunk_size(prompt_slots),
-                       DECODE_BLOCK, n, layout, suffix_slots)
+                       DECODE_BLOCK, n, layout, suffix_slots, checks)
     # Host inputs go rows like the batch (this process's rows are its block of the global batch), the rest
     # replicated; `generate` places them, parameters are never moved.
     global_shape = (padded_prompts * jax.process_count(), prompt_slots)
