@@ -83,6 +83,10 @@ DECODE_BLOCK = 128
 # predicate of a loop of unknown length to the host and waits for it every iteration, so there the decode loop tests
 # every 8 tokens, running them as a loop of known length; CPU and TPU read it where it is.
 STEPS_PER_CHECK = {"gpu": 8}
+# Platforms whose decode draws the token and its log-prob in one variadic reduction (`_fused_draw`): on XLA's GPU
+# compiler two kernels where an argmax and a log-softmax took five; XLA's CPU backend runs that reduction ~10x slower
+# than the two (4.5-5.5 ms vs 0.45 ms at 8 x 32k logits, measured under load), so CPU keeps them.
+ONE_PASS_DRAW = frozenset({"gpu"})
 
 
 # ------------------------------------------------------------------------------------------ samplers
@@ -233,11 +237,12 @@ def _merge_blocks(key_BxC: jax.Array, index_BxC: jax.Array, at_BxC: jax.Array, m
 
 
 def draw_with_logprobs(logits_BxV: jax.Array, key: jax.Array, sampler: Sampler, row_offset: jax.Array | None = None,
-                       vocab_shards: int = 1) -> tuple[jax.Array, jax.Array]:
-    """One token per row (`sample_tokens`' draw) and its log-prob under softmax(logits / T): for greedy and
-    temperature in one pass over the logits (`_fused_draw`, the vocabulary split in `vocab_shards` blocks like the
-    logits, which must divide it); top-k and nucleus, which sort, as `sample_tokens` and a log-softmax."""
-    if sampler.kind in ("greedy", "temperature"):
+                       vocab_shards: int = 1, one_pass: bool = True) -> tuple[jax.Array, jax.Array]:
+    """One token per row (`sample_tokens`' draw) and its log-prob under softmax(logits / T): where `one_pass`, for
+    greedy and temperature in one pass over the logits (`_fused_draw`, the vocabulary split in `vocab_shards` blocks
+    like the logits, which must divide it); else, and for top-k and nucleus (which sort), as `sample_tokens` and a
+    log-softmax."""
+    if one_pass and sampler.kind in ("greedy", "temperature"):
         return _fused_draw(logits_BxV, key, sampler, row_offset, vocab_shards)
     logits_BxV = logits_BxV.astype(jnp.float32)
     token_B = sample_tokens(logits_BxV, key, sampler, row_offset)
@@ -285,13 +290,14 @@ class GenerationResult:
 
 
 def _emit(state: SamplingState, logits_BxV: jax.Array, sampler: Sampler, stop_S: jax.Array,
-          pad_id: jax.Array, row_offset: jax.Array | None, vocab_shards: int, active: jax.Array | bool = True
+          pad_id: jax.Array, row_offset: jax.Array | None, draw: tuple[int, bool], active: jax.Array | bool = True
           ) -> SamplingState:
     """Samples the next token of every unfinished row into slot `state.step`, with its log-prob under
-    softmax(logits / T) (see the module docstring); where not `active` (a step past the end of a loop that tests
+    softmax(logits / T) (see the module docstring; `draw`: `draw_with_logprobs`' vocab_shards and one_pass); where
+    not `active` (a step past the end of a loop that tests
     its stop every few steps) the state is left as it is."""
     key = jax.random.fold_in(state.key, state.step)
-    token_B, logprob_B = draw_with_logprobs(logits_BxV, key, sampler, row_offset, vocab_shards)
+    token_B, logprob_B = draw_with_logprobs(logits_BxV, key, sampler, row_offset, *draw)
     live_B = ~state.done_B & active
     # A finished row writes pad_id / 0 into its slot `step`, which holds them already; an inactive step writes back
     # what slot `step` holds (the last slot when step is the bucket: the index clamps).
@@ -424,9 +430,10 @@ def _cache_sharding(layout: sharding.Layout, cache: KVCache) -> Any:
 @functools.lru_cache(maxsize=64)
 def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, cache_slots: int,
                  prefill_chunk: int, decode_block: int, n: int, layout: sharding.Layout, suffix_slots: int = 0,
-                 checks: int = 1):
+                 checks: int = 1, one_pass: bool = False):
     """The jitted prefill + decode program for one (model graph, sampler, R bucket of the outputs, response
-    cache bucket, chunk, decode block, n, layout, suffix bucket, decode steps per stop test: `steps_per_check`).
+    cache bucket, chunk, decode block, n, layout, suffix bucket, decode steps per stop test (`steps_per_check`),
+    one-pass draw (`ONE_PASS_DRAW`)).
 
     Each distinct prompt is prefilled once into the prompt cache, which its n rows (u * n + j) then continue
     as a `SharedPrefix`, each row writing its own cache: with `suffix_slots` (Ts > 0) row b first prefills its
@@ -477,8 +484,8 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
             cache=cache,
             key=key,
         )
-        vocab_shards = vocab_blocks(layout, model.cfg.vocab_size)
-        state = _emit(state, logits_BxV, sampler, stop_S, pad_id, row_offset, vocab_shards)
+        draw = (vocab_blocks(layout, model.cfg.vocab_size), one_pass)
+        state = _emit(state, logits_BxV, sampler, stop_S, pad_id, row_offset, draw)
 
         # Response slot t holds response token t (own cache slot Ts + t); a segment runs while the tokens so far
         # fit its window, `checks` steps per test (`steps_per_check`).
@@ -503,7 +510,7 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
             h_Bx1xD, cache = model.hidden_states(last_B, (position_B + index)[:, None], mask_BxW[:, None], s.cache,
                                                  suffix_slots + index, layers, prefix)
             return _emit(s.replace(cache=cache), _decode_logits(model, h_Bx1xD[:, 0]), sampler, stop_S, pad_id,
-                         row_offset, vocab_shards, active)
+                         row_offset, draw, active)
 
         # A segment carries exactly its window of the response cache (a per-token slice of a larger cache would
         # make XLA copy the whole cache, twice, to update it in place).
@@ -585,9 +592,10 @@ def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
     cache_slots = padding.bucket_size(max_new_tokens)
     response_slots = cache_slots if response_buckets is None else padding.bucket_length(max_new_tokens,
                                                                                          response_buckets)
-    checks = steps_per_check(layout.mesh.devices.flat[0].platform, decode_windows(cache_slots, DECODE_BLOCK))
+    platform = layout.mesh.devices.flat[0].platform
     run = _generate_fn(weights.graphdef, parsed, response_slots, cache_slots, prefill_chunk_size(prompt_slots),
-                       DECODE_BLOCK, n, layout, suffix_slots, checks)
+                       DECODE_BLOCK, n, layout, suffix_slots,
+                       steps_per_check(platform, decode_windows(cache_slots, DECODE_BLOCK)), platform in ONE_PASS_DRAW)
     # Host inputs go rows like the batch (this process's rows are its block of the global batch), the rest
     # replicated; `generate` places them, parameters are never moved.
     global_shape = (padded_prompts * jax.process_count(), prompt_slots)
