@@ -316,11 +316,12 @@ def _emit(state: SamplingState, logits_BxV: jax.Array, sampler: Sampler, stop_S:
     )
 
 
-def _decode_logits(model: nnx.Module, h_BxD: jax.Array) -> jax.Array:
-    """The LM head's logits [B, V] of final hidden states [B, D], in their compute dtype (the dot accumulates in
-    float32 and rounds once): what `draw_with_logprobs` reads, with no float32 [B, V] array in memory on a bf16
-    model (identical logits on a float32 one)."""
-    return jnp.einsum("BD,DV->BV", h_BxD, model.vocab_slice(0, 1), preferred_element_type=h_BxD.dtype)
+def _decode_logits(model: nnx.Module, h_BxD: jax.Array, one_pass: bool) -> jax.Array:
+    """The LM head's float32 logits [B, V] of final hidden states [B, D]; for a `one_pass` draw in their compute
+    dtype (the dot accumulates in float32 and rounds once), which `_fused_draw` reads once: no float32 [B, V] array
+    in memory on a bf16 model (identical logits on a float32 one)."""
+    dtype = h_BxD.dtype if one_pass else jnp.float32
+    return jnp.einsum("BD,DV->BV", h_BxD, model.vocab_slice(0, 1), preferred_element_type=dtype)
 
 
 def prefill_chunk_size(prompt_slots: int) -> int:
@@ -473,7 +474,7 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
             position_B = position_B + jnp.sum(suffix_mask_BxT, axis=1, dtype=jnp.int32)
         else:
             h_BxD = jnp.repeat(h_UxD, n, axis=0)
-        logits_BxV = _decode_logits(model, h_BxD)
+        logits_BxV = _decode_logits(model, h_BxD, one_pass)
         state = SamplingState(
             step=jnp.int32(0),
             tokens_BxR=jnp.full((batch, response_slots), pad_id, jnp.int32),
@@ -509,8 +510,8 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
                 mask_BxW = mask_BxW.at[:, :suffix_slots].set(suffix_mask_BxT)
             h_Bx1xD, cache = model.hidden_states(last_B, (position_B + index)[:, None], mask_BxW[:, None], s.cache,
                                                  suffix_slots + index, layers, prefix)
-            return _emit(s.replace(cache=cache), _decode_logits(model, h_Bx1xD[:, 0]), sampler, stop_S, pad_id,
-                         row_offset, draw, active)
+            logits_BxV = _decode_logits(model, h_Bx1xD[:, 0], one_pass)
+            return _emit(s.replace(cache=cache), logits_BxV, sampler, stop_S, pad_id, row_offset, draw, active)
 
         # A segment carries exactly its window of the response cache (a per-token slice of a larger cache would
         # make XLA copy the whole cache, twice, to update it in place).

@@ -124,8 +124,8 @@ def _per_token_all_gathers(layout, sampler, per_layer=False):
     return hlo_stats.summarize(hlo_stats.collectives(lowered.compile().as_text()))["all-gather"].per_iteration_count
 
 
-@pytest.mark.parametrize(("sampler", "per_layer", "one_pass"), [("greedy", False, False), ("temperature(0.7)", True, False),
-                                                             ("greedy", True, True)])
+@pytest.mark.parametrize(("sampler", "per_layer", "one_pass"),
+                         [("greedy", False, False), ("temperature(0.7)", True, False), ("greedy", True, True)])
 def test_decode_loop_all_gathers_nothing_in_the_decode_layout(sampler, per_layer, one_pass, monkeypatch):
     """The compiled program is the proof: with FSDP-sharded (training layout) weights every generated
     token all-gathers some (the embedding or LM head; the layer weights are gathered with their once-per-call
