@@ -454,3 +454,72 @@ def float32_dots(hlo_text: str) -> list[str]:
                 op_name = _OP_NAME.search(rest)
                 found.append(f"{name}: {shape} ({op_name.group(1) if op_name else ''})")
     return found
+
+
+def _executed(computations: dict[str, _Computation], entry: str) -> dict[str, bool]:
+    """The computations whose top-level ops run as launches (entry, while bodies and conditions, branches, calls; not
+    fusion bodies or reducers), each with whether it runs: False for the condition of a loop with a known trip count,
+    which XLA's GPU runtime never evaluates (it runs the body that many times)."""
+    found = {entry: True}
+    stack = [entry]
+    while stack:
+        for _, _, op, rest in computations[stack.pop()].instructions:
+            callees = []
+            if op == "while":
+                known = _TRIP_COUNT.search(rest) is not None
+                callees = [(name, kind != "condition" or not known) for kind, name in _CALLEE.findall(rest)
+                           if kind in ("body", "condition")]
+            elif op == "call":
+                callees = [(name, True) for kind, name in _CALLEE.findall(rest) if kind == "to_apply"]
+            elif op == "conditional":
+                callees = [(b.strip().lstrip("%"), True) for branches in _BRANCHES.findall(rest)
+                           for b in branches.split(",") if b.strip()]
+            for name, runs in callees:
+                if name in computations and name not in found:
+                    found[name] = runs
+                    stack.append(name)
+    return found
+
+
+def _is_launch(op: str) -> bool:
+    """Whether a top-level op launches a kernel (an asynchronous pair once, at its start)."""
+    return op not in _NOT_KERNELS and not op.endswith("-done")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopKernels:
+    """Kernel launches per iteration of one loop of unknown trip count (a decode loop's segment: one per generated
+    token), known trip counts inside it multiplied in, by kind of op (a fusion's kind, a custom call's target)."""
+
+    loop: str  # the loop's body computation
+    launches: int
+    by_kind: dict[str, int]
+
+
+def loop_kernels(hlo_text: str) -> list[LoopKernels]:
+    """Kernel launches per iteration of every loop of unknown trip count in a program compiled by XLA's GPU compiler,
+    busiest first: fusions, custom calls (cuBLAS, cuDNN, Triton), copies and other unfused ops in the loop's body and
+    condition and in what they call, each counted once per execution. Why: a decode step is a few hundred small
+    kernels, so their number, not the bytes, bounds its time (issue 33)."""
+    computations, entry = _parse(hlo_text)
+    runs_of = _executions(computations, entry)
+    per_loop: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for name, executes in _executed(computations, entry).items():
+        runs = runs_of.get(name)
+        if not executes or runs is None or runs.per_run is not None:
+            continue
+        for _, _, op, rest in computations[name].instructions:
+            if _is_launch(op):
+                detail = _FUSION_KIND.search(rest) if op == "fusion" else _CUSTOM_CALL_TARGET.search(rest)
+                per_loop[runs.loop][f"{op}:{detail.group(1)}" if detail else op] += runs.per_iteration
+    found = [LoopKernels(loop, sum(kinds.values()), dict(kinds)) for loop, kinds in per_loop.items()]
+    return sorted(found, key=lambda k: -k.launches)
+
+
+def float32_outputs(hlo_text: str, dims: tuple[int, ...]) -> list[str]:
+    """The ops of a compiled program's executed computations (not inside fusions) that write a float32 array of
+    exactly `dims`, by name: e.g. a decode step's [B, V] float32 logits, a round trip through memory."""
+    computations, entry = _parse(hlo_text)
+    return [f"{name} ({op}, in {computation})" for computation in _executed(computations, entry)
+            for name, shape, op, _ in computations[computation].instructions
+            if _is_launch(op) and ("f32", dims) in arrays(shape)]

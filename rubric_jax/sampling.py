@@ -85,6 +85,14 @@ DECODE_BLOCK = 128
 # (an argmax but for exact ties), while a smaller T (1e-300 is 0 in float32) would make them inf or NaN; the largest
 # is float32's.
 MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, float(np.finfo(np.float32).max)
+# Decode steps per stop test, by device platform (1 where absent; `steps_per_check`). A GPU's runtime copies the
+# predicate of a loop of unknown length to the host and waits for it every iteration, so there the decode loop tests
+# every 8 tokens, running them as a loop of known length; CPU and TPU read it where it is.
+STEPS_PER_CHECK = {"gpu": 8}
+# Platforms whose decode draws the token and its log-prob in one variadic reduction (`_fused_draw`): on XLA's GPU
+# compiler two kernels where an argmax and a log-softmax took five; XLA's CPU backend runs that reduction ~10x slower
+# than the two (4.5-5.5 ms vs 0.45 ms at 8 x 32k logits, measured under load), so CPU keeps them.
+ONE_PASS_DRAW = frozenset({"gpu"})
 
 
 # ------------------------------------------------------------------------------------------ samplers
@@ -188,6 +196,77 @@ def sample_tokens(logits_BxV: jax.Array, key: jax.Array, sampler: Sampler, row_o
     return _argmax(scaled_BxV + noise_BxV)
 
 
+def _best_and_logsumexp(a: tuple[jax.Array, ...], b: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
+    """`_fused_draw`'s reducer over (key, index, scaled at index, running max, sum of exp(scaled - max)): the larger
+    key (the lower index on a tie, as `_argmax`) with its index and scaled logit, and the two partial sums merged at
+    their common maximum (online softmax)."""
+    key_a, index_a, at_a, max_a, sum_a = a
+    key_b, index_b, at_b, max_b, sum_b = b
+    take_b = (key_b > key_a) | ((key_b == key_a) & (index_b < index_a))
+    top = jnp.maximum(max_a, max_b)
+    return (jnp.where(take_b, key_b, key_a), jnp.where(take_b, index_b, index_a), jnp.where(take_b, at_b, at_a), top,
+            sum_a * jnp.exp(max_a - top) + sum_b * jnp.exp(max_b - top))
+
+
+def _fused_draw(logits_BxV: jax.Array, key: jax.Array, sampler: Sampler, row_offset: jax.Array | None,
+                vocab_shards: int) -> tuple[jax.Array, jax.Array]:
+    """`sample_tokens`'s token (greedy or temperature) and its log-prob under softmax(logits / T), from one variadic
+    reduction over the vocabulary that reads the logits once, in their own dtype (a decode step's compute-dtype
+    logits: no float32 [B, V] copy in memory, one reduction kernel where an argmax and a log-softmax took five on
+    XLA's GPU compiler, issue 33). The same draws and tokens; the log-prob's sum runs in another order (float32
+    rounding). Over a vocabulary split in `vocab_shards` blocks each block reduces its own part, merged by
+    `_merge_blocks` (all-reduces: the partitioner all-gathers the partial results of a variadic reduction)."""
+    batch, vocab = logits_BxV.shape
+    scaled_BxV = logits_BxV.astype(jnp.float32) / sampler.temperature
+    drawn_BxV = scaled_BxV
+    if sampler.kind != "greedy":
+        drawn_BxV = scaled_BxV + (jax.random.gumbel(key, scaled_BxV.shape, jnp.float32) if row_offset is None else
+                                  row_noise.gumbel_rows(key, row_offset, scaled_BxV.shape, jnp.float32))
+    shape = (batch, vocab_shards, vocab // vocab_shards)
+    index = jax.lax.broadcasted_iota(jnp.int32, shape, 1) * shape[2] + jax.lax.broadcasted_iota(jnp.int32, shape, 2)
+    lowest = jnp.float32(jnp.finfo(jnp.float32).min)  # a finite start: exp(lowest - lowest) is 1, not nan
+    inits = (jnp.float32(-jnp.inf), jnp.int32(vocab), jnp.float32(0), lowest, jnp.float32(0))
+    operands = (drawn_BxV.reshape(shape), index, scaled_BxV.reshape(shape), scaled_BxV.reshape(shape),
+                jnp.ones(shape, jnp.float32))
+    parts = jax.lax.reduce(operands, inits, _best_and_logsumexp, (2,))
+    token_B, at_B, max_B, sum_B = _merge_blocks(*parts, vocab) if vocab_shards > 1 else (p[:, 0] for p in parts[1:])
+    # A row with a NaN has no best key: it gets the last id, as `_argmax`, never the vocabulary size.
+    return jnp.minimum(token_B, vocab - 1), at_B - max_B - jnp.log(sum_B)
+
+
+def _merge_blocks(key_BxC: jax.Array, index_BxC: jax.Array, at_BxC: jax.Array, max_BxC: jax.Array, sum_BxC: jax.Array,
+                  vocab: int) -> tuple[jax.Array, ...]:
+    """`_best_and_logsumexp` over the C vocabulary blocks' partial results, by plain reductions (an all-reduce each
+    over a split vocabulary): the token, its scaled logit, the maximum and the sum of exp(scaled - maximum)."""
+    best_Bx1 = jnp.max(key_BxC, axis=1, keepdims=True)
+    token_B = jnp.min(jnp.where(key_BxC == best_Bx1, index_BxC, vocab), axis=1)
+    at_B = jnp.sum(jnp.where(index_BxC == token_B[:, None], at_BxC, 0.0), axis=1)  # one block holds the token
+    max_Bx1 = jnp.max(max_BxC, axis=1, keepdims=True)
+    return token_B, at_B, max_Bx1[:, 0], jnp.sum(sum_BxC * jnp.exp(max_BxC - max_Bx1), axis=1)
+
+
+def draw_with_logprobs(logits_BxV: jax.Array, key: jax.Array, sampler: Sampler, row_offset: jax.Array | None = None,
+                       vocab_shards: int = 1, one_pass: bool = True) -> tuple[jax.Array, jax.Array]:
+    """One token per row (`sample_tokens`' draw) and its log-prob under softmax(logits / T): where `one_pass`, for
+    greedy and temperature in one pass over the logits (`_fused_draw`, the vocabulary split in `vocab_shards` blocks
+    like the logits, which must divide it); else, and for top-k and nucleus (which sort), as `sample_tokens` and a
+    log-softmax."""
+    if one_pass and sampler.kind in ("greedy", "temperature"):
+        return _fused_draw(logits_BxV, key, sampler, row_offset, vocab_shards)
+    logits_BxV = logits_BxV.astype(jnp.float32)
+    token_B = sample_tokens(logits_BxV, key, sampler, row_offset)
+    logp_BxV = jax.nn.log_softmax(logits_BxV / sampler.temperature, axis=-1)
+    return token_B, jnp.take_along_axis(logp_BxV, token_B[:, None], axis=-1)[:, 0]
+
+
+def vocab_blocks(layout: sharding.Layout, vocab: int) -> int:
+    """The blocks a [B, V] array's vocabulary is split in by `layout` (1 where it is whole, or where they would not
+    divide it evenly)."""
+    axes = layout.sharding(("batch", "vocab"), (layout.batch_multiple, vocab)).spec[1]
+    blocks = math.prod(layout.mesh.shape[a] for a in ((axes,) if isinstance(axes, str) else axes or ()))
+    return blocks if vocab % blocks == 0 else 1
+
+
 # ------------------------------------------------------------------------------------------ generate
 
 
@@ -220,25 +299,38 @@ class GenerationResult:
 
 
 def _emit(state: SamplingState, logits_BxV: jax.Array, sampler: Sampler, stop_S: jax.Array,
-          pad_id: jax.Array, row_offset: jax.Array | None) -> SamplingState:
+          pad_id: jax.Array, row_offset: jax.Array | None, draw: tuple[int, bool], active: jax.Array | bool = True
+          ) -> SamplingState:
     """Samples the next token of every unfinished row into slot `state.step`, with its log-prob under
-    softmax(logits / T) (see the module docstring)."""
+    softmax(logits / T) (see the module docstring; `draw`: `draw_with_logprobs`' vocab_shards and one_pass); where
+    not `active` (a step past the end of a loop that tests
+    its stop every few steps) the state is left as it is."""
     key = jax.random.fold_in(state.key, state.step)
-    token_B = sample_tokens(logits_BxV, key, sampler, row_offset)
-    logp_BxV = jax.nn.log_softmax(logits_BxV / sampler.temperature, axis=-1)
-    logprob_B = jnp.take_along_axis(logp_BxV, token_B[:, None], axis=-1)[:, 0]
-    live_B = ~state.done_B
-    token_B = jnp.where(live_B, token_B, pad_id)
-    logprob_B = jnp.where(live_B, logprob_B, 0.0)
+    token_B, logprob_B = draw_with_logprobs(logits_BxV, key, sampler, row_offset, *draw)
+    live_B = ~state.done_B & active
+    # A finished row writes pad_id / 0 into its slot `step`, which holds them already; an inactive step writes back
+    # what slot `step` holds (the last slot when step is the bucket: the index clamps).
+    token_B = jnp.where(live_B, token_B, jnp.where(active, pad_id, state.tokens_BxR[:, jnp.minimum(
+        state.step, state.tokens_BxR.shape[1] - 1)]))
+    logprob_B = jnp.where(live_B, logprob_B, jnp.where(active, 0.0, state.logprobs_BxR[:, jnp.minimum(
+        state.step, state.logprobs_BxR.shape[1] - 1)]))
     hit_stop_B = live_B & jnp.isin(token_B, stop_S)
     return state.replace(
-        step=state.step + 1,
+        step=state.step + jnp.int32(active),
         tokens_BxR=jax.lax.dynamic_update_slice(state.tokens_BxR, token_B[:, None], (0, state.step)),
         logprobs_BxR=jax.lax.dynamic_update_slice(state.logprobs_BxR, logprob_B[:, None], (0, state.step)),
         done_B=state.done_B | hit_stop_B,
         stopped_B=state.stopped_B | hit_stop_B,
         lengths_B=state.lengths_B + live_B.astype(jnp.int32),
     )
+
+
+def _decode_logits(model: nnx.Module, h_BxD: jax.Array, one_pass: bool) -> jax.Array:
+    """The LM head's float32 logits [B, V] of final hidden states [B, D]; for a `one_pass` draw in their compute
+    dtype (the dot accumulates in float32 and rounds once), which `_fused_draw` reads once: no float32 [B, V] array
+    in memory on a bf16 model (identical logits on a float32 one)."""
+    dtype = h_BxD.dtype if one_pass else jnp.float32
+    return jnp.einsum("BD,DV->BV", h_BxD, model.vocab_slice(0, 1), preferred_element_type=dtype)
 
 
 def prefill_chunk_size(prompt_slots: int) -> int:
@@ -318,6 +410,13 @@ def _prefill(model: nnx.Module, layers: Sequence[Params], prompt_BxP: jax.Array,
     return last_h_BxD, cache
 
 
+def steps_per_check(platform: str, windows: Sequence[int]) -> int:
+    """Decode steps per stop test on `platform`: the largest divisor of its STEPS_PER_CHECK that divides every decode
+    segment's steps (`decode_windows`; steps 1..windows[0] run in the first), so that a segment's steps come in whole
+    groups and none writes past its window. At most that many - 1 steps run idle after the last token."""
+    return math.gcd(STEPS_PER_CHECK.get(platform, 1), *windows)
+
+
 def _grow(cache: KVCache, window: int) -> KVCache:
     """A per-layer response cache with empty slots added up to `window` (past the filled ones: never read
     unmasked); slots are the last axis of k [B, K, H, W] and the third of v [B, K, W, H]."""
@@ -340,10 +439,11 @@ def _cache_sharding(layout: sharding.Layout, cache: KVCache) -> Any:
 
 @functools.lru_cache(maxsize=64)
 def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, cache_slots: int,
-                 prefill_chunk: int, decode_block: int, n: int, layout: sharding.Layout, suffix_slots: int = 0):
+                 prefill_chunk: int, decode_block: int, n: int, layout: sharding.Layout, suffix_slots: int = 0,
+                 checks: int = 1, one_pass: bool = False):
     """The jitted prefill + decode program for one (model graph, sampler kind and top_k (`_program_sampler`), R
-    bucket of the outputs, response cache bucket, chunk, decode block, n, layout, suffix bucket); the temperature and
-    top_p are its arguments.
+    bucket of the outputs, response cache bucket, chunk, decode block, n, layout, suffix bucket, decode steps per
+    stop test (`steps_per_check`), one-pass draw (`ONE_PASS_DRAW`)); the temperature and top_p are its arguments.
 
     Each distinct prompt is prefilled once into the prompt cache, which its n rows (u * n + j) then continue
     as a `SharedPrefix`, each row writing its own cache: with `suffix_slots` (Ts > 0) row b first prefills its
@@ -384,7 +484,7 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
             position_B = position_B + jnp.sum(suffix_mask_BxT, axis=1, dtype=jnp.int32)
         else:
             h_BxD = jnp.repeat(h_UxD, n, axis=0)
-        logits_BxV = model.logits_from_hidden(h_BxD[:, None])[:, 0]
+        logits_BxV = _decode_logits(model, h_BxD, one_pass)
         state = SamplingState(
             step=jnp.int32(0),
             tokens_BxR=jnp.full((batch, response_slots), pad_id, jnp.int32),
@@ -395,23 +495,33 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
             cache=cache,
             key=key,
         )
-        state = _emit(state, logits_BxV, tempered, stop_S, pad_id, row_offset)
+        draw = (vocab_blocks(layout, model.cfg.vocab_size), one_pass)
+        state = _emit(state, logits_BxV, tempered, stop_S, pad_id, row_offset, draw)
 
         # Response slot t holds response token t (own cache slot Ts + t); a segment runs while the tokens so far
-        # fit its window.
+        # fit its window, `checks` steps per test (`steps_per_check`).
         def cond(s: SamplingState, window: int) -> jax.Array:
             return (s.step < max_new_tokens) & ~jnp.all(s.done_B) & (s.step <= window)
 
         def body(s: SamplingState, window: int) -> SamplingState:
+            if checks == 1:
+                return step(s, window, True)
+            return jax.lax.fori_loop(0, checks, lambda _, s: step(s, window, cond(s, window)), s)
+
+        def step(s: SamplingState, window: int, active: jax.Array | bool) -> SamplingState:
+            """One decode step; an inactive one (past max_new_tokens or every row's stop, inside a loop of `checks`
+            steps) feeds the last token again, rewriting its own cache slot with the same keys and values, and
+            leaves the state as it is (`_emit`)."""
             index = s.step - 1  # the response slot of the token fed in
             last_B = jax.lax.dynamic_slice_in_dim(s.tokens_BxR, index, 1, axis=1)
             mask_BxW = jnp.broadcast_to(jnp.arange(suffix_slots + window) <= suffix_slots + index,
                                         (batch, suffix_slots + window))
             if suffix_slots:
                 mask_BxW = mask_BxW.at[:, :suffix_slots].set(suffix_mask_BxT)
-            logits_Bx1xV, cache = model(last_B, (position_B + index)[:, None], mask_BxW[:, None], s.cache,
-                                        suffix_slots + index, layers, prefix)
-            return _emit(s.replace(cache=cache), logits_Bx1xV[:, 0], tempered, stop_S, pad_id, row_offset)
+            h_Bx1xD, cache = model.hidden_states(last_B, (position_B + index)[:, None], mask_BxW[:, None], s.cache,
+                                                 suffix_slots + index, layers, prefix)
+            logits_BxV = _decode_logits(model, h_Bx1xD[:, 0], one_pass)
+            return _emit(s.replace(cache=cache), logits_BxV, tempered, stop_S, pad_id, row_offset, draw, active)
 
         # A segment carries exactly its window of the response cache (a per-token slice of a larger cache would
         # make XLA copy the whole cache, twice, to update it in place).
@@ -493,8 +603,10 @@ def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
     cache_slots = padding.bucket_size(max_new_tokens)
     response_slots = cache_slots if response_buckets is None else padding.bucket_length(max_new_tokens,
                                                                                          response_buckets)
+    platform = layout.mesh.devices.flat[0].platform
     run = _generate_fn(weights.graphdef, _program_sampler(parsed), response_slots, cache_slots,
-                       prefill_chunk_size(prompt_slots), DECODE_BLOCK, n, layout, suffix_slots)
+                       prefill_chunk_size(prompt_slots), DECODE_BLOCK, n, layout, suffix_slots,
+                       steps_per_check(platform, decode_windows(cache_slots, DECODE_BLOCK)), platform in ONE_PASS_DRAW)
     # Host inputs go rows like the batch (this process's rows are its block of the global batch), the rest
     # replicated; `generate` places them, parameters are never moved.
     global_shape = (padded_prompts * jax.process_count(), prompt_slots)

@@ -332,3 +332,37 @@ print(json.dumps(out))
     assert update["prompt_gathers"] == 672 + 448, update
     assert logprobs["gib"]["all-gather"] <= 120 and logprobs["float32_gathers"] == 0, logprobs  # from 170
     assert "Involuntary full rematerialization" not in proc.stderr, proc.stderr[-2000:]
+
+
+@_NEEDS_GPU_COMPILER
+def test_1_5b_decode_step_kernels_on_the_gpu_compiler():
+    """The 1.5B greedy decode step at batch 64 after 128-token prompts (benchmarks/gpu.py's decode), compiled for an
+    H200: kernel launches per generated token in its decode segment (128 new tokens: one, the busiest of a longer
+    call; hlo_stats.loop_kernels, over the tokens each stop test covers), from 606 at b4346d0 (benchmarks/AOT_RESULTS.md, "Decode kernels"); no float32
+    [64, V] logits anywhere; and the stop test every 8 tokens, a loop of known length inside (its predicate goes to
+    the host once per 8 tokens, not per token)."""
+    script = """
+import json
+import numpy as np
+from rubric_jax import aot, hlo_stats, loader, sampling, sharding
+from rubric_jax.assets import MODEL_SHAPES_DIR
+from rubric_jax.models.config import ModelConfig
+cfg = ModelConfig.from_hf_dict(json.loads((MODEL_SHAPES_DIR / "Qwen2.5-1.5B-Instruct.json").read_text())).replace(
+    param_dtype="bfloat16", compute_dtype="bfloat16")
+layout = sharding.decode_layout(sharding.make_mesh(sharding.MeshConfig(1, 1, 1), aot.target_devices("h200", 1)), 1)
+prompts = np.ones((64, 128), np.int32)
+text = sampling.lower_generate(loader.abstract_weights(cfg, layout, per_layer=True), prompts,
+                               prompt_mask=np.ones_like(prompts, bool), max_new_tokens=128, sampler="greedy",
+                               stop_tokens=[1], pad_id=0, layout=layout).compile().as_text()
+checks = sampling.steps_per_check("gpu", sampling.decode_windows(128, sampling.DECODE_BLOCK))
+print(json.dumps(dict(checks=checks, per_token=[k.launches / checks for k in hlo_stats.loop_kernels(text)],
+                      logits=hlo_stats.float32_outputs(text, (64, cfg.vocab_size)),
+                      known=text.count('"known_trip_count":{"n":"8"}'))))
+"""
+    proc = subprocess.run([str(AOT_PYTHON), "-c", script], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert found["checks"] == 8 and len(found["per_token"]) == 1 and found["known"] >= 1, found  # 1 decode segment
+    assert max(found["per_token"]) <= 522, found
+    assert found["logits"] == [], found

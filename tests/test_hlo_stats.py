@@ -124,6 +124,27 @@ def test_known_loops_nested_in_a_loop_of_unknown_length_multiply_per_iteration_c
     assert summary == hlo_stats.KindSummary(0, 0, 1 + 2 * 28, 16 * 4 * 4 + 2 * 28 * 32 * 8 * 2)
 
 
+
+def test_loop_kernels_count_launches_per_iteration_of_a_decode_loop():
+    """Per iteration of the decode-like loop: its body's fusion, custom call and copy (the async pair once), 28 times
+    the layer loop's two all-gathers, and its own condition's compare; the layer loop's condition never runs (a known
+    trip count) and the plumbing (tuples, parameters, the while) launches nothing. The float32 [16, 4] result of
+    the body's fusion is found, the bf16 ones and the fusion's inside are not."""
+    text = _NESTED_HLO.replace(
+        "  %head = f32[16,4]{1,0} all-gather(f32[2,4]{1,0} %h), dimensions={0}",
+        "  %head = f32[16,4]{1,0} fusion(f32[2,4]{1,0} %h), kind=kLoop, calls=%fused\n"
+        '  %gemm = bf16[4,8]{1,0} custom-call(bf16[4,8]{1,0} %x), custom_call_target="__cublas$gemm"\n'
+        "  %cs = (bf16[4,8]{1,0}, bf16[4,8]{1,0}) copy-start(bf16[4,8]{1,0} %gemm)\n"
+        "  %cd = bf16[4,8]{1,0} copy-done((bf16[4,8]{1,0}, bf16[4,8]{1,0}) %cs)").replace(
+        "%layer (t:", "%fused (p: f32[2,4]) -> f32[16,4] {\n  ROOT %b = f32[16,4]{1,0} broadcast(f32[2,4]{1,0} %p)\n}"
+        "\n\n%layer (t:")
+    (decode,) = hlo_stats.loop_kernels(text)
+    assert decode.loop == "token" and decode.launches == 1 + 1 + 1 + 2 * 28 + 1
+    assert decode.by_kind == {"fusion:kLoop": 1, "custom-call:__cublas$gemm": 1, "copy-start": 1, "all-gather": 56,
+                              "compare": 1}
+    assert hlo_stats.float32_outputs(text, (16, 4)) == ["head (fusion, in token)"]
+    assert hlo_stats.float32_outputs(text, (4, 8)) == [] and hlo_stats.loop_kernels(_HLO)[0].launches == 1 + 1
+
 def test_shape_bytes():
     assert hlo_stats.shape_bytes("bf16[32,2560,18944]{2,1,0}") == 32 * 2560 * 18944 * 2
     assert hlo_stats.shape_bytes("(f32[2]{0}, s8[3]{0})") == 11

@@ -396,6 +396,48 @@ def test_sample_tokens_draw_what_argmax_and_categorical_draw():
         np.testing.assert_array_equal(drawn, jax.random.categorical(key, logits_BxV / 0.7, axis=-1))
 
 
+
+@pytest.mark.parametrize("blocks", [1, 4])
+def test_fused_draw_gives_the_unfused_tokens_and_log_probs(blocks):
+    """`draw_with_logprobs` (one variadic reduction, the vocabulary whole or in 4 blocks like a tensor-split one)
+    draws the tokens `sample_tokens` draws, ties included, with the log-softmax's log-probs within 1e-5 in float32.
+    Fails where the fused draw's tie-break, block merge or online sum is wrong."""
+    logits_BxV = jnp.round(jax.random.normal(jax.random.key(1), (64, 300)) * 3, 1)  # rounding makes ties
+    for spec in ("greedy", "temperature(0.7)", "temperature(1.3)"):
+        sampler = sampling.parse_sampler(spec)
+        for seed, offset in ((0, None), (1, None), (2, 5)):
+            key, row_offset = jax.random.key(seed), None if offset is None else jnp.int32(offset)
+            token_B, logprob_B = sampling.draw_with_logprobs(logits_BxV, key, sampler, row_offset, blocks)
+            expected_B = sampling.sample_tokens(logits_BxV, key, sampler, row_offset)
+            np.testing.assert_array_equal(token_B, expected_B, err_msg=spec)
+            logp_BxV = jax.nn.log_softmax(logits_BxV / sampler.temperature, axis=-1)
+            np.testing.assert_allclose(logprob_B, np.take_along_axis(logp_BxV, expected_B[:, None], -1)[:, 0],
+                                       rtol=0, atol=1e-5, err_msg=spec)
+
+
+def test_a_decode_loop_that_tests_its_stop_every_few_steps_generates_the_same(model, monkeypatch):
+    """`STEPS_PER_CHECK` (8 on a GPU) run here on CPU at 4, windows of 4 and 8 slots: every token, log-prob, length
+    and step count as when the loop tests every step, for rows that stop early and for max_new_tokens off the group
+    boundary (idle steps after the last token change nothing; a segment's groups end at its window). Fails where an
+    idle step writes a token, a log-prob or a cache slot, or counts as a step."""
+    monkeypatch.setattr(sampling, "DECODE_BLOCK", 4)
+    assert sampling.steps_per_check("cpu", sampling.decode_windows(8, 4)) == 1
+    stops = [int(_greedy_by_recompute(model, PROMPTS[0], 3)[2])]
+    calls = [dict(max_new_tokens=7, stop_tokens=stops, sampler="greedy"),
+             dict(max_new_tokens=8, stop_tokens=[], sampler="temperature(0.9)")]
+    every_step = [sampling.generate(model, PROMPTS, key=jax.random.key(3), n=2, pad_id=PAD, **c) for c in calls]
+    monkeypatch.setitem(sampling.STEPS_PER_CHECK, "cpu", 4)
+    assert sampling.steps_per_check("cpu", sampling.decode_windows(8, 4)) == 4
+    assert sampling.steps_per_check("cpu", (6,)) == 2
+    for c, expected in zip(calls, every_step):
+        grouped = sampling.generate(model, PROMPTS, key=jax.random.key(3), n=2, pad_id=PAD, **c)
+        np.testing.assert_array_equal(grouped.tokens, expected.tokens)
+        np.testing.assert_allclose(grouped.logprobs, expected.logprobs, rtol=0, atol=1e-6)
+        np.testing.assert_array_equal(grouped.lengths, expected.lengths)
+        assert grouped.num_steps == expected.num_steps and grouped.finish_reason.tolist() == \
+            expected.finish_reason.tolist()
+    assert every_step[0].finish_reason.tolist().count("stop") >= 2
+
 def test_top_k_filter_keeps_the_k_largest():
     logits = jnp.asarray([[1.0, 3.0, 2.0, 0.0], [5.0, 5.0, 1.0, 9.0]])
     kept = np.asarray(sampling.top_k_filter(logits, 2))
@@ -474,6 +516,11 @@ def test_a_row_of_nan_logits_draws_an_id_inside_the_vocabulary():
         assert ((drawn >= 0) & (drawn < 4)).all(), (spec, drawn)
     greedy = sampling.sample_tokens(logits_BxV, jax.random.key(0), sampling.parse_sampler("greedy"))
     assert np.asarray(greedy).tolist() == [3, 3, 1]
+    for spec in ("greedy", "temperature(0.7)"):  # the GPU's one-pass draw, whole and over 2 vocabulary blocks
+        for blocks in (1, 2):
+            drawn, _ = sampling.draw_with_logprobs(logits_BxV, jax.random.key(0), sampling.parse_sampler(spec),
+                                                   vocab_shards=blocks, one_pass=True)
+            assert ((np.asarray(drawn) >= 0) & (np.asarray(drawn) < 4)).all(), (spec, blocks, drawn)
 
 
 def test_prefill_chunk_size():

@@ -124,12 +124,16 @@ def _per_token_all_gathers(layout, sampler, per_layer=False):
     return hlo_stats.summarize(hlo_stats.collectives(lowered.compile().as_text()))["all-gather"].per_iteration_count
 
 
-@pytest.mark.parametrize(("sampler", "per_layer"), [("greedy", False), ("temperature(0.7)", True)])
-def test_decode_loop_all_gathers_nothing_in_the_decode_layout(sampler, per_layer):
+@pytest.mark.parametrize(("sampler", "per_layer", "one_pass"),
+                         [("greedy", False, False), ("temperature(0.7)", True, False), ("greedy", True, True)])
+def test_decode_loop_all_gathers_nothing_in_the_decode_layout(sampler, per_layer, one_pass, monkeypatch):
     """The compiled program is the proof: with FSDP-sharded (training layout) weights every generated
     token all-gathers some (the embedding or LM head; the layer weights are gathered with their once-per-call
     per-layer copies); in the decode layout (tensor 4 x replicas 2) the loop body has none, with stacked or
-    per-layer weights."""
+    per-layer weights, and with the GPU's one-pass draw over the tensor-split vocabulary (`ONE_PASS_DRAW`: its
+    blocks merged by all-reduces, where the partitioner all-gathered a variadic reduction's partial results)."""
+    if one_pass:
+        monkeypatch.setattr(sampling, "ONE_PASS_DRAW", frozenset({"cpu"}))
     train = sharding.Layout(sharding.make_mesh(sharding.MeshConfig(data=1, fsdp=8, tensor=1)))
     assert _per_token_all_gathers(train, sampler) >= 1
     assert _per_token_all_gathers(sharding.decode_layout(train.mesh, 4), sampler, per_layer) == 0

@@ -50,8 +50,32 @@ def attend(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxTxH: jax.Array, v_BxK
     if prefix is None:
         return _attend(cfg, q_BxTxKxGxH, k_BxKxHxS, v_BxKxSxH, mask_BxTxS, k_transposed=True), cache
     k_UxKxHxP, v_UxKxPxH = (x[layer].astype(dtype) for x in (prefix.cache.k, prefix.cache.v))
-    return _attend_with_prefix(cfg, q_BxTxKxGxH, k_BxKxHxS, v_BxKxSxH, mask_BxTxS, k_UxKxHxP, v_UxKxPxH,
-                               prefix.mask_UxP, k_transposed=True), cache
+    return _attend_cached_with_prefix(cfg, q_BxTxKxGxH, k_BxKxHxS, v_BxKxSxH, mask_BxTxS, k_UxKxHxP, v_UxKxPxH,
+                                      prefix.mask_UxP), cache
+
+
+def _attend_cached_with_prefix(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxHxS: jax.Array, v_BxKxSxH: jax.Array,
+                               mask_BxTxS: jax.Array, k_UxKxHxP: jax.Array, v_UxKxPxH: jax.Array,
+                               prefix_mask_UxP: jax.Array) -> jax.Array:
+    """`_attend_with_prefix` over a KV cache (keys [.., H, S]), forward only: the prefix's scores, a GEMM over its
+    J rows' queries as there, are laid out as their rows' [B, K, M, P] and concatenated with the own scores, so one
+    softmax spans [prefix ; own] as one array. Why: XLA's GPU compiler ran the two parts' maxima, sums and
+    normalisations as six kernels per layer and decode step, the concatenation as three (issue 33)."""
+    B, T, K, G, H = q_BxTxKxGxH.shape
+    J, M, P = B // prefix_mask_UxP.shape[0], T * G, prefix_mask_UxP.shape[1]
+    scale = 1.0 / math.sqrt(cfg.head_dim)
+    q_BxKxMxH = q_BxTxKxGxH.transpose(0, 2, 1, 3, 4).reshape(B, K, M, H)
+    own_BxKxMxS = _scores(q_BxKxMxH, k_BxKxHxS, k_transposed=True) * scale
+    prefix_BxKxMxP = _to_rows(_scores(_to_prefixes(q_BxKxMxH, J), k_UxKxHxP, k_transposed=True) * scale, J)
+    prefix_mask_Bx1xMxP = jnp.broadcast_to(jnp.repeat(prefix_mask_UxP, J, axis=0)[:, None, None, :], (B, 1, M, P))
+    mask_Bx1xMxQ = jnp.concatenate([prefix_mask_Bx1xMxP, jnp.repeat(mask_BxTxS, G, axis=1)[:, None]], axis=-1)
+    scores_BxKxMxQ = jnp.where(mask_Bx1xMxQ, jnp.concatenate([prefix_BxKxMxP, own_BxKxMxS], axis=-1),
+                               jnp.finfo(jnp.float32).min)
+    probs_BxKxMxQ = jax.nn.softmax(scores_BxKxMxQ, axis=-1).astype(q_BxTxKxGxH.dtype)
+    prefix_probs_UxKxJMxP = _to_prefixes(probs_BxKxMxQ[..., :P], J)
+    out_BxKxMxH = (jnp.einsum("BKMS,BKSH->BKMH", probs_BxKxMxQ[..., P:], v_BxKxSxH)
+                   + _to_rows(jnp.einsum("UKMP,UKPH->UKMH", prefix_probs_UxKxJMxP, v_UxKxPxH), J))
+    return out_BxKxMxH.reshape(B, K, T, G, H).transpose(0, 2, 1, 3, 4)
 
 
 def _scores(q_BxKxMxH: jax.Array, k: jax.Array, k_transposed: bool) -> jax.Array:
