@@ -6,6 +6,12 @@ default max_tokens come from --judge.
 
 import ml_collections
 
+from rubric_jax import counts
+
+# Every integer setting: (smallest, largest), checked by experiments/cli.py before any work (rubric_jax/counts.py).
+COUNT_BOUNDS = {"seed": (0, counts.SEED), "port": (1, 65535), "max_batch": (1, 1 << 12),
+                "warmup_prompt_tokens": (0, counts.TOKENS), "max_body_bytes": (1024, 64 << 20)}
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     """`arg` is unused (one variant)."""
