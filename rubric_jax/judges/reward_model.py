@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -34,6 +36,7 @@ from jax.sharding import Mesh
 
 from rubric_jax import data, loader, padding, sharding
 from rubric_jax.judges.reward import RewardOutput
+from rubric_jax.judges.spec import weights_identity
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.models.transformer import causal_padding_mask, padding_to_positions
 from rubric_jax.rubrics.schema import Rubric
@@ -162,6 +165,17 @@ class RewardModelReward:
         check_context(config, model.cfg, model.name)
         self.model = model
         self.config = config
+
+    def describe(self) -> dict[str, Any]:
+        """What a run records about its reward model (rubric.json; its hash in every GRPO checkpoint, so that a resume
+        under another reward model is refused: train/workdir.check_resume): the directory, its weights identity
+        (judges/spec.weights_identity) and the settings that change a reward, and the sha256 of the last two."""
+        cfg = self.model.cfg
+        settings = {"max_len": self.config.max_len, "center": self.config.center, "scale": self.config.scale,
+                    "param_dtype": cfg.param_dtype, "compute_dtype": cfg.compute_dtype}
+        weights = weights_identity(self.model.name)
+        digest = hashlib.sha256(json.dumps({"weights": weights, "settings": settings}, sort_keys=True).encode())
+        return {"hash": digest.hexdigest(), "checkpoint": self.model.name, "weights": weights, "settings": settings}
 
     def encode(self, questions: Sequence[str], responses: Sequence[str]) -> list[list[int]]:
         """The reward model's token ids of each [user: question, assistant: response] chat."""

@@ -112,6 +112,22 @@ def test_a_chat_longer_than_max_len_scores_the_minimum_and_is_counted(model8):
     assert int(np.argmin(advantages)) == long_row and advantages[long_row] < np.min(np.asarray(advantages)[fits])
 
 
+def test_the_recorded_identity_moves_with_the_weights_and_the_settings_that_change_a_reward(model8, rm_dir, tmp_path,
+                                                                                          layout8):
+    """RewardModelReward.describe (rubric.json's reward_model; its hash guards a resume): the same directory and
+    settings give the same hash; other weights of the same shapes, another center or scale, or another max_len
+    give another; the batch size, which changes no reward, does not."""
+    base = RewardModelReward(model8, RewardModelConfig(max_len=128)).describe()
+    assert base == RewardModelReward(model8, RewardModelConfig(max_len=128, batch_size=3)).describe()
+    assert base["checkpoint"] == str(rm_dir) and base["settings"]["center"] == 0.0
+    other = load_reward_model(tiny_hf_dir(tmp_path / "other", num_labels=1, num_layers=1, std=0.2, seed=4),
+                              layout=layout8)
+    hashes = {base["hash"], RewardModelReward(other, RewardModelConfig(max_len=128)).describe()["hash"]}
+    for changed in ({"center": 0.5}, {"scale": 2.0}, {"max_len": 64}):
+        hashes.add(RewardModelReward(model8, RewardModelConfig(**{"max_len": 128, **changed})).describe()["hash"])
+    assert len(hashes) == 5
+
+
 def test_bad_checkpoints_settings_and_calls_are_named(model8, tmp_path, layout8):
     with pytest.raises(ValueError, match="one label; config.json describes a causal LM"):
         load_reward_model(tiny_hf_dir(tmp_path / "lm", num_layers=1), layout=layout8)
