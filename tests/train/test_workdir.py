@@ -147,15 +147,21 @@ def test_a_restart_refused_for_its_judge_leaves_every_file_as_it_was(tmp_path):
     exp = build(absolute_tiny_config(), tmp_path)
     assert exp.judge_hash == exp.rubric_info["judge"]["hash"] and len(exp.judge_hash) == 64
     assert GRPOStage.checkpoint_extra(type("Stage", (), {"exp": exp})())["judge_hash"] == exp.judge_hash
-    _saved(tmp_path, "grpo", rubric_hash=exp.rubric_hash, extra={"updates_per_batch": 1, "judge_hash": "c9018083" * 8})
+    _refused_before_any_write(exp, {"updates_per_batch": 1, "judge_hash": "c9018083" * 8},
+                              f"trained with judge c9018083c9018083..., this config's is {exp.judge_hash[:16]}")
+
+
+def _refused_before_any_write(exp, extra: dict, refusal: str) -> None:
+    """`exp` run over a GRPO checkpoint of its rubric set recording `extra` is refused with `refusal` before its
+    workdir's config.json, rubric.yaml or rubric.json is rewritten or anything else written."""
+    _saved(exp.workdir, "grpo", rubric_hash=exp.rubric_hash, extra=extra)
     before = {name: f"{name} of the first start" for name in ("config.json", "rubric.yaml", "rubric.json")}
     for name, text in before.items():
-        (tmp_path / name).write_text(text)
-    with pytest.raises(CheckpointError, match="trained with judge c9018083c9018083..., this config's is "
-                                              f"{exp.judge_hash[:16]}"):
+        (exp.workdir / name).write_text(text)
+    with pytest.raises(CheckpointError, match=re.escape(refusal)):
         loop.run_experiment(exp)
-    assert {name: (tmp_path / name).read_text() for name in before} == before
-    assert not (tmp_path / "config.previous.json").exists() and not (tmp_path / "metrics.jsonl").exists()
+    assert {name: (exp.workdir / name).read_text() for name in before} == before
+    assert not (exp.workdir / "config.previous.json").exists() and not (exp.workdir / "metrics.jsonl").exists()
 
 
 def test_a_restart_under_another_reward_model_is_refused_from_the_records(tmp_path):
@@ -195,15 +201,9 @@ def test_a_reward_model_run_records_its_reward_model_and_refuses_another_before_
     assert recorded["checkpoint"] == config.reward.model_checkpoint and len(recorded["weights"]) == 64
     extra = GRPOStage.checkpoint_extra(type("Stage", (), {"exp": exp})())
     assert extra["reward_model_hash"] == exp.reward_model_hash and extra["judge_hash"] == ""
-    _saved(work, "grpo", rubric_hash=exp.rubric_hash,
-           extra={"updates_per_batch": 1, "judge_hash": "", "reward_model_hash": "5eed0001" * 8})
-    before = {name: f"{name} of the first start" for name in ("config.json", "rubric.yaml", "rubric.json")}
-    for name, text in before.items():
-        (work / name).write_text(text)
-    with pytest.raises(CheckpointError, match="trained with reward model 5eed00015eed0001..., this config's is "
-                                              f"{exp.reward_model_hash[:16]}"):
-        loop.run_experiment(exp)
-    assert {name: (work / name).read_text() for name in before} == before
+    _refused_before_any_write(exp, {"updates_per_batch": 1, "judge_hash": "", "reward_model_hash": "5eed0001" * 8},
+                              "trained with reward model 5eed00015eed0001..., this config's is "
+                              f"{exp.reward_model_hash[:16]}")
 
 
 # ------------------------------------------------------------------------------------- checkpoints
