@@ -64,6 +64,7 @@ def start_server(port: int, *flags: str) -> subprocess.Popen:
                                                "not set"),
     ("--config.prot=8000", "unknown config key 'prot' (Did you mean \"port\""),
     ("--config.port=65536", "--config.port=65536: expected an integer <= 65535"),
+    ("--config.batch_window_ms=1e9", "--config.batch_window_ms=1000000000.0: expected a number in [0, 10000]"),
     ("--config.max_body_bytes=100", "--config.max_body_bytes=100: expected an integer >= 1024"),
 ])
 def test_serve_refuses_a_bad_setting_in_one_line_before_loading(setting, message):
