@@ -110,7 +110,7 @@ def reward_block() -> ml_collections.ConfigDict:
     b.gates_first = True
     b.model_checkpoint = ""  # Local HF Qwen2/Llama *ForSequenceClassification directory with one label.
     b.model_dtype = "float32"  # Reward-model weights and activations: float32 or bfloat16.
-    b.model_max_len = 4096  # Longest chat (question + response, RM tokens) scored; longer rows get no reward (counted).
+    b.model_max_len = 4096  # Longest chat (question + response, RM tokens) scored; a longer one scores the minimum (counted).
     b.model_batch_size = 64  # Rows per reward-model forward call (bounds attention memory).
     b.model_center = 0.0  # reward = sigmoid((logit - center) / scale): the scalar mapped to (0, 1).
     b.model_scale = 1.0  # Logit units per unit of the sigmoid's argument (> 0).

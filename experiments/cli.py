@@ -4,6 +4,7 @@ no traceback; absl's INFO lines (orbax, jax, tfds) stay quiet unless --verbosity
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 import sys
@@ -15,7 +16,7 @@ import ml_collections
 from absl import flags, logging
 from ml_collections import config_flags
 
-from rubric_jax import config_files
+from rubric_jax import config_files, counts
 
 COMMAND_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "commands"
 
@@ -33,13 +34,18 @@ def fail_write(command: str, out: object, error: OSError) -> NoReturn:
 
 
 def start(command: str, argv: list[str]) -> None:
-    """The start of every main(): no positional arguments, a --config that is a settings file of this command,
-    and WARNING logging unless --verbosity is given (orbax and jax INFO lines would bury the progress lines)."""
+    """The start of every main(): no positional arguments, a --config that is a settings file of this command
+    whose every integer lies within its bounds, and WARNING logging unless --verbosity is given (orbax and jax INFO
+    lines would bury the progress lines)."""
     if len(argv) > 1:
         fail(command, f"unexpected positional arguments {argv[1:]}")
     default = COMMAND_CONFIGS / f"{command.removeprefix('experiments.')}.py"
     if default.is_file() and "config" in flags.FLAGS:
         check_settings_file(command, default)
+        try:
+            check_counts(flags.FLAGS.config, importlib.import_module(f"configs.commands.{default.stem}").COUNT_BOUNDS)
+        except ValueError as e:
+            fail(command, str(e))
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
 
@@ -64,6 +70,16 @@ def check_settings_file(command: str, default: Path) -> None:
         missing, extra = _few(sorted(wanted - found)), _few(sorted(found - wanted))
         fail(command, f"--config={loaded}: not a settings file of {command} (its keys are those of "
                       f"{default.relative_to(COMMAND_CONFIGS.parents[1])}); missing {missing}, unknown {extra}")
+
+
+def check_counts(config: ml_collections.ConfigDict, bounds: dict[str, tuple[int, int]]) -> None:
+    """Each integer setting of `bounds` ({dotted key: (smallest, largest)}: a command's COUNT_BOUNDS) within its bounds,
+    else a ValueError naming the first that is not: `--config.KEY=VALUE: expected an integer <= N`."""
+    for key, (smallest, largest) in bounds.items():
+        value = functools.reduce(getattr, key.split("."), config)
+        why = counts.problem(value, smallest, largest)
+        if why is not None:
+            raise ValueError(f"--config.{key}={value}: {why}")
 
 
 def _few(keys: list[str], shown: int = 5) -> str:

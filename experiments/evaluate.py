@@ -85,9 +85,6 @@ def _settings() -> tuple[harness.GenerationSettings, JudgeSpec, tuple[int, int, 
     """Validated config values (EvalInputError names the key)."""
     config, policy = _CONFIG.value, _CONFIG.value.policy
     try:
-        for key, value, minimum in (("limit", config.limit, 0), ("policy.max_new_tokens", policy.max_new_tokens, 1),
-                                    ("policy.batch_size", policy.batch_size, 1)):
-            cli.check(value >= minimum, key, value, f"an integer >= {minimum}")
         for key, value, allowed in (("which", config.which, harness.WHICH),
                                     ("policy.prompt_format", policy.prompt_format, harness.PROMPT_FORMATS)):
             cli.check(value in allowed, key, value, f"one of {list(allowed)}")

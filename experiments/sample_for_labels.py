@@ -64,8 +64,6 @@ def main(argv: list[str]) -> None:
     cli.start("experiments.sample_for_labels", argv)
     workdir, out = Path(_WORKDIR.value), Path(_OUT.value)
     samples_path, config_path, rubric_path = workdir / SAMPLES_FILE, workdir / "config.json", workdir / "rubric.yaml"
-    if _CONFIG.value.n < 1:
-        _fail(f"--config.n={_CONFIG.value.n}: expected a positive number of responses to label")
     try:
         for path in (samples_path, config_path, rubric_path):
             files.check_input_file(path, "run")

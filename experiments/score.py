@@ -152,8 +152,6 @@ _fail = functools.partial(cli.fail, "experiments.score")  # one line on stderr, 
 
 def main(argv: list[str]) -> None:
     cli.start("experiments.score", argv)
-    if _CONFIG.value.batch_size < 1:
-        _fail(f"--config.batch_size must be >= 1, got {_CONFIG.value.batch_size}")
     try:
         spec = judge_config.spec()
         inputs = [_RESPONSES.value, _RUBRIC.value, *spec.checkpoints, spec.calibration or None]

@@ -1,6 +1,7 @@
 """Integer counts of the config blocks (configs/common.py) are bounded on both sides: each block's validator holds
 one table {field: (smallest, largest)} (judges/spec.py COUNT_BOUNDS for the judge block, train/settings.py
-COUNT_BOUNDS for an experiment's blocks, qurl/config.py COUNT_BOUNDS for config.qurl), checked with `problem`.
+COUNT_BOUNDS for an experiment's blocks, qurl/config.py COUNT_BOUNDS for config.qurl, and each command's settings
+file configs/commands/<command>.py its COUNT_BOUNDS, checked by experiments/cli.py), checked with `problem`.
 An upper bound keeps a typo (`judge.samples=1000000`) from turning into hours of work or an exhausted memory
 before anything fails; each is far above any sensible setting."""
 

@@ -5,6 +5,11 @@
 
 import ml_collections
 
+from rubric_jax import counts
+
+# Every integer setting: (smallest, largest), checked by experiments/cli.py before any work (rubric_jax/counts.py).
+COUNT_BOUNDS = {"seed": (0, counts.SEED), "bootstrap": (1, 100_000), "batch_size": (1, 1 << 16), "worst": (0, 10**4)}
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     """`arg` is unused (one variant)."""

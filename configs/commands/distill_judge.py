@@ -6,6 +6,7 @@
 import ml_collections
 
 from configs.common import sampler_block
+from rubric_jax import counts
 
 
 def distill_block() -> ml_collections.ConfigDict:
@@ -17,6 +18,10 @@ def distill_block() -> ml_collections.ConfigDict:
     b.warmup_steps = 20  # Linear warmup steps.
     b.prompt = "full"  # The judge prompt the student learns: full, or compact (criterion, fenced response, SCORE line).
     return b
+
+# Every integer setting: (smallest, largest), checked by experiments/cli.py before any work (rubric_jax/counts.py).
+COUNT_BOUNDS = {"seed": (0, counts.SEED), "train.steps": (1, counts.STEPS), "train.batch_size": (1, 1 << 16),
+                "train.warmup_steps": (0, counts.STEPS), "measure.max_new_tokens": (1, counts.TOKENS)}
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:

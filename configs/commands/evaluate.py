@@ -7,6 +7,13 @@ configs/judges/<benchmark>.py).
 import ml_collections
 
 from configs.common import mesh_block, sampler_block
+from rubric_jax import counts
+
+
+# Every integer setting: (smallest, largest), checked by experiments/cli.py before any work (rubric_jax/counts.py).
+COUNT_BOUNDS = {"seed": (0, counts.SEED), "limit": (0, 10**7), "policy.max_new_tokens": (1, counts.TOKENS),
+                "policy.batch_size": (1, 1 << 16), "mesh.data": (-1, counts.DEVICES), "mesh.fsdp": (-1, counts.DEVICES),
+                "mesh.tensor": (-1, counts.DEVICES)}
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:

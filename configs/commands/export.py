@@ -5,6 +5,9 @@
 
 import ml_collections
 
+# Every integer setting: (smallest, largest), checked by experiments/cli.py before any work (rubric_jax/counts.py).
+COUNT_BOUNDS = {}
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     """`arg` is unused (one variant)."""

@@ -6,6 +6,12 @@
 import ml_collections
 
 from configs.common import decode_block, sampler_block
+from rubric_jax import counts
+
+
+# Every integer setting: (smallest, largest), checked by experiments/cli.py before any work (rubric_jax/counts.py).
+COUNT_BOUNDS = {"seed": (0, counts.SEED), "model.tensor": (1, counts.DEVICES),
+                "sampling.max_new_tokens": (1, counts.TOKENS)}
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:

@@ -5,6 +5,12 @@
 
 import ml_collections
 
+from rubric_jax import counts
+
+# Every integer setting: (smallest, largest), checked by experiments/cli.py before any work (rubric_jax/counts.py).
+COUNT_BOUNDS = {"seed": (0, counts.SEED), "eval_size": (0, 10**7), "golden_size": (0, 10**7), "train_size": (0, 10**8),
+                "dedup.ngram": (1, 64), "dedup.num_perm": (1, 1024)}
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     """`arg` is unused (one variant). The fields are rubric_jax/prepare/pipeline.py PrepareConfig's."""

@@ -5,6 +5,11 @@
 
 import ml_collections
 
+from rubric_jax import counts
+
+# Every integer setting: (smallest, largest), checked by experiments/cli.py before any work (rubric_jax/counts.py).
+COUNT_BOUNDS = {"seed": (0, counts.SEED), "n": (1, 10**6)}
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     """`arg` is unused (one variant)."""

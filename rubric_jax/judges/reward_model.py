@@ -8,8 +8,12 @@
              rows per call of ONE jitted forward (rows split over the mesh's data and fsdp axes); the
              logit is read at each row's last token that is not the pad id (models/transformer.py);
   normalise  reward = sigmoid((logit - center) / scale), in (0, 1); the logit stays in details["raw_scores"].
-A row whose chat is longer than `max_len` tokens is not scored: NaN score, valid False, reward_ok False (the
-trainer drops it), counted in details["reward_model_too_long"] (never truncated into another text). The
+A row whose chat is longer than `max_len` tokens is not sent to the model (never truncated into another text) and
+scores the minimum: score and reward 0, valid and reward_ok True, so making a response too long for the reward model
+can only lower its reward (a not-ok row would be dropped from its group: advantage 0, above any below-average answer).
+Like a judge prompt too long for its judge (judges/reward.py, "Too long to judge"), it is counted as a failed score
+(details["failures"], "failure_causes", "num_failed_scores"), in details["scored_minimum"] and
+details["reward_model_too_long"]; its raw score stays NaN. The
 rubrics and the key are accepted for the common signature and unused: a reward model reads no rubric and
 samples nothing.
 """
@@ -18,6 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -30,6 +36,7 @@ from jax.sharding import Mesh
 
 from rubric_jax import data, loader, padding, sharding
 from rubric_jax.judges.reward import RewardOutput
+from rubric_jax.judges.spec import weights_identity
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.models.transformer import causal_padding_mask, padding_to_positions
 from rubric_jax.rubrics.schema import Rubric
@@ -42,7 +49,7 @@ _MIN_BUCKET = 64  # shortest length bucket (tokens); buckets double up to the fi
 class RewardModelConfig:
     """How the reward model is read: input length limit, rows per forward call, and the logit -> [0, 1] map."""
 
-    max_len: int = 4096  # longest chat (question + response, the RM's tokens) scored; longer rows get no reward
+    max_len: int = 4096  # longest chat (question + response, the RM's tokens) scored; a longer one scores the minimum
     batch_size: int = 64  # rows per forward call (bounds the [rows, heads, T, T] attention scores)
     center: float = 0.0  # reward = sigmoid((logit - center) / scale)
     scale: float = 1.0
@@ -159,6 +166,17 @@ class RewardModelReward:
         self.model = model
         self.config = config
 
+    def describe(self) -> dict[str, Any]:
+        """What a run records about its reward model (rubric.json; its hash in every GRPO checkpoint, so that a resume
+        under another reward model is refused: train/workdir.check_resume): the directory, its weights identity
+        (judges/spec.weights_identity) and the settings that change a reward, and the sha256 of the last two."""
+        cfg = self.model.cfg
+        settings = {"max_len": self.config.max_len, "center": self.config.center, "scale": self.config.scale,
+                    "param_dtype": cfg.param_dtype, "compute_dtype": cfg.compute_dtype}
+        weights = weights_identity(self.model.name)
+        digest = hashlib.sha256(json.dumps({"weights": weights, "settings": settings}, sort_keys=True).encode())
+        return {"hash": digest.hexdigest(), "checkpoint": self.model.name, "weights": weights, "settings": settings}
+
     def encode(self, questions: Sequence[str], responses: Sequence[str]) -> list[list[int]]:
         """The reward model's token ids of each [user: question, assistant: response] chat."""
         chats = [[{"role": "user", "content": q}, {"role": "assistant", "content": r}]
@@ -187,15 +205,16 @@ class RewardModelReward:
         if fits_N.any():
             raw_N[fits_N] = reward_model_logits(self.model, [ids for ids, ok in zip(token_ids, fits_N) if ok],
                                                 self.config)
-        scores_N = self.config.normalize(raw_N)  # NaN stays NaN
+        scores_N = np.where(fits_N, self.config.normalize(raw_N), 0.0)  # too long: the minimum
         too_long = int((~fits_N).sum())
         details = {
-            "reward_ok": fits_N,
+            "reward_ok": np.ones((n,), bool),
             "raw_scores": raw_N[:, None],
             "failures": {DIMENSION: too_long},
+            "failure_causes": {DIMENSION: {"reward_model_too_long": too_long}} if too_long else {},
+            "scored_minimum": {DIMENSION: too_long},
             "num_failed_scores": too_long,
-            "num_not_ok": too_long,
+            "num_not_ok": 0,
             "reward_model_too_long": too_long,
         }
-        reward_N = np.where(fits_N, scores_N, 0.0).astype(np.float32)
-        return RewardOutput(scores_N[:, None], fits_N[:, None].copy(), reward_N, [DIMENSION], details)
+        return RewardOutput(scores_N[:, None], np.ones((n, 1), bool), scores_N.astype(np.float32), [DIMENSION], details)

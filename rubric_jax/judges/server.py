@@ -5,7 +5,7 @@ Routes: POST /v1/chat/completions (messages rendered by the model's chat templat
 prompt), GET /v1/models, GET /health (also the batch counters). The model is a `llm_judge.Judge` (weights in
 the judge's decode layout); requests are decoded exactly as the in-process judge decodes its prompts (stop at
 eos, special tokens dropped), so a greedy answer is the in-process one. Requests arriving within
-`window_s` of the first waiting one are answered by one `sampling.generate` call per (sampler, n) group, up to
+`window_s` of the first waiting one are answered by one `sampling.generate` call per (sampler, n bucket) group, up to
 `max_batch` prompts, on one worker thread (the devices run one program at a time anyway); every call's batch
 size is logged. Bad requests are a 4xx JSON error {"error": {"message", "type", "code"}}: malformed or too deeply
 nested JSON, a body over `max_body_bytes` (413, refused while it streams in), an unknown model (404), a prompt over the
@@ -43,7 +43,12 @@ from rubric_jax import data, padding, sampling
 from rubric_jax.judges.llm_judge import Judge
 
 log = logging.getLogger("rubric_jax.serve")
-MAX_N = 16  # most choices per request
+MAX_N = 16  # most choices per request; n is decoded at padding.bucket_size(n) (1, 2, 3, 4, 6, 8, 12, 16), the rest cut
+# The top_k values served: each compiles a sampling program of its own (temperature and top_p are runtime data).
+TOP_K_CHOICES = (1, 5, 10, 20, 40, 50, 100)
+# Most compiled program families (ProgramKey) the server admits: past it, a request needing another is refused, so
+# no client can keep the devices compiling; each family may compile once per batch bucket too (max_batch bounds them).
+MAX_PROGRAMS = 32
 # Largest request body by default (bytes): a 32k-token prompt is ~130 KB of English, ~300 KB of \u-escaped Chinese.
 MAX_BODY_BYTES = 2 << 20
 # Request fields the server reads; `user` is accepted and ignored (an opaque end-user id in the OpenAI API).
@@ -71,6 +76,25 @@ class Job:
 
 
 @dataclasses.dataclass(frozen=True)
+class ProgramKey:
+    """What of a job selects its compiled generate program: the sampler kind and top_k, and the buckets of n, of
+    max_tokens (the response cache) and of the prompt length. A batch's program is one of its jobs' keys (its
+    buckets are the largest of its jobs'), so the keys admitted bound the programs compiled."""
+
+    kind: str
+    top_k: int
+    n: int
+    max_tokens: int
+    prompt: int
+
+    @classmethod
+    def of(cls, job: Job) -> ProgramKey:
+        parsed = sampling.parse_sampler(job.sampler)
+        return cls(parsed.kind, parsed.top_k, padding.bucket_size(job.n), padding.bucket_size(job.max_tokens),
+                   padding.bucket_size(len(job.prompt_ids)))
+
+
+@dataclasses.dataclass(frozen=True)
 class Choice:
     text: str
     finish: str
@@ -79,10 +103,13 @@ class Choice:
 
 class Batcher:
     """Runs Jobs on `judge` in batches: a worker thread takes the first waiting job, waits `window_s` for more
-    (at most `max_batch` prompts), and answers each (sampler, n) group with one generate call."""
+    (at most `max_batch` prompts), and answers each (sampler, n bucket) group with one generate call. It admits
+    jobs of at most `max_programs` ProgramKeys (`submit` refuses a job of another once they are taken)."""
 
-    def __init__(self, judge: Judge, *, window_s: float = 0.02, max_batch: int = 64, seed: int = 0):
-        self.judge, self.window_s, self.max_batch = judge, window_s, max_batch
+    def __init__(self, judge: Judge, *, window_s: float = 0.02, max_batch: int = 64, seed: int = 0,
+                 max_programs: int = MAX_PROGRAMS):
+        self.judge, self.window_s, self.max_batch, self.max_programs = judge, window_s, max_batch, max_programs
+        self.programs: set[ProgramKey] = set()  # the program keys admitted so far
         self.key = jax.random.key(seed)
         self.jobs: queue.Queue[tuple[Job, Future]] = queue.Queue()
         self.batch_sizes: list[int] = []  # prompts per generate call, in call order
@@ -95,13 +122,29 @@ class Batcher:
         `prompt_tokens` tokens, so the first batches of that size do not stall on a compile; the buckets."""
         sizes = sorted({padding.bucket_size(b) for b in range(1, self.max_batch + 1)})
         eos = self.judge.tokenizer.eos_token_id
+        job = Job([eos] * prompt_tokens, max_tokens, "greedy", 1)
+        self.admit(job)
         for size in sizes:
             start = time.perf_counter()
-            self._generate([Job([eos] * prompt_tokens, max_tokens, "greedy", 1)] * size, "greedy", 1, self.key)
+            self._generate([job] * size, "greedy", 1, self.key)
             log.info("warm-up: batch bucket %d compiled in %.1f s", size, time.perf_counter() - start)
         return sizes
 
+    def admit(self, job: Job) -> None:
+        """Records the job's ProgramKey; a RequestError when it is new and `max_programs` keys are taken."""
+        key = ProgramKey.of(job)
+        with self.lock:
+            if key not in self.programs and len(self.programs) >= self.max_programs:
+                raise RequestError(
+                    f"this server compiles at most {self.max_programs} generate programs and all are taken; a request "
+                    f"needing another (sampler {key.kind}, top_k {key.top_k}, n bucket {key.n}, max_tokens bucket "
+                    f"{key.max_tokens}, prompt bucket {key.prompt}) is refused: send the sampler, n and max_tokens of "
+                    "earlier requests", code="too_many_programs")
+            self.programs.add(key)
+
     def submit(self, job: Job) -> Future:
+        """The future of the job's choices, once admitted (RequestError: a program key past `max_programs`)."""
+        self.admit(job)
         future: Future = Future()
         self.jobs.put((job, future))
         return future
@@ -113,7 +156,7 @@ class Batcher:
         return {"generate_calls": len(sizes), "prompts": int(sum(sizes)),
                 "mean_batch": float(np.mean(sizes)) if sizes else 0.0, "max_batch": max(sizes, default=0),
                 "traces": sum(sampling.TRACES.values()),  # a new batch or length bucket compiles (seconds)
-                "queued": self.jobs.qsize(), "cancelled": cancelled}
+                "queued": self.jobs.qsize(), "cancelled": cancelled, "programs": len(self.programs)}
 
     def _collect(self) -> list[tuple[Job, Future]]:
         batch = [self.jobs.get()]
@@ -132,7 +175,7 @@ class Batcher:
             batch = self._collect()
             groups: dict[tuple[str, int], list[tuple[Job, Future]]] = {}
             for job, future in batch:
-                groups.setdefault((job.sampler, job.n), []).append((job, future))
+                groups.setdefault((job.sampler, padding.bucket_size(job.n)), []).append((job, future))
             for (sampler, n), group in groups.items():
                 group = self._live(group)
                 if not group:
@@ -162,8 +205,9 @@ class Batcher:
         return live
 
     def _generate(self, jobs: Sequence[Job], sampler: str, n: int, key: jax.Array) -> list[list[Choice]]:
-        """Each job's n choices: one generate call up to the group's largest max_tokens, each row cut to its own
-        (a greedy answer of m tokens is the first m tokens of a longer one)."""
+        """Each job's job.n choices: one generate call of `n` (its n bucket) samples per prompt, up to the group's largest
+        max_tokens, each row cut to its own (a greedy answer of m tokens is the first m tokens of a longer one; the
+        samples are independent, so the first job.n of n are job.n samples)."""
         judge = self.judge
         eos = judge.tokenizer.eos_token_id
         result = judge.generate_fn(judge.weights, [job.prompt_ids for job in jobs], key=key, n=n,
@@ -174,7 +218,7 @@ class Batcher:
         out = []
         for j, job in enumerate(jobs):
             choices = []
-            for row in range(j * n, (j + 1) * n):
+            for row in range(j * n, j * n + job.n):
                 length, finish = int(lengths[row]), str(finishes[row])
                 if length > job.max_tokens:
                     length, finish = job.max_tokens, sampling.FINISH_LENGTH
@@ -208,7 +252,10 @@ def sampler_of(body: Mapping[str, Any]) -> str:
     """The sampler string of a request's temperature (0 or absent: greedy), top_p and top_k; a temperature is 0 or
     one `sampling.parse_sampler` takes (finite and not 0 in float32, at least sampling.MIN_TEMPERATURE)."""
     temperature, top_p = _number(body, "temperature"), _number(body, "top_p")
-    top_k = _integer(body, "top_k", 0, -1, 1 << 20)
+    top_k = 0 if body.get("top_k") is None else body["top_k"]
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k not in (0, -1, *TOP_K_CHOICES):
+        raise RequestError(f"top_k={top_k!r}: expected one of {list(TOP_K_CHOICES)}, or 0 or -1 (off): each top_k "
+                           "compiles a sampling program of its own")
     if temperature and not sampling.MIN_TEMPERATURE <= temperature <= sampling.MAX_TEMPERATURE:
         raise RequestError(f"temperature={temperature!r}: expected 0 (greedy) or a number in "
                            f"[{sampling.MIN_TEMPERATURE}, {sampling.MAX_TEMPERATURE:.4g}]")
@@ -321,7 +368,7 @@ async def answer_or_gone(future: Future, receive: Callable[[], Awaitable[dict]])
 
 def make_app(judge: Judge, model_name: str, *, api_key: str = "", window_s: float = 0.02, max_batch: int = 64,
              default_max_tokens: int = 256, seed: int = 0, warmup_prompt_tokens: int = 0,
-             max_body_bytes: int = MAX_BODY_BYTES):
+             max_body_bytes: int = MAX_BODY_BYTES, max_programs: int = MAX_PROGRAMS):
     """The starlette app serving `judge` as `model_name` (the batcher's worker thread starts here, after a
     warm-up of every batch bucket for `warmup_prompt_tokens`-token prompts when that is > 0)."""
     from starlette.applications import Starlette
@@ -333,7 +380,7 @@ def make_app(judge: Judge, model_name: str, *, api_key: str = "", window_s: floa
 
     # What the model behind `model_name` is (GET /v1/models): clients put it in their judge hash (docs/judges.md).
     identity = weights_identity(judge.name) if (Path(judge.name) / "config.json").is_file() else ""
-    batcher = Batcher(judge, window_s=window_s, max_batch=max_batch, seed=seed)
+    batcher = Batcher(judge, window_s=window_s, max_batch=max_batch, seed=seed, max_programs=max_programs)
     if warmup_prompt_tokens:
         batcher.warm_up(warmup_prompt_tokens, default_max_tokens)
     # One parser thread: JSON and tokenising stay off the event loop, and the tokenizer is never used by two
@@ -364,8 +411,12 @@ def make_app(judge: Judge, model_name: str, *, api_key: str = "", window_s: floa
         except ClientDisconnect:  # left mid-body: nobody to answer
             counts["disconnected"] += 1
             return Response(status_code=400)
+        try:
+            future = batcher.submit(job)
+        except RequestError as e:
+            return error(e)
         counts["requests"] += 1
-        choices = await answer_or_gone(batcher.submit(job), request.receive)
+        choices = await answer_or_gone(future, request.receive)
         if choices is None:
             counts["disconnected"] += 1
             return Response(status_code=400)

@@ -90,6 +90,13 @@ class Experiment:
         return judge["hash"] if judge else ""
 
     @property
+    def reward_model_hash(self) -> str:
+        """The reward model's hash (RewardModelReward.describe, as rubric.json records it), "" without one: a GRPO
+        checkpoint records it, and a resume under another reward model is refused (workdir.check_resume)."""
+        reward_model = self.rubric_info.get("reward_model")
+        return reward_model["hash"] if reward_model else ""
+
+    @property
     def stop_tokens(self) -> tuple[int, ...]:
         return (int(self.tokenizer.eos_token_id),)
 
@@ -172,6 +179,7 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
                    "content_hash": inputs.shared_rubric.content_hash, "rubric_set_hash": rubric_hash,
                    "correction_hash": correction.content_hash if correction is not None else None,
                    "judge": describe_judge(settings.judge) if judges else None,
+                   "reward_model": reward.describe() if isinstance(reward, RewardModelReward) else None,
                    "calibration": calibration.record() if calibration is not None else None}
     workdir = Path(workdir)
     log = run_workdir.RunLog(workdir, run_info={"rubric": rubric_info, "config": config.to_dict()})

@@ -232,5 +232,6 @@ class GRPOStage(Stage):
     def checkpoint_extra(self) -> dict[str, Any]:
         exp = self.exp
         weights = {} if exp.dynamic_weights is None else {"dynamic_weights": exp.dynamic_weights.to_json()}
-        return {"updates_per_batch": exp.settings.updates_per_batch, "judge_hash": exp.judge_hash, **weights,
+        return {"updates_per_batch": exp.settings.updates_per_batch, "judge_hash": exp.judge_hash,
+                "reward_model_hash": exp.reward_model_hash, **weights,
                 "redundancy_window": exp.watch.scores_to_json()}

@@ -52,7 +52,8 @@ def run_experiment(exp: Experiment) -> None:
     the best checkpoint's report, the export, the plots and done.json."""
     settings, workdir = exp.settings, exp.workdir
     run_workdir.check_resume(workdir, rubric_hash=exp.rubric_hash, updates_per_batch=settings.updates_per_batch,
-                             keep=settings.checkpoint.keep, judge_hash=exp.judge_hash)
+                             keep=settings.checkpoint.keep, judge_hash=exp.judge_hash,
+                             reward_model_hash=exp.reward_model_hash)
     if distributed.is_writer():
         run_workdir.write_run_files(workdir, exp.config_json, dumps_rubric(exp.shared_rubric, "yaml"), exp.rubric_info)
         (workdir / finish.BEST_FILE).unlink(missing_ok=True)  # rewritten when GRPO finishes; a stale one could name a deleted step

@@ -94,10 +94,17 @@ def _newest_meta(directory: Path, keep: int) -> dict[str, Any] | None:
     return None
 
 
-def check_resume(workdir: Path, *, rubric_hash: str, updates_per_batch: int, keep: int, judge_hash: str = "") -> None:
+# What rewarded GRPO checkpoints: their `extra` key, its name in a refusal, and what "the same" covers.
+REWARD_SOURCES = (("judge_hash", "judge", "checkpoints, served model and verdict settings: docs/judges.md"),
+                  ("reward_model_hash", "reward model", "reward.model_checkpoint and the reward.model_* settings"))
+
+
+def check_resume(workdir: Path, *, rubric_hash: str, updates_per_batch: int, keep: int, judge_hash: str = "",
+                 reward_model_hash: str = "") -> None:
     """Refuses a restart whose checkpoints were trained under another rubric set, whose GRPO checkpoints were
-    rewarded by another LLM judge (`judge_hash`, "" for none: spec.judge_hash, the served model's identity included;
-    checkpoints from before it was recorded are not checked), or with another `rl.updates_per_batch` (the GRPO step
+    rewarded by another LLM judge (`judge_hash`, "" for none: spec.judge_hash, the served model's identity included)
+    or another reward model (`reward_model_hash`, "" for none: RewardModelReward.describe's hash; checkpoints from
+    before either was recorded are not checked for it), or with another `rl.updates_per_batch` (the GRPO step
     of a checkpoint is its update count / updates per batch: a change would rewind the step counter); one line,
     before anything is written."""
     for stage in ("sft", "grpo", "reference"):
@@ -109,11 +116,13 @@ def check_resume(workdir: Path, *, rubric_hash: str, updates_per_batch: int, kee
                 f"{checkpoint_dir(workdir, stage)}: trained with rubric set {meta['rubric_hash'][:16]}..., this "
                 f"config's is {rubric_hash[:16]}... ({workdir / RUBRIC_JSON} names the old one); use the same "
                 "rubric, score correction and questions, or a new --workdir")
-        if stage == "grpo" and meta["extra"].get("judge_hash", judge_hash) != judge_hash:
-            raise CheckpointError(
-                f"{checkpoint_dir(workdir, stage)}: trained with judge {_short(meta['extra']['judge_hash'])}, this "
-                f"config's is {_short(judge_hash)} ({workdir / RUBRIC_JSON} names the old one); use the same judge "
-                "(checkpoints, served model and verdict settings: docs/judges.md), or a new --workdir")
+        current = {"judge_hash": judge_hash, "reward_model_hash": reward_model_hash}
+        for key, what, same in REWARD_SOURCES:
+            if stage == "grpo" and meta["extra"].get(key, current[key]) != current[key]:
+                raise CheckpointError(
+                    f"{checkpoint_dir(workdir, stage)}: trained with {what} {_short(meta['extra'][key])}, this "
+                    f"config's is {_short(current[key])} ({workdir / RUBRIC_JSON} names the old one); use the same "
+                    f"{what} ({same}), or a new --workdir")
         saved = meta["extra"].get("updates_per_batch")
         if stage == "grpo" and saved is not None and saved != updates_per_batch:
             raise ValueError(f"config.rl.updates_per_batch={updates_per_batch}: the GRPO checkpoints in {workdir} "
@@ -121,9 +130,9 @@ def check_resume(workdir: Path, *, rubric_hash: str, updates_per_batch: int, kee
                              "new --workdir")
 
 
-def _short(judge_hash: str) -> str:
-    """A judge hash as a refusal names it ("none" for a run without an LLM judge)."""
-    return f"{judge_hash[:16]}..." if judge_hash else "none"
+def _short(source_hash: str) -> str:
+    """A judge or reward-model hash as a refusal names it ("none" for a run without one)."""
+    return f"{source_hash[:16]}..." if source_hash else "none"
 
 
 def write_run_files(workdir: Path, config_json: str, rubric_yaml: str, rubric_info: Mapping[str, Any]) -> None:

@@ -5,6 +5,7 @@ setting flag of its own, and every key of every command's settings has a one-lin
 
 from __future__ import annotations
 
+import copy
 import importlib
 import os
 import re
@@ -13,6 +14,7 @@ from pathlib import Path
 import ml_collections
 import pytest
 
+from experiments import cli
 from tests import cli_reference
 
 REPO = Path(__file__).resolve().parents[2]
@@ -94,14 +96,45 @@ def test_the_meaning_lookup_follows_a_block_to_the_function_that_built_it(tmp_pa
         "Above, two lines.", "Overridden here.", "", "Own.", ""]
 
 
+def _integer_keys(config: ml_collections.ConfigDict, prefix: str = "") -> set[str]:
+    """Every dotted key of `config` whose value is an integer (not a bool)."""
+    keys = set()
+    for key, value in config.items():
+        if isinstance(value, ml_collections.ConfigDict):
+            keys |= _integer_keys(value, f"{prefix}{key}.")
+        elif isinstance(value, int) and not isinstance(value, bool):
+            keys.add(prefix + key)
+    return keys
+
+
+@pytest.mark.parametrize("name", sorted(set(INPUTS_AND_OUTPUTS) - WITHOUT_CONFIG - {"run", "sweep", "build_rubrics"}))
+def test_every_integer_setting_of_every_command_is_bounded_on_both_sides(name):
+    """Issue 38 H6: each integer of configs/commands/<name>.py has a (smallest, largest) in its COUNT_BOUNDS, which
+    experiments/cli.py start() checks before any work; one past either end is refused naming the key and the bound
+    (a seed past 2**32 - 1 would be truncated by jax.random.key, past 2**63 raise OverflowError)."""
+    module = importlib.import_module(f"configs.commands.{name}")
+    config = module.get_config()
+    assert _integer_keys(config) == set(module.COUNT_BOUNDS), name
+    cli.check_counts(config, module.COUNT_BOUNDS)  # the defaults pass
+    for key, (smallest, largest) in module.COUNT_BOUNDS.items():
+        for value, why in ((largest + 1, f"<= {largest}"), (smallest - 1, f">= {smallest}")):
+            bad = copy.deepcopy(config)
+            bad.update_from_flattened_dict({key: value})
+            with pytest.raises(ValueError, match=rf"^--config\.{re.escape(key)}={value}: expected an integer {why}$"):
+                cli.check_counts(bad, module.COUNT_BOUNDS)
+
+
 @pytest.mark.parametrize("command, setting, message", [
-    ("score", "--config.batch_size=0", "--config.batch_size must be >= 1, got 0"),
+    ("score", "--config.batch_size=0", "--config.batch_size=0: expected an integer >= 1"),
+    ("score", "--config.batch_size=65537", "--config.batch_size=65537: expected an integer <= 65536"),
+    ("score", f"--config.seed={2**64}", f"--config.seed={2**64}: expected an integer <= {2**32 - 1}"),
     ("score", "--config.batchsize=2", "unknown config key 'batchsize'"),
     ("score", "--config=configs/tiny.py", "--config=configs/tiny.py: not a settings file of experiments.score (its "
      "keys are those of configs/commands/score.py); missing ['batch_size'], unknown ["),
-    ("sample_for_labels", "--config.n=0", "--config.n=0: expected a positive number of responses to label"),
+    ("sample_for_labels", "--config.n=0", "--config.n=0: expected an integer >= 1"),
+    ("calibrate", "--config.worst=1000000", "--config.worst=1000000: expected an integer <= 10000"),
     ("export", "--config.which=newest", "--config.which=newest: expected one of"),
-    ("calibrate", "--config.bootstrap=0", "--config.bootstrap: expected an integer >= 1, got 0"),
+    ("calibrate", "--config.bootstrap=0", "--config.bootstrap=0: expected an integer >= 1"),
 ])
 def test_a_bad_setting_is_one_line_naming_its_key(tmp_path, command, setting, message, command_server):
     """Before any work: the settings are checked first (with stand-in paths that exist where a command checks

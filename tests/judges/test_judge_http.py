@@ -58,12 +58,14 @@ def start_server(port: int, *flags: str) -> subprocess.Popen:
 
 
 @pytest.mark.parametrize("setting, message", [
-    ("--config.port=0", "--config.port=0: expected 1..65535"),
+    ("--config.port=0", "--config.port=0: expected an integer >= 1"),
     ("--config.max_batch=0", "--config.max_batch=0: expected an integer >= 1"),
     ("--config.api_key_env=RJ_TEST_UNSET_KEY", "--config.api_key_env=RJ_TEST_UNSET_KEY: the environment variable is "
                                                "not set"),
     ("--config.prot=8000", "unknown config key 'prot' (Did you mean \"port\""),
-    ("--config.max_body_bytes=100", "--config.max_body_bytes=100: expected an integer in [1024, 67108864]"),
+    ("--config.port=65536", "--config.port=65536: expected an integer <= 65535"),
+    ("--config.batch_window_ms=1e9", "--config.batch_window_ms=1000000000.0: expected a number in [0, 10000]"),
+    ("--config.max_body_bytes=100", "--config.max_body_bytes=100: expected an integer >= 1024"),
 ])
 def test_serve_refuses_a_bad_setting_in_one_line_before_loading(setting, message):
     proc = subprocess.run([sys.executable, "-m", "experiments.serve", f"--checkpoint={TINY_JUDGE}", setting], cwd=REPO,

@@ -249,3 +249,51 @@ def test_the_api_key_scheme_is_any_case_and_health_shows_counters_only_with_the_
     counters = asyncio.run(main())
     assert counters["requests"] == 3 and counters["refused"] == 4 and counters["model"] == "tj"
     assert (KEY.encode(), KEY.encode()) in compared and (f"{KEY}x".encode(), KEY.encode()) in compared
+
+
+def test_top_k_is_one_of_a_few_values_and_n_decodes_at_its_bucket(tokenizer):
+    """Each top_k and each n compiled a program of its own (top_k up to 2**20, n up to 16): a client could keep the
+    devices compiling. top_k is one of server.TOP_K_CHOICES (or off); n is decoded at its bucket and cut, so the 16
+    values of n take 8 programs, and each answer has exactly n choices."""
+    stub = StubModel(tokenizer)
+    decoded_n = []
+    app = stub_app(tokenizer, stub=lambda *args, n, **kwargs: decoded_n.append(n) or stub(*args, n=n, **kwargs))
+
+    async def main():
+        for top_k in (7, 41, 1 << 20, 101):
+            status, body = await post(app, chat_body(temperature=0.5, top_k=top_k))
+            assert status == 400 and f"top_k={top_k}: expected one of [1, 5, 10, 20, 40, 50, 100]" in (
+                body["error"]["message"]), body
+        for top_k in (0, -1, 40):
+            assert (await post(app, chat_body(temperature=0.5, top_k=top_k)))[0] == 200
+        before = (await health(app))["programs"]
+        for n in range(1, server.MAX_N + 1):
+            status, body = await post(app, chat_body(n=n))
+            assert status == 200 and len(body["choices"]) == n
+        return (await health(app))["programs"] - before
+
+    assert asyncio.run(main()) == 8
+    assert sorted(set(decoded_n)) == [1, 2, 3, 4, 6, 8, 12, 16]
+
+
+def test_the_server_compiles_at_most_max_programs_and_refuses_a_request_needing_another(tokenizer):
+    """Past `max_programs` program keys (sampler kind and top_k, n, max_tokens and prompt buckets) a request needing
+    a new one is a 400 naming the limit, before any work; requests of the admitted keys, any temperature, go on."""
+    stub = StubModel(tokenizer)
+    app = stub_app(tokenizer, stub=stub, max_programs=2)
+
+    async def main():
+        assert (await post(app, chat_body()))[0] == 200  # greedy
+        assert (await post(app, chat_body(temperature=0.5)))[0] == 200  # temperature: the second key
+        calls = len(stub.calls)
+        for fields in ({"temperature": 0.5, "top_k": 40}, {"n": 2}, {"max_tokens": 100}, {"content": "x " * 100}):
+            status, body = await post(app, chat_body(**fields))
+            assert status == 400 and body["error"]["code"] == "too_many_programs", fields
+            assert "at most 2 generate programs" in body["error"]["message"]
+        assert len(stub.calls) == calls  # refused before any work
+        for temperature in (0.5000001, 1.7, 0):
+            assert (await post(app, chat_body(temperature=temperature)))[0] == 200
+        return await health(app)
+
+    counters = asyncio.run(main())
+    assert counters["programs"] == 2 and counters["refused"] == 4

@@ -1,6 +1,6 @@
 """RewardModelReward: the scalar reward model as a reward source with RubricReward's call and output. Its
 batched, padded, chunked, mesh-sharded scores equal an unbatched single-device forward of each chat; rows that
-do not fit are dropped and counted; bad checkpoints and settings are named."""
+do not fit score the minimum and are counted; bad checkpoints and settings are named."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from flax import nnx
 
 from random_model import tiny_hf_dir
-from rubric_jax import loader, padding, sharding
+from rubric_jax import grpo, loader, padding, sharding
 from rubric_jax.judges.reward_model import (DIMENSION, RewardModelConfig, RewardModelReward, load_reward_model,
                                             reward_model_logits)
 from rubric_jax.models.transformer import causal_padding_mask
@@ -89,20 +89,43 @@ def test_chunks_center_scale_and_one_device_change_nothing(model8, rm_dir):
     np.testing.assert_allclose(out.reward, 1 / (1 + np.exp(-(whole - 0.5) / 2.0)), rtol=1e-5)
 
 
-def test_a_chat_longer_than_max_len_is_dropped_and_counted(model8):
+def test_a_chat_longer_than_max_len_scores_the_minimum_and_is_counted(model8):
+    """Issue 38 (R1 for the reward model): a chat too long for the reward model was a not-ok row, dropped from its
+    group with advantage 0, above every below-average answer of the group: padding a bad answer past max_len
+    escaped its penalty. It scores the minimum now (reward 0, ok), counted as a failed score, so its advantage is
+    its group's lowest."""
     reward = RewardModelReward(model8, RewardModelConfig(max_len=64))
     lengths = [len(ids) for ids in reward.encode(QUESTIONS, RESPONSES)]
     assert sorted(lengths)[-1] > 64 >= sorted(lengths)[-2]  # exactly one row is too long
     out = reward(QUESTIONS, RESPONSES, [None] * 4)
     long_row = int(np.argmax(lengths))
-    ok = np.arange(4) != long_row
-    np.testing.assert_array_equal(out.details["reward_ok"], ok)
-    np.testing.assert_array_equal(out.valid[:, 0], ok)
-    assert np.isnan(out.scores[long_row, 0]) and np.isnan(out.details["raw_scores"][long_row, 0])
-    assert out.reward[long_row] == 0.0 and np.all(out.reward[ok] > 0)
-    assert out.details["reward_model_too_long"] == out.details["num_not_ok"] == out.details["failures"][DIMENSION] == 1
+    fits = np.arange(4) != long_row
+    assert out.details["reward_ok"].all() and out.valid.all() and out.details["num_not_ok"] == 0
+    assert out.scores[long_row, 0] == out.reward[long_row] == 0.0 and np.all(out.reward[fits] > 0)
+    assert np.isnan(out.details["raw_scores"][long_row, 0])  # no verdict: the model never read it
+    assert (out.details["reward_model_too_long"] == out.details["num_failed_scores"] == out.details["failures"][DIMENSION]
+            == out.details["scored_minimum"][DIMENSION] == out.details["failure_causes"][DIMENSION][
+                "reward_model_too_long"] == 1)
     whole = RewardModelReward(model8, RewardModelConfig(max_len=128))(QUESTIONS, RESPONSES, [None] * 4)
-    np.testing.assert_allclose(out.reward[ok], whole.reward[ok], rtol=1e-6)  # the others are unaffected
+    np.testing.assert_allclose(out.reward[fits], whole.reward[fits], rtol=1e-6)  # the others are unaffected
+    advantages, _ = grpo.group_advantages(out.reward, 4, valid_N=out.details["reward_ok"])
+    assert int(np.argmin(advantages)) == long_row and advantages[long_row] < np.min(np.asarray(advantages)[fits])
+
+
+def test_the_recorded_identity_moves_with_the_weights_and_the_settings_that_change_a_reward(model8, rm_dir, tmp_path,
+                                                                                          layout8):
+    """RewardModelReward.describe (rubric.json's reward_model; its hash guards a resume): the same directory and
+    settings give the same hash; other weights of the same shapes, another center or scale, or another max_len
+    give another; the batch size, which changes no reward, does not."""
+    base = RewardModelReward(model8, RewardModelConfig(max_len=128)).describe()
+    assert base == RewardModelReward(model8, RewardModelConfig(max_len=128, batch_size=3)).describe()
+    assert base["checkpoint"] == str(rm_dir) and base["settings"]["center"] == 0.0
+    other = load_reward_model(tiny_hf_dir(tmp_path / "other", num_labels=1, num_layers=1, std=0.2, seed=4),
+                              layout=layout8)
+    hashes = {base["hash"], RewardModelReward(other, RewardModelConfig(max_len=128)).describe()["hash"]}
+    for changed in ({"center": 0.5}, {"scale": 2.0}, {"max_len": 64}):
+        hashes.add(RewardModelReward(model8, RewardModelConfig(**{"max_len": 128, **changed})).describe()["hash"])
+    assert len(hashes) == 5
 
 
 def test_bad_checkpoints_settings_and_calls_are_named(model8, tmp_path, layout8):

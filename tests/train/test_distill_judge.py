@@ -119,8 +119,8 @@ def test_the_readme_command_writes_a_loadable_judge_and_its_report(tmp_path, com
     (["--config.teacher=labels", "--labels={labels}"], "labels.jsonl:2: labels.format: 7 is outside the scale [0, 1]"),
     (["--config.dimensions=format", "--student_config=nope.json"], "--student_config=nope.json"),
     # Refused before training (it failed after training, losing it); a short run where it would train.
-    (["--config.dimensions=format", "--config.measure.max_new_tokens=0", *_SHORT],
-     "--config.measure.max_new_tokens=0: expected an integer in [1, 511] (the student's 512-token context holds the "
+    (["--config.dimensions=format", "--config.measure.max_new_tokens=600", *_SHORT],
+     "--config.measure.max_new_tokens=600: expected an integer in [1, 511] (the student's 512-token context holds the "
      "judge prompt and the verdict)"),
     (["--config.dimensions=format", "--config.measure.max_new_tokens=100000", *_SHORT],
      "--config.measure.max_new_tokens=100000: expected"),

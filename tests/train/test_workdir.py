@@ -147,15 +147,63 @@ def test_a_restart_refused_for_its_judge_leaves_every_file_as_it_was(tmp_path):
     exp = build(absolute_tiny_config(), tmp_path)
     assert exp.judge_hash == exp.rubric_info["judge"]["hash"] and len(exp.judge_hash) == 64
     assert GRPOStage.checkpoint_extra(type("Stage", (), {"exp": exp})())["judge_hash"] == exp.judge_hash
-    _saved(tmp_path, "grpo", rubric_hash=exp.rubric_hash, extra={"updates_per_batch": 1, "judge_hash": "c9018083" * 8})
+    _refused_before_any_write(exp, {"updates_per_batch": 1, "judge_hash": "c9018083" * 8},
+                              f"trained with judge c9018083c9018083..., this config's is {exp.judge_hash[:16]}")
+
+
+def _refused_before_any_write(exp, extra: dict, refusal: str) -> None:
+    """`exp` run over a GRPO checkpoint of its rubric set recording `extra` is refused with `refusal` before its
+    workdir's config.json, rubric.yaml or rubric.json is rewritten or anything else written."""
+    _saved(exp.workdir, "grpo", rubric_hash=exp.rubric_hash, extra=extra)
     before = {name: f"{name} of the first start" for name in ("config.json", "rubric.yaml", "rubric.json")}
     for name, text in before.items():
-        (tmp_path / name).write_text(text)
-    with pytest.raises(CheckpointError, match="trained with judge c9018083c9018083..., this config's is "
-                                              f"{exp.judge_hash[:16]}"):
+        (exp.workdir / name).write_text(text)
+    with pytest.raises(CheckpointError, match=re.escape(refusal)):
         loop.run_experiment(exp)
-    assert {name: (tmp_path / name).read_text() for name in before} == before
-    assert not (tmp_path / "config.previous.json").exists() and not (tmp_path / "metrics.jsonl").exists()
+    assert {name: (exp.workdir / name).read_text() for name in before} == before
+    assert not (exp.workdir / "config.previous.json").exists() and not (exp.workdir / "metrics.jsonl").exists()
+
+
+def test_a_restart_under_another_reward_model_is_refused_from_the_records(tmp_path):
+    """Issue 38 S3 for reward models: a reward-model run recorded judge_hash "" and nothing of its reward model, so
+    a resume under another reward model went on without a word. Its GRPO checkpoints record the reward model's hash;
+    a resume under another (or under none) is refused like one under another judge; older checkpoints are not
+    checked for it."""
+    _saved(tmp_path, "grpo", extra={"updates_per_batch": 1, "judge_hash": "", "reward_model_hash": "5eed0001" * 8})
+    workdir.check_resume(tmp_path, rubric_hash="h", updates_per_batch=1, keep=3, reward_model_hash="5eed0001" * 8)
+    for other, named in (("5eed0002" * 8, "5eed00025eed0002..."), ("", "none")):
+        refusal = (r"checkpoints/grpo: trained with reward model 5eed00015eed0001\.\.\., this config's is "
+                   rf"{re.escape(named)} \(.*rubric\.json names the old one\); use the same reward model "
+                   r"\(reward\.model_checkpoint and the reward\.model_\* settings\), or a new --workdir")
+        with pytest.raises(CheckpointError, match=refusal):
+            workdir.check_resume(tmp_path, rubric_hash="h", updates_per_batch=1, keep=3, reward_model_hash=other)
+    _saved(tmp_path / "old", "grpo", extra={"updates_per_batch": 1, "judge_hash": ""})
+    workdir.check_resume(tmp_path / "old", rubric_hash="h", updates_per_batch=1, keep=3, reward_model_hash="5eed0002" * 8)
+
+
+def test_a_reward_model_run_records_its_reward_model_and_refuses_another_before_any_write(tmp_path):
+    """A reward-model run built from the tiny default: rubric.json's reward_model names its weights identity and
+    settings, the GRPO stage records the hash in its checkpoints, and a resume over checkpoints of another reward
+    model is refused before config.json, rubric.yaml or rubric.json is rewritten."""
+    from random_model import tiny_hf_dir
+    from rubric_jax.train.experiment import build
+    from rubric_jax.train.grpo_stage import GRPOStage
+
+    config = absolute_tiny_config()
+    config.judge.checkpoint = ""  # a reward model scores alone
+    config.reward.source = "reward_model"
+    config.reward.model_checkpoint = str(tiny_hf_dir(tmp_path / "rm", num_labels=1, num_layers=1, seed=3))
+    config.reward.model_max_len = 512
+    work = tmp_path / "run"
+    exp = build(config, work)
+    recorded = exp.rubric_info["reward_model"]
+    assert exp.judge_hash == "" and exp.reward_model_hash == recorded["hash"] and len(recorded["hash"]) == 64
+    assert recorded["checkpoint"] == config.reward.model_checkpoint and len(recorded["weights"]) == 64
+    extra = GRPOStage.checkpoint_extra(type("Stage", (), {"exp": exp})())
+    assert extra["reward_model_hash"] == exp.reward_model_hash and extra["judge_hash"] == ""
+    _refused_before_any_write(exp, {"updates_per_batch": 1, "judge_hash": "", "reward_model_hash": "5eed0001" * 8},
+                              "trained with reward model 5eed00015eed0001..., this config's is "
+                              f"{exp.reward_model_hash[:16]}")
 
 
 # ------------------------------------------------------------------------------------- checkpoints
