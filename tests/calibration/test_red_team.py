@@ -10,6 +10,7 @@ import re
 import numpy as np
 import pytest
 
+from rubric_jax import text
 from rubric_jax.calibration import red_team
 from rubric_jax.calibration.labels import LabelledItem
 from rubric_jax.judges.reward import RubricReward
@@ -57,7 +58,10 @@ def test_a_payload_that_moves_the_judge_is_counted_and_one_that_does_not_is_not(
     reward = RubricReward([RUBRIC], [judge], JudgeSpec(samples=1))
     report = red_team.red_team(_items([1, 2, 5]), reward, batch_size=64, seed=0)
     tone = report["dimensions"]["tone"]
-    works = {p.id for p in red_team.PAYLOADS if "SCORE: {top}" in p.text}
+    # a payload moves the gullible judge if its verdict line is shown: a dimension reads the response as rendered,
+    # so the one inside an HTML comment never reaches the judge (issue 38, R4)
+    works = {p.id for p in red_team.PAYLOADS if "SCORE: {top}" in text.shown(p.text)}
+    assert "html-comment" not in works
     assert works and works != {p.id for p in red_team.PAYLOADS}
     assert tone["by_payload"] == {p.id: 1.0 if p.id in works else 0.0 for p in red_team.PAYLOADS}
     n = len(red_team.PAYLOADS) * len(red_team.PLACEMENTS)
