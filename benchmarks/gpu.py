@@ -1,13 +1,13 @@
 """One-shot accelerator benchmark (issues #9 §7, #33): Qwen2.5-1.5B and 7B shapes with random weights, on one device.
 
-  PYTHONPATH=. python benchmarks/gpu.py --out=DIR --budget_s=520   # one H200: the table, in order of value
+  PYTHONPATH=. python benchmarks/gpu.py --out_dir=DIR --budget_s=520   # one H200: the table, in order of value
   PYTHONPATH=. python benchmarks/gpu.py --smoke                     # toy shapes on CPU (tests/test_gpu_benchmark.py)
   PYTHONPATH=. python benchmarks/gpu.py --sizes=1.5b --parts=grpo --attention=einsum,fused --micro=4,1
       # the GRPO update with our einsum attention and with cuDNN flash attention, at 4 and 1 micro-batches
   PYTHONPATH=. .venv-aot/bin/python benchmarks/gpu.py --sizes=1.5b --attention=einsum,fused --aot_target=h200
       # no GPU: the same GRPO update compiled for an H200 by XLA's GPU compiler on this machine
 
-Lease-proof: every cell is printed (`[elapsed] column | metric | value`) and, with `--out`, appended as one JSON
+Lease-proof: every cell is printed (`[elapsed] column | metric | value`) and, with `--out_dir`, appended as one JSON
 line to DIR/gpu_cells.jsonl the moment it is measured, so a call cut short still returns what it measured; the
 table is printed again at the end. The parts run in order of value (PART_ORDER; the 7B update, which does not fit
 one device, last). With `--budget_s`, a part whose estimated cost (its compiles, counted in GRPO-update compiles
@@ -109,7 +109,9 @@ _AOT_TARGET = flags.DEFINE_enum("aot_target", None, list(aot.TARGETS[1:]), "Only
                                 "cuDNN attention calls.")
 _TRACE_DIR = flags.DEFINE_string("trace_dir", None, "Write a profiler trace (Perfetto JSON) of one GRPO update "
                                  "and of a 16-token generate here.")
-_OUT = flags.DEFINE_string("out", None, "Directory: each cell is appended to OUT/gpu_cells.jsonl as it is measured.")
+# Not "out": experiments.score defines that flag, and the tests load this script in a process that may have it.
+_OUT = flags.DEFINE_string("out_dir", None, "Directory: each cell is appended to OUT_DIR/gpu_cells.jsonl as it is "
+                           "measured.")
 _BUDGET_S = flags.DEFINE_float("budget_s", 0.0, "Seconds the whole call may take (0: no limit): a part whose "
                                "estimated cost does not fit what is left is skipped, saying why.")
 
@@ -865,14 +867,14 @@ def _print_table(columns: dict[str, dict[str, str]]) -> None:
 
 
 def _cells_path() -> Path | None:
-    """OUT/gpu_cells.jsonl (OUT made if missing), or None without --out."""
+    """OUT_DIR/gpu_cells.jsonl (OUT_DIR made if missing), or None without --out_dir."""
     if not _OUT.value:
         return None
     out = Path(_OUT.value)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise app.UsageError(f"--out={_OUT.value}: cannot make the directory ({e.strerror})") from None
+        raise app.UsageError(f"--out_dir={_OUT.value}: cannot make the directory ({e.strerror})") from None
     return out / CELLS_FILE
 
 

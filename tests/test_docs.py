@@ -131,10 +131,10 @@ RUN_BY: dict[str, RunBy] = {
     "./launch.sh experiments.run --config=configs/qwen7b.py --dry_run --dry_run_target=a100_80g":
         RunBy(("tests/test_aot.py::test_launch_sh_runs_gpu_dry_runs_in_the_aot_environment",
                "tests/test_aot.py::test_gpu_dry_run_in_the_gpu_compiler_environment")),
-    "PYTHONPATH=. python benchmarks/gpu.py --out=runs/gpu --budget_s=520":
+    "PYTHONPATH=. python benchmarks/gpu.py --out_dir=runs/gpu --budget_s=520":
         RunBy(("tests/test_gpu_benchmark.py::test_smoke_prints_the_table",
                "tests/test_gpu_benchmark.py::test_budget_skips_what_cannot_fit_and_says_why"),
-              replaced=("--out", "--budget_s")),
+              replaced=("--out_dir", "--budget_s")),
     "PYTHONPATH=. python benchmarks/gpu.py --sizes=1.5b --parts=iteration,run":
         RunBy(("tests/test_gpu_benchmark.py::test_smoke_iteration_and_the_run_command",), replaced=("--sizes",)),
     "PYTHONPATH=. python benchmarks/gpu.py --smoke": RunBy(("tests/test_gpu_benchmark.py::test_smoke_prints_the_table",)),

@@ -70,12 +70,12 @@ def _run(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
 
 def test_smoke_prints_the_table(tmp_path):
     """The README commands at toy size on one CPU device (`--attention=einsum,fused`: fused is the XLA
-    implementation of jax.nn.dot_product_attention on CPU): every cell in the table is also a line of --out's
+    implementation of jax.nn.dot_product_attention on CPU): every cell in the table is also a line of --out_dir's
     file, written as it was measured; a number in each cell that has one on CPU (MFU, MBU and the measured peak
     need a GPU's datasheet and allocator), a GRPO column per attention, decode, the anchor and the judge in the
     first. The judge compiles two generate programs (the batch, and one batch-1 program for its per-item calls;
     three on b4346d0 at 1.5B, where each per-item dimension had its own prompt bucket)."""
-    proc = _run("--smoke", "--attention=einsum,fused", "--parts=grpo,decode,anchor,judge", f"--out={tmp_path}")
+    proc = _run("--smoke", "--attention=einsum,fused", "--parts=grpo,decode,anchor,judge", f"--out_dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = _table(proc.stdout)
     assert table == _cells(tmp_path)
@@ -101,7 +101,7 @@ def test_smoke_iteration_and_the_run_command(tmp_path):
     """`--parts=iteration,run` at toy size: one GRPO iteration end to end (rollout, judge, batch, reference
     log-probs, update) reports every phase of its warm run with shares summing to the whole and its tokens/s, and
     the command users run, experiments.run with configs/gpu_smoke.py (here its tiny size), runs its two GRPO steps."""
-    proc = _run("--smoke", "--parts=iteration,run", f"--out={tmp_path}")
+    proc = _run("--smoke", "--parts=iteration,run", f"--out_dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     cells = _cells(tmp_path)["toy"]
     phases = [f"iteration warm: {name} (s)" for name in
@@ -114,8 +114,8 @@ def test_smoke_iteration_and_the_run_command(tmp_path):
 
 def test_budget_skips_what_cannot_fit_and_says_why(tmp_path):
     """With a budget no part fits in, each part's cell says what it would need and what was left; the call still
-    exits 0 and --out holds those cells."""
-    proc = _run("--smoke", "--budget_s=0.5", "--parts=grpo,decode,judge", f"--out={tmp_path}", timeout=300)
+    exits 0 and --out_dir holds those cells."""
+    proc = _run("--smoke", "--budget_s=0.5", "--parts=grpo,decode,judge", f"--out_dir={tmp_path}", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     cells = _cells(tmp_path)["toy"]
     skipped = {k: v for k, v in cells.items() if k.endswith(" skipped")}

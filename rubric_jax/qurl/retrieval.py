@@ -33,11 +33,14 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import bm25s
 import numpy as np
 
 from rubric_jax import jsonl
+
+if TYPE_CHECKING:
+    import bm25s
 from rubric_jax.jsonl import finite_float, shown
 
 _HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
@@ -151,6 +154,11 @@ class BM25Index:
             raise ValueError(f"BM25Index.build: need k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
         if not any(token_lists):
             return cls(None, len(token_lists))
+        # Imported here, not with this module: importing bm25s runs a jax computation (bm25s/selection.py, a top_k
+        # on the default device), which starts jax's backend in whatever process imports it: before
+        # jax.distributed.initialize on a multi-host run, or in a process that forks workers afterwards.
+        import bm25s
+
         engine = bm25s.BM25(method="lucene", k1=k1, b=b, dtype="float64")
         engine.index([list(tokens) for tokens in token_lists], show_progress=False)
         return cls(engine, len(token_lists))

@@ -3,6 +3,9 @@ corpus errors."""
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +14,8 @@ import pytest
 from rubric_jax.data import load_questions
 from rubric_jax.qurl import retrieval as R
 
-ASSETS = Path(__file__).resolve().parents[2] / "rubric_jax" / "assets" / "qurl"
+REPO = Path(__file__).resolve().parents[2]
+ASSETS = REPO / "rubric_jax" / "assets" / "qurl"
 
 
 def test_bm25_matches_hand_computed_scores():
@@ -113,3 +117,14 @@ def test_missing_or_empty_corpus(tmp_path):
     (tmp_path / "empty.jsonl").write_text("\n")
     with pytest.raises(R.CorpusError, match="no documents"):
         R.load_corpus(tmp_path / "empty.jsonl")
+
+
+def test_importing_the_qurl_pipeline_starts_no_jax_backend():
+    """Importing bm25s runs a jax computation (its selection module), which starts jax's backend in the importing
+    process: before jax.distributed.initialize on a multi-host run, or before the command servers of the tests
+    fork their children (whose first compile then hung). The pipeline imports it only when it builds an index."""
+    code = ("import rubric_jax.qurl.pipeline, sys\nfrom jax._src import xla_bridge\n"
+            "sys.exit(f'backend started at import: {list(xla_bridge._backends)}' if xla_bridge._backends else 0)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
