@@ -31,7 +31,7 @@ from rubric_jax import data, padding, text
 from rubric_jax.judges.llm_judge import Judge, judge_rows, special_tokens
 from rubric_jax.judges.parser import SINGLE_KEY, parse_single
 from rubric_jax.judges.prompts import JudgePrompt, compact_single_prompt, single_prompt
-from rubric_jax.judges.reward import split_by_reads
+from rubric_jax.judges.scorers import split_by_reads
 from rubric_jax.judges.rules import make_rule
 from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.rubrics.schema import Dimension, Rubric
