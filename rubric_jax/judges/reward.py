@@ -58,7 +58,7 @@ from rubric_jax import distributed, text
 from rubric_jax.judges.features import FEATURES, response_features
 from rubric_jax.judges.http_backend import HTTP_COUNTERS, LATENCY_PERCENTILES
 from rubric_jax.judges.llm_judge import Judge, escalated_frac
-from rubric_jax.judges.scorers import Batch, Judging, scorer_of, scorers
+from rubric_jax.judges.scorers import Batch, Judging, scorers
 from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.judges.store import VerdictStore
 from rubric_jax.rubrics.aggregation import aggregate_rubric
@@ -133,7 +133,6 @@ class RubricReward:
         for dim in rubric.dimensions:
             if self.correction is not None:
                 self.correction.check_dimension(dim.id, dim.scale.raw_range, f"rubric {rubric.name!r}")
-            scorer_of(dim)
             of_kind.setdefault(dim.kind, []).append(dim)
         built = {s.kind.name: s.prepare(rubric, of_kind[s.kind.name], self.judging)
                  for s in scorers() if s.kind.name in of_kind}
@@ -147,8 +146,9 @@ class RubricReward:
         left out: their final score is known only after correction."""
         failed_N = np.zeros(raw_NxD.shape[0], dtype=bool)
         corrected = set(self.correction.dimensions) if self.correction is not None else set()
+        scored_first = {s.kind.name for s in scorers() if not s.deferred}
         for rows, rubric in _groups(rubrics):
-            gates = [d for d in rubric.dimensions if d.gate and not scorer_of(d).deferred and d.id not in corrected]
+            gates = [d for d in rubric.dimensions if d.gate and d.kind in scored_first and d.id not in corrected]
             if gates:
                 scores = normalize_scores(gates, raw_NxD[np.ix_(rows, [column[d.id] for d in gates])])
                 failed_N[rows] = (scores <= 0).any(axis=1)  # NaN (missing) is not a failure
@@ -247,7 +247,7 @@ class RubricReward:
         views = {reads: [text.read(r, reads) for r in responses] for reads in text.READS}
         gated_N: np.ndarray | None = None
         for scorer in scorers():
-            dims = [[d for d in r.dimensions if scorer_of(d) is scorer] for r in rubrics]
+            dims = [[d for d in r.dimensions if d.kind == scorer.kind.name] for r in rubrics]
             if scorer.deferred and self.gates_first:
                 if gated_N is None:
                     gated_N = self._failed_gates(rubrics, raw_NxD, column)

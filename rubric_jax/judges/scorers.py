@@ -20,6 +20,7 @@ its scorer and a `register` call: docs/rubrics.md ("Adding a dimension kind") ha
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -109,15 +110,14 @@ def register(scorer: Scorer) -> Scorer:
 
 
 def scorers() -> list[Scorer]:
-    """Every registered scorer, non-deferred ones first, each group in registration order."""
+    """The scorer of every registered kind (importing the module of any not loaded yet), non-deferred ones first,
+    each group in registration order; a kind whose module registers no scorer raises."""
+    for kind in kinds.all_kinds():
+        if kind.name not in _SCORERS:
+            importlib.import_module(kind.scorer)
+            if kind.name not in _SCORERS:
+                raise ValueError(f"dimension kind {kind.name!r}: importing {kind.scorer} registered no scorer for it")
     return sorted(_SCORERS.values(), key=lambda s: s.deferred)
-
-
-def scorer_of(dim: Dimension) -> Scorer:
-    """The scorer of `dim`'s kind; RubricError when its kind has none registered."""
-    if dim.kind not in _SCORERS:
-        raise RubricError(f"dimension {dim.id!r}: no scorer is registered for kind {dim.kind!r}")
-    return _SCORERS[dim.kind]
 
 
 class RuleScorer:
