@@ -73,3 +73,39 @@ def test_a_declared_kind_whose_module_registers_no_scorer_fails_when_scored(regi
     kinds.register_kind(kinds.Kind("unscored", "rubric_jax.judges.features"))
     with pytest.raises(ValueError, match="'unscored': importing rubric_jax.judges.features registered no scorer"):
         RubricReward()(["q"], ["a"], [rubric([PRINTS])])
+
+
+class Recording:
+    """A deferred kind "recorded" that scores its scale's top and records the rows it was asked about."""
+
+    kind = kinds.Kind("recorded", __name__)
+    deferred = True
+
+    def __init__(self):
+        self.asked: list[int] = []
+
+    def prepare(self, rubric, dims, judging):
+        return None
+
+    def score(self, batch, judging):
+        rows = [n for n, dims in enumerate(batch.dims) if dims]
+        self.asked += rows
+        tops = [np.asarray([[d.scale.raw_range[1] for d in batch.dims[n]]]) for n in rows]
+        return scorers.Scored([scorers.Cells([n], batch.dims[n], top, "") for n, top in zip(rows, tops)])
+
+    def gated(self, dims, judging):
+        return {"recorded_gated": sum(map(len, dims))}
+
+
+def test_with_gates_first_a_gate_of_any_kind_not_deferred_spares_the_deferred_kinds(registries):
+    gate = register_the_page_kind()
+    recording = scorers.register(Recording())
+    recorded = {"id": "recorded", "description": "always met", "kind": "recorded", "scale": {"kind": "binary"},
+                "anchors": BINARY}
+    code = rubric([gate, recorded])
+    out = RubricReward([code], gates_first=True)(["q"] * 3, ["print(1)", "def f(:", "x = 1"], [code] * 3)
+    assert recording.asked == [0, 2]  # the row that does not parse is not asked about
+    assert out.details["recorded_gated"] == 1 and out.details["gated_scores"] == 1
+    assert out.details["failure_causes"] == {} and out.details["reward_ok"].all()
+    np.testing.assert_allclose(out.reward, [1.0, 0.0, 1.0])
+    assert np.isnan(out.details["raw_scores"][1, 1])
