@@ -172,7 +172,7 @@ def main(argv: list[str]) -> None:
     reward = RubricReward(judges=judges, judge_spec=spec, refiners=refiners)
     for rubric, source in zip(rubrics, sources):
         try:
-            reward.rules_of(rubric)
+            reward.prepare(rubric)
         except RubricError as e:
             origin = _RUBRIC.value if shared is not None and rubric is shared else source
             _fail(f"{origin}: {e}")

@@ -314,7 +314,7 @@ def judge_prompts_per_call(config: ml_collections.ConfigDict) -> int:
     if not config.data.rubric:
         raise ValueError(f"config.judge.mode=per_dimension: the dry run counts the LLM dimensions of "
                          f"config.data.rubric, which is empty; set it, or config.judge.batch_size <= {at_least}")
-    prompts = at_least * max(1, sum(d.kind == "llm" for d in load_rubric(config.data.rubric).dimensions))
+    prompts = at_least * max(1, sum(d.judged for d in load_rubric(config.data.rubric).dimensions))
     return min(prompts, cap) if cap else prompts
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rubric_jax.jsonl import finite_float, read_jsonl, shown
+from rubric_jax.rubrics import kinds
 from rubric_jax.rubrics.importers import import_vicuna_eval
 from rubric_jax.rubrics.schema import Dimension, Rubric, RubricError, case_rubric_from_row
 
@@ -48,6 +49,11 @@ class DimensionInfo:
 
     kind: str
     levels: tuple[int, ...]
+
+    @property
+    def judged(self) -> bool:
+        """Whether the LLM judge scores the dimension (its kind says so: rubrics/kinds.py)."""
+        return kinds.kind_named(self.kind).judged
 
     @property
     def scale(self) -> tuple[int, int]:
@@ -148,7 +154,7 @@ def dimension_info(items: Sequence[LabelledItem], llm_only: bool = False) -> dic
     info: dict[str, tuple[DimensionInfo, str]] = {}
     raters: dict[str, tuple[int, str]] = {}
     for item in items:
-        ids = [d.id for d in item.rubric.dimensions if d.kind == "llm"] if llm_only else {**item.labels, **item.ratings}
+        ids = [d.id for d in item.rubric.dimensions if d.judged] if llm_only else {**item.labels, **item.ratings}
         for dim_id in ids:
             dim = item.rubric.dimension(dim_id)
             this = DimensionInfo(dim.kind, dim.scale.levels)

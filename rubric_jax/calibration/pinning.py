@@ -28,14 +28,14 @@ _AGGREGATION_ONLY = ("weight", "gate", "group")  # dimension fields the judge ne
 
 def dimension_key(rubric: Rubric, dim: Dimension, mode: str) -> str:
     """sha256 hex of what the judge reads of `rubric` when it scores `dim` in `mode`."""
-    llm = [dim] if mode == "per_dimension" else [d for d in rubric.dimensions if d.kind == "llm"]
+    llm = [dim] if mode == "per_dimension" else [d for d in rubric.dimensions if d.judged]
     read = [{k: v for k, v in dimension_to_dict(d).items() if k not in _AGGREGATION_ONLY} for d in llm]
     return hashlib.sha256(canonical_json(read).encode()).hexdigest()
 
 
 def _llm_rubrics(rubrics: Sequence[Rubric]) -> list[Rubric]:
     """The distinct rubrics with an LLM dimension, in first-seen order."""
-    seen = {r.content_hash: r for r in rubrics if any(d.kind == "llm" for d in r.dimensions)}
+    seen = {r.content_hash: r for r in rubrics if any(d.judged for d in r.dimensions)}
     return list(seen.values())
 
 
@@ -44,7 +44,7 @@ def pair_record(spec: JudgeSpec, rubrics: Sequence[Rubric]) -> dict[str, Any]:
     dimensions (name, version, content hash, and the dimension_key of each LLM dimension)."""
     return {"judge": describe(spec), "rubrics": [
         {"name": r.name, "version": r.version, "content_hash": r.content_hash,
-         "dimensions": {d.id: dimension_key(r, d, spec.mode) for d in r.dimensions if d.kind == "llm"}}
+         "dimensions": {d.id: dimension_key(r, d, spec.mode) for d in r.dimensions if d.judged}}
         for r in _llm_rubrics(rubrics)]}
 
 
@@ -157,7 +157,7 @@ def check_calibration(spec: JudgeSpec, rubrics: Sequence[Rubric], where: str = "
     recorded_rubrics = pinned.get("rubrics", [])
     statuses, seen = [], set()
     for rubric in _llm_rubrics(rubrics):
-        for dim in (d for d in rubric.dimensions if d.kind == "llm"):
+        for dim in (d for d in rubric.dimensions if d.judged):
             key = dimension_key(rubric, dim, spec.mode)
             if (dim.id, key) in seen:
                 continue

@@ -99,7 +99,7 @@ def bad_items(items: Sequence[LabelledItem]) -> dict[str, list[int]]:
     """Per LLM dimension with labels: the indices of the items labelled below the middle of its scale."""
     out = {}
     for dim_id, info in dimension_info(items).items():
-        if info.kind == "llm":
+        if info.judged:
             middle = (info.levels[0] + info.levels[-1]) / 2
             out[dim_id] = [i for i, item in enumerate(items) if item.labels.get(dim_id, math.inf) < middle]
     return out

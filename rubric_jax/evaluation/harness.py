@@ -216,7 +216,7 @@ def prepare(benchmark_name: str, data_dir: Path, data_file: str | None, limit: i
     cases = benchmark.load_cases(data_dir, data_file, limit)
     if not cases:
         raise EvalInputError(f"--data_dir={data_dir}: no {benchmark.name} cases to evaluate")
-    needs_judge = [(c.rubric, d) for c in cases for d in c.rubric.dimensions if d.kind == "llm"]
+    needs_judge = [(c.rubric, d) for c in cases for d in c.rubric.dimensions if d.judged]
     if needs_judge and not judge.has_judge:
         if not benchmark.judge_optional:
             rubric, dim = needs_judge[0]
@@ -269,7 +269,7 @@ def _check_rules(cases: Sequence[RubricCase]) -> None:
             continue
         seen.add(rubric.content_hash)
         for dim in rubric.dimensions:
-            if dim.kind == "rule":
+            if dim.takes_rule:
                 try:
                     make_rule(dim.rule, dim.params)
                 except RuleError as e:

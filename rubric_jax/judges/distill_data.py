@@ -31,9 +31,10 @@ from rubric_jax import data, padding, text
 from rubric_jax.judges.llm_judge import Judge, judge_rows, special_tokens
 from rubric_jax.judges.parser import SINGLE_KEY, parse_single
 from rubric_jax.judges.prompts import JudgePrompt, compact_single_prompt, single_prompt
-from rubric_jax.judges.reward import split_by_reads
 from rubric_jax.judges.rules import make_rule
+from rubric_jax.judges.scorers import split_by_reads
 from rubric_jax.judges.spec import JudgeSpec
+from rubric_jax.rubrics import kinds
 from rubric_jax.rubrics.schema import Dimension, Rubric
 
 QualityFn = Callable[[Sequence[str]], np.ndarray]  # responses -> q_N in [0, 1] (a rules.Rule is one)
@@ -51,7 +52,7 @@ class JudgeItem:
     score: int
 
     def __post_init__(self) -> None:
-        if self.dimension.kind != "llm":
+        if not self.dimension.judged:
             raise ValueError(f"judge item: dimension {self.dimension.id!r} must be an llm dimension (see llm_twin)")
         if self.score not in self.dimension.scale.levels:
             raise ValueError(f"judge item: score {self.score!r} is not a level of dimension {self.dimension.id!r} "
@@ -60,7 +61,7 @@ class JudgeItem:
 
 def llm_twin(dim: Dimension) -> Dimension:
     """The dimension as an LLM judge reads it: same id, text, scale, anchors and weight, kind "llm"."""
-    return dim if dim.kind == "llm" else dataclasses.replace(dim, kind="llm", rule=None, params={})
+    return dim if dim.judged else dataclasses.replace(dim, kind=kinds.LLM.name, rule=None, params={})
 
 
 def to_level(dim: Dimension, raw_N: np.ndarray) -> np.ndarray:
@@ -100,7 +101,7 @@ def rule_teachers_per_row(rubrics: Sequence[Rubric], dimension_ids: Sequence[str
         for dim in rubric.dimensions:
             if dim.id not in dimension_ids:
                 continue
-            if dim.kind != "rule":
+            if not dim.takes_rule:
                 raise ValueError(f"rubric {rubric.name!r}: dimension {dim.id!r} is an {dim.kind} dimension; "
                                  "a rule teacher needs a rule dimension")
             if dim not in teachers:

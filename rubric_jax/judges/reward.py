@@ -5,8 +5,9 @@ For N rows (question, response, that row's rubric; rubrics may differ per row, Q
                    the answer by default, the think text, or the whole response; rubric_jax/text.py), with
                    invisible characters removed: this is the one place training, experiments.score,
                    calibration and evaluation select what a judge reads;
-  rule dimensions  rules.py, once per distinct rubric over its rows (vectorised over the batch);
-  LLM dimensions   llm_judge.py, every LLM dimension of every row in one batched judge pass;
+  score            each dimension kind's registered scorer (judges/scorers.py) scores that kind's dimensions:
+                   rule dimensions with rules.py, once per distinct rubric over its rows (vectorised over the
+                   batch); LLM dimensions with llm_judge.py, every LLM dimension of every row in one batched pass;
   normalise        raw scale -> [0, 1], 1 = best (rubrics.schema.normalize_scores);
   aggregate        each row with its rubric's method, gates and weights (rubrics.aggregation).
 Columns are the union of the rows' dimension ids in order of first appearance; valid[n, d] is False
@@ -48,7 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import numpy as np
@@ -56,8 +57,8 @@ import numpy as np
 from rubric_jax import distributed, text
 from rubric_jax.judges.features import FEATURES, response_features
 from rubric_jax.judges.http_backend import HTTP_COUNTERS, LATENCY_PERCENTILES
-from rubric_jax.judges.llm_judge import Judge, escalated_frac, judge_rows
-from rubric_jax.judges.rules import MAX_RUBRIC_PHRASES, Rule, RuleError, make_rule, rule_scores
+from rubric_jax.judges.llm_judge import Judge, escalated_frac
+from rubric_jax.judges.scorers import Batch, Judging, scorers
 from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.judges.store import VerdictStore
 from rubric_jax.rubrics.aggregation import aggregate_rubric
@@ -88,8 +89,20 @@ class RewardOutput:
     details: dict[str, Any]
 
 
+class Reward(Protocol):
+    """The reward the trainer calls: N rows (question, response, rubric) -> RewardOutput; `key` drives any judge
+    sampling, `weights` (dimension id -> weight) override the rubrics' weights. RubricReward and
+    reward_model.RewardModelReward are the two."""
+
+    def __call__(self, questions: Sequence[str], responses: Sequence[str], rubrics: Sequence[Rubric], *,
+                 key: jax.Array | None = None, weights: Mapping[str, float] | None = None) -> RewardOutput:
+        """Scores, validity and reward of the rows."""
+        ...
+
+
 class RubricReward:
-    """Callable reward: `(questions, responses, rubrics, *, key=None, weights=None) -> RewardOutput`."""
+    """Callable reward: `(questions, responses, rubrics, *, key=None, weights=None) -> RewardOutput`, composing the
+    registered scorers (judges/scorers.py): it names no dimension kind."""
 
     def __init__(self, rubrics: Sequence[Rubric] = (), judges: Sequence[Judge] = (),
                  judge_spec: JudgeSpec = JudgeSpec(), correction: Correction | None = None,
@@ -99,64 +112,58 @@ class RubricReward:
         self.gates_first = gates_first
         self.judge_spec = judge_spec
         self.correction = correction
+        self.judging = Judging(self.judges, judge_spec, self.refiners)
         unknown = sorted(set(correction.features) - set(FEATURES)) if correction is not None else []
         if unknown:
             raise RubricError(f"score correction: unknown features {unknown}; known: {list(FEATURES)}")
-        self._rules: dict[str, dict[int, Rule]] = {}
+        self._prepared: dict[str, dict[str, Any]] = {}  # rubric content hash -> kind -> its scorer's `prepare`
         self._dimension_ids: set[str] = set()  # of every rubric met so far: what `weights` may name
         for rubric in rubrics:
-            self.rules_of(rubric)
+            self.prepare(rubric)
 
-    def rules_of(self, rubric: Rubric) -> dict[int, Rule]:
-        """Built rule per rule-dimension index of `rubric`; raises RubricError naming rubric and dimension."""
+    def prepare(self, rubric: Rubric) -> dict[str, Any]:
+        """What each kind's scorer needs to score `rubric` (built once per rubric); raises RubricError naming
+        rubric and dimension."""
         if not isinstance(rubric, Rubric):
             raise RubricError(f"reward: expected a Rubric, got {type(rubric).__name__}")
-        cached = self._rules.get(rubric.content_hash)
+        cached = self._prepared.get(rubric.content_hash)
         if cached is not None:
             return cached
-        built: dict[int, Rule] = {}
-        for j, dim in enumerate(rubric.dimensions):
+        of_kind: dict[str, list[Dimension]] = {}
+        for dim in rubric.dimensions:
             if self.correction is not None:
                 self.correction.check_dimension(dim.id, dim.scale.raw_range, f"rubric {rubric.name!r}")
-            if dim.kind == "rule":
-                try:
-                    built[j] = make_rule(dim.rule, dim.params)
-                except RuleError as e:
-                    raise RubricError(f"rubric {rubric.name!r}: dimension {dim.id!r}: {e}") from None
-            elif not self.judges:
-                raise RubricError(
-                    f"rubric {rubric.name!r}: dimension {dim.id!r} is an LLM dimension but no judge is "
-                    "configured (give a judge checkpoint, or make it a rule dimension)"
-                )
-        if sum(rule.phrase_count() for rule in built.values()) > MAX_RUBRIC_PHRASES:
-            j = max(built, key=lambda k: built[k].phrase_count())
-            raise RubricError(f"rubric {rubric.name!r}: its rule dimensions search for more than {MAX_RUBRIC_PHRASES} "
-                              f"phrases in all (dimension {rubric.dimensions[j].id!r} alone has "
-                              f"{built[j].phrase_count()}); each is a search of every response")
-        self._rules[rubric.content_hash] = built
+            of_kind.setdefault(dim.kind, []).append(dim)
+        built = {s.kind.name: s.prepare(rubric, of_kind[s.kind.name], self.judging)
+                 for s in scorers() if s.kind.name in of_kind}
+        self._prepared[rubric.content_hash] = built
         self._dimension_ids.update(rubric.dimension_ids)
         return built
 
-    def _failed_rule_gates(self, groups: Mapping[str, list[int]], by_hash: Mapping[str, Rubric], raw_NxD: np.ndarray,
-                           column: Mapping[str, int]) -> np.ndarray:
-        """[N] True where a rule gate dimension is scored and failed (normalised score 0: aggregation then
-        sets the reward to 0 whatever the other dimensions score). Gates a score correction names are
+    def _failed_gates(self, rubrics: Sequence[Rubric], raw_NxD: np.ndarray, column: Mapping[str, int]) -> np.ndarray:
+        """[N] True where a gate dimension a non-deferred scorer scored failed (normalised score 0: aggregation
+        then sets the reward to 0 whatever the other dimensions score). Gates a score correction names are
         left out: their final score is known only after correction."""
         failed_N = np.zeros(raw_NxD.shape[0], dtype=bool)
         corrected = set(self.correction.dimensions) if self.correction is not None else set()
-        for h, rows in groups.items():
-            gates = [d for j, d in enumerate(by_hash[h].dimensions)
-                     if d.gate and j in self._rules[h] and d.id not in corrected]
+        scored_first = {s.kind.name for s in scorers() if not s.deferred}
+        for rows, rubric in _groups(rubrics):
+            gates = [d for d in rubric.dimensions if d.gate and d.kind in scored_first and d.id not in corrected]
             if gates:
                 scores = normalize_scores(gates, raw_NxD[np.ix_(rows, [column[d.id] for d in gates])])
                 failed_N[rows] = (scores <= 0).any(axis=1)  # NaN (missing) is not a failure
         return failed_N
 
-    def _prompts(self, llm_dims: Sequence[Sequence[Dimension]], rows_N: np.ndarray) -> int:
-        """First-round judge prompts of the rows `rows_N` (every judge, every sample; retries not counted)."""
-        _, groups = split_by_reads([dims if row else [] for dims, row in zip(llm_dims, rows_N)])
-        requests = sum(map(len, groups)) if self.judge_spec.mode == "per_dimension" else len(groups)
-        return requests * self.judge_spec.samples * len(self.judges)
+    def _check_weights(self, weights: Mapping[str, float] | None) -> None:
+        """Raises ValueError for a weight of a dimension no rubric met has, or one not a positive float32."""
+        unknown = sorted(set(weights or {}) - self._dimension_ids)
+        if unknown:
+            raise ValueError(f"reward: weights for unknown dimension ids {unknown}; the rubrics have "
+                             f"{sorted(self._dimension_ids)}")
+        for dim_id, w in (weights or {}).items():  # aggregated in float32: no overflow, no underflow to 0
+            if not 0 < w <= WEIGHT_RANGE[1] or np.float32(w) == 0:  # False for NaN too
+                raise ValueError(f"reward: weight of dimension {dim_id!r}: expected a positive float32 number "
+                                 f"up to {WEIGHT_RANGE[1]:g}, got {short_repr(w)}")
 
     def __call__(
         self,
@@ -175,59 +182,15 @@ class RubricReward:
         n = len(responses)
         if not len(questions) == n == len(rubrics):
             raise ValueError(f"reward: {len(questions)} questions, {n} responses, {len(rubrics)} rubrics")
-        groups: dict[str, list[int]] = {}
-        by_hash: dict[str, Rubric] = {}
-        for i, rubric in enumerate(rubrics):
-            self.rules_of(rubric)
-            groups.setdefault(rubric.content_hash, []).append(i)
-            by_hash[rubric.content_hash] = rubric
+        for rubric in rubrics:
+            self.prepare(rubric)
         ids = list(dict.fromkeys(dim_id for r in rubrics for dim_id in r.dimension_ids))
         column = {dim_id: c for c, dim_id in enumerate(ids)}
-        unknown = sorted(set(weights or {}) - self._dimension_ids)
-        if unknown:
-            raise ValueError(f"reward: weights for unknown dimension ids {unknown}; the rubrics have "
-                             f"{sorted(self._dimension_ids)}")
-        for dim_id, w in (weights or {}).items():  # aggregated in float32: no overflow, no underflow to 0
-            if not 0 < w <= WEIGHT_RANGE[1] or np.float32(w) == 0:  # False for NaN too
-                raise ValueError(f"reward: weight of dimension {dim_id!r}: expected a positive float32 number "
-                                 f"up to {WEIGHT_RANGE[1]:g}, got {short_repr(w)}")
-        raw_NxD = np.full((n, len(ids)), np.nan)
+        self._check_weights(weights)
         has_NxD = np.zeros((n, len(ids)), dtype=bool)
-        cause_NxD = np.full((n, len(ids)), "", dtype=object)
-
-        views = {reads: [text.read(r, reads) for r in responses] for reads in text.READS}
-        for h, rows in groups.items():
-            rubric, rules = by_hash[h], self._rules[h]
-            for j, dim in enumerate(rubric.dimensions):
-                has_NxD[rows, column[dim.id]] = True
-                if j in rules:
-                    lo, hi = dim.scale.raw_range
-                    batch = [views[dim.reads][i] for i in rows]
-                    raw_NxD[rows, column[dim.id]] = rule_scores(rules[j], batch, lo, hi)
-                    cause_NxD[rows, column[dim.id]] = rules[j].failure_cause
-
-        details: dict[str, Any] = {}
-        llm_dims = [[d for d in r.dimensions if d.kind == "llm"] for r in rubrics]
-        gated_NxD = np.zeros((n, len(ids)), dtype=bool)  # LLM scores not asked for: a rule gate already failed
-        if self.gates_first:
-            gated_N = self._failed_rule_gates(groups, by_hash, raw_NxD, column)
-            for i in np.flatnonzero(gated_N):
-                gated_NxD[i, [column[d.id] for d in llm_dims[i]]] = True
-                cause_NxD[i, [column[d.id] for d in llm_dims[i]]] = GATED
-            details["judge_prompts_gated"] = self._prompts(llm_dims, gated_N)
-            llm_dims = [[] if gated else dims for dims, gated in zip(llm_dims, gated_N)]
-        judged_anywhere = bool(self.judges) and distributed.max_over_processes(int(any(llm_dims)))[0] > 0
-        if any(llm_dims) or judged_anywhere:  # another process's judge call is collective: join it
-            if key is None:
-                raise ValueError("reward: rubrics with LLM dimensions need an explicit PRNG `key` for the judge")
-            rows, judged_dims = split_by_reads(llm_dims)
-            judged = judge_rows(self.judges, self.judge_spec, [questions[i] for i, _ in rows],
-                                [views[reads][i] for i, reads in rows], judged_dims, key, store, self.refiners)
-            for (i, _), dims, scores, causes in zip(rows, judged_dims, judged.scores, judged.causes):
-                raw_NxD[i, [column[d.id] for d in dims]] = scores
-                cause_NxD[i, [column[d.id] for d in dims]] = causes
-            details.update(judged.details)
-
+        for i, rubric in enumerate(rubrics):
+            has_NxD[i, [column[d] for d in rubric.dimension_ids]] = True
+        raw_NxD, cause_NxD, gated_NxD, details = self._score(questions, responses, rubrics, column, key, store)
         if self.correction is not None:
             details["uncorrected_raw_scores"] = raw_NxD
             raw_NxD = self.correction.apply(ids, raw_NxD, response_features(responses))
@@ -237,8 +200,7 @@ class RubricReward:
         reward_N = np.zeros((n,), dtype=np.float32)
         ok_N = np.zeros((n,), dtype=bool)
         used_weights: dict[str, float] = {}
-        for h, rows in groups.items():
-            rubric = by_hash[h]
+        for rows, rubric in _groups(rubrics):
             cols = [column[dim_id] for dim_id in rubric.dimension_ids]
             sub_scores = np.where(too_long_NxD[np.ix_(rows, cols)], 0.0,
                                   normalize_scores(rubric, raw_NxD[np.ix_(rows, cols)]))
@@ -272,18 +234,44 @@ class RubricReward:
             details["dynamic_weights"] = used_weights
         return RewardOutput(scores_NxD, valid_NxD, reward_N, ids, details)
 
+    def _score(self, questions: Sequence[str], responses: Sequence[str], rubrics: Sequence[Rubric],
+               column: Mapping[str, int], key: jax.Array | None, store: VerdictStore | None,
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Raw scores [N, D] (NaN = missing), their causes, the gated cells and the scorers' counters: every
+        registered scorer in turn, the deferred ones after the gates of the others are known (gates first)."""
+        n = len(responses)
+        raw_NxD = np.full((n, len(column)), np.nan)
+        cause_NxD = np.full((n, len(column)), "", dtype=object)
+        gated_NxD = np.zeros((n, len(column)), dtype=bool)  # deferred scores not asked for: a gate already failed
+        details: dict[str, Any] = {}
+        views = {reads: [text.read(r, reads) for r in responses] for reads in text.READS}
+        gated_N: np.ndarray | None = None
+        for scorer in scorers():
+            dims = [[d for d in r.dimensions if d.kind == scorer.kind.name] for r in rubrics]
+            if scorer.deferred and self.gates_first:
+                if gated_N is None:
+                    gated_N = self._failed_gates(rubrics, raw_NxD, column)
+                for i in np.flatnonzero(gated_N):
+                    gated_NxD[i, [column[d.id] for d in dims[i]]] = True
+                    cause_NxD[i, [column[d.id] for d in dims[i]]] = GATED
+                details.update(scorer.gated([ds if g else [] for ds, g in zip(dims, gated_N)], self.judging))
+                dims = [[] if g else ds for ds, g in zip(dims, gated_N)]
+            prepared = {r.content_hash: self._prepared[r.content_hash].get(scorer.kind.name) for r in rubrics}
+            scored = scorer.score(Batch(questions, views, rubrics, dims, prepared, key, store), self.judging)
+            for cells in scored.cells:
+                block = np.ix_(list(cells.rows), [column[d.id] for d in cells.dims])
+                raw_NxD[block] = cells.raw
+                cause_NxD[block] = cells.causes
+            details.update(scored.details)
+        return raw_NxD, cause_NxD, gated_NxD, details
 
-def split_by_reads(llm_dims: Sequence[Sequence[Dimension]]) -> tuple[list[tuple[int, str]], list[list[Dimension]]]:
-    """The LLM judge's rows: one per (row, part read) with the row's dimensions that read that part (the judge is
-    shown that part: an all_criteria prompt never mixes parts)."""
-    rows, dims = [], []
-    for i, row_dims in enumerate(llm_dims):
-        for reads in text.READS:
-            reading = [d for d in row_dims if d.reads == reads]
-            if reading:
-                rows.append((i, reads))
-                dims.append(reading)
-    return rows, dims
+
+def _groups(rubrics: Sequence[Rubric]) -> list[tuple[list[int], Rubric]]:
+    """The rows of each distinct rubric (by content hash), in order of first appearance."""
+    groups: dict[str, tuple[list[int], Rubric]] = {}
+    for i, rubric in enumerate(rubrics):
+        groups.setdefault(rubric.content_hash, ([], rubric))[0].append(i)
+    return list(groups.values())
 
 
 # Judge counters that add up over the rows' blocks; "judge_generate_calls" (and the cascade's) counts the global

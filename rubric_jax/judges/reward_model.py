@@ -1,6 +1,6 @@
 """A scalar reward model as a reward source next to rubrics (QuRL's "w/ RLHF reward model" ablation).
 
-`RewardModelReward` has RubricReward's call and output, `(questions, responses, rubrics, *, key, weights)
+`RewardModelReward` is a `reward.Reward`, as RubricReward is: `(questions, responses, rubrics, *, key, weights)
 -> RewardOutput`, with one pseudo-dimension "reward_model". For N rows:
   encode     each (question, response) as the reward model's own chat [user: question, assistant: response],
              rendered by its chat template without a generation prompt (how HF reward models are called);

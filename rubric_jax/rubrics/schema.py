@@ -34,11 +34,10 @@ from typing import Any
 import numpy as np
 
 from rubric_jax import text
-from rubric_jax.rubrics import checks
+from rubric_jax.rubrics import checks, kinds
 from rubric_jax.rubrics.checks import RubricError, RubricWarning, short_repr  # noqa: F401  (re-exported)
 
 SCALE_KINDS = ("binary", "integer", "points")
-DIMENSION_KINDS = ("rule", "llm")
 MISSING_RULES = ("renormalize", "drop")
 # Aggregation methods and the parameters each accepts (name -> type). aggregation.py implements them;
 # gates are orthogonal: any dimension with gate=True vetoes the reward whatever the method.
@@ -173,7 +172,7 @@ class Anchor:
 
 @dataclasses.dataclass(frozen=True)
 class Dimension:
-    """One scored aspect of a response; `rule`/`params` name the rule judge when kind == 'rule'; `reads` is the
+    """One scored aspect of a response; `rule`/`params` name the rule judge when its kind takes them; `reads` is the
     part of the response its judge sees (rubric_jax/text.py: the answer, the think text or the whole response)."""
 
     id: str
@@ -193,8 +192,9 @@ class Dimension:
             raise checks.fail(None, "id", "an identifier [A-Za-z][A-Za-z0-9_-]* of at most 128 characters", self.id)
         d = self.id
         checks.check_str(self.description, d, "description")
-        if self.kind not in DIMENSION_KINDS:
-            raise checks.fail(d, "kind", f"one of {DIMENSION_KINDS}", self.kind)
+        kind = kinds.kind_named(self.kind) if isinstance(self.kind, str) else None
+        if kind is None:
+            raise checks.fail(d, "kind", f"one of {kinds.kind_names()}", self.kind)
         if not isinstance(self.scale, Scale):
             raise checks.fail(d, "scale", "a Scale", self.scale)
         object.__setattr__(self, "weight", checks.check_number(self.weight, d, "weight", WEIGHT_RANGE))
@@ -207,15 +207,15 @@ class Dimension:
         if self.rule == "format" and self.reads != "response":  # the answer alone has no tags: it would always fail
             raise checks.fail(d, "reads", "'response' for the format rule (it checks the tags around the answer)",
                               self.reads)
-        if self.kind == "rule":
+        if kind.takes_rule:
             checks.check_str(self.rule, d, "rule")
         elif self.rule is not None:
-            raise checks.fail(d, "rule", "no rule name for an llm dimension", self.rule)
+            raise checks.fail(d, "rule", f"no rule name for an {self.kind} dimension", self.rule)
         if not isinstance(self.params, Mapping) or not all(isinstance(k, str) for k in self.params):
             raise checks.fail(d, "params", "a mapping with string keys", self.params)
         checks.check_json_value(self.params, d, "params")
-        if self.params and self.kind != "rule":
-            raise checks.fail(d, "params", "no params for an llm dimension", dict(self.params))
+        if self.params and not kind.takes_rule:
+            raise checks.fail(d, "params", f"no params for an {self.kind} dimension", dict(self.params))
         object.__setattr__(self, "params", dict(self.params))
         if not isinstance(self.anchors, Mapping):
             raise checks.fail(d, "anchors", "a mapping level -> anchor", self.anchors)
@@ -229,6 +229,16 @@ class Dimension:
 
     def __hash__(self) -> int:
         return hash(canonical_json(dimension_to_dict(self)))
+
+    @property
+    def judged(self) -> bool:
+        """Whether the LLM judge scores this dimension (its kind says so: rubrics/kinds.py)."""
+        return kinds.kind_named(self.kind).judged
+
+    @property
+    def takes_rule(self) -> bool:
+        """Whether this dimension names a rule and its params (its kind says so: rubrics/kinds.py)."""
+        return kinds.kind_named(self.kind).takes_rule
 
     def normalize(self, raw: float) -> float:
         """Raw score on this dimension's scale -> [0, 1] (1 = best); NaN stays NaN; out of range raises."""
@@ -419,7 +429,7 @@ def dimension_to_dict(dim: Dimension) -> dict[str, Any]:
                     for level, a in dim.anchors.items()},
         "weight": dim.weight, "gate": dim.gate, "group": dim.group, "reads": dim.reads,
     }
-    if dim.kind == "rule":
+    if dim.takes_rule:
         out["rule"], out["params"] = dim.rule, dict(dim.params)
     return out
 

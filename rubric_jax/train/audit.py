@@ -98,9 +98,9 @@ class Audit:
 
     def dimensions(self, rubrics: Sequence[Rubric]) -> dict[str, tuple[int, ...]]:
         """Audited dimension id -> levels: the LLM dimensions of the rows' rubrics (and of the audit rubric, if any)."""
-        dims = {d.id: d.scale.levels for r in rubrics for d in r.dimensions if d.kind == "llm"}
+        dims = {d.id: d.scale.levels for r in rubrics for d in r.dimensions if d.judged}
         if self.rubric is not None:
-            dims = {d.id: dims[d.id] for d in self.rubric.dimensions if d.kind == "llm" and d.id in dims}
+            dims = {d.id: dims[d.id] for d in self.rubric.dimensions if d.judged and d.id in dims}
         return dims
 
     def __call__(self, step: int, samples: Sequence[Mapping[str, Any]], rubrics: Sequence[Rubric],
@@ -142,9 +142,9 @@ def build_audit(settings: AuditSettings | None, layout_or_mesh: Any, rubrics: Se
         raise ValueError(f"{where}: no LLM-judged dimension of the run's rubrics to audit (an audit rubric must "
                          "name LLM dimensions of the run's, with the same ids)")
     if rubric is not None:
-        levels = {d.id: d.scale.levels for r in rubrics for d in r.dimensions if d.kind == "llm"}
+        levels = {d.id: d.scale.levels for r in rubrics for d in r.dimensions if d.judged}
         for dim in rubric.dimensions:
-            if dim.kind == "llm" and dim.id in levels and dim.scale.levels != levels[dim.id]:
+            if dim.judged and dim.id in levels and dim.scale.levels != levels[dim.id]:
                 raise ValueError(f"config.audit.rubric={settings.rubric}: dimension {dim.id!r} has levels "
                                  f"{list(dim.scale.levels)}, the run's rubric {list(levels[dim.id])}: agreement needs "
                                  "one scale")

@@ -22,8 +22,9 @@ from rubric_jax import data, distributed, loader, metrics
 from rubric_jax.calibration.pinning import check_calibration
 from rubric_jax.judges.base_model import same_base_warnings
 from rubric_jax.judges.llm_judge import Judge, judge_tokens_per_token, shortest_prompt_tokens
-from rubric_jax.judges.reward import RubricReward, split_by_reads
+from rubric_jax.judges.reward import Reward, RubricReward
 from rubric_jax.judges.reward_model import RewardModelReward, load_reward_model
+from rubric_jax.judges.scorers import split_by_reads
 from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge, load_cascade, load_judges, open_verdict_store
 from rubric_jax.judges.store import VerdictStore
 from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
@@ -50,7 +51,7 @@ class Experiment:
     model_dir: str  # the pretrained policy's HF directory, "" for a seeded random init
     tokenizer_dir: str  # model.tokenizer, else model_dir
     tokenizer: Any
-    reward: RubricReward | RewardModelReward  # config.reward.source
+    reward: Reward  # config.reward.source: a RubricReward or a RewardModelReward
     shared_rubric: Rubric
     rubric_of: dict[str, Rubric]  # question id -> its rubric (shared, or case-wise R*(q))
     rubric_hash: str
@@ -236,7 +237,7 @@ def _load_inputs(config: ml_collections.ConfigDict, settings: Settings, tokenize
 
 
 def _reward(config: ml_collections.ConfigDict, settings: Settings, rubrics: list[Rubric], judges: Sequence[Judge],
-            correction: Correction | None, lay: run_programs.Layouts) -> RubricReward | RewardModelReward:
+            correction: Correction | None, lay: run_programs.Layouts) -> Reward:
     """config.reward.source's reward: the rubrics scored by the rule and LLM judges, or a reward model."""
     if settings.reward_model is None:
         return RubricReward(rubrics, judges, settings.judge, correction=correction,
@@ -280,7 +281,7 @@ def _check_judge_prompts_fit(config: ml_collections.ConfigDict, judges: Sequence
     say so: such a response is never judged and scores the dimension's minimum (judges/reward.py)."""
     seen, room = set(), {}
     for q in questions:
-        dims = [d for d in rubric_of[q.id].dimensions if d.kind == "llm"]
+        dims = [d for d in rubric_of[q.id].dimensions if d.judged]
         groups = [[d] for d in dims] if judge_spec.mode == "per_dimension" else split_by_reads([dims])[1]
         for group in groups:
             key = ("" if judge_spec.prompt == "compact" else q.question, tuple(group))  # compact: no question

@@ -29,7 +29,7 @@ import jax
 from rubric_jax import data
 from rubric_jax.calibration.labels import LabelsError, check_label
 from rubric_jax.calibration.stats import kendall_tau_b, spearman
-from rubric_jax.judges.reward import RewardOutput, RubricReward
+from rubric_jax.judges.reward import Reward, RewardOutput
 from rubric_jax.judges.store import VerdictStore
 from rubric_jax.prepare.dedup import cross_duplicates, normalize_text
 from rubric_jax.rubrics.schema import Rubric
@@ -51,7 +51,7 @@ class GoldenSet:
     questions: list[data.Question]
     rubrics: list[Rubric]
 
-    def metrics(self, policy: RewardOutput, reward: RubricReward, *, key: jax.Array,
+    def metrics(self, policy: RewardOutput, reward: Reward, *, key: jax.Array,
                 weights: Mapping[str, float] | None = None, store: VerdictStore | None = None) -> dict[str, float]:
         """The golden keys of an eval row from the policy's scored golden responses (one per question, in
         order); the reference answers are scored here with `reward` (judge key `key`, verdicts read from and

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from rubric_jax import data, distributed, loader, metrics, padding
-from rubric_jax.judges.reward import RewardOutput, RubricReward, gather_outputs
+from rubric_jax.judges.reward import Reward, RewardOutput, gather_outputs
 from rubric_jax.rubrics.schema import Rubric
 from rubric_jax.train import checkpointing, collect, monitors, oscillation, rollout, state as train_state
 from rubric_jax.train import programs as run_programs
@@ -156,7 +156,7 @@ def evaluate(exp: Experiment, state: train_state.TrainState, step: int) -> dict[
 class OwnBlockScorer:
     """`reward` of all rows, each process scoring its own block of them (every process must call it)."""
 
-    reward: RubricReward
+    reward: Reward
 
     def __call__(self, questions: Sequence[str], responses: Sequence[str], rubrics: Sequence[Rubric],
                  **kwargs: Any) -> RewardOutput:
