@@ -82,7 +82,7 @@ def main(argv: list[str]) -> None:
     except OSError as e:
         _fail(f"--config.port={config.port}: cannot listen on {config.host}:{config.port}: {e.strerror or e}")
     from rubric_jax.judges.server import make_app
-    from rubric_jax.judges.spec import load_judges
+    from rubric_jax.judges.loading import load_judges
 
     try:
         spec = judge_config.spec()

@@ -26,12 +26,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.sampling import parse_sampler
+
+if TYPE_CHECKING:  # a type only: spec.served_identity imports this module, so spec is not imported back
+    from rubric_jax.judges.spec import JudgeSpec
 
 # Special tokens of the common chat templates (Qwen2, Llama 3, Mistral, Gemma, Phi): fenced out of untrusted text
 # when the served model's own tokenizer is not available locally (no judge.checkpoint).

@@ -478,7 +478,7 @@ def judge_rows(
     if not judges:
         raise ValueError("judge_rows: no judge configured")
     if (config.cascade is not None) != bool(refiners):
-        raise ValueError("judge_rows: judge.cascade needs its refining judges (spec.load_cascade), and only it")
+        raise ValueError("judge_rows: judge.cascade needs its refining judges (loading.load_cascade), and only it")
     if config.mode not in MODES:
         raise ValueError(f"judge_rows: judge mode {config.mode!r} is not one of {MODES} (resolve 'benchmark' first)")
     if not len(questions) == len(responses) == len(dims_per_row):

@@ -41,6 +41,7 @@ import numpy as np
 
 from rubric_jax import data, padding, sampling
 from rubric_jax.judges.llm_judge import Judge
+from rubric_jax.judges.spec import weights_identity
 
 log = logging.getLogger("rubric_jax.serve")
 MAX_N = 16  # most choices per request
@@ -328,8 +329,6 @@ def make_app(judge: Judge, model_name: str, *, api_key: str = "", window_s: floa
     from starlette.requests import ClientDisconnect, Request
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
-
-    from rubric_jax.judges.spec import weights_identity
 
     # What the model behind `model_name` is (GET /v1/models): clients put it in their judge hash (docs/judges.md).
     identity = weights_identity(judge.name) if (Path(judge.name) / "config.json").is_file() else ""

@@ -27,7 +27,8 @@ from rubric_jax import sharding
 from rubric_jax.data import Question, load_questions
 from rubric_jax.files import open_input, write_atomic
 from rubric_jax.judges.reward import RubricReward
-from rubric_jax.judges.spec import JudgeSpec, load_cascade, load_judges
+from rubric_jax.judges.loading import load_cascade, load_judges
+from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.qurl import construction, report
 from rubric_jax.qurl.config import BuildConfig, BuildError
 from rubric_jax.qurl.report import BuildResult

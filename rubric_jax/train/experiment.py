@@ -24,7 +24,8 @@ from rubric_jax.judges.base_model import same_base_warnings
 from rubric_jax.judges.llm_judge import Judge, judge_tokens_per_token, shortest_prompt_tokens
 from rubric_jax.judges.reward import RubricReward, split_by_reads
 from rubric_jax.judges.reward_model import RewardModelReward, load_reward_model
-from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge, load_cascade, load_judges, open_verdict_store
+from rubric_jax.judges.loading import load_cascade, load_judges, open_verdict_store
+from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge
 from rubric_jax.judges.store import VerdictStore
 from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
 from rubric_jax.rubrics.correction import Correction, load_correction

@@ -16,7 +16,8 @@ import pytest
 from openai_double import MODEL, Endpoint
 from rubric_jax.judges import http_backend
 from rubric_jax.judges.llm_judge import FINGERPRINT_PROBES, Judge, judge_rows
-from rubric_jax.judges.spec import JudgeSpec, judge_hash, load_judges, open_verdict_store
+from rubric_jax.judges.loading import load_judges, open_verdict_store
+from rubric_jax.judges.spec import JudgeSpec, judge_hash
 from rubric_jax.judges.store import StoreError
 from test_llm_judge import SAFE
 

@@ -23,7 +23,8 @@ import pytest
 from configs.judges import tiny as tiny_judge_config
 from rubric_jax.judges import http_backend
 from rubric_jax.judges.llm_judge import Judge, judge_rows
-from rubric_jax.judges.spec import JudgeSpec, describe, judge_hash, load_judges
+from rubric_jax.judges.loading import load_judges
+from rubric_jax.judges.spec import JudgeSpec, describe, judge_hash
 from rubric_jax.rubrics.schema import dimension_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
