@@ -53,6 +53,7 @@ from transformers import AutoTokenizer
 
 from rubric_jax import aot, grpo, hlo_stats, loader, padding, sampling, sharding
 from rubric_jax.assets import TINY_DIR
+from rubric_jax.judges.backends import SamplerBackend
 from rubric_jax.judges.llm_judge import Judge, judge_rows
 from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.models.config import ModelConfig
@@ -283,8 +284,8 @@ def bench_judge(weights: loader.Weights, s: Settings) -> dict[str, str]:
     """Batched judge items/s and the ratio to one call per item."""
     tokenizer = AutoTokenizer.from_pretrained(TINY_DIR / "tokenizer")
     layout = sharding.decode_layout(sharding.make_mesh(sharding.MeshConfig(1, 1, 1), jax.devices()[:1]), 1)
-    judge = Judge("random", weights, tokenizer, sampling.generate, sampler="greedy",
-                  max_new_tokens=s.judge_new_tokens, max_prompt_tokens=4096, layout=layout)
+    judge = Judge("random", tokenizer, SamplerBackend(weights, sampling.generate, layout), sampler="greedy",
+                  max_new_tokens=s.judge_new_tokens, max_prompt_tokens=4096)
     config = JudgeSpec(samples=1, max_retries=0, shuffle_anchors=False)
     dims = [d for d in load_rubric(RUBRIC).dimensions if d.kind == "llm"]
     n = s.judge_items

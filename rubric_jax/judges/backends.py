@@ -15,7 +15,7 @@ Usage counters: a sampler's generate calls (JudgeStats.judge_generate_calls), an
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import jax
@@ -43,44 +43,52 @@ class Batch:
 
 
 class JudgeBackend(Protocol):
-    """Answers a round's judge prompts: yields each call's Answers (text and finish reason, or a cause), in prompt
-    order, the calls together covering `batch.prompts`; counts its usage into `stats`."""
+    """Answers a round's prompts of `judge` (its tokenizer, sampler and max_new_tokens): yields each call's Answers
+    (text and finish reason, or a cause), in prompt order, the calls together covering `batch.prompts`; counts its
+    usage into `stats`."""
 
-    def calls(self, batch: Batch, stats: JudgeStats) -> Iterator[list[Answer]]: ...
+    def calls(self, judge: Judge, batch: Batch, stats: JudgeStats) -> Iterator[list[Answer]]: ...
 
 
 @dataclasses.dataclass(frozen=True)
 class SamplerBackend:
-    """`judge.generate_fn` (sampling.generate) on `judge.weights` in this process: one global call per chunk of
-    `judge.batch_size` prompts (all of the round in one call with batch_size 0)."""
+    """`generate_fn` (sampling.generate, or a test's double) on `weights` (loader.Weights, per layer, in `layout`;
+    default: one device) in this process: one global call per chunk of `batch_size` prompts (0: all of a round in
+    one call, which bounds nothing; a batch size bounds the judge's KV cache)."""
 
-    judge: Judge
+    weights: Any
+    generate_fn: Callable[..., Any]
+    layout: Any = None  # sharding.Layout
+    batch_size: int = 0
 
-    def calls(self, batch: Batch, stats: JudgeStats) -> Iterator[list[Answer]]:
-        chunk = self.judge.batch_size or max(batch.most_sent, 1)
+    def __post_init__(self) -> None:
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 0:
+            raise ValueError(f"judge batch_size must be an integer >= 0, got {self.batch_size!r}")
+
+    def calls(self, judge: Judge, batch: Batch, stats: JudgeStats) -> Iterator[list[Answer]]:
+        chunk = self.batch_size or max(batch.most_sent, 1)
         for c, start in enumerate(range(0, batch.most_sent, chunk)):
             mine = slice(start, start + chunk)
             shared = batch.shared[mine] if batch.shared is not None else None
-            texts, finishes = self._generate(batch.ids[mine], shared, min(chunk, batch.most_sent - start),
+            texts, finishes = self._generate(judge, batch.ids[mine], shared, min(chunk, batch.most_sent - start),
                                              jax.random.fold_in(batch.key, c))
             stats.judge_generate_calls += 1
             yield [Answer(text, finish) for text, finish in zip(texts, finishes)]
 
-    def _generate(self, ids: Sequence[Sequence[int]], shared: Sequence[int] | None, count: int, key: jax.Array
-                  ) -> tuple[list[str], list[str]]:
+    def _generate(self, judge: Judge, ids: Sequence[Sequence[int]], shared: Sequence[int] | None, count: int,
+                  key: jax.Array) -> tuple[list[str], list[str]]:
         """Answer texts and finish reasons of `ids` in one generate call of `count` prompts (fillers pad it); with
         `shared` (the shared_prefix layout, on every process alike), prompts whose first `shared` tokens agree are one
         prompt continued by their suffixes, and the call's shape is agreed in `group_by_prefix` instead of by `count`."""
-        judge = self.judge
         eos = judge.tokenizer.eos_token_id
         kwargs = dict(max_new_tokens=judge.max_new_tokens, sampler=judge.sampler, stop_tokens=[eos],
-                      pad_id=judge.tokenizer.pad_token_id, layout=judge.layout)
+                      pad_id=judge.tokenizer.pad_token_id, layout=self.layout)
         if shared is not None:
             prefixes, suffixes, rows, n = group_by_prefix(ids, shared, eos)
-            result = judge.generate_fn(judge.weights, prefixes, key=key, n=n, suffix_ids=suffixes, **kwargs)
+            result = self.generate_fn(self.weights, prefixes, key=key, n=n, suffix_ids=suffixes, **kwargs)
         else:
             rows = list(range(len(ids)))
-            result = judge.generate_fn(judge.weights, [*ids, *[[eos]] * (count - len(ids))], key=key, n=1, **kwargs)
+            result = self.generate_fn(self.weights, [*ids, *[[eos]] * (count - len(ids))], key=key, n=1, **kwargs)
         texts = data.decode_responses(judge.tokenizer, result, keep_special_tokens=False)
         finishes = np.asarray(result.finish_reason)
         return [texts[r] for r in rows], [str(finishes[r]) for r in rows]
@@ -106,12 +114,10 @@ def group_by_prefix(ids: Sequence[Sequence[int]], shared: Sequence[int], filler:
 @dataclasses.dataclass(frozen=True)
 class HttpBackend:
     """`client` (an http_backend.HttpJudgeClient) answering this process's prompts in one call of concurrent
-    requests with `sampler` and `max_new_tokens`; its judge_http_* counters go into stats.http."""
+    requests; its judge_http_* counters go into stats.http."""
 
     client: Any
-    sampler: str
-    max_new_tokens: int
 
-    def calls(self, batch: Batch, stats: JudgeStats) -> Iterator[list[Answer]]:
-        yield self.client.answer([p.messages for p in batch.prompts], sampler=self.sampler,
-                                 max_tokens=self.max_new_tokens, stats=stats.http)
+    def calls(self, judge: Judge, batch: Batch, stats: JudgeStats) -> Iterator[list[Answer]]:
+        yield self.client.answer([p.messages for p in batch.prompts], sampler=judge.sampler,
+                                 max_tokens=judge.max_new_tokens, stats=stats.http)

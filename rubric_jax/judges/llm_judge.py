@@ -31,9 +31,9 @@ Flow for a batch of rows (question, response, the row's LLM dimensions):
             mean of the valid ones, or weighted by agreement with the other judges.
   cascade:  with `config.cascade` (judges/cascade.py), the items the judges above are uncertain of are judged
             again by the refining judges, whose valid verdicts replace theirs (RubricRL 7);
-  backend:  a judge's answers come from its `JudgeBackend` (judges/backends.py): sampling.generate in this process,
-            or an OpenAI-compatible endpoint (`Judge.http`, judges/http_backend.py: its requests are this process's
-            own, no call is global); the retry loop (_run_judge), the parser and the store are the same for both,
+  backend:  a judge's answers come from its one `JudgeBackend` (judges/backends.py): SamplerBackend (sampling.generate
+            in this process) or HttpBackend (an OpenAI-compatible endpoint, judges/http_backend.py: its requests are
+            this process's own, no call is global); the retry loop (_run_judge), the parser and the store are the same for both,
             and an endpoint that gives no answer after its HTTP retries fails the sample with cause
             "judge_http_error" (never re-prompted); with a store, a served judge whose endpoint reports no weights
             identity is fingerprinted first (check_fingerprint).
@@ -49,7 +49,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -71,44 +71,34 @@ from rubric_jax.rubrics.schema import Dimension, canonical_json, dimension_from_
 # An HTTP judge's endpoint that gave no usable answer (none after its retries, or a refused one:
 # http_backend.read_answer): judge_http_error.
 FAILURE_CAUSES = ("judge_prompt_too_long", "judge_truncated", "judge_invalid_verdict", "judge_http_error")
-GenerateFn = Callable[..., Any]  # sampling.generate's signature (see the sampler contract)
 MAX_PROMPT_TOKENS = 4096  # longest judge prompt sent (capped by the judge's context); longer ones are counted
 
 
 @dataclasses.dataclass(frozen=True)
 class Judge:
-    """One judge model: its Weights in `layout` (default: one device), its tokenizer (with chat
-    template) and generation settings; or, with `http`, an endpoint that answers its prompts (weights None,
-    tokenizer optional: the served model's, for prompt lengths and the special tokens fenced out)."""
+    """One judge: its name, its tokenizer (with chat template; optional for a served judge: the served model's, for
+    prompt lengths and the special tokens fenced out), its generation settings, and the one backend that answers its
+    prompts (backends.SamplerBackend: weights in this process; backends.HttpBackend: an endpoint)."""
 
     name: str
-    weights: loader.Weights | None
     tokenizer: Any
-    generate_fn: GenerateFn | None
+    backend: JudgeBackend
     sampler: str = "temperature(0.7)"
     max_new_tokens: int = 256
     max_prompt_tokens: int = MAX_PROMPT_TOKENS
-    layout: sharding.Layout | None = None
-    batch_size: int = 0  # most prompts per generate call (0: all of a round in one call)
-    http: Any = None  # http_backend.HttpJudgeClient: answers prompts instead of generate_fn
 
     def __post_init__(self) -> None:
         sampling.parse_sampler(self.sampler)
-        for field, minimum in (("max_new_tokens", 1), ("max_prompt_tokens", 1), ("batch_size", 0)):
+        for field in ("max_new_tokens", "max_prompt_tokens"):
             value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"judge {self.name!r}: {field} must be an integer >= {minimum}, got {value!r}")
-        if self.http is not None and self.tokenizer is None:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"judge {self.name!r}: {field} must be an integer >= 1, got {value!r}")
+        if isinstance(self.backend, HttpBackend) and self.tokenizer is None:
             return
         if self.tokenizer.pad_token_id is None or self.tokenizer.eos_token_id is None:
             raise ValueError(f"judge {self.name!r}: tokenizer needs pad and eos tokens")
         if not self.tokenizer.chat_template:
             raise ValueError(f"judge {self.name!r}: tokenizer has no chat template")
-
-    @property
-    def backend(self) -> JudgeBackend:
-        """What answers this judge's prompts: its endpoint (`http`), else `generate_fn` in this process."""
-        return HttpBackend(self.http, self.sampler, self.max_new_tokens) if self.http is not None else SamplerBackend(self)
 
 
 def load_judge(
@@ -131,9 +121,8 @@ def load_judge(
     if context_left < 1:
         raise ValueError(f"judge {checkpoint_dir}: max_new_tokens={max_new_tokens} leaves no room in its "
                          f"{cfg.max_position_embeddings}-token context")
-    return Judge(name or str(checkpoint_dir), weights, tokenizer, sampling.generate, sampler=sampler,
-                 max_new_tokens=max_new_tokens, max_prompt_tokens=min(max_prompt_tokens, context_left), layout=layout,
-                 batch_size=batch_size)
+    return Judge(name or str(checkpoint_dir), tokenizer, SamplerBackend(weights, sampling.generate, layout, batch_size),
+                 sampler=sampler, max_new_tokens=max_new_tokens, max_prompt_tokens=min(max_prompt_tokens, context_left))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -336,7 +325,7 @@ def _asked(judge: Judge, batch: Batch, misses: Sequence[int], entry: dict[int, A
     cause and no answer: it is not stored or re-prompted."""
     generated: dict[int, StoredAnswer] = {}
     done = 0
-    for replies in judge.backend.calls(batch, stats):
+    for replies in judge.backend.calls(judge, batch, stats):
         answered = []
         for k, reply in enumerate(replies, start=done):
             if reply.cause:
@@ -439,8 +428,8 @@ def fingerprint(judge: Judge) -> list[float | None]:
     when a probe gets no answer (the fingerprint cannot be taken: nothing is judged)."""
     prompts = [single_prompt("How is my order doing?", response, _PROBE_DIMENSION, nonce=_PROBE_NONCE,
                              reserved=COMMON_SPECIAL_TOKENS) for response in FINGERPRINT_PROBES]
-    replies = judge.http.answer([p.messages for p in prompts], sampler="greedy", max_tokens=judge.max_new_tokens,
-                                stats={})
+    replies = judge.backend.client.answer([p.messages for p in prompts], sampler="greedy",
+                                          max_tokens=judge.max_new_tokens, stats={})
     failed = next((reply.error or reply.cause for reply in replies if reply.cause), None)
     if failed is not None:
         raise StoreError(f"judge {judge.name}: the fingerprint probes got no answer ({failed}); nothing was judged")
@@ -453,8 +442,10 @@ def check_fingerprint(judge: Judge, store: VerdictStore) -> None:
     fingerprinted once per store: the first time, its probe verdicts are stored with the store's meta; afterwards
     they must be the same, else a StoreError (one line): the model behind the name changed and the stored
     verdicts are another model's. A read-only store without a fingerprint is not checked."""
-    client = judge.http
-    if client is None or client.identity or (str(store.path), store.judge_hash) in client.fingerprinted:
+    if not isinstance(judge.backend, HttpBackend):
+        return
+    client = judge.backend.client
+    if client.identity or (str(store.path), store.judge_hash) in client.fingerprinted:
         return
     key = f"{FINGERPRINT_META}:{store.judge_hash}:{judge.name}"
     stored, now = store.meta(key), fingerprint(judge)

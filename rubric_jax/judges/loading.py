@@ -102,6 +102,7 @@ def _endpoint_judge(spec: JudgeSpec, where: str, max_prompt_tokens: int | None) 
     """The backend=openai judge: its endpoint must answer GET /models now; the checkpoint (if any) gives the
     served model's tokenizer (raw prompts, local prompt lengths, the special tokens fenced out) and context."""
     from rubric_jax.judges import http_backend, llm_judge
+    from rubric_jax.judges.backends import HttpBackend
     from rubric_jax.models.checkpoint import load_tokenizer
     from rubric_jax.models.config import ModelConfig
 
@@ -115,5 +116,5 @@ def _endpoint_judge(spec: JudgeSpec, where: str, max_prompt_tokens: int | None) 
         client.check()
     except http_backend.EndpointError as e:
         raise ValueError(str(e).replace("judge.", f"{where}.")) from None
-    return llm_judge.Judge(client.name, None, tokenizer, None, sampler=spec.sampler,
-                           max_new_tokens=spec.max_new_tokens, max_prompt_tokens=max(limit, 1), http=client)
+    return llm_judge.Judge(client.name, tokenizer, HttpBackend(client), sampler=spec.sampler,
+                           max_new_tokens=spec.max_new_tokens, max_prompt_tokens=max(limit, 1))

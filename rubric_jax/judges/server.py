@@ -165,11 +165,11 @@ class Batcher:
     def _generate(self, jobs: Sequence[Job], sampler: str, n: int, key: jax.Array) -> list[list[Choice]]:
         """Each job's n choices: one generate call up to the group's largest max_tokens, each row cut to its own
         (a greedy answer of m tokens is the first m tokens of a longer one)."""
-        judge = self.judge
+        judge, backend = self.judge, self.judge.backend
         eos = judge.tokenizer.eos_token_id
-        result = judge.generate_fn(judge.weights, [job.prompt_ids for job in jobs], key=key, n=n,
-                                   max_new_tokens=max(job.max_tokens for job in jobs), sampler=sampler,
-                                   stop_tokens=[eos], pad_id=judge.tokenizer.pad_token_id, layout=judge.layout)
+        result = backend.generate_fn(backend.weights, [job.prompt_ids for job in jobs], key=key, n=n,
+                                     max_new_tokens=max(job.max_tokens for job in jobs), sampler=sampler,
+                                     stop_tokens=[eos], pad_id=judge.tokenizer.pad_token_id, layout=backend.layout)
         tokens, lengths = np.asarray(result.tokens), np.asarray(result.lengths)
         finishes = np.asarray(result.finish_reason)
         out = []
@@ -249,7 +249,7 @@ def parse_request(raw: bytes, kind: str, judge: Judge, model_name: str, default_
     if body.get("stop"):
         raise RequestError("stop sequences are not supported: answers stop at the model's end-of-sequence token",
                            code="unsupported_parameter")
-    context = judge.weights.cfg.max_position_embeddings
+    context = judge.backend.weights.cfg.max_position_embeddings
     max_tokens = _integer(body, "max_tokens", _integer(body, "max_completion_tokens", default_max_tokens, 1, context),
                           1, context)
     n = _integer(body, "n", 1, 1, MAX_N)
@@ -388,7 +388,7 @@ def make_app(judge: Judge, model_name: str, *, api_key: str = "", window_s: floa
     async def models(request: Request) -> JSONResponse:
         return unauthorized(request) or JSONResponse({"object": "list", "data": [{
             "id": model_name, "object": "model", "created": 0, "owned_by": "rubric_jax",
-            "max_model_len": judge.weights.cfg.max_position_embeddings, "weights_identity": identity}]})
+            "max_model_len": judge.backend.weights.cfg.max_position_embeddings, "weights_identity": identity}]})
 
     async def health(request: Request) -> JSONResponse:
         """Liveness for anyone; the counters (what the server is asked and by how many) only with the key."""

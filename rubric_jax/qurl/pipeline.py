@@ -291,7 +291,7 @@ def run_build(config: Any, questions_path: str, corpus_path: str, out_dir: str,
     layout = sharding.decode_layout(sharding.make_mesh(mesh_config), config.mesh.rollout.tensor)
     judges = load_judges(judge_spec, layout, where="config.judge")
     if build_config.generator == "judge":
-        generator, writer = EndpointTextGenerator(judges[0].http, build_config.sampler), judges[0].name
+        generator, writer = EndpointTextGenerator(judges[0].backend.client, build_config.sampler), judges[0].name
     else:
         model = load_language_model(
             checkpoint=config.model.checkpoint, config_json=config.model.config_json,

@@ -298,7 +298,8 @@ def _check_judge_prompts_fit(config: ml_collections.ConfigDict, judges: Sequence
 
 def _context(judge: Judge) -> int | str:
     """A judge's context in tokens ("?" for a served judge without local weights)."""
-    return judge.weights.cfg.max_position_embeddings if judge.weights is not None else "?"
+    weights = getattr(judge.backend, "weights", None)  # a served judge has none here
+    return weights.cfg.max_position_embeddings if weights is not None else "?"
 
 
 def _budget_line(judge: Judge, left: int, shortest: int, dim_ids: list[str], per_token: int,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+import pytest
 
 from rubric_jax.judges import http_backend
 from rubric_jax.judges import llm_judge as lj
@@ -25,11 +26,16 @@ def test_the_sampler_backend_pads_to_the_agreed_count_in_batch_size_calls_and_co
     ids, _ = lj.encode_prompts(tok, prompts)
     stats = lj.JudgeStats()
     assert isinstance(judge.backend, SamplerBackend)
-    calls = list(judge.backend.calls(Batch(prompts, ids, None, 6, jax.random.key(0)), stats))
+    calls = list(judge.backend.calls(judge, Batch(prompts, ids, None, 6, jax.random.key(0)), stats))
     # Another process sent 6 prompts: this one's 5 go in calls of 2, the last padded with a filler.
     assert [call["batch"] for call in stub.calls] == [2, 2, 2]
     assert [[a.text for a in call] for call in calls] == [["SCORE: 1"] * 2, ["SCORE: 2"] * 2, ["SCORE: 3"]]
     assert stats.judge_generate_calls == 3 and stats.http == {}
+
+
+def test_a_sampler_backend_refuses_a_bad_batch_size():
+    with pytest.raises(ValueError, match=r"judge batch_size must be an integer >= 0, got -1"):
+        SamplerBackend(None, lambda *args, **kwargs: None, batch_size=-1)
 
 
 class ScriptedClient:
@@ -50,7 +56,7 @@ class ScriptedClient:
 
 def test_the_retry_loop_runs_over_an_endpoint_backend_with_the_same_parser_and_counters():
     client = ScriptedClient()
-    judge = lj.Judge("scripted", None, None, None, sampler="greedy", max_new_tokens=8, http=client)
+    judge = lj.Judge("scripted", None, HttpBackend(client), sampler="greedy", max_new_tokens=8)
     assert isinstance(judge.backend, HttpBackend)
     spec = JudgeSpec(samples=1, max_retries=2, backend="openai", base_url="http://127.0.0.1:9/v1", model="m")
     out = lj.judge_rows([judge], spec, ["q"], ["r"], [[dim("acc"), dim("tone")]], jax.random.key(0))

@@ -15,6 +15,7 @@ import pytest
 
 from openai_double import MODEL, Endpoint
 from rubric_jax.judges import http_backend
+from rubric_jax.judges.backends import HttpBackend
 from rubric_jax.judges.llm_judge import FINGERPRINT_PROBES, Judge, judge_rows
 from rubric_jax.judges.loading import load_judges, open_verdict_store
 from rubric_jax.judges.spec import JudgeSpec, judge_hash
@@ -76,8 +77,7 @@ def test_a_content_filtered_verdict_is_a_missing_score_with_its_reason(endpoint)
     endpoint.reply = lambda messages: {"content": "SCORE: 1", "finish_reason": "content_filter"}
     spec = JudgeSpec(backend="openai", base_url=endpoint.url, model=MODEL, max_retries_http=0, outage_s=0, samples=1,
                      sampler="greedy")
-    judge = Judge("filtered", None, None, None, sampler="greedy", max_new_tokens=8,
-                  http=http_backend.HttpJudgeClient(spec))
+    judge = Judge("filtered", None, HttpBackend(http_backend.HttpJudgeClient(spec)), sampler="greedy", max_new_tokens=8)
     out = judge_rows([judge], spec, ["q", "q"], ["Thanks!", "Go away."], [[SAFE]] * 2, jax.random.key(0))
     assert all(np.isnan(s).all() for s in out.scores) and out.causes == [["judge_http_error"]] * 2
     assert out.details["judge_http_failures"] == 2 and out.details["judge_retried"] == 0
