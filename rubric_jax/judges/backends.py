@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 from rubric_jax import data, distributed, padding
-from rubric_jax.judges.http_backend import Answer
+from rubric_jax.judges.http_backend import Answer, HttpCounters
 from rubric_jax.judges.prompts import JudgePrompt
 
 if TYPE_CHECKING:  # types only: llm_judge imports this module
@@ -114,10 +114,11 @@ def group_by_prefix(ids: Sequence[Sequence[int]], shared: Sequence[int], filler:
 @dataclasses.dataclass(frozen=True)
 class HttpBackend:
     """`client` (an http_backend.HttpJudgeClient) answering this process's prompts in one call of concurrent
-    requests; its judge_http_* counters go into stats.http."""
+    requests; its judge_http_* counters go into stats.http (made at its first round)."""
 
     client: Any
 
     def calls(self, judge: Judge, batch: Batch, stats: JudgeStats) -> Iterator[list[Answer]]:
+        stats.http = stats.http or HttpCounters()
         yield self.client.answer([p.messages for p in batch.prompts], sampler=judge.sampler,
                                  max_tokens=judge.max_new_tokens, stats=stats.http)

@@ -58,7 +58,7 @@ import numpy as np
 from rubric_jax import data, distributed, loader, sampling, sharding
 from rubric_jax.judges import cascade
 from rubric_jax.judges.backends import Batch, HttpBackend, JudgeBackend, SamplerBackend
-from rubric_jax.judges.http_backend import COMMON_SPECIAL_TOKENS, HTTP_COUNTERS, summarize
+from rubric_jax.judges.http_backend import COMMON_SPECIAL_TOKENS, HTTP_COUNTERS, HttpCounters
 from rubric_jax.judges.parser import parse_verdict
 from rubric_jax.judges.prompts import JudgePrompt, compact_single_prompt, multi_prompt, single_prompt, without_reserved
 from rubric_jax.judges.spec import MODES, JudgeSpec
@@ -149,7 +149,7 @@ class JudgeStats:
     judge_store_mismatches: int = 0  # stored answers whose stored verdict differs from their text's
     judge_store_unsaved: int = 0  # answers a read-only store did not keep
     judge_invalid_examples: list[str] = dataclasses.field(default_factory=list)  # the first 5 reasons
-    http: dict[str, Any] = dataclasses.field(default_factory=dict)  # an endpoint's judge_http_* counters, once asked
+    http: HttpCounters | None = None  # an endpoint's counters, once one was asked
     judge_http_error_examples: list[str] = dataclasses.field(default_factory=list)  # the first 5 endpoint errors
     judge_scores: int = 0  # the scores (slots) judged
     judge_failed_samples: int = 0  # samples (of every judge) without a valid verdict
@@ -166,12 +166,10 @@ class JudgeStats:
         http, examples, cascaded = counters.pop("http"), counters.pop("judge_http_error_examples"), counters.pop("cascade")
         summary = {name: counters.pop(name) for name in _SUMMARY_FIELDS}
         details = counters  # the loop's counters, in field order
-        if http:
-            endpoint = dict(http)
-            summarize(endpoint)  # latencies -> percentiles, after the counters
+        if http is not None:
+            endpoint = http.summary()
             details |= {name: endpoint.pop(name) for name in HTTP_COUNTERS}
-            details |= {"judge_http_error_examples": examples} if examples else {}
-            details |= endpoint
+            details |= ({"judge_http_error_examples": examples} if examples else {}) | endpoint  # then the latencies
         details |= {name: summary[name] for name in _SUMMARY_FIELDS[:-1]}
         details |= dataclasses.asdict(cascaded) if cascaded is not None else {}
         return details | {"judge_failed_scores": summary["judge_failed_scores"]}
@@ -429,7 +427,7 @@ def fingerprint(judge: Judge) -> list[float | None]:
     prompts = [single_prompt("How is my order doing?", response, _PROBE_DIMENSION, nonce=_PROBE_NONCE,
                              reserved=COMMON_SPECIAL_TOKENS) for response in FINGERPRINT_PROBES]
     replies = judge.backend.client.answer([p.messages for p in prompts], sampler="greedy",
-                                          max_tokens=judge.max_new_tokens, stats={})
+                                          max_tokens=judge.max_new_tokens, stats=HttpCounters())
     failed = next((reply.error or reply.cause for reply in replies if reply.cause), None)
     if failed is not None:
         raise StoreError(f"judge {judge.name}: the fingerprint probes got no answer ({failed}); nothing was judged")

@@ -314,9 +314,5 @@ def _usage(generator: TextGenerator) -> dict[str, Any]:
     """An endpoint writer's judge_http_* counters (requests, tokens, retries, failures, latency percentiles)."""
     if not isinstance(generator, EndpointTextGenerator):
         return {}
-    from rubric_jax.judges.http_backend import summarize
-
-    usage = {k: (list(v) if isinstance(v, list) else v) for k, v in generator.stats.items()}
-    summarize(usage)
-    return usage
+    return generator.stats.summary()
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from rubric_jax import data, loader, sampling, sharding
 from rubric_jax.judges.backends import SamplerBackend
+from rubric_jax.judges.http_backend import COMMON_SPECIAL_TOKENS, HttpCounters
 from rubric_jax.judges.llm_judge import Judge, special_tokens
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.qurl.templates import ChatPrompt
@@ -108,12 +109,10 @@ class EndpointTextGenerator:
 
     client: Any  # http_backend.HttpJudgeClient
     sampler: str
-    stats: dict = dataclasses.field(default_factory=dict)  # judge_http_* counters of every call
+    stats: HttpCounters = dataclasses.field(default_factory=HttpCounters)  # judge_http_* counters of every call
 
     @property
     def reserved(self) -> tuple[str, ...]:
-        from rubric_jax.judges.http_backend import COMMON_SPECIAL_TOKENS
-
         tokenizer = self.client.tokenizer
         return tuple(special_tokens(tokenizer)) if tokenizer is not None else COMMON_SPECIAL_TOKENS
 

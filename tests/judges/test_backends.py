@@ -30,7 +30,7 @@ def test_the_sampler_backend_pads_to_the_agreed_count_in_batch_size_calls_and_co
     # Another process sent 6 prompts: this one's 5 go in calls of 2, the last padded with a filler.
     assert [call["batch"] for call in stub.calls] == [2, 2, 2]
     assert [[a.text for a in call] for call in calls] == [["SCORE: 1"] * 2, ["SCORE: 2"] * 2, ["SCORE: 3"]]
-    assert stats.judge_generate_calls == 3 and stats.http == {}
+    assert stats.judge_generate_calls == 3 and stats.http is None
 
 
 def test_a_sampler_backend_refuses_a_bad_batch_size():
@@ -45,10 +45,8 @@ class ScriptedClient:
         self.asked: list[int] = []
 
     def answer(self, chats, *, sampler, max_tokens, stats):
-        for name, value in http_backend.new_counters().items():
-            stats.setdefault(name, value)
-        stats["judge_http_requests"] += len(chats)
-        stats["judge_http_latencies"].extend([0.5] * len(chats))
+        stats.judge_http_requests += len(chats)
+        stats.latencies.extend([0.5] * len(chats))
         self.asked.append(len(chats))
         return [http_backend.Answer("SCORE: 4", "stop") if criteria_ids(chat[-1]["content"]) == ["acc"] else
                 http_backend.Answer(cause="judge_http_error", error="boom") for chat in chats]
@@ -77,3 +75,12 @@ def test_judge_stats_details_keep_the_metric_names_and_their_order():
                               "judge_cascade_escalated_frac", "judge_cascade_prompts", "judge_cascade_generate_calls",
                               "judge_cascade_store_hits", "judge_cascade_failed_scores", "judge_failed_scores"]
     assert cascaded["judge_cascade_escalated_frac"] == 0.25
+
+
+def test_http_counters_summary_names_each_counter_then_the_latency_percentiles():
+    counters = http_backend.HttpCounters(judge_http_requests=2, latencies=[1.0, 3.0])
+    summary = counters.summary()
+    assert list(summary) == [*http_backend.HTTP_COUNTERS, "judge_http_latency_p50_s", "judge_http_latency_p90_s",
+                             "judge_http_latency_p99_s"]
+    assert (summary["judge_http_requests"], summary["judge_http_latency_p50_s"]) == (2, 2.0)
+    assert np.isnan(http_backend.HttpCounters().summary()["judge_http_latency_p99_s"])  # none answered
