@@ -38,7 +38,8 @@ from rubric_jax.assets.tiny_content import POLITE_PHRASES
 from rubric_jax.calibration.stats import spearman
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.judges.rules import make_rule
-from rubric_jax.judges.spec import JudgeSpec, load_cascade, load_judge_file, load_judges
+from rubric_jax.judges.loading import load_cascade, load_judges
+from rubric_jax.judges.spec import JudgeSpec, load_judge_file
 from rubric_jax.rubrics.io import load_rubric
 
 _SAMPLES = flags.DEFINE_string("samples", None, "A tiny-default run's samples.jsonl (question, response per line).")

@@ -37,6 +37,7 @@ from transformers import AutoTokenizer
 
 from rubric_jax import data, loader, sampling, sharding
 from rubric_jax.assets import TINY_DIR, TINY_JUDGE_DIR
+from rubric_jax.judges.backends import SamplerBackend
 from rubric_jax.judges.llm_judge import Judge, encode_prompts, judge_rows, special_tokens
 from rubric_jax.judges.prompts import compact_single_prompt, single_prompt
 from rubric_jax.judges.spec import JudgeSpec
@@ -105,7 +106,7 @@ def compare_layouts() -> dict:
     context, max_new = 2048, 16
     weights = loader.to_layout(loader.load_weights(TINY_JUDGE_DIR, max_position_embeddings=context),
                                sharding.single_device_layout(), per_layer=True)
-    judge = Judge("tiny_judge", weights, tokenizer, sampling.generate, sampler="greedy", max_new_tokens=max_new,
+    judge = Judge("tiny_judge", tokenizer, SamplerBackend(weights, sampling.generate), sampler="greedy", max_new_tokens=max_new,
                   max_prompt_tokens=context - max_new)
     n = _ITEMS.value
     responses = _responses(tokenizer, n, _RESPONSE_TOKENS.value)
@@ -195,7 +196,8 @@ def main(argv: list[str]) -> None:
         llm_dims = _without_examples(llm_dims)
     tokenizer = AutoTokenizer.from_pretrained(TINY_DIR / "tokenizer")
     cfg = ModelConfig.from_hf_dir(TINY_DIR, max_position_embeddings=8192)
-    judge = Judge("tiny-random", loader.init_weights(cfg, None, jax.random.key(0)), tokenizer, sampling.generate, sampler="greedy",
+    judge = Judge("tiny-random", tokenizer, SamplerBackend(loader.init_weights(cfg, None, jax.random.key(0)), sampling.generate),
+                  sampler="greedy",
                   max_new_tokens=_MAX_NEW.value, max_prompt_tokens=8192)
     config = JudgeSpec(samples=1, max_retries=0, shuffle_anchors=False)
     n = _ITEMS.value

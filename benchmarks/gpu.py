@@ -86,6 +86,7 @@ from transformers import AutoTokenizer
 
 from rubric_jax import aot, data, grpo, hlo_stats, loader, padding, sampling, sharding
 from rubric_jax.assets import TINY_DIR
+from rubric_jax.judges.backends import SamplerBackend
 from rubric_jax.judges.llm_judge import Judge, judge_rows
 from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.models.config import ModelConfig
@@ -435,8 +436,9 @@ def bench_judge(cfg: ModelConfig, s: Settings, put: Put, left: float) -> None:
     deadline = time.perf_counter() + left
     tokenizer = AutoTokenizer.from_pretrained(TINY_DIR / "tokenizer")
     counts = {"programs": 0, "compile_s": 0.0}
-    judge = Judge("random", decode_weights(cfg, 1), tokenizer, _traced_generate(counts), sampler="greedy",
-                  max_new_tokens=s.judge_new_tokens, max_prompt_tokens=4096, layout=_decode_layout())
+    backend = SamplerBackend(decode_weights(cfg, 1), _traced_generate(counts), _decode_layout())
+    judge = Judge("random", tokenizer, backend, sampler="greedy", max_new_tokens=s.judge_new_tokens,
+                  max_prompt_tokens=4096)
     config = JudgeSpec(samples=1, max_retries=0, shuffle_anchors=False)
     dims = _medical_dimensions()
     n = s.judge_items
@@ -492,8 +494,8 @@ def bench_iteration(cfg: ModelConfig, s: Settings, put: Put) -> None:
     ref_params = jax.tree.map(jnp.copy, state.params)  # the policy GRPO started from (the update donates the state)
     tokenizer = AutoTokenizer.from_pretrained(TINY_DIR / "tokenizer")
     spec = s.iter_judge
-    judge = Judge("judge", decode_weights(cfg, 2), tokenizer, sampling.generate, sampler=spec.sampler,
-                  max_new_tokens=spec.max_new_tokens, layout=decode)
+    judge = Judge("judge", tokenizer, SamplerBackend(decode_weights(cfg, 2), sampling.generate, decode),
+                  sampler=spec.sampler, max_new_tokens=spec.max_new_tokens)
     dims = _medical_dimensions()
     questions = [q.question for q in data.load_questions(TINY_DIR / "questions_train.jsonl")[: s.iter_prompts]]
     prompt_ids, prompt_mask = data.prompt_batch(tokenizer, questions, padding.power_of_two_buckets(64, 1024))

@@ -28,7 +28,7 @@ from absl import app, flags
 from experiments import judge_config
 from rubric_jax import data
 from rubric_jax.judges.reward import RubricReward
-from rubric_jax.judges.spec import load_judges
+from rubric_jax.judges.loading import load_judges
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.rubrics.schema import Rubric
 

@@ -178,7 +178,7 @@ def main(argv: list[str]) -> None:
     from rubric_jax.calibration.report import CORRECTION_FILE, REPORT_JSON, REPORT_MD, write_calibration
     from rubric_jax.calibration.pinning import PIN_FIELD
     from rubric_jax.calibration.run import CalibrationError, calibrate
-    from rubric_jax.judges.spec import check_checkpoints, load_cascade, load_judges, open_verdict_store
+    from rubric_jax.judges.loading import check_checkpoints, load_cascade, load_judges, open_verdict_store
 
     settings = _settings()
     out = Path(_OUT.value)

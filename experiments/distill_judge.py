@@ -43,7 +43,8 @@ from rubric_jax.assets import tiny_judge_data
 from rubric_jax.calibration.labels import LabelsError, read_items
 from rubric_jax.data import DataError
 from rubric_jax.judges import distill_data
-from rubric_jax.judges.spec import judge_hash, load_cascade, load_judges
+from rubric_jax.judges.loading import load_cascade, load_judges
+from rubric_jax.judges.spec import judge_hash
 from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
 from rubric_jax.models.config import ModelConfig, ModelConfigError
 from rubric_jax.rubrics.io import load_rubric

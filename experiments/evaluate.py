@@ -37,7 +37,8 @@ from rubric_jax.evaluation import harness
 from rubric_jax.judges.http_backend import EndpointDown
 from rubric_jax.evaluation.results import EvalFailed, EvalInputError
 from rubric_jax.files import PathError, check_output_path
-from rubric_jax.judges.spec import JudgeSpec, check_checkpoints, open_verdict_store
+from rubric_jax.judges.loading import check_checkpoints, open_verdict_store
+from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.judges.store import StoreError, VerdictStore
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.rubrics.schema import RubricError

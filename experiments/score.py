@@ -53,7 +53,8 @@ from rubric_jax.files import PathError, atomic_writer, check_output_path
 from rubric_jax.judges.http_backend import EndpointDown
 from rubric_jax.judges.llm_judge import escalated_frac
 from rubric_jax.judges.reward import RubricReward
-from rubric_jax.judges.spec import check_checkpoints, judge_hash, load_cascade, load_judges, open_verdict_store
+from rubric_jax.judges.loading import check_checkpoints, load_cascade, load_judges, open_verdict_store
+from rubric_jax.judges.spec import judge_hash
 from rubric_jax.judges.rules import REGEX_TIMEOUT_S
 from rubric_jax.judges.store import StoreError, VerdictStore
 from rubric_jax.rubrics.io import load_rubric

@@ -77,7 +77,7 @@ def main(argv: list[str]) -> None:
     except OSError as e:
         _fail(f"--config.port={config.port}: cannot listen on {config.host}:{config.port}: {e.strerror or e}")
     from rubric_jax.judges.server import make_app
-    from rubric_jax.judges.spec import load_judges
+    from rubric_jax.judges.loading import load_judges
 
     try:
         spec = judge_config.spec()
@@ -87,7 +87,7 @@ def main(argv: list[str]) -> None:
     except ValueError as e:
         _fail(str(e))
     name = config.served_model_name or Path(_CHECKPOINT.value).resolve().name
-    context = judge.weights.cfg.max_position_embeddings
+    context = judge.backend.weights.cfg.max_position_embeddings
     if config.warmup_prompt_tokens + spec.max_new_tokens > context:
         _fail(f"--config.warmup_prompt_tokens={config.warmup_prompt_tokens} + judge.max_new_tokens="
               f"{spec.max_new_tokens} exceed the model's context of {context} tokens")

@@ -43,7 +43,7 @@ from rubric_jax import aot_targets, hlo_stats, loader, sampling, sharding
 from rubric_jax.assets import MODEL_SHAPES_DIR
 from rubric_jax.judges import reward_model
 from rubric_jax.judges.llm_judge import MAX_PROMPT_TOKENS
-from rubric_jax.judges.spec import check_tensor_divides
+from rubric_jax.judges.loading import check_tensor_divides
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.train import programs as run_programs, settings as run_settings, step as train_step
@@ -208,7 +208,7 @@ def judge_configs(config: ml_collections.ConfigDict, target: str) -> list[tuple[
 
 def _judge_layout(mesh: jax.sharding.Mesh, tensor: int, judges: Sequence[tuple[str, ModelConfig]]
                   ) -> sharding.Layout:
-    """The judges' decode layout (config.judge.tensor), checked as judges/spec.load_judges checks it."""
+    """The judges' decode layout (config.judge.tensor), checked as judges/loading.load_judges checks it."""
     try:
         layout = sharding.decode_layout(mesh, tensor)
     except ValueError as e:

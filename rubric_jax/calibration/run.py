@@ -11,7 +11,7 @@ probe biases, fit a correction (RubricRL 3.2-3.3: Spearman/kappa per dimension, 
   position probe    with a judge, every LLM dimension is scored again with the anchor order as written and
                     reversed (bias.py).
 
-Judges arrive loaded (judges/spec.load_judges, in the decode layout); this package never
+Judges arrive loaded (judges/loading.load_judges, in the decode layout); this package never
 touches checkpoints.
 """
 
@@ -257,7 +257,7 @@ def calibrate(items: Sequence[LabelledItem], settings: Settings, *, judges: Sequ
 
     `correction` (an existing one) is applied when scoring, so a correction can be checked on new labels.
     The judges read and write `store` (judges/store.py): a re-run asks them only what changed. `refiners` are
-    the loaded judges of `judge_spec.cascade` (spec.load_cascade), calibrated with the judge they refine.
+    the loaded judges of `judge_spec.cascade` (loading.load_cascade), calibrated with the judge they refine.
     """
     key = jax.random.key(settings.seed)
     features = response_features([item.response for item in items])

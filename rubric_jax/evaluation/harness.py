@@ -288,7 +288,8 @@ def run(evaluation: Evaluation, *, checkpoint: Path | None, workdir: Path | None
     from rubric_jax import sampling, sharding
     from rubric_jax.evaluation.policy import load_policy
     from rubric_jax.judges.reward import RubricReward
-    from rubric_jax.judges.spec import describe, load_cascade, load_judges
+    from rubric_jax.judges.loading import load_cascade, load_judges
+    from rubric_jax.judges.spec import describe
 
     benchmark, cases = evaluation.benchmark, evaluation.cases
     try:

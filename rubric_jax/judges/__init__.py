@@ -13,7 +13,7 @@ _HOMES = {
     "JudgePrompt": "prompts", "fence": "prompts", "multi_prompt": "prompts", "single_prompt": "prompts",
     "RewardOutput": "reward", "RubricReward": "reward",
     "Rule": "rules", "RuleError": "rules", "make_rule": "rules", "rule_names": "rules", "rule_scores": "rules",
-    "JudgeSpec": "spec", "judge_hash": "spec", "load_judges": "spec",
+    "JudgeSpec": "spec", "judge_hash": "spec", "load_judges": "loading",
 }
 
 

@@ -14,6 +14,7 @@ These functions are pure; llm_judge.judge_rows runs both judges.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import jax
@@ -23,6 +24,19 @@ from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.rubrics.schema import Dimension, normalize_scores
 
 REFINE_SALT = 0xCA5CADE  # folded into the judging key for the refiner: its prompts never share a stored answer
+
+
+@dataclasses.dataclass(frozen=True)
+class CascadeStats:
+    """What a cascade did in one judge_rows call, each field named as its metric."""
+
+    judge_cascade_screened: int  # items the first judges scored
+    judge_cascade_escalated: int  # items sent to the refining judges
+    judge_cascade_escalated_frac: float  # their share (NaN when none was screened)
+    judge_cascade_prompts: int  # the refining judges' prompts answered
+    judge_cascade_generate_calls: int
+    judge_cascade_store_hits: int
+    judge_cascade_failed_scores: int  # escalated items the refining judges failed too
 
 
 def normalized(dims_L: Sequence[Dimension], raw_XxL: np.ndarray) -> np.ndarray:

@@ -138,7 +138,7 @@ def judge_items(judges: Sequence[Judge], config: JudgeSpec, questions: Sequence[
                 refiners: Sequence[Judge] = ()) -> tuple[list[JudgeItem], int]:
     """Items scored by teacher judges through judge_rows (one batched call per `batch_size` rows and round; each
     dimension shown the part it reads), and how many scores the teachers could not give (those items are left out).
-    `refiners`: the teacher's cascade judges (spec.load_cascade), when `config` has a cascade."""
+    `refiners`: the teacher's cascade judges (loading.load_cascade), when `config` has a cascade."""
     rows, dims_per_part = split_by_reads([[llm_twin(d) for d in dims] for dims in dims_per_row])
     views = [text.read(responses[n], reads) for n, reads in rows]
     items, missing = [], 0

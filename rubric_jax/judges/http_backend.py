@@ -26,12 +26,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.sampling import parse_sampler
+
+if TYPE_CHECKING:  # a type only: spec.served_identity imports this module, so spec is not imported back
+    from rubric_jax.judges.spec import JudgeSpec
 
 # Special tokens of the common chat templates (Qwen2, Llama 3, Mistral, Gemma, Phi): fenced out of untrusted text
 # when the served model's own tokenizer is not available locally (no judge.checkpoint).
@@ -39,8 +41,6 @@ COMMON_SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|begin
                          "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>", "<s>", "</s>",
                          "[INST]", "[/INST]", "<start_of_turn>", "<end_of_turn>", "<|user|>", "<|assistant|>",
                          "<|system|>", "<|end|>")
-HTTP_COUNTERS = ("judge_http_requests", "judge_http_prompt_tokens", "judge_http_completion_tokens",
-                 "judge_http_retries", "judge_http_failures", "judge_http_outage_waits", "judge_http_usage_clamped")
 MAX_CHARS_PER_TOKEN = 64  # a longer answer than this many characters per requested token is refused, not parsed
 FINISH_REASONS = ("stop", "length")  # an answer that ended otherwise (content_filter, tool_calls, ...) is refused
 RETRY_COUNT_HEADER = "x-stainless-retry-count"  # the openai client's retry number, on every request it sends
@@ -119,18 +119,28 @@ def request_options(sampler: str, max_tokens: int) -> dict[str, Any]:
     return options
 
 
-def new_counters() -> dict[str, Any]:
-    """Empty judge_http_* counters, plus the latencies (seconds) that `summarize` turns into percentiles."""
-    return {**{name: 0 for name in HTTP_COUNTERS}, "judge_http_latencies": []}
+@dataclasses.dataclass
+class HttpCounters:
+    """An endpoint client's usage counters, each field named as its metric (metrics.jsonl's `rl/<name>`), and the
+    answered requests' latencies (seconds), logged as percentiles."""
+
+    judge_http_requests: int = 0
+    judge_http_prompt_tokens: int = 0
+    judge_http_completion_tokens: int = 0
+    judge_http_retries: int = 0  # the retries the openai client made
+    judge_http_failures: int = 0  # requests without a usable answer
+    judge_http_outage_waits: int = 0  # times an unreachable endpoint was waited for
+    judge_http_usage_clamped: int = 0  # answers whose usage counts were out of bounds
+    latencies: list[float] = dataclasses.field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        """The counters by metric name, then judge_http_latency_p{50,90,99}_s (NaN: no answered request)."""
+        percentiles = {f"judge_http_latency_p{q}_s": float(np.percentile(self.latencies, q)) if self.latencies
+                       else float("nan") for q in LATENCY_PERCENTILES}
+        return {name: getattr(self, name) for name in HTTP_COUNTERS} | percentiles
 
 
-def summarize(stats: dict[str, Any]) -> None:
-    """Replaces stats["judge_http_latencies"] (if present) by judge_http_latency_p{50,90,99}_s (NaN: none)."""
-    latencies = stats.pop("judge_http_latencies", None)
-    if latencies is None:
-        return
-    for q in LATENCY_PERCENTILES:
-        stats[f"judge_http_latency_p{q}_s"] = float(np.percentile(latencies, q)) if latencies else float("nan")
+HTTP_COUNTERS = tuple(f.name for f in dataclasses.fields(HttpCounters) if f.name != "latencies")
 
 
 def _too_long(error: Exception) -> bool:
@@ -254,18 +264,15 @@ class HttpJudgeClient:
         return self.identity
 
     def answer(self, chats: Sequence[Sequence[Mapping[str, str]]], *, sampler: str, max_tokens: int,
-               stats: dict[str, Any]) -> list[Answer]:
-        """One Answer per chat, in order, at most max_concurrency requests at a time; counters go into `stats`
-        (new_counters' keys, created if missing)."""
-        for name, value in new_counters().items():
-            stats.setdefault(name, value)
+               stats: HttpCounters) -> list[Answer]:
+        """One Answer per chat, in order, at most max_concurrency requests at a time; counted into `stats`."""
         options = request_options(sampler, max_tokens)
         if not chats:
             return []
         with ThreadPoolExecutor(max_workers=min(self.spec.max_concurrency, len(chats))) as pool:
             return list(pool.map(lambda chat: self._one(chat, options, stats), chats))
 
-    def _one(self, chat: Sequence[Mapping[str, str]], options: dict[str, Any], stats: dict[str, Any]) -> Answer:
+    def _one(self, chat: Sequence[Mapping[str, str]], options: dict[str, Any], stats: HttpCounters) -> Answer:
         messages = [dict(m) for m in chat]
         estimate = options["max_tokens"] + sum(len(m["content"]) for m in messages) // 4
         self.requests.take(1)
@@ -285,25 +292,25 @@ class HttpJudgeClient:
         if clamped:
             self._warn_clamped(usage)
         with self.lock:
-            stats["judge_http_requests"] += 1
-            stats["judge_http_retries"] += retries
-            stats["judge_http_latencies"].append(latency)
-            stats["judge_http_prompt_tokens"] += prompt or 0
-            stats["judge_http_completion_tokens"] += completion or 0
-            stats["judge_http_usage_clamped"] += clamped
+            stats.judge_http_requests += 1
+            stats.judge_http_retries += retries
+            stats.latencies.append(latency)
+            stats.judge_http_prompt_tokens += prompt or 0
+            stats.judge_http_completion_tokens += completion or 0
+            stats.judge_http_usage_clamped += clamped
         try:
             text, finish = read_answer(content, finish, refusal, options["max_tokens"])
         except ValueError as e:  # answered, but no verdict: a failure with its reason, never parsed or stored
             with self.lock:
-                stats["judge_http_failures"] += 1
+                stats.judge_http_failures += 1
             return Answer(cause="judge_http_error", error=f"refused answer: {e}")
         return Answer(text=text, finish=finish)
 
-    def _count_failure(self, stats: dict[str, Any], retries: int) -> None:
+    def _count_failure(self, stats: HttpCounters, retries: int) -> None:
         with self.lock:
-            stats["judge_http_requests"] += 1
-            stats["judge_http_retries"] += retries
-            stats["judge_http_failures"] += 1
+            stats.judge_http_requests += 1
+            stats.judge_http_retries += retries
+            stats.judge_http_failures += 1
 
     def _warn_clamped(self, usage: Any) -> None:
         """One stderr line per client the first time an endpoint's usage is out of bounds (the counter counts all)."""
@@ -315,7 +322,7 @@ class HttpJudgeClient:
         print(f"warning: judge endpoint {self.spec.base_url} reported usage {counts}, more than was sent or asked "
               "(or not a count); clamped (judge_http_usage_clamped counts such answers)", file=sys.stderr)
 
-    def _send_through_outage(self, messages: list[dict[str, str]], options: dict[str, Any], stats: dict[str, Any]
+    def _send_through_outage(self, messages: list[dict[str, str]], options: dict[str, Any], stats: HttpCounters
                              ) -> tuple[Any, Any, Any, Any, int]:
         """_send, waiting out an unreachable endpoint (refused or timed-out connections after openai's retries)
         for up to spec.outage_s: a judge server restarted within that time costs the round nothing but the wait.
@@ -331,7 +338,7 @@ class HttpJudgeClient:
                 if down_since is None:
                     down_since = now
                     with self.lock:
-                        stats["judge_http_outage_waits"] += 1
+                        stats.judge_http_outage_waits += 1
                 waited = now - down_since
                 if self.spec.outage_s == 0:
                     raise

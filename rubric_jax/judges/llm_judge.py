@@ -31,11 +31,13 @@ Flow for a batch of rows (question, response, the row's LLM dimensions):
             mean of the valid ones, or weighted by agreement with the other judges.
   cascade:  with `config.cascade` (judges/cascade.py), the items the judges above are uncertain of are judged
             again by the refining judges, whose valid verdicts replace theirs (RubricRL 7);
-  backend:  a judge's answers come from sampling.generate in this process, or from an OpenAI-compatible
-            endpoint (`Judge.http`, judges/http_backend.py: its requests are this process's own, no call is
-            global); everything above is the same for both, and an endpoint that gives no answer after its
-            HTTP retries fails the sample with cause "judge_http_error" (never re-prompted); with a store, a served
-            judge whose endpoint reports no weights identity is fingerprinted first (check_fingerprint).
+  backend:  a judge's answers come from its one `JudgeBackend` (judges/backends.py): SamplerBackend (sampling.generate
+            in this process) or HttpBackend (an OpenAI-compatible endpoint, judges/http_backend.py: its requests are
+            this process's own, no call is global); the retry loop (_run_judge), the parser and the store are the same for both,
+            and an endpoint that gives no answer after its HTTP retries fails the sample with cause
+            "judge_http_error" (never re-prompted); with a store, a served judge whose endpoint reports no weights
+            identity is fingerprinted first (check_fingerprint).
+  stats:    one JudgeStats per call (typed counters named as their metrics); JudgeOutput.details is its details().
 
 A slot is one (row, dimension) score; a request covers a contiguous range of slots. Arrays below are
 indexed [J judges, S samples, L slots]. Randomness (nonces, anchor orders, sampling) comes only from
@@ -47,15 +49,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
 import numpy as np
 
-from rubric_jax import data, distributed, loader, padding, sampling, sharding
+from rubric_jax import data, distributed, loader, sampling, sharding
 from rubric_jax.judges import cascade
-from rubric_jax.judges.http_backend import COMMON_SPECIAL_TOKENS, summarize
+from rubric_jax.judges.backends import Batch, HttpBackend, JudgeBackend, SamplerBackend
+from rubric_jax.judges.http_backend import COMMON_SPECIAL_TOKENS, HTTP_COUNTERS, HttpCounters
 from rubric_jax.judges.parser import parse_verdict
 from rubric_jax.judges.prompts import JudgePrompt, compact_single_prompt, multi_prompt, single_prompt, without_reserved
 from rubric_jax.judges.spec import MODES, JudgeSpec
@@ -68,34 +71,29 @@ from rubric_jax.rubrics.schema import Dimension, canonical_json, dimension_from_
 # An HTTP judge's endpoint that gave no usable answer (none after its retries, or a refused one:
 # http_backend.read_answer): judge_http_error.
 FAILURE_CAUSES = ("judge_prompt_too_long", "judge_truncated", "judge_invalid_verdict", "judge_http_error")
-GenerateFn = Callable[..., Any]  # sampling.generate's signature (see the sampler contract)
 MAX_PROMPT_TOKENS = 4096  # longest judge prompt sent (capped by the judge's context); longer ones are counted
 
 
 @dataclasses.dataclass(frozen=True)
 class Judge:
-    """One judge model: its Weights in `layout` (default: one device), its tokenizer (with chat
-    template) and generation settings; or, with `http`, an endpoint that answers its prompts (weights None,
-    tokenizer optional: the served model's, for prompt lengths and the special tokens fenced out)."""
+    """One judge: its name, its tokenizer (with chat template; optional for a served judge: the served model's, for
+    prompt lengths and the special tokens fenced out), its generation settings, and the one backend that answers its
+    prompts (backends.SamplerBackend: weights in this process; backends.HttpBackend: an endpoint)."""
 
     name: str
-    weights: loader.Weights | None
     tokenizer: Any
-    generate_fn: GenerateFn | None
+    backend: JudgeBackend
     sampler: str = "temperature(0.7)"
     max_new_tokens: int = 256
     max_prompt_tokens: int = MAX_PROMPT_TOKENS
-    layout: sharding.Layout | None = None
-    batch_size: int = 0  # most prompts per generate call (0: all of a round in one call)
-    http: Any = None  # http_backend.HttpJudgeClient: answers prompts instead of generate_fn
 
     def __post_init__(self) -> None:
         sampling.parse_sampler(self.sampler)
-        for field, minimum in (("max_new_tokens", 1), ("max_prompt_tokens", 1), ("batch_size", 0)):
+        for field in ("max_new_tokens", "max_prompt_tokens"):
             value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"judge {self.name!r}: {field} must be an integer >= {minimum}, got {value!r}")
-        if self.http is not None and self.tokenizer is None:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"judge {self.name!r}: {field} must be an integer >= 1, got {value!r}")
+        if isinstance(self.backend, HttpBackend) and self.tokenizer is None:
             return
         if self.tokenizer.pad_token_id is None or self.tokenizer.eos_token_id is None:
             raise ValueError(f"judge {self.name!r}: tokenizer needs pad and eos tokens")
@@ -123,9 +121,8 @@ def load_judge(
     if context_left < 1:
         raise ValueError(f"judge {checkpoint_dir}: max_new_tokens={max_new_tokens} leaves no room in its "
                          f"{cfg.max_position_embeddings}-token context")
-    return Judge(name or str(checkpoint_dir), weights, tokenizer, sampling.generate, sampler=sampler,
-                 max_new_tokens=max_new_tokens, max_prompt_tokens=min(max_prompt_tokens, context_left), layout=layout,
-                 batch_size=batch_size)
+    return Judge(name or str(checkpoint_dir), tokenizer, SamplerBackend(weights, sampling.generate, layout, batch_size),
+                 sampler=sampler, max_new_tokens=max_new_tokens, max_prompt_tokens=min(max_prompt_tokens, context_left))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,6 +133,51 @@ class JudgeOutput:
     scores: list[np.ndarray]
     details: dict[str, Any]
     causes: list[list[str]]
+
+
+@dataclasses.dataclass
+class JudgeStats:
+    """The counters of one judge_rows call, each field named as its metric (metrics.jsonl's `rl/<name>`);
+    `details()` is the dict JudgeOutput carries."""
+
+    judge_prompts: int = 0  # prompts a backend answered (not the stored ones)
+    judge_generate_calls: int = 0  # the sampler backend's generate calls
+    judge_invalid: int = 0  # answers without a valid verdict (truncated or unparseable)
+    judge_retried: int = 0  # prompts sent again in retry rounds
+    judge_prompt_too_long: int = 0  # prompts longer than the judge's context (never sent), or refused for it
+    judge_store_hits: int = 0  # answers read from the verdict store
+    judge_store_mismatches: int = 0  # stored answers whose stored verdict differs from their text's
+    judge_store_unsaved: int = 0  # answers a read-only store did not keep
+    judge_invalid_examples: list[str] = dataclasses.field(default_factory=list)  # the first 5 reasons
+    http: HttpCounters | None = None  # an endpoint's counters, once one was asked
+    judge_http_error_examples: list[str] = dataclasses.field(default_factory=list)  # the first 5 endpoint errors
+    judge_scores: int = 0  # the scores (slots) judged
+    judge_failed_samples: int = 0  # samples (of every judge) without a valid verdict
+    judge_sample_spread_mean: float = float("nan")  # mean max - min of a score's valid samples
+    sample_spread_count: int = 0  # the mean's weight when blocks of rows are joined
+    cascade: cascade.CascadeStats | None = None  # the refining judges' counters, with a cascade
+    judge_failed_scores: int = 0  # scores without any valid verdict
+
+    def details(self) -> dict[str, Any]:
+        """The counters by metric name, in the order they have always been logged: an endpoint's judge_http_* only
+        once one was asked (its latencies as percentiles), judge_http_error_examples only when one failed, the
+        cascade's judge_cascade_* only with a cascade."""
+        counters = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        http, examples, cascaded = counters.pop("http"), counters.pop("judge_http_error_examples"), counters.pop("cascade")
+        summary = {name: counters.pop(name) for name in _SUMMARY_FIELDS}
+        details = counters  # the loop's counters, in field order
+        if http is not None:
+            endpoint = http.summary()
+            details |= {name: endpoint.pop(name) for name in HTTP_COUNTERS}
+            details |= ({"judge_http_error_examples": examples} if examples else {}) | endpoint  # then the latencies
+        details |= {name: summary[name] for name in _SUMMARY_FIELDS[:-1]}
+        details |= dataclasses.asdict(cascaded) if cascaded is not None else {}
+        return details | {"judge_failed_scores": summary["judge_failed_scores"]}
+
+
+# JudgeStats fields judge_rows fills after the judges answered (last in its details).
+_SUMMARY_FIELDS = ("judge_scores", "judge_failed_samples", "judge_sample_spread_mean", "sample_spread_count",
+                   "judge_failed_scores")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,42 +241,6 @@ def _call_salt(digests: Sequence[str]) -> int:
     return int(hashlib.sha256("".join(digests).encode("ascii")).hexdigest()[:8], 16) & 0x7FFFFFFF
 
 
-def _generate(judge: Judge, ids: Sequence[Sequence[int]], shared: Sequence[int] | None, count: int, key: jax.Array
-              ) -> tuple[list[str], list[str]]:
-    """Answer texts and finish reasons of `ids` in one generate call of `count` prompts (fillers pad it); with
-    `shared` (the shared_prefix layout, on every process alike), prompts whose first `shared` tokens agree are one
-    prompt continued by their suffixes, and the call's shape is agreed in `_group_by_prefix` instead of by `count`."""
-    eos = judge.tokenizer.eos_token_id
-    kwargs = dict(max_new_tokens=judge.max_new_tokens, sampler=judge.sampler, stop_tokens=[eos],
-                  pad_id=judge.tokenizer.pad_token_id, layout=judge.layout)
-    if shared is not None:
-        prefixes, suffixes, rows, n = _group_by_prefix(ids, shared, eos)
-        result = judge.generate_fn(judge.weights, prefixes, key=key, n=n, suffix_ids=suffixes, **kwargs)
-    else:
-        rows = list(range(len(ids)))
-        result = judge.generate_fn(judge.weights, [*ids, *[[eos]] * (count - len(ids))], key=key, n=1, **kwargs)
-    texts = data.decode_responses(judge.tokenizer, result, keep_special_tokens=False)
-    finishes = np.asarray(result.finish_reason)
-    return [texts[r] for r in rows], [str(finishes[r]) for r in rows]
-
-
-def _group_by_prefix(ids: Sequence[Sequence[int]], shared: Sequence[int], filler: int
-                     ) -> tuple[list[list[int]], list[list[int]], list[int], int]:
-    """The distinct shared parts (U, agreed across processes), n = the most suffixes of one (a bucket, agreed
-    too), the U·n suffixes (row u·n + j; fillers `[filler]`, read by no one), and each prompt's row."""
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for i, (x, k) in enumerate(zip(ids, shared)):
-        groups.setdefault(tuple(x[:k]), []).append(i)
-    most_prefixes, most_suffixes = distributed.max_over_processes(len(groups), max(map(len, groups.values()), default=1))
-    n = padding.bucket_size(most_suffixes)
-    prefixes = [list(p) for p in groups] + [[filler]] * (max(most_prefixes, 1) - len(groups))
-    suffixes, rows = [[filler]] * (len(prefixes) * n), [0] * len(ids)
-    for u, members in enumerate(groups.values()):
-        for j, i in enumerate(members):
-            suffixes[u * n + j], rows[i] = list(ids[i][shared[i]:]), u * n + j
-    return prefixes, suffixes, rows, n
-
-
 def _run_judge(
     judge: Judge,
     config: JudgeSpec,
@@ -243,13 +249,13 @@ def _run_judge(
     responses: Sequence[str],
     num_slots: int,
     key: jax.Array,
-    stats: dict[str, Any],
+    stats: JudgeStats,
     causes_SxL: np.ndarray,
     store: VerdictStore | None,
 ) -> np.ndarray:
-    """Scores [S, L] for one judge: NaN where a sample never produced a valid verdict, whose cause
-    (FAILURE_CAUSES) is written into `causes_SxL`. Answers found in `store` are not generated again; every
-    generated answer is written to it right after its call."""
+    """Scores [S, L] for one judge, the retry loop over its backend: NaN where a sample never produced a valid
+    verdict, whose cause (FAILURE_CAUSES) is written into `causes_SxL`. Answers found in `store` are not generated
+    again; every generated answer is written to it right after its call."""
     scores_SxL = np.full((config.samples, num_slots), np.nan)
     if store is not None:
         check_fingerprint(judge, store)
@@ -265,71 +271,99 @@ def _run_judge(
                           host_rng(prompt_key, seeds[r], s), reserved, host_rng(prompt_key, row_seeds[r], s))
             for r, s in pending
         ]
-        if judge.tokenizer is not None:
-            ids, shared = encode_prompts(judge.tokenizer, prompts)
-            fits = [len(x) <= judge.max_prompt_tokens for x in ids]
-            digests = [prompt_digest(x) for x in ids]
-        else:  # a served judge without a local tokenizer: its prompts are keyed by their chat messages
-            ids, fits = [], [True] * len(prompts)
-            digests = [messages_digest(p.messages) for p in prompts]
-        stats["judge_prompt_too_long"] += fits.count(False)
-        for (r, s), ok in zip(pending, fits):
-            if not ok:
-                first = requests[r].first_slot
-                causes_SxL[s, first : first + len(requests[r].dims)] = "judge_prompt_too_long"
-        sent = [i for i, ok in enumerate(fits) if ok]
+        ids, shared, digests = _tokenized(judge, prompts)
+        sent = []
+        for i, (r, s) in enumerate(pending):
+            if judge.tokenizer is not None and len(ids[i]) > judge.max_prompt_tokens:
+                _fail(causes_SxL, requests[r], s, "judge_prompt_too_long")
+                stats.judge_prompt_too_long += 1
+            else:
+                sent.append(i)
         entry = {i: (judge.name, digests[i], pending[i][1], seed_hex) for i in sent}
         found = store.get(entry.values()) if store is not None else {}
         answers = {i: _reparsed(found[entry[i]], prompts[i], stats) for i in sent if entry[i] in found}
         misses = [i for i in sent if i not in answers]
-        stats["judge_store_hits"] += len(answers)
+        stats.judge_store_hits += len(answers)
         if round_index > 0:
-            stats["judge_retried"] += len(misses)
-        # The round's generate calls are global: every process makes as many, each with as many prompts, and
+            stats.judge_retried += len(misses)
+        # The round's calls are global for the sampler: every process makes as many, each with as many prompts, and
         # draws the same sampling key (the salt is agreed on); a process with fewer misses pads its calls.
         most_sent, most_pending, salt = distributed.max_over_processes(
             len(misses), len(pending), _call_salt([entry[i][1] for i in misses]))
         if not most_pending:
             break
-        if judge.http is not None:
-            generated = _answer_over_http(judge, prompts, misses, requests, pending, causes_SxL, stats)
-        else:
-            generated = {}
-            chunk = judge.batch_size or max(most_sent, 1)
-            for c, start in enumerate(range(0, most_sent, chunk)):
-                mine = misses[start:start + chunk]
-                grouped = [shared[i] for i in mine] if config.layout == "shared_prefix" else None
-                texts, finishes = _generate(judge, [ids[i] for i in mine], grouped,
-                                            min(chunk, most_sent - start),
-                                            jax.random.fold_in(jax.random.fold_in(gen_key, salt), c))
-                stats["judge_generate_calls"] += 1
-                for i, text, finish in zip(mine, texts, finishes):
-                    generated[i] = parsed_answer(text, finish, prompts[i])
-                _keep(store, [(entry[i], generated[i]) for i in mine], stats)
-        if judge.http is not None:
-            _keep(store, [(entry[i], answer) for i, answer in generated.items()], stats)
-        answers.update(generated)
-        stats["judge_prompts"] += len(generated)
-        still_invalid = []
-        for i in sent:
-            if i not in answers:  # a served judge that never answered: its cause is set, it is not re-prompted
-                continue
-            r, s = pending[i]
-            answer, first = answers[i], requests[r].first_slot
-            cut = answer.finish_reason == sampling.FINISH_LENGTH
-            if answer.valid and not cut:
-                scores = np.asarray(answer.scores)
-                scores_SxL[s, first : first + len(requests[r].dims)] = scores[::-1] if config.reverse_order else scores
-                continue
-            causes_SxL[s, first : first + len(requests[r].dims)] = "judge_truncated" if cut else "judge_invalid_verdict"
-            if i in misses:  # the counters count this call's judge work; stored failures are retried all the same
-                stats["judge_invalid"] += 1
-                if len(stats["judge_invalid_examples"]) < 5:
-                    reason = "truncated at max_new_tokens" if cut else answer.reason
-                    stats["judge_invalid_examples"].append(f"{judge.name}: {reason}")
-            still_invalid.append((r, s))
-        pending = still_invalid
+        batch = Batch([prompts[i] for i in misses], [ids[i] for i in misses] if ids else [],
+                      [shared[i] for i in misses] if config.layout == "shared_prefix" else None, most_sent,
+                      jax.random.fold_in(gen_key, salt))
+        answers.update(_asked(judge, batch, misses, entry, [requests[pending[i][0]] for i in misses],
+                              [pending[i][1] for i in misses], causes_SxL, store, stats))
+        pending = _scored(judge.name, config, requests, pending, sent, misses, answers, scores_SxL, causes_SxL, stats)
     return scores_SxL
+
+
+def _tokenized(judge: Judge, prompts: Sequence[JudgePrompt]) -> tuple[list[list[int]], list[int], list[str]]:
+    """The prompts' token ids, shared-part lengths and store digests; a served judge without a local tokenizer has
+    no ids (its prompts are all sent, and keyed by their chat messages)."""
+    if judge.tokenizer is None:
+        return [], [0] * len(prompts), [messages_digest(p.messages) for p in prompts]
+    ids, shared = encode_prompts(judge.tokenizer, prompts)
+    return ids, shared, [prompt_digest(x) for x in ids]
+
+
+def _fail(causes_SxL: np.ndarray, request: _Request, sample: int, cause: str) -> None:
+    """Marks every slot of `request`'s `sample` failed with `cause`."""
+    causes_SxL[sample, request.first_slot : request.first_slot + len(request.dims)] = cause
+
+
+def _asked(judge: Judge, batch: Batch, misses: Sequence[int], entry: dict[int, Any], requests: Sequence[_Request],
+           samples: Sequence[int], causes_SxL: np.ndarray, store: VerdictStore | None, stats: JudgeStats
+           ) -> dict[int, StoredAnswer]:
+    """The parsed answers of the prompts `misses` (batch.prompts, in order) from the judge's backend, each call's
+    written to `store` right after it. A prompt the backend never answered (an endpoint's refusal or failure) gets its
+    cause and no answer: it is not stored or re-prompted."""
+    generated: dict[int, StoredAnswer] = {}
+    done = 0
+    for replies in judge.backend.calls(judge, batch, stats):
+        answered = []
+        for k, reply in enumerate(replies, start=done):
+            if reply.cause:
+                _fail(causes_SxL, requests[k], samples[k], reply.cause)
+                stats.judge_prompt_too_long += reply.cause == "judge_prompt_too_long"
+                if reply.error and len(stats.judge_http_error_examples) < 5:
+                    stats.judge_http_error_examples.append(f"{judge.name}: {reply.error}")
+                continue
+            generated[misses[k]] = parsed_answer(reply.text, reply.finish, batch.prompts[k])
+            answered.append(misses[k])
+        done += len(replies)
+        _keep(store, [(entry[i], generated[i]) for i in answered], stats)
+    stats.judge_prompts += len(generated)
+    return generated
+
+
+def _scored(judge_name: str, config: JudgeSpec, requests: Sequence[_Request], pending: Sequence[tuple[int, int]],
+            sent: Sequence[int], misses: Sequence[int], answers: dict[int, StoredAnswer], scores_SxL: np.ndarray,
+            causes_SxL: np.ndarray, stats: JudgeStats) -> list[tuple[int, int]]:
+    """Writes each valid answer's scores into `scores_SxL` and each invalid one's cause into `causes_SxL`; returns the
+    (request, sample) pairs to prompt again (invalid ones, stored or generated; never one the backend did not answer)."""
+    still_invalid = []
+    for i in sent:
+        if i not in answers:  # a served judge that never answered: its cause is set, it is not re-prompted
+            continue
+        r, s = pending[i]
+        answer, first = answers[i], requests[r].first_slot
+        cut = answer.finish_reason == sampling.FINISH_LENGTH
+        if answer.valid and not cut:
+            scores = np.asarray(answer.scores)
+            scores_SxL[s, first : first + len(requests[r].dims)] = scores[::-1] if config.reverse_order else scores
+            continue
+        _fail(causes_SxL, requests[r], s, "judge_truncated" if cut else "judge_invalid_verdict")
+        if i in misses:  # the counters count this call's judge work; stored failures are retried all the same
+            stats.judge_invalid += 1
+            if len(stats.judge_invalid_examples) < 5:
+                reason = "truncated at max_new_tokens" if cut else answer.reason
+                stats.judge_invalid_examples.append(f"{judge_name}: {reason}")
+        still_invalid.append((r, s))
+    return still_invalid
 
 
 def encode_prompts(tokenizer: Any, prompts: Sequence[JudgePrompt]) -> tuple[list[list[int]], list[int]]:
@@ -347,52 +381,30 @@ def encode_prompts(tokenizer: Any, prompts: Sequence[JudgePrompt]) -> tuple[list
                                                               for h, p in zip(heads, prompts)]
 
 
-def _answer_over_http(judge: Judge, prompts: Sequence[JudgePrompt], misses: Sequence[int],
-                      requests: Sequence[_Request], pending: Sequence[tuple[int, int]], causes_SxL: np.ndarray,
-                      stats: dict[str, Any]) -> dict[int, StoredAnswer]:
-    """The parsed answers of the prompts `misses` from the judge's endpoint (this process's prompts only: the
-    endpoint samples, no collective call). A prompt that never got an answer (refused for its context, or no
-    answer after the HTTP retries) gets its cause in `causes_SxL` and no answer: it is not stored or re-prompted."""
-    replies = judge.http.answer([prompts[i].messages for i in misses], sampler=judge.sampler,
-                                max_tokens=judge.max_new_tokens, stats=stats)
-    answers = {}
-    for i, reply in zip(misses, replies):
-        if reply.cause:
-            r, s = pending[i]
-            first = requests[r].first_slot
-            causes_SxL[s, first : first + len(requests[r].dims)] = reply.cause
-            stats["judge_prompt_too_long"] += reply.cause == "judge_prompt_too_long"
-            if reply.error and len(stats.setdefault("judge_http_error_examples", [])) < 5:
-                stats["judge_http_error_examples"].append(f"{judge.name}: {reply.error}")
-            continue
-        answers[i] = parsed_answer(reply.text, reply.finish, prompts[i])
-    return answers
-
-
 def parsed_answer(text: str, finish: str, prompt: JudgePrompt) -> StoredAnswer:
     """A judge's answer to `prompt` with its verdict parsed from the text (parser.parse_verdict)."""
     verdict = parse_verdict(text, prompt.keys, prompt.ranges)
     return StoredAnswer(text, finish, verdict.valid, tuple(verdict.scores.tolist()), verdict.reason)
 
 
-def _reparsed(stored: StoredAnswer, prompt: JudgePrompt, stats: dict[str, Any]) -> StoredAnswer:
+def _reparsed(stored: StoredAnswer, prompt: JudgePrompt, stats: JudgeStats) -> StoredAnswer:
     """A stored answer with its verdict parsed again from its text (the text is the truth: a store whose scores were
     edited, or do not decode, cannot change a score); one whose stored verdict differs is counted in
     judge_store_mismatches."""
     answer = parsed_answer(stored.text, stored.finish_reason, prompt)
     same = (stored.valid == answer.valid and len(stored.scores) == len(answer.scores)
             and np.array_equal(stored.scores, answer.scores, equal_nan=True))
-    stats["judge_store_mismatches"] += not same
+    stats.judge_store_mismatches += not same
     return answer
 
 
-def _keep(store: VerdictStore | None, answers: list[tuple[Any, StoredAnswer]], stats: dict[str, Any]) -> None:
+def _keep(store: VerdictStore | None, answers: list[tuple[Any, StoredAnswer]], stats: JudgeStats) -> None:
     """Writes `answers` to `store` (none: nothing); a read-only store keeps none of them, counted in
     judge_store_unsaved (its hits are still read: store.VerdictStore)."""
     if store is None or not answers:
         return
     if store.read_only:
-        stats["judge_store_unsaved"] += len(answers)
+        stats.judge_store_unsaved += len(answers)
         return
     store.put(answers)
 
@@ -414,8 +426,8 @@ def fingerprint(judge: Judge) -> list[float | None]:
     when a probe gets no answer (the fingerprint cannot be taken: nothing is judged)."""
     prompts = [single_prompt("How is my order doing?", response, _PROBE_DIMENSION, nonce=_PROBE_NONCE,
                              reserved=COMMON_SPECIAL_TOKENS) for response in FINGERPRINT_PROBES]
-    replies = judge.http.answer([p.messages for p in prompts], sampler="greedy", max_tokens=judge.max_new_tokens,
-                                stats={})
+    replies = judge.backend.client.answer([p.messages for p in prompts], sampler="greedy",
+                                          max_tokens=judge.max_new_tokens, stats=HttpCounters())
     failed = next((reply.error or reply.cause for reply in replies if reply.cause), None)
     if failed is not None:
         raise StoreError(f"judge {judge.name}: the fingerprint probes got no answer ({failed}); nothing was judged")
@@ -428,8 +440,10 @@ def check_fingerprint(judge: Judge, store: VerdictStore) -> None:
     fingerprinted once per store: the first time, its probe verdicts are stored with the store's meta; afterwards
     they must be the same, else a StoreError (one line): the model behind the name changed and the stored
     verdicts are another model's. A read-only store without a fingerprint is not checked."""
-    client = judge.http
-    if client is None or client.identity or (str(store.path), store.judge_hash) in client.fingerprinted:
+    if not isinstance(judge.backend, HttpBackend):
+        return
+    client = judge.backend.client
+    if client.identity or (str(store.path), store.judge_hash) in client.fingerprinted:
         return
     key = f"{FINGERPRINT_META}:{store.judge_hash}:{judge.name}"
     stored, now = store.meta(key), fingerprint(judge)
@@ -478,7 +492,7 @@ def judge_rows(
     if not judges:
         raise ValueError("judge_rows: no judge configured")
     if (config.cascade is not None) != bool(refiners):
-        raise ValueError("judge_rows: judge.cascade needs its refining judges (spec.load_cascade), and only it")
+        raise ValueError("judge_rows: judge.cascade needs its refining judges (loading.load_cascade), and only it")
     if config.mode not in MODES:
         raise ValueError(f"judge_rows: judge mode {config.mode!r} is not one of {MODES} (resolve 'benchmark' first)")
     if not len(questions) == len(responses) == len(dims_per_row):
@@ -494,18 +508,13 @@ def judge_rows(
             slot_rows.extend([row] * len(group))
     num_slots = len(slot_rows)
     ranges_Lx2 = np.asarray([d.scale.raw_range for req in requests for d in req.dims], dtype=np.float64).reshape(-1, 2)
-    stats: dict[str, Any] = {
-        "judge_prompts": 0, "judge_generate_calls": 0, "judge_invalid": 0, "judge_retried": 0,
-        "judge_prompt_too_long": 0, "judge_store_hits": 0, "judge_store_mismatches": 0, "judge_store_unsaved": 0,
-        "judge_invalid_examples": [],
-    }
+    stats = JudgeStats()
     per_judge = []
     causes_JxSxL = np.full((len(judges), config.samples, num_slots), "", dtype=object)
     for j, (judge, judge_key) in enumerate(zip(judges, jax.random.split(key, len(judges)))):
         scores_SxL = _run_judge(judge, config, requests, questions, responses, num_slots, judge_key, stats,
                                 causes_JxSxL[j], store)
         per_judge.append(scores_SxL)
-    summarize(stats)  # an HTTP judge's latencies -> percentiles
     scores_JxSxL = np.stack(per_judge)
     valid_JxSxL = ~np.isnan(scores_JxSxL)
     any_valid_JxL = valid_JxSxL.any(axis=1)
@@ -514,10 +523,10 @@ def judge_rows(
     spread_JxL = np.where(valid_JxSxL, scores_JxSxL, -np.inf).max(axis=1) - np.where(
         valid_JxSxL, scores_JxSxL, np.inf).min(axis=1)
     combined_L = combine_judges(median_JxL, ranges_Lx2, config.ensemble)
-    stats["judge_scores"] = num_slots
-    stats["judge_failed_samples"] = int((~valid_JxSxL).sum())
-    stats["judge_sample_spread_mean"] = float(spread_JxL[any_valid_JxL].mean()) if any_valid_JxL.any() else float("nan")
-    stats["sample_spread_count"] = int(any_valid_JxL.sum())  # the mean's weight when blocks of rows are joined
+    stats.judge_scores = num_slots
+    stats.judge_failed_samples = int((~valid_JxSxL).sum())
+    stats.judge_sample_spread_mean = float(spread_JxL[any_valid_JxL].mean()) if any_valid_JxL.any() else float("nan")
+    stats.sample_spread_count = int(any_valid_JxL.sum())
     slot_rows_L = np.asarray(slot_rows, dtype=np.int64)
     causes_L = np.asarray([_most_common_cause(causes_JxSxL[:, :, slot]) if np.isnan(combined_L[slot]) else ""
                            for slot in range(num_slots)], dtype=object)
@@ -527,15 +536,15 @@ def judge_rows(
                                        combined_L)
         _refine(refiners, config.cascade, questions, responses, slot_rows_L, slot_dims, escalate_L, combined_L,
                 causes_L, cascade.refine_key(key), store, stats)
-    stats["judge_failed_scores"] = int(np.isnan(combined_L).sum())
+    stats.judge_failed_scores = int(np.isnan(combined_L).sum())
     rows = range(len(dims_per_row))
-    return JudgeOutput([combined_L[slot_rows_L == row] for row in rows], stats,
+    return JudgeOutput([combined_L[slot_rows_L == row] for row in rows], stats.details(),
                        [causes_L[slot_rows_L == row].tolist() for row in rows])
 
 
 def _refine(refiners: Sequence[Judge], spec: JudgeSpec, questions: Sequence[str], responses: Sequence[str],
             slot_rows_L: np.ndarray, slot_dims: Sequence[Dimension], escalate_L: np.ndarray, combined_L: np.ndarray,
-            causes_L: np.ndarray, key: jax.Array, store: VerdictStore | None, stats: dict[str, Any]) -> None:
+            causes_L: np.ndarray, key: jax.Array, store: VerdictStore | None, stats: JudgeStats) -> None:
     """The cascade's second pass, in place: the escalated slots re-judged by `refiners` as judge `spec` (each row
     with its escalated dimensions only); a valid refined score replaces the first's, a failed one keeps it (and its
     cause when the first failed too). Always called with a cascade: the refiners' calls are global."""
@@ -548,11 +557,11 @@ def _refine(refiners: Sequence[Judge], spec: JudgeSpec, questions: Sequence[str]
                 combined_L[slot], causes_L[slot] = score, ""
             elif np.isnan(combined_L[slot]):
                 causes_L[slot] = cause
-    stats["judge_cascade_screened"] = len(escalate_L)
-    stats["judge_cascade_escalated"] = int(escalate_L.sum())
-    stats["judge_cascade_escalated_frac"] = escalated_frac(stats)
-    for name in ("judge_prompts", "judge_generate_calls", "judge_store_hits", "judge_failed_scores"):
-        stats[name.replace("judge_", "judge_cascade_", 1)] = refined.details[name]
+    screened, sent = len(escalate_L), int(escalate_L.sum())
+    stats.cascade = cascade.CascadeStats(
+        screened, sent, sent / screened if screened else float("nan"), refined.details["judge_prompts"],
+        refined.details["judge_generate_calls"], refined.details["judge_store_hits"],
+        refined.details["judge_failed_scores"])
 
 
 def escalated_frac(counters: dict[str, Any]) -> float:

@@ -34,7 +34,7 @@ failures (details["gated_scores"]), the row is ok with reward 0 exactly as aggre
 details["judge_prompts_gated"] counts the first-round judge prompts saved. Off (the default here) for
 score, evaluate and calibrate, which report every dimension's score.
 
-With a cascade (`judge_spec.cascade`; judges/cascade.py), `refiners` are its refining judges (spec.load_cascade):
+With a cascade (`judge_spec.cascade`; judges/cascade.py), `refiners` are its refining judges (loading.load_cascade):
 judge_rows re-judges with them the items the judges are uncertain of, and details["judge_cascade_*"] count it.
 
 With a score `correction` (rubrics/correction.py, fitted by calibration), the raw scores of the dimensions
@@ -108,7 +108,7 @@ class RubricReward:
                  judge_spec: JudgeSpec = JudgeSpec(), correction: Correction | None = None,
                  gates_first: bool = False, refiners: Sequence[Judge] = ()):
         self.judges = tuple(judges)
-        self.refiners = tuple(refiners)  # the cascade's refining judges (spec.load_cascade), when judge_spec has one
+        self.refiners = tuple(refiners)  # the cascade's refining judges (loading.load_cascade), when judge_spec has one
         self.gates_first = gates_first
         self.judge_spec = judge_spec
         self.correction = correction

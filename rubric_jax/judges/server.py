@@ -41,6 +41,7 @@ import numpy as np
 
 from rubric_jax import data, padding, sampling
 from rubric_jax.judges.llm_judge import Judge
+from rubric_jax.judges.spec import weights_identity
 
 log = logging.getLogger("rubric_jax.serve")
 MAX_N = 16  # most choices per request; n is decoded at padding.bucket_size(n) (1, 2, 3, 4, 6, 8, 12, 16), the rest cut
@@ -208,11 +209,11 @@ class Batcher:
         """Each job's job.n choices: one generate call of `n` (its n bucket) samples per prompt, up to the group's largest
         max_tokens, each row cut to its own (a greedy answer of m tokens is the first m tokens of a longer one; the
         samples are independent, so the first job.n of n are job.n samples)."""
-        judge = self.judge
+        judge, backend = self.judge, self.judge.backend
         eos = judge.tokenizer.eos_token_id
-        result = judge.generate_fn(judge.weights, [job.prompt_ids for job in jobs], key=key, n=n,
-                                   max_new_tokens=max(job.max_tokens for job in jobs), sampler=sampler,
-                                   stop_tokens=[eos], pad_id=judge.tokenizer.pad_token_id, layout=judge.layout)
+        result = backend.generate_fn(backend.weights, [job.prompt_ids for job in jobs], key=key, n=n,
+                                     max_new_tokens=max(job.max_tokens for job in jobs), sampler=sampler,
+                                     stop_tokens=[eos], pad_id=judge.tokenizer.pad_token_id, layout=backend.layout)
         tokens, lengths = np.asarray(result.tokens), np.asarray(result.lengths)
         finishes = np.asarray(result.finish_reason)
         out = []
@@ -295,7 +296,7 @@ def parse_request(raw: bytes, kind: str, judge: Judge, model_name: str, default_
     if body.get("stop"):
         raise RequestError("stop sequences are not supported: answers stop at the model's end-of-sequence token",
                            code="unsupported_parameter")
-    context = judge.weights.cfg.max_position_embeddings
+    context = judge.backend.weights.cfg.max_position_embeddings
     max_tokens = _integer(body, "max_tokens", _integer(body, "max_completion_tokens", default_max_tokens, 1, context),
                           1, context)
     n = _integer(body, "n", 1, 1, MAX_N)
@@ -376,8 +377,6 @@ def make_app(judge: Judge, model_name: str, *, api_key: str = "", window_s: floa
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
-    from rubric_jax.judges.spec import weights_identity
-
     # What the model behind `model_name` is (GET /v1/models): clients put it in their judge hash (docs/judges.md).
     identity = weights_identity(judge.name) if (Path(judge.name) / "config.json").is_file() else ""
     batcher = Batcher(judge, window_s=window_s, max_batch=max_batch, seed=seed, max_programs=max_programs)
@@ -440,7 +439,7 @@ def make_app(judge: Judge, model_name: str, *, api_key: str = "", window_s: floa
     async def models(request: Request) -> JSONResponse:
         return unauthorized(request) or JSONResponse({"object": "list", "data": [{
             "id": model_name, "object": "model", "created": 0, "owned_by": "rubric_jax",
-            "max_model_len": judge.weights.cfg.max_position_embeddings, "weights_identity": identity}]})
+            "max_model_len": judge.backend.weights.cfg.max_position_embeddings, "weights_identity": identity}]})
 
     async def health(request: Request) -> JSONResponse:
         """Liveness for anyone; the counters (what the server is asked and by how many) only with the key."""

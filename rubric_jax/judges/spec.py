@@ -3,9 +3,9 @@
 The config block (configs/common.py `judge_block()`, or a file in configs/judges/) becomes a frozen `JudgeSpec`
 through `JudgeSpec.from_config(block, where)`; `where` is how the user wrote the block ("--judge" on the
 standalone commands, "config.judge" in an experiment), so a bad value is one line naming the field as typed
-(`--judge.max_new_tokens=0: expected an integer >= 1`). `load_judges(spec, layout_or_mesh)` loads its
-checkpoints the same way for every command, and `load_cascade` those of its cascade's refining judge (`cascade`:
-a judge config file whose spec nests here; judges/cascade.py).
+(`--judge.max_new_tokens=0: expected an integer >= 1`). judges/loading.py loads a spec's judges (`load_judges`,
+`load_cascade`: the refining judge of its `cascade`, a judge config file whose spec nests here; judges/cascade.py)
+and its verdict store; this module loads nothing, so it imports no judge engine (no import cycle).
 
 `judge_hash(spec)` identifies what decides a verdict: the verdict fields (not batch_size, tensor or the
 calibration settings, which change neither prompts nor answers; with a cascade, the refining judge's own hash
@@ -27,18 +27,10 @@ import re
 import struct
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rubric_jax import counts
 from rubric_jax.judges.prompts import PROMPT_VERSION
-
-if TYPE_CHECKING:  # jax loads only when judges are loaded
-    import jax
-
-    from rubric_jax import sharding
-    from rubric_jax.judges.llm_judge import Judge
-    from rubric_jax.judges.store import VerdictStore
-    from rubric_jax.models.config import ModelConfig
 
 # The judge block's counts: (smallest, largest) allowed (rubric_jax/counts.py).
 COUNT_BOUNDS = {
@@ -400,100 +392,3 @@ def describe(spec: JudgeSpec) -> dict[str, Any]:
                  "weights": {path: weights_identity(path) for path in spec.checkpoints}}
     served = {"served_identity": served_identity(spec)} if spec.backend == "openai" else {}
     return described | served | ({"cascade": describe(spec.cascade)} if spec.cascade is not None else {})
-
-
-# ------------------------------------------------------------------------------------------ loading
-def open_verdict_store(spec: JudgeSpec) -> VerdictStore | None:
-    """`spec.store` opened under `judge_hash(spec)`, so stored answers are reused only by the judge that gave
-    them (None without a store); a bad store file is a StoreError naming it."""
-    from rubric_jax.judges.store import open_store
-
-    return open_store(spec.store, judge_hash(spec)) if spec.store else None
-
-
-def check_checkpoints(spec: JudgeSpec, where: str = "judge") -> None:
-    """Every checkpoint is a HF directory with config.json and safetensors weights (what weights_identity and
-    load_judges read); else a ValueError naming `<where>.checkpoint`. Reads no weights."""
-    for path in spec.checkpoints:
-        root = Path(path)
-        if not root.is_dir():
-            raise ValueError(f"{where}.checkpoint={path}: directory does not exist")
-        if not (root / "config.json").is_file() or not any(root.glob("*.safetensors")):
-            raise ValueError(f"{where}.checkpoint={path}: not a Hugging Face model directory (needs config.json "
-                             "and *.safetensors)")
-    if spec.cascade is not None:
-        check_checkpoints(spec.cascade, f"{where}.cascade")
-
-
-def check_tensor_divides(tensor: int, cfg: ModelConfig, where: str = "judge") -> None:
-    """A judge's tensor-parallel group must divide its query and KV heads, or those weights would sit whole on
-    every device; a ValueError naming `<where>.tensor` otherwise."""
-    for field, heads in (("num_heads", cfg.num_heads), ("num_kv_heads", cfg.num_kv_heads)):
-        if heads % tensor:
-            raise ValueError(f"{where}.tensor={tensor} does not divide the judge's {field} ({heads}): those weights "
-                             "would sit whole on every device; pick a divisor")
-
-
-def load_judges(spec: JudgeSpec, layout_or_mesh: sharding.Layout | jax.sharding.Mesh | None = None, *,
-                where: str = "judge", max_prompt_tokens: int | None = None) -> tuple[Judge, ...]:
-    """Every checkpoint of `spec` loaded into the decode layout over the devices of `layout_or_mesh`
-    (default: every local device) with groups of `spec.tensor` devices splitting each weight, in the spec's
-    dtypes, sampler, answer budget and batch size. `max_prompt_tokens` (default llm_judge.MAX_PROMPT_TOKENS)
-    is capped by each judge's context. A bad directory or tensor size is a ValueError naming `where`.
-    With backend=openai: one judge answered by the endpoint, checked to answer now (else a ValueError naming it)."""
-    from rubric_jax import sharding
-    from rubric_jax.judges import llm_judge
-    from rubric_jax.models.config import ModelConfig
-
-    if spec.backend == "openai":
-        return (_endpoint_judge(spec, where, max_prompt_tokens),)
-    if layout_or_mesh is None:
-        mesh = sharding.make_mesh(sharding.MeshConfig())
-    else:
-        mesh = getattr(layout_or_mesh, "mesh", layout_or_mesh)
-    try:
-        layout = sharding.decode_layout(mesh, spec.tensor)
-    except ValueError as e:
-        raise ValueError(f"{where}.tensor={spec.tensor}: {e}") from None
-    check_checkpoints(spec, where)
-    judges = []
-    for path in spec.checkpoints:
-        try:
-            check_tensor_divides(spec.tensor, ModelConfig.from_hf_dir(path), where)
-            judges.append(llm_judge.load_judge(
-                path, layout=layout, param_dtype=spec.param_dtype, compute_dtype=spec.compute_dtype,
-                sampler=spec.sampler, max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size,
-                max_prompt_tokens=max_prompt_tokens or llm_judge.MAX_PROMPT_TOKENS))
-        except (OSError, ValueError) as e:
-            raise ValueError(f"{where}.checkpoint={path}: {e}") from None
-    return tuple(judges)
-
-
-def load_cascade(spec: JudgeSpec, layout_or_mesh: sharding.Layout | jax.sharding.Mesh | None = None, *,
-                 where: str = "judge", max_prompt_tokens: int | None = None) -> tuple[Judge, ...]:
-    """The cascade's refining judges (`spec.cascade`, loaded as `load_judges` loads the first ones, errors naming
-    `<where>.cascade`); () without a cascade. RubricReward(refiners=...) takes them."""
-    if spec.cascade is None:
-        return ()
-    return load_judges(spec.cascade, layout_or_mesh, where=f"{where}.cascade", max_prompt_tokens=max_prompt_tokens)
-
-
-def _endpoint_judge(spec: JudgeSpec, where: str, max_prompt_tokens: int | None) -> Judge:
-    """The backend=openai judge: its endpoint must answer GET /models now; the checkpoint (if any) gives the
-    served model's tokenizer (raw prompts, local prompt lengths, the special tokens fenced out) and context."""
-    from rubric_jax.judges import http_backend, llm_judge
-    from rubric_jax.models.checkpoint import load_tokenizer
-    from rubric_jax.models.config import ModelConfig
-
-    check_checkpoints(spec, where)
-    tokenizer, limit = None, max_prompt_tokens or llm_judge.MAX_PROMPT_TOKENS
-    for path in spec.checkpoints:
-        tokenizer = load_tokenizer(path)
-        limit = min(limit, ModelConfig.from_hf_dir(path).max_position_embeddings - spec.max_new_tokens)
-    try:
-        client = http_backend.HttpJudgeClient(spec, tokenizer)
-        client.check()
-    except http_backend.EndpointError as e:
-        raise ValueError(str(e).replace("judge.", f"{where}.")) from None
-    return llm_judge.Judge(client.name, None, tokenizer, None, sampler=spec.sampler,
-                           max_new_tokens=spec.max_new_tokens, max_prompt_tokens=max(limit, 1), http=client)

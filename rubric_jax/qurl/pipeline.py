@@ -27,7 +27,8 @@ from rubric_jax import sharding
 from rubric_jax.data import Question, load_questions
 from rubric_jax.files import open_input, write_atomic
 from rubric_jax.judges.reward import RubricReward
-from rubric_jax.judges.spec import JudgeSpec, load_cascade, load_judges
+from rubric_jax.judges.loading import load_cascade, load_judges
+from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.qurl import construction, report
 from rubric_jax.qurl.config import BuildConfig, BuildError
 from rubric_jax.qurl.report import BuildResult
@@ -290,7 +291,7 @@ def run_build(config: Any, questions_path: str, corpus_path: str, out_dir: str,
     layout = sharding.decode_layout(sharding.make_mesh(mesh_config), config.mesh.rollout.tensor)
     judges = load_judges(judge_spec, layout, where="config.judge")
     if build_config.generator == "judge":
-        generator, writer = EndpointTextGenerator(judges[0].http, build_config.sampler), judges[0].name
+        generator, writer = EndpointTextGenerator(judges[0].backend.client, build_config.sampler), judges[0].name
     else:
         model = load_language_model(
             checkpoint=config.model.checkpoint, config_json=config.model.config_json,
@@ -313,9 +314,5 @@ def _usage(generator: TextGenerator) -> dict[str, Any]:
     """An endpoint writer's judge_http_* counters (requests, tokens, retries, failures, latency percentiles)."""
     if not isinstance(generator, EndpointTextGenerator):
         return {}
-    from rubric_jax.judges.http_backend import summarize
-
-    usage = {k: (list(v) if isinstance(v, list) else v) for k, v in generator.stats.items()}
-    summarize(usage)
-    return usage
+    return generator.stats.summary()
 

@@ -23,6 +23,8 @@ import jax
 import numpy as np
 
 from rubric_jax import data, loader, sampling, sharding
+from rubric_jax.judges.backends import SamplerBackend
+from rubric_jax.judges.http_backend import COMMON_SPECIAL_TOKENS, HttpCounters
 from rubric_jax.judges.llm_judge import Judge, special_tokens
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.qurl.templates import ChatPrompt
@@ -107,12 +109,10 @@ class EndpointTextGenerator:
 
     client: Any  # http_backend.HttpJudgeClient
     sampler: str
-    stats: dict = dataclasses.field(default_factory=dict)  # judge_http_* counters of every call
+    stats: HttpCounters = dataclasses.field(default_factory=HttpCounters)  # judge_http_* counters of every call
 
     @property
     def reserved(self) -> tuple[str, ...]:
-        from rubric_jax.judges.http_backend import COMMON_SPECIAL_TOKENS
-
         tokenizer = self.client.tokenizer
         return tuple(special_tokens(tokenizer)) if tokenizer is not None else COMMON_SPECIAL_TOKENS
 
@@ -131,9 +131,8 @@ def judge_from_model(model: LanguageModel, *, sampler: str, max_new_tokens: int)
     if max_new_tokens >= model.max_positions:
         raise ValueError(f"judge max_new_tokens={max_new_tokens} leaves no room in the {model.max_positions}-token "
                          f"context of {model.name}")
-    return Judge(model.name, model.weights, model.tokenizer, sampling.generate, sampler=sampler,
-                 max_new_tokens=max_new_tokens, max_prompt_tokens=model.max_positions - max_new_tokens,
-                 layout=model.layout)
+    return Judge(model.name, model.tokenizer, SamplerBackend(model.weights, sampling.generate, model.layout),
+                 sampler=sampler, max_new_tokens=max_new_tokens, max_prompt_tokens=model.max_positions - max_new_tokens)
 
 
 def load_language_model(*, checkpoint: str, config_json: str, tokenizer_dir: str, layout: sharding.Layout, seed: int,

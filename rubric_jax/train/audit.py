@@ -27,7 +27,8 @@ import numpy as np
 from rubric_jax import distributed, metrics
 from rubric_jax.calibration.stats import nearest_level, quadratic_kappa, spearman
 from rubric_jax.judges.reward import RewardOutput, RubricReward, gather_outputs
-from rubric_jax.judges.spec import JudgeSpec, load_cascade, load_judges
+from rubric_jax.judges.loading import load_cascade, load_judges
+from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.rubrics.schema import Rubric
 

@@ -3,7 +3,7 @@
   train    cold-start-style SFT (train/step.sft_train_step) with the loss on the verdict tokens only; each
            draw of an item renders its prompt afresh (new nonce, new anchor order), as scoring will;
   export   a Hugging Face directory (config.json, model.safetensors, tokenizer with its chat template);
-  measure  the exported directory is loaded the way training loads a judge (judges/spec.load_judges) and scores
+  measure  the exported directory is loaded the way training loads a judge (judges/loading.load_judges) and scores
            held-out items through judge_rows (one batched call, one sample, no retries): the parse-failure
            rate, and agreement with the teacher per dimension (RubricRL 3.2: Spearman; flag below 0.6).
 
@@ -30,7 +30,8 @@ from rubric_jax.calibration.report import with_ci
 from rubric_jax.files import write_atomic
 from rubric_jax.judges.distill_data import JudgeItem, example_batch
 from rubric_jax.judges.llm_judge import Judge, judge_rows
-from rubric_jax.judges.spec import PROMPTS, JudgeSpec, load_judges
+from rubric_jax.judges.loading import load_judges
+from rubric_jax.judges.spec import PROMPTS, JudgeSpec
 from rubric_jax.models.checkpoint import export_hf_checkpoint
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.schema import Dimension
@@ -226,7 +227,7 @@ def distill(model_cfg: ModelConfig, start: loader.Weights | None, tokenizer: Any
             sampler: str = "greedy", max_new_tokens: int = 32, progress: bool = True) -> dict[str, Any]:
     """Trains, exports and measures a judge; `out` appears only once complete (built in a sibling directory).
 
-    The held-out measurement loads the exported directory with judges/spec.load_judges and the given sampler and
+    The held-out measurement loads the exported directory with judges/loading.load_judges and the given sampler and
     max_new_tokens: what is measured is what a run that names `out` as its judge will use.
     """
     if out.exists():

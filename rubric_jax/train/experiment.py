@@ -24,8 +24,9 @@ from rubric_jax.judges.base_model import same_base_warnings
 from rubric_jax.judges.llm_judge import Judge, judge_tokens_per_token, shortest_prompt_tokens
 from rubric_jax.judges.reward import Reward, RubricReward
 from rubric_jax.judges.reward_model import RewardModelReward, load_reward_model
+from rubric_jax.judges.loading import load_cascade, load_judges, open_verdict_store
 from rubric_jax.judges.scorers import split_by_reads
-from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge, load_cascade, load_judges, open_verdict_store
+from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge
 from rubric_jax.judges.store import VerdictStore
 from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
 from rubric_jax.rubrics.correction import Correction, load_correction
@@ -306,7 +307,8 @@ def _check_judge_prompts_fit(config: ml_collections.ConfigDict, judges: Sequence
 
 def _context(judge: Judge) -> int | str:
     """A judge's context in tokens ("?" for a served judge without local weights)."""
-    return judge.weights.cfg.max_position_embeddings if judge.weights is not None else "?"
+    weights = getattr(judge.backend, "weights", None)  # a served judge has none here
+    return weights.cfg.max_position_embeddings if weights is not None else "?"
 
 
 def _budget_line(judge: Judge, left: int, shortest: int, dim_ids: list[str], per_token: int,

@@ -26,6 +26,7 @@ from rubric_jax.assets import TINY_DIR
 from rubric_jax.data import encode_chats
 from rubric_jax.evaluation import biggen, harness, healthbench, hellobench, longbench_write, policy, rubric_set
 from rubric_jax.evaluation.results import FINISH_PROMPT_TOO_LONG, Answer, EvalInputError
+from rubric_jax.judges.backends import SamplerBackend
 from rubric_jax.judges.llm_judge import Judge
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.judges.spec import JudgeSpec
@@ -431,7 +432,7 @@ def verdict_judge(tokenizer, verdict_of_question):
         lengths = np.asarray(list(map(len, rows)))
         return FakeResult(tokens, np.zeros(tokens.shape, np.float32), lengths, ["stop"] * len(rows))
 
-    return Judge("verdicts", None, tokenizer, generate, max_prompt_tokens=10**6)
+    return Judge("verdicts", tokenizer, SamplerBackend(None, generate), max_prompt_tokens=10**6)
 
 
 def test_real_biggen_all_765_items_scored_and_one_per_task_judged():

@@ -15,8 +15,10 @@ import pytest
 
 from openai_double import MODEL, Endpoint
 from rubric_jax.judges import http_backend
+from rubric_jax.judges.backends import HttpBackend
 from rubric_jax.judges.llm_judge import FINGERPRINT_PROBES, Judge, judge_rows
-from rubric_jax.judges.spec import JudgeSpec, judge_hash, load_judges, open_verdict_store
+from rubric_jax.judges.loading import load_judges, open_verdict_store
+from rubric_jax.judges.spec import JudgeSpec, judge_hash
 from rubric_jax.judges.store import StoreError
 from test_llm_judge import SAFE
 
@@ -38,7 +40,7 @@ def client(url: str, **fields) -> http_backend.HttpJudgeClient:
 
 def ask(endpoint: Endpoint, reply, max_tokens: int = 16, **fields) -> tuple[http_backend.Answer, dict]:
     endpoint.reply = lambda messages: reply
-    stats: dict = {}
+    stats = http_backend.HttpCounters()
     (answer,) = client(endpoint.url, **fields).answer(CHAT, sampler="greedy", max_tokens=max_tokens, stats=stats)
     return answer, stats
 
@@ -53,7 +55,7 @@ def test_content_as_a_list_of_parts_is_joined_and_other_shapes_are_refused_with_
                          (["SCORE: 1"], "a content part is str")):
         answer, stats = ask(endpoint, {"content": content})
         assert answer.cause == "judge_http_error" and answer.error.startswith(f"refused answer: {why}"), answer
-        assert stats["judge_http_failures"] == 1 and stats["judge_http_requests"] == 1
+        assert stats.judge_http_failures == 1 and stats.judge_http_requests == 1
 
 
 def test_a_content_filter_finish_a_refusal_and_an_oversized_answer_are_no_verdict(endpoint):
@@ -64,7 +66,7 @@ def test_a_content_filter_finish_a_refusal_and_an_oversized_answer_are_no_verdic
                          "an answer of 2000009 characters for max_tokens=16")):
         answer, stats = ask(endpoint, script)
         assert answer.cause == "judge_http_error" and answer.error.startswith(f"refused answer: {why}"), answer
-        assert answer.text == "" and stats["judge_http_failures"] == 1
+        assert answer.text == "" and stats.judge_http_failures == 1
     answer, _ = ask(endpoint, {"content": "SCORE: 1", "finish_reason": "length"})
     assert (answer.text, answer.finish, answer.cause) == ("SCORE: 1", "length", "")
 
@@ -75,8 +77,7 @@ def test_a_content_filtered_verdict_is_a_missing_score_with_its_reason(endpoint)
     endpoint.reply = lambda messages: {"content": "SCORE: 1", "finish_reason": "content_filter"}
     spec = JudgeSpec(backend="openai", base_url=endpoint.url, model=MODEL, max_retries_http=0, outage_s=0, samples=1,
                      sampler="greedy")
-    judge = Judge("filtered", None, None, None, sampler="greedy", max_new_tokens=8,
-                  http=http_backend.HttpJudgeClient(spec))
+    judge = Judge("filtered", None, HttpBackend(http_backend.HttpJudgeClient(spec)), sampler="greedy", max_new_tokens=8)
     out = judge_rows([judge], spec, ["q", "q"], ["Thanks!", "Go away."], [[SAFE]] * 2, jax.random.key(0))
     assert all(np.isnan(s).all() for s in out.scores) and out.causes == [["judge_http_error"]] * 2
     assert out.details["judge_http_failures"] == 2 and out.details["judge_retried"] == 0
@@ -86,16 +87,16 @@ def test_a_content_filtered_verdict_is_a_missing_score_with_its_reason(endpoint)
 def test_null_usage_fields_are_left_out_and_an_absurd_usage_is_clamped(endpoint, capsys):
     answer, stats = ask(endpoint, {"content": "SCORE: 1", "usage": {"prompt_tokens": None, "completion_tokens": None,
                                                                    "total_tokens": None}})
-    assert answer.text == "SCORE: 1" and stats["judge_http_prompt_tokens"] == stats["judge_http_completion_tokens"] == 0
-    assert stats["judge_http_usage_clamped"] == 0
+    assert answer.text == "SCORE: 1" and stats.judge_http_prompt_tokens == stats.judge_http_completion_tokens == 0
+    assert stats.judge_http_usage_clamped == 0
     judge = client(endpoint.url, tokens_per_minute=1_000_000)
     endpoint.reply = lambda messages: {"content": "SCORE: 1", "usage": {"prompt_tokens": 1e12,
                                                                         "completion_tokens": -5, "total_tokens": 1}}
-    stats = {}
+    stats = http_backend.HttpCounters()
     judge.answer(CHAT * 2, sampler="greedy", max_tokens=16, stats=stats)
     bound = http_backend.prompt_bound(CHAT[0])
-    assert stats["judge_http_usage_clamped"] == 2 and stats["judge_http_prompt_tokens"] == 2 * bound
-    assert stats["judge_http_completion_tokens"] == 0
+    assert stats.judge_http_usage_clamped == 2 and stats.judge_http_prompt_tokens == 2 * bound
+    assert stats.judge_http_completion_tokens == 0
     assert judge.tokens.level > 1_000_000 - 4 * bound  # charged what was sent, not 1e12: the next request goes now
     warning = capsys.readouterr().err
     assert warning.count(f"warning: judge endpoint {endpoint.url} reported usage") == 1 and "clamped" in warning
@@ -106,18 +107,18 @@ def test_the_retries_counted_are_the_ones_the_client_made(endpoint):
     max_retries_http); a 503 twice then an answer is 2 retries; a 503 every time is max_retries_http."""
     answer, stats = ask(endpoint, {"status": 429, "headers": {"Retry-After": "3600"}, "content": "slow down"},
                         max_retries_http=3)
-    assert answer.cause == "judge_http_error" and stats["judge_http_retries"] == 0 and stats["judge_http_failures"] == 1
+    assert answer.cause == "judge_http_error" and stats.judge_http_retries == 0 and stats.judge_http_failures == 1
     calls = []
 
     def flaky(messages):
         calls.append(1)
         return {"status": 503, "headers": {"retry-after-ms": "10"}} if len(calls) <= 2 else "SCORE: 1"
 
-    endpoint.reply, stats = flaky, {}
+    endpoint.reply, stats = flaky, http_backend.HttpCounters()
     (answer,) = client(endpoint.url, max_retries_http=3).answer(CHAT, sampler="greedy", max_tokens=8, stats=stats)
-    assert answer.text == "SCORE: 1" and stats["judge_http_retries"] == 2 and stats["judge_http_failures"] == 0
+    assert answer.text == "SCORE: 1" and stats.judge_http_retries == 2 and stats.judge_http_failures == 0
     answer, stats = ask(endpoint, {"status": 503, "headers": {"retry-after-ms": "10"}}, max_retries_http=2)
-    assert answer.cause == "judge_http_error" and stats["judge_http_retries"] == 2
+    assert answer.cause == "judge_http_error" and stats.judge_http_retries == 2
 
 
 def test_read_answer_bounds_the_answer_by_its_token_budget():

@@ -22,8 +22,10 @@ import pytest
 
 from configs.judges import tiny as tiny_judge_config
 from rubric_jax.judges import http_backend
+from rubric_jax.judges.backends import HttpBackend, SamplerBackend
 from rubric_jax.judges.llm_judge import Judge, judge_rows
-from rubric_jax.judges.spec import JudgeSpec, describe, judge_hash, load_judges
+from rubric_jax.judges.loading import load_judges
+from rubric_jax.judges.spec import JudgeSpec, describe, judge_hash
 from rubric_jax.rubrics.schema import dimension_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
@@ -247,7 +249,7 @@ def test_the_server_reports_the_weights_behind_its_model_name_and_the_hash_holds
     assert model["weights_identity"] == weights_identity(TINY_JUDGE) != weights_identity(f"{TINY_JUDGE}_hack")
     spec = http_spec(server)
     assert describe(spec)["served_identity"] == model["weights_identity"]
-    assert load_judges(spec)[0].http.identity == model["weights_identity"]
+    assert load_judges(spec)[0].backend.client.identity == model["weights_identity"]
 
 
 def test_concurrent_requests_are_each_answered_once_and_batched(server):
@@ -292,7 +294,7 @@ def test_an_endpoint_failing_mid_run_gives_missing_scores_with_their_cause():
     spec = tiny_spec(backend="openai", base_url=f"http://127.0.0.1:{free_port()}/v1", model="m",
                      max_retries_http=1, timeout_s=2.0, max_retries=2, outage_s=0)
     client = http_backend.HttpJudgeClient(spec)
-    judge = Judge("gone", None, None, None, sampler=spec.sampler, max_new_tokens=8, http=client)
+    judge = Judge("gone", None, HttpBackend(client), sampler=spec.sampler, max_new_tokens=8)
     questions, responses, dims = politeness_rows(3)
     out = judge_rows([judge], spec, questions, responses, dims, jax.random.key(0))
     assert all(np.isnan(s).all() for s in out.scores) and out.causes == [["judge_http_error"]] * 3
@@ -396,7 +398,7 @@ def test_the_batcher_cuts_each_row_to_its_own_max_tokens_and_warms_every_batch_b
         return sampling.GenerationResult(tokens, np.zeros(tokens.shape), np.full(rows, len(answer)),
                                          np.full(rows, "stop" if stopped else "length"), len(answer))
 
-    judge = Judge("stub", None, tokenizer, generate, sampler="greedy")
+    judge = Judge("stub", tokenizer, SamplerBackend(None, generate), sampler="greedy")
     batcher = Batcher(judge, max_batch=6)
     short, long = batcher._generate([Job([1, 2], 2, "greedy", 1), Job([3], 8, "greedy", 1)], "greedy", 1,
                                     jax.random.key(0))

@@ -36,17 +36,18 @@ CHATS = [[{"role": "user", "content": f"question {i}"}] for i in range(3)]
 def test_an_endpoint_back_within_outage_s_answers_every_prompt(endpoint):
     """Down when the round starts, up 2 s later: every prompt is answered (none missing), and each request
     that waited is counted in judge_http_outage_waits."""
-    judge, stats = client(endpoint.url, outage_s=60.0), {}
+    judge, stats = client(endpoint.url, outage_s=60.0), http_backend.HttpCounters()
     threading.Timer(2.0, endpoint.up).start()
     answers = judge.answer(CHATS, sampler="greedy", max_tokens=8, stats=stats)
     assert [a.text for a in answers] == ["SCORE: 1"] * 3 and not any(a.cause for a in answers)
-    assert stats["judge_http_outage_waits"] == 3 and stats["judge_http_failures"] == 0
+    assert stats.judge_http_outage_waits == 3 and stats.judge_http_failures == 0
     assert len(endpoint.requests) == 3
 
 
 def test_an_endpoint_down_past_outage_s_stops_the_round_naming_it(endpoint):
     with pytest.raises(http_backend.EndpointDown) as error:
-        client(endpoint.url, outage_s=0.5).answer(CHATS, sampler="greedy", max_tokens=8, stats={})
+        client(endpoint.url, outage_s=0.5).answer(CHATS, sampler="greedy", max_tokens=8,
+                                                  stats=http_backend.HttpCounters())
     message = str(error.value)
     assert message.startswith(f"judge endpoint {endpoint.url} stopped answering for ")
     assert "judge.outage_s=0.5" in message and "re-run the same command" in message
@@ -55,9 +56,9 @@ def test_an_endpoint_down_past_outage_s_stops_the_round_naming_it(endpoint):
 
 def test_outage_s_zero_keeps_a_missing_score_per_prompt(endpoint):
     """outage_s=0: no wait; each prompt's connection error is its own missing score (cause judge_http_error)."""
-    stats: dict = {}
+    stats = http_backend.HttpCounters()
     answers = client(endpoint.url, outage_s=0).answer(CHATS, sampler="greedy", max_tokens=8, stats=stats)
-    assert [a.cause for a in answers] == ["judge_http_error"] * 3 and stats["judge_http_failures"] == 3
+    assert [a.cause for a in answers] == ["judge_http_error"] * 3 and stats.judge_http_failures == 3
 
 
 @pytest.mark.parametrize("value", [-1.0, float("inf"), "5", True])

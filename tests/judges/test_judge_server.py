@@ -16,6 +16,7 @@ import pytest
 
 from rubric_jax import sampling
 from rubric_jax.judges import server
+from rubric_jax.judges.backends import SamplerBackend
 from rubric_jax.judges.llm_judge import Judge
 from rubric_jax.models.checkpoint import load_tokenizer
 from tests.judges.test_judge_http import TINY_JUDGE
@@ -52,7 +53,7 @@ class StubModel:
 def stub_app(tokenizer, stub=None, **settings):
     """The server's app over the stub model (a 512-token context, as the tiny judge's), served as "tj"."""
     weights = types.SimpleNamespace(cfg=types.SimpleNamespace(max_position_embeddings=512))
-    judge = Judge("stub", weights, tokenizer, stub or StubModel(tokenizer), sampler="greedy")
+    judge = Judge("stub", tokenizer, SamplerBackend(weights, stub or StubModel(tokenizer)), sampler="greedy")
     return server.make_app(judge, "tj", window_s=0.0, **settings)
 
 

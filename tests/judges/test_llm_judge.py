@@ -16,6 +16,7 @@ from transformers import PreTrainedTokenizerFast
 from rubric_jax import data
 from rubric_jax.judges import llm_judge as lj
 from rubric_jax.judges import prompts as P
+from rubric_jax.judges.backends import SamplerBackend
 from rubric_jax.judges.spec import ENSEMBLES, JudgeSpec
 from rubric_jax.rubrics.schema import Anchor, Dimension, Scale
 
@@ -100,9 +101,9 @@ def dim(dim_id: str, lo: int = 1, hi: int = 5, description: str = "How accurate 
     return Dimension(dim_id, description, "llm", scale, anchors)
 
 
-def make_judge(tokenizer, reply, name="stub", **kwargs):
+def make_judge(tokenizer, reply, name="stub", batch_size=0, **kwargs):
     stub = StubGenerate(tokenizer, reply)
-    return lj.Judge(name, None, tokenizer, stub, **kwargs), stub
+    return lj.Judge(name, tokenizer, SamplerBackend(None, stub, batch_size=batch_size), **kwargs), stub
 
 
 @pytest.fixture(scope="module")
@@ -369,7 +370,8 @@ def test_real_generate_scripted_judge_scores_every_item_in_one_call(tok):
         calls.append(len(args[1]))
         return sampling.generate(*args, **kwargs)
 
-    judge = lj.Judge("scripted", scripted_model(tok, "SCORE: 4"), tok, spy, sampler="greedy", max_new_tokens=24)
+    judge = lj.Judge("scripted", tok, SamplerBackend(scripted_model(tok, "SCORE: 4"), spy), sampler="greedy",
+                     max_new_tokens=24)
     out = lj.judge_rows([judge], JudgeSpec(samples=2), ["q1", "q2", "q3"], ["a", "b", "c"],
                         [[ACC], [ACC, SAFE], []], jax.random.key(0))
     assert calls == [6, 2, 2]  # (1 + 2) requests x 2 samples in one call; then only the 2 invalid samples
@@ -381,8 +383,8 @@ def test_real_generate_scripted_judge_scores_every_item_in_one_call(tok):
 def test_real_generate_random_judge_fails_visibly(tok):
     from rubric_jax import sampling
 
-    judge = lj.Judge("random", random_model(tok, seed=1), tok, sampling.generate, sampler="temperature(1.0)",
-                     max_new_tokens=8)
+    judge = lj.Judge("random", tok, SamplerBackend(random_model(tok, seed=1), sampling.generate),
+                     sampler="temperature(1.0)", max_new_tokens=8)
     out = lj.judge_rows([judge], JudgeSpec(samples=2, max_retries=1), ["q"] * 2, ["a", "b"], [[ACC]] * 2,
                         jax.random.key(0))
     assert np.isnan(np.concatenate(out.scores)).all()
@@ -487,7 +489,7 @@ def test_shared_prefix_verdicts_equal_the_same_prompts_one_at_a_time(tok):
     spec = JudgeSpec(samples=2, max_retries=1, layout="shared_prefix", sampler="greedy")
     outs = {}
     for name, fn in (("cached", cached), ("alone", alone)):
-        judge = lj.Judge(name, random_model(tok, seed=2), tok, fn, sampler="greedy", max_new_tokens=6)
+        judge = lj.Judge(name, tok, SamplerBackend(random_model(tok, seed=2), fn), sampler="greedy", max_new_tokens=6)
         outs[name] = lj.judge_rows([judge], spec, ["q1", "q2", "q3"], ["a 1", "b 2", "c 3"],
                                    [[ACC, SAFE], [ACC], [SAFE, ACC]], jax.random.key(0))
     assert calls[0] == (3 * 2, 2)  # 3 rows x 2 samples prefilled once each, 2 criteria per shared part

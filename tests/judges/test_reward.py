@@ -12,6 +12,7 @@ import pytest
 from rubric_jax import data
 from rubric_jax.judges import llm_judge as lj
 from rubric_jax.judges import rules as R
+from rubric_jax.judges.backends import SamplerBackend
 from rubric_jax.judges.reward import RubricReward, concat_outputs
 from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.rubrics.schema import RubricError, case_rubric, dimension_from_dict, rubric_from_dict
@@ -255,15 +256,15 @@ def test_adversarial_responses_through_real_generate(tok):
     mixed = rubric([FORMAT, ACCURACY])
     questions, responses = [c["question"] for c in cases], [c["response"] for c in cases]
     config = JudgeSpec(samples=1, max_retries=0)
-    scripted = lj.Judge("scripted", scripted_model(tok, "SCORE: 3"), tok, sampling.generate, sampler="greedy",
-                        max_new_tokens=6)
+    scripted = lj.Judge("scripted", tok, SamplerBackend(scripted_model(tok, "SCORE: 3"), sampling.generate),
+                        sampler="greedy", max_new_tokens=6)
     out = RubricReward([mixed], judges=[scripted], judge_spec=config)(questions, responses, [mixed] * len(cases),
                                                                        key=jax.random.key(0))
     np.testing.assert_array_equal(out.details["raw_scores"][:, 1], 3.0)
     np.testing.assert_array_equal(out.details["raw_scores"][:, 0], [c["expect"]["format"] for c in cases])
     assert out.details["judge_generate_calls"] == 1
 
-    random_judge = lj.Judge("random", random_model(tok, seed=3), tok, sampling.generate,
+    random_judge = lj.Judge("random", tok, SamplerBackend(random_model(tok, seed=3), sampling.generate),
                             sampler="temperature(1.0)", max_new_tokens=6)
     out = RubricReward([mixed], judges=[random_judge], judge_spec=config)(
         questions, responses, [mixed] * len(cases), key=jax.random.key(0))

@@ -103,7 +103,7 @@ def test_judge_lives_in_the_decode_layout_in_the_dtype_asked(tmp_path):
     decode = sharding.decode_layout(make_mesh(MeshConfig(data=1, fsdp=8, tensor=1)), 2)
     judge = load_judge(str(judge_dir), layout=decode, param_dtype="bfloat16", compute_dtype="bfloat16",
                        max_new_tokens=8)
-    assert (judge.weights.cfg.param_dtype, judge.weights.cfg.compute_dtype) == ("bfloat16", "bfloat16")
+    assert (judge.backend.weights.cfg.param_dtype, judge.backend.weights.cfg.compute_dtype) == ("bfloat16", "bfloat16")
     # The decode form holds each layer's weights as arrays of their own (no leading L axis).
     layer_specs = {
         ("self_attn", "q_proj", "kernel"): P(None, "tensor", None),
@@ -115,8 +115,8 @@ def test_judge_lives_in_the_decode_layout_in_the_dtype_asked(tmp_path):
         ("mlp", "down_proj", "kernel"): P("tensor", None),
         ("input_layernorm", "scale"): P(None),
     }
-    params = judge.weights.params
-    assert judge.weights.per_layer and len(params["layers"]) == judge.weights.cfg.num_layers
+    params = judge.backend.weights.params
+    assert judge.backend.weights.per_layer and len(params["layers"]) == judge.backend.weights.cfg.num_layers
     specs = {("embed_tokens", "embedding"): P("tensor", None),  # vocab split, hidden whole
              ("norm", "scale"): P(None)}
     flat = _flat({k: v for k, v in params.items() if k != "layers"})

@@ -50,4 +50,4 @@ def test_random_init_is_built_in_its_shardings_and_the_judge_shares_it(tmp_path)
     assert layout.mesh.devices.size == 8 and any(not leaf.sharding.is_fully_replicated for leaf in leaves)
     assert all(np.isfinite(np.asarray(leaf)).all() for leaf in leaves) and np.asarray(leaves[0]).std() > 0
     judge = judge_from_model(model, sampler="greedy", max_new_tokens=64)
-    assert judge.weights is model.weights and judge.layout is layout and judge.max_prompt_tokens == 512 - 64
+    assert judge.backend.weights is model.weights and judge.backend.layout is layout and judge.max_prompt_tokens == 512 - 64
