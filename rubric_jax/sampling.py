@@ -60,7 +60,6 @@ import collections
 import dataclasses
 import functools
 import math
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -69,7 +68,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx, struct
 
-from rubric_jax import distributed, loader, padding, row_noise, sharding
+from rubric_jax import distributed, loader, padding, sharding
+from rubric_jax.samplers import Sampler, draw_with_logprobs, parse_sampler, vocab_blocks
 from rubric_jax.models.kv_cache import KVCache, SharedPrefix, init_cache
 from rubric_jax.models.transformer import (Params, has_layer_stack, padding_to_positions, rope_tables, stack_layers,
                                            unstack_layers)
@@ -81,190 +81,14 @@ FINISH_STOP, FINISH_LENGTH = "stop", "length"
 PREFILL_CHUNK = 128
 # Smallest step between decode attention windows (response slots); see `decode_windows`.
 DECODE_BLOCK = 128
-# Smallest sampling temperature: logits / T are float32, and at T = 1e-4 a logit gap of 0.01 is already 100 nats
-# (an argmax but for exact ties), while a smaller T (1e-300 is 0 in float32) would make them inf or NaN; the largest
-# is float32's.
-MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, float(np.finfo(np.float32).max)
 # Decode steps per stop test, by device platform (1 where absent; `steps_per_check`). A GPU's runtime copies the
 # predicate of a loop of unknown length to the host and waits for it every iteration, so there the decode loop tests
 # every 8 tokens, running them as a loop of known length; CPU and TPU read it where it is.
 STEPS_PER_CHECK = {"gpu": 8}
-# Platforms whose decode draws the token and its log-prob in one variadic reduction (`_fused_draw`): on XLA's GPU
+# Platforms whose decode draws the token and its log-prob in one variadic reduction (`samplers._fused_draw`): on XLA's GPU
 # compiler two kernels where an argmax and a log-softmax took five; XLA's CPU backend runs that reduction ~10x slower
 # than the two (4.5-5.5 ms vs 0.45 ms at 8 x 32k logits, measured under load), so CPU keeps them.
 ONE_PASS_DRAW = frozenset({"gpu"})
-
-
-# ------------------------------------------------------------------------------------------ samplers
-
-
-@dataclasses.dataclass(frozen=True)
-class Sampler:
-    """A parsed sampler string: kind in {greedy, temperature, topk, nucleus} and its parameters."""
-
-    kind: str
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-
-
-_SAMPLER_RE = re.compile(r"^\s*(greedy|temperature|topk|nucleus)\s*(?:\(([^()]*)\))?\s*$")
-
-
-def parse_sampler(spec: str) -> Sampler:
-    """Parses "greedy", "temperature(t)", "topk(k)", "topk(k, t)", "nucleus(p)" or "nucleus(p, t)"."""
-    match = _SAMPLER_RE.match(spec)
-    usage = 'expected "greedy", "temperature(t)", "topk(k[, t])" or "nucleus(p[, t])"'
-    if not match:
-        raise ValueError(f"sampler {spec!r}: {usage}")
-    kind, arg_text = match.group(1), match.group(2)
-    try:
-        args = [float(a) for a in arg_text.split(",")] if arg_text else []
-    except ValueError:
-        raise ValueError(f"sampler {spec!r}: arguments must be numbers; {usage}") from None
-    if not all(math.isfinite(a) for a in args):
-        raise ValueError(f"sampler {spec!r}: arguments must be finite numbers (not nan or inf); {usage}")
-    expected = {"greedy": (0, 0), "temperature": (1, 1), "topk": (1, 2), "nucleus": (1, 2)}[kind]
-    if not expected[0] <= len(args) <= expected[1]:
-        raise ValueError(f"sampler {spec!r}: wrong number of arguments; {usage}")
-    if kind == "greedy":
-        return Sampler("greedy")
-    temperature = args[0] if kind == "temperature" else (args[1] if len(args) == 2 else 1.0)
-    if not MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE:
-        raise ValueError(f"sampler {spec!r}: temperature must be in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE:.4g}] (finite "
-                         "in float32; use 'greedy' for argmax)")
-    if kind == "topk":
-        if args[0] != int(args[0]) or args[0] < 1:
-            raise ValueError(f"sampler {spec!r}: k must be a positive integer")
-        return Sampler("topk", temperature=temperature, top_k=int(args[0]))
-    if kind == "nucleus":
-        if not 0 < args[0] <= 1:
-            raise ValueError(f"sampler {spec!r}: p must be in (0, 1]")
-        return Sampler("nucleus", temperature=temperature, top_p=args[0])
-    return Sampler("temperature", temperature=temperature)
-
-
-def top_k_filter(logits_BxV: jax.Array, k: int) -> jax.Array:
-    """Keeps the k largest logits per row (ties with the k-th are kept), the rest become -inf."""
-    kth_Bx1 = jax.lax.top_k(logits_BxV, min(k, logits_BxV.shape[-1]))[0][:, -1:]
-    return jnp.where(logits_BxV >= kth_Bx1, logits_BxV, -jnp.inf)
-
-
-def top_p_filter(logits_BxV: jax.Array, p: float) -> jax.Array:
-    """Keeps the smallest set of most likely tokens whose probability reaches p (always >= 1 token);
-    p = 1 keeps every token; a traced p (the runtime top_p of `generate`) always runs the filter.
-
-    A token is kept iff the mass of the more likely tokens is < p, i.e. iff its tail mass (itself and
-    every less likely token) is > 1 - p. The tail is summed from the least likely token up, so float32
-    rounding stays at the scale of the tail: a cumulative sum from the top drifts by ~1e-4 at vocab
-    32k, enough to drop about a thousand tokens at p = 1.
-    """
-    if isinstance(p, float) and p >= 1.0:
-        return logits_BxV
-    ascending_BxV = jnp.sort(logits_BxV, axis=-1)
-    tail_BxV = jnp.cumsum(jax.nn.softmax(ascending_BxV, axis=-1), axis=-1)
-    most_likely_V = jnp.arange(logits_BxV.shape[-1]) == logits_BxV.shape[-1] - 1
-    keep_BxV = (tail_BxV > 1.0 - p) | most_likely_V[None, :]
-    threshold_Bx1 = jnp.min(jnp.where(keep_BxV, ascending_BxV, jnp.inf), axis=-1, keepdims=True)
-    return jnp.where(logits_BxV >= threshold_Bx1, logits_BxV, -jnp.inf)
-
-
-def _argmax(x_BxV: jax.Array) -> jax.Array:
-    """`jnp.argmax` over the last axis (the first maximal index) as two reductions, a max and a min of
-    the maximal indices: over a vocab split across devices that is two tiny all-reduces, where argmax's
-    (value, index) reduction all-gathers every shard's pair on each decode step. A row with a NaN has no maximal
-    index: it gets the last id, never the vocabulary size."""
-    best_Bx1 = jnp.max(x_BxV, axis=-1, keepdims=True)
-    vocab = x_BxV.shape[-1]
-    return jnp.min(jnp.where(x_BxV == best_Bx1, jnp.arange(vocab, dtype=jnp.int32), vocab - 1), axis=-1)
-
-
-def sample_tokens(logits_BxV: jax.Array, key: jax.Array, sampler: Sampler, row_offset: jax.Array | None = None
-                  ) -> jax.Array:
-    """Draws one token per row from float32 logits according to `sampler` (the same draws as
-    `jax.random.categorical`: the argmax of logits plus Gumbel noise); with `row_offset` the rows draw the noise of
-    rows row_offset.. of a larger batch (`row_noise`)."""
-    if sampler.kind == "greedy":
-        return _argmax(logits_BxV)
-    scaled_BxV = logits_BxV / sampler.temperature
-    if sampler.kind == "topk":
-        scaled_BxV = top_k_filter(scaled_BxV, sampler.top_k)
-    elif sampler.kind == "nucleus":
-        scaled_BxV = top_p_filter(scaled_BxV, sampler.top_p)
-    noise_BxV = (jax.random.gumbel(key, scaled_BxV.shape, scaled_BxV.dtype) if row_offset is None else
-                 row_noise.gumbel_rows(key, row_offset, scaled_BxV.shape, scaled_BxV.dtype))
-    return _argmax(scaled_BxV + noise_BxV)
-
-
-def _best_and_logsumexp(a: tuple[jax.Array, ...], b: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
-    """`_fused_draw`'s reducer over (key, index, scaled at index, running max, sum of exp(scaled - max)): the larger
-    key (the lower index on a tie, as `_argmax`) with its index and scaled logit, and the two partial sums merged at
-    their common maximum (online softmax)."""
-    key_a, index_a, at_a, max_a, sum_a = a
-    key_b, index_b, at_b, max_b, sum_b = b
-    take_b = (key_b > key_a) | ((key_b == key_a) & (index_b < index_a))
-    top = jnp.maximum(max_a, max_b)
-    return (jnp.where(take_b, key_b, key_a), jnp.where(take_b, index_b, index_a), jnp.where(take_b, at_b, at_a), top,
-            sum_a * jnp.exp(max_a - top) + sum_b * jnp.exp(max_b - top))
-
-
-def _fused_draw(logits_BxV: jax.Array, key: jax.Array, sampler: Sampler, row_offset: jax.Array | None,
-                vocab_shards: int) -> tuple[jax.Array, jax.Array]:
-    """`sample_tokens`'s token (greedy or temperature) and its log-prob under softmax(logits / T), from one variadic
-    reduction over the vocabulary that reads the logits once, in their own dtype (a decode step's compute-dtype
-    logits: no float32 [B, V] copy in memory, one reduction kernel where an argmax and a log-softmax took five on
-    XLA's GPU compiler, issue 33). The same draws and tokens; the log-prob's sum runs in another order (float32
-    rounding). Over a vocabulary split in `vocab_shards` blocks each block reduces its own part, merged by
-    `_merge_blocks` (all-reduces: the partitioner all-gathers the partial results of a variadic reduction)."""
-    batch, vocab = logits_BxV.shape
-    scaled_BxV = logits_BxV.astype(jnp.float32) / sampler.temperature
-    drawn_BxV = scaled_BxV
-    if sampler.kind != "greedy":
-        drawn_BxV = scaled_BxV + (jax.random.gumbel(key, scaled_BxV.shape, jnp.float32) if row_offset is None else
-                                  row_noise.gumbel_rows(key, row_offset, scaled_BxV.shape, jnp.float32))
-    shape = (batch, vocab_shards, vocab // vocab_shards)
-    index = jax.lax.broadcasted_iota(jnp.int32, shape, 1) * shape[2] + jax.lax.broadcasted_iota(jnp.int32, shape, 2)
-    lowest = jnp.float32(jnp.finfo(jnp.float32).min)  # a finite start: exp(lowest - lowest) is 1, not nan
-    inits = (jnp.float32(-jnp.inf), jnp.int32(vocab), jnp.float32(0), lowest, jnp.float32(0))
-    operands = (drawn_BxV.reshape(shape), index, scaled_BxV.reshape(shape), scaled_BxV.reshape(shape),
-                jnp.ones(shape, jnp.float32))
-    parts = jax.lax.reduce(operands, inits, _best_and_logsumexp, (2,))
-    token_B, at_B, max_B, sum_B = _merge_blocks(*parts, vocab) if vocab_shards > 1 else (p[:, 0] for p in parts[1:])
-    # A row with a NaN has no best key: it gets the last id, as `_argmax`, never the vocabulary size.
-    return jnp.minimum(token_B, vocab - 1), at_B - max_B - jnp.log(sum_B)
-
-
-def _merge_blocks(key_BxC: jax.Array, index_BxC: jax.Array, at_BxC: jax.Array, max_BxC: jax.Array, sum_BxC: jax.Array,
-                  vocab: int) -> tuple[jax.Array, ...]:
-    """`_best_and_logsumexp` over the C vocabulary blocks' partial results, by plain reductions (an all-reduce each
-    over a split vocabulary): the token, its scaled logit, the maximum and the sum of exp(scaled - maximum)."""
-    best_Bx1 = jnp.max(key_BxC, axis=1, keepdims=True)
-    token_B = jnp.min(jnp.where(key_BxC == best_Bx1, index_BxC, vocab), axis=1)
-    at_B = jnp.sum(jnp.where(index_BxC == token_B[:, None], at_BxC, 0.0), axis=1)  # one block holds the token
-    max_Bx1 = jnp.max(max_BxC, axis=1, keepdims=True)
-    return token_B, at_B, max_Bx1[:, 0], jnp.sum(sum_BxC * jnp.exp(max_BxC - max_Bx1), axis=1)
-
-
-def draw_with_logprobs(logits_BxV: jax.Array, key: jax.Array, sampler: Sampler, row_offset: jax.Array | None = None,
-                       vocab_shards: int = 1, one_pass: bool = True) -> tuple[jax.Array, jax.Array]:
-    """One token per row (`sample_tokens`' draw) and its log-prob under softmax(logits / T): where `one_pass`, for
-    greedy and temperature in one pass over the logits (`_fused_draw`, the vocabulary split in `vocab_shards` blocks
-    like the logits, which must divide it); else, and for top-k and nucleus (which sort), as `sample_tokens` and a
-    log-softmax."""
-    if one_pass and sampler.kind in ("greedy", "temperature"):
-        return _fused_draw(logits_BxV, key, sampler, row_offset, vocab_shards)
-    logits_BxV = logits_BxV.astype(jnp.float32)
-    token_B = sample_tokens(logits_BxV, key, sampler, row_offset)
-    logp_BxV = jax.nn.log_softmax(logits_BxV / sampler.temperature, axis=-1)
-    return token_B, jnp.take_along_axis(logp_BxV, token_B[:, None], axis=-1)[:, 0]
-
-
-def vocab_blocks(layout: sharding.Layout, vocab: int) -> int:
-    """The blocks a [B, V] array's vocabulary is split in by `layout` (1 where it is whole, or where they would not
-    divide it evenly)."""
-    axes = layout.sharding(("batch", "vocab"), (layout.batch_multiple, vocab)).spec[1]
-    blocks = math.prod(layout.mesh.shape[a] for a in ((axes,) if isinstance(axes, str) else axes or ()))
-    return blocks if vocab % blocks == 0 else 1
 
 
 # ------------------------------------------------------------------------------------------ generate

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rubric_jax import hlo_stats, loader, padding, sampling, sharding
+from rubric_jax import hlo_stats, loader, padding, samplers, sampling, sharding
 from rubric_jax.train import step as train_step
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.models.transformer import causal_padding_mask, padding_to_positions
@@ -388,11 +388,11 @@ def test_sample_tokens_draw_what_argmax_and_categorical_draw():
     jnp.argmax, ties included, and Gumbel-max sampling the same as jax.random.categorical."""
     logits_BxV = jnp.round(jax.random.normal(jax.random.key(1), (64, 300)) * 3, 1)  # rounding makes ties
     assert any(len(set(np.flatnonzero(row == row.max()))) > 1 for row in np.asarray(logits_BxV))
-    greedy = sampling.sample_tokens(logits_BxV, jax.random.key(0), sampling.parse_sampler("greedy"))
+    greedy = samplers.sample_tokens(logits_BxV, jax.random.key(0), sampling.parse_sampler("greedy"))
     np.testing.assert_array_equal(greedy, jnp.argmax(logits_BxV, axis=-1))
     for seed in range(3):
         key = jax.random.key(seed)
-        drawn = sampling.sample_tokens(logits_BxV, key, sampling.parse_sampler("temperature(0.7)"))
+        drawn = samplers.sample_tokens(logits_BxV, key, sampling.parse_sampler("temperature(0.7)"))
         np.testing.assert_array_equal(drawn, jax.random.categorical(key, logits_BxV / 0.7, axis=-1))
 
 
@@ -407,8 +407,8 @@ def test_fused_draw_gives_the_unfused_tokens_and_log_probs(blocks):
         sampler = sampling.parse_sampler(spec)
         for seed, offset in ((0, None), (1, None), (2, 5)):
             key, row_offset = jax.random.key(seed), None if offset is None else jnp.int32(offset)
-            token_B, logprob_B = sampling.draw_with_logprobs(logits_BxV, key, sampler, row_offset, blocks)
-            expected_B = sampling.sample_tokens(logits_BxV, key, sampler, row_offset)
+            token_B, logprob_B = samplers.draw_with_logprobs(logits_BxV, key, sampler, row_offset, blocks)
+            expected_B = samplers.sample_tokens(logits_BxV, key, sampler, row_offset)
             np.testing.assert_array_equal(token_B, expected_B, err_msg=spec)
             logp_BxV = jax.nn.log_softmax(logits_BxV / sampler.temperature, axis=-1)
             np.testing.assert_allclose(logprob_B, np.take_along_axis(logp_BxV, expected_B[:, None], -1)[:, 0],
@@ -440,15 +440,15 @@ def test_a_decode_loop_that_tests_its_stop_every_few_steps_generates_the_same(mo
 
 def test_top_k_filter_keeps_the_k_largest():
     logits = jnp.asarray([[1.0, 3.0, 2.0, 0.0], [5.0, 5.0, 1.0, 9.0]])
-    kept = np.asarray(sampling.top_k_filter(logits, 2))
+    kept = np.asarray(samplers.top_k_filter(logits, 2))
     np.testing.assert_array_equal(np.isfinite(kept), [[False, True, True, False], [True, True, False, True]])
     np.testing.assert_array_equal(kept[0, 1:3], [3.0, 2.0])
-    assert np.isfinite(np.asarray(sampling.top_k_filter(logits, 10))).all()
+    assert np.isfinite(np.asarray(samplers.top_k_filter(logits, 10))).all()
 
 
 def test_top_p_filter_keeps_the_smallest_set_reaching_p():
     logits = jnp.log(jnp.asarray([[0.15, 0.5, 0.05, 0.3], [0.25, 0.25, 0.25, 0.25]]))
-    keep = lambda p: np.isfinite(np.asarray(sampling.top_p_filter(logits, p)))  # noqa: E731
+    keep = lambda p: np.isfinite(np.asarray(samplers.top_p_filter(logits, p)))  # noqa: E731
     np.testing.assert_array_equal(keep(0.7)[0], [False, True, False, True])  # 0.5 + 0.3 reaches 0.7
     np.testing.assert_array_equal(keep(0.5)[0], [False, True, False, False])  # 0.5 alone reaches 0.5
     np.testing.assert_array_equal(keep(0.81)[0], [True, True, False, True])
@@ -459,12 +459,12 @@ def test_top_p_filter_keeps_the_smallest_set_reaching_p():
 def test_top_p_filter_at_vocab_32k_keeps_what_float64_keeps():
     logits = jax.random.normal(jax.random.key(3), (4, 32_000)) * 3.0
     # p = 1 keeps every token (a float32 cumulative sum from the top used to drop ~1k of them).
-    assert np.isfinite(np.asarray(sampling.top_p_filter(logits, 1.0))).all()
+    assert np.isfinite(np.asarray(samplers.top_p_filter(logits, 1.0))).all()
     x = np.asarray(logits, np.float64)
     probs = np.exp(x - x.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
     for p in (0.5, 0.9, 0.999):
-        kept = np.isfinite(np.asarray(sampling.top_p_filter(logits, p)))
+        kept = np.isfinite(np.asarray(samplers.top_p_filter(logits, p)))
         order = np.argsort(-x, axis=-1)
         mass_before = np.cumsum(np.take_along_axis(probs, order, -1), -1) - np.take_along_axis(probs, order, -1)
         expected = np.zeros_like(kept)
@@ -476,7 +476,7 @@ def test_top_p_filter_at_vocab_32k_keeps_what_float64_keeps():
 def test_samplers_draw_only_from_the_filtered_support():
     logits_BxV = jnp.tile(jnp.log(jnp.asarray([0.15, 0.5, 0.05, 0.3]))[None, :], (4000, 1))
     key = jax.random.key(7)
-    draw = lambda spec: np.asarray(sampling.sample_tokens(logits_BxV, key, sampling.parse_sampler(spec)))  # noqa: E731
+    draw = lambda spec: np.asarray(samplers.sample_tokens(logits_BxV, key, sampling.parse_sampler(spec)))  # noqa: E731
     assert set(draw("topk(2)").tolist()) == {1, 3}
     assert set(draw("nucleus(0.7)").tolist()) == {1, 3}
     assert set(draw("topk(1, 5.0)").tolist()) == {1}
@@ -504,7 +504,7 @@ def test_parse_sampler():
                        ("nucleus(0.9, 1e39)", "finite in float32")]:
         with pytest.raises(ValueError, match=match):
             parse(bad)
-    assert parse("temperature(1e-4)").temperature == sampling.MIN_TEMPERATURE
+    assert parse("temperature(1e-4)").temperature == samplers.MIN_TEMPERATURE
 
 
 def test_a_row_of_nan_logits_draws_an_id_inside_the_vocabulary():
@@ -512,13 +512,13 @@ def test_a_row_of_nan_logits_draws_an_id_inside_the_vocabulary():
     never the vocabulary size; a row without NaN draws as before."""
     logits_BxV = jnp.asarray([[0.0, 1.0, jnp.nan, 2.0], [jnp.nan] * 4, [0.0, 3.0, 1.0, 3.0]])
     for spec in ("greedy", "temperature(0.7)", "topk(2)", "nucleus(0.9)"):
-        drawn = np.asarray(sampling.sample_tokens(logits_BxV, jax.random.key(0), sampling.parse_sampler(spec)))
+        drawn = np.asarray(samplers.sample_tokens(logits_BxV, jax.random.key(0), sampling.parse_sampler(spec)))
         assert ((drawn >= 0) & (drawn < 4)).all(), (spec, drawn)
-    greedy = sampling.sample_tokens(logits_BxV, jax.random.key(0), sampling.parse_sampler("greedy"))
+    greedy = samplers.sample_tokens(logits_BxV, jax.random.key(0), sampling.parse_sampler("greedy"))
     assert np.asarray(greedy).tolist() == [3, 3, 1]
     for spec in ("greedy", "temperature(0.7)"):  # the GPU's one-pass draw, whole and over 2 vocabulary blocks
         for blocks in (1, 2):
-            drawn, _ = sampling.draw_with_logprobs(logits_BxV, jax.random.key(0), sampling.parse_sampler(spec),
+            drawn, _ = samplers.draw_with_logprobs(logits_BxV, jax.random.key(0), sampling.parse_sampler(spec),
                                                    vocab_shards=blocks, one_pass=True)
             assert ((np.asarray(drawn) >= 0) & (np.asarray(drawn) < 4)).all(), (spec, blocks, drawn)
 
