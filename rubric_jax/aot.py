@@ -80,7 +80,7 @@ class ProgramReport:
     collectives: dict[str, hlo_stats.KindSummary]
     compile_seconds: float
     beside: tuple[str, ...]  # long-lived arrays (keys of DryRunReport.resident) alive beside it
-    per_token: bool  # a decode loop: its per-iteration collectives are per generated token
+    tokens_per_iteration: int  # a decode loop: the tokens one iteration generates (0 for other programs)
     ops: tuple[hlo_stats.Collective, ...] = ()  # every collective op, for questions by shape or dtype
 
 
@@ -247,7 +247,7 @@ def _per_device_bytes(tree: Any) -> int:
 
 
 def _compile(name: str, shapes: str, lower: Callable[[], jax.stages.Lowered], beside: Sequence[str],
-             per_token: bool, options: dict[str, Any], progress: Callable[[str], None]) -> ProgramReport:
+             tokens_per_iteration: int, options: dict[str, Any], progress: Callable[[str], None]) -> ProgramReport:
     """Lowers and compiles one program and reads its memory plan and collectives. The peak is computed
     as arguments + outputs + temporaries - aliased (the GPU compiler's own peak equals it; the CPU
     backend's leaves temporaries out)."""
@@ -265,7 +265,8 @@ def _compile(name: str, shapes: str, lower: Callable[[], jax.stages.Lowered], be
              + (f", {fused} cuDNN attention calls" if fused else ""))
     return ProgramReport(name, shapes, memory.argument_size_in_bytes, memory.output_size_in_bytes,
                          memory.temp_size_in_bytes, memory.alias_size_in_bytes, peak,
-                         hlo_stats.summarize(found), seconds, tuple(beside), per_token, tuple(found))
+                         hlo_stats.summarize(found), seconds, tuple(beside), tokens_per_iteration,
+                         tuple(found))
 
 
 def _batch(keys: Sequence[str], rows: int, length: int, mesh: jax.sharding.Mesh, prompt_len: int = 0,
@@ -374,10 +375,10 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
     options = _CPU_COMPILER_OPTIONS if target == CPU else {}
 
     def add(key: str, name: str, shapes: str, lower: Callable[[], jax.stages.Lowered], beside: Sequence[str],
-            per_token: bool = False) -> None:
+            tokens_per_iteration: int = 0) -> None:
         if key in programs:
             with cudnn_of_this_build():
-                reports.append(_compile(name, shapes, lower, beside, per_token, options, progress))
+                reports.append(_compile(name, shapes, lower, beside, tokens_per_iteration, options, progress))
 
     if built.sft_step is not None:
         sft_batch = _batch(train_step.SFT_BATCH_KEYS, config.sft.batch_size, sft_len, mesh)
@@ -403,7 +404,7 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
                 lambda prompts=prompts, spec=spec: _lower_generate(
                     rollout_policy, decode_layout, prompts=prompts, prompt_len=prompt_len, n=spec.n,
                     max_new_tokens=spec.max_new_tokens, sampler=spec.sampler, response_buckets=spec.response_buckets),
-                beside, per_token=True)
+                beside, sampling.layout_steps_per_check(decode_layout, spec.max_new_tokens))
         for name, weights in judge_weights.items():
             others = train_arrays + reference + tuple(n for n in scorer_names if n != name)
             # The longest prompt load_judge lets through (the sampler pads it to its bucket).
@@ -412,7 +413,7 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
                 lambda w=weights, p=judge_len: _lower_generate(
                     w, judge_layout, prompts=judge_rows, prompt_len=p, n=1, max_new_tokens=config.judge.max_new_tokens,
                     sampler=config.judge.sampler),
-                others, per_token=True)
+                others, sampling.layout_steps_per_check(judge_layout, config.judge.max_new_tokens))
         if scorer is not None:  # the reward model's largest call: the most rows at the longest bucket
             name = f"reward model {scorer[0]}"
             rows = reward_model.rows_per_call(settings.reward_model, max(rollouts, config.eval.max_questions),
@@ -439,10 +440,12 @@ def _unit(report: DryRunReport) -> tuple[str, int]:
     return ("GiB", GIB) if largest >= GIB else ("MiB", MIB)
 
 
-def _collective_cell(summary: hlo_stats.KindSummary, per_token: bool, unit: int = GIB) -> str:
-    count, size = ((summary.per_iteration_count, summary.per_iteration_bytes) if per_token
-                   else (summary.count, summary.bytes))
-    return "-" if count == 0 else f"{count} / {size / unit:.3g}"
+def _collective_cell(summary: hlo_stats.KindSummary, tokens_per_iteration: int = 0, unit: int = GIB) -> str:
+    """Ops / size per run, or per generated token of a decode loop (its per-iteration figures over the tokens one
+    iteration generates: 8 on a GPU, `sampling.STEPS_PER_CHECK`)."""
+    count, size = ((summary.per_iteration_count / tokens_per_iteration, summary.per_iteration_bytes / tokens_per_iteration)
+                   if tokens_per_iteration else (summary.count, summary.bytes))
+    return "-" if count == 0 else f"{count:.4g} / {size / unit:.3g}"
 
 
 def format_report(report: DryRunReport, config_name: str = "") -> str:
@@ -474,8 +477,8 @@ def format_report(report: DryRunReport, config_name: str = "") -> str:
     lines += ["", f"Collectives per device: ops / {name} per run (decode loops: per generated token)",
               f"{'program':<44}" + "".join(f"{k:>20}" for k in kinds)]
     for p in report.programs:
-        rows = [("", False)] + ([(" per token", True)] if p.per_token else [])
-        for suffix, per_token in rows:
+        rows = [("", 0)] + ([(" per token", p.tokens_per_iteration)] if p.tokens_per_iteration else [])
+        for suffix, tokens in rows:
             lines.append(f"{p.name + suffix:<44}"
-                         + "".join(f"{_collective_cell(p.collectives[k], per_token, unit):>20}" for k in kinds))
+                         + "".join(f"{_collective_cell(p.collectives[k], tokens, unit):>20}" for k in kinds))
     return "\n".join(lines)

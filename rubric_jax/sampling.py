@@ -241,6 +241,13 @@ def steps_per_check(platform: str, windows: Sequence[int]) -> int:
     return math.gcd(STEPS_PER_CHECK.get(platform, 1), *windows)
 
 
+def layout_steps_per_check(layout: sharding.Layout, max_new_tokens: int) -> int:
+    """`steps_per_check` of a generate call in `layout` (its devices' platform) for `max_new_tokens`: the tokens one
+    iteration of its decode loop generates (a dry run divides that loop's per-iteration collectives by it)."""
+    return steps_per_check(layout.mesh.devices.flat[0].platform,
+                           decode_windows(padding.bucket_size(max_new_tokens), DECODE_BLOCK))
+
+
 def _grow(cache: KVCache, window: int) -> KVCache:
     """A per-layer response cache with empty slots added up to `window` (past the filled ones: never read
     unmasked); slots are the last axis of k [B, K, H, W] and the third of v [B, K, W, H]."""
@@ -430,7 +437,7 @@ def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
     platform = layout.mesh.devices.flat[0].platform
     run = _generate_fn(weights.graphdef, _program_sampler(parsed), response_slots, cache_slots,
                        prefill_chunk_size(prompt_slots), DECODE_BLOCK, n, layout, suffix_slots,
-                       steps_per_check(platform, decode_windows(cache_slots, DECODE_BLOCK)), platform in ONE_PASS_DRAW)
+                       layout_steps_per_check(layout, max_new_tokens), platform in ONE_PASS_DRAW)
     # Host inputs go rows like the batch (this process's rows are its block of the global batch), the rest
     # replicated; `generate` places them, parameters are never moved.
     global_shape = (padded_prompts * jax.process_count(), prompt_slots)

@@ -161,7 +161,7 @@ def test_cpu_dry_run_with_a_judge_holds_the_bytes_worked_out_by_hand(tmp_path):
     new = config.judge.max_new_tokens
     assert by_name["judge judge call"].shapes == f"16 x ({512 - new} + {new}) tokens"  # 512 positions in all
     for name in ("rollout", "eval rollout", "judge judge call"):  # decode layout: no weight all-gather per token
-        assert by_name[name].per_token and by_name[name].collectives["all-gather"].per_iteration_count == 0
+        assert by_name[name].tokens_per_iteration == 1 and by_name[name].collectives["all-gather"].per_iteration_count == 0
     assert by_name["GRPO update"].collectives["all-gather"].count > 0  # FSDP gathers weights in training
     text = aot.format_report(report, "configs/tiny.py")
     assert "compiled by the CPU backend (a smoke check, not a GPU proof" in text
@@ -289,9 +289,11 @@ for target in aot_targets.TARGETS:
 
 def test_per_iteration_collectives_feed_the_per_token_row():
     summary = hlo_stats.KindSummary(count=3, bytes=3 << 30, per_iteration_count=56, per_iteration_bytes=1 << 29)
-    assert aot._collective_cell(summary, per_token=False) == "3 / 3"
-    assert aot._collective_cell(summary, per_token=True) == "56 / 0.5"
-    assert aot._collective_cell(hlo_stats.KindSummary(0, 0, 0, 0), per_token=True) == "-"
+    assert aot._collective_cell(summary) == "3 / 3"
+    assert aot._collective_cell(summary, tokens_per_iteration=1) == "56 / 0.5"
+    # a GPU decode loop generates 8 tokens an iteration (sampling.STEPS_PER_CHECK): per token is an eighth
+    assert aot._collective_cell(summary, tokens_per_iteration=8) == "7 / 0.0625"
+    assert aot._collective_cell(hlo_stats.KindSummary(0, 0, 0, 0), tokens_per_iteration=1) == "-"
 
 
 @_NEEDS_GPU_COMPILER
