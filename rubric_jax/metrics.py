@@ -140,7 +140,8 @@ class EventFileWriter:
     def __init__(self, logdir: str | Path):
         logdir = Path(logdir)
         logdir.mkdir(parents=True, exist_ok=True)
-        self._writer = EventsWriter(str(logdir / "events"), f".{os.getpid()}.{next(_WRITER_NUMBERS)}")
+        # the number zero-padded: TensorBoard reads a directory's files in name order, where ".10" came before ".9"
+        self._writer = EventsWriter(str(logdir / "events"), f".{os.getpid()}.{next(_WRITER_NUMBERS):06d}")
         self._writer.flush()
 
     def add_scalars(self, step: int, scalars: Mapping[str, float], wall_time: float) -> None:

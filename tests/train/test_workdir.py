@@ -3,6 +3,7 @@
 runner that reads a step's metrics after dispatching the next one. Tiny states, no model."""
 
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -14,6 +15,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import pytest
 
+from rubric_jax import metrics
 from rubric_jax.models.checkpoint import CheckpointError
 from rubric_jax.train import checkpointing, loop, runner, workdir
 from rubric_jax.train.state import TrainState
@@ -329,7 +331,9 @@ def tensorboard_scalars(tb_dir: Path) -> dict[str, list[tuple[int, float]]]:
             for tag in events.Tags()["scalars"]}
 
 
-def test_a_resume_cuts_the_tensorboard_scalars_past_its_position_and_a_torn_record(tmp_path):
+def test_a_resume_cuts_the_tensorboard_scalars_past_its_position_and_a_torn_record(tmp_path, monkeypatch):
+    # the process's 10th writer follows its 9th in name order too (TensorBoard reads files in name order)
+    monkeypatch.setattr(metrics, "_WRITER_NUMBERS", itertools.count(9))
     log = workdir.RunLog(tmp_path, run_info={})
     for stage, step in (("sft", 1), ("sft", 2), ("grpo", 1), ("eval", 2), ("grpo", 2), ("grpo", 3), ("eval", 3)):
         log.write(step, {"stage": stage, "loss": float(step)})
