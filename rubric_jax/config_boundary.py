@@ -1,0 +1,25 @@
+"""The one place where ml-collections meets the typed blocks (rubric_jax/schema.py): the user's surface (config
+files, `--config.x.y=` overrides, sweeps) is a ConfigDict; everything below a command's `main`, `loop.run` and
+`aot` reads blocks. `to_block` turns a ConfigDict into a block, naming the key of any error; `config_dict` gives a
+block's defaults as the ConfigDict that configs/common.py hands to config files."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import ml_collections
+
+from rubric_jax import schema
+
+B = TypeVar("B", bound=schema.Block)
+
+
+def to_block(config: ml_collections.ConfigDict, cls: type[B], where: str) -> B:
+    """The block of type `cls` that `config` describes; a bad or unknown key raises `schema.BlockError` naming
+    `where.<key>` ("config.rl.group_size", "--judge.samples")."""
+    return schema.from_mapping(cls, config.to_dict(), where)
+
+
+def config_dict(cls: type[schema.Block]) -> ml_collections.ConfigDict:
+    """`cls`'s config keys with their defaults, as a ConfigDict (nested blocks nested)."""
+    return ml_collections.ConfigDict(schema.defaults(cls))
