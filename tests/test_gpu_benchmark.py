@@ -204,3 +204,39 @@ def test_aot_1_5b_update_is_mostly_matmuls():
     assert update["attention"] == "cudnn" and update["GRPO float32 dots"] == "0", update
     assert float(update["GRPO non-matmul traffic (GB)"]) <= 410, update
     assert int(update["GRPO kernels executed"]) <= 17_000, update
+
+
+# What the GPU image brings (benchmarks/RESULTS.md: jax, flax with orbax and etils, torch, transformers with its
+# tokenizers and safetensors; jax brings numpy and scipy); every other distribution rubric_jax or a command imports
+# at module level must travel in benchmarks/gpu_carry.txt. tensorflow-datasets is imported at module level only by
+# modules that the GPU paths never import (data.py imports prepare.tfds_dataset inside the function that reads a
+# tfds: set).
+IN_THE_GPU_IMAGE = {"jax", "flax", "optax", "orbax-checkpoint", "etils", "transformers", "tokenizers", "safetensors",
+                    "numpy", "scipy", "torch"}
+NOT_ON_THE_GPU_PATHS = {"tensorflow-datasets"}
+
+
+def _pins(path: Path) -> dict[str, str]:
+    lines = [line.split("#")[0].strip() for line in path.read_text().splitlines()]
+    return {name.lower().replace("_", "-"): version
+            for name, version in (line.split("==") for line in lines if "==" in line)}
+
+
+def test_the_gpu_carry_list_holds_every_module_level_import_the_image_lacks():
+    import ast
+    import importlib.metadata
+
+    distributions = importlib.metadata.packages_distributions()
+    imported = set()
+    for path in [*(ROOT / "rubric_jax").rglob("*.py"), *(ROOT / "experiments").glob("*.py")]:
+        for node in ast.parse(path.read_text()).body:
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            for name in names:
+                root = name.split(".")[0]
+                if root not in sys.stdlib_module_names and root not in ("rubric_jax", "experiments", "configs"):
+                    imported |= {d.lower().replace("_", "-") for d in distributions[root]}
+    carried = _pins(ROOT / "benchmarks" / "gpu_carry.txt")
+    assert imported - IN_THE_GPU_IMAGE - NOT_ON_THE_GPU_PATHS - set(carried) == set()
+    required = _pins(ROOT / "requirements.txt")
+    assert {name: v for name, v in carried.items() if required.get(name, v) != v} == {}
