@@ -72,7 +72,7 @@ from rubric_jax import distributed, loader, padding, sharding
 from rubric_jax.samplers import Sampler, draw_with_logprobs, parse_sampler, vocab_blocks
 from rubric_jax.models.kv_cache import KVCache, SharedPrefix, init_cache
 from rubric_jax.models.transformer import (Params, has_layer_stack, padding_to_positions, rope_tables, stack_layers,
-                                           unstack_layers)
+                                           unstack_layers, with_merged_qkv)
 
 TRACES: collections.Counter[str] = collections.Counter()
 FINISH_STOP, FINISH_LENGTH = "stop", "length"
@@ -314,6 +314,8 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
                                        constrain(init_cache(model.cfg, prompts, prompt_slots, per_layer=True)),
                                        prefill_chunk)
         prefix = SharedPrefix(cache=constrain(prompt_cache), mask_UxP=prompt_mask_UxP, kernel=attention)
+        if attention != "xla":  # the decode kernel's projection, merged once (`transformer.merged_qkv`)
+            layers = with_merged_qkv(layers)
         batch = prompts * n
         windows = decode_windows(cache_slots, decode_block)
         cache = init_cache(model.cfg, batch, suffix_slots + windows[0], per_layer=True)

@@ -42,8 +42,6 @@ def attend(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxTxH: jax.Array, v_BxK
     S slots (S = the mask's width), or `_attend_with_prefix` over [that layer of the shared prefix ; that window]."""
     if cache is None:
         return _attend_without_cache(cfg, q_BxTxKxGxH, k_BxKxTxH, v_BxKxTxH, mask_BxTxS, shard), None
-    if _decodes_in_kernel(q_BxTxKxGxH, mask_BxTxS, cache, prefix):
-        return _attend_in_kernel(q_BxTxKxGxH, k_BxKxTxH, v_BxKxTxH, mask_BxTxS, cache, layer, cache_index, prefix)
     window = mask_BxTxS.shape[-1]  # keys [.., H, S] in the cache (`KVCache`)
     k_cache, k_BxKxHxS = write_and_read(cache.k, k_BxKxTxH.swapaxes(2, 3), layer, cache_index, window, axis=3)
     v_cache, v_BxKxSxH = write_and_read(cache.v, v_BxKxTxH, layer, cache_index, window, axis=2)
@@ -57,27 +55,27 @@ def attend(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxTxH: jax.Array, v_BxK
                                       prefix.mask_UxP), cache
 
 
-def _decodes_in_kernel(q_BxTxKxGxH: jax.Array, mask_BxTxS: jax.Array, cache: KVCache, prefix: SharedPrefix | None
-                       ) -> bool:
-    """Whether this cached attention runs as `decode_attention`'s kernel: a decode step (one new token per row)
-    over a shared prefix that asks for it, per-layer caches as wide as the mask, and (compiled for a GPU) tiles
-    that fit."""
-    if prefix is None or prefix.kernel == "xla" or not cache.per_layer or q_BxTxKxGxH.shape[1] != 1:
+def decodes_in_kernel(cfg: ModelConfig, x_BxTxD: jax.Array, mask_BxTxS: jax.Array, cache: KVCache | None,
+                      prefix: SharedPrefix | None) -> bool:
+    """Whether a layer's cached attention runs as `decode_attention`'s kernel (`attend_in_kernel`): a decode step
+    (one new token per row) over a shared prefix that asks for it, per-layer caches in the compute dtype as wide as
+    the mask, and (compiled for a GPU) tiles that fit."""
+    if prefix is None or prefix.kernel == "xla" or cache is None or not cache.per_layer or x_BxTxD.shape[1] != 1:
         return False
-    if mask_BxTxS.shape[-1] != cache.k[0].shape[-1] or cache.k[0].dtype != q_BxTxKxGxH.dtype:
+    if mask_BxTxS.shape[-1] != cache.k[0].shape[-1] or cache.k[0].dtype != x_BxTxD.dtype:
         return False
-    return prefix.kernel == "interpret" or decode_attention.fits(q_BxTxKxGxH.shape[-1], q_BxTxKxGxH.shape[3])
+    return prefix.kernel == "interpret" or decode_attention.fits(cfg.head_dim, cfg.num_groups)
 
 
-def _attend_in_kernel(q_BxTxKxGxH: jax.Array, k_BxKxTxH: jax.Array, v_BxKxTxH: jax.Array, mask_BxTxS: jax.Array,
-                      cache: KVCache, layer: int, cache_index: jax.Array, prefix: SharedPrefix
-                      ) -> tuple[jax.Array, KVCache]:
-    """`attend`'s decode step over [the shared prefix ; the own cache] as one Pallas kernel that also writes the
-    new key and value into layer `layer`'s cache in place (`decode_attention`)."""
+def attend_in_kernel(qkv_BxTxCxH: jax.Array, cos_BxTxH: jax.Array, sin_BxTxH: jax.Array, mask_BxTxS: jax.Array,
+                     cache: KVCache, layer: int, cache_index: jax.Array, prefix: SharedPrefix
+                     ) -> tuple[jax.Array, KVCache]:
+    """`attend`'s decode step over [the shared prefix ; the own cache] as one Pallas kernel (`decode_attention`)
+    from the unrotated query, key and value heads as one array [B, 1, N + 2K, H]: it rotates them (RoPE tables
+    cos/sin) and writes the new key and value into layer `layer`'s cache in place. Output [B, 1, K, G, H]."""
     out_BxKxGxH, k, v = decode_attention.decode_attention(
-        q_BxTxKxGxH[:, 0], k_BxKxTxH[:, :, 0], v_BxKxTxH[:, :, 0], mask_BxTxS[:, 0], cache_index, cache.k[layer],
-        cache.v[layer], prefix.cache.k[layer], prefix.cache.v[layer], prefix.mask_UxP,
-        interpret=prefix.kernel == "interpret")
+        qkv_BxTxCxH[:, 0], cos_BxTxH[:, 0], sin_BxTxH[:, 0], mask_BxTxS[:, 0], cache_index, cache.k[layer], cache.v[layer], prefix.cache.k[layer], prefix.cache.v[layer],
+        prefix.mask_UxP, interpret=prefix.kernel == "interpret")
     cache = KVCache(k=cache.k[:layer] + (k,) + cache.k[layer + 1:], v=cache.v[:layer] + (v,) + cache.v[layer + 1:])
     return out_BxKxGxH[:, None], cache
 
