@@ -74,7 +74,7 @@ def _kernel(index_ref, qkv_ref, cos_ref, sin_ref, mask_ref, k_ref, v_ref, prefix
             k_lo, k_hi = (jnp.where(new_N[None, :], x[:, None], k) for x, k in ((k_new_lo, k_lo), (k_new_hi, k_hi)))
             v_NxH = jnp.where(new_N[:, None], v_new_H[None, :], v_NxH)
         s_MxN = (plgpu.dot(q_lo, k_lo, allow_tf32=tf32) + plgpu.dot(q_hi, k_hi, allow_tf32=tf32)) * scale
-        keep_N = plgpu.load(keep_ref.at[cols], mask=valid_N, other=0) != 0
+        keep_N = plgpu.load(keep_ref.at[cols], mask=valid_N, other=False)
         return _online_block(carry, jnp.where(keep_N[None, :], s_MxN, jnp.finfo(jnp.float32).min), v_NxH)
 
     def prefix_block(i, carry):
@@ -136,5 +136,5 @@ def decode_attention(qkv_BxCxH: jax.Array, cos_BxH: jax.Array, sin_BxH: jax.Arra
                    jax.ShapeDtypeStruct(v_BxKxSxH.shape, v_BxKxSxH.dtype)],
         input_output_aliases={5: 1, 6: 2}, interpret=interpret, name="decode_attention",
         compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=2),
-    )(jnp.reshape(index, (1,)).astype(jnp.int32), qkv_BxCxH, cos_BxH, sin_BxH, mask_BxS.astype(jnp.int32), k_BxKxHxS,
-      v_BxKxSxH, prefix_k_UxKxHxP, prefix_v_UxKxPxH, prefix_mask_UxP.astype(jnp.int32))
+    )(jnp.reshape(index, (1,)).astype(jnp.int32), qkv_BxCxH, cos_BxH, sin_BxH, mask_BxS, k_BxKxHxS,
+      v_BxKxSxH, prefix_k_UxKxHxP, prefix_v_UxKxPxH, prefix_mask_UxP)
