@@ -72,10 +72,12 @@ def attend_in_kernel(qkv_BxTxCxH: jax.Array, cos_BxTxH: jax.Array, sin_BxTxH: ja
                      ) -> tuple[jax.Array, KVCache]:
     """`attend`'s decode step over [the shared prefix ; the own cache] as one Pallas kernel (`decode_attention`)
     from the unrotated query, key and value heads as one array [B, 1, N + 2K, H]: it rotates them (RoPE tables
-    cos/sin) and writes the new key and value into layer `layer`'s cache in place. Output [B, 1, K, G, H]."""
+    cos/sin, of which it reads one half: XLA then computes both in one fusion) and writes the new key and value into
+    layer `layer`'s cache in place. Output [B, 1, K, G, H]."""
+    half = cos_BxTxH.shape[-1] // 2
     out_BxKxGxH, k, v = decode_attention.decode_attention(
-        qkv_BxTxCxH[:, 0], cos_BxTxH[:, 0], sin_BxTxH[:, 0], mask_BxTxS[:, 0], cache_index, cache.k[layer],
-        cache.v[layer], prefix.cache.k[layer], prefix.cache.v[layer], prefix.mask_UxP,
+        qkv_BxTxCxH[:, 0], cos_BxTxH[:, 0, :half], sin_BxTxH[:, 0, :half], mask_BxTxS[:, 0], cache_index,
+        cache.k[layer], cache.v[layer], prefix.cache.k[layer], prefix.cache.v[layer], prefix.mask_UxP,
         interpret=prefix.kernel == "interpret")
     cache = KVCache(k=cache.k[:layer] + (k,) + cache.k[layer + 1:], v=cache.v[:layer] + (v,) + cache.v[layer + 1:])
     return out_BxKxGxH[:, None], cache

@@ -56,11 +56,11 @@ def _kernel(index_ref, qkv_ref, cos_ref, sin_ref, mask_ref, k_ref, v_ref, prefix
     lo, hi = pl.ds(0, head_dim // 2), pl.ds(head_dim // 2, head_dim // 2)
     dtype = qkv_ref.dtype
     row_mask = (jnp.arange(tile) < rows)[:, None]
-    cos, sin = ([plgpu.load(ref.at[half]).astype(dtype) for half in (lo, hi)] for ref in (cos_ref, sin_ref))
+    cos, sin = (ref[...].astype(dtype) for ref in (cos_ref, sin_ref))
     queries = pl.ds(kv_head * rows, tile)
     q_lo, q_hi = _rope(*(plgpu.load(qkv_ref.at[queries, half], mask=row_mask, other=0) for half in (lo, hi)),
-                       *(x[None, :] for x in (*cos, *sin)))
-    k_new_lo, k_new_hi = _rope(*(plgpu.load(qkv_ref.at[heads + kv_head, half]) for half in (lo, hi)), *cos, *sin)
+                       cos[None, :], sin[None, :])
+    k_new_lo, k_new_hi = _rope(*(plgpu.load(qkv_ref.at[heads + kv_head, half]) for half in (lo, hi)), cos, sin)
     v_new_H = plgpu.load(qkv_ref.at[heads + pl.num_programs(1) + kv_head, :])
     index = index_ref[0]
     tf32 = dtype != jnp.float32
@@ -94,10 +94,10 @@ def _kernel(index_ref, qkv_ref, cos_ref, sin_ref, mask_ref, k_ref, v_ref, prefix
     plgpu.store(v_out_ref.at[pl.ds(index, 1), :], v_new_H[None, :].astype(v_out_ref.dtype))
 
 
-def _rope(x_lo: jax.Array, x_hi: jax.Array, cos_lo: jax.Array, cos_hi: jax.Array, sin_lo: jax.Array,
-          sin_hi: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """`transformer.apply_rope` on a head's halves: x·cos + rotate_half(x)·sin, rotate_half(x) = [-x_hi ; x_lo]."""
-    return x_lo * cos_lo - x_hi * sin_lo, x_hi * cos_hi + x_lo * sin_hi
+def _rope(x_lo: jax.Array, x_hi: jax.Array, cos: jax.Array, sin: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """`transformer.apply_rope` on a head's halves: x·[cos ; cos] + rotate_half(x)·[sin ; sin], rotate_half(x) =
+    [-x_hi ; x_lo] (a RoPE table's two halves are equal, `transformer.rope_tables`)."""
+    return x_lo * cos - x_hi * sin, x_hi * cos + x_lo * sin
 
 
 def fits(head_dim: int, rows: int) -> bool:
@@ -106,15 +106,16 @@ def fits(head_dim: int, rows: int) -> bool:
     return head_dim >= 2 * MIN_ROWS and head_dim & (head_dim - 1) == 0 and rows <= 128
 
 
-def decode_attention(qkv_BxCxH: jax.Array, cos_BxH: jax.Array, sin_BxH: jax.Array, mask_BxS: jax.Array,
+def decode_attention(qkv_BxCxH: jax.Array, cos_BxH2: jax.Array, sin_BxH2: jax.Array, mask_BxS: jax.Array,
                      index: jax.Array, k_BxKxHxS: jax.Array, v_BxKxSxH: jax.Array, prefix_k_UxKxHxP: jax.Array,
                      prefix_v_UxKxPxH: jax.Array, prefix_mask_UxP: jax.Array, *, interpret: bool = False
                      ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Attention [B, K, G, H] of each row's one new token over [its prefix b // J's slots that `prefix_mask_UxP`
     marks ; its own slots that `mask_BxS` marks], with its key and value written into own slot `index` of the caches
     (returned: k [B, K, H, S], v [B, K, S, H], in place). `qkv_BxCxH` is the token's projection as one array, C =
-    N + 2K: its N = K·G query heads, K keys and K values, queries and keys unrotated (rotated here by the RoPE
-    tables cos/sin of its position): one array, so that XLA writes it with one fusion, not three."""
+    N + 2K: its N = K·G query heads, K keys and K values, queries and keys unrotated (rotated here by cos/sin
+    [B, H / 2] of its position, either half of a RoPE table): one array, so that XLA writes it with one fusion,
+    not three."""
     B, C, H = qkv_BxCxH.shape
     K, S, (U, P) = k_BxKxHxS.shape[1], k_BxKxHxS.shape[3], prefix_mask_UxP.shape
     G, J = (C - 2 * K) // K, B // U
@@ -123,7 +124,7 @@ def decode_attention(qkv_BxCxH: jax.Array, cos_BxH: jax.Array, sin_BxH: jax.Arra
     own, shared = (lambda b, k: (b, k, 0, 0)), (lambda b, k: (b // J, k, 0, 0))
     row = lambda b, k: (b, 0)  # noqa: E731
     in_specs = [pl.BlockSpec((1,), lambda b, k: (0,)), pl.BlockSpec((None, C, H), lambda b, k: (b, 0, 0)),
-                pl.BlockSpec((None, H), row), pl.BlockSpec((None, H), row), pl.BlockSpec((None, S), row),
+                pl.BlockSpec((None, H // 2), row), pl.BlockSpec((None, H // 2), row), pl.BlockSpec((None, S), row),
                 pl.BlockSpec((None, None, H, S), own), pl.BlockSpec((None, None, S, H), own),
                 pl.BlockSpec((None, None, H, P), shared), pl.BlockSpec((None, None, P, H), shared),
                 pl.BlockSpec((None, P), lambda b, k: (b // J, 0))]
@@ -136,5 +137,5 @@ def decode_attention(qkv_BxCxH: jax.Array, cos_BxH: jax.Array, sin_BxH: jax.Arra
                    jax.ShapeDtypeStruct(v_BxKxSxH.shape, v_BxKxSxH.dtype)],
         input_output_aliases={5: 1, 6: 2}, interpret=interpret, name="decode_attention",
         compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=2),
-    )(jnp.reshape(index, (1,)).astype(jnp.int32), qkv_BxCxH, cos_BxH, sin_BxH, mask_BxS, k_BxKxHxS,
+    )(jnp.reshape(index, (1,)).astype(jnp.int32), qkv_BxCxH, cos_BxH2, sin_BxH2, mask_BxS, k_BxKxHxS,
       v_BxKxSxH, prefix_k_UxKxHxP, prefix_v_UxKxPxH, prefix_mask_UxP)

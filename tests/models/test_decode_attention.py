@@ -24,12 +24,12 @@ def test_the_kernel_gives_the_xla_paths_attention_and_cache_writes():
     starts_U = jnp.array([0, 70, 3, 129])  # left padding: prompt u's real slots begin at starts_U[u]
     prefix_mask_UxP = jnp.arange(P)[None, :] >= starts_U[:, None]
     mask_BxS = jnp.broadcast_to(jnp.arange(S) <= index, (B, S)).at[1, 5].set(False)
-    angle_BxH = jax.random.uniform(next(keys), (B, H)) * 6
-    cos_BxH, sin_BxH = jnp.cos(angle_BxH), jnp.sin(angle_BxH)
+    angle_BxH2 = jax.random.uniform(next(keys), (B, H // 2)) * 6  # a RoPE table's half (`rope_tables`)
+    cos_BxH, sin_BxH = (jnp.concatenate([f(angle_BxH2)] * 2, axis=-1) for f in (jnp.cos, jnp.sin))
 
     out_BxKxGxH, k, v = jax.jit(lambda *a: decode_attention.decode_attention(*a, interpret=True))(
-        qkv_BxCxH, cos_BxH, sin_BxH, mask_BxS, jnp.int32(index), k_BxKxHxS, v_BxKxSxH, prefix_k, prefix_v,
-        prefix_mask_UxP)
+        qkv_BxCxH, jnp.cos(angle_BxH2), jnp.sin(angle_BxH2), mask_BxS, jnp.int32(index), k_BxKxHxS, v_BxKxSxH,
+        prefix_k, prefix_v, prefix_mask_UxP)
 
     rotate = lambda x: apply_rope(x[:, None], cos_BxH[:, None], sin_BxH[:, None])[:, 0]  # noqa: E731
     q_BxKxGxH = rotate(qkv_BxCxH[:, :K * G]).reshape(B, K, G, H)
