@@ -72,7 +72,7 @@ from rubric_jax import distributed, loader, padding, sharding
 from rubric_jax.samplers import Sampler, draw_with_logprobs, parse_sampler, vocab_blocks
 from rubric_jax.models.kv_cache import KVCache, SharedPrefix, init_cache
 from rubric_jax.models.transformer import (Params, has_layer_stack, padding_to_positions, rope_tables, stack_layers,
-                                           unstack_layers)
+                                           unstack_layers, with_merged_qkv)
 
 TRACES: collections.Counter[str] = collections.Counter()
 FINISH_STOP, FINISH_LENGTH = "stop", "length"
@@ -89,6 +89,9 @@ STEPS_PER_CHECK = {"gpu": 8}
 # compiler two kernels where an argmax and a log-softmax took five; XLA's CPU backend runs that reduction ~10x slower
 # than the two (4.5-5.5 ms vs 0.45 ms at 8 x 32k logits, measured under load), so CPU keeps them.
 ONE_PASS_DRAW = frozenset({"gpu"})
+# How a decode step attends its prompt and own cache, by device platform ("xla" where absent; `SharedPrefix.kernel`):
+# on a GPU one Pallas kernel per layer (models/decode_attention.py), where XLA's GPU compiler ran ten.
+DECODE_ATTENTION = {"gpu": "pallas"}
 
 
 # ------------------------------------------------------------------------------------------ generate
@@ -241,6 +244,12 @@ def steps_per_check(platform: str, windows: Sequence[int]) -> int:
     return math.gcd(STEPS_PER_CHECK.get(platform, 1), *windows)
 
 
+def _decode_attention(layout: sharding.Layout) -> str:
+    """`DECODE_ATTENTION` of the layout's platform, on one device only: the kernel has no partitioning rule, so
+    XLA would gather a sharded cache for it."""
+    return DECODE_ATTENTION.get(layout.mesh.devices.flat[0].platform, "xla") if layout.mesh.devices.size == 1 else "xla"
+
+
 def layout_steps_per_check(layout: sharding.Layout, max_new_tokens: int) -> int:
     """`steps_per_check` of a generate call in `layout` (its devices' platform) for `max_new_tokens`: the tokens one
     iteration of its decode loop generates (a dry run divides that loop's per-iteration collectives by it)."""
@@ -271,10 +280,11 @@ def _cache_sharding(layout: sharding.Layout, cache: KVCache) -> Any:
 @functools.lru_cache(maxsize=64)
 def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, cache_slots: int,
                  prefill_chunk: int, decode_block: int, n: int, layout: sharding.Layout, suffix_slots: int = 0,
-                 checks: int = 1, one_pass: bool = False):
+                 checks: int = 1, one_pass: bool = False, attention: str = "xla"):
     """The jitted prefill + decode program for one (model graph, sampler kind and top_k (`_program_sampler`), R
     bucket of the outputs, response cache bucket, chunk, decode block, n, layout, suffix bucket, decode steps per
-    stop test (`steps_per_check`), one-pass draw (`ONE_PASS_DRAW`)); the temperature and top_p are its arguments.
+    stop test (`steps_per_check`), one-pass draw (`ONE_PASS_DRAW`), decode attention (`DECODE_ATTENTION`)); the
+    temperature and top_p are its arguments.
 
     Each distinct prompt is prefilled once into the prompt cache, which its n rows (u * n + j) then continue
     as a `SharedPrefix`, each row writing its own cache: with `suffix_slots` (Ts > 0) row b first prefills its
@@ -303,7 +313,9 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
                                        padding_to_positions(prompt_mask_UxP), width,
                                        constrain(init_cache(model.cfg, prompts, prompt_slots, per_layer=True)),
                                        prefill_chunk)
-        prefix = SharedPrefix(cache=constrain(prompt_cache), mask_UxP=prompt_mask_UxP)
+        prefix = SharedPrefix(cache=constrain(prompt_cache), mask_UxP=prompt_mask_UxP, kernel=attention)
+        if attention != "xla":  # the decode kernel's projection, merged once (`transformer.merged_qkv`)
+            layers = with_merged_qkv(layers)
         batch = prompts * n
         windows = decode_windows(cache_slots, decode_block)
         cache = init_cache(model.cfg, batch, suffix_slots + windows[0], per_layer=True)
@@ -437,7 +449,8 @@ def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
     platform = layout.mesh.devices.flat[0].platform
     run = _generate_fn(weights.graphdef, _program_sampler(parsed), response_slots, cache_slots,
                        prefill_chunk_size(prompt_slots), DECODE_BLOCK, n, layout, suffix_slots,
-                       layout_steps_per_check(layout, max_new_tokens), platform in ONE_PASS_DRAW)
+                       layout_steps_per_check(layout, max_new_tokens), platform in ONE_PASS_DRAW,
+                       _decode_attention(layout))
     # Host inputs go rows like the batch (this process's rows are its block of the global batch), the rest
     # replicated; `generate` places them, parameters are never moved.
     global_shape = (padded_prompts * jax.process_count(), prompt_slots)

@@ -438,6 +438,30 @@ def test_a_decode_loop_that_tests_its_stop_every_few_steps_generates_the_same(mo
             expected.finish_reason.tolist()
     assert every_step[0].finish_reason.tolist().count("stop") >= 2
 
+def test_the_fused_decode_attention_kernel_gives_the_xla_path_tokens_and_log_probs(model, monkeypatch):
+    """The decode step's Pallas attention kernel (`sampling.DECODE_ATTENTION`, a GPU's; here in Pallas's interpret
+    mode on CPU) over the shared prompt and each row's own cache (per-row prompt lengths; suffixes of different
+    lengths): greedy tokens identical to the XLA path's, log-probs within 1e-5 in float32, its cache writes in
+    place of the XLA path's. Fails where the kernel's masks, online softmax, prefix row (b // n) or new slot are
+    wrong."""
+    from rubric_jax.models import decode_attention
+
+    calls = [dict(n=2, max_new_tokens=9, stop_tokens=[], sampler="greedy"),
+             dict(n=3, max_new_tokens=6, stop_tokens=[STOP], sampler="temperature(0.8)"),
+             dict(n=1, max_new_tokens=5, stop_tokens=[], sampler="greedy",
+                  suffix_ids=[[20], [21, 22, 23], [24, 25], [26]])]
+    expected = [sampling.generate(model, PROMPTS, key=jax.random.key(4), pad_id=PAD, **c) for c in calls]
+    kernel, used = decode_attention.decode_attention, []
+    monkeypatch.setattr(decode_attention, "decode_attention", lambda *a, **k: used.append(k) or kernel(*a, **k))
+    monkeypatch.setitem(sampling.DECODE_ATTENTION, "cpu", "interpret")
+    for c, want in zip(calls, expected):
+        got = sampling.generate(model, PROMPTS, key=jax.random.key(4), pad_id=PAD, **c)
+        np.testing.assert_array_equal(got.tokens, want.tokens)
+        np.testing.assert_allclose(got.logprobs, want.logprobs, rtol=0, atol=1e-5)
+        np.testing.assert_array_equal(got.lengths, want.lengths)
+    assert used and all(k == {"interpret": True} for k in used), used
+
+
 def test_top_k_filter_keeps_the_k_largest():
     logits = jnp.asarray([[1.0, 3.0, 2.0, 0.0], [5.0, 5.0, 1.0, 9.0]])
     kept = np.asarray(samplers.top_k_filter(logits, 2))

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
+from rubric_jax.models import decode_attention
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.models.kv_cache import KVCache, SharedPrefix, write_and_read
 
@@ -52,6 +53,34 @@ def attend(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxTxH: jax.Array, v_BxK
     k_UxKxHxP, v_UxKxPxH = (x[layer].astype(dtype) for x in (prefix.cache.k, prefix.cache.v))
     return _attend_cached_with_prefix(cfg, q_BxTxKxGxH, k_BxKxHxS, v_BxKxSxH, mask_BxTxS, k_UxKxHxP, v_UxKxPxH,
                                       prefix.mask_UxP), cache
+
+
+def decodes_in_kernel(cfg: ModelConfig, x_BxTxD: jax.Array, mask_BxTxS: jax.Array, cache: KVCache | None,
+                      prefix: SharedPrefix | None) -> bool:
+    """Whether a layer's cached attention runs as `decode_attention`'s kernel (`attend_in_kernel`): a decode step
+    (one new token per row) over a shared prefix that asks for it, per-layer caches in the compute dtype as wide as
+    the mask, and (compiled for a GPU) tiles that fit."""
+    if prefix is None or prefix.kernel == "xla" or cache is None or not cache.per_layer or x_BxTxD.shape[1] != 1:
+        return False
+    if mask_BxTxS.shape[-1] != cache.k[0].shape[-1] or cache.k[0].dtype != x_BxTxD.dtype:
+        return False
+    return prefix.kernel == "interpret" or decode_attention.fits(cfg.head_dim, cfg.num_groups)
+
+
+def attend_in_kernel(qkv_BxTxCxH: jax.Array, cos_BxTxH: jax.Array, sin_BxTxH: jax.Array, mask_BxTxS: jax.Array,
+                     cache: KVCache, layer: int, cache_index: jax.Array, prefix: SharedPrefix
+                     ) -> tuple[jax.Array, KVCache]:
+    """`attend`'s decode step over [the shared prefix ; the own cache] as one Pallas kernel (`decode_attention`)
+    from the unrotated query, key and value heads as one array [B, 1, N + 2K, H]: it rotates them (RoPE tables
+    cos/sin, of which it reads one half: XLA then computes both in one fusion) and writes the new key and value into
+    layer `layer`'s cache in place. Output [B, 1, K, G, H]."""
+    half = cos_BxTxH.shape[-1] // 2
+    out_BxKxGxH, k, v = decode_attention.decode_attention(
+        qkv_BxTxCxH[:, 0], cos_BxTxH[:, 0, :half], sin_BxTxH[:, 0, :half], mask_BxTxS[:, 0], cache_index,
+        cache.k[layer], cache.v[layer], prefix.cache.k[layer], prefix.cache.v[layer], prefix.mask_UxP,
+        interpret=prefix.kernel == "interpret")
+    cache = KVCache(k=cache.k[:layer] + (k,) + cache.k[layer + 1:], v=cache.v[:layer] + (v,) + cache.v[layer + 1:])
+    return out_BxKxGxH[:, None], cache
 
 
 def _attend_cached_with_prefix(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxHxS: jax.Array, v_BxKxSxH: jax.Array,

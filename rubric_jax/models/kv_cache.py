@@ -43,6 +43,9 @@ class SharedPrefix:
 
     cache: KVCache  # k [U, K, H, P], v [U, K, P, H] per layer (or stacked on L)
     mask_UxP: jax.Array  # bool: which prefix slots hold real tokens
+    # How a decode step (one new token per row, per-layer caches) attends it: "xla" (einsums), "pallas" (one fused
+    # Pallas kernel per layer, `decode_attention`: GPUs) or "interpret" (that kernel in Pallas's interpret mode).
+    kernel: str = struct.field(pytree_node=False, default="xla")
 
 
 def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype: Any = None, *, per_layer: bool = False) -> KVCache:

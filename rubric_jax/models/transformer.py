@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from rubric_jax.models import attention
 from rubric_jax.models.attention import ShardActivation, attend, attend_continuations
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.models.kv_cache import KVCache, SharedPrefix
@@ -484,6 +485,21 @@ def _project(x_BxTxD: jax.Array, proj: Params, length_split: bool) -> jax.Array:
     return y
 
 
+def merged_qkv(attn: Params) -> Params:
+    """A layer's query, key and value projections as one (kernel [D, N + 2K, H], bias [N + 2K, H]): what a decode
+    step's attention kernel reads (`attention.attend_in_kernel`). A decode loop merges them once, before it
+    (`with_merged_qkv`): merged inside, XLA copies every layer's weights again for every token."""
+    names = ("q_proj", "k_proj", "v_proj")
+    return {key: jnp.concatenate([attn[name][key] for name in names], axis=attn["q_proj"][key].ndim - 2)
+            for key in attn["q_proj"]}
+
+
+def with_merged_qkv(layers: Sequence[Params]) -> list[Params]:
+    """Per-layer parameter trees with each layer's `merged_qkv` added as attn["qkv_proj"] (the others kept)."""
+    return [{**layer, "self_attn": {**layer["self_attn"], "qkv_proj": merged_qkv(layer["self_attn"])}}
+            for layer in layers]
+
+
 def _qkv(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Array, sin_BxTxH: jax.Array,
          length_split: bool = False) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Rotated queries [B, T, K, G, H] (grouped by KV head), rotated keys and values [B, K, T, H] (the cache's
@@ -510,10 +526,17 @@ def self_attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH
                    cache_index: jax.Array | None, shard: ShardActivation, prefix: SharedPrefix | None = None
                    ) -> tuple[jax.Array, KVCache | None]:
     """A layer's grouped-query self-attention block [B, T, D]: projections and RoPE here, the attention (over the
-    cache's window and the shared prefix, if any, writing the new keys/values into layer `layer`) `attend`'s."""
-    q_BxTxKxGxH, k_BxKxTxH, v_BxKxTxH = _qkv(cfg, attn, x_BxTxD, cos_BxTxH, sin_BxTxH)
-    out_BxTxKxGxH, cache = attend(cfg, q_BxTxKxGxH, k_BxKxTxH, v_BxKxTxH, mask_BxTxS, shard, cache, layer,
-                                  cache_index, prefix)
+    cache's window and the shared prefix, if any, writing the new keys/values into layer `layer`) `attend`'s, or
+    a decode step's RoPE and attention in one kernel (`attention.decodes_in_kernel`)."""
+    if attention.decodes_in_kernel(cfg, x_BxTxD, mask_BxTxS, cache, prefix):
+        qkv = attn["qkv_proj"] if "qkv_proj" in attn else merged_qkv(attn)
+        qkv_BxTxCxH = _project(x_BxTxD, qkv, length_split=False)
+        out_BxTxKxGxH, cache = attention.attend_in_kernel(qkv_BxTxCxH, cos_BxTxH, sin_BxTxH, mask_BxTxS, cache,
+                                                          layer, cache_index, prefix)
+    else:
+        q_BxTxKxGxH, k_BxKxTxH, v_BxKxTxH = _qkv(cfg, attn, x_BxTxD, cos_BxTxH, sin_BxTxH)
+        out_BxTxKxGxH, cache = attend(cfg, q_BxTxKxGxH, k_BxKxTxH, v_BxKxTxH, mask_BxTxS, shard, cache, layer,
+                                      cache_index, prefix)
     return _output(cfg, attn, out_BxTxKxGxH), cache
 
 
