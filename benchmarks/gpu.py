@@ -64,6 +64,7 @@ where the time went.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -74,7 +75,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -388,7 +389,43 @@ def decode_step_bytes(cfg: ModelConfig, s: Settings) -> float:
 
 
 def bench_decode(cfg: ModelConfig, s: Settings, peak_bandwidth: float | None, put: Put) -> float:
-    """Decode steps at batch `s.decode_batch`: tokens/s and MBU; returns the step's seconds."""
+    """Decode steps at batch `s.decode_batch`: tokens/s and MBU with the platform's decode attention
+    (`sampling.DECODE_ATTENTION`: the Pallas kernel on a GPU), then the step with XLA's attention beside it; a
+    kernel that fails to compile is reported and the XLA path measured in its place. Returns the step's seconds."""
+    kernel = sampling.decode_attention(_decode_layout())
+    try:
+        step_s = _decode_step(cfg, s, put, "")
+    except Exception as e:  # noqa: BLE001 -- a Triton/Mosaic compile error of this image's jax: say it, go on
+        if kernel == "xla":
+            raise
+        put(f"decode {kernel} kernel", f"failed: {' '.join(str(e).split())[:160]}; measured with XLA attention")
+        with _decode_attention_as("xla"):
+            return _decode_step(cfg, s, put, "")
+    if kernel != "xla":
+        with _decode_attention_as("xla"):
+            xla_s = _decode_step(cfg, s, put, ", XLA attention", timings_only=True)
+        put(f"decode step, XLA attention / {kernel}", f"{xla_s / step_s:.2f}x")
+    bytes_read = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(decode_weights(cfg, 1).params))
+    put("decode MBU", "n/a" if peak_bandwidth is None else
+        f"{(bytes_read + decode_cache_bytes(cfg, s)) / step_s / peak_bandwidth:.1%}")
+    return step_s
+
+
+@contextlib.contextmanager
+def _decode_attention_as(kernel: str) -> Iterator[None]:
+    """`sampling.DECODE_ATTENTION` set to `kernel` on GPUs for the block (the sampler reads it per call)."""
+    saved = dict(sampling.DECODE_ATTENTION)
+    sampling.DECODE_ATTENTION.clear()
+    sampling.DECODE_ATTENTION.update({"gpu": kernel} if kernel != "xla" else {})
+    try:
+        yield
+    finally:
+        sampling.DECODE_ATTENTION.clear()
+        sampling.DECODE_ATTENTION.update(saved)
+
+
+def _decode_step(cfg: ModelConfig, s: Settings, put: Put, label: str, timings_only: bool = False) -> float:
+    """Seconds of one decode step, (t_long - t_short) / (long - short) after a compile and warm-up call."""
     weights = decode_weights(cfg, 1)
     rng = np.random.default_rng(1)
     prompts = rng.integers(0, cfg.vocab_size, (s.decode_batch, s.decode_prompt)).tolist()
@@ -399,16 +436,15 @@ def bench_decode(cfg: ModelConfig, s: Settings, peak_bandwidth: float | None, pu
 
     start = time.perf_counter()
     run(s.long)  # compile and warm up
-    put("decode compile + first call (s)", f"{time.perf_counter() - start:.0f}")
-    if _TRACE_DIR.value:  # max_new_tokens is runtime data: the same program
+    put(f"decode compile + first call{label} (s)", f"{time.perf_counter() - start:.0f}")
+    if _TRACE_DIR.value and not timings_only:  # max_new_tokens is runtime data: the same program
         with jax.profiler.trace(f"{_TRACE_DIR.value}/decode", create_perfetto_trace=True):
             jax.block_until_ready(run(16))
     long_s, short_s = _timed(lambda: run(s.long), s.repeats), _timed(lambda: run(s.short), s.repeats)
     step_s = (long_s - short_s) / (s.long - s.short)
-    put(f"decode tokens/s (batch {s.decode_batch})", f"{s.decode_batch / step_s:,.0f}")
-    put("decode step (ms)", f"{step_s * 1e3:.2f}")
-    bytes_read = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(weights.params)) + decode_cache_bytes(cfg, s)
-    put("decode MBU", "n/a" if peak_bandwidth is None else f"{bytes_read / step_s / peak_bandwidth:.1%}")
+    if not timings_only:
+        put(f"decode tokens/s (batch {s.decode_batch})", f"{s.decode_batch / step_s:,.0f}")
+    put(f"decode step{label} (ms)", f"{step_s * 1e3:.2f}")
     return step_s
 
 
@@ -600,8 +636,8 @@ def estimate(name: str, cfg: ModelConfig, s: Settings, roofs: tuple[float, float
     decode_steps = s.long + s.repeats * (s.long + s.short)
     if name == "grpo":
         return 1, (1 + s.repeats) * matmul(update_flops(cfg, s))
-    if name == "decode":
-        return generate_compiles(s.decode_prompt, s.long), decode_steps * read(decode_step_bytes(cfg, s))
+    if name == "decode":  # the platform's kernel, then XLA attention beside it
+        return 2 * generate_compiles(s.decode_prompt, s.long), 2 * decode_steps * read(decode_step_bytes(cfg, s))
     if name == "judge":  # the batch and the batch-1 program
         return (2 * generate_compiles(JUDGE_PROMPT_SLOTS, s.judge_new_tokens),
                 (2 + s.repeats) * matmul(2 * params * s.judge_items * JUDGE_PROMPT_SLOTS))

@@ -244,7 +244,7 @@ def steps_per_check(platform: str, windows: Sequence[int]) -> int:
     return math.gcd(STEPS_PER_CHECK.get(platform, 1), *windows)
 
 
-def _decode_attention(layout: sharding.Layout) -> str:
+def decode_attention(layout: sharding.Layout) -> str:
     """`DECODE_ATTENTION` of the layout's platform, on one device only: the kernel has no partitioning rule, so
     XLA would gather a sharded cache for it."""
     return DECODE_ATTENTION.get(layout.mesh.devices.flat[0].platform, "xla") if layout.mesh.devices.size == 1 else "xla"
@@ -450,7 +450,7 @@ def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
     run = _generate_fn(weights.graphdef, _program_sampler(parsed), response_slots, cache_slots,
                        prefill_chunk_size(prompt_slots), DECODE_BLOCK, n, layout, suffix_slots,
                        layout_steps_per_check(layout, max_new_tokens), platform in ONE_PASS_DRAW,
-                       _decode_attention(layout))
+                       decode_attention(layout))
     # Host inputs go rows like the batch (this process's rows are its block of the global batch), the rest
     # replicated; `generate` places them, parameters are never moved.
     global_shape = (padded_prompts * jax.process_count(), prompt_slots)

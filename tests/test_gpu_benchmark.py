@@ -240,3 +240,36 @@ def test_the_gpu_carry_list_holds_every_module_level_import_the_image_lacks():
     assert imported - IN_THE_GPU_IMAGE - NOT_ON_THE_GPU_PATHS - set(carried) == set()
     required = _pins(ROOT / "requirements.txt")
     assert {name: v for name, v in carried.items() if required.get(name, v) != v} == {}
+
+
+def test_decode_measures_the_platform_kernel_then_xla_and_falls_back_when_the_kernel_fails(monkeypatch):
+    """bench_decode with the decode kernel on (Pallas in interpret mode stands in for a GPU's): both steps and their
+    ratio; a kernel that fails to compile is reported and XLA's attention measured in its place."""
+    from rubric_jax import sampling
+    from rubric_jax.models import attention
+
+    gpu = _gpu_module()
+    cfg = gpu.model_config("toy")
+    monkeypatch.setattr(sampling, "DECODE_ATTENTION", {})
+    gpu.flags.FLAGS(["gpu.py"])  # bench_decode reads --trace_dir
+    kernel = "interpret"
+    try:
+        for failing in (False, True):
+            if failing:  # as a Triton kernel the image's jax cannot compile would (traced anew: no cached program)
+                monkeypatch.setattr(attention, "attend_in_kernel", _refuse)
+                jax.clear_caches()
+            sampling.DECODE_ATTENTION.update(cpu=kernel)
+            cells = {}
+            step_s = gpu.bench_decode(cfg, gpu.SMOKE, None, cells.__setitem__)
+            assert np.isfinite(step_s) and sampling.DECODE_ATTENTION == {"cpu": kernel}  # restored after XLA's turn
+            if failing:
+                assert cells[f"decode {kernel} kernel"].startswith("failed: ") and "decode step (ms)" in cells
+            else:
+                assert {"decode step (ms)", "decode step, XLA attention (ms)",
+                        f"decode step, XLA attention / {kernel}"} <= set(cells)
+    finally:
+        gpu.flags.FLAGS.unparse_flags()
+
+
+def _refuse(*args, **kwargs):
+    raise RuntimeError("ptxas fatal: the kernel does not compile here")
