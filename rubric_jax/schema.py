@@ -150,9 +150,14 @@ def rows(cls: type[Block], prefix: str = "", made: Block | None = None) -> list[
             continue
         bounds, choices = f.metadata["bounds"], f.metadata["choices"]
         allowed = (" | ".join(map(str, choices)) if choices else
-                   f"[{bounds[0]:g}, {bounds[1]:g}]" if bounds else "")
+                   f"[{_number(bounds[0])}, {_number(bounds[1])}]" if bounds else "")
         out.append(Row(key, _type_name(kind), getattr(made, f.name), allowed, f.metadata["doc"]))
     return out
+
+
+def _number(x: float) -> str:
+    """A bound as written: an integer in full (a seed's 4294967295), a float shortest (0.5, 1e-06)."""
+    return str(x) if isinstance(x, int) else f"{x:g}"
 
 
 def _join(prefix: str, key: str) -> str:

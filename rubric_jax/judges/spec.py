@@ -31,6 +31,7 @@ from typing import Any
 
 from rubric_jax import counts, schema
 from rubric_jax.judges.prompts import PROMPT_VERSION
+from rubric_jax.sampler_names import parse_sampler
 from rubric_jax.schema import setting
 
 MODES = ("per_dimension", "all_criteria")  # one prompt per (response, LLM dimension) | one per response (QuRL)
@@ -245,8 +246,6 @@ FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(JudgeSpec)}  # e
 
 def _problems(spec: JudgeSpec):
     """(block field, value, why) of every invalid field the field types, bounds and choices leave, in field order."""
-    from rubric_jax.sampling import parse_sampler  # imported here (jax): importing this module stays cheap
-
     modes = (*MODES, BENCHMARK_MODE) if spec.mode == BENCHMARK_MODE else MODES
     if spec.mode not in modes:
         yield "mode", spec.mode, f"expected one of {modes}"

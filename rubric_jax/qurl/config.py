@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from rubric_jax import counts, sampling, schema
+from rubric_jax import counts, schema
 from rubric_jax.rubrics.schema import MAX_RECOMMENDED_DIMENSIONS
+from rubric_jax.sampler_names import parse_sampler
 from rubric_jax.schema import setting
 
 
@@ -87,6 +88,6 @@ class BuildConfig(schema.Block):
         if self.min_valid_answers > self.num_answers:
             self.fail("min_valid_answers", f"expected at most num_answers={self.num_answers}")
         try:
-            sampling.parse_sampler(self.sampler)
+            parse_sampler(self.sampler)
         except ValueError as e:
             self.fail("sampler", str(e))
