@@ -173,16 +173,14 @@ class JudgeSpec(schema.Block):
     def __post_init__(self) -> None:
         try:
             super().__post_init__()
-        except JudgeSpecError:
-            raise
-        except schema.BlockError as e:
+        except schema.BlockError as e:  # a spec made in code names `judge.<field>`; from_config names its `where`
             raise JudgeSpecError(e.key, e.value, e.why) from None
 
     def validate(self) -> None:
         """The rules between fields, the sampler's grammar and the endpoint's and cascade's fields."""
         problem = next(_problems(self), None)
         if problem is not None:
-            raise JudgeSpecError(*problem)
+            raise schema.BlockError(*problem)
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any], where: str = "judge") -> JudgeSpec:

@@ -92,6 +92,16 @@ def test_each_command_has_a_locked_settings_file_generated_from_its_block(name):
         locked.no_such_key = 1
 
 
+@pytest.mark.parametrize("name", SETTINGS_COMMANDS)
+def test_each_command_reads_its_config_once_as_its_block(name):
+    """Issue 35: a command's main turns its --config into its block once (experiments/cli.py settings); nothing
+    else in the command reads the ConfigDict, so every value it uses went through the block's checks."""
+    source = (REPO / "experiments" / f"{name}.py").read_text(encoding="utf-8")
+    reads = [line.strip() for line in source.splitlines() if re.search(r"(?<!\w)_CONFIG\.value", line)]
+    assert reads == [f'{reads[0].split("=")[0].strip()} = cli.settings("experiments.{name}", _CONFIG.value, '
+                     f'{COMMANDS[name].__name__})'], reads
+
+
 def _integer_keys(config: ml_collections.ConfigDict, prefix: str = "") -> set[str]:
     """Every dotted key of `config` whose value is an integer (not a bool)."""
     keys = set()
