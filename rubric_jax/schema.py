@@ -141,17 +141,20 @@ class Row:
 
 def rows(cls: type[Block], prefix: str = "", made: Block | None = None) -> list[Row]:
     """Every config key of `cls` (nested blocks flattened, dotted) with its default in `made` (default `cls()`: a
-    nested block's default is the one its parent gives), for generated docs."""
+    nested block's default is the one its parent gives) as the config writes it (`to_values`: a field whose config
+    form differs, such as the judge's comma-separated checkpoints, shows that form and its type), for generated docs."""
     out, hints, made = [], _hints(cls), cls() if made is None else made
+    values = made.to_values()
     for f in config_fields(cls):
         key, kind = _join(prefix, config_key(f)), hints[f.name]
         if _is_block(kind):
             out += rows(kind, key, getattr(made, f.name))
             continue
-        bounds, choices = f.metadata["bounds"], f.metadata["choices"]
+        bounds, choices, default = f.metadata["bounds"], f.metadata["choices"], values[config_key(f)]
         allowed = (" | ".join(map(str, choices)) if choices else
                    f"[{_number(bounds[0])}, {_number(bounds[1])}]" if bounds else "")
-        out.append(Row(key, _type_name(kind), getattr(made, f.name), allowed, f.metadata["doc"]))
+        shown = kind if _problem(default, kind, None, None) is None else type(default)
+        out.append(Row(key, _type_name(shown), default, allowed, f.metadata["doc"]))
     return out
 
 

@@ -1,7 +1,8 @@
 """docs/cli.md from the code: every `experiments.*` command with the flags it defines (absl), their types,
 defaults and help, and the settings of its default config file (configs/commands/<command>.py, generated from the
 command's block in rubric_jax/command_blocks.py: every key's type, default, bounds or choices and meaning, from
-`schema.rows`). The page is generated so that it cannot drift; tests/test_docs.py fails when it differs.
+`schema.rows`), then the judge block (rubric_jax/judges/spec.py JudgeSpec) likewise. The page is generated so that it
+cannot drift; tests/test_docs.py fails when it differs.
 
   PYTHONPATH=. python -m tests.cli_reference            # print the page
   PYTHONPATH=. python -m tests.cli_reference --write    # rewrite docs/cli.md
@@ -23,6 +24,7 @@ from absl import flags
 
 from rubric_jax import schema
 from rubric_jax.command_blocks import COMMANDS
+from rubric_jax.judges.spec import JudgeSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "cli.md"
@@ -101,11 +103,19 @@ def render(found: dict[str, tuple[str, list[flags.Flag]]]) -> str:
         rows = settings(name)
         if rows:
             out += [f"Settings (`configs/commands/{name}.py`, generated from `rubric_jax/command_blocks.py` "
-                    f"{COMMANDS[name].__name__}; `--config.KEY=VALUE`):", "",
-                    "| key | type | default | allowed | meaning |", "|---|---|---|---|---|",
-                    *(f"| `{r.key}` | {r.kind} | `{r.default!r}` | {_cell(r.allowed)} | {_cell(r.doc)} |"
-                      for r in rows), ""]
+                    f"{COMMANDS[name].__name__}; `--config.KEY=VALUE`):", "", *_table(rows), ""]
+    out += ["## The judge block", "",
+            "`--judge.FIELD=VALUE` on the commands that judge, `--config.judge.FIELD=VALUE` in an experiment "
+            "(`configs/common.py` `judge_block()`, generated from `rubric_jax/judges/spec.py` JudgeSpec; "
+            "[docs/judges.md](judges.md) explains the hash and the cascade). [hash] marks a field that changes "
+            "verdicts and enters the judge hash.", "", *_table(schema.rows(JudgeSpec)), ""]
     return "\n".join(out)
+
+
+def _table(rows: list[schema.Row]) -> list[str]:
+    """A block's rows as a markdown table: key, type, default, bounds or choices, meaning."""
+    return ["| key | type | default | allowed | meaning |", "|---|---|---|---|---|",
+            *(f"| `{r.key}` | {r.kind} | `{r.default!r}` | {_cell(r.allowed)} | {_cell(r.doc)} |" for r in rows)]
 
 
 def main(argv: list[str]) -> None:
