@@ -14,8 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rubric_jax import row_noise, sharding
-# The sampler grammar lives without jax (config blocks check samplers when made); its names are this module's too.
-from rubric_jax.sampler_names import MAX_TEMPERATURE, MIN_TEMPERATURE, Sampler, parse_sampler  # noqa: F401
+from rubric_jax.sampler_names import Sampler
 
 def top_k_filter(logits_BxV: jax.Array, k: int) -> jax.Array:
     """Keeps the k largest logits per row (ties with the k-th are kept), the rest become -inf."""
