@@ -94,10 +94,9 @@ def _settings(config: Evaluate) -> tuple[harness.GenerationSettings, JudgeSpec, 
             sampling.parse_sampler(policy.sampler)
         except ValueError as e:
             raise ValueError(f"--config.policy.sampler: {e}") from None
-        mesh = (config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
-        cli.check(all(n == -1 or n >= 1 for n in mesh), "mesh", mesh, "axis sizes >= 1 (or -1: the remaining devices)")
     except ValueError as e:
         raise EvalInputError(str(e)) from None
+    mesh = (config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     generation = harness.GenerationSettings(policy.sampler, policy.max_new_tokens, policy.batch_size,
                                             policy.prompt_format, config.seed)
     return generation, _judge(config.benchmark), mesh

@@ -50,6 +50,12 @@ class Mesh(schema.Block):
     fsdp: int = setting(-1, "Fully-sharded axis size (-1: all devices left).", bounds=(-1, counts.DEVICES))
     tensor: int = setting(1, "Tensor-parallel axis size.", bounds=(-1, counts.DEVICES))
 
+    def validate(self) -> None:
+        """An axis has a size or is -1; 0 is neither."""
+        for name in ("data", "fsdp", "tensor"):
+            if getattr(self, name) == 0:
+                self.fail(name, "expected an axis size >= 1, or -1 (the remaining devices)")
+
 
 @dataclasses.dataclass(frozen=True)
 class Policy(Sampler):

@@ -132,6 +132,14 @@ def test_every_integer_setting_of_every_command_is_bounded_on_both_sides(name):
                 config_boundary.to_block(bad, COMMANDS[name], "--config")
 
 
+def test_a_mesh_axis_of_zero_is_refused_naming_it():
+    """evaluate's mesh: an axis is a size or -1 (the remaining devices); 0 is refused by the block, naming the axis."""
+    config = importlib.import_module("configs.commands.evaluate").get_config()
+    config.mesh.fsdp = 0
+    with pytest.raises(schema.BlockError, match=r"^--config\.mesh\.fsdp=0: expected an axis size >= 1, or -1 "):
+        config_boundary.to_block(config, COMMANDS["evaluate"], "--config")
+
+
 @pytest.mark.parametrize("command, setting, message", [
     ("score", "--config.batch_size=0", "--config.batch_size=0: expected an integer >= 1"),
     ("score", "--config.batch_size=65537", "--config.batch_size=65537: expected an integer <= 65536"),
