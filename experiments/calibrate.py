@@ -37,6 +37,7 @@ from absl import app, flags
 
 from experiments import cli, judge_config
 from rubric_jax import files
+from rubric_jax.command_blocks import Calibrate
 from rubric_jax.judges.http_backend import EndpointDown
 from rubric_jax.judges.store import StoreError
 from rubric_jax.calibration.labels import LabelsError, read_items
@@ -73,10 +74,10 @@ def _inputs(store: str = "") -> dict[str, str | None]:
             "--compare": _COMPARE.value, "--judge.store": store or None}
 
 
-def _check_inputs() -> None:
+def _check_inputs(config: Calibrate) -> None:
     """Every named input exists; --compare needs --rubric and labels (not recorded ratings) to compare on."""
-    against = _CONFIG.value.against
-    if _CONFIG.value.red_team and (_COMPARE.value is not None or against != "labels"):
+    against = config.against
+    if config.red_team and (_COMPARE.value is not None or against != "labels"):
         _fail("--config.red_team injects into the responses the labels call bad: no --compare or "
               "--config.against=judge")
     if _COMPARE.value is not None and (_RUBRIC.value is None or against != "labels" or _CORRECTION.value):
@@ -131,11 +132,10 @@ def _compare(items_a: list, items_b: list, settings, judges, judge_spec, refiner
                      ensure_ascii=False))
 
 
-def _settings():
-    """The config as calibration Settings, checked before anything is scored; a bad value names its key."""
+def _settings(c: Calibrate):
+    """The settings block as calibration Settings, checked before anything is scored; a bad value names its key."""
     from rubric_jax.calibration.run import CalibrationError, Settings
 
-    c = _CONFIG.value
     try:
         return Settings(c.against, c.threshold, c.bootstrap, c.seed, c.batch_size, c.position_probe, c.worst,
                         c.redundancy_threshold)
@@ -166,7 +166,8 @@ def _red_team(items: list, settings, judges, judge_spec, refiners, correction, o
 
 def main(argv: list[str]) -> None:
     cli.start("experiments.calibrate", argv)
-    _check_inputs()
+    config = cli.settings("experiments.calibrate", _CONFIG.value, Calibrate)
+    _check_inputs(config)
     try:
         shared = load_rubric(_RUBRIC.value) if _RUBRIC.value else None
         correction = load_correction(_CORRECTION.value) if _CORRECTION.value else None
@@ -180,7 +181,7 @@ def main(argv: list[str]) -> None:
     from rubric_jax.calibration.run import CalibrationError, calibrate
     from rubric_jax.judges.loading import check_checkpoints, load_cascade, load_judges, open_verdict_store
 
-    settings = _settings()
+    settings = _settings(config)
     out = Path(_OUT.value)
     try:
         judge_spec = judge_config.spec()
@@ -201,7 +202,7 @@ def main(argv: list[str]) -> None:
     inputs = {"labels": _LABELS.value, "rubric": _RUBRIC.value,
               "rubric_hash": shared.content_hash if shared is not None else None}
     protected = [Path(v) for v in _inputs(judge_spec.store).values() if v is not None]
-    if _CONFIG.value.red_team:
+    if config.red_team:
         _red_team(items, settings, judges, judge_spec, refiners, correction, out, protected, store)
         return
     if items_b is not None:

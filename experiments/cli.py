@@ -4,19 +4,20 @@ no traceback; absl's INFO lines (orbax, jax, tfds) stay quiet unless --verbosity
 
 from __future__ import annotations
 
-import functools
 import importlib
 import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import ml_collections
 from absl import flags, logging
 from ml_collections import config_flags
 
-from rubric_jax import config_files, counts
+from rubric_jax import config_boundary, config_files, schema
+
+B = TypeVar("B", bound=schema.Block)
 
 COMMAND_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "commands"
 
@@ -34,20 +35,25 @@ def fail_write(command: str, out: object, error: OSError) -> NoReturn:
 
 
 def start(command: str, argv: list[str]) -> None:
-    """The start of every main(): no positional arguments, a --config that is a settings file of this command
-    whose every integer lies within its bounds, and WARNING logging unless --verbosity is given (orbax and jax INFO
-    lines would bury the progress lines)."""
+    """The start of every main(): no positional arguments, a --config that is a settings file of this command,
+    and WARNING logging unless --verbosity is given (orbax and jax INFO lines would bury the progress lines)."""
     if len(argv) > 1:
         fail(command, f"unexpected positional arguments {argv[1:]}")
     default = COMMAND_CONFIGS / f"{command.removeprefix('experiments.')}.py"
     if default.is_file() and "config" in flags.FLAGS:
         check_settings_file(command, default)
-        try:
-            check_counts(flags.FLAGS.config, importlib.import_module(f"configs.commands.{default.stem}").COUNT_BOUNDS)
-        except ValueError as e:
-            fail(command, str(e))
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
+
+
+def settings(command: str, config: ml_collections.ConfigDict, cls: type[B]) -> B:
+    """The command's --config as its settings block (rubric_jax/command_blocks.py), made once in main() before any
+    work: nothing below main reads the ConfigDict. A value out of its type, bounds or choices is one line naming
+    it (`--config.batch_size=0: expected an integer >= 1`), exit 2."""
+    try:
+        return config_boundary.to_block(config, cls, "--config")
+    except schema.BlockError as e:
+        fail(command, str(e))
 
 
 def _keys(config: ml_collections.ConfigDict, prefix: str = "") -> set[str]:
@@ -70,16 +76,6 @@ def check_settings_file(command: str, default: Path) -> None:
         missing, extra = _few(sorted(wanted - found)), _few(sorted(found - wanted))
         fail(command, f"--config={loaded}: not a settings file of {command} (its keys are those of "
                       f"{default.relative_to(COMMAND_CONFIGS.parents[1])}); missing {missing}, unknown {extra}")
-
-
-def check_counts(config: ml_collections.ConfigDict, bounds: dict[str, tuple[int, int]]) -> None:
-    """Each integer setting of `bounds` ({dotted key: (smallest, largest)}: a command's COUNT_BOUNDS) within its bounds,
-    else a ValueError naming the first that is not: `--config.KEY=VALUE: expected an integer <= N`."""
-    for key, (smallest, largest) in bounds.items():
-        value = functools.reduce(getattr, key.split("."), config)
-        why = counts.problem(value, smallest, largest)
-        if why is not None:
-            raise ValueError(f"--config.{key}={value}: {why}")
 
 
 def _few(keys: list[str], shown: int = 5) -> str:

@@ -41,6 +41,7 @@ from experiments import cli, judge_config
 from rubric_jax import files, loader, sampling
 from rubric_jax.assets import tiny_judge_data
 from rubric_jax.calibration.labels import LabelsError, read_items
+from rubric_jax.command_blocks import DistillJudge
 from rubric_jax.data import DataError
 from rubric_jax.judges import distill_data
 from rubric_jax.judges.loading import load_cascade, load_judges
@@ -110,12 +111,12 @@ _CONFIG_KEYS = {"steps": "--config.train.steps", "batch_size": "--config.train.b
                 "seed": "--config.seed", "prompt": "--config.train.prompt"}
 
 
-def _distill_config() -> distill_judge.DistillConfig:
-    """config.train and config.seed as a DistillConfig; a bad value names its key."""
-    train = _CONFIG.value.train
+def _distill_config(settings: DistillJudge) -> distill_judge.DistillConfig:
+    """settings.train and settings.seed as a DistillConfig; a bad value names its key."""
+    train = settings.train
     try:
         return distill_judge.DistillConfig(steps=train.steps, batch_size=train.batch_size, learning_rate=train.lr,
-                                           warmup_steps=train.warmup_steps, seed=_CONFIG.value.seed,
+                                           warmup_steps=train.warmup_steps, seed=settings.seed,
                                            prompt=train.prompt)
     except ValueError as e:
         message = str(e).removeprefix("distill config: ")
@@ -124,15 +125,14 @@ def _distill_config() -> distill_judge.DistillConfig:
         raise ValueError(message) from None
 
 
-def _dimensions() -> list[str] | None:
-    """config.dimensions as a list (None: every labelled one)."""
-    names = [d.strip() for d in _CONFIG.value.dimensions.split(",") if d.strip()]
+def _dimensions(settings: DistillJudge) -> list[str] | None:
+    """settings.dimensions as a list (None: every labelled one)."""
+    names = [d.strip() for d in settings.dimensions.split(",") if d.strip()]
     return names or None
 
 
-def _check_settings() -> None:
-    """The config values the training config does not cover, checked before any input is read."""
-    config = _CONFIG.value
+def _check_settings(config: DistillJudge) -> None:
+    """The settings the training config does not cover, checked before any input is read."""
     cli.check(config.teacher in _TEACHERS, "teacher", config.teacher, f"one of {list(_TEACHERS)}")
     cli.check(0.0 < config.heldout < 1.0, "heldout", config.heldout, "a fraction in (0, 1)")
     try:
@@ -150,9 +150,9 @@ def _check_out(out: Path) -> None:
     files.check_output_dir(out, inputs, input_dirs)
 
 
-def _items(shared) -> tuple[list[distill_data.JudgeItem], str]:
-    """Every teacher-scored item the flags describe, and a description of the teacher."""
-    wanted, teacher = _dimensions(), _CONFIG.value.teacher
+def _items(shared, settings: DistillJudge) -> tuple[list[distill_data.JudgeItem], str]:
+    """Every teacher-scored item the flags and settings describe, and a description of the teacher."""
+    wanted, teacher = _dimensions(settings), settings.teacher
     if teacher == "labels":
         if _LABELS.value is None or _RESPONSES.value is not None:
             raise ValueError("--config.teacher=labels: give --labels=FILE (its rows carry the responses), "
@@ -183,7 +183,7 @@ def _items(shared) -> tuple[list[distill_data.JudgeItem], str]:
         raise ValueError("--config.teacher=judge: give --judge.checkpoint=DIR[,DIR] (or a --judge file that names one)")
     judges = load_judges(spec, where="--judge")
     dims = [[d for d in rubric.dimensions if d.id in wanted] for rubric in rubrics]
-    key = jax.random.key(_CONFIG.value.seed)
+    key = jax.random.key(settings.seed)
     items, missing = distill_data.judge_items(judges, spec, questions, responses, dims, key,
                                               refiners=load_cascade(spec, where="--judge"))
     print(f"the teacher judges left {missing} score(s) missing; those items are not used", file=sys.stderr)
@@ -192,23 +192,24 @@ def _items(shared) -> tuple[list[distill_data.JudgeItem], str]:
 
 def main(argv: list[str]) -> None:
     cli.start("experiments.distill_judge", argv)
+    settings = cli.settings("experiments.distill_judge", _CONFIG.value, DistillJudge)
     try:
         out = Path(_OUT.value)
         _check_out(out)
-        _check_settings()
-        config = _distill_config()
+        _check_settings(settings)
+        config = _distill_config(settings)
         shared = None
         if _RUBRIC.value is not None:
             if not Path(_RUBRIC.value).is_file():
                 raise RubricError(f"--rubric={_RUBRIC.value}: rubric file does not exist")
             shared = load_rubric(_RUBRIC.value)
-        items, teacher = _items(shared)
-        train_items, heldout_items = distill_data.split_by_question(items, _CONFIG.value.heldout)
+        items, teacher = _items(shared, settings)
+        train_items, heldout_items = distill_data.split_by_question(items, settings.heldout)
         if not train_items or not heldout_items:
             raise ValueError(f"{len(items)} items split into {len(train_items)} training and {len(heldout_items)} "
                              "held-out ones; both must be non-empty (more questions, or another --config.heldout)")
         model_cfg, start, tokenizer, student = _student()
-        measure = _CONFIG.value.measure
+        measure = settings.measure
         distill_judge.check_measurement(model_cfg, measure.max_new_tokens, "--config.measure.max_new_tokens")
     except ERRORS as e:
         _fail(str(e))

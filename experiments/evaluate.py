@@ -32,6 +32,7 @@ from absl import app, flags
 from experiments import cli, judge_config
 from rubric_jax import sampling
 from rubric_jax.calibration.pinning import check_calibration
+from rubric_jax.command_blocks import Evaluate
 from rubric_jax.data import DataError
 from rubric_jax.evaluation import harness
 from rubric_jax.judges.http_backend import EndpointDown
@@ -57,9 +58,9 @@ _RUBRIC = flags.DEFINE_string("rubric", None, "rubric_set: a rubric shared by ro
 _fail = functools.partial(cli.fail, "experiments.evaluate")  # one line on stderr, exit status 2
 
 
-def _judge() -> JudgeSpec:
+def _judge(benchmark: str) -> JudgeSpec:
     """The --judge spec; without --judge, the benchmark's judge file (rubric_set: the default block)."""
-    benchmark_file = judge_config.JUDGES_DIR / f"{_CONFIG.value.benchmark}.py"
+    benchmark_file = judge_config.JUDGES_DIR / f"{benchmark}.py"
     try:
         spec = judge_config.spec(benchmark_file if benchmark_file.is_file() else None, allow_benchmark=True)
         check_checkpoints(spec, "--judge")
@@ -82,9 +83,9 @@ def _calibration(judge: JudgeSpec, evaluation: harness.Evaluation) -> dict | Non
     return check.record()
 
 
-def _settings() -> tuple[harness.GenerationSettings, JudgeSpec, tuple[int, int, int]]:
-    """Validated config values (EvalInputError names the key)."""
-    config, policy = _CONFIG.value, _CONFIG.value.policy
+def _settings(config: Evaluate) -> tuple[harness.GenerationSettings, JudgeSpec, tuple[int, int, int]]:
+    """The settings' choices and sampler checked (EvalInputError names the key), and the judge."""
+    policy = config.policy
     try:
         for key, value, allowed in (("which", config.which, harness.WHICH),
                                     ("policy.prompt_format", policy.prompt_format, harness.PROMPT_FORMATS)):
@@ -93,13 +94,12 @@ def _settings() -> tuple[harness.GenerationSettings, JudgeSpec, tuple[int, int, 
             sampling.parse_sampler(policy.sampler)
         except ValueError as e:
             raise ValueError(f"--config.policy.sampler: {e}") from None
-        mesh = (config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
-        cli.check(all(n == -1 or n >= 1 for n in mesh), "mesh", mesh, "axis sizes >= 1 (or -1: the remaining devices)")
     except ValueError as e:
         raise EvalInputError(str(e)) from None
+    mesh = (config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     generation = harness.GenerationSettings(policy.sampler, policy.max_new_tokens, policy.batch_size,
                                             policy.prompt_format, config.seed)
-    return generation, _judge(), mesh
+    return generation, _judge(config.benchmark), mesh
 
 
 def _open_store(judge: JudgeSpec, inputs: list[Path]) -> VerdictStore | None:
@@ -111,22 +111,23 @@ def _open_store(judge: JudgeSpec, inputs: list[Path]) -> VerdictStore | None:
 
 def main(argv: list[str]) -> None:
     cli.start("experiments.evaluate", argv)
+    config = cli.settings("experiments.evaluate", _CONFIG.value, Evaluate)
     try:
-        if not _CONFIG.value.benchmark:
+        if not config.benchmark:
             raise EvalInputError(f"--config.benchmark is required: one of {', '.join(harness.BENCHMARKS)}")
         for name, flag in (("data_dir", _DATA_DIR), ("out", _OUT)):
             if not flag.value:
                 raise EvalInputError(f"--{name} is required")
         data_dir, out = Path(_DATA_DIR.value), Path(_OUT.value)
         if _JUDGEMENTS.value is not None:
-            if _CONFIG.value.benchmark != "hellobench":
+            if config.benchmark != "hellobench":
                 raise EvalInputError("--judgements is a HelloBench file; got "
-                                     f"--config.benchmark={_CONFIG.value.benchmark}")
-            models = [m.strip() for m in _CONFIG.value.models.split(",") if m.strip()] or None
+                                     f"--config.benchmark={config.benchmark}")
+            models = [m.strip() for m in config.models.split(",") if m.strip()] or None
             summary = harness.score_judgements(Path(_JUDGEMENTS.value), data_dir, models, out)
             print(json.dumps({"models": len(summary["models"]), "incomplete": summary["incomplete"], "out": str(out)}))
             return
-        generation, judge, mesh = _settings()
+        generation, judge, mesh = _settings(config)
         checkpoint = Path(_CHECKPOINT.value) if _CHECKPOINT.value else None
         workdir = Path(_WORKDIR.value) if _WORKDIR.value else None
         if (checkpoint is None) == (workdir is None):
@@ -144,12 +145,12 @@ def main(argv: list[str]) -> None:
                                      Path(_RUBRIC.value) if _RUBRIC.value else None, workdir) if path is not None]
         inputs = [*sources, *(Path(p) for p in (judge.calibration, judge.store) if p)]  # --out may not hold them
         input_dirs = [data_dir, *(Path(p) for p in judge.checkpoints), *([checkpoint] if checkpoint else [])]
-        evaluation = harness.prepare(_CONFIG.value.benchmark, data_dir, _DATA_FILE.value, _CONFIG.value.limit or None,
+        evaluation = harness.prepare(config.benchmark, data_dir, _DATA_FILE.value, config.limit or None,
                                      out, judge, inputs, input_dirs, shared)
         judge = judge.for_benchmark(evaluation.benchmark.judge_mode)
         calibration = _calibration(judge, evaluation)
         store = _open_store(judge, [*sources, *input_dirs, out])
-        summary = harness.run(evaluation, checkpoint=checkpoint, workdir=workdir, which=_CONFIG.value.which, mesh_axes=mesh,
+        summary = harness.run(evaluation, checkpoint=checkpoint, workdir=workdir, which=config.which, mesh_axes=mesh,
                               generation=generation, judge=judge, calibration=calibration, store=store)
     except (EvalInputError, RubricError, DataError, UnicodeDecodeError, StoreError, PathError) as e:
         _fail(str(e))

@@ -18,6 +18,7 @@ from absl import app, flags
 
 from experiments import cli
 from rubric_jax import distributed
+from rubric_jax.command_blocks import Export
 
 _CONFIG = cli.define_config("export")
 _WORKDIR = flags.DEFINE_string("workdir", None, "A training run directory (experiments.run --workdir).")
@@ -29,6 +30,7 @@ _fail = functools.partial(cli.fail, "experiments.export")  # one line on stderr,
 
 def main(argv: list[str]) -> None:
     cli.start("experiments.export", argv)
+    settings = cli.settings("experiments.export", _CONFIG.value, Export)
     for name, flag in (("workdir", _WORKDIR), ("out", _OUT)):
         if not flag.value:
             _fail(f"--{name} is required")
@@ -39,7 +41,7 @@ def main(argv: list[str]) -> None:
     from rubric_jax.train import runs  # after jax.distributed, which must precede device use
 
     try:
-        chosen, out = runs.export_run(workdir, _CONFIG.value.which, Path(_OUT.value))
+        chosen, out = runs.export_run(workdir, settings.which, Path(_OUT.value))
     except (runs.RunError, FileExistsError) as e:
         _fail(str(e))
     except OSError as e:  # a full disk: the directory appears whole or not at all

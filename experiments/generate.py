@@ -22,6 +22,7 @@ from absl import app, flags
 
 from experiments import cli
 from rubric_jax import data, loader, sampling, sharding
+from rubric_jax.command_blocks import Generate
 
 _CONFIG = cli.define_config("generate")
 _CHECKPOINT = flags.DEFINE_string(
@@ -36,16 +37,15 @@ _fail = functools.partial(cli.fail, "experiments.generate")  # one line on stder
 
 def main(argv: list[str]) -> None:
     cli.start("experiments.generate", argv)
-    checkpoint = Path(_CHECKPOINT.value)
-    config, sampler = _CONFIG.value, _CONFIG.value.sampling
+    config = cli.settings("experiments.generate", _CONFIG.value, Generate)
+    checkpoint, sampler = Path(_CHECKPOINT.value), config.sampling
     try:
         sampling.parse_sampler(sampler.sampler)
     except ValueError as e:
         _fail(f"--config.sampling.sampler: {e}")
     try:
-        cli.check(sampler.max_new_tokens >= 1, "sampling.max_new_tokens", sampler.max_new_tokens, "an integer >= 1")
         cli.check(config.format in FORMATS, "format", config.format, f"one of {list(FORMATS)}")
-        dtypes = {key: loader.resolve_dtype(config.model[key], f"--config.model.{key}")
+        dtypes = {key: loader.resolve_dtype(getattr(config.model, key), f"--config.model.{key}")
                   for key in ("param_dtype", "compute_dtype")}
     except ValueError as e:
         _fail(str(e))

@@ -28,6 +28,7 @@ import tensorflow_datasets as tfds
 from absl import app, flags
 
 from experiments import cli
+from rubric_jax.command_blocks import PrepareData
 from rubric_jax.prepare.pipeline import PrepareConfig, prepare
 
 _CONFIG = cli.define_config("prepare_data")
@@ -48,7 +49,8 @@ _fail = functools.partial(cli.fail, "experiments.prepare_data")  # one line on s
 def main(argv: list[str]) -> None:
     cli.start("experiments.prepare_data", argv)
     tfds.disable_progress_bar()
-    settings, dedup = _CONFIG.value, _CONFIG.value.dedup
+    settings = cli.settings("experiments.prepare_data", _CONFIG.value, PrepareData)
+    dedup = settings.dedup
     config = PrepareConfig(
         inputs=tuple(_INPUT.value), out=Path(_OUT.value), name=_NAME.value, eval_size=settings.eval_size,
         golden_size=settings.golden_size, train_size=settings.train_size, difficulty_ratio=settings.difficulty_ratio,

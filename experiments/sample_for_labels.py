@@ -26,6 +26,7 @@ from absl import app, flags
 from experiments import cli
 from rubric_jax import data, files
 from rubric_jax.calibration.label_sampling import draw, label_row, sample_from_row
+from rubric_jax.command_blocks import SampleForLabels
 from rubric_jax.jsonl import read_jsonl
 from rubric_jax.metrics import SAMPLES_FILE
 from rubric_jax.rubrics.io import load_rubric
@@ -62,6 +63,7 @@ def _question_rubrics(config: Mapping[str, Any], where: Path) -> dict[str, Any]:
 
 def main(argv: list[str]) -> None:
     cli.start("experiments.sample_for_labels", argv)
+    settings = cli.settings("experiments.sample_for_labels", _CONFIG.value, SampleForLabels)
     workdir, out = Path(_WORKDIR.value), Path(_OUT.value)
     samples_path, config_path, rubric_path = workdir / SAMPLES_FILE, workdir / "config.json", workdir / "rubric.yaml"
     try:
@@ -79,7 +81,7 @@ def main(argv: list[str]) -> None:
         if not samples:
             raise ValueError(f"{samples_path}: no samples logged")
         rubrics = _question_rubrics(config, config_path)
-        drawn = draw(samples, _CONFIG.value.n, _CONFIG.value.seed)
+        drawn = draw(samples, settings.n, settings.seed)
         rows = []
         for sample in drawn.samples:
             if sample.question not in rubrics:

@@ -49,6 +49,7 @@ from absl import app, flags
 
 from experiments import cli, judge_config
 from rubric_jax.calibration.pinning import check_calibration
+from rubric_jax.command_blocks import Score
 from rubric_jax.files import PathError, atomic_writer, check_output_path
 from rubric_jax.judges.http_backend import EndpointDown
 from rubric_jax.judges.llm_judge import escalated_frac
@@ -153,6 +154,7 @@ _fail = functools.partial(cli.fail, "experiments.score")  # one line on stderr, 
 
 def main(argv: list[str]) -> None:
     cli.start("experiments.score", argv)
+    settings = cli.settings("experiments.score", _CONFIG.value, Score)
     try:
         spec = judge_config.spec()
         inputs = [_RESPONSES.value, _RUBRIC.value, *spec.checkpoints, spec.calibration or None]
@@ -178,8 +180,8 @@ def main(argv: list[str]) -> None:
             origin = _RUBRIC.value if shared is not None and rubric is shared else source
             _fail(f"{origin}: {e}")
     try:
-        out_rows, summary = score_file(rows, rubrics, reward, _CONFIG.value.batch_size,
-                                       jax.random.key(_CONFIG.value.seed), judge, store)
+        out_rows, summary = score_file(rows, rubrics, reward, settings.batch_size,
+                                       jax.random.key(settings.seed), judge, store)
     except StoreError as e:  # the store went bad mid-run: what was judged before is in it
         _fail(str(e))
     except EndpointDown as e:  # the served judge went away: what was judged before is in the store, if any

@@ -26,12 +26,12 @@ from pathlib import Path
 from absl import app, flags
 
 from experiments import cli, judge_config
+from rubric_jax.command_blocks import Serve
 
 _CONFIG = cli.define_config("serve")
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Local HF model directory to serve (Qwen2/Llama).")
 flags.mark_flag_as_required("checkpoint")
 _fail = functools.partial(cli.fail, "experiments.serve")
-MAX_WINDOW_MS = 10_000  # the longest --config.batch_window_ms: every request waits up to it for company
 
 
 def is_loopback(host: str) -> bool:
@@ -60,12 +60,7 @@ def listen(host: str, port: int) -> socket.socket:
 
 def main(argv: list[str]) -> None:
     cli.start("experiments.serve", argv)
-    config = _CONFIG.value
-    try:
-        cli.check(0 <= config.batch_window_ms <= MAX_WINDOW_MS, "batch_window_ms", config.batch_window_ms,
-                  f"a number in [0, {MAX_WINDOW_MS}]")
-    except ValueError as e:
-        _fail(str(e))
+    config = cli.settings("experiments.serve", _CONFIG.value, Serve)
     api_key = os.environ.get(config.api_key_env, "") if config.api_key_env else ""
     if config.api_key_env and not api_key:
         _fail(f"--config.api_key_env={config.api_key_env}: the environment variable is not set")

@@ -42,8 +42,8 @@ from jax.experimental import topologies
 from rubric_jax import aot_targets, hlo_stats, loader, sampling, sharding
 from rubric_jax.assets import MODEL_SHAPES_DIR
 from rubric_jax.judges import reward_model
-from rubric_jax.judges.llm_judge import MAX_PROMPT_TOKENS
 from rubric_jax.judges.loading import check_tensor_divides
+from rubric_jax.judges.spec import prompt_budget
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.train import programs as run_programs, settings as run_settings, step as train_step
@@ -408,7 +408,7 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
         for name, weights in judge_weights.items():
             others = train_arrays + reference + tuple(n for n in scorer_names if n != name)
             # The longest prompt load_judge lets through (the sampler pads it to its bucket).
-            judge_len = min(MAX_PROMPT_TOKENS, weights.cfg.max_position_embeddings - config.judge.max_new_tokens)
+            judge_len = prompt_budget(weights.cfg.max_position_embeddings, config.judge.max_new_tokens)
             add("judge", f"{name} call", f"{judge_rows} x ({judge_len} + {config.judge.max_new_tokens}) tokens",
                 lambda w=weights, p=judge_len: _lower_generate(
                     w, judge_layout, prompts=judge_rows, prompt_len=p, n=1, max_new_tokens=config.judge.max_new_tokens,

@@ -17,9 +17,10 @@ B = TypeVar("B", bound=schema.Block)
 def to_block(config: ml_collections.ConfigDict, cls: type[B], where: str) -> B:
     """The block of type `cls` that `config` describes; a bad or unknown key raises `schema.BlockError` naming
     `where.<key>` ("config.rl.group_size", "--judge.samples")."""
-    return schema.from_mapping(cls, config.to_dict(), where)
+    return cls.from_values(config.to_dict(), where)
 
 
-def config_dict(cls: type[schema.Block]) -> ml_collections.ConfigDict:
-    """`cls`'s config keys with their defaults, as a ConfigDict (nested blocks nested)."""
-    return ml_collections.ConfigDict(schema.defaults(cls))
+def config_dict(block: type[schema.Block] | schema.Block) -> ml_collections.ConfigDict:
+    """A block class's config keys with their defaults (or a block's with its values), as a ConfigDict (nested
+    blocks nested)."""
+    return ml_collections.ConfigDict(schema.defaults(block) if isinstance(block, type) else block.to_values())

@@ -1,7 +1,6 @@
-"""Integer counts of the config blocks (configs/common.py) are bounded on both sides: each block's validator holds
-one table {field: (smallest, largest)} (judges/spec.py COUNT_BOUNDS for the judge block, train/settings.py
-COUNT_BOUNDS for an experiment's blocks, qurl/config.py COUNT_BOUNDS for config.qurl, and each command's settings
-file configs/commands/<command>.py its COUNT_BOUNDS, checked by experiments/cli.py), checked with `problem`.
+"""Integer counts of the config blocks are bounded on both sides: each count's (smallest, largest) is its field's
+`bounds` (rubric_jax/schema.py `setting`: judges/spec.py JudgeSpec, qurl/config.py BuildConfig, the commands' blocks
+of rubric_jax/command_blocks.py; train/settings.py COUNT_BOUNDS for an experiment's blocks), checked with `problem`.
 An upper bound keeps a typo (`judge.samples=1000000`) from turning into hours of work or an exhausted memory
 before anything fails; each is far above any sensible setting."""
 
@@ -11,6 +10,8 @@ TOKENS = 1 << 17  # the most tokens of any one budget (a prompt, a response, a v
 DEVICES = 1 << 16  # the most devices along one mesh axis
 STEPS = 10**7  # the most steps of a stage, or steps between two events
 SEED = 2**32 - 1  # the largest seed (jax.random.key takes a uint32's worth without loss)
+# What a user may ask a loaded model's dtypes to be (rubric_jax/loader.py; here, without jax, for the blocks' choices).
+DTYPE_CHOICES = ("auto", "float32", "bfloat16")
 
 
 def problem(value: object, smallest: int, largest: int) -> str | None:

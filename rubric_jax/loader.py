@@ -28,12 +28,12 @@ from etils import epath
 from flax import nnx
 
 from rubric_jax import sharding
+from rubric_jax.counts import DTYPE_CHOICES
 from rubric_jax.models.checkpoint import CheckpointError, abstract_model, read_hf_params
 from rubric_jax.models.config import ATTENTIONS, ModelConfig
 from rubric_jax.models.transformer import Transformer, has_layer_stack, stack_layers, unstack_layers
 
 Params = dict[str, Any]
-DTYPE_CHOICES = ("auto", "float32", "bfloat16")  # what a user may ask a loaded model's dtypes to be
 ATTENTION_CHOICES = ("auto", *ATTENTIONS)  # what a user may ask a model's teacher-forced attention to be
 _ORBAX_MARKER = "_METADATA"  # present in every orbax PyTree item directory
 _PARAMS_KEY = "params"  # where our TrainState keeps the model parameters in an orbax checkpoint

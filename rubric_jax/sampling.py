@@ -69,7 +69,8 @@ import numpy as np
 from flax import nnx, struct
 
 from rubric_jax import distributed, loader, padding, sharding
-from rubric_jax.samplers import Sampler, draw_with_logprobs, parse_sampler, vocab_blocks
+from rubric_jax.sampler_names import Sampler, parse_sampler
+from rubric_jax.samplers import draw_with_logprobs, vocab_blocks
 from rubric_jax.models.kv_cache import KVCache, SharedPrefix, init_cache
 from rubric_jax.models.transformer import (Params, has_layer_stack, padding_to_positions, rope_tables, stack_layers,
                                            unstack_layers, with_merged_qkv)

@@ -70,6 +70,16 @@ class Block:
                 raise BlockError(config_key(f), value, why)
         self.validate()
 
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any], where: str = "") -> Block:
+        """The block that its config form `values` describes (nested in another block too); `from_mapping` unless a
+        block whose config form differs from its fields (the judge's comma-separated checkpoints) says otherwise."""
+        return from_mapping(cls, values, where)
+
+    def to_values(self) -> dict[str, Any]:
+        """This block's config form, the inverse of `from_values` (`to_mapping` unless a block says otherwise)."""
+        return to_mapping(self)
+
     def validate(self) -> None:
         """Rules between this block's fields; raises `BlockError` through `fail`. None by default."""
 
@@ -94,7 +104,7 @@ def from_mapping(cls: type[Block], values: Mapping[str, Any], where: str = "") -
         if _is_block(kind):
             if not isinstance(value, Mapping):
                 raise BlockError(_join(where, key), value, "expected a block of keys")
-            value = from_mapping(kind, value, _join(where, key))
+            value = kind.from_values(value, _join(where, key))
         elif isinstance(value, list) and typing.get_origin(kind) is tuple:
             value = tuple(value)
         kwargs[f.name] = value
@@ -109,13 +119,13 @@ def to_mapping(block: Block) -> dict[str, Any]:
     out = {}
     for f in config_fields(block):
         value = getattr(block, f.name)
-        out[config_key(f)] = to_mapping(value) if isinstance(value, Block) else value
+        out[config_key(f)] = value.to_values() if isinstance(value, Block) else value
     return out
 
 
 def defaults(cls: type[Block]) -> dict[str, Any]:
     """Every config key of `cls` with its default (nested blocks as dicts)."""
-    return to_mapping(cls())
+    return cls().to_values()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,19 +139,28 @@ class Row:
     doc: str
 
 
-def rows(cls: type[Block], prefix: str = "") -> list[Row]:
-    """Every config key of `cls` (nested blocks flattened, dotted), for generated docs."""
-    out, hints, made = [], _hints(cls), cls()
+def rows(cls: type[Block], prefix: str = "", made: Block | None = None) -> list[Row]:
+    """Every config key of `cls` (nested blocks flattened, dotted) with its default in `made` (default `cls()`: a
+    nested block's default is the one its parent gives) as the config writes it (`to_values`: a field whose config
+    form differs, such as the judge's comma-separated checkpoints, shows that form and its type), for generated docs."""
+    out, hints, made = [], _hints(cls), cls() if made is None else made
+    values = made.to_values()
     for f in config_fields(cls):
         key, kind = _join(prefix, config_key(f)), hints[f.name]
         if _is_block(kind):
-            out += rows(kind, key)
+            out += rows(kind, key, getattr(made, f.name))
             continue
-        bounds, choices = f.metadata["bounds"], f.metadata["choices"]
+        bounds, choices, default = f.metadata["bounds"], f.metadata["choices"], values[config_key(f)]
         allowed = (" | ".join(map(str, choices)) if choices else
-                   f"[{bounds[0]:g}, {bounds[1]:g}]" if bounds else "")
-        out.append(Row(key, _type_name(kind), getattr(made, f.name), allowed, f.metadata["doc"]))
+                   f"[{_number(bounds[0])}, {_number(bounds[1])}]" if bounds else "")
+        shown = kind if _problem(default, kind, None, None) is None else type(default)
+        out.append(Row(key, _type_name(shown), default, allowed, f.metadata["doc"]))
     return out
+
+
+def _number(x: float) -> str:
+    """A bound as written: an integer in full (a seed's 4294967295), a float shortest (0.5, 1e-06)."""
+    return str(x) if isinstance(x, int) else f"{x:g}"
 
 
 def _join(prefix: str, key: str) -> str:

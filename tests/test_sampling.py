@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rubric_jax import hlo_stats, loader, padding, samplers, sampling, sharding
+from rubric_jax import hlo_stats, loader, padding, sampler_names, samplers, sampling, sharding
 from rubric_jax.train import step as train_step
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.models.transformer import causal_padding_mask, padding_to_positions
@@ -528,7 +528,7 @@ def test_parse_sampler():
                        ("nucleus(0.9, 1e39)", "finite in float32")]:
         with pytest.raises(ValueError, match=match):
             parse(bad)
-    assert parse("temperature(1e-4)").temperature == samplers.MIN_TEMPERATURE
+    assert parse("temperature(1e-4)").temperature == sampler_names.MIN_TEMPERATURE
 
 
 def test_a_row_of_nan_logits_draws_an_id_inside_the_vocabulary():

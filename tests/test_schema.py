@@ -80,3 +80,15 @@ def test_rows_document_every_key_flattened():
     assert list(rows) == ["lr", "steps", "on", "stages", "file", "inner.tensor", "inner.dtype"]
     assert rows["inner.dtype"].allowed == "compute | float32" and rows["steps"].allowed == "[1, 100]"
     assert rows["file"].doc == "A path." and rows["stages"].kind == "tuple of str"
+
+
+def test_a_nested_default_given_by_the_parent_is_the_one_documented():
+    """A block may give a nested block other defaults (`setting(Inner(tensor=4), ...)`): defaults and rows show
+    them, not the nested block's own."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Parent(Block):
+        inner: Inner = setting(Inner(tensor=4), "An inner block with its own defaults.")
+
+    assert schema.defaults(Parent) == {"inner": {"tensor": 4, "dtype": "compute"}}
+    assert {row.key: row.default for row in schema.rows(Parent)} == {"inner.tensor": 4, "inner.dtype": "compute"}

@@ -1,17 +1,15 @@
-"""experiments.export's settings.
+"""experiments.export's settings, generated from their block: rubric_jax/command_blocks.py Export.
 
   ./launch.sh experiments.export --workdir=RUN --out=DIR --config.which=best
 """
 
 import ml_collections
 
-# Every integer setting: (smallest, largest), checked by experiments/cli.py before any work (rubric_jax/counts.py).
-COUNT_BOUNDS = {}
+from rubric_jax.command_blocks import Export
+from rubric_jax.config_boundary import config_dict
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    """`arg` is unused (one variant)."""
+    """`arg` is unused (one variant). Generated from the block: each key's type, default, bounds and meaning."""
     del arg
-    c = ml_collections.ConfigDict()
-    c.which = "latest"  # latest, or best (highest logged eval/reward_mean).
-    return c
+    return config_dict(Export)

@@ -1,25 +1,15 @@
-"""experiments.generate's settings: how the model is loaded for decoding and how it answers.
+"""experiments.generate's settings, generated from their block: rubric_jax/command_blocks.py Generate.
 
   ./launch.sh experiments.generate --checkpoint=DIR --prompt="Hello" --config.sampling.max_new_tokens=32
 """
 
 import ml_collections
 
-from configs.common import decode_block, sampler_block
-from rubric_jax import counts
-
-
-# Every integer setting: (smallest, largest), checked by experiments/cli.py before any work (rubric_jax/counts.py).
-COUNT_BOUNDS = {"seed": (0, counts.SEED), "model.tensor": (1, counts.DEVICES),
-                "sampling.max_new_tokens": (1, counts.TOKENS)}
+from rubric_jax.command_blocks import Generate
+from rubric_jax.config_boundary import config_dict
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    """`arg` is unused (one variant)."""
+    """`arg` is unused (one variant). Generated from the block: each key's type, default, bounds and meaning."""
     del arg
-    c = ml_collections.ConfigDict()
-    c.seed = 0  # PRNG seed for sampling.
-    c.format = "text"  # Print the text, or one JSON object (json).
-    c.model = decode_block()
-    c.sampling = sampler_block(sampler="greedy", max_new_tokens=128)
-    return c
+    return config_dict(Generate)

@@ -1,20 +1,15 @@
-"""experiments.sample_for_labels's settings.
+"""experiments.sample_for_labels's settings, generated from their block: rubric_jax/command_blocks.py SampleForLabels.
 
   ./launch.sh experiments.sample_for_labels --workdir=RUN --out=FILE.jsonl --config.n=300
 """
 
 import ml_collections
 
-from rubric_jax import counts
-
-# Every integer setting: (smallest, largest), checked by experiments/cli.py before any work (rubric_jax/counts.py).
-COUNT_BOUNDS = {"seed": (0, counts.SEED), "n": (1, 10**6)}
+from rubric_jax.command_blocks import SampleForLabels
+from rubric_jax.config_boundary import config_dict
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    """`arg` is unused (one variant)."""
+    """`arg` is unused (one variant). Generated from the block: each key's type, default, bounds and meaning."""
     del arg
-    c = ml_collections.ConfigDict()
-    c.seed = 0  # Seeds the stratified draw and the output order.
-    c.n = 300  # Responses to label (RubricRL 3.2: 200-500).
-    return c
+    return config_dict(SampleForLabels)

@@ -61,7 +61,7 @@ from rubric_jax.judges.backends import Batch, HttpBackend, JudgeBackend, Sampler
 from rubric_jax.judges.http_backend import COMMON_SPECIAL_TOKENS, HTTP_COUNTERS, HttpCounters
 from rubric_jax.judges.parser import parse_verdict
 from rubric_jax.judges.prompts import JudgePrompt, compact_single_prompt, multi_prompt, single_prompt, without_reserved
-from rubric_jax.judges.spec import MODES, JudgeSpec
+from rubric_jax.judges.spec import MAX_PROMPT_TOKENS, MODES, JudgeSpec, prompt_budget
 from rubric_jax.judges.store import StoredAnswer, StoreError, VerdictStore, messages_digest, prompt_digest
 from rubric_jax.models.checkpoint import load_tokenizer
 from rubric_jax.rubrics.schema import Dimension, canonical_json, dimension_from_dict, dimension_to_dict
@@ -71,7 +71,6 @@ from rubric_jax.rubrics.schema import Dimension, canonical_json, dimension_from_
 # An HTTP judge's endpoint that gave no usable answer (none after its retries, or a refused one:
 # http_backend.read_answer): judge_http_error.
 FAILURE_CAUSES = ("judge_prompt_too_long", "judge_truncated", "judge_invalid_verdict", "judge_http_error")
-MAX_PROMPT_TOKENS = 4096  # longest judge prompt sent (capped by the judge's context); longer ones are counted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,13 +115,12 @@ def load_judge(
     layout = layout or sharding.single_device_layout()
     weights = loader.to_layout(loader.load_weights(checkpoint_dir, layout, **dtypes), layout, per_layer=True)
     # A prompt that cannot fit the judge's context is counted as too long, never sent to generate.
-    cfg = weights.cfg
-    context_left = cfg.max_position_embeddings - max_new_tokens
-    if context_left < 1:
-        raise ValueError(f"judge {checkpoint_dir}: max_new_tokens={max_new_tokens} leaves no room in its "
-                         f"{cfg.max_position_embeddings}-token context")
+    try:
+        budget = prompt_budget(weights.cfg.max_position_embeddings, max_new_tokens, max_prompt_tokens)
+    except ValueError as e:
+        raise ValueError(f"judge {checkpoint_dir}: {e}") from None
     return Judge(name or str(checkpoint_dir), tokenizer, SamplerBackend(weights, sampling.generate, layout, batch_size),
-                 sampler=sampler, max_new_tokens=max_new_tokens, max_prompt_tokens=min(max_prompt_tokens, context_left))
+                 sampler=sampler, max_new_tokens=max_new_tokens, max_prompt_tokens=budget)
 
 
 @dataclasses.dataclass(frozen=True)

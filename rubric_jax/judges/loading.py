@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rubric_jax.judges.spec import JudgeSpec, judge_hash
+from rubric_jax.judges.spec import MAX_PROMPT_TOKENS, JudgeSpec, judge_hash, prompt_budget
 
 if TYPE_CHECKING:  # jax loads only when judges are loaded
     import jax
@@ -58,7 +58,7 @@ def load_judges(spec: JudgeSpec, layout_or_mesh: sharding.Layout | jax.sharding.
                 where: str = "judge", max_prompt_tokens: int | None = None) -> tuple[Judge, ...]:
     """Every checkpoint of `spec` loaded into the decode layout over the devices of `layout_or_mesh`
     (default: every local device) with groups of `spec.tensor` devices splitting each weight, in the spec's
-    dtypes, sampler, answer budget and batch size. `max_prompt_tokens` (default llm_judge.MAX_PROMPT_TOKENS)
+    dtypes, sampler, answer budget and batch size. `max_prompt_tokens` (default MAX_PROMPT_TOKENS)
     is capped by each judge's context. A bad directory or tensor size is a ValueError naming `where`.
     With backend=openai: one judge answered by the endpoint, checked to answer now (else a ValueError naming it)."""
     from rubric_jax import sharding
@@ -83,7 +83,7 @@ def load_judges(spec: JudgeSpec, layout_or_mesh: sharding.Layout | jax.sharding.
             judges.append(llm_judge.load_judge(
                 path, layout=layout, param_dtype=spec.param_dtype, compute_dtype=spec.compute_dtype,
                 sampler=spec.sampler, max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size,
-                max_prompt_tokens=max_prompt_tokens or llm_judge.MAX_PROMPT_TOKENS))
+                max_prompt_tokens=max_prompt_tokens or MAX_PROMPT_TOKENS))
         except (OSError, ValueError) as e:
             raise ValueError(f"{where}.checkpoint={path}: {e}") from None
     return tuple(judges)
@@ -107,14 +107,17 @@ def _endpoint_judge(spec: JudgeSpec, where: str, max_prompt_tokens: int | None) 
     from rubric_jax.models.config import ModelConfig
 
     check_checkpoints(spec, where)
-    tokenizer, limit = None, max_prompt_tokens or llm_judge.MAX_PROMPT_TOKENS
+    tokenizer, limit = None, max_prompt_tokens or MAX_PROMPT_TOKENS
     for path in spec.checkpoints:
         tokenizer = load_tokenizer(path)
-        limit = min(limit, ModelConfig.from_hf_dir(path).max_position_embeddings - spec.max_new_tokens)
+        try:
+            limit = prompt_budget(ModelConfig.from_hf_dir(path).max_position_embeddings, spec.max_new_tokens, limit)
+        except ValueError as e:
+            raise ValueError(f"{where}: judge {path}: {e}") from None
     try:
         client = http_backend.HttpJudgeClient(spec, tokenizer)
         client.check()
     except http_backend.EndpointError as e:
         raise ValueError(str(e).replace("judge.", f"{where}.")) from None
     return llm_judge.Judge(client.name, tokenizer, HttpBackend(client), sampler=spec.sampler,
-                           max_new_tokens=spec.max_new_tokens, max_prompt_tokens=max(limit, 1))
+                           max_new_tokens=spec.max_new_tokens, max_prompt_tokens=limit)

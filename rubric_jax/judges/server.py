@@ -39,7 +39,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from rubric_jax import data, padding, samplers, sampling
+from rubric_jax import data, padding, sampler_names, sampling
 from rubric_jax.judges.llm_judge import Judge
 from rubric_jax.judges.spec import weights_identity
 
@@ -251,15 +251,15 @@ def _number(body: Mapping[str, Any], field: str) -> float | None:
 
 def sampler_of(body: Mapping[str, Any]) -> str:
     """The sampler string of a request's temperature (0 or absent: greedy), top_p and top_k; a temperature is 0 or
-    one `sampling.parse_sampler` takes (finite and not 0 in float32, at least samplers.MIN_TEMPERATURE)."""
+    one `sampling.parse_sampler` takes (finite and not 0 in float32, at least sampler_names.MIN_TEMPERATURE)."""
     temperature, top_p = _number(body, "temperature"), _number(body, "top_p")
     top_k = 0 if body.get("top_k") is None else body["top_k"]
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k not in (0, -1, *TOP_K_CHOICES):
         raise RequestError(f"top_k={top_k!r}: expected one of {list(TOP_K_CHOICES)}, or 0 or -1 (off): each top_k "
                            "compiles a sampling program of its own")
-    if temperature and not samplers.MIN_TEMPERATURE <= temperature <= samplers.MAX_TEMPERATURE:
+    if temperature and not sampler_names.MIN_TEMPERATURE <= temperature <= sampler_names.MAX_TEMPERATURE:
         raise RequestError(f"temperature={temperature!r}: expected 0 (greedy) or a number in "
-                           f"[{samplers.MIN_TEMPERATURE}, {samplers.MAX_TEMPERATURE:.4g}]")
+                           f"[{sampler_names.MIN_TEMPERATURE}, {sampler_names.MAX_TEMPERATURE:.4g}]")
     if top_p is not None and not 0 < top_p <= 1:
         raise RequestError(f"top_p={top_p!r}: expected a number in (0, 1]")
     if not temperature:

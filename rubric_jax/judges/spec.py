@@ -29,21 +29,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rubric_jax import counts
+from rubric_jax import counts, schema
 from rubric_jax.judges.prompts import PROMPT_VERSION
+from rubric_jax.sampler_names import parse_sampler
+from rubric_jax.schema import setting
 
-# The judge block's counts: (smallest, largest) allowed (rubric_jax/counts.py).
-COUNT_BOUNDS = {
-    "samples": (1, 64),  # verdicts per item, combined by the median (RubricRL uses 3-5)
-    "max_retries": (0, 10),  # re-prompt rounds
-    "max_new_tokens": (1, counts.TOKENS),
-    "batch_size": (0, 1 << 16),  # prompts per generate call (0 = a whole round)
-    "tensor": (1, counts.DEVICES),
-    "max_concurrency": (1, 1024),  # HTTP requests in flight
-    "max_retries_http": (0, 20),
-    "requests_per_minute": (0, 10**7),  # 0 = unlimited
-    "tokens_per_minute": (0, 10**10),  # 0 = unlimited
-}
 MODES = ("per_dimension", "all_criteria")  # one prompt per (response, LLM dimension) | one per response (QuRL)
 BENCHMARK_MODE = "benchmark"  # experiments.evaluate only: the benchmark's own prescribed mode
 PROMPTS = ("full", "compact")  # prompts.single_prompt / multi_prompt, or a distilled judge's compact_single_prompt
@@ -72,62 +62,134 @@ CASCADE_FIELDS = ("cascade", "cascade_spread", "cascade_margin", "cascade_thresh
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
                    "special_tokens_map.json", "added_tokens.json", "tokenizer.model", "vocab.json", "merges.txt")
 TENSOR_EDGE_BYTES = 4096  # bytes hashed at each end of every tensor (weights_identity)
-_BLOCK_NAMES = {"checkpoints": "checkpoint"}  # spec field -> config block field, where they differ
+MAX_PROMPT_TOKENS = 4096  # longest judge prompt sent (capped by the judge's context); longer ones are counted
 
 
-class JudgeSpecError(ValueError):
-    """A bad judge field: `field` (the config block's name), `value` and why; str() names `judge.<field>`."""
+def prompt_budget(context: int, max_new_tokens: int, limit: int = MAX_PROMPT_TOKENS) -> int:
+    """The longest prompt a judge of `context` positions reads while leaving room for its `max_new_tokens`-token
+    answer, at most `limit` (llm_judge.load_judge, the endpoint judge of judges/loading.py and the dry run all use
+    it); a ValueError when the answer leaves no room."""
+    if context - max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room in its {context}-token context")
+    return min(limit, context - max_new_tokens)
+
+
+class JudgeSpecError(schema.BlockError):
+    """A bad judge field: `field` (the config block's name), `value` and why; str() names `<where>.<field>`."""
 
     def __init__(self, field: str, value: Any, why: str, where: str = "judge"):
-        self.field, self.value, self.why = field, value, why
-        super().__init__(f"{where}.{field}={value!r}: {why}")
+        self.field = field
+        super().__init__(f"{where}.{field}", value, why)
 
 
 @dataclasses.dataclass(frozen=True)
-class JudgeSpec:
-    """The LLM judge of a command: which weights, how they are prompted and sampled, and how they are loaded.
-    Field meanings are those of configs/common.py `judge_block()`."""
+class JudgeSpec(schema.Block):
+    """The judge block (configs/common.py `judge_block()` is generated from it): one block with one set of defaults
+    for experiments.run (config.judge) and the --judge of score, calibrate, evaluate, distill_judge and
+    build_rubrics; judge files in configs/judges/ start from it. Fields marked [hash] change verdicts and enter the
+    judge hash. Each meaning gives its source: the paper section it follows, or the module that implements it
+    (docs/judges.md has the same table). The block's `checkpoint` is comma-separated and its `cascade` a judge
+    config file's path (`from_config`, `to_block`)."""
 
-    checkpoints: tuple[str, ...] = ()  # HF directories; () = rule dimensions only
-    ensemble: str = "mean"
-    mode: str = "per_dimension"
-    prompt: str = "full"
-    samples: int = 3
-    shuffle_anchors: bool = True
-    max_retries: int = 2
-    max_new_tokens: int = 64
-    sampler: str = "temperature(0.7)"
-    param_dtype: str = "auto"
-    compute_dtype: str = "auto"
-    batch_size: int = 0
-    tensor: int = 1
-    calibration: str = ""
-    require_calibration: bool = False
-    store: str = ""
-    store_rollouts: bool = False
-    backend: str = "jax"
-    base_url: str = ""
-    model: str = ""
-    api_key_env: str = ""
-    endpoint: str = "chat"
-    max_concurrency: int = 8
-    timeout_s: float = 60.0
-    max_retries_http: int = 5
-    outage_s: float = 300.0
-    requests_per_minute: int = 0
-    tokens_per_minute: int = 0
-    layout: str = "criteria_first"
-    cascade: JudgeSpec | None = None  # the refining judge (block: the path of its judge config file, or "")
-    cascade_spread: float = 0.0
-    cascade_margin: float = 0.0
-    cascade_thresholds: tuple[float, ...] = ()
+    checkpoints: tuple[str, ...] = setting(
+        (), "[hash: weights identity] Local HF dir(s) of the judge, comma-separated for an ensemble; \"\" = rule "
+        "dimensions only.", key="checkpoint")
+    ensemble: str = setting("mean", "[hash] How several judges combine: mean, or agreement weighting (RubricRL §6.2).",
+                            choices=ENSEMBLES)
+    mode: str = setting(
+        "per_dimension", "[hash] per_dimension: one prompt per (response, LLM dimension) (RubricRL §3); all_criteria: "
+        "one prompt per response over all its LLM criteria (QuRL); benchmark: the benchmark's prescribed one "
+        "(experiments.evaluate only).")
+    prompt: str = setting("full", "[hash] full (rules, question, criteria), or compact: a distilled judge's short "
+                          "prompt (per_dimension only).", choices=PROMPTS)
+    layout: str = setting(
+        "criteria_first", "[hash, when not the default] criteria_first: each prompt prefilled whole, the criterion "
+        "before the response; shared_prefix: the response first and the criterion last, a response's shared part "
+        "prefilled once for all its LLM dimensions (per_dimension only; its own calibration; cost and agreement in "
+        "docs/judges.md, \"Shared-prefix judging\").", choices=LAYOUTS)
+    samples: int = setting(3, "[hash] Judge samples per item, combined by the median (RubricRL §3.3).", bounds=(1, 64))
+    shuffle_anchors: bool = setting(True, "[hash] A fresh anchor order per judge sample (RubricRL §3.3).")
+    max_retries: int = setting(2, "[hash] Re-prompt rounds for unparseable answers before a score is missing "
+                               "(judges/llm_judge.py rounds).", bounds=(0, 10))
+    max_new_tokens: int = setting(64, "[hash] Judge answer budget in tokens (a verdict cut at it is invalid: "
+                                  "judges/llm_judge.py).", bounds=(1, counts.TOKENS))
+    sampler: str = setting("temperature(0.7)", "[hash] Judge sampler (rubric_jax.sampling: greedy, temperature(t), "
+                           "topk, nucleus).")
+    param_dtype: str = setting("auto", "[hash] Judge weights dtype (rubric_jax/loader.py): auto (bfloat16 on "
+                               "accelerators, float32 on CPU), float32, bfloat16.", choices=counts.DTYPE_CHOICES)
+    compute_dtype: str = setting("auto", "[hash] Judge activation dtype, same choices.", choices=counts.DTYPE_CHOICES)
+    batch_size: int = setting(0, "Most judge prompts per generate call (bounds its KV cache; 0 = a whole round at "
+                              "once; judges/llm_judge.py).", bounds=(0, 1 << 16))
+    tensor: int = setting(1, "Consecutive devices splitting each judge weight (its decode tensor-parallel group: "
+                          "sharding.decode_layout); the other devices hold replicas.", bounds=(1, counts.DEVICES))
+    calibration: str = setting(
+        "", "A calibration report.json (experiments.calibrate; RubricRL §3.2: Spearman/kappa vs human labels, flagged "
+        "below 0.6) checked against this (rubric, judge) pair at start-up (rubric_jax/calibration/pinning.py); \"\" = "
+        "none.")
+    require_calibration: bool = setting(False, "True: an uncalibrated (rubric, judge) pair or a flagged dimension "
+                                        "stops the command (exit 2).")
+    store: str = setting("", "Verdict store (judges/store.py: SQLite on a local disk) of judge answers, keyed by the "
+                         "judge hash; \"\" = none.")
+    store_rollouts: bool = setting(False, "Policy responses read/write the store too (off: they never repeat; golden "
+                                   "references always do).")
+    backend: str = setting(
+        "jax", "[hash, openai only] Where verdicts come from (docs/judges.md, \"Judges anywhere\"): jax = the "
+        "checkpoint in this process; openai = an OpenAI-compatible endpoint (an API, vLLM/SGLang, or "
+        "experiments.serve), checkpoint then optional (its tokenizer). The endpoint fields below are "
+        "judges/http_backend.py's.", choices=BACKENDS)
+    base_url: str = setting("", "[hash] The endpoint's URL up to /v1, e.g. http://127.0.0.1:8000/v1 (backend=openai "
+                            "only).")
+    model: str = setting("", "[hash] The served model's name, as GET <base_url>/models lists it (backend=openai only).")
+    api_key_env: str = setting("", "NAME of the environment variable holding the API key (\"\" = no key); the key is "
+                               "never stored.")
+    endpoint: str = setting("chat", "[hash] chat: /v1/chat/completions; completions: /v1/completions with the "
+                            "checkpoint's chat template.", choices=ENDPOINTS)
+    max_concurrency: int = setting(8, "Judge requests in flight at once.", bounds=(1, 1024))
+    timeout_s: float = setting(60.0, "Seconds one request may take before it is retried.")
+    max_retries_http: int = setting(5, "HTTP retries per request (exponential backoff with jitter, honouring "
+                                    "Retry-After).", bounds=(0, 20))
+    outage_s: float = setting(300.0, "Seconds an unreachable endpoint is waited for (then the command stops, "
+                              "resumable); 0 = its prompts' scores go missing.")
+    requests_per_minute: int = setting(0, "Request rate limit (0 = unlimited).", bounds=(0, 10**7))
+    tokens_per_minute: int = setting(0, "Token rate limit: prompt + completion tokens, estimated before the answer "
+                                     "(0 = unlimited).", bounds=(0, 10**10))
+    cascade: JudgeSpec | None = setting(
+        None, "[hash: the refining judge's own hash] Cascade (RubricRL §7 \"用更小的模型做初筛、大模型做精评\"; "
+        "docs/judges.md, \"Cascade\"): this judge screens every item (one score of one response on one LLM "
+        "dimension); a second judge re-judges only the uncertain ones, and its verdict replaces the first's. The "
+        "path of the refining judge's config file (configs/judges/*.py); \"\" = none. The cascade_* fields are "
+        "read (and hashed) only with a cascade.")
+    cascade_spread: float = setting(0.0, "[hash] Escalate an item whose valid samples spread (max - min, [0, 1] "
+                                    "scale) more than this.", bounds=(0.0, 1.0))
+    cascade_margin: float = setting(
+        0.0, "[hash] Escalate an item whose score (median, [0, 1] scale) lies within this of a decision: a gate "
+        "dimension's failing score 0 (a gate failure is confirmed), or one of cascade_thresholds. An item without a "
+        "verdict escalates.", bounds=(0.0, 1.0))
+    cascade_thresholds: tuple[float, ...] = setting((), "[hash] Decision thresholds ([0, 1] scale) besides the "
+                                                    "gates', e.g. (0.5,): met / not met.")
     # Not a config field: calibration's position probe lists anchors (and all_criteria criteria) reversed.
     reverse_order: bool = False
 
     def __post_init__(self) -> None:
+        try:
+            super().__post_init__()
+        except schema.BlockError as e:  # a spec made in code names `judge.<field>`; from_config names its `where`
+            raise JudgeSpecError(e.key, e.value, e.why) from None
+
+    def validate(self) -> None:
+        """The rules between fields, the sampler's grammar and the endpoint's and cascade's fields."""
         problem = next(_problems(self), None)
         if problem is not None:
-            raise JudgeSpecError(*problem)
+            raise schema.BlockError(*problem)
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any], where: str = "judge") -> JudgeSpec:
+        """The judge block nested in another block (an experiment's config.judge): `from_config`."""
+        return cls.from_config(values, where)
+
+    def to_values(self) -> dict[str, Any]:
+        """The judge block's config form: `to_block`."""
+        return self.to_block()
 
     @classmethod
     def from_config(cls, block: Mapping[str, Any], where: str = "judge", *, allow_benchmark: bool = False
@@ -136,13 +198,13 @@ class JudgeSpec:
         `where` prefixes every error ("--judge" or "config.judge"). `mode=benchmark` only with
         `allow_benchmark` (experiments.evaluate), resolved later by `for_benchmark`."""
         values = dict(block.to_dict() if hasattr(block, "to_dict") else block)
-        names = {_BLOCK_NAMES.get(f.name, f.name) for f in dataclasses.fields(cls) if f.name != "reverse_order"}
+        names = {schema.config_key(f) for f in schema.config_fields(cls)}
         unknown, missing = sorted(set(values) - names), sorted(names - set(values))
         if unknown or missing:
             problems = [f"unknown field(s) {unknown}"] * bool(unknown) + [f"missing field(s) {missing}"] * bool(missing)
             raise ValueError(f"{where}: " + "; ".join(problems))
         values["cascade"] = _cascade_spec(values["cascade"], where, allow_benchmark)
-        if isinstance(values["cascade_thresholds"], (list, tuple)):
+        if isinstance(values["cascade_thresholds"], list):
             values["cascade_thresholds"] = tuple(values["cascade_thresholds"])
         checkpoint = values.pop("checkpoint")
         if not isinstance(checkpoint, str):
@@ -169,42 +231,28 @@ class JudgeSpec:
                                                                                           cascade=cascade)
 
     def to_block(self) -> dict[str, Any]:
-        """The config-block form (checkpoint as a comma-separated string), e.g. for reports."""
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "reverse_order"}
-        fields["checkpoint"] = ",".join(fields.pop("checkpoints"))
+        """The config-block form (checkpoint as a comma-separated string, the cascade as its block or ""), e.g. for
+        reports and configs/common.py `judge_block()`."""
+        fields = {schema.config_key(f): getattr(self, f.name) for f in schema.config_fields(self)}
+        fields["checkpoint"] = ",".join(self.checkpoints)
         fields["cascade"] = self.cascade.to_block() if self.cascade is not None else ""
         return fields
 
 
-def _problems(spec: JudgeSpec):
-    """(block field, value, why) of every invalid field, in field order."""
-    from rubric_jax.loader import DTYPE_CHOICES  # imported here (jax): importing this module stays cheap
-    from rubric_jax.sampling import parse_sampler
+FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(JudgeSpec)}  # each spec field's default
 
-    for field, (smallest, largest) in COUNT_BOUNDS.items():
-        why = counts.problem(getattr(spec, field), smallest, largest)
-        if why is not None:
-            yield field, getattr(spec, field), why
-    choices = (("ensemble", ENSEMBLES), ("mode", (*MODES, BENCHMARK_MODE) if spec.mode == BENCHMARK_MODE else MODES),
-               ("prompt", PROMPTS), ("param_dtype", DTYPE_CHOICES), ("compute_dtype", DTYPE_CHOICES),
-               ("backend", BACKENDS), ("endpoint", ENDPOINTS), ("layout", LAYOUTS))
-    for field, allowed in choices:
-        if getattr(spec, field) not in allowed:
-            yield field, getattr(spec, field), f"expected one of {allowed}"
-    for field in ("shuffle_anchors", "require_calibration", "store_rollouts", "reverse_order"):
-        if not isinstance(getattr(spec, field), bool):
-            yield field, getattr(spec, field), "expected True or False"
-    if not isinstance(spec.sampler, str):
-        yield "sampler", spec.sampler, "expected a sampler string such as 'greedy' or 'temperature(0.7)'"
-    else:
-        try:
-            parse_sampler(spec.sampler)
-        except ValueError as e:
-            yield "sampler", spec.sampler, str(e).removeprefix(f"sampler {spec.sampler!r}: ")
-    if not isinstance(spec.calibration, str):
-        yield "calibration", spec.calibration, "expected the path of a calibration report.json, or ''"
-    if not isinstance(spec.store, str):
-        yield "store", spec.store, "expected the path of a verdict store (SQLite file), or ''"
+
+def _problems(spec: JudgeSpec):
+    """(block field, value, why) of every invalid field the field types, bounds and choices leave, in field order."""
+    modes = (*MODES, BENCHMARK_MODE) if spec.mode == BENCHMARK_MODE else MODES
+    if spec.mode not in modes:
+        yield "mode", spec.mode, f"expected one of {modes}"
+    if not isinstance(spec.reverse_order, bool):
+        yield "reverse_order", spec.reverse_order, "expected True or False"
+    try:
+        parse_sampler(spec.sampler)
+    except ValueError as e:
+        yield "sampler", spec.sampler, str(e).removeprefix(f"sampler {spec.sampler!r}: ")
     if spec.store and not spec.has_judge:
         yield "store", spec.store, "there is no LLM judge (checkpoint or endpoint) whose verdicts to store"
     if spec.store_rollouts is True and not spec.store:
@@ -256,23 +304,16 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def _cascade_problems(spec: JudgeSpec):
-    """(block field, value, why) of every invalid cascade field."""
-    for field in ("cascade_spread", "cascade_margin"):
-        value = getattr(spec, field)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-            yield field, value, "expected a number in [0, 1] (a distance on the normalised score scale)"
+    """(block field, value, why) of every invalid cascade field (the bounds of its spread and margin are theirs)."""
     thresholds = spec.cascade_thresholds
-    if not isinstance(thresholds, tuple) or any(isinstance(t, bool) or not isinstance(t, (int, float))
-                                                or not 0 <= t <= 1 for t in thresholds):
+    if any(isinstance(t, bool) or not 0 <= t <= 1 for t in thresholds):
         yield "cascade_thresholds", thresholds, "expected a tuple of normalised scores in [0, 1], e.g. (0.5,)"
     if spec.cascade is None:
         for field in ("cascade_spread", "cascade_margin", "cascade_thresholds"):
-            if getattr(spec, field) != getattr(JudgeSpec, field):
+            if getattr(spec, field) != FIELD_DEFAULTS[field]:
                 yield field, getattr(spec, field), "is read only with a cascade: set cascade=PATH (a judge config file)"
         return
-    if not isinstance(spec.cascade, JudgeSpec):
-        yield "cascade", spec.cascade, "expected the refining judge's JudgeSpec"
-    elif not spec.has_judge:
+    if not spec.has_judge:
         yield "cascade", ",".join(spec.cascade.checkpoints), "there is no first judge (checkpoint) whose verdicts to refine"
     elif not spec.cascade.has_judge:
         yield "cascade", "", "the refining judge has no checkpoint (or endpoint)"
@@ -294,19 +335,16 @@ def _endpoint_problems(spec: JudgeSpec):
     outage = spec.outage_s
     if isinstance(outage, bool) or not isinstance(outage, (int, float)) or not 0 <= outage < float("inf"):
         yield "outage_s", outage, "expected a number of seconds >= 0"
-    for field in ("base_url", "model", "api_key_env"):
-        if not isinstance(getattr(spec, field), str):
-            yield field, getattr(spec, field), "expected a string"
     if spec.backend != "openai":
         for field in ("base_url", "model", "api_key_env"):
             if getattr(spec, field):
                 yield field, getattr(spec, field), "is read only with backend=openai"
         return
-    if not isinstance(spec.base_url, str) or not re.match(r"^https?://[^/\s]+", spec.base_url):
+    if not re.match(r"^https?://[^/\s]+", spec.base_url):
         yield "base_url", spec.base_url, "expected the endpoint's http(s) URL, e.g. http://127.0.0.1:8000/v1"
     if not spec.model:
         yield "model", spec.model, "expected the served model's name (GET <base_url>/models lists them)"
-    if isinstance(spec.api_key_env, str) and spec.api_key_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*",
+    if spec.api_key_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*",
                                                                                spec.api_key_env):
         yield "api_key_env", spec.api_key_env, "expected the NAME of an environment variable holding the key"
     if len(spec.checkpoints) > 1:
@@ -346,9 +384,6 @@ def weights_identity(checkpoint_dir: str | Path) -> str:
         if (root / name).is_file():
             digest.update(f"\0{name}\0".encode() + (root / name).read_bytes())
     return digest.hexdigest()
-
-
-FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(JudgeSpec)}  # each spec field's default
 
 
 def verdict_fields(spec: JudgeSpec) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """One config surface (issue 22 §3): every command's flags are its inputs and outputs; its settings come from a
-config file (--config, default configs/commands/<command>.py, built from the blocks of configs/common.py) and the
-judge from --judge. A grep of experiments/ proves no command defines a model, mesh, sampler, judge or any other
+config file (--config, default configs/commands/<command>.py, generated from the command's block in
+rubric_jax/command_blocks.py) and the judge from --judge. A grep of experiments/ proves no command defines a model, mesh, sampler, judge or any other
 setting flag of its own, and every key of every command's settings has a one-line meaning."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from pathlib import Path
 import ml_collections
 import pytest
 
-from experiments import cli
+from rubric_jax import config_boundary, schema
+from rubric_jax.command_blocks import COMMANDS
 from tests import cli_reference
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,29 +72,34 @@ def test_the_grep_sees_every_way_a_flag_is_defined():
     assert defined_flags(source) == {"config", "tensor", "sampler", "judge"}
 
 
-@pytest.mark.parametrize("name", sorted(set(INPUTS_AND_OUTPUTS) - WITHOUT_CONFIG - {"run", "sweep", "build_rubrics"}))
-def test_each_command_has_a_locked_settings_file_whose_every_key_has_a_meaning(name):
-    """configs/commands/<name>.py builds, every key has a comment (in the file or in the common.py block that made
-    it: tests/cli_reference.py puts it in docs/cli.md), and ml_collections' lock refuses a key it does not have."""
+SETTINGS_COMMANDS = sorted(set(INPUTS_AND_OUTPUTS) - WITHOUT_CONFIG - {"run", "sweep", "build_rubrics"})
+
+
+@pytest.mark.parametrize("name", SETTINGS_COMMANDS)
+def test_each_command_has_a_locked_settings_file_generated_from_its_block(name):
+    """configs/commands/<name>.py is its block's config form (rubric_jax/command_blocks.py), every key has a meaning
+    (tests/cli_reference.py puts it in docs/cli.md), the defaults make the block, and ml_collections' lock refuses a
+    key it does not have."""
     config = importlib.import_module(f"configs.commands.{name}").get_config()
+    block = COMMANDS[name]
+    assert config.to_dict() == schema.defaults(block)
+    assert config_boundary.to_block(config, block, "--config") == block()
     rows = cli_reference.settings(name)
-    assert rows and [key for key, _, meaning in rows if not meaning] == []
+    assert rows and [row.key for row in rows if not row.doc] == []
     locked = ml_collections.ConfigDict(config)
     locked.lock()
     with pytest.raises(AttributeError):
         locked.no_such_key = 1
 
 
-def test_the_meaning_lookup_follows_a_block_to_the_function_that_built_it(tmp_path):
-    """A key set in get_config takes its own comment; a key of a block takes the block function's comment, or
-    the comment lines above its assignment; a key without one has none (and the test above fails)."""
-    path = tmp_path / "c.py"
-    path.write_text("def blk():\n    b = {}\n    # Above,\n    # two lines.\n    b.x = 1\n    b.y = 2  # Why y.\n"
-                    "    b.z = 3\n    return b\n\n\ndef get_config():\n    c = {}\n    c.a = blk()  # ignored\n"
-                    "    c.a.y = 5  # Overridden here.\n    c.s = 'v'  # Own.\n    return c\n")
-    found = cli_reference.blocks(path)
-    assert [cli_reference.meaning(k, "get_config", found) for k in ("a.x", "a.y", "a.z", "s", "t")] == [
-        "Above, two lines.", "Overridden here.", "", "Own.", ""]
+@pytest.mark.parametrize("name", SETTINGS_COMMANDS)
+def test_each_command_reads_its_config_once_as_its_block(name):
+    """Issue 35: a command's main turns its --config into its block once (experiments/cli.py settings); nothing
+    else in the command reads the ConfigDict, so every value it uses went through the block's checks."""
+    source = (REPO / "experiments" / f"{name}.py").read_text(encoding="utf-8")
+    reads = [line.strip() for line in source.splitlines() if re.search(r"(?<!\w)_CONFIG\.value", line)]
+    assert reads == [f'{reads[0].split("=")[0].strip()} = cli.settings("experiments.{name}", _CONFIG.value, '
+                     f'{COMMANDS[name].__name__})'], reads
 
 
 def _integer_keys(config: ml_collections.ConfigDict, prefix: str = "") -> set[str]:
@@ -107,21 +113,31 @@ def _integer_keys(config: ml_collections.ConfigDict, prefix: str = "") -> set[st
     return keys
 
 
-@pytest.mark.parametrize("name", sorted(set(INPUTS_AND_OUTPUTS) - WITHOUT_CONFIG - {"run", "sweep", "build_rubrics"}))
+@pytest.mark.parametrize("name", SETTINGS_COMMANDS)
 def test_every_integer_setting_of_every_command_is_bounded_on_both_sides(name):
-    """Issue 38 H6: each integer of configs/commands/<name>.py has a (smallest, largest) in its COUNT_BOUNDS, which
-    experiments/cli.py start() checks before any work; one past either end is refused naming the key and the bound
-    (a seed past 2**32 - 1 would be truncated by jax.random.key, past 2**63 raise OverflowError)."""
-    module = importlib.import_module(f"configs.commands.{name}")
-    config = module.get_config()
-    assert _integer_keys(config) == set(module.COUNT_BOUNDS), name
-    cli.check_counts(config, module.COUNT_BOUNDS)  # the defaults pass
-    for key, (smallest, largest) in module.COUNT_BOUNDS.items():
+    """Issue 38 H6: each integer of configs/commands/<name>.py has a (smallest, largest) on its block's field, which
+    the command's main checks (experiments/cli.py settings) before any work; one past either end is refused naming
+    the key and the bound (a seed past 2**32 - 1 would be truncated by jax.random.key, past 2**63 raise
+    OverflowError)."""
+    config = importlib.import_module(f"configs.commands.{name}").get_config()
+    bounds = {row.key: row.allowed for row in schema.rows(COMMANDS[name]) if row.kind == "int"}
+    assert _integer_keys(config) == set(bounds) and all(bounds.values()), name
+    for key, allowed in bounds.items():
+        smallest, largest = map(int, allowed.strip("[]").split(", "))
         for value, why in ((largest + 1, f"<= {largest}"), (smallest - 1, f">= {smallest}")):
             bad = copy.deepcopy(config)
             bad.update_from_flattened_dict({key: value})
-            with pytest.raises(ValueError, match=rf"^--config\.{re.escape(key)}={value}: expected an integer {why}$"):
-                cli.check_counts(bad, module.COUNT_BOUNDS)
+            with pytest.raises(schema.BlockError,
+                               match=rf"^--config\.{re.escape(key)}={value}: expected an integer {why}$"):
+                config_boundary.to_block(bad, COMMANDS[name], "--config")
+
+
+def test_a_mesh_axis_of_zero_is_refused_naming_it():
+    """evaluate's mesh: an axis is a size or -1 (the remaining devices); 0 is refused by the block, naming the axis."""
+    config = importlib.import_module("configs.commands.evaluate").get_config()
+    config.mesh.fsdp = 0
+    with pytest.raises(schema.BlockError, match=r"^--config\.mesh\.fsdp=0: expected an axis size >= 1, or -1 "):
+        config_boundary.to_block(config, COMMANDS["evaluate"], "--config")
 
 
 @pytest.mark.parametrize("command, setting, message", [

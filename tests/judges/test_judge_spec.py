@@ -160,3 +160,36 @@ def test_weights_identity_sees_a_changed_tensor_edge_but_reads_no_tensor_middle(
     raw[begin] ^= 0xFF
     weights.write_bytes(raw)
     assert weights_identity(copy) != before
+
+
+def test_the_judge_block_is_generated_from_the_spec_with_a_meaning_per_key():
+    """configs/common.py judge_block() is JudgeSpec's config form; every key has its one-line meaning and its
+    bounds live on the field (the block and the spec cannot drift)."""
+    from configs.common import benchmark_judge_block
+    from rubric_jax import schema
+
+    assert judge_block().to_dict() == JudgeSpec().to_block()
+    rows = {row.key: row for row in schema.rows(JudgeSpec)}
+    assert set(rows) == set(judge_block()) and all(row.doc for row in rows.values())
+    assert rows["samples"].allowed == "[1, 64]" and rows["max_new_tokens"].doc.startswith("[hash]")
+    changed = {k for k, v in benchmark_judge_block().items() if judge_block()[k] != v}
+    assert changed == {"mode", "samples", "max_retries", "max_new_tokens"}
+
+
+def test_the_prompt_budget_is_the_context_left_by_the_answer_capped():
+    from rubric_jax.judges.spec import MAX_PROMPT_TOKENS, prompt_budget
+
+    assert prompt_budget(128, 64) == 64 and prompt_budget(1 << 20, 64) == MAX_PROMPT_TOKENS
+    assert prompt_budget(1 << 20, 64, limit=100) == 100
+    with pytest.raises(ValueError, match="max_new_tokens=64 leaves no room in its 64-token context"):
+        prompt_budget(64, 64)
+
+
+def test_the_documented_rows_show_the_blocks_config_form():
+    """docs/cli.md's judge table (schema.rows) shows what a judge file writes: checkpoint and cascade as strings."""
+    from rubric_jax import schema
+
+    rows = {row.key: row for row in schema.rows(JudgeSpec)}
+    assert (rows["checkpoint"].kind, rows["checkpoint"].default) == ("str", "")
+    assert (rows["cascade"].kind, rows["cascade"].default) == ("str", "")
+    assert (rows["cascade_thresholds"].kind, rows["samples"].kind) == ("tuple of float", "int")

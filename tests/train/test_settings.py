@@ -153,8 +153,11 @@ def test_every_count_has_an_upper_bound_named_with_its_key(key):
 
 
 def test_the_judge_blocks_counts_are_bounded_in_an_experiment_too():
-    from rubric_jax.judges.spec import COUNT_BOUNDS
+    from rubric_jax import schema
+    from rubric_jax.judges.spec import JudgeSpec
 
-    for field, (_, largest) in COUNT_BOUNDS.items():
+    counted = [f for f in schema.config_fields(JudgeSpec) if f.metadata["bounds"] and f.type == "int"]
+    assert len(counted) == 9
+    for field, (_, largest) in ((f.name, f.metadata["bounds"]) for f in counted):
         with pytest.raises(ValueError, match=rf"^config\.judge\.{field}={largest + 1}: expected an integer <= "):
             settings.validate(_with(**{f"judge__{field}": largest + 1}))
