@@ -17,12 +17,13 @@ import dataclasses
 import math
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rubric_jax import counts
 
 Bounds = tuple[float, float]
+Parse = Callable[[Mapping[str, Any], str], Any]  # a parsed key's (block mapping, dotted key) -> its typed value
 
 
 class BlockError(ValueError):
@@ -38,11 +39,13 @@ class BlockError(ValueError):
 
 
 def setting(default: Any, doc: str, *, bounds: Bounds | None = None, choices: tuple[Any, ...] | None = None,
-            key: str | None = None) -> Any:
+            key: str | None = None, parse: Parse | None = None) -> Any:
     """A config key of a block: its default, one-line meaning (with its source), and for a number its inclusive
     `bounds` (an integer's by `counts.problem`), or the `choices` of an enum-like value. A block class as the
-    default makes a nested block (its own defaults)."""
-    metadata = {"doc": doc, "bounds": bounds, "choices": choices, "key": key}
+    default makes a nested block (its own defaults). `parse(values, where)` makes the value of a key whose config
+    form is a block of keys checked by a type of its own (a judge spec): `from_mapping` calls it with the block's
+    mapping and its dotted key; the field's default is then `default()` of that type."""
+    metadata = {"doc": doc, "bounds": bounds, "choices": choices, "key": key, "parse": parse}
     if isinstance(default, type):
         return dataclasses.field(default_factory=default, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -91,7 +94,9 @@ def from_mapping(cls: type[Block], values: Mapping[str, Any], where: str = "") -
     kwargs = {}
     for key, f in fields.items():
         value, kind = values[key], hints[f.name]
-        if _is_block(kind):
+        if f.metadata["parse"] is not None:
+            value = f.metadata["parse"](value, _join(where, key))
+        elif _is_block(kind):
             if not isinstance(value, Mapping):
                 raise BlockError(_join(where, key), value, "expected a block of keys")
             value = from_mapping(kind, value, _join(where, key))
@@ -105,7 +110,8 @@ def from_mapping(cls: type[Block], values: Mapping[str, Any], where: str = "") -
 
 
 def to_mapping(block: Block) -> dict[str, Any]:
-    """A block's config keys and values (nested blocks as dicts): the inverse of `from_mapping`."""
+    """A block's config keys and values (nested blocks as dicts): the inverse of `from_mapping` (a parsed key's
+    value stays its typed value: its config form is its own type's)."""
     out = {}
     for f in config_fields(block):
         value = getattr(block, f.name)
@@ -136,6 +142,9 @@ def rows(cls: type[Block], prefix: str = "") -> list[Row]:
         key, kind = _join(prefix, config_key(f)), hints[f.name]
         if _is_block(kind):
             out += rows(kind, key)
+            continue
+        if f.metadata["parse"] is not None:
+            out.append(Row(key, _type_name(kind), "", "a block of its own keys", f.metadata["doc"]))
             continue
         bounds, choices = f.metadata["bounds"], f.metadata["choices"]
         allowed = (" | ".join(map(str, choices)) if choices else
@@ -202,6 +211,8 @@ def _problem(value: Any, kind: Any, bounds: Bounds | None, choices: tuple[Any, .
         options = typing.get_args(kind)
         if not any(_problem(value, option, bounds, None) is None for option in options):
             return f"expected one of the types {[_type_name(o) for o in options]}"
+    elif isinstance(kind, type) and not isinstance(value, kind):
+        return f"expected a {kind.__name__}"
     if choices is not None and value not in choices:
         return f"expected one of {tuple(choices)}"
     return None
