@@ -133,6 +133,7 @@ class Row:
     default: Any
     allowed: str
     doc: str
+    bounds: Bounds | None = None
 
 
 def rows(cls: type[Block], prefix: str = "") -> list[Row]:
@@ -149,7 +150,7 @@ def rows(cls: type[Block], prefix: str = "") -> list[Row]:
         bounds, choices = f.metadata["bounds"], f.metadata["choices"]
         allowed = (" | ".join(map(str, choices)) if choices else
                    f"[{bounds[0]:g}, {bounds[1]:g}]" if bounds else "")
-        out.append(Row(key, _type_name(kind), getattr(made, f.name), allowed, f.metadata["doc"]))
+        out.append(Row(key, _type_name(kind), getattr(made, f.name), allowed, f.metadata["doc"], bounds))
     return out
 
 

@@ -24,27 +24,30 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-import ml_collections
-
-from rubric_jax import distributed, metrics, plots
+from rubric_jax import config_boundary, distributed, metrics, plots
 from rubric_jax.rubrics.io import dumps_rubric
-from rubric_jax.train import finish, monitors, settings as run_settings, workdir as run_workdir
-from rubric_jax.train.experiment import Experiment, build
+from rubric_jax.train import finish, settings as run_settings, workdir as run_workdir
+from rubric_jax.train.experiment import Experiment, build as experiment_build
 from rubric_jax.train.grpo_stage import GRPOStage
 from rubric_jax.train.runner import Runner, Stage, StopRequest
 from rubric_jax.train.sft_stage import SFTStage
 
 
-def run(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
+def run(config: config_boundary.ConfigDict, workdir: str | Path) -> None:
     """Runs (or resumes) every configured stage and writes plots; see the module docstring. Nothing is
     written before the config, the workdir, the data and the saved checkpoints' records all check out."""
-    settings = run_settings.validate(config)
-    monitors.thresholds(config.monitor)  # the alert thresholds fail here too, before anything is written
+    settings = run_settings.validate(config_boundary.experiment(config))  # the boundary: blocks from here on
     workdir = run_workdir.check_usable(workdir)
-    experiment = build(config, workdir, settings)  # reads only
+    experiment = experiment_build(settings, config_boundary.record(config), workdir)  # reads only
     # One writer per workdir: process 0 holds its lock until the run ends (the OS drops it on any death).
     with run_workdir.exclusive(workdir) if distributed.is_writer() else contextlib.nullcontext():
         run_experiment(experiment)
+
+
+def build(config: config_boundary.ConfigDict, workdir: str | Path) -> Experiment:
+    """The experiment of a resolved config, checked and built as `run` builds it (reads only)."""
+    return experiment_build(run_settings.validate(config_boundary.experiment(config)), config_boundary.record(config),
+                            workdir)
 
 
 def run_experiment(exp: Experiment) -> None:

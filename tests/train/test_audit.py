@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from configs.common import base_config
+from rubric_jax import config_boundary
 from rubric_jax import plots
 from rubric_jax.train import audit, monitors, settings
 from tiny_config import absolute_tiny_config
@@ -110,16 +111,16 @@ def test_a_bad_audit_value_is_one_line_naming_it(key, value, message):
     config = absolute_tiny_config()
     config.audit[key] = value
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        settings.validate(config)
+        settings.validate(config_boundary.experiment(config))
 
 
 def test_the_audit_judge_is_a_judge_spec_validated_as_config_judge_is():
     config = absolute_tiny_config()
-    assert settings.validate(config).audit is None  # no audit judge: no audit
+    assert settings.validate(config_boundary.experiment(config)).audit is None  # no audit judge: no audit
     config.audit.judge.checkpoint = config.judge.checkpoint
     config.audit.judge.samples = 0
     with pytest.raises(ValueError, match=r"config.audit.judge.samples=0: expected an integer >= 1"):
-        settings.validate(config)
+        settings.validate(config_boundary.experiment(config))
 
 
 def test_a_run_plots_the_audit_metrics_with_their_thresholds(tmp_path):
