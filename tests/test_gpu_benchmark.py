@@ -13,8 +13,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from rubric_jax import config_boundary
-from rubric_jax import loader
+from rubric_jax import config_boundary, loader
 from tests.test_aot import _NEEDS_GPU_COMPILER, AOT_PYTHON
 from xla_flags import FAST_COMPILE
 

@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 
 from configs.common import base_config
-from rubric_jax import config_boundary
-from rubric_jax import plots
-from rubric_jax.train import audit, monitors, settings
+from rubric_jax import config_boundary, plots
+from rubric_jax.train import audit, blocks, monitors, settings
 from tiny_config import absolute_tiny_config
 
 LEVELS = (1, 2, 3, 4, 5)
@@ -78,7 +77,7 @@ def test_the_audited_rows_are_a_fixed_seeded_subset():
 def _replay(tmp_path: Path, gaps, agreements) -> list[dict]:
     """Eval rows every 10 steps with these gaps and Spearmans (kappa 0.9), their rises computed from the rows logged
     before them, observed by monitors.Watch with the default thresholds; the alerts it wrote."""
-    limits = monitors.thresholds(base_config().monitor)
+    limits = monitors.thresholds(blocks.MonitorBlock())
     tmp_path.mkdir()
     watch, logged = monitors.Watch(limits, tmp_path, window=10, log=lambda line: None), []
     window = base_config().audit.window
