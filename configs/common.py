@@ -89,67 +89,67 @@ def benchmark_judge_block() -> ml_collections.ConfigDict:
 
 
 def model_block() -> ml_collections.ConfigDict:
-    """The policy model: where its weights come from and how it computes (experiments.run, build_rubrics)."""
+    """config.model: train/blocks.py ModelBlock's keys and defaults (meanings, bounds, rules)."""
     return config_dict(blocks.ModelBlock)
 
 
 def reward_block() -> ml_collections.ConfigDict:
-    """What scores rollouts: rubrics (rule and LLM judges) or a scalar reward model (rubric_jax/judges/reward_model.py;
-    QuRL's "w/ RLHF reward model" ablation, which uses internlm2-7b-reward)."""
+    """config.reward: train/blocks.py RewardBlock's keys and defaults (meanings, bounds, rules)."""
     return config_dict(blocks.RewardBlock)
 
 
 def mesh_block() -> ml_collections.ConfigDict:
-    """The training mesh's axis sizes (rubric_jax/sharding.py MeshConfig); experiments.run adds `rollout`."""
-    return config_dict(blocks.MeshBlock)
+    """A command's mesh axis sizes (rubric_jax/sharding.py MeshConfig: experiments.evaluate's policy); an experiment's
+    mesh is train/blocks.py ExperimentMeshBlock."""
+    b = ml_collections.ConfigDict()
+    b.data = 1  # Data-parallel axis size.
+    b.fsdp = -1  # Fully-sharded axis size (-1: all devices left).
+    b.tensor = 1  # Tensor-parallel axis size.
+    return b
 
 
 def rollout_block() -> ml_collections.ConfigDict:
-    """Decode layout of rollouts over the same devices (verl's 3D-HybridEngine idea; judges have their own, judge.tensor):
-    the policy is resharded to it once per rollout, so no decode step all-gathers an FSDP weight."""
+    """config.mesh.rollout: train/blocks.py RolloutMeshBlock's keys and defaults (meanings, bounds, rules)."""
     return config_dict(blocks.RolloutMeshBlock)
 
 
 def data_block() -> ml_collections.ConfigDict:
-    """The run's data files: questions, SFT pairs, rubric, golden set, and prompt padding."""
+    """config.data: train/blocks.py DataBlock's keys and defaults (meanings, bounds, rules)."""
     return config_dict(blocks.DataBlock)
 
 
 def sft_block() -> ml_collections.ConfigDict:
-    """Cold-start supervised fine-tuning (the `sft` stage)."""
+    """config.sft: train/blocks.py SFTBlock's keys and defaults (meanings, bounds, rules)."""
     return config_dict(blocks.SFTBlock)
 
 
 def rl_block() -> ml_collections.ConfigDict:
-    """GRPO (the `grpo` stage): optimiser, sampling, loss and the multi-dimension recipe."""
+    """config.rl: train/blocks.py RLBlock's keys and defaults (meanings, bounds, rules)."""
     return config_dict(blocks.RLBlock)
 
 
 def eval_block() -> ml_collections.ConfigDict:
-    """Held-out evaluation inside the grpo stage."""
+    """config.eval: train/blocks.py EvalBlock's keys and defaults (meanings, bounds, rules)."""
     return config_dict(blocks.EvalBlock)
 
 
 def monitor_block() -> ml_collections.ConfigDict:
-    """Reward-hacking monitors (RubricRL §6, issue 7 §3): written every GRPO step (train/monitors.py); a value past
-    its threshold appends to <workdir>/alerts.jsonl and logs "alert step N: template share 0.61 > 0.40"."""
+    """config.monitor: train/blocks.py MonitorBlock's keys and defaults (meanings, bounds, rules)."""
     return config_dict(blocks.MonitorBlock)
 
 
 def audit_block() -> ml_collections.ConfigDict:
-    """Audit of the judge on what the policy writes now (RubricRL §6.2, issue 23 §1; train/audit.py): at every eval, a
-    fixed sample of the eval responses is scored again by another judge on the LLM dimensions (audit/* metrics, alerts
-    in the monitor block)."""
+    """config.audit: train/blocks.py AuditBlock's keys and defaults (meanings, bounds, rules)."""
     return config_dict(blocks.AuditBlock, judge=judge_block())
 
 
 def checkpoint_block() -> ml_collections.ConfigDict:
-    """When checkpoints are saved and how many are kept."""
+    """config.checkpoint: train/blocks.py CheckpointBlock's keys and defaults (meanings, bounds, rules)."""
     return config_dict(blocks.CheckpointBlock)
 
 
 def export_block() -> ml_collections.ConfigDict:
-    """Export of the policy as a Hugging Face directory at the end of a run."""
+    """config.export: train/blocks.py ExportBlock's keys and defaults (meanings, bounds, rules)."""
     return config_dict(blocks.ExportBlock)
 
 
@@ -185,7 +185,7 @@ def qurl_block() -> ml_collections.ConfigDict:
 
 
 def log_block() -> ml_collections.ConfigDict:
-    """What a run writes beside its metrics."""
+    """config.log: train/blocks.py LogBlock's keys and defaults (meanings, bounds, rules)."""
     return config_dict(blocks.LogBlock)
 
 
@@ -207,6 +207,6 @@ def decode_block() -> ml_collections.ConfigDict:
 
 
 def base_config() -> ml_collections.ConfigDict:
-    """An experiment's full set of keys (experiments.run, sweep, build_rubrics): experiment files change values,
-    never add keys (the config is locked)."""
+    """An experiment's full set of keys (experiments.run, sweep, build_rubrics; train/blocks.py ExperimentConfig):
+    experiment files change values, never add keys (the config is locked)."""
     return config_dict(blocks.ExperimentConfig, judge=judge_block(), audit=audit_block(), qurl=qurl_block())

@@ -79,7 +79,8 @@ def test_judge_prompts_per_call():
     config.rl.questions_per_step, config.rl.group_size, config.eval.max_questions = 4, 8, 40
     config.judge.samples, config.judge.batch_size = 3, 0
     config.judge.mode = "all_criteria"
-    assert aot.judge_prompts_per_call(config_boundary.experiment(config)) == 40 * 3  # the eval (40) outnumbers a rollout (32)
+    # the eval (40) outnumbers a rollout (32)
+    assert aot.judge_prompts_per_call(config_boundary.experiment(config)) == 40 * 3
     config.judge.mode = "per_dimension"
     config.data.rubric = str(REPO / "configs/rubrics/medical_qa.yaml")  # 3 of its 4 dimensions are LLM-judged
     assert aot.judge_prompts_per_call(config_boundary.experiment(config)) == 40 * 3 * 3

@@ -103,8 +103,9 @@ class RewardBlock(Block):
             self.fail("model_checkpoint", "config.reward.source='rubric' never reads it; add "
                                           "--config.reward.source=reward_model or drop the checkpoint")
         if self.source == "reward_model" and not self.model_checkpoint:
-            self.fail("model_checkpoint", "config.reward.source='reward_model' needs config.reward.model_checkpoint=DIR "
-                                          "(a local HF *ForSequenceClassification directory with one label)")
+            self.fail("model_checkpoint", "config.reward.source='reward_model' needs "
+                                          "config.reward.model_checkpoint=DIR (a local HF "
+                                          "*ForSequenceClassification directory with one label)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -287,8 +288,9 @@ class MonitorBlock(Block):
 
     window_steps: int = setting(10, "GRPO steps behind the windowed alerts (template share, reward-length, zero-std, "
                                     "saturation rise, redundancy; 1 = per step).", bounds=(1, 10**6))
-    max_template_share: float = setting(0.4, "Share of responses in a 首先…其次…最后 / first…second…finally template "
-                                             "(RubricRL: 12% -> 67% while reward rose).", bounds=UNIT)
+    max_template_share: float = setting(
+        0.4, "Share of responses in a 首先…其次…最后 / first…second…finally template (RubricRL: 12% -> 67% while reward "
+        "rose).", bounds=UNIT)
     max_length_drift: float = setting(1.0, "Mean response tokens / first GRPO step's - 1 (1.0 = doubled; inf = "
                                            "never).", bounds=(0.0, math.inf))
     max_saturation_rise: float = setting(

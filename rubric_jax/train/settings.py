@@ -294,11 +294,12 @@ def check_positions(settings: Settings, max_positions: int) -> None:
     the model's `max_positions`; else one line naming the response key that overflows (a batch padded past
     the positions fails mid-run, or exhausts device memory, after minutes of start-up)."""
     prompt = max(settings.train_rollout.prompt_buckets)
+    train, evaluation = settings.train_rollout, settings.eval_rollout
     budgets = [("sft.max_response_len", settings.config.sft.max_response_len, settings.sft_response_buckets)
                ] if "sft" in settings.stages else []
     if "grpo" in settings.stages:
-        budgets += [("rl.max_new_tokens", settings.train_rollout.max_new_tokens, settings.train_rollout.response_buckets),
-                    ("eval.max_new_tokens", settings.eval_rollout.max_new_tokens, settings.eval_rollout.response_buckets)]
+        budgets += [("rl.max_new_tokens", train.max_new_tokens, train.response_buckets),
+                    ("eval.max_new_tokens", evaluation.max_new_tokens, evaluation.response_buckets)]
     for key, value, buckets in budgets:
         if prompt + max(buckets) > max_positions:
             _fail(key, value, f"responses pad to {max(buckets)} tokens after prompts of up to {prompt} "

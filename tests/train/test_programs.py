@@ -20,7 +20,8 @@ def _build(sft_steps: int = 2, **overrides: object) -> programs.RunPrograms:
             stage, field = key.split(".")
             config[stage][field] = value
     settings = run_settings.validate(config_boundary.experiment(config))
-    return programs.build(settings, programs.layouts(settings.mesh, run_settings.model_config(settings.config.model)), sft_steps)
+    model = run_settings.model_config(settings.config.model)
+    return programs.build(settings, programs.layouts(settings.mesh, model), sft_steps)
 
 
 def test_equal_specs_reuse_the_programs_and_a_changed_spec_builds_its_own():
