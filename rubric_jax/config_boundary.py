@@ -36,7 +36,7 @@ def record(config: ml_collections.ConfigDict) -> ConfigRecord:
 
 
 def config_dict(cls: type[schema.Block], **given: Any) -> ml_collections.ConfigDict:
-    """`cls`'s config keys with their defaults, as a ConfigDict in the block's key order (nested blocks nested);
+    """`cls`'s config keys with their defaults, as a ConfigDict (nested blocks nested);
     `given` supplies the ConfigDict of a key parsed by a type of its own (a judge block), by key."""
     out = ml_collections.ConfigDict()
     made = cls()

@@ -80,3 +80,49 @@ def test_rows_document_every_key_flattened():
     assert list(rows) == ["lr", "steps", "on", "stages", "file", "inner.tensor", "inner.dtype"]
     assert rows["inner.dtype"].allowed == "compute | float32" and rows["steps"].allowed == "[1, 100]"
     assert rows["file"].doc == "A path." and rows["stages"].kind == "tuple of str"
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """A type of its own made from a block of keys (as a judge spec is), checking them itself."""
+
+    samples: int = 3
+
+    def __post_init__(self) -> None:
+        if self.samples < 1:
+            raise ValueError(f"samples={self.samples}: expected >= 1")
+
+
+def _spec(values, where):
+    try:
+        return Spec(**values)
+    except ValueError as e:
+        raise ValueError(f"{where}.{e}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class WithSpec(Block):
+    seed: int = setting(0, "A seed.", bounds=(0, 9))
+    judge: Spec = setting(Spec, "A judge.", parse=_spec)
+
+
+def test_a_key_parsed_by_its_own_type_is_made_by_it_and_named_in_its_errors():
+    block = schema.from_mapping(WithSpec, {"seed": 1, "judge": {"samples": 5}}, "config")
+    assert block.judge == Spec(5) and WithSpec().judge == Spec()
+    with pytest.raises(ValueError, match=r"^config\.judge\.samples=0: expected >= 1$"):
+        schema.from_mapping(WithSpec, {"seed": 1, "judge": {"samples": 0}}, "config")
+    with pytest.raises(BlockError, match=r"^judge='x': expected a Spec$"):
+        WithSpec(judge="x")
+    assert [(row.key, row.allowed) for row in schema.rows(WithSpec)] == [
+        ("seed", "[0, 9]"), ("judge", "a block of its own keys")]
+
+
+def test_config_dict_gives_the_defaults_and_takes_a_parsed_keys_config_dict():
+    from rubric_jax import config_boundary
+
+    made = config_boundary.config_dict(WithSpec, judge=config_boundary.ConfigDict({"samples": 3}))
+    assert made.to_dict() == {"seed": 0, "judge": {"samples": 3}}
+    assert config_boundary.to_block(made, WithSpec, "config") == WithSpec()
+    with pytest.raises(ValueError, match="give the ConfigDict of 'judge'"):
+        config_boundary.config_dict(WithSpec)
+    assert config_boundary.config_dict(Outer).to_dict() == schema.defaults(Outer)
