@@ -363,7 +363,7 @@ def dry_run(resolved: config_boundary.ConfigDict, target: str = CPU, num_devices
     train_arrays = ("policy params", "AdamW moments")
     if rl.beta > 0:
         resident["reference params"] = resident["policy params"]  # the policy's layout and dtype (grpo_stage.load_reference)
-    judge_layout = _judge_layout(mesh, settings.judge.tensor, judges)
+    judge_layout = _judge_layout(mesh, settings.config.judge.tensor, judges)
     judge_weights = {f"judge {name}": loader.abstract_weights(cfg, judge_layout, per_layer=True)  # as load_judges
                      for name, cfg in judges}
     scorer_weights = dict(judge_weights)  # every model that scores rollouts: it lives beside every program

@@ -105,16 +105,17 @@ class Experiment:
 
     def rollout_store(self) -> dict[str, VerdictStore]:
         """The store keyword of a policy-response reward call: the store with judge.store_rollouts, else none."""
-        return {"store": self.judge_store} if self.settings.judge.store_rollouts else {}
+        return {"store": self.judge_store} if self.settings.config.judge.store_rollouts else {}
 
     def checkpointer(self, stage: str, keep_best: bool = False) -> checkpointing.Checkpointer:
         """The checkpoint manager of `stage` ("sft", "grpo", "reference") in the workdir."""
         return checkpointing.Checkpointer(run_workdir.checkpoint_dir(self.workdir, stage),
-                                          max_to_keep=self.settings.checkpoint.keep, keep_best=keep_best)
+                                          max_to_keep=self.settings.config.checkpoint.keep, keep_best=keep_best)
 
     def run_record(self) -> runs.RunRecord:
         """What reading and exporting this run's checkpoints needs (as `experiments.export` reads it)."""
-        return runs.RunRecord(self.settings.checkpoint.keep, self.settings.updates_per_batch, self.layouts.model,
+        config = self.settings.config
+        return runs.RunRecord(config.checkpoint.keep, config.rl.updates_per_batch, self.layouts.model,
                               Path(self.tokenizer_dir), Path(self.model_dir) if self.model_dir else None)
 
     def initial_params(self) -> dict[str, Any]:
@@ -150,7 +151,7 @@ def build(settings: Settings, record: ConfigRecord, workdir: str | Path) -> Expe
     workdir."""
     config = settings.config
     model_dir, tokenizer_dir, tokenizer_key = _model_dirs(config.model)
-    judge_dirs = [_existing_dir(path, "judge.checkpoint", "judge") for path in settings.judge.checkpoints]
+    judge_dirs = [_existing_dir(path, "judge.checkpoint", "judge") for path in settings.config.judge.checkpoints]
     model_cfg = run_settings.model_config(config.model)
     run_settings.check_positions(settings, model_cfg.max_position_embeddings)
     lay = run_programs.layouts(settings.mesh, model_cfg)
@@ -161,10 +162,10 @@ def build(settings: Settings, record: ConfigRecord, workdir: str | Path) -> Expe
         raise CheckpointError(f"config.{tokenizer_key}: {e}") from e
     inputs = _load_inputs(settings, tokenizer, lay.mesh)
     rubrics = list(inputs.rubric_of.values())
-    calibration = check_calibration(settings.judge, rubrics, "config.judge")  # before the judges load
+    calibration = check_calibration(settings.config.judge, rubrics, "config.judge")  # before the judges load
     for line in calibration.lines() if calibration is not None else []:
         print(line, file=sys.stderr)
-    judges = load_judges(settings.judge, lay.training, where="config.judge")
+    judges = load_judges(settings.config.judge, lay.training, where="config.judge")
     for warning in same_base_warnings(model_dir or config.model.config_json, judge_dirs):
         print(warning, file=sys.stderr)  # RubricRL 6.2: a judge of the policy's base model can collude with it
     if settings.sft is not None:
@@ -173,7 +174,7 @@ def build(settings: Settings, record: ConfigRecord, workdir: str | Path) -> Expe
     reward = _reward(settings, rubrics, judges, correction, lay)
     if settings.reward_model is None:
         longest = max(settings.train_rollout.max_new_tokens, settings.eval_rollout.max_new_tokens)
-        for line in _check_judge_prompts_fit(judges, settings.judge, inputs.rubric_of, inputs.questions,
+        for line in _check_judge_prompts_fit(judges, settings.config.judge, inputs.rubric_of, inputs.questions,
                                              tokenizer, longest):
             print(line, file=sys.stderr)
     sft_examples = _load_sft(settings, tokenizer, model_cfg.max_position_embeddings)
@@ -182,7 +183,7 @@ def build(settings: Settings, record: ConfigRecord, workdir: str | Path) -> Expe
     rubric_info = {"name": inputs.shared_rubric.name, "version": inputs.shared_rubric.version,
                    "content_hash": inputs.shared_rubric.content_hash, "rubric_set_hash": rubric_hash,
                    "correction_hash": correction.content_hash if correction is not None else None,
-                   "judge": describe_judge(settings.judge) if judges else None,
+                   "judge": describe_judge(settings.config.judge) if judges else None,
                    "reward_model": reward.describe() if isinstance(reward, RewardModelReward) else None,
                    "calibration": calibration.record() if calibration is not None else None}
     workdir = Path(workdir)
@@ -192,13 +193,13 @@ def build(settings: Settings, record: ConfigRecord, workdir: str | Path) -> Expe
         tokenizer_dir=tokenizer_dir, tokenizer=tokenizer, reward=reward, shared_rubric=inputs.shared_rubric,
         rubric_of=inputs.rubric_of, rubric_hash=rubric_hash, rubric_info=rubric_info, train_questions=inputs.train,
         eval_questions=inputs.eval, sft_examples=sft_examples, golden=inputs.golden,
-        judge_store=open_verdict_store(settings.judge) if judges else None,
+        judge_store=open_verdict_store(settings.config.judge) if judges else None,
         audit=judge_audit.build_audit(settings.audit, lay.training, rubrics),
         dynamic_weights=(DimensionWeights.for_rubrics(rubrics, config.rl.dynamic_weights_window)
                          if config.rl.dynamic_weights else None),
         watch=monitors.Watch(monitors.thresholds(config.monitor), workdir, config.monitor.window_steps,
                              open_logs=log.open),
-        log=log, key=jax.random.key(settings.seed), config_json=record.json, config_sha256=record.sha256)
+        log=log, key=jax.random.key(settings.config.seed), config_json=record.json, config_sha256=record.sha256)
 
 
 def _existing_dir(value: str, key: str, what: str) -> str:
@@ -243,9 +244,9 @@ def _reward(settings: Settings, rubrics: list[Rubric], judges: Sequence[Judge], 
     """config.reward.source's reward: the rubrics scored by the rule and LLM judges, or a reward model."""
     config = settings.config
     if settings.reward_model is None:
-        return RubricReward(rubrics, judges, settings.judge, correction=correction,
+        return RubricReward(rubrics, judges, settings.config.judge, correction=correction,
                             gates_first=config.reward.gates_first,
-                            refiners=load_cascade(settings.judge, lay.training, where="config.judge"))
+                            refiners=load_cascade(settings.config.judge, lay.training, where="config.judge"))
     if jax.process_count() > 1:
         raise ValueError(f"config.reward.source='reward_model': the reward model scores on one process only; "
                          f"this job has {jax.process_count()} (use the rubric reward, or run on one host)")
@@ -345,7 +346,7 @@ def _check_rollout_chunks(settings: Settings, batch_multiple: int) -> None:
     """Chunked rollouts (rl.rollout_chunks > 1) run on one process (the chunks draw the one call's noise by row:
     sampling.sample's row_offset), and each chunk's questions split evenly over the decode layout's `batch_multiple`
     shards: a chunk padded with prompts nobody asked for would cost as much sampling as a bigger one."""
-    chunks = settings.rollout_chunks
+    chunks = settings.config.rl.rollout_chunks
     if settings.rl is None or chunks == 1:
         return
     if jax.process_count() > 1:

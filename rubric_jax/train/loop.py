@@ -54,8 +54,9 @@ def run_experiment(exp: Experiment) -> None:
     """`run` once the experiment is built and this process may write the workdir: the run files, the stages,
     the best checkpoint's report, the export, the plots and done.json."""
     settings, workdir = exp.settings, exp.workdir
-    run_workdir.check_resume(workdir, rubric_hash=exp.rubric_hash, updates_per_batch=settings.updates_per_batch,
-                             keep=settings.checkpoint.keep, judge_hash=exp.judge_hash,
+    config = settings.config
+    run_workdir.check_resume(workdir, rubric_hash=exp.rubric_hash, updates_per_batch=config.rl.updates_per_batch,
+                             keep=config.checkpoint.keep, judge_hash=exp.judge_hash,
                              reward_model_hash=exp.reward_model_hash)
     if distributed.is_writer():
         run_workdir.write_run_files(workdir, exp.config_json, dumps_rubric(exp.shared_rubric, "yaml"), exp.rubric_info)
@@ -69,7 +70,7 @@ def run_experiment(exp: Experiment) -> None:
             params = run_stage(exp, GRPOStage(exp, params), stop).params
             if not stop.requested:
                 finish.report_best(exp)
-        if settings.export.at_end and not stop.requested:
+        if config.export.at_end and not stop.requested:
             finish.export_at_end(exp, params)
     if distributed.is_writer():
         plots.plot_run(workdir)
@@ -82,7 +83,8 @@ def run_stage(exp: Experiment, stage: Stage, stop: StopRequest) -> Any:
     """Runs `stage` to its end (or an agreed stop) with the experiment's checkpoints and log; the final state.
     A stop says so in one line once its checkpoint is written (the run then exits 0, as a finished one)."""
     with exp.checkpointer(stage.name, keep_best=stage.keep_best) as ckpt:
-        state = Runner(stage, ckpt, exp.log, every_steps=exp.settings.checkpoint.every_steps, seed=exp.settings.seed,
+        config = exp.settings.config
+        state = Runner(stage, ckpt, exp.log, every_steps=config.checkpoint.every_steps, seed=config.seed,
                        rubric_hash=exp.rubric_hash, stop=stop).run()
     if stop.requested and distributed.is_writer():
         print(stopped_line(stage.name, int(state.step) // stage.updates_per_step, stage.total, int(state.step),

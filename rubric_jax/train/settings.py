@@ -18,7 +18,6 @@ from typing import Any
 
 from rubric_jax import data, files, grpo, padding, sampling, sharding
 from rubric_jax.judges.reward_model import RewardModelConfig
-from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.loader import resolve_attention
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.train import blocks, rollout, state as train_state
@@ -92,33 +91,22 @@ class RLSpec:
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """The validated pieces of a config that the stages use (built once at start-up)."""
+    """What the stages use that is derived from the blocks (built once at start-up), and the blocks themselves
+    (`config`: every key as set, e.g. `config.rl.updates_per_batch`, `config.judge`, `config.seed`)."""
 
-    stages: tuple[str, ...]
+    config: blocks.ExperimentConfig
     grpo: grpo.GRPOConfig | None  # None when "grpo" is not a stage
     train_rollout: RolloutSpec  # GRPO rollouts (rl.*)
     eval_rollout: RolloutSpec  # held-out evals (eval.*): its own sampler and max_new_tokens
     sft_response_buckets: tuple[int, ...]
-    missing_scores: str  # rl.missing_scores
     shaping: rollout.Shaping  # rl.advantage, rl.overlong_*, rl.mask_truncated
     oscillation: OscillationRule | None  # rl.lr_on_oscillation and its rule, None when off
     dynamic_sampling: DynamicSampling | None  # rl.dynamic_sampling and its settings, None when off
-    rollout_chunks: int  # rl.rollout_chunks: sampler calls per rollout, each judged while the next samples
-    recompute_old_logprobs: bool  # rl.recompute_old_logprobs
-    updates_per_batch: int  # rl.updates_per_batch
-    samples_per_step: int  # log.samples_per_step
-    eval_every: int  # eval.every_steps
     reward_model: RewardModelConfig | None  # config.reward, when a reward model scores the rollouts
-    judge: JudgeSpec  # config.judge
     audit: AuditSettings | None  # config.audit, None when it has no judge (train/audit.py)
-    seed: int  # config.seed: parameter init, data order, sampling and judging
     mesh: MeshSpec
     sft: SFTSpec | None  # None when "sft" is not a stage
     rl: RLSpec | None  # None when "grpo" is not a stage
-    checkpoint: blocks.CheckpointBlock
-    export: blocks.ExportBlock
-    config: blocks.ExperimentConfig  # the blocks it was derived from (the keys read as they are: data files, ...)
-
 
 def _fail(key: str, value: Any, why: str) -> None:
     raise ValueError(f"config.{key}={value!r}: {why}")
@@ -262,13 +250,10 @@ def validate(config: blocks.ExperimentConfig) -> Settings:
     train = RolloutSpec(rl.sampler, rl.group_size, rl.max_new_tokens, prompts, buckets(rl.max_new_tokens))
     evaluation = RolloutSpec(config.eval.sampler, 1, config.eval.max_new_tokens, prompts,
                              buckets(config.eval.max_new_tokens))
-    return Settings(stages, grpo_cfg, train, evaluation, buckets(config.sft.max_response_len),
-                    rl.missing_scores, shaping(rl), oscillation_rule(rl), dynamic_sampling(rl), rl.rollout_chunks,
-                    rl.recompute_old_logprobs, rl.updates_per_batch, config.log.samples_per_step,
-                    config.eval.every_steps, reward_model_config(config.reward), config.judge,
-                    audit_settings(config.audit), config.seed, mesh_spec(config.mesh),
-                    sft_spec(config) if "sft" in stages else None, rl_spec(rl) if "grpo" in stages else None,
-                    config.checkpoint, config.export, config)
+    return Settings(config, grpo_cfg, train, evaluation, buckets(config.sft.max_response_len), shaping(rl),
+                    oscillation_rule(rl), dynamic_sampling(rl), reward_model_config(config.reward),
+                    audit_settings(config.audit), mesh_spec(config.mesh), sft_spec(config) if "sft" in stages else None,
+                    rl_spec(rl) if "grpo" in stages else None)
 
 
 def mesh_spec(mesh: blocks.ExperimentMeshBlock) -> MeshSpec:
@@ -296,8 +281,8 @@ def check_positions(settings: Settings, max_positions: int) -> None:
     prompt = max(settings.train_rollout.prompt_buckets)
     train, evaluation = settings.train_rollout, settings.eval_rollout
     budgets = [("sft.max_response_len", settings.config.sft.max_response_len, settings.sft_response_buckets)
-               ] if "sft" in settings.stages else []
-    if "grpo" in settings.stages:
+               ] if "sft" in settings.config.stages else []
+    if "grpo" in settings.config.stages:
         budgets += [("rl.max_new_tokens", train.max_new_tokens, train.response_buckets),
                     ("eval.max_new_tokens", evaluation.max_new_tokens, evaluation.response_buckets)]
     for key, value, buckets in budgets:

@@ -35,7 +35,7 @@ def test_shipped_configs_validate_and_eval_has_its_own_response_budget():
                                       data__length_buckets=2))
     assert checked.train_rollout == settings.RolloutSpec("temperature(1.0)", 8, 32, (64, 128), (16, 32))
     assert checked.eval_rollout == settings.RolloutSpec("topk(5)", 1, 8, (64, 128), (8,))
-    assert checked.grpo.temperature == 1.0 and checked.updates_per_batch == 1
+    assert checked.grpo.temperature == 1.0 and checked.config.rl.updates_per_batch == 1
 
 
 @pytest.mark.parametrize("key, value, message", [
