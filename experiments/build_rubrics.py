@@ -33,10 +33,11 @@ _fail = functools.partial(cli.fail, "experiments.build_rubrics")  # one line on 
 
 def main(argv: list[str]) -> None:
     cli.start("experiments.build_rubrics", argv)
+    from rubric_jax import config_boundary
     from rubric_jax.qurl import pipeline
 
     try:
-        config = judge_config.merged(_CONFIG.value)
+        config = config_boundary.experiment(judge_config.merged(_CONFIG.value))
         result = pipeline.run_build(config, _QUESTIONS.value, _CORPUS.value, _OUT.value)
     except (ValueError, OSError) as e:
         _fail(str(e))

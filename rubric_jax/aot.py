@@ -35,18 +35,17 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from jax.experimental import topologies
 
-from rubric_jax import aot_targets, hlo_stats, loader, sampling, sharding
+from rubric_jax import aot_targets, config_boundary, hlo_stats, loader, sampling, sharding
 from rubric_jax.assets import MODEL_SHAPES_DIR
 from rubric_jax.judges import reward_model
 from rubric_jax.judges.loading import check_tensor_divides
-from rubric_jax.judges.spec import prompt_budget
+from rubric_jax.judges.spec import JudgeSpec, prompt_budget
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.io import load_rubric
-from rubric_jax.train import programs as run_programs, settings as run_settings, step as train_step
+from rubric_jax.train import blocks, programs as run_programs, settings as run_settings, step as train_step
 
 CPU = "cpu"
 TARGETS = (CPU, *aot_targets.TARGETS)
@@ -180,27 +179,27 @@ def shapes_file(directory: str, key: str) -> Path:
     return bundled
 
 
-def policy_config(config: ml_collections.ConfigDict, target: str = CPU) -> ModelConfig:
+def policy_config(model: blocks.ModelBlock, target: str = CPU) -> ModelConfig:
     """The policy's ModelConfig as the run builds it on `target` (`settings.model_config`), reading the shapes
     from `shapes_file` when the checkpoint directory is not on this machine."""
     backend = "cpu" if target == CPU else "gpu"
-    if not config.model.checkpoint:
-        return run_settings.model_config(config, backend)
-    shapes = ml_collections.ConfigDict(config.to_dict())  # an unlocked copy; the caller's config is untouched
-    shapes.model.config_json, shapes.model.checkpoint = str(shapes_file(config.model.checkpoint, "model.checkpoint")), ""
+    if not model.checkpoint:
+        return run_settings.model_config(model, backend)
+    shapes = dataclasses.replace(model, config_json=str(shapes_file(model.checkpoint, "model.checkpoint")),
+                                 checkpoint="")
     return run_settings.model_config(shapes, backend)
 
 
-def judge_configs(config: ml_collections.ConfigDict, target: str) -> list[tuple[str, ModelConfig]]:
+def judge_configs(judge: JudgeSpec, target: str) -> list[tuple[str, ModelConfig]]:
     """(name, ModelConfig) of every LLM judge loaded into the run's devices, in the dtypes it is loaded in on
     `target` (none with judge.backend=openai: the endpoint judges, its checkpoint is only a tokenizer)."""
-    if config.judge.backend == "openai":
+    if judge.backend == "openai":
         return []
     backend = "cpu" if target == CPU else "gpu"
-    dtypes = {field: loader.resolve_dtype(config.judge[field], f"config.judge.{field}", backend=backend)
+    dtypes = {field: loader.resolve_dtype(getattr(judge, field), f"config.judge.{field}", backend=backend)
               for field in ("param_dtype", "compute_dtype")}
     judges = []
-    for directory in (p.strip() for p in config.judge.checkpoint.split(",") if p.strip()):
+    for directory in judge.checkpoints:
         hf = json.loads(shapes_file(directory, "judge.checkpoint").read_text())
         judges.append((Path(directory).name, ModelConfig.from_hf_dict(hf, **dtypes)))
     return judges
@@ -221,12 +220,12 @@ def _judge_layout(mesh: jax.sharding.Mesh, tensor: int, judges: Sequence[tuple[s
     return layout
 
 
-def reward_model_shapes(config: ml_collections.ConfigDict, settings: reward_model.RewardModelConfig
+def reward_model_shapes(reward: blocks.RewardBlock, settings: reward_model.RewardModelConfig
                         ) -> tuple[str, ModelConfig]:
     """(name, ModelConfig) of the reward model in `reward.model_dtype`, as the run loads it, checked as the
     run checks it (one label, `reward.model_max_len` within its context)."""
-    directory = config.reward.model_checkpoint
-    dtype = loader.resolve_dtype(config.reward.model_dtype, "reward.model_dtype")
+    directory = reward.model_checkpoint
+    dtype = loader.resolve_dtype(reward.model_dtype, "reward.model_dtype")
     hf = json.loads(shapes_file(directory, "reward.model_checkpoint").read_text())
     cfg = ModelConfig.from_hf_dict(hf, param_dtype=dtype, compute_dtype=dtype)
     if cfg.num_labels != 1:
@@ -303,7 +302,7 @@ def _lower_reward_model(weights: loader.Weights, layout: sharding.Layout, rows: 
     return reward_model.forward_program(weights.graphdef, layout.mesh).lower(weights.params, tokens, mask)
 
 
-def judge_prompts_per_call(config: ml_collections.ConfigDict) -> int:
+def judge_prompts_per_call(config: blocks.ExperimentConfig) -> int:
     """The most prompts one judge `generate` call gets: every (response, criteria prompt, sample) of the
     larger of a rollout and an eval, capped by `judge.batch_size` (0: no cap). Per-dimension prompts are
     counted from the LLM dimensions of `data.rubric` when the cap does not already bind."""
@@ -331,18 +330,19 @@ def parse_programs(text: str) -> frozenset[str]:
     return keys
 
 
-def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: int = 8,
+def dry_run(resolved: config_boundary.ConfigDict, target: str = CPU, num_devices: int = 8,
             progress: Callable[[str], None] = print, programs: frozenset[str] = frozenset(PROGRAMS)
             ) -> DryRunReport:
-    """Compiles the `programs` (PROGRAMS keys; default all) that a run of `config` compiles, for `num_devices`
-    devices of `target`; see the module docstring. `progress` gets a line per program."""
+    """Compiles the `programs` (PROGRAMS keys; default all) that a run of the `resolved` config compiles, for
+    `num_devices` devices of `target`; see the module docstring. `progress` gets a line per program."""
     if not programs or not programs <= set(PROGRAMS):
         raise ValueError(f"programs={sorted(programs)}: expected a non-empty subset of {list(PROGRAMS)}")
+    config = config_boundary.experiment(resolved)  # the boundary: blocks from here on
     settings = run_settings.validate(config)  # every value checked as the run checks it, before compiling
     devices = target_devices(target, num_devices)
-    model_cfg = policy_config(config, target)
-    judges = judge_configs(config, target)
-    scorer = reward_model_shapes(config, settings.reward_model) if settings.reward_model is not None else None
+    model_cfg = policy_config(config.model, target)
+    judges = judge_configs(config.judge, target)
+    scorer = reward_model_shapes(config.reward, settings.reward_model) if settings.reward_model is not None else None
     # The run's own layouts and programs (train/programs.py, as `experiment.build` makes them); the SFT schedule's
     # length comes from the data and changes constants only, not memory or collectives.
     built = run_programs.build(settings, run_programs.layouts(settings.mesh, model_cfg, devices),
@@ -362,7 +362,7 @@ def dry_run(config: ml_collections.ConfigDict, target: str = CPU, num_devices: i
     train_arrays = ("policy params", "AdamW moments")
     if rl.beta > 0:
         resident["reference params"] = resident["policy params"]  # the policy's layout and dtype (grpo_stage.load_reference)
-    judge_layout = _judge_layout(mesh, settings.judge.tensor, judges)
+    judge_layout = _judge_layout(mesh, settings.config.judge.tensor, judges)
     judge_weights = {f"judge {name}": loader.abstract_weights(cfg, judge_layout, per_layer=True)  # as load_judges
                      for name, cfg in judges}
     scorer_weights = dict(judge_weights)  # every model that scores rollouts: it lives beside every program

@@ -44,7 +44,8 @@ class GRPOConfig:
     """GRPO objective settings, validated at construction (defaults follow RubricRL §4.3)."""
 
     group_size: int = 8
-    """Responses sampled per question (RubricRL §4.3: 8 balances normalisation noise and cost; QuRL: 8)."""
+    """Responses sampled per question (RubricRL §4.3: 8 balances normalisation noise and cost; QuRL: 8); at least 2,
+    bounded by config.rl.group_size (train/blocks.py RLBlock)."""
     kl_coef: float = 0.02
     """β of the KL-to-reference penalty (RubricRL §4.3: 0.01–0.05); 0 skips the reference forward."""
     kl_estimator: str = "k3"
@@ -86,8 +87,6 @@ class GRPOConfig:
         def fail(field: str, why: str) -> None:
             raise ValueError(f"GRPOConfig.{field}={getattr(self, field)!r}: {why}")
 
-        if not isinstance(self.group_size, int) or self.group_size < 2:
-            fail("group_size", "must be an integer > 1 (advantages are relative within a group)")
         if not math.isfinite(self.kl_coef) or self.kl_coef < 0:
             fail("kl_coef", "must be finite and >= 0")
         if self.kl_estimator not in KL_ESTIMATORS:

@@ -137,6 +137,7 @@ class Row:
     default: Any
     allowed: str
     doc: str
+    bounds: Bounds | None = None
 
 
 def rows(cls: type[Block], prefix: str = "", made: Block | None = None) -> list[Row]:
@@ -154,7 +155,7 @@ def rows(cls: type[Block], prefix: str = "", made: Block | None = None) -> list[
         allowed = (" | ".join(map(str, choices)) if choices else
                    f"[{_number(bounds[0])}, {_number(bounds[1])}]" if bounds else "")
         shown = kind if _problem(default, kind, None, None) is None else type(default)
-        out.append(Row(key, _type_name(shown), default, allowed, f.metadata["doc"]))
+        out.append(Row(key, _type_name(shown), default, allowed, f.metadata["doc"], bounds))
     return out
 
 

@@ -39,7 +39,7 @@ from typing import Any
 import ml_collections
 from absl import flags as absl_flags
 
-from rubric_jax import config_files, metrics, plots, seed_groups
+from rubric_jax import config_boundary, config_files, metrics, plots, seed_groups
 from rubric_jax.files import write_atomic
 from rubric_jax.jsonl import read_jsonl
 from rubric_jax.train import settings
@@ -130,7 +130,7 @@ def load_sweep(config_file: str, extra_flags: Sequence[str] = ()) -> Sweep:
             raise SweepError(f"{where}: same name as variant {names.index(name) + 1}; give every variant other values")
         config = _resolve(config_file, [*extra_flags, *flags], where)
         try:
-            settings.validate(config)  # every variant's values, before any variant runs
+            settings.validate(config_boundary.experiment(config))  # every variant, before any variant runs
         except ValueError as e:
             raise SweepError(f"{where}: {e}") from None
         variants.append(Variant(name, dict(overrides), flags, config))

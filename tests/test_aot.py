@@ -14,7 +14,7 @@ import jax
 import pytest
 
 from configs import qwen7b, tiny
-from rubric_jax import aot, aot_targets, hlo_stats
+from rubric_jax import aot, aot_targets, config_boundary, hlo_stats
 from rubric_jax.assets import MODEL_SHAPES_DIR
 from rubric_jax.models.checkpoint import abstract_model
 from rubric_jax.models.config import ModelConfig
@@ -79,18 +79,19 @@ def test_judge_prompts_per_call():
     config.rl.questions_per_step, config.rl.group_size, config.eval.max_questions = 4, 8, 40
     config.judge.samples, config.judge.batch_size = 3, 0
     config.judge.mode = "all_criteria"
-    assert aot.judge_prompts_per_call(config) == 40 * 3  # the eval (40) outnumbers a rollout (32)
+    # the eval (40) outnumbers a rollout (32)
+    assert aot.judge_prompts_per_call(config_boundary.experiment(config)) == 40 * 3
     config.judge.mode = "per_dimension"
     config.data.rubric = str(REPO / "configs/rubrics/medical_qa.yaml")  # 3 of its 4 dimensions are LLM-judged
-    assert aot.judge_prompts_per_call(config) == 40 * 3 * 3
+    assert aot.judge_prompts_per_call(config_boundary.experiment(config)) == 40 * 3 * 3
     config.judge.batch_size = 64
-    assert aot.judge_prompts_per_call(config) == 64
+    assert aot.judge_prompts_per_call(config_boundary.experiment(config)) == 64
     config.data.rubric = ""  # not needed: at least one prompt per answer and sample fills the cap
-    assert aot.judge_prompts_per_call(config) == 64
+    assert aot.judge_prompts_per_call(config_boundary.experiment(config)) == 64
     config.judge.batch_size = 121
     with pytest.raises(ValueError, match=r"counts the LLM dimensions of config.data.rubric, which is empty; set "
                                          r"it, or config.judge.batch_size <= 120"):
-        aot.judge_prompts_per_call(config)
+        aot.judge_prompts_per_call(config_boundary.experiment(config))
 
 
 def test_a_reward_model_run_compiles_its_forward_and_counts_its_bytes(tmp_path):

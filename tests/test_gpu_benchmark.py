@@ -13,7 +13,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from rubric_jax import loader
+from rubric_jax import config_boundary, loader
 from tests.test_aot import _NEEDS_GPU_COMPILER, AOT_PYTHON
 from xla_flags import FAST_COMPILE
 
@@ -170,8 +170,8 @@ def test_the_run_parts_config_is_the_benchmarks_1p5b_model():
 
     gpu = _gpu_module()
     config = gpu_smoke.get_config()
-    settings.validate(config)
-    ours, measured = settings.model_config(config), gpu.model_config("1.5b")
+    checked = settings.validate(config_boundary.experiment(config))
+    ours, measured = settings.model_config(checked.config.model), gpu.model_config("1.5b")
     assert ours.replace(compute_dtype=measured.compute_dtype, attention=measured.attention) == measured
     assert (config.rl.questions_per_step, config.rl.group_size, config.rl.max_new_tokens, config.rl.steps) == (8, 8, 512, 2)
 

@@ -1,5 +1,6 @@
 """rubric_jax/ has no import cycle: the graph of its modules' imports, read with `ast` (function-level imports
-included; `if TYPE_CHECKING:` imports left out, since they never run), is acyclic (issue 35)."""
+included; `if TYPE_CHECKING:` imports left out, since they never run), is acyclic; and only the config boundary
+imports ml_collections (issue 35)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,13 @@ def _known(name: str, modules: dict[str, Path]) -> str | None:
 
 def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """The modules of `modules` that module `name` imports anywhere (top level, functions, classes)."""
+    return {found for found in (_known(t, modules) for t in import_targets(name, path, modules))
+            if found not in (None, name)}
+
+
+def import_targets(name: str, path: Path, modules: dict[str, Path]) -> list[str]:
+    """Every dotted name module `name` imports anywhere (relative imports resolved; `if TYPE_CHECKING:` left out),
+    a name imported from a module of `modules` as that module's attribute."""
     tree = ast.parse(path.read_text(), str(path))
     skipped = _type_checking_nodes(tree)
     targets = []
@@ -52,7 +60,7 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
                 package = package.rpartition(".")[0]
             base = ".".join(p for p in (package if node.level else "", node.module or "") if p)
             targets += [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
-    return {found for found in (_known(t, modules) for t in targets) if found not in (None, name)}
+    return targets
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str]:
@@ -75,6 +83,21 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str]:
                 path.append(nxt)
                 stack.append(iter(sorted(graph[nxt])))
     return []
+
+
+# ml_collections is the user's surface (config files, overrides, sweeps); below the boundary modules read blocks.
+ML_COLLECTIONS_IMPORTERS = {"rubric_jax.config_boundary",  # ConfigDicts become blocks (train/blocks.py)
+                            "rubric_jax.config_files",  # config files load as ConfigDicts
+                            "rubric_jax.sweeps"}  # a sweep's variants are overrides of a ConfigDict
+
+
+def test_only_the_config_boundary_imports_ml_collections():
+    """No module below the boundary reads a ConfigDict: only the three modules above import ml_collections, anywhere
+    (before issue 35, train/loop.py, settings.py, experiment.py, runs.py and aot.py did too)."""
+    modules = module_files()
+    importers = {name for name, path in modules.items()
+                 if any(t.split(".")[0] == "ml_collections" for t in import_targets(name, path, modules))}
+    assert importers == ML_COLLECTIONS_IMPORTERS
 
 
 def test_rubric_jax_has_no_import_cycle():

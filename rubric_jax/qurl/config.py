@@ -69,12 +69,6 @@ class BuildConfig(schema.Block):
                              choices=GENERATORS)
     seed: int = 0  # config.seed, not a qurl key: all keys derive from it (and the batch, step and round)
 
-    def __post_init__(self) -> None:
-        try:
-            super().__post_init__()
-        except schema.BlockError as e:
-            raise BuildError(str(e.under("qurl"))) from None
-
     def validate(self) -> None:
         """The rules between the settings, the seed's bounds and the sampler's grammar."""
         why = counts.problem(self.seed, 0, counts.SEED)

@@ -28,7 +28,6 @@ from rubric_jax.data import Question, load_questions
 from rubric_jax.files import open_input, write_atomic
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.judges.loading import load_cascade, load_judges
-from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.qurl import construction, report
 from rubric_jax.qurl.config import BuildConfig, BuildError
 from rubric_jax.qurl.report import BuildResult
@@ -37,6 +36,7 @@ from rubric_jax.qurl.templates import PromptTemplate, load_template
 from rubric_jax.qurl.textgen import (EndpointTextGenerator, ModelTextGenerator, TextGenerator, judge_from_model,
                                      load_language_model)
 from rubric_jax.rubrics.schema import canonical_json, rubric_from_dict, rubric_to_dict
+from rubric_jax.train.blocks import ExperimentConfig
 
 TEMPLATES = ("meta_description", "rubric_generation", "answer")
 STEPS = ("meta_description", "rubric_generation", "scoring")
@@ -261,14 +261,14 @@ def write_outputs(out_dir: str | Path, result: BuildResult) -> None:
 
 
 # ----------------------------------------------------------------------------------------- from a config
-def run_build(config: Any, questions_path: str, corpus_path: str, out_dir: str,
+def run_build(config: ExperimentConfig, questions_path: str, corpus_path: str, out_dir: str,
               log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> BuildResult:
-    """The whole build from an experiment config (`model`, `judge`, `mesh`, `seed`, `qurl` blocks): checks
-    every setting and input, loads the model once, builds (or resumes), writes OUT/questions.jsonl and
+    """The whole build from an experiment's blocks (`model`, `judge`, `mesh`, `seed`, `qurl`): checks
+    every input, loads the model once, builds (or resumes), writes OUT/questions.jsonl and
     OUT/report.json. The construction model also judges unless `judge.checkpoint` names judge(s) or the judge is
     an endpoint; with qurl.generator=judge that endpoint writes too, and no model is loaded."""
-    build_config = BuildConfig(**config.qurl.to_dict(), seed=config.seed)
-    judge_spec = JudgeSpec.from_config(config.judge, "config.judge")
+    build_config = dataclasses.replace(config.qurl, seed=config.seed)
+    judge_spec = config.judge
     if build_config.generator == "judge" and judge_spec.backend != "openai":
         raise BuildError(f"qurl.generator=judge writes through the judge's endpoint: config.judge.backend="
                          f"{judge_spec.backend!r} has none (set backend=openai, base_url and model)")
@@ -282,8 +282,8 @@ def run_build(config: Any, questions_path: str, corpus_path: str, out_dir: str,
     documents = load_corpus(corpus_path)
     templates = load_templates()
     settings = build_settings(
-        build_config, templates, model=config.model.to_dict(), judge=config.judge.to_dict(),
-        mesh=config.mesh.to_dict(), inputs={"questions_sha256": file_sha256(questions_path),
+        build_config, templates, model=config.model.to_values(), judge=config.judge.to_values(),
+        mesh=config.mesh.to_values(), inputs={"questions_sha256": file_sha256(questions_path),
                                             "corpus_sha256": file_sha256(corpus_path)})
     work = output_paths(out_dir)["work"]
     check_work_dir(work, settings)  # before the slow load; nothing is written until the model has loaded

@@ -1,6 +1,7 @@
-"""An experiment built from its config once, before anything is written: `build(config, workdir) -> Experiment`.
+"""An experiment built once, before anything is written: `build(settings, record, workdir) -> Experiment`.
 
-The Experiment holds typed, frozen specs (train/settings.py: no ConfigDict past `build`), the layouts and
+The Experiment holds typed, frozen specs (train/settings.py, derived from the blocks of train/blocks.py: no
+ConfigDict reaches here), the layouts and
 programs (train/programs.py: what the dry run compiles too), the tokenizer, rubrics, reward, data sets and
 the (lazily opened) run log. `build` reads only and checks everything a stage would otherwise find wrong
 mid-run: directories, prompt and judge-prompt lengths, batch divisibility, calibration.
@@ -16,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import ml_collections
 
-from rubric_jax import data, distributed, loader, metrics
+from rubric_jax import data, distributed, loader
 from rubric_jax.calibration.pinning import check_calibration
 from rubric_jax.judges.base_model import same_base_warnings
 from rubric_jax.judges.llm_judge import Judge, judge_tokens_per_token, shortest_prompt_tokens
@@ -35,7 +35,8 @@ from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.rubrics.schema import Rubric
 from rubric_jax.train import audit as judge_audit, checkpointing, golden as golden_set, monitors
 from rubric_jax.train import programs as run_programs, runs
-from rubric_jax.train import settings as run_settings, step as train_step, workdir as run_workdir
+from rubric_jax.train import blocks, settings as run_settings, step as train_step, workdir as run_workdir
+from rubric_jax.train.blocks import ConfigRecord
 from rubric_jax.train.settings import Settings
 
 MODEL_OVERRIDES = ("param_dtype", "compute_dtype", "remat", "remat_policy", "scan_layers", "attention")  # settings.model_overrides
@@ -104,16 +105,17 @@ class Experiment:
 
     def rollout_store(self) -> dict[str, VerdictStore]:
         """The store keyword of a policy-response reward call: the store with judge.store_rollouts, else none."""
-        return {"store": self.judge_store} if self.settings.judge.store_rollouts else {}
+        return {"store": self.judge_store} if self.settings.config.judge.store_rollouts else {}
 
     def checkpointer(self, stage: str, keep_best: bool = False) -> checkpointing.Checkpointer:
         """The checkpoint manager of `stage` ("sft", "grpo", "reference") in the workdir."""
         return checkpointing.Checkpointer(run_workdir.checkpoint_dir(self.workdir, stage),
-                                          max_to_keep=self.settings.checkpoint.keep, keep_best=keep_best)
+                                          max_to_keep=self.settings.config.checkpoint.keep, keep_best=keep_best)
 
     def run_record(self) -> runs.RunRecord:
         """What reading and exporting this run's checkpoints needs (as `experiments.export` reads it)."""
-        return runs.RunRecord(self.settings.checkpoint.keep, self.settings.updates_per_batch, self.layouts.model,
+        config = self.settings.config
+        return runs.RunRecord(config.checkpoint.keep, config.rl.updates_per_batch, self.layouts.model,
                               Path(self.tokenizer_dir), Path(self.model_dir) if self.model_dir else None)
 
     def initial_params(self) -> dict[str, Any]:
@@ -143,35 +145,36 @@ class _Inputs:
         return self.train + self.eval + (self.golden.questions if self.golden else [])
 
 
-def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Settings | None = None) -> Experiment:
+def build(settings: Settings, record: ConfigRecord, workdir: str | Path) -> Experiment:
     """Layouts, programs, tokenizer, model shape, rubric, reward, datasets and the (lazily opened) log from the
-    config; reads only: nothing is written to the workdir."""
-    settings = settings or run_settings.validate(config)
-    model_dir, tokenizer_dir, tokenizer_key = _model_dirs(config)
-    judge_dirs = [_existing_dir(path, "judge.checkpoint", "judge") for path in settings.judge.checkpoints]
-    model_cfg = run_settings.model_config(config)
-    run_settings.check_positions(config, settings, model_cfg.max_position_embeddings)
+    settings (and the resolved config's `record`, written as config.json); reads only: nothing is written to the
+    workdir."""
+    config = settings.config
+    model_dir, tokenizer_dir, tokenizer_key = _model_dirs(config.model)
+    judge_dirs = [_existing_dir(path, "judge.checkpoint", "judge") for path in settings.config.judge.checkpoints]
+    model_cfg = run_settings.model_config(config.model)
+    run_settings.check_positions(settings, model_cfg.max_position_embeddings)
     lay = run_programs.layouts(settings.mesh, model_cfg)
     _check_rollout_chunks(settings, lay.decode.batch_multiple)
     try:
         tokenizer = load_tokenizer(tokenizer_dir)
     except CheckpointError as e:
         raise CheckpointError(f"config.{tokenizer_key}: {e}") from e
-    inputs = _load_inputs(config, settings, tokenizer, lay.mesh)
+    inputs = _load_inputs(settings, tokenizer, lay.mesh)
     rubrics = list(inputs.rubric_of.values())
-    calibration = check_calibration(settings.judge, rubrics, "config.judge")  # before the judges load
+    calibration = check_calibration(settings.config.judge, rubrics, "config.judge")  # before the judges load
     for line in calibration.lines() if calibration is not None else []:
         print(line, file=sys.stderr)
-    judges = load_judges(settings.judge, lay.training, where="config.judge")
+    judges = load_judges(settings.config.judge, lay.training, where="config.judge")
     for warning in same_base_warnings(model_dir or config.model.config_json, judge_dirs):
         print(warning, file=sys.stderr)  # RubricRL 6.2: a judge of the policy's base model can collude with it
     if settings.sft is not None:
         distributed.check_divides(settings.sft.batch_size, "sft.batch_size")
     correction = load_correction(config.data.rubric_correction) if config.data.rubric_correction else None
-    reward = _reward(config, settings, rubrics, judges, correction, lay)
+    reward = _reward(settings, rubrics, judges, correction, lay)
     if settings.reward_model is None:
         longest = max(settings.train_rollout.max_new_tokens, settings.eval_rollout.max_new_tokens)
-        for line in _check_judge_prompts_fit(config, judges, settings.judge, inputs.rubric_of, inputs.questions,
+        for line in _check_judge_prompts_fit(judges, settings.config.judge, inputs.rubric_of, inputs.questions,
                                              tokenizer, longest):
             print(line, file=sys.stderr)
     sft_examples = _load_sft(settings, tokenizer, model_cfg.max_position_embeddings)
@@ -180,24 +183,23 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
     rubric_info = {"name": inputs.shared_rubric.name, "version": inputs.shared_rubric.version,
                    "content_hash": inputs.shared_rubric.content_hash, "rubric_set_hash": rubric_hash,
                    "correction_hash": correction.content_hash if correction is not None else None,
-                   "judge": describe_judge(settings.judge) if judges else None,
+                   "judge": describe_judge(settings.config.judge) if judges else None,
                    "reward_model": reward.describe() if isinstance(reward, RewardModelReward) else None,
                    "calibration": calibration.record() if calibration is not None else None}
     workdir = Path(workdir)
-    log = run_workdir.RunLog(workdir, run_info={"rubric": rubric_info, "config": config.to_dict()})
+    log = run_workdir.RunLog(workdir, run_info={"rubric": rubric_info, "config": record.values})
     return Experiment(
         settings=settings, workdir=workdir, programs=run_programs.build(settings, lay, sft_steps), model_dir=model_dir,
         tokenizer_dir=tokenizer_dir, tokenizer=tokenizer, reward=reward, shared_rubric=inputs.shared_rubric,
         rubric_of=inputs.rubric_of, rubric_hash=rubric_hash, rubric_info=rubric_info, train_questions=inputs.train,
         eval_questions=inputs.eval, sft_examples=sft_examples, golden=inputs.golden,
-        judge_store=open_verdict_store(settings.judge) if judges else None,
+        judge_store=open_verdict_store(settings.config.judge) if judges else None,
         audit=judge_audit.build_audit(settings.audit, lay.training, rubrics),
         dynamic_weights=(DimensionWeights.for_rubrics(rubrics, config.rl.dynamic_weights_window)
                          if config.rl.dynamic_weights else None),
         watch=monitors.Watch(monitors.thresholds(config.monitor), workdir, config.monitor.window_steps,
                              open_logs=log.open),
-        log=log, key=jax.random.key(settings.seed), config_json=config.to_json_best_effort(indent=2, sort_keys=True),
-        config_sha256=metrics.config_fingerprint(config))
+        log=log, key=jax.random.key(settings.config.seed), config_json=record.json, config_sha256=record.sha256)
 
 
 def _existing_dir(value: str, key: str, what: str) -> str:
@@ -208,18 +210,18 @@ def _existing_dir(value: str, key: str, what: str) -> str:
     return value
 
 
-def _model_dirs(config: ml_collections.ConfigDict) -> tuple[str, str, str]:
+def _model_dirs(model: blocks.ModelBlock) -> tuple[str, str, str]:
     """The policy's checkpoint directory ("" for a random init), the tokenizer's and the key naming it."""
-    model_dir = config.model.checkpoint and _existing_dir(config.model.checkpoint, "model.checkpoint", "model")
-    if not (config.model.tokenizer or model_dir):
+    model_dir = model.checkpoint and _existing_dir(model.checkpoint, "model.checkpoint", "model")
+    if not (model.tokenizer or model_dir):
         raise ValueError("config.model.tokenizer (or config.model.checkpoint) must name a tokenizer directory")
-    tokenizer_key = "model.tokenizer" if config.model.tokenizer else "model.checkpoint"
-    return model_dir, _existing_dir(config.model.tokenizer or model_dir, tokenizer_key, "tokenizer"), tokenizer_key
+    tokenizer_key = "model.tokenizer" if model.tokenizer else "model.checkpoint"
+    return model_dir, _existing_dir(model.tokenizer or model_dir, tokenizer_key, "tokenizer"), tokenizer_key
 
 
-def _load_inputs(config: ml_collections.ConfigDict, settings: Settings, tokenizer: Any, mesh: jax.sharding.Mesh
-                 ) -> _Inputs:
+def _load_inputs(settings: Settings, tokenizer: Any, mesh: jax.sharding.Mesh) -> _Inputs:
     """The rubric, the question sets and the golden set, checked against the batch shapes and prompt lengths."""
+    config = settings.config
     shared_rubric = load_rubric(config.data.rubric)
     train = data.load_question_set(config.data.train, config.data.tfds_dir, "train")
     evaluation = data.load_question_set(config.data.eval, config.data.tfds_dir, "eval")[: config.eval.max_questions]
@@ -237,13 +239,14 @@ def _load_inputs(config: ml_collections.ConfigDict, settings: Settings, tokenize
     return _Inputs(shared_rubric, train, evaluation, golden, rubric_of)
 
 
-def _reward(config: ml_collections.ConfigDict, settings: Settings, rubrics: list[Rubric], judges: Sequence[Judge],
-            correction: Correction | None, lay: run_programs.Layouts) -> Reward:
+def _reward(settings: Settings, rubrics: list[Rubric], judges: Sequence[Judge], correction: Correction | None,
+            lay: run_programs.Layouts) -> Reward:
     """config.reward.source's reward: the rubrics scored by the rule and LLM judges, or a reward model."""
+    config = settings.config
     if settings.reward_model is None:
-        return RubricReward(rubrics, judges, settings.judge, correction=correction,
+        return RubricReward(rubrics, judges, settings.config.judge, correction=correction,
                             gates_first=config.reward.gates_first,
-                            refiners=load_cascade(settings.judge, lay.training, where="config.judge"))
+                            refiners=load_cascade(settings.config.judge, lay.training, where="config.judge"))
     if jax.process_count() > 1:
         raise ValueError(f"config.reward.source='reward_model': the reward model scores on one process only; "
                          f"this job has {jax.process_count()} (use the rubric reward, or run on one host)")
@@ -272,7 +275,7 @@ def _check_prompts_fit(tokenizer: Any, settings: Settings, questions: Sequence[d
                                  f"prompt; config.data.max_prompt_len allows {limit}")
 
 
-def _check_judge_prompts_fit(config: ml_collections.ConfigDict, judges: Sequence[Judge], judge_spec: JudgeSpec,
+def _check_judge_prompts_fit(judges: Sequence[Judge], judge_spec: JudgeSpec,
                              rubric_of: dict[str, Rubric], questions: Sequence[data.Question], tokenizer: Any,
                              max_response_tokens: int) -> list[str]:
     """Every LLM dimension can be judged: its shortest judge prompt (for an empty response) fits each judge's context
@@ -293,7 +296,7 @@ def _check_judge_prompts_fit(config: ml_collections.ConfigDict, judges: Sequence
                 tokens = shortest_prompt_tokens(judge, judge_spec, q.question, group)
                 if tokens > judge.max_prompt_tokens:
                     raise ValueError(
-                        f"config.judge.max_new_tokens={config.judge.max_new_tokens} leaves judge {judge.name} "
+                        f"config.judge.max_new_tokens={judge_spec.max_new_tokens} leaves judge {judge.name} "
                         f"{judge.max_prompt_tokens} of its {_context(judge)} context tokens for a prompt, but the "
                         f"shortest prompt for LLM dimension(s) {[d.id for d in group]} of {q.source} (an empty "
                         f"response) is {tokens} tokens: nothing would ever be judged on it; lower "
@@ -343,7 +346,7 @@ def _check_rollout_chunks(settings: Settings, batch_multiple: int) -> None:
     """Chunked rollouts (rl.rollout_chunks > 1) run on one process (the chunks draw the one call's noise by row:
     sampling.sample's row_offset), and each chunk's questions split evenly over the decode layout's `batch_multiple`
     shards: a chunk padded with prompts nobody asked for would cost as much sampling as a bigger one."""
-    chunks = settings.rollout_chunks
+    chunks = settings.config.rl.rollout_chunks
     if settings.rl is None or chunks == 1:
         return
     if jax.process_count() > 1:

@@ -31,12 +31,13 @@ def report_best(exp: Experiment) -> None:
         return
     evals = {r["step"]: r[runs.BEST_BY] for r in exp.log.rows() if r.get("stage") == "eval" and runs.BEST_BY in r}
     final_step = max(evals)
-    report = {"stage": best.stage, "step": best.step // exp.settings.updates_per_batch,
+    report = {"stage": best.stage, "step": best.step // exp.settings.config.rl.updates_per_batch,
               "checkpoint": str(Path("checkpoints") / best.stage / str(best.step)), runs.BEST_BY: best.eval_reward,
               "final_step": final_step, "final_eval_reward": evals[final_step], "baseline_eval_reward": evals.get(0)}
     files.write_atomic(exp.workdir / BEST_FILE, json.dumps(report, indent=2))
     baseline = "" if evals.get(0) is None else f", SFT baseline {evals[0]:.4f}"
-    which = "best eval reward" if exp.settings.checkpoint.keep_best else "best eval reward of the kept checkpoints"
+    which = ("best eval reward" if exp.settings.config.checkpoint.keep_best
+             else "best eval reward of the kept checkpoints")
     print(f"{which} {best.eval_reward:.4f} at step {report['step']} ({report['checkpoint']}); "
           f"final {evals[final_step]:.4f} at step {final_step}{baseline}")
 
@@ -46,7 +47,7 @@ def export_at_end(exp: Experiment, final_params: dict[str, Any]) -> None:
     params restored into the training layout, as a HF directory in <workdir>/export."""
     record = exp.run_record()
     weights = exp.layouts.policy(final_params)
-    if exp.settings.export.which == "best":
+    if exp.settings.config.export.which == "best":
         best = runs.select_checkpoint(exp.workdir, record, "best")
         weights = runs.restore_run_params(exp.workdir, record, best, exp.layouts.training)
     export.export_policy(weights, exp.workdir / EXPORT_DIR, tokenizer_dir=record.tokenizer_dir,

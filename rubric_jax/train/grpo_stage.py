@@ -71,7 +71,7 @@ def grpo_iteration(exp: Experiment, programs: run_programs.GRPOPrograms, state: 
     settings = exp.settings
     out, dynamic_row = _rollout(exp, state.params, questions, key, draw)
     scored = out.scored
-    signal = rollout.rollout_advantages(scored, programs.cfg, settings.missing_scores, settings.shaping,
+    signal = rollout.rollout_advantages(scored, programs.cfg, settings.config.rl.missing_scores, settings.shaping,
                                         rubrics=_row_rubrics(exp, scored) if settings.shaping.advantage ==
                                         "per_dimension" else (), weights=exp.weights,
                                         lengths_N=out.lengths_N, truncated_N=out.truncated_N)
@@ -80,9 +80,9 @@ def grpo_iteration(exp: Experiment, programs: run_programs.GRPOPrograms, state: 
                                    padding.bucket_length(longest, settings.train_rollout.response_buckets),
                                    signal.advantages_N[out.rows], signal.trainable_N[out.rows], exp.mesh)
     batch, logprob_stats = run_programs.rollout_logprobs(programs, batch, state.params, ref_params,
-                                                         settings.recompute_old_logprobs)
+                                                         settings.config.rl.recompute_old_logprobs)
     updates = []
-    for _ in range(settings.updates_per_batch):
+    for _ in range(settings.config.rl.updates_per_batch):
         state, update_metrics = programs.update(state, batch)
         updates.append(update_metrics)
     host_row = {**_reward_row(out, signal), **dynamic_row, **(out.timing.metrics() if out.timing else {})}
@@ -90,13 +90,14 @@ def grpo_iteration(exp: Experiment, programs: run_programs.GRPOPrograms, state: 
     host_row.update(exp.watch.redundancy(scored.dimension_ids, scored.scores, scored.valid))
     if exp.dynamic_weights is not None:
         host_row.update(exp.dynamic_weights.update(scored.dimension_ids, scored.scores, scored.valid))
-    return state, StepOutput((updates, logprob_stats), host_row, out.samples[: settings.samples_per_step])
+    return state, StepOutput((updates, logprob_stats), host_row, out.samples[: settings.config.log.samples_per_step])
 
 
 def _rollout(exp: Experiment, params: Any, questions: list[data.Question], key: jax.Array,
              draw: Callable[[], list[data.Question]] | None) -> tuple[collect.Rollout, dict[str, float]]:
     """The step's scored rollout (by dynamic sampling when configured) and its dynamic-sampling counts."""
-    spec, rule, chunks = exp.settings.train_rollout, exp.settings.dynamic_sampling, exp.settings.rollout_chunks
+    spec, rule = exp.settings.train_rollout, exp.settings.dynamic_sampling
+    chunks = exp.settings.config.rl.rollout_chunks
     if rule is None:
         return collect.rollout_and_score(exp, params, questions, spec, key, chunks), {}
     if draw is None:
@@ -177,7 +178,8 @@ class GRPOStage(Stage):
         self.total, self.rows, self.batch_size = rl.steps, exp.train_questions, rl.questions_per_step
         state_layout = exp.programs.grpo_state
         self.state, self.shardings = state_layout.init(params), state_layout.shardings
-        self.updates_per_step, self.keep_best = settings.updates_per_batch, settings.checkpoint.keep_best
+        self.updates_per_step = settings.config.rl.updates_per_batch
+        self.keep_best = settings.config.checkpoint.keep_best
         self.nan_streak = NanStreak(rl.max_nan_streak)
         self.lr_drop = oscillation.LearningRateDrop(settings.oscillation) if settings.oscillation is not None else None
         self.ref_params: Any | None = None
@@ -193,7 +195,7 @@ class GRPOStage(Stage):
         if restored is not None:
             exp.watch.load_scores_json(restored.extra.get("redundancy_window", []))
         iterator_state = data.IteratorState.from_dict(restored.data_state) if restored else data.IteratorState(
-            seed=exp.settings.seed)
+            seed=exp.settings.config.seed)
         self.ref_params = load_reference(exp, state, iterator_state).params if exp.settings.rl.beta > 0 else None
         if self.lr_drop is not None:
             self.lr_drop.restore(exp.log.rows(), float(train_state.lr_factor(state.opt_state)))
@@ -222,7 +224,7 @@ class GRPOStage(Stage):
         self.nan_streak.record(row["skipped"], step, f"{ckpt.directory} step {ckpt.latest_step()}")
 
     def eval_due(self, step: int) -> bool:
-        return step % self.exp.settings.eval_every == 0 or step == self.total
+        return step % self.exp.settings.config.eval.every_steps == 0 or step == self.total
 
     def evaluate(self, step: int, state: train_state.TrainState, progress: metrics.Progress) -> float:
         row = evaluate(self.exp, state, step)
@@ -232,6 +234,6 @@ class GRPOStage(Stage):
     def checkpoint_extra(self) -> dict[str, Any]:
         exp = self.exp
         weights = {} if exp.dynamic_weights is None else {"dynamic_weights": exp.dynamic_weights.to_json()}
-        return {"updates_per_batch": exp.settings.updates_per_batch, "judge_hash": exp.judge_hash,
+        return {"updates_per_batch": exp.settings.config.rl.updates_per_batch, "judge_hash": exp.judge_hash,
                 "reward_model_hash": exp.reward_model_hash, **weights,
                 "redundancy_window": exp.watch.scores_to_json()}

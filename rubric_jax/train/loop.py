@@ -24,35 +24,39 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-import ml_collections
-
-from rubric_jax import distributed, metrics, plots
+from rubric_jax import config_boundary, distributed, metrics, plots
 from rubric_jax.rubrics.io import dumps_rubric
-from rubric_jax.train import finish, monitors, settings as run_settings, workdir as run_workdir
-from rubric_jax.train.experiment import Experiment, build
+from rubric_jax.train import finish, settings as run_settings, workdir as run_workdir
+from rubric_jax.train.experiment import Experiment, build as experiment_build
 from rubric_jax.train.grpo_stage import GRPOStage
 from rubric_jax.train.runner import Runner, Stage, StopRequest
 from rubric_jax.train.sft_stage import SFTStage
 
 
-def run(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
+def run(config: config_boundary.ConfigDict, workdir: str | Path) -> None:
     """Runs (or resumes) every configured stage and writes plots; see the module docstring. Nothing is
     written before the config, the workdir, the data and the saved checkpoints' records all check out."""
-    settings = run_settings.validate(config)
-    monitors.thresholds(config.monitor)  # the alert thresholds fail here too, before anything is written
+    settings = run_settings.validate(config_boundary.experiment(config))  # the boundary: blocks from here on
     workdir = run_workdir.check_usable(workdir)
-    experiment = build(config, workdir, settings)  # reads only
+    experiment = experiment_build(settings, config_boundary.record(config), workdir)  # reads only
     # One writer per workdir: process 0 holds its lock until the run ends (the OS drops it on any death).
     with run_workdir.exclusive(workdir) if distributed.is_writer() else contextlib.nullcontext():
         run_experiment(experiment)
+
+
+def build(config: config_boundary.ConfigDict, workdir: str | Path) -> Experiment:
+    """The experiment of a resolved config, checked and built as `run` builds it (reads only)."""
+    return experiment_build(run_settings.validate(config_boundary.experiment(config)), config_boundary.record(config),
+                            workdir)
 
 
 def run_experiment(exp: Experiment) -> None:
     """`run` once the experiment is built and this process may write the workdir: the run files, the stages,
     the best checkpoint's report, the export, the plots and done.json."""
     settings, workdir = exp.settings, exp.workdir
-    run_workdir.check_resume(workdir, rubric_hash=exp.rubric_hash, updates_per_batch=settings.updates_per_batch,
-                             keep=settings.checkpoint.keep, judge_hash=exp.judge_hash,
+    config = settings.config
+    run_workdir.check_resume(workdir, rubric_hash=exp.rubric_hash, updates_per_batch=config.rl.updates_per_batch,
+                             keep=config.checkpoint.keep, judge_hash=exp.judge_hash,
                              reward_model_hash=exp.reward_model_hash)
     if distributed.is_writer():
         run_workdir.write_run_files(workdir, exp.config_json, dumps_rubric(exp.shared_rubric, "yaml"), exp.rubric_info)
@@ -66,7 +70,7 @@ def run_experiment(exp: Experiment) -> None:
             params = run_stage(exp, GRPOStage(exp, params), stop).params
             if not stop.requested:
                 finish.report_best(exp)
-        if settings.export.at_end and not stop.requested:
+        if config.export.at_end and not stop.requested:
             finish.export_at_end(exp, params)
     if distributed.is_writer():
         plots.plot_run(workdir)
@@ -79,7 +83,8 @@ def run_stage(exp: Experiment, stage: Stage, stop: StopRequest) -> Any:
     """Runs `stage` to its end (or an agreed stop) with the experiment's checkpoints and log; the final state.
     A stop says so in one line once its checkpoint is written (the run then exits 0, as a finished one)."""
     with exp.checkpointer(stage.name, keep_best=stage.keep_best) as ckpt:
-        state = Runner(stage, ckpt, exp.log, every_steps=exp.settings.checkpoint.every_steps, seed=exp.settings.seed,
+        config = exp.settings.config
+        state = Runner(stage, ckpt, exp.log, every_steps=config.checkpoint.every_steps, seed=config.seed,
                        rubric_hash=exp.rubric_hash, stop=stop).run()
     if stop.requested and distributed.is_writer():
         print(stopped_line(stage.name, int(state.step) // stage.updates_per_step, stage.total, int(state.step),

@@ -54,6 +54,7 @@ from rubric_jax.calibration.redundancy import PAIR_SEPARATOR, pairwise_spearman
 from rubric_jax.calibration.stats import spearman
 from rubric_jax.judges.reward import RewardOutput
 from rubric_jax.judges.rules import TemplatePhrases
+from rubric_jax.train.blocks import MonitorBlock
 
 _TOP = 1.0 - 1e-6  # a normalised score at or above this is at the dimension's top level
 
@@ -61,60 +62,43 @@ _TOP = 1.0 - 1e-6  # a normalised score at or above this is at the dimension's t
 @dataclasses.dataclass(frozen=True)
 class Check:
     """An alert on the metrics matching `pattern` (group 1, if any, is a dimension id): "max" fires when a
-    value is above the threshold `config.monitor.<field>`, "min" when below; `bounds` are its legal values."""
+    value is above the threshold `config.monitor.<field>`, "min" when below (its bounds: train/blocks.py)."""
 
     field: str
     pattern: str
     words: str  # the metric in the log line; "{}" is replaced by a dimension id, "{window}" by window_words,
     # "{first}" by the run's first window ("steps 1-10")
     kind: str  # "max" (fires above), "min" (below) or "at_least" (at or above)
-    bounds: tuple[float, float]
 
 
 WINDOWED = ("monitor/template_share", "monitor/reward_length_corr", "zero_std_frac")  # alerts on their rolling means
-WINDOW_FIELD = "window_steps"  # config.monitor's window of WINDOWED (a positive int)
 _SATURATION = re.compile(r"^monitor/saturation/[^/]+$")  # a dimension's per-step saturation (its rise is alerted)
 REDUNDANCY_PREFIX = "monitor/redundancy/"
 MIN_REDUNDANCY_ROWS = 16  # fewer rollouts scoring both dimensions in the window: no Spearman is written
 _OPS = {"max": ">", "min": "<", "at_least": ">="}
 CHECKS = (
-    Check("max_template_share", r"^monitor/template_share/window_mean$", "template share{window}", "max", (0.0, 1.0)),
-    Check("max_length_drift", r"^monitor/length_drift$", "length drift", "max", (0.0, math.inf)),
+    Check("max_template_share", r"^monitor/template_share/window_mean$", "template share{window}", "max"),
+    Check("max_length_drift", r"^monitor/length_drift$", "length drift", "max"),
     Check("max_saturation_rise", r"^monitor/saturation/(.+)/rise$", "saturation rise of {}{window} over {first}",
-          "max", (0.0, 1.0)),
-    Check("max_missing_share", r"^monitor/missing/(.+)$", "missing scores of {}", "max", (0.0, 1.0)),
+          "max"),
+    Check("max_missing_share", r"^monitor/missing/(.+)$", "missing scores of {}", "max"),
     Check("max_missing_share", r"^golden/reference/missing/(.+)$", "missing scores of {} on the golden references",
-          "max", (0.0, 1.0)),
-    Check("max_zero_std_frac", r"^zero_std_frac/window_mean$", "zero-std group share{window}", "max", (0.0, 1.0)),
+          "max"),
+    Check("max_zero_std_frac", r"^zero_std_frac/window_mean$", "zero-std group share{window}", "max"),
     Check("max_redundancy", rf"^{REDUNDANCY_PREFIX}(.+?){PAIR_SEPARATOR}(.+)$",
-          "redundancy: Spearman of {} and {}{window}", "at_least", (-1.0, 1.0)),
+          "redundancy: Spearman of {} and {}{window}", "at_least"),
     Check("max_reward_length_corr", r"^monitor/reward_length_corr/window_mean$",
-          "reward-length correlation{window}", "max", (-1.0, 1.0)),
-    Check("max_judge_parse_failure", r"^monitor/judge_parse_failure$", "judge parse failures", "max", (0.0, 1.0)),
-    Check("min_golden_spearman", r"^golden/spearman/(.+)$", "golden Spearman of {}", "min", (-1.0, 1.0)),
-    Check("min_audit_agreement", r"^audit/(spearman|kappa)/(.+)$", "audit {} of {} (training vs audit judge)", "min",
-          (-1.0, 1.0)),
-    Check("max_audit_gap_rise", r"^audit/gap/(.+)/rise$", "audit gap rise of {} (training minus audit judge)", "max",
-          (0.0, 1.0)),
+          "reward-length correlation{window}", "max"),
+    Check("max_judge_parse_failure", r"^monitor/judge_parse_failure$", "judge parse failures", "max"),
+    Check("min_golden_spearman", r"^golden/spearman/(.+)$", "golden Spearman of {}", "min"),
+    Check("min_audit_agreement", r"^audit/(spearman|kappa)/(.+)$", "audit {} of {} (training vs audit judge)", "min"),
+    Check("max_audit_gap_rise", r"^audit/gap/(.+)/rise$", "audit gap rise of {} (training minus audit judge)", "max"),
 )
 
 
-def thresholds(monitor: Mapping[str, Any]) -> dict[str, float]:
-    """The `config.monitor` thresholds by field, each checked against its bounds, and its window checked to be a
-    positive int (the run calls this at start-up, before SFT); one line naming the key and value otherwise."""
-    fields = {check.field for check in CHECKS} | {WINDOW_FIELD}
-    if set(monitor) != fields:
-        raise ValueError(f"config.monitor: expected the keys {sorted(fields)}, got {sorted(monitor)}")
-    window = monitor[WINDOW_FIELD]
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"config.monitor.{WINDOW_FIELD}={window!r}: expected a positive int (GRPO steps)")
-    limits = {}
-    for check in CHECKS:
-        value, (lo, hi) = monitor[check.field], check.bounds
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
-            raise ValueError(f"config.monitor.{check.field}={value!r}: expected a number in [{lo:g}, {hi:g}]")
-        limits[check.field] = float(value)
-    return limits
+def thresholds(monitor: MonitorBlock) -> dict[str, float]:
+    """The `config.monitor` thresholds by field (their bounds are the block's: train/blocks.py MonitorBlock)."""
+    return {check.field: float(getattr(monitor, check.field)) for check in CHECKS}
 
 
 def _nan_or(value: float | None) -> float:

@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-import ml_collections
-
-from rubric_jax import files, loader, metrics, sharding
+from rubric_jax import files, loader, metrics, schema, sharding
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.checks import short_repr
-from rubric_jax.train import checkpointing, export, settings as run_settings
+from rubric_jax.train import blocks, checkpointing, export, settings as run_settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # what the shipped configs' relative asset paths are relative to
 BEST_BY = "eval/reward_mean"  # the held-out reward the trainer logs at each eval (train/grpo_stage.py)
-WHICH = run_settings.EXPORT_WHICH
+WHICH = blocks.EXPORT_WHICH
 # What export and evaluation read of a run's config.json: (key, type, smallest value for an integer).
 _READ_KEYS = (("model.checkpoint", str, None), ("model.config_json", str, None), ("model.tokenizer", str, None),
               ("model.param_dtype", str, None), ("model.compute_dtype", str, None), ("model.remat", bool, None),
@@ -55,15 +55,22 @@ def run_record(workdir: Path) -> RunRecord:
     """The RunRecord of the run in `workdir`, from the config.json it wrote (`run_config`)."""
     config = run_config(workdir)
     try:
-        model = run_settings.model_config(config)
+        model = run_settings.model_config(_model_block(config["model"]))
     except (OSError, ValueError) as e:
         raise RunError(f"--workdir={workdir}: cannot read the run's model config: {e}") from None
-    start = config.model.checkpoint
-    return RunRecord(config.checkpoint.keep, config.rl.updates_per_batch, model,
-                     Path(config.model.tokenizer or start), Path(start) if start else None)
+    start = config["model"]["checkpoint"]
+    return RunRecord(config["checkpoint"]["keep"], config["rl"]["updates_per_batch"], model,
+                     Path(config["model"]["tokenizer"] or start), Path(start) if start else None)
 
 
-def run_config(workdir: Path) -> ml_collections.ConfigDict:
+def _model_block(model: Mapping[str, Any]) -> blocks.ModelBlock:
+    """The model block of a run's config.json: the keys it has (an older run's missing ones take their defaults,
+    e.g. remat_policy "full"; a key since removed is left out)."""
+    known = {schema.config_key(f) for f in schema.config_fields(blocks.ModelBlock)}
+    return blocks.ModelBlock(**{key: value for key, value in model.items() if key in known})
+
+
+def run_config(workdir: Path) -> dict[str, Any]:
     """The resolved config a training run wrote (workdir/config.json), its keys that export and evaluation read
     checked, and its relative paths resolved (`_resolve_path`)."""
     path = workdir / "config.json"
@@ -84,7 +91,7 @@ def run_config(workdir: Path) -> ml_collections.ConfigDict:
         if not isinstance(node, kind) or (kind is int and (isinstance(node, bool) or node < minimum)):
             expected = "an integer >= 1" if kind is int else kind.__name__
             raise RunError(f"{path}: {key}={short_repr(node)}: expected {expected}")
-    config = ml_collections.ConfigDict(raw)
+    config = raw
     for key in _PATH_KEYS:
         block, field = key.split(".")
         config[block][field] = _resolve_path(path, key, config[block][field])
@@ -120,7 +127,7 @@ def run_checkpoints(workdir: Path, record: RunRecord) -> list[RunCheckpoint]:
                                f"{short_repr(value)}: expected an integer step and a number")
             evals[step] = value
     found = []
-    for stage in run_settings.STAGES:
+    for stage in blocks.STAGES:
         directory = workdir / "checkpoints" / stage
         if not directory.is_dir():
             continue

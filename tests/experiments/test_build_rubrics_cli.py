@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from configs import tiny
+from rubric_jax import config_boundary
 from rubric_jax.qurl import pipeline as P
 from rubric_jax.qurl.retrieval import CorpusError
 from tests import manual
@@ -63,7 +64,7 @@ def _run_build(tmp_path, *, questions=f"{ASSETS}/questions.jsonl", corpus=f"{ASS
     for dotted, value in overrides.items():
         block, field = dotted.split("__")
         setattr(config[block], field, value)
-    return P.run_build(config, str(REPO / questions), str(REPO / corpus), str(out or tmp_path / "out"))
+    return P.run_build(config_boundary.experiment(config), str(REPO / questions), str(REPO / corpus), str(out or tmp_path / "out"))
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -370,12 +370,12 @@ def test_a_served_judge_holds_no_weights_in_the_runs_memory_plan():
     """The dry run's memory plan counts an in-process judge's weights and none for an endpoint (whose local
     checkpoint is only its tokenizer)."""
     from configs import tiny
-    from rubric_jax import aot
+    from rubric_jax import aot, config_boundary
 
     config = tiny.get_config()
-    assert [name for name, _ in aot.judge_configs(config, aot.CPU)] == ["tiny_judge"]
+    assert [name for name, _ in aot.judge_configs(config_boundary.experiment(config).judge, aot.CPU)] == ["tiny_judge"]
     config.judge.backend, config.judge.base_url, config.judge.model = "openai", "http://127.0.0.1:1/v1", "tiny_judge"
-    assert aot.judge_configs(config, aot.CPU) == []
+    assert aot.judge_configs(config_boundary.experiment(config).judge, aot.CPU) == []
 
 
 def test_the_batcher_cuts_each_row_to_its_own_max_tokens_and_warms_every_batch_bucket():

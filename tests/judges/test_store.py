@@ -13,6 +13,7 @@ import jax
 import numpy as np
 import pytest
 
+from rubric_jax import config_boundary
 from rubric_jax.judges import llm_judge as lj
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.judges.spec import JudgeSpec
@@ -256,7 +257,7 @@ def test_store_settings_are_checked_at_start_up(values, message):
     from test_settings import _with
 
     with pytest.raises(ValueError, match=re.escape(message)):
-        settings.validate(_with(**values))
+        settings.validate(config_boundary.experiment(_with(**values)))
 
 
 # ------------------------------------------------------------------------------------------ what is read back

@@ -16,7 +16,7 @@ from flax import nnx
 
 from configs import qurl_ablation
 from random_model import random_model, tiny_hf_dir
-from rubric_jax import data, loader, sweeps
+from rubric_jax import config_boundary, data, loader, sweeps
 from rubric_jax.qurl.config import BuildConfig
 from rubric_jax.train import grpo_stage, loop, settings as run_settings
 from tests import manual
@@ -30,7 +30,7 @@ RUBRIC_ROWS = ("full", "no_filter", "no_references")
 def test_each_row_sets_what_defines_it(variant, size):
     c = qurl_ablation.get_config(f"variant={variant},size={size}")
     full = qurl_ablation.get_config(f"variant=full,size={size}")
-    build = BuildConfig(**c.qurl.to_dict(), seed=c.seed)  # what experiments.build_rubrics will accept
+    build = config_boundary.to_block(c.qurl, BuildConfig, "config.qurl")  # what experiments.build_rubrics accepts
     changed_qurl = {k for k in c.qurl.keys() if c.qurl[k] != full.qurl[k]}
     expected_qurl = {"no_filter": {"num_candidates", "min_support", "min_std", "min_spread"},
                      "no_references": {"top_k"}}.get(variant, set())
@@ -42,9 +42,10 @@ def test_each_row_sets_what_defines_it(variant, size):
     assert (c.reward.source == "reward_model") == (variant == "reward_model")
     if variant == "reward_model" and size == "tiny":  # no reward model ships: the command line names one
         with pytest.raises(ValueError, match="needs config.reward.model_checkpoint=DIR"):
-            run_settings.reward_model_config(c)
+            run_settings.reward_model_config(config_boundary.experiment(c).reward)
         c.reward.model_checkpoint = "RM_DIR"
-    reward_model = run_settings.reward_model_config(c)  # the start-up check accepts every row
+    # the start-up check accepts every row
+    reward_model = run_settings.reward_model_config(config_boundary.experiment(c).reward)
     assert (reward_model is None) == (variant != "reward_model")
     if size == "tiny":
         for path in (c.data.train, c.data.eval, c.data.rubric, c.data.sft):
@@ -93,7 +94,7 @@ def test_bad_reward_settings_fail_before_anything_loads(changes, match):
         block, field = key.split(".")
         c[block][field] = value
     with pytest.raises(ValueError, match=match):
-        run_settings.reward_model_config(c)
+        run_settings.reward_model_config(config_boundary.experiment(c).reward)
 
 
 def readme_tiny_commands() -> list[str]:

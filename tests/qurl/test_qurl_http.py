@@ -12,6 +12,7 @@ import re
 import pytest
 
 from openai_double import MODEL, Endpoint
+from rubric_jax import config_boundary
 from rubric_jax.qurl import pipeline
 from rubric_jax.qurl.config import BuildError
 from tiny_config import ROOT, absolute_tiny_config
@@ -64,7 +65,7 @@ def test_every_stage_of_a_build_is_written_and_judged_by_the_endpoint(tmp_path):
     try:
         questions = tmp_path / "questions.jsonl"
         questions.write_text("".join((QURL_ASSETS / "questions.jsonl").read_text().splitlines(True)[:2]))
-        result = pipeline.run_build(_config(endpoint.url), str(questions), str(QURL_ASSETS / "corpus.jsonl"),
+        result = pipeline.run_build(config_boundary.experiment(_config(endpoint.url)), str(questions), str(QURL_ASSETS / "corpus.jsonl"),
                                     str(tmp_path / "out"), log=lambda line: None)
     finally:
         endpoint.down()
@@ -86,7 +87,7 @@ def test_generator_judge_without_an_endpoint_is_one_line():
     with config.unlocked():
         config.qurl.generator = "judge"
     with pytest.raises(BuildError, match="qurl.generator=judge writes through the judge's endpoint"):
-        pipeline.run_build(config, str(QURL_ASSETS / "questions.jsonl"), str(QURL_ASSETS / "corpus.jsonl"),
+        pipeline.run_build(config_boundary.experiment(config), str(QURL_ASSETS / "questions.jsonl"), str(QURL_ASSETS / "corpus.jsonl"),
                            "/nonexistent/out")
 
 
@@ -94,6 +95,5 @@ def test_an_unknown_generator_names_the_field():
     config = absolute_tiny_config()
     with config.unlocked():
         config.qurl.generator = "api"
-    with pytest.raises(BuildError, match=r"qurl.generator='api': expected one of \('model', 'judge'\)"):
-        pipeline.run_build(config, str(QURL_ASSETS / "questions.jsonl"), str(QURL_ASSETS / "corpus.jsonl"),
-                           "/nonexistent/out")
+    with pytest.raises(ValueError, match=r"^config\.qurl\.generator='api': expected one of \('model', 'judge'\)"):
+        config_boundary.experiment(config)

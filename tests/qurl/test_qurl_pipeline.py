@@ -198,8 +198,8 @@ def test_without_reference_documents_the_rubric_comes_from_the_question_alone(tm
     ("sampler", "nucleus(2)", "qurl.sampler='nucleus(2)'"),
 ])
 def test_bad_settings_are_one_line_errors(field, value, message):
-    with pytest.raises(BuildError) as e:
-        BuildConfig(**{field: value})
+    with pytest.raises(schema.BlockError) as e:
+        BuildConfig.from_values({**schema.defaults(BuildConfig), field: value}, "qurl")
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
 
 
@@ -229,5 +229,5 @@ def test_every_qurl_count_has_an_upper_bound(name):
     are the fields' (rubric_jax/schema.py), so qurl_block() and the docs show them."""
     assert COUNTS[name] is not None
     largest = COUNTS[name][1]
-    with pytest.raises(BuildError, match=rf"^qurl\.{name}={largest + 1}: expected an integer <= {largest}$"):
-        BuildConfig(**{name: largest + 1})
+    with pytest.raises(schema.BlockError, match=rf"^qurl\.{name}={largest + 1}: expected an integer <= {largest}$"):
+        BuildConfig.from_values({**schema.defaults(BuildConfig), name: largest + 1}, "qurl")

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from configs.common import base_config
-from rubric_jax import plots
-from rubric_jax.train import audit, monitors, settings
+from rubric_jax import config_boundary, plots
+from rubric_jax.train import audit, blocks, monitors, settings
 from tiny_config import absolute_tiny_config
 
 LEVELS = (1, 2, 3, 4, 5)
@@ -77,7 +77,7 @@ def test_the_audited_rows_are_a_fixed_seeded_subset():
 def _replay(tmp_path: Path, gaps, agreements) -> list[dict]:
     """Eval rows every 10 steps with these gaps and Spearmans (kappa 0.9), their rises computed from the rows logged
     before them, observed by monitors.Watch with the default thresholds; the alerts it wrote."""
-    limits = monitors.thresholds(base_config().monitor)
+    limits = monitors.thresholds(blocks.MonitorBlock())
     tmp_path.mkdir()
     watch, logged = monitors.Watch(limits, tmp_path, window=10, log=lambda line: None), []
     window = base_config().audit.window
@@ -110,16 +110,16 @@ def test_a_bad_audit_value_is_one_line_naming_it(key, value, message):
     config = absolute_tiny_config()
     config.audit[key] = value
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        settings.validate(config)
+        settings.validate(config_boundary.experiment(config))
 
 
 def test_the_audit_judge_is_a_judge_spec_validated_as_config_judge_is():
     config = absolute_tiny_config()
-    assert settings.validate(config).audit is None  # no audit judge: no audit
+    assert settings.validate(config_boundary.experiment(config)).audit is None  # no audit judge: no audit
     config.audit.judge.checkpoint = config.judge.checkpoint
     config.audit.judge.samples = 0
     with pytest.raises(ValueError, match=r"config.audit.judge.samples=0: expected an integer >= 1"):
-        settings.validate(config)
+        settings.validate(config_boundary.experiment(config))
 
 
 def test_a_run_plots_the_audit_metrics_with_their_thresholds(tmp_path):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from configs import tiny
+from rubric_jax import config_boundary
 from rubric_jax.train import dynamic, settings
 from first_grpo_step import first_grpo_step
 from tiny_config import absolute_tiny_config
@@ -29,12 +30,12 @@ def test_kept_groups_first_then_the_least_flat_dropped_ones():
 
 
 def test_settings_are_checked_and_off_by_default():
-    assert settings.validate(tiny.get_config()).dynamic_sampling is None
+    assert settings.validate(config_boundary.experiment(tiny.get_config())).dynamic_sampling is None
     config = tiny.get_config()
     with config.unlocked():
         config.rl.dynamic_sampling, config.rl.dynamic_sampling_max_rounds = True, 0
     with pytest.raises(ValueError, match=re.escape("config.rl.dynamic_sampling_max_rounds=0: expected an integer >= 1")):
-        settings.validate(config)
+        settings.validate(config_boundary.experiment(config))
 
 
 def test_a_grpo_iteration_samples_extra_rounds_and_keeps_the_batch_shape(tmp_path):

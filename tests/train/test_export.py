@@ -285,9 +285,9 @@ def test_relative_asset_paths_of_a_run_resolve_from_any_directory(tmp_path, monk
     workdir = _tiny_run_dir(tmp_path)
     monkeypatch.chdir(tmp_path)
     config = runs.run_config(workdir)
-    assert config.model.tokenizer == str(ROOT / "rubric_jax/assets/tiny/tokenizer")
-    assert config.model.config_json == str(ROOT / "rubric_jax/assets/tiny/config.json")
-    assert config.model.checkpoint == ""
+    assert config["model"]["tokenizer"] == str(ROOT / "rubric_jax/assets/tiny/tokenizer")
+    assert config["model"]["config_json"] == str(ROOT / "rubric_jax/assets/tiny/config.json")
+    assert config["model"]["checkpoint"] == ""
     stored = json.loads((workdir / "config.json").read_text())
     stored["model"]["tokenizer"] = "elsewhere/tokenizer"
     (workdir / "config.json").write_text(json.dumps(stored))

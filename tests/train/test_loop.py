@@ -19,8 +19,9 @@ import jax
 import numpy as np
 import pytest
 
+from rubric_jax import config_boundary
 from rubric_jax.judges.spec import JudgeSpec, judge_hash
-from rubric_jax.train import grpo_stage
+from rubric_jax.train import blocks, grpo_stage
 from rubric_jax.train.grpo_stage import NanStreak
 from rubric_jax.train.runner import TrainingError
 from rubric_jax.train.settings import grpo_config
@@ -250,7 +251,7 @@ def test_grpo_config_takes_the_rollout_temperature_and_eps():
     rl = absolute_tiny_config().rl
     with rl.unlocked():
         rl.sampler, rl.advantage_eps = "temperature(0.7)", 0.5
-    cfg = grpo_config(rl)
+    cfg = grpo_config(_rl_block(rl))
     assert (cfg.temperature, cfg.advantage_eps, cfg.kl_coef) == (0.7, 0.5, rl.beta)
 
 
@@ -265,7 +266,12 @@ def test_grpo_config_rejects_bad_rl_values(field, value, message):
     with rl.unlocked():
         rl[field] = value
     with pytest.raises(ValueError, match=re.escape(message)):
-        grpo_config(rl)
+        grpo_config(_rl_block(rl))
+
+
+def _rl_block(rl):
+    """The rl block of a config's rl ConfigDict, as the boundary makes it."""
+    return config_boundary.to_block(rl, blocks.RLBlock, "config.rl")
 
 
 @pytest.mark.parametrize("flag, message", [

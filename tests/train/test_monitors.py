@@ -1,7 +1,7 @@
 """Reward-hacking monitors: each value hand-computed on a small scored batch; alerts fire past (never at)
 their thresholds, name the metric in the log line and land in alerts.jsonl; the windowed alerts read rolling means
 (hand-computed sequences: a one-step spike does not fire, a sustained rise does, a resume continues the window);
-thresholds and the window are validated."""
+thresholds and the window are validated by the monitor block."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from configs import common
-from rubric_jax import metrics
+from rubric_jax import metrics, schema
 from rubric_jax.judges.reward import RewardOutput
-from rubric_jax.train import monitors
+from rubric_jax.train import blocks, monitors
 
-LIMITS = monitors.thresholds(common.base_config().monitor)
+LIMITS = monitors.thresholds(blocks.MonitorBlock())
 
 RESPONSES = ["Firstly, pay. Secondly, wait. Finally, check.", "首先，付款。其次，等待。最后，查看。",
              "first pay, then wait", "A plain answer.", "Another answer."]
@@ -180,17 +180,18 @@ def test_watch_measures_length_drift_from_the_first_step_and_appends_alerts(tmp_
     ("min_golden_spearman", float("nan"), "config.monitor.min_golden_spearman=nan"),
     ("max_judge_parse_failure", True, "config.monitor.max_judge_parse_failure=True"),
     ("max_missing_share", 1.5, "config.monitor.max_missing_share=1.5: expected a number in [0, 1]"),
-    ("window_steps", 0, "config.monitor.window_steps=0: expected a positive int (GRPO steps)"),
-    ("window_steps", 2.5, "config.monitor.window_steps=2.5: expected a positive int"),
-    ("window_steps", True, "config.monitor.window_steps=True: expected a positive int"),
+    ("window_steps", 0, "config.monitor.window_steps=0: expected an integer >= 1"),
+    ("window_steps", 2.5, "config.monitor.window_steps=2.5: expected an integer >= 1"),
+    ("window_steps", True, "config.monitor.window_steps=True: expected an integer >= 1"),
 ])
 def test_thresholds_are_validated(field, value, message):
+    """The monitor block checks each threshold against its bounds when it is made (once, at the boundary)."""
     monitor = common.base_config().monitor.to_dict()
     monitor[field] = value
     with pytest.raises(ValueError, match=re.escape(message)):
-        monitors.thresholds(monitor)
+        schema.from_mapping(blocks.MonitorBlock, monitor, "config.monitor")
     good = {"max_length_drift": float("inf"), "window_steps": 3}.get(field, 0.5)
-    assert monitors.thresholds({**monitor, field: good})
+    assert monitors.thresholds(schema.from_mapping(blocks.MonitorBlock, {**monitor, field: good}, "config.monitor"))
 
 
 def _observe(watch: monitors.Watch, rows: list[dict], first_step: int = 1) -> list[dict]:

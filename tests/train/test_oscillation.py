@@ -11,6 +11,7 @@ import optax
 import pytest
 
 from configs import tiny
+from rubric_jax import config_boundary
 from rubric_jax.train import oscillation, settings, state as train_state
 
 RULE = oscillation.OscillationRule(window=5, ratio=4.0, min_swing=0.02, factor=0.5, min_factor=0.25)
@@ -91,11 +92,11 @@ def _config(**rl):
 
 
 def test_the_rule_is_validated_and_off_by_default():
-    assert settings.validate(tiny.get_config()).oscillation is None
-    checked = settings.validate(_config(lr_on_oscillation=True, oscillation_window=10))
+    assert settings.validate(config_boundary.experiment(tiny.get_config())).oscillation is None
+    checked = settings.validate(config_boundary.experiment(_config(lr_on_oscillation=True, oscillation_window=10)))
     assert checked.oscillation == oscillation.OscillationRule(window=10)
     for key, value, message in (("oscillation_window", 2, "config.rl.oscillation_window=2: expected an integer >= 3"),
                                 ("lr_drop_factor", 1.5, "config.rl.lr_drop_factor=1.5: expected in (0, 1)"),
                                 ("oscillation_ratio", 0.5, "config.rl.oscillation_ratio=0.5")):
         with pytest.raises(ValueError, match=re.escape(message)):
-            settings.validate(_config(lr_on_oscillation=True, **{key: value}))
+            settings.validate(config_boundary.experiment(_config(lr_on_oscillation=True, **{key: value})))

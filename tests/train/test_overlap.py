@@ -13,6 +13,7 @@ import yaml
 
 from configs import tiny
 from first_grpo_step import first_grpo_step
+from rubric_jax import config_boundary
 from rubric_jax.train import grpo_stage, loop, overlap, programs as run_programs, settings
 from tiny_config import absolute_tiny_config
 
@@ -20,14 +21,14 @@ EXACT = ("prompt_tokens", "prompt_mask", "response_tokens", "response_mask", "lo
 
 
 def test_settings_are_checked_and_off_by_default():
-    assert settings.validate(tiny.get_config()).rollout_chunks == 1
+    assert settings.validate(config_boundary.experiment(tiny.get_config())).config.rl.rollout_chunks == 1
     for chunks, why in ((3, "must divide rl.questions_per_step=8: a chunk holds whole groups"),
                         (0, "expected an integer >= 1")):
         config = tiny.get_config()
         with config.unlocked():
             config.rl.rollout_chunks = chunks
         with pytest.raises(ValueError, match=re.escape(f"config.rl.rollout_chunks={chunks}: {why}")):
-            settings.validate(config)
+            settings.validate(config_boundary.experiment(config))
 
 
 def test_a_chunk_padded_to_the_rollout_shards_and_several_processes_are_refused(tmp_path, monkeypatch):
@@ -83,10 +84,13 @@ def experiment(tmp_path_factory):
     return loop.build(config, directory / "run")
 
 
-def _iteration(exp, chunks, monkeypatch, questions, *draw, **changes):
+def _iteration(exp, chunks, monkeypatch, questions, *draw, recompute_old_logprobs=False, **changes):
     """(the metrics row, the batch the update trained on, the state after it) of a first GRPO iteration sampled in
     `chunks` calls (`changes`: other Settings fields)."""
-    exp = dataclasses.replace(exp, settings=dataclasses.replace(exp.settings, rollout_chunks=chunks, **changes))
+    config = exp.settings.config
+    config = dataclasses.replace(config, rl=dataclasses.replace(config.rl, rollout_chunks=chunks,
+                                                                recompute_old_logprobs=recompute_old_logprobs))
+    exp = dataclasses.replace(exp, settings=dataclasses.replace(exp.settings, config=config, **changes))
     batches = []
     logprobs = run_programs.rollout_logprobs
     monkeypatch.setattr(run_programs, "rollout_logprobs",

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from flax import traverse_util
 
+from rubric_jax import config_boundary
 from rubric_jax.assets import ASSETS_DIR, build_tiny_assets, build_tiny_judges, tiny_judge_data
 from rubric_jax.judges.distill_data import rule_items
 from rubric_jax.judges.llm_judge import load_judge
@@ -56,7 +57,7 @@ def _config(variant: str):
 @pytest.mark.parametrize("variant", CONFIG_FILES)
 def test_a_planted_hack_config_validates_and_points_at_its_rubric_and_judge(variant):
     config = _config(variant)
-    settings.validate(config)
+    settings.validate(config_boundary.experiment(config))
     rubric = load_rubric(config.data.rubric)
     assert rubric.dimension("clarity").kind == "llm" and "template" not in rubric.dimension_ids
     assert Path(config.judge.checkpoint).name == f"tiny_judge_{variant}"

@@ -5,6 +5,7 @@ test_multihost's equality of a stopped-and-restarted run with an uninterrupted o
 
 from __future__ import annotations
 
+from rubric_jax import config_boundary
 from rubric_jax.train import programs, settings as run_settings
 from tiny_config import absolute_tiny_config
 
@@ -18,8 +19,9 @@ def _build(sft_steps: int = 2, **overrides: object) -> programs.RunPrograms:
         for key, value in overrides.items():
             stage, field = key.split(".")
             config[stage][field] = value
-    settings = run_settings.validate(config)
-    return programs.build(settings, programs.layouts(settings.mesh, run_settings.model_config(config)), sft_steps)
+    settings = run_settings.validate(config_boundary.experiment(config))
+    model = run_settings.model_config(settings.config.model)
+    return programs.build(settings, programs.layouts(settings.mesh, model), sft_steps)
 
 
 def test_equal_specs_reuse_the_programs_and_a_changed_spec_builds_its_own():

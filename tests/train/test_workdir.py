@@ -143,7 +143,7 @@ def test_a_restart_under_another_judge_is_refused_from_the_records(tmp_path):
 def test_a_restart_refused_for_its_judge_leaves_every_file_as_it_was(tmp_path):
     """The tiny default resumed over a GRPO checkpoint of the same rubric set but another judge: refused before
     config.json, rubric.yaml or rubric.json is rewritten; the GRPO stage records the judge it trains with."""
-    from rubric_jax.train.experiment import build
+    from rubric_jax.train.loop import build
     from rubric_jax.train.grpo_stage import GRPOStage
 
     exp = build(absolute_tiny_config(), tmp_path)
@@ -188,7 +188,7 @@ def test_a_reward_model_run_records_its_reward_model_and_refuses_another_before_
     settings, the GRPO stage records the hash in its checkpoints, and a resume over checkpoints of another reward
     model is refused before config.json, rubric.yaml or rubric.json is rewritten."""
     from random_model import tiny_hf_dir
-    from rubric_jax.train.experiment import build
+    from rubric_jax.train.loop import build
     from rubric_jax.train.grpo_stage import GRPOStage
 
     config = absolute_tiny_config()
