@@ -1,10 +1,8 @@
-"""Config blocks: small functions each returning one ConfigDict block (model, judge, mesh, data, rl, ...) that the
-experiment files (configs/tiny.py, ...) and the command configs (configs/commands/*.py) compose.
-
-The experiment's blocks come from their typed blocks (rubric_jax/train/blocks.py: every key's type, default, bounds
-and one-line meaning with its source); the judge, qurl and command blocks are written here, every field with a
-one-line comment giving its meaning and, where it comes from a paper, the source. Dependent values are derived in
-code after command-line overrides, never here.
+"""The ConfigDicts that config files start from, each generated from its typed block (rubric_jax/schema.py): an
+experiment's keys (`base_config`, train/blocks.py ExperimentConfig), the judge's (`judge_block`, judges/spec.py
+JudgeSpec; configs/judges/*.py start from it), qurl's, and the blocks the command configs (configs/commands/*.py)
+share. A key's type, default, bounds and one-line meaning with its source live on its block's field, nowhere else;
+dependent values are derived in code after command-line overrides, never here.
 """
 
 from __future__ import annotations
@@ -35,80 +33,10 @@ def benchmark_judge_block() -> ml_collections.ConfigDict:
     return j
 
 
-def model_block() -> ml_collections.ConfigDict:
-    """config.model: train/blocks.py ModelBlock's keys and defaults (meanings, bounds, rules)."""
-    return config_dict(blocks.ModelBlock)
-
-
-def reward_block() -> ml_collections.ConfigDict:
-    """config.reward: train/blocks.py RewardBlock's keys and defaults (meanings, bounds, rules)."""
-    return config_dict(blocks.RewardBlock)
-
-
-def mesh_block() -> ml_collections.ConfigDict:
-    """A command's mesh axis sizes (rubric_jax/sharding.py MeshConfig: experiments.evaluate's policy); an experiment's
-    mesh is train/blocks.py ExperimentMeshBlock."""
-    b = ml_collections.ConfigDict()
-    b.data = 1  # Data-parallel axis size.
-    b.fsdp = -1  # Fully-sharded axis size (-1: all devices left).
-    b.tensor = 1  # Tensor-parallel axis size.
-    return b
-
-
-def rollout_block() -> ml_collections.ConfigDict:
-    """config.mesh.rollout: train/blocks.py RolloutMeshBlock's keys and defaults (meanings, bounds, rules)."""
-    return config_dict(blocks.RolloutMeshBlock)
-
-
-def data_block() -> ml_collections.ConfigDict:
-    """config.data: train/blocks.py DataBlock's keys and defaults (meanings, bounds, rules)."""
-    return config_dict(blocks.DataBlock)
-
-
-def sft_block() -> ml_collections.ConfigDict:
-    """config.sft: train/blocks.py SFTBlock's keys and defaults (meanings, bounds, rules)."""
-    return config_dict(blocks.SFTBlock)
-
-
-def rl_block() -> ml_collections.ConfigDict:
-    """config.rl: train/blocks.py RLBlock's keys and defaults (meanings, bounds, rules)."""
-    return config_dict(blocks.RLBlock)
-
-
-def eval_block() -> ml_collections.ConfigDict:
-    """config.eval: train/blocks.py EvalBlock's keys and defaults (meanings, bounds, rules)."""
-    return config_dict(blocks.EvalBlock)
-
-
-def monitor_block() -> ml_collections.ConfigDict:
-    """config.monitor: train/blocks.py MonitorBlock's keys and defaults (meanings, bounds, rules)."""
-    return config_dict(blocks.MonitorBlock)
-
-
-def audit_block() -> ml_collections.ConfigDict:
-    """config.audit: train/blocks.py AuditBlock's keys and defaults (meanings, bounds, rules)."""
-    return config_dict(blocks.AuditBlock)
-
-
-def checkpoint_block() -> ml_collections.ConfigDict:
-    """config.checkpoint: train/blocks.py CheckpointBlock's keys and defaults (meanings, bounds, rules)."""
-    return config_dict(blocks.CheckpointBlock)
-
-
-def export_block() -> ml_collections.ConfigDict:
-    """config.export: train/blocks.py ExportBlock's keys and defaults (meanings, bounds, rules)."""
-    return config_dict(blocks.ExportBlock)
-
-
 def qurl_block() -> ml_collections.ConfigDict:
     """experiments.build_rubrics' QuRL case-wise rubric construction: generated from its block, rubric_jax/qurl/config.py
     BuildConfig (each key's default, bounds and meaning with its source)."""
     return config_dict(BuildConfig)
-
-
-def log_block() -> ml_collections.ConfigDict:
-    """config.log: train/blocks.py LogBlock's keys and defaults (meanings, bounds, rules)."""
-    return config_dict(blocks.LogBlock)
 
 
 def sampler_block(sampler: str = "greedy", max_new_tokens: int = 256) -> ml_collections.ConfigDict:
