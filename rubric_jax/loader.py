@@ -29,6 +29,7 @@ from flax import nnx
 
 from rubric_jax import sharding
 from rubric_jax.models.checkpoint import CheckpointError, abstract_model, read_hf_params
+from rubric_jax.models import lora
 from rubric_jax.models.config import ATTENTIONS, ModelConfig
 from rubric_jax.models.transformer import Transformer, has_layer_stack, stack_layers, unstack_layers
 
@@ -159,6 +160,55 @@ def _init_fn(cfg: ModelConfig, layout: sharding.Layout) -> Callable[[jax.Array],
         return nnx.to_pure_dict(nnx.state(Transformer(cfg, rngs=nnx.Rngs(k))))
 
     return jax.jit(init, out_shardings=_abstract(cfg, layout)[2])
+
+
+def add_adapters(weights: Weights, lora_config: lora.LoraConfig, layout: sharding.Layout | None, key: jax.Array
+                 ) -> Weights:
+    """`weights`' model with fresh adapters on `lora_config.targets` (lora_a uniform from `key`, lora_b zero: the
+    same function as the base), created in their shards by one jitted init; the base arrays are kept, not copied."""
+    if weights.per_layer or lora.has_adapters(weights.params):
+        raise ValueError("add_adapters: needs a stacked base model without adapters")
+    layout = layout or sharding.single_device_layout()
+    cfg = weights.cfg.replace(lora=lora_config)
+    graphdef, _, shardings = _abstract(cfg, layout)
+    return Weights(cfg, graphdef, lora.join(_adapter_init_fn(cfg, layout)(key), weights.params), shardings)
+
+
+@functools.lru_cache(maxsize=32)
+def _adapter_init_fn(cfg: ModelConfig, layout: sharding.Layout) -> Callable[[jax.Array], Params]:
+    """The jitted init of `cfg`'s adapters alone in `layout` (the base's unused init is dead code to XLA)."""
+    def init(k: jax.Array) -> Params:
+        return lora.split(nnx.to_pure_dict(nnx.state(Transformer(cfg, rngs=nnx.Rngs(k)))))[0]
+
+    return jax.jit(init, out_shardings=lora.split(_abstract(cfg, layout)[2])[0])
+
+
+def base_weights(weights: Weights, layout: sharding.Layout | None = None) -> Weights:
+    """The base model of LoRA `weights`: the same arrays with the adapters left out (the reference policy of a
+    LoRA run, no second copy)."""
+    cfg = weights.cfg.replace(lora=None)
+    return Weights(cfg, _abstract(cfg, layout or sharding.single_device_layout())[0], lora.strip(weights.params),
+                   lora.strip(weights.shardings))
+
+
+def merged_weights(weights: Weights, layout: sharding.Layout | None = None) -> Weights:
+    """LoRA `weights` (stacked, in `layout`) as a plain model: each adapted kernel + (alpha / r) · lora_a @ lora_b,
+    in the config's param dtype and the base's shardings, by one jitted program: what a rollout's sampler and a
+    merged export read."""
+    if weights.per_layer or weights.cfg.lora is None:
+        raise ValueError("merged_weights: needs a LoRA model's stacked weights")
+    layout = layout or sharding.single_device_layout()
+    base = base_weights(weights, layout)
+    return dataclasses.replace(base, params=_merge_fn(weights.cfg, layout)(weights.params))
+
+
+@functools.lru_cache(maxsize=32)
+def _merge_fn(cfg: ModelConfig, layout: sharding.Layout) -> Callable[[Params], Params]:
+    """`lora.merge` of `cfg`'s adapters in `layout`, jitted once (the output in the base model's shardings)."""
+    def merge(params: Params) -> Params:
+        return jax.tree.map(lambda x: x.astype(cfg.param_dtype), lora.merge(params, cfg.lora.scale))
+
+    return jax.jit(merge, out_shardings=lora.strip(_abstract(cfg, layout)[2]))
 
 
 def load_weights(source: str | Path, layout: sharding.Layout | None = None, *,

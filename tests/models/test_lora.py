@@ -1,0 +1,157 @@
+"""LoRA in the model: settings validation, step 0 == the base (logits and greedy tokens, scanned, unrolled,
+rematerialised), the reference = the same base arrays with the adapters off, merged == unmerged == a numpy
+merge (base + B·A·alpha/r), and the decode form of an adapted model."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from rubric_jax import loader
+from rubric_jax.models import lora
+from rubric_jax.models.config import ModelConfig, ModelConfigError
+from rubric_jax.models.kv_cache import init_cache
+from rubric_jax.models.transformer import causal_padding_mask, padding_to_positions, unstack_layers
+from tests.random_model import random_weights
+
+CFG = ModelConfig(architecture="qwen2", vocab_size=48, hidden_size=16, intermediate_size=32, num_layers=2,
+                  num_heads=4, num_kv_heads=2, head_dim=4, rope_theta=10000.0, rms_norm_eps=1e-6,
+                  tie_word_embeddings=False, attention_bias=True, rope_scaling=None, max_position_embeddings=32)
+ALL = lora.LoraConfig(rank=4, alpha=8.0, targets=lora.TARGETS)
+
+
+def _tokens():
+    rng = np.random.default_rng(3)
+    tokens = jnp.asarray(rng.integers(0, CFG.vocab_size, (3, 7)), jnp.int32)
+    mask = jnp.asarray(np.arange(7)[None, :] >= np.array([0, 2, 1])[:, None])
+    return tokens, mask
+
+
+def logits_of(weights: loader.Weights) -> np.ndarray:
+    """The model's float32 logits on a fixed padded batch."""
+    tokens, mask = _tokens()
+    model = nnx.merge(weights.graphdef, weights.params)
+    return np.asarray(model(tokens, padding_to_positions(mask), causal_padding_mask(mask))[0])
+
+
+def with_random_b(weights: loader.Weights, seed: int = 1) -> loader.Weights:
+    """`weights` with every lora_b drawn N(0, 0.3) (a trained-looking adapter: B = 0 hides the A side)."""
+    rng = np.random.default_rng(seed)
+
+    def draw(path, x):
+        return jnp.asarray(rng.normal(0, 0.3, x.shape), x.dtype) if path[-1].key == "lora_b" else x
+
+    return loader.Weights(weights.cfg, weights.graphdef, jax.tree_util.tree_map_with_path(draw, weights.params),
+                          weights.shardings)
+
+
+def numpy_merge(params: dict, scale: float) -> dict:
+    """The hand-built reference: every adapted kernel + scale · A @ B, in numpy (per layer for stacked ones)."""
+    def walk(node):
+        out = {k: walk(v) if isinstance(v, dict) else np.asarray(v) for k, v in node.items()
+               if k not in lora.ADAPTER_KEYS}
+        if "lora_a" in node:
+            w, a, b = (np.asarray(node[k], np.float64) for k in ("kernel", "lora_a", "lora_b"))
+            lead = a.ndim + b.ndim - 2 - w.ndim
+            a2 = a.reshape(*a.shape[:lead], -1, a.shape[-1])
+            b2 = b.reshape(*b.shape[:lead], b.shape[lead], -1)
+            out["kernel"] = (w + scale * (a2 @ b2).reshape(w.shape)).astype(np.float32)
+        return out
+
+    return walk(params)
+
+
+@pytest.fixture(scope="module")
+def base():
+    return random_weights(CFG, std=0.3)
+
+
+@pytest.fixture(scope="module")
+def adapted(base):
+    return loader.add_adapters(base, ALL, None, jax.random.key(5))
+
+
+@pytest.mark.parametrize("changes, error", [
+    (dict(rank=0), "LoraConfig.rank=0: must be an integer >= 1"),
+    (dict(alpha=float("nan")), "LoraConfig.alpha=nan: must be a finite number > 0"),
+    (dict(dropout=0.1), "LoraConfig.dropout=0.1: only 0 is implemented"),
+    (dict(targets=("q_proj", "qkv")), "LoraConfig.targets=('q_proj', 'qkv'): unknown module(s) ['qkv']"),
+    (dict(targets=["q_proj"]), "LoraConfig.targets=['q_proj']: must be a non-empty tuple"),
+    (dict(targets=("q_proj", "q_proj")), "names a module twice"),
+])
+def test_lora_config_errors_name_the_field(changes, error):
+    with pytest.raises(ValueError) as e:
+        lora.LoraConfig(**changes)
+    assert error in str(e.value)
+
+
+def test_lm_head_target_needs_an_lm_head():
+    with pytest.raises(ModelConfigError, match="field 'lora': targets lm_head"):
+        CFG.replace(tie_word_embeddings=True, lora=ALL)
+
+
+def test_adapter_shapes_and_init(adapted):
+    attn, mlp = adapted.params["layers"]["self_attn"], adapted.params["layers"]["mlp"]
+    assert attn["q_proj"]["lora_a"].shape == (2, 16, 4) and attn["q_proj"]["lora_b"].shape == (2, 4, 4, 4)
+    assert attn["o_proj"]["lora_a"].shape == (2, 4, 4, 4) and attn["o_proj"]["lora_b"].shape == (2, 4, 16)
+    assert mlp["down_proj"]["lora_a"].shape == (2, 32, 4) and mlp["down_proj"]["lora_b"].shape == (2, 4, 16)
+    assert adapted.params["lm_head"]["lora_a"].shape == (16, 4) and adapted.params["lm_head"]["lora_b"].shape == (4, 48)
+    adapters, rest = lora.split(adapted.params)
+    for path, x in jax.tree_util.tree_flatten_with_path(adapters)[0]:
+        if path[-1].key == "lora_b":
+            assert not np.any(np.asarray(x)), path
+        else:
+            bound = 1 / np.sqrt(np.prod(x.shape[1 if x.ndim > 2 else 0:-1]))
+            assert 0 < np.abs(np.asarray(x)).max() <= bound, path
+    assert rest["layers"]["self_attn"]["q_proj"]["kernel"] is adapted.params["layers"]["self_attn"]["q_proj"]["kernel"]
+    n_adapters, n_base = lora.count(adapted.params)
+    assert n_base == sum(x.size for x in jax.tree.leaves(loader.base_weights(adapted).params))
+    assert n_adapters == 2 * (16 * 4 + 4 * 16 + 2 * (16 * 4 + 4 * 8) + 16 * 4 + 4 * 16
+                              + 2 * (16 * 4 + 4 * 32) + 32 * 4 + 4 * 16) + 16 * 4 + 4 * 48
+
+
+@pytest.mark.parametrize("changes", [{}, dict(scan_layers=False), dict(remat=True)])
+def test_step_zero_equals_the_base_model(base, changes):
+    base = loader.as_weights(CFG.replace(**changes), base.params)
+    adapted = loader.add_adapters(base, ALL, None, jax.random.key(5))
+    expected, got = logits_of(base), logits_of(adapted)
+    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(got.argmax(-1), expected.argmax(-1))  # greedy tokens
+
+
+def test_reference_is_the_base_without_a_copy(base, adapted):
+    trained = with_random_b(adapted)
+    reference = loader.base_weights(trained)
+    assert reference.cfg == CFG and reference.graphdef == base.graphdef
+    for x, y in zip(jax.tree.leaves(reference.params), jax.tree.leaves(base.params)):
+        assert x is y  # the same arrays: no second copy of the weights
+    np.testing.assert_array_equal(logits_of(reference), logits_of(base))
+    assert np.abs(logits_of(trained) - logits_of(base)).max() > 1e-2  # the adapters do change the policy
+
+
+@pytest.mark.parametrize("targets", [lora.TARGETS, ("q_proj", "v_proj")])
+def test_unmerged_equals_merged_equals_numpy(base, targets):
+    trained = with_random_b(loader.add_adapters(base, lora.LoraConfig(rank=4, alpha=8.0, targets=targets), None,
+                                                jax.random.key(5)))
+    reference = loader.as_weights(CFG, jax.tree.map(jnp.asarray, numpy_merge(trained.params, 2.0)))
+    merged = loader.merged_weights(trained)
+    assert merged.cfg == CFG and not lora.has_adapters(merged.params)
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6), merged.params,
+                 reference.params)
+    np.testing.assert_allclose(logits_of(trained), logits_of(reference), rtol=1e-5, atol=1e-5)
+
+
+def test_decode_form_of_an_adapted_model(base, adapted):
+    """The per-layer (decode) form reads the adapters too: one cached step == the teacher-forced forward."""
+    trained = with_random_b(adapted)
+    tokens, _ = _tokens()
+    model = nnx.merge(trained.graphdef, trained.params)
+    full = np.asarray(model(tokens, padding_to_positions(jnp.ones_like(tokens, bool)),
+                            causal_padding_mask(jnp.ones_like(tokens, bool)))[0])
+    layers = unstack_layers(trained.params, CFG.num_layers)["layers"]
+    cache = init_cache(trained.cfg, tokens.shape[0], tokens.shape[1], jnp.float32, per_layer=True)
+    t = tokens.shape[1]
+    got, _ = model(tokens, jnp.broadcast_to(jnp.arange(t), tokens.shape), causal_padding_mask(jnp.ones_like(tokens, bool)),
+                   cache, jnp.zeros((), jnp.int32), layers=layers)
+    np.testing.assert_allclose(np.asarray(got), full, rtol=1e-5, atol=1e-5)
