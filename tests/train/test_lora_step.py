@@ -1,0 +1,140 @@
+"""Train steps through LoRA adapters: only the adapters are trained (and get optimizer moments), the base stays
+frozen in the compute dtype, and one SFT and one GRPO step equal a hand-built reference: the full model's gradient
+at the numpy-merged weights (base + B·A·alpha/r), taken to the adapters by the chain rule, then clipping and
+AdamW's first update in numpy."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from rubric_jax import grpo, loader
+from rubric_jax.models import lora
+from rubric_jax.train import state as train_state
+from rubric_jax.train import step as train_step
+from tests.models.test_lora import CFG, numpy_merge, with_random_b
+from tests.random_model import random_weights
+
+B, P, R, GROUP, LR, EPS, CLIP = 8, 4, 6, 2, 1e-2, 1e-3, 1.0
+LORA = lora.LoraConfig(rank=4, alpha=8.0, targets=lora.TARGETS)
+GRPO = grpo.GRPOConfig(group_size=GROUP, kl_coef=0.04, clip_high=0.28)
+TX = train_state.make_optimizer(train_state.OptimizerConfig(learning_rate=LR, eps=EPS, max_grad_norm=CLIP))
+
+
+@pytest.fixture(scope="module")
+def adapted():
+    """A random base with adapters whose B is not zero (so both A's and B's gradients are exercised)."""
+    return with_random_b(loader.add_adapters(random_weights(CFG, std=0.3), LORA, None, jax.random.key(5)))
+
+
+@pytest.fixture(scope="module")
+def batch(adapted):
+    """A GRPO batch whose behaviour log-probs are the adapted policy's, shifted, and whose reference log-probs are
+    the base's: the same weights with the adapters off."""
+    rng = np.random.default_rng(1)
+    prompt_mask = np.arange(P)[None, :] >= np.array([0, 2, 1, 3])[:, None]
+    response_mask = np.arange(R)[None, :] < np.array([6, 4, 2, 6, 5, 3, 6, 1])[:, None]
+    batch = {"prompt_tokens": jnp.asarray(np.where(prompt_mask, rng.integers(1, CFG.vocab_size, (B // GROUP, P)), 0),
+                                          jnp.int32),
+             "prompt_mask": jnp.asarray(prompt_mask),
+             "response_tokens": jnp.asarray(np.where(response_mask, rng.integers(1, CFG.vocab_size, (B, R)), 0),
+                                            jnp.int32),
+             "response_mask": jnp.asarray(response_mask), "loss_mask": jnp.asarray(response_mask),
+             "advantages": grpo.group_advantages(jnp.asarray(rng.uniform(size=B), jnp.float32), GROUP)[0]}
+    logprobs = train_step.jit_rollout_logprobs(adapted.graphdef, group_size=GROUP, temperature=1.0)
+    shift = np.where(np.arange(R)[None, :] % 2 == 0, 0.3, -0.3).astype(np.float32)
+    batch["old_logp"] = jnp.where(response_mask, logprobs(adapted.params, *train_step.logprob_inputs(batch)) + shift, 0)
+    base = loader.base_weights(adapted)
+    base_logprobs = train_step.jit_rollout_logprobs(base.graphdef, group_size=GROUP, temperature=1.0)
+    batch["ref_logp"] = base_logprobs(base.params, *train_step.logprob_inputs(batch))
+    return batch
+
+
+def _sft(batch):
+    """The GRPO rows as SFT sequences [prompt | response], trained on the response."""
+    prompts, mask = (np.repeat(np.asarray(batch[k]), GROUP, axis=0) for k in ("prompt_tokens", "prompt_mask"))
+    return {"tokens": jnp.asarray(np.concatenate([prompts, batch["response_tokens"]], axis=1)),
+            "input_mask": jnp.asarray(np.concatenate([mask, batch["response_mask"]], axis=1)),
+            "loss_mask": jnp.asarray(np.concatenate([np.zeros_like(mask), batch["loss_mask"]], axis=1))}
+
+
+def _full_gradient(adapted, step_fn):
+    """The full model's gradient (and metrics) at the numpy-merged weights, by one plain-SGD step of the
+    un-adapted model: (W - W') / lr with a large lr, so float32 rounding of W stays far below the gradient."""
+    merged = loader.as_weights(CFG, jax.tree.map(jnp.asarray, numpy_merge(adapted.params, LORA.scale)))
+    lr = 1e4
+    state = train_state.new_train_state(merged, optax.sgd(lr), None)[0]
+    new, metrics = step_fn(state)
+    return jax.tree.map(lambda w, w1: (np.asarray(w, np.float64) - np.asarray(w1, np.float64)) / lr,
+                        merged.params, new.params), metrics
+
+
+def _reference_adapters(adapters, full_grads):
+    """The hand-built update of the adapters: chain rule through W' = W + s·A·B, clip_by_global_norm, AdamW's
+    first step (m̂ = g, v̂ = g²: Δ = -lr·g / (|g| + eps)), in numpy float64."""
+    grads = {}
+
+    def walk(node, g_node, out):
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(value, g_node[key], out.setdefault(key, {}))
+        if "lora_a" in node:
+            a, b, g = np.asarray(node["lora_a"], np.float64), np.asarray(node["lora_b"], np.float64), g_node["kernel"]
+            lead = a.ndim + b.ndim - 2 - g.ndim
+            a2, b2 = a.reshape(*a.shape[:lead], -1, a.shape[-1]), b.reshape(*b.shape[:lead], b.shape[lead], -1)
+            g2 = g.reshape(*a2.shape[:-1], b2.shape[-1])
+            out["lora_a"] = (LORA.scale * g2 @ np.swapaxes(b2, -1, -2)).reshape(a.shape)
+            out["lora_b"] = (LORA.scale * np.swapaxes(a2, -1, -2) @ g2).reshape(b.shape)
+
+    walk(adapters, full_grads, grads)
+    norm = np.sqrt(sum(np.sum(g * g) for g in jax.tree.leaves(grads)))
+    factor = min(1.0, CLIP / norm)
+    return jax.tree.map(lambda p, g: np.asarray(p, np.float64) - LR * (g * factor) / (np.abs(g * factor) + EPS),
+                        adapters, grads), norm
+
+
+def _check_step(adapted, lora_step, full_step):
+    state, shardings = train_state.new_train_state(adapted, TX, None)
+    assert shardings is None
+    adapters, base = lora.split(adapted.params)
+    assert jax.tree.structure(state.params) == jax.tree.structure(adapters)  # only the adapters are trained
+    assert jax.tree.structure(state.frozen) == jax.tree.structure(base)
+    counts = state.parameter_counts()
+    assert counts == dict(zip(("trainable", "frozen"), lora.count(adapted.params)))
+    moments = [x for x in jax.tree.leaves(state.opt_state) if x.ndim]
+    assert sum(x.size for x in moments) == 2 * counts["trainable"]  # Adam's two moments, adapters only
+    frozen_before = jax.device_get(state.frozen)
+    expected_grads, full_metrics = _full_gradient(adapted, full_step)
+    expected, norm = _reference_adapters(jax.device_get(adapters), expected_grads)
+    new, metrics = lora_step(state)
+    assert int(metrics["skipped"]) == 0
+    np.testing.assert_allclose(float(metrics["loss"]), float(full_metrics["loss"]), rtol=1e-5)
+    np.testing.assert_allclose(float(metrics["grad_norm"]), norm, rtol=1e-5)
+    jax.tree.map(lambda got, want: np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5),
+                 new.params, expected)
+    jax.tree.map(np.testing.assert_array_equal, jax.device_get(new.frozen), frozen_before)  # the base is frozen
+    assert max(np.abs(np.asarray(new.params[k]["lora_a"]) - np.asarray(adapters[k]["lora_a"])).max()
+               for k in ("lm_head",)) > 1e-4  # the A side learnt too (B != 0)
+
+
+def test_sft_step_through_adapters_equals_numpy_reference(adapted, batch):
+    sft = _sft(jax.device_get(batch))
+    _check_step(adapted, lambda s: train_step.jit_sft_step()(s, sft), lambda s: train_step.jit_sft_step()(s, sft))
+
+
+def test_grpo_step_through_adapters_equals_numpy_reference(adapted, batch):
+    step = train_step.jit_grpo_step(GRPO)
+    _check_step(adapted, lambda s: step(s, batch), lambda s: train_step.jit_grpo_step(GRPO)(s, batch))
+
+
+def test_reference_logprobs_are_the_base_models(adapted, batch):
+    """With the adapters off the same weights give the base model's log-probs; at step 0 (B = 0) the policy's too."""
+    base = random_weights(CFG, std=0.3)
+    logprobs = train_step.jit_rollout_logprobs(base.graphdef, group_size=GROUP, temperature=1.0)
+    np.testing.assert_array_equal(np.asarray(batch["ref_logp"]),
+                                  np.asarray(logprobs(base.params, *train_step.logprob_inputs(batch))))
+    fresh = loader.add_adapters(base, LORA, None, jax.random.key(5))
+    policy = train_step.jit_rollout_logprobs(fresh.graphdef, group_size=GROUP, temperature=1.0)
+    np.testing.assert_array_equal(np.asarray(policy(fresh.params, *train_step.logprob_inputs(batch))),
+                                  np.asarray(batch["ref_logp"]))
