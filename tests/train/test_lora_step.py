@@ -12,6 +12,7 @@ from jax.sharding import PartitionSpec as PS
 
 from rubric_jax import grpo, loader, sharding
 from rubric_jax.models import lora
+from rubric_jax.train import checkpointing
 from rubric_jax.train import state as train_state
 from rubric_jax.train import step as train_step
 from tests.models.test_lora import CFG, numpy_merge, with_random_b
@@ -165,3 +166,29 @@ def test_sharded_lora_step_equals_unsharded(adapted, batch, mesh_cfg, micro_batc
                  new.params, unsharded.params)
     jax.tree.map(lambda x, s: x.sharding.is_equivalent_to(s, x.ndim) or pytest.fail(f"{x.sharding} != {s}"),
                  new, shardings)
+
+
+def test_checkpoint_holds_adapters_and_resumes_exactly(adapted, batch, tmp_path):
+    """The checkpoint holds the adapters, their optimizer state and step (not the base: only its identity); a
+    restore into a fresh state and one more step == two uninterrupted steps; another base is refused."""
+    step = train_step.jit_grpo_step(GRPO)
+    one, _ = step(train_state.new_train_state(adapted, TX, None)[0], batch)
+    with checkpointing.Checkpointer(tmp_path, max_to_keep=2, async_save=False) as ckpt:
+        with pytest.raises(ValueError, match="base_identity is given exactly for a LoRA state"):
+            ckpt.save(one, data_state={"index": 8}, rubric_hash="h")
+        ckpt.save(one, data_state={"index": 8}, rubric_hash="h", base_identity="sha256:base")
+        saved = ckpt._manager.item_metadata(1)["state"].tree
+        names = {getattr(k, "key", str(k)) for path, _ in jax.tree_util.tree_flatten_with_path(
+            saved, is_leaf=lambda x: hasattr(x, "shape"))[0] for k in path}
+        assert "lora_a" in names and not names & {"kernel", "embedding", "scale", "bias", "frozen"}
+        two, _ = step(one, batch)
+        fresh = train_state.new_train_state(adapted, TX, None)[0]
+        restored = ckpt.restore(checkpointing.abstract_with_shardings(fresh, None),
+                                expected_base_identity="sha256:base")
+        with pytest.raises(checkpointing.CheckpointError, match="adapters of base 'sha256:base', expected base"):
+            ckpt.restore(fresh, expected_base_identity="sha256:other")
+    assert restored.base_identity == "sha256:base" and restored.data_state == {"index": 8}
+    assert restored.state.frozen is fresh.frozen
+    resumed, _ = step(restored.state, batch)
+    jax.tree.map(np.testing.assert_array_equal, jax.device_get(resumed.params), jax.device_get(two.params))
+    jax.tree.map(np.testing.assert_array_equal, jax.device_get(resumed.opt_state), jax.device_get(two.opt_state))
