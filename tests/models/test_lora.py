@@ -2,6 +2,8 @@
 rematerialised), the reference = the same base arrays with the adapters off, merged == unmerged == a numpy
 merge (base + B·A·alpha/r), and the decode form of an adapted model."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,10 +11,12 @@ import pytest
 from flax import nnx
 
 from rubric_jax import loader
-from rubric_jax.models import lora
+from rubric_jax.models import checkpoint, lora
+from rubric_jax.models.checkpoint import export_hf_checkpoint
 from rubric_jax.models.config import ModelConfig, ModelConfigError
 from rubric_jax.models.kv_cache import init_cache
 from rubric_jax.models.transformer import causal_padding_mask, padding_to_positions, unstack_layers
+from tests.models.test_checkpoint import read_tensors
 from tests.random_model import random_weights
 
 CFG = ModelConfig(architecture="qwen2", vocab_size=48, hidden_size=16, intermediate_size=32, num_layers=2,
@@ -155,3 +159,60 @@ def test_decode_form_of_an_adapted_model(base, adapted):
     got, _ = model(tokens, jnp.broadcast_to(jnp.arange(t), tokens.shape), causal_padding_mask(jnp.ones_like(tokens, bool)),
                    cache, jnp.zeros((), jnp.int32), layers=layers)
     np.testing.assert_allclose(np.asarray(got), full, rtol=1e-5, atol=1e-5)
+
+
+def test_peft_export_names_shapes_and_merge(base, tmp_path):
+    """The PEFT adapter directory: PEFT's key names and torch layouts ([r, in], [out, r]), adapter_config.json; and
+    PEFT's merge in torch layout (W + alpha/r · lora_B @ lora_A) of our exported base gives our merged export
+    tensor for tensor; the merged export read back is the adapted model."""
+    trained = with_random_b(loader.add_adapters(base, ALL, None, jax.random.key(5)))
+    out = checkpoint.export_peft_adapter(trained.cfg, trained.params, tmp_path / "peft", base_model="base-dir")
+    assert sorted(p.name for p in out.iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+    config = json.loads((out / "adapter_config.json").read_text())
+    assert config["peft_type"] == "LORA" and config["r"] == 4 and config["lora_alpha"] == 8.0
+    assert config["target_modules"] == sorted(lora.TARGETS) and config["base_model_name_or_path"] == "base-dir"
+    adapters = read_tensors(out)
+    d, f, nh, kh = CFG.hidden_size, CFG.intermediate_size, CFG.num_heads * CFG.head_dim, CFG.num_kv_heads * CFG.head_dim
+    shapes = {"self_attn.q_proj": (d, nh), "self_attn.k_proj": (d, kh), "self_attn.v_proj": (d, kh),
+              "self_attn.o_proj": (nh, d), "mlp.gate_proj": (d, f), "mlp.up_proj": (d, f), "mlp.down_proj": (f, d)}
+    expected = {f"base_model.model.model.layers.{i}.{m}.lora_{ab}.weight": (4, n_in) if ab == "A" else (n_out, 4)
+                for i in range(CFG.num_layers) for m, (n_in, n_out) in shapes.items() for ab in "AB"}
+    expected.update({"base_model.model.lm_head.lora_A.weight": (4, d),
+                     "base_model.model.lm_head.lora_B.weight": (CFG.vocab_size, 4)})
+    assert {k: v.shape for k, v in adapters.items()} == expected
+    np.testing.assert_array_equal(adapters["base_model.model.model.layers.1.self_attn.q_proj.lora_A.weight"],
+                                  np.asarray(trained.params["layers"]["self_attn"]["q_proj"]["lora_a"][1]).T)
+
+    base_dir = export_hf_checkpoint(CFG, base.params, tmp_path / "base")
+    merged = loader.merged_weights(trained)
+    merged_dir = export_hf_checkpoint(merged.cfg, merged.params, tmp_path / "merged")
+    base_hf, merged_hf = read_tensors(base_dir), read_tensors(merged_dir)
+    for name, w in base_hf.items():
+        a_name = "base_model.model." + name.removesuffix(".weight") + ".lora_A.weight"
+        want = w
+        if a_name in adapters:
+            want = w + ALL.scale * adapters[a_name.replace("lora_A", "lora_B")] @ adapters[a_name]
+        np.testing.assert_allclose(merged_hf[name], want, rtol=1e-5, atol=1e-6, err_msg=name)
+    reloaded = loader.load_weights(merged_dir)
+    np.testing.assert_allclose(logits_of(reloaded), logits_of(trained), rtol=1e-5, atol=1e-5)
+
+
+def test_peft_loads_our_adapter_onto_the_hf_base(base, tmp_path):
+    """With torch and peft installed: PeftModel on the exported base gives our adapted model's logits."""
+    torch = pytest.importorskip("torch")
+    peft = pytest.importorskip("peft")
+    from transformers import AutoModelForCausalLM
+
+    trained = with_random_b(loader.add_adapters(base, ALL, None, jax.random.key(5)))
+    base_dir = export_hf_checkpoint(CFG, base.params, tmp_path / "base")
+    adapter_dir = checkpoint.export_peft_adapter(trained.cfg, trained.params, tmp_path / "peft",
+                                                 base_model=str(base_dir))
+    model = peft.PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32),
+                                           adapter_dir).eval()
+    tokens, mask = _tokens()
+    with torch.no_grad():
+        ours_mask = np.asarray(mask)
+        got = model(input_ids=torch.tensor(np.asarray(tokens)), attention_mask=torch.tensor(ours_mask.astype(np.int64)),
+                    position_ids=torch.tensor(np.asarray(padding_to_positions(mask)))).logits.numpy()
+    want = logits_of(trained)
+    np.testing.assert_allclose(got[ours_mask], want[ours_mask], rtol=1e-4, atol=1e-4)
