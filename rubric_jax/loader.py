@@ -191,26 +191,6 @@ def base_weights(weights: Weights, layout: sharding.Layout | None = None) -> Wei
                    lora.strip(weights.shardings))
 
 
-def merged_weights(weights: Weights, layout: sharding.Layout | None = None) -> Weights:
-    """LoRA `weights` (stacked, in `layout`) as a plain model: each adapted kernel + (alpha / r) · lora_a @ lora_b,
-    in the config's param dtype and the base's shardings, by one jitted program: what a rollout's sampler and a
-    merged export read."""
-    if weights.per_layer or weights.cfg.lora is None:
-        raise ValueError("merged_weights: needs a LoRA model's stacked weights")
-    layout = layout or sharding.single_device_layout()
-    base = base_weights(weights, layout)
-    return dataclasses.replace(base, params=_merge_fn(weights.cfg, layout)(weights.params))
-
-
-@functools.lru_cache(maxsize=32)
-def _merge_fn(cfg: ModelConfig, layout: sharding.Layout) -> Callable[[Params], Params]:
-    """`lora.merge` of `cfg`'s adapters in `layout`, jitted once (the output in the base model's shardings)."""
-    def merge(params: Params) -> Params:
-        return jax.tree.map(lambda x: x.astype(cfg.param_dtype), lora.merge(params, cfg.lora.scale))
-
-    return jax.jit(merge, out_shardings=lora.strip(_abstract(cfg, layout)[2]))
-
-
 def load_weights(source: str | Path, layout: sharding.Layout | None = None, *,
                  model_config: ModelConfig | None = None, **overrides: Any) -> Weights:
     """Parameters from a HF directory or an orbax params checkpoint, placed in `layout` (default: one device).
@@ -281,10 +261,12 @@ def _load_orbax(path: Path, cfg: ModelConfig, layout: sharding.Layout) -> Weight
 
 
 @functools.lru_cache(maxsize=32)
-def _convert_fn(cfg: ModelConfig, layout: sharding.Layout, per_layer: bool):
-    """One jitted cast + reshard into (cfg.param_dtype, layout), the layers stacked or per layer; the source
-    arrays are left untouched."""
+def _convert_fn(cfg: ModelConfig, layout: sharding.Layout, per_layer: bool, adapters: lora.LoraConfig | None = None):
+    """One jitted cast + reshard into (cfg.param_dtype, layout), the layers stacked or per layer, with `adapters`'
+    low-rank updates merged into their kernels first (in float32); the source arrays are left untouched."""
     def convert(params: Params) -> Params:
+        if adapters is not None:
+            params = lora.merge(params, adapters.scale)
         params = jax.tree.map(lambda x: x.astype(cfg.param_dtype), params)
         if per_layer and has_layer_stack(params):
             return unstack_layers(params, cfg.num_layers)
@@ -300,14 +282,17 @@ def to_layout(weights: Weights, layout: sharding.Layout, *, param_dtype: str | N
     """The same parameters in `layout` and `param_dtype` (default: unchanged), the layers stacked or per
     layer (`Weights`): cast and resharded in one jitted program (arrays already in place are reused, not
     copied). Used once per rollout for the policy (training -> decode layout, per layer); nothing is ever
-    resharded back.
+    resharded back. LoRA weights come out merged (each adapted kernel + alpha/r · lora_a @ lora_b, a plain model):
+    the merge rides in the same program, so it costs no copy beyond the decode copy itself, and the sampler pays no
+    adapter matmuls per token.
     """
     cfg = weights.cfg if param_dtype is None else weights.cfg.replace(param_dtype=param_dtype)
+    adapters, cfg = cfg.lora, cfg.replace(lora=None)
     graphdef = _abstract(cfg, layout)[0]
     shardings = expected_shardings(cfg, layout, per_layer)
-    if _placed(weights.params, shardings, jnp.dtype(cfg.param_dtype)):  # e.g. one device: nothing to move
+    if adapters is None and _placed(weights.params, shardings, jnp.dtype(cfg.param_dtype)):  # nothing to move
         return Weights(cfg, graphdef, weights.params, shardings)
-    return Weights(cfg, graphdef, _convert_fn(cfg, layout, per_layer)(weights.params), shardings)
+    return Weights(cfg, graphdef, _convert_fn(cfg, layout, per_layer, adapters)(weights.params), shardings)
 
 
 def _placed(params: Params, shardings: Params, dtype: jnp.dtype) -> bool:

@@ -40,12 +40,14 @@ class Layouts:
 
     def rollout_weights(self, params: dict[str, Any]) -> loader.Weights:
         """The policy in the decode layout and dtype, its layers per layer (what the sampler reads in place),
-        resharded from the training layout once per rollout (nothing is resharded back)."""
+        resharded from the training layout once per rollout (nothing is resharded back); a LoRA policy's adapters
+        merged into its kernels on the way (`loader.to_layout`)."""
         return loader.to_layout(self.policy(params), self.decode, param_dtype=self.decode_dtype, per_layer=True)
 
     def abstract_rollout_weights(self) -> loader.Weights:
         """What `rollout_weights` returns, as ShapeDtypeStructs (for ahead-of-time lowering)."""
-        return loader.abstract_weights(self.model.replace(param_dtype=self.decode_dtype), self.decode, per_layer=True)
+        return loader.abstract_weights(self.model.replace(param_dtype=self.decode_dtype, lora=None), self.decode,
+                                       per_layer=True)
 
 
 def layouts(mesh: MeshSpec, model_cfg: ModelConfig, devices: Sequence[jax.Device] | None = None) -> Layouts:

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rubric_jax import loader
+from rubric_jax import loader, sharding
 from rubric_jax.models import checkpoint, lora
 from rubric_jax.models.checkpoint import export_hf_checkpoint
 from rubric_jax.models.config import ModelConfig, ModelConfigError
 from rubric_jax.models.kv_cache import init_cache
-from rubric_jax.models.transformer import causal_padding_mask, padding_to_positions, unstack_layers
+from rubric_jax.models.transformer import causal_padding_mask, padding_to_positions, stack_layers, unstack_layers
 from tests.models.test_checkpoint import read_tensors
 from tests.random_model import random_weights
 
@@ -139,7 +139,7 @@ def test_unmerged_equals_merged_equals_numpy(base, targets):
     trained = with_random_b(loader.add_adapters(base, lora.LoraConfig(rank=4, alpha=8.0, targets=targets), None,
                                                 jax.random.key(5)))
     reference = loader.as_weights(CFG, jax.tree.map(jnp.asarray, numpy_merge(trained.params, 2.0)))
-    merged = loader.merged_weights(trained)
+    merged = loader.to_layout(trained, sharding.single_device_layout())
     assert merged.cfg == CFG and not lora.has_adapters(merged.params)
     jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6), merged.params,
                  reference.params)
@@ -184,7 +184,7 @@ def test_peft_export_names_shapes_and_merge(base, tmp_path):
                                   np.asarray(trained.params["layers"]["self_attn"]["q_proj"]["lora_a"][1]).T)
 
     base_dir = export_hf_checkpoint(CFG, base.params, tmp_path / "base")
-    merged = loader.merged_weights(trained)
+    merged = loader.to_layout(trained, sharding.single_device_layout())
     merged_dir = export_hf_checkpoint(merged.cfg, merged.params, tmp_path / "merged")
     base_hf, merged_hf = read_tensors(base_dir), read_tensors(merged_dir)
     for name, w in base_hf.items():
@@ -216,3 +216,29 @@ def test_peft_loads_our_adapter_onto_the_hf_base(base, tmp_path):
                     position_ids=torch.tensor(np.asarray(padding_to_positions(mask)))).logits.numpy()
     want = logits_of(trained)
     np.testing.assert_allclose(got[ours_mask], want[ours_mask], rtol=1e-4, atol=1e-4)
+
+
+def test_rollout_weights_are_merged_into_the_decode_layout(base, adapted):
+    """`to_layout` of LoRA weights into a decode layout (tensor-parallel, per layer, as a rollout's sampler reads
+    them): a plain model with the adapters merged, whose cached forward equals the adapted model's."""
+    trained = with_random_b(adapted)
+    layout = sharding.Layout(sharding.make_mesh(sharding.MeshConfig(data=1, fsdp=8, tensor=1)))
+    placed = loader.as_weights(trained.cfg, jax.device_put(trained.params, loader.expected_shardings(trained.cfg, layout)),
+                               layout)
+    decode = loader.to_layout(placed, sharding.decode_layout(layout.mesh, 2), per_layer=True)
+    assert decode.cfg == CFG and decode.per_layer and not lora.has_adapters(decode.params)
+    q = decode.params["layers"][0]["self_attn"]["q_proj"]["kernel"]
+    assert q.sharding.spec == jax.sharding.PartitionSpec(None, "tensor", None)
+    tokens, _ = _tokens()
+    ones = jnp.ones_like(tokens, bool)
+    positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+    cache = init_cache(CFG, tokens.shape[0], tokens.shape[1], jnp.float32, per_layer=True)
+
+    def cached_forward(params):  # as the sampler reads the decode form (rubric_jax/sampling.py)
+        model = nnx.merge(decode.graphdef, stack_layers(params))
+        return model(tokens, positions, causal_padding_mask(ones), cache, jnp.zeros((), jnp.int32),
+                     layers=params["layers"])[0]
+
+    want = nnx.merge(trained.graphdef, trained.params)(tokens, positions, causal_padding_mask(ones))[0]
+    np.testing.assert_allclose(np.asarray(jax.jit(cached_forward)(decode.params)), np.asarray(want), rtol=1e-5,
+                               atol=1e-5)
