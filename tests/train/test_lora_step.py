@@ -3,6 +3,8 @@ frozen in the compute dtype, and one SFT and one GRPO step equal a hand-built re
 at the numpy-merged weights (base + B·A·alpha/r), taken to the adapters by the chain rule, then clipping and
 AdamW's first update in numpy."""
 
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,10 +14,11 @@ from jax.sharding import PartitionSpec as PS
 
 from rubric_jax import grpo, loader, sharding
 from rubric_jax.models import lora
-from rubric_jax.train import checkpointing
+from rubric_jax.train import checkpointing, export
 from rubric_jax.train import state as train_state
 from rubric_jax.train import step as train_step
-from tests.models.test_lora import CFG, numpy_merge, with_random_b
+from tests.models.test_checkpoint import read_tensors
+from tests.models.test_lora import CFG, logits_of, numpy_merge, with_random_b
 from tests.random_model import random_weights
 
 B, P, R, GROUP, LR, EPS, CLIP = 8, 4, 6, 2, 1e-2, 1e-3, 1.0
@@ -192,3 +195,15 @@ def test_checkpoint_holds_adapters_and_resumes_exactly(adapted, batch, tmp_path)
     resumed, _ = step(restored.state, batch)
     jax.tree.map(np.testing.assert_array_equal, jax.device_get(resumed.params), jax.device_get(two.params))
     jax.tree.map(np.testing.assert_array_equal, jax.device_get(resumed.opt_state), jax.device_get(two.opt_state))
+
+
+def test_export_lora_policy_writes_merged_and_peft_directories(adapted, tmp_path):
+    """A LoRA policy's export: the merged HF directory (with the run's tokenizer files) reads back as the adapted
+    model, and the PEFT directory holds every adapter."""
+    tokenizer_dir = Path(__file__).resolve().parents[1] / "fixtures" / "golden_export" / "qwen2_tiny_tokenizer"
+    merged_dir, peft_dir = export.export_lora_policy(adapted, sharding.single_device_layout(), tmp_path / "merged",
+                                                     tmp_path / "peft", tokenizer_dir=tokenizer_dir, start_dir=None,
+                                                     base_model="Qwen/base")
+    assert (merged_dir / "tokenizer.json").is_file() and (merged_dir / "generation_config.json").is_file()
+    np.testing.assert_allclose(logits_of(loader.load_weights(merged_dir)), logits_of(adapted), rtol=1e-5, atol=1e-5)
+    assert len(read_tensors(peft_dir)) == 2 * (7 * CFG.num_layers + 1)  # (A, B) of 7 targets per layer + LM head
