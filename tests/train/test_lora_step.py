@@ -66,7 +66,8 @@ def _sft(batch):
 
 def _full_gradient(adapted, step_fn):
     """The full model's gradient (and metrics) at the numpy-merged weights, by one plain-SGD step of the
-    un-adapted model: (W - W') / lr with a large lr, so float32 rounding of W stays far below the gradient."""
+    un-adapted model (scanned, no remat): (W - W') / lr with a large lr, so float32 rounding of W stays far below
+    the gradient."""
     merged = loader.as_weights(CFG, jax.tree.map(jnp.asarray, numpy_merge(adapted.params, LORA.scale)))
     lr = 1e4
     state = train_state.new_train_state(merged, optax.sgd(lr), None)[0]
@@ -123,7 +124,10 @@ def _check_step(adapted, lora_step, full_step):
                for k in ("lm_head",)) > 1e-4  # the A side learnt too (B != 0)
 
 
-def test_sft_step_through_adapters_equals_numpy_reference(adapted, batch):
+@pytest.mark.parametrize("changes", [{}, dict(scan_layers=False, remat=True)])
+def test_sft_step_through_adapters_equals_numpy_reference(adapted, batch, changes):
+    """Scanned, and unrolled + rematerialised (the adapters' gradients through jax.checkpoint)."""
+    adapted = loader.as_weights(adapted.cfg.replace(**changes), adapted.params)
     sft = _sft(jax.device_get(batch))
     _check_step(adapted, lambda s: train_step.jit_sft_step()(s, sft), lambda s: train_step.jit_sft_step()(s, sft))
 
@@ -207,3 +211,15 @@ def test_export_lora_policy_writes_merged_and_peft_directories(adapted, tmp_path
     assert (merged_dir / "tokenizer.json").is_file() and (merged_dir / "generation_config.json").is_file()
     np.testing.assert_allclose(logits_of(loader.load_weights(merged_dir)), logits_of(adapted), rtol=1e-5, atol=1e-5)
     assert len(read_tensors(peft_dir)) == 2 * (7 * CFG.num_layers + 1)  # (A, B) of 7 targets per layer + LM head
+
+
+def test_frozen_base_is_in_the_compute_dtype(adapted):
+    """bf16 compute: the base is frozen in bfloat16 (half the bytes of a float32 copy), the adapters and their
+    moments stay float32."""
+    bf16 = loader.as_weights(adapted.cfg.replace(compute_dtype="bfloat16"), adapted.params)
+    state = train_state.new_train_state(bf16, TX, None)[0]
+    assert {x.dtype for x in jax.tree.leaves(state.frozen)} == {jnp.dtype(jnp.bfloat16)}
+    assert {x.dtype for x in jax.tree.leaves(state.params)} == {jnp.dtype(jnp.float32)}
+    with pytest.raises(ValueError, match=r"\['lora_a'\] has dtype bfloat16"):
+        train_state.new_train_state(loader.as_weights(bf16.cfg, jax.tree.map(
+            lambda x: x.astype(jnp.bfloat16), adapted.params)), TX, None)
