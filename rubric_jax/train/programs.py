@@ -142,7 +142,7 @@ def grpo_programs(cfg: grpo.GRPOConfig, micro_batches: int, graphdef: Any, shard
     update = train_step.jit_grpo_step(cfg, micro_batches=micro_batches, shardings=shardings, mesh=mesh)
     logprobs = train_step.jit_rollout_logprobs(
         graphdef, group_size=cfg.group_size, temperature=cfg.temperature, chunk_size=cfg.logprob_chunk_size,
-        micro_batches=micro_batches, param_shardings=shardings.params, mesh=mesh)
+        micro_batches=micro_batches, param_shardings=shardings.model_params(), mesh=mesh)  # LoRA: adapters + base
     return GRPOPrograms(cfg, update, logprobs)
 
 
