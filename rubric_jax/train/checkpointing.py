@@ -253,18 +253,20 @@ class Checkpointer:
         return Restored(state=restored[_STATE].replace(frozen=target.frozen), data_state=meta["data_state"],
                         rubric_hash=meta["rubric_hash"], extra=meta["extra"], base_identity=meta.get("base_identity"))
 
-    def restore_newest(self, target: TrainState, *, log: Callable[[str], None] = print) -> Restored | None:
+    def restore_newest(self, target: TrainState, *, log: Callable[[str], None] = print,
+                       expected_base_identity: str | None = None) -> Restored | None:
         """The newest checkpoint that restores into `target` (None when there is none).
 
         A checkpoint whose files cannot be read (corrupt or truncated: what a full disk or a bad copy leaves)
         is moved aside to `<step>.unrestorable` and named in one line through `log`; the next older one is
         tried, and the run can save that step again later. A checkpoint of another model or optimizer (its
-        saved tree does not match `target`) is an error, never skipped.
+        saved tree does not match `target`), or LoRA adapters of another base than `expected_base_identity`, is an
+        error, never skipped.
         """
         self.wait_until_finished()
         for step in reversed(self.all_steps()):
             try:
-                return self.restore(target, step)
+                return self.restore(target, step, expected_base_identity=expected_base_identity)
             except UnreadableCheckpoint as e:
                 aside = self.directory / f"{step}.unrestorable"
                 (self.directory / str(step)).rename(aside)
