@@ -26,11 +26,6 @@ Params = dict[str, Any]
 ADAPTER_KEYS = ("lora_a", "lora_b")
 LAYER_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 TARGETS = (*LAYER_TARGETS, "lm_head")
-# Where each target sits in our params tree (HF names: PEFT's target_modules are the same strings).
-TARGET_PATHS = {"q_proj": ("layers", "self_attn"), "k_proj": ("layers", "self_attn"),
-                "v_proj": ("layers", "self_attn"), "o_proj": ("layers", "self_attn"),
-                "gate_proj": ("layers", "mlp"), "up_proj": ("layers", "mlp"), "down_proj": ("layers", "mlp"),
-                "lm_head": ()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,8 +37,7 @@ class LoraConfig:
     alpha: float = 16.0
     """The update is scaled by alpha / rank (PEFT's lora_alpha)."""
     dropout: float = 0.0
-    """Dropout on the adapters' input; only 0 is implemented (a rollout's log-probs and the update's must be the
-    same function of the weights)."""
+    """Dropout on the adapters' input (PEFT's lora_dropout); only 0 is implemented: the forward takes no dropout key."""
     targets: tuple[str, ...] = LAYER_TARGETS
     """Adapted projections by HF name: any of q/k/v/o_proj, gate/up/down_proj and lm_head."""
 
@@ -70,11 +64,6 @@ class LoraConfig:
     def scale(self) -> float:
         """alpha / rank: the factor of the low-rank update."""
         return self.alpha / self.rank
-
-
-def is_adapter(path: tuple[Any, ...]) -> bool:
-    """Whether a key path (jax.tree_util) ends in an adapter leaf."""
-    return bool(path) and getattr(path[-1], "key", None) in ADAPTER_KEYS
 
 
 def _filter(params: Params, keep_adapters: bool) -> Params:
@@ -110,7 +99,7 @@ def strip(params: Params) -> Params:
 
 def has_adapters(params: Params) -> bool:
     """Whether a params tree holds any adapter."""
-    return any(is_adapter(path) for path, _ in jax.tree_util.tree_flatten_with_path(params)[0])
+    return bool(split(params)[0])
 
 
 def delta(kernel: jax.Array, a: jax.Array, b: jax.Array, scale: float) -> jax.Array:
@@ -136,9 +125,3 @@ def merge(params: Params, scale: float, dtype: Any | None = None) -> Params:
 
     return walk(params)
 
-
-def count(params: Params) -> tuple[int, int]:
-    """(adapter, other) parameter counts of a params tree (arrays or ShapeDtypeStructs)."""
-    adapters, base = split(params)
-    return (sum(math.prod(x.shape) for x in jax.tree.leaves(adapters)),
-            sum(math.prod(x.shape) for x in jax.tree.leaves(base)))

@@ -109,7 +109,7 @@ def test_adapter_shapes_and_init(adapted):
             bound = 1 / np.sqrt(np.prod(x.shape[1 if x.ndim > 2 else 0:-1]))
             assert 0 < np.abs(np.asarray(x)).max() <= bound, path
     assert rest["layers"]["self_attn"]["q_proj"]["kernel"] is adapted.params["layers"]["self_attn"]["q_proj"]["kernel"]
-    n_adapters, n_base = lora.count(adapted.params)
+    n_adapters, n_base = (sum(x.size for x in jax.tree.leaves(tree)) for tree in lora.split(adapted.params))
     assert n_base == sum(x.size for x in jax.tree.leaves(loader.base_weights(adapted).params))
     assert n_adapters == 2 * (16 * 4 + 4 * 16 + 2 * (16 * 4 + 4 * 8) + 16 * 4 + 4 * 16
                               + 2 * (16 * 4 + 4 * 32) + 32 * 4 + 4 * 16) + 16 * 4 + 4 * 48
