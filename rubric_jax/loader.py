@@ -28,8 +28,8 @@ from etils import epath
 from flax import nnx
 
 from rubric_jax import sharding
-from rubric_jax.models.checkpoint import CheckpointError, abstract_model, read_hf_params
 from rubric_jax.models import lora
+from rubric_jax.models.checkpoint import CheckpointError, abstract_model, read_hf_params
 from rubric_jax.models.config import ATTENTIONS, ModelConfig
 from rubric_jax.models.transformer import Transformer, has_layer_stack, stack_layers, unstack_layers
 

@@ -29,7 +29,6 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from rubric_jax import distributed, files
-from rubric_jax.models import lora
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.models.attention import ShardActivation
 from rubric_jax.models.transformer import Transformer

@@ -2,6 +2,7 @@
 rematerialised), the reference = the same base arrays with the adapters off, merged == unmerged == a numpy
 merge (base + B·A·alpha/r), and the decode form of an adapted model."""
 
+import dataclasses
 import json
 
 import jax
@@ -146,19 +147,50 @@ def test_unmerged_equals_merged_equals_numpy(base, targets):
     np.testing.assert_allclose(logits_of(trained), logits_of(reference), rtol=1e-5, atol=1e-5)
 
 
-def test_decode_form_of_an_adapted_model(base, adapted):
-    """The per-layer (decode) form reads the adapters too: one cached step == the teacher-forced forward."""
-    trained = with_random_b(adapted)
+def cached_logits(weights: loader.Weights) -> np.ndarray:
+    """The logits of one cached forward over all tokens (no padding) of per-layer `weights`, read as the sampler
+    reads the decode form (rubric_jax/sampling.py)."""
     tokens, _ = _tokens()
-    model = nnx.merge(trained.graphdef, trained.params)
-    full = np.asarray(model(tokens, padding_to_positions(jnp.ones_like(tokens, bool)),
-                            causal_padding_mask(jnp.ones_like(tokens, bool)))[0])
-    layers = unstack_layers(trained.params, CFG.num_layers)["layers"]
-    cache = init_cache(trained.cfg, tokens.shape[0], tokens.shape[1], jnp.float32, per_layer=True)
-    t = tokens.shape[1]
-    got, _ = model(tokens, jnp.broadcast_to(jnp.arange(t), tokens.shape), causal_padding_mask(jnp.ones_like(tokens, bool)),
-                   cache, jnp.zeros((), jnp.int32), layers=layers)
-    np.testing.assert_allclose(np.asarray(got), full, rtol=1e-5, atol=1e-5)
+    ones = jnp.ones_like(tokens, bool)
+    positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+    cache = init_cache(weights.cfg, tokens.shape[0], tokens.shape[1], jnp.float32, per_layer=True)
+
+    def forward(params):
+        model = nnx.merge(weights.graphdef, stack_layers(params))
+        return model(tokens, positions, causal_padding_mask(ones), cache, jnp.zeros((), jnp.int32),
+                     layers=params["layers"])[0]
+
+    return np.asarray(jax.jit(forward)(weights.params))
+
+
+def full_logits(weights: loader.Weights) -> np.ndarray:
+    """The teacher-forced logits `cached_logits` must equal (no padding)."""
+    tokens, _ = _tokens()
+    ones = jnp.ones_like(tokens, bool)
+    return np.asarray(nnx.merge(weights.graphdef, weights.params)(tokens, padding_to_positions(ones),
+                                                                  causal_padding_mask(ones))[0])
+
+
+def test_decode_form_of_an_adapted_model(adapted):
+    """The per-layer (decode) form reads the adapters too (unmerged): its cached forward == the full forward."""
+    trained = with_random_b(adapted)
+    per_layer = dataclasses.replace(trained, params=unstack_layers(trained.params, CFG.num_layers))
+    np.testing.assert_allclose(cached_logits(per_layer), full_logits(trained), rtol=1e-5, atol=1e-5)
+
+
+def test_rollout_weights_are_merged_into_the_decode_layout(adapted):
+    """`to_layout` of LoRA weights from an FSDP layout into a decode layout (tensor-parallel, per layer, as a
+    rollout's sampler reads them): a plain model with the adapters merged, whose cached forward equals the adapted
+    model's."""
+    trained = with_random_b(adapted)
+    layout = sharding.Layout(sharding.make_mesh(sharding.MeshConfig(data=1, fsdp=8, tensor=1)))
+    placed = loader.as_weights(trained.cfg, jax.device_put(trained.params,
+                                                           loader.expected_shardings(trained.cfg, layout)), layout)
+    decode = loader.to_layout(placed, sharding.decode_layout(layout.mesh, 2), per_layer=True)
+    assert decode.cfg == CFG and decode.per_layer and not lora.has_adapters(decode.params)
+    q = decode.params["layers"][0]["self_attn"]["q_proj"]["kernel"]
+    assert q.sharding.spec == jax.sharding.PartitionSpec(None, "tensor", None)
+    np.testing.assert_allclose(cached_logits(decode), full_logits(trained), rtol=1e-5, atol=1e-5)
 
 
 def test_peft_export_names_shapes_and_merge(base, tmp_path):
@@ -217,28 +249,3 @@ def test_peft_loads_our_adapter_onto_the_hf_base(base, tmp_path):
     want = logits_of(trained)
     np.testing.assert_allclose(got[ours_mask], want[ours_mask], rtol=1e-4, atol=1e-4)
 
-
-def test_rollout_weights_are_merged_into_the_decode_layout(base, adapted):
-    """`to_layout` of LoRA weights into a decode layout (tensor-parallel, per layer, as a rollout's sampler reads
-    them): a plain model with the adapters merged, whose cached forward equals the adapted model's."""
-    trained = with_random_b(adapted)
-    layout = sharding.Layout(sharding.make_mesh(sharding.MeshConfig(data=1, fsdp=8, tensor=1)))
-    placed = loader.as_weights(trained.cfg, jax.device_put(trained.params, loader.expected_shardings(trained.cfg, layout)),
-                               layout)
-    decode = loader.to_layout(placed, sharding.decode_layout(layout.mesh, 2), per_layer=True)
-    assert decode.cfg == CFG and decode.per_layer and not lora.has_adapters(decode.params)
-    q = decode.params["layers"][0]["self_attn"]["q_proj"]["kernel"]
-    assert q.sharding.spec == jax.sharding.PartitionSpec(None, "tensor", None)
-    tokens, _ = _tokens()
-    ones = jnp.ones_like(tokens, bool)
-    positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-    cache = init_cache(CFG, tokens.shape[0], tokens.shape[1], jnp.float32, per_layer=True)
-
-    def cached_forward(params):  # as the sampler reads the decode form (rubric_jax/sampling.py)
-        model = nnx.merge(decode.graphdef, stack_layers(params))
-        return model(tokens, positions, causal_padding_mask(ones), cache, jnp.zeros((), jnp.int32),
-                     layers=params["layers"])[0]
-
-    want = nnx.merge(trained.graphdef, trained.params)(tokens, positions, causal_padding_mask(ones))[0]
-    np.testing.assert_allclose(np.asarray(jax.jit(cached_forward)(decode.params)), np.asarray(want), rtol=1e-5,
-                               atol=1e-5)
