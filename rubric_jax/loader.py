@@ -29,6 +29,7 @@ from flax import nnx
 
 from rubric_jax import sharding
 from rubric_jax.counts import DTYPE_CHOICES
+from rubric_jax.models import lora
 from rubric_jax.models.checkpoint import CheckpointError, abstract_model, read_hf_params
 from rubric_jax.models.config import ATTENTIONS, ModelConfig
 from rubric_jax.models.transformer import Transformer, has_layer_stack, stack_layers, unstack_layers
@@ -161,6 +162,35 @@ def _init_fn(cfg: ModelConfig, layout: sharding.Layout) -> Callable[[jax.Array],
     return jax.jit(init, out_shardings=_abstract(cfg, layout)[2])
 
 
+def add_adapters(weights: Weights, lora_config: lora.LoraConfig, layout: sharding.Layout | None, key: jax.Array
+                 ) -> Weights:
+    """`weights`' model with fresh adapters on `lora_config.targets` (lora_a uniform from `key`, lora_b zero: the
+    same function as the base), created in their shards by one jitted init; the base arrays are kept, not copied."""
+    if weights.per_layer or lora.has_adapters(weights.params):
+        raise ValueError("add_adapters: needs a stacked base model without adapters")
+    layout = layout or sharding.single_device_layout()
+    cfg = weights.cfg.replace(lora=lora_config)
+    graphdef, _, shardings = _abstract(cfg, layout)
+    return Weights(cfg, graphdef, lora.join(_adapter_init_fn(cfg, layout)(key), weights.params), shardings)
+
+
+@functools.lru_cache(maxsize=32)
+def _adapter_init_fn(cfg: ModelConfig, layout: sharding.Layout) -> Callable[[jax.Array], Params]:
+    """The jitted init of `cfg`'s adapters alone in `layout` (the base's unused init is dead code to XLA)."""
+    def init(k: jax.Array) -> Params:
+        return lora.split(nnx.to_pure_dict(nnx.state(Transformer(cfg, rngs=nnx.Rngs(k)))))[0]
+
+    return jax.jit(init, out_shardings=lora.split(_abstract(cfg, layout)[2])[0])
+
+
+def base_weights(weights: Weights, layout: sharding.Layout | None = None) -> Weights:
+    """The base model of LoRA `weights`: the same arrays with the adapters left out (the reference policy of a
+    LoRA run, no second copy)."""
+    cfg = weights.cfg.replace(lora=None)
+    return Weights(cfg, _abstract(cfg, layout or sharding.single_device_layout())[0], lora.strip(weights.params),
+                   lora.strip(weights.shardings))
+
+
 def load_weights(source: str | Path, layout: sharding.Layout | None = None, *,
                  model_config: ModelConfig | None = None, **overrides: Any) -> Weights:
     """Parameters from a HF directory or an orbax params checkpoint, placed in `layout` (default: one device).
@@ -231,10 +261,12 @@ def _load_orbax(path: Path, cfg: ModelConfig, layout: sharding.Layout) -> Weight
 
 
 @functools.lru_cache(maxsize=32)
-def _convert_fn(cfg: ModelConfig, layout: sharding.Layout, per_layer: bool):
-    """One jitted cast + reshard into (cfg.param_dtype, layout), the layers stacked or per layer; the source
-    arrays are left untouched."""
+def _convert_fn(cfg: ModelConfig, layout: sharding.Layout, per_layer: bool, adapters: lora.LoraConfig | None = None):
+    """One jitted cast + reshard into (cfg.param_dtype, layout), the layers stacked or per layer, with `adapters`'
+    low-rank updates merged into their kernels first (in float32); the source arrays are left untouched."""
     def convert(params: Params) -> Params:
+        if adapters is not None:
+            params = lora.merge(params, adapters.scale)
         params = jax.tree.map(lambda x: x.astype(cfg.param_dtype), params)
         if per_layer and has_layer_stack(params):
             return unstack_layers(params, cfg.num_layers)
@@ -250,14 +282,17 @@ def to_layout(weights: Weights, layout: sharding.Layout, *, param_dtype: str | N
     """The same parameters in `layout` and `param_dtype` (default: unchanged), the layers stacked or per
     layer (`Weights`): cast and resharded in one jitted program (arrays already in place are reused, not
     copied). Used once per rollout for the policy (training -> decode layout, per layer); nothing is ever
-    resharded back.
+    resharded back. LoRA weights come out merged (each adapted kernel + alpha/r · lora_a @ lora_b, a plain model):
+    the merge rides in the same program, so it costs no copy beyond the decode copy itself, and the sampler pays no
+    adapter matmuls per token.
     """
     cfg = weights.cfg if param_dtype is None else weights.cfg.replace(param_dtype=param_dtype)
+    adapters, cfg = cfg.lora, cfg.replace(lora=None)
     graphdef = _abstract(cfg, layout)[0]
     shardings = expected_shardings(cfg, layout, per_layer)
-    if _placed(weights.params, shardings, jnp.dtype(cfg.param_dtype)):  # e.g. one device: nothing to move
+    if adapters is None and _placed(weights.params, shardings, jnp.dtype(cfg.param_dtype)):  # nothing to move
         return Weights(cfg, graphdef, weights.params, shardings)
-    return Weights(cfg, graphdef, _convert_fn(cfg, layout, per_layer)(weights.params), shardings)
+    return Weights(cfg, graphdef, _convert_fn(cfg, layout, per_layer, adapters)(weights.params), shardings)
 
 
 def _placed(params: Params, shardings: Params, dtype: jnp.dtype) -> bool:

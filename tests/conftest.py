@@ -53,6 +53,7 @@ SLOW_FILES_FIRST = (
     "tests/experiments/test_calibration_cli.py",
     "tests/judges/test_reward.py",
     "tests/test_grpo.py",
+    "tests/train/test_lora_step.py",
 )
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -68,6 +68,10 @@ _TABLE: tuple[tuple[str, tuple[str, ...], int | None], ...] = (
     ("model.layers.{i}.mlp.down_proj.weight", ("layers", "mlp", "down_proj", "kernel"), 1),
 )
 
+PEFT_CONFIG_FILE = "adapter_config.json"
+PEFT_WEIGHTS_FILE = "adapter_model.safetensors"
+_PEFT_PREFIX = "base_model.model."  # PEFT's PeftModel wraps the HF model: its tensors are named under this prefix
+
 # Any one of these makes a directory a tokenizer directory that AutoTokenizer can load.
 _TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 ParamPath = tuple[str, ...]
@@ -360,6 +364,53 @@ def export_hf_checkpoint(cfg: ModelConfig, state: nnx.State | Mapping[str, Any],
                 from transformers import AutoConfig, GenerationConfig  # what save_pretrained writes for it
 
                 GenerationConfig.from_model_config(AutoConfig.from_pretrained(out)).save_pretrained(out)
+            files.give_new_file_modes(out)
+    distributed.wait_for_everyone(f"export {path}")
+    return path
+
+
+def peft_adapter_tensors(cfg: ModelConfig, params: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """A LoRA model's adapters as PEFT names them (float32, host arrays): per adapted HF Linear `<name>.weight`,
+    `base_model.model.<name>.lora_A.weight` [r, in] and `...lora_B.weight` [out, r] (torch layout)."""
+    if cfg.lora is None:
+        raise ValueError("peft_adapter_tensors: the model has no LoRA adapters (ModelConfig.lora is None)")
+    flat = traverse_util.flatten_dict(dict(params))
+    tensors: dict[str, np.ndarray] = {}
+    for template, path, in_axes in _TABLE:
+        if path[-1] != "kernel" or path[:-1] + ("lora_a",) not in flat:
+            continue
+        for key, suffix, axes in (("lora_a", "lora_A", in_axes), ("lora_b", "lora_B", 1)):
+            host = distributed.host_array(flat[path[:-1] + (key,)]).astype(np.float32)
+            for i, layer in enumerate(host) if path[0] == "layers" else [(0, host)]:
+                name = _PEFT_PREFIX + template.format(i=i).removesuffix(".weight") + f".{suffix}.weight"
+                tensors[name] = ours_to_hf(layer, axes)
+    return tensors
+
+
+def peft_adapter_config(cfg: ModelConfig, base_model: str) -> dict[str, Any]:
+    """adapter_config.json of `cfg`'s adapters (PEFT's LoraConfig fields) on the HF model `base_model`."""
+    if cfg.lora is None:
+        raise ValueError("peft_adapter_config: the model has no LoRA adapters (ModelConfig.lora is None)")
+    return {"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base_model,
+            "r": cfg.lora.rank, "lora_alpha": cfg.lora.alpha, "lora_dropout": cfg.lora.dropout,
+            "target_modules": sorted(cfg.lora.targets), "bias": "none", "fan_in_fan_out": False,
+            "inference_mode": True, "init_lora_weights": True, "modules_to_save": None, "use_rslora": False,
+            "use_dora": False, "layers_to_transform": None, "layers_pattern": None, "rank_pattern": {},
+            "alpha_pattern": {}, "revision": None}
+
+
+def export_peft_adapter(cfg: ModelConfig, params: Mapping[str, Any], path: str | Path, *, base_model: str,
+                        replace: bool = False) -> Path:
+    """Writes a LoRA model's adapters as a PEFT adapter directory (adapter_config.json +
+    adapter_model.safetensors) that `PeftModel.from_pretrained(<base_model's HF model>, path)` loads; atomically,
+    into a new or empty `path` unless `replace`. Every process of a multi-host job calls it; process 0 writes."""
+    path = Path(path)
+    tensors = peft_adapter_tensors(cfg, params)
+    config = peft_adapter_config(cfg, base_model)
+    if distributed.is_writer():
+        with files.atomic_directory(path, replace=replace) as out:
+            save_file(tensors, out / PEFT_WEIGHTS_FILE, metadata={"format": "pt"})
+            (out / PEFT_CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
             files.give_new_file_modes(out)
     distributed.wait_for_everyone(f"export {path}")
     return path

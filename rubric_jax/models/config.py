@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rubric_jax.models.lora import LoraConfig
+
 ARCHITECTURES = {
     "qwen2": "Qwen2ForCausalLM",
     "llama": "LlamaForCausalLM",
@@ -76,6 +78,7 @@ class ModelConfig:
     remat_policy: str = "full"  # one of REMAT_POLICIES
     scan_layers: bool = True
     attention: str = "einsum"  # one of ATTENTIONS
+    lora: LoraConfig | None = None  # low-rank adapters on the projections it targets (models/lora.py)
 
     def __post_init__(self) -> None:
         if self.architecture not in ARCHITECTURES:
@@ -112,6 +115,9 @@ class ModelConfig:
                 f"a sequence classifier needs pad_token_id in [0, {self.vocab_size}) (its score is read at each "
                 f"row's last token that is not pad_token_id, as transformers does), got {self.pad_token_id!r}"
             )
+        if self.lora is not None and "lm_head" in self.lora.targets and (self.tie_word_embeddings or self.num_labels):
+            raise ModelConfigError("field 'lora': targets lm_head, but this model has no LM head of its own "
+                                   "(tied embeddings or a classifier)")
 
     @property
     def is_classifier(self) -> bool:

@@ -43,6 +43,7 @@ from rubric_jax.models import attention
 from rubric_jax.models.attention import ShardActivation, attend, attend_continuations
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.models.kv_cache import KVCache, SharedPrefix
+from rubric_jax.models.lora import delta as lora_delta
 
 Params = dict[str, Any]
 _INIT_STD = 0.02  # HF initializer_range default for Qwen2 and Llama.
@@ -135,14 +136,37 @@ def _param(rngs: nnx.Rngs | None, shape: tuple[int, ...], dtype: Any, names: tup
 
 
 class _Projection(nnx.Module):
-    """A stacked linear map: kernel [L, in..., out...] and optional bias [L, out...]."""
+    """A stacked linear map: kernel [L, in..., out...] and optional bias [L, out...]; with `lora` (the rank and
+    how many leading and input axes the kernel has) also the adapters lora_a [lead..., in..., r] (PEFT's kaiming
+    uniform) and lora_b [lead..., r, out...] (zeros: the adapted map starts as the kernel's). models/lora.py."""
 
     def __init__(self, rngs: nnx.Rngs, dtype: Any, kernel_shape: tuple[int, ...],
-                 kernel_names: tuple[str | None, ...], bias_ndim: int = 0):
+                 kernel_names: tuple[str | None, ...], bias_ndim: int = 0,
+                 lora: tuple[int, int, int] | None = None):
         self.kernel = _param(rngs, kernel_shape, dtype, kernel_names, "normal")
         if bias_ndim:
             self.bias = _param(rngs, (kernel_shape[0], *kernel_shape[-bias_ndim:]), dtype,
                                (kernel_names[0], *kernel_names[-bias_ndim:]), "zeros")
+        if lora is not None:
+            rank, lead, n_in = lora
+            cut = lead + n_in
+            fan_in = math.prod(kernel_shape[lead:cut])
+            bound = 1 / math.sqrt(fan_in)  # kaiming_uniform(a=sqrt(5)), PEFT's default for lora_A
+            a = jax.random.uniform(rngs.params(), (*kernel_shape[:cut], rank), jnp.float32, -bound, bound)
+            self.lora_a = nnx.Param(a.astype(dtype), sharding_names=(*kernel_names[:cut], None),
+                                    eager_sharding=False)
+            self.lora_b = _param(None, (*kernel_shape[:lead], rank, *kernel_shape[cut:]), dtype,
+                                 (*kernel_names[:lead], None, *kernel_names[cut:]), "zeros")
+
+
+def _lora(cfg: ModelConfig, name: str, lead: int = 1, n_in: int = 1) -> tuple[int, int, int] | None:
+    """The `lora` argument of projection `name` (HF name) of `cfg`: None unless cfg.lora targets it."""
+    return None if cfg.lora is None or name not in cfg.lora.targets else (cfg.lora.rank, lead, n_in)
+
+
+def lora_scale(cfg: ModelConfig) -> float:
+    """alpha / rank of cfg's adapters (0 without: no projection then holds any)."""
+    return 0.0 if cfg.lora is None else cfg.lora.scale
 
 
 class _RMSNorm(nnx.Module):
@@ -154,18 +178,22 @@ class _Attention(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: Any):
         L, D, N, K, H = cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         bias = 2 if cfg.attention_bias else 0
-        self.q_proj = _Projection(rngs, dtype, (L, D, N, H), ("layers", "embed", "heads", "head_dim"), bias)
-        self.k_proj = _Projection(rngs, dtype, (L, D, K, H), ("layers", "embed", "kv_heads", "head_dim"), bias)
-        self.v_proj = _Projection(rngs, dtype, (L, D, K, H), ("layers", "embed", "kv_heads", "head_dim"), bias)
-        self.o_proj = _Projection(rngs, dtype, (L, N, H, D), ("layers", "heads", "head_dim", "embed"))
+        self.q_proj = _Projection(rngs, dtype, (L, D, N, H), ("layers", "embed", "heads", "head_dim"), bias,
+                                  _lora(cfg, "q_proj"))
+        self.k_proj = _Projection(rngs, dtype, (L, D, K, H), ("layers", "embed", "kv_heads", "head_dim"), bias,
+                                  _lora(cfg, "k_proj"))
+        self.v_proj = _Projection(rngs, dtype, (L, D, K, H), ("layers", "embed", "kv_heads", "head_dim"), bias,
+                                  _lora(cfg, "v_proj"))
+        self.o_proj = _Projection(rngs, dtype, (L, N, H, D), ("layers", "heads", "head_dim", "embed"),
+                                  lora=_lora(cfg, "o_proj", n_in=2))
 
 
 class _MLP(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, dtype: Any):
         L, D, F = cfg.num_layers, cfg.hidden_size, cfg.intermediate_size
-        self.gate_proj = _Projection(rngs, dtype, (L, D, F), ("layers", "embed", "mlp"))
-        self.up_proj = _Projection(rngs, dtype, (L, D, F), ("layers", "embed", "mlp"))
-        self.down_proj = _Projection(rngs, dtype, (L, F, D), ("layers", "mlp", "embed"))
+        self.gate_proj = _Projection(rngs, dtype, (L, D, F), ("layers", "embed", "mlp"), lora=_lora(cfg, "gate_proj"))
+        self.up_proj = _Projection(rngs, dtype, (L, D, F), ("layers", "embed", "mlp"), lora=_lora(cfg, "up_proj"))
+        self.down_proj = _Projection(rngs, dtype, (L, F, D), ("layers", "mlp", "embed"), lora=_lora(cfg, "down_proj"))
 
 
 class _DecoderLayers(nnx.Module):
@@ -210,7 +238,8 @@ class Transformer(nnx.Module):
         if cfg.is_classifier:
             self.score = _Projection(rngs, dtype, (cfg.hidden_size, cfg.num_labels), ("embed", None))
         elif not cfg.tie_word_embeddings:
-            self.lm_head = _Projection(rngs, dtype, (cfg.hidden_size, cfg.vocab_size), ("embed", "vocab"))
+            self.lm_head = _Projection(rngs, dtype, (cfg.hidden_size, cfg.vocab_size), ("embed", "vocab"),
+                                       lora=_lora(cfg, "lm_head", lead=0))
 
     def __call__(self, tokens_BxT: jax.Array, positions_BxT: jax.Array, mask_BxTxS: jax.Array,
                  cache: KVCache | None = None, cache_index: jax.Array | None = None,
@@ -370,6 +399,10 @@ class Transformer(nnx.Module):
         if self.cfg.vocab_size % n:
             raise ValueError(f"{caller}{n}): n must divide the vocabulary size {self.cfg.vocab_size}")
         w_DxV = self.embed_tokens.embedding[...].T if self.cfg.tie_word_embeddings else self.lm_head.kernel[...]
+        if hasattr(self, "lm_head") and hasattr(self.lm_head, "lora_a"):  # merged per use: [D, V] once per forward
+            head = self.lm_head
+            w_DxV = w_DxV.astype(jnp.float32) + lora_delta(w_DxV, head.lora_a[...], head.lora_b[...],
+                                                           lora_scale(self.cfg))
         d, v = w_DxV.shape
         return w_DxV.reshape(d, v // n, n)
 
@@ -477,9 +510,13 @@ def _token_matmul(x_BxTxI: jax.Array, w_IxO: jax.Array, length_split: bool) -> j
     return jnp.tensordot(x_BxTxI.reshape(b * t, i), w_IxO, axes=1).reshape(b, t, *w_IxO.shape[1:])
 
 
-def _project(x_BxTxD: jax.Array, proj: Params, length_split: bool) -> jax.Array:
-    """x [B, T, D] through a kernel [D, *out] plus its bias [*out], if any: [B, T, *out]."""
+def _project(x_BxTxD: jax.Array, proj: Params, length_split: bool, scale: float) -> jax.Array:
+    """x [B, T, D] through a kernel [D, *out] plus its bias [*out], if any: [B, T, *out]; with adapters also
+    `scale` · (x @ lora_a) @ lora_b (unmerged: the adapters' gradient never makes a kernel-sized array)."""
     y = _token_matmul(x_BxTxD, proj["kernel"], length_split)
+    if "lora_a" in proj:
+        y = y + _token_matmul(scale * _token_matmul(x_BxTxD, proj["lora_a"], length_split), proj["lora_b"],
+                              length_split)
     if "bias" in proj:
         y = y + proj["bias"].astype(y.dtype)[None, None]
     return y
@@ -505,9 +542,10 @@ def _qkv(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Arra
     """Rotated queries [B, T, K, G, H] (grouped by KV head), rotated keys and values [B, K, T, H] (the cache's
     layout); `length_split` as in `_token_matmul`."""
     B, T, _ = x_BxTxD.shape
-    q_BxTxNxH = apply_rope(_project(x_BxTxD, attn["q_proj"], length_split), cos_BxTxH, sin_BxTxH)
-    k_BxTxKxH = apply_rope(_project(x_BxTxD, attn["k_proj"], length_split), cos_BxTxH, sin_BxTxH)
-    v_BxTxKxH = _project(x_BxTxD, attn["v_proj"], length_split)
+    scale = lora_scale(cfg)
+    q_BxTxNxH = apply_rope(_project(x_BxTxD, attn["q_proj"], length_split, scale), cos_BxTxH, sin_BxTxH)
+    k_BxTxKxH = apply_rope(_project(x_BxTxD, attn["k_proj"], length_split, scale), cos_BxTxH, sin_BxTxH)
+    v_BxTxKxH = _project(x_BxTxD, attn["v_proj"], length_split, scale)
     k_BxKxTxH, v_BxKxTxH = k_BxTxKxH.swapaxes(1, 2), v_BxTxKxH.swapaxes(1, 2)
     return q_BxTxNxH.reshape(B, T, cfg.num_kv_heads, cfg.num_groups, cfg.head_dim), k_BxKxTxH, v_BxKxTxH
 
@@ -518,7 +556,12 @@ def _output(cfg: ModelConfig, attn: Params, out_BxTxKxGxH: jax.Array) -> jax.Arr
     # One [N*H] contraction: with two contracted axes XLA transposes the kernel on every call (every token).
     out_BxTxF = out_BxTxKxGxH.reshape(B, T, cfg.num_heads * cfg.head_dim)
     kernel_FxD = attn["o_proj"]["kernel"].reshape(cfg.num_heads * cfg.head_dim, -1)
-    return jnp.einsum("BTF,FD->BTD", out_BxTxF, kernel_FxD.astype(out_BxTxF.dtype))
+    y_BxTxD = jnp.einsum("BTF,FD->BTD", out_BxTxF, kernel_FxD.astype(out_BxTxF.dtype))
+    if "lora_a" in attn["o_proj"]:
+        a_FxR = attn["o_proj"]["lora_a"].reshape(cfg.num_heads * cfg.head_dim, -1).astype(out_BxTxF.dtype)
+        down_BxTxR = lora_scale(cfg) * jnp.einsum("BTF,FR->BTR", out_BxTxF, a_FxR)
+        y_BxTxD = y_BxTxD + jnp.einsum("BTR,RD->BTD", down_BxTxR, attn["o_proj"]["lora_b"].astype(out_BxTxF.dtype))
+    return y_BxTxD
 
 
 def self_attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH: jax.Array, sin_BxTxH: jax.Array,
@@ -540,11 +583,12 @@ def self_attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH
     return _output(cfg, attn, out_BxTxKxGxH), cache
 
 
-def mlp(mlp_params: Params, x_BxTxD: jax.Array, length_split: bool = False) -> jax.Array:
-    """SwiGLU: down(silu(gate(x)) * up(x)); `length_split` as in `_token_matmul`."""
-    gate_BxTxF = _project(x_BxTxD, mlp_params["gate_proj"], length_split)
-    up_BxTxF = _project(x_BxTxD, mlp_params["up_proj"], length_split)
-    return _project(jax.nn.silu(gate_BxTxF) * up_BxTxF, mlp_params["down_proj"], length_split)
+def mlp(mlp_params: Params, x_BxTxD: jax.Array, length_split: bool = False, scale: float = 0.0) -> jax.Array:
+    """SwiGLU: down(silu(gate(x)) * up(x)); `length_split` as in `_token_matmul`, `scale` the adapters'
+    (`lora_scale`)."""
+    gate_BxTxF = _project(x_BxTxD, mlp_params["gate_proj"], length_split, scale)
+    up_BxTxF = _project(x_BxTxD, mlp_params["up_proj"], length_split, scale)
+    return _project(jax.nn.silu(gate_BxTxF) * up_BxTxF, mlp_params["down_proj"], length_split, scale)
 
 
 def decoder_layer(cfg: ModelConfig, params: Params, x_BxTxD: jax.Array,
@@ -557,4 +601,4 @@ def decoder_layer(cfg: ModelConfig, params: Params, x_BxTxD: jax.Array,
     attn_out, out = attend(params["self_attn"], h)
     x_BxTxD = x_BxTxD + attn_out
     h = rms_norm(x_BxTxD, params["post_attention_layernorm"]["scale"], cfg.rms_norm_eps)
-    return x_BxTxD + mlp(params["mlp"], h, length_split), out
+    return x_BxTxD + mlp(params["mlp"], h, length_split, lora_scale(cfg)), out

@@ -5,6 +5,9 @@ Arrays are restored straight into the shardings of a target tree (`abstract_with
 7B state is read shard by shard and never gathered on one device. Only the last `max_to_keep`
 checkpoints stay on disk, and with `keep_best` the best-ranked one (the best eval); an unfinished save
 (killed mid-write) is invisible to `latest_step()`.
+A LoRA state (`TrainState.frozen`, the base model) is saved without its base: the checkpoint holds the adapters,
+their optimizer state and step, and the base's weights identity in the JSON record (a restore into another base is
+refused); the base comes back from the restore target, i.e. from the model directory the run loads anyway.
 `restore_params` reads the params alone through rubric_jax.loader (the frozen reference policy);
 `restore_newest` falls back past checkpoints that no longer restore; `read_meta` reads the JSON record alone
 (a restart checks it before writing anything).
@@ -58,6 +61,8 @@ class Restored:
     """Content hash of the rubric set the saved policy was trained with."""
     extra: dict[str, Any]
     """Any further JSON the loop saved (e.g. the stage name)."""
+    base_identity: str | None = None
+    """A LoRA checkpoint's base weights identity as saved (None for a full state)."""
 
 
 @dataclasses.dataclass
@@ -73,10 +78,15 @@ class _LatestAndBest:
 
 
 def abstract_with_shardings(state: TrainState, shardings: TrainState | None) -> TrainState:
-    """Restore target: the state's shapes and dtypes, with `shardings` (None: the state's own)."""
+    """Restore target: the state's shapes and dtypes, with `shardings` (None: the state's own); a LoRA state's
+    frozen base stays the arrays it is (never saved, so never read: `Checkpointer.restore` keeps it)."""
+    saved = state.replace(frozen=None)
     if shardings is None:
-        return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
-    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, shardings)
+        target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), saved)
+    else:
+        target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), saved,
+                              shardings.replace(frozen=None))
+    return target.replace(frozen=state.frozen)
 
 
 def _first_line(error: Exception, limit: int = 200) -> str:
@@ -156,13 +166,21 @@ class Checkpointer:
             self._kept.best = self.best_step()
 
     def save(self, state: TrainState, *, data_state: dict[str, Any], rubric_hash: str,
-             extra: dict[str, Any] | None = None, best_value: float | None = None) -> None:
+             extra: dict[str, Any] | None = None, best_value: float | None = None,
+             base_identity: str | None = None) -> None:
         """Writes a checkpoint at `state.step` (async: arrays are copied off-device before returning);
-        `best_value` ranks it for `keep_best` (None or non-finite: not ranked, e.g. no eval at this step)."""
+        `best_value` ranks it for `keep_best` (None or non-finite: not ranked, e.g. no eval at this step). A LoRA
+        state needs `base_identity` (e.g. judges.spec.weights_identity of its model directory): its base is not
+        saved, only named."""
         step = int(state.step)
+        if (state.frozen is None) != (base_identity is None):
+            raise ValueError(f"{self.directory}: base_identity is given exactly for a LoRA state (frozen base), "
+                             f"got base_identity={base_identity!r} for a {'full' if state.frozen is None else 'LoRA'} "
+                             "state")
         ranked = self.keep_best and best_value is not None and math.isfinite(best_value)
         meta = {"step": step, "data_state": data_state, "rubric_hash": rubric_hash, "extra": extra or {},
-                **({"best_value": float(best_value)} if ranked else {})}
+                **({"best_value": float(best_value)} if ranked else {}),
+                **({"base_identity": base_identity} if base_identity is not None else {})}
         _check_json("metadata", meta)
         self.wait_until_finished()  # orbax waits here anyway; the previous save's step is then on disk
         on_disk = set(self._manager.all_steps())
@@ -173,7 +191,7 @@ class Checkpointer:
         self._pending = step
         with self._writing():
             saved = self._manager.save(step, force=True, args=ocp.args.Composite(**{
-                _STATE: ocp.args.StandardSave(state), _META: ocp.args.JsonSave(meta)}))
+                _STATE: ocp.args.StandardSave(state.replace(frozen=None)), _META: ocp.args.JsonSave(meta)}))
         if not saved:
             raise CheckpointError(f"{self.directory}: orbax declined to save step {int(state.step)}")
 
@@ -203,19 +221,21 @@ class Checkpointer:
         return step
 
     def restore(self, target: TrainState, step: int | None = None, *,
-                expected_rubric_hash: str | None = None) -> Restored:
+                expected_rubric_hash: str | None = None, expected_base_identity: str | None = None) -> Restored:
         """Restores `step` (default: the latest) into `target`'s shapes, dtypes and shardings.
 
         `target` is a TrainState of arrays or ShapeDtypeStructs (see `abstract_with_shardings`); its
-        static graphdef/optimizer are reused. With `expected_rubric_hash`, a checkpoint trained under
-        another rubric set is refused.
+        static graphdef/optimizer are reused, and so is a LoRA target's frozen base (arrays: never saved). With
+        `expected_rubric_hash`, a checkpoint trained under another rubric set is refused; with
+        `expected_base_identity`, adapters trained on another base.
         """
         step = self._resolve(step)
         where = self.directory / str(step)
+        saved_target = target.replace(frozen=None)
         try:
-            loader.check_saved_tree(self._manager.item_metadata(step)[_STATE].tree, target, where)
+            loader.check_saved_tree(self._manager.item_metadata(step)[_STATE].tree, saved_target, where)
             restored = self._manager.restore(step, args=ocp.args.Composite(**{
-                _STATE: ocp.args.StandardRestore(target), _META: ocp.args.JsonRestore()}))
+                _STATE: ocp.args.StandardRestore(saved_target), _META: ocp.args.JsonRestore()}))
         except CheckpointError:
             raise  # a saved tree that does not match the target: another model or optimizer, not damage
         except Exception as e:  # orbax raises many types (FileNotFoundError, ValueError, KeyError...)
@@ -227,21 +247,26 @@ class Checkpointer:
             raise CheckpointError(
                 f"{where}: saved with rubric hash {meta['rubric_hash']!r}, "
                 f"expected {expected_rubric_hash!r} (the rubric set changed since this checkpoint)")
-        return Restored(state=restored[_STATE], data_state=meta["data_state"], rubric_hash=meta["rubric_hash"],
-                        extra=meta["extra"])
+        if expected_base_identity is not None and meta.get("base_identity") != expected_base_identity:
+            raise CheckpointError(f"{where}: adapters of base {meta.get('base_identity')!r}, expected base "
+                                  f"{expected_base_identity!r} (another model directory than this checkpoint's)")
+        return Restored(state=restored[_STATE].replace(frozen=target.frozen), data_state=meta["data_state"],
+                        rubric_hash=meta["rubric_hash"], extra=meta["extra"], base_identity=meta.get("base_identity"))
 
-    def restore_newest(self, target: TrainState, *, log: Callable[[str], None] = print) -> Restored | None:
+    def restore_newest(self, target: TrainState, *, log: Callable[[str], None] = print,
+                       expected_base_identity: str | None = None) -> Restored | None:
         """The newest checkpoint that restores into `target` (None when there is none).
 
         A checkpoint whose files cannot be read (corrupt or truncated: what a full disk or a bad copy leaves)
         is moved aside to `<step>.unrestorable` and named in one line through `log`; the next older one is
         tried, and the run can save that step again later. A checkpoint of another model or optimizer (its
-        saved tree does not match `target`) is an error, never skipped.
+        saved tree does not match `target`), or LoRA adapters of another base than `expected_base_identity`, is an
+        error, never skipped.
         """
         self.wait_until_finished()
         for step in reversed(self.all_steps()):
             try:
-                return self.restore(target, step)
+                return self.restore(target, step, expected_base_identity=expected_base_identity)
             except UnreadableCheckpoint as e:
                 aside = self.directory / f"{step}.unrestorable"
                 (self.directory / str(step)).rename(aside)

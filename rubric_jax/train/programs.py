@@ -40,12 +40,14 @@ class Layouts:
 
     def rollout_weights(self, params: dict[str, Any]) -> loader.Weights:
         """The policy in the decode layout and dtype, its layers per layer (what the sampler reads in place),
-        resharded from the training layout once per rollout (nothing is resharded back)."""
+        resharded from the training layout once per rollout (nothing is resharded back); a LoRA policy's adapters
+        merged into its kernels on the way (`loader.to_layout`)."""
         return loader.to_layout(self.policy(params), self.decode, param_dtype=self.decode_dtype, per_layer=True)
 
     def abstract_rollout_weights(self) -> loader.Weights:
         """What `rollout_weights` returns, as ShapeDtypeStructs (for ahead-of-time lowering)."""
-        return loader.abstract_weights(self.model.replace(param_dtype=self.decode_dtype), self.decode, per_layer=True)
+        return loader.abstract_weights(self.model.replace(param_dtype=self.decode_dtype, lora=None), self.decode,
+                                       per_layer=True)
 
 
 def layouts(mesh: MeshSpec, model_cfg: ModelConfig, devices: Sequence[jax.Device] | None = None) -> Layouts:
@@ -140,7 +142,7 @@ def grpo_programs(cfg: grpo.GRPOConfig, micro_batches: int, graphdef: Any, shard
     update = train_step.jit_grpo_step(cfg, micro_batches=micro_batches, shardings=shardings, mesh=mesh)
     logprobs = train_step.jit_rollout_logprobs(
         graphdef, group_size=cfg.group_size, temperature=cfg.temperature, chunk_size=cfg.logprob_chunk_size,
-        micro_batches=micro_batches, param_shardings=shardings.params, mesh=mesh)
+        micro_batches=micro_batches, param_shardings=shardings.model_params(), mesh=mesh)  # LoRA: adapters + base
     return GRPOPrograms(cfg, update, logprobs)
 
 

@@ -9,6 +9,10 @@ model's `compute_dtype` (e.g. bfloat16: the model casts weights at use).
 Parameters come from rubric_jax.loader (a checkpoint or a seeded init, created in their shards); the
 optimizer state is then built by a jitted init with `out_shardings`, so nothing materialises on one
 device. Placement is explicit: params that are not already in the given shardings are an error.
+
+With LoRA (params holding adapters, models/lora.py) the state's `params` are the adapters alone (float32, the
+only leaves with gradients and optimizer moments) and `frozen` holds the base model, cast once to the compute
+dtype; `model_params()` joins them into the model's tree (the same arrays).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from flax import nnx, struct
 from jax.sharding import Mesh
 
 from rubric_jax import loader, sharding
+from rubric_jax.models import lora
 from rubric_jax.models.config import ModelConfig
 
 Params = dict[str, Any]
@@ -172,6 +177,18 @@ class TrainState:
     """optax state of `tx`."""
     graphdef: nnx.GraphDef = struct.field(pytree_node=False)
     tx: optax.GradientTransformation = struct.field(pytree_node=False)
+    frozen: Params | None = None
+    """LoRA: the base model's params in the compute dtype (never updated, never checkpointed); else None."""
+
+    def model_params(self) -> Params:
+        """The whole model's params (adapters and base joined; without LoRA `params`): what `nnx.merge` with
+        `graphdef` takes. On a TrainState of shardings, their shardings."""
+        return self.params if self.frozen is None else lora.join(self.params, self.frozen)
+
+    def parameter_counts(self) -> dict[str, int]:
+        """Trainable and frozen parameter counts (start-up report: LoRA trains a small fraction)."""
+        return {"trainable": sum(math.prod(x.shape) for x in jax.tree.leaves(self.params)),
+                "frozen": 0 if self.frozen is None else sum(math.prod(x.shape) for x in jax.tree.leaves(self.frozen))}
 
 
 def _check_float32(params: Params) -> None:
@@ -184,17 +201,29 @@ def _check_float32(params: Params) -> None:
 
 
 def _new_state(graphdef: nnx.GraphDef, params: Params, tx: optax.GradientTransformation) -> TrainState:
+    """A step-0 state; with adapters in `params`, they alone are trained and the base is frozen in the compute
+    dtype."""
+    frozen = None
+    if lora.has_adapters(params):
+        params, base = lora.split(params)
+        dtype = jnp.dtype(nnx.merge(graphdef, lora.join(params, base)).cfg.compute_dtype)
+        frozen = jax.tree.map(lambda w: w.astype(dtype), base)
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
-                      graphdef=graphdef, tx=tx)
+                      graphdef=graphdef, tx=tx, frozen=frozen)
 
 
 def state_shardings(param_shardings: Params, abstract_train_state: TrainState, mesh: Mesh) -> TrainState:
-    """A TrainState of NamedShardings: params as given (the loader's), optimizer moments mirror them."""
+    """A TrainState of NamedShardings: params as given (the loader's; with LoRA split into the adapters and the
+    frozen base), optimizer moments mirror the trained params."""
+    frozen = None
+    if abstract_train_state.frozen is not None:
+        param_shardings, frozen = lora.split(param_shardings)
     return abstract_train_state.replace(
         step=sharding.replicated(mesh),
         params=param_shardings,
         opt_state=sharding.mirror_shardings(abstract_train_state.opt_state, abstract_train_state.params,
-                                            param_shardings, mesh))
+                                            param_shardings, mesh),
+        frozen=frozen)
 
 
 def init_train_state(cfg: ModelConfig, tx: optax.GradientTransformation, key: jax.Array,
@@ -238,9 +267,9 @@ def state_initializer(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, 
     init = jax.jit(lambda p: _new_state(graphdef, p, tx), out_shardings=shardings)
 
     def initialize(params: Params) -> TrainState:
-        _check_float32(params)
+        _check_float32(lora.split(params)[0] if lora.has_adapters(params) else params)
         if shardings is not None:
-            loader.check_shardings(params, shardings.params, what="train state params")
+            loader.check_shardings(params, shardings.model_params(), what="train state params")
         return init(params)
 
     return initialize

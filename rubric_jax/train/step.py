@@ -41,6 +41,7 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from rubric_jax import grpo, sharding
+from rubric_jax.models import lora
 from rubric_jax.train.state import Params, TrainState, current_lr
 
 Batch = dict[str, jax.Array]
@@ -165,11 +166,18 @@ def _layer_copies(params: Params, dtype: Any, grad_shardings: Any | None) -> Par
                       None if grad_shardings is None else grad_shardings["layers"])
 
 
-def _accumulate(loss_fn: LossFn, params: Params, micro: Batch, grad_shardings: Any | None, compute_dtype: Any
-                ) -> tuple[Params, Metrics]:
+def _accumulate(loss_fn: LossFn, params: Params, micro: Batch, grad_shardings: Any | None, compute_dtype: Any,
+                frozen: Params | None = None) -> tuple[Params, Metrics]:
     """Sums gradients and (sum-form) metrics of `loss_fn` over the leading micro-batch axis; the layers' weights
-    are cast to `compute_dtype` once, before the loop (`_layer_copies`)."""
-    copies = _layer_copies(params, compute_dtype, grad_shardings)
+    are cast to `compute_dtype` once, before the loop (`_layer_copies`). With `frozen` (LoRA's base, already in
+    the compute dtype) `params` are the adapters: the only leaves differentiated."""
+    if frozen is not None:
+        with_base = loss_fn
+
+        def loss_fn(p: Params, mb: Batch) -> tuple[jax.Array, Metrics]:
+            return with_base(lora.join(p, frozen), mb)
+
+    copies = None if frozen is not None else _layer_copies(params, compute_dtype, grad_shardings)
     if copies is not None:
         inner = loss_fn
 
@@ -214,8 +222,8 @@ def _apply_update(state: TrainState, grads: Params, metrics: Metrics) -> tuple[T
 def _train_step(state: TrainState, batch: Batch, group_size: int, loss_fn: LossFn, micro_batches: int,
                 grad_shardings: Any | None) -> tuple[TrainState, Metrics]:
     micro = _split_micro(batch, micro_batches, group_size)
-    compute_dtype = jnp.dtype(nnx.merge(state.graphdef, state.params).cfg.compute_dtype)
-    grads, metrics = _accumulate(loss_fn, state.params, micro, grad_shardings, compute_dtype)
+    compute_dtype = jnp.dtype(nnx.merge(state.graphdef, state.model_params()).cfg.compute_dtype)
+    grads, metrics = _accumulate(loss_fn, state.params, micro, grad_shardings, compute_dtype, state.frozen)
     new_state, metrics = _apply_update(state, grads, metrics)
     metrics["num_tokens"] = batch["metric_w"].astype(bool).sum()
     return new_state, metrics
