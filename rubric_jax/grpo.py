@@ -30,7 +30,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from rubric_jax.models.transformer import causal_padding_mask, padding_to_positions
+from rubric_jax.models.transformer import AccumulatingLayers, causal_padding_mask, padding_to_positions
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
 ADVANTAGE_SCALINGS = ("group", "batch", "none")
@@ -477,16 +477,18 @@ def chunked_token_logprobs(
 
 
 def sequence_logprobs(
-    model: Any, tokens_BxT: jax.Array, input_mask_BxT: jax.Array, *, chunk_size: int, temperature: float
+    model: Any, tokens_BxT: jax.Array, input_mask_BxT: jax.Array, *, chunk_size: int, temperature: float,
+    into: AccumulatingLayers | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Teacher-forced log p_T(tokens[t] | tokens[<t]) and entropy of p_T = softmax(logits / T), float32
     [B, T]; entry 0 and padding positions are 0.
 
     `model` follows the model contract (`hidden_states`, `cfg.vocab_size` and the head of `chunked_token_logprobs`); padding may be left
-    or right (positions come from the mask). T = 1 for SFT; GRPO passes its rollout temperature.
+    or right (positions come from the mask). T = 1 for SFT; GRPO passes its rollout temperature. `into`: a training
+    forward's accumulating layers, passed to the model.
     """
     positions_BxT = padding_to_positions(input_mask_BxT)
-    h_BxTxD, _ = model.hidden_states(tokens_BxT, positions_BxT, causal_padding_mask(input_mask_BxT))
+    h_BxTxD, _ = model.hidden_states(tokens_BxT, positions_BxT, causal_padding_mask(input_mask_BxT), into=into)
     next_BxT = jnp.pad(tokens_BxT[:, 1:], ((0, 0), (0, 1)))
     logp_next_BxT, ent_next_BxT = chunked_token_logprobs(h_BxTxD, next_BxT, model, chunk_size, temperature)
     # Entry t predicts token t from tokens < t: defined where both t and t - 1 are real tokens.
@@ -509,15 +511,15 @@ def response_targets(prompt_mask_UxP: jax.Array, response_mask_BxR: jax.Array) -
 
 def shared_prompt_logprobs(
     model: Any, prompt_UxP: jax.Array, prompt_mask_UxP: jax.Array, response_BxR: jax.Array,
-    response_mask_BxR: jax.Array, *, chunk_size: int, temperature: float,
+    response_mask_BxR: jax.Array, *, chunk_size: int, temperature: float, into: AccumulatingLayers | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Teacher-forced log p_T(response[r] | prompt, response[<r]) and entropy of p_T, float32 [B, R], of
     B = U·G responses where rows u·G .. u·G + G − 1 continue prompt u; 0 outside `response_targets`.
 
     Each prompt runs once (`model.prefix_continuation_states`); its G responses attend its keys/values at
     positions that continue its real length, and entry 0 is read from its last real token's hidden
-    state. Equal to `sequence_logprobs` on the concatenated rows (left-padded prompts) at the response
-    positions, with G times fewer prompt tokens in the forward and the backward.
+    state; `into` as in `sequence_logprobs`. Equal to `sequence_logprobs` on the concatenated rows (left-padded
+    prompts) at the response positions, with G times fewer prompt tokens in the forward and the backward.
     """
     u, p = prompt_UxP.shape
     group = response_BxR.shape[0] // u
@@ -525,7 +527,7 @@ def shared_prompt_logprobs(
     h_UxPxD, h_BxRxD = model.prefix_continuation_states(
         prompt_UxP, padding_to_positions(prompt_mask_UxP), causal_padding_mask(prompt_mask_UxP), response_BxR,
         length_B[:, None] + padding_to_positions(response_mask_BxR), causal_padding_mask(response_mask_BxR),
-        prompt_mask_UxP)
+        prompt_mask_UxP, into=into)
     last_U = (p - 1) - jnp.argmax(prompt_mask_UxP[:, ::-1], axis=-1)
     h_last_UxD = jnp.take_along_axis(h_UxPxD, last_U[:, None, None], axis=1)[:, 0]
     # Entry r is predicted from the state before response token r: the prompt's last token for r = 0.
