@@ -416,6 +416,39 @@ def _low_precision_logits_bwd(res: tuple[jax.Array, jax.Array], g_BxTxS: jax.Arr
 _low_precision_logits.defvjp(_low_precision_logits_fwd, _low_precision_logits_bwd)
 
 
+def _softmax_sums(logits_BxTxS: jax.Array, max_BxT: jax.Array, local_BxT: jax.Array
+                  ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Σ e, Σ e·z and z[local] over one vocabulary slice of float32 logits z (e = exp(z − max), `max` held fixed)."""
+    exp_BxTxS = jnp.exp(logits_BxTxS - max_BxT[..., None])
+    picked_BxT = jnp.take_along_axis(logits_BxTxS, local_BxT[..., None], axis=-1)[..., 0]
+    return jnp.sum(exp_BxTxS, axis=-1), jnp.sum(exp_BxTxS * logits_BxTxS, axis=-1), picked_BxT
+
+
+# `_softmax_sums` of a low-precision model, whose backward is one pass over the logits: dz = e·(g_sum +
+# g_weighted·(1 + z)) plus g_picked where the id is `local`, fused with its rounding to the GEMMs' dtype. Autodiff
+# wrote the float32 gradient, a float32 scatter of the picked logit's and a rounded copy: 3.4 GB per slice of a
+# 1.5B micro-batch where this reads 0.62 and writes 0.31 (benchmarks/AOT_RESULTS.md).
+_low_precision_softmax_sums = jax.custom_vjp(_softmax_sums)
+
+
+def _low_precision_softmax_sums_fwd(logits_BxTxS: jax.Array, max_BxT: jax.Array, local_BxT: jax.Array
+                                    ) -> tuple[tuple[jax.Array, jax.Array, jax.Array], tuple[jax.Array, ...]]:
+    return _low_precision_softmax_sums(logits_BxTxS, max_BxT, local_BxT), (logits_BxTxS, max_BxT, local_BxT)
+
+
+def _low_precision_softmax_sums_bwd(res: tuple[jax.Array, ...], g: tuple[jax.Array, jax.Array, jax.Array]
+                                    ) -> tuple[jax.Array, None, None]:
+    logits_BxTxS, max_BxT, local_BxT = res
+    g_sum_BxT, g_weighted_BxT, g_picked_BxT = g
+    exp_BxTxS = jnp.exp(logits_BxTxS - max_BxT[..., None])
+    picked_BxTxS = jnp.arange(logits_BxTxS.shape[-1])[None, None, :] == local_BxT[..., None]
+    d_BxTxS = exp_BxTxS * (g_sum_BxT[..., None] + g_weighted_BxT[..., None] * (1 + logits_BxTxS))
+    return jnp.where(picked_BxTxS, d_BxTxS + g_picked_BxT[..., None], d_BxTxS), None, None
+
+
+_low_precision_softmax_sums.defvjp(_low_precision_softmax_sums_fwd, _low_precision_softmax_sums_bwd)
+
+
 def _logits(h_BxTxD: jax.Array, w_DxS: jax.Array) -> jax.Array:
     """Float32 logits [B, T, S]; in float32 plain autodiff, below it `_low_precision_logits`."""
     if h_BxTxD.dtype == jnp.float32:
@@ -461,10 +494,10 @@ def chunked_token_logprobs(
         # softmax(z) = exp(z - m) / sum exp(z - m) for any m: the gradient does not flow through the max.
         new_max_BxT = jax.lax.stop_gradient(jnp.maximum(max_BxT, jnp.max(logits_BxTxS, axis=-1)))
         rescale_BxT = jnp.exp(max_BxT - new_max_BxT)
-        exp_BxTxS = jnp.exp(logits_BxTxS - new_max_BxT[..., None])
-        sum_BxT = sum_BxT * rescale_BxT + jnp.sum(exp_BxTxS, axis=-1)
-        weighted_BxT = weighted_BxT * rescale_BxT + jnp.sum(exp_BxTxS * logits_BxTxS, axis=-1)
-        picked_BxT = jnp.take_along_axis(logits_BxTxS, (targets_BxT // n)[..., None], axis=-1)[..., 0]
+        sums = _softmax_sums if dtype == jnp.float32 else _low_precision_softmax_sums
+        exp_sum_BxT, exp_weighted_BxT, picked_BxT = sums(logits_BxTxS, new_max_BxT, targets_BxT // n)
+        sum_BxT = sum_BxT * rescale_BxT + exp_sum_BxT
+        weighted_BxT = weighted_BxT * rescale_BxT + exp_weighted_BxT
         target_BxT = jnp.where(targets_BxT % n == i, picked_BxT, target_BxT)
         return (new_max_BxT, sum_BxT, weighted_BxT, target_BxT), None
 
