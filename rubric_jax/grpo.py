@@ -418,7 +418,7 @@ _low_precision_logits.defvjp(_low_precision_logits_fwd, _low_precision_logits_bw
 
 def _softmax_sums(logits_BxTxS: jax.Array, max_BxT: jax.Array, local_BxT: jax.Array
                   ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Σ e, Σ e·z and z[local] over one vocabulary slice of float32 logits z (e = exp(z − max), `max` held fixed)."""
+    """Σ e, Σ e·z and z[local] over a vocabulary slice of float32 logits z (e = exp(z − max), `max` held fixed)."""
     exp_BxTxS = jnp.exp(logits_BxTxS - max_BxT[..., None])
     picked_BxT = jnp.take_along_axis(logits_BxTxS, local_BxT[..., None], axis=-1)[..., 0]
     return jnp.sum(exp_BxTxS, axis=-1), jnp.sum(exp_BxTxS * logits_BxTxS, axis=-1), picked_BxT
