@@ -30,7 +30,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from rubric_jax.models.transformer import causal_padding_mask, padding_to_positions
+from rubric_jax.models.transformer import AccumulatingLayers, causal_padding_mask, padding_to_positions
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
 ADVANTAGE_SCALINGS = ("group", "batch", "none")
@@ -415,6 +415,39 @@ def _low_precision_logits_bwd(res: tuple[jax.Array, jax.Array], g_BxTxS: jax.Arr
 _low_precision_logits.defvjp(_low_precision_logits_fwd, _low_precision_logits_bwd)
 
 
+def _softmax_sums(logits_BxTxS: jax.Array, max_BxT: jax.Array, local_BxT: jax.Array
+                  ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Σ e, Σ e·z and z[local] over a vocabulary slice of float32 logits z (e = exp(z − max), `max` held fixed)."""
+    exp_BxTxS = jnp.exp(logits_BxTxS - max_BxT[..., None])
+    picked_BxT = jnp.take_along_axis(logits_BxTxS, local_BxT[..., None], axis=-1)[..., 0]
+    return jnp.sum(exp_BxTxS, axis=-1), jnp.sum(exp_BxTxS * logits_BxTxS, axis=-1), picked_BxT
+
+
+# `_softmax_sums` of a low-precision model, whose backward is one pass over the logits: dz = e·(g_sum +
+# g_weighted·(1 + z)) plus g_picked where the id is `local`, fused with its rounding to the GEMMs' dtype. Autodiff
+# wrote the float32 gradient, a float32 scatter of the picked logit's and a rounded copy: 3.4 GB per slice of a
+# 1.5B micro-batch where this reads 0.62 and writes 0.31 (benchmarks/AOT_RESULTS.md).
+_low_precision_softmax_sums = jax.custom_vjp(_softmax_sums)
+
+
+def _low_precision_softmax_sums_fwd(logits_BxTxS: jax.Array, max_BxT: jax.Array, local_BxT: jax.Array
+                                    ) -> tuple[tuple[jax.Array, jax.Array, jax.Array], tuple[jax.Array, ...]]:
+    return _low_precision_softmax_sums(logits_BxTxS, max_BxT, local_BxT), (logits_BxTxS, max_BxT, local_BxT)
+
+
+def _low_precision_softmax_sums_bwd(res: tuple[jax.Array, ...], g: tuple[jax.Array, jax.Array, jax.Array]
+                                    ) -> tuple[jax.Array, None, None]:
+    logits_BxTxS, max_BxT, local_BxT = res
+    g_sum_BxT, g_weighted_BxT, g_picked_BxT = g
+    exp_BxTxS = jnp.exp(logits_BxTxS - max_BxT[..., None])
+    picked_BxTxS = jnp.arange(logits_BxTxS.shape[-1])[None, None, :] == local_BxT[..., None]
+    d_BxTxS = exp_BxTxS * (g_sum_BxT[..., None] + g_weighted_BxT[..., None] * (1 + logits_BxTxS))
+    return jnp.where(picked_BxTxS, d_BxTxS + g_picked_BxT[..., None], d_BxTxS), None, None
+
+
+_low_precision_softmax_sums.defvjp(_low_precision_softmax_sums_fwd, _low_precision_softmax_sums_bwd)
+
+
 def _logits(h_BxTxD: jax.Array, w_DxS: jax.Array) -> jax.Array:
     """Float32 logits [B, T, S]; in float32 plain autodiff, below it `_low_precision_logits`."""
     if h_BxTxD.dtype == jnp.float32:
@@ -460,10 +493,10 @@ def chunked_token_logprobs(
         # softmax(z) = exp(z - m) / sum exp(z - m) for any m: the gradient does not flow through the max.
         new_max_BxT = jax.lax.stop_gradient(jnp.maximum(max_BxT, jnp.max(logits_BxTxS, axis=-1)))
         rescale_BxT = jnp.exp(max_BxT - new_max_BxT)
-        exp_BxTxS = jnp.exp(logits_BxTxS - new_max_BxT[..., None])
-        sum_BxT = sum_BxT * rescale_BxT + jnp.sum(exp_BxTxS, axis=-1)
-        weighted_BxT = weighted_BxT * rescale_BxT + jnp.sum(exp_BxTxS * logits_BxTxS, axis=-1)
-        picked_BxT = jnp.take_along_axis(logits_BxTxS, (targets_BxT // n)[..., None], axis=-1)[..., 0]
+        sums = _softmax_sums if dtype == jnp.float32 else _low_precision_softmax_sums
+        exp_sum_BxT, exp_weighted_BxT, picked_BxT = sums(logits_BxTxS, new_max_BxT, targets_BxT // n)
+        sum_BxT = sum_BxT * rescale_BxT + exp_sum_BxT
+        weighted_BxT = weighted_BxT * rescale_BxT + exp_weighted_BxT
         target_BxT = jnp.where(targets_BxT % n == i, picked_BxT, target_BxT)
         return (new_max_BxT, sum_BxT, weighted_BxT, target_BxT), None
 
@@ -476,16 +509,18 @@ def chunked_token_logprobs(
 
 
 def sequence_logprobs(
-    model: Any, tokens_BxT: jax.Array, input_mask_BxT: jax.Array, *, chunk_size: int, temperature: float
+    model: Any, tokens_BxT: jax.Array, input_mask_BxT: jax.Array, *, chunk_size: int, temperature: float,
+    into: AccumulatingLayers | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Teacher-forced log p_T(tokens[t] | tokens[<t]) and entropy of p_T = softmax(logits / T), float32
     [B, T]; entry 0 and padding positions are 0.
 
     `model` follows the model contract (`hidden_states`, `cfg.vocab_size` and the head of `chunked_token_logprobs`); padding may be left
-    or right (positions come from the mask). T = 1 for SFT; GRPO passes its rollout temperature.
+    or right (positions come from the mask). T = 1 for SFT; GRPO passes its rollout temperature. `into`: a training
+    forward's accumulating layers, passed to the model.
     """
     positions_BxT = padding_to_positions(input_mask_BxT)
-    h_BxTxD, _ = model.hidden_states(tokens_BxT, positions_BxT, causal_padding_mask(input_mask_BxT))
+    h_BxTxD, _ = model.hidden_states(tokens_BxT, positions_BxT, causal_padding_mask(input_mask_BxT), into=into)
     next_BxT = jnp.pad(tokens_BxT[:, 1:], ((0, 0), (0, 1)))
     logp_next_BxT, ent_next_BxT = chunked_token_logprobs(h_BxTxD, next_BxT, model, chunk_size, temperature)
     # Entry t predicts token t from tokens < t: defined where both t and t - 1 are real tokens.
@@ -508,15 +543,15 @@ def response_targets(prompt_mask_UxP: jax.Array, response_mask_BxR: jax.Array) -
 
 def shared_prompt_logprobs(
     model: Any, prompt_UxP: jax.Array, prompt_mask_UxP: jax.Array, response_BxR: jax.Array,
-    response_mask_BxR: jax.Array, *, chunk_size: int, temperature: float,
+    response_mask_BxR: jax.Array, *, chunk_size: int, temperature: float, into: AccumulatingLayers | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Teacher-forced log p_T(response[r] | prompt, response[<r]) and entropy of p_T, float32 [B, R], of
     B = U·G responses where rows u·G .. u·G + G − 1 continue prompt u; 0 outside `response_targets`.
 
     Each prompt runs once (`model.prefix_continuation_states`); its G responses attend its keys/values at
     positions that continue its real length, and entry 0 is read from its last real token's hidden
-    state. Equal to `sequence_logprobs` on the concatenated rows (left-padded prompts) at the response
-    positions, with G times fewer prompt tokens in the forward and the backward.
+    state; `into` as in `sequence_logprobs`. Equal to `sequence_logprobs` on the concatenated rows (left-padded
+    prompts) at the response positions, with G times fewer prompt tokens in the forward and the backward.
     """
     u, p = prompt_UxP.shape
     group = response_BxR.shape[0] // u
@@ -524,7 +559,7 @@ def shared_prompt_logprobs(
     h_UxPxD, h_BxRxD = model.prefix_continuation_states(
         prompt_UxP, padding_to_positions(prompt_mask_UxP), causal_padding_mask(prompt_mask_UxP), response_BxR,
         length_B[:, None] + padding_to_positions(response_mask_BxR), causal_padding_mask(response_mask_BxR),
-        prompt_mask_UxP)
+        prompt_mask_UxP, into=into)
     last_U = (p - 1) - jnp.argmax(prompt_mask_UxP[:, ::-1], axis=-1)
     h_last_UxD = jnp.take_along_axis(h_UxPxD, last_U[:, None, None], axis=1)[:, 0]
     # Entry r is predicted from the state before response token r: the prompt's last token for r = 0.

@@ -424,6 +424,21 @@ def test_bf16_chunked_logprobs_backward_runs_bf16_dots():
             jnp.max(jnp.abs(want)))
 
 
+def test_low_precision_softmax_sums_backward_is_autodiffs():
+    """The one-pass backward of a vocabulary slice's softmax sums (Σ e, Σ e·z, the target's logit; bf16 models'
+    `chunked_token_logprobs`) gives autodiff's gradient of the same sums, for cotangents on all three."""
+    k1, k2, k3 = jax.random.split(jax.random.key(4), 3)
+    logits = 3 * jax.random.normal(k1, (2, 8, 32))
+    max_ = jnp.max(logits, axis=-1) + 0.5
+    local = jax.random.randint(k2, (2, 8), 0, 32)
+    cotangents = tuple(jax.random.normal(k, (2, 8)) for k in jax.random.split(k3, 3))
+    outs, fused = jax.vjp(lambda z: grpo._low_precision_softmax_sums(z, max_, local), logits)
+    want_outs, plain = jax.vjp(lambda z: grpo._softmax_sums(z, max_, local), logits)
+    for got, want in zip(outs, want_outs):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(fused(cotangents)[0], plain(cotangents)[0], rtol=1e-6, atol=1e-6)
+
+
 def _jit_logprobs(model, chunk_size, temperature=1.0):
     """sequence_logprobs and the full forward of `model`, jitted over its state (eager is slow to dispatch)."""
     graphdef, state = nnx.split(model)

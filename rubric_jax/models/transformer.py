@@ -30,6 +30,7 @@ the names to a mesh (rubric_jax.sharding.Layout); this module knows no mesh.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable, Sequence
@@ -59,6 +60,19 @@ PREFIX_TOKEN_AXES = PREFIX_RESIDUAL_AXES[:2]
 # layer from the length-split projection, for the prefixes' own attention and their continuations'; left to
 # the compiler, the continuations' reshard of a P split into a U split was a full rematerialisation.
 PREFIX_KV_AXES = ("batch", "kv_heads", "length", "head_dim")
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class AccumulatingLayers:
+    """What a training forward reads for the decoder layers and where their gradient goes: `compute`, the stacked
+    layer weights in the compute dtype (cast once per update), are what the layers compute with, and the gradient
+    of the model's own (master) layer weights comes out as `grads` plus this forward's, each layer's added into
+    its slice of `grads` in the layers' backward loop (in place: no stacked per-forward gradient written, then
+    added). Both trees are shaped as the model's stacked layers, `grads` in their dtype."""
+
+    compute: Params
+    grads: Params
 
 
 def unstack_layers(params: Params, num_layers: int, take: Callable[[Any, int], Any] = lambda a, i: a[i]) -> Params:
@@ -253,10 +267,12 @@ class Transformer(nnx.Module):
     def hidden_states(self, tokens_BxT: jax.Array, positions_BxT: jax.Array, mask_BxTxS: jax.Array,
                       cache: KVCache | None = None, cache_index: jax.Array | None = None,
                       layers: Sequence[Params] | None = None, prefix: SharedPrefix | None = None, *,
-                      rope: tuple[jax.Array, jax.Array] | None = None) -> tuple[jax.Array, KVCache | None]:
+                      rope: tuple[jax.Array, jax.Array] | None = None, into: AccumulatingLayers | None = None
+                      ) -> tuple[jax.Array, KVCache | None]:
         """Final-norm hidden states [B, T, D] in the compute dtype (the trainer's chunked log-probs use it). `rope`:
         `rope_tables(cfg, positions_BxT)` when the caller has them (a chunked prefill makes them once, outside its
-        loop: made inside, XLA CPU fused sin and cos into every layer's query and key fusions)."""
+        loop: made inside, XLA CPU fused sin and cos into every layer's query and key fusions). `into`: a training
+        forward's layer weights and gradient accumulator (`AccumulatingLayers`; without a cache)."""
         if prefix is not None and cache is None:
             raise ValueError("a shared prefix extends a KV cache: pass the cache its rows write to")
         if prefix is not None and tokens_BxT.shape[0] % prefix.mask_UxP.shape[0]:
@@ -266,6 +282,8 @@ class Transformer(nnx.Module):
             raise ValueError("a KV cache needs cache_index (the slot where the new tokens go)")
         if cache is not None and cache.per_layer and layers is None:
             raise ValueError("a per-layer KV cache needs per-layer weights: layers=unstack_layers(params)['layers']")
+        if into is not None and (cache is not None or layers is not None):
+            raise ValueError("into (a training forward's accumulating layers) runs the stacked layers, without a cache")
         if layers is not None and len(layers) != self.cfg.num_layers:
             raise ValueError(f"layers: {len(layers)} given, the model has {self.cfg.num_layers}")
         cfg = self.cfg
@@ -285,8 +303,8 @@ class Transformer(nnx.Module):
             return (x_BxTxD, cache), None
 
         if layers is None:
-            (x_BxTxD, cache), _ = self._layers(layer, (self._embed(tokens_BxT), cache),
-                                               (_arrays(self.layers), jnp.arange(cfg.num_layers)))
+            (x_BxTxD, cache), _ = self._layers(layer, (self._embed(tokens_BxT), cache), jnp.arange(cfg.num_layers),
+                                               into)
         else:  # unrolled, the layer index static (an inference path: no remat)
             carry = (self._embed(tokens_BxT), cache)
             for index, params in enumerate(layers):
@@ -296,10 +314,12 @@ class Transformer(nnx.Module):
 
     def prefix_continuation_states(self, prefix_tokens_UxP: jax.Array, prefix_positions_UxP: jax.Array,
                                    prefix_mask_UxPxP: jax.Array, tokens_BxT: jax.Array, positions_BxT: jax.Array,
-                                   mask_BxTxT: jax.Array, prefix_slots_UxP: jax.Array) -> tuple[jax.Array, jax.Array]:
+                                   mask_BxTxT: jax.Array, prefix_slots_UxP: jax.Array,
+                                   into: AccumulatingLayers | None = None) -> tuple[jax.Array, jax.Array]:
         """Final-norm hidden states of U prefixes [U, P, D] and of B = U·J continuations [B, T, D]: row b
         attends the slots of prefix b // J that `prefix_slots_UxP` marks real and its own tokens as
-        `mask_BxTxT` allows; `positions_BxT` continue the prefix's positions. Differentiable in both.
+        `mask_BxTxT` allows; `positions_BxT` continue the prefix's positions. Differentiable in both; `into` as
+        in `hidden_states`.
 
         Each layer runs the prefixes, then the continuations on that layer's prefix keys/values, so a
         layer's weights serve both (one FSDP gather) and no [L, U, P, K, H] stack is kept.
@@ -311,9 +331,9 @@ class Transformer(nnx.Module):
         cos_UxPxH, sin_UxPxH = rope_tables(cfg, prefix_positions_UxP)
         cos_BxTxH, sin_BxTxH = rope_tables(cfg, positions_BxT)
 
-        def layer(carry, params):
+        def layer(carry, xs):
             x_UxPxD, x_BxTxD = carry
-            params = self._compute_weights(params)
+            params = self._compute_weights(xs[0])
 
             def attend_prefix(attn: Params, h_UxPxD: jax.Array):
                 q, k_UxKxPxH, v_UxKxPxH = _qkv(cfg, attn, h_UxPxD, cos_UxPxH, sin_UxPxH, length_split=True)
@@ -334,7 +354,7 @@ class Transformer(nnx.Module):
             return (x_UxPxD, x_BxTxD), None
 
         prefix_UxPxD = self._embed(self._shard(prefix_tokens_UxP, PREFIX_TOKEN_AXES))
-        (x_UxPxD, x_BxTxD), _ = self._layers(layer, (prefix_UxPxD, self._embed(tokens_BxT)), _arrays(self.layers))
+        (x_UxPxD, x_BxTxD), _ = self._layers(layer, (prefix_UxPxD, self._embed(tokens_BxT)), None, into)
         return self._final_norm(x_UxPxD), self._final_norm(x_BxTxD)
 
     def _embed(self, tokens_BxT: jax.Array) -> jax.Array:
@@ -362,13 +382,18 @@ class Transformer(nnx.Module):
     def _final_norm(self, x_BxTxD: jax.Array) -> jax.Array:
         return rms_norm(x_BxTxD, self.norm.scale[...], self.cfg.rms_norm_eps)
 
-    def _layers(self, layer: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs: Any) -> tuple[Any, Any]:
-        """`layer(carry, xs[l]) -> (carry, ys[l])` over the L layers (rematerialised when cfg.remat, keeping what
-        cfg.remat_policy names)."""
+    def _layers(self, layer: Callable[[Any, Any], tuple[Any, Any]], carry: Any, extra: Any,
+                into: AccumulatingLayers | None) -> tuple[Any, Any]:
+        """`layer(carry, (params[l], extra[l])) -> (carry, ys[l])` over the L layers (rematerialised when cfg.remat,
+        keeping what cfg.remat_policy names). With `into`, the layers compute with `into.compute` and their backward
+        recomputes each layer (full remat) and adds its gradient into `into.grads` (`_layers_into`)."""
+        params = _arrays(self.layers)
+        if into is not None:
+            return _layers_into(self.cfg, layer, carry, params, into.compute, into.grads, extra), None
         if not self.cfg.remat:
-            return _run_layers(self.cfg, layer, carry, xs)
+            return _run_layers(self.cfg, layer, carry, (params, extra))
         policy = jax.checkpoint_policies.dots_with_no_batch_dims_saveable if self.cfg.remat_policy == "dots" else None
-        return _run_layers(self.cfg, jax.checkpoint(layer, policy=policy), carry, xs)
+        return _run_layers(self.cfg, jax.checkpoint(layer, policy=policy), carry, (params, extra))
 
     def logits_from_hidden(self, h_BxTxD: jax.Array) -> jax.Array:
         """Float32 logits from hidden states through the LM head (or the tied embedding)."""
@@ -451,6 +476,71 @@ def _run_layers(cfg: ModelConfig, layer: Callable[[Any, Any], tuple[Any, Any]], 
         carry, y = layer(carry, jax.tree.map(lambda a: a[i], xs))
         ys.append(y)
     return carry, jax.tree.map(lambda *y: jnp.stack(y), *ys)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _layers_into(cfg: ModelConfig, layer: Callable[[Any, Any], tuple[Any, Any]], carry: Any, masters: Params,
+                 compute: Params, grads: Params, extra: Any) -> Any:
+    """The last carry of `layer(carry, (compute[l], extra[l]))` over the L layers, differentiable in `carry` and
+    in `masters` (the model's stacked layer weights, which it does not read): their gradient is `grads` plus this
+    forward's gradient of `compute`, in `grads`' dtype.
+
+    Why: the backward loop adds each layer's weight gradient into its slice of `grads` as it is made (read, add,
+    write in place), where autodiff of a layer scan writes it into a new stacked array for the caller to add to
+    its accumulator (two passes more over the float32 gradient per micro-batch; benchmarks/AOT_RESULTS.md). The
+    forward keeps each layer's input carry and the backward recomputes the layer (cfg.remat with nothing kept)."""
+    del masters, grads
+    return _run_layers(cfg, layer, carry, (compute, extra))[0]
+
+
+def _layers_into_fwd(cfg: ModelConfig, layer: Callable[[Any, Any], tuple[Any, Any]], carry: Any, masters: Params,
+                     compute: Params, grads: Params, extra: Any) -> tuple[Any, tuple[Any, ...]]:
+    del masters
+
+    def keep_input(c: Any, xs: Any) -> tuple[Any, Any]:
+        return layer(c, xs)[0], c
+
+    out, inputs = _run_layers(cfg, keep_input, carry, (compute, extra))
+    return out, (inputs, compute, grads, extra)
+
+
+def _layers_into_bwd(cfg: ModelConfig, layer: Callable[[Any, Any], tuple[Any, Any]], residuals: tuple[Any, ...],
+                     d_out: Any) -> tuple[Any, Params, None, None, None]:
+    inputs, compute, grads, extra = residuals
+
+    def back(index: jax.Array | int, d_carry: Any, grads: Params) -> tuple[Any, Params]:
+        c, w, e = jax.tree.map(lambda a: _layer_slice(a, index), (inputs, compute, extra))
+        _, pullback = jax.vjp(lambda c, w: layer(c, (w, e))[0], c, w)
+        d_carry, d_w = pullback(d_carry)
+        return d_carry, jax.tree.map(lambda g, d: _add_into(g, index, d), grads, d_w)
+
+    if not cfg.scan_layers:
+        d_in = d_out
+        for index in reversed(range(cfg.num_layers)):
+            d_in, grads = back(index, d_in, grads)
+        return d_in, grads, None, None, None
+    # Last layer to first, the loop's counter the layer index (the slices and `_add_into` read it as is).
+    _, d_in, grads = jax.lax.while_loop(lambda s: s[0] >= 0, lambda s: (s[0] - 1, *back(s[0], *s[1:])),
+                                        (jnp.int32(cfg.num_layers - 1), d_out, grads))
+    return d_in, grads, None, None, None
+
+
+_layers_into.defvjp(_layers_into_fwd, _layers_into_bwd)
+
+
+def _layer_slice(stack_LxA: jax.Array, index: jax.Array | int) -> jax.Array:
+    """Slice `index` (in [0, L)) of a stacked array, the index used as given (no wrap of negative indices)."""
+    return jax.lax.dynamic_index_in_dim(stack_LxA, index, keepdims=False, allow_negative_indices=False)
+
+
+def _add_into(stack_LxA: jax.Array, index: jax.Array | int, x_A: jax.Array) -> jax.Array:
+    """`stack_LxA` with `x_A` added into slice `index` (in [0, L)): one read and one write of that slice, in place.
+
+    A scatter-add, which XLA's GPU compiler turns into one in-place fusion of the slice's read, the add and the
+    write; written as a dynamic slice, an add and a dynamic update slice, the read stayed a kernel of its own
+    (a copy of the slice) even with the same index value."""
+    return stack_LxA.at[index].add(x_A.astype(stack_LxA.dtype), mode="promise_in_bounds", unique_indices=True,
+                                   indices_are_sorted=True)
 
 
 def rms_norm(x: jax.Array, scale: jax.Array, eps: float) -> jax.Array:

@@ -42,6 +42,8 @@ from jax.sharding import Mesh
 
 from rubric_jax import grpo, sharding
 from rubric_jax.models import lora
+from rubric_jax.models.config import ModelConfig
+from rubric_jax.models.transformer import AccumulatingLayers
 from rubric_jax.train.state import Params, TrainState, current_lr
 
 Batch = dict[str, jax.Array]
@@ -52,7 +54,7 @@ GRPO_BATCH_KEYS = (*PROMPT_KEYS, *RESPONSE_KEYS, "loss_mask", "old_logp", "advan
 REF_LOGP = "ref_logp"  # the reference log-probs' batch key, present exactly when kl_coef > 0
 BEHAVIOUR_WEIGHT = "behaviour_weight"  # truncated IS weights [N, R], present exactly with behaviour_correction_cap
 SFT_BATCH_KEYS = ("tokens", "input_mask", "loss_mask")
-LossFn = Callable[[Params, Batch], tuple[jax.Array, Metrics]]
+LossFn = Callable[[Params, Batch, AccumulatingLayers | None], tuple[jax.Array, Metrics]]
 _INTEGER_KEYS = ("tokens", "prompt_tokens", "response_tokens")
 _BOOL_KEYS = ("input_mask", "prompt_mask", "response_mask", "loss_mask")
 
@@ -166,33 +168,37 @@ def _layer_copies(params: Params, dtype: Any, grad_shardings: Any | None) -> Par
                       None if grad_shardings is None else grad_shardings["layers"])
 
 
-def _accumulate(loss_fn: LossFn, params: Params, micro: Batch, grad_shardings: Any | None, compute_dtype: Any,
+def _accumulate(loss_fn: LossFn, params: Params, micro: Batch, grad_shardings: Any | None, model_cfg: ModelConfig,
                 frozen: Params | None = None) -> tuple[Params, Metrics]:
     """Sums gradients and (sum-form) metrics of `loss_fn` over the leading micro-batch axis; the layers' weights
-    are cast to `compute_dtype` once, before the loop (`_layer_copies`). With `frozen` (LoRA's base, already in
-    the compute dtype) `params` are the adapters: the only leaves differentiated."""
+    are cast to the compute dtype once, before the loop (`_layer_copies`). Under full remat the layers' backward
+    adds their gradient into the accumulator itself (`AccumulatingLayers`); otherwise each micro-batch's is added
+    after its backward. With `frozen` (LoRA's base, already in the compute dtype) `params` are the adapters: the
+    only leaves differentiated."""
     if frozen is not None:
         with_base = loss_fn
 
-        def loss_fn(p: Params, mb: Batch) -> tuple[jax.Array, Metrics]:
-            return with_base(lora.join(p, frozen), mb)
+        def loss_fn(p: Params, mb: Batch, into: AccumulatingLayers | None) -> tuple[jax.Array, Metrics]:
+            return with_base(lora.join(p, frozen), mb, into)
 
-    copies = None if frozen is not None else _layer_copies(params, compute_dtype, grad_shardings)
-    if copies is not None:
+    copies = None if frozen is not None else _layer_copies(params, jnp.dtype(model_cfg.compute_dtype), grad_shardings)
+    accumulating = copies is not None and model_cfg.remat and model_cfg.remat_policy == "full"
+    if copies is not None and not accumulating:
         inner = loss_fn
 
-        def loss_fn(p: Params, mb: Batch) -> tuple[jax.Array, Metrics]:
-            return inner({**p, "layers": jax.tree.map(_use_copy, p["layers"], copies)}, mb)
+        def loss_fn(p: Params, mb: Batch, into: AccumulatingLayers | None) -> tuple[jax.Array, Metrics]:
+            return inner({**p, "layers": jax.tree.map(_use_copy, p["layers"], copies)}, mb, into)
 
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
     first = jax.tree.map(lambda x: x[0], micro)
-    metrics_shape = jax.eval_shape(loss_fn, params, first)[1]
+    metrics_shape = jax.eval_shape(loss_fn, params, first, None)[1]
 
     def body(carry: tuple[Params, Metrics], mb: Batch) -> tuple[tuple[Params, Metrics], None]:
         grads_acc, metrics_acc = carry
-        (_, metrics), grads = grad_fn(params, mb)
-        grads_acc = _constrain(jax.tree.map(jnp.add, grads_acc, grads), grad_shardings)
-        return (grads_acc, jax.tree.map(jnp.add, metrics_acc, metrics)), None
+        into = AccumulatingLayers(copies, grads_acc["layers"]) if accumulating else None
+        (_, metrics), grads = jax.value_and_grad(lambda p: loss_fn(p, mb, into), has_aux=True)(params)
+        grads_acc = {k: grads[k] if into is not None and k == "layers" else jax.tree.map(jnp.add, grads_acc[k], g)
+                     for k, g in grads.items()}
+        return (_constrain(grads_acc, grad_shardings), jax.tree.map(jnp.add, metrics_acc, metrics)), None
 
     zeros = (_constrain(jax.tree.map(jnp.zeros_like, params), grad_shardings),
              jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metrics_shape))
@@ -222,20 +228,20 @@ def _apply_update(state: TrainState, grads: Params, metrics: Metrics) -> tuple[T
 def _train_step(state: TrainState, batch: Batch, group_size: int, loss_fn: LossFn, micro_batches: int,
                 grad_shardings: Any | None) -> tuple[TrainState, Metrics]:
     micro = _split_micro(batch, micro_batches, group_size)
-    compute_dtype = jnp.dtype(nnx.merge(state.graphdef, state.model_params()).cfg.compute_dtype)
-    grads, metrics = _accumulate(loss_fn, state.params, micro, grad_shardings, compute_dtype, state.frozen)
+    grads, metrics = _accumulate(loss_fn, state.params, micro, grad_shardings,
+                                 nnx.merge(state.graphdef, state.model_params()).cfg, state.frozen)
     new_state, metrics = _apply_update(state, grads, metrics)
     metrics["num_tokens"] = batch["metric_w"].astype(bool).sum()
     return new_state, metrics
 
 
-def _rollout_logprobs(graphdef: nnx.GraphDef, params: Params, batch: Batch, chunk_size: int, temperature: float
-                      ) -> tuple[jax.Array, jax.Array]:
+def _rollout_logprobs(graphdef: nnx.GraphDef, params: Params, batch: Batch, chunk_size: int, temperature: float,
+                      into: AccumulatingLayers | None = None) -> tuple[jax.Array, jax.Array]:
     """`grpo.shared_prompt_logprobs` [N, R] of a batch (or slice) of whole groups: each group's prompt runs
     once."""
     return grpo.shared_prompt_logprobs(
         nnx.merge(graphdef, params), batch["prompt_tokens"], batch["prompt_mask"], batch["response_tokens"],
-        batch["response_mask"], chunk_size=chunk_size, temperature=temperature)
+        batch["response_mask"], chunk_size=chunk_size, temperature=temperature, into=into)
 
 
 def grpo_train_step(state: TrainState, batch: Batch, *, cfg: grpo.GRPOConfig, micro_batches: int = 1,
@@ -248,8 +254,8 @@ def grpo_train_step(state: TrainState, batch: Batch, *, cfg: grpo.GRPOConfig, mi
     batch = {**batch, "loss_mask": mask, "loss_w": grpo.loss_weights(mask, cfg.loss_aggregation, cfg.loss_norm_length),
              "metric_w": grpo.token_mean_weights(mask)}
 
-    def loss_fn(params: Params, mb: Batch) -> tuple[jax.Array, Metrics]:
-        logp, entropy = _rollout_logprobs(state.graphdef, params, mb, cfg.logprob_chunk_size, cfg.temperature)
+    def loss_fn(params: Params, mb: Batch, into: AccumulatingLayers | None) -> tuple[jax.Array, Metrics]:
+        logp, entropy = _rollout_logprobs(state.graphdef, params, mb, cfg.logprob_chunk_size, cfg.temperature, into)
         ref_logp = mb[REF_LOGP] if cfg.kl_coef > 0 else None
         loss, metrics = grpo.grpo_objective(logp, mb["old_logp"], ref_logp, mb["advantages"], mb["loss_mask"],
                                             mb["loss_w"], mb["metric_w"], cfg, mb.get(BEHAVIOUR_WEIGHT))
@@ -266,9 +272,9 @@ def sft_train_step(state: TrainState, batch: Batch, *, micro_batches: int = 1, c
     mask = _sft_target_mask(batch)
     batch = {**batch, "loss_mask": mask, "metric_w": grpo.token_mean_weights(mask)}
 
-    def loss_fn(params: Params, mb: Batch) -> tuple[jax.Array, Metrics]:
+    def loss_fn(params: Params, mb: Batch, into: AccumulatingLayers | None) -> tuple[jax.Array, Metrics]:
         logp, entropy = grpo.sequence_logprobs(nnx.merge(state.graphdef, params), mb["tokens"], mb["input_mask"],
-                                               chunk_size=chunk_size, temperature=1.0)
+                                               chunk_size=chunk_size, temperature=1.0, into=into)
         loss = -jnp.sum(mb["metric_w"] * logp)
         return loss, {"loss": loss, "entropy": jnp.sum(mb["metric_w"] * jax.lax.stop_gradient(entropy))}
 
