@@ -30,7 +30,6 @@ def test_config_defaults_follow_rubricrl():
 
 
 @pytest.mark.parametrize("kw, field", [
-    ({"group_size": 1}, "group_size"),
     ({"kl_coef": -0.1}, "kl_coef"),
     ({"kl_coef": float("nan")}, "kl_coef"),
     ({"kl_estimator": "k4"}, "kl_estimator"),
