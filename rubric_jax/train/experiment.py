@@ -184,9 +184,13 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
                    "reward_model": reward.describe() if isinstance(reward, RewardModelReward) else None,
                    "calibration": calibration.record() if calibration is not None else None}
     workdir = Path(workdir)
-    log = run_workdir.RunLog(workdir, run_info={"rubric": rubric_info, "config": config.to_dict()})
+    programs = run_programs.build(settings, lay, sft_steps)
+    if programs.auto is not None:
+        print(programs.auto.line(), file=sys.stderr)
+    log = run_workdir.RunLog(workdir, run_info={"rubric": rubric_info, "config": config.to_dict(),
+                                                "micro_batches": _micro_batches_info(programs)})
     return Experiment(
-        settings=settings, workdir=workdir, programs=run_programs.build(settings, lay, sft_steps), model_dir=model_dir,
+        settings=settings, workdir=workdir, programs=programs, model_dir=model_dir,
         tokenizer_dir=tokenizer_dir, tokenizer=tokenizer, reward=reward, shared_rubric=inputs.shared_rubric,
         rubric_of=inputs.rubric_of, rubric_hash=rubric_hash, rubric_info=rubric_info, train_questions=inputs.train,
         eval_questions=inputs.eval, sft_examples=sft_examples, golden=inputs.golden,
@@ -198,6 +202,11 @@ def build(config: ml_collections.ConfigDict, workdir: str | Path, settings: Sett
                              open_logs=log.open),
         log=log, key=jax.random.key(settings.seed), config_json=config.to_json_best_effort(indent=2, sort_keys=True),
         config_sha256=metrics.config_fingerprint(config))
+
+
+def _micro_batches_info(programs: run_programs.RunPrograms) -> dict[str, Any]:
+    """run_info's record of the GRPO micro-batch count: as configured, or chosen by memory (rl.micro_batches=0)."""
+    return programs.auto.record() if programs.auto is not None else {"auto": False, "count": programs.micro_batches}
 
 
 def _existing_dir(value: str, key: str, what: str) -> str:
@@ -328,15 +337,16 @@ def _check_rollouts_divide(rl: run_settings.RLSpec, group_size: int, mesh: jax.s
     """A GRPO batch splits evenly into micro-batches of whole groups or of equal parts of groups
     (`train_step.group_parts`; a group's prompt runs once per part) and over the mesh's batch axes (checked
     before SFT)."""
-    if group_size % train_step.group_parts(rl.questions_per_step, rl.micro_batches):
+    micro_batches = rl.micro_batches or 1  # auto (0) picks among the counts that divide (train/micro_batching.py)
+    if group_size % train_step.group_parts(rl.questions_per_step, micro_batches):
         raise ValueError(f"config.rl.micro_batches={rl.micro_batches} must divide questions_per_step="
                          f"{rl.questions_per_step}, or split each group of {group_size} into equal parts that it "
                          "divides: a micro-batch holds whole groups or equal parts of them")
-    shards = mesh.shape["data"] * mesh.shape["fsdp"] * rl.micro_batches
+    shards = mesh.shape["data"] * mesh.shape["fsdp"] * micro_batches
     if (rl.questions_per_step * group_size) % shards:
         raise ValueError(
             f"config.rl: questions_per_step * group_size = {rl.questions_per_step * group_size} rollouts must "
-            f"divide into micro_batches ({rl.micro_batches}) x mesh data*fsdp ({shards // rl.micro_batches})")
+            f"divide into micro_batches ({micro_batches}) x mesh data*fsdp ({shards // micro_batches})")
 
 
 def _check_rollout_chunks(settings: Settings, batch_multiple: int) -> None:

@@ -41,7 +41,7 @@ COUNT_BOUNDS = {
     "sft.batch_size": (1, 1 << 16), "sft.epochs": (1, 10**4), "sft.max_response_len": (1, counts.TOKENS),
     "sft.warmup_steps": (0, counts.STEPS),
     "rl.steps": (1, counts.STEPS), "rl.questions_per_step": (1, 1 << 16), "rl.group_size": (2, 1024),
-    "rl.max_new_tokens": (1, counts.TOKENS), "rl.updates_per_batch": (1, 64), "rl.micro_batches": (1, 1 << 16),
+    "rl.max_new_tokens": (1, counts.TOKENS), "rl.updates_per_batch": (1, 64), "rl.micro_batches": (0, 1 << 16),
     "rl.warmup_steps": (0, counts.STEPS), "rl.max_nan_streak": (1, 10**4), "rl.rollout_chunks": (1, 1 << 16),
     "rl.dynamic_weights_window": (1, 10**6), "rl.dynamic_sampling_max_rounds": (1, 100),
     "rl.oscillation_window": (3, 10**6), "rl.overlong_buffer": (0, counts.TOKENS),
@@ -109,7 +109,7 @@ class RLSpec:
 
     steps: int
     questions_per_step: int
-    micro_batches: int
+    micro_batches: int  # 0: auto, the fewest that fit the device's memory (train/micro_batching.py)
     beta: float  # KL coefficient: a reference is loaded iff > 0
     max_nan_streak: int
     optimizer: train_state.OptimizerConfig  # over every update: steps x updates_per_batch
