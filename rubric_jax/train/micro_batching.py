@@ -21,6 +21,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.experimental import multihost_utils
 
 from rubric_jax.train import step as train_step
 
@@ -169,12 +171,16 @@ def per_device_bytes(tree: Any) -> int:
 
 def device_memory(devices: Sequence[jax.Device], beside: int) -> Memory:
     """The run's devices' memory: the smallest `bytes_limit` of `memory_stats()`, with the bytes already in use
-    on the fullest device (judges, a reward model) added to `beside`; no limit where a device reports none."""
-    stats = [device.memory_stats() or {} for device in devices]
+    on the fullest device (judges, a reward model) added to `beside`; no limit where a device reports none. Over
+    every process of a multi-process run alike, so that all of them choose the same count."""
+    stats = [device.memory_stats() or {} for device in devices if device.process_index == jax.process_index()]
     if any("bytes_limit" not in s for s in stats):
         return Memory(None, source=f"the {devices[0].platform} device reports no memory limit")
-    in_use = max(s.get("bytes_in_use", 0) for s in stats)
-    return Memory(min(s["bytes_limit"] for s in stats), beside + in_use,
+    limit, in_use = min(s["bytes_limit"] for s in stats), max(s.get("bytes_in_use", 0) for s in stats)
+    if jax.process_count() > 1:
+        limits, uses = multihost_utils.process_allgather(np.array([limit, in_use], np.int64)).reshape(-1, 2).T
+        limit, in_use = int(limits.min()), int(uses.max())
+    return Memory(limit, beside + in_use,
                   f"memory_stats() bytes_limit, {size(in_use)} of it in use at start-up")
 
 

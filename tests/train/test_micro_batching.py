@@ -7,6 +7,7 @@ from __future__ import annotations
 import types
 
 import jax
+import numpy as np
 import pytest
 
 from rubric_jax import aot_targets
@@ -96,11 +97,19 @@ def test_no_limit_is_one_micro_batch_without_compiling():
 def test_device_and_target_limits():
     """A GPU's limit is the smallest bytes_limit, the fullest device's bytes in use beside the update; a dry run's
     GPU target gets what jax's allocator would (XLA_PYTHON_CLIENT_MEM_FRACTION, 0.75 unless set)."""
-    def device(limit: int, in_use: int) -> types.SimpleNamespace:
-        return types.SimpleNamespace(platform="gpu", memory_stats=lambda: {"bytes_limit": limit, "bytes_in_use": in_use})
+    def device(limit: int, in_use: int, process: int = 0) -> types.SimpleNamespace:
+        return types.SimpleNamespace(platform="gpu", process_index=process,
+                                     memory_stats=lambda: {"bytes_limit": limit, "bytes_in_use": in_use})
 
-    memory = micro_batching.device_memory([device(100 * GIB, 3 * GIB), device(90 * GIB, 5 * GIB)], 2 * GIB)
+    devices = [device(100 * GIB, 3 * GIB), device(90 * GIB, 5 * GIB), device(10 * GIB, 9 * GIB, process=1)]
+    memory = micro_batching.device_memory(devices, 2 * GIB)  # another process's device is not asked
     assert (memory.limit, memory.beside, memory.budget) == (90 * GIB, 7 * GIB, int(90 * GIB * 0.9) - 7 * GIB)
+    with pytest.MonkeyPatch.context() as patch:  # two processes: the smallest limit and the most in use of both
+        patch.setattr(jax, "process_count", lambda: 2)
+        patch.setattr(micro_batching.multihost_utils, "process_allgather",
+                      lambda x: np.stack([x, np.array([80 * GIB, 4 * GIB])]))
+        memory = micro_batching.device_memory(devices, 2 * GIB)
+    assert (memory.limit, memory.beside) == (80 * GIB, 7 * GIB)
     h200 = aot_targets.get_target("h200")
     memory = micro_batching.target_memory(h200.memory_bytes, GIB, h200.description)
     assert memory.limit == int(143771 * (1 << 20) * 0.75) and memory.source == "0.75 of the NVIDIA H200's 140.40 GiB"
