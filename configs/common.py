@@ -189,7 +189,7 @@ def rl_block() -> ml_collections.ConfigDict:
     # sampled, once per rollout (verl's recompute; costs one forward). Either way `logprob_gap/mean` logs
     # mean |teacher-forced - sampler| on the first update: ~3e-7 in float32 on CPU, the bf16 decode drift on GPU.
     b.recompute_old_logprobs = False
-    b.micro_batches = 1  # Gradient accumulation micro-batches per update: whole groups, or equal parts of groups; 0: the fewest that fit in memory.
+    b.micro_batches = 1  # Gradient accumulation micro-batches per update (whole groups or equal parts); 0: fewest that fit.
     b.warmup_steps = 0  # Linear warmup steps.
     b.schedule = "constant"  # constant or cosine after warmup.
     b.weight_decay = 0.0  # AdamW weight decay.

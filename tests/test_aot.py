@@ -188,7 +188,8 @@ def test_cpu_dry_run_chooses_the_micro_batches_against_a_given_limit_and_reports
     another."""
     config = tiny.get_config()
     config.stages, config.judge.checkpoint, config.rl.micro_batches = ["grpo"], "", 0
-    config.rl.questions_per_step, config.rl.group_size, config.rl.max_new_tokens, config.data.max_prompt_len = 1, 2, 8, 16
+    config.rl.questions_per_step, config.rl.group_size = 1, 2
+    config.rl.max_new_tokens, config.data.max_prompt_len = 8, 16
     lines = []
     report = aot.dry_run(config, "cpu", 1, progress=lines.append, programs=frozenset({"grpo_update"}),
                          memory_limit=1 << 40)

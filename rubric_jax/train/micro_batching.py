@@ -86,8 +86,8 @@ class Choice:
     def record(self) -> dict[str, Any]:
         """What run_info records of the choice."""
         return {"auto": True, "count": self.count, "peak_bytes": self.peak, "budget_bytes": self.memory.budget,
-                "limit_bytes": self.memory.limit, "beside_bytes": self.memory.beside, "limit_source": self.memory.source,
-                "tried": {str(m): p for m, p in self.tried}}
+                "limit_bytes": self.memory.limit, "beside_bytes": self.memory.beside,
+                "limit_source": self.memory.source, "tried": {str(m): p for m, p in self.tried}}
 
 
 def size(n: int) -> str:

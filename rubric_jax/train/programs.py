@@ -26,6 +26,7 @@ BATCH_DTYPES = {"tokens": jnp.int32, "input_mask": jnp.bool_, "loss_mask": jnp.b
                 "prompt_tokens": jnp.int32, "prompt_mask": jnp.bool_, "response_tokens": jnp.int32,
                 "response_mask": jnp.bool_}
 
+
 @dataclasses.dataclass(frozen=True)
 class Layouts:
     """Where the policy lives: the training layout (FSDP/TP: policy, reference, optimizer state, batches) and the
@@ -165,7 +166,8 @@ def _choose(cfg: grpo.GRPOConfig, auto: micro_batching.AutoSettings, graphdef: A
     def peak_of(count: int) -> int:
         programs = grpo_programs(cfg, count, graphdef, state.shardings, mesh)
         start = time.perf_counter()
-        compiled = programs.update.lower(state.abstract_state, batch).compile(compiler_options=dict(auto.compiler_options))
+        lowered = programs.update.lower(state.abstract_state, batch)
+        compiled = lowered.compile(compiler_options=dict(auto.compiler_options))
         built[count] = programs, compiled, time.perf_counter() - start
         return micro_batching.peak_bytes(compiled.memory_analysis())
 
