@@ -24,7 +24,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 
-from rubric_jax.train import step as train_step
 
 AUTO = 0  # the rl.micro_batches value that asks for the count to be chosen
 HEADROOM = 0.1  # the share of the bytes limit left free: allocator fragmentation, library workspaces
