@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -45,16 +44,12 @@ from rubric_jax.judges.loading import check_tensor_divides
 from rubric_jax.judges.spec import JudgeSpec, prompt_budget
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.io import load_rubric
-from rubric_jax.train import blocks, programs as run_programs, settings as run_settings, step as train_step
+from rubric_jax.train import blocks, micro_batching, programs as run_programs, settings as run_settings, step as train_step
 
 CPU = "cpu"
 TARGETS = (CPU, *aot_targets.TARGETS)
 GIB = 1 << 30
 MIB = 1 << 20
-# dtypes of the arrays a GRPO / SFT batch carries (rubric_jax/train/rollout.py makes them on the host).
-_BATCH_DTYPES = {"tokens": jnp.int32, "input_mask": jnp.bool_, "loss_mask": jnp.bool_, "old_logp": jnp.float32,
-                 "advantages": jnp.float32, train_step.REF_LOGP: jnp.float32, "prompt_tokens": jnp.int32,
-                 "prompt_mask": jnp.bool_, "response_tokens": jnp.int32, "response_mask": jnp.bool_}
 # The programs a dry run can compile, by the key `--dry_run_programs` names them with (the judge and reward-model
 # keys stand for every LLM judge's call and the reward model's forward).
 PROGRAMS = {"sft": "SFT step", "grpo_update": "GRPO update", "logprobs": "rollout log-probs", "rollout": "rollout",
@@ -94,6 +89,7 @@ class DryRunReport:
     meshes: str
     resident: dict[str, int]  # long-lived array group -> bytes per device
     programs: list[ProgramReport]
+    micro_batches: micro_batching.Choice | None = None  # rl.micro_batches=0: the count chosen by memory
 
     def phase_bytes(self, program: ProgramReport) -> int:
         """Per-device bytes while `program` runs: its peak plus the long-lived arrays beside it."""
@@ -236,27 +232,21 @@ def reward_model_shapes(reward: blocks.RewardBlock, settings: reward_model.Rewar
 
 
 # ---------------------------------------------------------------------------------------- compiling
-def _per_device_bytes(tree: Any) -> int:
-    """Bytes one device holds of a tree of sharded ShapeDtypeStructs (the largest shard of each)."""
-    total = 0
-    for x in jax.tree.leaves(tree):
-        shard = x.sharding.shard_shape(x.shape) if x.sharding is not None else x.shape
-        total += math.prod(shard) * jnp.dtype(x.dtype).itemsize
-    return total
-
-
 def _compile(name: str, shapes: str, lower: Callable[[], jax.stages.Lowered], beside: Sequence[str],
-             tokens_per_iteration: int, options: dict[str, Any], progress: Callable[[str], None]) -> ProgramReport:
-    """Lowers and compiles one program and reads its memory plan and collectives. The peak is computed
-    as arguments + outputs + temporaries - aliased (the GPU compiler's own peak equals it; the CPU
-    backend's leaves temporaries out)."""
-    progress(f"compiling {name} ({shapes}) ...")
-    start = time.perf_counter()
-    compiled = lower().compile(compiler_options=options)
-    seconds = time.perf_counter() - start
+             tokens_per_iteration: int, options: dict[str, Any], progress: Callable[[str], None],
+             done: tuple[jax.stages.Compiled, float] | None = None) -> ProgramReport:
+    """Lowers and compiles one program (or takes the `done` compile and its seconds) and reads its memory plan
+    (`micro_batching.peak_bytes`) and collectives."""
+    if done is None:
+        progress(f"compiling {name} ({shapes}) ...")
+        start = time.perf_counter()
+        compiled = lower().compile(compiler_options=options)
+        seconds = time.perf_counter() - start
+    else:
+        progress(f"{name} ({shapes}): compiled choosing rl.micro_batches")
+        compiled, seconds = done
     memory = compiled.memory_analysis()
-    peak = (memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
-            - memory.alias_size_in_bytes)
+    peak = micro_batching.peak_bytes(memory)
     text = compiled.as_text()
     found = hlo_stats.collectives(text)
     fused = sum(n for target, n in hlo_stats.custom_calls(text).items() if target.startswith(hlo_stats.CUDNN_ATTENTION))
@@ -266,20 +256,6 @@ def _compile(name: str, shapes: str, lower: Callable[[], jax.stages.Lowered], be
                          memory.temp_size_in_bytes, memory.alias_size_in_bytes, peak,
                          hlo_stats.summarize(found), seconds, tuple(beside), tokens_per_iteration,
                          tuple(found))
-
-
-def _batch(keys: Sequence[str], rows: int, length: int, mesh: jax.sharding.Mesh, prompt_len: int = 0,
-           prompts: int = 0) -> dict[str, jax.ShapeDtypeStruct]:
-    """Abstract batch arrays: [rows] advantages, [prompts, prompt_len] prompt arrays, [rows, length] the rest,
-    where the trainer puts them (`train_step.batch_shardings`)."""
-    def shape(k: str) -> tuple[int, ...]:
-        if k in train_step.PROMPT_KEYS:
-            return prompts, prompt_len
-        return (rows,) if k == "advantages" else (rows, length)
-
-    shapes = {k: jax.ShapeDtypeStruct(shape(k), _BATCH_DTYPES[k]) for k in keys}
-    placed = train_step.batch_shardings(shapes, mesh)
-    return {k: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=placed[k]) for k, x in shapes.items()}
 
 
 def _lower_generate(weights: loader.Weights, layout: sharding.Layout, *, prompts: int, prompt_len: int, n: int,
@@ -331,10 +307,12 @@ def parse_programs(text: str) -> frozenset[str]:
 
 
 def dry_run(resolved: config_boundary.ConfigDict, target: str = CPU, num_devices: int = 8,
-            progress: Callable[[str], None] = print, programs: frozenset[str] = frozenset(PROGRAMS)
-            ) -> DryRunReport:
+            progress: Callable[[str], None] = print, programs: frozenset[str] = frozenset(PROGRAMS),
+            memory_limit: int | None = None) -> DryRunReport:
     """Compiles the `programs` (PROGRAMS keys; default all) that a run of the `resolved` config compiles, for
-    `num_devices` devices of `target`; see the module docstring. `progress` gets a line per program."""
+    `num_devices` devices of `target`; see the module docstring. `progress` gets a line per program. With
+    rl.micro_batches=0 the count is chosen as the run chooses it, against `memory_limit` bytes per device if given,
+    else what the GPU target's allocator would get (the cpu target has no limit: 1)."""
     if not programs or not programs <= set(PROGRAMS):
         raise ValueError(f"programs={sorted(programs)}: expected a non-empty subset of {list(PROGRAMS)}")
     config = config_boundary.experiment(resolved)  # the boundary: blocks from here on
@@ -343,11 +321,7 @@ def dry_run(resolved: config_boundary.ConfigDict, target: str = CPU, num_devices
     model_cfg = policy_config(config.model, target)
     judges = judge_configs(config.judge, target)
     scorer = reward_model_shapes(config.reward, settings.reward_model) if settings.reward_model is not None else None
-    # The run's own layouts and programs (train/programs.py, as `experiment.build` makes them); the SFT schedule's
-    # length comes from the data and changes constants only, not memory or collectives.
-    built = run_programs.build(settings, run_programs.layouts(settings.mesh, model_cfg, devices),
-                               sft_steps=config.sft.warmup_steps + 1)
-    lay = built.layouts
+    lay = run_programs.layouts(settings.mesh, model_cfg, devices)
     mesh, decode_layout = lay.mesh, lay.decode
     rl = config.rl
     prompt_len = max(settings.train_rollout.prompt_buckets)
@@ -356,42 +330,52 @@ def dry_run(resolved: config_boundary.ConfigDict, target: str = CPU, num_devices
     rollouts = rl.questions_per_step * rl.group_size
     judge_rows = judge_prompts_per_call(config) if judges and "grpo" in config.stages else 0  # fails before compiling
 
-    state = (built.grpo_state or built.sft_state).abstract_state
-    resident = {"policy params": _per_device_bytes(state.params),
-                "AdamW moments": _per_device_bytes(state.opt_state)}
+    others: dict[str, int] = {}  # long-lived arrays beside the training state
+    if rl.beta > 0:  # the policy's layout and dtype (grpo_stage.load_reference)
+        others["reference params"] = micro_batching.per_device_bytes(
+            loader.abstract_weights(model_cfg, lay.training).params)
     train_arrays = ("policy params", "AdamW moments")
-    if rl.beta > 0:
-        resident["reference params"] = resident["policy params"]  # the policy's layout and dtype (grpo_stage.load_reference)
     judge_layout = _judge_layout(mesh, settings.config.judge.tensor, judges)
     judge_weights = {f"judge {name}": loader.abstract_weights(cfg, judge_layout, per_layer=True)  # as load_judges
                      for name, cfg in judges}
     scorer_weights = dict(judge_weights)  # every model that scores rollouts: it lives beside every program
     if scorer is not None:
         scorer_weights[f"reward model {scorer[0]}"] = loader.abstract_weights(scorer[1], decode_layout)
-    resident.update({name: _per_device_bytes(w.params) for name, w in scorer_weights.items()})
-    scorer_names, reference = tuple(scorer_weights), tuple(k for k in resident if k == "reference params")
+    others.update({name: micro_batching.per_device_bytes(w.params) for name, w in scorer_weights.items()})
+    scorer_names, reference = tuple(scorer_weights), tuple(k for k in others if k == "reference params")
+    options = _CPU_COMPILER_OPTIONS if target == CPU else {}
+    # The run's own layouts and programs (train/programs.py, as `experiment.build` makes them); the SFT schedule's
+    # length comes from the data and changes constants only, not memory or collectives.
+    with cudnn_of_this_build():
+        built = run_programs.build(settings, lay, config.sft.warmup_steps + 1,
+                                   _memory(target, memory_limit, sum(others.values())), tuple(options.items()))
+    if built.auto is not None:
+        progress(built.auto.line())
+    state = (built.grpo_state or built.sft_state).abstract_state
+    resident = {"policy params": micro_batching.per_device_bytes(state.params),
+                "AdamW moments": micro_batching.per_device_bytes(state.opt_state), **others}
 
     reports: list[ProgramReport] = []
-    options = _CPU_COMPILER_OPTIONS if target == CPU else {}
 
     def add(key: str, name: str, shapes: str, lower: Callable[[], jax.stages.Lowered], beside: Sequence[str],
-            tokens_per_iteration: int = 0) -> None:
+            tokens_per_iteration: int = 0, done: tuple[jax.stages.Compiled, float] | None = None) -> None:
         if key in programs:
             with cudnn_of_this_build():
-                reports.append(_compile(name, shapes, lower, beside, tokens_per_iteration, options, progress))
+                reports.append(_compile(name, shapes, lower, beside, tokens_per_iteration, options, progress, done))
 
     if built.sft_step is not None:
-        sft_batch = _batch(train_step.SFT_BATCH_KEYS, config.sft.batch_size, sft_len, mesh)
+        sft_batch = run_programs.abstract_batch(train_step.SFT_BATCH_KEYS, config.sft.batch_size, sft_len, mesh)
         add("sft", "SFT step", f"{config.sft.batch_size} x {sft_len} tokens",
             lambda: built.sft_step.lower(built.sft_state.abstract_state, sft_batch), scorer_names)
     if built.grpo is not None:
         grpo, grpo_state = built.grpo, built.grpo_state.abstract_state
-        batch = _batch(train_step.grpo_batch_keys(grpo.cfg), rollouts, response_len, mesh, prompt_len,
-                       rl.questions_per_step)
+        batch = run_programs.abstract_batch(train_step.grpo_batch_keys(grpo.cfg), rollouts, response_len, mesh,
+                                            prompt_len, rl.questions_per_step)
         micro = (f"{rl.questions_per_step} x ({prompt_len} + {rl.group_size} x {response_len}) tokens, "
-                 f"{rl.micro_batches} micro-batches")
+                 f"{built.micro_batches} micro-batches")
+        chosen = built.auto if built.auto is not None and built.auto.compiled is not None else None
         add("grpo_update", "GRPO update", micro, lambda: grpo.update.lower(grpo_state, batch),
-            reference + scorer_names)
+            reference + scorer_names, done=None if chosen is None else (chosen.compiled, chosen.compile_seconds))
         if rl.beta > 0 or rl.recompute_old_logprobs:
             add("logprobs", "rollout log-probs", micro,
                 lambda: grpo.logprobs.lower(grpo_state.params, *train_step.logprob_inputs(batch)),
@@ -426,7 +410,18 @@ def dry_run(resolved: config_boundary.ConfigDict, target: str = CPU, num_devices
     device_memory = None if target == CPU else aot_targets.get_target(target).memory_bytes
     meshes = (f"training mesh {_mesh_words(mesh)}; decode mesh {_mesh_words(decode_layout.mesh)} "
               f"(policy decode copy in {lay.decode_dtype})")
-    return DryRunReport(target, kind, device_memory, len(devices), meshes, resident, reports)
+    return DryRunReport(target, kind, device_memory, len(devices), meshes, resident, reports, built.auto)
+
+
+def _memory(target: str, limit: int | None, beside: int) -> micro_batching.Memory:
+    """What rl.micro_batches=0 chooses against in a dry run: `limit` bytes per device if given, else the GPU
+    target's as its allocator would get it; the cpu target reports none."""
+    if limit is not None:
+        return micro_batching.Memory(limit, beside, "the given limit")
+    if target == CPU:
+        return micro_batching.Memory(None, source="the cpu target reports no memory limit")
+    gpu = aot_targets.get_target(target)
+    return micro_batching.target_memory(gpu.memory_bytes, beside, gpu.description)
 
 
 def _mesh_words(mesh: jax.sharding.Mesh) -> str:
@@ -473,6 +468,8 @@ def format_report(report: DryRunReport, config_name: str = "") -> str:
         worst = max(report.programs, key=report.phase_bytes)
         limit = "" if report.device_memory is None else f" of {report.device_memory / GIB:.2f} GiB"
         lines.append(f"largest: {worst.name}, {report.phase_bytes(worst) / GIB:.2f} GiB{limit} per device")
+    if report.micro_batches is not None:
+        lines.append(report.micro_batches.line())
     kinds = hlo_stats.KINDS
     lines += ["", f"Collectives per device: ops / {name} per run (decode loops: per generated token)",
               f"{'program':<44}" + "".join(f"{k:>20}" for k in kinds)]

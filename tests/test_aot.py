@@ -183,6 +183,27 @@ def test_dry_run_programs_compiles_the_named_programs_only():
     assert [p.name for p in report.programs] == ["rollout log-probs"]
 
 
+def test_cpu_dry_run_chooses_the_micro_batches_against_a_given_limit_and_reports_that_compile():
+    """rl.micro_batches=0 with a pretend limit on the cpu target: the count is chosen as the run chooses it (the
+    fewest that fit, here 1 of the 2 the 2-row batch allows), and the GRPO update's row is that compile, not
+    another."""
+    config = tiny.get_config()
+    config.stages, config.judge.checkpoint, config.rl.micro_batches = ["grpo"], "", 0
+    config.rl.questions_per_step, config.rl.group_size = 1, 2
+    config.rl.max_new_tokens, config.data.max_prompt_len = 8, 16
+    lines = []
+    report = aot.dry_run(config, "cpu", 1, progress=lines.append, programs=frozenset({"grpo_update"}),
+                         memory_limit=1 << 40)
+    choice, (update,) = report.micro_batches, report.programs
+    assert choice.count == 1 and choice.tried == ((1, update.peak),) and choice.peak == update.peak > 0
+    assert update.shapes == "1 x (16 + 2 x 8) tokens, 1 micro-batches"
+    assert update.compile_seconds == choice.compile_seconds > 0
+    assert lines[0] == choice.line() and lines[1].endswith(": compiled choosing rl.micro_batches") and len(lines) == 3
+    assert choice.line().startswith("config.rl.micro_batches=0 (auto): 1 micro-batch, the GRPO update's peak ")
+    assert "within the budget of 921.60 GiB (1024.00 GiB from the given limit, less 10% headroom" in choice.line()
+    assert f"\n{choice.line()}\n" in aot.format_report(report)
+
+
 def _table_rows(stdout: str) -> dict[str, list[str]]:
     """Program name -> the cells of its row in the per-program memory table."""
     table = stdout.split("Per-program memory")[1].split("largest:")[0].splitlines()[2:]

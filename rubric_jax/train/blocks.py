@@ -192,7 +192,8 @@ class RLBlock(Block):
         "that sampled, once per rollout (verl's recompute; costs one forward). Either way `logprob_gap/mean` logs "
         "mean |teacher-forced - sampler| on the first update: ~3e-7 in float32 on CPU, the bf16 decode drift on GPU.")
     micro_batches: int = setting(1, "Gradient accumulation micro-batches per update: whole groups, or equal parts of "
-                                    "groups.", bounds=(1, 1 << 16))
+                                    "groups; 0 = the fewest whose compiled update fits the device's memory "
+                                    "(train/micro_batching.py).", bounds=(0, 1 << 16))
     warmup_steps: int = setting(0, "Linear warmup steps.", bounds=(0, counts.STEPS))
     schedule: str = setting("constant", "constant or cosine after warmup.", choices=SCHEDULES)
     weight_decay: float = setting(0.0, "AdamW weight decay.")

@@ -187,9 +187,14 @@ def build(settings: Settings, record: ConfigRecord, workdir: str | Path) -> Expe
                    "reward_model": reward.describe() if isinstance(reward, RewardModelReward) else None,
                    "calibration": calibration.record() if calibration is not None else None}
     workdir = Path(workdir)
-    log = run_workdir.RunLog(workdir, run_info={"rubric": rubric_info, "config": record.values})
+    programs = run_programs.build(settings, lay, sft_steps)
+    run_info = {"rubric": rubric_info, "config": record.values}
+    if programs.auto is not None:  # rl.micro_batches=0: the count chosen by memory (an explicit one is in the config)
+        print(programs.auto.line(), file=sys.stderr)
+        run_info["micro_batches"] = programs.auto.record()
+    log = run_workdir.RunLog(workdir, run_info=run_info)
     return Experiment(
-        settings=settings, workdir=workdir, programs=run_programs.build(settings, lay, sft_steps), model_dir=model_dir,
+        settings=settings, workdir=workdir, programs=programs, model_dir=model_dir,
         tokenizer_dir=tokenizer_dir, tokenizer=tokenizer, reward=reward, shared_rubric=inputs.shared_rubric,
         rubric_of=inputs.rubric_of, rubric_hash=rubric_hash, rubric_info=rubric_info, train_questions=inputs.train,
         eval_questions=inputs.eval, sft_examples=sft_examples, golden=inputs.golden,
@@ -331,15 +336,16 @@ def _check_rollouts_divide(rl: run_settings.RLSpec, group_size: int, mesh: jax.s
     """A GRPO batch splits evenly into micro-batches of whole groups or of equal parts of groups
     (`train_step.group_parts`; a group's prompt runs once per part) and over the mesh's batch axes (checked
     before SFT)."""
-    if group_size % train_step.group_parts(rl.questions_per_step, rl.micro_batches):
+    micro_batches = rl.micro_batches or 1  # auto (0) picks among the counts that divide (train/micro_batching.py)
+    if group_size % train_step.group_parts(rl.questions_per_step, micro_batches):
         raise ValueError(f"config.rl.micro_batches={rl.micro_batches} must divide questions_per_step="
                          f"{rl.questions_per_step}, or split each group of {group_size} into equal parts that it "
                          "divides: a micro-batch holds whole groups or equal parts of them")
-    shards = mesh.shape["data"] * mesh.shape["fsdp"] * rl.micro_batches
+    shards = mesh.shape["data"] * mesh.shape["fsdp"] * micro_batches
     if (rl.questions_per_step * group_size) % shards:
         raise ValueError(
             f"config.rl: questions_per_step * group_size = {rl.questions_per_step * group_size} rollouts must "
-            f"divide into micro_batches ({rl.micro_batches}) x mesh data*fsdp ({shards // rl.micro_batches})")
+            f"divide into micro_batches ({micro_batches}) x mesh data*fsdp ({shards // micro_batches})")
 
 
 def _check_rollout_chunks(settings: Settings, batch_multiple: int) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,8 +17,15 @@ import optax
 
 from rubric_jax import grpo, loader, sharding
 from rubric_jax.models.config import ModelConfig
-from rubric_jax.train import state as train_state, step as train_step
+from rubric_jax.train import micro_batching, state as train_state, step as train_step
 from rubric_jax.train.settings import MeshSpec, Settings
+
+# dtypes of the arrays a GRPO / SFT batch carries (rubric_jax/train/rollout.py makes them on the host).
+BATCH_DTYPES = {"tokens": jnp.int32, "input_mask": jnp.bool_, "loss_mask": jnp.bool_, "old_logp": jnp.float32,
+                "advantages": jnp.float32, train_step.REF_LOGP: jnp.float32, train_step.BEHAVIOUR_WEIGHT: jnp.float32,
+                "prompt_tokens": jnp.int32, "prompt_mask": jnp.bool_, "response_tokens": jnp.int32,
+                "response_mask": jnp.bool_}
+
 
 @dataclasses.dataclass(frozen=True)
 class Layouts:
@@ -97,27 +105,42 @@ class RunPrograms:
     sft_step: Callable[[train_state.TrainState, dict[str, jax.Array]], tuple[train_state.TrainState, dict]] | None
     grpo_state: StateLayout | None
     grpo: GRPOPrograms | None
+    micro_batches: int  # the GRPO programs' micro-batch count (rl.micro_batches, or the auto choice); 0 without GRPO
+    auto: micro_batching.Choice | None  # rl.micro_batches=0: the count chosen and the estimate it was chosen by
 
 
-def build(settings: Settings, lay: Layouts, sft_steps: int) -> RunPrograms:
+def build(settings: Settings, lay: Layouts, sft_steps: int, memory: micro_batching.Memory | None = None,
+          compiler_options: tuple[tuple[str, Any], ...] = ()) -> RunPrograms:
     """The programs of the configured stages in `lay`, from abstract weights (nothing is allocated); `sft_steps`
-    is the SFT schedule's length (from the data; any value for a dry run). Built once per process for equal
-    inputs (the specs are frozen): a run started again in the same process (a restart after SIGTERM, a resumed
-    run, another experiment of the same shapes) gets the same jitted programs, so jax traces, lowers and
+    is the SFT schedule's length (from the data; any value for a dry run). With rl.micro_batches=0 the count is
+    chosen (train/micro_batching.py) against `memory` (default: the training devices' `memory_stats()`, with the
+    reference beside the update when β > 0), compiling the update with `compiler_options`. Built once per process
+    for equal inputs (the specs are frozen): a run started again in the same process (a restart after SIGTERM, a
+    resumed run, another experiment of the same shapes) gets the same jitted programs, so jax traces, lowers and
     compiles none of them again."""
     sft = settings.sft.optimizer_for(sft_steps) if settings.sft is not None else None
     rl = settings.rl
     grpo_spec = (settings.grpo, rl.optimizer, rl.adjustable_lr, rl.micro_batches) if rl is not None else None
-    return _build(lay, sft, grpo_spec)
+    auto = None
+    if rl is not None and rl.micro_batches == micro_batching.AUTO:
+        if memory is None:
+            reference = micro_batching.per_device_bytes(loader.abstract_weights(lay.model, lay.training).params)
+            memory = micro_batching.device_memory(list(lay.mesh.devices.flat), reference if rl.beta > 0 else 0)
+        auto = micro_batching.AutoSettings(memory, rl.questions_per_step, max(settings.train_rollout.prompt_buckets),
+                                           max(settings.train_rollout.response_buckets), compiler_options)
+    return _build(lay, sft, grpo_spec, auto)
 
 
 @functools.lru_cache(maxsize=4)
 def _build(lay: Layouts, sft: train_state.OptimizerConfig | None,
-           grpo_spec: tuple[grpo.GRPOConfig, train_state.OptimizerConfig, bool, int] | None) -> RunPrograms:
+           grpo_spec: tuple[grpo.GRPOConfig, train_state.OptimizerConfig, bool, int] | None,
+           auto: micro_batching.AutoSettings | None) -> RunPrograms:
     """`build` from exactly what the programs depend on: the SFT optimizer and the GRPO objective, optimizer,
-    learning-rate factor and micro-batches (None for a stage that is not configured)."""
+    learning-rate factor and micro-batches (None for a stage that is not configured), and what choosing the
+    micro-batch count needs (rl.micro_batches=0)."""
     policy = loader.abstract_weights(lay.model, lay.training)
-    sft_state = sft_step = grpo_state = grpo_built = None
+    sft_state = sft_step = grpo_state = grpo_built = choice = None
+    micro_batches = 0
     if sft is not None:
         sft_state = _state_layout(train_state.make_optimizer(sft), policy, lay.mesh)
         sft_step = train_step.jit_sft_step(shardings=sft_state.shardings, mesh=lay.mesh)
@@ -125,8 +148,51 @@ def _build(lay: Layouts, sft: train_state.OptimizerConfig | None,
         cfg, optimizer, adjustable_lr, micro_batches = grpo_spec
         grpo_state = _state_layout(train_state.make_optimizer(optimizer, adjustable_lr=adjustable_lr), policy,
                                    lay.mesh)  # with rl.lr_on_oscillation, a learning-rate factor in its state
-        grpo_built = grpo_programs(cfg, micro_batches, policy.graphdef, grpo_state.shardings, lay.mesh)
-    return RunPrograms(lay, sft_state, sft_step, grpo_state, grpo_built)
+        if auto is not None:
+            choice, grpo_built = _choose(cfg, auto, policy.graphdef, grpo_state, lay.mesh)
+            micro_batches = choice.count
+        else:
+            grpo_built = grpo_programs(cfg, micro_batches, policy.graphdef, grpo_state.shardings, lay.mesh)
+    return RunPrograms(lay, sft_state, sft_step, grpo_state, grpo_built, micro_batches, choice)
+
+
+def _choose(cfg: grpo.GRPOConfig, auto: micro_batching.AutoSettings, graphdef: Any, state: StateLayout,
+            mesh: jax.sharding.Mesh) -> tuple[micro_batching.Choice, GRPOPrograms]:
+    """The fewest micro-batches whose update, compiled for the batch of `auto` (its largest buckets), fits its
+    memory, and that count's programs: the chosen compile is kept (jax reuses it for a batch of those shapes)."""
+    rows = auto.prompts * cfg.group_size
+    batch = abstract_batch(train_step.grpo_batch_keys(cfg), rows, auto.response_len, mesh, auto.prompt_len,
+                           auto.prompts)
+    built: dict[int, tuple[GRPOPrograms, jax.stages.Compiled, float]] = {}
+
+    def peak_of(count: int) -> int:
+        programs = grpo_programs(cfg, count, graphdef, state.shardings, mesh)
+        start = time.perf_counter()
+        lowered = programs.update.lower(state.abstract_state, batch)
+        compiled = lowered.compile(compiler_options=dict(auto.compiler_options))
+        built[count] = programs, compiled, time.perf_counter() - start
+        return micro_batching.peak_bytes(compiled.memory_analysis())
+
+    counts = micro_batching.candidates(rows, mesh.shape["data"] * mesh.shape["fsdp"])
+    choice = micro_batching.choose(auto.memory, counts, peak_of)
+    if choice.count not in built:  # no limit to choose by: nothing was compiled
+        return choice, grpo_programs(cfg, choice.count, graphdef, state.shardings, mesh)
+    programs, compiled, seconds = built[choice.count]
+    return dataclasses.replace(choice, compiled=compiled, compile_seconds=seconds), programs
+
+
+def abstract_batch(keys: Sequence[str], rows: int, length: int, mesh: jax.sharding.Mesh, prompt_len: int = 0,
+                   prompts: int = 0) -> dict[str, jax.ShapeDtypeStruct]:
+    """Abstract batch arrays: [rows] advantages, [prompts, prompt_len] prompt arrays, [rows, length] the rest,
+    where the trainer puts them (`train_step.batch_shardings`)."""
+    def shape(k: str) -> tuple[int, ...]:
+        if k in train_step.PROMPT_KEYS:
+            return prompts, prompt_len
+        return (rows,) if k == "advantages" else (rows, length)
+
+    shapes = {k: jax.ShapeDtypeStruct(shape(k), BATCH_DTYPES[k]) for k in keys}
+    placed = train_step.batch_shardings(shapes, mesh)
+    return {k: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=placed[k]) for k, x in shapes.items()}
 
 
 def _state_layout(tx: optax.GradientTransformation, policy: loader.Weights, mesh: jax.sharding.Mesh) -> StateLayout:

@@ -82,7 +82,7 @@ class RLSpec:
 
     steps: int
     questions_per_step: int
-    micro_batches: int
+    micro_batches: int  # 0: auto, the fewest that fit the device's memory (train/micro_batching.py)
     beta: float  # KL coefficient: a reference is loaded iff > 0
     max_nan_streak: int
     optimizer: train_state.OptimizerConfig  # over every update: steps x updates_per_batch

@@ -149,6 +149,7 @@ def test_workdir_holds_everything_a_researcher_needs(uninterrupted):
     assert rubric["judge"]["hash"] == judge_hash(judge) and rubric["calibration"] is None
     run_info = json.loads((uninterrupted / "metrics.jsonl").read_text().splitlines()[0])["run_info"]
     assert run_info["rubric"]["judge"] == rubric["judge"]
+    assert "micro_batches" not in run_info  # an explicit rl.micro_batches is in the config; only a chosen one is added
     assert list((uninterrupted / "plots").glob("*.png"))
     samples = _rows(uninterrupted, "samples.jsonl")
     assert {"question", "response", "scores", "reward"} <= set(samples[0])
@@ -514,3 +515,19 @@ def _uploads(log: str) -> dict[tuple[str, tuple[int, ...]], int]:
         key = (dtype, tuple(int(d) for d in dims.split(",") if d))
         counts[key] = counts.get(key, 0) + 1 / devices
     return {key: round(count) for key, count in counts.items()}
+
+
+def test_start_up_says_the_micro_batch_count_chosen_and_run_info_records_it(tmp_path, capsys):
+    """rl.micro_batches=0 on the CPU (no memory limit): 1, said in one line at start-up and recorded in run_info
+    (metrics.jsonl's first line), as an explicit count is."""
+    from rubric_jax.train import loop
+
+    config = absolute_tiny_config()
+    with config.unlocked():
+        config.rl.micro_batches = 0
+    experiment = loop.build(config, tmp_path / "run")
+    assert ("config.rl.micro_batches=0 (auto): 1 micro-batch (the cpu device reports no memory limit)"
+            in capsys.readouterr().err.splitlines())
+    assert experiment.programs.micro_batches == 1
+    record = experiment.log.run_info["micro_batches"]
+    assert record["auto"] is True and record["count"] == 1 and record["peak_bytes"] is None

@@ -32,3 +32,13 @@ def test_equal_specs_reuse_the_programs_and_a_changed_spec_builds_its_own():
     rl_changed = _build(**{"rl.lr": 1e-4})
     assert rl_changed.grpo is not built.grpo and rl_changed.grpo_state.tx is not built.grpo_state.tx
     assert _build(**{"rl.micro_batches": 2}).grpo.update is not built.grpo.update
+
+
+def test_auto_micro_batches_on_the_cpu_are_one_without_compiling():
+    """rl.micro_batches=0 where the devices report no memory limit (the CPU): 1 micro-batch, the programs of an
+    explicit 1 (the same step), built once per process like any other."""
+    auto = _build(**{"rl.micro_batches": 0})
+    assert auto.micro_batches == 1 and auto.auto.count == 1 and auto.auto.peak is None
+    assert auto.auto.compiled is None and "reports no memory limit" in auto.auto.line()
+    assert _build(**{"rl.micro_batches": 0}) is auto
+    assert _build(**{"rl.micro_batches": 1}).micro_batches == 1 and _build(**{"rl.micro_batches": 1}).auto is None

@@ -185,3 +185,9 @@ def test_the_judge_blocks_counts_are_bounded_in_an_experiment_too():
     for field, (_, largest) in ((f.name, f.metadata["bounds"]) for f in counted):
         with pytest.raises(ValueError, match=rf"^config\.judge\.{field}={largest + 1}: expected an integer <= "):
             _validate(_with(**{f"judge__{field}": largest + 1}))
+
+
+def test_rl_micro_batches_zero_asks_for_the_count_to_be_chosen_and_below_is_refused():
+    assert _validate(_with(rl__micro_batches=0)).rl.micro_batches == 0  # train/micro_batching.py chooses
+    with pytest.raises(ValueError, match=r"^config\.rl\.micro_batches=-1: expected an integer >= 0"):
+        _validate(_with(rl__micro_batches=-1))
