@@ -207,6 +207,13 @@ def rl_block() -> ml_collections.ConfigDict:
     # Truncated importance sampling between trainer and sampler log-probs, weight min(pi_old/pi_sampler, C) (TRL
     # vllm_importance_sampling_cap, verl tis_imp_ratio_cap); needs recompute_old_logprobs; 0 = off.
     b.behaviour_correction_cap = 0.0
+    # Policy losses (issue 36; docs/training.md): grpo (PPO's clipped surrogate), cispo or sapo; each key off by default.
+    b.loss = "grpo"  # or "cispo" (MiniMax-M1, arXiv 2506.13585; TRL/verl "cispo") or "sapo" (Qwen, arXiv 2511.20347; TRL/verl "sapo").
+    b.cispo_clip_low = 1.0  # CISPO: IS weight clipped below at 1 - this (MiniMax-M1: no floor, 1; verl clip_ratio_low).
+    b.cispo_clip_high = 4.0  # CISPO: IS weight clipped above at 1 + this (TRL: weight cap epsilon_high 5.0, from ScaleRL).
+    b.sapo_tau_pos = 1.0  # SAPO: soft-gate temperature for A > 0 (TRL sapo_temperature_pos, verl tau_pos: 1.0).
+    b.sapo_tau_neg = 1.05  # SAPO: soft-gate temperature for A <= 0 (TRL sapo_temperature_neg, verl tau_neg: 1.05).
+    b.entropy_coef = 0.0  # Entropy bonus: minus this x the policy's full-distribution entropy per response token, aggregated as the loss (verl entropy_coeff, TRL entropy_coef); 0 = off.
     # DAPO dynamic sampling (arXiv 2503.14476 §3.2; train/dynamic.py): more rounds of questions until every group of
     # the batch has a reward spread above the threshold; shapes stay those of one round (off by default).
     b.dynamic_sampling = False  # Keep only groups whose rewards vary; refill from the next questions.
