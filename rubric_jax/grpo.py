@@ -278,48 +278,38 @@ def clipped_surrogate(
     return loss_BxT, is_low.astype(loss_BxT.dtype), is_high.astype(loss_BxT.dtype)
 
 
-def cispo_surrogate(
-    logp_BxT: jax.Array,
-    old_logp_BxT: jax.Array,
-    advantages_B: jax.Array,
-    mask_BxT: jax.Array,
-    clip_low: float,
-    clip_high: float,
-    *,
-    level: str = "token",
-) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _ratio_and_advantage(logp_BxT: jax.Array, old_logp_BxT: jax.Array, advantages_B: jax.Array, mask_BxT: jax.Array,
+                         level: str) -> tuple[jax.Array, jax.Array]:
+    """ρ per token at `level` (`importance_log_ratio`, clamped before exp) and the advantage broadcast to [B, T]."""
+    ratio_BxT = jnp.exp(importance_log_ratio(logp_BxT, old_logp_BxT, mask_BxT, level))
+    return ratio_BxT, advantages_B[:, None].astype(ratio_BxT.dtype)
+
+
+def cispo_surrogate(logp_BxT: jax.Array, old_logp_BxT: jax.Array, advantages_B: jax.Array, mask_BxT: jax.Array,
+                    clip_low: float, clip_high: float, *, level: str = "token"
+                    ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """CISPO per token, −sg(clip(ρ, 1 − ε_low, 1 + ε_high))·A·log π (MiniMax-M1, arXiv 2506.13585; verl
     `compute_policy_loss_cispo`, TRL loss_type="cispo"): the IS weight is clipped, not the update, so every token
     keeps its gradient −w·A (PPO's clipped tokens get none). ρ at `level` as `clipped_surrogate`'s.
 
     Returns (loss_BxT, clipped_low_BxT, clipped_high_BxT): the indicators are 1.0 where the weight was truncated
     (below 1 − ε_low, above 1 + ε_high), whatever the advantage's sign (verl's clip fraction, split by side)."""
-    ratio_BxT = jnp.exp(importance_log_ratio(logp_BxT, old_logp_BxT, mask_BxT, level))
+    ratio_BxT, adv_BxT = _ratio_and_advantage(logp_BxT, old_logp_BxT, advantages_B, mask_BxT, level)
     weight_BxT = jax.lax.stop_gradient(jnp.clip(ratio_BxT, 1.0 - clip_low, 1.0 + clip_high))
-    adv_BxT = advantages_B[:, None].astype(ratio_BxT.dtype)
     loss_BxT = jnp.where(mask_BxT, -weight_BxT * adv_BxT * jnp.where(mask_BxT, logp_BxT, 0.0), 0.0)
     is_low = mask_BxT & (ratio_BxT < 1.0 - clip_low)
     is_high = mask_BxT & (ratio_BxT > 1.0 + clip_high)
     return loss_BxT, is_low.astype(loss_BxT.dtype), is_high.astype(loss_BxT.dtype)
 
 
-def sapo_surrogate(
-    logp_BxT: jax.Array,
-    old_logp_BxT: jax.Array,
-    advantages_B: jax.Array,
-    mask_BxT: jax.Array,
-    tau_pos: float,
-    tau_neg: float,
-    *,
-    level: str = "token",
-) -> tuple[jax.Array, jax.Array, jax.Array]:
+def sapo_surrogate(logp_BxT: jax.Array, old_logp_BxT: jax.Array, advantages_B: jax.Array, mask_BxT: jax.Array,
+                   tau_pos: float, tau_neg: float, *, level: str = "token") -> tuple[jax.Array, jax.Array, jax.Array]:
     """SAPO per token, −f(ρ)·A with the soft gate f(ρ) = σ(τ(ρ − 1))·4/τ, τ = τ_pos where A > 0 else τ_neg (Qwen,
     arXiv 2511.20347; verl `compute_policy_loss_sapo`, TRL loss_type="sapo"). Its gradient −4σ(1 − σ)·ρ·A·∇log π is
     PPO's −A·∇log π at ρ = 1 and fades smoothly as ρ leaves 1, instead of a hard clip.
 
     Returns (loss_BxT, zeros, zeros): nothing is clipped (verl reports clip fractions 0)."""
-    ratio_BxT = jnp.exp(importance_log_ratio(logp_BxT, old_logp_BxT, mask_BxT, level))
-    adv_BxT = advantages_B[:, None].astype(ratio_BxT.dtype)
+    ratio_BxT, adv_BxT = _ratio_and_advantage(logp_BxT, old_logp_BxT, advantages_B, mask_BxT, level)
     tau_BxT = jnp.where(adv_BxT > 0, tau_pos, tau_neg).astype(ratio_BxT.dtype)
     gate_BxT = jax.nn.sigmoid(tau_BxT * (ratio_BxT - 1.0)) * (4.0 / tau_BxT)
     loss_BxT = jnp.where(mask_BxT, -gate_BxT * adv_BxT, 0.0)
