@@ -1,6 +1,6 @@
-"""GRPO maths as pure functions: group advantages, clipped surrogate, KL estimators, loss aggregation,
-and the teacher-forced log-probs (over vocabulary slices: never [B, T, V] float32 logits at once), per row
-(`sequence_logprobs`, SFT) or with each group's shared prompt run once (`shared_prompt_logprobs`, GRPO).
+"""GRPO maths as pure functions: group advantages, the policy losses (PPO's clipped surrogate, CISPO, SAPO), KL
+estimators, the entropy bonus, loss aggregation, and the teacher-forced log-probs (over vocabulary slices: never
+[B, T, V] float32 logits at once), per row (`sequence_logprobs`, SFT) or with each group's shared prompt run once (`shared_prompt_logprobs`, GRPO).
 
 Shapes: B sequences (rows b*G + j is sample j of question b, the sampler's order), G group size,
 T token positions, D hidden, V vocab, C the log-prob chunk size (B·C·V logits at a time), U prompts
@@ -38,9 +38,8 @@ IMPORTANCE_LEVELS = ("token", "sequence")
 LOSSES = ("grpo", "cispo", "sapo")
 # GRPOConfig fields that the config's rl block holds under the same names (train/settings.py passes them through).
 LOSS_KEYS = ("loss", "cispo_clip_low", "cispo_clip_high", "sapo_tau_pos", "sapo_tau_neg", "entropy_coef")
-# The fields each non-default policy loss reads, and their defaults (a changed one is refused under another loss).
-_LOSS_FIELDS = {"cispo": {"cispo_clip_low": 1.0, "cispo_clip_high": 4.0},
-                "sapo": {"sapo_tau_pos": 1.0, "sapo_tau_neg": 1.05}}
+# The fields only a non-default policy loss reads (one changed from its default is refused under another loss).
+_LOSS_FIELDS = {"cispo": ("cispo_clip_low", "cispo_clip_high"), "sapo": ("sapo_tau_pos", "sapo_tau_neg")}
 # |log ratio| bound before exp (verl's ±20): a large drift with a zero advantage stays 0, not inf * 0 = NaN.
 LOG_RATIO_CLAMP = 20.0
 
@@ -153,9 +152,10 @@ class GRPOConfig:
             fail("entropy_coef", "must be finite and >= 0 (0 = no entropy bonus)")
         if self.clip_ratio_c is not None and self.loss != "grpo":
             fail("clip_ratio_c", f"dual-clip bounds PPO's clipped loss: only with loss='grpo', not {self.loss!r}")
-        for loss, defaults in _LOSS_FIELDS.items():
-            for field, default in defaults.items():
-                if self.loss != loss and getattr(self, field) != default:
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for loss, fields in _LOSS_FIELDS.items():
+            for field in fields:
+                if self.loss != loss and getattr(self, field) != defaults[field]:
                     fail(field, f"only read by loss={loss!r}, not {self.loss!r}")
 
 
