@@ -1,6 +1,7 @@
 """GRPO maths as pure functions: group advantages, the policy losses (PPO's clipped surrogate, CISPO, SAPO), KL
 estimators, the entropy bonus, loss aggregation, and the teacher-forced log-probs (over vocabulary slices: never
-[B, T, V] float32 logits at once), per row (`sequence_logprobs`, SFT) or with each group's shared prompt run once (`shared_prompt_logprobs`, GRPO).
+[B, T, V] float32 logits at once), per row (`sequence_logprobs`, SFT) or with each group's shared prompt run once
+(`shared_prompt_logprobs`, GRPO).
 
 Shapes: B sequences (rows b*G + j is sample j of question b, the sampler's order), G group size,
 T token positions, D hidden, V vocab, C the log-prob chunk size (B·C·V logits at a time), U prompts
