@@ -1,6 +1,7 @@
-"""GRPO maths as pure functions: group advantages, clipped surrogate, KL estimators, loss aggregation,
-and the teacher-forced log-probs (over vocabulary slices: never [B, T, V] float32 logits at once), per row
-(`sequence_logprobs`, SFT) or with each group's shared prompt run once (`shared_prompt_logprobs`, GRPO).
+"""GRPO maths as pure functions: group advantages, the policy losses (PPO's clipped surrogate, CISPO, SAPO), KL
+estimators, the entropy bonus, loss aggregation, and the teacher-forced log-probs (over vocabulary slices: never
+[B, T, V] float32 logits at once), per row (`sequence_logprobs`, SFT) or with each group's shared prompt run once
+(`shared_prompt_logprobs`, GRPO).
 
 Shapes: B sequences (rows b*G + j is sample j of question b, the sampler's order), G group size,
 T token positions, D hidden, V vocab, C the log-prob chunk size (B·C·V logits at a time), U prompts
@@ -35,6 +36,11 @@ from rubric_jax.models.transformer import AccumulatingLayers, causal_padding_mas
 KL_ESTIMATORS = ("k1", "k2", "k3")
 ADVANTAGE_SCALINGS = ("group", "batch", "none")
 IMPORTANCE_LEVELS = ("token", "sequence")
+LOSSES = ("grpo", "cispo", "sapo")
+# GRPOConfig fields that the config's rl block holds under the same names (train/settings.py passes them through).
+LOSS_KEYS = ("loss", "cispo_clip_low", "cispo_clip_high", "sapo_tau_pos", "sapo_tau_neg", "entropy_coef")
+# The fields only a non-default policy loss reads (one changed from its default is refused under another loss).
+_LOSS_FIELDS = {"cispo": ("cispo_clip_low", "cispo_clip_high"), "sapo": ("sapo_tau_pos", "sapo_tau_neg")}
 # |log ratio| bound before exp (verl's ±20): a large drift with a zero advantage stays 0, not inf * 0 = NaN.
 LOG_RATIO_CLAMP = 20.0
 
@@ -82,6 +88,21 @@ class GRPOConfig:
     secretly brings you off-policy RL training"; TRL `vllm_importance_sampling_cap`, verl `tis_imp_ratio_cap`):
     each token's policy-gradient term is weighted by min(π_old_trainer / π_sampler, C); None = off. The weights
     travel in the batch (`behaviour_weight`), computed once per rollout."""
+    loss: str = "grpo"
+    """Policy loss: "grpo" (PPO's clipped surrogate, `clipped_surrogate`), "cispo" (`cispo_surrogate`) or "sapo"
+    (`sapo_surrogate`); TRL `loss_type`, verl `actor.policy_loss.loss_mode`."""
+    cispo_clip_low: float = 1.0
+    """CISPO's ε_low: the IS weight is clipped below at 1 − ε_low (MiniMax-M1, arXiv 2506.13585: no lower bound in
+    practice, i.e. 1)."""
+    cispo_clip_high: float = 4.0
+    """CISPO's ε_high: the IS weight is clipped above at 1 + ε_high (TRL's recommended weight cap 5.0, from ScaleRL)."""
+    sapo_tau_pos: float = 1.0
+    """SAPO's gate temperature τ_pos for A > 0 (Qwen, arXiv 2511.20347; TRL `sapo_temperature_pos`, verl `tau_pos`)."""
+    sapo_tau_neg: float = 1.05
+    """SAPO's τ_neg for A ≤ 0 (TRL `sapo_temperature_neg`, verl `tau_neg`: 1.05; the paper keeps τ_neg > τ_pos)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus: minus this times the full-distribution entropy of softmax(logits / T) at each response token,
+    aggregated as the loss (verl `entropy_coeff`, TRL `entropy_coef`); 0 = off (no entropy in the gradient)."""
 
     def __post_init__(self) -> None:
         def fail(field: str, why: str) -> None:
@@ -116,6 +137,26 @@ class GRPOConfig:
             value = getattr(self, field)
             if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > minimum):
                 fail(field, f"must be None (off) or a finite number > {minimum:g}")
+        self._check_loss(fail)
+
+    def _check_loss(self, fail: Callable[[str, str], None]) -> None:
+        """The policy loss and its parameters: each in range, and none changed that the chosen loss does not read."""
+        if self.loss not in LOSSES:
+            fail("loss", f"must be one of {LOSSES}")
+        if not 0 <= self.cispo_clip_low <= 1:
+            fail("cispo_clip_low", "must satisfy 0 <= cispo_clip_low <= 1 (weight floor 1 - cispo_clip_low; 1 = none)")
+        for field in ("cispo_clip_high", "sapo_tau_pos", "sapo_tau_neg"):
+            if not (math.isfinite(getattr(self, field)) and getattr(self, field) > 0):
+                fail(field, "must be finite and > 0")
+        if not (math.isfinite(self.entropy_coef) and self.entropy_coef >= 0):
+            fail("entropy_coef", "must be finite and >= 0 (0 = no entropy bonus)")
+        if self.clip_ratio_c is not None and self.loss != "grpo":
+            fail("clip_ratio_c", f"dual-clip bounds PPO's clipped loss: only with loss='grpo', not {self.loss!r}")
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for loss, fields in _LOSS_FIELDS.items():
+            for field in fields:
+                if self.loss != loss and getattr(self, field) != defaults[field]:
+                    fail(field, f"only read by loss={loss!r}, not {self.loss!r}")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -237,6 +278,58 @@ def clipped_surrogate(
     return loss_BxT, is_low.astype(loss_BxT.dtype), is_high.astype(loss_BxT.dtype)
 
 
+def _ratio_and_advantage(logp_BxT: jax.Array, old_logp_BxT: jax.Array, advantages_B: jax.Array, mask_BxT: jax.Array,
+                         level: str) -> tuple[jax.Array, jax.Array]:
+    """ρ per token at `level` (`importance_log_ratio`, clamped before exp) and the advantage broadcast to [B, T]."""
+    ratio_BxT = jnp.exp(importance_log_ratio(logp_BxT, old_logp_BxT, mask_BxT, level))
+    return ratio_BxT, advantages_B[:, None].astype(ratio_BxT.dtype)
+
+
+def cispo_surrogate(logp_BxT: jax.Array, old_logp_BxT: jax.Array, advantages_B: jax.Array, mask_BxT: jax.Array,
+                    clip_low: float, clip_high: float, *, level: str = "token"
+                    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """CISPO per token, −sg(clip(ρ, 1 − ε_low, 1 + ε_high))·A·log π (MiniMax-M1, arXiv 2506.13585; verl
+    `compute_policy_loss_cispo`, TRL loss_type="cispo"): the IS weight is clipped, not the update, so every token
+    keeps its gradient −w·A (PPO's clipped tokens get none). ρ at `level` as `clipped_surrogate`'s.
+
+    Returns (loss_BxT, clipped_low_BxT, clipped_high_BxT): the indicators are 1.0 where the weight was truncated
+    (below 1 − ε_low, above 1 + ε_high), whatever the advantage's sign (verl's clip fraction, split by side)."""
+    ratio_BxT, adv_BxT = _ratio_and_advantage(logp_BxT, old_logp_BxT, advantages_B, mask_BxT, level)
+    weight_BxT = jax.lax.stop_gradient(jnp.clip(ratio_BxT, 1.0 - clip_low, 1.0 + clip_high))
+    loss_BxT = jnp.where(mask_BxT, -weight_BxT * adv_BxT * jnp.where(mask_BxT, logp_BxT, 0.0), 0.0)
+    is_low = mask_BxT & (ratio_BxT < 1.0 - clip_low)
+    is_high = mask_BxT & (ratio_BxT > 1.0 + clip_high)
+    return loss_BxT, is_low.astype(loss_BxT.dtype), is_high.astype(loss_BxT.dtype)
+
+
+def sapo_surrogate(logp_BxT: jax.Array, old_logp_BxT: jax.Array, advantages_B: jax.Array, mask_BxT: jax.Array,
+                   tau_pos: float, tau_neg: float, *, level: str = "token") -> tuple[jax.Array, jax.Array, jax.Array]:
+    """SAPO per token, −f(ρ)·A with the soft gate f(ρ) = σ(τ(ρ − 1))·4/τ, τ = τ_pos where A > 0 else τ_neg (Qwen,
+    arXiv 2511.20347; verl `compute_policy_loss_sapo`, TRL loss_type="sapo"). Its gradient −4σ(1 − σ)·ρ·A·∇log π is
+    PPO's −A·∇log π at ρ = 1 and fades smoothly as ρ leaves 1, instead of a hard clip.
+
+    Returns (loss_BxT, zeros, zeros): nothing is clipped (verl reports clip fractions 0)."""
+    ratio_BxT, adv_BxT = _ratio_and_advantage(logp_BxT, old_logp_BxT, advantages_B, mask_BxT, level)
+    tau_BxT = jnp.where(adv_BxT > 0, tau_pos, tau_neg).astype(ratio_BxT.dtype)
+    gate_BxT = jax.nn.sigmoid(tau_BxT * (ratio_BxT - 1.0)) * (4.0 / tau_BxT)
+    loss_BxT = jnp.where(mask_BxT, -gate_BxT * adv_BxT, 0.0)
+    zeros_BxT = jnp.zeros_like(loss_BxT)
+    return loss_BxT, zeros_BxT, zeros_BxT
+
+
+def policy_loss(logp_BxT: jax.Array, old_logp_BxT: jax.Array, advantages_B: jax.Array, mask_BxT: jax.Array,
+                cfg: GRPOConfig) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """cfg.loss's per-token policy loss and clip indicators (`clipped_surrogate`, `cispo_surrogate`,
+    `sapo_surrogate`)."""
+    args = (logp_BxT, old_logp_BxT, advantages_B, mask_BxT)
+    if cfg.loss == "cispo":
+        return cispo_surrogate(*args, cfg.cispo_clip_low, cfg.cispo_clip_high, level=cfg.importance_level)
+    if cfg.loss == "sapo":
+        return sapo_surrogate(*args, cfg.sapo_tau_pos, cfg.sapo_tau_neg, level=cfg.importance_level)
+    return clipped_surrogate(*args, cfg.clip_low, cfg.clip_high, level=cfg.importance_level,
+                             clip_ratio_c=cfg.clip_ratio_c)
+
+
 def kl_estimate(logp_BxT: jax.Array, ref_logp_BxT: jax.Array, mask_BxT: jax.Array, estimator: str,
                 cap: float | None = None) -> jax.Array:
     """Per-token estimate of KL(π‖π_ref) from samples of π (Schulman 2020), 0 on masked positions.
@@ -329,22 +422,24 @@ def grpo_objective(
     metric_w_BxT: jax.Array,
     cfg: GRPOConfig,
     behaviour_w_BxT: jax.Array | None = None,
+    entropy_BxT: jax.Array | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """Weighted-sum GRPO loss: Σ w·(c·clipped surrogate + β·KL), and weighted-sum metrics.
+    """Weighted-sum GRPO loss: Σ w·(c·policy loss + β·KL − α·H), and weighted-sum metrics.
 
     `loss_w_BxT` / `metric_w_BxT` come from `loss_weights` / `token_mean_weights` on the full batch;
     every returned value is a sum over this (micro-)batch's tokens, so micro-batches add exactly.
     `ref_logp_BxT` must be None exactly when cfg.kl_coef == 0; `behaviour_w_BxT` (c, `behaviour_weights`)
-    exactly when cfg.behaviour_correction_cap is set.
+    exactly when cfg.behaviour_correction_cap is set; `entropy_BxT` (H, the policy's full-distribution entropy per
+    token, with its gradient) exactly when cfg.entropy_coef (α) > 0.
     """
     if (ref_logp_BxT is None) != (cfg.kl_coef == 0):
         raise ValueError(f"ref_logp must be given iff kl_coef > 0 (kl_coef={cfg.kl_coef})")
     if (behaviour_w_BxT is None) != (cfg.behaviour_correction_cap is None):
         raise ValueError("behaviour weights must be given iff behaviour_correction_cap is set "
                          f"(behaviour_correction_cap={cfg.behaviour_correction_cap})")
-    pg_BxT, low_BxT, high_BxT = clipped_surrogate(
-        logp_BxT, old_logp_BxT, advantages_B, mask_BxT, cfg.clip_low, cfg.clip_high, level=cfg.importance_level,
-        clip_ratio_c=cfg.clip_ratio_c)
+    if (entropy_BxT is None) != (cfg.entropy_coef == 0):
+        raise ValueError(f"entropy must be given iff entropy_coef > 0 (entropy_coef={cfg.entropy_coef})")
+    pg_BxT, low_BxT, high_BxT = policy_loss(logp_BxT, old_logp_BxT, advantages_B, mask_BxT, cfg)
     if behaviour_w_BxT is not None:
         pg_BxT = pg_BxT * jax.lax.stop_gradient(behaviour_w_BxT)
     pg_loss = jnp.sum(loss_w_BxT * pg_BxT)
@@ -361,6 +456,9 @@ def grpo_objective(
         kl_BxT = kl_estimate(logp_BxT, ref_logp_BxT, mask_BxT, cfg.kl_estimator, cfg.kl_cap)
         loss = loss + cfg.kl_coef * jnp.sum(loss_w_BxT * kl_BxT)
         metrics["kl"] = jnp.sum(metric_w_BxT * kl_BxT)
+    if entropy_BxT is not None:  # aggregated as the loss (verl's agg_loss of the entropy with loss_agg_mode)
+        metrics["entropy_bonus"] = jnp.sum(loss_w_BxT * jnp.where(mask_BxT, entropy_BxT, 0.0))
+        loss = loss - cfg.entropy_coef * metrics["entropy_bonus"]
     metrics["loss"] = loss
     return loss, metrics
 
@@ -373,12 +471,13 @@ def grpo_loss(
     mask_BxT: jax.Array,
     cfg: GRPOConfig,
     behaviour_w_BxT: jax.Array | None = None,
+    entropy_BxT: jax.Array | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """GRPO loss of one whole batch (weights from its own mask); see `grpo_objective`."""
     return grpo_objective(
         logp_BxT, old_logp_BxT, ref_logp_BxT, advantages_B, mask_BxT,
         loss_weights(mask_BxT, cfg.loss_aggregation, cfg.loss_norm_length), token_mean_weights(mask_BxT), cfg,
-        behaviour_w_BxT)
+        behaviour_w_BxT, entropy_BxT)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import math
 from typing import Any
 
 from rubric_jax import counts
-from rubric_jax.grpo import ADVANTAGE_SCALINGS, AGGREGATIONS, IMPORTANCE_LEVELS, KL_ESTIMATORS
+from rubric_jax.grpo import ADVANTAGE_SCALINGS, AGGREGATIONS, IMPORTANCE_LEVELS, KL_ESTIMATORS, LOSSES
 from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.loader import ATTENTION_CHOICES
 from rubric_jax.models.config import REMAT_POLICIES
@@ -218,6 +218,19 @@ class RLBlock(Block):
     behaviour_correction_cap: float = setting(
         0.0, "Truncated importance sampling between trainer and sampler log-probs, weight min(pi_old/pi_sampler, C) "
         "(TRL vllm_importance_sampling_cap, verl tis_imp_ratio_cap); needs recompute_old_logprobs; 0 = off.")
+    loss: str = setting("grpo", "Policy loss (docs/training.md): grpo (PPO's clipped surrogate), cispo (MiniMax-M1, arXiv "
+                                "2506.13585; TRL/verl \"cispo\") or sapo (Qwen, arXiv 2511.20347; TRL/verl \"sapo\").",
+                        choices=LOSSES)
+    cispo_clip_low: float = setting(1.0, "CISPO: IS weight clipped below at 1 - this (MiniMax-M1: no floor, 1; verl "
+                                         "clip_ratio_low).")
+    cispo_clip_high: float = setting(4.0, "CISPO: IS weight clipped above at 1 + this (TRL: weight cap epsilon_high "
+                                          "5.0, from ScaleRL).")
+    sapo_tau_pos: float = setting(1.0, "SAPO: soft-gate temperature for A > 0 (TRL sapo_temperature_pos, verl tau_pos: "
+                                       "1.0).")
+    sapo_tau_neg: float = setting(1.05, "SAPO: soft-gate temperature for A <= 0 (TRL sapo_temperature_neg, verl "
+                                        "tau_neg: 1.05).")
+    entropy_coef: float = setting(0.0, "Entropy bonus: minus this x the policy's full-distribution entropy per response "
+                                       "token, aggregated as the loss (verl entropy_coeff, TRL entropy_coef); 0 = off.")
     dynamic_sampling: bool = setting(
         False, "DAPO dynamic sampling (arXiv 2503.14476 §3.2; train/dynamic.py): keep only groups whose rewards vary; "
         "refill from the next questions (shapes stay those of one round).")

@@ -129,7 +129,8 @@ def grpo_config(rl: blocks.RLBlock) -> grpo.GRPOConfig:
                                loss_norm_length=norm_length, temperature=rollout.rollout_temperature(rl.sampler),
                                importance_level=rl.importance_level, clip_ratio_c=_off_if_zero(rl.clip_ratio_c),
                                kl_cap=_off_if_zero(rl.kl_cap),
-                               behaviour_correction_cap=_off_if_zero(rl.behaviour_correction_cap))
+                               behaviour_correction_cap=_off_if_zero(rl.behaviour_correction_cap),
+                               **{k: getattr(rl, k) for k in grpo.LOSS_KEYS})
     except ValueError as e:
         field = re.match(r"GRPOConfig\.(\w+)=", str(e))
         if field is None:

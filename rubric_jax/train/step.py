@@ -258,7 +258,8 @@ def grpo_train_step(state: TrainState, batch: Batch, *, cfg: grpo.GRPOConfig, mi
         logp, entropy = _rollout_logprobs(state.graphdef, params, mb, cfg.logprob_chunk_size, cfg.temperature, into)
         ref_logp = mb[REF_LOGP] if cfg.kl_coef > 0 else None
         loss, metrics = grpo.grpo_objective(logp, mb["old_logp"], ref_logp, mb["advantages"], mb["loss_mask"],
-                                            mb["loss_w"], mb["metric_w"], cfg, mb.get(BEHAVIOUR_WEIGHT))
+                                            mb["loss_w"], mb["metric_w"], cfg, mb.get(BEHAVIOUR_WEIGHT),
+                                            entropy if cfg.entropy_coef > 0 else None)
         metrics["entropy"] = jnp.sum(mb["metric_w"] * jax.lax.stop_gradient(entropy))
         return loss, metrics
 

@@ -418,7 +418,7 @@ def test_a_grpo_step_with_an_llm_judged_dimension_goes_through_the_judge(tmp_pat
 
 def test_a_grpo_step_with_every_recipe_option_on_reads_them_all(tmp_path):
     """GDPO advantages (the rubric's gates and weights), DAPO overlong shaping and truncation masking, GSPO ratios,
-    dual clip, the KL cap, truncated importance sampling and dynamic weights in GRPO iterations of the tiny default:
+    dual clip, the KL cap, truncated importance sampling, dynamic weights and the entropy bonus in GRPO iterations of the tiny default:
     each logs what it did and the update stays finite. The first batch's questions lack the case-wise 'disclaimer'
     dimension (b4346d0's dynamic weights crashed on such a batch), the second's carry it."""
     import jax
@@ -432,7 +432,7 @@ def test_a_grpo_step_with_every_recipe_option_on_reads_them_all(tmp_path):
         config.rl.advantage, config.rl.overlong_buffer, config.rl.mask_truncated = "per_dimension", 4, True
         config.rl.importance_level, config.rl.clip_ratio_c, config.rl.kl_cap = "sequence", 3.0, 10.0
         config.rl.behaviour_correction_cap, config.rl.recompute_old_logprobs = 2.0, True
-        config.rl.dynamic_weights = True
+        config.rl.dynamic_weights, config.rl.entropy_coef = True, 0.01
     run_ = loop.build(config, tmp_path / "run")
     carries = {False: [], True: []}
     for q in run_.train_questions:
@@ -446,6 +446,7 @@ def test_a_grpo_step_with_every_recipe_option_on_reads_them_all(tmp_path):
     assert row["truncated_masked"] == row["truncated_frac"] * 8
     assert 0 < row["behaviour_weight/mean"] <= row["behaviour_weight/max"] <= 2.0
     assert all(np.isfinite(row[k]) for k in ("loss", "kl", "grad_norm")) and row["skipped"] == 0.0
+    assert np.isfinite(row["entropy_bonus"])  # rl.entropy_coef reached the update (logged only with the bonus)
     assert {f"weight/{d}" for d in run_.dynamic_weights.ids} <= set(row) and "disclaimer" in run_.dynamic_weights.ids
     _, out = grpo_stage.grpo_iteration(run_, run_.programs.grpo, state, jax.tree.map(jnp.copy, state.params),
                                        carries[True][:2], jax.random.key(1))

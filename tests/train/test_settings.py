@@ -79,6 +79,10 @@ def test_shipped_configs_validate_and_eval_has_its_own_response_budget():
     ("rl__importance_level", "seq", "config.rl.importance_level='seq': expected one of ('token', 'sequence')"),
     ("rl__clip_ratio_c", 0.5, "config.rl.clip_ratio_c: GRPOConfig.clip_ratio_c=0.5: must be None (off) or"),
     ("rl__kl_cap", -10.0, "config.rl.kl_cap: GRPOConfig.kl_cap=-10.0"),
+    ("rl__loss", "ppo", "config.rl.loss='ppo': expected one of ('grpo', 'cispo', 'sapo')"),
+    ("rl__cispo_clip_high", 4.5, "config.rl.cispo_clip_high: GRPOConfig.cispo_clip_high=4.5: only read by "
+                                 "loss='cispo', not 'grpo'"),
+    ("rl__entropy_coef", -0.01, "config.rl.entropy_coef: GRPOConfig.entropy_coef=-0.01: must be finite and >= 0"),
     ("rl__behaviour_correction_cap", 2.0, "config.rl.behaviour_correction_cap=2.0: the correction weighs the "
                                           "trainer's recomputed log-probs"),
 ])
@@ -98,6 +102,12 @@ def test_the_recipe_options_reach_the_typed_specs():
     default = _validate(tiny.get_config())
     assert default.shaping == settings.rollout.Shaping(max_new_tokens=96)
     assert (default.grpo.clip_ratio_c, default.grpo.kl_cap, default.grpo.behaviour_correction_cap) == (None,) * 3
+    assert (default.grpo.loss, default.grpo.entropy_coef) == ("grpo", 0.0)
+    losses = _validate(_with(rl__loss="sapo", rl__sapo_tau_pos=0.5, rl__sapo_tau_neg=2.0, rl__entropy_coef=0.01))
+    assert (losses.grpo.loss, losses.grpo.sapo_tau_pos, losses.grpo.sapo_tau_neg, losses.grpo.entropy_coef) == (
+        "sapo", 0.5, 2.0, 0.01)
+    cispo = _validate(_with(rl__loss="cispo", rl__cispo_clip_low=0.2, rl__cispo_clip_high=0.28)).grpo
+    assert (cispo.loss, cispo.cispo_clip_low, cispo.cispo_clip_high) == ("cispo", 0.2, 0.28)
 
 
 def test_the_compact_judge_prompt_needs_one_dimension_per_prompt():

@@ -1,6 +1,7 @@
 """Train state, optimizer and the jitted GRPO / SFT steps on a tiny model (single device)."""
 
 import functools
+import math
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -213,6 +214,52 @@ def test_grpo_loss_decreases_and_moves_towards_positive_advantages(state0, batch
     assert losses[-1] < losses[0]
     assert float(jnp.mean(gain[adv > 0])) > float(jnp.mean(gain[adv < 0]))
     assert float(metrics["kl"]) > 0 and 0 <= float(metrics["clip_frac"]) <= 1 and int(metrics["skipped"]) == 0
+
+
+# The entropy bonus at a rollout temperature of 0.5: one program for both entropy tests (the bonus does not change
+# the logged entropy, which is the policy's before the update).
+ENTROPY_CFG = grpo.GRPOConfig(group_size=GROUP, kl_coef=0.0, temperature=0.5, entropy_coef=10.0)
+
+
+@functools.lru_cache(maxsize=None)
+def _row_entropy_fn(temperature):
+    graphdef = abstract_model(_model_cfg())[0]
+    return jax.jit(lambda p, t, m: grpo.sequence_logprobs(nnx.merge(graphdef, p), t, m, chunk_size=256,
+                                                          temperature=temperature)[1])
+
+
+def _expected_entropy(params, batch, temperature):
+    """Token mean over the trained response tokens of the full-distribution entropy of softmax(logits / T), from
+    the per-row forward (`grpo.sequence_logprobs`, not the step's shared-prompt one)."""
+    rows = _sft(batch)
+    entropy = _row_entropy_fn(temperature)(params, rows["tokens"], rows["input_mask"])[:, P:]
+    return float(jnp.sum(jnp.where(batch["loss_mask"], entropy, 0.0)) / batch["loss_mask"].sum())
+
+
+def test_entropy_metric_is_the_policy_entropy_at_the_rollout_temperature(state0, batch0, grpo_step):
+    """`entropy`, logged every step, is the token-mean entropy of the sampled tokens' distributions softmax(z / T):
+    it follows the logits' temperature (lower T, sharper, lower entropy)."""
+    found = {}
+    for temperature, step, state in ((1.0, grpo_step, _copy(state0)),
+                                     (0.5, _grpo_step(ENTROPY_CFG, 1), _with_tx(state0, SGD))):
+        _, metrics = step(state, batch0)
+        found[temperature] = float(metrics["entropy"])
+        assert found[temperature] == pytest.approx(_expected_entropy(state0.params, batch0, temperature), rel=1e-5)
+    assert 0 < found[0.5] < found[1.0] - 1e-3 and found[1.0] < math.log(VOCAB)  # a near-uniform random init
+
+
+def test_entropy_bonus_raises_the_policy_entropy(state0, batch0, grpo_step):
+    """rl.entropy_coef: with zero advantages the only gradient is the bonus's, −α·∇H (aggregated as the loss), so
+    an SGD step raises the logged entropy; without the bonus the same batch gives a zero gradient."""
+    batch = {**batch0, "advantages": jnp.zeros_like(batch0["advantages"])}
+    step = _grpo_step(ENTROPY_CFG, 1)
+    state, first = step(_with_tx(state0, SGD), batch)
+    _, second = step(state, batch)
+    assert float(second["entropy"]) > float(first["entropy"]) + 1e-3
+    # seq_mean_token_mean: the bonus is the mean over rows of each row's token-mean entropy, the loss −α times it.
+    assert float(first["loss"]) == pytest.approx(-10.0 * float(first["entropy_bonus"]), rel=1e-6)
+    _, plain = grpo_step(_copy(state0), batch)
+    assert float(plain["grad_norm"]) == 0.0 and float(first["grad_norm"]) > 0 and "entropy_bonus" not in plain
 
 
 def test_nan_loss_skips_update_and_keeps_state(state0, batch0, grpo_step):
