@@ -212,6 +212,7 @@ def rl_block() -> ml_collections.ConfigDict:
     b.dynamic_sampling = False  # Keep only groups whose rewards vary; refill from the next questions.
     b.dynamic_sampling_min_spread = 0.0  # A group is kept when max - min of its rewards exceeds this (rubric rewards are continuous).
     b.dynamic_sampling_max_rounds = 2  # Most extra sampling rounds per step; then the least-flat dropped groups fill the batch.
+    b.group_selection = "none"  # Or "zero_std" / "top_variance(p)": keep groups whose advantage-input std > 0 / the top fraction p by it, refilled as above (verl#7894, TRL#7242, SkyRL#2217; not with dynamic_sampling).
     # Judging overlapped with sampling (docs/training.md; train/overlap.py): a rollout is sampled in this many sampler
     # calls of whole groups (must divide questions_per_step; one process), the host judging chunk j (an HTTP or rule
     # judge) while the devices sample chunk j + 1. Same parameters, tokens, rewards and batch as one call; 1 = off.

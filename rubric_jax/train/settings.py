@@ -25,7 +25,7 @@ from rubric_jax.loader import ATTENTION_CHOICES, resolve_attention
 from rubric_jax.models.config import REMAT_POLICIES, ModelConfig
 from rubric_jax.train import rollout, state as train_state
 from rubric_jax.train.audit import AuditSettings
-from rubric_jax.train.dynamic import DynamicSampling
+from rubric_jax.train.dynamic import DynamicSampling, parse_group_selection
 from rubric_jax.train.oscillation import OscillationRule
 
 STAGES = ("sft", "grpo")
@@ -145,7 +145,7 @@ class Settings:
     missing_scores: str  # rl.missing_scores
     shaping: rollout.Shaping  # rl.advantage, rl.overlong_*, rl.mask_truncated
     oscillation: OscillationRule | None  # rl.lr_on_oscillation and its rule, None when off
-    dynamic_sampling: DynamicSampling | None  # rl.dynamic_sampling and its settings, None when off
+    dynamic_sampling: DynamicSampling | None  # rl.dynamic_sampling or rl.group_selection, None when both are off
     rollout_chunks: int  # rl.rollout_chunks: sampler calls per rollout, each judged while the next samples
     recompute_old_logprobs: bool  # rl.recompute_old_logprobs
     updates_per_batch: int  # rl.updates_per_batch
@@ -225,15 +225,28 @@ def shaping(rl: ml_collections.ConfigDict) -> rollout.Shaping:
 
 
 def dynamic_sampling(rl: ml_collections.ConfigDict) -> DynamicSampling | None:
-    """DAPO's dynamic sampling settings (rl.dynamic_sampling_*), or None when rl.dynamic_sampling is off."""
+    """The refill rounds' settings (train/dynamic.py) with DAPO's spread rule (rl.dynamic_sampling_*) or
+    rl.group_selection's rule (its rounds bounded by rl.dynamic_sampling_max_rounds), or None when both are off."""
     if not isinstance(rl.dynamic_sampling, bool):
         _fail("rl.dynamic_sampling", rl.dynamic_sampling, "expected True or False")
-    if not rl.dynamic_sampling:
+    try:
+        selection = parse_group_selection(rl.group_selection)
+    except ValueError as e:
+        raise ValueError(f"config.rl.group_selection={rl.group_selection!r}: {e}") from None
+    if selection is not None and rl.dynamic_sampling:
+        _fail("rl.group_selection", rl.group_selection, "rl.dynamic_sampling=True selects groups by its spread "
+              "threshold: set one of the two (both refill from the next questions)")
+    if selection is None and not rl.dynamic_sampling:
         return None
     try:
-        return DynamicSampling(rl.dynamic_sampling_min_spread, rl.dynamic_sampling_max_rounds)
+        rule = DynamicSampling(rl.dynamic_sampling_min_spread, rl.dynamic_sampling_max_rounds, *selection or ())
     except ValueError as e:
         raise ValueError(f"config.rl.dynamic_sampling_{e}") from None
+    rounds = rule.rounds_needed()
+    if rounds is not None and rounds > rule.max_rounds + 1:
+        _fail("rl.group_selection", rl.group_selection, f"keeping that top fraction takes {rounds} sampling rounds "
+              f"a step, rl.dynamic_sampling_max_rounds={rule.max_rounds} allows {rule.max_rounds + 1}")
+    return rule
 
 
 def rollout_chunks(rl: ml_collections.ConfigDict) -> int:
