@@ -3,7 +3,10 @@
 iteration of the tiny default whose refill round and batch are worked out here from the rounds' own rewards."""
 
 import dataclasses
+import os
 import re
+import signal
+import time
 
 import jax
 import numpy as np
@@ -16,7 +19,8 @@ from rubric_jax.judges.reward import RewardOutput
 from rubric_jax.rubrics.schema import Rubric
 from rubric_jax.train import collect, dynamic, grpo_stage, rollout, settings
 from test_grpo_recipe import _LOG, _dim, _scored
-from test_overlap import experiment  # noqa: F401 (the fixture: rewards that vary)
+from test_overlap import experiment, varied_rubric  # noqa: F401 (the fixture: rewards that vary)
+from tiny_config import absolute_tiny_config
 
 TOP_HALF = dynamic.DynamicSampling(rule="top_variance", fraction=0.5)
 ZERO_STD = dynamic.DynamicSampling(rule="zero_std")
@@ -138,3 +142,39 @@ def test_a_grpo_iteration_refills_one_round_and_trains_on_the_top_half(experimen
         "dynamic/seen_groups": 32.0, "dynamic/kept_groups": 16.0, "dynamic/dropped_groups": 16.0,
         "dynamic/rounds": 2.0, "dynamic/threshold_reached": pytest.approx(min(std[rg] for rg in top), rel=1e-6)}
     assert row["zero_std_frac"] == 0.0 and np.isfinite(row["loss"]) and row["skipped"] == 0.0
+
+
+def test_a_run_killed_mid_way_resumes_to_the_rows_it_had_written(tmp_path, command_server):
+    """experiments.run of the tiny default (GRPO only, 6 steps of 2 questions, checkpoints at steps 3 and 6; the
+    overlap tests' rubric, whose rewards vary, so the drawn questions show in the batch) keeping the top half: every step draws a second batch of questions, which the checkpointed iterator position must
+    include. SIGKILLed once step 4's row and step 3's checkpoint are written (the next save is two steps away), then rerun
+    from step 3: it rewrites step 4 (and 5, if written) exactly as the uninterrupted process had, and samples.jsonl
+    too (test_loop's comparison, wall-clock times aside). Two runs, not test_loop's three."""
+    from test_loop import _rows, _wait_for_row
+
+    rubric = varied_rubric(absolute_tiny_config().data.rubric, tmp_path)
+    flags = ["--config=configs/tiny.py", f"--workdir={tmp_path / 'run'}", f"--config.data.rubric={rubric}",
+             "--config.data.golden=", "--config.stages=('grpo',)", "--config.rl.steps=6",
+             "--config.rl.questions_per_step=2", "--config.rl.group_size=2", "--config.rl.micro_batches=1",
+             "--config.rl.max_new_tokens=8", "--config.rl.group_selection=top_variance(0.5)",
+             "--config.eval.max_questions=2", "--config.eval.max_new_tokens=4", "--config.eval.every_steps=6",
+             "--config.checkpoint.every_steps=3", "--config.checkpoint.keep=1", "--config.export.at_end=False",
+             "--config.export.which=latest", "--config.log.samples_per_step=4"]
+    run = command_server("experiments.run")
+    killed = run.start(*flags)
+    _wait_for_row(tmp_path / "run", "grpo", 4, killed.running, lambda: killed.wait().stderr)
+    while not (tmp_path / "run" / "checkpoints" / "grpo" / "3").is_dir():  # orbax saves asynchronously
+        assert killed.running(), killed.wait().stderr[-3000:]
+        time.sleep(0.1)
+    os.kill(killed.pid, signal.SIGKILL)
+    assert killed.wait().returncode == -signal.SIGKILL
+    written, samples = _rows(tmp_path / "run"), _rows(tmp_path / "run", "samples.jsonl")
+    resumed = run.run(*flags)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming from {tmp_path / 'run' / 'checkpoints' / 'grpo'} step 3" in resumed.stdout
+    rows = _rows(tmp_path / "run")
+    assert [row["step"] for row in rows if row["stage"] == "grpo"] == [1, 2, 3, 4, 5, 6]
+    assert all(row["dynamic/rounds"] == 2.0 and row["dynamic/seen_groups"] == 4.0 for row in rows
+               if row["stage"] == "grpo")
+    assert rows[:len(written)] == written and any(row["step"] == 4 and row["stage"] == "grpo" for row in written)
+    assert _rows(tmp_path / "run", "samples.jsonl")[:len(samples)] == samples
