@@ -238,6 +238,10 @@ class RLBlock(Block):
                                                       "(rubric rewards are continuous).")
     dynamic_sampling_max_rounds: int = setting(2, "Most extra sampling rounds per step; then the least-flat dropped "
                                                   "groups fill the batch.", bounds=(1, 100))
+    group_selection: str = setting("none", "Or zero_std / top_variance(p): keep groups whose advantage-input std > 0 / "
+                                           "the top fraction p by it, refilled as dynamic sampling does (verl #7894, "
+                                           "TRL #7242, SkyRL #2217; its rounds bounded by dynamic_sampling_max_rounds; "
+                                           "not with dynamic_sampling).")
     rollout_chunks: int = setting(
         1, "Judging overlapped with sampling (docs/training.md; train/overlap.py): a rollout is sampled in this many "
         "sampler calls of whole groups (must divide questions_per_step; one process), the host judging chunk j (an "

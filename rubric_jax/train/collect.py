@@ -3,8 +3,8 @@
 Multi-host (several processes, `distributed.py`): each process samples its questions through the global sharded
 `generate` and scores its own rows, and the scored rows of every process are then gathered to each (`Rollout`),
 so advantages, metrics, monitors, dynamic weights and samples are computed from all rows, identically
-everywhere. With DAPO's dynamic sampling (train/dynamic.py), rounds of questions are sampled until enough
-groups' rewards vary.
+everywhere. With DAPO's dynamic sampling or a group selection (train/dynamic.py), rounds of questions are sampled
+until enough groups are kept.
 
 With `chunks` > 1 (rl.rollout_chunks, one process; train/overlap.py), a rollout (each round of one) is sampled in
 that many sampler calls of whole groups, call j + 1 dispatched before call j is fetched and judged, so the host
@@ -156,23 +156,23 @@ def rollout_and_score(exp: Experiment, params: Any, questions: list[data.Questio
 
 
 def dynamic_rollout(exp: Experiment, params: Any, questions: list[data.Question], spec: RolloutSpec, key: jax.Array,
-                    draw: Callable[[], list[data.Question]], rule: dynamic.DynamicSampling, chunks: int = 1
+                    draw: Callable[[], list[data.Question]], rule: dynamic.DynamicSampling,
+                    statistic: Callable[[LocalRollout], np.ndarray], chunks: int = 1
                     ) -> tuple[Rollout, dict[str, float]]:
-    """A rollout of len(questions) groups by DAPO's dynamic sampling (train/dynamic.py): rounds of as many
-    questions (`draw` gives the next batch; each round sampled in `chunks` calls) until this process's block holds
-    that many groups with a reward spread above `rule.min_spread`, at most `rule.max_rounds` extra rounds; logs
-    kept, dropped and rounds."""
+    """A rollout of len(questions) groups selected by `rule` (train/dynamic.py) on each group's `statistic`: rounds
+    of as many questions (`draw` gives the next batch; each round sampled in `chunks` calls) until this process's
+    block holds that many kept groups, at most `rule.max_rounds` extra rounds; logs the groups seen, kept and
+    dropped, the rounds, and the smallest statistic of a group in the batch (every process's)."""
     rounds: list[LocalRollout] = []
-    spreads: list[np.ndarray] = []
+    stats: list[np.ndarray] = []
     for r in range(rule.max_rounds + 1):
         round_questions = questions if r == 0 else draw()
         local = sample_and_score(exp, params, round_questions, spec, jax.random.fold_in(key, r), chunks)
         rounds.append(local)
-        spreads.append(dynamic.group_spreads(local.scored.reward, local.scored.details["reward_ok"], spec.n))
-        kept = sum(int((s > rule.min_spread).sum()) for s in spreads)
-        if not distributed.max_over_processes(int(kept < len(questions)))[0]:
+        stats.append(statistic(local))
+        if not distributed.max_over_processes(int(len(rule.kept(stats, len(questions))) < len(questions)))[0]:
             break
-    chosen = sorted(dynamic.select_groups(spreads, len(questions), rule.min_spread))  # grouped by round
+    chosen = sorted(dynamic.select_groups(stats, len(questions), rule))  # grouped by round
     rows = [(r, g * spec.n + j) for r, g in chosen for j in range(spec.n)]
     result = _result_rows([local.result for local in rounds], rows)
     chosen_questions = [rounds[r].questions[g] for r, g in chosen]
@@ -185,13 +185,14 @@ def dynamic_rollout(exp: Experiment, params: Any, questions: list[data.Question]
     selected = LocalRollout(chosen_questions, tuple(s for local in rounds for s in local.sampled), groups, result,
                             scored, [rounds[r].responses[i] for r, i in rows],
                             sum(timings[1:], timings[0]) if timings else None)
-    counts = (sum(int((s > rule.min_spread).sum()) for s in spreads),
-              sum(int((s <= rule.min_spread).sum()) for s in spreads), len(rounds))
+    seen, kept = sum(len(s) for s in stats), len(rule.kept(stats, len(questions)))
+    counts = (kept, seen - kept, len(rounds), min(float(stats[r][g]) for r, g in chosen))
     gathered, every = gather_rollout(selected, spec.n, counts)
-    return gathered, {"dynamic/kept_groups": float(sum(c[0] for c in every)),
+    return gathered, {"dynamic/seen_groups": float(sum(c[0] + c[1] for c in every)),
+                      "dynamic/kept_groups": float(sum(c[0] for c in every)),
                       "dynamic/dropped_groups": float(sum(c[1] for c in every)),
-                      "dynamic/rounds": float(max(c[2] for c in every))}
-
+                      "dynamic/rounds": float(max(c[2] for c in every)),
+                      "dynamic/threshold_reached": min(c[3] for c in every)}
 
 
 def _json_float(x: float) -> float | None:

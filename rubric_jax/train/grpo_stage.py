@@ -16,10 +16,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from rubric_jax import data, distributed, loader, metrics, padding
+from rubric_jax import data, distributed, loader, metrics, padding, sampling
 from rubric_jax.judges.reward import Reward, RewardOutput, gather_outputs
 from rubric_jax.rubrics.schema import Rubric
-from rubric_jax.train import checkpointing, collect, monitors, oscillation, rollout, state as train_state
+from rubric_jax.train import checkpointing, collect, dynamic, monitors, oscillation, rollout, state as train_state
 from rubric_jax.train import programs as run_programs
 from rubric_jax.train.experiment import Experiment
 from rubric_jax.train.runner import Runner, Stage, StepOutput, TrainingError
@@ -59,8 +59,8 @@ def load_reference(exp: Experiment, state: train_state.TrainState, iterator_stat
 def grpo_iteration(exp: Experiment, programs: run_programs.GRPOPrograms, state: train_state.TrainState,
                    ref_params: Any | None, questions: list[data.Question], key: jax.Array,
                    draw: Callable[[], list[data.Question]] | None = None) -> tuple[train_state.TrainState, StepOutput]:
-    """One GRPO step: rollouts (with `rl.dynamic_sampling`, more rounds of questions from `draw` until enough
-    groups vary) -> rubric reward -> group advantages -> rollout log-probs (reference;
+    """One GRPO step: rollouts (with `rl.dynamic_sampling` or `rl.group_selection`, more rounds of questions from
+    `draw` until enough groups are kept) -> rubric reward -> group advantages -> rollout log-probs (reference;
     behaviour if `rl.recompute_old_logprobs`, else the sampler's) -> `rl.updates_per_batch` updates,
     dispatched; `grpo_row` reads the returned StepOutput's metrics.
 
@@ -72,9 +72,8 @@ def grpo_iteration(exp: Experiment, programs: run_programs.GRPOPrograms, state: 
     out, dynamic_row = _rollout(exp, state.params, questions, key, draw)
     scored = out.scored
     signal = rollout.rollout_advantages(scored, programs.cfg, settings.config.rl.missing_scores, settings.shaping,
-                                        rubrics=_row_rubrics(exp, scored) if settings.shaping.advantage ==
-                                        "per_dimension" else (), weights=exp.weights,
-                                        lengths_N=out.lengths_N, truncated_N=out.truncated_N)
+                                        **_advantage_context(exp, scored), lengths_N=out.lengths_N,
+                                        truncated_N=out.truncated_N)
     (longest,) = distributed.max_over_processes(int(max(out.result.lengths.max(), 1)))
     batch = rollout.training_batch(out.sampled, out.groups, programs.cfg.group_size,
                                    padding.bucket_length(longest, settings.train_rollout.response_buckets),
@@ -95,14 +94,40 @@ def grpo_iteration(exp: Experiment, programs: run_programs.GRPOPrograms, state: 
 
 def _rollout(exp: Experiment, params: Any, questions: list[data.Question], key: jax.Array,
              draw: Callable[[], list[data.Question]] | None) -> tuple[collect.Rollout, dict[str, float]]:
-    """The step's scored rollout (by dynamic sampling when configured) and its dynamic-sampling counts."""
+    """The step's scored rollout (its groups selected with refill rounds when rl.dynamic_sampling or
+    rl.group_selection is on) and the selection's counts."""
     spec, rule = exp.settings.train_rollout, exp.settings.dynamic_sampling
     chunks = exp.settings.config.rl.rollout_chunks
     if rule is None:
         return collect.rollout_and_score(exp, params, questions, spec, key, chunks), {}
     if draw is None:
-        raise ValueError("grpo_iteration: rl.dynamic_sampling needs `draw` (more questions from the iterator)")
-    return collect.dynamic_rollout(exp, params, questions, spec, key, draw, rule, chunks)
+        raise ValueError("grpo_iteration: rl.dynamic_sampling and rl.group_selection need `draw` (more questions "
+                         "from the iterator)")
+    return collect.dynamic_rollout(exp, params, questions, spec, key, draw, rule, _group_statistic(exp, rule), chunks)
+
+
+def _group_statistic(exp: Experiment, rule: dynamic.DynamicSampling
+                     ) -> Callable[[collect.LocalRollout], np.ndarray]:
+    """Per group of a sampled round, what `rule` selects on (train/dynamic.py): the reward spread for
+    rl.dynamic_sampling, else the std of what the round's advantages would normalise."""
+    settings, n = exp.settings, exp.settings.train_rollout.n
+    if rule.rule == "spread":
+        return lambda local: dynamic.group_spreads(local.scored.reward, local.scored.details["reward_ok"], n)
+
+    def statistic(local: collect.LocalRollout) -> np.ndarray:
+        inputs = rollout.advantage_inputs(local.scored, settings.config.rl.missing_scores, settings.shaping,
+                                          **_advantage_context(exp, local.scored), lengths_N=local.result.lengths,
+                                          truncated_N=local.result.finish_reason == sampling.FINISH_LENGTH)
+        return dynamic.group_std(inputs.values_NxC, inputs.counted_NxC(), inputs.weights_NxC, n)
+
+    return statistic
+
+
+def _advantage_context(exp: Experiment, scored: RewardOutput) -> dict[str, Any]:
+    """The rows' rubrics (per-dimension advantages only) and the run's dimension weights, as the advantages read
+    them."""
+    per_dimension = exp.settings.shaping.advantage == "per_dimension"
+    return {"rubrics": _row_rubrics(exp, scored) if per_dimension else (), "weights": exp.weights}
 
 
 def _reward_row(out: collect.Rollout, signal: rollout.Advantages) -> dict[str, float]:

@@ -80,15 +80,38 @@ class Advantages:
     metrics: dict[str, float]
 
 
-def rollout_advantages(scored: RewardOutput, cfg: grpo.GRPOConfig, missing_scores: str, shaping: Shaping = Shaping(),
-                       *, rubrics: Sequence[Rubric] = (), weights: Mapping[str, float] | None = None,
-                       lengths_N: np.ndarray | None = None, truncated_N: np.ndarray | None = None) -> Advantages:
-    """The advantages of one scored rollout.
+@dataclasses.dataclass(frozen=True)
+class AdvantageInputs:
+    """What a rollout's advantages normalise (legend: N rows, C columns): the trainable rows, per row and column the
+    value, whether it is present and its weight, the columns' names, and the shaping's metrics. One column (the
+    aggregated reward plus the overlong penalty, weight 1) for "sum_then_normalise"; for "per_dimension" the
+    dimensions' scores with the gates applied, and the overlong penalty as one more column when it is on."""
+
+    trainable_N: np.ndarray
+    values_NxC: np.ndarray
+    present_NxC: np.ndarray
+    weights_NxC: np.ndarray
+    names: list[str]
+    metrics: dict[str, float]
+
+    def counted_NxC(self) -> np.ndarray:
+        """The cells in their group's statistics (`counted_cells`)."""
+        return counted_cells(self.weights_NxC, self.present_NxC, self.trainable_N)
+
+
+def counted_cells(weights_NxD: np.ndarray, present_NxD: np.ndarray, trainable_N: np.ndarray) -> np.ndarray:
+    """The cells [N, D] in their group's statistics: the trainable rows' present, weighted values."""
+    return (weights_NxD > 0) & np.asarray(present_NxD, bool) & np.asarray(trainable_N, bool)[:, None]
+
+
+def advantage_inputs(scored: RewardOutput, missing_scores: str, shaping: Shaping = Shaping(), *,
+                     rubrics: Sequence[Rubric] = (), weights: Mapping[str, float] | None = None,
+                     lengths_N: np.ndarray | None = None, truncated_N: np.ndarray | None = None) -> AdvantageInputs:
+    """What `rollout_advantages` normalises, for it and for group selection (train/dynamic.py).
 
     A sample is trainable when its reward is ok, with missing_scores "drop" every dimension score is present,
-    and with `shaping.mask_truncated` it was not cut at max_new_tokens. "sum_then_normalise" normalises the
-    aggregated reward (plus the overlong penalty) per group with cfg's scaling and eps; "per_dimension" is
-    GDPO (`per_dimension_advantages`, the rows' `rubrics` give weights and gates; `weights` override them).
+    and with `shaping.mask_truncated` it was not cut at max_new_tokens. For "per_dimension" the rows' `rubrics`
+    give weights and gates; `weights` override them.
     """
     if missing_scores not in MISSING_SCORES:
         raise ValueError(f"missing_scores={missing_scores!r}: must be one of {MISSING_SCORES}")
@@ -108,10 +131,8 @@ def rollout_advantages(scored: RewardOutput, cfg: grpo.GRPOConfig, missing_score
         metrics["overlong_penalty/mean"] = float(penalty_N.mean())
     if shaping.advantage == "sum_then_normalise":
         rewards_N = np.asarray(scored.reward, np.float64) + penalty_N
-        advantages_N, zero_std = grpo.group_advantages(rewards_N.astype(np.float32), cfg.group_size,
-                                                       scaling=cfg.advantage_scaling, eps=cfg.advantage_eps,
-                                                       valid_N=valid_N)
-        return Advantages(np.asarray(advantages_N), valid_N, float(zero_std), metrics)
+        return AdvantageInputs(valid_N, rewards_N[:, None], np.ones((n, 1), bool), np.ones((n, 1)), ["reward"],
+                               metrics)
     if len(rubrics) != n:
         raise ValueError(f"per-dimension advantages need each row's rubric: {len(rubrics)} rubrics for {n} rows")
     weights_NxD, gate_NxD = dimension_layout(rubrics, scored.dimension_ids, weights)
@@ -122,10 +143,29 @@ def rollout_advantages(scored: RewardOutput, cfg: grpo.GRPOConfig, missing_score
         present_NxD = np.concatenate([present_NxD, np.ones((n, 1), bool)], axis=1)
         weights_NxD = np.concatenate([weights_NxD, weights_NxD.max(axis=1, keepdims=True)], axis=1)
         names.append("overlong")
+    return AdvantageInputs(valid_N, scores_NxD, present_NxD, weights_NxD, names, metrics)
+
+
+def rollout_advantages(scored: RewardOutput, cfg: grpo.GRPOConfig, missing_scores: str, shaping: Shaping = Shaping(),
+                       *, rubrics: Sequence[Rubric] = (), weights: Mapping[str, float] | None = None,
+                       lengths_N: np.ndarray | None = None, truncated_N: np.ndarray | None = None) -> Advantages:
+    """The advantages of one scored rollout (`advantage_inputs` says which rows train and what is normalised).
+
+    "sum_then_normalise" normalises the aggregated reward (plus the overlong penalty) per group with cfg's
+    scaling and eps; "per_dimension" is GDPO (`per_dimension_advantages`).
+    """
+    inputs = advantage_inputs(scored, missing_scores, shaping, rubrics=rubrics, weights=weights, lengths_N=lengths_N,
+                              truncated_N=truncated_N)
+    if shaping.advantage == "sum_then_normalise":
+        advantages_N, zero_std = grpo.group_advantages(inputs.values_NxC[:, 0].astype(np.float32), cfg.group_size,
+                                                       scaling=cfg.advantage_scaling, eps=cfg.advantage_eps,
+                                                       valid_N=inputs.trainable_N)
+        return Advantages(np.asarray(advantages_N), inputs.trainable_N, float(zero_std), inputs.metrics)
     advantages_N, share_D, zero_std = per_dimension_advantages(
-        scores_NxD, present_NxD, weights_NxD, valid_N, cfg.group_size, cfg.advantage_scaling, cfg.advantage_eps)
-    metrics.update({f"advantage/{name}": float(share) for name, share in zip(names, share_D)})
-    return Advantages(advantages_N, valid_N, zero_std, metrics)
+        inputs.values_NxC, inputs.present_NxC, inputs.weights_NxC, inputs.trainable_N, cfg.group_size,
+        cfg.advantage_scaling, cfg.advantage_eps)
+    metrics = {**inputs.metrics, **{f"advantage/{name}": float(share) for name, share in zip(inputs.names, share_D)}}
+    return Advantages(advantages_N, inputs.trainable_N, zero_std, metrics)
 
 
 def dimension_layout(rubrics: Sequence[Rubric], dimension_ids: Sequence[str],
@@ -167,7 +207,7 @@ def per_dimension_advantages(scores_NxD: np.ndarray, present_NxD: np.ndarray, we
     no gradient and is counted in the fraction, as in `grpo.group_advantages`.
     """
     n, num_dims = scores_NxD.shape
-    scored_NxD = (weights_NxD > 0) & np.asarray(present_NxD, bool) & np.asarray(trainable_N, bool)[:, None]
+    scored_NxD = counted_cells(weights_NxD, present_NxD, trainable_N)
     values_NxD = np.where(scored_NxD, scores_NxD, 0.0).astype(np.float32)
     adv_NxD = np.zeros((n, num_dims))
     varies_BxD = np.zeros((n // group_size, num_dims), bool)

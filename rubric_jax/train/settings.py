@@ -22,7 +22,7 @@ from rubric_jax.loader import resolve_attention
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.train import blocks, rollout, state as train_state
 from rubric_jax.train.audit import AuditSettings
-from rubric_jax.train.dynamic import DynamicSampling
+from rubric_jax.train.dynamic import DynamicSampling, parse_group_selection
 from rubric_jax.train.oscillation import OscillationRule
 
 # Input files a run reads (a tfds:NAME data set is a directory of its own, checked where it is read).
@@ -101,7 +101,7 @@ class Settings:
     sft_response_buckets: tuple[int, ...]
     shaping: rollout.Shaping  # rl.advantage, rl.overlong_*, rl.mask_truncated
     oscillation: OscillationRule | None  # rl.lr_on_oscillation and its rule, None when off
-    dynamic_sampling: DynamicSampling | None  # rl.dynamic_sampling and its settings, None when off
+    dynamic_sampling: DynamicSampling | None  # rl.dynamic_sampling or rl.group_selection, None when both are off
     reward_model: RewardModelConfig | None  # config.reward, when a reward model scores the rollouts
     audit: AuditSettings | None  # config.audit, None when it has no judge (train/audit.py)
     mesh: MeshSpec
@@ -155,13 +155,26 @@ def shaping(rl: blocks.RLBlock) -> rollout.Shaping:
 
 
 def dynamic_sampling(rl: blocks.RLBlock) -> DynamicSampling | None:
-    """DAPO's dynamic sampling settings (rl.dynamic_sampling_*), or None when rl.dynamic_sampling is off."""
-    if not rl.dynamic_sampling:
+    """The refill rounds' settings (train/dynamic.py) with DAPO's spread rule (rl.dynamic_sampling_*) or
+    rl.group_selection's rule (its rounds bounded by rl.dynamic_sampling_max_rounds), or None when both are off."""
+    try:
+        selection = parse_group_selection(rl.group_selection)
+    except ValueError as e:
+        raise ValueError(f"config.rl.group_selection={rl.group_selection!r}: {e}") from None
+    if selection is not None and rl.dynamic_sampling:
+        _fail("rl.group_selection", rl.group_selection, "rl.dynamic_sampling=True selects groups by its spread "
+              "threshold: set one of the two (both refill from the next questions)")
+    if selection is None and not rl.dynamic_sampling:
         return None
     try:
-        return DynamicSampling(rl.dynamic_sampling_min_spread, rl.dynamic_sampling_max_rounds)
+        rule = DynamicSampling(rl.dynamic_sampling_min_spread, rl.dynamic_sampling_max_rounds, *selection or ())
     except ValueError as e:
         raise ValueError(f"config.rl.dynamic_sampling_{e}") from None
+    rounds = rule.rounds_needed()
+    if rounds is not None and rounds > rule.max_rounds + 1:
+        _fail("rl.group_selection", rl.group_selection, f"keeping that top fraction takes {rounds} sampling rounds "
+              f"a step, rl.dynamic_sampling_max_rounds={rule.max_rounds} allows {rule.max_rounds + 1}")
+    return rule
 
 
 def oscillation_rule(rl: blocks.RLBlock) -> OscillationRule | None:

@@ -23,10 +23,10 @@ def test_group_spreads_hand_computed():
 
 def test_kept_groups_first_then_the_least_flat_dropped_ones():
     spreads = [np.array([0.0, 0.4, 0.02]), np.array([0.3, 0.05, 0.0])]
-    assert dynamic.select_groups(spreads, 3, 0.1) == [(0, 1), (1, 0), (1, 1)]  # two kept, then the widest dropped
-    assert dynamic.select_groups(spreads, 2, 0.0) == [(0, 1), (0, 2)]  # enough kept in sampling order
+    assert dynamic.select_groups(spreads, 3, dynamic.DynamicSampling(0.1)) == [(0, 1), (1, 0), (1, 1)]  # two kept, then the widest dropped
+    assert dynamic.select_groups(spreads, 2, dynamic.DynamicSampling(0.0)) == [(0, 1), (0, 2)]  # enough kept in sampling order
     with pytest.raises(ValueError, match="6 groups sampled, 7 needed"):
-        dynamic.select_groups(spreads, 7, 0.1)
+        dynamic.select_groups(spreads, 7, dynamic.DynamicSampling(0.1))
 
 
 def test_settings_are_checked_and_off_by_default():
@@ -61,5 +61,5 @@ def test_a_grpo_iteration_samples_extra_rounds_and_keeps_the_batch_shape(tmp_pat
     assert len(drawn) == 2 and row["dynamic/rounds"] == 3.0
     assert row["dynamic/kept_groups"] == 0.0 and row["dynamic/dropped_groups"] == 6.0
     assert np.isfinite(row["loss"]) and row["skipped"] == 0.0
-    with pytest.raises(ValueError, match="needs `draw`"):
+    with pytest.raises(ValueError, match="need `draw`"):
         first_grpo_step(run_, run_.train_questions[:2], jax.random.key(0))

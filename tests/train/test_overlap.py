@@ -65,7 +65,19 @@ def experiment(tmp_path_factory):
     template phrases."""
     directory = tmp_path_factory.mktemp("overlap")
     config = absolute_tiny_config()
-    rubric = yaml.safe_load(Path(config.data.rubric).read_text())
+    with config.unlocked():
+        config.data.rubric = varied_rubric(config.data.rubric, directory)
+        config.data.golden = ""  # its labels name 'template'
+        config.rl.questions_per_step, config.rl.group_size, config.rl.max_new_tokens = 16, 2, 12
+        config.rl.micro_batches = 1
+    return loop.build(config, directory / "run")
+
+
+def varied_rubric(tiny_rubric: str, directory: Path) -> str:
+    """The tiny default's rubric (its file `tiny_rubric`) made to vary on the random policy's text, written to
+    `directory`: no gate, every dimension reading the whole response, a length criterion and an LLM-judged one
+    instead of the template phrases."""
+    rubric = yaml.safe_load(Path(tiny_rubric).read_text())
     rubric["dimensions"] = [d for d in rubric["dimensions"] if d["id"] != "template"]  # at most 7 with the rows' own
     for dimension in rubric["dimensions"]:
         dimension.update(gate=False, reads="response")
@@ -77,11 +89,7 @@ def experiment(tmp_path_factory):
         {"id": "courtesy", "description": "The response thanks or apologises (thank you / sorry).", "kind": "llm",
          "scale": binary, "reads": "response", "anchors": {"0": "No thanks or apology.", "1": "Thanks or apologises."}}]
     (directory / "rubric.yaml").write_text(yaml.safe_dump(rubric))
-    with config.unlocked():
-        config.data.rubric, config.data.golden = str(directory / "rubric.yaml"), ""  # golden labels name 'template'
-        config.rl.questions_per_step, config.rl.group_size, config.rl.max_new_tokens = 16, 2, 12
-        config.rl.micro_batches = 1
-    return loop.build(config, directory / "run")
+    return str(directory / "rubric.yaml")
 
 
 def _iteration(exp, chunks, monkeypatch, questions, *draw, recompute_old_logprobs=False, **changes):
