@@ -216,6 +216,7 @@ def rl_block() -> ml_collections.ConfigDict:
     # calls of whole groups (must divide questions_per_step; one process), the host judging chunk j (an HTTP or rule
     # judge) while the devices sample chunk j + 1. Same parameters, tokens, rewards and batch as one call; 1 = off.
     b.rollout_chunks = 1
+    b.off_policy_steps = 0  # 1: sample and judge step t + 1 while step t updates (train/off_policy.py; verl, AReaL); 0 = off.
     # RubricRL §4.3: lower the learning rate (1e-6 -> 5e-7) when the reward oscillates (train/oscillation.py).
     b.lr_on_oscillation = False  # Multiply the lr by lr_drop_factor when the windowed reward oscillates; off by default.
     b.oscillation_window = 20  # GRPO steps of reward/mean in the oscillation test (and between two drops).

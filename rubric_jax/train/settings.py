@@ -26,6 +26,7 @@ from rubric_jax.models.config import REMAT_POLICIES, ModelConfig
 from rubric_jax.train import rollout, state as train_state
 from rubric_jax.train.audit import AuditSettings
 from rubric_jax.train.dynamic import DynamicSampling
+from rubric_jax.train.off_policy import OffPolicy, off_policy
 from rubric_jax.train.oscillation import OscillationRule
 
 STAGES = ("sft", "grpo")
@@ -147,6 +148,7 @@ class Settings:
     oscillation: OscillationRule | None  # rl.lr_on_oscillation and its rule, None when off
     dynamic_sampling: DynamicSampling | None  # rl.dynamic_sampling and its settings, None when off
     rollout_chunks: int  # rl.rollout_chunks: sampler calls per rollout, each judged while the next samples
+    off_policy: OffPolicy  # rl.off_policy_steps (train/off_policy.py)
     recompute_old_logprobs: bool  # rl.recompute_old_logprobs
     updates_per_batch: int  # rl.updates_per_batch
     samples_per_step: int  # log.samples_per_step
@@ -396,7 +398,7 @@ def validate(config: ml_collections.ConfigDict) -> Settings:
               "recomputed log-probs against the sampler's: set rl.recompute_old_logprobs=True")
     return Settings(stages, grpo_cfg, train, evaluation, buckets(config.sft.max_response_len),
                     config.rl.missing_scores, shaping(config.rl), oscillation_rule(config.rl), dynamic_sampling(config.rl),
-                    rollout_chunks(config.rl),
+                    rollout_chunks(config.rl), off_policy(config.rl),
                     config.rl.recompute_old_logprobs, config.rl.updates_per_batch, config.log.samples_per_step,
                     config.eval.every_steps, reward_model_config(config), judge, audit_settings(config), config.seed,
                     mesh_spec(config.mesh),

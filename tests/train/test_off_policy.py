@@ -1,0 +1,73 @@
+"""One-step off-policy GRPO (rl.off_policy_steps=1, train/off_policy.py): each batch is sampled by the params of two
+steps before (its row says which), and a run killed with SIGKILL resumes to the uninterrupted run's rows (the pending
+batch regenerated from the behaviour checkpoint). The shortened tiny default of test_loop.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import ml_collections
+import pytest
+
+from rubric_jax.train import off_policy
+from test_loop import _flags, _rows, _wait_for_row, sft  # noqa: F401 (sft: the fixture)
+
+OFF_POLICY = ["--config.rl.off_policy_steps=1", "--config.rl.recompute_old_logprobs=True",
+              "--config.rl.behaviour_correction_cap=2.0", "--config.rl.lr=1e-3"]
+
+
+def _rl(**values) -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict({"off_policy_steps": 1, "dynamic_sampling": False,
+                                      "recompute_old_logprobs": True, "behaviour_correction_cap": 2.0, **values})
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"off_policy_steps": 2}, "config.rl.off_policy_steps=2: expected 0 (on-policy) or 1"),
+    ({"off_policy_steps": True}, "config.rl.off_policy_steps=True: expected 0 (on-policy) or 1"),
+    ({"dynamic_sampling": True}, "config.rl.off_policy_steps=1: cannot combine with rl.dynamic_sampling=True"),
+    ({"recompute_old_logprobs": False}, "config.rl.off_policy_steps=1: needs rl.recompute_old_logprobs=True"),
+    ({"behaviour_correction_cap": 0.0}, "config.rl.off_policy_steps=1: needs rl.behaviour_correction_cap > 0"),
+])
+def test_incompatible_options_are_one_line_errors(values, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")) as error:
+        off_policy.off_policy(_rl(**values))
+    assert "\n" not in str(error.value)
+
+
+def test_the_default_is_on_policy():
+    from configs.common import rl_block
+    assert off_policy.off_policy(rl_block()) == off_policy.OffPolicy(0)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, sft, command_server) -> Path:  # noqa: F811
+    workdir = tmp_path_factory.mktemp("off_policy")
+    done = command_server("experiments.run").run("--config=configs/tiny.py", *_flags(workdir, sft), *OFF_POLICY)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return workdir
+
+
+def test_each_batch_is_sampled_by_the_params_of_two_steps_before(uninterrupted):
+    """Batches 1 and 2 by the starting params, batch t by those after step t - 2 (the TrainState's step count of the
+    params the sampler read); the sampler's log-probs differ from the recomputed ones once the params moved."""
+    grpo = [r for r in _rows(uninterrupted) if r["stage"] == "grpo"]
+    assert [r["off_policy/sampler_step"] for r in grpo] == [0, 0, 1, 2, 3]
+    assert grpo[0]["logprob_gap/mean"] < 1e-4  # step 1: sampled and recomputed by the same params
+    assert all(r["logprob_gap/mean"] > 1e-4 for r in grpo[1:])  # then sampled one update before the recomputation
+    assert sorted(p.name for p in (uninterrupted / "checkpoints").iterdir()) == ["behaviour", "grpo", "reference",
+                                                                                 "sft"]
+
+
+def test_sigkill_then_resume_matches_uninterrupted(uninterrupted, sft, tmp_path, command_server):  # noqa: F811
+    run = command_server("experiments.run")
+    flags = ["--config=configs/tiny.py", *_flags(tmp_path, sft), *OFF_POLICY]
+    killed = run.start(*flags)
+    _wait_for_row(tmp_path, "grpo", 3, killed.running, lambda: killed.wait().stderr)  # checkpoint 2 is on disk
+    os.kill(killed.pid, signal.SIGKILL)
+    assert killed.wait().returncode == -signal.SIGKILL
+    resumed = run.run(*flags)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _rows(tmp_path) == _rows(uninterrupted)
+    assert _rows(tmp_path, "samples.jsonl") == _rows(uninterrupted, "samples.jsonl")
