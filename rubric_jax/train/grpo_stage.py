@@ -245,6 +245,8 @@ class GRPOStage(Stage):
         return step % self.exp.settings.eval_every == 0 or step == self.total
 
     def evaluate(self, step: int, state: train_state.TrainState, progress: metrics.Progress) -> float:
+        if self.ahead is not None:
+            self.ahead.settle()
         row = evaluate(self.exp, state, step)
         progress.write(metrics.format_eval_summary(step, row, self.baseline, reward_key="eval/reward_mean"))
         return row["eval/reward_mean"]

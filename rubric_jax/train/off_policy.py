@@ -3,11 +3,13 @@ step t + 1 is sampled and judged while step t updates, so a slow judge (another 
 device time. verl's one-step off-policy recipe and fully-async trainer, AReaL's decoupled PPO and SkyRL's async
 trainer do the same.
 
-Within step t: the sampler call of batch t + 1 is dispatched first (with θ_{t−1}, the params before update t),
-then update t on batch t; the host then fetches batch t + 1 (the devices finish sampling before they update)
-and judges it while the devices run the update. So batch t + 1 was sampled by the params of step t − 1 (batch 1
-and 2 by the starting params); every row logs `off_policy/sampler_step`, the TrainState's step count (in stage
-steps) of the params that sampled its batch.
+Within step t: the sampler call of batch t + 1 is dispatched first (with θ_{t−1}, the params before update t);
+the host then waits for batch t's judging (on the judging thread since step t − 1) and dispatches update t; the
+judging thread fetches batch t + 1 (the devices finish sampling it before they update) and judges it while the
+devices run update t and sample batch t + 2: a step takes about max(sampling + update, judging). So batch t + 1
+was sampled by the params of step t − 1 (batches 1 and 2 by the starting params); every row logs
+`off_policy/sampler_step`, the TrainState's step count (in stage steps) of the params that sampled its batch. One
+process only (the judging thread's gather is a collective); evals wait for the judging thread first.
 
 Log-probs (validated at start-up: rl.recompute_old_logprobs and rl.behaviour_correction_cap > 0): the
 behaviour log-probs are the sampler's (θ_{t−2} for batch t), kept from the sampler call; `old_logp`, the
@@ -39,6 +41,13 @@ class OffPolicy:
     def __post_init__(self) -> None:
         if isinstance(self.steps, bool) or self.steps not in (0, 1):
             raise ValueError(f"config.rl.off_policy_steps={self.steps!r}: expected 0 (on-policy) or 1")
+
+    def check_processes(self, processes: int) -> None:
+        """One process only: the judging thread gathers the batch's rows, a collective that must not interleave with
+        the main thread's (one line)."""
+        if self.steps and processes > 1:
+            raise ValueError(f"config.rl.off_policy_steps={self.steps}: one-step off-policy runs on one process, this "
+                             f"job has {processes}; set config.rl.off_policy_steps=0")
 
 
 def off_policy(rl: ml_collections.ConfigDict) -> OffPolicy:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
 from rubric_jax import data, distributed
 from rubric_jax.train import checkpointing, collect, state as train_state
@@ -24,12 +24,13 @@ Train = Callable[[train_state.TrainState, collect.Rollout, dict[str, float]],
 
 @dataclasses.dataclass(frozen=True)
 class Pending:
-    """A batch sampled and judged ahead of its step: the params that sampled it (a copy: the update donates the
-    state), their step count, and the iterator position before its questions were drawn."""
+    """A batch sampled ahead of its step and judged on the judging thread (`rollout`): the params that sampled it
+    (a copy: the update donates the state), their optimizer updates, and the iterator position before its
+    questions were drawn."""
 
-    rollout: collect.Rollout
+    rollout: concurrent.futures.Future[collect.Rollout]
     params: Any
-    sampler_step: int
+    updates: jax.Array | int
     position: data.IteratorState
 
 
@@ -60,6 +61,7 @@ class OneStepAhead:
         self.resumed: Source | None = None  # set by `start` on a resume, used by the first step
         self.position: data.IteratorState | None = None  # the iterator before this step's rows were drawn
         self.state: train_state.TrainState | None = None  # after the latest step (its step names the checkpoint)
+        self.judging = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="off-policy-judge")
 
     def start(self, restored: checkpointing.Restored | None, start: int, seed: int) -> None:
         """Reads the pending batch's source back from the behaviour checkpoint of the restored step."""
@@ -79,37 +81,52 @@ class OneStepAhead:
 
     def step(self, state: train_state.TrainState, rows: list[Any], step: int, runner: Runner, train: Train
              ) -> tuple[train_state.TrainState, StepOutput]:
-        """Step `step`: dispatches the sampling of batch step + 1 (`rows`) with `state.params`, then the updates on
-        the pending batch (sampled one step earlier), then judges batch step + 1 while they run."""
+        """Step `step`: dispatches the sampling of batch step + 1 (`rows`) with `state.params`, waits for the pending
+        batch's judging (a step earlier), dispatches its updates and hands batch step + 1 to the judging thread."""
         pending, position = self.pending, self.position
         if pending is None and self.resumed is None:  # the stage's first step: batch 1 sampled now, batch 2 next
-            pending = self._sample(state, rows, step, position)()
+            pending = self._judge(self._sample(state, rows, step, position))
             position, rows = runner.position, runner.next_rows()
         elif pending is None:  # the first step after a resume: the killed run's pending batch again
             source, self.resumed = self.resumed, None
             questions = distributed.process_block(next(data.BatchIterator(runner.stage.rows, runner.stage.batch_size,
                                                                           source.position)))
-            pending = self._start(source.params, jnp.asarray(source.sampler_step * self.updates_per_step), questions,
-                                  step, source.position)()
-        finish = self._sample(state, rows, step + 1, position) if step < self.total else None
-        new_state, out = train(state, pending.rollout, {SAMPLER_STEP: float(pending.sampler_step)})
-        self.pending = finish() if finish is not None else None
+            pending = self._judge(self._start(source.params, source.sampler_step * self.updates_per_step, questions,
+                                              step, source.position))
+        following = self._sample(state, rows, step + 1, position) if step < self.total else None
+        rollout = pending.rollout.result()  # the host waited on the judge while the devices sampled and updated
+        new_state, out = train(state, rollout, {SAMPLER_STEP: float(int(pending.updates) // self.updates_per_step)})
+        self.pending = self._judge(following) if following is not None else None
         self.position, self.state = runner.position, new_state
         return new_state, out
 
-    def _sample(self, state: train_state.TrainState, questions: list[Any], step: int, position: data.IteratorState
-                ) -> Callable[[], Pending]:
-        """Dispatches batch `step`'s sampling with a copy of `state`'s params (the update donates the state)."""
-        return self._start(jax.tree.map(jnp.copy, state.params), jnp.copy(state.step), questions, step, position)
+    def settle(self) -> None:
+        """Waits for the judging thread (the eval's judge calls must not run beside it)."""
+        if self.pending is not None:
+            self.pending.rollout.exception()
 
-    def _start(self, params: Any, updates: jax.Array, questions: list[Any], step: int, position: data.IteratorState
-               ) -> Callable[[], Pending]:
-        """Dispatches batch `step`'s sampling with `params` (`updates` optimizer updates in); returns what judges it."""
-        spec = self.exp.settings.train_rollout
-        finish = collect.start_sampling(self.exp, params, questions, spec, self.key_of(step),
-                                        self.exp.settings.rollout_chunks)
-        return lambda: Pending(collect.gather_rollout(finish(), spec.n)[0], params,
-                               int(updates) // self.updates_per_step, position)
+    def _judge(self, dispatched: tuple[Callable[[], collect.LocalRollout], Any, jax.Array | int,
+                                       data.IteratorState]) -> Pending:
+        """A dispatched batch, fetched, judged and gathered on the judging thread."""
+        finish, params, updates, position = dispatched
+        n = self.exp.settings.train_rollout.n
+        return Pending(self.judging.submit(lambda: collect.gather_rollout(finish(), n)[0]), params, updates, position)
+
+    def _sample(self, state: train_state.TrainState, questions: list[Any], step: int, position: data.IteratorState
+                ) -> tuple[Callable[[], collect.LocalRollout], Any, jax.Array, data.IteratorState]:
+        """Dispatches batch `step`'s sampling with a copy of `state`'s params (the update donates the state; a copy by
+        transfer, as tests/first_grpo_step.py's: jnp.copy compiles a program per parameter shape)."""
+        return self._start(jax.device_put(state.params, may_alias=False), jax.device_put(state.step, may_alias=False),
+                           questions, step, position)
+
+    def _start(self, params: Any, updates: jax.Array | int, questions: list[Any], step: int,
+               position: data.IteratorState
+               ) -> tuple[Callable[[], collect.LocalRollout], Any, jax.Array | int, data.IteratorState]:
+        """Dispatches batch `step`'s sampling with `params` (`updates` optimizer updates in): what judges it, and
+        the pending batch's source."""
+        finish = collect.start_sampling(self.exp, params, questions, self.exp.settings.train_rollout,
+                                        self.key_of(step), self.exp.settings.rollout_chunks)
+        return finish, params, updates, position
 
     def checkpoint_extra(self) -> dict[str, Any]:
         """Saves the pending batch's source under the latest step (before the GRPO checkpoint that names it);
@@ -118,5 +135,5 @@ class OneStepAhead:
             with self.exp.checkpointer(BEHAVIOUR_STAGE) as ckpt:
                 ckpt.save(self.state.replace(params=self.pending.params),
                           data_state=self.pending.position.to_dict(), rubric_hash=self.exp.rubric_hash,
-                          extra={"sampler_step": self.pending.sampler_step})
+                          extra={"sampler_step": int(self.pending.updates) // self.updates_per_step})
         return {EXTRA_KEY: 1}
