@@ -4,15 +4,22 @@ batch regenerated from the behaviour checkpoint). The shortened tiny default of 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
+import urllib.request
 from pathlib import Path
 
 import ml_collections
 import pytest
 
+from benchmarks.latency_judge import LatencyJudge
+from openai_double import Endpoint
 from rubric_jax.train import off_policy
-from test_loop import _flags, _rows, _wait_for_row, sft  # noqa: F401 (sft: the fixture)
+from test_loop import ROOT, _flags, _rows, _wait_for_row, sft  # noqa: F401 (sft: the fixture)
+from xla_flags import command_env
 
 OFF_POLICY = ["--config.rl.off_policy_steps=1", "--config.rl.recompute_old_logprobs=True",
               "--config.rl.behaviour_correction_cap=2.0", "--config.rl.lr=1e-3"]
@@ -71,3 +78,46 @@ def test_sigkill_then_resume_matches_uninterrupted(uninterrupted, sft, tmp_path,
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _rows(tmp_path) == _rows(uninterrupted)
     assert _rows(tmp_path, "samples.jsonl") == _rows(uninterrupted, "samples.jsonl")
+
+
+def test_the_latency_judge_answers_as_its_upstream():
+    """benchmarks/latency_judge.py relays the chat request and the model list unchanged (after its delay)."""
+    endpoint = Endpoint(reply=lambda messages: "SCORE: 4").up()
+    judge = LatencyJudge(endpoint.url.removesuffix("/v1"), delay_s=0.01)
+    try:
+        body = json.dumps({"model": "scripted", "messages": [{"role": "user", "content": "Rate this."}]}).encode()
+        request = urllib.request.Request(f"{judge.base_url}/v1/chat/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            assert json.loads(answer.read())["choices"][0]["message"]["content"] == "SCORE: 4"
+        with urllib.request.urlopen(f"{judge.base_url}/v1/models", timeout=60) as answer:
+            assert [m["id"] for m in json.loads(answer.read())["data"]] == ["scripted"]
+        assert endpoint.requests == ["Rate this."]
+    finally:
+        judge.close()
+        endpoint.down()
+    with pytest.raises(ValueError, match="delay_s=-1: expected a number >= 0"):
+        LatencyJudge(endpoint.url, delay_s=-1)
+
+
+def test_the_benchmark_smoke_runs_both_settings(tmp_path):
+    """docs/training.md's `PYTHONPATH=. .venv/bin/python -m benchmarks.bench_off_policy` at toy size, its judge a
+    scripted endpoint behind the latency judge: one JSON line with both settings' s/step, eval reward and ratio."""
+    endpoint = Endpoint().up()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "benchmarks.bench_off_policy", "--smoke", "--steps=3", "--delay_s=0.05", "--seeds=1",
+             f"--upstream={endpoint.url.removesuffix('/v1')}", "--model=scripted"],
+            cwd=ROOT, env=command_env(TMPDIR=str(tmp_path)), capture_output=True,
+            text=True, timeout=600)
+    finally:
+        endpoint.down()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    for setting in ("off_policy_steps=0", "off_policy_steps=1"):
+        assert len(result[setting]["seeds_s_per_step"]) == len(result[setting]["eval_reward"]) == 1
+        assert result[setting]["s_per_step"] > 0
+    assert result["speedup"] > 0 and endpoint.requests  # the judge was asked through the proxy
+    offs = [json.loads(line) for p in tmp_path.glob("bench_off_policy_1_0_*") for line in
+            (p / "metrics.jsonl").read_text().splitlines()]
+    assert [r["off_policy/sampler_step"] for r in offs if r.get("stage") == "grpo"] == [0, 0, 1]
