@@ -10,7 +10,7 @@ from typing import Any
 import jax
 
 from rubric_jax import data, distributed
-from rubric_jax.train import checkpointing, collect, state as train_state
+from rubric_jax.train import checkpointing, collect, state as train_state, workdir as run_workdir
 from rubric_jax.train.experiment import Experiment
 from rubric_jax.train.runner import Runner, StepOutput, TrainingError
 
@@ -70,7 +70,7 @@ class OneStepAhead:
         if restored is None or start >= self.total:
             return
         step = int(restored.state.step)
-        with self.exp.checkpointer(BEHAVIOUR_STAGE) as ckpt:
+        with self._checkpointer() as ckpt:
             if step not in ckpt.all_steps():
                 raise TrainingError(f"{ckpt.directory}: no step {step} to resume the off-policy batch from; "
                                     "start a new --workdir")
@@ -128,11 +128,17 @@ class OneStepAhead:
                                         self.key_of(step), self.exp.settings.rollout_chunks)
         return finish, params, updates, position
 
+    def _checkpointer(self) -> checkpointing.Checkpointer:
+        """The behaviour checkpoints: one more than checkpoint.keep, so that a kill between a behaviour save and its
+        GRPO save leaves the behaviour checkpoint of the GRPO checkpoint the resume restores."""
+        return checkpointing.Checkpointer(run_workdir.checkpoint_dir(self.exp.workdir, BEHAVIOUR_STAGE),
+                                          max_to_keep=self.exp.settings.checkpoint.keep + 1)
+
     def checkpoint_extra(self) -> dict[str, Any]:
         """Saves the pending batch's source under the latest step (before the GRPO checkpoint that names it);
         the GRPO checkpoint's extra."""
         if self.pending is not None:
-            with self.exp.checkpointer(BEHAVIOUR_STAGE) as ckpt:
+            with self._checkpointer() as ckpt:
                 ckpt.save(self.state.replace(params=self.pending.params),
                           data_state=self.pending.position.to_dict(), rubric_hash=self.exp.rubric_hash,
                           extra={"sampler_step": int(self.pending.updates) // self.updates_per_step})

@@ -17,7 +17,8 @@ import pytest
 
 from benchmarks.latency_judge import LatencyJudge
 from openai_double import Endpoint
-from rubric_jax.train import off_policy
+from rubric_jax.train import checkpointing, off_policy, one_step_ahead
+from rubric_jax.train.runner import TrainingError
 from test_loop import ROOT, _flags, _rows, _wait_for_row, sft  # noqa: F401 (sft: the fixture)
 from xla_flags import command_env
 
@@ -48,6 +49,15 @@ def test_the_default_is_on_policy():
     assert off_policy.off_policy(rl_block()) == off_policy.OffPolicy(0)
 
 
+@pytest.mark.parametrize("saved, steps", [({}, 1), ({"off_policy_steps": 1}, 0)])
+def test_a_checkpoint_resumes_only_under_the_setting_that_wrote_it(saved, steps):
+    restored = checkpointing.Restored(None, {}, "", saved)
+    with pytest.raises(TrainingError, match=f"config.rl.off_policy_steps={steps}: the GRPO checkpoint was written with "
+                                            f"rl.off_policy_steps={1 - steps}; resume it with that value"):
+        one_step_ahead.check_resume(restored, steps)
+    one_step_ahead.check_resume(restored, 1 - steps)  # the same setting resumes
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, sft, command_server) -> Path:  # noqa: F811
     workdir = tmp_path_factory.mktemp("off_policy")
@@ -65,6 +75,10 @@ def test_each_batch_is_sampled_by_the_params_of_two_steps_before(uninterrupted):
     assert all(r["logprob_gap/mean"] > 1e-4 for r in grpo[1:])  # then sampled one update before the recomputation
     assert sorted(p.name for p in (uninterrupted / "checkpoints").iterdir()) == ["behaviour", "grpo", "reference",
                                                                                  "sft"]
+    # Saved before each GRPO checkpoint but the last (nothing is pending after it), checkpoint.keep + 1 of them: a
+    # kill between a behaviour save and its GRPO save leaves the GRPO checkpoint's behaviour checkpoint.
+    assert sorted(int(p.name) for p in (uninterrupted / "checkpoints" / "behaviour").iterdir()
+                  if p.name.isdigit()) == [2, 4]
 
 
 def test_sigkill_then_resume_matches_uninterrupted(uninterrupted, sft, tmp_path, command_server):  # noqa: F811
