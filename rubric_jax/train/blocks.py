@@ -238,6 +238,9 @@ class RLBlock(Block):
                                                       "(rubric rewards are continuous).")
     dynamic_sampling_max_rounds: int = setting(2, "Most extra sampling rounds per step; then the least-flat dropped "
                                                   "groups fill the batch.", bounds=(1, 100))
+    off_policy_steps: int = setting(0, "1: sample and judge step t + 1 while step t updates (train/off_policy.py; verl "
+                                       "one-step off-policy, AReaL, SkyRL); needs recompute_old_logprobs and "
+                                       "behaviour_correction_cap; 0 = off.", bounds=(0, 1))
     group_selection: str = setting("none", "Or zero_std / top_variance(p): keep groups whose advantage-input std > 0 / "
                                            "the top fraction p by it, refilled as dynamic sampling does (verl #7894, "
                                            "TRL #7242, SkyRL #2217; its rounds bounded by dynamic_sampling_max_rounds; "

@@ -69,6 +69,13 @@ def sample_and_score(exp: Experiment, params: Any, questions: list[data.Question
     """Samples `spec.n` responses per question (this process's questions) with the policy and scores them with
     their rubrics (the sampler and the LLM judge are global computations: every process must call it); with
     `chunks` > 1 in that many sampler calls, each judged while the next samples (one process; the module docstring)."""
+    return start_sampling(exp, params, questions, spec, key, chunks)()
+
+
+def start_sampling(exp: Experiment, params: Any, questions: list[data.Question], spec: RolloutSpec, key: jax.Array,
+                   chunks: int = 1) -> Callable[[], LocalRollout]:
+    """`sample_and_score` in two halves: dispatches the first sampler call now and returns what fetches and judges
+    it (one-step off-policy dispatches the update in between, so the host judges while the devices update)."""
     sample_key, judge_key = jax.random.split(key)
     prompt_ids, prompt_mask = data.prompt_batch(exp.tokenizer, [q.question for q in questions], spec.prompt_buckets,
                                                 across_processes=True)
@@ -86,7 +93,16 @@ def sample_and_score(exp: Experiment, params: Any, questions: list[data.Question
             timeline.dispatched(samples)
         return samples
 
-    sampled, parts = [dispatch(0)], []
+    sampled = [dispatch(0)]
+    return lambda: _fetch_and_score(exp, questions, spec, judge_key, size, sampled, dispatch, timeline)
+
+
+def _fetch_and_score(exp: Experiment, questions: list[data.Question], spec: RolloutSpec, judge_key: jax.Array,
+                     size: int, sampled: list[sampling.Samples], dispatch: Callable[[int], sampling.Samples],
+                     timeline: overlap.Timeline | None) -> LocalRollout:
+    """Fetches and judges each of the rollout's sampler calls (the first already dispatched in `sampled`), each
+    next call dispatched before the current one is fetched."""
+    chunks, parts = len(questions) // size, []
     for c in range(chunks):
         if c + 1 < chunks:
             sampled.append(dispatch(c + 1))  # queued behind chunk c on the devices: it samples while c is judged

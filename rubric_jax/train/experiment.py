@@ -156,6 +156,7 @@ def build(settings: Settings, record: ConfigRecord, workdir: str | Path) -> Expe
     run_settings.check_positions(settings, model_cfg.max_position_embeddings)
     lay = run_programs.layouts(settings.mesh, model_cfg)
     _check_rollout_chunks(settings, lay.decode.batch_multiple)
+    settings.off_policy.check_processes(jax.process_count())
     try:
         tokenizer = load_tokenizer(tokenizer_dir)
     except CheckpointError as e:

@@ -19,7 +19,8 @@ import numpy as np
 from rubric_jax import data, distributed, loader, metrics, padding, sampling
 from rubric_jax.judges.reward import Reward, RewardOutput, gather_outputs
 from rubric_jax.rubrics.schema import Rubric
-from rubric_jax.train import checkpointing, collect, dynamic, monitors, oscillation, rollout, state as train_state
+from rubric_jax.train import (checkpointing, collect, dynamic, monitors, one_step_ahead, oscillation, rollout,
+                              state as train_state)
 from rubric_jax.train import programs as run_programs
 from rubric_jax.train.experiment import Experiment
 from rubric_jax.train.runner import Runner, Stage, StepOutput, TrainingError
@@ -68,8 +69,17 @@ def grpo_iteration(exp: Experiment, programs: run_programs.GRPOPrograms, state: 
     params that sampled (the first update's, or the recomputation's): float error on CPU float32, the
     decode drift to watch on accelerators in bf16.
     """
-    settings = exp.settings
     out, dynamic_row = _rollout(exp, state.params, questions, key, draw)
+    return train_on_rollout(exp, programs, state, ref_params, out, dynamic_row)
+
+
+def train_on_rollout(exp: Experiment, programs: run_programs.GRPOPrograms, state: train_state.TrainState,
+                     ref_params: Any | None, out: collect.Rollout, extra_row: dict[str, float]
+                     ) -> tuple[train_state.TrainState, StepOutput]:
+    """`grpo_iteration` once the rollout `out` is scored: advantages, rollout log-probs (`old_logp` recomputed
+    from `state.params` when `rl.recompute_old_logprobs`) and the updates, dispatched; `extra_row` joins the
+    host metrics."""
+    settings = exp.settings
     scored = out.scored
     signal = rollout.rollout_advantages(scored, programs.cfg, settings.config.rl.missing_scores, settings.shaping,
                                         **_advantage_context(exp, scored), lengths_N=out.lengths_N,
@@ -84,7 +94,7 @@ def grpo_iteration(exp: Experiment, programs: run_programs.GRPOPrograms, state: 
     for _ in range(settings.config.rl.updates_per_batch):
         state, update_metrics = programs.update(state, batch)
         updates.append(update_metrics)
-    host_row = {**_reward_row(out, signal), **dynamic_row, **(out.timing.metrics() if out.timing else {})}
+    host_row = {**_reward_row(out, signal), **extra_row, **(out.timing.metrics() if out.timing else {})}
     host_row.update(monitors.step_monitors([s["response"] for s in out.samples], out.lengths_N, scored))
     host_row.update(exp.watch.redundancy(scored.dimension_ids, scored.scores, scored.valid))
     if exp.dynamic_weights is not None:
@@ -209,12 +219,21 @@ class GRPOStage(Stage):
         self.lr_drop = oscillation.LearningRateDrop(settings.oscillation) if settings.oscillation is not None else None
         self.ref_params: Any | None = None
         self.baseline: float | None = None
+        self.ahead = one_step_ahead.OneStepAhead(exp, rl.steps, self.updates_per_step, self._key) if \
+            settings.off_policy.steps else None  # rl.off_policy_steps=1: each batch sampled while the last updates
+
+    def _key(self, step: int) -> jax.Array:
+        """Step `step`'s rollout key."""
+        return jax.random.fold_in(self.exp.key, 1000 + step)
 
     def start(self, restored: checkpointing.Restored | None, state: train_state.TrainState, start: int,
               progress: metrics.Progress) -> None:
         """Restores the dynamic weights and the monitors' window, loads the reference and the baseline eval
         (run now at step 0; else read back from the log, which process 0 wrote before the restart)."""
         exp = self.exp
+        one_step_ahead.check_resume(restored, exp.settings.off_policy.steps)
+        if self.ahead is not None:
+            self.ahead.start(restored, start, exp.settings.config.seed)
         if restored is not None and exp.dynamic_weights is not None:
             exp.dynamic_weights.load_json(restored.extra["dynamic_weights"])
         if restored is not None:
@@ -236,8 +255,10 @@ class GRPOStage(Stage):
              ) -> tuple[train_state.TrainState, StepOutput]:
         if self.lr_drop is not None:  # rl.lr_on_oscillation: the factor the logged rewards decide for this update
             state = state.replace(opt_state=self.lr_drop.before_step(state.opt_state, step))
-        return grpo_iteration(self.exp, self.programs, state, self.ref_params, rows,
-                              jax.random.fold_in(self.exp.key, 1000 + step), runner.next_rows)
+        if self.ahead is not None:
+            return self.ahead.step(state, rows, step, runner, lambda s, out, row: train_on_rollout(
+                self.exp, self.programs, s, self.ref_params, out, row))
+        return grpo_iteration(self.exp, self.programs, state, self.ref_params, rows, self._key(step), runner.next_rows)
 
     def read_row(self, out: StepOutput) -> dict[str, Any]:
         return grpo_row(out)
@@ -252,6 +273,8 @@ class GRPOStage(Stage):
         return step % self.exp.settings.config.eval.every_steps == 0 or step == self.total
 
     def evaluate(self, step: int, state: train_state.TrainState, progress: metrics.Progress) -> float:
+        if self.ahead is not None:
+            self.ahead.settle()
         row = evaluate(self.exp, state, step)
         progress.write(metrics.format_eval_summary(step, row, self.baseline, reward_key="eval/reward_mean"))
         return row["eval/reward_mean"]
@@ -259,6 +282,7 @@ class GRPOStage(Stage):
     def checkpoint_extra(self) -> dict[str, Any]:
         exp = self.exp
         weights = {} if exp.dynamic_weights is None else {"dynamic_weights": exp.dynamic_weights.to_json()}
+        ahead = {} if self.ahead is None else self.ahead.checkpoint_extra()  # saves the pending batch's source first
         return {"updates_per_batch": exp.settings.config.rl.updates_per_batch, "judge_hash": exp.judge_hash,
                 "reward_model_hash": exp.reward_model_hash, **weights,
-                "redundancy_window": exp.watch.scores_to_json()}
+                "redundancy_window": exp.watch.scores_to_json(), **ahead}

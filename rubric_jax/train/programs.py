@@ -216,7 +216,8 @@ def rollout_logprobs(programs: GRPOPrograms, batch: dict[str, jax.Array], policy
                      ref_params: Any | None, recompute_old: bool) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
     """The batch with its rollout log-probs, computed once per rollout and outside the gradient: the
     reference's `ref_logp` exactly when β > 0 and, with `recompute_old`, `old_logp` recomputed
-    teacher-forced from the params that sampled; with the sampler/trainer correction
+    teacher-forced from `policy_params` (the params that sampled; with rl.off_policy_steps=1 those the update
+    starts from, one step after the sampler's: train/off_policy.py); with the sampler/trainer correction
     (cfg.behaviour_correction_cap, which needs `recompute_old`), the truncated importance weights
     min(π_old / π_sampler, C) as `behaviour_weight`. Returns it and device scalars: when recomputed,
     `logprob_gap/mean` (mean |recomputed − sampler| log-prob over the response tokens) and, with the

@@ -130,6 +130,11 @@ class Runner:
         self._pending: tuple[int, StepOutput] | None = None
         self._progress: metrics.Progress | None = None
 
+    @property
+    def position(self) -> data.IteratorState:
+        """The data iterator's position (after the batches drawn so far)."""
+        return self._batches.state
+
     def next_rows(self) -> list[Any]:
         """This process's block of the iterator's next batch."""
         return distributed.process_block(next(self._batches))

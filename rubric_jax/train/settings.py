@@ -23,6 +23,7 @@ from rubric_jax.models.config import ModelConfig
 from rubric_jax.train import blocks, rollout, state as train_state
 from rubric_jax.train.audit import AuditSettings
 from rubric_jax.train.dynamic import DynamicSampling, parse_group_selection
+from rubric_jax.train.off_policy import OffPolicy, off_policy
 from rubric_jax.train.oscillation import OscillationRule
 
 # Input files a run reads (a tfds:NAME data set is a directory of its own, checked where it is read).
@@ -102,6 +103,7 @@ class Settings:
     shaping: rollout.Shaping  # rl.advantage, rl.overlong_*, rl.mask_truncated
     oscillation: OscillationRule | None  # rl.lr_on_oscillation and its rule, None when off
     dynamic_sampling: DynamicSampling | None  # rl.dynamic_sampling or rl.group_selection, None when both are off
+    off_policy: OffPolicy  # rl.off_policy_steps (train/off_policy.py)
     reward_model: RewardModelConfig | None  # config.reward, when a reward model scores the rollouts
     audit: AuditSettings | None  # config.audit, None when it has no judge (train/audit.py)
     mesh: MeshSpec
@@ -265,7 +267,7 @@ def validate(config: blocks.ExperimentConfig) -> Settings:
     evaluation = RolloutSpec(config.eval.sampler, 1, config.eval.max_new_tokens, prompts,
                              buckets(config.eval.max_new_tokens))
     return Settings(config, grpo_cfg, train, evaluation, buckets(config.sft.max_response_len), shaping(rl),
-                    oscillation_rule(rl), dynamic_sampling(rl), reward_model_config(config.reward),
+                    oscillation_rule(rl), dynamic_sampling(rl), off_policy(rl), reward_model_config(config.reward),
                     audit_settings(config.audit), mesh_spec(config.mesh), sft_spec(config) if "sft" in stages else None,
                     rl_spec(rl) if "grpo" in stages else None)
 

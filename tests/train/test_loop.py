@@ -123,6 +123,8 @@ def test_workdir_holds_everything_a_researcher_needs(uninterrupted):
                 "reward/format", "reward/length", "logprob_gap/mean"):
         assert key in grpo[0], key
     assert all(r["logprob_gap/mean"] < 1e-4 for r in grpo)  # float32 decode == teacher forcing on CPU
+    assert not any("off_policy/sampler_step" in r for r in grpo)  # rl.off_policy_steps=0: on-policy, as before
+    assert sorted(p.name for p in (uninterrupted / "checkpoints").iterdir()) == ["grpo", "reference", "sft"]
     assert all(key in r for r in grpo for key in MONITOR_KEYS)
     assert grpo[0]["monitor/length_drift"] == 0.0
     # The tiny default's politeness is LLM-judged by the shipped distilled judge: its verdicts parse (undefined,

@@ -1,0 +1,145 @@
+"""The runtime of one-step off-policy GRPO (rl.off_policy_steps = 1): train/off_policy.py says what it does."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from rubric_jax import data, distributed
+from rubric_jax.train import checkpointing, collect, state as train_state, workdir as run_workdir
+from rubric_jax.train.experiment import Experiment
+from rubric_jax.train.runner import Runner, StepOutput, TrainingError
+
+BEHAVIOUR_STAGE = "behaviour"  # checkpoint directory of the params that sample the pending batch
+EXTRA_KEY = "off_policy_steps"  # in the GRPO checkpoint's extra (only when 1: an on-policy checkpoint is unchanged)
+SAMPLER_STEP = "off_policy/sampler_step"  # metric: stage steps taken by the params that sampled the step's batch
+
+Train = Callable[[train_state.TrainState, collect.Rollout, dict[str, float]],
+                 tuple[train_state.TrainState, StepOutput]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Pending:
+    """A batch sampled ahead of its step and judged on the judging thread (`rollout`): the params that sampled it
+    (a copy: the update donates the state), their optimizer updates, and the iterator position before its
+    questions were drawn."""
+
+    rollout: concurrent.futures.Future[collect.Rollout]
+    params: Any
+    updates: jax.Array | int
+    position: data.IteratorState
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """What regenerates a pending batch: its sampling params, their step count and its questions' position."""
+
+    params: Any
+    sampler_step: int
+    position: data.IteratorState
+
+
+def check_resume(restored: checkpointing.Restored | None, steps: int) -> None:
+    """A GRPO checkpoint resumes only under the rl.off_policy_steps that wrote it (the pending batch's questions
+    were drawn, and its source saved, only by an off-policy run); one line."""
+    if restored is not None and restored.extra.get(EXTRA_KEY, 0) != steps:
+        raise TrainingError(f"config.rl.off_policy_steps={steps}: the GRPO checkpoint was written with "
+                            f"rl.off_policy_steps={restored.extra.get(EXTRA_KEY, 0)}; resume it with that value, or "
+                            "start a new --workdir")
+
+
+class OneStepAhead:
+    """Runs GRPO steps with the next batch sampled and judged while the current one updates (module docstring)."""
+
+    def __init__(self, exp: Experiment, total: int, updates_per_step: int, key_of: Callable[[int], jax.Array]):
+        self.exp, self.total, self.updates_per_step, self.key_of = exp, total, updates_per_step, key_of
+        self.pending: Pending | None = None
+        self.resumed: Source | None = None  # set by `start` on a resume, used by the first step
+        self.position: data.IteratorState | None = None  # the iterator before this step's rows were drawn
+        self.state: train_state.TrainState | None = None  # after the latest step (its step names the checkpoint)
+        self.judging = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="off-policy-judge")
+
+    def start(self, restored: checkpointing.Restored | None, start: int, seed: int) -> None:
+        """Reads the pending batch's source back from the behaviour checkpoint of the restored step."""
+        self.position = data.IteratorState(seed=seed) if restored is None else data.IteratorState.from_dict(
+            restored.data_state)
+        if restored is None or start >= self.total:
+            return
+        step = int(restored.state.step)
+        with self._checkpointer() as ckpt:
+            if step not in ckpt.all_steps():
+                raise TrainingError(f"{ckpt.directory}: no step {step} to resume the off-policy batch from; "
+                                    "start a new --workdir")
+            meta = ckpt.read_meta(step)
+            params = ckpt.restore_params(self.exp.layouts.model, self.exp.layouts.training, step=step).params
+        self.resumed = Source(params, int(meta["extra"]["sampler_step"]), data.IteratorState.from_dict(
+            meta["data_state"]))
+
+    def step(self, state: train_state.TrainState, rows: list[Any], step: int, runner: Runner, train: Train
+             ) -> tuple[train_state.TrainState, StepOutput]:
+        """Step `step`: dispatches the sampling of batch step + 1 (`rows`) with `state.params`, waits for the pending
+        batch's judging (a step earlier), dispatches its updates and hands batch step + 1 to the judging thread."""
+        pending, position = self.pending, self.position
+        if pending is None and self.resumed is None:  # the stage's first step: batch 1 sampled now, batch 2 next
+            pending = self._judge(self._sample(state, rows, step, position))
+            position, rows = runner.position, runner.next_rows()
+        elif pending is None:  # the first step after a resume: the killed run's pending batch again
+            source, self.resumed = self.resumed, None
+            questions = distributed.process_block(next(data.BatchIterator(runner.stage.rows, runner.stage.batch_size,
+                                                                          source.position)))
+            pending = self._judge(self._start(source.params, source.sampler_step * self.updates_per_step, questions,
+                                              step, source.position))
+        following = self._sample(state, rows, step + 1, position) if step < self.total else None
+        rollout = pending.rollout.result()  # the host waited on the judge while the devices sampled and updated
+        new_state, out = train(state, rollout, {SAMPLER_STEP: float(int(pending.updates) // self.updates_per_step)})
+        self.pending = self._judge(following) if following is not None else None
+        self.position, self.state = runner.position, new_state
+        return new_state, out
+
+    def settle(self) -> None:
+        """Waits for the judging thread (the eval's judge calls must not run beside it)."""
+        if self.pending is not None:
+            self.pending.rollout.exception()
+
+    def _judge(self, dispatched: tuple[Callable[[], collect.LocalRollout], Any, jax.Array | int,
+                                       data.IteratorState]) -> Pending:
+        """A dispatched batch, fetched, judged and gathered on the judging thread."""
+        finish, params, updates, position = dispatched
+        n = self.exp.settings.train_rollout.n
+        return Pending(self.judging.submit(lambda: collect.gather_rollout(finish(), n)[0]), params, updates, position)
+
+    def _sample(self, state: train_state.TrainState, questions: list[Any], step: int, position: data.IteratorState
+                ) -> tuple[Callable[[], collect.LocalRollout], Any, jax.Array, data.IteratorState]:
+        """Dispatches batch `step`'s sampling with a copy of `state`'s params (the update donates the state; a copy by
+        transfer, as tests/first_grpo_step.py's: jnp.copy compiles a program per parameter shape)."""
+        return self._start(jax.device_put(state.params, may_alias=False), jax.device_put(state.step, may_alias=False),
+                           questions, step, position)
+
+    def _start(self, params: Any, updates: jax.Array | int, questions: list[Any], step: int,
+               position: data.IteratorState
+               ) -> tuple[Callable[[], collect.LocalRollout], Any, jax.Array | int, data.IteratorState]:
+        """Dispatches batch `step`'s sampling with `params` (`updates` optimizer updates in): what judges it, and
+        the pending batch's source."""
+        finish = collect.start_sampling(self.exp, params, questions, self.exp.settings.train_rollout,
+                                        self.key_of(step), self.exp.settings.config.rl.rollout_chunks)
+        return finish, params, updates, position
+
+    def _checkpointer(self) -> checkpointing.Checkpointer:
+        """The behaviour checkpoints: one more than checkpoint.keep, so that a kill between a behaviour save and its
+        GRPO save leaves the behaviour checkpoint of the GRPO checkpoint the resume restores."""
+        return checkpointing.Checkpointer(run_workdir.checkpoint_dir(self.exp.workdir, BEHAVIOUR_STAGE),
+                                          max_to_keep=self.exp.settings.config.checkpoint.keep + 1)
+
+    def checkpoint_extra(self) -> dict[str, Any]:
+        """Saves the pending batch's source under the latest step (before the GRPO checkpoint that names it);
+        the GRPO checkpoint's extra."""
+        if self.pending is not None:
+            with self._checkpointer() as ckpt:
+                ckpt.save(self.state.replace(params=self.pending.params),
+                          data_state=self.pending.position.to_dict(), rubric_hash=self.exp.rubric_hash,
+                          extra={"sampler_step": int(self.pending.updates) // self.updates_per_step})
+        return {EXTRA_KEY: 1}
