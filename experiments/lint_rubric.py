@@ -3,7 +3,7 @@ anchors asking for two things, levels described alike, weights that order nothin
 rules that never fire. One line per finding on stdout; a summary on stderr.
 
   python -m experiments.lint_rubric --rubric=configs/rubrics/medical_qa.yaml [--questions=Q.jsonl]
-      [--max_new_tokens=256] [--labels=LABELS.jsonl] [--waivers=configs/rubric_lint_waivers.yaml]
+      [--config.max_new_tokens=256] [--labels=LABELS.jsonl] [--waivers=configs/rubric_lint_waivers.yaml]
 
 --questions adds the case rubrics of a question file's rows (shared + each row's criteria; the shared dimensions'
 findings once). --labels (experiments.calibrate's labels file) compares dimensions by their human labels too.
@@ -19,10 +19,9 @@ from absl import app, flags
 
 from experiments import cli
 
+_CONFIG = cli.define_config("lint_rubric")
 _RUBRIC = flags.DEFINE_string("rubric", None, "Rubric file (.yaml, .yml, .json) to lint.")
 _QUESTIONS = flags.DEFINE_string("questions", "", "Question jsonl whose rows' case-wise criteria are linted too.")
-_MAX_NEW_TOKENS = flags.DEFINE_integer("max_new_tokens", 0, "The response budget in tokens (rl.max_new_tokens): "
-                                       "length and n-gram rules are checked against it; 0 = unknown.")
 _LABELS = flags.DEFINE_string("labels", "", "Labels jsonl ({question, response, labels: {dimension: score}}, as "
                               "experiments.calibrate reads): dimensions whose labels correlate are reported.")
 _WAIVERS = flags.DEFINE_string("waivers", "", "YAML list of waivers {rubric, dimension, kind, reason}; a waived "
@@ -36,10 +35,11 @@ def main(argv: list[str]) -> None:
     from rubric_jax import data, jsonl  # noqa: PLC0415 -- after flag parsing: --help stays fast
     from rubric_jax.rubrics import io, lint  # noqa: PLC0415
 
+    from rubric_jax.command_blocks import LintRubric  # noqa: PLC0415
+
+    settings = cli.settings("experiments.lint_rubric", _CONFIG.value, LintRubric)
     if not _RUBRIC.value:
         _fail("--rubric is required")
-    if not 0 <= _MAX_NEW_TOKENS.value <= 1 << 17:
-        _fail(f"--max_new_tokens={_MAX_NEW_TOKENS.value}: expected an integer in [0, {1 << 17}]")
     try:
         shared = io.load_rubric(_RUBRIC.value)
         rubrics = [shared]
@@ -50,7 +50,7 @@ def main(argv: list[str]) -> None:
             if _WAIVERS.value else []
     except (ValueError, OSError) as e:
         _fail(" ".join(str(e).split()))
-    findings = lint.lint_all(rubrics, max_new_tokens=_MAX_NEW_TOKENS.value or None, labels=labels)
+    findings = lint.lint_all(rubrics, max_new_tokens=settings.max_new_tokens or None, labels=labels)
     left = lint.unwaived(findings, waivers)
     for finding in findings:
         print(("" if finding in left else "waived: ") + finding.line())

@@ -205,8 +205,16 @@ class Serve(schema.Block):
                                   bounds=(1024, 64 << 20))
 
 
+
+@dataclasses.dataclass(frozen=True)
+class LintRubric(schema.Block):
+    """experiments.lint_rubric's settings (rubric_jax/rubrics/lint.py)."""
+
+    max_new_tokens: int = setting(0, "The response budget in tokens (rl.max_new_tokens): length and n-gram rules are "
+                                     "checked against it; 0 = unknown.", bounds=(0, counts.TOKENS))
+
 # Each command's settings block: configs/commands/<command>.py is `config_dict(COMMANDS[command])`.
 COMMANDS: dict[str, type[schema.Block]] = {
     "calibrate": Calibrate, "distill_judge": DistillJudge, "evaluate": Evaluate, "export": Export,
-    "generate": Generate, "prepare_data": PrepareData, "sample_for_labels": SampleForLabels, "score": Score,
-    "serve": Serve}
+    "generate": Generate, "lint_rubric": LintRubric, "prepare_data": PrepareData, "sample_for_labels": SampleForLabels,
+    "score": Score, "serve": Serve}

@@ -180,11 +180,11 @@ RUN_BY: dict[str, RunBy] = {
     "./launch.sh experiments.score --rubric=tests/fixtures/calibration/rubric.yaml "
     "--responses=tests/fixtures/calibration/labels.jsonl --out=runs/scored.jsonl":
         RunBy(("tests/test_docs.py::test_the_scoring_example_scores_every_row",), replaced=("--out",)),
-    "./launch.sh experiments.lint_rubric --rubric=configs/rubrics/medical_qa.yaml --max_new_tokens=256 "
+    "./launch.sh experiments.lint_rubric --rubric=configs/rubrics/medical_qa.yaml --config.max_new_tokens=256 "
     "--waivers=configs/rubric_lint_waivers.yaml":
         RunBy(("tests/rubrics/test_lint.py::test_the_command_fails_on_a_finding_and_passes_when_it_is_waived",)),
     "./launch.sh experiments.lint_rubric --rubric=rubric_jax/assets/tiny/rubric.yaml "
-    "--questions=rubric_jax/assets/tiny/questions_train.jsonl --max_new_tokens=64 "
+    "--questions=rubric_jax/assets/tiny/questions_train.jsonl --config.max_new_tokens=64 "
     "--waivers=configs/rubric_lint_waivers.yaml":
         RunBy(("tests/rubrics/test_lint.py::test_the_command_fails_on_a_finding_and_passes_when_it_is_waived",)),
     # docs/judges.md

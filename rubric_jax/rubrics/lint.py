@@ -15,6 +15,7 @@ import fnmatch
 import itertools
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -40,6 +41,7 @@ DUPLICATE_JACCARD = 0.6  # character-trigram Jaccard of two dimensions' criterio
 DUPLICATE_SPEARMAN = 0.9  # human labels of two dimensions this correlated: one dimension measured twice
 MIN_LABELLED = 10  # items both dimensions label before their correlation is read
 WEIGHTLESS_METHODS = ("min", "healthbench_points")  # aggregations that never read dimension weights
+SHIPPED_WAIVERS = Path(__file__).resolve().parents[2] / "configs" / "rubric_lint_waivers.yaml"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +104,26 @@ def lint_all(rubrics: Sequence[Rubric], *, max_new_tokens: int | None = None,
 def unwaived(findings: Sequence[Finding], waivers: Sequence[Waiver]) -> list[Finding]:
     """The findings no waiver covers."""
     return [f for f in findings if not any(w.covers(f) for w in waivers)]
+
+
+def start_up_lines(rubrics: Sequence[Rubric], max_new_tokens: int, waivers: Sequence[Waiver], shown: int = 5
+                   ) -> list[str]:
+    """What a run prints at start-up about its rubrics: nothing when every finding is waived, else the first
+    `shown` unwaived findings and a line saying how many there are and how to list them all."""
+    left = unwaived(lint_all(rubrics, max_new_tokens=max_new_tokens), waivers)
+    if not left:
+        return []
+    more = f" ({len(left) - shown} more)" if len(left) > shown else ""
+    return [f"rubric lint: {f.line()}" for f in left[:shown]] + [
+        f"rubric lint: {len(left)} finding(s) not waived{more}; experiments.lint_rubric lists them, and a waiver with its "
+        "reason accepts one (docs/rubrics.md, \"Linting a rubric\"); the run goes on"]
+
+
+def shipped_waivers() -> list[Waiver]:
+    """The waivers of the shipped rubrics (configs/rubric_lint_waivers.yaml), which a run applies at start-up."""
+    from rubric_jax.rubrics import io  # noqa: PLC0415 -- io imports yaml; lint itself needs no file
+
+    return waivers_from(io.load_document(SHIPPED_WAIVERS, "waiver file"), str(SHIPPED_WAIVERS))
 
 
 def waivers_from(document: object, source: str) -> list[Waiver]:

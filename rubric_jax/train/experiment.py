@@ -29,6 +29,7 @@ from rubric_jax.judges.scorers import split_by_reads
 from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge
 from rubric_jax.judges.store import VerdictStore
 from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
+from rubric_jax.rubrics import lint
 from rubric_jax.rubrics.correction import Correction, load_correction
 from rubric_jax.rubrics.dynamic_weights import DimensionWeights
 from rubric_jax.rubrics.io import load_rubric
@@ -163,6 +164,8 @@ def build(settings: Settings, record: ConfigRecord, workdir: str | Path) -> Expe
         raise CheckpointError(f"config.{tokenizer_key}: {e}") from e
     inputs = _load_inputs(settings, tokenizer, lay.mesh)
     rubrics = list(inputs.rubric_of.values())
+    for line in lint.start_up_lines(rubrics, settings.train_rollout.max_new_tokens, lint.shipped_waivers()):
+        print(line, file=sys.stderr)  # a rubric a keyword satisfies, or whose rule never fires (issue 37 §3)
     calibration = check_calibration(settings.config.judge, rubrics, "config.judge")  # before the judges load
     for line in calibration.lines() if calibration is not None else []:
         print(line, file=sys.stderr)

@@ -32,6 +32,7 @@ INPUTS_AND_OUTPUTS = {
     "evaluate": {"data_dir", "data_file", "out", "judgements", "checkpoint", "workdir", "rubric"},
     "export": {"workdir", "out"},
     "generate": {"checkpoint", "prompt"},
+    "lint_rubric": {"rubric", "questions", "labels", "waivers"},
     "plots": {"workdir", "out"},
     "prepare_data": {"input", "out", "name", "scores", "semantic_model", "semantic_tokenizer"},
     "run": {"workdir", "dry_run", "dry_run_target", "dry_run_devices", "dry_run_programs"},

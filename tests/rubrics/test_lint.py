@@ -120,17 +120,30 @@ def _lint_command(*flags: str) -> subprocess.CompletedProcess:
 
 
 def test_the_command_fails_on_a_finding_and_passes_when_it_is_waived(tmp_path):
-    found = _lint_command("--rubric=configs/rubrics/medical_qa.yaml", "--max_new_tokens=256")
+    found = _lint_command("--rubric=configs/rubrics/medical_qa.yaml", "--config.max_new_tokens=256")
     assert found.returncode == 1 and "'safety_boundary': presence_only" in found.stdout
-    documented = _lint_command("--rubric=configs/rubrics/medical_qa.yaml", "--max_new_tokens=256",
+    documented = _lint_command("--rubric=configs/rubrics/medical_qa.yaml", "--config.max_new_tokens=256",
                                "--waivers=configs/rubric_lint_waivers.yaml")
     assert documented.returncode == 0 and documented.stdout.count("waived: ") == 2
     waived = _lint_command("--rubric=rubric_jax/assets/tiny/rubric.yaml",
                            "--questions=rubric_jax/assets/tiny/questions_train.jsonl",
-                           "--waivers=configs/rubric_lint_waivers.yaml", "--max_new_tokens=64")
+                           "--waivers=configs/rubric_lint_waivers.yaml", "--config.max_new_tokens=64")
     assert waived.returncode == 0, waived.stderr
     assert "175 rubric(s), 2 finding(s), 2 waived" in waived.stderr and waived.stdout.count("waived: ") == 2
     bad = tmp_path / "waivers.yaml"
     bad.write_text("- {rubric: r, dimension: d, kind: typo, reason: x}\n")
     usage = _lint_command("--rubric=configs/rubrics/medical_qa.yaml", f"--waivers={bad}")
     assert usage.returncode == 2 and "kind='typo': expected one of" in usage.stderr
+
+
+def test_a_run_prints_only_findings_its_waivers_leave():
+    keyword = _dim("kw", kind="rule", rule="keywords", params={"words": ["refund"]})
+    rubric = _rubric(BASE, keyword)
+    lines = lint.start_up_lines([rubric, rubric], 256, [])
+    assert len(lines) == 2 and "'kw': presence_only" in lines[0] and "1 finding(s) not waived" in lines[1]
+    assert lint.start_up_lines([rubric], 256, [lint.Waiver("r", "kw", "presence_only", "a toy")]) == []
+    many = _rubric(*(_dim(f"kw{i}", kind="rule", rule="keywords", params={"words": [f"w{i}"]}) for i in range(7)))
+    count = len(lint.lint_all([many], max_new_tokens=256))  # 7 presence-only, 21 alike pairs
+    assert count == 28 and len(lint.start_up_lines([many], 256, [])) == 6
+    assert lint.start_up_lines([many], 256, [])[-1].startswith("rubric lint: 28 finding(s) not waived (23 more)")
+    assert lint.shipped_waivers() == lint.waivers_from(io.load_document(WAIVERS, "waiver file"), str(WAIVERS))
