@@ -70,6 +70,9 @@ def dry_run() -> None:
     """--dry_run, set up before jax starts: it compiles on the CPU whatever the target (a GPU target is
     a compile-only topology), and the cpu target needs as many CPU devices as the mesh."""
     os.environ["JAX_PLATFORMS"] = "cpu"
+    import jax  # noqa: PLC0415 -- the config file's blocks imported jax already: its platforms are read at import
+
+    jax.config.update("jax_platforms", "cpu")
     if _DRY_RUN_TARGET.value == "cpu":
         os.environ["XLA_FLAGS"] = (f"{os.environ.get('XLA_FLAGS', '')} "
                                    f"--xla_force_host_platform_device_count={_DRY_RUN_DEVICES.value}").strip()

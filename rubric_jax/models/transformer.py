@@ -618,7 +618,7 @@ def merged_qkv(attn: Params) -> Params:
     (`with_merged_qkv`): merged inside, XLA copies every layer's weights again for every token."""
     names = ("q_proj", "k_proj", "v_proj")
     return {key: jnp.concatenate([attn[name][key] for name in names], axis=attn["q_proj"][key].ndim - 2)
-            for key in attn["q_proj"]}
+            for key in ("kernel", "bias") if key in attn["q_proj"]}
 
 
 def with_merged_qkv(layers: Sequence[Params]) -> list[Params]:
@@ -660,10 +660,10 @@ def self_attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH
                    ) -> tuple[jax.Array, KVCache | None]:
     """A layer's grouped-query self-attention block [B, T, D]: projections and RoPE here, the attention (over the
     cache's window and the shared prefix, if any, writing the new keys/values into layer `layer`) `attend`'s, or
-    a decode step's RoPE and attention in one kernel (`attention.decodes_in_kernel`)."""
-    if attention.decodes_in_kernel(cfg, x_BxTxD, mask_BxTxS, cache, prefix):
-        qkv = attn["qkv_proj"] if "qkv_proj" in attn else merged_qkv(attn)
-        qkv_BxTxCxH = _project(x_BxTxD, qkv, length_split=False)
+    a decode step's RoPE and attention in one kernel (`attention.decodes_in_kernel`; not with unmerged LoRA adapters)."""
+    if "lora_a" not in attn["q_proj"] and attention.decodes_in_kernel(cfg, x_BxTxD, mask_BxTxS, cache, prefix):
+        qkv = attn["qkv_proj"] if "qkv_proj" in attn else merged_qkv(attn)  # rollouts decode with LoRA merged
+        qkv_BxTxCxH = _project(x_BxTxD, qkv, length_split=False, scale=1.0)
         out_BxTxKxGxH, cache = attention.attend_in_kernel(qkv_BxTxCxH, cos_BxTxH, sin_BxTxH, mask_BxTxS, cache,
                                                           layer, cache_index, prefix)
     else:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -164,23 +164,19 @@ def build(settings: Settings, record: ConfigRecord, workdir: str | Path) -> Expe
         raise CheckpointError(f"config.{tokenizer_key}: {e}") from e
     inputs = _load_inputs(settings, tokenizer, lay.mesh)
     rubrics = list(inputs.rubric_of.values())
-    for line in lint.start_up_lines(rubrics, settings.train_rollout.max_new_tokens, lint.shipped_waivers()):
-        print(line, file=sys.stderr)  # a rubric a keyword satisfies, or whose rule never fires (issue 37 §3)
+    _say(lint.start_up_lines(rubrics, settings.train_rollout.max_new_tokens, lint.shipped_waivers()))  # issue 37 §3
     calibration = check_calibration(settings.config.judge, rubrics, "config.judge")  # before the judges load
-    for line in calibration.lines() if calibration is not None else []:
-        print(line, file=sys.stderr)
+    _say(calibration.lines() if calibration is not None else [])
     judges = load_judges(settings.config.judge, lay.training, where="config.judge")
-    for warning in same_base_warnings(model_dir or config.model.config_json, judge_dirs):
-        print(warning, file=sys.stderr)  # RubricRL 6.2: a judge of the policy's base model can collude with it
+    _say(same_base_warnings(model_dir or config.model.config_json, judge_dirs))  # RubricRL 6.2: judge-policy collusion
     if settings.sft is not None:
         distributed.check_divides(settings.sft.batch_size, "sft.batch_size")
     correction = load_correction(config.data.rubric_correction) if config.data.rubric_correction else None
     reward = _reward(settings, rubrics, judges, correction, lay)
     if settings.reward_model is None:
         longest = max(settings.train_rollout.max_new_tokens, settings.eval_rollout.max_new_tokens)
-        for line in _check_judge_prompts_fit(judges, settings.config.judge, inputs.rubric_of, inputs.questions,
-                                             tokenizer, longest):
-            print(line, file=sys.stderr)
+        _say(_check_judge_prompts_fit(judges, settings.config.judge, inputs.rubric_of, inputs.questions, tokenizer,
+                                      longest))
     sft_examples = _load_sft(settings, tokenizer, model_cfg.max_position_embeddings)
     sft_steps = settings.sft.steps(len(sft_examples)) if settings.sft else 0
     rubric_hash = rubric_set_hash(inputs.shared_rubric, rubrics, correction)
@@ -209,6 +205,12 @@ def build(settings: Settings, record: ConfigRecord, workdir: str | Path) -> Expe
         watch=monitors.Watch(monitors.thresholds(config.monitor), workdir, config.monitor.window_steps,
                              open_logs=log.open),
         log=log, key=jax.random.key(settings.config.seed), config_json=record.json, config_sha256=record.sha256)
+
+
+def _say(lines: Iterable[str]) -> None:
+    """Start-up lines for the person running it, on stderr (the metrics file has everything)."""
+    for line in lines:
+        print(line, file=sys.stderr)
 
 
 def _existing_dir(value: str, key: str, what: str) -> str:
