@@ -345,7 +345,7 @@ def dry_run(resolved: config_boundary.ConfigDict, target: str = CPU, num_devices
     scorer = reward_model_shapes(config.reward, settings.reward_model) if settings.reward_model is not None else None
     # The run's own layouts and programs (train/programs.py, as `experiment.build` makes them); the SFT schedule's
     # length comes from the data and changes constants only, not memory or collectives.
-    built = run_programs.build(settings, run_programs.layouts(settings.mesh, model_cfg, devices),
+    built = run_programs.build(settings, run_programs.layouts(settings.mesh, model_cfg, devices, settings.lora),
                                sft_steps=config.sft.warmup_steps + 1)
     lay = built.layouts
     mesh, decode_layout = lay.mesh, lay.decode
@@ -359,8 +359,11 @@ def dry_run(resolved: config_boundary.ConfigDict, target: str = CPU, num_devices
     state = (built.grpo_state or built.sft_state).abstract_state
     resident = {"policy params": _per_device_bytes(state.params),
                 "AdamW moments": _per_device_bytes(state.opt_state)}
-    train_arrays = ("policy params", "AdamW moments")
-    if rl.beta > 0:
+    train_arrays: tuple[str, ...] = ("policy params", "AdamW moments")
+    if state.frozen is not None:  # LoRA: the params are the adapters; the base is frozen in the compute dtype
+        resident["frozen base"] = _per_device_bytes(state.frozen)
+        train_arrays += ("frozen base",)
+    if rl.beta > 0 and state.frozen is None:  # with LoRA the reference is the frozen base: no second copy
         resident["reference params"] = resident["policy params"]  # the policy's layout and dtype (grpo_stage.load_reference)
     judge_layout = _judge_layout(mesh, settings.config.judge.tensor, judges)
     judge_weights = {f"judge {name}": loader.abstract_weights(cfg, judge_layout, per_layer=True)  # as load_judges
@@ -394,7 +397,11 @@ def dry_run(resolved: config_boundary.ConfigDict, target: str = CPU, num_devices
             reference + scorer_names)
         if rl.beta > 0 or rl.recompute_old_logprobs:
             add("logprobs", "rollout log-probs", micro,
-                lambda: grpo.logprobs.lower(grpo_state.params, *train_step.logprob_inputs(batch)),
+                lambda: grpo.logprobs.lower(grpo_state.model_params(), *train_step.logprob_inputs(batch)),
+                train_arrays + scorer_names)
+        if rl.beta > 0 and grpo.ref_logprobs is not None:  # LoRA: the reference reads the frozen base alone
+            add("logprobs", "reference log-probs (frozen base)", micro,
+                lambda: grpo.ref_logprobs.lower(grpo_state.frozen, *train_step.logprob_inputs(batch)),
                 train_arrays + scorer_names)
         rollout_policy = lay.abstract_rollout_weights()  # what the stages sample with (Layouts.rollout_weights)
         beside = train_arrays + reference + scorer_names

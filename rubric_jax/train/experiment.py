@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,7 +27,7 @@ from rubric_jax.judges.reward import Reward, RubricReward
 from rubric_jax.judges.reward_model import RewardModelReward, load_reward_model
 from rubric_jax.judges.loading import load_cascade, load_judges, open_verdict_store
 from rubric_jax.judges.scorers import split_by_reads
-from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge
+from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge, weights_identity
 from rubric_jax.judges.store import VerdictStore
 from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
 from rubric_jax.rubrics.correction import Correction, load_correction
@@ -39,7 +40,6 @@ from rubric_jax.train import blocks, settings as run_settings, step as train_ste
 from rubric_jax.train.blocks import ConfigRecord
 from rubric_jax.train.settings import Settings
 
-MODEL_OVERRIDES = ("param_dtype", "compute_dtype", "remat", "remat_policy", "scan_layers", "attention")  # settings.model_overrides
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,18 +115,32 @@ class Experiment:
     def run_record(self) -> runs.RunRecord:
         """What reading and exporting this run's checkpoints needs (as `experiments.export` reads it)."""
         config = self.settings.config
+        adapters = {stage: spec.lora for stage, spec in (("sft", self.settings.sft), ("grpo", self.settings.rl))
+                    if spec is not None and spec.lora is not None}
         return runs.RunRecord(config.checkpoint.keep, config.rl.updates_per_batch, self.layouts.model,
-                              Path(self.tokenizer_dir), Path(self.model_dir) if self.model_dir else None)
+                              Path(self.tokenizer_dir), Path(self.model_dir) if self.model_dir else None, config.seed,
+                              config.stages, adapters)
+
+    def base_identity(self, stage: str) -> str | None:
+        """The identity of a LoRA stage's frozen base (sha256 hex), recorded with its adapter checkpoints instead of
+        the base, so that a resume onto another base is refused; None for a stage that trains every weight. The base
+        is the starting policy (its HF directory's `weights_identity`, or the random init's config and seed) after
+        the stages before `stage`, named by their settings."""
+        spec = self.settings.sft if stage == "sft" else self.settings.rl
+        if spec is None or spec.lora is None:
+            return None
+        config = self.settings.config
+        start = (weights_identity(self.model_dir) if self.model_dir else
+                 f"random init seed {config.seed} of {hashlib.sha256(Path(config.model.config_json).read_bytes()).hexdigest()}")
+        before = {"start": start}
+        if stage == "grpo" and self.settings.sft is not None:
+            before["sft"] = {"block": config.sft.to_values(), "data": config.data.sft, "lora": repr(self.settings.sft.lora)}
+        return hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()
 
     def initial_params(self) -> dict[str, Any]:
         """The starting policy's params in the training layout, through the loader: the pretrained checkpoint,
         or a seeded random init."""
-        lay = self.layouts
-        if self.model_dir:
-            overrides = {field: getattr(lay.model, field) for field in MODEL_OVERRIDES}
-            return loader.load_weights(self.model_dir, lay.training, **overrides).params
-        param_key = jax.random.split(jax.random.fold_in(self.key, 0))[0]  # the init key runs have always used
-        return loader.init_weights(lay.model, lay.training, param_key).params
+        return self.run_record().start_weights(self.layouts.training).params
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,7 +168,7 @@ def build(settings: Settings, record: ConfigRecord, workdir: str | Path) -> Expe
     judge_dirs = [_existing_dir(path, "judge.checkpoint", "judge") for path in settings.config.judge.checkpoints]
     model_cfg = run_settings.model_config(config.model)
     run_settings.check_positions(settings, model_cfg.max_position_embeddings)
-    lay = run_programs.layouts(settings.mesh, model_cfg)
+    lay = run_programs.layouts(settings.mesh, model_cfg, adapters=settings.lora)
     _check_rollout_chunks(settings, lay.decode.batch_multiple)
     try:
         tokenizer = load_tokenizer(tokenizer_dir)

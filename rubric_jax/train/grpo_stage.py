@@ -28,6 +28,7 @@ EVAL_SAMPLES = 4  # eval responses written to samples.jsonl per eval
 _EVAL_KEY = 2**31 - 1  # fold_in data of the eval sampling key (GRPO step keys are 1000 + step)
 _GOLDEN_REFERENCE_KEY = 1  # fold_in data (into the eval key) of the golden references' judge key, the same every eval
 _AUDIT_KEY = 2  # fold_in data (into the eval key) of the audit judge's key
+ADAPTER_KEY = 2**31 - 2  # fold_in data (into the run key) of the GRPO stage's fresh LoRA adapters
 
 
 @dataclasses.dataclass
@@ -69,7 +70,7 @@ def grpo_iteration(exp: Experiment, programs: run_programs.GRPOPrograms, state: 
     decode drift to watch on accelerators in bf16.
     """
     settings = exp.settings
-    out, dynamic_row = _rollout(exp, state.params, questions, key, draw)
+    out, dynamic_row = _rollout(exp, state.model_params(), questions, key, draw)
     scored = out.scored
     signal = rollout.rollout_advantages(scored, programs.cfg, settings.config.rl.missing_scores, settings.shaping,
                                         rubrics=_row_rubrics(exp, scored) if settings.shaping.advantage ==
@@ -79,7 +80,7 @@ def grpo_iteration(exp: Experiment, programs: run_programs.GRPOPrograms, state: 
     batch = rollout.training_batch(out.sampled, out.groups, programs.cfg.group_size,
                                    padding.bucket_length(longest, settings.train_rollout.response_buckets),
                                    signal.advantages_N[out.rows], signal.trainable_N[out.rows], exp.mesh)
-    batch, logprob_stats = run_programs.rollout_logprobs(programs, batch, state.params, ref_params,
+    batch, logprob_stats = run_programs.rollout_logprobs(programs, batch, state.model_params(), ref_params,
                                                          settings.config.rl.recompute_old_logprobs)
     updates = []
     for _ in range(settings.config.rl.updates_per_batch):
@@ -133,13 +134,14 @@ def evaluate(exp: Experiment, state: train_state.TrainState, step: int) -> dict[
     """Held-out rubric reward of one response per eval (and golden) question with the eval sampler (greedy
     by default); alerts on the golden set's agreement."""
     key = jax.random.fold_in(exp.key, _EVAL_KEY)
-    out = collect.rollout_and_score(exp, state.params, distributed.process_block(exp.eval_questions),
+    out = collect.rollout_and_score(exp, state.model_params(), distributed.process_block(exp.eval_questions),
                                     exp.settings.eval_rollout, key)
     summary = rollout.summarize_rewards(out.scored)
     row = {"stage": "eval", "eval/reward_mean": summary.reward_mean, **rollout.reward_metrics(summary, "eval/"),
            "eval/response_len/mean": float(out.lengths_N.mean())}
     if exp.golden is not None:
-        golden_scored = collect.rollout_and_score(exp, state.params, distributed.process_block(exp.golden.questions),
+        golden_scored = collect.rollout_and_score(exp, state.model_params(),
+                                                  distributed.process_block(exp.golden.questions),
                                                   exp.settings.eval_rollout, key).scored
         row.update(exp.golden.metrics(golden_scored, OwnBlockScorer(exp.reward),
                                       key=jax.random.fold_in(key, _GOLDEN_REFERENCE_KEY), weights=exp.weights,
@@ -167,8 +169,10 @@ class OwnBlockScorer:
 
 
 class GRPOStage(Stage):
-    """GRPO from `params` (the SFT result): the KL reference and the SFT baseline eval before the first step,
-    evals every `eval.every_steps`, the learning-rate drop on oscillation, the NaN-streak stop."""
+    """GRPO from `params` (the SFT result's model params): the KL reference and the SFT baseline eval before the first
+    step, evals every `eval.every_steps`, the learning-rate drop on oscillation, the NaN-streak stop. With LoRA
+    (config.lora naming "grpo") fresh adapters on the SFT result are trained, and the reference is the state's frozen
+    base (the SFT result itself: no reference checkpoint, no second copy)."""
 
     name = "grpo"
 
@@ -177,7 +181,9 @@ class GRPOStage(Stage):
         self.exp, self.programs = exp, exp.programs.grpo
         self.total, self.rows, self.batch_size = rl.steps, exp.train_questions, rl.questions_per_step
         state_layout = exp.programs.grpo_state
+        params = exp.layouts.stage_params(params, rl.lora is not None, jax.random.fold_in(exp.key, ADAPTER_KEY))
         self.state, self.shardings = state_layout.init(params), state_layout.shardings
+        self.base_identity = exp.base_identity(self.name)
         self.updates_per_step = settings.config.rl.updates_per_batch
         self.keep_best = settings.config.checkpoint.keep_best
         self.nan_streak = NanStreak(rl.max_nan_streak)
@@ -196,7 +202,8 @@ class GRPOStage(Stage):
             exp.watch.load_scores_json(restored.extra.get("redundancy_window", []))
         iterator_state = data.IteratorState.from_dict(restored.data_state) if restored else data.IteratorState(
             seed=exp.settings.config.seed)
-        self.ref_params = load_reference(exp, state, iterator_state).params if exp.settings.rl.beta > 0 else None
+        if exp.settings.rl.beta > 0 and state.frozen is None:  # LoRA: the frozen base, read from each step's state
+            self.ref_params = load_reference(exp, state, iterator_state).params
         if self.lr_drop is not None:
             self.lr_drop.restore(exp.log.rows(), float(train_state.lr_factor(state.opt_state)))
         if start == 0:
@@ -211,7 +218,8 @@ class GRPOStage(Stage):
              ) -> tuple[train_state.TrainState, StepOutput]:
         if self.lr_drop is not None:  # rl.lr_on_oscillation: the factor the logged rewards decide for this update
             state = state.replace(opt_state=self.lr_drop.before_step(state.opt_state, step))
-        return grpo_iteration(self.exp, self.programs, state, self.ref_params, rows,
+        reference = state.frozen if self.exp.settings.rl.beta > 0 and state.frozen is not None else self.ref_params
+        return grpo_iteration(self.exp, self.programs, state, reference, rows,
                               jax.random.fold_in(self.exp.key, 1000 + step), runner.next_rows)
 
     def read_row(self, out: StepOutput) -> dict[str, Any]:
