@@ -62,7 +62,7 @@ def test_the_tiny_default_with_lora_grpo_runs_to_the_end_on_adapters(lora_run):
     assert len(meta["base_identity"]) == 64
 
 
-def test_the_lora_export_is_the_merged_policy_and_a_peft_adapter_for_its_base(lora_run):
+def test_the_lora_export_is_the_merged_policy_and_a_peft_adapter_for_its_base(lora_run, tmp_path):
     """export.which=best of a LoRA run: the merged HF directory equals the best checkpoint's adapters merged into
     the SFT result (what `experiments.export` restores offline), and the PEFT directory holds those adapters for
     the SFT result, written beside it (no HF directory holds it)."""
@@ -78,6 +78,14 @@ def test_the_lora_export_is_the_merged_policy_and_a_peft_adapter_for_its_base(lo
     adapter = json.loads((export / runs.PEFT_DIR / "adapter_config.json").read_text())
     assert adapter["r"] == 8 and adapter["base_model_name_or_path"] == str(export / runs.PEFT_BASE_DIR)
     assert (export / runs.PEFT_BASE_DIR / "model.safetensors").is_file()
+    offline = tmp_path / "offline"  # experiments.export: the same directories, the base rebuilt from the SFT checkpoint
+    runs.export_run(workdir, "best", offline)
+    for name in (f"{runs.PEFT_DIR}/adapter_model.safetensors", f"{runs.PEFT_BASE_DIR}/model.safetensors"):
+        assert (offline / name).read_bytes() == (export / name).read_bytes(), name
+    again = load_file(str(offline / "model.safetensors"))  # merged on this process's devices: float rounding apart
+    assert again.keys() == written.keys()
+    for name, tensor in written.items():
+        np.testing.assert_allclose(again[name], tensor, rtol=1e-6, atol=1e-7, err_msg=name)
 
 
 def test_lora_kill_9_then_resume_matches_uninterrupted(lora_run, sft, tmp_path, command_server):  # noqa: F811
