@@ -23,4 +23,5 @@ def get_config(arg: str | None = None):
     c.mesh.rollout.tensor = 1
     c.judge.tensor = 1
     c.rl.micro_batches = 32  # one group (8 rollouts of up to 1k + 2k tokens) per micro-batch on one device
+    c.eval.max_questions = 128  # one eval call on one device: 400 questions' KV caches alone would fill it
     return c

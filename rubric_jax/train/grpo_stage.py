@@ -4,7 +4,8 @@ Evals run before the first update (the SFT baseline), every `eval.every_steps` s
 writes the reward-hacking monitors (train/monitors.py: alerts.jsonl) and every eval scores the golden set
 (train/golden.py). A non-finite loss or gradient skips the update (train/step.py); `rl.max_nan_streak` skips
 in a row stop the run. The KL reference is the policy GRPO started from, saved once so that a resumed run
-keeps it. Per-step randomness is `fold_in(key, 1000 + step)`.
+keeps it; with LoRA (config.lora naming "grpo") it is the state's frozen base, which is that policy, never saved.
+Per-step randomness is `fold_in(key, 1000 + step)`.
 """
 
 from __future__ import annotations
@@ -193,8 +194,9 @@ class GRPOStage(Stage):
 
     def start(self, restored: checkpointing.Restored | None, state: train_state.TrainState, start: int,
               progress: metrics.Progress) -> None:
-        """Restores the dynamic weights and the monitors' window, loads the reference and the baseline eval
-        (run now at step 0; else read back from the log, which process 0 wrote before the restart)."""
+        """Restores the dynamic weights and the monitors' window, loads the reference (none to load with LoRA: the
+        frozen base) and the baseline eval (run now at step 0; else read back from the log, which process 0 wrote
+        before the restart)."""
         exp = self.exp
         if restored is not None and exp.dynamic_weights is not None:
             exp.dynamic_weights.load_json(restored.extra["dynamic_weights"])

@@ -12,13 +12,16 @@ import os
 import signal
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
 from rubric_jax import config_boundary, loader, sharding
 from rubric_jax.models import lora
-from rubric_jax.train import checkpointing, runs, settings as run_settings
+from rubric_jax.train import checkpointing, programs as run_programs, runs, settings as run_settings
+from tests.models.test_lora import ALL, CFG, logits_of, numpy_merge, with_random_b
+from tests.random_model import random_weights
 from test_loop import _flags, _rows, _wait_for_row, sft  # noqa: F401 (sft: the shortened SFT set, a fixture)
 from tiny_config import absolute_tiny_config
 
@@ -127,3 +130,21 @@ def test_the_lora_config_reaches_each_stage_it_names():
     config.lora.rank = 0  # the default: every stage trains every weight
     settings = run_settings.validate(config_boundary.experiment(config))
     assert settings.sft.lora is None and settings.rl.lora is None and settings.lora is None
+
+
+def test_a_stage_after_a_lora_stage_starts_from_its_merged_result():
+    """lora.stages=("sft", "grpo"): GRPO's fresh adapters sit on the SFT result merged into a plain model (base +
+    B·A·alpha/r, the numpy reference), so GRPO starts as the policy SFT ended with; a full stage after a LoRA one
+    gets that merged model alone."""
+    mesh = run_settings.MeshSpec(sharding.MeshConfig(data=1, fsdp=-1, tensor=1), 1, "compute")
+    lay = run_programs.layouts(mesh, CFG, jax.devices()[:1], ALL)
+    sft_result = with_random_b(loader.add_adapters(random_weights(CFG, std=0.3), ALL, lay.training, jax.random.key(5)))
+    expected = logits_of(loader.as_weights(CFG, numpy_merge(sft_result.params, ALL.scale)))
+    grpo_start = lay.stage_params(sft_result.params, True, jax.random.key(6))
+    assert lora.has_adapters(grpo_start)
+    fresh_b = [leaf for path, leaf in jax.tree_util.tree_flatten_with_path(grpo_start)[0] if path[-1].key == "lora_b"]
+    assert fresh_b and not any(np.any(np.asarray(b)) for b in fresh_b)  # fresh adapters: B = 0
+    np.testing.assert_allclose(logits_of(lay.policy(grpo_start)), expected, rtol=1e-5, atol=1e-5)
+    full_start = lay.stage_params(sft_result.params, False, jax.random.key(6))
+    assert not lora.has_adapters(full_start)
+    np.testing.assert_allclose(logits_of(lay.policy(full_start)), expected, rtol=1e-5, atol=1e-5)
