@@ -1,9 +1,9 @@
 """configs/qwen7b.py's QuRL-style run on ONE GPU through LoRA (issue 34; docs/training.md "LoRA"): the full cold-start
 SFT is left out (a 7B full SFT needs float32 weights and two Adam moments: 122 GB, more than one H200), GRPO trains
 rank-64 adapters on every projection of the frozen bf16 base, the KL reference is that base with the adapters off (no
-second copy) and the 8B judge shares the device. Sized by the dry run for one H200 (docs/training.md shows its
-table):
-  ./launch.sh experiments.run --config=configs/qwen7b_lora.py --dry_run --dry_run_target=h200
+second copy) and the 8B judge shares the device. Sized by the CPU backend's dry run on one device (docs/training.md
+"LoRA runs" gives its numbers); confirm on the target with XLA's GPU compiler:
+  ./launch.sh experiments.run --config=configs/qwen7b_lora.py --dry_run --dry_run_target=h200 --dry_run_devices=1
 
 Launch (one H200): as configs/qwen7b.py, with --config=configs/qwen7b_lora.py (start from an SFT'd or instruct
 checkpoint: --config.model.checkpoint=DIR). Sizes as configs/qwen7b.py's argument (size=7b|1.5b|0.5b).

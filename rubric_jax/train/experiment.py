@@ -131,10 +131,11 @@ class Experiment:
             return None
         config = self.settings.config
         start = (weights_identity(self.model_dir) if self.model_dir else
-                 f"random init seed {config.seed} of {hashlib.sha256(Path(config.model.config_json).read_bytes()).hexdigest()}")
+                 f"random init seed {config.seed} of {_file_sha256(config.model.config_json)}")
         before = {"start": start}
         if stage == "grpo" and self.settings.sft is not None:
-            before["sft"] = {"block": config.sft.to_values(), "data": config.data.sft, "lora": repr(self.settings.sft.lora)}
+            before["sft"] = {"block": config.sft.to_values(), "data": _file_sha256(config.data.sft),
+                             "lora": repr(self.settings.sft.lora)}
         return hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()
 
     def initial_params(self) -> dict[str, Any]:
@@ -370,6 +371,11 @@ def _check_rollout_chunks(settings: Settings, batch_multiple: int) -> None:
     if size % batch_multiple:
         raise ValueError(f"config.rl.rollout_chunks={chunks}: a chunk of {size} questions must split evenly over the "
                          f"rollout's {batch_multiple} batch shards (devices / mesh.rollout.tensor); use fewer chunks")
+
+
+def _file_sha256(path: str) -> str:
+    """sha256 hex of a file's bytes."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def rubric_set_hash(shared: Rubric, rubrics: list[Rubric], correction: Correction | None = None) -> str:

@@ -22,8 +22,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]  # what the shipped configs' rel
 BEST_BY = "eval/reward_mean"  # the held-out reward the trainer logs at each eval (train/grpo_stage.py)
 WHICH = blocks.EXPORT_WHICH
 PEFT_DIR = "peft_adapter"  # a LoRA policy's export: its PEFT adapter directory, inside the merged HF directory
-PEFT_BASE_DIR = "peft_base"  # ... and its base as a HF directory, when no HF directory holds it (SFT result, random init)
-MODEL_OVERRIDES = ("param_dtype", "compute_dtype", "remat", "remat_policy", "scan_layers", "attention")  # settings.model_overrides
+PEFT_BASE_DIR = "peft_base"  # ... and its base, when no HF directory holds it (the SFT result, a random init)
+# The ModelConfig fields the experiment config sets on a loaded checkpoint (settings.model_overrides).
+MODEL_OVERRIDES = ("param_dtype", "compute_dtype", "remat", "remat_policy", "scan_layers", "attention")
 # What export and evaluation read of a run's config.json: (key, type, smallest value for an integer).
 _READ_KEYS = (("model.checkpoint", str, None), ("model.config_json", str, None), ("model.tokenizer", str, None),
               ("model.param_dtype", str, None), ("model.compute_dtype", str, None), ("model.remat", bool, None),
@@ -80,8 +81,8 @@ def run_record(workdir: Path) -> RunRecord:
     except (OSError, ValueError) as e:
         raise RunError(f"--workdir={workdir}: cannot read the run's model config: {e}") from None
     start = config["model"]["checkpoint"]
-    stages = tuple(config.get("stages", blocks.STAGES))
     try:
+        stages = tuple(config.get("stages", blocks.STAGES))
         lora_block = blocks.LoraBlock.from_values({**blocks.LoraBlock().to_values(), **config.get("lora", {})},
                                                   "lora")
     except (TypeError, ValueError) as e:
