@@ -573,7 +573,7 @@ def self_attention(cfg: ModelConfig, attn: Params, x_BxTxD: jax.Array, cos_BxTxH
     a decode step's RoPE and attention in one kernel (`attention.decodes_in_kernel`)."""
     if attention.decodes_in_kernel(cfg, x_BxTxD, mask_BxTxS, cache, prefix):
         qkv = attn["qkv_proj"] if "qkv_proj" in attn else merged_qkv(attn)
-        qkv_BxTxCxH = _project(x_BxTxD, qkv, length_split=False)
+        qkv_BxTxCxH = _project(x_BxTxD, qkv, length_split=False, scale=lora_scale(cfg))
         out_BxTxKxGxH, cache = attention.attend_in_kernel(qkv_BxTxCxH, cos_BxTxH, sin_BxTxH, mask_BxTxS, cache,
                                                           layer, cache_index, prefix)
     else:
