@@ -321,7 +321,7 @@ def dry_run(resolved: config_boundary.ConfigDict, target: str = CPU, num_devices
     model_cfg = policy_config(config.model, target)
     judges = judge_configs(config.judge, target)
     scorer = reward_model_shapes(config.reward, settings.reward_model) if settings.reward_model is not None else None
-    lay = run_programs.layouts(settings.mesh, model_cfg, devices)
+    lay = run_programs.layouts(settings.mesh, model_cfg, devices, settings.lora)
     mesh, decode_layout = lay.mesh, lay.decode
     rl = config.rl
     prompt_len = max(settings.train_rollout.prompt_buckets)
@@ -331,10 +331,11 @@ def dry_run(resolved: config_boundary.ConfigDict, target: str = CPU, num_devices
     judge_rows = judge_prompts_per_call(config) if judges and "grpo" in config.stages else 0  # fails before compiling
 
     others: dict[str, int] = {}  # long-lived arrays beside the training state
-    if rl.beta > 0:  # the policy's layout and dtype (grpo_stage.load_reference)
-        others["reference params"] = micro_batching.per_device_bytes(
+    lora_grpo = settings.rl is not None and settings.rl.lora is not None
+    if rl.beta > 0 and not lora_grpo:  # the policy's layout and dtype (grpo_stage.load_reference); with LoRA the
+        others["reference params"] = micro_batching.per_device_bytes(  # reference is the frozen base: no copy
             loader.abstract_weights(model_cfg, lay.training).params)
-    train_arrays = ("policy params", "AdamW moments")
+    train_arrays: tuple[str, ...] = ("policy params", "AdamW moments")
     judge_layout = _judge_layout(mesh, settings.config.judge.tensor, judges)
     judge_weights = {f"judge {name}": loader.abstract_weights(cfg, judge_layout, per_layer=True)  # as load_judges
                      for name, cfg in judges}
@@ -353,7 +354,11 @@ def dry_run(resolved: config_boundary.ConfigDict, target: str = CPU, num_devices
         progress(built.auto.line())
     state = (built.grpo_state or built.sft_state).abstract_state
     resident = {"policy params": micro_batching.per_device_bytes(state.params),
-                "AdamW moments": micro_batching.per_device_bytes(state.opt_state), **others}
+                "AdamW moments": micro_batching.per_device_bytes(state.opt_state)}
+    if state.frozen is not None:  # LoRA: the params are the adapters; the base is frozen in the compute dtype
+        resident["frozen base"] = micro_batching.per_device_bytes(state.frozen)
+        train_arrays += ("frozen base",)
+    resident.update(others)
 
     reports: list[ProgramReport] = []
 
@@ -378,7 +383,11 @@ def dry_run(resolved: config_boundary.ConfigDict, target: str = CPU, num_devices
             reference + scorer_names, done=None if chosen is None else (chosen.compiled, chosen.compile_seconds))
         if rl.beta > 0 or rl.recompute_old_logprobs:
             add("logprobs", "rollout log-probs", micro,
-                lambda: grpo.logprobs.lower(grpo_state.params, *train_step.logprob_inputs(batch)),
+                lambda: grpo.logprobs.lower(grpo_state.model_params(), *train_step.logprob_inputs(batch)),
+                train_arrays + scorer_names)
+        if rl.beta > 0 and grpo.ref_logprobs is not None:  # LoRA: the reference reads the frozen base alone
+            add("logprobs", "reference log-probs (frozen base)", micro,
+                lambda: grpo.ref_logprobs.lower(grpo_state.frozen, *train_step.logprob_inputs(batch)),
                 train_arrays + scorer_names)
         rollout_policy = lay.abstract_rollout_weights()  # what the stages sample with (Layouts.rollout_weights)
         beside = train_arrays + reference + scorer_names

@@ -238,8 +238,11 @@ def check_saved_tree(saved_tree: Any, target: Any, where: Path, *, check_dtype: 
 
 def _load_orbax(path: Path, cfg: ModelConfig, layout: sharding.Layout) -> Weights:
     """Restores only the params subtree (no optimizer state is read) straight into `layout`'s shardings,
-    cast by orbax to `cfg.param_dtype` as it reads."""
+    cast by orbax to `cfg.param_dtype` as it reads. A LoRA `cfg`'s checkpoint holds the adapters alone (its base is
+    named, not saved): the Weights returned then hold only them (`lora.join` them to the base)."""
     graphdef, abstract, shardings = _abstract(cfg, layout)
+    if cfg.lora is not None:
+        abstract, shardings = lora.split(abstract)[0], lora.split(shardings)[0]
     target = {_PARAMS_KEY: jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                                        abstract, shardings)}
     handler = ocp.PyTreeCheckpointHandler()

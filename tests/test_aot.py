@@ -170,6 +170,26 @@ def test_cpu_dry_run_with_a_judge_holds_the_bytes_worked_out_by_hand(tmp_path):
     assert all(f"\n{name} " in text for name in by_name)
 
 
+def test_lora_dry_run_holds_the_base_once(tmp_path):
+    """config.lora on the GRPO stage (tiny policy and judge, 8 devices): the long-lived arrays are the adapters, their
+    moments, the frozen base and the judge: no reference copy of the base (its log-probs read the frozen base, a
+    program of their own), and the update's state holds the base beside the adapters."""
+    (tmp_path / "judge").mkdir()
+    (tmp_path / "judge" / "config.json").write_text((REPO / "rubric_jax/assets/tiny/config.json").read_text())
+    config = tiny.get_config()
+    config.stages, config.judge.checkpoint, config.judge.batch_size = ["grpo"], str(tmp_path / "judge"), 16
+    config.lora.rank = 8
+    report = aot.dry_run(config, "cpu", 8, progress=lambda line: None, programs=frozenset({"grpo_update", "logprobs"}))
+    assert [p.name for p in report.programs] == ["GRPO update", "rollout log-probs", "reference log-probs (frozen base)"]
+    assert list(report.resident) == ["policy params", "AdamW moments", "frozen base", "judge judge"]
+    base = ((656_512 - 512) // 8 + 512) * 4  # the tiny model split 8 ways (its q/k/v biases whole), float32 compute
+    assert report.resident["frozen base"] == base
+    assert 0 < report.resident["policy params"] <= 38_912 * 4  # rank-8 adapters on every layer projection
+    by_name = {p.name: p for p in report.programs}
+    assert report.phase_bytes(by_name["GRPO update"]) == by_name["GRPO update"].peak + report.resident["judge judge"]
+    assert by_name["reference log-probs (frozen base)"].arguments < by_name["rollout log-probs"].arguments
+
+
 def test_dry_run_programs_compiles_the_named_programs_only():
     """`--dry_run_programs` (what one iterates on: the 7B decode programs take minutes each)."""
     assert aot.parse_programs("all") == aot.parse_programs("") == frozenset(aot.PROGRAMS)

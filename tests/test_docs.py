@@ -126,6 +126,9 @@ RUN_BY: dict[str, RunBy] = {
     "--config.sampling.max_new_tokens=32 --config.format=json":
         RunBy(("tests/test_sampling.py::test_generate_cli_prints_json_matching_the_library",),
               replaced=("--checkpoint", "--prompt", "--config.sampling.max_new_tokens")),
+    "./launch.sh experiments.run --config=configs/tiny.py --workdir=runs/tiny_lora --config.lora.rank=8":
+        RunBy(("tests/train/test_lora_run.py::test_the_tiny_default_with_lora_grpo_runs_to_the_end_on_adapters",),
+              replaced=("--workdir",)),
     "./launch.sh experiments.run --config=configs/tiny.py --dry_run":
         RunBy(("tests/test_aot.py::test_cpu_dry_run_cli_of_the_tiny_default",)),
     "./launch.sh experiments.run --config=configs/qwen7b.py --dry_run --dry_run_target=a100_80g":

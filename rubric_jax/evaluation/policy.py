@@ -53,7 +53,7 @@ def load_policy(*, checkpoint: Path | None, workdir: Path | None, which: str, me
         try:
             record = runs.run_record(workdir)
             chosen = runs.select_checkpoint(workdir, record, which)
-            weights = runs.restore_run_params(workdir, record, chosen, layout)
+            weights = loader.to_layout(runs.restore_run_params(workdir, record, chosen, layout), layout)  # LoRA: merged
         except runs.RunError as e:
             raise EvalInputError(str(e)) from None
         tokenizer_dir = record.tokenizer_dir

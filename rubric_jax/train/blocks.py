@@ -20,6 +20,7 @@ from rubric_jax import counts
 from rubric_jax.grpo import ADVANTAGE_SCALINGS, AGGREGATIONS, IMPORTANCE_LEVELS, KL_ESTIMATORS, LOSSES
 from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.loader import ATTENTION_CHOICES
+from rubric_jax.models import lora
 from rubric_jax.models.config import REMAT_POLICIES
 from rubric_jax.qurl.config import BuildConfig
 from rubric_jax.schema import Block, BlockError, setting
@@ -60,6 +61,29 @@ class ModelBlock(Block):
                                      "for bf16 compute")
         if self.attention == "cudnn" and self.compute_dtype == "float32":
             self.fail("attention", "cuDNN flash attention runs in bfloat16: set model.compute_dtype='bfloat16'")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraBlock(Block):
+    """LoRA (issue 34; models/lora.py): the named stages train the policy through low-rank adapters on a frozen base
+    (the previous stage's result), the KL reference is that base with the adapters off, and checkpoints hold the
+    adapters. The default variant of a LoRA run is a full cold-start SFT, then LoRA GRPO."""
+
+    rank: int = setting(0, "The adapters' rank r (PEFT r); 0 = off: every weight is trained.", bounds=(0, 1 << 16))
+    alpha: float = setting(16.0, "The update is scaled by alpha / rank (PEFT lora_alpha).", bounds=(1e-6, 1e6))
+    dropout: float = setting(0.0, "Dropout on the adapters' input (PEFT lora_dropout); only 0 is implemented.",
+                             bounds=(0.0, 0.0))
+    targets: tuple[str, ...] = setting(lora.LAYER_TARGETS, "Adapted projections by HF module name (PEFT "
+                                                           "target_modules); lm_head needs an untied LM head.",
+                                       choices=lora.TARGETS)
+    stages: tuple[str, ...] = setting(("grpo",), "Stages that train through the adapters (each starts fresh ones on "
+                                                 "the previous stage's merged result).", choices=STAGES)
+
+    def validate(self) -> None:
+        if not self.targets or len(set(self.targets)) != len(self.targets):
+            self.fail("targets", f"expected a non-empty subset of {lora.TARGETS} without repeats")
+        if not self.stages or len(set(self.stages)) != len(self.stages):
+            self.fail("stages", f"expected a non-empty subset of {STAGES} without repeats")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -376,6 +400,7 @@ class ExperimentConfig(Block):
     stages: tuple[str, ...] = setting(STAGES, "Stages run in order; eval runs inside grpo (before, every N steps, "
                                               "end).", choices=STAGES)
     model: ModelBlock = setting(ModelBlock, "The policy model.")
+    lora: LoraBlock = setting(LoraBlock, "LoRA: the stages that train through low-rank adapters (rank 0 = off).")
     judge: JudgeSpec = setting(JudgeSpec, "The LLM judge: the same block as configs/judges/*.py and every command's "
                                           "--judge.")
     reward: RewardBlock = setting(RewardBlock, "What scores rollouts.")
@@ -398,8 +423,14 @@ class ExperimentConfig(Block):
         if self.export.which == "best" and "grpo" not in stages:
             raise BlockError("export.which", "best", "the best checkpoint is the best-evaluated GRPO one; this run "
                                                      "has no GRPO stage")
+        if self.lora.rank and not set(self.lora.stages) & set(stages):
+            raise BlockError("lora.stages", self.lora.stages, f"none of them runs (config.stages={stages}): the "
+                                                              "adapters would train nothing; set lora.rank=0 or a stage")
         if self.reward.source == "reward_model":
             self._check_reward_model()
+        if self.rl.off_policy_steps and self.lora.rank and "grpo" in self.lora.stages:
+            raise BlockError("rl.off_policy_steps", 1, "not with LoRA GRPO (config.lora.rank > 0): the batch sampled "
+                                                       "ahead reads the trained params alone, not adapters + base")
         if self.audit.judge.has_judge and self.reward.source != "rubric":
             raise BlockError("audit.judge.checkpoint", ",".join(self.audit.judge.checkpoints), "the audit compares "
                              f"LLM-judged rubric dimensions; config.reward.source={self.reward.source!r} has none")

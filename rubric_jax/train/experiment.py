@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -26,7 +27,7 @@ from rubric_jax.judges.reward import Reward, RubricReward
 from rubric_jax.judges.reward_model import RewardModelReward, load_reward_model
 from rubric_jax.judges.loading import load_cascade, load_judges, open_verdict_store
 from rubric_jax.judges.scorers import split_by_reads
-from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge
+from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge, weights_identity
 from rubric_jax.judges.store import VerdictStore
 from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
 from rubric_jax.rubrics import lint
@@ -40,7 +41,6 @@ from rubric_jax.train import blocks, settings as run_settings, step as train_ste
 from rubric_jax.train.blocks import ConfigRecord
 from rubric_jax.train.settings import Settings
 
-MODEL_OVERRIDES = ("param_dtype", "compute_dtype", "remat", "remat_policy", "scan_layers", "attention")  # settings.model_overrides
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,18 +116,33 @@ class Experiment:
     def run_record(self) -> runs.RunRecord:
         """What reading and exporting this run's checkpoints needs (as `experiments.export` reads it)."""
         config = self.settings.config
+        adapters = {stage: spec.lora for stage, spec in (("sft", self.settings.sft), ("grpo", self.settings.rl))
+                    if spec is not None and spec.lora is not None}
         return runs.RunRecord(config.checkpoint.keep, config.rl.updates_per_batch, self.layouts.model,
-                              Path(self.tokenizer_dir), Path(self.model_dir) if self.model_dir else None)
+                              Path(self.tokenizer_dir), Path(self.model_dir) if self.model_dir else None, config.seed,
+                              config.stages, adapters)
+
+    def base_identity(self, stage: str) -> str | None:
+        """The identity of a LoRA stage's frozen base (sha256 hex), recorded with its adapter checkpoints instead of
+        the base, so that a resume onto another base is refused; None for a stage that trains every weight. The base
+        is the starting policy (its HF directory's `weights_identity`, or the random init's config and seed) after
+        the stages before `stage`, named by their settings."""
+        spec = self.settings.sft if stage == "sft" else self.settings.rl
+        if spec is None or spec.lora is None:
+            return None
+        config = self.settings.config
+        start = (weights_identity(self.model_dir) if self.model_dir else
+                 f"random init seed {config.seed} of {_file_sha256(config.model.config_json)}")
+        before = {"start": start}
+        if stage == "grpo" and self.settings.sft is not None:
+            before["sft"] = {"block": config.sft.to_values(), "data": _file_sha256(config.data.sft),
+                             "lora": repr(self.settings.sft.lora)}
+        return hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()
 
     def initial_params(self) -> dict[str, Any]:
         """The starting policy's params in the training layout, through the loader: the pretrained checkpoint,
         or a seeded random init."""
-        lay = self.layouts
-        if self.model_dir:
-            overrides = {field: getattr(lay.model, field) for field in MODEL_OVERRIDES}
-            return loader.load_weights(self.model_dir, lay.training, **overrides).params
-        param_key = jax.random.split(jax.random.fold_in(self.key, 0))[0]  # the init key runs have always used
-        return loader.init_weights(lay.model, lay.training, param_key).params
+        return self.run_record().start_weights(self.layouts.training).params
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +170,7 @@ def build(settings: Settings, record: ConfigRecord, workdir: str | Path) -> Expe
     judge_dirs = [_existing_dir(path, "judge.checkpoint", "judge") for path in settings.config.judge.checkpoints]
     model_cfg = run_settings.model_config(config.model)
     run_settings.check_positions(settings, model_cfg.max_position_embeddings)
-    lay = run_programs.layouts(settings.mesh, model_cfg)
+    lay = run_programs.layouts(settings.mesh, model_cfg, adapters=settings.lora)
     _check_rollout_chunks(settings, lay.decode.batch_multiple)
     settings.off_policy.check_processes(jax.process_count())
     try:
@@ -368,6 +383,11 @@ def _check_rollout_chunks(settings: Settings, batch_multiple: int) -> None:
     if size % batch_multiple:
         raise ValueError(f"config.rl.rollout_chunks={chunks}: a chunk of {size} questions must split evenly over the "
                          f"rollout's {batch_multiple} batch shards (devices / mesh.rollout.tensor); use fewer chunks")
+
+
+def _file_sha256(path: str) -> str:
+    """sha256 hex of a file's bytes."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def rubric_set_hash(shared: Rubric, rubrics: list[Rubric], correction: Correction | None = None) -> str:

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from rubric_jax import distributed, files
-from rubric_jax.train import export, runs
+from rubric_jax.models import lora
+from rubric_jax.train import runs
 from rubric_jax.train.experiment import Experiment
 
 EXPORT_DIR = "export"  # <workdir>/export: the final policy as a HF directory (config.export.at_end)
@@ -43,12 +44,14 @@ def report_best(exp: Experiment) -> None:
 
 
 def export_at_end(exp: Experiment, final_params: dict[str, Any]) -> None:
-    """config.export.at_end: the final policy, or (export.which='best') the best-evaluated checkpoint's
-    params restored into the training layout, as a HF directory in <workdir>/export."""
+    """config.export.at_end: the final policy (`final_params`: the model's, a LoRA policy's adapters and base), or
+    (export.which='best') the best-evaluated checkpoint's params restored into the training layout, as a HF directory
+    in <workdir>/export (a LoRA policy merged, with its PEFT adapter directory: `runs.export_weights`)."""
     record = exp.run_record()
     weights = exp.layouts.policy(final_params)
     if exp.settings.config.export.which == "best":
         best = runs.select_checkpoint(exp.workdir, record, "best")
-        weights = runs.restore_run_params(exp.workdir, record, best, exp.layouts.training)
-    export.export_policy(weights, exp.workdir / EXPORT_DIR, tokenizer_dir=record.tokenizer_dir,
-                         start_dir=record.start_dir, replace=True)
+        weights = runs.restore_run_params(exp.workdir, record, best, exp.layouts.training,
+                                          lora.strip(final_params) if lora.has_adapters(final_params) else None)
+    stage = "grpo" if exp.settings.config.export.which == "best" else exp.settings.config.stages[-1]
+    runs.export_weights(record, stage, weights, exp.layouts.training, exp.workdir / EXPORT_DIR, replace=True)

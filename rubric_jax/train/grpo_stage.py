@@ -4,7 +4,8 @@ Evals run before the first update (the SFT baseline), every `eval.every_steps` s
 writes the reward-hacking monitors (train/monitors.py: alerts.jsonl) and every eval scores the golden set
 (train/golden.py). A non-finite loss or gradient skips the update (train/step.py); `rl.max_nan_streak` skips
 in a row stop the run. The KL reference is the policy GRPO started from, saved once so that a resumed run
-keeps it. Per-step randomness is `fold_in(key, 1000 + step)`.
+keeps it; with LoRA (config.lora naming "grpo") it is the state's frozen base, which is that policy, never saved.
+Per-step randomness is `fold_in(key, 1000 + step)`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ EVAL_SAMPLES = 4  # eval responses written to samples.jsonl per eval
 _EVAL_KEY = 2**31 - 1  # fold_in data of the eval sampling key (GRPO step keys are 1000 + step)
 _GOLDEN_REFERENCE_KEY = 1  # fold_in data (into the eval key) of the golden references' judge key, the same every eval
 _AUDIT_KEY = 2  # fold_in data (into the eval key) of the audit judge's key
+ADAPTER_KEY = 2**31 - 2  # fold_in data (into the run key) of the GRPO stage's fresh LoRA adapters
 
 
 @dataclasses.dataclass
@@ -69,7 +71,7 @@ def grpo_iteration(exp: Experiment, programs: run_programs.GRPOPrograms, state: 
     params that sampled (the first update's, or the recomputation's): float error on CPU float32, the
     decode drift to watch on accelerators in bf16.
     """
-    out, dynamic_row = _rollout(exp, state.params, questions, key, draw)
+    out, dynamic_row = _rollout(exp, state.model_params(), questions, key, draw)
     return train_on_rollout(exp, programs, state, ref_params, out, dynamic_row)
 
 
@@ -88,7 +90,7 @@ def train_on_rollout(exp: Experiment, programs: run_programs.GRPOPrograms, state
     batch = rollout.training_batch(out.sampled, out.groups, programs.cfg.group_size,
                                    padding.bucket_length(longest, settings.train_rollout.response_buckets),
                                    signal.advantages_N[out.rows], signal.trainable_N[out.rows], exp.mesh)
-    batch, logprob_stats = run_programs.rollout_logprobs(programs, batch, state.params, ref_params,
+    batch, logprob_stats = run_programs.rollout_logprobs(programs, batch, state.model_params(), ref_params,
                                                          settings.config.rl.recompute_old_logprobs)
     updates = []
     for _ in range(settings.config.rl.updates_per_batch):
@@ -168,13 +170,14 @@ def evaluate(exp: Experiment, state: train_state.TrainState, step: int) -> dict[
     """Held-out rubric reward of one response per eval (and golden) question with the eval sampler (greedy
     by default); alerts on the golden set's agreement."""
     key = jax.random.fold_in(exp.key, _EVAL_KEY)
-    out = collect.rollout_and_score(exp, state.params, distributed.process_block(exp.eval_questions),
+    out = collect.rollout_and_score(exp, state.model_params(), distributed.process_block(exp.eval_questions),
                                     exp.settings.eval_rollout, key)
     summary = rollout.summarize_rewards(out.scored)
     row = {"stage": "eval", "eval/reward_mean": summary.reward_mean, **rollout.reward_metrics(summary, "eval/"),
            "eval/response_len/mean": float(out.lengths_N.mean())}
     if exp.golden is not None:
-        golden_scored = collect.rollout_and_score(exp, state.params, distributed.process_block(exp.golden.questions),
+        golden_scored = collect.rollout_and_score(exp, state.model_params(),
+                                                  distributed.process_block(exp.golden.questions),
                                                   exp.settings.eval_rollout, key).scored
         row.update(exp.golden.metrics(golden_scored, OwnBlockScorer(exp.reward),
                                       key=jax.random.fold_in(key, _GOLDEN_REFERENCE_KEY), weights=exp.weights,
@@ -202,8 +205,10 @@ class OwnBlockScorer:
 
 
 class GRPOStage(Stage):
-    """GRPO from `params` (the SFT result): the KL reference and the SFT baseline eval before the first step,
-    evals every `eval.every_steps`, the learning-rate drop on oscillation, the NaN-streak stop."""
+    """GRPO from `params` (the SFT result's model params): the KL reference and the SFT baseline eval before the first
+    step, evals every `eval.every_steps`, the learning-rate drop on oscillation, the NaN-streak stop. With LoRA
+    (config.lora naming "grpo") fresh adapters on the SFT result are trained, and the reference is the state's frozen
+    base (the SFT result itself: no reference checkpoint, no second copy)."""
 
     name = "grpo"
 
@@ -212,7 +217,9 @@ class GRPOStage(Stage):
         self.exp, self.programs = exp, exp.programs.grpo
         self.total, self.rows, self.batch_size = rl.steps, exp.train_questions, rl.questions_per_step
         state_layout = exp.programs.grpo_state
+        params = exp.layouts.stage_params(params, rl.lora is not None, jax.random.fold_in(exp.key, ADAPTER_KEY))
         self.state, self.shardings = state_layout.init(params), state_layout.shardings
+        self.base_identity = exp.base_identity(self.name)
         self.updates_per_step = settings.config.rl.updates_per_batch
         self.keep_best = settings.config.checkpoint.keep_best
         self.nan_streak = NanStreak(rl.max_nan_streak)
@@ -228,8 +235,9 @@ class GRPOStage(Stage):
 
     def start(self, restored: checkpointing.Restored | None, state: train_state.TrainState, start: int,
               progress: metrics.Progress) -> None:
-        """Restores the dynamic weights and the monitors' window, loads the reference and the baseline eval
-        (run now at step 0; else read back from the log, which process 0 wrote before the restart)."""
+        """Restores the dynamic weights and the monitors' window, loads the reference (none to load with LoRA: the
+        frozen base) and the baseline eval (run now at step 0; else read back from the log, which process 0 wrote
+        before the restart)."""
         exp = self.exp
         one_step_ahead.check_resume(restored, exp.settings.off_policy.steps)
         if self.ahead is not None:
@@ -240,7 +248,8 @@ class GRPOStage(Stage):
             exp.watch.load_scores_json(restored.extra.get("redundancy_window", []))
         iterator_state = data.IteratorState.from_dict(restored.data_state) if restored else data.IteratorState(
             seed=exp.settings.config.seed)
-        self.ref_params = load_reference(exp, state, iterator_state).params if exp.settings.rl.beta > 0 else None
+        if exp.settings.rl.beta > 0 and state.frozen is None:  # LoRA: the frozen base, read from each step's state
+            self.ref_params = load_reference(exp, state, iterator_state).params
         if self.lr_drop is not None:
             self.lr_drop.restore(exp.log.rows(), float(train_state.lr_factor(state.opt_state)))
         if start == 0:
@@ -257,8 +266,14 @@ class GRPOStage(Stage):
             state = state.replace(opt_state=self.lr_drop.before_step(state.opt_state, step))
         if self.ahead is not None:
             return self.ahead.step(state, rows, step, runner, lambda s, out, row: train_on_rollout(
-                self.exp, self.programs, s, self.ref_params, out, row))
-        return grpo_iteration(self.exp, self.programs, state, self.ref_params, rows, self._key(step), runner.next_rows)
+                self.exp, self.programs, s, self._reference(s), out, row))
+        return grpo_iteration(self.exp, self.programs, state, self._reference(state), rows, self._key(step),
+                              runner.next_rows)
+
+    def _reference(self, state: train_state.TrainState) -> Any | None:
+        """The reference's params: with LoRA the state's frozen base (no second copy; the state is donated each
+        step, so taken from the current one), else the loaded reference (None when β = 0)."""
+        return state.frozen if self.exp.settings.rl.beta > 0 and state.frozen is not None else self.ref_params
 
     def read_row(self, out: StepOutput) -> dict[str, Any]:
         return grpo_row(out)

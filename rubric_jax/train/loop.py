@@ -65,9 +65,9 @@ def run_experiment(exp: Experiment) -> None:
     with StopRequest() as stop, contextlib.closing(exp.log):
         params = exp.initial_params()
         if settings.sft is not None:
-            params = run_stage(exp, SFTStage(exp, params), stop).params
+            params = run_stage(exp, SFTStage(exp, params), stop).model_params()
         if settings.rl is not None and not stop.requested:
-            params = run_stage(exp, GRPOStage(exp, params), stop).params
+            params = run_stage(exp, GRPOStage(exp, params), stop).model_params()
             if not stop.requested:
                 finish.report_best(exp)
         if config.export.at_end and not stop.requested:

@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import optax
 
 from rubric_jax import grpo, loader, sharding
-from rubric_jax.models.config import ModelConfig
+from rubric_jax.models import lora
+from rubric_jax.models.config import ModelConfig, ModelConfigError
 from rubric_jax.train import micro_batching, state as train_state, step as train_step
 from rubric_jax.train.settings import MeshSpec, Settings
 
@@ -36,15 +37,30 @@ class Layouts:
     training: sharding.Layout
     decode: sharding.Layout
     decode_dtype: str  # the policy's parameter dtype while decoding (mesh.rollout.param_dtype resolved)
+    lora: lora.LoraConfig | None = None  # config.lora's adapters when a stage trains through them
 
     @property
     def mesh(self) -> jax.sharding.Mesh:
         """The training mesh."""
         return self.training.mesh
 
+    def stage_model(self, adapters: bool) -> ModelConfig:
+        """The policy's ModelConfig in a stage that trains through the adapters (`adapters`) or every weight."""
+        return self.model.replace(lora=self.lora) if adapters else self.model
+
     def policy(self, params: dict[str, Any]) -> loader.Weights:
-        """Train-state params (no copy) as the policy's Weights in the training layout."""
-        return loader.as_weights(self.model, params, self.training)
+        """A model's params (no copy; a LoRA state's `model_params()`) as the policy's Weights in the training
+        layout, with the adapters' config when they hold adapters."""
+        return loader.as_weights(self.stage_model(lora.has_adapters(params)), params, self.training)
+
+    def stage_params(self, params: dict[str, Any], adapters: bool, key: jax.Array) -> dict[str, Any]:
+        """A stage's starting params from the previous stage's model params: a LoRA result merged into a plain
+        model (in float32), then, for a stage that trains through adapters, fresh ones (`key`) on that base (its
+        arrays kept, not copied)."""
+        weights = self.policy(params)
+        if lora.has_adapters(params):
+            weights = loader.to_layout(weights, self.training, param_dtype=self.model.param_dtype)
+        return loader.add_adapters(weights, self.lora, self.training, key).params if adapters else weights.params
 
     def rollout_weights(self, params: dict[str, Any]) -> loader.Weights:
         """The policy in the decode layout and dtype, its layers per layer (what the sampler reads in place),
@@ -58,8 +74,15 @@ class Layouts:
                                        per_layer=True)
 
 
-def layouts(mesh: MeshSpec, model_cfg: ModelConfig, devices: Sequence[jax.Device] | None = None) -> Layouts:
-    """The training layout over `devices` (default: all) and the decode layout over the same devices."""
+def layouts(mesh: MeshSpec, model_cfg: ModelConfig, devices: Sequence[jax.Device] | None = None,
+            adapters: lora.LoraConfig | None = None) -> Layouts:
+    """The training layout over `devices` (default: all) and the decode layout over the same devices; `adapters`:
+    config.lora's when a stage trains through them (checked against the model here, before anything runs)."""
+    if adapters is not None:
+        try:
+            model_cfg.replace(lora=adapters)
+        except ModelConfigError as e:
+            raise ValueError(f"config.lora.targets={adapters.targets!r}: {e}") from None
     layout = sharding.Layout(sharding.make_mesh(mesh.training, devices))
     try:
         decode = sharding.decode_layout(layout.mesh, mesh.rollout_tensor)
@@ -70,7 +93,7 @@ def layouts(mesh: MeshSpec, model_cfg: ModelConfig, devices: Sequence[jax.Device
             raise ValueError(f"config.mesh.rollout.tensor={mesh.rollout_tensor} does not divide the model's {field} "
                              f"({heads}): those weights would be replicated on every device; pick a divisor")
     dtype = model_cfg.compute_dtype if mesh.rollout_param_dtype == "compute" else mesh.rollout_param_dtype
-    return Layouts(model_cfg, layout, decode, dtype)
+    return Layouts(model_cfg, layout, decode, dtype, adapters)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +117,8 @@ class GRPOPrograms:
     cfg: grpo.GRPOConfig
     update: Callable[[train_state.TrainState, dict[str, jax.Array]], tuple[train_state.TrainState, dict]]
     logprobs: Callable[[Any, jax.Array, jax.Array], jax.Array]
+    ref_logprobs: Callable[[Any, jax.Array, jax.Array], jax.Array] | None = None  # LoRA: the frozen base's; None:
+    # the reference is a model of the policy's shape, read by `logprobs`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,46 +143,51 @@ def build(settings: Settings, lay: Layouts, sft_steps: int, memory: micro_batchi
     for equal inputs (the specs are frozen): a run started again in the same process (a restart after SIGTERM, a
     resumed run, another experiment of the same shapes) gets the same jitted programs, so jax traces, lowers and
     compiles none of them again."""
-    sft = settings.sft.optimizer_for(sft_steps) if settings.sft is not None else None
+    sft = (settings.sft.optimizer_for(sft_steps), settings.sft.lora is not None) if settings.sft is not None else None
     rl = settings.rl
-    grpo_spec = (settings.grpo, rl.optimizer, rl.adjustable_lr, rl.micro_batches) if rl is not None else None
+    grpo_spec = ((settings.grpo, rl.optimizer, rl.adjustable_lr, rl.micro_batches, rl.lora is not None)
+                 if rl is not None else None)
     auto = None
     if rl is not None and rl.micro_batches == micro_batching.AUTO:
-        if memory is None:
+        if memory is None:  # with LoRA the reference is the frozen base, in the state: nothing beside it
             reference = micro_batching.per_device_bytes(loader.abstract_weights(lay.model, lay.training).params)
-            memory = micro_batching.device_memory(list(lay.mesh.devices.flat), reference if rl.beta > 0 else 0)
+            memory = micro_batching.device_memory(list(lay.mesh.devices.flat),
+                                                  reference if rl.beta > 0 and rl.lora is None else 0)
         auto = micro_batching.AutoSettings(memory, rl.questions_per_step, max(settings.train_rollout.prompt_buckets),
                                            max(settings.train_rollout.response_buckets), compiler_options)
     return _build(lay, sft, grpo_spec, auto)
 
 
 @functools.lru_cache(maxsize=4)
-def _build(lay: Layouts, sft: train_state.OptimizerConfig | None,
-           grpo_spec: tuple[grpo.GRPOConfig, train_state.OptimizerConfig, bool, int] | None,
+def _build(lay: Layouts, sft: tuple[train_state.OptimizerConfig, bool] | None,
+           grpo_spec: tuple[grpo.GRPOConfig, train_state.OptimizerConfig, bool, int, bool] | None,
            auto: micro_batching.AutoSettings | None) -> RunPrograms:
     """`build` from exactly what the programs depend on: the SFT optimizer and the GRPO objective, optimizer,
-    learning-rate factor and micro-batches (None for a stage that is not configured), and what choosing the
-    micro-batch count needs (rl.micro_batches=0)."""
-    policy = loader.abstract_weights(lay.model, lay.training)
+    learning-rate factor and micro-batches, each stage with whether it trains through the adapters (its policy is
+    then `lay.stage_model(True)`: adapters trained, the base frozen); None for a stage that is not configured; and
+    what choosing the micro-batch count needs (rl.micro_batches=0)."""
     sft_state = sft_step = grpo_state = grpo_built = choice = None
     micro_batches = 0
     if sft is not None:
-        sft_state = _state_layout(train_state.make_optimizer(sft), policy, lay.mesh)
+        optimizer, adapters = sft
+        sft_state = _state_layout(train_state.make_optimizer(optimizer), _policy(lay, adapters), lay.mesh)
         sft_step = train_step.jit_sft_step(shardings=sft_state.shardings, mesh=lay.mesh)
     if grpo_spec is not None:
-        cfg, optimizer, adjustable_lr, micro_batches = grpo_spec
+        cfg, optimizer, adjustable_lr, micro_batches, adapters = grpo_spec
+        policy = _policy(lay, adapters)
         grpo_state = _state_layout(train_state.make_optimizer(optimizer, adjustable_lr=adjustable_lr), policy,
                                    lay.mesh)  # with rl.lr_on_oscillation, a learning-rate factor in its state
+        base = loader.abstract_weights(lay.model, lay.training).graphdef if adapters else None
         if auto is not None:
-            choice, grpo_built = _choose(cfg, auto, policy.graphdef, grpo_state, lay.mesh)
+            choice, grpo_built = _choose(cfg, auto, policy.graphdef, grpo_state, lay.mesh, base)
             micro_batches = choice.count
         else:
-            grpo_built = grpo_programs(cfg, micro_batches, policy.graphdef, grpo_state.shardings, lay.mesh)
+            grpo_built = grpo_programs(cfg, micro_batches, policy.graphdef, grpo_state.shardings, lay.mesh, base)
     return RunPrograms(lay, sft_state, sft_step, grpo_state, grpo_built, micro_batches, choice)
 
 
 def _choose(cfg: grpo.GRPOConfig, auto: micro_batching.AutoSettings, graphdef: Any, state: StateLayout,
-            mesh: jax.sharding.Mesh) -> tuple[micro_batching.Choice, GRPOPrograms]:
+            mesh: jax.sharding.Mesh, base_graphdef: Any | None) -> tuple[micro_batching.Choice, GRPOPrograms]:
     """The fewest micro-batches whose update, compiled for the batch of `auto` (its largest buckets), fits its
     memory, and that count's programs: the chosen compile is kept (jax reuses it for a batch of those shapes)."""
     rows = auto.prompts * cfg.group_size
@@ -166,7 +196,7 @@ def _choose(cfg: grpo.GRPOConfig, auto: micro_batching.AutoSettings, graphdef: A
     built: dict[int, tuple[GRPOPrograms, jax.stages.Compiled, float]] = {}
 
     def peak_of(count: int) -> int:
-        programs = grpo_programs(cfg, count, graphdef, state.shardings, mesh)
+        programs = grpo_programs(cfg, count, graphdef, state.shardings, mesh, base_graphdef)
         start = time.perf_counter()
         lowered = programs.update.lower(state.abstract_state, batch)
         compiled = lowered.compile(compiler_options=dict(auto.compiler_options))
@@ -176,7 +206,7 @@ def _choose(cfg: grpo.GRPOConfig, auto: micro_batching.AutoSettings, graphdef: A
     counts = micro_batching.candidates(rows, mesh.shape["data"] * mesh.shape["fsdp"])
     choice = micro_batching.choose(auto.memory, counts, peak_of)
     if choice.count not in built:  # no limit to choose by: nothing was compiled
-        return choice, grpo_programs(cfg, choice.count, graphdef, state.shardings, mesh)
+        return choice, grpo_programs(cfg, choice.count, graphdef, state.shardings, mesh, base_graphdef)
     programs, compiled, seconds = built[choice.count]
     return dataclasses.replace(choice, compiled=compiled, compile_seconds=seconds), programs
 
@@ -195,6 +225,11 @@ def abstract_batch(keys: Sequence[str], rows: int, length: int, mesh: jax.shardi
     return {k: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=placed[k]) for k, x in shapes.items()}
 
 
+def _policy(lay: Layouts, adapters: bool) -> loader.Weights:
+    """A stage's policy as abstract weights in the training layout (with adapters when it trains through them)."""
+    return loader.abstract_weights(lay.stage_model(adapters), lay.training)
+
+
 def _state_layout(tx: optax.GradientTransformation, policy: loader.Weights, mesh: jax.sharding.Mesh) -> StateLayout:
     """The step-0 state of a stage optimised by `tx` around `policy`'s (abstract) weights."""
     abstract_state, shardings = train_state.abstract_train_state(policy, tx, mesh)
@@ -202,14 +237,17 @@ def _state_layout(tx: optax.GradientTransformation, policy: loader.Weights, mesh
 
 
 def grpo_programs(cfg: grpo.GRPOConfig, micro_batches: int, graphdef: Any, shardings: train_state.TrainState,
-                  mesh: jax.sharding.Mesh) -> GRPOPrograms:
+                  mesh: jax.sharding.Mesh, base_graphdef: Any | None = None) -> GRPOPrograms:
     """The jitted GRPO programs of objective `cfg` in `micro_batches` (rl.micro_batches; train/oscillation.py's
-    factor rides in the optimizer state) in the training `shardings`."""
+    factor rides in the optimizer state) in the training `shardings`; with LoRA (`base_graphdef`: the model without
+    adapters), the reference's log-probs read the state's frozen base alone (no second copy of the weights)."""
     update = train_step.jit_grpo_step(cfg, micro_batches=micro_batches, shardings=shardings, mesh=mesh)
-    logprobs = train_step.jit_rollout_logprobs(
-        graphdef, group_size=cfg.group_size, temperature=cfg.temperature, chunk_size=cfg.logprob_chunk_size,
-        micro_batches=micro_batches, param_shardings=shardings.model_params(), mesh=mesh)  # LoRA: adapters + base
-    return GRPOPrograms(cfg, update, logprobs)
+    logprobs = functools.partial(train_step.jit_rollout_logprobs, group_size=cfg.group_size,
+                                 temperature=cfg.temperature, chunk_size=cfg.logprob_chunk_size,
+                                 micro_batches=micro_batches, mesh=mesh)
+    policy = logprobs(graphdef, param_shardings=shardings.model_params())  # LoRA: adapters + base
+    reference = None if base_graphdef is None else logprobs(base_graphdef, param_shardings=shardings.frozen)
+    return GRPOPrograms(cfg, update, policy, reference)
 
 
 def rollout_logprobs(programs: GRPOPrograms, batch: dict[str, jax.Array], policy_params: Any,
@@ -230,7 +268,8 @@ def rollout_logprobs(programs: GRPOPrograms, batch: dict[str, jax.Array], policy
                          "the trainer's recomputed log-probs against the sampler's")
     batch = dict(batch)
     if ref_params is not None:
-        batch[train_step.REF_LOGP] = programs.logprobs(ref_params, *train_step.logprob_inputs(batch))
+        reference = programs.logprobs if programs.ref_logprobs is None else programs.ref_logprobs
+        batch[train_step.REF_LOGP] = reference(ref_params, *train_step.logprob_inputs(batch))
     stats: dict[str, jax.Array] = {}
     if recompute_old:
         old_logp, sampler_logp = programs.logprobs(policy_params, *train_step.logprob_inputs(batch)), batch["old_logp"]

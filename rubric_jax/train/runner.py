@@ -74,6 +74,7 @@ class Stage(abc.ABC):
     updates_per_step: int = 1  # TrainState.step counts optimizer updates: this many per stage step
     progress_keys: tuple[str, ...] = metrics.PROGRESS_KEYS
     keep_best: bool = False  # every eval step saves, and the best-ranked checkpoint is kept past checkpoint.keep
+    base_identity: str | None = None  # LoRA: the frozen base's identity, saved with (and checked on) its checkpoints
 
     @abc.abstractmethod
     def step(self, state: train_state.TrainState, rows: list[Any], step: int, runner: Runner
@@ -143,6 +144,8 @@ class Runner:
         """Restores, then runs the remaining steps, yielding each once it is dispatched, evaluated and saved as due
         (its metrics are written later: after the next step's dispatch, or before an eval, a save or the end)."""
         restored, start = self._restore()
+        if self.state.frozen is not None and distributed.is_writer():
+            print(parameter_line(self.stage.name, self.state.parameter_counts()), flush=True)
         self._progress = metrics.Progress(self.stage.total, initial=start, desc=self.stage.name,
                                           keys=self.stage.progress_keys)
         try:
@@ -167,7 +170,8 @@ class Runner:
 
     def _restore(self) -> tuple[checkpointing.Restored | None, int]:
         """The newest checkpoint that restores (None: none) and the stage step to resume after."""
-        restored = self.ckpt.restore_newest(checkpointing.abstract_with_shardings(self.state, self.stage.shardings))
+        restored = self.ckpt.restore_newest(checkpointing.abstract_with_shardings(self.state, self.stage.shardings),
+                                            expected_base_identity=self.stage.base_identity)
         position = data.IteratorState(seed=self.seed) if restored is None else data.IteratorState.from_dict(
             restored.data_state)
         self._batches = data.BatchIterator(self.stage.rows, self.stage.batch_size, position)
@@ -190,7 +194,7 @@ class Runner:
         rank = self.stage.evaluate(step, self.state, self._progress) if due else None
         if save or rank is not None and self.stage.keep_best:
             self.ckpt.save(self.state, data_state=self._batches.state.to_dict(), rubric_hash=self.rubric_hash,
-                           extra=self.stage.checkpoint_extra(), best_value=rank)
+                           extra=self.stage.checkpoint_extra(), best_value=rank, base_identity=self.stage.base_identity)
 
     def _flush(self) -> None:
         """Writes the pending step's row and samples (reading its metrics from the device)."""
@@ -203,3 +207,10 @@ class Runner:
         self.log.write_samples(step, [{"stage": name, **s} for s in out.samples])
         self._progress.update(step, row)
         self.stage.after_row(step, row, self.ckpt)
+
+
+def parameter_line(stage: str, counts: dict[str, int]) -> str:
+    """The start-up line of a stage that trains through LoRA adapters: what it trains and what stays frozen."""
+    total = counts["trainable"] + counts["frozen"]
+    return (f"{stage}: LoRA trains {counts['trainable']:,} parameters ({100 * counts['trainable'] / total:.2f}% of "
+            f"{total:,}); {counts['frozen']:,} frozen")

@@ -10,7 +10,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import jax
+
 from rubric_jax import files, loader, metrics, schema, sharding
+from rubric_jax.models import lora
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.checks import short_repr
 from rubric_jax.train import blocks, checkpointing, export, settings as run_settings
@@ -18,6 +21,10 @@ from rubric_jax.train import blocks, checkpointing, export, settings as run_sett
 REPO_ROOT = Path(__file__).resolve().parents[2]  # what the shipped configs' relative asset paths are relative to
 BEST_BY = "eval/reward_mean"  # the held-out reward the trainer logs at each eval (train/grpo_stage.py)
 WHICH = blocks.EXPORT_WHICH
+PEFT_DIR = "peft_adapter"  # a LoRA policy's export: its PEFT adapter directory, inside the merged HF directory
+PEFT_BASE_DIR = "peft_base"  # ... and its base, when no HF directory holds it (the SFT result, a random init)
+# The ModelConfig fields the experiment config sets on a loaded checkpoint (settings.model_overrides).
+MODEL_OVERRIDES = ("param_dtype", "compute_dtype", "remat", "remat_policy", "scan_layers", "attention")
 # What export and evaluation read of a run's config.json: (key, type, smallest value for an integer).
 _READ_KEYS = (("model.checkpoint", str, None), ("model.config_json", str, None), ("model.tokenizer", str, None),
               ("model.param_dtype", str, None), ("model.compute_dtype", str, None), ("model.remat", bool, None),
@@ -49,6 +56,21 @@ class RunRecord:
     model: ModelConfig  # the policy's, as the run trained it
     tokenizer_dir: Path  # model.tokenizer, else the starting checkpoint's
     start_dir: Path | None  # model.checkpoint: the pretrained policy it started from, None for a random init
+    seed: int = 0  # config.seed: a random init's
+    stages: tuple[str, ...] = blocks.STAGES  # config.stages
+    adapters: dict[str, lora.LoraConfig] = dataclasses.field(default_factory=dict)  # stage -> its LoRA adapters
+
+    def stage_model(self, stage: str) -> ModelConfig:
+        """The model a stage's checkpoints hold (with its adapters when it trained through LoRA)."""
+        return self.model.replace(lora=self.adapters.get(stage))
+
+    def start_weights(self, layout: sharding.Layout) -> loader.Weights:
+        """The starting policy in `layout`: the pretrained checkpoint, or the seeded random init every run uses."""
+        if self.start_dir is not None:
+            overrides = {field: getattr(self.model, field) for field in MODEL_OVERRIDES}
+            return loader.load_weights(self.start_dir, layout, **overrides)
+        return loader.init_weights(self.model, layout, jax.random.split(jax.random.fold_in(jax.random.key(self.seed),
+                                                                                           0))[0])
 
 
 def run_record(workdir: Path) -> RunRecord:
@@ -59,8 +81,16 @@ def run_record(workdir: Path) -> RunRecord:
     except (OSError, ValueError) as e:
         raise RunError(f"--workdir={workdir}: cannot read the run's model config: {e}") from None
     start = config["model"]["checkpoint"]
+    try:
+        stages = tuple(config.get("stages", blocks.STAGES))
+        lora_block = blocks.LoraBlock.from_values({**blocks.LoraBlock().to_values(), **config.get("lora", {})},
+                                                  "lora")
+    except (TypeError, ValueError) as e:
+        raise RunError(f"{workdir / 'config.json'}: {e}") from None
+    adapters = {stage: run_settings.lora_config(lora_block, stage) for stage in stages}
     return RunRecord(config["checkpoint"]["keep"], config["rl"]["updates_per_batch"], model,
-                     Path(config["model"]["tokenizer"] or start), Path(start) if start else None)
+                     Path(config["model"]["tokenizer"] or start), Path(start) if start else None, config.get("seed", 0),
+                     stages, {stage: cfg for stage, cfg in adapters.items() if cfg is not None})
 
 
 def _model_block(model: Mapping[str, Any]) -> blocks.ModelBlock:
@@ -156,15 +186,34 @@ def select_checkpoint(workdir: Path, record: RunRecord, which: str) -> RunCheckp
     return grpo[best[0]]
 
 
-def restore_run_params(workdir: Path, record: RunRecord, chosen: RunCheckpoint, layout: sharding.Layout
-                       ) -> loader.Weights:
-    """A run checkpoint's params (no optimizer state) as Weights, restored straight into `layout`."""
+def restore_run_params(workdir: Path, record: RunRecord, chosen: RunCheckpoint, layout: sharding.Layout,
+                       frozen: dict[str, Any] | None = None) -> loader.Weights:
+    """A run checkpoint's params (no optimizer state) as Weights, restored straight into `layout`; a LoRA
+    checkpoint's adapters joined to its frozen base: `frozen` when the caller holds it (the running experiment's
+    state), else rebuilt as the run built it (`run_base`). cfg.lora set: `loader.to_layout` merges them."""
     directory = workdir / "checkpoints" / chosen.stage
+    cfg = record.stage_model(chosen.stage)
     try:
         with checkpointing.Checkpointer(directory, max_to_keep=record.keep, async_save=False) as ckpt:
-            return ckpt.restore_params(record.model, layout, chosen.step)
+            weights = ckpt.restore_params(cfg, layout, chosen.step)
+        if cfg.lora is None:
+            return weights
+        if frozen is None:  # cast as the run's TrainState froze it
+            frozen = jax.tree.map(lambda w: w.astype(cfg.compute_dtype),
+                                  run_base(workdir, record, chosen.stage, layout).params)
     except (OSError, ValueError, checkpointing.CheckpointError) as e:
         raise RunError(f"--workdir={workdir}: cannot restore {chosen.stage} step {chosen.step}: {e}") from None
+    return loader.as_weights(cfg, lora.join(weights.params, frozen), layout)
+
+
+def run_base(workdir: Path, record: RunRecord, stage: str, layout: sharding.Layout) -> loader.Weights:
+    """The plain model `stage` started from: the starting policy, or after SFT its newest checkpoint (a LoRA one
+    merged): the frozen base of a LoRA stage."""
+    if stage == "sft" or "sft" not in record.stages:
+        return record.start_weights(layout)
+    newest = max(c.step for c in run_checkpoints(workdir, record) if c.stage == "sft")
+    sft = restore_run_params(workdir, record, RunCheckpoint("sft", newest, None), layout)
+    return loader.to_layout(sft, layout, param_dtype=record.model.param_dtype)
 
 
 def export_run(workdir: Path, which: str, out: Path) -> tuple[RunCheckpoint, Path]:
@@ -186,4 +235,22 @@ def export_run(workdir: Path, which: str, out: Path) -> tuple[RunCheckpoint, Pat
     # FSDP over every device of every process: no device holds more than its share while exporting.
     layout = sharding.Layout(sharding.make_mesh(sharding.MeshConfig(data=1, fsdp=-1, tensor=1)))
     weights = restore_run_params(workdir, record, chosen, layout)
-    return chosen, export.export_policy(weights, out, tokenizer_dir=record.tokenizer_dir, start_dir=record.start_dir)
+    return chosen, export_weights(record, chosen.stage, weights, layout, out)
+
+
+def export_weights(record: RunRecord, stage: str, weights: loader.Weights, layout: sharding.Layout, out: Path, *,
+                   replace: bool = False) -> Path:
+    """Writes a run's policy (`weights` of `stage`'s checkpoints, in `layout`) as a HF directory `out`; a LoRA policy
+    merged into `out`, its adapters as a PEFT directory `out`/PEFT_DIR for its base: the starting HF directory, or
+    (after SFT, or from a random init: no HF directory holds it) that base written to `out`/PEFT_BASE_DIR."""
+    if weights.cfg.lora is None:
+        return export.export_policy(weights, out, tokenizer_dir=record.tokenizer_dir, start_dir=record.start_dir,
+                                    replace=replace)
+    base_dir = record.start_dir if stage == "sft" or "sft" not in record.stages else None
+    export.export_lora_policy(weights, layout, out, out / PEFT_DIR, tokenizer_dir=record.tokenizer_dir,
+                              start_dir=record.start_dir, base_model=str(base_dir or out.absolute() / PEFT_BASE_DIR),
+                              replace=replace)
+    if base_dir is None:
+        export.export_policy(loader.base_weights(weights, layout), out / PEFT_BASE_DIR,
+                             tokenizer_dir=record.tokenizer_dir, start_dir=record.start_dir, replace=replace)
+    return out

@@ -20,6 +20,7 @@ from rubric_jax import data, files, grpo, padding, sampling, sharding
 from rubric_jax.judges.reward_model import RewardModelConfig
 from rubric_jax.loader import resolve_attention
 from rubric_jax.models.config import ModelConfig
+from rubric_jax.models.lora import LoraConfig
 from rubric_jax.train import blocks, rollout, state as train_state
 from rubric_jax.train.audit import AuditSettings
 from rubric_jax.train.dynamic import DynamicSampling, parse_group_selection
@@ -63,6 +64,7 @@ class SFTSpec:
     batch_size: int
     epochs: int
     optimizer: train_state.OptimizerConfig  # total_steps: a placeholder until `optimizer_for` knows it
+    lora: LoraConfig | None = None  # config.lora when "sft" is one of its stages: trained through adapters
 
     def steps(self, num_examples: int) -> int:
         """Stage steps (batches) over `num_examples` examples: `epochs` passes, the last batch of each rounded up."""
@@ -88,6 +90,7 @@ class RLSpec:
     max_nan_streak: int
     optimizer: train_state.OptimizerConfig  # over every update: steps x updates_per_batch
     adjustable_lr: bool  # rl.lr_on_oscillation: a learning-rate factor in the optimizer state
+    lora: LoraConfig | None = None  # config.lora when "grpo" is one of its stages: trained through adapters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +112,11 @@ class Settings:
     mesh: MeshSpec
     sft: SFTSpec | None  # None when "sft" is not a stage
     rl: RLSpec | None  # None when "grpo" is not a stage
+
+    @property
+    def lora(self) -> LoraConfig | None:
+        """The run's adapters (config.lora) when a configured stage trains through them, else None."""
+        return next((spec.lora for spec in (self.sft, self.rl) if spec is not None and spec.lora is not None), None)
 
 def _fail(key: str, value: Any, why: str) -> None:
     raise ValueError(f"config.{key}={value!r}: {why}")
@@ -269,7 +277,17 @@ def validate(config: blocks.ExperimentConfig) -> Settings:
     return Settings(config, grpo_cfg, train, evaluation, buckets(config.sft.max_response_len), shaping(rl),
                     oscillation_rule(rl), dynamic_sampling(rl), off_policy(rl), reward_model_config(config.reward),
                     audit_settings(config.audit), mesh_spec(config.mesh), sft_spec(config) if "sft" in stages else None,
-                    rl_spec(rl) if "grpo" in stages else None)
+                    rl_spec(rl, lora_config(config.lora, "grpo")) if "grpo" in stages else None)
+
+
+def lora_config(block: blocks.LoraBlock, stage: str) -> LoraConfig | None:
+    """The adapters `stage` trains through (config.lora), or None when it trains every weight."""
+    if not block.rank or stage not in block.stages:
+        return None
+    try:
+        return LoraConfig(rank=block.rank, alpha=float(block.alpha), dropout=block.dropout, targets=block.targets)
+    except ValueError as e:
+        raise ValueError(f"config.lora: {e}") from None
 
 
 def mesh_spec(mesh: blocks.ExperimentMeshBlock) -> MeshSpec:
@@ -281,13 +299,15 @@ def mesh_spec(mesh: blocks.ExperimentMeshBlock) -> MeshSpec:
 def sft_spec(config: blocks.ExperimentConfig) -> SFTSpec:
     """The SFT stage's settings; the optimizer's placeholder length is any valid one (cosine needs one)."""
     sft = config.sft
-    return SFTSpec(config.data.sft, sft.batch_size, sft.epochs, optimizer_config(sft, sft.warmup_steps + 1, "sft"))
+    return SFTSpec(config.data.sft, sft.batch_size, sft.epochs, optimizer_config(sft, sft.warmup_steps + 1, "sft"),
+                   lora_config(config.lora, "sft"))
 
 
-def rl_spec(rl: blocks.RLBlock) -> RLSpec:
-    """The GRPO stage's counts and optimizer, its schedule over every update (`steps` x `updates_per_batch`)."""
+def rl_spec(rl: blocks.RLBlock, lora: LoraConfig | None = None) -> RLSpec:
+    """The GRPO stage's counts and optimizer, its schedule over every update (`steps` x `updates_per_batch`), and
+    the adapters it trains through (None: every weight)."""
     return RLSpec(rl.steps, rl.questions_per_step, rl.micro_batches, rl.beta, rl.max_nan_streak,
-                  optimizer_config(rl, rl.steps * rl.updates_per_batch, "rl"), rl.lr_on_oscillation)
+                  optimizer_config(rl, rl.steps * rl.updates_per_batch, "rl"), rl.lr_on_oscillation, lora)
 
 
 def check_positions(settings: Settings, max_positions: int) -> None:
