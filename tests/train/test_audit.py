@@ -144,7 +144,8 @@ def test_an_eval_writes_the_audit_metrics_to_metrics_jsonl(tmp_path):
         config.data.golden = ""
         config.eval.max_questions, config.eval.max_new_tokens = 8, 16
     run_ = loop.build(config, tmp_path)
-    state = types.SimpleNamespace(params=run_.initial_params())
+    params = run_.initial_params()
+    state = types.SimpleNamespace(params=params, model_params=lambda: params)  # a TrainState's reads
     first = grpo_stage.evaluate(run_, state, 0)
     second = grpo_stage.evaluate(run_, state, 10)
     run_.log.close()
