@@ -46,7 +46,7 @@ def main(argv: list[str]) -> None:
         if _QUESTIONS.value:
             rubrics += [data.question_rubric(shared, q) for q in data.load_questions(_QUESTIONS.value)]
         labels = _labels([row for _, row in jsonl.read_jsonl(_LABELS.value)]) if _LABELS.value else None
-        waivers = lint.waivers_from(io.load_document(_WAIVERS.value, "waiver file"), _WAIVERS.value) \
+        waivers = lint.waivers_from(io.load_document(_WAIVERS.value, "waiver"), _WAIVERS.value) \
             if _WAIVERS.value else []
     except (ValueError, OSError) as e:
         _fail(" ".join(str(e).split()))

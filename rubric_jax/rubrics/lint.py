@@ -123,7 +123,7 @@ def shipped_waivers() -> list[Waiver]:
     """The waivers of the shipped rubrics (configs/rubric_lint_waivers.yaml), which a run applies at start-up."""
     from rubric_jax.rubrics import io  # noqa: PLC0415 -- io imports yaml; lint itself needs no file
 
-    return waivers_from(io.load_document(SHIPPED_WAIVERS, "waiver file"), str(SHIPPED_WAIVERS))
+    return waivers_from(io.load_document(SHIPPED_WAIVERS, "waiver"), str(SHIPPED_WAIVERS))
 
 
 def waivers_from(document: object, source: str) -> list[Waiver]:

@@ -103,7 +103,7 @@ def test_rules_that_never_fire(bad, good, budget):
 
 
 def test_the_shipped_rubrics_lint_clean_with_their_waivers():
-    waivers = lint.waivers_from(io.load_document(WAIVERS, "waiver file"), str(WAIVERS))
+    waivers = lint.waivers_from(io.load_document(WAIVERS, "waiver"), str(WAIVERS))
     shipped = [*sorted((ROOT / "configs" / "rubrics").glob("*.yaml")), *sorted((ROOT / "rubric_jax" / "assets" /
                "tiny").glob("rubric*.yaml"))]
     rubrics = [io.load_rubric(p) for p in shipped]
@@ -146,4 +146,4 @@ def test_a_run_prints_only_findings_its_waivers_leave():
     count = len(lint.lint_all([many], max_new_tokens=256))  # 7 presence-only, 21 alike pairs
     assert count == 28 and len(lint.start_up_lines([many], 256, [])) == 6
     assert lint.start_up_lines([many], 256, [])[-1].startswith("rubric lint: 28 finding(s) not waived (23 more)")
-    assert lint.shipped_waivers() == lint.waivers_from(io.load_document(WAIVERS, "waiver file"), str(WAIVERS))
+    assert lint.shipped_waivers() == lint.waivers_from(io.load_document(WAIVERS, "waiver"), str(WAIVERS))
