@@ -20,11 +20,13 @@ from rubric_jax.judges import prompts as P
 from rubric_jax.judges.parser import parse_verdict
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.judges.spec import JudgeSpec, judge_hash, verdict_fields
-from rubric_jax.rubrics.schema import Rubric
 from test_llm_judge import dim, make_judge, tiny_tokenizer
+from test_reward import FORMAT, rubric
 
 GROUP = dict(layout="group", samples=1, max_retries=0, shuffle_anchors=False)
 POLITE = dim("polite", 0, 9, "How polite the answer is.")
+POLITE_DICT = {"id": "polite", "description": "How polite the answer is.", "kind": "llm",
+               "scale": {"kind": "integer", "lo": 0, "hi": 9}, "anchors": {str(k): f"level {k}" for k in range(10)}}
 
 
 @pytest.fixture(scope="module")
@@ -166,3 +168,48 @@ def test_an_echoing_group_judge_never_yields_an_injected_score(tok):
     scores = np.concatenate(out.scores)
     assert np.isnan(scores[:4]).all() and out.details["judge_failed_scores"] == 4  # the forged group: invalid
     np.testing.assert_array_equal(scores[4:], [5, 5])
+
+
+def test_the_reward_sends_each_grpo_group_to_the_judge_together_less_its_gated_rows(tok):
+    """GRPO's rows (n per question, as train/collect.py expands them) through the reward with gates first: one
+    prompt per question's group, and a response whose format gate failed is not shown to the judge."""
+    r = rubric([{**FORMAT, "gate": True}, POLITE_DICT])
+    judge, stub = make_judge(tok, digit_group_reply)
+    answers = ["<think>t</think><answer>ok 7</answer>", "<think>t</think><answer>thanks 9</answer>", "no tags 5",
+               "<think>t</think><answer>meh 2</answer>", "<think>t</think><answer>sorry 8</answer>", "<think>x 1"]
+    questions = [q for q in ("q1", "q2") for _ in range(3)]
+    out = RubricReward([r], judges=[judge], judge_spec=JudgeSpec(**GROUP), gates_first=True)(
+        questions, answers, [r] * 6, key=jax.random.key(0))
+    assert stub.calls[0]["batch"] == 2 and [len(labelled(p)) for p in stub.calls[0]["prompts"]] == [2, 2]
+    np.testing.assert_array_equal(out.details["raw_scores"][:, 1], [7, 9, np.nan, 2, 8, np.nan])
+    assert out.details["gated_scores"] == 2 and out.details["num_failed_scores"] == 0
+
+
+def test_calibrate_reports_agreement_and_the_group_position_bias(tok):
+    """A judge that always gives the response shown first the top score: calibrate's group position bias puts
+    position 1 above the mean and position with a negative Spearman; the report's Markdown has the table."""
+    def first_is_best(text, call):
+        labels = list(labelled(text))
+        return "ok\n" + "\n".join(f"{k}: {9 if k == 'R1' else 0}" for k in labels)
+
+    judge, _ = make_judge(tok, first_is_best)
+    r = rubric([POLITE_DICT])
+    items = [LabelledItem(f"mem:{q}{i}", f"q{q}", f"answer {i}", r, {"polite": i % 2 * 9})
+             for q in range(6) for i in range(3)]
+    report = calibrate(items, Settings(num_resamples=50, position_probe=False), judges=[judge],
+                       judge_spec=JudgeSpec(**{**GROUP, "samples": 3})).report
+    bias = report["group_position_bias"]["polite"]
+    assert bias["samples"] == 6 * 3 * 3 and [p["position"] for p in bias["by_position"]] == [1, 2, 3]
+    assert bias["by_position"][0]["minus_mean"] == pytest.approx(9 - 3) and bias["spearman_position"]["value"] < -0.5
+    assert report["dimensions"]["polite"]["n"] == 18
+    assert "## Group position bias" in markdown(report)
+    assert "No group verdict was valid" in markdown({**report, "group_position_bias": {}})
+    pointwise = calibrate(items, Settings(num_resamples=50, position_probe=False), judges=[judge],
+                          judge_spec=JudgeSpec(samples=1, max_retries=0)).report
+    assert "group_position_bias" not in pointwise and "Group position" not in markdown(pointwise)
+
+
+def test_group_position_bias_of_no_valid_sample_is_empty_and_of_groups_of_one_undefined():
+    assert group_position_bias([]) == {}
+    single = group_position_bias([("d", 0, 1, 1.0), ("d", 0, 1, 0.0)])["d"]
+    assert single["samples"] == 2 and single["spearman_position"]["value"] is None
