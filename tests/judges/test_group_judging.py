@@ -213,3 +213,29 @@ def test_group_position_bias_of_no_valid_sample_is_empty_and_of_groups_of_one_un
     assert group_position_bias([]) == {}
     single = group_position_bias([("d", 0, 1, 1.0), ("d", 0, 1, 0.0)])["d"]
     assert single["samples"] == 2 and single["spearman_position"]["value"] is None
+
+
+def test_a_verdict_store_finds_a_groups_prompts_again_in_another_row_order(tok, tmp_path):
+    """A group's prompts depend on its content only: the same groups in another row order are all store hits, no
+    generate call, the same scores on the same responses."""
+    from rubric_jax.judges.store import VerdictStore
+
+    store = VerdictStore(tmp_path / "verdicts.db", "group-test")
+    judge, stub = make_judge(tok, digit_group_reply)
+    questions, responses = ["q"] * 3 + ["p"] * 2, ["a 1", "b 2", "c 3", "d 4", "e 5"]
+    first = lj.judge_rows([judge], JudgeSpec(**{**GROUP, "samples": 2}), questions, responses, [[POLITE]] * 5,
+                          jax.random.key(0), store)
+    order = [4, 2, 0, 3, 1]
+    again = lj.judge_rows([judge], JudgeSpec(**{**GROUP, "samples": 2}), [questions[i] for i in order],
+                          [responses[i] for i in order], [[POLITE]] * 5, jax.random.key(0), store)
+    assert first.details["judge_prompts"] == 4 and again.details["judge_store_hits"] == 4 and len(stub.calls) == 1
+    np.testing.assert_array_equal(np.concatenate(again.scores), [5, 3, 1, 4, 2])
+
+
+def test_the_start_up_check_measures_a_group_of_one_empty_response(tok):
+    """experiments.run's shortest-prompt check: in the group layout, the group prompt of one empty response."""
+    judge, _ = make_judge(tok, digit_group_reply)
+    group = lj.shortest_prompt_tokens(judge, JudgeSpec(layout="group"), "q", [POLITE])
+    prompt = P.group_prompt("q", [""], POLITE, nonce="ab" * 8, reserved=lj.special_tokens(tok))
+    assert group == len(lj.encode_prompts(tok, [prompt])[0][0])
+    assert group > lj.shortest_prompt_tokens(judge, JudgeSpec(), "q", [POLITE])
