@@ -3,15 +3,16 @@
   PYTHONPATH=. .venv/bin/python benchmarks/bench_group_judge.py [--labels=tests/fixtures/red_team/politeness.jsonl]
       [--rubric=rubric_jax/assets/tiny/rubric.yaml]
 
-The shipped tiny judge (rubric_jax/assets/tiny_judge, configs/judges/tiny.py's settings: greedy, 1 sample; no retries,
-so that each layout's cost is one pass whatever its parse failures) scores every labelled item (one response on its politeness criterion) through the training reward
-(judges/reward.RubricReward) in three layouts: pointwise with its distilled compact prompt (16 new tokens), pointwise
-with the full prompt, and group (judge.layout=group, the full prompt, 48 new tokens: a group's rows are the file's
-rows of one question). The judge's generate function is wrapped to count the prompt tokens it is sent (fillers left
-out) and the tokens it writes, retries included. Per item: prompt, answer and total judge tokens, the prompts sent,
-the items with a valid verdict, and the exact agreement of the valid verdicts with the labels. Then, for groups of
-G = 1, 2, 3, 4, 8 (the tiny default's rl.group_size) of the file's first answers to its first question's criterion,
-the prompt tokens per item of one group prompt against the mean of their pointwise (full and compact) prompts.
+The shipped tiny judge (rubric_jax/assets/tiny_judge, configs/judges/tiny.py's settings: greedy, 1 sample; no
+retries, so that each layout's cost is one pass whatever its parse failures) scores every labelled item (one response
+on its politeness criterion) through the training reward (judges/reward.RubricReward) in three layouts: pointwise
+with its distilled compact prompt (16 new tokens), pointwise with the full prompt, and group (judge.layout=group, the
+full prompt, 48 new tokens: a group's rows are the file's rows of one question). The judge's generate function is
+wrapped to count the prompt tokens it is sent (fillers left out) and the tokens it writes. Per item: prompt, answer
+and total judge tokens, the prompts sent, the items with a valid verdict, and the exact agreement of the valid
+verdicts with the labels. Then, for groups of G = 1, 2, 3, 4, 8 (the tiny default's rl.group_size) of the file's
+first answers on its first row's criterion, the prompt tokens per item of one group prompt against the mean of their
+pointwise (full and compact) prompts.
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ def measure(spec: JudgeSpec, items: list, judge: Judge) -> dict[str, Any]:
 def prompt_tokens_by_group_size(items: list, judge: Judge) -> dict[int, dict[str, float]]:
     """Prompt tokens per item of a group of the first G answers vs their pointwise prompts (one nonce)."""
     dim = next(d for d in items[0].rubric.dimensions if d.id == "politeness")
-    answers, reserved, nonce = [text.read(i.response, dim.reads) for i in items], special_tokens(judge.tokenizer), "ab" * 8
+    answers = [text.read(i.response, dim.reads) for i in items]
+    reserved, nonce = special_tokens(judge.tokenizer), "ab" * 8
 
     def tokens(prompts: list) -> list[int]:
         return [len(ids) for ids in encode_prompts(judge.tokenizer, prompts)[0]]

@@ -98,7 +98,8 @@ def _position_table(probe: Mapping[str, Any]) -> list[str]:
 def _group_position_table(bias: Mapping[str, Any]) -> list[str]:
     if not bias:
         return ["No group verdict was valid: no position to measure (see the agreement table's unscored items)."]
-    lines = ["| dimension | samples | mean | mean by shown position − mean (position 1 first) | Spearman(score, position) |",
+    lines = ["| dimension | samples | mean | mean by shown position − mean (position 1 first) "
+             "| Spearman(score, position) |",
              "|---|---|---|---|---|"]
     for dim_id, b in bias.items():
         shifts = ", ".join(f"{p['position']}: {p['minus_mean']:+.3f} (n={p['n']})" for p in b["by_position"])

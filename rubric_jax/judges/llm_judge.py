@@ -274,7 +274,8 @@ def _group_requests(questions: Sequence[str], responses: Sequence[str], dims_per
             dims[group] = dim
             slot += 1
     ordered = {g: sorted(pairs, key=lambda p: (responses[p[0]], p[0])) for g, pairs in members.items()}
-    return [_Request(tuple(r for r, _ in pairs), (dims[g],), tuple(s for _, s in pairs)) for g, pairs in ordered.items()]
+    return [_Request(tuple(r for r, _ in pairs), (dims[g],), tuple(s for _, s in pairs))
+            for g, pairs in ordered.items()]
 
 
 def _request_seed(question: str, response: str | Sequence[str], dims: Sequence[Dimension]) -> int:
