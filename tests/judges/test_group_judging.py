@@ -240,3 +240,14 @@ def test_the_start_up_check_measures_a_group_of_one_empty_response(tok):
     prompt = P.group_prompt("q", [""], POLITE, nonce="ab" * 8, reserved=lj.special_tokens(tok))
     assert group == len(lj.encode_prompts(tok, [prompt])[0][0])
     assert group > lj.shortest_prompt_tokens(judge, JudgeSpec(), "q", [POLITE])
+
+
+def test_calibrate_refuses_the_group_layout_with_the_compact_prompt_in_one_line(tmp_path, command_server):
+    """The tiny judge file reads the compact prompt: `--judge.layout=group` alone is one line naming the field, exit 2,
+    before any judge loads."""
+    proc = command_server("experiments.calibrate").run(
+        "--rubric=rubric_jax/assets/tiny/rubric.yaml", "--labels=tests/fixtures/red_team/politeness.jsonl",
+        "--judge=configs/judges/tiny.py", "--judge.layout=group", f"--out={tmp_path / 'out'}")
+    assert proc.returncode == 2
+    assert "--judge.layout='group': has no compact prompt" in proc.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "out").exists()
