@@ -1,7 +1,8 @@
 """LLM judge: every judge prompt of a step in one batched `generate` call per judge, parsed, retried, combined.
 
 Flow for a batch of rows (question, response, the row's LLM dimensions):
-  requests: one per (row, dimension) in "per_dimension" mode, one per row in "all_criteria" mode (QuRL);
+  requests: one per (row, dimension) in "per_dimension" mode, one per row in "all_criteria" mode (QuRL), one per
+            (group, dimension) in the group layout (below);
   samples:  each request is prompted `samples` times (fresh nonce, optionally shuffled anchors)
             and the median of its valid verdicts is kept (RubricRL 3.3);
   rounds:   round 0 sends all prompts in ONE generate call (or calls of at most `batch_size` prompts,
@@ -280,9 +281,8 @@ def _group_requests(questions: Sequence[str], responses: Sequence[str], dims_per
 
 def _request_seed(question: str, response: str | Sequence[str], dims: Sequence[Dimension]) -> int:
     """A request's content as an integer (sha256 of question, response (a group's list of them) and its dimensions'
-    canonical JSON):
-    with the key, sample and round it seeds the prompt's nonce and anchor order, so a prompt depends on its
-    own content only (not on the other rows, their order, or how rows split over processes)."""
+    canonical JSON): with the key, sample and round it seeds the prompt's nonce and anchor order, so a prompt depends
+    on its own content only (not on the other rows, their order, or how rows split over processes)."""
     content = canonical_json([question, response, [dimension_to_dict(d) for d in dims]])
     return int(hashlib.sha256(content.encode("utf-8")).hexdigest()[:32], 16)
 
