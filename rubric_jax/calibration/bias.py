@@ -12,6 +12,12 @@ Position probe (RubricRL 3.3 "位置偏差"): the LLM dimensions are scored twic
 as written and reversed (criteria reversed too in all_criteria mode), same nonces and sampling keys; the
 shift is reversed - forward per item, reported as its mean (with a bootstrap interval), mean absolute
 value and the share of items whose score changed.
+
+Group position bias (judge.layout=group: a group's responses in one prompt, in a seeded shuffled order per sample):
+every valid sample's score with the position it was shown at (llm_judge's details["judge_group_positions"]); per
+dimension, the mean score at each shown position minus the mean of all, and the Spearman correlation of score with
+relative position (position / (size - 1), groups of two or more). The orders are random, so a judge without a
+position bias shows no trend beyond chance.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from rubric_jax.calibration.agreement import CONFIDENCE
-from rubric_jax.calibration.stats import Statistic, bootstrap_ci, ols
+from rubric_jax.calibration.stats import Statistic, bootstrap_ci, ols, spearman
 
 STANDARDIZED = ("length",)  # features entering as z-scores; the others are flags or shares already in [0, 1]
 
@@ -92,4 +98,24 @@ def position_shift(forward_N: np.ndarray, reversed_N: np.ndarray, *, num_resampl
     interval = bootstrap_ci(_mean, [shift_n], num_resamples=num_resamples, confidence=CONFIDENCE, seed=seed)
     out.update({"mean_shift": float(shift_n.mean()), "mean_shift_ci95": interval.to_json(),
                 "mean_abs_shift": float(np.abs(shift_n).mean()), "changed_share": float((shift_n != 0).mean())})
+    return out
+
+
+def group_position_bias(records: Sequence[tuple[str, int, int, float]]) -> dict[str, dict[str, object]]:
+    """Per dimension of the group layout's (dimension id, shown position, group size, raw score) records: the
+    samples, the mean score by shown position (1 = first) and minus the overall mean, and the Spearman correlation
+    of score with relative position (groups of two or more; undefined when too few or constant)."""
+    out: dict[str, dict[str, object]] = {}
+    for dim_id in dict.fromkeys(r[0] for r in records):
+        rows = [r for r in records if r[0] == dim_id]
+        position_N = np.asarray([r[1] for r in rows])
+        score_N = np.asarray([r[3] for r in rows], dtype=np.float64)
+        mean = float(score_N.mean())
+        by_position = [{"position": int(k) + 1, "n": int((position_N == k).sum()),
+                        "mean": float(score_N[position_N == k].mean()),
+                        "minus_mean": float(score_N[position_N == k].mean() - mean)} for k in np.unique(position_N)]
+        ranked = [(r[1] / (r[2] - 1), r[3]) for r in rows if r[2] > 1]
+        rho = spearman(*np.asarray(ranked, dtype=np.float64).reshape(-1, 2).T)
+        out[dim_id] = {"samples": len(rows), "mean": mean, "by_position": by_position,
+                       "spearman_position": rho.to_json()}
     return out

@@ -95,6 +95,20 @@ def _position_table(probe: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _group_position_table(bias: Mapping[str, Any]) -> list[str]:
+    if not bias:
+        return ["No group verdict was valid: no position to measure (see the agreement table's unscored items)."]
+    lines = ["| dimension | samples | mean | mean by shown position − mean (position 1 first) "
+             "| Spearman(score, position) |",
+             "|---|---|---|---|---|"]
+    for dim_id, b in bias.items():
+        shifts = ", ".join(f"{p['position']}: {p['minus_mean']:+.3f} (n={p['n']})" for p in b["by_position"])
+        rho = b["spearman_position"]
+        rho_cell = f"{rho['value']:+.3f}" if rho["value"] is not None else f"undefined: {rho['undefined']}"
+        lines.append(f"| {_cell(dim_id)} | {b['samples']} | {b['mean']:.3f} | {_cell(shifts)} | {_cell(rho_cell)} |")
+    return lines
+
+
 def _correction_table(dims: Mapping[str, Any]) -> list[str]:
     lines = ["| dimension | n | RMSE before | RMSE after | Spearman before | Spearman after |",
              "|---|---|---|---|---|---|"]
@@ -164,6 +178,10 @@ def markdown(report: Mapping[str, Any]) -> str:
     if report.get("position_probe"):
         lines += ["", "## Position probe", "", "Each LLM dimension scored with its anchors as written and "
                   "reversed (same nonces and sampling keys).", "", *_position_table(report["position_probe"])]
+    if report.get("group_position_bias") is not None:
+        lines += ["", "## Group position bias", "", "judge.layout=group: each valid sample's raw score by the "
+                  "position its response was shown at in its group's prompt (a seeded shuffled order per sample).",
+                  "", *_group_position_table(report["group_position_bias"])]
     if any("correction" in e for e in dims.values()):
         written = report.get("correction")
         where = (f"Written to `{written['path']}` (version {written['version']}); apply it with "

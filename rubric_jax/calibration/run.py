@@ -10,6 +10,8 @@ probe biases, fit a correction (RubricRL 3.2-3.3: Spearman/kappa per dimension, 
                     bias regression of the mean rating.
   position probe    with a judge, every LLM dimension is scored again with the anchor order as written and
                     reversed (bias.py).
+  group position    with judge.layout=group, the scoring pass's samples by the position each response was shown at
+                    in its group's prompt (bias.group_position_bias): report["group_position_bias"].
 
 Judges arrive loaded (judges/loading.load_judges, in the decode layout); this package never
 touches checkpoints.
@@ -27,7 +29,7 @@ import numpy as np
 import tqdm
 
 from rubric_jax.calibration.agreement import Agreement, agreement, dimension_seed
-from rubric_jax.calibration.bias import bias_regression, position_shift, standardization
+from rubric_jax.calibration.bias import bias_regression, group_position_bias, position_shift, standardization
 from rubric_jax.calibration.correction import fit_correction
 from rubric_jax.calibration.labels import DimensionInfo, LabelledItem, dimension_info
 from rubric_jax.calibration.pinning import PIN_FIELD, pair_record
@@ -97,9 +99,10 @@ class Calibration:
 
 
 def score_items(reward: RubricReward, items: Sequence[LabelledItem], batch_size: int, key: jax.Array,
-                desc: str, store: VerdictStore | None = None) -> dict[str, np.ndarray]:
+                desc: str, store: VerdictStore | None = None, positions: list | None = None) -> dict[str, np.ndarray]:
     """Raw scores per dimension id [N] (NaN where the row's rubric lacks it or its judge failed), in batches
-    judged with one `key` (a judge prompt depends on its own content and the key, so `store` finds it)."""
+    judged with one `key` (a judge prompt depends on its own content and the key, so `store` finds it); in the
+    group layout (a group: the batch's rows of one question) `positions` gets each valid sample's shown position."""
     n = len(items)
     columns: dict[str, np.ndarray] = {}
     with tqdm.tqdm(total=n, desc=desc, unit="item", file=sys.stderr, mininterval=1.0) as bar:
@@ -111,6 +114,8 @@ def score_items(reward: RubricReward, items: Sequence[LabelledItem], batch_size:
             for c, dim_id in enumerate(out.dimension_ids):
                 column = columns.setdefault(dim_id, np.full((n,), np.nan))
                 column[start : start + len(chunk)] = np.where(out.valid[:, c], raw_NxD[:, c], np.nan)
+            if positions is not None:
+                positions.extend(out.details.get("judge_group_positions", []))
             bar.update(len(chunk))
     return columns
 
@@ -151,10 +156,11 @@ def _rubrics(items: Sequence[LabelledItem]) -> list[Rubric]:
 
 def _against_labels(items: Sequence[LabelledItem], info: Mapping[str, DimensionInfo], settings: Settings,
                     reward: RubricReward, key: jax.Array, features: Mapping[str, np.ndarray],
-                    standardize: Mapping[str, tuple[float, float]], store: VerdictStore | None
-                    ) -> tuple[dict, dict, dict, dict]:
-    """Per labelled dimension: report entry and plot data; plus the judge and label columns."""
-    judge = score_items(reward, items, settings.batch_size, key, "calibrate: scoring", store)
+                    standardize: Mapping[str, tuple[float, float]], store: VerdictStore | None,
+                    positions: list | None = None) -> tuple[dict, dict, dict, dict]:
+    """Per labelled dimension: report entry and plot data; plus the judge and label columns (and, group layout,
+    each valid sample's shown position into `positions`)."""
+    judge = score_items(reward, items, settings.batch_size, key, "calibrate: scoring", store, positions)
     labels = {d: np.array([item.labels.get(d, np.nan) for item in items]) for d in info
               if any(d in item.labels for item in items)}
     if not labels:
@@ -177,7 +183,7 @@ def _against_labels(items: Sequence[LabelledItem], info: Mapping[str, DimensionI
 
 def _rater_columns(
     items: Sequence[LabelledItem], settings: Settings, judges: Sequence[Judge], judge_spec: JudgeSpec,
-    key: jax.Array, store: VerdictStore | None, refiners: Sequence[Judge] = (),
+    key: jax.Array, store: VerdictStore | None, refiners: Sequence[Judge] = (), positions: list | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, DimensionInfo], str]:
     """Rater scores [R, N] per dimension (NaN: not rated), their dimensions, and where the raters come from:
     the recorded ratings, else each judge's scoring pass (or two independent passes of a single judge)."""
@@ -202,18 +208,18 @@ def _rater_columns(
         reward = RubricReward(rubrics, judges, judge_spec, refiners=refiners)
         passes = [(reward, k, f"pass {i + 1}") for i, k in enumerate(jax.random.split(key, 2))]
         source = f"two independent scoring passes of {judges[0].name}"
-    scored = [score_items(reward, items, settings.batch_size, k, f"calibrate: {name}", store)
+    scored = [score_items(reward, items, settings.batch_size, k, f"calibrate: {name}", store, positions)
               for reward, k, name in passes]
     return {d: np.stack([s[d] for s in scored]) for d in info}, info, source
 
 
 def _against_judge(items: Sequence[LabelledItem], settings: Settings, judges: Sequence[Judge],
                    judge_spec: JudgeSpec, refiners: Sequence[Judge], key: jax.Array, features: Mapping[str, np.ndarray],
-                   standardize: Mapping[str, tuple[float, float]], store: VerdictStore | None
-                   ) -> tuple[dict, dict, str, dict]:
+                   standardize: Mapping[str, tuple[float, float]], store: VerdictStore | None,
+                   positions: list | None = None) -> tuple[dict, dict, str, dict]:
     """Per dimension: rater agreement (mean over rater pairs), report entry and plot data; the raters' source;
     each dimension's mean rating per item (NaN where a rater lacks it)."""
-    columns, info, source = _rater_columns(items, settings, judges, judge_spec, key, store, refiners)
+    columns, info, source = _rater_columns(items, settings, judges, judge_spec, key, store, refiners, positions)
     entries, plots = {}, {}
     for dim_id, scores_RxN in columns.items():
         rows = np.flatnonzero(~np.isnan(scores_RxN).any(axis=0))
@@ -263,11 +269,12 @@ def calibrate(items: Sequence[LabelledItem], settings: Settings, *, judges: Sequ
     features = response_features([item.response for item in items])
     standardize = standardization(features)
     fitted, fit_reports = None, {}
+    positions = [] if judge_spec.layout == "group" and judges else None  # the scoring pass's shown positions
     if settings.against == "labels":
         reward = RubricReward(_rubrics(items), judges, judge_spec, correction=correction, refiners=refiners)
         info = dimension_info(items)
         entries, plots, judge_cols, label_cols = _against_labels(
-            items, info, settings, reward, jax.random.fold_in(key, 0), features, standardize, store)
+            items, info, settings, reward, jax.random.fold_in(key, 0), features, standardize, store, positions)
         provenance = {"labels": (inputs or {}).get("labels"), "judges": [j.name for j in judges],
                       "items": {d: entries[d]["n"] for d in entries}}
         fitted, fit_reports = fit_correction(judge_cols, label_cols, info, features, standardize,
@@ -279,7 +286,8 @@ def calibrate(items: Sequence[LabelledItem], settings: Settings, *, judges: Sequ
                       "judge": redundancy_report(judge_cols, settings.redundancy_threshold)}
     else:
         entries, plots, source, ratings = _against_judge(items, settings, judges, judge_spec, refiners,
-                                                         jax.random.fold_in(key, 0), features, standardize, store)
+                                                         jax.random.fold_in(key, 0), features, standardize, store,
+                                                         positions)
         redundancy = {"mean rating": redundancy_report(ratings, settings.redundancy_threshold)}
     probe = None
     if settings.position_probe and judges and dimension_info(items, llm_only=True):
@@ -299,6 +307,8 @@ def calibrate(items: Sequence[LabelledItem], settings: Settings, *, judges: Sequ
         "position_probe": probe,
         "redundancy": redundancy,
     }
+    if positions is not None:
+        report["group_position_bias"] = group_position_bias(positions)
     if fitted is not None:
         report["correction"] = {"format": CORRECTION_FORMAT, "content_hash": fitted.content_hash,
                                 "dimensions": sorted(fitted.dimensions)}

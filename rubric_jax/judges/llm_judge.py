@@ -1,7 +1,8 @@
 """LLM judge: every judge prompt of a step in one batched `generate` call per judge, parsed, retried, combined.
 
 Flow for a batch of rows (question, response, the row's LLM dimensions):
-  requests: one per (row, dimension) in "per_dimension" mode, one per row in "all_criteria" mode (QuRL);
+  requests: one per (row, dimension) in "per_dimension" mode, one per row in "all_criteria" mode (QuRL), one per
+            (group, dimension) in the group layout (below);
   samples:  each request is prompted `samples` times (fresh nonce, optionally shuffled anchors)
             and the median of its valid verdicts is kept (RubricRL 3.3);
   rounds:   round 0 sends all prompts in ONE generate call (or calls of at most `batch_size` prompts,
@@ -22,6 +23,13 @@ Flow for a batch of rows (question, response, the row's LLM dimensions):
             judge name, token ids, sample and key) is not generated: only misses are sent, in the same calls per
             round (a process with fewer misses pads), and each call's answers are stored right after it (a read-only
             store: not stored, counted); a stored answer's verdict is parsed again from its text, never taken as stored;
+  group:    with layout=group (listwise; OpenPipe RULER, TRL #4707) a request is a group: every row of the call with
+            the same question and the same LLM dimension (GRPO's rollouts of one question), in content order (by
+            response text), scored in ONE prompt (prompts.group_prompt). Sample s shows the group in a seeded order
+            rolled by s (a permutation from the key, the group's content and the round; rolled per sample, so S <= G
+            samples show each response at S different positions); the verdict's labels map back to rows through it,
+            and each valid sample's (dimension, shown position, group size, score) is kept for the position bias
+            (details["judge_group_positions"]: calibration reports it). A group's prompt depends on its content only;
   layout:   with layout=shared_prefix a prompt is [system; rules; question; response] + [criterion; answer
             format]: the shared part's nonce comes from the row's content (not its dimension), so a row's D
             prompts of one sample and round share it, and one generate call prefills each distinct shared part
@@ -60,7 +68,8 @@ from rubric_jax.judges import cascade
 from rubric_jax.judges.backends import Batch, HttpBackend, JudgeBackend, SamplerBackend
 from rubric_jax.judges.http_backend import COMMON_SPECIAL_TOKENS, HTTP_COUNTERS, HttpCounters
 from rubric_jax.judges.parser import parse_verdict
-from rubric_jax.judges.prompts import JudgePrompt, compact_single_prompt, multi_prompt, single_prompt, without_reserved
+from rubric_jax.judges.prompts import (JudgePrompt, compact_single_prompt, group_prompt, multi_prompt, single_prompt,
+                                       without_reserved)
 from rubric_jax.judges.spec import MAX_PROMPT_TOKENS, MODES, JudgeSpec, prompt_budget
 from rubric_jax.judges.store import StoredAnswer, StoreError, VerdictStore, messages_digest, prompt_digest
 from rubric_jax.models.checkpoint import load_tokenizer
@@ -155,6 +164,8 @@ class JudgeStats:
     sample_spread_count: int = 0  # the mean's weight when blocks of rows are joined
     cascade: cascade.CascadeStats | None = None  # the refining judges' counters, with a cascade
     judge_failed_scores: int = 0  # scores without any valid verdict
+    # layout=group only: (dimension id, shown position, group size, raw score) of every valid sample (not a metric)
+    judge_group_positions: list[tuple[str, int, int, float]] | None = None
 
     def details(self) -> dict[str, Any]:
         """The counters by metric name, in the order they have always been logged: an endpoint's judge_http_* only
@@ -162,6 +173,7 @@ class JudgeStats:
         cascade's judge_cascade_* only with a cascade."""
         counters = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         http, examples, cascaded = counters.pop("http"), counters.pop("judge_http_error_examples"), counters.pop("cascade")
+        positions = counters.pop("judge_group_positions")
         summary = {name: counters.pop(name) for name in _SUMMARY_FIELDS}
         details = counters  # the loop's counters, in field order
         if http is not None:
@@ -170,7 +182,8 @@ class JudgeStats:
             details |= ({"judge_http_error_examples": examples} if examples else {}) | endpoint  # then the latencies
         details |= {name: summary[name] for name in _SUMMARY_FIELDS[:-1]}
         details |= dataclasses.asdict(cascaded) if cascaded is not None else {}
-        return details | {"judge_failed_scores": summary["judge_failed_scores"]}
+        details |= {"judge_failed_scores": summary["judge_failed_scores"]}
+        return details | ({"judge_group_positions": positions} if positions is not None else {})
 
 
 # JudgeStats fields judge_rows fills after the judges answered (last in its details).
@@ -180,9 +193,12 @@ _SUMMARY_FIELDS = ("judge_scores", "judge_failed_samples", "judge_sample_spread_
 
 @dataclasses.dataclass(frozen=True)
 class _Request:
-    row: int
+    """One item to prompt: its row (or, layout=group, its group's rows in content order), its dimensions, and the
+    slot of each (row, dimension) it scores (one per dimension, or one per row of the group)."""
+
+    rows: tuple[int, ...]
     dims: tuple[Dimension, ...]
-    first_slot: int
+    slots: tuple[int, ...]
 
 
 def key_words(key: jax.Array) -> np.ndarray:
@@ -204,11 +220,13 @@ def special_tokens(tokenizer: Any) -> list[str]:
 
 
 def _build_prompt(
-    req: _Request, question: str, response: str, config: JudgeSpec, rng: np.random.Generator,
-    reserved: Sequence[str], row_rng: np.random.Generator | None = None,
-) -> JudgePrompt:
-    """The request's prompt; with `reverse_order`, an all_criteria prompt lists (and expects) its criteria reversed.
-    In the shared_prefix layout the nonce comes from `row_rng` (the row's, shared by its dimensions)."""
+    req: _Request, question: str, response: str | Sequence[str], config: JudgeSpec, rng: np.random.Generator,
+    reserved: Sequence[str], row_rng: np.random.Generator | None = None, shown: Sequence[int] = (),
+) -> tuple[JudgePrompt, tuple[int, ...]]:
+    """The request's prompt and the slot each of its verdict keys fills, in key order; with `reverse_order`, an
+    all_criteria prompt lists (and expects) its criteria reversed. In the shared_prefix layout the nonce comes from
+    `row_rng` (the row's, shared by its dimensions); in the group layout `response` holds the group's responses
+    (content order) and `shown` the order they are shown in (`_shown_order`)."""
     nonce = rng.bytes(8).hex()  # drawn in both layouts: the anchor orders below come from the same stream
     shared = config.layout == "shared_prefix"
     if shared:
@@ -216,19 +234,55 @@ def _build_prompt(
     dims = req.dims[::-1] if config.reverse_order else req.dims
     orders = [rng.permutation(len(d.anchors)).tolist() if config.shuffle_anchors else
               (list(range(len(d.anchors)))[::-1] if config.reverse_order else None) for d in dims]
+    slots = req.slots[::-1] if config.reverse_order else req.slots
+    if config.layout == "group":
+        return (group_prompt(question, [response[m] for m in shown], req.dims[0], nonce=nonce, anchor_order=orders[0],
+                             reserved=reserved), tuple(req.slots[m] for m in shown))
     if config.prompt == "compact":
         return compact_single_prompt(response, dims[0], nonce=nonce, anchor_order=orders[0], reserved=reserved,
-                                     response_first=shared)
+                                     response_first=shared), slots
     if config.mode == "per_dimension":
         return single_prompt(question, response, dims[0], nonce=nonce, anchor_order=orders[0], reserved=reserved,
-                             response_first=shared)
-    return multi_prompt(question, response, dims, nonce=nonce, anchor_orders=orders, reserved=reserved)
+                             response_first=shared), slots
+    return multi_prompt(question, response, dims, nonce=nonce, anchor_orders=orders, reserved=reserved), slots
 
 
-def _request_seed(question: str, response: str, dims: Sequence[Dimension]) -> int:
-    """A request's content as an integer (sha256 of question, response and its dimensions' canonical JSON):
-    with the key, sample and round it seeds the prompt's nonce and anchor order, so a prompt depends on its
-    own content only (not on the other rows, their order, or how rows split over processes)."""
+def _shown_order(size: int, rng: np.random.Generator, sample: int) -> list[int]:
+    """The group layout's order of a group's `size` responses (content-order indices, by shown position) in
+    `sample`: a permutation drawn from `rng` (the group's content and round, not the sample) rolled by `sample`, so
+    S <= size samples show each response at S different positions."""
+    return np.roll(rng.permutation(size), sample).tolist()
+
+
+def _content(req: _Request, questions: Sequence[str], responses: Sequence[str], group: bool
+             ) -> tuple[str, str | list[str]]:
+    """A request's question and its response (in the group layout, its group's responses in content order)."""
+    return questions[req.rows[0]], [responses[r] for r in req.rows] if group else responses[req.rows[0]]
+
+
+def _group_requests(questions: Sequence[str], responses: Sequence[str], dims_per_row: Sequence[Sequence[Dimension]]
+                    ) -> list[_Request]:
+    """layout=group: one request per (question, dimension), in order of first appearance, over every row of the call
+    asking that question with that dimension, in content order (response text, then row), so that its prompts
+    depend on the group's content only; slots are numbered row by row, each row's dimensions in order."""
+    members: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    dims: dict[tuple[str, str], Dimension] = {}
+    slot = 0
+    for row, row_dims in enumerate(dims_per_row):
+        for dim in row_dims:
+            group = (questions[row], canonical_json(dimension_to_dict(dim)))
+            members.setdefault(group, []).append((row, slot))
+            dims[group] = dim
+            slot += 1
+    ordered = {g: sorted(pairs, key=lambda p: (responses[p[0]], p[0])) for g, pairs in members.items()}
+    return [_Request(tuple(r for r, _ in pairs), (dims[g],), tuple(s for _, s in pairs))
+            for g, pairs in ordered.items()]
+
+
+def _request_seed(question: str, response: str | Sequence[str], dims: Sequence[Dimension]) -> int:
+    """A request's content as an integer (sha256 of question, response (a group's list of them) and its dimensions'
+    canonical JSON): with the key, sample and round it seeds the prompt's nonce and anchor order, so a prompt depends
+    on its own content only (not on the other rows, their order, or how rows split over processes)."""
     content = canonical_json([question, response, [dimension_to_dict(d) for d in dims]])
     return int(hashlib.sha256(content.encode("utf-8")).hexdigest()[:32], 16)
 
@@ -258,17 +312,21 @@ def _run_judge(
     if store is not None:
         check_fingerprint(judge, store)
     reserved = special_tokens(judge.tokenizer) if judge.tokenizer is not None else list(COMMON_SPECIAL_TOKENS)
-    seeds = [_request_seed(questions[req.row], responses[req.row], req.dims) for req in requests]
-    row_seeds = [_request_seed(questions[req.row], responses[req.row], ()) for req in requests]
+    contents = [_content(req, questions, responses, config.layout == "group") for req in requests]
+    seeds = [_request_seed(*content, req.dims) for content, req in zip(contents, requests)]
+    row_seeds = [_request_seed(*content, ()) for content in contents]
     seed_hex = key_words(key).tobytes().hex()
     pending = [(r, s) for r in range(len(requests)) for s in range(config.samples)]
     for round_index, round_key in enumerate(jax.random.split(key, config.max_retries + 1)):
         prompt_key, gen_key = jax.random.split(round_key)
-        prompts = [
-            _build_prompt(requests[r], questions[requests[r].row], responses[requests[r].row], config,
-                          host_rng(prompt_key, seeds[r], s), reserved, host_rng(prompt_key, row_seeds[r], s))
+        built = [
+            _build_prompt(requests[r], *contents[r], config, host_rng(prompt_key, seeds[r], s), reserved,
+                          host_rng(prompt_key, row_seeds[r], s),
+                          _shown_order(len(requests[r].rows), host_rng(prompt_key, seeds[r]), s)
+                          if config.layout == "group" else ())
             for r, s in pending
         ]
+        prompts, verdict_slots = [p for p, _ in built], [v for _, v in built]
         ids, shared, digests = _tokenized(judge, prompts)
         sent = []
         for i, (r, s) in enumerate(pending):
@@ -295,7 +353,8 @@ def _run_judge(
                       jax.random.fold_in(gen_key, salt))
         answers.update(_asked(judge, batch, misses, entry, [requests[pending[i][0]] for i in misses],
                               [pending[i][1] for i in misses], causes_SxL, store, stats))
-        pending = _scored(judge.name, config, requests, pending, sent, misses, answers, scores_SxL, causes_SxL, stats)
+        pending = _scored(judge.name, requests, pending, verdict_slots, sent, misses, answers, scores_SxL, causes_SxL,
+                          stats)
     return scores_SxL
 
 
@@ -310,7 +369,7 @@ def _tokenized(judge: Judge, prompts: Sequence[JudgePrompt]) -> tuple[list[list[
 
 def _fail(causes_SxL: np.ndarray, request: _Request, sample: int, cause: str) -> None:
     """Marks every slot of `request`'s `sample` failed with `cause`."""
-    causes_SxL[sample, request.first_slot : request.first_slot + len(request.dims)] = cause
+    causes_SxL[sample, list(request.slots)] = cause
 
 
 def _asked(judge: Judge, batch: Batch, misses: Sequence[int], entry: dict[int, Any], requests: Sequence[_Request],
@@ -338,21 +397,25 @@ def _asked(judge: Judge, batch: Batch, misses: Sequence[int], entry: dict[int, A
     return generated
 
 
-def _scored(judge_name: str, config: JudgeSpec, requests: Sequence[_Request], pending: Sequence[tuple[int, int]],
-            sent: Sequence[int], misses: Sequence[int], answers: dict[int, StoredAnswer], scores_SxL: np.ndarray,
-            causes_SxL: np.ndarray, stats: JudgeStats) -> list[tuple[int, int]]:
-    """Writes each valid answer's scores into `scores_SxL` and each invalid one's cause into `causes_SxL`; returns the
+def _scored(judge_name: str, requests: Sequence[_Request], pending: Sequence[tuple[int, int]],
+            verdict_slots: Sequence[tuple[int, ...]], sent: Sequence[int], misses: Sequence[int],
+            answers: dict[int, StoredAnswer], scores_SxL: np.ndarray, causes_SxL: np.ndarray, stats: JudgeStats
+            ) -> list[tuple[int, int]]:
+    """Writes each valid answer's scores into `scores_SxL` (key k's score into slot `verdict_slots[i][k]`) and each
+    invalid one's cause into `causes_SxL`; in the group layout, each valid score's shown position too. Returns the
     (request, sample) pairs to prompt again (invalid ones, stored or generated; never one the backend did not answer)."""
     still_invalid = []
     for i in sent:
         if i not in answers:  # a served judge that never answered: its cause is set, it is not re-prompted
             continue
         r, s = pending[i]
-        answer, first = answers[i], requests[r].first_slot
+        answer = answers[i]
         cut = answer.finish_reason == sampling.FINISH_LENGTH
         if answer.valid and not cut:
-            scores = np.asarray(answer.scores)
-            scores_SxL[s, first : first + len(requests[r].dims)] = scores[::-1] if config.reverse_order else scores
+            scores_SxL[s, list(verdict_slots[i])] = answer.scores
+            if stats.judge_group_positions is not None:
+                size, dim_id = len(answer.scores), requests[r].dims[0].id
+                stats.judge_group_positions.extend((dim_id, k, size, v) for k, v in enumerate(answer.scores))
             continue
         _fail(causes_SxL, requests[r], s, "judge_truncated" if cut else "judge_invalid_verdict")
         if i in misses:  # the counters count this call's judge work; stored failures are retried all the same
@@ -497,16 +560,13 @@ def judge_rows(
         raise ValueError(
             f"judge_rows: {len(questions)} questions, {len(responses)} responses, {len(dims_per_row)} dimension lists"
         )
-    requests: list[_Request] = []
-    slot_rows: list[int] = []
-    for row, dims in enumerate(dims_per_row):
-        groups = [(d,) for d in dims] if config.mode == "per_dimension" else ([tuple(dims)] if dims else [])
-        for group in groups:
-            requests.append(_Request(row, group, len(slot_rows)))
-            slot_rows.extend([row] * len(group))
+    slot_rows = [row for row, dims in enumerate(dims_per_row) for _ in dims]
+    slot_dims = [d for dims in dims_per_row for d in dims]
+    requests = (_group_requests(questions, responses, dims_per_row) if config.layout == "group"
+                else _row_requests(dims_per_row, config.mode))
     num_slots = len(slot_rows)
-    ranges_Lx2 = np.asarray([d.scale.raw_range for req in requests for d in req.dims], dtype=np.float64).reshape(-1, 2)
-    stats = JudgeStats()
+    ranges_Lx2 = np.asarray([d.scale.raw_range for d in slot_dims], dtype=np.float64).reshape(-1, 2)
+    stats = JudgeStats(judge_group_positions=[] if config.layout == "group" else None)
     per_judge = []
     causes_JxSxL = np.full((len(judges), config.samples, num_slots), "", dtype=object)
     for j, (judge, judge_key) in enumerate(zip(judges, jax.random.split(key, len(judges)))):
@@ -529,7 +589,6 @@ def judge_rows(
     causes_L = np.asarray([_most_common_cause(causes_JxSxL[:, :, slot]) if np.isnan(combined_L[slot]) else ""
                            for slot in range(num_slots)], dtype=object)
     if config.cascade is not None:
-        slot_dims = [d for req in requests for d in req.dims]
         escalate_L = cascade.uncertain(config, slot_dims, scores_JxSxL.reshape(len(judges) * config.samples, num_slots),
                                        combined_L)
         _refine(refiners, config.cascade, questions, responses, slot_rows_L, slot_dims, escalate_L, combined_L,
@@ -538,6 +597,17 @@ def judge_rows(
     rows = range(len(dims_per_row))
     return JudgeOutput([combined_L[slot_rows_L == row] for row in rows], stats.details(),
                        [causes_L[slot_rows_L == row].tolist() for row in rows])
+
+
+def _row_requests(dims_per_row: Sequence[Sequence[Dimension]], mode: str) -> list[_Request]:
+    """One request per (row, dimension) in per_dimension mode, one per row with dimensions in all_criteria mode;
+    slots numbered row by row, each row's dimensions in order."""
+    requests, first = [], 0
+    for row, dims in enumerate(dims_per_row):
+        for group in ([(d,) for d in dims] if mode == "per_dimension" else ([tuple(dims)] if dims else [])):
+            requests.append(_Request((row,), group, tuple(range(first, first + len(group)))))
+            first += len(group)
+    return requests
 
 
 def _refine(refiners: Sequence[Judge], spec: JudgeSpec, questions: Sequence[str], responses: Sequence[str],
@@ -578,8 +648,10 @@ def shortest_prompt_tokens(judge: Judge, config: JudgeSpec, question: str, dims:
     """Tokens of the shortest prompt `judge` can be sent for these LLM dimensions of a row (one dimension in
     per_dimension mode, the row's in all_criteria): the one for an empty response. Longer than `judge.max_prompt_tokens`
     means that no response to this row is ever judged on them."""
-    prompt = _build_prompt(_Request(0, tuple(dims), 0), question, "", config, np.random.default_rng(0),
-                           special_tokens(judge.tokenizer))
+    request = _Request((0,), tuple(dims), tuple(range(len(dims))))
+    response = [""] if config.layout == "group" else ""  # the group layout's shortest: a group of one empty response
+    prompt, _ = _build_prompt(request, question, response, config, np.random.default_rng(0),
+                              special_tokens(judge.tokenizer), shown=[0])
     return len(encode_prompts(judge.tokenizer, [prompt])[0][0])
 
 

@@ -325,6 +325,8 @@ def concat_outputs(parts: Sequence[RewardOutput]) -> RewardOutput:
     for k in (k for k in _LATENCIES if k in keys):
         measured = [p.details[k] for p in parts if k in p.details and not np.isnan(p.details[k])]
         details[k] = max(measured, default=float("nan"))
+    if "judge_group_positions" in keys:  # the group layout's (dimension, position, size, score) of each valid sample
+        details["judge_group_positions"] = [x for p in parts for x in p.details.get("judge_group_positions", [])]
     if "judge_invalid_examples" in keys:
         examples = [e for p in parts for e in p.details.get("judge_invalid_examples", [])]
         details["judge_invalid_examples"] = examples[:_SAMPLE_EXAMPLES]

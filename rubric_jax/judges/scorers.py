@@ -191,7 +191,8 @@ class LlmScorer:
         return Scored(cells, dict(judged.details))
 
     def gated(self, dims: Sequence[Sequence[Dimension]], judging: Judging) -> dict[str, Any]:
-        """judge_prompts_gated: the first-round judge prompts saved (every judge, every sample; no retries)."""
+        """judge_prompts_gated: the first-round judge prompts saved (every judge, every sample; no retries); in the
+        group layout, the (response, criterion) items left out of their groups' prompts."""
         _, groups = split_by_reads(dims)
         requests = sum(map(len, groups)) if judging.spec.mode == "per_dimension" else len(groups)
         return {"judge_prompts_gated": requests * judging.spec.samples * len(judging.judges)}

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from rubric_jax import counts, schema
-from rubric_jax.judges.prompts import PROMPT_VERSION
+from rubric_jax.judges.prompts import GROUP_PROMPT_VERSION, PROMPT_VERSION
 from rubric_jax.sampler_names import parse_sampler
 from rubric_jax.schema import setting
 
@@ -39,8 +39,10 @@ BENCHMARK_MODE = "benchmark"  # experiments.evaluate only: the benchmark's own p
 PROMPTS = ("full", "compact")  # prompts.single_prompt / multi_prompt, or a distilled judge's compact_single_prompt
 ENSEMBLES = ("mean", "agreement")  # llm_judge.combine_judges
 # prompts.py: the criterion before the response (each prompt prefilled whole) | the response first, the criterion
-# last, a response's shared part prefilled once and continued by each of its criteria (llm_judge, per_dimension only).
-LAYOUTS = ("criteria_first", "shared_prefix")
+# last, a response's shared part prefilled once and continued by each of its criteria (llm_judge, per_dimension only)
+# | group (listwise, OpenPipe RULER; TRL #4707): one prompt per (group, criterion) scoring the group's responses
+# side by side, in a seeded shuffled order per sample (prompts.group_prompt; per_dimension and the full prompt only).
+LAYOUTS = ("criteria_first", "shared_prefix", "group")
 # Fields hashed only when they differ from their default, so judge hashes (stores, calibration reports) made before
 # the field existed stay valid for the judge they described.
 HASHED_OFF_DEFAULT = ("layout",)
@@ -106,7 +108,9 @@ class JudgeSpec(schema.Block):
         "criteria_first", "[hash, when not the default] criteria_first: each prompt prefilled whole, the criterion "
         "before the response; shared_prefix: the response first and the criterion last, a response's shared part "
         "prefilled once for all its LLM dimensions (per_dimension only; its own calibration; cost and agreement in "
-        "docs/judges.md, \"Shared-prefix judging\").", choices=LAYOUTS)
+        "docs/judges.md, \"Shared-prefix judging\"); group: listwise (OpenPipe RULER; TRL #4707), one prompt per "
+        "(group of responses to one question, criterion), the responses shuffled per sample (per_dimension, "
+        "prompt=full; docs/judges.md, \"Group judging\").", choices=LAYOUTS)
     samples: int = setting(3, "[hash] Judge samples per item, combined by the median (RubricRL §3.3).", bounds=(1, 64))
     shuffle_anchors: bool = setting(True, "[hash] A fresh anchor order per judge sample (RubricRL §3.3).")
     max_retries: int = setting(2, "[hash] Re-prompt rounds for unparseable answers before a score is missing "
@@ -263,6 +267,10 @@ def _problems(spec: JudgeSpec):
         yield "prompt", spec.prompt, "the compact prompt scores one dimension at a time: mode must be per_dimension"
     if spec.layout == "shared_prefix" and spec.mode != "per_dimension":
         yield "layout", spec.layout, "shares a response's prefix among its per-dimension prompts: mode must be per_dimension"
+    if spec.layout == "group" and spec.mode != "per_dimension":
+        yield "layout", spec.layout, "scores a group's responses on one criterion per prompt: mode must be per_dimension"
+    if spec.layout == "group" and spec.prompt != "full":
+        yield "layout", spec.layout, "has no compact prompt (a distilled judge learnt one response per prompt): prompt must be full"
     if spec.reverse_order and spec.shuffle_anchors:
         yield "reverse_order", True, "needs shuffle_anchors=False (a shuffled order has no reverse)"
     yield from _endpoint_problems(spec)
@@ -388,13 +396,16 @@ def weights_identity(checkpoint_dir: str | Path) -> str:
 
 def verdict_fields(spec: JudgeSpec) -> dict[str, Any]:
     """The fields that change a verdict (every field but NOT_HASHED; the endpoint's only with backend=openai;
-    HASHED_OFF_DEFAULT ones only off their default), with the prompt templates' version."""
+    HASHED_OFF_DEFAULT ones only off their default), with the prompt templates' version (and the group template's
+    in the group layout only, so the other layouts' hashes do not move when it changes)."""
     skipped = (NOT_HASHED + (() if spec.backend == "openai" else ("backend", *HTTP_FIELDS))
                + (() if spec.cascade is not None else CASCADE_FIELDS))
     skipped += tuple(name for name in HASHED_OFF_DEFAULT if getattr(spec, name) == FIELD_DEFAULTS[name])
     fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name not in skipped}
     if spec.cascade is not None:
         fields["cascade"] = judge_hash(spec.cascade)
+    if spec.layout == "group":
+        fields["group_prompt_version"] = GROUP_PROMPT_VERSION
     return {**fields, "prompt_version": PROMPT_VERSION}
 
 

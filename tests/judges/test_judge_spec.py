@@ -123,7 +123,8 @@ def test_layout_is_hashed_off_its_default_only_and_needs_per_dimension():
     assert verdict_fields(JudgeSpec(layout="shared_prefix"))["layout"] == "shared_prefix"
     with pytest.raises(ValueError, match=r"--judge.layout='shared_prefix': shares a response's prefix .*per_dimension"):
         JudgeSpec.from_config(dict(judge_block().to_dict(), mode="all_criteria", layout="shared_prefix"), "--judge")
-    with pytest.raises(ValueError, match=r"judge.layout='last': expected one of \('criteria_first', 'shared_prefix'\)"):
+    with pytest.raises(ValueError,
+                       match=r"judge.layout='last': expected one of \('criteria_first', 'shared_prefix', 'group'\)"):
         JudgeSpec(layout="last")
 
 
