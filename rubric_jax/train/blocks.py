@@ -428,9 +428,6 @@ class ExperimentConfig(Block):
                                                               "adapters would train nothing; set lora.rank=0 or a stage")
         if self.reward.source == "reward_model":
             self._check_reward_model()
-        if self.rl.off_policy_steps and self.lora.rank and "grpo" in self.lora.stages:
-            raise BlockError("rl.off_policy_steps", 1, "not with LoRA GRPO (config.lora.rank > 0): the batch sampled "
-                                                       "ahead reads the trained params alone, not adapters + base")
         self._check_shared_base()
         if self.audit.judge.has_judge and self.reward.source != "rubric":
             raise BlockError("audit.judge.checkpoint", ",".join(self.audit.judge.checkpoints), "the audit compares "

@@ -136,3 +136,47 @@ def test_the_benchmark_smoke_runs_both_settings(tmp_path):
     offs = [json.loads(line) for p in tmp_path.glob("bench_off_policy_1_0_*") for line in
             (p / "metrics.jsonl").read_text().splitlines()]
     assert [r["off_policy/sampler_step"] for r in offs if r.get("stage") == "grpo"] == [0, 0, 1]
+
+
+# LoRA GRPO (docs/training.md "LoRA runs") with the judge sharing its base: the behaviour params are the base plus the
+# adapters of two steps before, and the judging thread judges each batch on the base's copy made with it.
+# gates_first off: every row's politeness goes to the judge (the shortened SFT leaves rows that fail a gate).
+LORA = [*OFF_POLICY, "--config.lora.rank=8", "--config.rl.lr=2e-3", "--config.judge.share_policy_base=True",
+        "--config.judge.checkpoint=", "--config.reward.gates_first=False"]
+
+
+@pytest.fixture(scope="module")
+def lora_uninterrupted(tmp_path_factory, sft, command_server) -> Path:  # noqa: F811
+    workdir = tmp_path_factory.mktemp("off_policy_lora")
+    done = command_server("experiments.run").run("--config=configs/tiny.py", *_flags(workdir, sft), *LORA)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return workdir
+
+
+def test_each_lora_batch_is_sampled_by_the_adapters_of_two_steps_before(lora_uninterrupted):
+    """As on full weights (above), through adapters: no reference checkpoint (the frozen base), behaviour checkpoints
+    the adapters' size, the judge the policy's base (its hash names it)."""
+    grpo = [r for r in _rows(lora_uninterrupted) if r["stage"] == "grpo"]
+    assert [r["off_policy/sampler_step"] for r in grpo] == [0, 0, 1, 2, 3]
+    assert grpo[0]["logprob_gap/mean"] < 1e-4 < min(r["logprob_gap/mean"] for r in grpo[1:])
+    assert all(r["judge_prompts"] > 0 for r in grpo)  # the shared judge judged every batch
+    assert sorted(p.name for p in (lora_uninterrupted / "checkpoints").iterdir()) == ["behaviour", "grpo", "sft"]
+    for step in (lora_uninterrupted / "checkpoints" / "behaviour").iterdir():
+        if step.name.isdigit():  # adapters and their moments, not the 695,424-weight model
+            assert sum(f.stat().st_size for f in step.rglob("*") if f.is_file()) < 695_424 * 4 / 2
+    judge = json.loads((lora_uninterrupted / "rubric.json").read_text())["judge"]
+    assert list(judge["weights"]) == ["policy base"] and judge["spec"]["share_policy_base"] is True
+
+
+def test_a_sigkilled_lora_run_resumes_to_the_uninterrupted_rows(lora_uninterrupted, sft, tmp_path,
+                                                                 command_server):  # noqa: F811
+    run = command_server("experiments.run")
+    flags = ["--config=configs/tiny.py", *_flags(tmp_path, sft), *LORA]
+    killed = run.start(*flags)
+    _wait_for_row(tmp_path, "grpo", 3, killed.running, lambda: killed.wait().stderr)  # checkpoint 2 is on disk
+    os.kill(killed.pid, signal.SIGKILL)
+    assert killed.wait().returncode == -signal.SIGKILL
+    resumed = run.run(*flags)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _rows(tmp_path) == _rows(lora_uninterrupted)
+    assert _rows(tmp_path, "samples.jsonl") == _rows(lora_uninterrupted, "samples.jsonl")
