@@ -14,6 +14,8 @@ stands for it), the prompt templates' version
 safetensors headers and sizes, a few KiB at both ends of every tensor, and the tokenizer files; reads about
 8 KiB per tensor, so an 8B judge costs milliseconds, never its gigabytes). A path is not part of the hash:
 the same weights copied elsewhere are the same judge, and retrained weights in the same directory are not.
+A judge sharing the policy's LoRA base (share_policy_base) has no checkpoint: its hash holds the base's identity
+(`policy_base`, set by the experiment), so its verdicts are never mixed with another judge's.
 A served judge's (backend=openai) hash also holds the weights identity its endpoint reports for the model behind
 judge.model (experiments.serve reports one); an endpoint that reports none is fingerprinted by the verdict store.
 """

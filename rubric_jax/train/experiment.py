@@ -45,6 +45,11 @@ from rubric_jax.train.settings import Settings
 
 
 
+SHARED_BASE_WARNING = ("warning: config.judge.share_policy_base=True: the judge is the policy's own base; a policy can "
+                       "drift to what its base happens to score high (RubricRL 6.2): audit it with another judge "
+                       "(config.audit.judge)")
+
+
 @dataclasses.dataclass(frozen=True)
 class Experiment:
     """The built pieces of one experiment (no maths here); the mutable ones are the dynamic weights, the
@@ -73,7 +78,6 @@ class Experiment:
     key: jax.Array
     config_json: str  # the resolved config, as config.json records it
     config_sha256: str  # metrics.config_fingerprint: what done.json names
-    judge_base: SharedBaseBackend | None = None  # judge.share_policy_base: the judge reading the policy's base
 
     @property
     def layouts(self) -> run_programs.Layouts:
@@ -102,6 +106,12 @@ class Experiment:
         checkpoint records it, and a resume under another reward model is refused (workdir.check_resume)."""
         reward_model = self.rubric_info.get("reward_model")
         return reward_model["hash"] if reward_model else ""
+
+    @property
+    def judge_base(self) -> SharedBaseBackend | None:
+        """The backend of the judge reading the policy's base (judge.share_policy_base), else None."""
+        judges = self.reward.judges if isinstance(self.reward, RubricReward) else ()
+        return next((j.backend for j in judges if isinstance(j.backend, SharedBaseBackend)), None)
 
     @property
     def stop_tokens(self) -> tuple[int, ...]:
@@ -182,6 +192,7 @@ def _judges(settings: Settings, lay: run_programs.Layouts, tokenizer: Any) -> tu
     judge = settings.config.judge
     if not judge.share_policy_base:
         return load_judges(judge, lay.training, where="config.judge")
+    _say([SHARED_BASE_WARNING])
     return (shared_base_judge(judge, tokenizer, lay.rollout_weights, lay.decode, lay.model.max_position_embeddings,
                               where="config.judge"),)
 
@@ -226,7 +237,6 @@ def build(settings: Settings, record: ConfigRecord, workdir: str | Path) -> Expe
     _say(calibration.lines() if calibration is not None else [])
     judges = _judges(settings, lay, tokenizer)
     _say(same_base_warnings(model_dir or config.model.config_json, judge_dirs))  # RubricRL 6.2: judge-policy collusion
-    _say([SHARED_BASE_WARNING] if config.judge.share_policy_base else [])
     if settings.sft is not None:
         distributed.check_divides(settings.sft.batch_size, "sft.batch_size")
     correction = load_correction(config.data.rubric_correction) if config.data.rubric_correction else None
@@ -262,13 +272,7 @@ def build(settings: Settings, record: ConfigRecord, workdir: str | Path) -> Expe
                          if config.rl.dynamic_weights else None),
         watch=monitors.Watch(monitors.thresholds(config.monitor), workdir, config.monitor.window_steps,
                              open_logs=log.open),
-        log=log, key=jax.random.key(settings.config.seed), config_json=record.json, config_sha256=record.sha256,
-        judge_base=judges[0].backend if judges and isinstance(judges[0].backend, SharedBaseBackend) else None)
-
-
-SHARED_BASE_WARNING = ("warning: config.judge.share_policy_base=True: the judge is the policy's own base; a policy can "
-                       "drift to what its base happens to score high (RubricRL 6.2): audit it with another judge "
-                       "(config.audit) or calibrate it against human labels")
+        log=log, key=jax.random.key(settings.config.seed), config_json=record.json, config_sha256=record.sha256)
 
 
 def _say(lines: Iterable[str]) -> None:

@@ -146,5 +146,6 @@ class OneStepAhead:
             with self._checkpointer() as ckpt:
                 ckpt.save(self.state.replace(params=self.pending.params),
                           data_state=self.pending.position.to_dict(), rubric_hash=self.exp.rubric_hash,
-                          extra={"sampler_step": int(self.pending.updates) // self.updates_per_step})
+                          extra={"sampler_step": int(self.pending.updates) // self.updates_per_step},
+                          base_identity=self.exp.base_identity("grpo"))  # LoRA: adapters, named with their base
         return {EXTRA_KEY: 1}
