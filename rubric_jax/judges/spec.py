@@ -171,8 +171,8 @@ class JudgeSpec(schema.Block):
                                                     "gates', e.g. (0.5,): met / not met.")
     share_policy_base: bool = setting(
         False, "[hash: the base's identity, when True] The judge is the policy's frozen base with the adapters off, "
-        "run in-process from the training state's base (no checkpoint loaded, no second copy of the weights) in the "
-        "policy's decode layout and dtype: an experiment whose GRPO stage trains through LoRA only (issue 34; "
+        "run in-process from the training state's base (no checkpoint loaded, no judge weights kept: each rollout "
+        "makes the base's decode copy as it makes the policy's) in the policy's decode layout and dtype: an experiment whose GRPO stage trains through LoRA only (issue 34; "
         "docs/training.md \"LoRA runs\"). checkpoint must be \"\".")
     # Not a config field: calibration's position probe lists anchors (and all_criteria criteria) reversed.
     reverse_order: bool = False
@@ -230,7 +230,8 @@ class JudgeSpec(schema.Block):
 
     @property
     def has_judge(self) -> bool:
-        """Whether this spec judges LLM dimensions at all: a checkpoint in process, or an endpoint."""
+        """Whether this spec judges LLM dimensions at all: a checkpoint in process, an endpoint, or the policy's
+        base (share_policy_base)."""
         return bool(self.checkpoints) or self.backend == "openai" or self.share_policy_base
 
     def for_benchmark(self, benchmark_mode: str) -> JudgeSpec:
