@@ -328,7 +328,9 @@ def dry_run(resolved: config_boundary.ConfigDict, target: str = CPU, num_devices
     response_len = max(settings.train_rollout.response_buckets)
     sft_len = prompt_len + max(settings.sft_response_buckets)
     rollouts = rl.questions_per_step * rl.group_size
-    judge_rows = judge_prompts_per_call(config) if judges and "grpo" in config.stages else 0  # fails before compiling
+    shared = config.judge.share_policy_base  # the judge reads the policy's base: no judge weights of its own
+    judge_rows = (judge_prompts_per_call(config) if (judges or shared) and "grpo" in config.stages
+                  else 0)  # fails before compiling
 
     others: dict[str, int] = {}  # long-lived arrays beside the training state
     lora_grpo = settings.rl is not None and settings.rl.lora is not None
@@ -398,15 +400,19 @@ def dry_run(resolved: config_boundary.ConfigDict, target: str = CPU, num_devices
                     rollout_policy, decode_layout, prompts=prompts, prompt_len=prompt_len, n=spec.n,
                     max_new_tokens=spec.max_new_tokens, sampler=spec.sampler, response_buckets=spec.response_buckets),
                 beside, sampling.layout_steps_per_check(decode_layout, spec.max_new_tokens))
-        for name, weights in judge_weights.items():
+        # judge.share_policy_base: the base's decode copy, made per rollout as the policy's (an argument of the call,
+        # not a long-lived array: the base itself is the frozen base beside it).
+        calls = [(name, weights, judge_layout) for name, weights in judge_weights.items()]
+        calls += [("judge policy base", lay.abstract_rollout_weights(), decode_layout)] if shared else []
+        for name, weights, layout in calls:
             others = train_arrays + reference + tuple(n for n in scorer_names if n != name)
             # The longest prompt load_judge lets through (the sampler pads it to its bucket).
             judge_len = prompt_budget(weights.cfg.max_position_embeddings, config.judge.max_new_tokens)
             add("judge", f"{name} call", f"{judge_rows} x ({judge_len} + {config.judge.max_new_tokens}) tokens",
-                lambda w=weights, p=judge_len: _lower_generate(
-                    w, judge_layout, prompts=judge_rows, prompt_len=p, n=1, max_new_tokens=config.judge.max_new_tokens,
+                lambda w=weights, p=judge_len, lay_=layout: _lower_generate(
+                    w, lay_, prompts=judge_rows, prompt_len=p, n=1, max_new_tokens=config.judge.max_new_tokens,
                     sampler=config.judge.sampler),
-                others, sampling.layout_steps_per_check(judge_layout, config.judge.max_new_tokens))
+                others, sampling.layout_steps_per_check(layout, config.judge.max_new_tokens))
         if scorer is not None:  # the reward model's largest call: the most rows at the longest bucket
             name = f"reward model {scorer[0]}"
             rows = reward_model.rows_per_call(settings.reward_model, max(rollouts, config.eval.max_questions),

@@ -412,3 +412,17 @@ print(json.dumps(dict(checks=checks, per_token=[k.launches / checks for k in hlo
     assert found["checks"] == 8 and len(found["per_token"]) == 1 and found["known"] >= 1, found  # 1 decode segment
     assert max(found["per_token"]) <= 298, found  # 521.4 before the Pallas decode-attention kernel
     assert found["logits"] == [], found
+
+
+def test_lora_dry_run_with_a_judge_sharing_the_base_holds_no_judge_weights():
+    """judge.share_policy_base (issue 34): no judge among the long-lived arrays; its call reads the base's decode copy
+    (made per rollout, an argument of the call) beside the frozen base, the one long-lived copy of the weights."""
+    config = tiny.get_config()
+    config.stages, config.judge.checkpoint, config.judge.batch_size = ["grpo"], "", 16
+    config.lora.rank, config.judge.share_policy_base = 8, True
+    report = aot.dry_run(config, "cpu", 8, progress=lambda line: None, programs=frozenset({"judge"}))
+    assert list(report.resident) == ["policy params", "AdamW moments", "frozen base"]
+    (call,) = report.programs
+    assert call.name == "judge policy base call" and "frozen base" in call.beside
+    assert call.arguments >= 656_512 * 4  # the decode copy (tensor 1: whole on each device), float32 on CPU
+    assert report.phase_bytes(call) == call.peak + sum(report.resident.values())

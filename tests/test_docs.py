@@ -126,7 +126,8 @@ RUN_BY: dict[str, RunBy] = {
     "--config.sampling.max_new_tokens=32 --config.format=json":
         RunBy(("tests/test_sampling.py::test_generate_cli_prints_json_matching_the_library",),
               replaced=("--checkpoint", "--prompt", "--config.sampling.max_new_tokens")),
-    "./launch.sh experiments.run --config=configs/tiny.py --workdir=runs/tiny_lora --config.lora.rank=8":
+    "./launch.sh experiments.run --config=configs/tiny.py --workdir=runs/tiny_lora --config.lora.rank=8 "
+    "--config.rl.lr=2e-3":
         RunBy(("tests/train/test_lora_run.py::test_the_tiny_default_with_lora_grpo_runs_to_the_end_on_adapters",),
               replaced=("--workdir",)),
     "./launch.sh experiments.run --config=configs/tiny.py --dry_run":

@@ -1,7 +1,7 @@
 """Judge backends: what answers a judge's prompts. Prompts in, texts out, usage counters on the side.
 
 `JudgeBackend` is the interface llm_judge's one retry loop (and its one parser) runs over; the verdict store and the
-cascade are layers around that loop, never inside a backend. Two implementations:
+cascade are layers around that loop, never inside a backend. Three implementations:
   SamplerBackend  sampling.generate in this process. Its calls are global in a multi-process job: every process
                   makes as many calls with as many prompts (the most of any process, agreed by the loop), padding
                   its own with one-token fillers, in calls of at most `batch_size` prompts; in the shared_prefix
@@ -9,12 +9,15 @@ cascade are layers around that loop, never inside a backend. Two implementations
   HttpBackend     an OpenAI-compatible endpoint (judges/http_backend.py): this process's prompts only, no global call;
                   a prompt the endpoint never answers comes back as an Answer with a cause (judge_http_error, or
                   judge_prompt_too_long when the server refused it for its context), and is not re-prompted.
+  SharedBaseBackend  a SamplerBackend on the policy's frozen LoRA base (judge.share_policy_base), bound per scoring.
 Usage counters: a sampler's generate calls (JudgeStats.judge_generate_calls), an endpoint's judge_http_* counters.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -24,6 +27,7 @@ import numpy as np
 from rubric_jax import data, distributed, padding
 from rubric_jax.judges.http_backend import Answer, HttpCounters
 from rubric_jax.judges.prompts import JudgePrompt
+from rubric_jax.models import lora
 
 if TYPE_CHECKING:  # types only: llm_judge imports this module
     from rubric_jax.judges.llm_judge import Judge, JudgeStats
@@ -92,6 +96,41 @@ class SamplerBackend:
         texts = data.decode_responses(judge.tokenizer, result, keep_special_tokens=False)
         finishes = np.asarray(result.finish_reason)
         return [texts[r] for r in rows], [str(finishes[r]) for r in rows]
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedBaseBackend:
+    """The policy's frozen base as the judge (judge.share_policy_base): a SamplerBackend on the base's decode copy
+    that `decode` makes from a LoRA policy's params with the adapters left out, as the policy's own rollout copy is
+    made (train/programs.Layouts.rollout_weights). No weights are loaded or kept: each scoring binds the copy made
+    with its rollout (`using`, per thread, so the one-step off-policy judging thread reads its own batch's)."""
+
+    decode: Callable[[Any], Any]  # a model's params (training layout, no adapters) -> loader.Weights to sample
+    generate_fn: Callable[..., Any]
+    layout: Any  # sharding.Layout of the decode copy
+    context: int  # the policy's context in tokens
+    batch_size: int = 0
+    bound: threading.local = dataclasses.field(default_factory=threading.local, compare=False)
+
+    def weights_of(self, params: Any) -> Any:
+        """The judge's weights for a policy of `params` (adapters and base): the base's decode copy, made now."""
+        return self.decode(lora.strip(params))
+
+    @contextlib.contextmanager
+    def using(self, weights: Any) -> Iterator[None]:
+        """Judges with `weights` (`weights_of`) in this thread while the block runs."""
+        before, self.bound.weights = getattr(self.bound, "weights", None), weights
+        try:
+            yield
+        finally:
+            self.bound.weights = before
+
+    def calls(self, judge: Judge, batch: Batch, stats: JudgeStats) -> Iterator[list[Answer]]:
+        weights = getattr(self.bound, "weights", None)
+        if weights is None:
+            raise RuntimeError("the judge sharing the policy's base judges only inside a scoring that bound a policy "
+                               "(SharedBaseBackend.using)")
+        yield from SamplerBackend(weights, self.generate_fn, self.layout, self.batch_size).calls(judge, batch, stats)
 
 
 def group_by_prefix(ids: Sequence[Sequence[int]], shared: Sequence[int], filler: int

@@ -1,6 +1,7 @@
 """Loading a JudgeSpec's judges, the same way for every command: its checkpoints into the decode layout (the
 in-process sampler backend), or its OpenAI-compatible endpoint (the HTTP backend), its cascade's refining judges
-and its verdict store.
+and its verdict store; in an experiment with judge.share_policy_base, the judge that reads the policy's base
+(`shared_base_judge`: nothing to load).
 
 Kept apart from judges/spec.py, which only describes and hashes a judge: spec.py imports no engine, and the engine
 (llm_judge, http_backend, cascade) imports spec.py, so there is no import cycle. jax, the models and the engine
@@ -9,8 +10,9 @@ are imported inside the functions: importing this module stays cheap (judges/__i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rubric_jax.judges.spec import MAX_PROMPT_TOKENS, JudgeSpec, judge_hash, prompt_budget
 
@@ -65,6 +67,9 @@ def load_judges(spec: JudgeSpec, layout_or_mesh: sharding.Layout | jax.sharding.
     from rubric_jax.judges import llm_judge
     from rubric_jax.models.config import ModelConfig
 
+    if spec.share_policy_base:
+        raise ValueError(f"{where}.share_policy_base=True: only an experiment whose GRPO stage trains through LoRA "
+                         "has a policy base to share (experiments.run); name a judge checkpoint here")
     if spec.backend == "openai":
         return (_endpoint_judge(spec, where, max_prompt_tokens),)
     if layout_or_mesh is None:
@@ -87,6 +92,24 @@ def load_judges(spec: JudgeSpec, layout_or_mesh: sharding.Layout | jax.sharding.
         except (OSError, ValueError) as e:
             raise ValueError(f"{where}.checkpoint={path}: {e}") from None
     return tuple(judges)
+
+
+def shared_base_judge(spec: JudgeSpec, tokenizer: Any, decode: Callable[[Any], Any], layout: sharding.Layout,
+                      context: int, *, where: str = "judge", max_prompt_tokens: int | None = None) -> Judge:
+    """The judge of judge.share_policy_base: the policy's frozen base (adapters off) decoded by `decode` (the
+    policy's rollout path: training layout -> `layout`) and read with the policy's `tokenizer` (its chat template,
+    pad and eos are checked here) and `context`; nothing is loaded. A ValueError naming `where` otherwise."""
+    from rubric_jax import sampling
+    from rubric_jax.judges import llm_judge
+    from rubric_jax.judges.backends import SharedBaseBackend
+
+    try:
+        limit = prompt_budget(context, spec.max_new_tokens, max_prompt_tokens or MAX_PROMPT_TOKENS)
+        return llm_judge.Judge("policy base", tokenizer, SharedBaseBackend(decode, sampling.generate, layout, context,
+                                                                           spec.batch_size),
+                               sampler=spec.sampler, max_new_tokens=spec.max_new_tokens, max_prompt_tokens=limit)
+    except ValueError as e:
+        raise ValueError(f"{where}.share_policy_base=True: the judge reads the policy's tokenizer: {e}") from None
 
 
 def load_cascade(spec: JudgeSpec, layout_or_mesh: sharding.Layout | jax.sharding.Mesh | None = None, *,

@@ -14,6 +14,8 @@ stands for it), the prompt templates' version
 safetensors headers and sizes, a few KiB at both ends of every tensor, and the tokenizer files; reads about
 8 KiB per tensor, so an 8B judge costs milliseconds, never its gigabytes). A path is not part of the hash:
 the same weights copied elsewhere are the same judge, and retrained weights in the same directory are not.
+A judge sharing the policy's LoRA base (share_policy_base) has no checkpoint: its hash holds the base's identity
+(`policy_base`, set by the experiment), so its verdicts are never mixed with another judge's.
 A served judge's (backend=openai) hash also holds the weights identity its endpoint reports for the model behind
 judge.model (experiments.serve reports one); an endpoint that reports none is fingerprinted by the verdict store.
 """
@@ -45,7 +47,7 @@ ENSEMBLES = ("mean", "agreement")  # llm_judge.combine_judges
 LAYOUTS = ("criteria_first", "shared_prefix", "group")
 # Fields hashed only when they differ from their default, so judge hashes (stores, calibration reports) made before
 # the field existed stay valid for the judge they described.
-HASHED_OFF_DEFAULT = ("layout",)
+HASHED_OFF_DEFAULT = ("layout", "share_policy_base")
 BACKENDS = ("jax", "openai")  # in-process sampling.generate | an OpenAI-compatible HTTP endpoint (judges/http_backend.py)
 ENDPOINTS = ("chat", "completions")  # /v1/chat/completions (messages) | /v1/completions (a locally rendered prompt)
 # The endpoint fields: read only with backend=openai, and hashed only then (a jax judge's hash is unchanged by them).
@@ -56,7 +58,7 @@ HTTP_FIELDS = ("base_url", "model", "api_key_env", "endpoint", "max_concurrency"
 # The API key's variable name, concurrency, timeouts and rate limits change no verdict either.
 NOT_HASHED = ("checkpoints", "batch_size", "tensor", "calibration", "require_calibration", "store", "store_rollouts",
               "api_key_env", "max_concurrency", "timeout_s", "max_retries_http", "outage_s", "requests_per_minute",
-              "tokens_per_minute")
+              "tokens_per_minute", "policy_base")
 # The cascade's fields (RubricRL §7: a small judge screens, a larger one refines; judges/cascade.py): hashed only
 # with a cascade, whose entry in the hash is the refining judge's own hash (a judge without one keeps its hash).
 CASCADE_FIELDS = ("cascade", "cascade_spread", "cascade_margin", "cascade_thresholds")
@@ -171,8 +173,16 @@ class JudgeSpec(schema.Block):
         "verdict escalates.", bounds=(0.0, 1.0))
     cascade_thresholds: tuple[float, ...] = setting((), "[hash] Decision thresholds ([0, 1] scale) besides the "
                                                     "gates', e.g. (0.5,): met / not met.")
+    share_policy_base: bool = setting(
+        False, "[hash: the base's identity, when True] The judge is the policy's frozen base with the adapters off, "
+        "run in-process from the training state's base (no checkpoint loaded, no judge weights kept: each rollout "
+        "makes the base's decode copy as it makes the policy's) in the policy's decode layout and dtype: an experiment whose GRPO stage trains through LoRA only (issue 34; "
+        "docs/training.md \"LoRA runs\"). checkpoint must be \"\".")
     # Not a config field: calibration's position probe lists anchors (and all_criteria criteria) reversed.
     reverse_order: bool = False
+    # Not a config field: with share_policy_base, the policy base's identity (set by the experiment that shares it:
+    # train/experiment.py), hashed as the judge's weights identity.
+    policy_base: str = ""
 
     def __post_init__(self) -> None:
         try:
@@ -224,8 +234,9 @@ class JudgeSpec(schema.Block):
 
     @property
     def has_judge(self) -> bool:
-        """Whether this spec judges LLM dimensions at all: a checkpoint in process, or an endpoint."""
-        return bool(self.checkpoints) or self.backend == "openai"
+        """Whether this spec judges LLM dimensions at all: a checkpoint in process, an endpoint, or the policy's
+        base (share_policy_base)."""
+        return bool(self.checkpoints) or self.backend == "openai" or self.share_policy_base
 
     def for_benchmark(self, benchmark_mode: str) -> JudgeSpec:
         """`mode=benchmark` replaced by the benchmark's prescribed mode (the cascade's too); any other mode is kept."""
@@ -275,6 +286,23 @@ def _problems(spec: JudgeSpec):
         yield "reverse_order", True, "needs shuffle_anchors=False (a shuffled order has no reverse)"
     yield from _endpoint_problems(spec)
     yield from _cascade_problems(spec)
+    yield from _shared_base_problems(spec)
+
+
+def _shared_base_problems(spec: JudgeSpec):
+    """(block field, value, why) of every field share_policy_base cannot combine with: the judge is the policy's
+    base, read where and as the policy's rollouts read it."""
+    if not spec.share_policy_base:
+        return
+    if spec.checkpoints:
+        yield "checkpoint", ",".join(spec.checkpoints), "share_policy_base=True: the judge is the policy's base; set ''"
+    if spec.backend != "jax":
+        yield "backend", spec.backend, "share_policy_base=True judges in this process: set jax"
+    for field, rule in (("param_dtype", "config.mesh.rollout.param_dtype"), ("compute_dtype", "config.model"),
+                        ("tensor", "config.mesh.rollout.tensor")):
+        if getattr(spec, field) != FIELD_DEFAULTS[field]:
+            yield field, getattr(spec, field), (f"share_policy_base=True reads the policy's decode copy ({rule} sets "
+                                                f"it); leave {FIELD_DEFAULTS[field]!r}")
 
 
 def _cascade_spec(value: Any, where: str, allow_benchmark: bool) -> JudgeSpec | None:
@@ -325,6 +353,8 @@ def _cascade_problems(spec: JudgeSpec):
         yield "cascade", ",".join(spec.cascade.checkpoints), "there is no first judge (checkpoint) whose verdicts to refine"
     elif not spec.cascade.has_judge:
         yield "cascade", "", "the refining judge has no checkpoint (or endpoint)"
+    elif spec.cascade.share_policy_base:
+        yield "cascade", "", "the refining judge cannot share the policy's base (only the first judge can)"
 
 
 def load_judge_file(path: str | Path) -> Any:
@@ -424,17 +454,28 @@ def judge_hash(spec: JudgeSpec) -> str:
     (served_identity: a name serves other weights after a restart; an endpoint that reports none is fingerprinted
     by its verdict store instead, llm_judge.check_fingerprint); reads each checkpoint's headers (weights_identity)
     and asks the endpoint, so call it once per command."""
-    identities = [weights_identity(path) for path in spec.checkpoints]
+    identities = [weights_identity(path) for path in spec.checkpoints] + _shared_identity(spec)
     served = served_identity(spec) if spec.backend == "openai" else ""
     hashed = {"fields": verdict_fields(spec), "weights": identities} | ({"served": served} if served else {})
     payload = json.dumps(hashed, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+def _shared_identity(spec: JudgeSpec) -> list[str]:
+    """[the policy base's identity] with share_policy_base (a ValueError where no experiment set it), else []."""
+    if not spec.share_policy_base:
+        return []
+    if not spec.policy_base:
+        raise ValueError("judge.share_policy_base=True: only an experiment whose GRPO stage trains through LoRA has a "
+                         "policy base to share (experiments.run); name a judge checkpoint here")
+    return [f"policy base {spec.policy_base}"]
+
+
 def describe(spec: JudgeSpec) -> dict[str, Any]:
     """What a run, score, calibration or evaluation records about its judge: the hash, every field of the
     spec, each checkpoint's weights identity and a served judge's reported one."""
     described = {"hash": judge_hash(spec), "prompt_version": PROMPT_VERSION, "spec": spec.to_block(),
-                 "weights": {path: weights_identity(path) for path in spec.checkpoints}}
+                 "weights": {path: weights_identity(path) for path in spec.checkpoints}
+                 | ({"policy base": spec.policy_base} if spec.share_policy_base else {})}
     served = {"served_identity": served_identity(spec)} if spec.backend == "openai" else {}
     return described | served | ({"cascade": describe(spec.cascade)} if spec.cascade is not None else {})

@@ -428,18 +428,32 @@ class ExperimentConfig(Block):
                                                               "adapters would train nothing; set lora.rank=0 or a stage")
         if self.reward.source == "reward_model":
             self._check_reward_model()
-        if self.rl.off_policy_steps and self.lora.rank and "grpo" in self.lora.stages:
-            raise BlockError("rl.off_policy_steps", 1, "not with LoRA GRPO (config.lora.rank > 0): the batch sampled "
-                                                       "ahead reads the trained params alone, not adapters + base")
+        self._check_shared_base()
         if self.audit.judge.has_judge and self.reward.source != "rubric":
             raise BlockError("audit.judge.checkpoint", ",".join(self.audit.judge.checkpoints), "the audit compares "
                              f"LLM-judged rubric dimensions; config.reward.source={self.reward.source!r} has none")
+
+    def _check_shared_base(self) -> None:
+        """judge.share_policy_base needs a base to share in every stage that judges (GRPO: its rollouts and evals):
+        that stage must train through LoRA; and the audit judge is another judge, never the policy's base."""
+        if self.audit.judge.share_policy_base:
+            raise BlockError("audit.judge.share_policy_base", True, "the audit judge is a second opinion: name its "
+                                                                    "checkpoint (only config.judge may share the base)")
+        if not self.judge.share_policy_base:
+            return
+        if not (self.lora.rank and "grpo" in self.lora.stages and "grpo" in self.stages):
+            raise BlockError("judge.share_policy_base", True, "needs a GRPO stage trained through LoRA (the judge is "
+                             f"its frozen base with the adapters off): config.lora.rank={self.lora.rank}, "
+                             f"lora.stages={self.lora.stages}, stages={self.stages}")
 
     def _check_reward_model(self) -> None:
         """A reward model scores alone: every key that reads rubric dimensions is refused, naming it."""
         if self.judge.checkpoints:
             raise BlockError("judge.checkpoint", ",".join(self.judge.checkpoints), "config.reward.source="
                              "'reward_model' scores with the reward model alone; drop the judge")
+        if self.judge.share_policy_base:
+            raise BlockError("judge.share_policy_base", True, "config.reward.source='reward_model' scores with the "
+                                                              "reward model alone; drop the judge")
         if self.rl.dynamic_weights:
             raise BlockError("rl.dynamic_weights", True, "re-weights rubric dimensions; a reward model has none")
         if self.rl.advantage == "per_dimension":

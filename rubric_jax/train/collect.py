@@ -80,6 +80,7 @@ def start_sampling(exp: Experiment, params: Any, questions: list[data.Question],
     prompt_ids, prompt_mask = data.prompt_batch(exp.tokenizer, [q.question for q in questions], spec.prompt_buckets,
                                                 across_processes=True)
     weights, size = exp.layouts.rollout_weights(params), len(questions) // chunks
+    judging = exp.base_judging(params)  # judge.share_policy_base: the base's decode copy, made before any update
     timeline = overlap.Timeline() if chunks > 1 else None
 
     def dispatch(c: int) -> sampling.Samples:
@@ -94,20 +95,22 @@ def start_sampling(exp: Experiment, params: Any, questions: list[data.Question],
         return samples
 
     sampled = [dispatch(0)]
-    return lambda: _fetch_and_score(exp, questions, spec, judge_key, size, sampled, dispatch, timeline)
+    return lambda: _fetch_and_score(exp, questions, spec, judge_key, size, sampled, dispatch, timeline, judging)
 
 
 def _fetch_and_score(exp: Experiment, questions: list[data.Question], spec: RolloutSpec, judge_key: jax.Array,
                      size: int, sampled: list[sampling.Samples], dispatch: Callable[[int], sampling.Samples],
-                     timeline: overlap.Timeline | None) -> LocalRollout:
+                     timeline: overlap.Timeline | None,
+                     judging: Callable[[], contextlib.AbstractContextManager]) -> LocalRollout:
     """Fetches and judges each of the rollout's sampler calls (the first already dispatched in `sampled`), each
-    next call dispatched before the current one is fetched."""
+    next call dispatched before the current one is fetched; the judges run inside `judging()`
+    (Experiment.base_judging)."""
     chunks, parts = len(questions) // size, []
     for c in range(chunks):
         if c + 1 < chunks:
             sampled.append(dispatch(c + 1))  # queued behind chunk c on the devices: it samples while c is judged
         result = sampling.host_result(sampled[c], logprobs=False)  # the judges' text; log-probs stay on the device
-        with timeline.judging() if timeline is not None else contextlib.nullcontext():
+        with timeline.judging() if timeline is not None else contextlib.nullcontext(), judging():
             parts.append((result, *_score(exp, questions[c * size:(c + 1) * size], result, spec.n, judge_key)))
     rows = [(c, i) for c, (result, _, _) in enumerate(parts) for i in range(len(result.lengths))]
     return LocalRollout(list(questions), tuple(sampled), tuple((g // size, g % size) for g in range(len(questions))),

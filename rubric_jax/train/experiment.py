@@ -9,11 +9,12 @@ mid-run: directories, prompt and judge-prompt lengths, batch divisibility, calib
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,8 @@ from rubric_jax.judges.base_model import same_base_warnings
 from rubric_jax.judges.llm_judge import Judge, judge_tokens_per_token, shortest_prompt_tokens
 from rubric_jax.judges.reward import Reward, RubricReward
 from rubric_jax.judges.reward_model import RewardModelReward, load_reward_model
-from rubric_jax.judges.loading import load_cascade, load_judges, open_verdict_store
+from rubric_jax.judges.backends import SharedBaseBackend
+from rubric_jax.judges.loading import load_cascade, load_judges, open_verdict_store, shared_base_judge
 from rubric_jax.judges.scorers import split_by_reads
 from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge, weights_identity
 from rubric_jax.judges.store import VerdictStore
@@ -41,6 +43,11 @@ from rubric_jax.train import blocks, settings as run_settings, step as train_ste
 from rubric_jax.train.blocks import ConfigRecord
 from rubric_jax.train.settings import Settings
 
+
+
+SHARED_BASE_WARNING = ("warning: config.judge.share_policy_base=True: the judge is the policy's own base; a policy can "
+                       "drift to what its base happens to score high (RubricRL 6.2): audit it with another judge "
+                       "(config.audit.judge)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +108,12 @@ class Experiment:
         return reward_model["hash"] if reward_model else ""
 
     @property
+    def judge_base(self) -> SharedBaseBackend | None:
+        """The backend of the judge reading the policy's base (judge.share_policy_base), else None."""
+        judges = self.reward.judges if isinstance(self.reward, RubricReward) else ()
+        return next((j.backend for j in judges if isinstance(j.backend, SharedBaseBackend)), None)
+
+    @property
     def stop_tokens(self) -> tuple[int, ...]:
         return (int(self.tokenizer.eos_token_id),)
 
@@ -123,26 +136,65 @@ class Experiment:
                               config.stages, adapters)
 
     def base_identity(self, stage: str) -> str | None:
-        """The identity of a LoRA stage's frozen base (sha256 hex), recorded with its adapter checkpoints instead of
-        the base, so that a resume onto another base is refused; None for a stage that trains every weight. The base
-        is the starting policy (its HF directory's `weights_identity`, or the random init's config and seed) after
-        the stages before `stage`, named by their settings."""
-        spec = self.settings.sft if stage == "sft" else self.settings.rl
-        if spec is None or spec.lora is None:
-            return None
-        config = self.settings.config
-        start = (weights_identity(self.model_dir) if self.model_dir else
-                 f"random init seed {config.seed} of {_file_sha256(config.model.config_json)}")
-        before = {"start": start}
-        if stage == "grpo" and self.settings.sft is not None:
-            before["sft"] = {"block": config.sft.to_values(), "data": _file_sha256(config.data.sft),
-                             "lora": repr(self.settings.sft.lora)}
-        return hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()
+        """The identity of a LoRA stage's frozen base (`stage_base_identity`), recorded with its adapter checkpoints
+        instead of the base, so that a resume onto another base is refused; None for a stage that trains every
+        weight."""
+        return stage_base_identity(self.settings, self.model_dir, stage)
+
+    def base_judging(self, params: Any) -> Callable[[], contextlib.AbstractContextManager]:
+        """What a scoring of responses sampled by the policy `params` runs in: with judge.share_policy_base, the
+        judge bound to their base's decode copy, made now (before an update donates the state's arrays); else
+        nothing."""
+        backend = self.judge_base
+        if backend is None:
+            return contextlib.nullcontext
+        weights = backend.weights_of(params)
+        return lambda: backend.using(weights)
 
     def initial_params(self) -> dict[str, Any]:
         """The starting policy's params in the training layout, through the loader: the pretrained checkpoint,
         or a seeded random init."""
         return self.run_record().start_weights(self.layouts.training).params
+
+
+def stage_base_identity(settings: Settings, model_dir: str, stage: str) -> str | None:
+    """sha256 hex of a LoRA stage's frozen base: the starting policy (its HF directory's `weights_identity`, or the
+    random init's config and seed) after the stages before `stage`, named by their settings; None for a stage that
+    trains every weight."""
+    spec = settings.sft if stage == "sft" else settings.rl
+    if spec is None or spec.lora is None:
+        return None
+    config = settings.config
+    start = (weights_identity(model_dir) if model_dir else
+             f"random init seed {config.seed} of {_file_sha256(config.model.config_json)}")
+    before = {"start": start}
+    if stage == "grpo" and settings.sft is not None:
+        before["sft"] = {"block": config.sft.to_values(), "data": _file_sha256(config.data.sft),
+                         "lora": repr(settings.sft.lora)}
+    return hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()
+
+
+def _share_policy_base(settings: Settings, model_dir: str, lay: run_programs.Layouts) -> Settings:
+    """With judge.share_policy_base, the settings whose judge spec names the GRPO stage's base (its identity and the
+    dtypes the judge reads it in: the judge hash, so verdicts are not mixed with another judge's); else unchanged."""
+    judge = settings.config.judge
+    if not judge.share_policy_base:
+        return settings
+    identity = (f"{stage_base_identity(settings, model_dir, 'grpo')} decoded in {lay.decode_dtype}, computing in "
+                f"{lay.model.compute_dtype}")
+    config = dataclasses.replace(settings.config, judge=dataclasses.replace(judge, policy_base=identity))
+    return dataclasses.replace(settings, config=config)
+
+
+def _judges(settings: Settings, lay: run_programs.Layouts, tokenizer: Any) -> tuple[Judge, ...]:
+    """config.judge's judges: its checkpoints loaded into the run's devices, or the judge reading the policy's base
+    (judge.share_policy_base: nothing loaded)."""
+    judge = settings.config.judge
+    if not judge.share_policy_base:
+        return load_judges(judge, lay.training, where="config.judge")
+    _say([SHARED_BASE_WARNING])
+    return (shared_base_judge(judge, tokenizer, lay.rollout_weights, lay.decode, lay.model.max_position_embeddings,
+                              where="config.judge"),)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +223,7 @@ def build(settings: Settings, record: ConfigRecord, workdir: str | Path) -> Expe
     model_cfg = run_settings.model_config(config.model)
     run_settings.check_positions(settings, model_cfg.max_position_embeddings)
     lay = run_programs.layouts(settings.mesh, model_cfg, adapters=settings.lora)
+    settings = _share_policy_base(settings, model_dir, lay)
     _check_rollout_chunks(settings, lay.decode.batch_multiple)
     settings.off_policy.check_processes(jax.process_count())
     try:
@@ -182,7 +235,7 @@ def build(settings: Settings, record: ConfigRecord, workdir: str | Path) -> Expe
     _say(lint.start_up_lines(rubrics, settings.train_rollout.max_new_tokens, lint.shipped_waivers()))  # issue 37 §3
     calibration = check_calibration(settings.config.judge, rubrics, "config.judge")  # before the judges load
     _say(calibration.lines() if calibration is not None else [])
-    judges = load_judges(settings.config.judge, lay.training, where="config.judge")
+    judges = _judges(settings, lay, tokenizer)
     _say(same_base_warnings(model_dir or config.model.config_json, judge_dirs))  # RubricRL 6.2: judge-policy collusion
     if settings.sft is not None:
         distributed.check_divides(settings.sft.batch_size, "sft.batch_size")
@@ -335,9 +388,10 @@ def _check_judge_prompts_fit(judges: Sequence[Judge], judge_spec: JudgeSpec,
 
 
 def _context(judge: Judge) -> int | str:
-    """A judge's context in tokens ("?" for a served judge without local weights)."""
+    """A judge's context in tokens (the policy's for the judge sharing its base; "?" for a served judge without
+    local weights)."""
     weights = getattr(judge.backend, "weights", None)  # a served judge has none here
-    return weights.cfg.max_position_embeddings if weights is not None else "?"
+    return weights.cfg.max_position_embeddings if weights is not None else getattr(judge.backend, "context", "?")
 
 
 def _budget_line(judge: Judge, left: int, shortest: int, dim_ids: list[str], per_token: int,

@@ -179,9 +179,10 @@ def evaluate(exp: Experiment, state: train_state.TrainState, step: int) -> dict[
         golden_scored = collect.rollout_and_score(exp, state.model_params(),
                                                   distributed.process_block(exp.golden.questions),
                                                   exp.settings.eval_rollout, key).scored
-        row.update(exp.golden.metrics(golden_scored, OwnBlockScorer(exp.reward),
-                                      key=jax.random.fold_in(key, _GOLDEN_REFERENCE_KEY), weights=exp.weights,
-                                      store=exp.judge_store))
+        with exp.base_judging(state.model_params())():  # the references are judged by the same judge
+            row.update(exp.golden.metrics(golden_scored, OwnBlockScorer(exp.reward),
+                                          key=jax.random.fold_in(key, _GOLDEN_REFERENCE_KEY), weights=exp.weights,
+                                          store=exp.judge_store))
     if exp.audit is not None:
         row.update(exp.audit(step, out.samples, [exp.rubric_of[q.id] for q in exp.eval_questions], out.scored,
                              jax.random.fold_in(key, _AUDIT_KEY), exp.log.rows()))

@@ -10,6 +10,7 @@ from typing import Any
 import jax
 
 from rubric_jax import data, distributed
+from rubric_jax.models import lora
 from rubric_jax.train import checkpointing, collect, state as train_state, workdir as run_workdir
 from rubric_jax.train.experiment import Experiment
 from rubric_jax.train.runner import Runner, StepOutput, TrainingError
@@ -75,7 +76,9 @@ class OneStepAhead:
                 raise TrainingError(f"{ckpt.directory}: no step {step} to resume the off-policy batch from; "
                                     "start a new --workdir")
             meta = ckpt.read_meta(step)
-            params = ckpt.restore_params(self.exp.layouts.model, self.exp.layouts.training, step=step).params
+            lay = self.exp.layouts  # with LoRA the behaviour checkpoint holds the adapters alone
+            params = ckpt.restore_params(lay.stage_model(self.exp.settings.rl.lora is not None), lay.training,
+                                         step=step).params
         self.resumed = Source(params, int(meta["extra"]["sampler_step"]), data.IteratorState.from_dict(
             meta["data_state"]))
 
@@ -91,8 +94,8 @@ class OneStepAhead:
             source, self.resumed = self.resumed, None
             questions = distributed.process_block(next(data.BatchIterator(runner.stage.rows, runner.stage.batch_size,
                                                                           source.position)))
-            pending = self._judge(self._start(source.params, source.sampler_step * self.updates_per_step, questions,
-                                              step, source.position))
+            pending = self._judge(self._start(source.params, state, source.sampler_step * self.updates_per_step,
+                                              questions, step, source.position))
         following = self._sample(state, rows, step + 1, position) if step < self.total else None
         rollout = pending.rollout.result()  # the host waited on the judge while the devices sampled and updated
         new_state, out = train(state, rollout, {SAMPLER_STEP: float(int(pending.updates) // self.updates_per_step)})
@@ -116,15 +119,17 @@ class OneStepAhead:
                 ) -> tuple[Callable[[], collect.LocalRollout], Any, jax.Array, data.IteratorState]:
         """Dispatches batch `step`'s sampling with a copy of `state`'s params (the update donates the state; a copy by
         transfer, as tests/first_grpo_step.py's: jnp.copy compiles a program per parameter shape)."""
-        return self._start(jax.device_put(state.params, may_alias=False), jax.device_put(state.step, may_alias=False),
-                           questions, step, position)
+        return self._start(jax.device_put(state.params, may_alias=False), state,
+                           jax.device_put(state.step, may_alias=False), questions, step, position)
 
-    def _start(self, params: Any, updates: jax.Array | int, questions: list[Any], step: int,
-               position: data.IteratorState
+    def _start(self, params: Any, state: train_state.TrainState, updates: jax.Array | int, questions: list[Any],
+               step: int, position: data.IteratorState
                ) -> tuple[Callable[[], collect.LocalRollout], Any, jax.Array | int, data.IteratorState]:
-        """Dispatches batch `step`'s sampling with `params` (`updates` optimizer updates in): what judges it, and
-        the pending batch's source."""
-        finish = collect.start_sampling(self.exp, params, questions, self.exp.settings.train_rollout,
+        """Dispatches batch `step`'s sampling with `params` (`updates` optimizer updates in; with LoRA the adapters,
+        sampled on `state`'s frozen base, which no update changes, read before the update donates it): what judges
+        it, and the pending batch's source."""
+        policy = params if state.frozen is None else lora.join(params, state.frozen)
+        finish = collect.start_sampling(self.exp, policy, questions, self.exp.settings.train_rollout,
                                         self.key_of(step), self.exp.settings.config.rl.rollout_chunks)
         return finish, params, updates, position
 
@@ -141,5 +146,6 @@ class OneStepAhead:
             with self._checkpointer() as ckpt:
                 ckpt.save(self.state.replace(params=self.pending.params),
                           data_state=self.pending.position.to_dict(), rubric_hash=self.exp.rubric_hash,
-                          extra={"sampler_step": int(self.pending.updates) // self.updates_per_step})
+                          extra={"sampler_step": int(self.pending.updates) // self.updates_per_step},
+                          base_identity=self.exp.base_identity("grpo"))  # LoRA: adapters, named with their base
         return {EXTRA_KEY: 1}

@@ -25,8 +25,9 @@ from tests.random_model import random_weights
 from test_loop import _flags, _rows, _wait_for_row, sft  # noqa: F401 (sft: the shortened SFT set, a fixture)
 from tiny_config import absolute_tiny_config
 
-# The documented variant (docs/training.md): config.lora.stages defaults to ("grpo",), after a full SFT.
-LORA = ["--config.lora.rank=8"]
+# The documented variant (docs/training.md): config.lora.stages defaults to ("grpo",), after a full SFT, at 10x the
+# full fine-tuning lr (the rate its table shows learning).
+LORA = ["--config.lora.rank=8", "--config.rl.lr=2e-3"]
 
 
 def _tree_bytes(directory: Path) -> int:

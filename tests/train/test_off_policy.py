@@ -59,12 +59,17 @@ def test_a_checkpoint_resumes_only_under_the_setting_that_wrote_it(saved, steps)
     one_step_ahead.check_resume(restored, 1 - steps)  # the same setting resumes
 
 
+def _run_to_the_end(workdir: Path, flags: list[str], command_server) -> Path:
+    """`workdir` after an uninterrupted run of the tiny default with `flags`."""
+    done = command_server("experiments.run").run("--config=configs/tiny.py", *flags)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return workdir
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, sft, command_server) -> Path:  # noqa: F811
     workdir = tmp_path_factory.mktemp("off_policy")
-    done = command_server("experiments.run").run("--config=configs/tiny.py", *_flags(workdir, sft), *OFF_POLICY)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return workdir
+    return _run_to_the_end(workdir, [*_flags(workdir, sft), *OFF_POLICY], command_server)
 
 
 def test_each_batch_is_sampled_by_the_params_of_two_steps_before(uninterrupted):
@@ -83,16 +88,21 @@ def test_each_batch_is_sampled_by_the_params_of_two_steps_before(uninterrupted):
 
 
 def test_sigkill_then_resume_matches_uninterrupted(uninterrupted, sft, tmp_path, command_server):  # noqa: F811
-    run = command_server("experiments.run")
-    flags = ["--config=configs/tiny.py", *_flags(tmp_path, sft), *OFF_POLICY]
+    _kill_and_resume(command_server("experiments.run"), [*_flags(tmp_path, sft), *OFF_POLICY], tmp_path, uninterrupted)
+
+
+def _kill_and_resume(run, flags: list[str], workdir: Path, uninterrupted: Path) -> None:
+    """The tiny default with `flags` (writing `workdir`), SIGKILLed once checkpoint 2 is on disk, then run again:
+    it writes the rows and samples of `uninterrupted`."""
+    flags = ["--config=configs/tiny.py", *flags]
     killed = run.start(*flags)
-    _wait_for_row(tmp_path, "grpo", 3, killed.running, lambda: killed.wait().stderr)  # checkpoint 2 is on disk
+    _wait_for_row(workdir, "grpo", 3, killed.running, lambda: killed.wait().stderr)  # checkpoint 2 is on disk
     os.kill(killed.pid, signal.SIGKILL)
     assert killed.wait().returncode == -signal.SIGKILL
     resumed = run.run(*flags)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert _rows(tmp_path) == _rows(uninterrupted)
-    assert _rows(tmp_path, "samples.jsonl") == _rows(uninterrupted, "samples.jsonl")
+    assert _rows(workdir) == _rows(uninterrupted)
+    assert _rows(workdir, "samples.jsonl") == _rows(uninterrupted, "samples.jsonl")
 
 
 def test_the_latency_judge_answers_as_its_upstream():
@@ -136,3 +146,38 @@ def test_the_benchmark_smoke_runs_both_settings(tmp_path):
     offs = [json.loads(line) for p in tmp_path.glob("bench_off_policy_1_0_*") for line in
             (p / "metrics.jsonl").read_text().splitlines()]
     assert [r["off_policy/sampler_step"] for r in offs if r.get("stage") == "grpo"] == [0, 0, 1]
+
+
+# LoRA GRPO (docs/training.md "LoRA runs") with the judge sharing its base: the behaviour params are the base plus the
+# adapters of two steps before, and the judging thread judges each batch on the base's copy made with it.
+# gates_first off: every row's politeness goes to the judge (the shortened SFT leaves rows that fail a gate).
+LORA = [*OFF_POLICY, "--config.lora.rank=8", "--config.rl.lr=2e-3", "--config.judge.share_policy_base=True",
+        "--config.judge.checkpoint=", "--config.reward.gates_first=False"]
+
+
+@pytest.fixture(scope="module")
+def lora_uninterrupted(tmp_path_factory, sft, command_server) -> Path:  # noqa: F811
+    workdir = tmp_path_factory.mktemp("off_policy_lora")
+    return _run_to_the_end(workdir, [*_flags(workdir, sft), *LORA], command_server)
+
+
+def test_each_lora_batch_is_sampled_by_the_adapters_of_two_steps_before(lora_uninterrupted):
+    """As on full weights (above), through adapters: no reference checkpoint (the frozen base), behaviour checkpoints
+    the adapters' size, the judge the policy's base (its hash names it)."""
+    grpo = [r for r in _rows(lora_uninterrupted) if r["stage"] == "grpo"]
+    assert [r["off_policy/sampler_step"] for r in grpo] == [0, 0, 1, 2, 3]
+    # Adapters start at B = 0, so the first update moves the policy less than a full one does (the gap of step 2 is
+    # ~1e-5, then ~1e-2); step 1's is float error alone (~2e-7).
+    assert grpo[0]["logprob_gap/mean"] < 1e-6 < min(r["logprob_gap/mean"] for r in grpo[1:])
+    assert sum(r.get("judge_prompts", 0) for r in grpo) > 0  # the shared judge judged on the judging thread
+    assert sorted(p.name for p in (lora_uninterrupted / "checkpoints").iterdir()) == ["behaviour", "grpo", "sft"]
+    for step in (lora_uninterrupted / "checkpoints" / "behaviour").iterdir():
+        if step.name.isdigit():  # adapters and their moments, not the 695,424-weight model
+            assert sum(f.stat().st_size for f in step.rglob("*") if f.is_file()) < 695_424 * 4 / 2
+    judge = json.loads((lora_uninterrupted / "rubric.json").read_text())["judge"]
+    assert list(judge["weights"]) == ["policy base"] and judge["spec"]["share_policy_base"] is True
+
+
+def test_a_sigkilled_lora_run_resumes_to_the_uninterrupted_rows(lora_uninterrupted, sft, tmp_path,
+                                                                 command_server):  # noqa: F811
+    _kill_and_resume(command_server("experiments.run"), [*_flags(tmp_path, sft), *LORA], tmp_path, lora_uninterrupted)
