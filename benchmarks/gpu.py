@@ -216,7 +216,7 @@ def model_config(size: str, attention: str = "auto", backend: str | None = None)
         attention = "cudnn" if loader.resolve_attention("auto", "bfloat16", "--attention", backend) == "cudnn" else "xla"
     return ModelConfig(architecture="qwen2", rope_theta=1_000_000.0, rms_norm_eps=1e-6, attention_bias=True,
                        rope_scaling=None, max_position_embeddings=32768, param_dtype="float32",
-                       compute_dtype=compute, remat=True, scan_layers=True,
+                       compute_dtype=compute, remat=True, scan_layers=False,
                        attention=loader.resolve_attention(attention, compute, "--attention", backend), **QWEN25[size])
 
 
