@@ -210,7 +210,8 @@ Put = Callable[[str, str], None]
 
 def model_config(size: str, attention: str = "auto", backend: str | None = None) -> ModelConfig:
     """The size's shapes as a ModelConfig in the accelerator dtypes (float32 compute on CPU), for `backend`
-    (default: jax's); `attention` as `--attention` names it."""
+    (default: jax's); `attention` as `--attention` names it. The layers unrolled, as configs/gpu_smoke.py: each
+    reads its own bf16 copy in place (a scan copied each layer's slice per micro-batch; AOT_RESULTS.md)."""
     compute = loader.resolve_dtype("auto", "compute_dtype", backend)
     if attention == "fused":
         attention = "cudnn" if loader.resolve_attention("auto", "bfloat16", "--attention", backend) == "cudnn" else "xla"

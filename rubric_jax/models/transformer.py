@@ -539,9 +539,9 @@ def _layers_into_bwd(cfg: ModelConfig, layer: Callable[[Any, Any], tuple[Any, An
     unrolled = isinstance(compute, tuple)
 
     def back(index: jax.Array | int, d_carry: Any, grads: Params) -> tuple[Any, Params]:
-        if unrolled:  # behind a barrier with the layer's output gradient: else XLA merges the recompute with the
-            # forward (keeping its activations) or runs the layers' recomputes ahead of their backward
-            c, w, d_carry = jax.lax.optimization_barrier((inputs[index], compute[index], d_carry))
+        if unrolled:  # behind a barrier with the layer's output gradient and the accumulator: else XLA merges the
+            # recompute with the forward (keeping its activations) or runs the layers out of order
+            c, w, d_carry, grads = jax.lax.optimization_barrier((inputs[index], compute[index], d_carry, grads))
         else:
             c, w = _layer_slice((inputs, compute), index)
         e = _layer_slice(extra, index)

@@ -162,9 +162,9 @@ def _accumulate(loss_fn: LossFn, params: Params, micro: Batch, grad_shardings: A
     are cast to the compute dtype once, before the loop (`_layer_copies`). Under full remat the layers' backward
     adds their gradient into the accumulator itself (`AccumulatingLayers`); otherwise each micro-batch's is added
     after its backward. With `frozen` (LoRA's base, already in the compute dtype) `params` are the adapters: the
-    only leaves differentiated. `head()` makes the LM head's projection as the log-probs read it: with the
-    accumulating layers it is made once, before the loop, too (`AccumulatingLayers.head`); unrolled layers
-    (`cfg.scan_layers` off) read per-layer copies (`_per_layer`)."""
+    only leaves differentiated. With the accumulating layers, the LM head's projection as the log-probs read it
+    (`head()`) is made once before the loop too (`AccumulatingLayers.head`), and unrolled layers (`cfg.scan_layers`
+    off) read a copy of their own each (`_per_layer`)."""
     if frozen is not None:
         with_base = loss_fn
 
