@@ -616,6 +616,8 @@ def chunked_token_logprobs(
     start = (jnp.full((b, t), -jnp.inf, jnp.float32), zeros_BxT, zeros_BxT, zeros_BxT)
     w_NxDxS = head.vocab_projection(n)
     if projection is not None:
+        if projection.shape != w_NxDxS.shape:
+            raise ValueError(f"projection {projection.shape}: the head's vocab_projection({n}) is {w_NxDxS.shape}")
         w_NxDxS = use_copy(w_NxDxS, projection)
     (max_BxT, sum_BxT, weighted_BxT, target_BxT), _ = jax.lax.scan(one_slice, start, (jnp.arange(n), w_NxDxS))
     lse_BxT = max_BxT + jnp.log(sum_BxT)
