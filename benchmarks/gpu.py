@@ -210,13 +210,14 @@ Put = Callable[[str, str], None]
 
 def model_config(size: str, attention: str = "auto", backend: str | None = None) -> ModelConfig:
     """The size's shapes as a ModelConfig in the accelerator dtypes (float32 compute on CPU), for `backend`
-    (default: jax's); `attention` as `--attention` names it."""
+    (default: jax's); `attention` as `--attention` names it. The layers unrolled, as configs/gpu_smoke.py: each
+    reads its own bf16 copy in place (a scan copied each layer's slice per micro-batch; AOT_RESULTS.md)."""
     compute = loader.resolve_dtype("auto", "compute_dtype", backend)
     if attention == "fused":
         attention = "cudnn" if loader.resolve_attention("auto", "bfloat16", "--attention", backend) == "cudnn" else "xla"
     return ModelConfig(architecture="qwen2", rope_theta=1_000_000.0, rms_norm_eps=1e-6, attention_bias=True,
                        rope_scaling=None, max_position_embeddings=32768, param_dtype="float32",
-                       compute_dtype=compute, remat=True, scan_layers=True,
+                       compute_dtype=compute, remat=True, scan_layers=False,
                        attention=loader.resolve_attention(attention, compute, "--attention", backend), **QWEN25[size])
 
 

@@ -32,7 +32,9 @@ def get_config(arg: str | None = None):
     c.model.tokenizer = f"{_ASSETS}/tokenizer"
     c.model.param_dtype = "float32"  # fp32 master weights and AdamW state, auto compute (bf16 on accelerators).
     c.model.remat = size != "tiny"  # Two tiny layers need no remat, unrolled (as configs/tiny.py): fewer compile seconds on CPU.
-    c.model.scan_layers = size != "tiny"
+    # Unrolled: each layer reads its own bf16 copy in place, where a scan copies every layer's slice of the stacked
+    # copy in every micro-batch's forward and backward (46 GB per 1.5B update; benchmarks/AOT_RESULTS.md).
+    c.model.scan_layers = False
     c.mesh.data, c.mesh.fsdp, c.mesh.tensor = 1, -1, 1
     c.mesh.rollout.tensor = 1
     c.mesh.rollout.param_dtype = "compute"  # The decode copy in the compute dtype, as configs/qwen7b.py.

@@ -24,14 +24,16 @@ update's ratio is not 1 and the importance weights are wrong.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
-from rubric_jax.models.transformer import AccumulatingLayers, causal_padding_mask, padding_to_positions
+from rubric_jax.models.transformer import AccumulatingLayers, causal_padding_mask, padding_to_positions, use_copy
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
 ADVANTAGE_SCALINGS = ("group", "batch", "none")
@@ -554,12 +556,16 @@ def _logits(h_BxTxD: jax.Array, w_DxS: jax.Array) -> jax.Array:
     return _low_precision_logits(h_BxTxD, w_DxS)
 
 
+_SLICE_MAX = "vocab_slice_max"  # the running max of `chunked_token_logprobs`, saved for a low-precision backward
+
+
 def chunked_token_logprobs(
     h_BxTxD: jax.Array,
     targets_BxT: jax.Array,
     head: Any,
     chunk_size: int,
     temperature: float,
+    projection: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """log p_T(targets[b, t] | h[b, t]) and the entropy of p_T = softmax(logits / T), float32 [B, T].
 
@@ -576,21 +582,28 @@ def chunked_token_logprobs(
     [D, V] weight in every chunk, forward and backward (195 GiB per 7B update, benchmarks/AOT_RESULTS.md).
     The slices are the scan's input, so each slice's gradient is written once into its own slot of the
     stacked gradient (indexing the weight inside the loop added each slice's gradient into the whole table).
-    The hidden states enter in float32 so that their gradient sums over the slices in float32.
+    The hidden states enter in float32 so that their gradient sums over the slices in float32. `projection`: the
+    head's `vocab_projection(n)` made once per update (`AccumulatingLayers.head`), read in place of the head's
+    own cast (the gradient still goes to the head's weight): one cast per update, not one per micro-batch.
     """
     b, t, _ = h_BxTxD.shape
     n = vocab_slices(head.cfg.vocab_size, t, chunk_size)
     dtype = h_BxTxD.dtype
     h32_BxTxD = h_BxTxD.astype(jnp.float32)
 
-    @jax.checkpoint
+    # A low-precision model's backward reads the slice's running max as the forward made it (saved: [B, T] per
+    # slice) rather than a reduction of the recomputed logits again (5 GB per 1.5B update; AOT_RESULTS.md).
+    policy = None if dtype == jnp.float32 else jax.checkpoint_policies.save_only_these_names(_SLICE_MAX)
+
+    @functools.partial(jax.checkpoint, policy=policy)
     def one_slice(carry: tuple[jax.Array, ...], xs: tuple[jax.Array, jax.Array]
                   ) -> tuple[tuple[jax.Array, ...], None]:
         max_BxT, sum_BxT, weighted_BxT, target_BxT = carry
         i, w_DxS = xs
         logits_BxTxS = _logits(h32_BxTxD.astype(dtype), head.vocab_slice_for_dot(w_DxS)) / temperature
         # softmax(z) = exp(z - m) / sum exp(z - m) for any m: the gradient does not flow through the max.
-        new_max_BxT = jax.lax.stop_gradient(jnp.maximum(max_BxT, jnp.max(logits_BxTxS, axis=-1)))
+        new_max_BxT = checkpoint_name(jax.lax.stop_gradient(jnp.maximum(max_BxT, jnp.max(logits_BxTxS, axis=-1))),
+                                      _SLICE_MAX)
         rescale_BxT = jnp.exp(max_BxT - new_max_BxT)
         sums = _softmax_sums if dtype == jnp.float32 else _low_precision_softmax_sums
         exp_sum_BxT, exp_weighted_BxT, picked_BxT = sums(logits_BxTxS, new_max_BxT, targets_BxT // n)
@@ -601,8 +614,12 @@ def chunked_token_logprobs(
 
     zeros_BxT = jnp.zeros((b, t), jnp.float32)
     start = (jnp.full((b, t), -jnp.inf, jnp.float32), zeros_BxT, zeros_BxT, zeros_BxT)
-    (max_BxT, sum_BxT, weighted_BxT, target_BxT), _ = jax.lax.scan(one_slice, start,
-                                                                   (jnp.arange(n), head.vocab_projection(n)))
+    w_NxDxS = head.vocab_projection(n)
+    if projection is not None:
+        if projection.shape != w_NxDxS.shape:
+            raise ValueError(f"projection {projection.shape}: the head's vocab_projection({n}) is {w_NxDxS.shape}")
+        w_NxDxS = use_copy(w_NxDxS, projection)
+    (max_BxT, sum_BxT, weighted_BxT, target_BxT), _ = jax.lax.scan(one_slice, start, (jnp.arange(n), w_NxDxS))
     lse_BxT = max_BxT + jnp.log(sum_BxT)
     return target_BxT - lse_BxT, lse_BxT - weighted_BxT / sum_BxT  # entropy = lse - E_p[logits]
 
@@ -621,7 +638,8 @@ def sequence_logprobs(
     positions_BxT = padding_to_positions(input_mask_BxT)
     h_BxTxD, _ = model.hidden_states(tokens_BxT, positions_BxT, causal_padding_mask(input_mask_BxT), into=into)
     next_BxT = jnp.pad(tokens_BxT[:, 1:], ((0, 0), (0, 1)))
-    logp_next_BxT, ent_next_BxT = chunked_token_logprobs(h_BxTxD, next_BxT, model, chunk_size, temperature)
+    logp_next_BxT, ent_next_BxT = chunked_token_logprobs(h_BxTxD, next_BxT, model, chunk_size, temperature,
+                                                        None if into is None else into.head)
     # Entry t predicts token t from tokens < t: defined where both t and t - 1 are real tokens.
     valid_BxT = input_mask_BxT & jnp.pad(input_mask_BxT[:, :-1], ((0, 0), (1, 0)))
 
@@ -663,6 +681,7 @@ def shared_prompt_logprobs(
     h_last_UxD = jnp.take_along_axis(h_UxPxD, last_U[:, None, None], axis=1)[:, 0]
     # Entry r is predicted from the state before response token r: the prompt's last token for r = 0.
     h_pred_BxRxD = jnp.concatenate([jnp.repeat(h_last_UxD, group, axis=0)[:, None], h_BxRxD[:, :-1]], axis=1)
-    logp_BxR, ent_BxR = chunked_token_logprobs(h_pred_BxRxD, response_BxR, model, chunk_size, temperature)
+    logp_BxR, ent_BxR = chunked_token_logprobs(h_pred_BxRxD, response_BxR, model, chunk_size, temperature,
+                                              None if into is None else into.head)
     valid_BxR = response_targets(prompt_mask_UxP, response_mask_BxR)
     return jnp.where(valid_BxR, logp_BxR, 0.0), jnp.where(valid_BxR, ent_BxR, 0.0)

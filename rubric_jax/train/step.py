@@ -43,7 +43,7 @@ from jax.sharding import Mesh
 from rubric_jax import grpo, sharding
 from rubric_jax.models import lora
 from rubric_jax.models.config import ModelConfig
-from rubric_jax.models.transformer import AccumulatingLayers
+from rubric_jax.models.transformer import AccumulatingLayers, use_copy
 from rubric_jax.train.state import Params, TrainState, current_lr
 
 Batch = dict[str, jax.Array]
@@ -138,24 +138,6 @@ def _constrain(tree: Any, shardings: Any | None) -> Any:
     return tree if shardings is None else jax.lax.with_sharding_constraint(tree, shardings)
 
 
-@jax.custom_vjp
-def _use_copy(w: jax.Array, copy: jax.Array) -> jax.Array:
-    """`copy` (w cast to the compute dtype once per update) where `w` would be read: the forward reads the copy,
-    the gradient goes to `w` in w's dtype."""
-    return copy
-
-
-def _use_copy_fwd(w: jax.Array, copy: jax.Array) -> tuple[jax.Array, jax.Array]:
-    return copy, jnp.zeros((), w.dtype)  # the residual only carries the dtype
-
-
-def _use_copy_bwd(like: jax.Array, g: jax.Array) -> tuple[jax.Array, None]:
-    return g.astype(like.dtype), None
-
-
-_use_copy.defvjp(_use_copy_fwd, _use_copy_bwd)
-
-
 def _layer_copies(params: Params, dtype: Any, grad_shardings: Any | None) -> Params | None:
     """The decoder layers' weights in the compute `dtype`, in their own layout, made once per update (None when
     they already are in it): read by every micro-batch's forward and rematerialised backward, where a cast at use
@@ -168,13 +150,21 @@ def _layer_copies(params: Params, dtype: Any, grad_shardings: Any | None) -> Par
                       None if grad_shardings is None else grad_shardings["layers"])
 
 
+def _per_layer(stacked: Params, num_layers: int) -> tuple[Params, ...]:
+    """The stacked layer weights as L per-layer trees, each its own arrays (made once per update): what unrolled
+    layers read in place, where a slice of the stack is a copy in every micro-batch's forward and backward."""
+    return tuple(jax.tree.map(lambda w, i=i: w[i], stacked) for i in range(num_layers))
+
+
 def _accumulate(loss_fn: LossFn, params: Params, micro: Batch, grad_shardings: Any | None, model_cfg: ModelConfig,
-                frozen: Params | None = None) -> tuple[Params, Metrics]:
+                frozen: Params | None = None, head: Callable[[], jax.Array] | None = None) -> tuple[Params, Metrics]:
     """Sums gradients and (sum-form) metrics of `loss_fn` over the leading micro-batch axis; the layers' weights
     are cast to the compute dtype once, before the loop (`_layer_copies`). Under full remat the layers' backward
     adds their gradient into the accumulator itself (`AccumulatingLayers`); otherwise each micro-batch's is added
     after its backward. With `frozen` (LoRA's base, already in the compute dtype) `params` are the adapters: the
-    only leaves differentiated."""
+    only leaves differentiated. With the accumulating layers, the LM head's projection as the log-probs read it
+    (`head()`) is made once before the loop too (`AccumulatingLayers.head`), and unrolled layers (`cfg.scan_layers`
+    off) read a copy of their own each (`_per_layer`)."""
     if frozen is not None:
         with_base = loss_fn
 
@@ -183,18 +173,21 @@ def _accumulate(loss_fn: LossFn, params: Params, micro: Batch, grad_shardings: A
 
     copies = None if frozen is not None else _layer_copies(params, jnp.dtype(model_cfg.compute_dtype), grad_shardings)
     accumulating = copies is not None and model_cfg.remat and model_cfg.remat_policy == "full"
+    if accumulating and not model_cfg.scan_layers:
+        copies = _per_layer(copies, model_cfg.num_layers)
     if copies is not None and not accumulating:
         inner = loss_fn
 
         def loss_fn(p: Params, mb: Batch, into: AccumulatingLayers | None) -> tuple[jax.Array, Metrics]:
-            return inner({**p, "layers": jax.tree.map(_use_copy, p["layers"], copies)}, mb, into)
+            return inner({**p, "layers": jax.tree.map(use_copy, p["layers"], copies)}, mb, into)
 
+    projection = head() if accumulating and head is not None else None
     first = jax.tree.map(lambda x: x[0], micro)
     metrics_shape = jax.eval_shape(loss_fn, params, first, None)[1]
 
     def body(carry: tuple[Params, Metrics], mb: Batch) -> tuple[tuple[Params, Metrics], None]:
         grads_acc, metrics_acc = carry
-        into = AccumulatingLayers(copies, grads_acc["layers"]) if accumulating else None
+        into = AccumulatingLayers(copies, grads_acc["layers"], projection) if accumulating else None
         (_, metrics), grads = jax.value_and_grad(lambda p: loss_fn(p, mb, into), has_aux=True)(params)
         grads_acc = {k: grads[k] if into is not None and k == "layers" else jax.tree.map(jnp.add, grads_acc[k], g)
                      for k, g in grads.items()}
@@ -226,10 +219,13 @@ def _apply_update(state: TrainState, grads: Params, metrics: Metrics) -> tuple[T
 
 
 def _train_step(state: TrainState, batch: Batch, group_size: int, loss_fn: LossFn, micro_batches: int,
-                grad_shardings: Any | None) -> tuple[TrainState, Metrics]:
+                grad_shardings: Any | None, chunk_size: int) -> tuple[TrainState, Metrics]:
     micro = _split_micro(batch, micro_batches, group_size)
-    grads, metrics = _accumulate(loss_fn, state.params, micro, grad_shardings,
-                                 nnx.merge(state.graphdef, state.model_params()).cfg, state.frozen)
+    model = nnx.merge(state.graphdef, state.model_params())
+    tokens = batch["response_tokens" if "response_tokens" in batch else "tokens"].shape[1]
+    grads, metrics = _accumulate(loss_fn, state.params, micro, grad_shardings, model.cfg, state.frozen,
+                                 lambda: model.vocab_projection(grpo.vocab_slices(model.cfg.vocab_size, tokens,
+                                                                                  chunk_size)))
     new_state, metrics = _apply_update(state, grads, metrics)
     metrics["num_tokens"] = batch["metric_w"].astype(bool).sum()
     return new_state, metrics
@@ -263,7 +259,8 @@ def grpo_train_step(state: TrainState, batch: Batch, *, cfg: grpo.GRPOConfig, mi
         metrics["entropy"] = jnp.sum(mb["metric_w"] * jax.lax.stop_gradient(entropy))
         return loss, metrics
 
-    return _train_step(state, *_split_groups(batch, micro_batches, g), loss_fn, micro_batches, grad_shardings)
+    return _train_step(state, *_split_groups(batch, micro_batches, g), loss_fn, micro_batches, grad_shardings,
+                       cfg.logprob_chunk_size)
 
 
 def sft_train_step(state: TrainState, batch: Batch, *, micro_batches: int = 1, chunk_size: int = 256,
@@ -279,7 +276,7 @@ def sft_train_step(state: TrainState, batch: Batch, *, micro_batches: int = 1, c
         loss = -jnp.sum(mb["metric_w"] * logp)
         return loss, {"loss": loss, "entropy": jnp.sum(mb["metric_w"] * jax.lax.stop_gradient(entropy))}
 
-    return _train_step(state, batch, 1, loss_fn, micro_batches, grad_shardings)
+    return _train_step(state, batch, 1, loss_fn, micro_batches, grad_shardings, chunk_size)
 
 
 def logprob_inputs(batch: Batch) -> tuple[jax.Array, ...]:
