@@ -71,6 +71,7 @@ from flax import nnx, struct
 from rubric_jax import distributed, loader, padding, sharding
 from rubric_jax.sampler_names import Sampler, parse_sampler
 from rubric_jax.samplers import draw_with_logprobs, vocab_blocks
+from rubric_jax.models import attention as attention_lib
 from rubric_jax.models.kv_cache import KVCache, SharedPrefix, init_cache
 from rubric_jax.models.transformer import (Params, has_layer_stack, padding_to_positions, rope_tables, stack_layers,
                                            unstack_layers, with_merged_qkv)
@@ -91,8 +92,11 @@ STEPS_PER_CHECK = {"gpu": 8}
 # than the two (4.5-5.5 ms vs 0.45 ms at 8 x 32k logits, measured under load), so CPU keeps them.
 ONE_PASS_DRAW = frozenset({"gpu"})
 # How a decode step attends its prompt and own cache, by device platform ("xla" where absent; `SharedPrefix.kernel`):
-# on a GPU one Pallas kernel per layer (models/decode_attention.py), where XLA's GPU compiler ran ten.
-DECODE_ATTENTION = {"gpu": "pallas"}
+# on a GPU one Pallas kernel per layer (models/decode_attention.py), where XLA's GPU compiler ran ten; on a CPU the
+# two parts' softmax statistics apart, as `_attend_with_prefix` does: the joined [prefix ; own] scores, written for
+# XLA's GPU compiler (2431bb7), cost CPU rollouts 19% more sampling CPU time (0.140 vs 0.118 s a call, 8 samples
+# per prompt; benchmarks/RESULTS.md).
+DECODE_ATTENTION = {"gpu": "pallas", "cpu": "xla_split"}
 
 
 # ------------------------------------------------------------------------------------------ generate
@@ -246,9 +250,10 @@ def steps_per_check(platform: str, windows: Sequence[int]) -> int:
 
 
 def decode_attention(layout: sharding.Layout) -> str:
-    """`DECODE_ATTENTION` of the layout's platform, on one device only: the kernel has no partitioning rule, so
-    XLA would gather a sharded cache for it."""
-    return DECODE_ATTENTION.get(layout.mesh.devices.flat[0].platform, "xla") if layout.mesh.devices.size == 1 else "xla"
+    """`DECODE_ATTENTION` of the layout's platform; a fused kernel on one device only: it has no partitioning rule,
+    so XLA would gather a sharded cache for it."""
+    kernel = DECODE_ATTENTION.get(layout.mesh.devices.flat[0].platform, "xla")
+    return "xla" if kernel in attention_lib.FUSED_KERNELS and layout.mesh.devices.size > 1 else kernel
 
 
 def layout_steps_per_check(layout: sharding.Layout, max_new_tokens: int) -> int:
@@ -315,7 +320,7 @@ def _generate_fn(graphdef: nnx.GraphDef, sampler: Sampler, response_slots: int, 
                                        constrain(init_cache(model.cfg, prompts, prompt_slots, per_layer=True)),
                                        prefill_chunk)
         prefix = SharedPrefix(cache=constrain(prompt_cache), mask_UxP=prompt_mask_UxP, kernel=attention)
-        if attention != "xla":  # the decode kernel's projection, merged once (`transformer.merged_qkv`)
+        if attention in attention_lib.FUSED_KERNELS:  # the kernel's projection, merged once (`transformer.merged_qkv`)
             layers = with_merged_qkv(layers)
         batch = prompts * n
         windows = decode_windows(cache_slots, decode_block)

@@ -30,6 +30,8 @@ FUSED_KV_AXES = ("batch", "length", "kv_heads", "head_dim")
 FUSED_MASK_AXES = ("batch", "length", "length")
 # (activation, its logical axis names) -> the activation with a sharding constraint (or unchanged).
 ShardActivation = Callable[[jax.Array, tuple[str, ...]], jax.Array]
+# `SharedPrefix.kernel` values that run a decode step's attention as `decode_attention`'s kernel.
+FUSED_KERNELS = frozenset({"pallas", "interpret"})
 
 
 def attend(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxTxH: jax.Array, v_BxKxTxH: jax.Array,
@@ -51,6 +53,9 @@ def attend(cfg: ModelConfig, q_BxTxKxGxH: jax.Array, k_BxKxTxH: jax.Array, v_BxK
     if prefix is None:
         return _attend(cfg, q_BxTxKxGxH, k_BxKxHxS, v_BxKxSxH, mask_BxTxS, k_transposed=True), cache
     k_UxKxHxP, v_UxKxPxH = (x[layer].astype(dtype) for x in (prefix.cache.k, prefix.cache.v))
+    if prefix.kernel == "xla_split":
+        return _attend_with_prefix(cfg, q_BxTxKxGxH, k_BxKxHxS, v_BxKxSxH, mask_BxTxS, k_UxKxHxP, v_UxKxPxH,
+                                   prefix.mask_UxP, k_transposed=True), cache
     return _attend_cached_with_prefix(cfg, q_BxTxKxGxH, k_BxKxHxS, v_BxKxSxH, mask_BxTxS, k_UxKxHxP, v_UxKxPxH,
                                       prefix.mask_UxP), cache
 
@@ -60,7 +65,7 @@ def decodes_in_kernel(cfg: ModelConfig, x_BxTxD: jax.Array, mask_BxTxS: jax.Arra
     """Whether a layer's cached attention runs as `decode_attention`'s kernel (`attend_in_kernel`): a decode step
     (one new token per row) over a shared prefix that asks for it, per-layer caches in the compute dtype as wide as
     the mask, and (compiled for a GPU) tiles that fit."""
-    if prefix is None or prefix.kernel == "xla" or cache is None or not cache.per_layer or x_BxTxD.shape[1] != 1:
+    if prefix is None or prefix.kernel not in FUSED_KERNELS or cache is None or not cache.per_layer or x_BxTxD.shape[1] != 1:
         return False
     if mask_BxTxS.shape[-1] != cache.k[0].shape[-1] or cache.k[0].dtype != x_BxTxD.dtype:
         return False

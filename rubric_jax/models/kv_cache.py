@@ -43,8 +43,10 @@ class SharedPrefix:
 
     cache: KVCache  # k [U, K, H, P], v [U, K, P, H] per layer (or stacked on L)
     mask_UxP: jax.Array  # bool: which prefix slots hold real tokens
-    # How a decode step (one new token per row, per-layer caches) attends it: "xla" (einsums), "pallas" (one fused
-    # Pallas kernel per layer, `decode_attention`: GPUs) or "interpret" (that kernel in Pallas's interpret mode).
+    # How a decode step (one new token per row, per-layer caches) attends it: "xla" (einsums, one softmax over
+    # [prefix ; own] as one array), "xla_split" (einsums, the two parts' maxima and sums kept apart: CPUs), "pallas"
+    # (one fused Pallas kernel per layer, `decode_attention`: GPUs) or "interpret" (that kernel in Pallas's
+    # interpret mode). `attention.FUSED_KERNELS` are the last two.
     kernel: str = struct.field(pytree_node=False, default="xla")
 
 
