@@ -320,4 +320,4 @@ def test_the_recipe_sweep_validates_every_variant():
     names = [v.name for v in sweep.variants]
     assert len(names) == 30 == len(set(names))
     assert {"seed=0", "advantage=per_dimension,seed=2", "behaviour_correction_cap=2.0,recompute_old_logprobs=True,"
-            "seed=1", "recompute_old_logprobs=True,rubric_hints=1.0,seed=0"} <= set(names)
+            "seed=1", "rubric_hints=1.0,recompute_old_logprobs=True,seed=0"} <= set(names)
