@@ -1,5 +1,5 @@
 """The multi-dimension RL recipe compared on the tiny default (issue 21): the baseline and each option alone,
-3 seeds each, through `experiments.sweep` (27 runs of the tiny default: 2-3.5 minutes each on a quiet 2-core
+3 seeds each, through `experiments.sweep` (30 runs of the tiny default: 2-3.5 minutes each on a quiet 2-core
 machine, about 80 minutes in all; measured 2026-12-01, docs/training.md).
 
 Variants (`--config=configs/tiny_recipe.py:option=NAME` runs one; the sweep runs all of them):
@@ -12,6 +12,7 @@ Variants (`--config=configs/tiny_recipe.py:option=NAME` runs one; the sweep runs
   behaviour       rl.behaviour_correction_cap=2 with recomputed behaviour log-probs (truncated IS)
   dynamic         rl.dynamic_sampling with a 0.05 reward spread (DAPO dynamic sampling)
   lr_on_oscillation  rl.lr_on_oscillation (RubricRL §4.3's learning-rate drop)
+  hints           rl.rubric_hints=1 with recomputed behaviour log-probs (RuscaRL rubric scaffolding, issue 37)
 
 Sweep:  ./launch.sh experiments.sweep --config=configs/tiny_recipe.py --workdir=runs/tiny_recipe
 """
@@ -31,6 +32,7 @@ OPTIONS = {
     "behaviour": {"rl.behaviour_correction_cap": 2.0, "rl.recompute_old_logprobs": True},
     "dynamic": {"rl.dynamic_sampling": True, "rl.dynamic_sampling_min_spread": 0.05},
     "lr_on_oscillation": {"rl.lr_on_oscillation": True},
+    "hints": {"rl.rubric_hints": 1.0, "rl.recompute_old_logprobs": True},
 }
 
 

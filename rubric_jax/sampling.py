@@ -420,19 +420,8 @@ def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
     if most_prompts != prompts:
         raise ValueError(f"generate: this process has {prompts} prompts, another {most_prompts}; every process "
                          "must pass equally many")
-    local_multiple = max(1, layout.batch_multiple // jax.process_count())
-    padded_prompts = -(-padding.bucket_size(prompts) // local_multiple) * local_multiple
-    prompt_slots = padding.bucket_size(width)
-    if (padded_prompts, prompt_slots) == tokens.shape:  # already padded to a bucket (a rollout's prompt batch)
-        tokens_UxP, mask_UxP = tokens, mask
-    else:  # Prompts end at slot width - 1 (the longest across processes) and responses start at slot width, so
-        # the filled slots are a prefix of the cache; bucket padding goes after them, and extra prompts copy
-        # prompt 0 (their samples start finished).
-        tokens_UxP = np.full((padded_prompts, prompt_slots), pad_id, np.int32)
-        mask_UxP = np.zeros((padded_prompts, prompt_slots), bool)
-        start = width - tokens.shape[1]
-        tokens_UxP[:prompts, start:width], mask_UxP[:prompts, start:width] = tokens, mask
-        tokens_UxP[prompts:], mask_UxP[prompts:] = tokens_UxP[0], mask_UxP[0]
+    tokens_UxP, mask_UxP = placed_prompts(tokens, mask, width, pad_id, layout)
+    padded_prompts, prompt_slots = tokens_UxP.shape
     live_B = np.arange(padded_prompts * n) < prompts * n
     suffix_BxT = suffix_mask_BxT = None
     suffix_slots = padding.bucket_size(suffix_width) if suffix_ids is not None else 0
@@ -465,6 +454,26 @@ def _prepare(weights: loader.Weights, prompt_ids: Sequence[Sequence[int]] | np.n
               np.int32(max_new_tokens), np.int32(width), np.float32(parsed.temperature), np.float32(parsed.top_p), key,
               None if row_offset is None else np.int32(row_offset))
     return run, inputs, (rows,) * ROW_INPUTS + (rest,) * 8, prompts * n
+
+
+def placed_prompts(tokens: np.ndarray, mask: np.ndarray, width: int, pad_id: int, layout: sharding.Layout
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """This process's left-padded prompts [prompts, <= width] as the sampler's program takes them: rows padded to a
+    bucket (a multiple of the layout's batch share), columns to the bucket of `width` (the longest across processes).
+    Prompts end at slot width - 1 and responses start at slot width, so the filled slots are a prefix of the cache;
+    bucket padding goes after them, and extra prompts copy prompt 0 (their samples start finished)."""
+    prompts = tokens.shape[0]
+    local_multiple = max(1, layout.batch_multiple // jax.process_count())
+    padded_prompts = -(-padding.bucket_size(prompts) // local_multiple) * local_multiple
+    prompt_slots = padding.bucket_size(width)
+    if (padded_prompts, prompt_slots) == tokens.shape:  # already padded to a bucket (a rollout's prompt batch)
+        return tokens, mask
+    tokens_UxP = np.full((padded_prompts, prompt_slots), pad_id, np.int32)
+    mask_UxP = np.zeros((padded_prompts, prompt_slots), bool)
+    start = width - tokens.shape[1]
+    tokens_UxP[:prompts, start:width], mask_UxP[:prompts, start:width] = tokens, mask
+    tokens_UxP[prompts:], mask_UxP[prompts:] = tokens_UxP[0], mask_UxP[0]
+    return tokens_UxP, mask_UxP
 
 
 def _program_sampler(parsed: Sampler) -> Sampler:

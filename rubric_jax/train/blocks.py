@@ -25,6 +25,7 @@ from rubric_jax.models.config import REMAT_POLICIES
 from rubric_jax.qurl.config import BuildConfig
 from rubric_jax.schema import Block, BlockError, setting
 from rubric_jax.train.rollout import ADVANTAGES, MISSING_SCORES
+from rubric_jax.train.scaffold import HINT_DECAYS
 from rubric_jax.train.state import SCHEDULES
 
 STAGES = ("sft", "grpo")
@@ -287,6 +288,19 @@ class RLBlock(Block):
     dynamic_weights: bool = setting(False, "Move weight from saturated to discriminating dimensions (RubricRL §2.3).")
     dynamic_weights_window: int = setting(20, "Steps of score statistics behind the saturation test.",
                                           bounds=(1, 10**6))
+    rubric_hints: float = setting(
+        0.0, "RuscaRL rubric scaffolding (arXiv 2508.16949; train/scaffold.py): sample j of each group of G sees this "
+        "share x (G-1-j)/(G-1) x the step decay of its rubric's criteria in its system prompt; the update reads the "
+        "plain prompt (needs recompute_old_logprobs); 0 = off.", bounds=UNIT)
+    rubric_hints_decay: str = setting("sigmoid", "The hints' decay over GRPO steps: sigmoid 1/(1+exp(steepness (x - "
+                                                 "midpoint))) at progress x in [0, 1] (RuscaRL step_sigmoid), linear "
+                                                 "1 - x, or none.", choices=HINT_DECAYS)
+    rubric_hints_midpoint: float = setting(0.2, "Sigmoid decay: progress where the hints are halved (RuscaRL's "
+                                                "HealthBench script: 0.2).", bounds=UNIT)
+    rubric_hints_steepness: float = setting(125.0, "Sigmoid decay: its steepness (RuscaRL's HealthBench script: 125; "
+                                                   "its code's default 10).", bounds=(0.1, 1e4))
+    rubric_hints_max_chars: int = setting(300, "Longest criterion text in a hint (characters; longer ones are cut): "
+                                               "per-row rubrics come from the data.", bounds=(16, 4096))
 
     def validate(self) -> None:
         if self.questions_per_step % self.rollout_chunks:
@@ -295,6 +309,12 @@ class RLBlock(Block):
         if self.behaviour_correction_cap and not self.recompute_old_logprobs:
             self.fail("behaviour_correction_cap", "the correction weighs the trainer's recomputed log-probs against "
                                                   "the sampler's: set rl.recompute_old_logprobs=True")
+        if self.rubric_hints and not self.recompute_old_logprobs:
+            self.fail("rubric_hints", "a hinted sample's update reads the plain prompt, so its behaviour log-probs must "
+                                      "be recomputed on it (RuscaRL): set rl.recompute_old_logprobs=True")
+        if self.rubric_hints and self.behaviour_correction_cap:
+            self.fail("rubric_hints", "the behaviour correction would weigh a hinted sample by pi(plain) / pi(hinted), "
+                                      "undoing the scaffold (RuscaRL applies none): set rl.behaviour_correction_cap=0")
 
 
 @dataclasses.dataclass(frozen=True)

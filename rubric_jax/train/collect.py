@@ -26,7 +26,7 @@ import numpy as np
 
 from rubric_jax import data, distributed, sampling
 from rubric_jax.judges.reward import RewardOutput, concat_outputs, select_rows
-from rubric_jax.train import dynamic, overlap
+from rubric_jax.train import dynamic, overlap, scaffold
 from rubric_jax.train.experiment import Experiment
 from rubric_jax.train.settings import RolloutSpec
 
@@ -47,6 +47,7 @@ class Rollout:
     truncated_N: np.ndarray  # stopped at max_new_tokens
     rows: slice  # this process's rows among the N
     timing: overlap.Timing | None = None  # chunked sampling's judge time and its hidden part (None: one call)
+    hint_counts_Nx3: np.ndarray | None = None  # rl.rubric_hints: per row criteria shown, of, cut (train/scaffold.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,18 +63,20 @@ class LocalRollout:
     scored: RewardOutput
     responses: list[str]
     timing: overlap.Timing | None = None
+    hint_counts_Nx3: np.ndarray | None = None  # rl.rubric_hints: per row criteria shown, of, cut (these B·n rows)
 
 
 def sample_and_score(exp: Experiment, params: Any, questions: list[data.Question], spec: RolloutSpec, key: jax.Array,
-                     chunks: int = 1) -> LocalRollout:
+                     chunks: int = 1, hints: scaffold.StepHints | None = None) -> LocalRollout:
     """Samples `spec.n` responses per question (this process's questions) with the policy and scores them with
     their rubrics (the sampler and the LLM judge are global computations: every process must call it); with
-    `chunks` > 1 in that many sampler calls, each judged while the next samples (one process; the module docstring)."""
-    return start_sampling(exp, params, questions, spec, key, chunks)()
+    `chunks` > 1 in that many sampler calls, each judged while the next samples (one process; the module docstring);
+    with `hints` (rl.rubric_hints) each sample from its own, scaffolded prompt (train/scaffold.py)."""
+    return start_sampling(exp, params, questions, spec, key, chunks, hints)()
 
 
 def start_sampling(exp: Experiment, params: Any, questions: list[data.Question], spec: RolloutSpec, key: jax.Array,
-                   chunks: int = 1) -> Callable[[], LocalRollout]:
+                   chunks: int = 1, hints: scaffold.StepHints | None = None) -> Callable[[], LocalRollout]:
     """`sample_and_score` in two halves: dispatches the first sampler call now and returns what fetches and judges
     it (one-step off-policy dispatches the update in between, so the host judges while the devices update)."""
     sample_key, judge_key = jax.random.split(key)
@@ -82,26 +85,36 @@ def start_sampling(exp: Experiment, params: Any, questions: list[data.Question],
     weights, size = exp.layouts.rollout_weights(params), len(questions) // chunks
     judging = exp.base_judging(params)  # judge.share_policy_base: the base's decode copy, made before any update
     timeline = overlap.Timeline() if chunks > 1 else None
+    hinted = None if hints is None else scaffold.hinted_prompts(
+        exp.tokenizer, [q.question for q in questions], [exp.rubric_of[q.id] for q in questions], hints,
+        max(spec.prompt_buckets), np.random.default_rng(np.asarray(jax.random.key_data(sample_key)).ravel().tolist()))
+    hinted_any = hinted is not None and bool(distributed.max_over_processes(int(hinted.shown_N.any()))[0])
 
     def dispatch(c: int) -> sampling.Samples:
         rows = slice(c * size, (c + 1) * size)
-        samples = sampling.sample(weights, prompt_ids[rows], prompt_mask=prompt_mask[rows], key=sample_key, n=spec.n,
-                                  max_new_tokens=spec.max_new_tokens, sampler=spec.sampler,
-                                  stop_tokens=exp.stop_tokens, pad_id=exp.tokenizer.pad_token_id,
-                                  layout=exp.layouts.decode, response_buckets=spec.response_buckets,
-                                  row_offset=None if timeline is None else c * size * spec.n)
+        common = dict(key=sample_key, max_new_tokens=spec.max_new_tokens, sampler=spec.sampler,
+                      stop_tokens=exp.stop_tokens, pad_id=exp.tokenizer.pad_token_id, layout=exp.layouts.decode,
+                      response_buckets=spec.response_buckets,
+                      row_offset=None if timeline is None else c * size * spec.n)
+        if hinted_any:
+            samples = scaffold.sample_hinted(weights, hinted, rows, prompt_ids[rows], prompt_mask[rows], n=spec.n,
+                                             buckets=spec.prompt_buckets, **common)
+        else:
+            samples = sampling.sample(weights, prompt_ids[rows], prompt_mask=prompt_mask[rows], n=spec.n, **common)
         if timeline is not None:
             timeline.dispatched(samples)
         return samples
 
     sampled = [dispatch(0)]
-    return lambda: _fetch_and_score(exp, questions, spec, judge_key, size, sampled, dispatch, timeline, judging)
+    counts = None if hinted is None else np.stack([hinted.shown_N, hinted.criteria_N, hinted.trimmed_N], axis=1)
+    return lambda: _fetch_and_score(exp, questions, spec, judge_key, size, sampled, dispatch, timeline, judging,
+                                    counts)
 
 
 def _fetch_and_score(exp: Experiment, questions: list[data.Question], spec: RolloutSpec, judge_key: jax.Array,
                      size: int, sampled: list[sampling.Samples], dispatch: Callable[[int], sampling.Samples],
-                     timeline: overlap.Timeline | None,
-                     judging: Callable[[], contextlib.AbstractContextManager]) -> LocalRollout:
+                     timeline: overlap.Timeline | None, judging: Callable[[], contextlib.AbstractContextManager],
+                     hint_counts_Nx3: np.ndarray | None = None) -> LocalRollout:
     """Fetches and judges each of the rollout's sampler calls (the first already dispatched in `sampled`), each
     next call dispatched before the current one is fetched; the judges run inside `judging()`
     (Experiment.base_judging)."""
@@ -117,7 +130,7 @@ def _fetch_and_score(exp: Experiment, questions: list[data.Question], spec: Roll
                         _result_rows([result for result, _, _ in parts], rows),
                         _joined_calls([scored for _, _, scored in parts]),
                         [x for _, responses, _ in parts for x in responses],
-                        None if timeline is None else timeline.timing())
+                        None if timeline is None else timeline.timing(), hint_counts_Nx3)
 
 
 def _score(exp: Experiment, questions: list[data.Question], result: sampling.GenerationResult, n: int,
@@ -155,7 +168,7 @@ def gather_rollout(local: LocalRollout, n: int, extra: Any = None) -> tuple[Roll
     expanded = [q.question for q in local.questions for _ in range(n)]
     finished = local.result.finish_reason == sampling.FINISH_LENGTH
     parts = distributed.all_gather_objects((local.scored, expanded, local.responses, local.result.lengths, finished,
-                                            extra))
+                                            extra, local.hint_counts_Nx3))
     scored = concat_outputs([part[0] for part in parts])
     expanded, responses = [x for part in parts for x in part[1]], [x for part in parts for x in part[2]]
     samples = [{"question": expanded[i], "response": responses[i], "reward": float(scored.reward[i]),
@@ -164,20 +177,21 @@ def gather_rollout(local: LocalRollout, n: int, extra: Any = None) -> tuple[Roll
     rows = slice(*distributed.block_bounds(len(responses)))
     return Rollout(local.sampled, local.groups, local.result, scored, samples,
                    np.concatenate([part[3] for part in parts]), np.concatenate([part[4] for part in parts]),
-                   rows, local.timing), [part[5] for part in parts]
+                   rows, local.timing, None if local.hint_counts_Nx3 is None else
+                   np.concatenate([part[6] for part in parts])), [part[5] for part in parts]
 
 
 def rollout_and_score(exp: Experiment, params: Any, questions: list[data.Question], spec: RolloutSpec,
-                      key: jax.Array, chunks: int = 1) -> Rollout:
-    """Samples `spec.n` responses per question (this process's questions) with the policy (in `chunks` calls),
-    scores them with their rubrics and gathers every process's scored rows."""
-    return gather_rollout(sample_and_score(exp, params, questions, spec, key, chunks), spec.n)[0]
+                      key: jax.Array, chunks: int = 1, hints: scaffold.StepHints | None = None) -> Rollout:
+    """Samples `spec.n` responses per question (this process's questions) with the policy (in `chunks` calls; with
+    `hints`, scaffolded), scores them with their rubrics and gathers every process's scored rows."""
+    return gather_rollout(sample_and_score(exp, params, questions, spec, key, chunks, hints), spec.n)[0]
 
 
 def dynamic_rollout(exp: Experiment, params: Any, questions: list[data.Question], spec: RolloutSpec, key: jax.Array,
                     draw: Callable[[], list[data.Question]], rule: dynamic.DynamicSampling,
-                    statistic: Callable[[LocalRollout], np.ndarray], chunks: int = 1
-                    ) -> tuple[Rollout, dict[str, float]]:
+                    statistic: Callable[[LocalRollout], np.ndarray], chunks: int = 1,
+                    hints: scaffold.StepHints | None = None) -> tuple[Rollout, dict[str, float]]:
     """A rollout of len(questions) groups selected by `rule` (train/dynamic.py) on each group's `statistic`: rounds
     of as many questions (`draw` gives the next batch; each round sampled in `chunks` calls) until this process's
     block holds that many kept groups, at most `rule.max_rounds` extra rounds; logs the groups seen, kept and
@@ -186,7 +200,7 @@ def dynamic_rollout(exp: Experiment, params: Any, questions: list[data.Question]
     stats: list[np.ndarray] = []
     for r in range(rule.max_rounds + 1):
         round_questions = questions if r == 0 else draw()
-        local = sample_and_score(exp, params, round_questions, spec, jax.random.fold_in(key, r), chunks)
+        local = sample_and_score(exp, params, round_questions, spec, jax.random.fold_in(key, r), chunks, hints)
         rounds.append(local)
         stats.append(statistic(local))
         if not distributed.max_over_processes(int(len(rule.kept(stats, len(questions))) < len(questions)))[0]:
@@ -203,7 +217,8 @@ def dynamic_rollout(exp: Experiment, params: Any, questions: list[data.Question]
     timings = [local.timing for local in rounds if local.timing is not None]
     selected = LocalRollout(chosen_questions, tuple(s for local in rounds for s in local.sampled), groups, result,
                             scored, [rounds[r].responses[i] for r, i in rows],
-                            sum(timings[1:], timings[0]) if timings else None)
+                            sum(timings[1:], timings[0]) if timings else None,
+                            None if hints is None else np.stack([rounds[r].hint_counts_Nx3[i] for r, i in rows]))
     seen, kept = sum(len(s) for s in stats), len(rule.kept(stats, len(questions)))
     counts = (kept, seen - kept, len(rounds), min(float(stats[r][g]) for r, g in chosen))
     gathered, every = gather_rollout(selected, spec.n, counts)

@@ -21,7 +21,7 @@ from rubric_jax import data, distributed, loader, metrics, padding, sampling
 from rubric_jax.judges.reward import Reward, RewardOutput, gather_outputs
 from rubric_jax.rubrics.schema import Rubric
 from rubric_jax.train import (checkpointing, collect, dynamic, monitors, one_step_ahead, oscillation, rollout,
-                              state as train_state)
+                              scaffold, state as train_state)
 from rubric_jax.train import programs as run_programs
 from rubric_jax.train.experiment import Experiment
 from rubric_jax.train.runner import Runner, Stage, StepOutput, TrainingError
@@ -61,9 +61,10 @@ def load_reference(exp: Experiment, state: train_state.TrainState, iterator_stat
 
 def grpo_iteration(exp: Experiment, programs: run_programs.GRPOPrograms, state: train_state.TrainState,
                    ref_params: Any | None, questions: list[data.Question], key: jax.Array,
-                   draw: Callable[[], list[data.Question]] | None = None) -> tuple[train_state.TrainState, StepOutput]:
+                   draw: Callable[[], list[data.Question]] | None = None, hints: scaffold.StepHints | None = None
+                   ) -> tuple[train_state.TrainState, StepOutput]:
     """One GRPO step: rollouts (with `rl.dynamic_sampling` or `rl.group_selection`, more rounds of questions from
-    `draw` until enough groups are kept) -> rubric reward -> group advantages -> rollout log-probs (reference;
+    `draw` until enough groups are kept; with `hints`, rl.rubric_hints' scaffolded prompts) -> rubric reward -> group advantages -> rollout log-probs (reference;
     behaviour if `rl.recompute_old_logprobs`, else the sampler's) -> `rl.updates_per_batch` updates,
     dispatched; `grpo_row` reads the returned StepOutput's metrics.
 
@@ -71,8 +72,10 @@ def grpo_iteration(exp: Experiment, programs: run_programs.GRPOPrograms, state: 
     params that sampled (the first update's, or the recomputation's): float error on CPU float32, the
     decode drift to watch on accelerators in bf16.
     """
-    out, dynamic_row = _rollout(exp, state.model_params(), questions, key, draw)
-    return train_on_rollout(exp, programs, state, ref_params, out, dynamic_row)
+    out, extra_row = _rollout(exp, state.model_params(), questions, key, draw, hints)
+    if hints is not None:
+        extra_row = {**extra_row, **scaffold.hint_metrics(hints, *out.hint_counts_Nx3.T)}
+    return train_on_rollout(exp, programs, state, ref_params, out, extra_row)
 
 
 def train_on_rollout(exp: Experiment, programs: run_programs.GRPOPrograms, state: train_state.TrainState,
@@ -105,17 +108,19 @@ def train_on_rollout(exp: Experiment, programs: run_programs.GRPOPrograms, state
 
 
 def _rollout(exp: Experiment, params: Any, questions: list[data.Question], key: jax.Array,
-             draw: Callable[[], list[data.Question]] | None) -> tuple[collect.Rollout, dict[str, float]]:
+             draw: Callable[[], list[data.Question]] | None, hints: scaffold.StepHints | None = None
+             ) -> tuple[collect.Rollout, dict[str, float]]:
     """The step's scored rollout (its groups selected with refill rounds when rl.dynamic_sampling or
-    rl.group_selection is on) and the selection's counts."""
+    rl.group_selection is on; scaffolded with `hints`) and the selection's counts."""
     spec, rule = exp.settings.train_rollout, exp.settings.dynamic_sampling
     chunks = exp.settings.config.rl.rollout_chunks
     if rule is None:
-        return collect.rollout_and_score(exp, params, questions, spec, key, chunks), {}
+        return collect.rollout_and_score(exp, params, questions, spec, key, chunks, hints), {}
     if draw is None:
         raise ValueError("grpo_iteration: rl.dynamic_sampling and rl.group_selection need `draw` (more questions "
                          "from the iterator)")
-    return collect.dynamic_rollout(exp, params, questions, spec, key, draw, rule, _group_statistic(exp, rule), chunks)
+    return collect.dynamic_rollout(exp, params, questions, spec, key, draw, rule, _group_statistic(exp, rule), chunks,
+                                   hints)
 
 
 def _group_statistic(exp: Experiment, rule: dynamic.DynamicSampling
@@ -229,6 +234,7 @@ class GRPOStage(Stage):
         self.baseline: float | None = None
         self.ahead = one_step_ahead.OneStepAhead(exp, rl.steps, self.updates_per_step, self._key) if \
             settings.off_policy.steps else None  # rl.off_policy_steps=1: each batch sampled while the last updates
+        self.hints = scaffold.schedule(settings.config.rl)  # rl.rubric_hints (None: off)
 
     def _key(self, step: int) -> jax.Array:
         """Step `step`'s rollout key."""
@@ -268,8 +274,9 @@ class GRPOStage(Stage):
         if self.ahead is not None:
             return self.ahead.step(state, rows, step, runner, lambda s, out, row: train_on_rollout(
                 self.exp, self.programs, s, self._reference(s), out, row))
+        hints = None if self.hints is None else scaffold.StepHints.at(self.hints, step, self.programs.cfg.group_size)
         return grpo_iteration(self.exp, self.programs, state, self._reference(state), rows, self._key(step),
-                              runner.next_rows)
+                              runner.next_rows, hints)
 
     def _reference(self, state: train_state.TrainState) -> Any | None:
         """The reference's params: with LoRA the state's frozen base (no second copy; the state is donated each

@@ -318,6 +318,6 @@ def test_the_recipe_sweep_validates_every_variant():
 
     sweep = sweeps.load_sweep(str(Path(__file__).resolve().parents[2] / "configs" / "tiny_recipe.py"))
     names = [v.name for v in sweep.variants]
-    assert len(names) == 27 == len(set(names))
+    assert len(names) == 30 == len(set(names))
     assert {"seed=0", "advantage=per_dimension,seed=2", "behaviour_correction_cap=2.0,recompute_old_logprobs=True,"
-            "seed=1"} <= set(names)
+            "seed=1", "rubric_hints=1.0,recompute_old_logprobs=True,seed=0"} <= set(names)
