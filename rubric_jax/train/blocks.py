@@ -287,6 +287,17 @@ class RLBlock(Block):
     dynamic_weights: bool = setting(False, "Move weight from saturated to discriminating dimensions (RubricRL §2.3).")
     dynamic_weights_window: int = setting(20, "Steps of score statistics behind the saturation test.",
                                           bounds=(1, 10**6))
+    rubric_refresh_every: int = setting(0, "Evolving rubrics (open-instruct PRs #1460, #1581; train/evolving.py): every "
+                                        "N GRPO steps the judge's LLM proposes criteria from the step's best/worst "
+                                        "answer pairs, the QuRL filter keeps those that discriminate; 0 = off.",
+                                        bounds=(0, counts.STEPS))
+    rubric_refresh_pairs: int = setting(2, "Questions whose best/worst answer pair the proposer sees per refresh; the "
+                                        "step's other questions are held out for the filter.", bounds=(1, 1 << 16))
+    rubric_refresh_max_new: int = setting(2, "Most criteria one refresh adds (the most discriminating kept first).",
+                                          bounds=(1, 64))
+    rubric_retire_saturation: float = setting(0.95, "An evolved criterion retires at a refresh when this share of its "
+                                              "valid scores on the step is at its top level (monitor/saturation).",
+                                              bounds=(0.0, 1.0))
 
     def validate(self) -> None:
         if self.questions_per_step % self.rollout_chunks:
@@ -295,6 +306,9 @@ class RLBlock(Block):
         if self.behaviour_correction_cap and not self.recompute_old_logprobs:
             self.fail("behaviour_correction_cap", "the correction weighs the trainer's recomputed log-probs against "
                                                   "the sampler's: set rl.recompute_old_logprobs=True")
+        if self.rubric_refresh_every and self.rubric_refresh_pairs >= self.questions_per_step:
+            self.fail("rubric_refresh_pairs", f"must be below rl.questions_per_step={self.questions_per_step}: the "
+                                              "step's other questions are the filter's held-out ones")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -431,9 +445,27 @@ class ExperimentConfig(Block):
         if self.rl.off_policy_steps and self.lora.rank and "grpo" in self.lora.stages:
             raise BlockError("rl.off_policy_steps", 1, "not with LoRA GRPO (config.lora.rank > 0): the batch sampled "
                                                        "ahead reads the trained params alone, not adapters + base")
+        if self.rl.rubric_refresh_every:
+            self._check_rubric_refresh()
         if self.audit.judge.has_judge and self.reward.source != "rubric":
             raise BlockError("audit.judge.checkpoint", ",".join(self.audit.judge.checkpoints), "the audit compares "
                              f"LLM-judged rubric dimensions; config.reward.source={self.reward.source!r} has none")
+
+    def _check_rubric_refresh(self) -> None:
+        """Evolving rubrics need an LLM to write criteria (the judge's backend) and a rubric reward to evolve; the
+        dynamic weights and a batch sampled ahead assume a fixed rubric."""
+        every = self.rl.rubric_refresh_every
+        if not self.judge.has_judge:
+            raise BlockError("rl.rubric_refresh_every", every, "the judge's LLM writes the new criteria: set "
+                             "config.judge.checkpoint, or judge.backend=openai with base_url and model")
+        if self.reward.source != "rubric":
+            raise BlockError("rl.rubric_refresh_every", every, f"evolves the rubric; config.reward.source="
+                                                               f"{self.reward.source!r} has none")
+        for key, value in (("rl.dynamic_weights", self.rl.dynamic_weights),
+                           ("rl.off_policy_steps", self.rl.off_policy_steps)):
+            if value:
+                raise BlockError("rl.rubric_refresh_every", every, f"not with {key}={value}: it assumes the rubric's "
+                                                                   "dimensions stay fixed")
 
     def _check_reward_model(self) -> None:
         """A reward model scores alone: every key that reads rubric dimensions is refused, naming it."""

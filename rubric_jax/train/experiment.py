@@ -35,7 +35,7 @@ from rubric_jax.rubrics.correction import Correction, load_correction
 from rubric_jax.rubrics.dynamic_weights import DimensionWeights
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.rubrics.schema import Rubric
-from rubric_jax.train import audit as judge_audit, checkpointing, golden as golden_set, monitors
+from rubric_jax.train import audit as judge_audit, checkpointing, evolving, golden as golden_set, monitors
 from rubric_jax.train import programs as run_programs, runs
 from rubric_jax.train import blocks, settings as run_settings, step as train_step, workdir as run_workdir
 from rubric_jax.train.blocks import ConfigRecord
@@ -178,6 +178,8 @@ def build(settings: Settings, record: ConfigRecord, workdir: str | Path) -> Expe
     except CheckpointError as e:
         raise CheckpointError(f"config.{tokenizer_key}: {e}") from e
     inputs = _load_inputs(settings, tokenizer, lay.mesh)
+    if settings.rl is not None and config.rl.rubric_refresh_every:
+        evolving.check_start(inputs.shared_rubric, f"config.data.rubric={config.data.rubric}", jax.process_count())
     rubrics = list(inputs.rubric_of.values())
     _say(lint.start_up_lines(rubrics, settings.train_rollout.max_new_tokens, lint.shipped_waivers()))  # issue 37 §3
     calibration = check_calibration(settings.config.judge, rubrics, "config.judge")  # before the judges load
