@@ -178,8 +178,6 @@ def build(settings: Settings, record: ConfigRecord, workdir: str | Path) -> Expe
     except CheckpointError as e:
         raise CheckpointError(f"config.{tokenizer_key}: {e}") from e
     inputs = _load_inputs(settings, tokenizer, lay.mesh)
-    if settings.rl is not None and config.rl.rubric_refresh_every:
-        evolving.check_start(inputs.shared_rubric, f"config.data.rubric={config.data.rubric}", jax.process_count())
     rubrics = list(inputs.rubric_of.values())
     _say(lint.start_up_lines(rubrics, settings.train_rollout.max_new_tokens, lint.shipped_waivers()))  # issue 37 §3
     calibration = check_calibration(settings.config.judge, rubrics, "config.judge")  # before the judges load
@@ -258,6 +256,8 @@ def _load_inputs(settings: Settings, tokenizer: Any, mesh: jax.sharding.Mesh) ->
         distributed.check_divides(settings.rl.questions_per_step, "rl.questions_per_step")
         distributed.check_divides(len(evaluation), "eval.max_questions (the eval questions used)")
         _check_prompts_fit(tokenizer, settings, train + evaluation)
+        if config.rl.rubric_refresh_every:
+            evolving.check_start(shared_rubric, f"config.data.rubric={config.data.rubric}", jax.process_count())
     golden = golden_set.load_golden(config.data.golden, config.data.tfds_dir, shared_rubric, train,
                                     evaluation, config.data.golden_max_jaccard) if config.data.golden else None
     if golden is not None:

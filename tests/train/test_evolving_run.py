@@ -1,0 +1,94 @@
+"""Evolving rubrics end to end (rl.rubric_refresh_every, train/evolving.py): a shrunken GRPO-only tiny run whose
+judge is a served, scripted endpoint (tests/openai_double.py) that also writes the proposals: metrics.jsonl shows the
+versions with their hashes and diffs, every version is on disk, and a run SIGKILLed after its first refresh resumes to
+the same version sequence."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import zlib
+from pathlib import Path
+
+import pytest
+
+from openai_double import MODEL, Endpoint
+from test_loop import _rows, _wait_for_row
+from test_sweeps import _ungated_rubric
+
+PROPOSER = "Propose new criteria"  # a line of rubric_jax/qurl/prompts/rubric_refresh.txt
+
+
+def _reply(messages: list[dict]) -> str:
+    """The proposer's reply: one criterion named after the rubric's size (evolved_3, then evolved_4, ...); a judge's:
+    a score drawn from a hash of its prompt (so proposed criteria spread over the answers)."""
+    content = messages[-1]["content"]
+    if PROPOSER in content:
+        cid = f"evolved_{len(re.findall(r'^- [A-Za-z][A-Za-z0-9_-]*: ', content, re.M))}"
+        levels = {"0": "Misses it.", "1": "Partly.", "2": "Fully."}
+        return json.dumps({"criteria": [{"id": cid, "description": f"The answer does thing {cid}.", "points": 2,
+                                         "levels": levels, "good_example": "good", "bad_example": "bad", "cites": []}]})
+    lo, hi = map(int, re.search(r"SCORE: <integer from (-?\d+) to (-?\d+)>", content).groups())
+    return f"SCORE: {lo + zlib.crc32(content.encode()) % (hi - lo + 1)}"
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    served = Endpoint(reply=_reply).up()
+    yield served
+    served.down()
+
+
+def _flags(workdir: Path, endpoint: Endpoint) -> list[str]:
+    return ["--config=configs/tiny.py", f"--workdir={workdir}", "--config.stages=('grpo',)", "--config.rl.steps=4",
+            "--config.rl.questions_per_step=4", "--config.rl.group_size=4", "--config.rl.micro_batches=1",
+            "--config.rl.max_new_tokens=16", "--config.eval.max_questions=4", "--config.eval.max_new_tokens=8",
+            "--config.eval.every_steps=4", "--config.checkpoint.every_steps=2",
+            f"--config.data.rubric={_ungated_rubric(workdir.parent)}", "--config.judge.backend=openai",
+            f"--config.judge.base_url={endpoint.url}", f"--config.judge.model={MODEL}",
+            "--config.rl.rubric_refresh_every=2", "--config.qurl.num_candidates=1", "--config.qurl.max_retries=0"]
+
+
+def _versions(workdir: Path) -> list[tuple]:
+    """Per GRPO step: its rubric version, hash, and a refresh's added and retired criteria."""
+    return [(r["step"], r["rubric/version"], r["rubric/hash"], r.get("rubric/added"), r.get("rubric/retired"))
+            for r in _rows(workdir) if r["stage"] == "grpo"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, endpoint, command_server) -> Path:
+    workdir = tmp_path_factory.mktemp("evolving") / "run"
+    done = command_server("experiments.run").run(*_flags(workdir, endpoint))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return workdir
+
+
+def test_the_run_logs_each_version_with_its_hash_and_diff(uninterrupted):
+    steps = _versions(uninterrupted)
+    assert [(s, v, added) for s, v, _, added, _ in steps] == [(1, "1.2.0", None), (2, "1.3.0", ["evolved_3"]),
+                                                            (3, "1.3.0", None), (4, "1.4.0", ["evolved_4"])]
+    hashes = [h for _, _, h, _, _ in steps]
+    assert hashes[1] == hashes[2] and len({hashes[0], hashes[1], hashes[3]}) == 3
+    for version, step in (("1.3.0", 1), ("1.4.0", 3)):
+        saved = json.loads((uninterrupted / "rubric_versions" / f"{version}.json").read_text())
+        assert saved["version"] == version and saved["dimensions"][-1]["id"] == f"evolved_{step + 2}"
+    refresh = [r for r in _rows(uninterrupted) if r["stage"] == "grpo" and "rubric/added" in r]
+    assert all(r["rubric/refresh/invalid"] == 0 and r["rubric/refresh/kept"] == 1 for r in refresh)
+    # The evolved criteria are judged in training (their monitors appear after they join), eval keeps the start.
+    grpo = [r for r in _rows(uninterrupted) if r["stage"] == "grpo"]
+    assert "monitor/saturation/evolved_3" in grpo[2] and "monitor/saturation/evolved_3" not in grpo[0]
+
+
+def test_a_run_killed_after_a_refresh_resumes_to_the_same_versions(uninterrupted, endpoint, tmp_path, command_server):
+    run = command_server("experiments.run")
+    workdir = tmp_path / "run"
+    killed = run.start(*_flags(workdir, endpoint))
+    _wait_for_row(workdir, "grpo", 3, killed.running, lambda: killed.wait().stderr)  # checkpoint 2 holds version 1.3.0
+    os.kill(killed.pid, signal.SIGKILL)
+    assert killed.wait().returncode == -signal.SIGKILL
+    resumed = run.run(*_flags(workdir, endpoint))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from" in resumed.stdout
+    assert _versions(workdir) == _versions(uninterrupted)
