@@ -19,6 +19,9 @@ from test_loop import _rows, _wait_for_row
 from test_sweeps import _ungated_rubric
 
 PROPOSER = "Propose new criteria"  # a line of rubric_jax/qurl/prompts/rubric_refresh.txt
+# What the proposer writes at each refresh (distinct: a description close to one in use is dropped as a duplicate).
+DESCRIPTIONS = ("The answer names a concrete next step the user can take.", "It explains why, not only what.",
+                "Claims come with their source.", "Every part of the question gets addressed.")
 
 
 def _reply(messages: list[dict]) -> str:
@@ -26,9 +29,9 @@ def _reply(messages: list[dict]) -> str:
     a score drawn from a hash of its prompt (so proposed criteria spread over the answers)."""
     content = messages[-1]["content"]
     if PROPOSER in content:
-        cid = f"evolved_{len(re.findall(r'^- [A-Za-z][A-Za-z0-9_-]*: ', content, re.M))}"
+        used = len(re.findall(r'^- [A-Za-z][A-Za-z0-9_-]*: ', content, re.M))
         levels = {"0": "Misses it.", "1": "Partly.", "2": "Fully."}
-        return json.dumps({"criteria": [{"id": cid, "description": f"The answer does thing {cid}.", "points": 2,
+        return json.dumps({"criteria": [{"id": f"evolved_{used}", "description": DESCRIPTIONS[used - 3], "points": 2,
                                          "levels": levels, "good_example": "good", "bad_example": "bad", "cites": []}]})
     lo, hi = map(int, re.search(r"SCORE: <integer from (-?\d+) to (-?\d+)>", content).groups())
     return f"SCORE: {lo + zlib.crc32(content.encode()) % (hi - lo + 1)}"
@@ -48,7 +51,7 @@ def _flags(workdir: Path, endpoint: Endpoint) -> list[str]:
             "--config.eval.every_steps=4", "--config.checkpoint.every_steps=2",
             f"--config.data.rubric={_ungated_rubric(workdir.parent)}", "--config.judge.backend=openai",
             f"--config.judge.base_url={endpoint.url}", f"--config.judge.model={MODEL}",
-            "--config.rl.rubric_refresh_every=2", "--config.qurl.num_candidates=1", "--config.qurl.max_retries=0"]
+            "--config.rl.rubric_refresh_every=1", "--config.qurl.num_candidates=1", "--config.qurl.max_retries=0"]
 
 
 def _versions(workdir: Path) -> list[tuple]:
@@ -66,19 +69,30 @@ def uninterrupted(tmp_path_factory, endpoint, command_server) -> Path:
 
 
 def test_the_run_logs_each_version_with_its_hash_and_diff(uninterrupted):
+    """A refresh every step: each one that found pairs added the proposer's criterion (the step-4 batch's medical
+    questions fail their disclaimer gate, so its groups are flat and it changes nothing); a change is a new version and
+    hash in that step's row, the rows between keep them."""
     steps = _versions(uninterrupted)
-    assert [(s, v, added) for s, v, _, added, _ in steps] == [(1, "1.2.0", None), (2, "1.3.0", ["evolved_3"]),
-                                                            (3, "1.3.0", None), (4, "1.4.0", ["evolved_4"])]
-    hashes = [h for _, _, h, _, _ in steps]
-    assert hashes[1] == hashes[2] and len({hashes[0], hashes[1], hashes[3]}) == 3
-    for version, step in (("1.3.0", 1), ("1.4.0", 3)):
-        saved = json.loads((uninterrupted / "rubric_versions" / f"{version}.json").read_text())
-        assert saved["version"] == version and saved["dimensions"][-1]["id"] == f"evolved_{step + 2}"
+    changed = [i for i, (_, _, _, added, retired) in enumerate(steps) if added or retired]
+    assert len(changed) >= 2 and [s for s, *_ in steps] == [1, 2, 3, 4]
+    versions = ["1.2.0"]
+    for i, (step, version, digest, added, retired) in enumerate(steps):
+        if i in changed:
+            assert added == [f"evolved_{len(versions) + 2}"] and retired == []
+            versions.append(f"1.{len(versions) + 2}.0")
+            saved = json.loads((uninterrupted / "rubric_versions" / f"{version}.json").read_text())
+            assert saved["dimensions"][-1]["id"] == added[0]
+        else:
+            assert added in (None, [])
+        assert version == versions[-1]
+    hashes = {version: digest for _, version, digest, _, _ in steps}
+    assert len(set(hashes.values())) == len(hashes) == len(versions) - (steps[0][1] != "1.2.0")
     refresh = [r for r in _rows(uninterrupted) if r["stage"] == "grpo" and "rubric/added" in r]
-    assert all(r["rubric/refresh/invalid"] == 0 and r["rubric/refresh/kept"] == 1 for r in refresh)
-    # The evolved criteria are judged in training (their monitors appear after they join), eval keeps the start.
+    assert len(refresh) == 4 and all(r["rubric/refresh/invalid"] == 0 for r in refresh)
+    # An evolved criterion is judged in training from the step after it joined (its monitors appear then).
+    first = steps[changed[0]][0]
     grpo = [r for r in _rows(uninterrupted) if r["stage"] == "grpo"]
-    assert "monitor/saturation/evolved_3" in grpo[2] and "monitor/saturation/evolved_3" not in grpo[0]
+    assert all(("monitor/saturation/evolved_3" in r) == (r["step"] > first) for r in grpo)
 
 
 def test_a_run_killed_after_a_refresh_resumes_to_the_same_versions(uninterrupted, endpoint, tmp_path, command_server):
