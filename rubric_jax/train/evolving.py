@@ -121,6 +121,7 @@ class EvolvingRubric:
 
     @classmethod
     def start(cls, base: Rubric) -> EvolvingRubric:
+        """The state of a run that has not refreshed yet: `base`, version 1 of its sequence."""
         return cls(base, [], [{"version": base.version, "hash": base.content_hash, "step": 0, "added": [],
                                      "retired": []}])
 
@@ -169,6 +170,7 @@ class Refresher:
     state: EvolvingRubric
 
     def due(self, step: int) -> bool:
+        """Whether GRPO step `step` refreshes the rubric."""
         return step % self.rl.rubric_refresh_every == 0
 
     def restore(self, saved: Mapping[str, Any] | None) -> None:

@@ -106,3 +106,36 @@ def test_a_run_killed_after_a_refresh_resumes_to_the_same_versions(uninterrupted
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from" in resumed.stdout
     assert _versions(workdir) == _versions(uninterrupted)
+
+
+class Saturating:
+    """A judge whose proposer's first criterion, `evolved_3`, is one the policy then saturates: its first 16 scores (the
+    filter's: 2 shown and 2 held-out groups of 4) are drawn as `_reply` draws them, every later one is the top."""
+
+    def __init__(self):
+        self.scored = 0
+
+    def __call__(self, messages: list[dict]) -> str:
+        content = messages[-1]["content"]
+        if "Criterion `evolved_3`" not in content:
+            return _reply(messages)
+        self.scored += 1
+        return _reply(messages) if self.scored <= 16 else "SCORE: 2"
+
+
+def test_a_criterion_the_policy_saturates_retires(tmp_path, command_server):
+    served = Endpoint(reply=Saturating()).up()
+    try:
+        workdir = tmp_path / "run"
+        flags = [f for f in _flags(workdir, served) if not f.startswith("--config.rl.steps")]
+        done = command_server("experiments.run").run(*flags, "--config.rl.steps=2")
+    finally:
+        served.down()
+    assert done.returncode == 0, done.stderr[-3000:]
+    grpo = [r for r in _rows(workdir) if r["stage"] == "grpo"]
+    assert grpo[0]["rubric/added"] == ["evolved_3"]
+    assert grpo[1]["monitor/saturation/evolved_3"] == 1.0  # the monitors' own measure, on the step after it joined
+    assert grpo[1]["rubric/retired"] == ["evolved_3"] and grpo[1]["rubric/added"] == ["evolved_4"]
+    final = json.loads((workdir / "rubric_versions" / f"{grpo[1]['rubric/version']}.json").read_text())
+    assert [d["id"] for d in final["dimensions"]][-1] == "evolved_4"
+    assert "evolved_3" not in [d["id"] for d in final["dimensions"]]
