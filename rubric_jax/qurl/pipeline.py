@@ -34,7 +34,7 @@ from rubric_jax.qurl.report import BuildResult
 from rubric_jax.qurl.retrieval import BM25Index, Document, load_corpus, query_text, retrieve, tokenize
 from rubric_jax.qurl.templates import PromptTemplate, load_template
 from rubric_jax.qurl.textgen import (EndpointTextGenerator, ModelTextGenerator, TextGenerator, judge_from_model,
-                                     load_language_model)
+                                     judge_generator, load_language_model)
 from rubric_jax.rubrics.schema import canonical_json, rubric_from_dict, rubric_to_dict
 from rubric_jax.train.blocks import ExperimentConfig
 
@@ -291,7 +291,7 @@ def run_build(config: ExperimentConfig, questions_path: str, corpus_path: str, o
     layout = sharding.decode_layout(sharding.make_mesh(mesh_config), config.mesh.rollout.tensor)
     judges = load_judges(judge_spec, layout, where="config.judge")
     if build_config.generator == "judge":
-        generator, writer = EndpointTextGenerator(judges[0].backend.client, build_config.sampler), judges[0].name
+        generator, writer = judge_generator(judges[0], build_config.sampler), judges[0].name
     else:
         model = load_language_model(
             checkpoint=config.model.checkpoint, config_json=config.model.config_json,

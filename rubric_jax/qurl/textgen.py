@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from rubric_jax import data, loader, sampling, sharding
-from rubric_jax.judges.backends import SamplerBackend
+from rubric_jax.judges.backends import HttpBackend, SamplerBackend
 from rubric_jax.judges.http_backend import COMMON_SPECIAL_TOKENS, HttpCounters
 from rubric_jax.judges.llm_judge import Judge, special_tokens
 from rubric_jax.models.config import ModelConfig
@@ -124,6 +124,15 @@ class EndpointTextGenerator:
         return [Generation(a.text, a.finish) if not a.cause else
                 Generation("", FINISH_TOO_LONG if a.cause == "judge_prompt_too_long" else FINISH_ERROR, a.error)
                 for a in answers]
+
+
+def judge_generator(judge: Judge, sampler: str) -> TextGenerator:
+    """A judge's backend as a TextGenerator (what writes evolving rubrics): its endpoint (a served or API judge), or its
+    in-process weights and tokenizer."""
+    if isinstance(judge.backend, HttpBackend):
+        return EndpointTextGenerator(judge.backend.client, sampler)
+    return ModelTextGenerator(LanguageModel(judge.name, judge.backend.weights, judge.tokenizer, judge.backend.layout),
+                              sampler)
 
 
 def judge_from_model(model: LanguageModel, *, sampler: str, max_new_tokens: int) -> Judge:

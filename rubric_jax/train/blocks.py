@@ -301,6 +301,17 @@ class RLBlock(Block):
                                                    "its code's default 10).", bounds=(0.1, 1e4))
     rubric_hints_max_chars: int = setting(300, "Longest criterion text in a hint (characters; longer ones are cut): "
                                                "per-row rubrics come from the data.", bounds=(16, 4096))
+    rubric_refresh_every: int = setting(0, "Evolving rubrics (open-instruct PRs #1460, #1581; train/evolving.py): every "
+                                        "N GRPO steps the judge's LLM proposes criteria from the step's best/worst "
+                                        "answer pairs, the QuRL filter keeps those that discriminate; 0 = off.",
+                                        bounds=(0, counts.STEPS))
+    rubric_refresh_pairs: int = setting(2, "Questions whose best/worst answer pair the proposer sees per refresh; the "
+                                        "step's other questions are held out for the filter.", bounds=(1, 1 << 16))
+    rubric_refresh_max_new: int = setting(2, "Most criteria one refresh adds (the most discriminating kept first).",
+                                          bounds=(1, 64))
+    rubric_retire_saturation: float = setting(0.95, "An evolved criterion retires at a refresh when this share of its "
+                                              "valid scores on the step is at its top level (monitor/saturation).",
+                                              bounds=(0.0, 1.0))
 
     def validate(self) -> None:
         if self.questions_per_step % self.rollout_chunks:
@@ -315,6 +326,9 @@ class RLBlock(Block):
         if self.rubric_hints and self.behaviour_correction_cap:
             self.fail("rubric_hints", "the behaviour correction would weigh a hinted sample by pi(plain) / pi(hinted), "
                                       "undoing the scaffold (RuscaRL applies none): set rl.behaviour_correction_cap=0")
+        if self.rubric_refresh_every and self.rubric_refresh_pairs >= self.questions_per_step:
+            self.fail("rubric_refresh_pairs", f"must be below rl.questions_per_step={self.questions_per_step}: the "
+                                              "step's other questions are the filter's held-out ones")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -449,6 +463,8 @@ class ExperimentConfig(Block):
         if self.reward.source == "reward_model":
             self._check_reward_model()
         self._check_shared_base()
+        if self.rl.rubric_refresh_every:
+            self._check_rubric_refresh()
         if self.audit.judge.has_judge and self.reward.source != "rubric":
             raise BlockError("audit.judge.checkpoint", ",".join(self.audit.judge.checkpoints), "the audit compares "
                              f"LLM-judged rubric dimensions; config.reward.source={self.reward.source!r} has none")
@@ -465,6 +481,22 @@ class ExperimentConfig(Block):
             raise BlockError("judge.share_policy_base", True, "needs a GRPO stage trained through LoRA (the judge is "
                              f"its frozen base with the adapters off): config.lora.rank={self.lora.rank}, "
                              f"lora.stages={self.lora.stages}, stages={self.stages}")
+
+    def _check_rubric_refresh(self) -> None:
+        """Evolving rubrics need an LLM to write criteria (the judge's backend) and a rubric reward to evolve; the
+        dynamic weights and a batch sampled ahead assume a fixed rubric."""
+        every = self.rl.rubric_refresh_every
+        if not self.judge.has_judge:
+            raise BlockError("rl.rubric_refresh_every", every, "the judge's LLM writes the new criteria: set "
+                             "config.judge.checkpoint, or judge.backend=openai with base_url and model")
+        if self.reward.source != "rubric":
+            raise BlockError("rl.rubric_refresh_every", every, f"evolves the rubric; config.reward.source="
+                                                               f"{self.reward.source!r} has none")
+        for key, value in (("rl.dynamic_weights", self.rl.dynamic_weights),
+                           ("rl.off_policy_steps", self.rl.off_policy_steps)):
+            if value:
+                raise BlockError("rl.rubric_refresh_every", every, f"not with {key}={value}: it assumes the rubric's "
+                                                                   "dimensions stay fixed")
 
     def _check_reward_model(self) -> None:
         """A reward model scores alone: every key that reads rubric dimensions is refused, naming it."""

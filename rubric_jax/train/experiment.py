@@ -37,7 +37,7 @@ from rubric_jax.rubrics.correction import Correction, load_correction
 from rubric_jax.rubrics.dynamic_weights import DimensionWeights
 from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.rubrics.schema import Rubric
-from rubric_jax.train import audit as judge_audit, checkpointing, golden as golden_set, monitors
+from rubric_jax.train import audit as judge_audit, checkpointing, evolving, golden as golden_set, monitors
 from rubric_jax.train import programs as run_programs, runs
 from rubric_jax.train import blocks, settings as run_settings, step as train_step, workdir as run_workdir
 from rubric_jax.train.blocks import ConfigRecord
@@ -309,6 +309,8 @@ def _load_inputs(settings: Settings, tokenizer: Any, mesh: jax.sharding.Mesh) ->
         distributed.check_divides(settings.rl.questions_per_step, "rl.questions_per_step")
         distributed.check_divides(len(evaluation), "eval.max_questions (the eval questions used)")
         _check_prompts_fit(tokenizer, settings, train + evaluation)
+        if config.rl.rubric_refresh_every:
+            evolving.check_start(shared_rubric, f"config.data.rubric={config.data.rubric}", jax.process_count())
     golden = golden_set.load_golden(config.data.golden, config.data.tfds_dir, shared_rubric, train,
                                     evaluation, config.data.golden_max_jaccard) if config.data.golden else None
     if golden is not None:

@@ -20,10 +20,11 @@ import numpy as np
 from rubric_jax import data, distributed, loader, metrics, padding, sampling
 from rubric_jax.judges.reward import Reward, RewardOutput, gather_outputs
 from rubric_jax.rubrics.schema import Rubric
-from rubric_jax.train import (checkpointing, collect, dynamic, monitors, one_step_ahead, oscillation, rollout,
-                              scaffold, state as train_state)
+from rubric_jax.train import (checkpointing, collect, dynamic, evolving, monitors, one_step_ahead, oscillation,
+                              rollout, scaffold, state as train_state)
 from rubric_jax.train import programs as run_programs
 from rubric_jax.train.experiment import Experiment
+from rubric_jax.qurl.textgen import judge_generator
 from rubric_jax.train.runner import Runner, Stage, StepOutput, TrainingError
 
 EVAL_SAMPLES = 4  # eval responses written to samples.jsonl per eval
@@ -31,6 +32,7 @@ _EVAL_KEY = 2**31 - 1  # fold_in data of the eval sampling key (GRPO step keys a
 _GOLDEN_REFERENCE_KEY = 1  # fold_in data (into the eval key) of the golden references' judge key, the same every eval
 _AUDIT_KEY = 2  # fold_in data (into the eval key) of the audit judge's key
 ADAPTER_KEY = 2**31 - 2  # fold_in data (into the run key) of the GRPO stage's fresh LoRA adapters
+Refresh = Callable[[collect.Rollout, dict[str, Any]], dict[str, Any]]  # a step's rubric refresh (train/evolving.py)
 
 
 @dataclasses.dataclass
@@ -61,12 +63,14 @@ def load_reference(exp: Experiment, state: train_state.TrainState, iterator_stat
 
 def grpo_iteration(exp: Experiment, programs: run_programs.GRPOPrograms, state: train_state.TrainState,
                    ref_params: Any | None, questions: list[data.Question], key: jax.Array,
-                   draw: Callable[[], list[data.Question]] | None = None, hints: scaffold.StepHints | None = None
+                   draw: Callable[[], list[data.Question]] | None = None, hints: scaffold.StepHints | None = None,
+                   refresh: Refresh | None = None
                    ) -> tuple[train_state.TrainState, StepOutput]:
     """One GRPO step: rollouts (with `rl.dynamic_sampling` or `rl.group_selection`, more rounds of questions from
-    `draw` until enough groups are kept; with `hints`, rl.rubric_hints' scaffolded prompts) -> rubric reward -> group advantages -> rollout log-probs (reference;
-    behaviour if `rl.recompute_old_logprobs`, else the sampler's) -> `rl.updates_per_batch` updates,
-    dispatched; `grpo_row` reads the returned StepOutput's metrics.
+    `draw` until enough groups are kept; with `hints`, rl.rubric_hints' scaffolded prompts) -> rubric reward ->
+    group advantages -> rollout log-probs (reference; behaviour if `rl.recompute_old_logprobs`, else the
+    sampler's) -> `rl.updates_per_batch` updates, dispatched; `grpo_row` reads the returned StepOutput's metrics. `refresh` (rl.rubric_refresh_every) reads the
+    scored rollout and the step's host metrics once the advantages are computed, and returns metrics to add.
 
     `logprob_gap/mean` is the mean |teacher-forced − sampler| log-prob of the response tokens under the
     params that sampled (the first update's, or the recomputation's): float error on CPU float32, the
@@ -75,12 +79,12 @@ def grpo_iteration(exp: Experiment, programs: run_programs.GRPOPrograms, state: 
     out, extra_row = _rollout(exp, state.model_params(), questions, key, draw, hints)
     if hints is not None:
         extra_row = {**extra_row, **scaffold.hint_metrics(hints, *out.hint_counts_Nx3.T)}
-    return train_on_rollout(exp, programs, state, ref_params, out, extra_row)
+    return train_on_rollout(exp, programs, state, ref_params, out, extra_row, refresh)
 
 
 def train_on_rollout(exp: Experiment, programs: run_programs.GRPOPrograms, state: train_state.TrainState,
-                     ref_params: Any | None, out: collect.Rollout, extra_row: dict[str, float]
-                     ) -> tuple[train_state.TrainState, StepOutput]:
+                     ref_params: Any | None, out: collect.Rollout, extra_row: dict[str, float],
+                     refresh: Refresh | None = None) -> tuple[train_state.TrainState, StepOutput]:
     """`grpo_iteration` once the rollout `out` is scored: advantages, rollout log-probs (`old_logp` recomputed
     from `state.params` when `rl.recompute_old_logprobs`) and the updates, dispatched; `extra_row` joins the
     host metrics."""
@@ -104,6 +108,8 @@ def train_on_rollout(exp: Experiment, programs: run_programs.GRPOPrograms, state
     host_row.update(exp.watch.redundancy(scored.dimension_ids, scored.scores, scored.valid))
     if exp.dynamic_weights is not None:
         host_row.update(exp.dynamic_weights.update(scored.dimension_ids, scored.scores, scored.valid))
+    if refresh is not None:
+        host_row.update(refresh(out, host_row))
     return state, StepOutput((updates, logprob_stats), host_row, out.samples[: settings.config.log.samples_per_step])
 
 
@@ -235,6 +241,7 @@ class GRPOStage(Stage):
         self.ahead = one_step_ahead.OneStepAhead(exp, rl.steps, self.updates_per_step, self._key) if \
             settings.off_policy.steps else None  # rl.off_policy_steps=1: each batch sampled while the last updates
         self.hints = scaffold.schedule(settings.config.rl)  # rl.rubric_hints (None: off)
+        self.refresher = _refresher(exp) if settings.config.rl.rubric_refresh_every else None
 
     def _key(self, step: int) -> jax.Array:
         """Step `step`'s rollout key."""
@@ -253,6 +260,7 @@ class GRPOStage(Stage):
             exp.dynamic_weights.load_json(restored.extra["dynamic_weights"])
         if restored is not None:
             exp.watch.load_scores_json(restored.extra.get("redundancy_window", []))
+        _restore_rubric(self.refresher, restored)
         iterator_state = data.IteratorState.from_dict(restored.data_state) if restored else data.IteratorState(
             seed=exp.settings.config.seed)
         if exp.settings.rl.beta > 0 and state.frozen is None:  # LoRA: the frozen base, read from each step's state
@@ -276,7 +284,19 @@ class GRPOStage(Stage):
                 self.exp, self.programs, s, self._reference(s), out, row))
         hints = None if self.hints is None else scaffold.StepHints.at(self.hints, step, self.programs.cfg.group_size)
         return grpo_iteration(self.exp, self.programs, state, self._reference(state), rows, self._key(step),
-                              runner.next_rows, hints)
+                              runner.next_rows, hints, self._refresh(step))
+
+    def _refresh(self, step: int) -> Refresh | None:
+        """Step `step`'s rubric hook (rl.rubric_refresh_every): a refresh when due, else the version in use."""
+        refresher = self.refresher
+        if refresher is None:
+            return None
+        if not refresher.due(step):
+            return lambda out, row: refresher.state.row()
+        n = self.exp.settings.train_rollout.n
+        return lambda out, row: refresher.refresh(
+            step, [s["question"] for s in out.samples], [s["response"] for s in out.samples], out.scored.reward,
+            np.asarray(out.scored.details["reward_ok"], bool), n, row)
 
     def _reference(self, state: train_state.TrainState) -> Any | None:
         """The reference's params: with LoRA the state's frozen base (no second copy; the state is donated each
@@ -308,4 +328,25 @@ class GRPOStage(Stage):
         ahead = {} if self.ahead is None else self.ahead.checkpoint_extra()  # saves the pending batch's source first
         return {"updates_per_batch": exp.settings.config.rl.updates_per_batch, "judge_hash": exp.judge_hash,
                 "reward_model_hash": exp.reward_model_hash, **weights,
-                "redundancy_window": exp.watch.scores_to_json(), **ahead}
+                "redundancy_window": exp.watch.scores_to_json(), **ahead,
+                **({} if self.refresher is None else {"rubric_evolution": self.refresher.state.to_json()})}
+
+
+def _refresher(exp: Experiment) -> evolving.Refresher:
+    """The run's rubric refresher: the first judge's LLM writes the proposals (rl.rubric_refresh_every)."""
+    config = exp.settings.config
+    return evolving.build_refresher(config.rl, config.qurl, judge_generator(exp.reward.judges[0], config.qurl.sampler),
+                                    exp.reward, exp.train_questions, exp.rubric_of, exp.shared_rubric, exp.workdir,
+                                    exp.key)
+
+
+def _restore_rubric(refresher: evolving.Refresher | None, restored: checkpointing.Restored | None) -> None:
+    """The evolved rubric a GRPO checkpoint saved; a checkpoint with one resumes only with rl.rubric_refresh_every on
+    (its training questions were scored with that rubric, not the starting one)."""
+    saved = restored.extra.get("rubric_evolution") if restored is not None else None
+    if refresher is not None:
+        refresher.restore(saved)
+    elif saved is not None:
+        raise TrainingError(f"config.rl.rubric_refresh_every=0: the GRPO checkpoint was written by a run whose rubric "
+                            f"evolved to version {saved['versions'][-1]['version']}; resume it with "
+                            "rl.rubric_refresh_every > 0")

@@ -10,8 +10,10 @@ import numpy as np
 from rubric_jax import loader, sampling, sharding
 from rubric_jax.assets import TINY_DIR
 from rubric_jax.qurl.templates import PromptTemplate
+from rubric_jax.judges.backends import HttpBackend
 from rubric_jax.qurl.textgen import (
-    FINISH_TOO_LONG, LanguageModel, ModelTextGenerator, judge_from_model, load_language_model,
+    FINISH_TOO_LONG, EndpointTextGenerator, LanguageModel, ModelTextGenerator, judge_from_model, judge_generator,
+    load_language_model,
 )
 from test_llm_judge import scripted_model, tiny_tokenizer
 
@@ -51,3 +53,10 @@ def test_random_init_is_built_in_its_shardings_and_the_judge_shares_it(tmp_path)
     assert all(np.isfinite(np.asarray(leaf)).all() for leaf in leaves) and np.asarray(leaves[0]).std() > 0
     judge = judge_from_model(model, sampler="greedy", max_new_tokens=64)
     assert judge.backend.weights is model.weights and judge.backend.layout is layout and judge.max_prompt_tokens == 512 - 64
+    # What writes an evolving rubric's criteria (train/evolving.py): this judge's own weights and layout, or a served
+    # judge's endpoint.
+    writer = judge_generator(judge, "temperature(0.7)")
+    assert isinstance(writer, ModelTextGenerator) and writer.model.weights is model.weights
+    assert writer.model.layout is layout and writer.model.tokenizer is judge.tokenizer and writer.sampler != "greedy"
+    served = judge_generator(dataclasses.replace(judge, backend=HttpBackend(client="the endpoint's client")), "greedy")
+    assert isinstance(served, EndpointTextGenerator) and served.client == "the endpoint's client"
