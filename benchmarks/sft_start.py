@@ -15,6 +15,7 @@ directory that has no checkpoints yet; the sweep's own command then runs GRPO in
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import sys
@@ -30,9 +31,14 @@ from rubric_jax.train import loop, workdir as run_workdir
 SFT_KEYS = ("seed", "model", "data", "sft", "lora", "mesh")  # what the SFT stage's result depends on
 COPIED = ("metrics.jsonl", "samples.jsonl")  # beside checkpoints/sft: the rows a resumed run keeps
 
-_CONFIG = flags.DEFINE_string("config", None, "A sweep's config file (experiments.sweep --config).")
-_SFT_DIR = flags.DEFINE_string("sft_dir", None, "Where the SFT run of seed s is (or is made): SFT_DIR/seed_<s>.")
-_SWEEP_DIR = flags.DEFINE_string("sweep_dir", None, "The sweep's --workdir, whose variant directories are seeded.")
+
+
+def define_flags() -> tuple[flags.FlagHolder, ...]:
+    """The command's flags, defined only when it runs (benchmarks/bench_off_policy.py imports this module and has
+    its own --sft_dir)."""
+    return (flags.DEFINE_string("config", None, "A sweep's config file (experiments.sweep --config)."),
+            flags.DEFINE_string("sft_dir", None, "Where the SFT run of seed s is (or is made): SFT_DIR/seed_<s>."),
+            flags.DEFINE_string("sweep_dir", None, "The sweep's --workdir, whose variant directories are seeded."))
 
 
 def sft_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -84,19 +90,19 @@ def seed_sweep(config_file: str, sft_dir: Path, sweep_dir: Path) -> list[str]:
     return seeded
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str], config: flags.FlagHolder, sft_dir: flags.FlagHolder, sweep_dir: flags.FlagHolder) -> None:
     del argv
-    for flag in (_CONFIG, _SFT_DIR, _SWEEP_DIR):
+    for flag in (config, sft_dir, sweep_dir):
         if not flag.value:
             print(f"benchmarks.sft_start: --{flag.name} is required", file=sys.stderr)
             sys.exit(2)
     try:
-        seeded = seed_sweep(_CONFIG.value, Path(_SFT_DIR.value), Path(_SWEEP_DIR.value))
+        seeded = seed_sweep(config.value, Path(sft_dir.value), Path(sweep_dir.value))
     except (ValueError, sweeps.SweepError) as e:
         print(f"benchmarks.sft_start: {e}", file=sys.stderr)
         sys.exit(2)
-    print(f"seeded {len(seeded)} variant directories of {_SWEEP_DIR.value} from {_SFT_DIR.value}: {', '.join(seeded)}")
+    print(f"seeded {len(seeded)} variant directories of {sweep_dir.value} from {sft_dir.value}: {', '.join(seeded)}")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(functools.partial(main, *define_flags()))
