@@ -17,7 +17,7 @@ Sweep:  PYTHONPATH=. .venv/bin/python -m benchmarks.sft_start --config=configs/t
 
 import itertools
 
-from configs import tiny
+from configs import tiny, tiny_recipe
 
 SEEDS = (0, 1, 2)
 UPDATES_PER_BATCH = 2
@@ -32,16 +32,9 @@ OPTIONS = {
 
 def get_config(arg: str | None = None):
     """`arg` is "option=NAME" (default grpo): the tiny default at two updates per batch with that option set."""
-    options = dict(part.split("=", 1) for part in (arg or "option=grpo").split(",") if part)
-    name = options.get("option", "grpo")
-    if name not in OPTIONS:
-        raise ValueError(f"configs/tiny_losses.py: option={name!r} is not one of {sorted(OPTIONS)}")
     c = tiny.get_config()
     c.rl.updates_per_batch = UPDATES_PER_BATCH
-    for key, value in OPTIONS[name].items():
-        block, field = key.split(".")
-        c[block][field] = value
-    return c
+    return tiny_recipe.with_option(c, OPTIONS, arg, "grpo", "configs/tiny_losses.py")
 
 
 def sweep(add, arg=None):
