@@ -3,7 +3,7 @@ off-policy"): GRPO runs of the tiny default whose politeness judge answers throu
 (experiments.serve on the shipped tiny judge behind a loopback proxy that answers each request --delay_s after it
 arrived), at rl.off_policy_steps 0 and 1, per seed in alternating order, in one process.
 
-  PYTHONPATH=. .venv/bin/python -m benchmarks.bench_off_policy --delay_s=2 --steps=30 --seeds=3 --sft_dir=runs/tiny_sft
+  PYTHONPATH=. .venv/bin/python -m benchmarks.bench_off_policy --delay_s=2 --steps=6 --seeds=3 --sft_dir=runs/tiny_sft
 
 With --sft_dir, GRPO starts from the tiny default's cold-start SFT, run once per seed into SFT_DIR/seed_<s> (or
 reused from there) and copied into both settings' runs (benchmarks/sft_start.py): the held-out reward is then that
