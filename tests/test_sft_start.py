@@ -39,6 +39,15 @@ def test_every_loss_variant_is_seeded_from_its_seeds_sft_once(tmp_path):
     assert sft_start.seed_sweep(LOSSES, tmp_path / "sft", out) == []  # seeded directories are left as they are
 
 
+def test_an_unknown_loss_option_names_the_file():
+    from configs import tiny_losses
+
+    with pytest.raises(ValueError, match=r"configs/tiny_losses.py: option='ppo' is not one of \['cispo', 'dual_clip', "
+                                         r"'grpo', 'gspo', 'sapo'\]"):
+        tiny_losses.get_config("option=ppo")
+    assert tiny_losses.get_config("option=sapo").rl.loss == "sapo"
+
+
 def test_an_sft_run_of_other_sft_settings_is_refused(tmp_path):
     config = sweeps.load_sweep(LOSSES).variants[0].config
     other = sft_start.sft_config(config)
