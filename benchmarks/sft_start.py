@@ -90,7 +90,7 @@ def seed_sweep(config_file: str, sft_dir: Path, sweep_dir: Path) -> list[str]:
     return seeded
 
 
-def main(argv: list[str], config: flags.FlagHolder, sft_dir: flags.FlagHolder, sweep_dir: flags.FlagHolder) -> None:
+def main(argv: list[str], *, config: flags.FlagHolder, sft_dir: flags.FlagHolder, sweep_dir: flags.FlagHolder) -> None:
     del argv
     for flag in (config, sft_dir, sweep_dir):
         if not flag.value:
@@ -105,4 +105,4 @@ def main(argv: list[str], config: flags.FlagHolder, sft_dir: flags.FlagHolder, s
 
 
 if __name__ == "__main__":
-    app.run(functools.partial(main, *define_flags()))
+    app.run(functools.partial(main, **dict(zip(("config", "sft_dir", "sweep_dir"), define_flags()))))

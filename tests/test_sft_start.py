@@ -4,14 +4,18 @@ directory once, and an SFT run of other SFT settings is refused (no training her
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from benchmarks import sft_start
 from rubric_jax import metrics, sweeps
+from xla_flags import command_env
 
-LOSSES = str(Path(__file__).resolve().parents[1] / "configs" / "tiny_losses.py")
+ROOT = Path(__file__).resolve().parents[1]
+LOSSES = str(ROOT / "configs" / "tiny_losses.py")
 
 
 def _stand_in_sft(sft_dir: Path, config) -> None:
@@ -37,6 +41,15 @@ def test_every_loss_variant_is_seeded_from_its_seeds_sft_once(tmp_path):
         assert (out / v.name / "checkpoints" / "sft" / "176" / "params").read_text() == f"seed {v.config.seed}"
         assert json.loads((out / v.name / "metrics.jsonl").read_text())["seed"] == v.config.seed
     assert sft_start.seed_sweep(LOSSES, tmp_path / "sft", out) == []  # seeded directories are left as they are
+    command = [sys.executable, "-m", "benchmarks.sft_start", "--config=configs/tiny_losses.py",
+               f"--sft_dir={tmp_path / 'sft'}"]
+    seeded = subprocess.run([*command, f"--sweep_dir={tmp_path / 'by_command'}"], cwd=ROOT, env=command_env(),
+                            capture_output=True, text=True, timeout=300)
+    assert seeded.returncode == 0, seeded.stderr[-3000:]
+    assert seeded.stdout.startswith(f"seeded 15 variant directories of {tmp_path / 'by_command'} from ")
+    assert (tmp_path / "by_command" / "loss=cispo,seed=2" / "checkpoints" / "sft" / "176" / "params").is_file()
+    missing = subprocess.run(command, cwd=ROOT, env=command_env(), capture_output=True, text=True, timeout=300)
+    assert (missing.returncode, missing.stderr) == (2, "benchmarks.sft_start: --sweep_dir is required\n")
 
 
 def test_an_unknown_loss_option_names_the_file():
