@@ -38,12 +38,16 @@ OPTIONS = {
 
 def get_config(arg: str | None = None):
     """`arg` is "option=NAME" (default baseline): the tiny default with that option of OPTIONS set."""
-    options = dict(part.split("=", 1) for part in (arg or "option=baseline").split(",") if part)
-    name = options.get("option", "baseline")
-    if name not in OPTIONS:
-        raise ValueError(f"configs/tiny_recipe.py: option={name!r} is not one of {sorted(OPTIONS)}")
-    c = tiny.get_config()
-    for key, value in OPTIONS[name].items():
+    return with_option(tiny.get_config(), OPTIONS, arg, "baseline", "configs/tiny_recipe.py")
+
+
+def with_option(c, options: dict, arg: str | None, default: str, where: str):
+    """`c` with the option "option=NAME" of `arg` (default `default`) set from `options`; a name not in `options`
+    raises, naming the file `where`."""
+    name = dict(part.split("=", 1) for part in (arg or f"option={default}").split(",") if part).get("option", default)
+    if name not in options:
+        raise ValueError(f"{where}: option={name!r} is not one of {sorted(options)}")
+    for key, value in options[name].items():
         block, field = key.split(".")
         c[block][field] = value
     return c

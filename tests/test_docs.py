@@ -148,9 +148,9 @@ RUN_BY: dict[str, RunBy] = {
         RunBy(("tests/test_gpu_benchmark.py::test_aot_target_compiles_cudnn_attention_in_place_of_the_einsums",),
               replaced=("--sizes",)),
     # docs/training.md
-    "PYTHONPATH=. .venv/bin/python -m benchmarks.bench_off_policy --delay_s=2 --steps=6 --seeds=3":
+    "PYTHONPATH=. .venv/bin/python -m benchmarks.bench_off_policy --delay_s=2 --steps=6 --seeds=3 --sft_dir=runs/tiny_sft":
         RunBy(("tests/train/test_off_policy.py::test_the_benchmark_smoke_runs_both_settings",),
-              replaced=("--delay_s", "--steps", "--seeds")),
+              replaced=("--delay_s", "--steps", "--seeds", "--sft_dir")),
     # docs/monitors.md (the test reads these lines from the page)
     "./launch.sh experiments.run --config=configs/tiny_hack.py --workdir=runs/tiny_hack":
         RunBy(("tests/train/test_planted_hack.py::test_one_grpo_step_scores_clarity_through_the_variants_judge",)),

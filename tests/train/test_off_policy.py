@@ -127,12 +127,14 @@ def test_the_latency_judge_answers_as_its_upstream():
 
 def test_the_benchmark_smoke_runs_both_settings(tmp_path):
     """docs/training.md's `PYTHONPATH=. .venv/bin/python -m benchmarks.bench_off_policy` at toy size, its judge a
-    scripted endpoint behind the latency judge: one JSON line with both settings' s/step, eval reward and ratio."""
+    scripted endpoint behind the latency judge: one JSON line with both settings' s/step, eval reward, each run's
+    CPU seconds and load, and the ratio; with --sft_dir both settings' GRPO starts from the one SFT run of the seed
+    (its rows copied, then the GRPO rows)."""
     endpoint = Endpoint().up()
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "benchmarks.bench_off_policy", "--smoke", "--steps=3", "--delay_s=0.05", "--seeds=1",
-             f"--upstream={endpoint.url.removesuffix('/v1')}", "--model=scripted"],
+             f"--sft_dir={tmp_path / 'sft'}", f"--upstream={endpoint.url.removesuffix('/v1')}", "--model=scripted"],
             cwd=ROOT, env=command_env(TMPDIR=str(tmp_path)), capture_output=True,
             text=True, timeout=600)
     finally:
@@ -142,9 +144,13 @@ def test_the_benchmark_smoke_runs_both_settings(tmp_path):
     for setting in ("off_policy_steps=0", "off_policy_steps=1"):
         assert len(result[setting]["seeds_s_per_step"]) == len(result[setting]["eval_reward"]) == 1
         assert result[setting]["s_per_step"] > 0
+        (run,) = result[setting]["runs"]
+        assert run["cpu_s"] > 0 and run["judge_server_cpu_s"] is None and len(run["load_after"]) == 3
     assert result["speedup"] > 0 and endpoint.requests  # the judge was asked through the proxy
+    sft = [json.loads(line) for line in (tmp_path / "sft" / "seed_0" / "metrics.jsonl").read_text().splitlines()]
     offs = [json.loads(line) for p in tmp_path.glob("bench_off_policy_1_0_*") for line in
             (p / "metrics.jsonl").read_text().splitlines()]
+    assert {r.get("stage") for r in sft if "run_info" not in r} == {"sft"} and offs[:len(sft)] == sft
     assert [r["off_policy/sampler_step"] for r in offs if r.get("stage") == "grpo"] == [0, 0, 1]
 
 
