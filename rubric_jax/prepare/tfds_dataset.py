@@ -64,8 +64,8 @@ class LocalDatasetInfo(tfds.core.DatasetInfo):
     """DatasetInfo of a dataset that exists only on disk: no lookup of pre-computed info in tfds' GCS bucket."""
 
     def initialize_from_bucket(self) -> None:
-        """Nothing to look up: tfds' version made a temporary directory per builder, left behind, before it checked
-        whether the bucket had this dataset (it never does: our datasets are named by the user and written here)."""
+        """Nothing to look up: tfds' own makes an empty temporary directory per builder and leaves it, before asking
+        its bucket for this dataset (never there: our datasets are named by the user and written here)."""
 
 
 class QuestionDataset(tfds.core.GeneratorBasedBuilder, skip_registration=True):
