@@ -96,9 +96,9 @@ class Started:
 
 def _import_dependencies(module_name: str, preload: list[str]) -> None:
     """Imports `module_name` and everything it imports, and the `preload` modules, then forgets the command's own
-    modules (experiments.*, configs.*) and the flags they defined: a child then runs the command module afresh as
-    `__main__`, as `python -m` does (ml_collections reads the command line while the module defines --config), with
-    its libraries already imported."""
+    modules (experiments.*, configs.*, `module_name` itself) and the flags they defined: a child then runs the command
+    module afresh as `__main__`, as `python -m` does (ml_collections reads the command line while the module defines
+    --config), with its libraries already imported."""
     from absl import app, flags, logging  # noqa: F401  (absl's own flags: kept)
 
     before = set(flags.FLAGS)
@@ -106,7 +106,7 @@ def _import_dependencies(module_name: str, preload: list[str]) -> None:
         importlib.import_module(name)
     for name in set(flags.FLAGS) - before:
         delattr(flags.FLAGS, name)
-    for name in [n for n in sys.modules if n.split(".")[0] in ("experiments", "configs")]:
+    for name in [n for n in sys.modules if n.split(".")[0] in ("experiments", "configs") or n == module_name]:
         del sys.modules[name]
 
 

@@ -31,18 +31,22 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs",
                   float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
 
 # The slowest test files (end-to-end runs, multi-device compiles, CLI subprocesses), heaviest first, by their
-# durations in a 2-worker run of the suite (2026-12-01). launch.sh runs `--dist loadfile --no-loadscope-reorder`:
-# xdist hands whole files to the two workers in collection order, so these start first and the workers finish
-# together. xdist's own order (most tests first) left one-test files such as test_multihost.py (minutes) to the
-# end, run by one worker while the other idled.
+# durations in a 2-worker run of the suite (2026-12-01; test_off_policy, test_lora_run and test_train_step by their
+# CPU-seconds, 69, 46 and 40, on 2026-12-05: unlisted, they were among the last files handed out). launch.sh runs
+# `--dist loadfile --no-loadscope-reorder`: xdist hands whole files to the two workers in collection order, so these
+# start first and the workers finish together. xdist's own order (most tests first) left one-test files such as
+# test_multihost.py (minutes) to the end, run by one worker while the other idled.
 SLOW_FILES_FIRST = (
     "tests/train/test_loop.py",
     "tests/test_multihost.py",
+    "tests/train/test_off_policy.py",
     "tests/train/test_train_step_multidevice.py",
     "tests/test_aot.py",
     "tests/train/test_distill_judge.py",
+    "tests/train/test_lora_run.py",
     "tests/test_configs.py",
     "tests/test_sweeps.py",
+    "tests/train/test_train_step.py",
     "tests/judges/test_judge_http.py",
     "tests/test_sampling.py",
     "tests/experiments/test_evaluate_cli.py",

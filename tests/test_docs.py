@@ -440,12 +440,12 @@ def test_the_flag_check_catches_an_unknown_flag_and_key(reference):
     assert unknown_flags_and_keys(own, reference["flags"]) == ["--mesh", "--config.policy.max_tokens"]
 
 
-def test_the_scoring_example_scores_every_row(tmp_path):
-    """docs/rubrics.md's experiments.score command as written, its --out in a temporary directory."""
+def test_the_scoring_example_scores_every_row(tmp_path, command_server):
+    """docs/rubrics.md's experiments.score command as written, its --out in a temporary directory (forked from the
+    score command's server, tests/command_server.py)."""
     command = manual.command("experiments.score", "tests/fixtures/calibration")
     args = [a if not a.startswith("--out=") else f"--out={tmp_path / 'scored.jsonl'}" for a in command.argv[2:]]
-    proc = subprocess.run([sys.executable, "-m", "experiments.score", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = command_server("experiments.score").run(*args)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     rows = (tmp_path / "scored.jsonl").read_text(encoding="utf-8").splitlines()

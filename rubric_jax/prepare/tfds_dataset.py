@@ -60,6 +60,14 @@ def from_record(record: Mapping[str, Any]) -> dict[str, Any]:
     return row
 
 
+class LocalDatasetInfo(tfds.core.DatasetInfo):
+    """DatasetInfo of a dataset that exists only on disk: no lookup of pre-computed info in tfds' GCS bucket."""
+
+    def initialize_from_bucket(self) -> None:
+        """Nothing to look up: tfds' own makes an empty temporary directory per builder and leaves it, before asking
+        its bucket for this dataset (never there: our datasets are named by the user and written here)."""
+
+
 class QuestionDataset(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     """Writes the given splits of question records; `name` is chosen per dataset (no registration)."""
 
@@ -71,7 +79,7 @@ class QuestionDataset(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         super().__init__(**kwargs)
 
     def _info(self) -> tfds.core.DatasetInfo:
-        return tfds.core.DatasetInfo(builder=self, features=features(), description=(
+        return LocalDatasetInfo(builder=self, features=features(), description=(
             "Question rows prepared by rubric_jax (experiments.prepare_data); see report.md next to this "
             "version directory."))
 

@@ -3,28 +3,20 @@ fine-tuned tiny judge refines; the summary reports the escalated fraction and ev
 A bad --judge.cascade is one line and exit 2."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from rubric_jax.judges.spec import JudgeSpec, judge_hash, load_judge_file
-from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_score(args, cwd=REPO):
-    return subprocess.run([sys.executable, "-m", "experiments.score", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env=command_env())
-
-
-def test_the_documented_cascade_scores_and_reports_what_it_escalated(tmp_path):
+def test_the_documented_cascade_scores_and_reports_what_it_escalated(tmp_path, command_server):
     from tests import manual
 
     command = manual.command("experiments.score", "--judge.cascade=configs/judges/tiny_fixed.py")
     out = tmp_path / "scored.jsonl"
     args = [f"--out={out}" if a.startswith("--out=") else a for a in command.argv[2:]]
-    proc = run_score(args)
+    proc = command_server("experiments.score").run(*args)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     rows = [json.loads(line) for line in out.read_text().splitlines()]
@@ -39,9 +31,10 @@ def test_the_documented_cascade_scores_and_reports_what_it_escalated(tmp_path):
     assert all(r["scores"]["politeness"] in (0.0, 1.0) for r in rows)
 
 
-def test_a_bad_cascade_flag_is_one_line_and_exit_2(tmp_path):
-    proc = run_score(["--judge=configs/judges/tiny.py", "--judge.cascade=configs/judges/nope.py",
-                      f"--responses={tmp_path / 'in.jsonl'}", f"--out={tmp_path / 'out.jsonl'}"])
+def test_a_bad_cascade_flag_is_one_line_and_exit_2(tmp_path, command_server):
+    proc = command_server("experiments.score").run(
+        "--judge=configs/judges/tiny.py", "--judge.cascade=configs/judges/nope.py",
+        f"--responses={tmp_path / 'in.jsonl'}", f"--out={tmp_path / 'out.jsonl'}")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         "experiments.score: error: --judge.cascade='configs/judges/nope.py': cannot load this judge config file "

@@ -4,8 +4,6 @@ precedence when --judge, --judge.FIELD and --config.judge.FIELD meet."""
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,6 @@ from configs import qwen7b, tiny
 from configs.common import judge_block
 from experiments import judge_config
 from rubric_jax.judges.spec import JudgeSpec
-from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 BENCHMARK_FILES = ("hellobench", "longbench_write", "healthbench", "biggen")
@@ -67,15 +64,6 @@ def test_qwen_judges_keep_the_decode_layout_they_had(size):
     assert config.judge.tensor == config.mesh.rollout.tensor
 
 
-MERGED = """
-import json, sys
-from absl import flags
-from experiments import judge_config, run
-flags.FLAGS(sys.argv)
-print(json.dumps(judge_config.merged(run._CONFIG.value).judge.to_dict()))
-"""
-
-
 @pytest.mark.parametrize("args, expected", [
     ([], {"checkpoint": "rubric_jax/assets/tiny_judge", "samples": 1}),
     (["--judge=configs/judges/default.py"], {"checkpoint": "", "samples": 3}),  # the file replaces the block
@@ -85,10 +73,9 @@ print(json.dumps(judge_config.merged(run._CONFIG.value).judge.to_dict()))
      {"checkpoint": "", "samples": 7}),
     (["--config.judge.samples=5", "--judge.samples=7"], {"checkpoint": "rubric_jax/assets/tiny_judge", "samples": 7}),
 ])
-def test_run_precedence_experiment_file_judge_file_config_override_judge_override(args, expected):
-    proc = subprocess.run([sys.executable, "-c", MERGED, "--config=configs/tiny.py", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=300,
-                          env=command_env())
+def test_run_precedence_experiment_file_judge_file_config_override_judge_override(args, expected, command_server):
+    """The judge block experiments.run resolves (tests/judge_merged.py)."""
+    proc = command_server("tests.judge_merged").run("--config=configs/tiny.py", *args)
     assert proc.returncode == 0, proc.stderr
     judge = json.loads(proc.stdout.strip().splitlines()[-1])
     assert {k: judge[k] for k in expected} == expected

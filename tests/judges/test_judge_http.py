@@ -69,23 +69,21 @@ def start_server(port: int, *flags: str) -> subprocess.Popen:
     ("--config.batch_window_ms=1e9", "--config.batch_window_ms=1000000000.0: expected a number in [0, 10000]"),
     ("--config.max_body_bytes=100", "--config.max_body_bytes=100: expected an integer >= 1024"),
 ])
-def test_serve_refuses_a_bad_setting_in_one_line_before_loading(setting, message):
-    proc = subprocess.run([sys.executable, "-m", "experiments.serve", f"--checkpoint={TINY_JUDGE}", setting], cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300)
+def test_serve_refuses_a_bad_setting_in_one_line_before_loading(setting, message, command_server):
+    proc = command_server("experiments.serve").run(f"--checkpoint={TINY_JUDGE}", setting)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith(f"experiments.serve: error: {message}"), proc.stderr
 
 
-def test_serve_on_a_busy_port_fails_before_loading_and_warns_of_an_open_host_without_a_key():
+def test_serve_on_a_busy_port_fails_before_loading_and_warns_of_an_open_host_without_a_key(command_server):
     """The port is bound before the model loads: a busy one is one line and exit 2, with nothing served. Every
     interface (0.0.0.0) without an API key is a warning line first."""
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        proc = subprocess.run([sys.executable, "-m", "experiments.serve", f"--checkpoint={TINY_JUDGE}",
-                               "--config.host=0.0.0.0", f"--config.port={port}"], cwd=REPO,
-                              env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300)
+        proc = command_server("experiments.serve").run(f"--checkpoint={TINY_JUDGE}", "--config.host=0.0.0.0",
+                                                       f"--config.port={port}")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "serving" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-2:] == [
         "experiments.serve: warning: --config.host=0.0.0.0 without an API key: anyone who reaches this port can use "

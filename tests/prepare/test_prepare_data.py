@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -118,6 +119,19 @@ def test_the_trainer_takes_the_golden_split_as_its_golden_set(prepared):
     golden_set = golden.load_golden(f"tfds:{config.name}", str(config.out), load_rubric(TINY_DIR / "rubric.yaml"),
                                     train, [], config.dedup_threshold)
     assert [q.id for q in golden_set.questions] == [r["id"] for r in splits["golden"]]
+
+
+def test_writing_and_reading_a_dataset_leaves_no_temporary_directory(tmp_path, monkeypatch):
+    """tfds' DatasetInfo.initialize_from_bucket made an empty /tmp/tmpXXXXtfds per builder and left it (270 per
+    suite run, one per prepare run); our builder skips that lookup (LocalDatasetInfo)."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # where tempfile.mkdtemp() puts directories by default
+    records = [tfds_dataset.to_record(i, {"id": f"q{i}", "question": "?", "category": "c", "lang": "en"}, "test")
+               for i in range(2)]
+    tfds_dataset.write_dataset(tmp_path / "out", "qs", {"train": records})
+    assert [r["id"] for r in tfds_dataset.read_split(tmp_path / "out", "qs", "train")] == ["q0", "q1"]
+    assert sorted(p.name for p in temp.iterdir()) == []
 
 
 def test_the_same_seed_gives_the_same_dataset(prepared, tmp_path):

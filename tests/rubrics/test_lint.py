@@ -3,8 +3,6 @@ does not, the shipped rubrics lint clean with their documented waivers, and the 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -114,25 +112,21 @@ def test_the_shipped_rubrics_lint_clean_with_their_waivers():
                                                                           waivers if "/" in w.rubric}
 
 
-def _lint_command(*flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "experiments.lint_rubric", *flags], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
-
-
-def test_the_command_fails_on_a_finding_and_passes_when_it_is_waived(tmp_path):
-    found = _lint_command("--rubric=configs/rubrics/medical_qa.yaml", "--config.max_new_tokens=256")
+def test_the_command_fails_on_a_finding_and_passes_when_it_is_waived(tmp_path, command_server):
+    lint_command = command_server("experiments.lint_rubric").run  # one process that imported the command
+    found = lint_command("--rubric=configs/rubrics/medical_qa.yaml", "--config.max_new_tokens=256")
     assert found.returncode == 1 and "'safety_boundary': presence_only" in found.stdout
-    documented = _lint_command("--rubric=configs/rubrics/medical_qa.yaml", "--config.max_new_tokens=256",
-                               "--waivers=configs/rubric_lint_waivers.yaml")
+    documented = lint_command("--rubric=configs/rubrics/medical_qa.yaml", "--config.max_new_tokens=256",
+                              "--waivers=configs/rubric_lint_waivers.yaml")
     assert documented.returncode == 0 and documented.stdout.count("waived: ") == 2
-    waived = _lint_command("--rubric=rubric_jax/assets/tiny/rubric.yaml",
-                           "--questions=rubric_jax/assets/tiny/questions_train.jsonl",
-                           "--waivers=configs/rubric_lint_waivers.yaml", "--config.max_new_tokens=64")
+    waived = lint_command("--rubric=rubric_jax/assets/tiny/rubric.yaml",
+                          "--questions=rubric_jax/assets/tiny/questions_train.jsonl",
+                          "--waivers=configs/rubric_lint_waivers.yaml", "--config.max_new_tokens=64")
     assert waived.returncode == 0, waived.stderr
     assert "175 rubric(s), 2 finding(s), 2 waived" in waived.stderr and waived.stdout.count("waived: ") == 2
     bad = tmp_path / "waivers.yaml"
     bad.write_text("- {rubric: r, dimension: d, kind: typo, reason: x}\n")
-    usage = _lint_command("--rubric=configs/rubrics/medical_qa.yaml", f"--waivers={bad}")
+    usage = lint_command("--rubric=configs/rubrics/medical_qa.yaml", f"--waivers={bad}")
     assert usage.returncode == 2 and "kind='typo': expected one of" in usage.stderr
 
 
