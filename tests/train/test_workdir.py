@@ -148,7 +148,7 @@ def test_a_restart_refused_for_its_judge_leaves_every_file_as_it_was(tmp_path):
 
     exp = build(absolute_tiny_config(), tmp_path)
     assert exp.judge_hash == exp.rubric_info["judge"]["hash"] and len(exp.judge_hash) == 64
-    assert GRPOStage.checkpoint_extra(type("Stage", (), {"exp": exp, "ahead": None})())["judge_hash"] == exp.judge_hash
+    assert GRPOStage.checkpoint_extra(type("Stage", (), {"exp": exp, "ahead": None, "refresher": None})())["judge_hash"] == exp.judge_hash
     _refused_before_any_write(exp, {"updates_per_batch": 1, "judge_hash": "c9018083" * 8},
                               f"trained with judge c9018083c9018083..., this config's is {exp.judge_hash[:16]}")
 
@@ -201,7 +201,7 @@ def test_a_reward_model_run_records_its_reward_model_and_refuses_another_before_
     recorded = exp.rubric_info["reward_model"]
     assert exp.judge_hash == "" and exp.reward_model_hash == recorded["hash"] and len(recorded["hash"]) == 64
     assert recorded["checkpoint"] == config.reward.model_checkpoint and len(recorded["weights"]) == 64
-    extra = GRPOStage.checkpoint_extra(type("Stage", (), {"exp": exp, "ahead": None})())
+    extra = GRPOStage.checkpoint_extra(type("Stage", (), {"exp": exp, "ahead": None, "refresher": None})())
     assert extra["reward_model_hash"] == exp.reward_model_hash and extra["judge_hash"] == ""
     _refused_before_any_write(exp, {"updates_per_batch": 1, "judge_hash": "", "reward_model_hash": "5eed0001" * 8},
                               "trained with reward model 5eed00015eed0001..., this config's is "
