@@ -132,6 +132,10 @@ PEAKS = {"H200": (989.4e12, 4.8e12), "H100": (989.4e12, 3.35e12), "A100": (312e1
 # Seconds to compile one GRPO update (H200, jax 0.11.2: 24 s at 1.5B, 27 s at 7B on 2026-11-30), the unit of the
 # budget's compile estimates (rescaled by what the call measures).
 COMPILE_S = {"toy": 3.0, "1.5b": 25.0, "7b": 30.0}
+# The unrolled layers' update and log-probs programs (`model_config`: scan_layers=False) in those scanned-update
+# compiles: XLA's GPU compiler for an H200 on the 2-core CPU machine took 349-358 s for the 1.5B update unrolled
+# against 81 s scanned at the same load (AOT_RESULTS.md), so the budget does not learn a 4x scale from the first part.
+UNROLLED_COMPILES = 4.4
 # A generate program's per-layer loops (prefill window groups, decode segments) that compile as long as one GRPO
 # update: XLA's GPU compiler for an H200 on the 2-core CPU machine took 67 s for the 1.5B update and 163-315 s for
 # the judge part's generate (64 prompts in the 1536 bucket: 5 prefill groups + 1 decode segment), benchmarks/RESULTS.md.
@@ -622,6 +626,11 @@ def generate_compiles(prompt_tokens: int, new_tokens: int) -> float:
     return loops / LOOPS_PER_UPDATE_COMPILE
 
 
+def update_compiles(cfg: ModelConfig) -> float:
+    """An update program's compile time in scanned-update compiles: UNROLLED_COMPILES with the layers unrolled."""
+    return 1.0 if cfg.scan_layers else UNROLLED_COMPILES
+
+
 def estimate(name: str, cfg: ModelConfig, s: Settings, roofs: tuple[float, float]) -> tuple[float, float]:
     """A part's compiles (in GRPO-update compiles) and its seconds of work, from its shapes: FLOPs at MATMUL_SHARE of
     the measured matmul roof, bytes at BANDWIDTH_SHARE of the measured copy roof."""
@@ -636,7 +645,7 @@ def estimate(name: str, cfg: ModelConfig, s: Settings, roofs: tuple[float, float
 
     decode_steps = s.long + s.repeats * (s.long + s.short)
     if name == "grpo":
-        return 1, (1 + s.repeats) * matmul(update_flops(cfg, s))
+        return update_compiles(cfg), (1 + s.repeats) * matmul(update_flops(cfg, s))
     if name == "decode":  # the platform's kernel, then XLA attention beside it
         return 2 * generate_compiles(s.decode_prompt, s.long), 2 * decode_steps * read(decode_step_bytes(cfg, s))
     if name == "judge":  # the batch and the batch-1 program
@@ -654,11 +663,13 @@ def estimate(name: str, cfg: ModelConfig, s: Settings, roofs: tuple[float, float
     if name == "iteration":  # twice: the rollout, the judge's prefills (its decode is short), the log-probs and update
         spec = s.iter_judge
         judge_prompts = rows * len(_medical_dimensions()) * spec.samples * (1 + spec.max_retries)
-        compiles = sampler + generate_compiles(JUDGE_PROMPT_SLOTS, spec.max_new_tokens) + 1.5  # + update, log-probs
+        compiles = (sampler + generate_compiles(JUDGE_PROMPT_SLOTS, spec.max_new_tokens)
+                    + 1.5 * update_compiles(cfg))  # + update, log-probs
         return compiles, 2 * (rollout_s + matmul(2 * params * judge_prompts * JUDGE_PROMPT_SLOTS) + update_s)
     # run: the rollout and eval rollout samplers, log-probs, update (the tiny judge's programs are small); the
     # process start, two steps, two evals
-    return 2 * sampler + 1.5, PROCESS_START_S + 2 * (rollout_s + update_s) + 2 * rollout_s / s.iter_samples
+    return (2 * sampler + 1.5 * update_compiles(cfg),
+            PROCESS_START_S + 2 * (rollout_s + update_s) + 2 * rollout_s / s.iter_samples)
 
 
 def plan(sizes: list[str], parts: list[str], variants: list[tuple[str, int]], attentions: list[str],

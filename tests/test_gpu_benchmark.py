@@ -125,6 +125,20 @@ def test_budget_skips_what_cannot_fit_and_says_why(tmp_path):
                             r"the budget left", reason), reason
 
 
+def test_the_budget_counts_the_unrolled_update_compile():
+    """The parts' model has unrolled layers, whose update compiled 4.4x as long as a scanned one's: the estimate says
+    so, or the first part's overrun would scale every later estimate up to the 4x cap and skip parts that fit."""
+    gpu = _gpu_module()
+    cfg, s, roofs = gpu.model_config("1.5b"), gpu.Settings(), (1e15, 4e12)
+    assert not cfg.scan_layers
+    scanned = gpu.dataclasses.replace(cfg, scan_layers=True)
+    for part in ("grpo", "iteration", "run"):
+        (unrolled_compiles, work), (scanned_compiles, scanned_work) = (gpu.estimate(part, c, s, roofs)
+                                                                       for c in (cfg, scanned))
+        assert work == scanned_work and unrolled_compiles > scanned_compiles, part
+    assert gpu.estimate("grpo", cfg, s, roofs)[0] == gpu.UNROLLED_COMPILES
+
+
 def test_micro_batches_split_the_same_workload():
     """--micro changes only the micro-batching: the GRPO batch (prompts, rows) and its FLOPs are the same at every
     micro-batch count (on b4346d0 the group size was rows / micro: 1 micro-batch meant one prompt of 16 rows)."""
