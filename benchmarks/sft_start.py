@@ -96,6 +96,12 @@ def main(argv: list[str], *, config: flags.FlagHolder, sft_dir: flags.FlagHolder
         if not flag.value:
             print(f"benchmarks.sft_start: --{flag.name} is required", file=sys.stderr)
             sys.exit(2)
+    sft, sweep = Path(sft_dir.value).resolve(), Path(sweep_dir.value).resolve()
+    if sft == sweep or sft in sweep.parents or sweep in sft.parents:
+        print(f"benchmarks.sft_start: --sft_dir={sft_dir.value} and --sweep_dir={sweep_dir.value} overlap: the SFT runs "
+              "are the input the sweep's variant directories are copied from; give two separate directories",
+              file=sys.stderr)
+        sys.exit(2)
     try:
         seeded = seed_sweep(config.value, Path(sft_dir.value), Path(sweep_dir.value))
     except (ValueError, sweeps.SweepError) as e:

@@ -70,3 +70,13 @@ def test_an_sft_run_of_other_sft_settings_is_refused(tmp_path):
         sft_start.sft_run(config, tmp_path)
     with pytest.raises(ValueError, match="checkpoints: exists"):
         sft_start.start_from(tmp_path / "seed_0", tmp_path / "seed_0")
+
+
+@pytest.mark.parametrize("sweep", ["runs", "runs/sweep"])
+def test_a_sweep_dir_overlapping_the_sft_dir_is_refused_before_any_write(tmp_path, sweep):
+    """--sweep_dir equal to --sft_dir (or one inside the other) is refused with exit 2 before an SFT runs."""
+    holders = {n: type("Flag", (), {"name": n, "value": v})() for n, v in (
+        ("config", "configs/tiny_losses.py"), ("sft_dir", str(tmp_path / "runs")), ("sweep_dir", str(tmp_path / sweep)))}
+    with pytest.raises(SystemExit) as exit_info:
+        sft_start.main([], **holders)
+    assert exit_info.value.code == 2 and not (tmp_path / "runs").exists()
