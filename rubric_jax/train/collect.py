@@ -42,7 +42,7 @@ class Rollout:
     groups: tuple[tuple[int, int], ...]  # this process's B groups
     result: sampling.GenerationResult  # this process's rows (B·n) on the host: tokens, lengths (no log-probs)
     scored: RewardOutput  # all N rows
-    samples: list[dict[str, Any]]  # all N rows: question, response, reward, scores
+    samples: list[dict[str, Any]]  # all N rows: question, response, reward, scores (and hints: scaffold.sample_fields)
     lengths_N: np.ndarray
     truncated_N: np.ndarray  # stopped at max_new_tokens
     rows: slice  # this process's rows among the N
@@ -64,6 +64,7 @@ class LocalRollout:
     responses: list[str]
     timing: overlap.Timing | None = None
     hint_counts_Nx3: np.ndarray | None = None  # rl.rubric_hints: per row criteria shown, of, cut (these B·n rows)
+    hint_ids_N: tuple[tuple[str, ...], ...] | None = None  # rl.rubric_hints: per row the ids of the criteria shown
 
 
 def sample_and_score(exp: Experiment, params: Any, questions: list[data.Question], spec: RolloutSpec, key: jax.Array,
@@ -106,18 +107,17 @@ def start_sampling(exp: Experiment, params: Any, questions: list[data.Question],
         return samples
 
     sampled = [dispatch(0)]
-    counts = None if hinted is None else np.stack([hinted.shown_N, hinted.criteria_N, hinted.trimmed_N], axis=1)
     return lambda: _fetch_and_score(exp, questions, spec, judge_key, size, sampled, dispatch, timeline, judging,
-                                    counts)
+                                    hinted)
 
 
 def _fetch_and_score(exp: Experiment, questions: list[data.Question], spec: RolloutSpec, judge_key: jax.Array,
                      size: int, sampled: list[sampling.Samples], dispatch: Callable[[int], sampling.Samples],
                      timeline: overlap.Timeline | None, judging: Callable[[], contextlib.AbstractContextManager],
-                     hint_counts_Nx3: np.ndarray | None = None) -> LocalRollout:
+                     hinted: scaffold.HintedPrompts | None = None) -> LocalRollout:
     """Fetches and judges each of the rollout's sampler calls (the first already dispatched in `sampled`), each
     next call dispatched before the current one is fetched; the judges run inside `judging()`
-    (Experiment.base_judging)."""
+    (Experiment.base_judging); the rows carry `hinted`'s per-sample counts and criteria ids (rl.rubric_hints)."""
     chunks, parts = len(questions) // size, []
     for c in range(chunks):
         if c + 1 < chunks:
@@ -130,7 +130,9 @@ def _fetch_and_score(exp: Experiment, questions: list[data.Question], spec: Roll
                         _result_rows([result for result, _, _ in parts], rows),
                         _joined_calls([scored for _, _, scored in parts]),
                         [x for _, responses, _ in parts for x in responses],
-                        None if timeline is None else timeline.timing(), hint_counts_Nx3)
+                        None if timeline is None else timeline.timing(),
+                        None if hinted is None else np.stack([hinted.shown_N, hinted.criteria_N, hinted.trimmed_N], 1),
+                        None if hinted is None else tuple(hinted.shown_ids))
 
 
 def _score(exp: Experiment, questions: list[data.Question], result: sampling.GenerationResult, n: int,
@@ -168,11 +170,13 @@ def gather_rollout(local: LocalRollout, n: int, extra: Any = None) -> tuple[Roll
     expanded = [q.question for q in local.questions for _ in range(n)]
     finished = local.result.finish_reason == sampling.FINISH_LENGTH
     parts = distributed.all_gather_objects((local.scored, expanded, local.responses, local.result.lengths, finished,
-                                            extra, local.hint_counts_Nx3))
+                                            extra, local.hint_counts_Nx3, local.hint_ids_N))
     scored = concat_outputs([part[0] for part in parts])
     expanded, responses = [x for part in parts for x in part[1]], [x for part in parts for x in part[2]]
+    hint_ids = None if local.hint_ids_N is None else [x for part in parts for x in part[7]]
     samples = [{"question": expanded[i], "response": responses[i], "reward": float(scored.reward[i]),
-                "scores": {d: _json_float(scored.scores[i, c]) for c, d in enumerate(scored.dimension_ids)}}
+                "scores": {d: _json_float(scored.scores[i, c]) for c, d in enumerate(scored.dimension_ids)},
+                **({} if hint_ids is None else scaffold.sample_fields(hint_ids[i]))}
                for i in range(len(responses))]
     rows = slice(*distributed.block_bounds(len(responses)))
     return Rollout(local.sampled, local.groups, local.result, scored, samples,
@@ -218,7 +222,8 @@ def dynamic_rollout(exp: Experiment, params: Any, questions: list[data.Question]
     selected = LocalRollout(chosen_questions, tuple(s for local in rounds for s in local.sampled), groups, result,
                             scored, [rounds[r].responses[i] for r, i in rows],
                             sum(timings[1:], timings[0]) if timings else None,
-                            None if hints is None else np.stack([rounds[r].hint_counts_Nx3[i] for r, i in rows]))
+                            None if hints is None else np.stack([rounds[r].hint_counts_Nx3[i] for r, i in rows]),
+                            None if hints is None else tuple(rounds[r].hint_ids_N[i] for r, i in rows))
     seen, kept = sum(len(s) for s in stats), len(rule.kept(stats, len(questions)))
     counts = (kept, seen - kept, len(rounds), min(float(stats[r][g]) for r, g in chosen))
     gathered, every = gather_rollout(selected, spec.n, counts)

@@ -93,12 +93,13 @@ class StepHints:
 @dataclasses.dataclass(frozen=True)
 class HintedPrompts:
     """Each sample's prompt token ids (B·G, question-major) and per sample the criteria shown, its rubric's
-    criteria count, and the criteria cut to fit the prompt budget."""
+    criteria count, the criteria cut to fit the prompt budget, and the ids of the criteria shown."""
 
     ids: list[list[int]]
     shown_N: np.ndarray
     criteria_N: np.ndarray
     trimmed_N: np.ndarray
+    shown_ids: list[tuple[str, ...]]
 
 
 def hint_text(descriptions: Sequence[str], max_chars: int) -> str:
@@ -111,7 +112,7 @@ def hinted_prompts(tokenizer: Any, questions: Sequence[str], rubrics: Sequence[R
                    rng: np.random.Generator) -> HintedPrompts:
     """Every sample's prompt under `plan` (B questions x G samples): sample j of a question shows round(share_j x D)
     of its rubric's D criteria, drawn by `rng` (rubric order kept), dropping the last until it fits `budget` tokens."""
-    ids, shown, total, trimmed = [], [], [], []
+    ids, shown, total, trimmed, shown_ids = [], [], [], [], []
     for question, rubric in zip(questions, rubrics):
         plain = data.encode_prompts(tokenizer, [question])[0]
         descriptions = [d.description for d in rubric.dimensions]
@@ -123,7 +124,9 @@ def hinted_prompts(tokenizer: Any, questions: Sequence[str], rubrics: Sequence[R
             shown.append(row[1])
             total.append(len(descriptions))
             trimmed.append(k - row[1])
-    return HintedPrompts(ids, np.asarray(shown, np.int32), np.asarray(total, np.int32), np.asarray(trimmed, np.int32))
+            shown_ids.append(tuple(rubric.dimensions[i].id for i in chosen[:row[1]]))
+    return HintedPrompts(ids, np.asarray(shown, np.int32), np.asarray(total, np.int32), np.asarray(trimmed, np.int32),
+                         shown_ids)
 
 
 def _fitted(tokenizer: Any, question: str, descriptions: list[str], max_chars: int, budget: int
@@ -167,6 +170,12 @@ def _regrouped(x: jax.Array, *, processes: int, real: int, padded: int, sharding
     blocks = x.reshape(processes, -1, *x.shape[1:])[:, :real]
     blocks = jnp.pad(blocks, [(0, 0), (0, padded - real)] + [(0, 0)] * (x.ndim - 1))
     return jax.lax.with_sharding_constraint(blocks.reshape(processes * padded, *x.shape[1:]), sharding)
+
+
+def sample_fields(shown_ids: Sequence[str]) -> dict[str, Any]:
+    """A samples.jsonl row's hint fields (only with rl.rubric_hints on): whether its prompt showed any criterion, and
+    the ids of those it showed (rubric order), so a reader can filter or compare the responses that saw them."""
+    return {"hinted": bool(shown_ids), "hint_criteria": list(shown_ids)}
 
 
 def hint_metrics(plan: StepHints, shown_N: np.ndarray, criteria_N: np.ndarray, trimmed_N: np.ndarray

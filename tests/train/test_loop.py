@@ -155,6 +155,7 @@ def test_workdir_holds_everything_a_researcher_needs(uninterrupted):
     assert list((uninterrupted / "plots").glob("*.png"))
     samples = _rows(uninterrupted, "samples.jsonl")
     assert {"question", "response", "scores", "reward"} <= set(samples[0])
+    assert not {"hinted", "hint_criteria"} & set(samples[0])  # rl.rubric_hints' fields only when it is on
 
 
 def test_the_best_evaluated_checkpoint_is_kept_reported_and_exported(uninterrupted):

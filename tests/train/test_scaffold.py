@@ -66,6 +66,8 @@ def test_hinted_prompts_show_the_planned_criteria_within_the_budget(tokenizer):
     out = scaffold.hinted_prompts(tokenizer, ["Where is my order?"], [rubric], plan, 10_000, np.random.default_rng(0))
     assert out.shown_N.tolist() == [4, 2, 0] and out.criteria_N.tolist() == [4, 4, 4]
     assert out.trimmed_N.tolist() == [0, 0, 0] and out.ids[2] == plain
+    assert out.shown_ids[0] == ("d0", "d1", "d2", "d3") and len(out.shown_ids[1]) == 2 and out.shown_ids[2] == ()
+    assert list(out.shown_ids[1]) == sorted(out.shown_ids[1])  # rubric order
     text = tokenizer.decode(out.ids[0])
     assert scaffold.HINT_HEADER in text and "- " + "x" * 20 + "\n" in text and "x" * 21 not in text
     assert text.index("Short.") < text.index("Thanks the user.") < text.index("Names the topic.")  # rubric order
@@ -74,6 +76,8 @@ def test_hinted_prompts_show_the_planned_criteria_within_the_budget(tokenizer):
                                      np.random.default_rng(0))
     assert all(len(ids) <= budget for ids in fitted.ids)
     assert fitted.shown_N[0] < 4 and fitted.trimmed_N[0] == 4 - fitted.shown_N[0]
+    assert fitted.shown_ids[0] == ("d0", "d1", "d2", "d3")[:fitted.shown_N[0]]  # the criteria cut are not named
+    assert scaffold.sample_fields(fitted.shown_ids[2]) == {"hinted": False, "hint_criteria": []}
     metrics = scaffold.hint_metrics(plan, out.shown_N, out.criteria_N, out.trimmed_N)
     assert metrics == {"hints/step_factor": 1.0, "hints/planned_share": 0.5, "hints/rows": 2.0,
                        "hints/row_share": pytest.approx(2 / 3), "hints/criteria_share": 0.5, "hints/trimmed": 0.0}
@@ -113,8 +117,9 @@ class _Runner:
 
 
 def test_a_grpo_step_logs_the_schedule_and_updates_on_the_plain_prompt(tmp_path):
-    """Step 1 of 3 with a linear decay: rows 0-2 of each group of 4 are planned hinted, and the step's row (what the
-    runner writes to metrics.jsonl) holds the schedule. The update reads the plain prompts, so the old log-probs
+    """Step 1 of 3 with a linear decay: rows 0-2 of each group of 4 are planned hinted, the step's row (what the
+    runner writes to metrics.jsonl) holds the schedule, and each sample (samples.jsonl) says whether its prompt
+    showed criteria and which. The update reads the plain prompts, so the old log-probs
     recomputed there differ from the hinted sampler's: `logprob_gap/mean` is far above the float error it is
     without hints (below 1e-4: tests/train/test_loop.py)."""
     config = absolute_tiny_config()
@@ -122,6 +127,7 @@ def test_a_grpo_step_logs_the_schedule_and_updates_on_the_plain_prompt(tmp_path)
         config.rl.questions_per_step, config.rl.group_size, config.rl.max_new_tokens, config.rl.micro_batches = 2, 4, 8, 1
         config.rl.steps, config.rl.beta = 3, 0.0
         config.rl.rubric_hints, config.rl.rubric_hints_decay, config.rl.recompute_old_logprobs = 1.0, "linear", True
+        config.log.samples_per_step = 8
     exp = loop.build(config, tmp_path / "run")
     stage = grpo_stage.GRPOStage(exp, exp.initial_params())
     _, out = stage.step(stage.state, exp.train_questions[:2], 1, _Runner())
@@ -129,3 +135,7 @@ def test_a_grpo_step_logs_the_schedule_and_updates_on_the_plain_prompt(tmp_path)
     assert row["hints/step_factor"] == 1.0 and row["hints/planned_share"] == pytest.approx(0.5)
     assert 0 < row["hints/rows"] <= 6 and row["hints/criteria_share"] > 0  # rows 3 and 7 are plain
     assert row["logprob_gap/mean"] > 1e-3 and np.isfinite(row["loss"]) and row["skipped"] == 0.0
+    hinted = [s["hinted"] for s in out.samples]
+    assert len(hinted) == 8 and sum(hinted) == row["hints/rows"] and not hinted[3] and not hinted[7]
+    ids = {d.id for d in exp.rubric_of[exp.train_questions[0].id].dimensions}
+    assert all(s["hinted"] == bool(s["hint_criteria"]) and set(s["hint_criteria"]) <= ids for s in out.samples)
