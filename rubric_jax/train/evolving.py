@@ -21,7 +21,8 @@ Every N GRPO steps, once the step's groups are scored:
            never changes (open-instruct keeps its base rubric too): its gates and penalties stay, whatever an LLM writes.
 A change is a new version of the shared rubric (minor + 1, with a changelog entry) with a new content hash; the training
 questions' rubrics (shared + their own criteria) follow it, while eval and golden questions keep the starting rubric,
-so eval/reward_mean stays comparable across versions. Each GRPO row carries rubric/version and rubric/hash, and a
+so eval/reward_mean stays comparable across versions (rubrics are found by question id: a run whose eval questions
+share an id with a training question is refused at start-up, as golden ones always are). Each GRPO row carries rubric/version and rubric/hash, and a
 refresh's row rubric/added, rubric/retired and the counts. The state (current rubric, evolved ids, versions) is saved
 in each GRPO checkpoint's metadata, so a resumed run continues the same version sequence; every version is also
 written, atomically, to <workdir>/rubric_versions/<version>.json. The refresh runs on one process.
@@ -67,6 +68,21 @@ def check_start(rubric: Rubric, where: str, processes: int) -> None:
     if rubric.aggregation.method not in EXTENDABLE:
         raise ValueError(f"{where}: rl.rubric_refresh_every adds ungrouped integer-scale criteria; rubric "
                          f"{rubric.name!r} aggregates with {rubric.aggregation.method!r} (use one of {EXTENDABLE})")
+
+
+def check_held_out(train: Sequence[data.Question], evaluation: Sequence[data.Question]) -> None:
+    """At start-up: no eval question shares an id with a training question. A question's rubric is found by its id
+    (Experiment.rubric_of), so such an eval question would be scored with the evolved criteria, which are for the
+    training questions only (eval/reward_mean must stay comparable across versions)."""
+    train_source = {q.id: q.source for q in train}
+    shared = [q for q in evaluation if q.id in train_source]
+    if shared:
+        more = f" (and {len(shared) - 1} more)" if len(shared) > 1 else ""
+        raise ValueError(f"config.rl.rubric_refresh_every: question id {shared[0].id!r} is an eval question "
+                         f"({shared[0].source}) and a training question ({train_source[shared[0].id]}){more}; a "
+                         f"question's rubric is found by its id, so the evolved criteria would reach the eval "
+                         f"question: give the eval questions ids of their own (a held-out set), or set "
+                         f"config.rl.rubric_refresh_every=0")
 
 
 @dataclasses.dataclass(frozen=True)

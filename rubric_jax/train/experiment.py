@@ -311,6 +311,7 @@ def _load_inputs(settings: Settings, tokenizer: Any, mesh: jax.sharding.Mesh) ->
         _check_prompts_fit(tokenizer, settings, train + evaluation)
         if config.rl.rubric_refresh_every:
             evolving.check_start(shared_rubric, f"config.data.rubric={config.data.rubric}", jax.process_count())
+            evolving.check_held_out(train, evaluation)
     golden = golden_set.load_golden(config.data.golden, config.data.tfds_dir, shared_rubric, train,
                                     evaluation, config.data.golden_max_jaccard) if config.data.golden else None
     if golden is not None:

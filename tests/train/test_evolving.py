@@ -22,6 +22,7 @@ from rubric_jax.rubrics.io import load_rubric
 from rubric_jax.rubrics.schema import rubric_from_dict, rubric_to_dict
 from rubric_jax.train import blocks, checkpointing, evolving, grpo_stage, monitors, settings
 from rubric_jax.train.runner import TrainingError
+from tiny_config import absolute_tiny_config
 
 ROOT = Path(__file__).resolve().parents[2]
 RUBRIC = load_rubric(ROOT / "rubric_jax/assets/tiny/rubric.yaml")
@@ -63,6 +64,29 @@ def test_off_by_default_and_every_value_checked_at_start_up():
                                                    "'healthbench_points'")):
         evolving.check_start(points, "r.yaml", 1)
     evolving.check_start(RUBRIC, "r.yaml", 1)
+
+
+def test_an_eval_question_sharing_a_training_id_is_refused_at_start_up(tmp_path):
+    """A question's rubric is found by its id, so an eval question with a training question's id would be scored with
+    the evolved criteria: refused in one line naming the id and both sources (here the same file), before any model
+    or judge loads; ids of their own pass."""
+    from rubric_jax.train import loop
+
+    train = [data.Question(f"q{i}", "?", "t", "en", source=f"train.jsonl:{i + 1}") for i in range(3)]
+    held = [data.Question("e0", "?", "t", "en", source="eval.jsonl:1")]
+    evolving.check_held_out(train, held)
+    with pytest.raises(ValueError, match=re.escape(
+            "question id 'q2' is an eval question (eval.jsonl:2) and a training question (train.jsonl:3) "
+            "(and 1 more); a question's rubric is found by its id")):
+        evolving.check_held_out(train, held + [data.Question(i, "?", "t", "en", source=f"eval.jsonl:{n}")
+                                               for n, i in ((2, "q2"), (3, "q0"))])
+    config = absolute_tiny_config()
+    with config.unlocked():
+        config.rl.rubric_refresh_every, config.data.eval = 2, config.data.train
+    with pytest.raises(ValueError, match=r"^config.rl.rubric_refresh_every: question id 'cs-en-00-0' is an eval "
+                                         r"question \(\S+questions_train.jsonl:1\) and a training question "
+                                         r"\(\S+questions_train.jsonl:1\) \(and 31 more\)"):
+        loop.build(config, tmp_path / "run")
 
 
 # ------------------------------------------------------------------------------------------------ a refresh
