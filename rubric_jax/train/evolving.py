@@ -20,12 +20,12 @@ Every N GRPO steps, once the step's groups are scored:
            `rl.rubric_retire_saturation` retires: it gives GRPO no signal any more. The rubric the run started with
            never changes (open-instruct keeps its base rubric too): its gates and penalties stay, whatever an LLM writes.
 A change is a new version of the shared rubric (minor + 1, with a changelog entry) with a new content hash; the training
-questions' rubrics (shared + their own criteria) follow it, while eval and golden questions keep the starting rubric,
-so eval/reward_mean stays comparable across versions (rubrics are found by question id: a run whose eval questions
-share an id with a training question is refused at start-up, as golden ones always are). Each GRPO row carries rubric/version and rubric/hash, and a
-refresh's row rubric/added, rubric/retired and the counts. The state (current rubric, evolved ids, versions) is saved
-in each GRPO checkpoint's metadata, so a resumed run continues the same version sequence; every version is also
-written, atomically, to <workdir>/rubric_versions/<version>.json. The refresh runs on one process.
+questions' rubrics (shared + their own criteria) follow it, while eval and golden questions keep the starting rubric, so
+eval/reward_mean stays comparable across versions (rubrics are found by question id: a run whose eval questions share an
+id with a training question is refused at start-up, as golden ones always are). Each GRPO row carries rubric/version and
+rubric/hash, and a refresh's row rubric/added, rubric/retired and the counts. The state (current rubric, evolved ids,
+versions) is saved in each GRPO checkpoint's metadata, so a resumed run continues the same version sequence; every
+version is also written, atomically, to <workdir>/rubric_versions/<version>.json. The refresh runs on one process.
 """
 
 from __future__ import annotations
