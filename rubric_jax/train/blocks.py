@@ -261,7 +261,9 @@ class RLBlock(Block):
         "refill from the next questions (shapes stay those of one round).")
     dynamic_sampling_min_spread: float = setting(0.0, "A group is kept when max - min of its rewards exceeds this "
                                                       "(rubric rewards are continuous).")
-    dynamic_sampling_max_rounds: int = setting(2, "Most extra sampling rounds per step; then the least-flat dropped "
+    dynamic_sampling_max_rounds: int = setting(2, "Most extra sampling rounds per step, of dynamic_sampling and of "
+                                                  "group_selection alike (one refill mechanism, one rule at a time; "
+                                                  "top_variance(p) needs ceil(1/p) - 1); then the least-flat dropped "
                                                   "groups fill the batch.", bounds=(1, 100))
     off_policy_steps: int = setting(0, "1: sample and judge step t + 1 while step t updates (train/off_policy.py; verl "
                                        "one-step off-policy, AReaL, SkyRL); needs recompute_old_logprobs and "

@@ -166,7 +166,8 @@ def shaping(rl: blocks.RLBlock) -> rollout.Shaping:
 
 def dynamic_sampling(rl: blocks.RLBlock) -> DynamicSampling | None:
     """The refill rounds' settings (train/dynamic.py) with DAPO's spread rule (rl.dynamic_sampling_*) or
-    rl.group_selection's rule (its rounds bounded by rl.dynamic_sampling_max_rounds), or None when both are off."""
+    rl.group_selection's rule (its rounds bounded by rl.dynamic_sampling_max_rounds too: one refill mechanism, one
+    rule at a time, so one bound; DAPO's spread threshold is refused with it), or None when both are off."""
     try:
         selection = parse_group_selection(rl.group_selection)
     except ValueError as e:
@@ -176,6 +177,10 @@ def dynamic_sampling(rl: blocks.RLBlock) -> DynamicSampling | None:
               "threshold: set one of the two (both refill from the next questions)")
     if selection is None and not rl.dynamic_sampling:
         return None
+    if selection is not None and rl.dynamic_sampling_min_spread:
+        _fail("rl.dynamic_sampling_min_spread", rl.dynamic_sampling_min_spread, f"it is rl.dynamic_sampling's "
+              f"spread threshold; rl.group_selection={rl.group_selection!r} keeps groups by their std and would "
+              f"ignore it (only rl.dynamic_sampling_max_rounds, the refill rounds' bound, applies to both)")
     try:
         rule = DynamicSampling(rl.dynamic_sampling_min_spread, rl.dynamic_sampling_max_rounds, *selection or ())
     except ValueError as e:
@@ -183,7 +188,8 @@ def dynamic_sampling(rl: blocks.RLBlock) -> DynamicSampling | None:
     rounds = rule.rounds_needed()
     if rounds is not None and rounds > rule.max_rounds + 1:
         _fail("rl.group_selection", rl.group_selection, f"keeping that top fraction takes {rounds} sampling rounds "
-              f"a step, rl.dynamic_sampling_max_rounds={rule.max_rounds} allows {rule.max_rounds + 1}")
+              f"a step, rl.dynamic_sampling_max_rounds={rule.max_rounds} allows {rule.max_rounds + 1}: set "
+              f"rl.dynamic_sampling_max_rounds={rounds - 1} (it bounds group_selection's refill rounds too)")
     return rule
 
 

@@ -53,8 +53,14 @@ def test_the_rule_is_parsed_checked_at_start_up_and_off_by_default():
         _validate(group_selection="zero_std", dynamic_sampling=True)
     with pytest.raises(ValueError, match=re.escape(
             "config.rl.group_selection='top_variance(0.25)': keeping that top fraction takes 4 sampling rounds a step, "
-            "rl.dynamic_sampling_max_rounds=2 allows 3")):
+            "rl.dynamic_sampling_max_rounds=2 allows 3: set rl.dynamic_sampling_max_rounds=3 (it bounds "
+            "group_selection's refill rounds too)")):
         _validate(group_selection="top_variance(0.25)")
+    assert _validate(group_selection="top_variance(0.25)", dynamic_sampling_max_rounds=3).max_rounds == 3
+    with pytest.raises(ValueError, match=re.escape(  # DAPO's threshold would be ignored: one shared key is enough
+            "config.rl.dynamic_sampling_min_spread=0.05: it is rl.dynamic_sampling's spread threshold; "
+            "rl.group_selection='zero_std' keeps groups by their std and would ignore it")):
+        _validate(group_selection="zero_std", dynamic_sampling_min_spread=0.05)
 
 
 def test_top_variance_samples_one_over_p_rounds_and_keeps_no_group_outside_the_top_p():
