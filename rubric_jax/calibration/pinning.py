@@ -23,6 +23,12 @@ from rubric_jax.judges.spec import (FIELD_DEFAULTS, HASHED_OFF_DEFAULT, JudgeSpe
 from rubric_jax.rubrics.schema import Dimension, Rubric, canonical_json, dimension_to_dict
 
 PIN_FIELD = "pinned"  # report.json's section: {"judge": spec.describe(...), "rubrics": [...]}
+# Why a run's judge.share_policy_base judge matches no report, and what a report of its base can still tell.
+SHARED_BASE_UNPINNED = (
+    "a judge sharing the policy's base is pinned to no report: calibrate cannot run it, and its hash names the run's "
+    "base, not a directory. A report of that base loaded as a judge measured the same verdicts if the base is that "
+    "checkpoint (no SFT stage before GRPO) in the same dtypes: read it as evidence with judge.require_calibration "
+    "off, and audit the run with config.audit.judge")
 _AGGREGATION_ONLY = ("weight", "gate", "group")  # dimension fields the judge never reads
 
 
@@ -50,7 +56,10 @@ def pair_record(spec: JudgeSpec, rubrics: Sequence[Rubric]) -> dict[str, Any]:
 
 def judge_differences(spec: JudgeSpec, recorded: dict[str, Any]) -> list[str]:
     """What differs between `spec` and the judge a report recorded, one phrase each ("max_new_tokens 64 != 256
-    in report.json", "weights of DIR changed"); empty when the judge hashes agree."""
+    in report.json", "weights of DIR changed"); empty when the judge hashes agree. A judge sharing the policy's
+    base differs from every report (SHARED_BASE_UNPINNED says why and what to do)."""
+    if spec.share_policy_base:
+        return [SHARED_BASE_UNPINNED]
     diffs = []
     # A field hashed only off its default is compared always: a report from before it existed had the default.
     fields = {**verdict_fields(spec), **{name: getattr(spec, name) for name in HASHED_OFF_DEFAULT}}

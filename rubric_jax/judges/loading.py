@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rubric_jax.judges.spec import MAX_PROMPT_TOKENS, JudgeSpec, judge_hash, prompt_budget
+from rubric_jax.judges.spec import MAX_PROMPT_TOKENS, NO_BASE_TO_SHARE, JudgeSpec, judge_hash, prompt_budget
 
 if TYPE_CHECKING:  # jax loads only when judges are loaded
     import jax
@@ -68,8 +68,7 @@ def load_judges(spec: JudgeSpec, layout_or_mesh: sharding.Layout | jax.sharding.
     from rubric_jax.models.config import ModelConfig
 
     if spec.share_policy_base:
-        raise ValueError(f"{where}.share_policy_base=True: only an experiment whose GRPO stage trains through LoRA "
-                         "has a policy base to share (experiments.run); name a judge checkpoint here")
+        raise ValueError(f"{where}.{NO_BASE_TO_SHARE}")
     if spec.backend == "openai":
         return (_endpoint_judge(spec, where, max_prompt_tokens),)
     if layout_or_mesh is None:

@@ -461,13 +461,20 @@ def judge_hash(spec: JudgeSpec) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+# Why a standalone command (score, calibrate, evaluate, ...) refuses share_policy_base, and what to run instead.
+NO_BASE_TO_SHARE = ("share_policy_base=True: only an experiment whose GRPO stage trains through LoRA has a policy base "
+                    "to share (experiments.run); name a judge checkpoint here. To calibrate the judge a run shares, "
+                    "calibrate its base loaded as a judge (judge.checkpoint=the run's model.checkpoint, when no SFT "
+                    "stage precedes GRPO): the same weights give the same verdicts, but the run reads that report as "
+                    "evidence, not as its pinned pair (docs/judges.md)")
+
+
 def _shared_identity(spec: JudgeSpec) -> list[str]:
     """[the policy base's identity] with share_policy_base (a ValueError where no experiment set it), else []."""
     if not spec.share_policy_base:
         return []
     if not spec.policy_base:
-        raise ValueError("judge.share_policy_base=True: only an experiment whose GRPO stage trains through LoRA has a "
-                         "policy base to share (experiments.run); name a judge checkpoint here")
+        raise ValueError(f"judge.{NO_BASE_TO_SHARE}")
     return [f"policy base {spec.policy_base}"]
 
 

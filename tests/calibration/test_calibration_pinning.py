@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from rubric_jax.calibration.labels import LabelledItem
-from rubric_jax.calibration.pinning import PIN_FIELD, check_calibration
+from rubric_jax.calibration.pinning import PIN_FIELD, SHARED_BASE_UNPINNED, check_calibration
 from rubric_jax.calibration.report import REPORT_JSON, REPORT_MD, write_calibration
 from rubric_jax.calibration.run import Settings, calibrate
 from rubric_jax.judges.spec import JudgeSpec, judge_hash
@@ -154,6 +154,20 @@ def test_require_calibration_refuses_an_uncovered_or_flagged_pair(report_path):
         check(report_path, require_calibration=True)
     case_wise = rubric([ACCURACY, LENGTH, POLITE], name="pinned")  # tone not used: the rest is covered
     assert check(report_path, rubrics=[case_wise], require_calibration=True).ok
+
+
+def test_a_judge_sharing_the_policys_base_is_pinned_to_no_report_and_says_what_to_do(report_path):
+    """The report measured the tiny judge loaded from its directory; a run's judge.share_policy_base judge (here over
+    that very base) has another hash, and each line says why and what the report still tells, not the two raw field
+    differences; require_calibration names the way out."""
+    shared = dict(checkpoints=(), share_policy_base=True, policy_base="a" * 64)
+    lines = check(report_path, **shared).lines()
+    assert len(lines) == 3 and all("NOT the calibrated (rubric, judge) pair: " + SHARED_BASE_UNPINNED in line
+                                   for line in lines)
+    assert not any("share_policy_base True != False" in line for line in lines)
+    with pytest.raises(ValueError, match=r"does not cover 3 LLM dimension\(s\): .*read it as evidence with "
+                                         r"judge.require_calibration off"):
+        check(report_path, require_calibration=True, **shared)
 
 
 def test_a_missing_report_names_the_field(tmp_path):

@@ -95,8 +95,9 @@ def test_the_shared_judges_hash_names_the_policys_base():
     spec = _spec(checkpoints=(), share_policy_base=True)
     with pytest.raises(ValueError, match="only an experiment whose GRPO stage trains through LoRA"):
         judge_hash(spec)  # a standalone command has no policy base to name
-    with pytest.raises(ValueError, match=r"--judge.share_policy_base=True: only an experiment"):
-        load_judges(spec, where="--judge")
+    with pytest.raises(ValueError, match=r"--judge.share_policy_base=True: only an experiment.*To calibrate the judge "
+                                         r"a run shares, calibrate its base loaded as a judge \(judge.checkpoint="):
+        load_judges(spec, where="--judge")  # what experiments.calibrate says to --judge.share_policy_base=True
     one, other = (dataclasses.replace(spec, policy_base=b) for b in ("a" * 64, "b" * 64))
     assert judge_hash(one) == judge_hash(dataclasses.replace(one)) != judge_hash(other)
     assert judge_hash(one) != judge_hash(_spec())
