@@ -17,7 +17,7 @@ from first_grpo_step import first_grpo_step
 from rubric_jax import config_boundary, grpo
 from rubric_jax.judges.reward import RewardOutput
 from rubric_jax.rubrics.schema import Rubric
-from rubric_jax.train import collect, dynamic, grpo_stage, rollout, settings
+from rubric_jax.train import collect, dynamic, grpo_stage, rollout, scaffold, settings
 from test_grpo_recipe import _LOG, _dim, _scored
 from test_overlap import experiment, varied_rubric  # noqa: F401 (the fixture: rewards that vary)
 from tiny_config import absolute_tiny_config
@@ -150,6 +150,27 @@ def test_a_grpo_iteration_refills_one_round_and_trains_on_the_top_half(experimen
         "dynamic/seen_groups": 32.0, "dynamic/kept_groups": 16.0, "dynamic/dropped_groups": 16.0,
         "dynamic/rounds": 2.0, "dynamic/threshold_reached": pytest.approx(min(std[rg] for rg in top), rel=1e-6)}
     assert row["zero_std_frac"] == 0.0 and np.isfinite(row["loss"]) and row["skipped"] == 0.0
+
+
+def test_the_kept_hinted_samples_keep_their_hint_marks(experiment, monkeypatch):
+    """rl.rubric_hints with a refill (train/scaffold.py): each sample of the batch, whichever round it came from,
+    carries in samples.jsonl the hint marks of the row that sampled it (row 0 of each group of 2 hinted, row 1 plain)."""
+    rounds = []
+    sample_and_score = collect.sample_and_score
+    monkeypatch.setattr(collect, "sample_and_score", lambda *a, **k: rounds.append(sample_and_score(*a, **k)) or
+                        rounds[-1])
+    questions, plan = experiment.train_questions, scaffold.StepHints(np.array([1.0, 0.0]), 1.0, 300)
+    out, _ = collect.dynamic_rollout(experiment, experiment.initial_params(), questions[:16],
+                                     experiment.settings.train_rollout, jax.random.key(5), lambda: questions[16:32],
+                                     TOP_HALF, grpo_stage._group_statistic(experiment, TOP_HALF), hints=plan)
+    marks = {}
+    for local in rounds:
+        for i, ids in enumerate(local.hint_ids_N):
+            marks.setdefault((local.questions[i // 2].question, local.responses[i]), []).append(list(ids))
+    assert len(rounds) == 2 and len(out.samples) == 32 and all(rounds[r].hint_ids_N[1::2] == ((),) * 16 for r in (0, 1))
+    assert all(s["hint_criteria"] in marks[s["question"], s["response"]] and s["hinted"] == bool(s["hint_criteria"])
+               for s in out.samples)
+    assert sum(s["hinted"] for s in out.samples) == int((out.hint_counts_Nx3[:, 0] > 0).sum()) > 0
 
 
 def test_a_run_killed_mid_way_resumes_to_the_rows_it_had_written(tmp_path, command_server):
