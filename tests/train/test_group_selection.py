@@ -154,7 +154,8 @@ def test_a_grpo_iteration_refills_one_round_and_trains_on_the_top_half(experimen
 
 def test_the_kept_hinted_samples_keep_their_hint_marks(experiment, monkeypatch):
     """rl.rubric_hints with a refill (train/scaffold.py): each sample of the batch, whichever round it came from,
-    carries in samples.jsonl the hint marks of the row that sampled it (row 0 of each group of 2 hinted, row 1 plain)."""
+    carries in samples.jsonl the hint marks of the row that sampled it (row 0 of each group of 2 hinted, row 1
+    plain)."""
     rounds = []
     sample_and_score = collect.sample_and_score
     monkeypatch.setattr(collect, "sample_and_score", lambda *a, **k: rounds.append(sample_and_score(*a, **k)) or
