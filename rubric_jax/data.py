@@ -32,6 +32,7 @@ TFDS_PREFIX = "tfds:"
 
 _QUESTION_FIELDS = {"id": str, "question": str, "category": str, "lang": str}
 _QUESTION_OPTIONAL = {"keywords", "difficulty", "rubric", "reference", "labels"}
+_ROW_FIELD = {"extra_dimensions": "rubric", "replace_rubric": "rubric"}  # Question field -> the row field it is from
 _SFT_FIELDS = {"id": str, "prompt": str, "response": str}
 _SFT_OPTIONAL = {"category", "lang"}
 
@@ -166,6 +167,31 @@ def questions_from_rows(rows: Iterable[tuple[str, dict[str, Any]]], source: str)
     if not questions:
         raise DataError(f"{source}: no questions")
     return questions
+
+
+def _differences(a: Question, b: Question) -> list[str]:
+    """The row fields in which two questions differ ('rubric' for their case-wise criteria)."""
+    fields = [f.name for f in dataclasses.fields(Question) if f.compare and getattr(a, f.name) != getattr(b, f.name)]
+    return sorted({_ROW_FIELD.get(name, name) for name in fields})
+
+
+def check_split_ids(first: tuple[str, Sequence[Question]], second: tuple[str, Sequence[Question]]) -> None:
+    """Raise unless every id the two (config key, questions) splits share names identical rows.
+
+    A run finds a question's rubric by its id in one table for every split (Experiment.rubric_of), and its logs
+    name questions by id: two different rows under one id would score one with the other's rubric. The same file
+    used for both splits (identical rows) is fine.
+    """
+    (first_key, first_rows), (second_key, second_rows) = first, second
+    by_id = {q.id: q for q in first_rows}
+    clashes = [(by_id[q.id], q) for q in second_rows if q.id in by_id and by_id[q.id] != q]
+    if clashes:
+        a, b = clashes[0]
+        more = f" (and {len(clashes) - 1} more such id{'s' if len(clashes) > 2 else ''})" if len(clashes) > 1 else ""
+        raise DataError(f"config.{second_key}: question id {a.id!r} names different rows in config.{first_key} "
+                        f"({a.source}) and config.{second_key} ({b.source}), differing in {_differences(a, b)}{more}; "
+                        f"a question's rubric is found by its id, so one row would be scored with the other's: give "
+                        f"the rows ids of their own, or make them identical")
 
 
 def load_questions(path: str | Path) -> list[Question]:

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
@@ -122,6 +123,29 @@ def test_replace_rubric_row_round_trips(tmp_path):
     path = _write(tmp_path / "q.jsonl", [ROW | {"rubric": {"replace": rubric_to_dict(own)}}])
     (q,) = data.load_questions(path)
     assert q.replace_rubric == own and q.replace_rubric.content_hash == own.content_hash
+
+
+def test_an_id_shared_across_splits_must_name_identical_rows(tmp_path):
+    extra = {"id": "kw", "description": "names the topic", "kind": "rule", "scale": {"kind": "binary"},
+             "anchors": {"0": "no", "1": "yes"}, "rule": "keywords", "params": {"words": ["refund"]}}
+    rows = [ROW, ROW | {"id": "q2", "rubric": {"extra": [extra]}}, ROW | {"id": "q3"}]
+    train = data.load_questions(_write(tmp_path / "train.jsonl", rows))
+    data.check_split_ids(("data.train", train), ("data.eval", train))  # the same file for both splits runs
+    same = data.load_questions(_write(tmp_path / "same.jsonl", [ROW | {"id": "q3"}, ROW | {"id": "e1"}]))
+    data.check_split_ids(("data.train", train), ("data.eval", same))  # an identical row read from another file too
+    clashing = data.load_questions(_write(tmp_path / "eval.jsonl", [
+        ROW | {"id": "e1"}, ROW | {"id": "q2"}, ROW | {"id": "q1", "reference": "Ask the seller."},
+        ROW | {"id": "q3", "question": "Where is my parcel?"}]))
+    with pytest.raises(data.DataError) as e:
+        data.check_split_ids(("data.train", train), ("data.eval", clashing))
+    assert str(e.value) == (
+        f"config.data.eval: question id 'q2' names different rows in config.data.train ({tmp_path}/train.jsonl:2) "
+        f"and config.data.eval ({tmp_path}/eval.jsonl:2), differing in ['rubric'] (and 2 more such ids); a "
+        "question's rubric is found by its id, so one row would be scored with the other's: give the rows ids of "
+        "their own, or make them identical")
+    for row, field in ((ROW | {"reference": "Ask the seller."}, "reference"), (ROW | {"question": "Why?"}, "question")):
+        with pytest.raises(data.DataError, match=re.escape(f"differing in [{field!r}];")):
+            data.check_split_ids(("data.train", train), ("data.eval", [data.question_from_row(row, "e.jsonl:1")]))
 
 
 # ----------------------------------------------------------------------------------------- tokenising

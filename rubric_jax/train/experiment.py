@@ -304,6 +304,7 @@ def _load_inputs(settings: Settings, tokenizer: Any, mesh: jax.sharding.Mesh) ->
     shared_rubric = load_rubric(config.data.rubric)
     train = data.load_question_set(config.data.train, config.data.tfds_dir, "train")
     evaluation = data.load_question_set(config.data.eval, config.data.tfds_dir, "eval")[: config.eval.max_questions]
+    data.check_split_ids(("data.train", train), ("data.eval", evaluation))  # one rubric table keyed by id
     if settings.rl is not None:
         _check_rollouts_divide(settings.rl, settings.grpo.group_size, mesh)
         distributed.check_divides(settings.rl.questions_per_step, "rl.questions_per_step")

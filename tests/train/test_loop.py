@@ -307,6 +307,28 @@ def test_a_question_longer_than_max_prompt_len_fails_at_load_time_naming_file_an
     assert not (tmp_path / "run").exists()
 
 
+def test_an_eval_question_reusing_a_training_id_with_another_rubric_is_refused_at_start_up(tmp_path):
+    """Experiment.rubric_of is one table keyed by question id: an eval row reusing a training id with other
+    criteria replaced the training row's rubric, so the training question was rewarded by the eval rubric. Now
+    build refuses before anything is written, naming both rows (identical rows, one file for both, still run)."""
+    from rubric_jax import data
+    from rubric_jax.train import loop
+
+    config = absolute_tiny_config()
+    rows = [json.loads(line) for line in Path(config.data.train).read_text().splitlines()]
+    rows[1].pop("rubric")  # the shared rubric only, where training adds case-wise criteria
+    rows[2]["reference"] = "Write to the seller."
+    Path(tmp_path / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:4]))
+    with config.unlocked():
+        config.data.eval = str(tmp_path / "eval.jsonl")
+    with pytest.raises(data.DataError, match=re.escape(
+            f"config.data.eval: question id {rows[1]['id']!r} names different rows in config.data.train "
+            f"({config.data.train}:2) and config.data.eval ({tmp_path}/eval.jsonl:2), differing in ['rubric'] (and 1 "
+            f"more such id)")):
+        loop.build(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_judge_whose_prompts_never_fit_is_refused_at_start_up(tmp_path):
     """Issue 24, R3: with judge.max_new_tokens=500 the tiny judge's 512-token context leaves 12 tokens, shorter
     than any politeness prompt; the run trained without the dimension (reward/politeness NaN, exit 0). Now build
