@@ -15,7 +15,8 @@ safetensors headers and sizes, a few KiB at both ends of every tensor, and the t
 8 KiB per tensor, so an 8B judge costs milliseconds, never its gigabytes). A path is not part of the hash:
 the same weights copied elsewhere are the same judge, and retrained weights in the same directory are not.
 A judge sharing the policy's LoRA base (share_policy_base) has no checkpoint: its hash holds the base's identity
-(`policy_base`, set by the experiment), so its verdicts are never mixed with another judge's.
+with the tokenizer it reads (`policy_base`, set by the experiment), so its verdicts are never mixed with another
+judge's.
 A served judge's (backend=openai) hash also holds the weights identity its endpoint reports for the model behind
 judge.model (experiments.serve reports one); an endpoint that reports none is fingerprinted by the verdict store.
 """
@@ -27,7 +28,7 @@ import hashlib
 import json
 import re
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -180,8 +181,8 @@ class JudgeSpec(schema.Block):
         "docs/training.md \"LoRA runs\"). checkpoint must be \"\".")
     # Not a config field: calibration's position probe lists anchors (and all_criteria criteria) reversed.
     reverse_order: bool = False
-    # Not a config field: with share_policy_base, the policy base's identity (set by the experiment that shares it:
-    # train/experiment.py), hashed as the judge's weights identity.
+    # Not a config field: with share_policy_base, the policy base's identity with its tokenizer's and dtypes (set by
+    # the experiment that shares it: train/experiment.py), hashed as the judge's weights identity.
     policy_base: str = ""
 
     def __post_init__(self) -> None:
@@ -418,10 +419,25 @@ def weights_identity(checkpoint_dir: str | Path) -> str:
                 for start in sorted({begin, max(begin, end - TENSOR_EDGE_BYTES)}):
                     f.seek(8 + length + start)
                     digest.update(f.read(min(TENSOR_EDGE_BYTES, end - start)))
+    for chunk in _tokenizer_chunks(root):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def tokenizer_identity(tokenizer_dir: str | Path) -> str:
+    """sha256 hex of a tokenizer directory's tokenizer and chat-template files (the part of `weights_identity` a
+    judge's prompts and parsed answers depend on), for a judge that reads a tokenizer of its own directory."""
+    digest = hashlib.sha256()
+    for chunk in _tokenizer_chunks(Path(tokenizer_dir)):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _tokenizer_chunks(root: Path) -> Iterator[bytes]:
+    """Name and content of each TOKENIZER_FILES file present in `root`, in that order, as hashed."""
     for name in TOKENIZER_FILES:
         if (root / name).is_file():
-            digest.update(f"\0{name}\0".encode() + (root / name).read_bytes())
-    return digest.hexdigest()
+            yield f"\0{name}\0".encode() + (root / name).read_bytes()
 
 
 def verdict_fields(spec: JudgeSpec) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from rubric_jax.judges.reward_model import RewardModelReward, load_reward_model
 from rubric_jax.judges.backends import SharedBaseBackend
 from rubric_jax.judges.loading import load_cascade, load_judges, open_verdict_store, shared_base_judge
 from rubric_jax.judges.scorers import split_by_reads
-from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge, weights_identity
+from rubric_jax.judges.spec import JudgeSpec, describe as describe_judge, tokenizer_identity, weights_identity
 from rubric_jax.judges.store import VerdictStore
 from rubric_jax.models.checkpoint import CheckpointError, load_tokenizer
 from rubric_jax.rubrics import lint
@@ -174,13 +174,17 @@ def stage_base_identity(settings: Settings, model_dir: str, stage: str) -> str |
     return hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()
 
 
-def _share_policy_base(settings: Settings, model_dir: str, lay: run_programs.Layouts) -> Settings:
-    """With judge.share_policy_base, the settings whose judge spec names the GRPO stage's base (its identity and the
-    dtypes the judge reads it in: the judge hash, so verdicts are not mixed with another judge's); else unchanged."""
+def shared_base_settings(settings: Settings, model_dir: str, tokenizer_dir: str,
+                       lay: run_programs.Layouts) -> Settings:
+    """With judge.share_policy_base, the settings whose judge spec names the GRPO stage's base (its identity, the
+    tokenizer the judge reads its prompts and answers with, which model.tokenizer may take from another directory,
+    and the dtypes it reads the base in: the judge hash, so verdicts are not mixed with another judge's); else
+    unchanged."""
     judge = settings.config.judge
     if not judge.share_policy_base:
         return settings
-    identity = (f"{stage_base_identity(settings, model_dir, 'grpo')} decoded in {lay.decode_dtype}, computing in "
+    identity = (f"{stage_base_identity(settings, model_dir, 'grpo')} read with tokenizer "
+                f"{tokenizer_identity(tokenizer_dir)}, decoded in {lay.decode_dtype}, computing in "
                 f"{lay.model.compute_dtype}")
     config = dataclasses.replace(settings.config, judge=dataclasses.replace(judge, policy_base=identity))
     return dataclasses.replace(settings, config=config)
@@ -223,7 +227,7 @@ def build(settings: Settings, record: ConfigRecord, workdir: str | Path) -> Expe
     model_cfg = run_settings.model_config(config.model)
     run_settings.check_positions(settings, model_cfg.max_position_embeddings)
     lay = run_programs.layouts(settings.mesh, model_cfg, adapters=settings.lora)
-    settings = _share_policy_base(settings, model_dir, lay)
+    settings = shared_base_settings(settings, model_dir, tokenizer_dir, lay)
     _check_rollout_chunks(settings, lay.decode.batch_multiple)
     settings.off_policy.check_processes(jax.process_count())
     try:

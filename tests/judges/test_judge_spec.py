@@ -144,6 +144,12 @@ def test_weights_identity_tells_same_shaped_judges_apart_and_ignores_the_path(tm
     assert weights_identity(copy) != identities[0]
 
 
+def test_weights_identity_of_a_shipped_judge_is_pinned():
+    """Verdict stores, calibration reports and checkpoints hold judge hashes built on this identity: a change in
+    how it is computed (its tokenizer part is shared with tokenizer_identity) would orphan every one of them."""
+    assert weights_identity(TINY_JUDGES[0]) == "aeb39b2fa5b0d87be51015fe37f79f04bab75b119d569cd18fac3623caaabf4a"
+
+
 def test_weights_identity_sees_a_changed_tensor_edge_but_reads_no_tensor_middle(tmp_path):
     copy = shutil.copytree(TINY_JUDGES[0], tmp_path / "copy")
     weights = copy / "model.safetensors"

@@ -6,6 +6,7 @@ names the base, and the combinations that have no base to share are refused at s
 from __future__ import annotations
 
 import dataclasses
+import shutil
 
 import jax
 import numpy as np
@@ -21,7 +22,7 @@ from rubric_jax.models import lora
 from rubric_jax.models.checkpoint import load_tokenizer
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.rubrics.io import load_rubric
-from rubric_jax.train import programs as run_programs, settings as run_settings
+from rubric_jax.train import experiment, programs as run_programs, settings as run_settings
 from rubric_jax import sharding
 from tests.models.test_lora import with_random_b
 from tiny_config import absolute_tiny_config
@@ -103,6 +104,29 @@ def test_the_shared_judges_hash_names_the_policys_base():
     assert judge_hash(one) != judge_hash(_spec())
     assert describe(one)["weights"] == {"policy base": "a" * 64}
     assert judge_hash(_spec(share_policy_base=False)) == judge_hash(_spec())  # off: every other hash unchanged
+
+
+def test_the_shared_judges_hash_names_the_tokenizer_it_reads(tmp_path):
+    """The shared judge reads its prompts and answers with model.tokenizer, which need not be the base's directory:
+    two runs of one base with different tokenizers had one judge hash, so verdicts (and a resume, and calibration
+    pins) crossed between them. Now the tokenizer's files are in the hash; with share_policy_base off nothing
+    changes (the run's settings are returned as they are)."""
+    config = absolute_tiny_config()
+    with config.unlocked():
+        config.lora.rank, config.judge.share_policy_base, config.judge.checkpoint = 8, True, ""
+    settings = run_settings.validate(config_boundary.experiment(config))
+    lay = run_programs.layouts(settings.mesh, run_settings.model_config(settings.config.model), adapters=settings.lora)
+    tokenizer = config.model.tokenizer
+    other = shutil.copytree(tokenizer, tmp_path / "tokenizer")
+
+    def hash_with(tokenizer_dir: str) -> str:
+        return judge_hash(experiment.shared_base_settings(settings, "", tokenizer_dir, lay).config.judge)
+
+    assert hash_with(tokenizer) == hash_with(str(other))  # the files, not the path
+    (other / "chat_template.jinja").write_text((other / "chat_template.jinja").read_text() + " ")
+    assert hash_with(tokenizer) != hash_with(str(other))
+    off = run_settings.validate(config_boundary.experiment(absolute_tiny_config()))
+    assert experiment.shared_base_settings(off, "", str(other), lay) is off
 
 
 SHARED = {"judge.share_policy_base": True, "judge.checkpoint": ""}
