@@ -62,6 +62,7 @@ def test_load_questions_reads_optional_fields(tmp_path):
     (json.dumps(ROW | {"id": "q9", "qestion": "typo"}), "unknown field(s) ['qestion']"),
     (json.dumps(ROW | {"id": "q9", "keywords": "refund"}), "field 'keywords' must be a list"),
     (json.dumps(ROW), "duplicate id 'q1' (first seen at "),
+    (json.dumps(ROW | {"question": "Where is my parcel?"}), "duplicate id 'q1' (first seen at "),  # other content too
     (json.dumps(ROW | {"id": "q9", "reference": ""}), "field 'reference' must be a non-empty string"),
     (json.dumps(ROW | {"id": "q9", "rubric": {"extra": [], "replace": {}}}), "field 'rubric': expected"),
     (json.dumps(ROW | {"id": "q9", "rubric": {"extra": [{"id": "x", "description": "d", "kind": "rule",
