@@ -63,7 +63,7 @@ class Experiment:
     tokenizer: Any
     reward: Reward  # config.reward.source: a RubricReward or a RewardModelReward
     shared_rubric: Rubric
-    rubric_of: dict[str, Rubric]  # question id -> its rubric (shared, or case-wise R*(q))
+    rubric_of: dict[str, Rubric]  # question id -> its rubric (shared, or R*(q)); one row per id (data.check_split_ids)
     rubric_hash: str
     rubric_info: dict[str, Any]  # rubric.json: name, version, content and rubric-set hashes
     train_questions: list[data.Question]
