@@ -175,7 +175,8 @@ class JudgeSpec(schema.Block):
     cascade_thresholds: tuple[float, ...] = setting((), "[hash] Decision thresholds ([0, 1] scale) besides the "
                                                     "gates', e.g. (0.5,): met / not met.")
     share_policy_base: bool = setting(
-        False, "[hash: the base's identity, when True] The judge is the policy's frozen base with the adapters off, "
+        False, "[hash: the base's and its tokenizer's identity, when True] The judge is the policy's frozen base "
+        "with the adapters off, "
         "run in-process from the training state's base (no checkpoint loaded, no judge weights kept: each rollout "
         "makes the base's decode copy as it makes the policy's) in the policy's decode layout and dtype: an experiment whose GRPO stage trains through LoRA only (issue 34; "
         "docs/training.md \"LoRA runs\"). checkpoint must be \"\".")
