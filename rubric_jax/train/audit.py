@@ -97,9 +97,15 @@ class Audit:
     reward: RubricReward  # the audit judge(s), gates off: every LLM dimension of an audited row is judged
     rubric: Rubric | None  # config.audit.rubric, or None: each row's own rubric
 
-    def dimensions(self, rubrics: Sequence[Rubric]) -> dict[str, tuple[int, ...]]:
-        """Audited dimension id -> levels: the LLM dimensions of the rows' rubrics (and of the audit rubric, if any)."""
-        dims = {d.id: d.scale.levels for r in rubrics for d in r.dimensions if d.judged}
+    def dimensions(self, rubrics: Sequence[Rubric]) -> dict[str, dict[tuple[int, ...], list[int]]]:
+        """Audited dimension id -> its levels -> the positions in `rubrics` whose rubric has it on that scale: the
+        LLM dimensions of the rows' rubrics (those of the audit rubric, if any). Case-wise rubrics may give one id
+        different scales; each row's own scale is read from its own rubric, never one rubric's for all."""
+        dims: dict[str, dict[tuple[int, ...], list[int]]] = {}
+        for i, rubric in enumerate(rubrics):
+            for d in rubric.dimensions:
+                if d.judged:
+                    dims.setdefault(d.id, {}).setdefault(d.scale.levels, []).append(i)
         if self.rubric is not None:
             dims = {d.id: dims[d.id] for d in self.rubric.dimensions if d.judged and d.id in dims}
         return dims
@@ -108,7 +114,8 @@ class Audit:
                  scored: RewardOutput, key: jax.Array, logged: Sequence[Mapping[str, Any]]) -> dict[str, float]:
         """Audit metrics of the eval at `step`: `samples` (question, response), `rubrics` and `scored` (the training
         judge's scores) are every process's eval rows in order; `logged` are metrics.jsonl's rows (the earlier gaps).
-        Every process calls it (the audit judge is a global computation); each scores its block of the audited rows."""
+        Every process calls it (the audit judge is a global computation); each scores its block of the audited rows.
+        A dimension id whose audited rows have several scales gets its metrics per scale, as '<d>@<lo>-<hi>'."""
         rows = sample_rows(len(samples), self.settings.sample_size)
         audit_rubrics = [self.rubric or rubrics[i] for i in rows]
         start, stop = distributed.block_bounds(len(rows))
@@ -116,15 +123,18 @@ class Audit:
         audited = gather_outputs(self.reward([samples[i]["question"] for i in block],
                                              [samples[i]["response"] for i in block], audit_rubrics[start:stop], key=key))
         earlier, out = previous_gaps(logged, step), {}
-        for dim_id, levels in self.dimensions([rubrics[i] for i in rows]).items():
+        for dim_id, scales in self.dimensions([rubrics[i] for i in rows]).items():
             if dim_id not in scored.dimension_ids or dim_id not in audited.dimension_ids:
                 continue
             t, a = scored.dimension_ids.index(dim_id), audited.dimension_ids.index(dim_id)
-            found = dimension_metrics(dim_id, levels, scored.details["raw_scores"][rows, t],
-                                      audited.details["raw_scores"][:, a], scored.scores[rows, t], audited.scores[:, a])
-            gap_key = f"{PREFIX}gap/{dim_id}"
-            found[f"{gap_key}/rise"] = gap_rise(earlier.get(gap_key, []), found[gap_key], self.settings.window)
-            out.update(found)
+            for levels, picked in scales.items():
+                name = dim_id if len(scales) == 1 else f"{dim_id}@{levels[0]}-{levels[-1]}"
+                found = dimension_metrics(name, levels, scored.details["raw_scores"][rows[picked], t],
+                                          audited.details["raw_scores"][picked, a], scored.scores[rows[picked], t],
+                                          audited.scores[picked, a])
+                gap_key = f"{PREFIX}gap/{name}"
+                found[f"{gap_key}/rise"] = gap_rise(earlier.get(gap_key, []), found[gap_key], self.settings.window)
+                out.update(found)
         return out
 
 
@@ -143,10 +153,18 @@ def build_audit(settings: AuditSettings | None, layout_or_mesh: Any, rubrics: Se
         raise ValueError(f"{where}: no LLM-judged dimension of the run's rubrics to audit (an audit rubric must "
                          "name LLM dimensions of the run's, with the same ids)")
     if rubric is not None:
-        levels = {d.id: d.scale.levels for r in rubrics for d in r.dimensions if d.judged}
-        for dim in rubric.dimensions:
-            if dim.judged and dim.id in levels and dim.scale.levels != levels[dim.id]:
-                raise ValueError(f"config.audit.rubric={settings.rubric}: dimension {dim.id!r} has levels "
-                                 f"{list(dim.scale.levels)}, the run's rubric {list(levels[dim.id])}: agreement needs "
-                                 "one scale")
+        check_audit_scales(rubric, settings.rubric, rubrics)
     return audit
+
+
+def check_audit_scales(audit_rubric: Rubric, source: str, rubrics: Sequence[Rubric]) -> None:
+    """Raise ValueError naming config.audit.rubric, the dimension and the run's rubric when an audited dimension's
+    levels differ from that of any run rubric with its id: both judges must score a row on one scale (every rubric
+    is checked, not one standing for all: case-wise rubrics may give one id different scales)."""
+    audited = {d.id: d.scale.levels for d in audit_rubric.dimensions if d.judged}
+    for r in rubrics:
+        for dim in r.dimensions:
+            if dim.judged and dim.id in audited and dim.scale.levels != audited[dim.id]:
+                raise ValueError(f"config.audit.rubric={source}: dimension {dim.id!r} has levels "
+                                 f"{list(audited[dim.id])}, the run's rubric {r.name!r} version {r.version} "
+                                 f"{list(dim.scale.levels)}: agreement needs one scale")

@@ -122,6 +122,66 @@ def test_the_audit_judge_is_a_judge_spec_validated_as_config_judge_is():
         settings.validate(config_boundary.experiment(config))
 
 
+def _clarity_rubric(name: str, lo: int, hi: int):
+    """A case-wise rubric `name` whose one LLM dimension 'clarity' is on the scale lo..hi."""
+    from rubric_jax.rubrics.schema import rubric_from_dict
+
+    return rubric_from_dict({
+        "name": name, "version": "1.0.0", "changelog": [{"version": "1.0.0", "change": "first", "reason": "test"}],
+        "dimensions": [{"id": "clarity", "description": "clear", "kind": "llm", "scale": {"kind": "integer", "lo": lo,
+                        "hi": hi}, "anchors": {str(k): {"description": f"level {k}"} for k in range(lo, hi + 1)}}]})
+
+
+def _scored(raw, rubrics):
+    """A RewardOutput with these raw 'clarity' scores, normalised on each row's own rubric's scale."""
+    from rubric_jax.judges.reward import RewardOutput
+
+    lo_hi = np.array([r.dimension("clarity").scale.raw_range for r in rubrics], np.float64)
+    raw_N = np.asarray(raw, np.float64)
+    norm_N = (raw_N - lo_hi[:, 0]) / (lo_hi[:, 1] - lo_hi[:, 0])
+    return RewardOutput(norm_N[:, None], np.ones((len(raw_N), 1), bool), norm_N, ["clarity"],
+                        {"raw_scores": raw_N[:, None], "reward_ok": np.ones(len(raw_N), bool)})
+
+
+def test_case_wise_rubrics_that_give_one_id_two_scales_are_audited_each_on_its_own():
+    """'clarity' on 1..5 in one question's rubric and on 0..2 in another's: the audit reads each row on its own
+    rubric's scale, per scale ('clarity@1-5', 'clarity@0-2'), never one rubric's levels for every row (there a
+    5 on the 1..5 scale was read as the 0..2 scale's 2 and two agreeing judges got a kappa below 1)."""
+    wide, narrow = _clarity_rubric("q_wide", 1, 5), _clarity_rubric("q_narrow", 0, 2)
+    rubrics, raw = [wide] * 3 + [narrow] * 3, [1, 3, 5, 0, 2, 1]
+    samples = [{"question": f"q{i}", "response": str(v)} for i, v in enumerate(raw)]
+
+    def agreeing_judge(questions, responses, rows_rubrics, key=None):
+        return _scored([float(r) for r in responses], rows_rubrics)
+
+    settings_ = audit.AuditSettings(judge=None, rubric="", sample_size=8, window=3)
+    judged = audit.Audit(settings_, agreeing_judge, None)
+    out = judged(0, samples, rubrics, _scored(raw, rubrics), None, [])
+    for name in ("clarity@1-5", "clarity@0-2"):
+        assert out[f"audit/kappa/{name}"] == 1.0 and out[f"audit/spearman/{name}"] == pytest.approx(1.0)
+        assert out[f"audit/gap/{name}"] == 0.0 and out[f"audit/n/{name}"] == 3
+    assert not any(k.endswith("/clarity") for k in out)
+    one_scale = judged(0, samples[:3], rubrics[:3], _scored(raw[:3], rubrics[:3]), None, [])
+    assert one_scale["audit/kappa/clarity"] == 1.0 and one_scale["audit/n/clarity"] == 3  # the name stays plain
+
+
+def test_an_audit_rubric_is_checked_against_every_run_rubric_with_its_dimension(monkeypatch):
+    """Each case-wise rubric is compared, not one standing for all: the 0..2 'clarity' of the first question's
+    rubric is found though a later one has the audit rubric's 1..5 (judges not loaded: the check is the rubrics')."""
+    from rubric_jax.judges.spec import JudgeSpec
+
+    wide, narrow = _clarity_rubric("q_wide", 1, 5), _clarity_rubric("q_narrow", 0, 2)
+    monkeypatch.setattr(audit, "load_judges", lambda *args, **kwargs: ())
+    monkeypatch.setattr(audit, "load_cascade", lambda *args, **kwargs: ())
+    monkeypatch.setattr(audit, "load_rubric", lambda path: wide)
+    settings_ = audit.AuditSettings(judge=JudgeSpec(), rubric="a.yaml", sample_size=8, window=3)
+    with pytest.raises(ValueError, match=r"config.audit.rubric=a.yaml: dimension 'clarity' has levels \[1, 2, 3, 4, "
+                                         r"5\], the run's rubric 'q_narrow' version 1.0.0 \[0, 1, 2\]: agreement needs "
+                                         r"one scale"):
+        audit.build_audit(settings_, None, [narrow, wide])
+    assert audit.build_audit(settings_, None, [wide, _clarity_rubric("q_other", 1, 5)]).rubric == wide
+
+
 def test_a_run_plots_the_audit_metrics_with_their_thresholds(tmp_path):
     rows = [{"stage": "eval", "step": step, "audit/spearman/clarity": rho, "audit/kappa/clarity": rho - 0.1,
              "audit/gap/clarity": gap, "audit/gap/clarity/rise": rise, "audit/n/clarity": 32.0}
