@@ -24,7 +24,8 @@ import numpy as np
 from rubric_jax import jsonl, padding
 from rubric_jax.jsonl import shown
 
-from rubric_jax.rubrics.schema import Dimension, Rubric, RubricError, RubricWarning, case_rubric, parse_row_rubric
+from rubric_jax.rubrics.schema import (Dimension, Rubric, RubricError, RubricWarning, case_rubric, check_rubric_identities,
+                                      parse_row_rubric)
 
 SYSTEM_PROMPT = "Think briefly inside <think></think>, then reply inside <answer></answer>."
 RESPONSE_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
@@ -166,7 +167,19 @@ def questions_from_rows(rows: Iterable[tuple[str, dict[str, Any]]], source: str)
                       f"{rubric_warnings[0].message}", RubricWarning, stacklevel=2)
     if not questions:
         raise DataError(f"{source}: no questions")
+    check_replace_identities(questions)
     return questions
+
+
+def check_replace_identities(questions: Sequence[Question], shared: tuple[Rubric, str] | None = None) -> None:
+    """Raise DataError if two of the questions' `replace` rubrics (or one and the `shared` (rubric, source)) share a
+    name and version but not their content: name@version identifies a rubric in logs, checkpoints and the judge
+    store, so two questions with different ids may not give it two meanings."""
+    replaced = [(q.replace_rubric, q.source or f"question {q.id!r}") for q in questions if q.replace_rubric is not None]
+    try:
+        check_rubric_identities(([shared] if shared is not None else []) + replaced)
+    except RubricError as e:
+        raise DataError(str(e)) from None
 
 
 def _differences(a: Question, b: Question) -> list[str]:

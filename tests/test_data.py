@@ -149,6 +149,28 @@ def test_an_id_shared_across_splits_must_name_identical_rows(tmp_path):
             data.check_split_ids(("data.train", train), ("data.eval", [data.question_from_row(row, "e.jsonl:1")]))
 
 
+def test_two_questions_may_not_give_one_rubric_name_and_version_two_contents(tmp_path):
+    """Two questions with different ids whose `replace` rubrics share name and version but not content were each
+    checked against the shared rubric only: logs, checkpoints and the judge store then named two rubrics alike. A
+    question file is refused naming both rows and what differs; across the splits (train, eval, golden) too."""
+    own, other = _rubric(_dim("z", weight=2.0)), _rubric(_dim("z", weight=3.0))
+    rows = [ROW | {"rubric": {"replace": rubric_to_dict(own)}}, ROW | {"id": "q2"},
+            ROW | {"id": "q3", "rubric": {"replace": rubric_to_dict(other)}}]
+    with pytest.raises(data.DataError, match=re.escape(
+            f"{tmp_path}/q.jsonl:3: rubric 'shared' version 1.0.0 has other content than the rubric of that name and "
+            f"version in {tmp_path}/q.jsonl:1 (hash {other.content_hash[:12]} vs {own.content_hash[:12]}; they "
+            "differ in dimension 'z'); give it a new name or a new version")):
+        data.load_questions(_write(tmp_path / "q.jsonl", rows))
+    same = data.load_questions(_write(tmp_path / "same.jsonl", rows[:2] + [rows[0] | {"id": "q3"}]))
+    assert same[0].replace_rubric == same[2].replace_rubric  # one content under one name@version is fine
+    elsewhere = data.load_questions(_write(tmp_path / "eval.jsonl", [rows[2] | {"id": "e1"}]))
+    with pytest.raises(data.DataError, match=re.escape(f"{tmp_path}/eval.jsonl:1: rubric 'shared' version 1.0.0 "
+                                                       f"has other content than the rubric of that name and version "
+                                                       f"in {tmp_path}/same.jsonl:1")):
+        data.check_replace_identities(same + elsewhere, (dataclasses.replace(own, name="base"), "config.data.rubric"))
+    data.check_replace_identities(same, (own, "config.data.rubric=r.yaml"))
+
+
 # ----------------------------------------------------------------------------------------- tokenising
 def test_prompt_is_the_chat_template_with_system_prompt(tokenizer):
     (ids,) = data.encode_prompts(tokenizer, ["退款要多久？"])

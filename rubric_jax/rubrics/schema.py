@@ -613,21 +613,33 @@ def case_rubric_from_row(shared: Rubric | None, row_rubric: Mapping[str, Any] | 
         raise RubricError(f"{source}: {e}") from None
 
 
+def rubric_differences(a: Rubric, b: Rubric) -> list[str]:
+    """What two rubrics' hashed contents differ in: 'name', 'dimension <id>' for each id whose definition (or
+    presence) differs, 'dimension order', 'aggregation' (else their canonical form): where two same-named rubrics part."""
+    mine, theirs = {d.id: d for d in a.dimensions}, {d.id: d for d in b.dimensions}
+    dims = [f"dimension {short_repr(i)}" for i in dict.fromkeys([*mine, *theirs]) if mine.get(i) != theirs.get(i)]
+    out = (["name"] if a.name != b.name else []) + dims
+    out += ["dimension order"] if not dims and a.dimension_ids != b.dimension_ids else []
+    out += ["aggregation"] if a.aggregation != b.aggregation else []
+    return out or ["their canonical form"]
+
+
 def check_rubric_identities(rubrics: Iterable[tuple[Rubric, str]]) -> None:
     """Raise if two rubrics share a name and version but not their content; each comes with its source.
 
     Name and version are how logs, checkpoints and people refer to a rubric, so one (name, version) must
     always mean one content hash. Names are compared by `name_key` (case and lookalike letters ignored), so
     'Hostile_rules' cannot pose as 'hostile_rules' at its version. Linear in the number of rubrics; the
-    error names both sources.
+    error names both sources and what differs.
     """
-    first: dict[tuple[str, str], tuple[str, str, str]] = {}
+    first: dict[tuple[str, str], tuple[Rubric, str]] = {}
     for rubric, source in rubrics:
-        known = first.setdefault((name_key(rubric.name), rubric.version), (rubric.content_hash, source, rubric.name))
-        if known[0] != rubric.content_hash:
-            spelt = "" if known[2] == rubric.name else (f" (spelt {short_repr(known[2])} there: names are compared "
-                                                        "ignoring case and lookalike letters)")
+        known, known_source = first.setdefault((name_key(rubric.name), rubric.version), (rubric, source))
+        if known.content_hash != rubric.content_hash:
+            spelt = "" if known.name == rubric.name else (f" (spelt {short_repr(known.name)} there: names are "
+                                                          "compared ignoring case and lookalike letters)")
             raise RubricError(
                 f"{source}: rubric {short_repr(rubric.name)} version {rubric.version} has other content than the "
-                f"rubric of that name and version in {known[1]}{spelt} (hash {rubric.content_hash[:12]} vs "
-                f"{known[0][:12]}); give it a new name or a new version")
+                f"rubric of that name and version in {known_source}{spelt} (hash {rubric.content_hash[:12]} vs "
+                f"{known.content_hash[:12]}; they differ in {', '.join(rubric_differences(known, rubric))}); "
+                "give it a new name or a new version")

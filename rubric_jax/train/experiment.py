@@ -321,6 +321,9 @@ def _load_inputs(settings: Settings, tokenizer: Any, mesh: jax.sharding.Mesh) ->
                                     evaluation, config.data.golden_max_jaccard) if config.data.golden else None
     if golden is not None:
         distributed.check_divides(len(golden.questions), "data.golden (its questions)")
+    golden_questions = golden.questions if golden else []
+    data.check_replace_identities(train + evaluation + golden_questions,  # across the files: one name@version, one content
+                                  (shared_rubric, f"config.data.rubric={config.data.rubric}"))
     rubric_of = {q.id: data.question_rubric(shared_rubric, q) for q in train + evaluation}
     rubric_of.update({q.id: r for q, r in zip(golden.questions, golden.rubrics)} if golden else {})
     return _Inputs(shared_rubric, train, evaluation, golden, rubric_of)

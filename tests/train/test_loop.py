@@ -329,6 +329,33 @@ def test_an_eval_question_reusing_a_training_id_with_another_rubric_is_refused_a
     assert not (tmp_path / "run").exists()
 
 
+def test_a_rubric_name_and_version_given_two_contents_across_the_splits_is_refused_at_start_up(tmp_path):
+    """A training question and an eval question (different ids) whose `replace` rubrics share name and version but
+    not content were each checked against the shared rubric only, so one name@version named two rubrics in the
+    run's logs and judge store. Now build refuses before anything is written, naming both rows and what differs."""
+    from rubric_jax import data
+    from rubric_jax.rubrics.io import load_rubric
+    from rubric_jax.rubrics.schema import rubric_to_dict
+    from rubric_jax.train import loop
+
+    config = absolute_tiny_config()
+    own = {**rubric_to_dict(load_rubric(config.data.rubric)), "name": "own"}
+    other = {**own, "dimensions": [{**own["dimensions"][0], "weight": 7.0}, *own["dimensions"][1:]]}
+    rows = [json.loads(line) for line in Path(config.data.train).read_text().splitlines()]
+    rows[0]["rubric"] = {"replace": own}
+    eval_row = {**rows[1], "id": "eval-own", "rubric": {"replace": other}}
+    Path(tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    Path(tmp_path / "eval.jsonl").write_text(json.dumps(eval_row) + "\n")
+    with config.unlocked():
+        config.data.train, config.data.eval = str(tmp_path / "train.jsonl"), str(tmp_path / "eval.jsonl")
+    with pytest.raises(data.DataError, match=re.escape(
+            f"{tmp_path}/eval.jsonl:1: rubric 'own' version {own['version']} has other content than the rubric of "
+            f"that name and version in {tmp_path}/train.jsonl:1 (hash ")) as e:
+        loop.build(config, tmp_path / "run")
+    assert f"they differ in dimension {own['dimensions'][0]['id']!r})" in str(e.value)
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_judge_whose_prompts_never_fit_is_refused_at_start_up(tmp_path):
     """Issue 24, R3: with judge.max_new_tokens=500 the tiny judge's 512-token context leaves 12 tokens, shorter
     than any politeness prompt; the run trained without the dimension (reward/politeness NaN, exit 0). Now build
