@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rubric_jax.rubrics.schema import Rubric
+from rubric_jax.rubrics.schema import Dimension, Rubric
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,14 +143,23 @@ class DimensionWeights:
 
     @classmethod
     def for_rubrics(cls, rubrics: list[Rubric], window: int) -> DimensionWeights:
-        """Starts at each dimension's rubric weight (the first rubric naming an id sets it); gates never move."""
-        first = {}
+        """Starts at each dimension's rubric weight; gates never move. One weight per id replaces every rubric's own,
+        so two rubrics giving an id different weights (or a gate in one only) raise a ValueError naming it, both
+        rubrics and the field, rather than one rubric's weight silently standing for all (case-wise rubrics)."""
+        first: dict[str, tuple[Dimension, Rubric]] = {}
         for rubric in rubrics:
             for dim in rubric.dimensions:
-                first.setdefault(dim.id, dim)
+                known, where = first.setdefault(dim.id, (dim, rubric))
+                for field in ("weight", "gate"):
+                    if getattr(dim, field) != getattr(known, field):
+                        raise ValueError(
+                            f"config.rl.dynamic_weights=True: dimension {dim.id!r} has {field} {getattr(dim, field)!r} "
+                            f"in rubric {rubric.name!r} version {rubric.version} but {getattr(known, field)!r} in "
+                            f"rubric {where.name!r} version {where.version}: one dynamic weight per dimension id "
+                            "replaces every rubric's own (give the dimensions ids of their own, or turn it off)")
         ids = list(first)
-        weights = np.asarray([first[d].weight for d in ids], np.float32)
-        adjustable = np.asarray([not first[d].gate for d in ids])
+        weights = np.asarray([first[d][0].weight for d in ids], np.float32)
+        adjustable = np.asarray([not first[d][0].gate for d in ids])
         return cls(ids, init_dynamic_weights(weights, window, adjustable))
 
     def current(self) -> dict[str, float]:

@@ -118,22 +118,39 @@ def test_dimension_that_discriminates_again_recovers_its_weight():
     np.testing.assert_allclose(np.asarray(state.weights_D), [1.0, 2.0, 1.0, 4.0], rtol=1e-4)
 
 
+def _rubric(name, dims):
+    """What for_rubrics reads of a Rubric: its name, version and its dimensions' id, weight and gate."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(name=name, version="1.0.0",
+                           dimensions=[SimpleNamespace(id=d, weight=w, gate=g) for d, w, g in dims])
+
+
+def test_two_rubrics_giving_one_dimension_id_different_weights_or_gates_are_refused():
+    """One dynamic weight per dimension id replaces every rubric's own: case-wise rubrics giving 'x' weights 2 and
+    9 had the first rubric's 2 stand for both (the second question's author weighting silently lost); a gate in one
+    rubric only would have moved or not by the first. Refused at start-up naming the id, both rubrics and the field."""
+    with pytest.raises(ValueError, match=r"config.rl.dynamic_weights=True: dimension 'x' has weight 9.0 in rubric 'b' "
+                                         r"version 1.0.0 but 2.0 in rubric 'a' version 1.0.0: one dynamic weight per "
+                                         r"dimension id replaces every rubric's own"):
+        DimensionWeights.for_rubrics([_rubric("a", [("x", 2.0, False)]), _rubric("b", [("x", 9.0, False)])], 2)
+    with pytest.raises(ValueError, match=r"dimension 'x' has gate True in rubric 'b' version 1.0.0 but False"):
+        DimensionWeights.for_rubrics([_rubric("a", [("x", 2.0, False)]), _rubric("b", [("x", 2.0, True)])], 2)
+    agreeing = DimensionWeights.for_rubrics([_rubric("a", [("x", 2.0, False)]), _rubric("b", [("x", 2.0, False)])], 2)
+    assert agreeing.current() == {"x": 2.0}
+
+
 def test_dimension_weights_map_each_steps_columns_by_id_and_round_trip_through_json():
     """The trainer's weights span every dimension id of a run; a step's scores come in any column order
     (or lack a dimension: it gets no statistics); the state survives a checkpoint's JSON exactly."""
-    from types import SimpleNamespace
-
-    def rubric(name, dims):  # what for_rubrics reads of a Rubric: its dimensions' id, weight and gate
-        return SimpleNamespace(dimensions=[SimpleNamespace(id=d, weight=w, gate=g) for d, w, g in dims])
-
-    weights = DimensionWeights.for_rubrics([rubric("a", [("fmt", 1.0, True), ("x", 2.0, False)]),
-                                            rubric("b", [("x", 9.0, False), ("y", 3.0, False)])], window=2)
+    weights = DimensionWeights.for_rubrics([_rubric("a", [("fmt", 1.0, True), ("x", 2.0, False)]),
+                                            _rubric("b", [("x", 2.0, False), ("y", 3.0, False)])], window=2)
     assert weights.ids == ["fmt", "x", "y"] and weights.current() == {"fmt": 1.0, "x": 2.0, "y": 3.0}
     scores = np.array([[0.5, 1.0], [0.25, 1.0]], np.float32)  # columns y, fmt
     logged = weights.update(["y", "fmt"], scores, np.ones((2, 2), bool))
     assert set(logged) == {"weight/fmt", "weight/x", "weight/y"}
     np.testing.assert_array_equal(np.asarray(weights.state.count_WxD)[0], [2, 0, 2])  # x had no scores
     np.testing.assert_allclose(np.asarray(weights.state.sum_WxD)[0], [2.0, 0.0, 0.75])
-    again = DimensionWeights.for_rubrics([rubric("b", [("fmt", 1.0, True), ("x", 2.0, False), ("y", 3.0, False)])], 2)
+    again = DimensionWeights.for_rubrics([_rubric("b", [("fmt", 1.0, True), ("x", 2.0, False), ("y", 3.0, False)])], 2)
     again.load_json(weights.to_json())
     jax.tree.map(np.testing.assert_array_equal, again.state, weights.state)
