@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import scipy.special
@@ -168,6 +168,17 @@ def kendall_tau_b(x: np.ndarray, y: np.ndarray) -> Statistic:
     denominator = math.sqrt(float(n0 - _tied_pairs(x_N)) * float(n0 - _tied_pairs(y_N)))
     tau = _concordance(x_N, y_N) / denominator
     return Statistic(min(1.0, max(-1.0, tau)))
+
+
+def scale_groups(items: Iterable[tuple[str, Sequence[int], int]]) -> dict[str, tuple[str, tuple[int, ...], list[int]]]:
+    """(dimension id, its levels, position) per scored item -> name -> (id, levels, positions), first seen first: the
+    name is the id when all its items share one scale, else '<id>@<lo>-<hi>' per scale. Case-wise rubrics may give
+    one id several scales, and statistics on levels (nearest level, kappa) need each item's own."""
+    grouped: dict[str, dict[tuple[int, ...], list[int]]] = {}
+    for dim_id, levels, position in items:
+        grouped.setdefault(dim_id, {}).setdefault(tuple(levels), []).append(position)
+    return {(dim_id if len(scales) == 1 else f"{dim_id}@{levels[0]}-{levels[-1]}"): (dim_id, levels, positions)
+            for dim_id, scales in grouped.items() for levels, positions in scales.items()}
 
 
 def nearest_level(x: np.ndarray, levels: Sequence[int]) -> np.ndarray:

@@ -25,7 +25,7 @@ import jax
 import numpy as np
 
 from rubric_jax import distributed, metrics
-from rubric_jax.calibration.stats import nearest_level, quadratic_kappa, spearman
+from rubric_jax.calibration.stats import nearest_level, quadratic_kappa, scale_groups, spearman
 from rubric_jax.judges.reward import RewardOutput, RubricReward, gather_outputs
 from rubric_jax.judges.loading import load_cascade, load_judges
 from rubric_jax.judges.spec import JudgeSpec
@@ -97,18 +97,13 @@ class Audit:
     reward: RubricReward  # the audit judge(s), gates off: every LLM dimension of an audited row is judged
     rubric: Rubric | None  # config.audit.rubric, or None: each row's own rubric
 
-    def dimensions(self, rubrics: Sequence[Rubric]) -> dict[str, dict[tuple[int, ...], list[int]]]:
-        """Audited dimension id -> its levels -> the positions in `rubrics` whose rubric has it on that scale: the
-        LLM dimensions of the rows' rubrics (those of the audit rubric, if any). Case-wise rubrics may give one id
-        different scales; each row's own scale is read from its own rubric, never one rubric's for all."""
-        dims: dict[str, dict[tuple[int, ...], list[int]]] = {}
-        for i, rubric in enumerate(rubrics):
-            for d in rubric.dimensions:
-                if d.judged:
-                    dims.setdefault(d.id, {}).setdefault(d.scale.levels, []).append(i)
-        if self.rubric is not None:
-            dims = {d.id: dims[d.id] for d in self.rubric.dimensions if d.judged and d.id in dims}
-        return dims
+    def dimensions(self, rubrics: Sequence[Rubric]) -> dict[str, tuple[str, tuple[int, ...], list[int]]]:
+        """Audited name -> (dimension id, levels, the positions in `rubrics` whose rubric has it on that scale): the
+        LLM dimensions of the rows' rubrics (those of the audit rubric, if any), each row's own scale read from its
+        own rubric (stats.scale_groups: one name per scale where case-wise rubrics give one id several)."""
+        audited = {d.id for d in self.rubric.dimensions if d.judged} if self.rubric is not None else None
+        return scale_groups((d.id, d.scale.levels, i) for i, rubric in enumerate(rubrics) for d in rubric.dimensions
+                            if d.judged and (audited is None or d.id in audited))
 
     def __call__(self, step: int, samples: Sequence[Mapping[str, Any]], rubrics: Sequence[Rubric],
                  scored: RewardOutput, key: jax.Array, logged: Sequence[Mapping[str, Any]]) -> dict[str, float]:
@@ -123,18 +118,16 @@ class Audit:
         audited = gather_outputs(self.reward([samples[i]["question"] for i in block],
                                              [samples[i]["response"] for i in block], audit_rubrics[start:stop], key=key))
         earlier, out = previous_gaps(logged, step), {}
-        for dim_id, scales in self.dimensions([rubrics[i] for i in rows]).items():
+        for name, (dim_id, levels, picked) in self.dimensions([rubrics[i] for i in rows]).items():
             if dim_id not in scored.dimension_ids or dim_id not in audited.dimension_ids:
                 continue
             t, a = scored.dimension_ids.index(dim_id), audited.dimension_ids.index(dim_id)
-            for levels, picked in scales.items():
-                name = dim_id if len(scales) == 1 else f"{dim_id}@{levels[0]}-{levels[-1]}"
-                found = dimension_metrics(name, levels, scored.details["raw_scores"][rows[picked], t],
-                                          audited.details["raw_scores"][picked, a], scored.scores[rows[picked], t],
-                                          audited.scores[picked, a])
-                gap_key = f"{PREFIX}gap/{name}"
-                found[f"{gap_key}/rise"] = gap_rise(earlier.get(gap_key, []), found[gap_key], self.settings.window)
-                out.update(found)
+            found = dimension_metrics(name, levels, scored.details["raw_scores"][rows[picked], t],
+                                      audited.details["raw_scores"][picked, a], scored.scores[rows[picked], t],
+                                      audited.scores[picked, a])
+            gap_key = f"{PREFIX}gap/{name}"
+            found[f"{gap_key}/rise"] = gap_rise(earlier.get(gap_key, []), found[gap_key], self.settings.window)
+            out.update(found)
         return out
 
 

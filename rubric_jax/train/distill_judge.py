@@ -27,6 +27,7 @@ import numpy as np
 from rubric_jax import data, loader, metrics, sharding
 from rubric_jax.calibration.agreement import agreement, dimension_seed
 from rubric_jax.calibration.report import with_ci
+from rubric_jax.calibration.stats import scale_groups
 from rubric_jax.files import write_atomic
 from rubric_jax.judges.distill_data import JudgeItem, example_batch
 from rubric_jax.judges.llm_judge import Judge, judge_rows
@@ -158,21 +159,22 @@ def measure(judge: Judge, items: Sequence[JudgeItem], key: jax.Array, prompt: st
 
 def agreement_report(measured: Measurement, *, threshold: float = FLAG_BELOW, num_resamples: int = 1000,
                      seed: int = 0) -> dict[str, Any]:
-    """Per dimension: items, verdicts missing, exact agreement, and Spearman / Kendall tau-b / quadratic kappa
-    of student vs teacher with bootstrap intervals (calibration.agreement); `flagged` below `threshold`."""
+    """Per dimension (per scale, as '<id>@<lo>-<hi>', where the items' rubrics give one id several): items, verdicts
+    missing, exact agreement, and Spearman / Kendall tau-b / quadratic kappa of student vs teacher with bootstrap
+    intervals (calibration.agreement); `flagged` below `threshold`."""
     report = {}
-    for dim_id in dict.fromkeys(d.id for d in measured.dimensions):
-        rows_N = np.asarray([d.id == dim_id for d in measured.dimensions])
-        levels = next(d for d in measured.dimensions if d.id == dim_id).scale.levels
+    groups = scale_groups((d.id, d.scale.levels, i) for i, d in enumerate(measured.dimensions))
+    for name, (dim_id, levels, positions) in groups.items():  # each item on its own rubric's scale
+        rows_N = np.isin(np.arange(len(measured.dimensions)), positions)
         scored_N = rows_N & ~np.isnan(measured.student_N)
         teacher, student = measured.teacher_N[scored_N], measured.student_N[scored_N]
         stats = agreement([teacher, student], levels, num_resamples=num_resamples,
-                          seed=dimension_seed(seed, dim_id)).to_json()
+                          seed=dimension_seed(seed, name)).to_json()
         rho = stats["spearman"]["value"]
-        report[dim_id] = {**stats, "items": int(rows_N.sum()), "no_verdict": int(rows_N.sum() - scored_N.sum()),
-                          "no_verdict_rate": float(1.0 - scored_N.sum() / rows_N.sum()),
-                          "exact_agreement": float(np.mean(teacher == student)) if scored_N.any() else None,
-                          "flagged": rho is None or rho < threshold}
+        report[name] = {**stats, "items": int(rows_N.sum()), "no_verdict": int(rows_N.sum() - scored_N.sum()),
+                        "no_verdict_rate": float(1.0 - scored_N.sum() / rows_N.sum()),
+                        "exact_agreement": float(np.mean(teacher == student)) if scored_N.any() else None,
+                        "flagged": rho is None or rho < threshold}
     return report
 
 

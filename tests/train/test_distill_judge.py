@@ -231,6 +231,23 @@ def test_the_report_counts_missing_verdicts_and_names_undefined_statistics():
     assert flat["dimensions"]["clarity"]["flagged"] and "undefined: " in distill_judge.report_markdown(flat)
 
 
+def test_held_out_items_whose_rubrics_give_one_id_two_scales_are_each_measured_on_their_own():
+    """Items of case-wise rubrics: 'clarity' on 1..5 in one, on 0..2 in another. The report read every item on
+    the first item's levels (a 0..2 item's verdicts counted as 1..5 levels, or a 5 not near any 0..2 level raised);
+    now each scale has its entry, '<id>@<lo>-<hi>', and a student agreeing with its teacher gets kappa 1 on both."""
+    from rubric_jax.assets.build_tiny_assets import clarity_dimension
+    from rubric_jax.rubrics.schema import Anchor, Scale
+
+    wide = clarity_dimension(fixed=False)
+    narrow = dataclasses.replace(wide, scale=Scale.integer(0, 2), anchors={k: Anchor(f"level {k}") for k in range(3)})
+    verdicts = np.array([1, 3, 5, 0, 2, 1.0])
+    counters = {"judge_prompts": 6, "judge_invalid": 0, "judge_prompt_too_long": 0, "judge_invalid_examples": []}
+    measured = distill_judge.Measurement([wide] * 3 + [narrow] * 3, verdicts, verdicts.copy(), counters)
+    report = distill_judge.agreement_report(measured, num_resamples=10)
+    assert list(report) == ["clarity@1-5", "clarity@0-2"]
+    assert all(entry["items"] == 3 and entry["kappa_quadratic"]["value"] == 1.0 for entry in report.values())
+
+
 def test_a_full_disk_after_training_is_one_line_and_leaves_nothing(tmp_path):
     code = ("import errno, sys\nfrom absl import app\nfrom rubric_jax.models import checkpoint\n"
             "def full(*args, **kwargs):\n    raise OSError(errno.ENOSPC, 'No space left on device')\n"
