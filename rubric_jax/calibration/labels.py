@@ -24,7 +24,7 @@ from typing import Any
 from rubric_jax.jsonl import finite_float, read_jsonl, shown
 from rubric_jax.rubrics import kinds
 from rubric_jax.rubrics.importers import import_vicuna_eval
-from rubric_jax.rubrics.schema import Dimension, Rubric, RubricError, case_rubric_from_row
+from rubric_jax.rubrics.schema import Dimension, Rubric, RubricError, case_rubric_from_row, check_rubric_identities
 
 
 class LabelsError(ValueError):
@@ -112,8 +112,15 @@ def _item_from_row(row: Mapping[str, Any], lineno: int, where: str, shared: Rubr
 
 
 def read_labels_jsonl(path: Path, shared: Rubric | None) -> list[LabelledItem]:
-    """Validated items of a labels .jsonl file (see the module docstring)."""
-    return [_item_from_row(row, lineno, f"{path}:{lineno}", shared) for lineno, row in read_jsonl(path, LabelsError)]
+    """Validated items of a labels .jsonl file (see the module docstring); one rubric name and version must mean one
+    content across its rows' `replace` rubrics (agreement is reported by rubric name and version)."""
+    items = [_item_from_row(row, lineno, f"{path}:{lineno}", shared) for lineno, row in read_jsonl(path, LabelsError)]
+    try:
+        check_rubric_identities(([(shared, "the shared rubric")] if shared is not None else [])
+                                + [(item.rubric, item.source) for item in items])
+    except RubricError as e:
+        raise LabelsError(str(e)) from None
+    return items
 
 
 def read_prometheus_eval(path: Path) -> list[LabelledItem]:

@@ -257,6 +257,12 @@ def test_labels_errors_name_the_file_and_line(tmp_path):
                               '{"question": "q", "response": "r", "ratings": {"length": [1, 2, 3]}}',
                               r"l.jsonl:2: ratings.length: 3 raters, but .*l.jsonl:1 has 2"),
         "empty": ("\n", r"l.jsonl: no labelled rows"),
+        "one name and version, two rubrics": ("\n".join(json.dumps({
+            "question": "q", "response": "r", "labels": {"length": 3}, "rubric": {"replace": {
+                "name": "own", "version": "1.0.0", "changelog": [{"version": "1.0.0", "change": "c", "reason": "r"}],
+                "dimensions": [{**LENGTH, "weight": weight}]}}}) for weight in (1.0, 2.0)),
+            r"l.jsonl:2: rubric 'own' version 1.0.0 has other content than the rubric of that name and version in "
+            r".*l.jsonl:1 \(hash .*; they differ in dimension 'length'\)"),
     }
     for case, (text, message) in cases.items():
         path = tmp_path / case.replace(" ", "_") / "l.jsonl"
