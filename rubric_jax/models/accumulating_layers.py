@@ -6,9 +6,11 @@ Why: the GRPO update's micro-batch loop (`train/step.py`) accumulates the layers
 Autodiff of a layer scan writes each micro-batch's layer gradients into a new stacked float32 array, which the
 loop then adds to its accumulator: two passes more over the float32 gradient per micro-batch. With
 `AccumulatingLayers` the layers' backward (a custom VJP, `layers_into`; full remat) reads, adds and writes each
-layer's slice in place as it is made, and unrolled layers read per-layer bf16 copies made once per update: the 1.5B
-update on an H200 went from 407.5 to 296.2 GB of non-matmul traffic (benchmarks/AOT_RESULTS.md, issue 33).
-`Transformer._layers` runs it when given `into`; the layer loop itself is `layer_loop.run_layers`."""
+layer's slice in place as it is made (the 1.5B update on an H200: 407.5 -> 372.1 GB of non-matmul traffic), and
+unrolled layers read per-layer bf16 copies made once per update, with no slice copied per micro-batch (352.1 -> 296.2
+GB; benchmarks/AOT_RESULTS.md, issue 33). Used only when the layers compute below float32 under full remat
+(`train/step.py`); `Transformer._layers` runs it when given `into`; the layer loop itself is
+`layer_loop.run_layers`."""
 
 from __future__ import annotations
 
