@@ -33,7 +33,8 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
-from rubric_jax.models.transformer import AccumulatingLayers, causal_padding_mask, padding_to_positions, use_copy
+from rubric_jax.models.accumulating_layers import AccumulatingLayers, use_copy
+from rubric_jax.models.transformer import causal_padding_mask, padding_to_positions
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
 ADVANTAGE_SCALINGS = ("group", "batch", "none")

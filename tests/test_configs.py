@@ -42,6 +42,8 @@ RUN = "experiments.run"
 @pytest.mark.parametrize("flag, message", [
     ("--config.rl.lrr=1e-5", "unknown config key 'lrr' (Did you mean \"lr\" instead of \"lrr\"?)"),  # was a traceback
     ("--config.sft.batch_size=0", "config.sft.batch_size=0: expected an integer >= 1"),
+    # The policy losses are grpo.LOSSES, which the rl block's choices and GRPOConfig both read: one line, the block's.
+    ("--config.rl.loss=ppo", "config.rl.loss='ppo': expected one of ('grpo', 'cispo', 'sapo')"),
     ("--workdir={tmp_path}/a_file", "a_file: is a file, not a directory"),
 ])
 def test_a_user_error_is_one_line_and_exit_status_2(tmp_path, flag, message, command_server):

@@ -285,7 +285,7 @@ def run(evaluation: Evaluation, *, checkpoint: Path | None, workdir: Path | None
     only answers it has not seen."""
     import jax  # imported here: bad input is rejected (prepare) before jax, flax and transformers load
 
-    from rubric_jax import sampling, sharding
+    from rubric_jax import sharding
     from rubric_jax.evaluation.policy import load_policy
     from rubric_jax.judges.reward import RubricReward
     from rubric_jax.judges.loading import load_cascade, load_judges
@@ -294,10 +294,6 @@ def run(evaluation: Evaluation, *, checkpoint: Path | None, workdir: Path | None
     benchmark, cases = evaluation.benchmark, evaluation.cases
     try:
         mesh = sharding.make_mesh(sharding.MeshConfig(*mesh_axes))
-        try:
-            sampling.parse_sampler(generation.sampler)
-        except ValueError as e:
-            raise ValueError(f"--config.policy.sampler: {e}") from None
     except ValueError as e:
         raise EvalInputError(str(e)) from None
     _check_rules(cases)

@@ -18,16 +18,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from rubric_jax.jsonl import finite_float, shown
-from rubric_jax.rubrics.io import load_document
+from rubric_jax.rubrics.io import dumps_document, load_document
 from rubric_jax.rubrics.schema import RubricError, canonical_json, parse_version
 
 FORMAT = "rubric_jax.score_correction"
@@ -167,9 +165,4 @@ def load_correction(path: str | Path) -> Correction:
 
 def dumps_correction(correction: Correction, fmt: str) -> str:
     """Serialise to 'json' or 'yaml' text."""
-    d = correction.to_dict()
-    if fmt == "json":
-        return json.dumps(d, ensure_ascii=False, indent=2) + "\n"
-    if fmt == "yaml":
-        return yaml.safe_dump(d, sort_keys=False, allow_unicode=True, width=100)
-    raise ValueError(f"format: expected 'json' or 'yaml', got {fmt!r}")
+    return dumps_document(correction.to_dict(), fmt)

@@ -129,14 +129,18 @@ def load_rubric(path: str | Path) -> Rubric:
     return rubric_from_dict(load_document(path, "rubric"), source=str(path))
 
 
-def dumps_rubric(rubric: Rubric, fmt: str) -> str:
-    """Serialise to 'json' or 'yaml' text (UTF-8 kept, field order as in rubric_to_dict)."""
-    d = rubric_to_dict(rubric)
+def dumps_document(d: Any, fmt: str) -> str:
+    """A document as 'json' or 'yaml' text (UTF-8 kept, key order kept): what `load_document` reads back."""
     if fmt == "json":
         return json.dumps(d, ensure_ascii=False, indent=2) + "\n"
     if fmt == "yaml":
         return yaml.safe_dump(d, sort_keys=False, allow_unicode=True, width=100)
     raise ValueError(f"format: expected 'json' or 'yaml', got {fmt!r}")
+
+
+def dumps_rubric(rubric: Rubric, fmt: str) -> str:
+    """Serialise to 'json' or 'yaml' text (UTF-8 kept, field order as in rubric_to_dict)."""
+    return dumps_document(rubric_to_dict(rubric), fmt)
 
 
 def check_revision(old: Rubric, new: Rubric, source: str) -> None:

@@ -42,8 +42,8 @@ from jax.sharding import Mesh
 
 from rubric_jax import grpo, sharding
 from rubric_jax.models import lora
+from rubric_jax.models.accumulating_layers import AccumulatingLayers, use_copy
 from rubric_jax.models.config import ModelConfig
-from rubric_jax.models.transformer import AccumulatingLayers, use_copy
 from rubric_jax.train.state import Params, TrainState, current_lr
 
 Batch = dict[str, jax.Array]

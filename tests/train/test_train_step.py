@@ -10,9 +10,10 @@ import pytest
 from flax import nnx
 
 from rubric_jax import grpo
+from rubric_jax.models.accumulating_layers import AccumulatingLayers
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.models.checkpoint import abstract_model
-from rubric_jax.models.transformer import AccumulatingLayers, unstack_layers
+from rubric_jax.models.transformer import unstack_layers
 from rubric_jax.train import state as train_state
 from rubric_jax.train import step as train_step
 
