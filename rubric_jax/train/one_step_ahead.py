@@ -44,7 +44,6 @@ class JudgingPlan:
 
     early: bool  # right after its sampling is dispatched, before batch t is waited for and updated (else after)
     workers: int  # batches judged at once: 2 lets batch t + 1's judging start while batch t's still runs
-    why: str  # what holds it back ("" when nothing does)
 
 
 def judging_plan(exp: Experiment) -> JudgingPlan:
@@ -55,15 +54,11 @@ def judging_plan(exp: Experiment) -> JudgingPlan:
     predecessor stored, which one at a time keeps as they are without the overlap. rl.dynamic_weights aggregates batch
     t + 1's reward with the weights batch t's update step leaves, so its judging starts after that step."""
     if exp.dynamic_weights is not None:
-        return JudgingPlan(False, 1, "rl.dynamic_weights")
+        return JudgingPlan(False, 1)
     reward = exp.reward
-    if not isinstance(reward, RubricReward):
-        return JudgingPlan(True, 1, "reward.source='reward_model' (in process)")
-    if any(not isinstance(j.backend, HttpBackend) for j in (*reward.judges, *reward.refiners)):
-        return JudgingPlan(True, 1, "an LLM judge in process")
-    if exp.settings.config.judge.store_rollouts:
-        return JudgingPlan(True, 1, "judge.store_rollouts")
-    return JudgingPlan(True, 2, "")
+    in_process = not isinstance(reward, RubricReward) or any(not isinstance(j.backend, HttpBackend)
+                                                             for j in (*reward.judges, *reward.refiners))
+    return JudgingPlan(True, 1 if in_process or exp.settings.config.judge.store_rollouts else 2)
 
 
 @dataclasses.dataclass(frozen=True)
