@@ -151,7 +151,8 @@ class JudgeSpec(schema.Block):
                                "never stored.")
     endpoint: str = setting("chat", "[hash] chat: /v1/chat/completions; completions: /v1/completions with the "
                             "checkpoint's chat template.", choices=ENDPOINTS)
-    max_concurrency: int = setting(8, "Judge requests in flight at once.", bounds=(1, 1024))
+    max_concurrency: int = setting(8, "Judge requests in flight at once, per batch (rl.off_policy_steps=1 may judge "
+                                      "two batches at once: docs/training.md).", bounds=(1, 1024))
     timeout_s: float = setting(60.0, "Seconds one request may take before it is retried.")
     max_retries_http: int = setting(5, "HTTP retries per request (exponential backoff with jitter, honouring "
                                     "Retry-After).", bounds=(0, 20))

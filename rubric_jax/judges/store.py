@@ -13,7 +13,9 @@ of a call right after it, one transaction per call, so a killed job loses at mos
 
 Concurrency: WAL journal (readers never block the one writer) and a busy timeout (a writer waits for
 another process's write instead of failing), so several processes may share one file. Open one
-VerdictStore per process (an SQLite connection must not cross a fork). A file that is not a verdict
+VerdictStore per process (an SQLite connection must not cross a fork); within it, any thread may use it (one-step
+off-policy judges on a judging thread, evals on the main one): a lock takes the threads' reads and writes one at a
+time. A file that is not a verdict
 store (garbage bytes, another SQLite database, another format version) is a StoreError naming it.
 
 The stored text is the truth: llm_judge parses a stored answer's verdict again (an edited or undecodable `scores`
@@ -32,6 +34,7 @@ import json
 import math
 import sqlite3
 import sys
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -89,11 +92,12 @@ class VerdictStore:
         if not isinstance(judge_hash, str) or not judge_hash:
             raise ValueError(f"verdict store {path}: judge_hash must be a non-empty string, got {judge_hash!r}")
         self.path, self.judge_hash, self.read_only = Path(path), judge_hash, False
+        self._lock = threading.Lock()  # the connection is used by one thread at a time (`_errors`)
         if self.path.is_dir():
             raise StoreError(f"verdict store {self.path}: is a directory")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None)
+            self._db = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
         except (OSError, sqlite3.Error) as e:
             raise StoreError(f"verdict store {self.path}: cannot open: {e}") from None
         try:
@@ -115,7 +119,8 @@ class VerdictStore:
         self.read_only = True
         for flags in ("mode=ro", "mode=ro&immutable=1"):
             try:
-                self._db = sqlite3.connect(f"{self.path.resolve().as_uri()}?{flags}", uri=True, isolation_level=None)
+                self._db = sqlite3.connect(f"{self.path.resolve().as_uri()}?{flags}", uri=True, isolation_level=None,
+                                           check_same_thread=False)
                 self._db.execute("SELECT name FROM sqlite_master").fetchall()
                 return
             except sqlite3.Error as e:
@@ -124,9 +129,11 @@ class VerdictStore:
 
     @contextlib.contextmanager
     def _errors(self, doing: str) -> Iterator[None]:
-        """Turns any SQLite error into one StoreError line naming the file."""
+        """Holds the connection for this thread and turns any SQLite error into one StoreError line naming the
+        file."""
         try:
-            yield
+            with self._lock:
+                yield
         except sqlite3.Error as e:
             raise StoreError(f"verdict store {self.path}: {doing}: {e} (move the file away to start a new "
                              "store)") from None

@@ -3,13 +3,15 @@ step t + 1 is sampled and judged while step t updates, so a slow judge (another 
 device time. verl's one-step off-policy recipe and fully-async trainer, AReaL's decoupled PPO and SkyRL's async
 trainer do the same.
 
-Within step t: the sampler call of batch t + 1 is dispatched first (with θ_{t−1}, the params before update t);
-the host then waits for batch t's judging (on the judging thread since step t − 1) and dispatches update t; the
-judging thread fetches batch t + 1 (the devices finish sampling it before they update) and judges it while the
-devices run update t and sample batch t + 2: a step takes about max(sampling + update, judging). So batch t + 1
-was sampled by the params of step t − 1 (batches 1 and 2 by the starting params); every row logs
-`off_policy/sampler_step`, the TrainState's step count (in stage steps) of the params that sampled its batch. One
-process only (the judging thread's gather is a collective); evals wait for the judging thread first.
+Within step t: the sampler call of batch t + 1 is dispatched first (with θ_{t−1}, the params before update t) and
+handed at once to a judging thread, which fetches it once the devices sampled it and judges it; the host then waits
+for batch t's judging (handed over in step t − 1) and dispatches update t. So batch t + 1 is judged while batch t's
+judging ends, update t runs and batch t + 2 is sampled: with two judging threads (a judge outside the process:
+one_step_ahead.judging_plan says when) a step takes about max(S + U, (S + U + J) / 2) for sampling S, update U and
+judging J, against S + J + U on-policy (docs/training.md, "One-step off-policy"). Batch t + 1 was sampled by the
+params of step t − 1 (batches 1 and 2 by the starting params); every row logs `off_policy/sampler_step`, the
+TrainState's step count (in stage steps) of the params that sampled its batch. One process only (the judging
+thread's gather is a collective); evals wait for the judging threads first.
 
 Log-probs (validated at start-up: rl.recompute_old_logprobs and rl.behaviour_correction_cap > 0): the
 behaviour log-probs are the sampler's (θ_{t−2} for batch t), kept from the sampler call; `old_logp`, the

@@ -10,6 +10,8 @@ from typing import Any
 import jax
 
 from rubric_jax import data, distributed
+from rubric_jax.judges.backends import HttpBackend
+from rubric_jax.judges.reward import RubricReward
 from rubric_jax.models import lora
 from rubric_jax.train import checkpointing, collect, state as train_state, workdir as run_workdir
 from rubric_jax.train.experiment import Experiment
@@ -25,7 +27,7 @@ Train = Callable[[train_state.TrainState, collect.Rollout, dict[str, float]],
 
 @dataclasses.dataclass(frozen=True)
 class Pending:
-    """A batch sampled ahead of its step and judged on the judging thread (`rollout`): the params that sampled it
+    """A batch sampled ahead of its step and judged on a judging thread (`rollout`): the params that sampled it
     (a copy: the update donates the state), their optimizer updates, and the iterator position before its
     questions were drawn."""
 
@@ -33,6 +35,30 @@ class Pending:
     params: Any
     updates: jax.Array | int
     position: data.IteratorState
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgingPlan:
+    """When batch t + 1's judging is handed to the judging threads, and how many batches they judge at once
+    (docs/training.md, "One-step off-policy", has the timing argument)."""
+
+    early: bool  # right after its sampling is dispatched, before batch t is waited for and updated (else after)
+    workers: int  # batches judged at once: 2 lets batch t + 1's judging start while batch t's still runs
+
+
+def judging_plan(exp: Experiment) -> JudgingPlan:
+    """The plan for `exp`'s reward. Two batches are judged at once only when no judge runs in this process's
+    devices and no store is shared between batches: an in-process LLM judge (judge.backend=jax, or
+    judge.share_policy_base) or reward model queues its programs on the devices the sampler and the update use, so a
+    second batch would add its KV cache and no speed; with judge.store_rollouts a batch reads the verdicts its
+    predecessor stored, which one at a time keeps as they are without the overlap. rl.dynamic_weights aggregates batch
+    t + 1's reward with the weights batch t's update step leaves, so its judging starts after that step."""
+    if exp.dynamic_weights is not None:
+        return JudgingPlan(False, 1)
+    reward = exp.reward
+    in_process = not isinstance(reward, RubricReward) or any(not isinstance(j.backend, HttpBackend)
+                                                             for j in (*reward.judges, *reward.refiners))
+    return JudgingPlan(True, 1 if in_process or exp.settings.config.judge.store_rollouts else 2)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +80,8 @@ def check_resume(restored: checkpointing.Restored | None, steps: int) -> None:
 
 
 class OneStepAhead:
-    """Runs GRPO steps with the next batch sampled and judged while the current one updates (module docstring)."""
+    """Runs GRPO steps with the next batch sampled and judged while the current one is judged and updates
+    (train/off_policy.py)."""
 
     def __init__(self, exp: Experiment, total: int, updates_per_step: int, key_of: Callable[[int], jax.Array]):
         self.exp, self.total, self.updates_per_step, self.key_of = exp, total, updates_per_step, key_of
@@ -62,7 +89,9 @@ class OneStepAhead:
         self.resumed: Source | None = None  # set by `start` on a resume, used by the first step
         self.position: data.IteratorState | None = None  # the iterator before this step's rows were drawn
         self.state: train_state.TrainState | None = None  # after the latest step (its step names the checkpoint)
-        self.judging = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="off-policy-judge")
+        self.plan = judging_plan(exp)
+        self.judging = concurrent.futures.ThreadPoolExecutor(max_workers=self.plan.workers,
+                                                             thread_name_prefix="off-policy-judge")
 
     def start(self, restored: checkpointing.Restored | None, start: int, seed: int) -> None:
         """Reads the pending batch's source back from the behaviour checkpoint of the restored step."""
@@ -84,8 +113,9 @@ class OneStepAhead:
 
     def step(self, state: train_state.TrainState, rows: list[Any], step: int, runner: Runner, train: Train
              ) -> tuple[train_state.TrainState, StepOutput]:
-        """Step `step`: dispatches the sampling of batch step + 1 (`rows`) with `state.params`, waits for the pending
-        batch's judging (a step earlier), dispatches its updates and hands batch step + 1 to the judging thread."""
+        """Step `step`: dispatches the sampling of batch step + 1 (`rows`) with `state.params` and hands it to the
+        judging threads (after the update with a late `plan`), waits for the pending batch's judging (handed over a
+        step earlier) and dispatches its updates."""
         pending, position = self.pending, self.position
         if pending is None and self.resumed is None:  # the stage's first step: batch 1 sampled now, batch 2 next
             pending = self._judge(self._sample(state, rows, step, position))
@@ -97,20 +127,22 @@ class OneStepAhead:
             pending = self._judge(self._start(source.params, state, source.sampler_step * self.updates_per_step,
                                               questions, step, source.position))
         following = self._sample(state, rows, step + 1, position) if step < self.total else None
+        judged = self._judge(following) if following is not None and self.plan.early else None
         rollout = pending.rollout.result()  # the host waited on the judge while the devices sampled and updated
         new_state, out = train(state, rollout, {SAMPLER_STEP: float(int(pending.updates) // self.updates_per_step)})
-        self.pending = self._judge(following) if following is not None else None
+        self.pending = judged if judged is not None or following is None else self._judge(following)
         self.position, self.state = runner.position, new_state
         return new_state, out
 
     def settle(self) -> None:
-        """Waits for the judging thread (the eval's judge calls must not run beside it)."""
+        """Waits for the judging threads (the eval's judge calls must not run beside them; after a step only the
+        pending batch is being judged)."""
         if self.pending is not None:
             self.pending.rollout.exception()
 
     def _judge(self, dispatched: tuple[Callable[[], collect.LocalRollout], Any, jax.Array | int,
                                        data.IteratorState]) -> Pending:
-        """A dispatched batch, fetched, judged and gathered on the judging thread."""
+        """A dispatched batch, fetched (once the devices sampled it), judged and gathered on a judging thread."""
         finish, params, updates, position = dispatched
         n = self.exp.settings.train_rollout.n
         return Pending(self.judging.submit(lambda: collect.gather_rollout(finish(), n)[0]), params, updates, position)

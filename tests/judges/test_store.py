@@ -5,6 +5,7 @@ missing, a changed dimension re-judges only itself, another judge hash reads not
 lose nothing, a corrupt file is one line. Gates first: same rewards, fewer prompts.
 """
 
+import concurrent.futures
 import dataclasses
 import multiprocessing
 import re
@@ -130,6 +131,21 @@ def test_two_processes_writing_one_store_lose_nothing(tmp_path):
     assert store.count() == 3 * count
     found = store.get([("j", f"p{i}", w, "k") for w in range(2) for i in range(count)])
     assert len(found) == 2 * count and found[("j", "p7", 1, "k")].text == "w1 7"
+
+
+def test_threads_of_one_process_share_a_store(tmp_path):
+    """One-step off-policy judges on a judging thread and evaluates on the main one (train/one_step_ahead.py): the
+    store opened on the main thread is read and written from others, at once, losing nothing."""
+    store, count = VerdictStore(tmp_path / "v.db", "judge-a"), 50
+
+    def write(worker: int) -> int:
+        for i in range(count):
+            store.put([(("j", f"p{i}", worker, "k"), StoredAnswer(f"w{worker} {i}", "stop", True, (float(i),), ""))])
+        return len(store.get([("j", f"p{i}", worker, "k") for i in range(count)]))
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        assert list(pool.map(write, range(2))) == [count, count]
+    assert store.count() == 2 * count and store.get([("j", "p7", 1, "k")])[("j", "p7", 1, "k")].text == "w1 7"
 
 
 @pytest.mark.parametrize("content", [b"\x00garbage\xff" * 700, b"hello, this is not a database\n" * 10])

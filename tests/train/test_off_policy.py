@@ -9,15 +9,21 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import types
 import urllib.request
 from pathlib import Path
 
+import jax.numpy as jnp
 import pytest
 
 from benchmarks.latency_judge import LatencyJudge
 from openai_double import Endpoint
-from rubric_jax.train import blocks, checkpointing, off_policy, one_step_ahead
+from rubric_jax import data
+from rubric_jax.judges.backends import HttpBackend, SamplerBackend
+from rubric_jax.judges.llm_judge import Judge
+from rubric_jax.judges.reward import RubricReward
+from rubric_jax.train import blocks, checkpointing, collect, off_policy, one_step_ahead
 from rubric_jax.train.runner import TrainingError
 from test_loop import ROOT, _flags, _rows, _wait_for_row, sft  # noqa: F401 (sft: the fixture)
 from xla_flags import command_env
@@ -187,3 +193,113 @@ def test_each_lora_batch_is_sampled_by_the_adapters_of_two_steps_before(lora_uni
 def test_a_sigkilled_lora_run_resumes_to_the_uninterrupted_rows(lora_uninterrupted, sft, tmp_path,
                                                                  command_server):  # noqa: F811
     _kill_and_resume(command_server("experiments.run"), [*_flags(tmp_path, sft), *LORA], tmp_path, lora_uninterrupted)
+
+
+# The judging schedule (train/one_step_ahead.py, docs/training.md's timing argument), with the sampler, the judge and
+# the update scripted: each records when it starts and ends, so the order, not durations, shows what overlaps.
+_GUARD_S = 60  # a scripted wait that is never answered fails the test after this long instead of hanging it
+
+_SERVED = RubricReward(judges=[Judge("served", None, HttpBackend(client=None))])
+_IN_PROCESS = RubricReward(judges=[Judge("local", types.SimpleNamespace(pad_token_id=0, eos_token_id=1,
+                                                                        chat_template="t"),
+                                         SamplerBackend(None, generate_fn=None))])
+
+
+def _exp(reward=_SERVED, dynamic_weights=None, store_rollouts=False) -> types.SimpleNamespace:
+    """What OneStepAhead and judging_plan read of an Experiment."""
+    config = types.SimpleNamespace(judge=types.SimpleNamespace(store_rollouts=store_rollouts),
+                                   rl=types.SimpleNamespace(rollout_chunks=1))
+    return types.SimpleNamespace(reward=reward, dynamic_weights=dynamic_weights, settings=types.SimpleNamespace(
+        config=config, train_rollout=types.SimpleNamespace(n=2)))
+
+
+@pytest.mark.parametrize("exp, plan", [
+    (_exp(), one_step_ahead.JudgingPlan(True, 2)),
+    (_exp(_IN_PROCESS), one_step_ahead.JudgingPlan(True, 1)),
+    (_exp(types.SimpleNamespace()), one_step_ahead.JudgingPlan(True, 1)),
+    (_exp(store_rollouts=True), one_step_ahead.JudgingPlan(True, 1)),
+    (_exp(dynamic_weights=object()), one_step_ahead.JudgingPlan(False, 1)),
+])
+def test_two_batches_are_judged_at_once_only_by_a_judge_outside_the_process(exp, plan):
+    assert one_step_ahead.judging_plan(exp) == plan
+
+
+class _Script:
+    """A scripted sampler, judge and update recording (event, batch or step) in order; with `overlap_judges` batch b's
+    judging runs until batch b + 1's has started, with `early` update t until batch t + 1's judging has."""
+
+    def __init__(self, total: int, overlap_judges: bool, early: bool):
+        self.total, self.overlap_judges, self.early = total, overlap_judges, early
+        self.events: list[tuple[str, int]] = []
+        self.lock = threading.Lock()
+        self.started = {b: threading.Event() for b in range(1, total + 2)}
+
+    def log(self, event: str, n: int) -> None:
+        with self.lock:
+            self.events.append((event, n))
+
+    def start_sampling(self, exp, policy, questions, spec, key, chunks):
+        """collect.start_sampling: batch `key` (key_of is the identity), judged by the returned call."""
+        def judge() -> tuple[int, float]:
+            self.log("judge start", key)
+            self.started[key].set()
+            if self.overlap_judges and key < self.total:
+                self.started[key + 1].wait(_GUARD_S)
+            self.log("judge end", key)
+            return key, float(policy)
+        return judge
+
+    def train(self, state, rollout, row):
+        """The update of the batch `rollout` (batch, the params it was sampled with): params + 1."""
+        step = int(state.step) + 1
+        self.log("update start", step)
+        assert rollout == (step, float(state.params) - 1 if step > 1 else 0.0)  # sampled by the params before
+        if self.early and step < self.total:
+            self.started[step + 1].wait(_GUARD_S)
+        self.log("update end", step)
+        return types.SimpleNamespace(params=state.params + 1, step=state.step + 1, frozen=None), row
+
+
+def _scripted_steps(monkeypatch, exp: types.SimpleNamespace, total: int = 4) -> tuple[list[tuple[str, int]], list]:
+    """Runs `total` one-step-ahead steps over the script; its events and the rows the updates got."""
+    plan = one_step_ahead.judging_plan(exp)
+    script = _Script(total, overlap_judges=plan.workers == 2, early=plan.early)
+    monkeypatch.setattr(collect, "start_sampling", script.start_sampling)
+    monkeypatch.setattr(collect, "gather_rollout", lambda local, n: (local, [None]))
+    ahead = one_step_ahead.OneStepAhead(exp, total, 1, key_of=lambda step: step)
+    ahead.start(None, 0, seed=0)
+    runner = types.SimpleNamespace(position=data.IteratorState(seed=0), next_rows=lambda: ["q"])
+    state, rows = types.SimpleNamespace(params=jnp.float32(0), step=jnp.int32(0), frozen=None), []
+    for step in range(1, total + 1):
+        state, row = ahead.step(state, ["q"], step, runner, script.train)
+        rows.append(row)
+    ahead.settle()
+    return script.events, rows
+
+
+def test_a_served_judge_judges_the_next_batch_beside_this_one_and_its_update(monkeypatch):
+    """Batch t + 1's judging starts before batch t's has ended (two at once) and before update t ends; each batch is
+    still sampled by the params before the previous update (off_policy/sampler_step 0, 0, 1, 2)."""
+    events, rows = _scripted_steps(monkeypatch, _exp())
+    at = {event: i for i, event in enumerate(events)}
+    for t in range(1, 4):
+        assert at["judge start", t + 1] < at["judge end", t]
+        assert at["judge start", t + 1] < at["update end", t]
+    assert [r[one_step_ahead.SAMPLER_STEP] for r in rows] == [0, 0, 1, 2]
+
+
+def test_an_in_process_judge_judges_one_batch_at_a_time_beside_the_update(monkeypatch):
+    events, rows = _scripted_steps(monkeypatch, _exp(_IN_PROCESS))
+    at = {event: i for i, event in enumerate(events)}
+    for t in range(1, 4):
+        assert at["judge end", t] < at["judge start", t + 1] < at["update end", t]
+    assert [r[one_step_ahead.SAMPLER_STEP] for r in rows] == [0, 0, 1, 2]
+
+
+def test_with_dynamic_weights_the_next_batch_is_judged_after_the_update(monkeypatch):
+    """Its reward is aggregated with the weights the update's step leaves (the schedule before the overlap)."""
+    events, rows = _scripted_steps(monkeypatch, _exp(dynamic_weights=object()))
+    at = {event: i for i, event in enumerate(events)}
+    for t in range(1, 4):
+        assert at["update end", t] < at["judge start", t + 1]
+    assert [r[one_step_ahead.SAMPLER_STEP] for r in rows] == [0, 0, 1, 2]
