@@ -1,9 +1,10 @@
 """Judge tokens per item, pointwise vs group (listwise) judging, on the shipped politeness labels.
 
   PYTHONPATH=. .venv/bin/python benchmarks/bench_group_judge.py [--labels=tests/fixtures/red_team/politeness.jsonl]
-      [--rubric=rubric_jax/assets/tiny/rubric.yaml]
+      [--rubric=rubric_jax/assets/tiny/rubric.yaml] [--checkpoint=rubric_jax/assets/tiny_judge_group]
 
-The shipped tiny judge (rubric_jax/assets/tiny_judge, configs/judges/tiny.py's settings: greedy, 1 sample; no
+The shipped tiny judge (rubric_jax/assets/tiny_judge, or the judge directory --checkpoint names, e.g. the
+group-capable tiny_judge_group; configs/judges/tiny.py's settings: greedy, 1 sample; no
 retries, so that each layout's cost is one pass whatever its parse failures) scores every labelled item (one response
 on its politeness criterion) through the training reward (judges/reward.RubricReward) in three layouts: pointwise
 with its distilled compact prompt (16 new tokens), pointwise with the full prompt, and group (judge.layout=group, the
@@ -36,6 +37,7 @@ from rubric_jax.rubrics.io import load_rubric
 
 _LABELS = flags.DEFINE_string("labels", "tests/fixtures/red_team/politeness.jsonl", "A calibration labels file.")
 _RUBRIC = flags.DEFINE_string("rubric", "rubric_jax/assets/tiny/rubric.yaml", "The rubric its rows extend.")
+_CHECKPOINT = flags.DEFINE_string("checkpoint", "", "A judge directory in place of configs/judges/tiny.py's.")
 LAYOUTS = {"pointwise compact": {}, "pointwise full": {"prompt": "full"},
            "group full": {"prompt": "full", "layout": "group", "max_new_tokens": 48}}
 
@@ -98,6 +100,7 @@ def prompt_tokens_by_group_size(items: list, judge: Judge) -> dict[int, dict[str
 def main(argv: list[str]) -> None:
     del argv
     base = JudgeSpec.from_config(tiny_judge_config())
+    base = dataclasses.replace(base, checkpoints=(_CHECKPOINT.value,)) if _CHECKPOINT.value else base
     items = read_items(_LABELS.value, load_rubric(_RUBRIC.value))
     results = {}
     for name, fields in LAYOUTS.items():

@@ -84,7 +84,8 @@ class Calibrate(schema.Block):
                              "of calibrating (against labels, no --compare).")
     threshold: float = setting(0.6, "Flag a dimension whose Spearman is below this (RubricRL 3.2).")
     bootstrap: int = setting(1000, "Bootstrap resamples per 95% interval.", bounds=(1, 100_000))
-    batch_size: int = setting(64, "Rows per reward call (one batched judge call each).", bounds=(1, 1 << 16))
+    batch_size: int = setting(64, "Rows per reward call (one batched judge call each), whole questions: a question's "
+                              "rows are never split (one with more rows is a call of its own).", bounds=(1, 1 << 16))
     position_probe: bool = setting(True, "Score LLM dimensions again, anchors as written and reversed.")
     worst: int = setting(5, "Disagreements listed per dimension.", bounds=(0, 10**4))
     redundancy_threshold: float = setting(0.9, "Flag two dimensions whose Spearman reaches this (RubricRL 2.1, MECE).")

@@ -150,6 +150,17 @@ def block_bounds(count: int) -> tuple[int, int]:
     return count * process // processes, count * (process + 1) // processes
 
 
+def split_keys(keys: Sequence[str], processes: int) -> list[str]:
+    """The keys whose rows fall in more than one process's contiguous block of `keys` (`block_bounds` with
+    `processes` processes), in order of first appearance: rows that one process alone would handle together."""
+    count = len(keys)
+    owners: dict[str, set[int]] = {}
+    for p in range(processes):
+        for key in keys[count * p // processes : count * (p + 1) // processes]:
+            owners.setdefault(key, set()).add(p)
+    return [key for key, procs in owners.items() if len(procs) > 1]
+
+
 def process_block(rows: Sequence[T]) -> list[T]:
     """This process's block of a global batch `rows` (the rows `global_batch` puts on its devices): disjoint
     and equally many on every process (see `check_divides`); with one process, all of them."""

@@ -60,7 +60,7 @@ class Settings:
     threshold: float = 0.6  # RubricRL 3.2: a dimension with Spearman below 0.6 needs its anchors rewritten
     num_resamples: int = 1000  # bootstrap resamples per interval
     seed: int = 0  # seeds judge sampling and the bootstrap
-    batch_size: int = 64  # rows per reward call (one batched judge call each)
+    batch_size: int = 64  # rows per reward call (one batched judge call each), whole questions (question_batches)
     position_probe: bool = True  # score LLM dimensions again with anchors as written and reversed
     worst: int = 5  # disagreements listed per dimension
     redundancy_threshold: float = 0.9  # two dimensions whose Spearman reaches this are flagged (RubricRL 2.1, MECE)
@@ -98,22 +98,39 @@ class Calibration:
     plots: dict[str, PlotData]
 
 
+def question_batches(questions: Sequence[str], batch_size: int) -> list[list[int]]:
+    """Row indices of each reward call: whole questions (all rows asking one, wherever they are in the file) packed in
+    order of first appearance while a call holds at most `batch_size` rows, each call's rows in file order; a
+    question with more rows is a call of its own. So a question's rows are never split across calls (in the group
+    layout they are one group); a file of at most `batch_size` rows is one call, as before."""
+    rows_of: dict[str, list[int]] = {}
+    for n, question in enumerate(questions):
+        rows_of.setdefault(question, []).append(n)
+    batches: list[list[int]] = [[]]
+    for rows in rows_of.values():
+        if batches[-1] and len(batches[-1]) + len(rows) > batch_size:
+            batches.append([])
+        batches[-1] += rows
+    return [sorted(rows) for rows in batches if rows]
+
+
 def score_items(reward: RubricReward, items: Sequence[LabelledItem], batch_size: int, key: jax.Array,
                 desc: str, store: VerdictStore | None = None, positions: list | None = None) -> dict[str, np.ndarray]:
-    """Raw scores per dimension id [N] (NaN where the row's rubric lacks it or its judge failed), in batches
-    judged with one `key` (a judge prompt depends on its own content and the key, so `store` finds it); in the
-    group layout (a group: the batch's rows of one question) `positions` gets each valid sample's shown position."""
+    """Raw scores per dimension id [N] (NaN where the row's rubric lacks it or its judge failed), in calls of whole
+    questions (`question_batches`) judged with one `key` (a judge prompt depends on its own content and the key, so
+    `store` finds it); in the group layout (a group: a question's rows) `positions` gets each valid sample's shown
+    position."""
     n = len(items)
     columns: dict[str, np.ndarray] = {}
     with tqdm.tqdm(total=n, desc=desc, unit="item", file=sys.stderr, mininterval=1.0) as bar:
-        for start in range(0, n, batch_size):
-            chunk = items[start : start + batch_size]
+        for rows in question_batches([i.question for i in items], batch_size):
+            chunk = [items[r] for r in rows]
             out = reward([i.question for i in chunk], [i.response for i in chunk], [i.rubric for i in chunk],
                          key=key, store=store)
             raw_NxD = out.details["raw_scores"]
             for c, dim_id in enumerate(out.dimension_ids):
                 column = columns.setdefault(dim_id, np.full((n,), np.nan))
-                column[start : start + len(chunk)] = np.where(out.valid[:, c], raw_NxD[:, c], np.nan)
+                column[rows] = np.where(out.valid[:, c], raw_NxD[:, c], np.nan)
             if positions is not None:
                 positions.extend(out.details.get("judge_group_positions", []))
             bar.update(len(chunk))

@@ -15,6 +15,8 @@ A training example is the prompt `llm_judge.judge_rows` sends at scoring time in
 nonce and a shuffled anchor order per rendering, the judge tokenizer's special tokens fenced out) and a
 verdict the strict parser accepts: the chosen level's anchor description, then `SCORE: <level>`. So the
 student learns the exact format it is parsed with, and to find the level whatever order the anchors come in.
+A group example (`group_examples`: items of one question on one dimension) is the group layout's prompt
+(prompts.group_prompt) in a fresh shown order, nonce and anchor order, and its `R<k>: <level>` lines in label order.
 """
 
 from __future__ import annotations
@@ -29,14 +31,15 @@ import numpy as np
 
 from rubric_jax import data, padding, text
 from rubric_jax.judges.llm_judge import Judge, judge_rows, special_tokens
-from rubric_jax.judges.parser import SINGLE_KEY, parse_single
-from rubric_jax.judges.prompts import JudgePrompt, compact_single_prompt, single_prompt
+from rubric_jax.judges.parser import SINGLE_KEY, parse_single, parse_verdict
+from rubric_jax.judges.prompts import JudgePrompt, compact_single_prompt, group_labels, group_prompt, single_prompt
 from rubric_jax.judges.rules import make_rule
 from rubric_jax.judges.scorers import split_by_reads
 from rubric_jax.judges.spec import JudgeSpec
 from rubric_jax.rubrics import kinds
-from rubric_jax.rubrics.schema import Dimension, Rubric
+from rubric_jax.rubrics.schema import Dimension, Rubric, canonical_json, dimension_to_dict
 
+Group = tuple["JudgeItem", ...]  # items of one question on one dimension, judged in one group-layout prompt
 QualityFn = Callable[[Sequence[str]], np.ndarray]  # responses -> q_N in [0, 1] (a rules.Rule is one)
 NONCE_BYTES = 8  # llm_judge draws 8 random bytes per prompt: a 16-hex-digit fence nonce
 
@@ -201,16 +204,62 @@ def scoring_prompt(item: JudgeItem, rng: np.random.Generator, reserved: Sequence
                          reserved=reserved)
 
 
-def encode_examples(tokenizer: Any, items: Sequence[JudgeItem], rng: np.random.Generator, prompt: str = "full"
-                    ) -> tuple[list[list[int]], list[list[int]]]:
-    """(prompt ids, verdict ids + eos) per item, each prompt (JudgeSpec.prompt style) freshly rendered from `rng`."""
+def group_examples(items: Sequence[JudgeItem], max_size: int, repeats: int, rng: np.random.Generator) -> list[Group]:
+    """Groups as the group layout judges them (one question's items on one dimension): per (question, dimension),
+    `repeats` passes over its items in a fresh order, cut into consecutive groups of 1..`max_size` (uniform), so
+    each item is judged in `repeats` groups of varied sizes and companions."""
+    if max_size < 1 or repeats < 1:
+        raise ValueError(f"group_examples: max_size and repeats must be >= 1, got {max_size}, {repeats}")
+    members: dict[tuple[str, str], list[JudgeItem]] = {}
+    for item in items:
+        members.setdefault((item.question, canonical_json(dimension_to_dict(item.dimension))), []).append(item)
+    groups = []
+    for group_items in members.values():
+        for _ in range(repeats):
+            order, start = rng.permutation(len(group_items)), 0
+            while start < len(order):
+                size = int(rng.integers(1, max_size + 1))
+                groups.append(tuple(group_items[i] for i in order[start : start + size]))
+                start += size
+    return groups
+
+
+def group_verdict_text(dim: Dimension, levels: Sequence[int]) -> str:
+    """A group's target answer: one `R<k>: <level>` line per shown response, in label order (what the strict group
+    parser reads; no justification, as a distilled judge's rules are in its weights)."""
+    labels = group_labels(len(levels))
+    text = "\n".join(f"{label}: {level}" for label, level in zip(labels, levels))
+    verdict = parse_verdict(text, labels, [dim.scale.raw_range] * len(labels))
+    if not verdict.valid:
+        raise ValueError(f"dimension {dim.id!r}, levels {list(levels)}: target verdict does not parse ({verdict.reason})")
+    return text
+
+
+def group_scoring_example(group: Group, rng: np.random.Generator, reserved: Sequence[str]) -> tuple[JudgePrompt, str]:
+    """The group-layout prompt judge_rows sends for this group (a fresh nonce, anchor order and shown order) and its
+    target answer: the items' levels in shown order."""
+    nonce = rng.bytes(NONCE_BYTES).hex()
+    dim = group[0].dimension
+    order = rng.permutation(len(dim.anchors)).tolist()
+    shown = [group[m] for m in rng.permutation(len(group))]
+    prompt = group_prompt(shown[0].question, [i.response for i in shown], dim, nonce=nonce, anchor_order=order,
+                          reserved=reserved)
+    return prompt, group_verdict_text(dim, [i.score for i in shown])
+
+
+def encode_examples(tokenizer: Any, examples: Sequence[JudgeItem | Group], rng: np.random.Generator,
+                    prompt: str = "full") -> tuple[list[list[int]], list[list[int]]]:
+    """(prompt ids, verdict ids + eos) per example, each prompt freshly rendered from `rng`: an item in the
+    JudgeSpec.prompt style `prompt`, a group (a tuple of items) in the group layout."""
     reserved = special_tokens(tokenizer)
-    prompt_ids = data.encode_chats(tokenizer, [scoring_prompt(item, rng, reserved, prompt).messages for item in items])
-    target_ids = data.encode_responses(tokenizer, [verdict_text(item.dimension, item.score) for item in items])
+    rendered = [group_scoring_example(e, rng, reserved) if isinstance(e, tuple) else
+                (scoring_prompt(e, rng, reserved, prompt), verdict_text(e.dimension, e.score)) for e in examples]
+    prompt_ids = data.encode_chats(tokenizer, [p.messages for p, _ in rendered])
+    target_ids = data.encode_responses(tokenizer, [target for _, target in rendered])
     return prompt_ids, target_ids
 
 
-def example_batch(tokenizer: Any, items: Sequence[JudgeItem], rng: np.random.Generator,
+def example_batch(tokenizer: Any, items: Sequence[JudgeItem | Group], rng: np.random.Generator,
                   prompt_buckets: Sequence[int], verdict_buckets: Sequence[int], prompt: str = "full"
                   ) -> dict[str, np.ndarray]:
     """An SFT batch [left-padded prompt | right-padded verdict + eos] with the loss on the verdict tokens only."""

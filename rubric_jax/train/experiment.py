@@ -302,6 +302,18 @@ def _model_dirs(model: blocks.ModelBlock) -> tuple[str, str, str]:
     return model_dir, _existing_dir(model.tokenizer or model_dir, tokenizer_key, "tokenizer"), tokenizer_key
 
 
+def check_group_blocks(questions: Sequence[str], processes: int, where: str) -> None:
+    """judge.layout=group judges a question's rows of one reward call as one group, and each process scores its own
+    block of the eval and golden rows: a question text with rows in two blocks would be judged as two groups, other
+    groups than on one process, so it is refused at start-up (training groups are whole: a process rolls out all
+    of its questions' group_size responses)."""
+    split = distributed.split_keys(questions, processes)
+    if split:
+        raise ValueError(f"{where}: with config.judge.layout=group on {processes} processes, {len(split)} question "
+                         f"text(s) have rows in two processes' blocks and would be judged as separate groups (first: "
+                         f"{split[0][:60]!r}); put a question's rows next to each other, or run on one process")
+
+
 def _load_inputs(settings: Settings, tokenizer: Any, mesh: jax.sharding.Mesh) -> _Inputs:
     """The rubric, the question sets and the golden set, checked against the batch shapes and prompt lengths."""
     config = settings.config
@@ -324,6 +336,9 @@ def _load_inputs(settings: Settings, tokenizer: Any, mesh: jax.sharding.Mesh) ->
     golden_questions = golden.questions if golden else []
     data.check_replace_identities(train + evaluation + golden_questions,  # across the files: one name@version, one content
                                   (shared_rubric, f"config.data.rubric={config.data.rubric}"))
+    if config.judge.layout == "group":
+        for where, questions in (("config.data.eval", evaluation), ("config.data.golden", golden_questions)):
+            check_group_blocks([q.question for q in questions], jax.process_count(), where)
     rubric_of = {q.id: data.question_rubric(shared_rubric, q) for q in train + evaluation}
     rubric_of.update({q.id: r for q, r in zip(golden.questions, golden.rubrics)} if golden else {})
     return _Inputs(shared_rubric, train, evaluation, golden, rubric_of)

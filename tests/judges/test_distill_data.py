@@ -137,6 +137,31 @@ def test_training_prompts_are_the_prompts_judge_rows_sends(tok, prompt):
     assert len({tuple(re.findall(r"Level (\d):", t)) for t in texts}) == 2
 
 
+def test_a_group_example_is_the_prompt_judge_rows_sends_and_its_target_scores_each_shown_response(tok):
+    """layout=group: the training prompt has the lines judge_rows sends (up to nonce, shown and anchor order), and
+    its target is one `R<k>: <level>` line per label, in label order, each the level of the response under R<k>."""
+    dim = D.llm_twin(POLITE)
+    group = tuple(D.JudgeItem("Where is my parcel?", f"answer {k}", dim, k % 2) for k in range(3))
+    judge, stub = make_judge(tok, lambda text, call: "R1: 0\nR2: 0\nR3: 0")
+    lj.judge_rows([judge], JudgeSpec(samples=1, layout="group"), [i.question for i in group],
+                  [i.response for i in group], [[dim]] * 3, jax.random.key(0))
+    prompt_ids, target_ids = D.encode_examples(tok, [group] * 4, np.random.default_rng(0))
+    trained = [tok.decode(ids) for ids in prompt_ids]
+    assert _canonical_lines(trained[0]) == _canonical_lines(stub.calls[0]["prompts"][0])
+    shown = [re.findall(r"<response-R\d-[0-9a-f]{16}>\nanswer (\d)", t) for t in trained]
+    assert len({tuple(order) for order in shown}) > 1  # a fresh shown order per rendering
+    for order, ids in zip(shown, target_ids):
+        assert tok.decode(ids) == "\n".join(f"R{k + 1}: {int(a) % 2}" for k, a in enumerate(order)) + "<|im_end|>"
+
+
+def test_group_examples_cut_each_questions_items_into_groups_of_bounded_size():
+    items = [D.JudgeItem(f"q{q}", f"r{q}{r}", CLARITY, 1 + r) for q in range(2) for r in range(5)]
+    groups = D.group_examples(items, 3, 2, np.random.default_rng(0))
+    assert all(1 <= len(g) <= 3 and len({i.question for i in g}) == 1 for g in groups)
+    assert sorted(i.response for g in groups for i in g) == sorted(i.response for i in items * 2)
+    assert len({tuple(i.response for i in g) for g in groups}) > 2  # varied companions
+
+
 def test_the_compact_prompt_is_criterion_fenced_response_and_score_line(tok):
     """No system turn, grading rules or question: a third of the full prompt's tokens go to the response."""
     item = D.JudgeItem("How do I get a refund?", "<think>x</think><answer>Thank you!</answer>", D.llm_twin(POLITE), 1)

@@ -11,15 +11,17 @@ import jax
 import numpy as np
 import pytest
 
+from rubric_jax import distributed
 from rubric_jax.calibration.bias import group_position_bias
 from rubric_jax.calibration.labels import LabelledItem
 from rubric_jax.calibration.report import markdown
-from rubric_jax.calibration.run import Settings, calibrate
+from rubric_jax.calibration.run import Settings, calibrate, question_batches, score_items
 from rubric_jax.judges import llm_judge as lj
 from rubric_jax.judges import prompts as P
 from rubric_jax.judges.parser import parse_verdict
 from rubric_jax.judges.reward import RubricReward
 from rubric_jax.judges.spec import JudgeSpec, judge_hash, verdict_fields
+from rubric_jax.train.experiment import check_group_blocks
 from test_llm_judge import dim, make_judge, tiny_tokenizer
 from test_reward import FORMAT, rubric
 
@@ -208,6 +210,36 @@ def test_calibrate_reports_agreement_and_the_group_position_bias(tok):
     pointwise = calibrate(items, Settings(num_resamples=50, position_probe=False), judges=[judge],
                           judge_spec=JudgeSpec(samples=1, max_retries=0)).report
     assert "group_position_bias" not in pointwise and "Group position" not in markdown(pointwise)
+
+
+def test_calibrate_never_splits_a_questions_rows_across_its_reward_calls(tok):
+    """Rows of a question interleaved with others' and more rows than `batch_size` (the file order of labels): each
+    reward call holds whole questions, so in the group layout each question is one group of all its rows, and every
+    row gets its own digit back (4fedef4 cut the file every batch_size rows: groups of one)."""
+    judge, stub = make_judge(tok, digit_group_reply)
+    r = rubric([POLITE_DICT])
+    questions, digits = ["q1", "q2", "q1", "q3", "q2", "q1", "q3"], [1, 2, 3, 4, 5, 6, 7]
+    items = [LabelledItem(f"mem:{n}", q, f"answer {d}", r, {"polite": d})
+             for n, (q, d) in enumerate(zip(questions, digits))]
+    reward = RubricReward([r], judges=[judge], judge_spec=JudgeSpec(**GROUP))
+    scores = score_items(reward, items, 2, jax.random.key(0), "test")
+    np.testing.assert_array_equal(scores["polite"], digits)
+    assert sorted(len(labelled(p)) for call in stub.calls for p in call["prompts"]) == [2, 2, 3]
+    assert question_batches(questions, 2) == [[0, 2, 5], [1, 4], [3, 6]]  # q1 alone exceeds 2 rows: a call of its own
+    assert question_batches(questions, 5) == [[0, 1, 2, 4, 5], [3, 6]] and question_batches(questions, 64) == [
+        list(range(7))]  # a file of at most batch_size rows stays one call in file order
+
+
+def test_a_group_split_over_process_blocks_is_refused_at_start_up():
+    """Eval and golden rows are scored per process block: a question whose rows straddle two blocks would be two
+    groups on two processes and one on one process, so the group layout refuses it; rows within a block pass."""
+    assert distributed.split_keys(["a", "b", "c", "b"], 2) == ["b"]  # blocks [a, b] [c, b]
+    assert distributed.split_keys(["a", "b", "c", "b"], 1) == []
+    assert distributed.split_keys(["a", "a", "b", "b"], 2) == []
+    check_group_blocks(["a", "a", "b", "b"], 2, "config.data.eval")
+    with pytest.raises(ValueError, match=r"config.data.golden: with config.judge.layout=group on 2 processes, 1 "
+                                         r"question text\(s\) .* \(first: 'b'\)"):
+        check_group_blocks(["a", "b", "c", "b"], 2, "config.data.golden")
 
 
 def test_group_position_bias_of_no_valid_sample_is_empty_and_of_groups_of_one_undefined():

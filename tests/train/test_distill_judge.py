@@ -173,6 +173,23 @@ def test_a_shipped_judge_agrees_with_its_teacher_on_held_out_items(variant):
         assert rho is not None and rho >= SPEARMAN_FLOOR, (variant, dim, rho)
 
 
+def test_the_shipped_group_judge_answers_held_out_groups_in_the_group_layout():
+    """tiny_judge_group, loaded as calibrate loads it (greedy, GROUP_MAX_NEW_TOKENS), judges two held-out groups of 3
+    answers each, polite and not, in one group-layout call: a valid `R1..R3` block per group, a level of the scale
+    for every answer, which a judge that only learnt the pointwise line (tiny_judge: no valid group verdict) cannot
+    give. Its agreement is measured, not asserted: at chance (docs/judges.md, "Group judging")."""
+    heldout = tiny_judge_data.judge_items("default")[1]
+    questions = list(dict.fromkeys(i.question for i in heldout))[:2]
+    groups = [tuple([i for i in heldout if i.question == q and i.score == 1][:1]
+                    + [i for i in heldout if i.question == q and i.score == 0][:2]) for q in questions]
+    judge = load_judge(str(ASSETS_DIR / build_tiny_judges.JUDGE_DIRS["group"]), sampler=build_tiny_judges.SAMPLER,
+                       max_new_tokens=build_tiny_judges.GROUP_MAX_NEW_TOKENS)
+    measured = distill_judge.measure_groups(judge, groups, jax.random.key(0))
+    assert measured.counters["judge_prompts"] == 2 and measured.counters["judge_invalid"] == 0
+    assert measured.counters["judge_prompt_too_long"] == 0 and set(measured.student_N) <= {0.0, 1.0}
+    assert len(measured.student_N) == 6 and sorted(measured.teacher_N) == [0, 0, 0, 0, 1, 1]
+
+
 @pytest.mark.parametrize("config_name", ["tiny", "tiny_hack", "tiny_hack_fixed"])
 def test_each_tiny_config_prompts_its_judge_as_the_judge_was_distilled(config_name):
     """A judge asked in another prompt than the one it learnt answers at chance: the config must match the report."""
@@ -198,6 +215,26 @@ def test_the_rebuild_script_writes_a_judge_with_the_shipped_tokenizer(tmp_path, 
     report = json.loads((built / "report.json").read_text())
     assert report["training"]["steps"] == 2 and set(report["dimensions"]) == {"politeness"}
     assert json.loads((built / "config.json").read_text())["hidden_size"] == 32
+
+
+def test_the_rebuild_script_writes_a_group_judge_measured_pointwise_and_in_groups(tmp_path, monkeypatch):
+    """`--variant=group`, shrunk to 2 updates on groups of at most 2 of a few items: it starts from the default judge in
+    --out_root and learns items and groups; its report measures held-out items pointwise and held-out groups in the
+    group layout."""
+    shutil.copytree(TINY_JUDGE_DIR, tmp_path / build_tiny_judges.JUDGE_DIRS["default"])
+    all_items = tiny_judge_data.judge_items
+    monkeypatch.setattr(tiny_judge_data, "judge_items", lambda variant: tuple(
+        part[:n] for part, n in zip(all_items(variant), (48, 12))))
+    monkeypatch.setitem(build_tiny_judges.TRAINING, "group", dataclasses.replace(
+        build_tiny_judges.TRAINING["group"], steps=2, warmup_steps=1, group_max_size=2, group_repeats=1))
+    build_tiny_judges.main(["--variant=group", f"--out_root={tmp_path}"])
+    built = tmp_path / build_tiny_judges.JUDGE_DIRS["group"]
+    report = json.loads((built / "report.json").read_text())
+    assert report["training"]["groups"] > report["training"]["items"] / 2 and report["training"]["group_max_size"] == 2
+    held = report["heldout_group"]
+    assert held["items"] == report["heldout"]["items"] and held["items"] / 2 <= held["prompts_sent"] < held["items"]
+    assert set(held["dimensions"]) == {"politeness"} and "in the group layout" in (built / "report.md").read_text()
+    assert json.loads((built / "config.json").read_text())["max_position_embeddings"] == 768
 
 
 def test_a_planted_hack_judge_is_not_rebuilt_without_the_judge_it_starts_from(tmp_path, capsys):
