@@ -334,7 +334,8 @@ def _load_inputs(settings: Settings, tokenizer: Any, mesh: jax.sharding.Mesh) ->
     if golden is not None:
         distributed.check_divides(len(golden.questions), "data.golden (its questions)")
     golden_questions = golden.questions if golden else []
-    data.check_replace_identities(train + evaluation + golden_questions,  # across the files: one name@version, one content
+    # across the files: one name@version, one content
+    data.check_replace_identities(train + evaluation + golden_questions,
                                   (shared_rubric, f"config.data.rubric={config.data.rubric}"))
     if config.judge.layout == "group":
         for where, questions in (("config.data.eval", evaluation), ("config.data.golden", golden_questions)):
