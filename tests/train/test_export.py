@@ -160,8 +160,8 @@ def trained(tmp_path_factory, command_server) -> Path:
     workdir = tmp_path_factory.mktemp("run")
     proc = _run(command_server, "experiments.run", "--config=configs/tiny.py", f"--workdir={workdir}",
                 "--config.export.at_end=True", f"--config.model.checkpoint={FIXTURE}", "--config.model.config_json=",
-                "--config.model.tokenizer=", "--config.stages=('sft',)", "--config.sft.lr=1e-30", "--config.sft.epochs=1",
-                "--config.sft.batch_size=64")
+                "--config.model.tokenizer=", "--config.stages=('sft',)", "--config.sft.lr=1e-30",
+                "--config.sft.epochs=1", "--config.sft.batch_size=64")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return workdir
 
