@@ -7,15 +7,17 @@ traceback and exits 1, as the interpreter does.
 
     server = CommandServer("experiments.evaluate", env=command_env())
     result = server.run("--config.benchmark=mmlu")  # a subprocess.CompletedProcess
+    result = server.run(*args, setup=code)  # Python `code` run in the child first: a library patched to fail
     started = server.start(...)  # a run not waited for: started.pid takes signals, started.wait() its outcome
     server.close()
 
 A command that imports its libraries inside main (experiments.run: jax.distributed must start first) has them in
 `PRELOAD`, imported by its server too, so that a case does not pay them either.
 
-The server is `python tests/command_server.py MODULE [PRELOAD ...]` (protocol: one JSON line per run on stdin, a
-{pid} JSON line back when its child starts and a {returncode, stdout, stderr} line when it has exited); it never uses
-jax's devices itself, so the children fork from a process with no XLA client and no threads of its own.
+The server is `python tests/command_server.py MODULE [PRELOAD ...]` (protocol: one JSON line per run on stdin, its
+{args, setup}, a {pid} JSON line back when its child starts and a {returncode, stdout, stderr} line when it has
+exited); it never uses jax's devices itself, so the children fork from a process with no XLA client and no threads of
+its own.
 """
 
 from __future__ import annotations
@@ -51,14 +53,15 @@ class CommandServer:
         self._proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), module, *preload], cwd=REPO,
                                       env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
-    def run(self, *args: object) -> subprocess.CompletedProcess:
-        """`python -m MODULE *args`, in a child of the server; its exit status, stdout and stderr."""
-        return self.start(*args).wait()
+    def run(self, *args: object, setup: str = "") -> subprocess.CompletedProcess:
+        """`python -m MODULE *args`, in a child of the server (after running the Python code `setup` in it, e.g. a
+        library patched to fail as a full disk would); its exit status, stdout and stderr."""
+        return self.start(*args, setup=setup).wait()
 
-    def start(self, *args: object) -> Started:
-        """`python -m MODULE *args` started in a child of the server and not waited for (the child's pid takes
-        signals); the server runs one child at a time, so `wait()` for it before the next run."""
-        self._proc.stdin.write(json.dumps([str(a) for a in args]) + "\n")
+    def start(self, *args: object, setup: str = "") -> Started:
+        """`python -m MODULE *args` (after `setup`, as in `run`) started in a child of the server and not waited for
+        (the child's pid takes signals); the server runs one child at a time, so `wait()` for it before the next run."""
+        self._proc.stdin.write(json.dumps({"args": [str(a) for a in args], "setup": setup}) + "\n")
         self._proc.stdin.flush()
         return Started(self, [self.module, *map(str, args)], self._read()["pid"])
 
@@ -110,14 +113,16 @@ def _import_dependencies(module_name: str, preload: list[str]) -> None:
         del sys.modules[name]
 
 
-def _child(module_name: str, args: list[str], stdout: int, stderr: int) -> None:
-    """In the forked child: run the module as `__main__` with `args`, then exit with its status (never returns)."""
+def _child(module_name: str, args: list[str], setup: str, stdout: int, stderr: int) -> None:
+    """In the forked child: run the Python code `setup` (a patch of an imported library; its failure is the run's
+    uncaught exception), then the module as `__main__` with `args`, then exit with its status (never returns)."""
     status = 1
     try:
         null = os.open(os.devnull, os.O_RDONLY)
         for fd, target in ((null, 0), (stdout, 1), (stderr, 2)):
             os.dup2(fd, target)
         signal.alarm(TIMEOUT_S)  # a hung case ends (killed by SIGALRM: status -14) instead of hanging the suite
+        exec(compile(setup, "<setup>", "exec"), {"__name__": "__setup__"})  # noqa: S102  (the test's own code)
         sys.argv = [str(REPO / (module_name.replace(".", "/") + ".py")), *args]
         runpy.run_module(module_name, run_name="__main__", alter_sys=True)
         status = 0
@@ -135,15 +140,15 @@ def _child(module_name: str, args: list[str], stdout: int, stderr: int) -> None:
 
 
 def serve(module_name: str, preload: list[str]) -> None:
-    """Imports the module and `preload`, then runs each JSON argument list read from stdin in a forked child."""
+    """Imports the module and `preload`, then runs each JSON {args, setup} line read from stdin in a forked child."""
     _import_dependencies(module_name, preload)
     for line in sys.stdin:
-        args = json.loads(line)
+        run = json.loads(line)
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             sys.stdout.flush()
             pid = os.fork()
             if pid == 0:
-                _child(module_name, args, out.fileno(), err.fileno())
+                _child(module_name, run["args"], run["setup"], out.fileno(), err.fileno())
             print(json.dumps({"pid": pid}), flush=True)
             status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
             texts = []

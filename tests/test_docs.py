@@ -453,22 +453,19 @@ def test_the_scoring_example_scores_every_row(tmp_path, command_server):
     assert all(0.0 <= json.loads(row)["reward"] <= 1.0 for row in rows)
 
 
-def test_as_written_commands_start(tmp_path):
+def test_as_written_commands_start(tmp_path, command_server):
     """Commands that need a 7B checkpoint or private data, run exactly as documented from an empty directory
     (configs/ linked in, so nothing of the checkout is written): each parses its flags and config and stops at
     its first missing input with one line naming it, exit status 2. The test named in RUN_BY runs the same
-    path with stand-ins."""
+    path with stand-ins. Each is forked from its command's server (tests/command_server.py), the child moved into
+    the empty directory first."""
     (tmp_path / "configs").symlink_to(ROOT / "configs")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
-    procs = {}
+    into_tmp = f"import os\nos.chdir({str(tmp_path)!r})\n"
     for text in (t for t, entry in RUN_BY.items() if entry.as_written):
-        argv = manual.Command("", 0, text).argv
-        procs[text] = subprocess.Popen([sys.executable, "-m", *argv[1:]], cwd=tmp_path, env=env, text=True,
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    for text, proc in procs.items():
-        _, err = proc.communicate(timeout=300)
+        program, *args = manual.Command("", 0, text).argv[1:]
+        proc = command_server(program).run(*args, setup=into_tmp)
+        err = proc.stderr
         last = err.strip().splitlines()[-1] if err.strip() else ""
-        program = manual.Command("", 0, text).argv[1]
         assert proc.returncode == 2 and "Traceback" not in err, (text, err[-2000:])
         assert last.startswith(f"{program}: error: "), (text, last)
         named = re.findall(r"=(\S+?):? ", last)  # the input the line names: `--flag=PATH: ...`, `key=PATH: ...`

@@ -4,15 +4,12 @@ metrics a run lacks are skipped, SFT and GRPO curves never share a line, bad fla
 import errno
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from rubric_jax import metrics, plots
 
-ROOT = Path(__file__).resolve().parents[1]
 PNG = b"\x89PNG\r\n\x1a\n"
 ALL_PLOTS = {spec.filename for spec in plots.PLOTS}
 MONITOR_PLOTS = {"template_share.png", "length_drift.png", "saturation.png", "saturation_rise.png", "redundancy.png",
@@ -221,13 +218,12 @@ def test_a_full_disk_leaves_the_overlay_directory_as_it_was(tmp_path, monkeypatc
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "compare"]  # no temporary directory
 
 
-def test_plots_cli_full_disk_is_one_line(tmp_path):
+def test_plots_cli_full_disk_is_one_line(tmp_path, command_server):
     a = _judged_run(tmp_path / "a")
-    code = ("import errno, sys\nfrom rubric_jax import plots\n"
+    code = ("import errno\nfrom rubric_jax import plots\n"
             "def full(path, data):\n    raise OSError(errno.ENOSPC, 'No space left on device')\n"
-            "plots.write_atomic = full\nfrom experiments import plots as cli\nfrom absl import app\n"
-            f"sys.argv = ['plots', '--workdir={a}', '--out={tmp_path / 'out'}']\napp.run(cli.main)\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+            "plots.write_atomic = full\n")
+    proc = command_server("experiments.plots").run(f"--workdir={a}", f"--out={tmp_path / 'out'}", setup=code)
     assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
         f"experiments.plots: error: writing {tmp_path / 'out'} failed (No space left on device); nothing was written"]
     assert not (tmp_path / "out").exists()

@@ -3,10 +3,7 @@
 import dataclasses
 import functools
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
@@ -597,15 +594,10 @@ def checkpoint_dir(tmp_path_factory):
     return path
 
 
-def _run_cli(*args):
-    env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu")
-    return subprocess.run([sys.executable, "-m", "experiments.generate", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
-
-
-def test_generate_cli_prints_json_matching_the_library(checkpoint_dir):
-    proc = _run_cli(f"--checkpoint={checkpoint_dir}", "--prompt=hello world", "--config.sampling.max_new_tokens=5",
-                    "--config.format=json")
+def test_generate_cli_prints_json_matching_the_library(checkpoint_dir, command_server):
+    """The command forked from its warm server (one CPU device, as a user's shell) against the library here."""
+    proc = command_server("experiments.generate").run(f"--checkpoint={checkpoint_dir}", "--prompt=hello world",
+                                                      "--config.sampling.max_new_tokens=5", "--config.format=json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     from transformers import AutoTokenizer

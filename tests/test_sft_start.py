@@ -4,15 +4,12 @@ directory once, and an SFT run of other SFT settings is refused (no training her
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from benchmarks import sft_start
 from rubric_jax import metrics, sweeps
-from xla_flags import command_env
 
 ROOT = Path(__file__).resolve().parents[1]
 LOSSES = str(ROOT / "configs" / "tiny_losses.py")
@@ -28,7 +25,7 @@ def _stand_in_sft(sft_dir: Path, config) -> None:
     (workdir / "metrics.jsonl").write_text(json.dumps({"stage": "sft", "step": 176, "seed": config.seed}) + "\n")
 
 
-def test_every_loss_variant_is_seeded_from_its_seeds_sft_once(tmp_path):
+def test_every_loss_variant_is_seeded_from_its_seeds_sft_once(tmp_path, command_server):
     sweep = sweeps.load_sweep(LOSSES)
     assert len(sweep.variants) == 15 and all(v.config.rl.updates_per_batch == 2 for v in sweep.variants)
     assert {"seed=0", "loss=cispo,seed=1", "loss=sapo,seed=2", "clip_ratio_c=3.0,seed=0",
@@ -41,14 +38,13 @@ def test_every_loss_variant_is_seeded_from_its_seeds_sft_once(tmp_path):
         assert (out / v.name / "checkpoints" / "sft" / "176" / "params").read_text() == f"seed {v.config.seed}"
         assert json.loads((out / v.name / "metrics.jsonl").read_text())["seed"] == v.config.seed
     assert sft_start.seed_sweep(LOSSES, tmp_path / "sft", out) == []  # seeded directories are left as they are
-    command = [sys.executable, "-m", "benchmarks.sft_start", "--config=configs/tiny_losses.py",
-               f"--sft_dir={tmp_path / 'sft'}"]
-    seeded = subprocess.run([*command, f"--sweep_dir={tmp_path / 'by_command'}"], cwd=ROOT, env=command_env(),
-                            capture_output=True, text=True, timeout=300)
+    command = ["--config=configs/tiny_losses.py", f"--sft_dir={tmp_path / 'sft'}"]  # `python -m benchmarks.sft_start`
+    server = command_server("benchmarks.sft_start")  # both runs forked from one process that imported the command
+    seeded = server.run(*command, f"--sweep_dir={tmp_path / 'by_command'}")
     assert seeded.returncode == 0, seeded.stderr[-3000:]
     assert seeded.stdout.startswith(f"seeded 15 variant directories of {tmp_path / 'by_command'} from ")
     assert (tmp_path / "by_command" / "loss=cispo,seed=2" / "checkpoints" / "sft" / "176" / "params").is_file()
-    missing = subprocess.run(command, cwd=ROOT, env=command_env(), capture_output=True, text=True, timeout=300)
+    missing = server.run(*command)
     assert (missing.returncode, missing.stderr) == (2, "benchmarks.sft_start: --sweep_dir is required\n")
 
 

@@ -2,30 +2,25 @@
 only what is missing; a corrupt store file is one line naming it."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from test_reward import ACCURACY, FORMAT
-from test_score_cli import REPO, rubric_dict, score_in_process, scripted_judge_dir, write_jsonl
-from xla_flags import command_env
+from test_score_cli import rubric_dict, score_in_process, scripted_judge_dir, write_jsonl
 
 # experiments.score whose judge process kills itself (kill -9) as its `KILL_AT`-th generate call starts:
 # the calls before it have returned and been stored, the rest never happen.
+# Setup code for experiments.score's server child (tests/command_server.py): SIGKILLed at its third generate call.
 KILLED_SCORE = """
-import os, signal, sys
-from absl import app
+import os, signal
 from rubric_jax import sampling
-from experiments import score
 real, calls = sampling.generate, []
 def generate(*args, **kwargs):
     calls.append(1)
-    if len(calls) == int(os.environ["KILL_AT"]):
+    if len(calls) == 3:
         os.kill(os.getpid(), signal.SIGKILL)
     return real(*args, **kwargs)
 sampling.generate = generate
-app.run(score.main)
 """
 ROWS = 6  # one LLM dimension, one sample: one judge prompt per row; 2 rows per reward call = one generate call
 
@@ -45,11 +40,10 @@ def summary_of(stdout):
     return json.loads(stdout.strip().splitlines()[-1])
 
 
-def test_a_killed_score_rerun_judges_only_what_is_missing(tmp_path, inputs):
+def test_a_killed_score_rerun_judges_only_what_is_missing(tmp_path, inputs, command_server):
     store = tmp_path / "verdicts.db"
-    killed = subprocess.run([sys.executable, "-c", KILLED_SCORE, *inputs, f"--out={tmp_path / 'killed.jsonl'}",
-                             f"--judge.store={store}"], cwd=REPO, capture_output=True, text=True, timeout=300,
-                            env=command_env(KILL_AT="3"))
+    killed = command_server("experiments.score").run(*inputs, f"--out={tmp_path / 'killed.jsonl'}",
+                                                     f"--judge.store={store}", setup=KILLED_SCORE)
     assert killed.returncode == -9, killed.stderr  # killed in the middle: two of three calls stored
     assert not (tmp_path / "killed.jsonl").exists()
 

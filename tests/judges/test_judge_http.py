@@ -152,13 +152,18 @@ def test_greedy_verdicts_over_http_equal_the_in_process_ones(server, endpoint):
     assert 0 < d["judge_http_latency_p50_s"] <= d["judge_http_latency_p90_s"] <= d["judge_http_latency_p99_s"]
 
 
-def test_the_readme_two_process_run_trains_with_the_served_judge(server, tmp_path):
+def _with_key() -> str:
+    """Setup code for a command server's child (tests/command_server.py): the served judge's key in its environment,
+    where the clients' judge.api_key_env names it."""
+    return f"import os\nos.environ[{KEY_ENV!r}] = {KEY!r}\n"
+
+
+def test_the_readme_two_process_run_trains_with_the_served_judge(server, tmp_path, command_server):
     """README's second pair of commands, shortened: the tiny default whose politeness judge is the served one
     (`experiments.serve --checkpoint=rubric_jax/assets/tiny_judge --judge=configs/judges/tiny.py` is the module's
     server): every GRPO step's judge prompts go over HTTP, none fails. The full run's held-out rewards equal the
     in-process run's at every eval (benchmarks/RESULTS.md); the verdicts' equality is the test above."""
     from tiny_config import absolute_tiny_config
-    from xla_flags import FAST_COMPILE
 
     sft = tmp_path / "sft.jsonl"  # 32 of the tiny default's 174 SFT answers: 2 steps of 16, not 6 of 32 (as test_loop)
     sft.write_text("".join(Path(absolute_tiny_config().data.sft).read_text().splitlines(keepends=True)[:32]))
@@ -166,12 +171,10 @@ def test_the_readme_two_process_run_trains_with_the_served_judge(server, tmp_pat
              "--config.rl.questions_per_step=2", "--config.rl.group_size=4", "--config.rl.micro_batches=1",
              "--config.rl.max_new_tokens=16", "--config.eval.max_questions=8", "--config.eval.every_steps=2",
              "--config.eval.max_new_tokens=16", "--config.reward.gates_first=False"]
-    proc = subprocess.run([sys.executable, "-m", "experiments.run", "--config=configs/tiny.py",  # as ./launch.sh does
-                           f"--workdir={tmp_path / 'run'}", "--config.judge.backend=openai",
-                           f"--config.judge.base_url={server}/v1", "--config.judge.model=tiny_judge",
-                           f"--config.judge.api_key_env={KEY_ENV}", *short],
-                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "XLA_FLAGS": FAST_COMPILE},
-                          capture_output=True, text=True, timeout=900)
+    proc = command_server("experiments.run").run(  # as ./launch.sh does, forked from the warm server
+        "--config=configs/tiny.py", f"--workdir={tmp_path / 'run'}", "--config.judge.backend=openai",
+        f"--config.judge.base_url={server}/v1", "--config.judge.model=tiny_judge",
+        f"--config.judge.api_key_env={KEY_ENV}", *short, setup=_with_key())
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     grpo = [r for r in rows if r.get("stage") == "grpo"]
@@ -179,7 +182,8 @@ def test_the_readme_two_process_run_trains_with_the_served_judge(server, tmp_pat
     assert sum(r.get("judge_http_failures", 0) for r in rows) == 0 and all(r["judge_failed_scores"] == 0 for r in grpo)
 
 
-def test_build_rubrics_writes_through_the_served_judge_and_names_the_stage_that_kept_nothing(server, tmp_path):
+def test_build_rubrics_writes_through_the_served_judge_and_names_the_stage_that_kept_nothing(server, tmp_path,
+                                                                                              command_server):
     """Issue 20 §5 against a real endpoint (tests/qurl/test_qurl_http.py has the scripted one): experiments.build_rubrics
     with qurl.generator=judge sends its stages to experiments.serve. The tiny judge writes the meta-descriptions; its
     context is too short for a rubric-writing prompt, which the server refuses (400), so no rubric is built: the report
@@ -188,13 +192,11 @@ def test_build_rubrics_writes_through_the_served_judge_and_names_the_stage_that_
     questions = tmp_path / "questions.jsonl"
     questions.write_text("".join((qurl / "questions.jsonl").read_text().splitlines(True)[:2]))
     before = counters(server)
-    proc = subprocess.run([sys.executable, "-m", "experiments.build_rubrics", "--config=configs/tiny.py",
-                           f"--questions={questions}", f"--corpus={qurl / 'corpus.jsonl'}", f"--out={tmp_path / 'out'}",
-                           "--config.qurl.generator=judge", "--config.judge.backend=openai",
-                           f"--config.judge.base_url={server}/v1", "--config.judge.model=tiny_judge",
-                           f"--config.judge.api_key_env={KEY_ENV}"],
-                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
-                          timeout=600)
+    proc = command_server("experiments.build_rubrics").run(
+        "--config=configs/tiny.py", f"--questions={questions}", f"--corpus={qurl / 'corpus.jsonl'}",
+        f"--out={tmp_path / 'out'}", "--config.qurl.generator=judge", "--config.judge.backend=openai",
+        f"--config.judge.base_url={server}/v1", "--config.judge.model=tiny_judge",
+        f"--config.judge.api_key_env={KEY_ENV}", setup=_with_key())
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1] == (
         "experiments.build_rubrics: error: no rubric built: all 2 question(s) dropped: 2 at rubric_generation "
@@ -269,16 +271,14 @@ def test_concurrent_requests_are_each_answered_once_and_batched(server):
     assert prompts == 40 and calls < 40  # mean batch > 1
 
 
-def test_an_endpoint_that_does_not_answer_at_start_up_is_one_line_naming_it(tmp_path):
+def test_an_endpoint_that_does_not_answer_at_start_up_is_one_line_naming_it(tmp_path, command_server):
     port = free_port()  # nothing listens there
     responses = tmp_path / "in.jsonl"
     responses.write_text(json.dumps({"question": "q", "response": "Thanks!"}) + "\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "experiments.score", "--rubric=rubric_jax/assets/tiny/rubric_hack.yaml",
-         f"--responses={responses}", f"--out={tmp_path / 'out.jsonl'}", "--judge=configs/judges/tiny.py",
-         "--judge.backend=openai", f"--judge.base_url=http://127.0.0.1:{port}/v1", "--judge.model=tiny_judge",
-         "--judge.timeout_s=5"],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300)
+    proc = command_server("experiments.score").run(
+        "--rubric=rubric_jax/assets/tiny/rubric_hack.yaml", f"--responses={responses}",
+        f"--out={tmp_path / 'out.jsonl'}", "--judge=configs/judges/tiny.py", "--judge.backend=openai",
+        f"--judge.base_url=http://127.0.0.1:{port}/v1", "--judge.model=tiny_judge", "--judge.timeout_s=5")
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert lines[-1].startswith(f"experiments.score: error: judge endpoint http://127.0.0.1:{port}/v1 does not answer")

@@ -26,7 +26,6 @@ from rubric_jax.rubrics.importers import hellobench_rubrics, import_longbench_wr
 from rubric_jax.rubrics.schema import normalize_scores, rubric_to_dict
 from bounded import run_bounded
 from tests.shared_data import real
-from xla_flags import FAST_COMPILE
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -346,18 +345,6 @@ def test_guess_lang_and_render_conversation():
 
 
 # ------------------------------------------------------------------------------------------------ CLI
-def _env() -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
-    # One CPU device and a cheap XLA backend: this test checks plumbing, not numerics or speed.
-    env["XLA_FLAGS"] = FAST_COMPILE
-    return env
-
-
-def _cli(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "experiments.prepare_data", *args], cwd=ROOT, env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
 def test_cli_bad_input_exits_2_with_one_line(tmp_path, command_server):
     """Each case a run of the command, forked from one process that imported it (tests/command_server.py)."""
     bad = _write_jsonl(tmp_path / "bad.jsonl", ['{"id": "b",\n'])
@@ -380,27 +367,27 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path, command_server):
         assert not (tmp_path / key).exists()
 
 
-def test_readme_commands_prepare_a_dataset_that_experiments_run_trains_from(tmp_path):
-    # README, "Preparing question data": the tiny default's questions as a tfds dataset, then a (short) run.
+def test_readme_commands_prepare_a_dataset_that_experiments_run_trains_from(tmp_path, command_server):
+    # README, "Preparing question data": the tiny default's questions as a tfds dataset, then a (short) run, each
+    # forked from its command's warm server (one CPU device and a cheap XLA backend: plumbing, not numerics or speed).
     out = tmp_path / "data"
-    proc = _cli("--input=questions:rubric_jax/assets/tiny/questions_train.jsonl", f"--out={out}",
-                "--name=tiny_questions", "--config.eval_size=16", "--config.golden_size=16")
-    stdout, stderr = proc.communicate(timeout=300)
-    assert proc.returncode == 0, stderr[-2000:]
-    assert f"wrote {out / 'tiny_questions'}" in stdout
+    proc = command_server("experiments.prepare_data").run(
+        "--input=questions:rubric_jax/assets/tiny/questions_train.jsonl", f"--out={out}", "--name=tiny_questions",
+        "--config.eval_size=16", "--config.golden_size=16")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"wrote {out / 'tiny_questions'}" in proc.stdout
     splits = _splits(out, "tiny_questions")
     assert (len(splits["eval"]), len(splits["golden"])) == (16, 16) and len(splits["train"]) > 100
     written = {row["id"]: row for _, row in data.read_jsonl(ROOT / "rubric_jax/assets/tiny/questions_train.jsonl")}
     for row in itertools.chain(*splits.values()):  # clean rows come back exactly (keywords, rubric, difficulty)
         assert row == written[row["id"]]
     workdir = tmp_path / "run"
-    run = subprocess.run(
-        [sys.executable, "-m", "experiments.run", "--config=configs/tiny.py", f"--workdir={workdir}",
-         f"--config.data.tfds_dir={out}", "--config.data.train=tfds:tiny_questions",
-         "--config.data.eval=tfds:tiny_questions", "--config.stages=('grpo',)", "--config.rl.steps=1",
-         "--config.rl.questions_per_step=2", "--config.rl.group_size=2", "--config.rl.max_new_tokens=8",
-         "--config.rl.micro_batches=1", "--config.rl.beta=0", "--config.eval.max_questions=4"],
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    run = command_server("experiments.run").run(
+        "--config=configs/tiny.py", f"--workdir={workdir}", f"--config.data.tfds_dir={out}",
+        "--config.data.train=tfds:tiny_questions", "--config.data.eval=tfds:tiny_questions",
+        "--config.stages=('grpo',)", "--config.rl.steps=1", "--config.rl.questions_per_step=2", "--config.rl.group_size=2",
+        "--config.rl.max_new_tokens=8", "--config.rl.micro_batches=1", "--config.rl.beta=0",
+        "--config.eval.max_questions=4")
     assert run.returncode == 0, run.stderr[-3000:]
     rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     assert any(r.get("stage") == "grpo" and r.get("step") == 1 for r in rows)
@@ -413,17 +400,17 @@ def test_readme_commands_prepare_a_dataset_that_experiments_run_trains_from(tmp_
 
 # -------------------------------------------------------------------------------- shared benchmark data
 @pytest.mark.filterwarnings("ignore::rubric_jax.rubrics.schema.RubricWarning")
-def test_readme_benchmark_command_converts_every_shared_benchmark(tmp_path):
+def test_readme_benchmark_command_converts_every_shared_benchmark(tmp_path, command_server):
     shared = real()
     inputs = {f"hellobench:{shared}/hellobench": 647, f"biggen:{shared}/prometheus/biggen_bench_765.jsonl": 765,
               f"healthbench:{shared}/healthbench/healthbench_oss_eval_first30.jsonl": 30,
               f"healthbench:{shared}/healthbench/healthbench_val500_from_ruscarl.jsonl": 500,
               f"longbench_write:{shared}/longbench_write/longbench_write.jsonl": 120}
     out = tmp_path / "data"
-    proc = _cli(*(f"--input={spec}" for spec in inputs), f"--out={out}", "--name=benchmarks",
-                "--config.difficulty_ratio=none", "--config.eval_size=64", "--config.golden_size=100")
-    stdout, stderr = proc.communicate(timeout=600)
-    assert proc.returncode == 0, stderr[-2000:]
+    proc = command_server("experiments.prepare_data").run(
+        *(f"--input={spec}" for spec in inputs), f"--out={out}", "--name=benchmarks", "--config.difficulty_ratio=none",
+        "--config.eval_size=64", "--config.golden_size=100")
+    assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads((out / "benchmarks" / "report.json").read_text(encoding="utf-8"))
     assert {n["input"]: n["rows"] for n in report["inputs"]} == inputs
     notes = {n["input"]: n for n in report["inputs"]}
@@ -533,31 +520,27 @@ def test_a_failed_second_rename_puts_the_old_dataset_back(prepared, tmp_path, mo
 
 
 _FULL_DISK = """
-import errno, sys
-from absl import app
-from experiments import prepare_data
+import errno
 from rubric_jax.prepare import pipeline, tfds_dataset
 def tfds_full(self, *args, **kwargs):  # what array_record's writer raised on a real full tmpfs
     raise RuntimeError('Failed to finalize writing of split "train": write() failed: No space left on device;\\n'
                        'writing /x/qs-train.array_record-00000-of-00001; at byte 28672')
 def report_full(path, data):
     raise OSError(errno.ENOSPC, "No space left on device")
-if sys.argv[1] == "tfds":
+if {where!r} == "tfds":
     tfds_dataset.QuestionDataset.download_and_prepare = tfds_full
 else:
     pipeline.write_atomic = report_full
-sys.argv = ["prepare_data", *sys.argv[2:]]
-app.run(prepare_data.main)
 """
 
 
 @pytest.mark.parametrize("where", ["tfds", "report"])
-def test_cli_full_disk_is_one_line_and_keeps_the_old_dataset(prepared, tmp_path, where):
+def test_cli_full_disk_is_one_line_and_keeps_the_old_dataset(prepared, tmp_path, where, command_server):
     config = _config(tmp_path)
     prepare(config, log=_quiet)
-    proc = subprocess.run([sys.executable, "-c", _FULL_DISK, where, f"--input=questions:{QUESTIONS}",
-                           f"--out={config.out}", "--name=qs", "--config.overwrite", "--config.eval_size=2"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = command_server("experiments.prepare_data").run(
+        f"--input=questions:{QUESTIONS}", f"--out={config.out}", "--name=qs", "--config.overwrite",
+        "--config.eval_size=2", setup=_FULL_DISK.format(where=where))
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     (last,) = proc.stderr.strip().splitlines()
     assert last.startswith(f"experiments.prepare_data: error: writing {config.out / 'qs'} failed (")

@@ -4,8 +4,6 @@ tiny judges measured against their teachers on held-out items (real models, gree
 import dataclasses
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
@@ -20,7 +18,6 @@ from rubric_jax.judges.llm_judge import load_judge
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.train import distill_judge
 from tests import manual
-from xla_flags import command_env
 
 REPO = Path(__file__).resolve().parents[2]
 README = manual.text()  # README.md and docs/*.md
@@ -30,11 +27,6 @@ SPEARMAN_FLOOR = 0.6
 
 
 _SHORT = ["--config.train.steps=2", "--config.train.batch_size=4", "--config.train.warmup_steps=1"]  # a few seconds
-
-
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "experiments.distill_judge", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=600, env=command_env())
 
 
 def readme_command() -> list[str]:
@@ -93,7 +85,8 @@ def shrunk_readme_command(out: Path) -> list[str]:
 
 def test_the_readme_command_writes_a_loadable_judge_and_its_report(tmp_path, command_server):
     out = tmp_path / "judge"
-    proc = run(*shrunk_readme_command(out))
+    server = command_server("experiments.distill_judge")
+    proc = server.run(*shrunk_readme_command(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     report = json.loads((out / "report.json").read_text())
@@ -107,7 +100,7 @@ def test_the_readme_command_writes_a_loadable_judge_and_its_report(tmp_path, com
     judge = load_judge(str(out), sampler="greedy", max_new_tokens=8)  # loads as training would load it
     assert judge.tokenizer.chat_template and {p.name for p in out.iterdir()} >= {"config.json", "model.safetensors"}
     # Refused before any training: the judge is there.
-    again = command_server("experiments.distill_judge").run(*readme_command_to(out), "--config.train.steps=2")
+    again = server.run(*readme_command_to(out), "--config.train.steps=2")
     assert again.returncode == 2 and "already exists" in again.stderr
 
 
@@ -285,15 +278,13 @@ def test_held_out_items_whose_rubrics_give_one_id_two_scales_are_each_measured_o
     assert all(entry["items"] == 3 and entry["kappa_quadratic"]["value"] == 1.0 for entry in report.values())
 
 
-def test_a_full_disk_after_training_is_one_line_and_leaves_nothing(tmp_path):
-    code = ("import errno, sys\nfrom absl import app\nfrom rubric_jax.models import checkpoint\n"
+def test_a_full_disk_after_training_is_one_line_and_leaves_nothing(tmp_path, command_server):
+    code = ("import errno\nfrom rubric_jax.models import checkpoint\n"
             "def full(*args, **kwargs):\n    raise OSError(errno.ENOSPC, 'No space left on device')\n"
-            "checkpoint.save_file = full\nfrom experiments import distill_judge\n"
-            "sys.argv = ['distill_judge', *sys.argv[1:]]\napp.run(distill_judge.main)\n")
+            "checkpoint.save_file = full\n")
     out = tmp_path / "judge"
     # The shrunk README run: its programs are in the session's compilation cache (the README test compiled them).
-    proc = subprocess.run([sys.executable, "-c", code, *shrunk_readme_command(out)], cwd=REPO, capture_output=True,
-                          text=True, timeout=600, env=command_env())
+    proc = command_server("experiments.distill_judge").run(*shrunk_readme_command(out), setup=code)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines()[-1] == (
         f"experiments.distill_judge: error: writing {out} failed (No space left on device); nothing was written")

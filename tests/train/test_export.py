@@ -9,7 +9,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -23,7 +22,6 @@ from rubric_jax.models import checkpoint
 from rubric_jax.models.checkpoint import export_hf_checkpoint, hf_config_dict
 from rubric_jax.models.transformer import causal_padding_mask
 from test_checkpoint import read_tensors
-from xla_flags import FAST_COMPILE
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "fixtures" / "golden"
@@ -145,22 +143,25 @@ def test_atomic_directory_refuses_a_non_empty_directory(tmp_path):
 
 # ------------------------------------------------------------------------------ a run, then the CLI
 
-def _run(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "XLA_FLAGS": FAST_COMPILE, "JAX_PLATFORMS": "cpu"}  # one CPU device, as a laptop
-    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+# One CPU device, as a laptop: the commands of this file fork from the warm servers (tests/command_server.py), told
+# to use the CPU before anything starts jax's backends, as JAX_PLATFORMS=cpu would.
+CPU_ONLY = "import jax\njax.config.update('jax_platforms', 'cpu')\n"
+
+
+def _run(command_server, module: str, *args: str, setup: str = "") -> subprocess.CompletedProcess:
+    return command_server(module).run(*args, setup=CPU_ONLY + setup)
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> Path:
+def trained(tmp_path_factory, command_server) -> Path:
     """`experiments.run --config.export.at_end=True` on the transformers-written model, SFT at lr 1e-30:
     Adam moves each weight by about 1e-30, far below float32 resolution at these weights' O(0.01-1)
     scale, so the policy it exports must be that model, bit for bit."""
     workdir = tmp_path_factory.mktemp("run")
-    proc = _run("experiments.run", "--config=configs/tiny.py", f"--workdir={workdir}", "--config.export.at_end=True",
-                f"--config.model.checkpoint={FIXTURE}", "--config.model.config_json=", "--config.model.tokenizer=",
-                "--config.stages=('sft',)", "--config.sft.lr=1e-30", "--config.sft.epochs=1",
-                "--config.sft.batch_size=64")
+    proc = _run(command_server, "experiments.run", "--config=configs/tiny.py", f"--workdir={workdir}",
+                "--config.export.at_end=True", f"--config.model.checkpoint={FIXTURE}", "--config.model.config_json=",
+                "--config.model.tokenizer=", "--config.stages=('sft',)", "--config.sft.lr=1e-30",
+                "--config.sft.epochs=1", "--config.sft.batch_size=64")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return workdir
 
@@ -175,10 +176,10 @@ def test_a_run_exports_its_final_policy_at_the_end(trained):
         assert (out / name).read_bytes() == (FIXTURE / name).read_bytes(), name
 
 
-def test_export_command_writes_the_same_directory(trained):
+def test_export_command_writes_the_same_directory(trained, command_server):
     """The README command: the run's latest checkpoint, restored and exported, is the at-end export."""
     out = trained / "hf"
-    proc = _run("experiments.export", f"--workdir={trained}", "--config.which=latest", f"--out={out}")
+    proc = _run(command_server, "experiments.export", f"--workdir={trained}", "--config.which=latest", f"--out={out}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {
         "workdir": str(trained), "stage": "sft", "step": 3, "eval/reward_mean": None, "out": str(out)}
@@ -223,13 +224,11 @@ def test_every_exported_file_gets_the_umasks_mode(tmp_path, umask):
     assert modes == dict.fromkeys(modes, oct(0o666 & ~umask))
 
 
-def test_export_command_on_a_full_disk_is_one_line_and_leaves_nothing(trained, tmp_path):
-    code = ("import errno, sys\nfrom absl import app\nfrom rubric_jax.models import checkpoint\n"
+def test_export_command_on_a_full_disk_is_one_line_and_leaves_nothing(trained, tmp_path, command_server):
+    code = ("import errno\nfrom rubric_jax.models import checkpoint\n"
             "def full(*args, **kwargs):\n    raise OSError(errno.ENOSPC, 'No space left on device')\n"
-            "checkpoint.save_file = full\nfrom experiments import export\n"
-            f"sys.argv = ['export', '--workdir={trained}', '--out={tmp_path / 'hf'}']\napp.run(export.main)\n")
-    env = {**os.environ, "XLA_FLAGS": FAST_COMPILE, "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+            "checkpoint.save_file = full\n")
+    proc = _run(command_server, "experiments.export", f"--workdir={trained}", f"--out={tmp_path / 'hf'}", setup=code)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         f"experiments.export: error: writing {tmp_path / 'hf'} failed (No space left on device); nothing was written")

@@ -10,7 +10,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -208,35 +207,31 @@ def test_sigterm_then_sigkill_then_resume_matches_uninterrupted(uninterrupted, s
     assert tensorboard_scalars(tmp_path / "tb") == tensorboard_scalars(uninterrupted / "tb")  # each step once, as uninterrupted
 
 
-def test_a_full_disk_is_exit_1_and_one_line_naming_the_checkpoint(sft, tmp_path):
+def test_a_full_disk_is_exit_1_and_one_line_naming_the_checkpoint(sft, tmp_path, command_server):
     """Issue 38 T5: orbax's background write failing with ENOSPC (tensorstore's words) printed four orbax
     tracebacks and exited 2, an input error's status; a full disk is exit 1 and one line. An SFT-only run of one
-    checkpoint, its write patched to fail as a full tmpfs made it fail."""
-    code = ("import sys\nfrom absl import app\nfrom orbax.checkpoint._src.serialization import serialization\n"
+    checkpoint, its write patched to fail as a full tmpfs made it fail (in the child of the experiments.run server,
+    before the command runs)."""
+    code = ("from orbax.checkpoint._src.serialization import serialization\n"
             "async def full(*args, **kwargs):\n"
             f"    raise ValueError({FULL_DISK!r})\n"
-            "serialization.async_serialize_from_host = full\nfrom experiments import cli, run\n"
-            "sys.argv = ['experiments.run', *sys.argv[1:]]\n"
-            "app.run(run.main, flags_parser=cli.flags_parser('experiments.run'))\n")
-    proc = subprocess.run([sys.executable, "-c", code, "--config=configs/tiny.py", *_flags(tmp_path, sft),
-                           "--config.stages=('sft',)", "--config.export.at_end=False", "--config.export.which=latest"],
-                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+            "serialization.async_serialize_from_host = full\n")
+    proc = command_server("experiments.run").run(
+        "--config=configs/tiny.py", *_flags(tmp_path, sft), "--config.stages=('sft',)", "--config.export.at_end=False",
+        "--config.export.which=latest", setup=code)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines()[-1] == (
         f"experiments.run: error: {tmp_path / 'checkpoints' / 'sft'}: writing the checkpoint of step 2 failed (No space "
         "left on device); once that is fixed, no checkpoint is complete: the same command starts the stage again")
 
 
-def test_a_full_disk_outside_the_checkpoints_is_exit_1_and_one_line(tmp_path):
+def test_a_full_disk_outside_the_checkpoints_is_exit_1_and_one_line(tmp_path, command_server):
     """Issue 38 T5: any other write of a run that fails with ENOSPC (here config.json, the first one) is exit 1 and
     one line naming the file, not a traceback."""
-    code = ("import errno, sys\nfrom absl import app\nfrom rubric_jax.train import workdir\n"
+    code = ("import errno\nfrom rubric_jax.train import workdir\n"
             "def full(path, data):\n    raise OSError(errno.ENOSPC, 'No space left on device', str(path))\n"
-            "workdir.write_atomic = full\nfrom experiments import cli, run\n"
-            "sys.argv = ['experiments.run', *sys.argv[1:]]\n"
-            "app.run(run.main, flags_parser=cli.flags_parser('experiments.run'))\n")
-    proc = subprocess.run([sys.executable, "-c", code, "--config=configs/tiny.py", f"--workdir={tmp_path}"],
-                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+            "workdir.write_atomic = full\n")
+    proc = command_server("experiments.run").run("--config=configs/tiny.py", f"--workdir={tmp_path}", setup=code)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines()[-1] == (
         f"experiments.run: error: writing {tmp_path / 'config.json'} failed (No space left on device); once that is "
