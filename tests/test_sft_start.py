@@ -4,6 +4,8 @@ directory once, and an SFT run of other SFT settings is refused (no training her
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -76,3 +78,19 @@ def test_a_sweep_dir_overlapping_the_sft_dir_is_refused_before_any_write(tmp_pat
     with pytest.raises(SystemExit) as exit_info:
         sft_start.main([], **holders)
     assert exit_info.value.code == 2 and not (tmp_path / "runs").exists()
+
+
+def test_the_documented_sweep_command_runs_every_option_of_a_seed_before_the_next_seed(command_server):
+    """configs/tiny_losses.py's sweep command, as its docstring writes it, lists the 15 runs seed by seed (a sweep
+    stopped part-way has complete seeds), each from the same config file in the documented directory."""
+    from configs import tiny_losses
+
+    line = next(line for line in tiny_losses.__doc__.splitlines() if line.strip().startswith("./launch.sh"))
+    launcher, module, *flags = shlex.split(line)
+    assert (launcher, module) == ("./launch.sh", "experiments.sweep")
+    proc = command_server(module).run(*flags, "--print_commands")
+    assert proc.returncode == 0, proc.stderr
+    runs = proc.stdout.splitlines()
+    assert [re.search(r" --config\.seed=(\d+)$", run).group(1) for run in runs] == ["0"] * 5 + ["1"] * 5 + ["2"] * 5
+    assert all(run.startswith("./launch.sh experiments.run --config=configs/tiny_losses.py "
+                              "--workdir=runs/tiny_losses/") for run in runs)
