@@ -12,7 +12,8 @@ GRPO, every `eval.every_steps`, at the end) adds to its row:
                                                   the mean above leaves it out; alerted past monitor.max_missing_share),
                                                   with .../reward_failed_scores and the judge's counters
   golden/spearman/<d>, golden/kendall/<d>         the judge's raw scores of the reference answers vs their
-                                                  labels (calibration/stats; NaN where undefined)
+                                                  labels (calibration/stats; NaN where undefined;
+                                                  '<d>@<lo>-<hi>' per scale where rubrics give d several)
 Scored through the same RubricReward as training. The reference answers are judged with one key at every
 eval (fixed answers, fixed judge: their scores do not wander from eval to eval); with config.judge.store
 the verdict store answers them after the first eval, and keeps them across resumed and repeated runs.
@@ -28,7 +29,7 @@ import jax
 
 from rubric_jax import data
 from rubric_jax.calibration.labels import LabelsError, check_label
-from rubric_jax.calibration.stats import kendall_tau_b, spearman
+from rubric_jax.calibration.stats import kendall_tau_b, scale_groups, spearman
 from rubric_jax.judges.reward import Reward, RewardOutput
 from rubric_jax.judges.store import VerdictStore
 from rubric_jax.prepare.dedup import cross_duplicates, normalize_text
@@ -68,23 +69,27 @@ class GoldenSet:
         out["golden/reference/reward_mean"] = summary.reward_mean
         out.update(reward_metrics(summary, "golden/reference/"))  # with its failed scores and judge counters
         out.update({f"golden/reference/missing/{d}": v for d, v in missing_shares(scored).items()})
-        out.update(label_agreement([self.questions[i].labels for i in rows], scored))
+        out.update(label_agreement([self.questions[i].labels for i in rows], scored, [self.rubrics[i] for i in rows]))
         return out
 
 
-def label_agreement(labels: Sequence[Mapping[str, float]], scored: RewardOutput) -> dict[str, float]:
+def label_agreement(labels: Sequence[Mapping[str, float]], scored: RewardOutput,
+                    rubrics: Sequence[Rubric]) -> dict[str, float]:
     """golden/spearman/<d> and golden/kendall/<d> for every labelled dimension d: the judge's raw scores
-    (`scored`, row i = the answer labelled by labels[i]) vs the labels, over rows with both."""
+    (`scored`, row i = the answer labelled by labels[i], scored on rubrics[i]) vs the labels, over rows with both.
+    Rows whose rubrics give d different scales are not pooled (raw scores of a 1-5 and a 0-2 scale do not rank
+    together): each scale gets its own '<d>@<lo>-<hi>' (stats.scale_groups), as the audit does."""
     out = {}
     for c, dim_id in enumerate(scored.dimension_ids):
-        rows = [i for i, row_labels in enumerate(labels) if dim_id in row_labels and scored.valid[i, c]]
-        if not any(dim_id in row_labels for row_labels in labels):
-            continue
-        judge_n = scored.details["raw_scores"][rows, c]
-        label_n = [labels[i][dim_id] for i in rows]
-        for name, statistic in _STATISTICS:
-            value = statistic(judge_n, label_n).value
-            out[f"golden/{name}/{dim_id}"] = math.nan if value is None else value
+        labelled = [i for i, row_labels in enumerate(labels) if dim_id in row_labels]
+        groups = scale_groups((dim_id, rubrics[i].dimension(dim_id).scale.levels, i) for i in labelled)
+        for name, (_, _, positions) in groups.items():
+            rows = [i for i in positions if scored.valid[i, c]]
+            judge_n = scored.details["raw_scores"][rows, c]
+            label_n = [labels[i][dim_id] for i in rows]
+            for stat_name, statistic in _STATISTICS:
+                value = statistic(judge_n, label_n).value
+                out[f"golden/{stat_name}/{name}"] = math.nan if value is None else value
     return out
 
 

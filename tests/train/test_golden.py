@@ -3,6 +3,7 @@ checked, and the eval keys (policy reward, reference reward, judge-vs-label agre
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -12,9 +13,11 @@ import pytest
 
 from rubric_jax import data
 from rubric_jax.assets import TINY_DIR
+from rubric_jax.assets.build_tiny_assets import clarity_dimension
 from rubric_jax.judges.reward import RewardOutput, RubricReward
 from rubric_jax.prepare.dedup import char_ngrams, jaccard
 from rubric_jax.rubrics.io import load_rubric
+from rubric_jax.rubrics.schema import Aggregation, Anchor, Rubric, Scale
 from rubric_jax.train import golden
 
 SHARED = load_rubric(TINY_DIR / "rubric.yaml")  # format (gate), redundancy, template: rule dimensions, binary
@@ -72,16 +75,40 @@ def test_load_golden_refuses_overlap_clashing_ids_and_bad_labels(tmp_path):
         golden.load_golden("unused.jsonl", "", SHARED, TRAIN, [], 0.0)
 
 
+def _rubric_of(scales: dict[str, Scale]) -> Rubric:
+    """A rubric of LLM dimensions with these ids and scales (the clarity dimension's text, an anchor per level)."""
+    dims = tuple(dataclasses.replace(clarity_dimension(fixed=False), id=dim_id, scale=scale,
+                                     anchors={k: Anchor(f"level {k}") for k in scale.levels})
+                 for dim_id, scale in scales.items())
+    return dataclasses.replace(SHARED, dimensions=dims, aggregation=Aggregation())
+
+
 def test_label_agreement_by_hand():
     raw = np.array([[1.0, 0.0], [2.0, 0.0], [3.0, 1.0], [4.0, 1.0], [9.0, 1.0]])
     valid = np.array([[True] * 2] * 4 + [[False, True]])  # row 4's "d" score is missing: left out
     scored = RewardOutput(raw, valid, np.zeros(5, np.float32), ["d", "e"], {"raw_scores": raw})
     labels = [{"d": 1, "e": 1}, {"d": 3, "e": 1}, {"d": 2, "e": 1}, {"d": 4}, {"d": 1}]
-    out = golden.label_agreement(labels, scored)
+    out = golden.label_agreement(labels, scored, [_rubric_of({"d": Scale.integer(1, 9), "e": Scale.binary()})] * 5)
     assert out["golden/spearman/d"] == pytest.approx(0.8)  # ranks 1234 vs 1324: 1 - 6*2/(4*15)
     assert out["golden/kendall/d"] == pytest.approx(4 / 6)  # 5 concordant, 1 discordant pair of 6
     assert math.isnan(out["golden/spearman/e"]) and math.isnan(out["golden/kendall/e"])  # labels constant
     assert set(out) == {"golden/spearman/d", "golden/kendall/d", "golden/spearman/e", "golden/kendall/e"}
+
+
+def test_label_agreement_ranks_each_scale_of_a_dimension_on_its_own():
+    """Case-wise rubrics give "d" a 1-5 scale in rows 0-2, where the judge agrees with the labels, and a 0-2 scale in
+    rows 3-5, where it reverses them: per scale, Spearman 1 and -1. Pooled raw scores (what the metric computed before)
+    mix the two scales' numbers into one ranking, 0.47, which says neither."""
+    raw = np.array([[1.0], [3.0], [5.0], [2.0], [1.0], [0.0]])
+    scored = RewardOutput(raw, np.ones((6, 1), bool), np.zeros(6, np.float32), ["d"], {"raw_scores": raw})
+    labels = [{"d": v} for v in (1, 3, 5, 0, 1, 2)]
+    wide, narrow = _rubric_of({"d": Scale.integer(1, 5)}), _rubric_of({"d": Scale.integer(0, 2)})
+    out = golden.label_agreement(labels, scored, [wide] * 3 + [narrow] * 3)
+    assert out == pytest.approx({"golden/spearman/d@1-5": 1.0, "golden/kendall/d@1-5": 1.0,
+                                 "golden/spearman/d@0-2": -1.0, "golden/kendall/d@0-2": -1.0})
+    pooled = golden.label_agreement(labels, scored, [wide] * 6)  # one scale: one key, as before
+    assert set(pooled) == {"golden/spearman/d", "golden/kendall/d"}
+    assert pooled["golden/spearman/d"] == pytest.approx(8 / 17)  # scipy.stats.spearmanr: 0.4706
 
 
 def test_golden_metrics_score_the_policy_and_the_references(tmp_path):
