@@ -21,10 +21,17 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu.py"
 
 
+_LOADED = []  # every module object _gpu_module made, kept alive for the process (below)
+
+
 def _gpu_module():
+    """A fresh benchmarks/gpu.py module. absl lets a module of the same name define its flags again only when the
+    module object differs (by id): a freed earlier module's id can be reused by the next one, which then raised
+    DuplicateFlagError now and then, so none is ever freed."""
     spec = importlib.util.spec_from_file_location("benchmarks_gpu", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
+    _LOADED.append(module)
     spec.loader.exec_module(module)
     return module
 
